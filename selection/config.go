@@ -1,0 +1,122 @@
+package selection
+
+import (
+	"fmt"
+	"math"
+)
+
+// MaxReplicas is the number of distinct replicas (dial address plus
+// data-parallel rank) one Router can track. Every entry of the approximate
+// index keeps one bit per replica.
+const MaxReplicas = 128
+
+// Defaults of every knob. They were chosen by the parameter sweep of the
+// fleet simulation; see bench/RESULTS.md for the command that reproduces it.
+const (
+	DefaultAffinityCap      = 16384
+	DefaultAlpha            = 1.0
+	DefaultRequestCost      = 1024
+	DefaultBlockTokens      = 64
+	DefaultPrefixTokens     = 32768
+	DefaultCharsPerToken    = 4.0
+	DefaultIndexBudget      = 64 << 20
+	DefaultLongOutputTokens = 1024
+	DefaultTieEpsilon       = 1.0
+)
+
+// Config holds the routing knobs. Zero values mean "use the default"; see
+// SetDefaults. All token quantities are estimated from prompt bytes with
+// CharsPerToken unless an exact overlap is supplied by the caller.
+type Config struct {
+	// AffinityCap is the most warm prefix cache can be worth, in tokens.
+	AffinityCap int `json:"affinity_cap,omitempty"`
+	// Alpha is how many tokens of warm overlap one token of live load is
+	// worth.
+	Alpha float64 `json:"alpha,omitempty"`
+	// RequestCost is the load, in tokens, that every in-flight request adds
+	// to its replica on top of its pending prefill.
+	RequestCost int `json:"request_cost,omitempty"`
+	// BlockTokens is the size of one fingerprint block, in tokens.
+	BlockTokens int `json:"block_tokens,omitempty"`
+	// PrefixTokens bounds how much of a prompt is fingerprinted, in tokens.
+	PrefixTokens int `json:"prefix_tokens,omitempty"`
+	// CharsPerToken converts prompt bytes to estimated tokens.
+	CharsPerToken float64 `json:"chars_per_token,omitempty"`
+	// IndexBudget is the memory budget of the approximate index, in bytes.
+	IndexBudget int64 `json:"index_budget,omitempty"`
+	// LongOutputTokens is the requested output length from which a request
+	// prefers speculative-decoding engines when cache and load tie.
+	LongOutputTokens int `json:"long_output_tokens,omitempty"`
+	// TieEpsilon is the score difference under which two replicas tie.
+	TieEpsilon float64 `json:"tie_epsilon,omitempty"`
+}
+
+// SetDefaults fills every zero field with its default.
+func (c *Config) SetDefaults() {
+	if c.AffinityCap == 0 {
+		c.AffinityCap = DefaultAffinityCap
+	}
+	if c.Alpha == 0 {
+		c.Alpha = DefaultAlpha
+	}
+	if c.RequestCost == 0 {
+		c.RequestCost = DefaultRequestCost
+	}
+	if c.BlockTokens == 0 {
+		c.BlockTokens = DefaultBlockTokens
+	}
+	if c.PrefixTokens == 0 {
+		c.PrefixTokens = DefaultPrefixTokens
+	}
+	if c.CharsPerToken == 0 {
+		c.CharsPerToken = DefaultCharsPerToken
+	}
+	if c.IndexBudget == 0 {
+		c.IndexBudget = DefaultIndexBudget
+	}
+	if c.LongOutputTokens == 0 {
+		c.LongOutputTokens = DefaultLongOutputTokens
+	}
+	if c.TieEpsilon == 0 {
+		c.TieEpsilon = DefaultTieEpsilon
+	}
+}
+
+// Validate rejects values that cannot work, naming the field.
+func (c Config) Validate() error {
+	switch {
+	case c.AffinityCap <= 0:
+		return fmt.Errorf("affinity_cap must be positive, got %d", c.AffinityCap)
+	case c.Alpha < 0 || math.IsNaN(c.Alpha) || math.IsInf(c.Alpha, 0):
+		return fmt.Errorf("alpha must be a finite number >= 0, got %v", c.Alpha)
+	case c.RequestCost < 0:
+		return fmt.Errorf("request_cost must be >= 0, got %d", c.RequestCost)
+	case c.BlockTokens <= 0:
+		return fmt.Errorf("block_tokens must be positive, got %d", c.BlockTokens)
+	case c.PrefixTokens < c.BlockTokens:
+		return fmt.Errorf("prefix_tokens must be at least block_tokens (%d), got %d", c.BlockTokens, c.PrefixTokens)
+	case c.PrefixTokens/c.BlockTokens > 1<<16:
+		return fmt.Errorf("prefix_tokens / block_tokens must be at most 65536 blocks, got %d", c.PrefixTokens/c.BlockTokens)
+	case !(c.CharsPerToken >= 0.5 && c.CharsPerToken <= 64):
+		return fmt.Errorf("chars_per_token must be between 0.5 and 64, got %v", c.CharsPerToken)
+	case c.IndexBudget < 1<<16:
+		return fmt.Errorf("index_budget must be at least 64KiB, got %d bytes", c.IndexBudget)
+	case c.LongOutputTokens <= 0:
+		return fmt.Errorf("long_output_tokens must be positive, got %d", c.LongOutputTokens)
+	case c.TieEpsilon < 0 || math.IsNaN(c.TieEpsilon):
+		return fmt.Errorf("tie_epsilon must be >= 0, got %v", c.TieEpsilon)
+	}
+	return nil
+}
+
+// blockBytes is the size of one fingerprint block in canonical prompt bytes.
+func (c Config) blockBytes() int {
+	n := int(float64(c.BlockTokens) * c.CharsPerToken)
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+// maxBlocks is how many blocks the bounded prefix holds.
+func (c Config) maxBlocks() int { return c.PrefixTokens / c.BlockTokens }

@@ -1,0 +1,408 @@
+package selection
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Slot is a Router's small integer id for one replica (a dial address plus
+// data-parallel rank), stable for the Router's life.
+type Slot int32
+
+// Profile is a replica's engine profile, used by the output-length
+// tie-break.
+type Profile uint8
+
+const (
+	// ProfileStandard is an engine without speculative decoding.
+	ProfileStandard Profile = iota
+	// ProfileSpeculative is an engine with speculative decoding: it wins
+	// ties for long requested outputs.
+	ProfileSpeculative
+)
+
+// Candidate is one replica offered to Pick.
+type Candidate struct {
+	// Slot identifies the replica (from Router.Register).
+	Slot Slot
+	// Usable is false when the replica is unhealthy, unavailable, not
+	// admitted or quarantined: it is filtered out before scoring.
+	Usable bool
+	// Profile is the replica's engine profile.
+	Profile Profile
+	// Precise, when set, makes Overlap (in tokens, exact, from the precise
+	// index) replace the approximate index's estimate for this replica.
+	Precise bool
+	Overlap int
+}
+
+// Reason says why Pick chose what it chose.
+type Reason uint8
+
+const (
+	// ReasonNone: no usable replica.
+	ReasonNone Reason = iota
+	// ReasonAffinity: the replica with the deepest overlap won.
+	ReasonAffinity
+	// ReasonLoadOverride: a replica with less overlap won because the
+	// warmer ones carried more load.
+	ReasonLoadOverride
+	// ReasonCold: no replica held any of the prompt; placed by the
+	// tie-breaks (rendezvous hash, so that independent instances agree).
+	ReasonCold
+	// ReasonTieBreak: several replicas equally warm and loaded; a
+	// tie-break rule after depth decided.
+	ReasonTieBreak
+)
+
+var reasonNames = [...]string{"none", "affinity", "load_override", "cold", "tie_break"}
+
+func (r Reason) String() string { return reasonNames[r] }
+
+// TieRule is the tie-break rule that decided among equal scores.
+type TieRule uint8
+
+const (
+	TieNone TieRule = iota
+	TieDepth
+	TieProfile
+	TieRendezvous
+	TieLoad
+	TieOrder
+)
+
+var tieNames = [...]string{"none", "depth", "profile", "rendezvous", "load", "order"}
+
+func (t TieRule) String() string { return tieNames[t] }
+
+// Decision is Pick's answer.
+type Decision struct {
+	// Index is the chosen candidate's index in the slice given to Pick; -1
+	// when no candidate was usable.
+	Index int
+	Slot  Slot
+	// Reason and Tie explain the choice.
+	Reason Reason
+	Tie    TieRule
+	// Overlap is the chosen replica's raw (uncapped) overlap, in tokens;
+	// BestOverlap the deepest among usable replicas.
+	Overlap     int
+	BestOverlap int
+	Score       float64
+	Load        float64
+	// Prefill estimates the prompt tokens the chosen replica must compute:
+	// what to pass to Reserve.
+	Prefill int
+	// Usable counts the candidates that passed the filters.
+	Usable int
+}
+
+// Scratch is caller-owned working memory for Pick; after Pick it holds the
+// per-candidate figures (explain reads them). Reuse one per goroutine, or
+// pool them.
+type Scratch struct {
+	// Overlap, Load and Score are per candidate, in the order given to Pick.
+	// Score is NaN for filtered candidates.
+	Overlap []int
+	Load    []float64
+	Score   []float64
+	depth   [MaxReplicas]int32
+}
+
+// NewScratch returns a Scratch sized for n candidates.
+func NewScratch(n int) *Scratch {
+	s := &Scratch{}
+	s.ensure(n)
+	return s
+}
+
+func (s *Scratch) ensure(n int) {
+	if cap(s.Overlap) < n {
+		s.Overlap = make([]int, n)
+		s.Load = make([]float64, n)
+		s.Score = make([]float64, n)
+	}
+	s.Overlap, s.Load, s.Score = s.Overlap[:n], s.Load[:n], s.Score[:n]
+}
+
+type loadCell struct {
+	inflight atomic.Int64
+	pending  atomic.Int64
+	_        [48]byte // keep cells on separate cache lines
+}
+
+// ErrTooManyReplicas is returned by Register past MaxReplicas.
+var ErrTooManyReplicas = errors.New("selection: more than 128 distinct replicas")
+
+// Router makes routing decisions and keeps what they need across requests:
+// the approximate index, the live load of every replica, and the replica
+// registry. It is safe for concurrent use; keep one per fleet and let it
+// outlive configuration reloads.
+type Router struct {
+	cfg Config
+	x   Extractor
+	idx *Index
+
+	mu      sync.Mutex
+	slots   map[string]Slot
+	keys    [MaxReplicas]string
+	keyHash [MaxReplicas]uint64
+	n       atomic.Int32
+
+	loads [MaxReplicas]loadCell
+}
+
+// NewRouter returns a Router for cfg, with defaults filled in.
+func NewRouter(cfg Config) (*Router, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Router{
+		cfg:   cfg,
+		x:     NewExtractor(cfg),
+		idx:   NewIndex(cfg.IndexBudget),
+		slots: make(map[string]Slot),
+	}, nil
+}
+
+// Config returns the Router's configuration, defaults filled in.
+func (rt *Router) Config() Config { return rt.cfg }
+
+// Extractor returns the body parser matching the Router's configuration.
+func (rt *Router) Extractor() Extractor { return rt.x }
+
+// Index returns the approximate index.
+func (rt *Router) Index() *Index { return rt.idx }
+
+// Register returns the slot of the replica named key (its dial address,
+// plus "#rank" for a data-parallel rank), creating it on first use.
+func (rt *Router) Register(key string) (Slot, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if s, ok := rt.slots[key]; ok {
+		return s, nil
+	}
+	n := rt.n.Load()
+	if n >= MaxReplicas {
+		return -1, ErrTooManyReplicas
+	}
+	s := Slot(n)
+	rt.keys[s] = key
+	rt.keyHash[s] = xxhash.Sum64String(key)
+	rt.slots[key] = s
+	rt.n.Store(n + 1)
+	return s, nil
+}
+
+// Lookup returns the slot of key if it is registered.
+func (rt *Router) Lookup(key string) (Slot, bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s, ok := rt.slots[key]
+	return s, ok
+}
+
+// Key returns the replica key of slot s.
+func (rt *Router) Key(s Slot) string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.keys[s]
+}
+
+// Len is the number of registered replicas; their slots are 0..Len-1.
+func (rt *Router) Len() int { return int(rt.n.Load()) }
+
+// Load returns slot s's in-flight requests and pending prefill tokens.
+func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
+	c := &rt.loads[s]
+	return c.inflight.Load(), c.pending.Load()
+}
+
+// load is load(r) of the rule, in tokens.
+func (rt *Router) load(s Slot) float64 {
+	c := &rt.loads[s]
+	return float64(c.inflight.Load()*int64(rt.cfg.RequestCost) + c.pending.Load())
+}
+
+// Learn records that slot s now holds f's prompt prefix.
+func (rt *Router) Learn(f *Features, s Slot) { rt.idx.Learn(f.Blocks, s) }
+
+// Forget drops everything the index believes slot s holds (an engine
+// restarted with an empty cache).
+func (rt *Router) Forget(s Slot) { rt.idx.Forget(s) }
+
+// mix64 is the splitmix64 finalizer.
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// Rendezvous is the rendezvous weight of slot s for a prompt whose first
+// block is first: the highest weight wins a cold placement.
+func (rt *Router) Rendezvous(first uint64, s Slot) uint64 {
+	return mix64(first ^ rt.keyHash[s])
+}
+
+// Pick scores every usable candidate and returns the best one. It reads the
+// index once, allocates nothing once s has room for len(cands), and changes
+// no state: call Reserve and Learn with the decision.
+func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
+	s.ensure(len(cands))
+	var interest mask
+	for i := range cands {
+		c := &cands[i]
+		if c.Usable && !c.Precise {
+			interest.set(c.Slot)
+			s.depth[c.Slot] = 0
+		}
+	}
+	rt.idx.Depths(f.Blocks, interest, &s.depth)
+
+	cfg := &rt.cfg
+	d := Decision{Index: -1}
+	best := math.Inf(-1)
+	for i := range cands {
+		c := &cands[i]
+		if !c.Usable {
+			s.Overlap[i], s.Load[i], s.Score[i] = 0, 0, math.NaN()
+			continue
+		}
+		ov := c.Overlap
+		if !c.Precise {
+			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
+		}
+		ld := rt.load(c.Slot)
+		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
+		s.Overlap[i], s.Load[i], s.Score[i] = ov, ld, sc
+		d.Usable++
+		if ov > d.BestOverlap {
+			d.BestOverlap = ov
+		}
+		if sc > best {
+			best = sc
+		}
+	}
+	if d.Usable == 0 {
+		return d
+	}
+
+	// Among the candidates within TieEpsilon of the best, apply the
+	// tie-breaks in order.
+	want, wantSet := ProfileStandard, f.MaxTokens > 0
+	if f.MaxTokens >= cfg.LongOutputTokens {
+		want = ProfileSpeculative
+	}
+	first := f.FirstBlock()
+	w := -1
+	ties := 0
+	for i := range cands {
+		if !cands[i].Usable || s.Score[i] < best-cfg.TieEpsilon {
+			continue
+		}
+		ties++
+		if w < 0 {
+			w = i
+			continue
+		}
+		if beats, _ := rt.prefer(cands, s, i, w, want, wantSet, first); beats {
+			w = i
+		}
+	}
+	// The rule that decided: the latest one the winner needed against any
+	// other tied candidate.
+	for i := range cands {
+		if i == w || !cands[i].Usable || s.Score[i] < best-cfg.TieEpsilon {
+			continue
+		}
+		if _, rule := rt.prefer(cands, s, w, i, want, wantSet, first); rule > d.Tie {
+			d.Tie = rule
+		}
+	}
+
+	d.Index, d.Slot = w, cands[w].Slot
+	d.Overlap, d.Score, d.Load = s.Overlap[w], s.Score[w], s.Load[w]
+	switch {
+	case d.BestOverlap == 0:
+		d.Reason = ReasonCold
+	case d.Overlap < d.BestOverlap:
+		d.Reason = ReasonLoadOverride
+	case d.Tie > TieDepth:
+		d.Reason = ReasonTieBreak
+	default:
+		d.Reason = ReasonAffinity
+	}
+	d.Prefill = max(0, f.PromptTokens(rt.cfg)-d.Overlap)
+	return d
+}
+
+// prefer reports whether tied candidate i beats tied candidate j, and the
+// rule that separated them.
+func (rt *Router) prefer(cands []Candidate, s *Scratch, i, j int, want Profile, wantSet bool, first uint64) (bool, TieRule) {
+	if s.Overlap[i] != s.Overlap[j] {
+		return s.Overlap[i] > s.Overlap[j], TieDepth
+	}
+	if wantSet && cands[i].Profile != cands[j].Profile {
+		return cands[i].Profile == want, TieProfile
+	}
+	ri, rj := rt.Rendezvous(first, cands[i].Slot), rt.Rendezvous(first, cands[j].Slot)
+	if ri != rj {
+		return ri > rj, TieRendezvous
+	}
+	if s.Load[i] != s.Load[j] {
+		return s.Load[i] < s.Load[j], TieLoad
+	}
+	return i < j, TieOrder
+}
+
+// Reservation is the load one routed request puts on its replica, from the
+// decision until the response ends. PrefillDone and Release are safe to
+// call more than once and from any goroutine; each takes effect once.
+type Reservation struct {
+	rt      *Router
+	slot    Slot
+	prefill int64
+	state   atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
+}
+
+// Reserve puts one in-flight request with prefill pending prompt tokens on
+// slot s. Call it right after Pick, before forwarding.
+func (rt *Router) Reserve(s Slot, prefill int) *Reservation {
+	c := &rt.loads[s]
+	c.inflight.Add(1)
+	c.pending.Add(int64(prefill))
+	return &Reservation{rt: rt, slot: s, prefill: int64(prefill)}
+}
+
+// Slot is the reserved replica.
+func (r *Reservation) Slot() Slot { return r.slot }
+
+// PrefillDone marks the prompt as computed (the first token arrived): the
+// pending prefill no longer counts as load. It reports whether this call
+// did it.
+func (r *Reservation) PrefillDone() bool {
+	if r.state.CompareAndSwap(0, 1) {
+		r.rt.loads[r.slot].pending.Add(-r.prefill)
+		return true
+	}
+	return false
+}
+
+// Release ends the reservation. It reports whether this call did it.
+func (r *Reservation) Release() bool {
+	old := r.state.Swap(2)
+	if old == 2 {
+		return false
+	}
+	c := &r.rt.loads[r.slot]
+	if old == 0 {
+		c.pending.Add(-r.prefill)
+	}
+	c.inflight.Add(-1)
+	return true
+}
