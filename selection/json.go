@@ -123,6 +123,28 @@ func hasControl(s []byte) bool {
 	return false
 }
 
+// scanStringLax is scanString without validation, for a second pass over
+// a body the first pass already validated.
+func scanStringLax(b []byte, i int) (end int, escaped bool) {
+	start := i + 1
+	j := start
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return len(b), false
+		}
+		q := j + k
+		n := 0
+		for p := q - 1; p >= start && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1, bytes.IndexByte(b[start:q], '\\') >= 0
+		}
+		j = q + 1
+	}
+}
+
 // skipValue validates and skips one JSON value starting at b[i] (after
 // whitespace) and returns the index just past it.
 func skipValue(b []byte, i, depth int) (int, error) {
