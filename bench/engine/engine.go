@@ -102,7 +102,7 @@ type Stats struct {
 	PrefixQueries, PrefixHits uint64
 	// PromptTokens and GenerationTokens count tokens of finished requests.
 	PromptTokens, GenerationTokens uint64
-	Finished, Preemptions, Steps uint64
+	Finished, Preemptions, Steps   uint64
 	// Speculative decoding: drafts (one per sequence per step), draft
 	// tokens proposed and accepted.
 	SpecDrafts, SpecDraftTokens, SpecAcceptedTokens uint64
