@@ -108,6 +108,16 @@ func validEscapes(s []byte) bool {
 // time (the "has less than" bit trick).
 func hasControl(s []byte) bool {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	for len(s) >= 32 {
+		a := binary.LittleEndian.Uint64(s)
+		b := binary.LittleEndian.Uint64(s[8:])
+		c := binary.LittleEndian.Uint64(s[16:])
+		d := binary.LittleEndian.Uint64(s[24:])
+		if ((a-lo*0x20)&^a|(b-lo*0x20)&^b|(c-lo*0x20)&^c|(d-lo*0x20)&^d)&hi != 0 {
+			return true
+		}
+		s = s[32:]
+	}
 	for len(s) >= 8 {
 		x := binary.LittleEndian.Uint64(s)
 		if (x-lo*0x20)&^x&hi != 0 {
