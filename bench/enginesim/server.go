@@ -46,17 +46,19 @@ type RankStats struct {
 
 // Server is a running simulator. Its methods are safe for concurrent use.
 type Server struct {
-	opts   Options
-	ctx    context.Context
-	cancel context.CancelFunc
-	srv    *http.Server
-	reg    *prometheus.Registry
-	ttft   *prometheus.HistogramVec
-	e2e    *prometheus.HistogramVec
-	ranks  []*rank
-	wg     sync.WaitGroup
-	ids    atomic.Uint64
-	rr     atomic.Uint64
+	opts    Options
+	ctx     context.Context
+	cancel  context.CancelFunc
+	srv     *http.Server
+	admin   *http.Server
+	adminLn net.Listener
+	reg     *prometheus.Registry
+	ttft    *prometheus.HistogramVec
+	e2e     *prometheus.HistogramVec
+	ranks   []*rank
+	wg      sync.WaitGroup
+	ids     atomic.Uint64
+	rr      atomic.Uint64
 
 	mu      sync.Mutex // guards the fields below
 	addr    string
@@ -147,8 +149,33 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.wg.Add(1)
 		go r.run()
 	}
+	if o.AdminAddr != "" {
+		aln, err := lc.Listen(ctx, "tcp", o.AdminAddr)
+		if err != nil {
+			ln.Close()
+			s.Close()
+			return nil, fmt.Errorf("admin listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		s.adminRoutes(mux)
+		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.adminLn = aln
+		s.serving.Add(1)
+		go func() {
+			defer s.serving.Done()
+			_ = s.admin.Serve(aln)
+		}()
+	}
 	s.serve(ln)
 	return s, nil
+}
+
+// AdminURL is the base URL of the admin listener, or "" without one.
+func (s *Server) AdminURL() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return "http://" + s.adminLn.Addr().String()
 }
 
 func (s *Server) serve(ln net.Listener) {
@@ -215,6 +242,9 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	err := s.srv.Close()
+	if s.admin != nil {
+		s.admin.Close()
+	}
 	s.serving.Wait()
 	s.wg.Wait()
 	for _, r := range s.ranks {
