@@ -414,6 +414,9 @@ func (r *rank) wallAt(t time.Duration) time.Time {
 	return r.epoch.Add(time.Duration(float64(t) / r.s.opts.TimeScale))
 }
 
+// instantBatch is how many engine steps an instant rank runs per lock hold.
+const instantBatch = 64
+
 // run drives the rank's engine until the server closes.
 func (r *rank) run() {
 	defer r.s.wg.Done()
@@ -424,8 +427,15 @@ func (r *rank) run() {
 		r.pubMu.Lock()
 		r.mu.Lock()
 		if instant {
-			if t, ok := r.eng.NextEventTime(); ok {
-				r.evs = r.eng.AdvanceTo(t, r.evs[:0])
+			// Up to instantBatch steps per lock hold: handlers waiting for
+			// the lock would otherwise hand it over at every step.
+			r.evs = r.evs[:0]
+			for i := 0; i < instantBatch; i++ {
+				t, ok := r.eng.NextEventTime()
+				if !ok {
+					break
+				}
+				r.evs = r.eng.AdvanceTo(t, r.evs)
 			}
 		} else {
 			r.evs = r.eng.AdvanceTo(r.simNow(), r.evs[:0])
