@@ -26,8 +26,9 @@ type Recorded struct {
 	Path   string
 	Header http.Header
 	Body   []byte
-	// Rank is the data-parallel rank that served it (-1 if none: the
-	// request failed before routing).
+	// Rank is the data-parallel rank it was routed to (-1 when its
+	// X-data-parallel-rank header was invalid). Requests are recorded
+	// before faults and validation, so failed requests are recorded too.
 	Rank int
 	At   time.Time
 }
@@ -35,7 +36,7 @@ type Recorded struct {
 // RankStats are one data-parallel rank's counters.
 type RankStats struct {
 	Rank int
-	// Requests is the number of requests routed to this rank.
+	// Requests is the number of valid requests submitted to this rank.
 	Requests uint64
 	// Engine is the engine's state and counters.
 	Engine engine.Stats
