@@ -263,12 +263,28 @@ func (s *Server) Faults() Faults {
 	return s.faults
 }
 
-// SetFaults replaces the current faults.
+// refuseGrace is how long SetFaults waits after closing idle connections
+// when it starts refusing, so that clients' connection pools see the
+// closes before their next request (otherwise a client may write into a
+// pooled connection the server just closed and get a reset instead of a
+// refused dial).
+const refuseGrace = 25 * time.Millisecond
+
+// SetFaults replaces the current faults. When it starts refusing
+// connections it closes the listener and every idle connection and returns
+// after a short grace period.
 func (s *Server) SetFaults(f Faults) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	return s.applyFaults(f)
+	refusing := s.Faults().RefuseConnections
+	if err := s.applyFaults(f); err != nil {
+		return err
+	}
+	if f.RefuseConnections && !refusing {
+		time.Sleep(refuseGrace)
+	}
+	return nil
 }
 
 func (s *Server) applyFaults(f Faults) error {
