@@ -22,10 +22,10 @@ var palette = []string{"#D55E00", "#0072B2", "#009E73", "#E69F00", "#56B4E9", "#
 // logarithmic x axis. The first series is drawn thickest (ramjet).
 func WriteCDF(w io.Writer, title, xlabel string, series []Series) error {
 	const (
-		width, height          = 820, 500
-		left, right, top, bot  = 70, 190, 40, 60
-		plotW, plotH           = width - left - right, height - top - bot
-		minPositive    float64 = 1e-3
+		width, height                 = 820, 500
+		left, right, top, bot         = 70, 190, 40, 60
+		plotW, plotH                  = width - left - right, height - top - bot
+		minPositive           float64 = 1e-3
 	)
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range series {

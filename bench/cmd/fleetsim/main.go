@@ -41,11 +41,11 @@ func run(args []string, stdout io.Writer) error {
 		sweep    = fs.Bool("sweep", false, "sweep ramjet's knobs instead of comparing policies")
 		parallel = fs.Int("parallel", 0, "concurrent runs (0: GOMAXPROCS)")
 
-		cap_     = fs.Int("affinity-cap", 0, "ramjet affinity_cap in tokens (0: default)")
-		alpha    = fs.Float64("alpha", 0, "ramjet alpha (0: default)")
-		cost     = fs.Int("request-cost", 0, "ramjet request_cost in tokens (0: default)")
-		prefix   = fs.Int("prefix-tokens", 0, "ramjet prefix_tokens (0: default)")
-		budget   = fs.Int64("index-budget", 0, "ramjet index_budget in bytes (0: default)")
+		cap_   = fs.Int("affinity-cap", 0, "ramjet affinity_cap in tokens (0: default)")
+		alpha  = fs.Float64("alpha", 0, "ramjet alpha (0: default)")
+		cost   = fs.Int("request-cost", 0, "ramjet request_cost in tokens (0: default)")
+		prefix = fs.Int("prefix-tokens", 0, "ramjet prefix_tokens (0: default)")
+		budget = fs.Int64("index-budget", 0, "ramjet index_budget in bytes (0: default)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
