@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -198,6 +199,8 @@ func (p *SGLang) ensure(n int) {
 	}
 }
 
+func (t *sglTree) has(h uint64) bool { _, ok := t.last[h]; return ok }
+
 // size is the tree's size in characters, as SGLang counts it.
 func (t *sglTree) size(blockTokens int) int { return len(t.last) * blockTokens * 4 }
 
@@ -260,6 +263,7 @@ func (p *SGLang) Pick(r *Request, fleet []*Replica) int {
 }
 
 func (p *SGLang) Routed(r *Request, rep int) {
+	p.ensure(rep + 1)
 	t := &p.trees[rep]
 	for _, h := range r.Blocks(p.BlockTokens) {
 		t.last[h] = p.clock
@@ -272,10 +276,10 @@ func (p *SGLang) Routed(r *Request, rep int) {
 			all = append(all, kv{h, at})
 		}
 		slices.SortFunc(all, func(a, b kv) int {
-			if a.at != b.at {
-				return int(a.at) - int(b.at)
+			if c := cmp.Compare(a.at, b.at); c != 0 {
+				return c
 			}
-			return int(a.h>>1) - int(b.h>>1)
+			return cmp.Compare(a.h, b.h)
 		})
 		keep := p.MaxTreeSize * 9 / 10 / (p.BlockTokens * 4)
 		for _, e := range all[:len(all)-keep] {
@@ -374,6 +378,7 @@ func (p *Dynamo) Pick(r *Request, fleet []*Replica) int {
 }
 
 func (p *Dynamo) Routed(r *Request, rep int) {
+	p.ensure(rep + 1)
 	w := &p.workers[rep]
 	// The prefill the worker must do: its tokens not cached there at
 	// decision time (the router's own estimate, as Dynamo's
@@ -500,6 +505,7 @@ func (p *LLMD) Pick(r *Request, fleet []*Replica) int {
 }
 
 func (p *LLMD) Routed(r *Request, rep int) {
+	p.ensure(rep + 1)
 	for _, h := range p.hashes(r) {
 		p.servers[rep].add(h)
 	}

@@ -19,7 +19,10 @@ type Knob struct {
 // Knobs lists the swept knobs in sweep order.
 func Knobs() []Knob {
 	return []Knob{
-		{"affinity_cap", []float64{2048, 4096, 8192, 16384, 32768, 65536},
+		{"prefix_tokens", []float64{8192, 16384, 32768, 65536, 131072},
+			func(c *selection.Config, v float64) { c.PrefixTokens = int(v) },
+			func(c selection.Config) float64 { return float64(c.PrefixTokens) }},
+		{"affinity_cap", []float64{4096, 8192, 16384, 32768, 65536, 131072},
 			func(c *selection.Config, v float64) { c.AffinityCap = int(v) },
 			func(c selection.Config) float64 { return float64(c.AffinityCap) }},
 		{"alpha", []float64{0.25, 0.5, 1, 2, 4},
@@ -28,9 +31,6 @@ func Knobs() []Knob {
 		{"request_cost", []float64{256, 512, 1024, 2048, 4096},
 			func(c *selection.Config, v float64) { c.RequestCost = int(v) },
 			func(c selection.Config) float64 { return float64(c.RequestCost) }},
-		{"prefix_tokens", []float64{4096, 8192, 16384, 32768, 65536},
-			func(c *selection.Config, v float64) { c.PrefixTokens = int(v) },
-			func(c selection.Config) float64 { return float64(c.PrefixTokens) }},
 		{"index_budget", []float64{1 << 16, 1 << 18, 1 << 20, 16 << 20, 64 << 20},
 			func(c *selection.Config, v float64) { c.IndexBudget = int64(v) },
 			func(c selection.Config) float64 { return float64(c.IndexBudget) }},
@@ -42,8 +42,9 @@ type SweepPoint struct {
 	Knob   string           `json:"knob"`
 	Value  float64          `json:"value"`
 	Config selection.Config `json:"config"`
-	// Objective is the geometric mean over workloads of ramjet's TTFT p95
-	// divided by the best peer's (lower is better).
+	// Objective is the geometric mean, over workloads and over TTFT p50,
+	// p95 and p99, of ramjet's TTFT divided by the best peer's at that
+	// percentile (lower is better; 1 ties the best peer everywhere).
 	Objective float64 `json:"objective"`
 	// Per workload: TTFT p95 (s), TTFT p50 (s), cached share, replicas
 	// used.
@@ -81,15 +82,17 @@ func Sweep(sc SweepConfig) ([]SweepPoint, selection.Config, error) {
 	if err != nil {
 		return nil, selection.Config{}, err
 	}
-	bestPeerP95 := make(map[string]float64)
+	// The best peer per workload and percentile.
+	bestPeer := make(map[string][3]float64)
 	for _, wr := range peerOut {
-		b := math.Inf(1)
+		b := [3]float64{math.Inf(1), math.Inf(1), math.Inf(1)}
 		for _, r := range wr.Rows {
-			if r.Policy != Oracle && r.TTFTp95 < b {
-				b = r.TTFTp95
+			if r.Policy == Oracle {
+				continue
 			}
+			b[0], b[1], b[2] = math.Min(b[0], r.TTFTp50), math.Min(b[1], r.TTFTp95), math.Min(b[2], r.TTFTp99)
 		}
-		bestPeerP95[wr.Workload.Name] = b
+		bestPeer[wr.Workload.Name] = b
 	}
 
 	cur := sc.Start
@@ -109,9 +112,12 @@ func Sweep(sc SweepConfig) ([]SweepPoint, selection.Config, error) {
 			r := wr.Rows[0]
 			name := wr.Workload.Name
 			pt.P95[name], pt.P50[name], pt.Share[name], pt.Used[name] = r.TTFTp95, r.TTFTp50, r.CachedShare, r.ReplicasUsed
-			logSum += math.Log(math.Max(r.TTFTp95, 1e-6) / math.Max(bestPeerP95[name], 1e-6))
+			b := bestPeer[name]
+			for k, v := range [3]float64{r.TTFTp50, r.TTFTp95, r.TTFTp99} {
+				logSum += math.Log(math.Max(v, 1e-6) / math.Max(b[k], 1e-6))
+			}
 		}
-		pt.Objective = math.Exp(logSum / float64(len(out)))
+		pt.Objective = math.Exp(logSum / float64(3*len(out)))
 		if sc.Progress != nil {
 			fmt.Fprintf(sc.Progress, "sweep %s=%g objective %.4f\n", knob, v, pt.Objective)
 		}

@@ -165,7 +165,7 @@ func runSweep(stdout io.Writer, names []string, replicas int, seed uint64, scale
 		return err
 	}
 	fmt.Fprintf(stdout, "### ramjet parameter sweep (%d replicas, seed %d, scale %g)\n\n", replicas, seed, scale)
-	fmt.Fprintln(stdout, "Objective: geometric mean over the workloads of ramjet's TTFT p95 / the best peer's TTFT p95 (lower is better).")
+	fmt.Fprintln(stdout, "Objective: geometric mean, over the workloads and over TTFT p50/p95/p99, of ramjet's TTFT / the best peer's TTFT at that percentile (lower is better).")
 	fmt.Fprintln(stdout)
 	fleetsim.WriteSweep(stdout, points, names)
 	fmt.Fprintf(stdout, "\nchosen: affinity_cap %d, alpha %g, request_cost %d, prefix_tokens %d, index_budget %d\n",
