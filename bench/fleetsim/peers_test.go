@@ -6,6 +6,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/workload"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // fakeEngine is what a policy reads of an engine, set by the test.
@@ -302,5 +303,53 @@ func TestEngineHashesMatchEngine(t *testing.T) {
 	}
 	if got, want := len(hs)*16, e.CachedPrefix(r.Prompt); got != want {
 		t.Fatalf("hashes cover %d tokens, engine CachedPrefix %d", got, want)
+	}
+}
+
+func TestRamjetMarginalIgnoresFleetWidePrefix(t *testing.T) {
+	synth := workload.Synth{Salt: 1}
+	mk := func(session, turn, input int) *Request {
+		row := workload.Request{ID: turn, After: -1, Session: session, Turn: turn, Group: 9, Prefix: 2048, Input: input, Output: 16}
+		return &Request{Row: row, Prompt: synth.Prompt(nil, row), Output: synth.Completion(nil, row)}
+	}
+	shared := mk(99, 0, 2048) // the system prompt alone
+	turn0 := mk(7, 0, 4096)
+	turn1 := mk(7, 1, 5000)
+	cfg := selection.Config{AffinityCap: 1024, RequestCost: 256}
+	for _, tt := range []struct {
+		marginal bool
+		want     int
+	}{{false, 0}, {true, 1}} {
+		fl, _ := fleetOf(2)
+		p, err := NewRamjet(cfg)
+		if tt.marginal {
+			p, err = NewRamjetMarginal(cfg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.ensure(fl); err != nil {
+			t.Fatal(err)
+		}
+		rt := p.Router()
+		// Both replicas hold the system prompt; replica 1 also holds the
+		// conversation and serves one request.
+		for s, r := range map[selection.Slot]*Request{0: shared, 1: turn0} {
+			p.features(r)
+			rt.Learn(p.f, s)
+		}
+		p.features(shared)
+		rt.Learn(p.f, 1)
+		rt.Reserve(1, 0)
+		// Plain: both overlaps (2048 and 4096) are capped at 1024, so the
+		// idle replica 0 wins. Marginal: replica 1 is 2048 tokens warmer
+		// than the least warm (capped at 1024) against 256 of load.
+		if got := p.Pick(turn1, fl); got != tt.want {
+			t.Errorf("marginal=%v picked %d, want %d", tt.marginal, got, tt.want)
+		}
+		p.Done(turn1, tt.want)
+		if inflight, pending := rt.Load(selection.Slot(tt.want)); inflight != int64(tt.want) || pending != 0 {
+			t.Errorf("marginal=%v: slot %d left with %d in flight, %d pending", tt.marginal, tt.want, inflight, pending)
+		}
 	}
 }

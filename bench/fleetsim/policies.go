@@ -16,6 +16,10 @@ var PolicyNames = []string{
 	"bounded-hash", "sglang", "dynamo", "llm-d",
 }
 
+// Variants are extra policies, not run by default: "ramjet-marginal" (see
+// NewRamjetMarginal), a proposed change to ramjet's rule.
+var Variants = []string{"ramjet-marginal"}
+
 // Peer defaults, each from its project's published configuration (see the
 // type comments for the source).
 const (
@@ -46,6 +50,8 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 	switch name {
 	case "ramjet":
 		return NewRamjet(cfg)
+	case "ramjet-marginal":
+		return NewRamjetMarginal(cfg)
 	case "round-robin":
 		return &RoundRobin{}, nil
 	case "least-inflight":
@@ -67,7 +73,7 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 			BlockTokens: LLMDBlockTokens, MaxBlocks: LLMDMaxBlocks, LRUCapacity: LLMDLRUCapacity, rng: rng,
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown policy %q (want one of %s)", name, strings.Join(PolicyNames, ", "))
+	return nil, fmt.Errorf("unknown policy %q (want one of %s, %s)", name, strings.Join(PolicyNames, ", "), strings.Join(Variants, ", "))
 }
 
 // OracleShare is the cached-prompt-token share an infinite prefix cache

@@ -26,6 +26,11 @@ type Ramjet struct {
 	seed  uint64
 	label string
 
+	// marginal, when set, scores the overlap each replica has beyond the
+	// least warm usable one (see NewRamjetMarginal).
+	marginal bool
+	mcands   []selection.Candidate
+
 	// Reasons counts decisions by reason.
 	Reasons map[string]int
 }
@@ -46,6 +51,24 @@ func NewRamjet(cfg selection.Config) (*Ramjet, error) {
 		label:   "ramjet",
 		Reasons: make(map[string]int),
 	}, nil
+}
+
+// NewRamjetMarginal returns the "ramjet-marginal" variant: a proposal,
+// not ramjet's rule. It runs the real Pick twice: once to read every
+// replica's overlap, then with those overlaps minus the smallest usable one
+// supplied as precise overlaps, so that the rule becomes
+//
+//	score(r) = min(overlap(r) - min_usable_overlap, affinity_cap) - alpha x load(r)
+//
+// A prefix every replica holds (a fleet-wide system prompt) then no longer
+// uses up the affinity cap. The reservation still counts the real prefill.
+func NewRamjetMarginal(cfg selection.Config) (*Ramjet, error) {
+	p, err := NewRamjet(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.marginal, p.label = true, "ramjet-marginal"
+	return p, nil
 }
 
 func (p *Ramjet) Name() string { return p.label }
@@ -93,9 +116,26 @@ func (p *Ramjet) Pick(r *Request, fleet []*Replica) int {
 		panic(err) // more than selection.MaxReplicas: rejected by Run first
 	}
 	p.features(r)
-	d := p.rt.Pick(p.f, p.cands[:len(fleet)], p.s)
+	cands := p.cands[:len(fleet)]
+	d := p.rt.Pick(p.f, cands, p.s)
+	prefill := d.Prefill
+	if p.marginal && d.Index >= 0 {
+		base := -1
+		for i, c := range cands {
+			if c.Usable && (base < 0 || p.s.Overlap[i] < base) {
+				base = p.s.Overlap[i]
+			}
+		}
+		p.mcands = append(p.mcands[:0], cands...)
+		for i := range p.mcands {
+			p.mcands[i].Precise = true
+			p.mcands[i].Overlap = p.s.Overlap[i] - base
+		}
+		d = p.rt.Pick(p.f, p.mcands, p.s)
+		prefill = max(0, d.Prefill-base)
+	}
 	p.Reasons[d.Reason.String()]++
-	res := p.rt.Reserve(d.Slot, d.Prefill)
+	res := p.rt.Reserve(d.Slot, prefill)
 	p.rt.Learn(p.f, d.Slot)
 	p.res[r.Row.ID] = res
 	return d.Index
