@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -60,6 +61,8 @@ type SweepConfig struct {
 	Suite SuiteConfig
 	// Start is the starting configuration (zero fields: defaults).
 	Start selection.Config
+	// Policy is the swept policy: "ramjet" (default) or a ramjet variant.
+	Policy string
 	// Progress, if set, receives a line per evaluated point.
 	Progress io.Writer
 }
@@ -70,6 +73,9 @@ type SweepConfig struct {
 // peers run once per workload for the baseline. It returns every evaluated
 // point and the chosen configuration.
 func Sweep(sc SweepConfig) ([]SweepPoint, selection.Config, error) {
+	if sc.Policy == "" {
+		sc.Policy = "ramjet"
+	}
 	base := sc.Suite
 	var peers []string
 	for _, p := range PolicyNames {
@@ -99,7 +105,7 @@ func Sweep(sc SweepConfig) ([]SweepPoint, selection.Config, error) {
 	cur.SetDefaults()
 	eval := func(knob string, v float64, cfg selection.Config) (SweepPoint, error) {
 		s := sc.Suite
-		s.Policies = []string{"ramjet"}
+		s.Policies = []string{sc.Policy}
 		s.Ramjet = cfg
 		out, err := RunSuite(s)
 		if err != nil {
@@ -171,7 +177,7 @@ func WriteSweep(w io.Writer, points []SweepPoint, workloads []string) {
 		if p.Chosen {
 			mark = " **chosen**"
 		}
-		fmt.Fprintf(w, "| %s | %g%s | %.3f |", p.Knob, p.Value, mark, p.Objective)
+		fmt.Fprintf(w, "| %s | %s%s | %.3f |", p.Knob, strconv.FormatFloat(p.Value, 'f', -1, 64), mark, p.Objective)
 		for _, n := range workloads {
 			fmt.Fprintf(w, " %.2f / %.2f |", p.P95[n], p.Share[n])
 		}

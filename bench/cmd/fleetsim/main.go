@@ -38,7 +38,7 @@ func run(args []string, stdout io.Writer) error {
 		jsonOut  = fs.String("json", "", "also write the rows as JSON to this file (- for stdout)")
 		plots    = fs.String("plots", "", "write one TTFT CDF per workload as SVG into this directory")
 		trace    = fs.String("trace", "", "write the workload's trace (JSONL, or CSV for a .csv name) to this file and exit (one workload only)")
-		sweep    = fs.Bool("sweep", false, "sweep ramjet's knobs instead of comparing policies")
+		sweep    = fs.Bool("sweep", false, "sweep ramjet's knobs instead of comparing policies (-policy names the swept variant; -affinity-cap etc. set the start)")
 		parallel = fs.Int("parallel", 0, "concurrent runs (0: GOMAXPROCS)")
 
 		cap_   = fs.Int("affinity-cap", 0, "ramjet affinity_cap in tokens (0: default)")
@@ -87,7 +87,11 @@ func run(args []string, stdout io.Writer) error {
 	}
 
 	if *sweep {
-		return runSweep(stdout, names, *replicas, *seed, *scale, *parallel, rcfg, *jsonOut)
+		sp := "ramjet"
+		if *policies != "all" {
+			sp = *policies
+		}
+		return runSweep(stdout, sp, names, *replicas, *seed, *scale, *parallel, rcfg, *jsonOut)
 	}
 
 	start := time.Now()
@@ -155,16 +159,16 @@ func writePlot(path string, wr fleetsim.WorkloadResult) error {
 	return err
 }
 
-func runSweep(stdout io.Writer, names []string, replicas int, seed uint64, scale float64, parallel int, start selection.Config, jsonPath string) error {
+func runSweep(stdout io.Writer, policy string, names []string, replicas int, seed uint64, scale float64, parallel int, start selection.Config, jsonPath string) error {
 	t0 := time.Now()
 	points, best, err := fleetsim.Sweep(fleetsim.SweepConfig{
 		Suite: fleetsim.SuiteConfig{Workloads: names, Replicas: replicas, Seed: seed, Scale: scale, Parallel: parallel},
-		Start: start, Progress: os.Stderr,
+		Start: start, Policy: policy, Progress: os.Stderr,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "### ramjet parameter sweep (%d replicas, seed %d, scale %g)\n\n", replicas, seed, scale)
+	fmt.Fprintf(stdout, "### %s parameter sweep (%d replicas, seed %d, scale %g)\n\n", policy, replicas, seed, scale)
 	fmt.Fprintln(stdout, "Objective: geometric mean, over the workloads and over TTFT p50/p95/p99, of ramjet's TTFT / the best peer's TTFT at that percentile (lower is better).")
 	fmt.Fprintln(stdout)
 	fleetsim.WriteSweep(stdout, points, names)
