@@ -1,0 +1,99 @@
+package kvindex
+
+import "time"
+
+// The counters and gauges below are read at scrape time by the module's
+// Prometheus collector; kvindex itself knows nothing of Prometheus.
+
+// Entries is the number of (replica, block) entries held.
+func (x *Index) Entries() int64 { return x.entries.Load() }
+
+// Bytes is the accounted memory of the entries held (Entries × EntryBytes).
+func (x *Index) Bytes() int64 { return x.entries.Load() * EntryBytes }
+
+// MaxEntries is the entry budget.
+func (x *Index) MaxEntries() int { return x.cfg.MaxEntries }
+
+// EventsApplied counts events applied (BlockStored, BlockRemoved and
+// AllBlocksCleared of the GPU tier).
+func (x *Index) EventsApplied() uint64 { return x.eventsApplied.Load() }
+
+// DecodeErrors counts messages dropped because they could not be decoded.
+func (x *Index) DecodeErrors() uint64 { return x.decodeErrors.Load() }
+
+// Gaps counts sequence gaps seen (replayed or not).
+func (x *Index) Gaps() uint64 { return x.gaps.Load() }
+
+// Replayed counts messages recovered through the replay socket.
+func (x *Index) Replayed() uint64 { return x.replayed.Load() }
+
+// Fences counts fences of every replica for one reason.
+func (x *Index) Fences(why FenceReason) uint64 { return x.fences[why].Load() }
+
+// Evictions counts entries evicted to stay within MaxEntries.
+func (x *Index) Evictions() uint64 { return x.evictions.Load() }
+
+// Orphans counts BlockStored events dropped because their parent block was
+// unknown (so their keys could not be chained).
+func (x *Index) Orphans() uint64 { return x.orphans.Load() }
+
+// UnknownRemovals counts BlockRemoved hashes the index did not hold.
+func (x *Index) UnknownRemovals() uint64 { return x.unknownRemovals.Load() }
+
+// Skipped counts events ignored: unknown kinds, other storage tiers, other
+// KV-cache groups, invalid block sizes.
+func (x *Index) Skipped() uint64 { return x.skipped.Load() }
+
+// BlockSizeMismatches counts BlockStored events whose block size differs
+// from Config.BlockSize (their blocks can never match a request).
+func (x *Index) BlockSizeMismatches() uint64 { return x.sizeMismatch.Load() }
+
+// noteDecodeError counts one undecodable message of r.
+func (x *Index) noteDecodeError(r Replica) {
+	x.decodeErrors.Add(1)
+	x.mu.Lock()
+	x.reps[r].decodeErrors++
+	x.mu.Unlock()
+}
+
+func (x *Index) noteGap(r Replica) {
+	x.gaps.Add(1)
+	x.mu.Lock()
+	x.reps[r].gaps++
+	x.mu.Unlock()
+}
+
+func (x *Index) noteReplayed(r Replica, n int) {
+	x.replayed.Add(uint64(n))
+	x.mu.Lock()
+	x.reps[r].replayed += uint64(n)
+	x.mu.Unlock()
+}
+
+// ReplicaStats is one replica's state, for metrics and the admin API.
+type ReplicaStats struct {
+	ID           string
+	Fresh        bool
+	Entries      int
+	Applied      uint64
+	Fences       uint64
+	DecodeErrors uint64
+	Gaps         uint64
+	Replayed     uint64
+	// LastEvent is when the replica's last event was applied (zero if never).
+	LastEvent time.Time
+}
+
+// AppendReplicaStats appends every replica's stats to dst, in handle order.
+func (x *Index) AppendReplicaStats(dst []ReplicaStats) []ReplicaStats {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for i, rep := range x.reps {
+		dst = append(dst, ReplicaStats{
+			ID: rep.id, Fresh: x.fresh.has(Replica(i)), Entries: len(rep.byEngine),
+			Applied: rep.applied, Fences: rep.fences, DecodeErrors: rep.decodeErrors,
+			Gaps: rep.gaps, Replayed: rep.replayed, LastEvent: rep.lastEvent,
+		})
+	}
+	return dst
+}
