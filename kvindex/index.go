@@ -164,12 +164,12 @@ type Index struct {
 	mu    sync.RWMutex
 	byID  map[string]Replica
 	reps  []*replica
-	live  set                // registered replicas
-	fresh set                // replicas whose feed is trusted
-	keys  map[uint64]set     // router key -> replicas holding it
-	head  rec                // LRU sentinel: head.next is the most recent
-	n     int                // entries
-	pred  predictions        // short-lived predicted entries
+	live  set            // registered replicas
+	fresh set            // replicas whose feed is trusted
+	keys  map[uint64]set // router key -> replicas holding it
+	head  rec            // LRU sentinel: head.next is the most recent
+	n     int            // entries
+	pred  predictions    // short-lived predicted entries
 
 	eventsApplied   atomic.Uint64
 	decodeErrors    atomic.Uint64
