@@ -152,6 +152,8 @@ type replica struct {
 	fresh    bool
 	// counters, under Index.mu
 	applied, fences, decodeErrors, gaps, replayed uint64
+	messages, lastSeq                             uint64
+	connected                                     bool
 	lastEvent                                     time.Time
 }
 

@@ -70,10 +70,41 @@ func (x *Index) noteReplayed(r Replica, n int) {
 	x.mu.Unlock()
 }
 
+func (x *Index) noteMessage(r Replica, seq uint64) {
+	x.mu.Lock()
+	rep := x.reps[r]
+	rep.messages++
+	rep.lastSeq = seq
+	x.mu.Unlock()
+}
+
+func (x *Index) noteConnected(r Replica, up bool) {
+	x.mu.Lock()
+	x.reps[r].connected = up
+	x.mu.Unlock()
+}
+
+// Stats returns the stats of replica r.
+func (x *Index) Stats(r Replica) ReplicaStats {
+	var buf [1]ReplicaStats
+	x.mu.RLock()
+	n := len(x.reps)
+	x.mu.RUnlock()
+	if int(r) >= n || r < 0 {
+		return buf[0]
+	}
+	return x.AppendReplicaStats(make([]ReplicaStats, 0, n))[r]
+}
+
 // ReplicaStats is one replica's state, for metrics and the admin API.
 type ReplicaStats struct {
-	ID           string
-	Fresh        bool
+	ID    string
+	Fresh bool
+	// Connected reports a live event connection (Subscriber only).
+	Connected bool
+	// Messages counts messages received; LastSeq is the last one's number.
+	Messages     uint64
+	LastSeq      uint64
 	Entries      int
 	Applied      uint64
 	Fences       uint64
@@ -93,6 +124,7 @@ func (x *Index) AppendReplicaStats(dst []ReplicaStats) []ReplicaStats {
 			ID: rep.id, Fresh: x.fresh.has(Replica(i)), Entries: len(rep.byEngine),
 			Applied: rep.applied, Fences: rep.fences, DecodeErrors: rep.decodeErrors,
 			Gaps: rep.gaps, Replayed: rep.replayed, LastEvent: rep.lastEvent,
+			Connected: rep.connected, Messages: rep.messages, LastSeq: rep.lastSeq,
 		})
 	}
 	return dst
