@@ -437,6 +437,36 @@ func (x *Index) fenceLocked(r Replica, why FenceReason) {
 func (x *Index) Overlap(keys []uint64, out []int) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
+	x.overlapLocked(keys, out)
+}
+
+// Annotate sets Precise and Overlap on every candidate cands[i] whose
+// replica reps[i] has a fresh feed (reps[i] < 0: no precise feed), and
+// clears Precise on the others, so that the router uses the exact overlap
+// where the feed is trusted and its estimate elsewhere. scratch must have
+// room for every handle (len >= NumReplicas). It returns how many
+// candidates got a precise overlap, and does not allocate.
+func (x *Index) Annotate(keys []uint64, reps []Replica, cands []selection.Candidate, scratch []int) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	x.overlapLocked(keys, scratch)
+	n := 0
+	for i := range cands {
+		r := Replica(-1)
+		if i < len(reps) {
+			r = reps[i]
+		}
+		if r < 0 || int(r) >= len(x.reps) || int(r) >= len(scratch) || !x.fresh.has(r) {
+			cands[i].Precise = false
+			continue
+		}
+		cands[i].Precise, cands[i].Overlap = true, scratch[r]
+		n++
+	}
+	return n
+}
+
+func (x *Index) overlapLocked(keys []uint64, out []int) {
 	n := len(x.reps)
 	for i := 0; i < n && i < len(out); i++ {
 		out[i] = 0

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // batch builds a decoded batch directly (bypassing the wire).
@@ -215,6 +217,25 @@ func TestOverlapAllocs(t *testing.T) {
 	want := []int{1024, 256, 384, 512, 640, 768, 896, 1024}
 	if !cmp.Equal(out, want) {
 		t.Errorf("overlap %v, want %v", out, want)
+	}
+}
+
+func TestAnnotate(t *testing.T) {
+	x := New(Config{BlockSize: 2})
+	a, _ := x.Register("a")
+	b, _ := x.Register("b")
+	prompt := seqTokens(0, 6)
+	x.Apply(a, batchOf(storedEv(0, false, 2, prompt[:4], 1, 2)))
+	keys := x.Keys(nil, 0, prompt)
+	cands := []selection.Candidate{{Slot: 3, Precise: true, Overlap: 99}, {Slot: 1}, {Slot: 2}}
+	scratch := make([]int, x.NumReplicas())
+	n := x.Annotate(keys, []Replica{b, a, -1}, cands, scratch)
+	want := []selection.Candidate{{Slot: 3, Overlap: 99}, {Slot: 1, Precise: true, Overlap: 4}, {Slot: 2}}
+	if diff := cmp.Diff(want, cands); diff != "" || n != 1 {
+		t.Errorf("n %d; candidates (-want +got):\n%s", n, diff)
+	}
+	if allocs := testing.AllocsPerRun(50, func() { x.Annotate(keys, []Replica{b, a, -1}, cands, scratch) }); allocs != 0 {
+		t.Errorf("Annotate allocates %v times", allocs)
 	}
 }
 

@@ -238,16 +238,21 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 		return
 	}
 	seq := m.Seq
-	if f.have {
-		switch {
-		case seq == f.last+1:
-		case seq <= f.last:
-			s.x.Fence(r, FenceReset)
-		default:
-			s.x.noteGap(r)
-			if ep.Replay == "" || !s.replay(ctx, ep, r, f, seq) {
-				s.x.Fence(r, FenceGap)
-			}
+	switch {
+	case !f.have:
+		// Joining a running engine: catch up on what its replay buffer
+		// still holds (all of it if the engine is young). Whatever is older
+		// is unknown; it stays out of the index.
+		if ep.Replay != "" && seq > 0 {
+			s.replay(ctx, ep, r, f, 0, seq, false)
+		}
+	case seq == f.last+1:
+	case seq <= f.last:
+		s.x.Fence(r, FenceReset)
+	default:
+		s.x.noteGap(r)
+		if ep.Replay == "" || !s.replay(ctx, ep, r, f, f.last+1, seq, true) {
+			s.x.Fence(r, FenceGap)
 		}
 	}
 	s.x.Apply(r, &m.Batch)
@@ -258,9 +263,11 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 // replayEnd is the sequence number that ends a replay reply (-1).
 const replayEnd = ^uint64(0)
 
-// replay asks ep's replay socket for messages f.last+1 .. upTo-1 and
-// applies them in order. It reports whether the whole gap was filled.
-func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed, upTo uint64) bool {
+// replay asks ep's replay socket for messages from .. upTo-1 and applies
+// them in order. When strict, the reply must start at from; otherwise it may
+// start later (the buffer lost the oldest), and must be contiguous from its
+// first message on. It reports whether every message up to upTo-1 came.
+func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed, from, upTo uint64, strict bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
 	defer cancel()
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
@@ -270,12 +277,12 @@ func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed
 		return false
 	}
 	var start [8]byte
-	binary.BigEndian.PutUint64(start[:], f.last+1)
+	binary.BigEndian.PutUint64(start[:], from)
 	// A DEALER sends the empty delimiter a REQ socket would add.
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
 		return false
 	}
-	next, n := f.last+1, 0
+	next, n := from, 0
 	defer func() { s.x.noteReplayed(r, n) }()
 	for next < upTo {
 		msg, err := d.Recv()
@@ -297,7 +304,10 @@ func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed
 			continue
 		}
 		if seq > next {
-			return false // the replay buffer no longer holds next
+			if strict || n > 0 || seq >= upTo {
+				return false // the replay buffer no longer holds next
+			}
+			next = seq
 		}
 		m, err := f.rdec.DecodeFrames(frames)
 		if err != nil {

@@ -217,6 +217,7 @@ func TestSubscriberReplayFillsGap(t *testing.T) {
 	startSub(t, x, Endpoint{Replica: "e", Events: p.events, Replay: p.replay})
 	r, _ := x.Lookup("e")
 	p.sync(t, x, r)
+	before := x.Replayed() // the sync messages the subscriber caught up on
 	p.publish(encodeBatch(positional, 1, []wireEvent{stored(nil, 2, seqTokens(0, 2), 1)}, 0), false)
 	p.publish(encodeBatch(mapped, 1, []wireEvent{stored(uint64(1), 2, seqTokens(2, 2), 2)}, 0), true)
 	p.publish(encodeBatch(positional, 1, []wireEvent{stored(uint64(2), 2, seqTokens(4, 2), 3)}, 0), true)
@@ -225,8 +226,30 @@ func TestSubscriberReplayFillsGap(t *testing.T) {
 	if got := overlaps(x, seqTokens(0, 8)); got[0] != 8 {
 		t.Errorf("overlap %d, want 8 (the replayed blocks chain)", got[0])
 	}
-	if x.Gaps() != 1 || x.Replayed() != 2 || x.Fences(FenceGap) != 0 {
-		t.Errorf("gaps %d replayed %d gap fences %d", x.Gaps(), x.Replayed(), x.Fences(FenceGap))
+	if x.Gaps() != 1 || x.Replayed()-before != 2 || x.Fences(FenceGap) != 0 {
+		t.Errorf("gaps %d replayed %d gap fences %d", x.Gaps(), x.Replayed()-before, x.Fences(FenceGap))
+	}
+}
+
+func TestSubscriberCatchesUpOnJoin(t *testing.T) {
+	// The engine ran before the subscriber connected: it catches up from
+	// the replay buffer, then follows the live stream.
+	p := newTestPub(t, "", true)
+	p.publish(encodeBatch(positional, 1, []wireEvent{stored(nil, 2, seqTokens(0, 4), 1, 2)}, 0), false)
+	p.publish(encodeBatch(mapped, 1, []wireEvent{removed(2), stored(uint64(1), 2, seqTokens(7, 2), 3)}, 0), false)
+	x := New(Config{BlockSize: 2})
+	startSub(t, x, Endpoint{Replica: "e", Events: p.events, Replay: p.replay})
+	r, _ := x.Lookup("e")
+	p.sync(t, x, r)
+	eventually(t, "caught up", func() bool { return x.Entries() == 2 })
+	if got := overlaps(x, append(seqTokens(0, 2), seqTokens(7, 2)...)); got[0] != 4 {
+		t.Errorf("overlap %d after catch-up, want 4", got[0])
+	}
+	if got := overlaps(x, seqTokens(0, 4)); got[0] != 2 {
+		t.Errorf("removed block counted: overlap %d, want 2", got[0])
+	}
+	if x.Fences(FenceGap) != 0 || x.Gaps() != 0 {
+		t.Errorf("gap fences %d gaps %d", x.Fences(FenceGap), x.Gaps())
 	}
 }
 
