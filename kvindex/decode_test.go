@@ -220,3 +220,25 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkDecodeBatch(b *testing.B) {
+	// A typical step: 32 blocks of 16 tokens stored, 8 removed.
+	hs := make([]uint64, 32)
+	for i := range hs {
+		hs[i] = uint64(i) * 0x9E3779B97F4A7C15
+	}
+	events := []wireEvent{stored(uint64(7), 16, seqTokens(0, 32*16), hs...), removed(hs[:8]...)}
+	for _, enc := range []encoding{positional, mapped} {
+		payload := encodeBatch(enc, 1, events, 0)
+		b.Run(encName(enc), func(b *testing.B) {
+			dc := NewDecoder()
+			b.ReportAllocs()
+			b.SetBytes(int64(len(payload)))
+			for b.Loop() {
+				if err := dc.DecodeBatch(payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
