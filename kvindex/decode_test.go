@@ -3,6 +3,8 @@ package kvindex
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -199,6 +201,13 @@ func FuzzDecodeBatch(f *testing.F) {
 		for _, enc := range []encoding{positional, mapped} {
 			f.Add(encodeBatch(enc, 1, s, 0))
 			f.Add(encodeBatch(enc, 2, s, -1))
+		}
+	}
+	// The simulator's captured payloads (testdata/*.msgpack).
+	fixtures, _ := filepath.Glob(filepath.Join("testdata", "*.msgpack"))
+	for _, name := range fixtures {
+		if p, err := os.ReadFile(name); err == nil {
+			f.Add(p)
 		}
 	}
 	dc := NewDecoder()
