@@ -181,6 +181,7 @@ type Index struct {
 	evictions       atomic.Uint64
 	orphans         atomic.Uint64
 	unknownRemovals atomic.Uint64
+	removed         atomic.Uint64
 	skipped         atomic.Uint64
 	sizeMismatch    atomic.Uint64
 	entries         atomic.Int64
@@ -293,6 +294,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			for _, h := range e.BlockHashes {
 				if rc, ok := rep.byEngine[h]; ok {
 					x.remove(rc)
+					x.removed.Add(1)
 				} else {
 					x.unknownRemovals.Add(1)
 				}

@@ -37,6 +37,9 @@ func (x *Index) Evictions() uint64 { return x.evictions.Load() }
 // unknown (so their keys could not be chained).
 func (x *Index) Orphans() uint64 { return x.orphans.Load() }
 
+// Removed counts blocks removed by BlockRemoved events.
+func (x *Index) Removed() uint64 { return x.removed.Load() }
+
 // UnknownRemovals counts BlockRemoved hashes the index did not hold.
 func (x *Index) UnknownRemovals() uint64 { return x.unknownRemovals.Load() }
 
