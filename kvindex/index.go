@@ -154,7 +154,12 @@ type replica struct {
 	applied, fences, decodeErrors, gaps, replayed uint64
 	messages, lastSeq                             uint64
 	connected                                     bool
-	lastEvent                                     time.Time
+	// complete: the entries mirror the engine's whole cache, because they
+	// were built from its first message (sequence 0) or from an empty cache
+	// (AllBlocksCleared) on. Otherwise blocks cached before the index
+	// joined, and hit since without being stored again, are missing.
+	complete  bool
+	lastEvent time.Time
 }
 
 // Index is the precise index: per replica, the blocks its engine reports
@@ -301,6 +306,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			}
 		case KindAllBlocksCleared:
 			x.fenceLocked(r, FenceCleared)
+			rep.complete = true // the engine's cache is empty: known exactly
 			rep.applied++
 			x.eventsApplied.Add(1)
 			continue
@@ -427,6 +433,7 @@ func (x *Index) fenceLocked(r Replica, why FenceReason) {
 	}
 	x.pred.dropReplica(r)
 	x.fresh.del(r)
+	rep.complete = false
 	rep.fences++
 	x.fences[why].Add(1)
 }

@@ -164,6 +164,11 @@ func TestSimulatorEndToEnd(t *testing.T) {
 			model := h.s.Model()
 			h.warm(0, model)
 			h.warm(1, model)
+			for _, r := range h.reps {
+				if st := h.x.Stats(r); !st.Complete || !st.Fresh {
+					t.Fatalf("replica %d not complete after catching up: %+v", r, st)
+				}
+			}
 
 			systems := []string{
 				strings.Repeat("You are a careful assistant for the billing team. ", 12),
@@ -203,6 +208,9 @@ func TestSimulatorEndToEnd(t *testing.T) {
 			eventually(t, "reset fences", func() bool { return h.x.Fences(FenceReset) >= 2 })
 			for rank := range h.reps {
 				h.settle(rank)
+				if !h.x.Stats(h.reps[rank]).Complete {
+					t.Errorf("rank %d not complete after the restart", rank)
+				}
 				h.check(rank, chatReq(model, systems[0], []string{"again"}))
 				if c := h.check(rank, chatReq(model, systems[0], []string{"again", "ok", "more"})); c == 0 {
 					t.Errorf("rank %d: no cached tokens after restart", rank)
@@ -214,8 +222,8 @@ func TestSimulatorEndToEnd(t *testing.T) {
 			h.s.Close()
 			eventually(t, "reconnect fences", func() bool { return h.x.Fences(FenceReconnect) >= 2 })
 			for _, r := range h.reps {
-				if h.x.Fresh(r) {
-					t.Errorf("replica %d fresh after its feed broke", r)
+				if st := h.x.Stats(r); st.Fresh || st.Complete {
+					t.Errorf("replica %d fresh or complete after its feed broke: %+v", r, st)
 				}
 			}
 			out := make([]int, h.x.NumReplicas())

@@ -81,6 +81,17 @@ func (x *Index) noteMessage(r Replica, seq uint64) {
 	x.mu.Unlock()
 }
 
+// noteStart records that r's next message is the engine's first
+// (sequence 0) and the index holds nothing of r: from there on the index is
+// complete.
+func (x *Index) noteStart(r Replica) {
+	x.mu.Lock()
+	if rep := x.reps[r]; len(rep.byEngine) == 0 {
+		rep.complete = true
+	}
+	x.mu.Unlock()
+}
+
 func (x *Index) noteConnected(r Replica, up bool) {
 	x.mu.Lock()
 	x.reps[r].connected = up
@@ -105,6 +116,12 @@ type ReplicaStats struct {
 	Fresh bool
 	// Connected reports a live event connection (Subscriber only).
 	Connected bool
+	// Complete reports that the entries mirror the engine's whole cache:
+	// the index followed it from its first message or from an empty cache.
+	// A replica joined late (its replay buffer no longer reaching sequence
+	// 0) is fresh but partial: cached blocks hit since without being stored
+	// again are missing, so its precise overlap may be an underestimate.
+	Complete bool
 	// Messages counts messages received; LastSeq is the last one's number.
 	Messages     uint64
 	LastSeq      uint64
@@ -128,6 +145,7 @@ func (x *Index) AppendReplicaStats(dst []ReplicaStats) []ReplicaStats {
 			Applied: rep.applied, Fences: rep.fences, DecodeErrors: rep.decodeErrors,
 			Gaps: rep.gaps, Replayed: rep.replayed, LastEvent: rep.lastEvent,
 			Connected: rep.connected, Messages: rep.messages, LastSeq: rep.lastSeq,
+			Complete: rep.complete,
 		})
 	}
 	return dst

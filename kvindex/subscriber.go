@@ -239,6 +239,8 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	}
 	seq := m.Seq
 	switch {
+	case !f.have && seq == 0:
+		s.x.noteStart(r)
 	case !f.have:
 		// Joining a running engine: catch up on what its replay buffer
 		// still holds (all of it if the engine is young). Whatever is older
@@ -249,6 +251,9 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	case seq == f.last+1:
 	case seq <= f.last:
 		s.x.Fence(r, FenceReset)
+		if seq == 0 {
+			s.x.noteStart(r)
+		}
 	default:
 		s.x.noteGap(r)
 		if ep.Replay == "" || !s.replay(ctx, ep, r, f, f.last+1, seq, true) {
@@ -313,6 +318,9 @@ func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed
 		if err != nil {
 			s.x.noteDecodeError(r)
 			return false
+		}
+		if seq == 0 && n == 0 {
+			s.x.noteStart(r)
 		}
 		s.x.Apply(r, &m.Batch)
 		s.x.noteMessage(r, seq)

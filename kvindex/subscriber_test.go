@@ -206,8 +206,8 @@ func TestSubscriberGapFences(t *testing.T) {
 	if got := overlaps(x, seqTokens(9, 2)); got[0] != 2 {
 		t.Errorf("post-gap block missing")
 	}
-	if x.Gaps() != 1 || !x.Fresh(r) {
-		t.Errorf("gaps %d fresh %v", x.Gaps(), x.Fresh(r))
+	if x.Gaps() != 1 || !x.Fresh(r) || x.Stats(r).Complete {
+		t.Errorf("gaps %d fresh %v complete %v", x.Gaps(), x.Fresh(r), x.Stats(r).Complete)
 	}
 }
 
@@ -250,6 +250,9 @@ func TestSubscriberCatchesUpOnJoin(t *testing.T) {
 	}
 	if x.Fences(FenceGap) != 0 || x.Gaps() != 0 {
 		t.Errorf("gap fences %d gaps %d", x.Fences(FenceGap), x.Gaps())
+	}
+	if !x.Stats(r).Complete {
+		t.Error("not complete after catching up from sequence 0")
 	}
 }
 
