@@ -84,6 +84,10 @@ type RamjetSelection struct {
 	// per-process secret is used.
 	RouteIDSecret string `json:"route_id_secret,omitempty"`
 
+	// KV turns on the precise index from the engines' KV-cache events
+	// (see KVConfig); off by default.
+	KV *KVConfig `json:"kv,omitempty"`
+
 	fallback reverseproxy.Selector
 	fleet    *fleet
 	poolKey  string
@@ -91,6 +95,9 @@ type RamjetSelection struct {
 	profiles map[string]selection.Profile
 	view     *atomic.Pointer[poolView] // set in Provision
 	logger   *zap.Logger
+	kv       *kvState                // precise index, when KV is set
+	kvKey    string
+	kvv      *atomic.Pointer[kvView] // candidates -> kvindex replicas
 }
 
 // CaddyModule returns the Caddy module information.
@@ -130,7 +137,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		opt := d.Val()
-		if opt != "profile" {
+		if opt != "profile" && opt != "kv_events" {
 			if seen[opt] {
 				return d.Errf("%s: option specified more than once", opt)
 			}
@@ -196,7 +203,10 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "route_id_secret":
 			s.RouteIDSecret, err = stringArg(d, opt)
 		default:
-			return d.Errf("unrecognized ramjet option '%s'", opt)
+			var ok bool
+			if ok, err = s.unmarshalKVOption(d, opt); !ok {
+				return d.Errf("unrecognized ramjet option '%s'", opt)
+			}
 		}
 		if err != nil {
 			return err
@@ -305,6 +315,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.fleet, s.poolKey = f, key
 	s.x = f.rt.Extractor()
+	s.kvv = new(atomic.Pointer[kvView])
+	if err := s.provisionKV(ctx); err != nil {
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -332,9 +348,13 @@ func (s *RamjetSelection) Cleanup() error {
 	if s.fleet == nil {
 		return nil
 	}
+	kerr := s.cleanupKV()
 	s.fleet.dropView(s)
 	s.fleet = nil
-	return releaseFleet(s.poolKey)
+	if err := releaseFleet(s.poolKey); err != nil {
+		return err
+	}
+	return kerr
 }
 
 // scratch is the pooled working memory of one Select.
@@ -390,8 +410,13 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 			Profile: v.profiles[i],
 		})
 	}
+	var ksc *kvScratch
+	if s.kv != nil {
+		ksc = s.annotateKV(r, body.buf, ep, pool, v, cands)
+	}
 	d := f.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
+	s.predictKV(ksc, v, d.Index)
 	if d.Index < 0 {
 		scratchPool.Put(sc)
 		body.release()
