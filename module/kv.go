@@ -514,4 +514,3 @@ func (h *latencyHist) snapshot() (map[float64]uint64, float64, uint64) {
 	}
 	return m, h.sum, h.samples
 }
-

@@ -95,7 +95,7 @@ type RamjetSelection struct {
 	profiles map[string]selection.Profile
 	view     *atomic.Pointer[poolView] // set in Provision
 	logger   *zap.Logger
-	kv       *kvState                // precise index, when KV is set
+	kv       *kvState // precise index, when KV is set
 	kvKey    string
 	kvv      *atomic.Pointer[kvView] // candidates -> kvindex replicas
 }
