@@ -423,3 +423,46 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+func TestE2ERetryReplaysBody(t *testing.T) {
+	for _, withMatcher := range []bool{false, true} {
+		name := "policy"
+		o := proxyOpts{Retries: 2}
+		if withMatcher {
+			name = "matcher"
+			o.Matcher = []string{"qwen3-*"}
+		}
+		t.Run(name, func(t *testing.T) {
+			ss := startSims(t, 4, enginesim.Options{})
+			c := startCaddy(t, ss.dials(), o)
+			cl := newClient(c)
+			sys := systemMsg(longText("retry", 8192))
+			warm := chat(t, cl, ss, []openai.ChatCompletionMessageParamUnion{sys, userMsg("one")})
+
+			// The warm replica refuses connections, but no health check
+			// noticed yet: ramjet picks it, the dial fails, Caddy retries
+			// and ramjet picks another replica with the same body.
+			if err := ss[warm.engine].SetFaults(enginesim.Faults{RefuseConnections: true}); err != nil {
+				t.Fatal(err)
+			}
+			body := `{"model":"qwen3-8b","max_tokens":2,"messages":[{"role":"system","content":"` +
+				longText("retry", 8192) + `"},{"role":"user","content":"two \u00e9"}]}`
+			resp, b := c.post("/v1/chat/completions", body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			e := ss.byRouteID(resp.Header.Get(HeaderUpstream))
+			if e < 0 || e == warm.engine {
+				t.Fatalf("retried request served by engine %d (warm, refusing: %d)", e, warm.engine)
+			}
+			rec, _ := ss[e].LastRequest()
+			if string(rec.Body) != body {
+				t.Fatalf("retried upstream got %d bytes, sent %d", len(rec.Body), len(body))
+			}
+			f := lookupFleet("")
+			eventually(t, "both attempts' reservations released", func() bool {
+				return totalInflight(f) == 0 && totalPending(f) == 0
+			})
+		})
+	}
+}
