@@ -403,12 +403,22 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
+	usable := 0
 	for i, up := range pool {
-		cands = append(cands, selection.Candidate{
-			Slot:    v.slots[i],
-			Usable:  v.slots[i] >= 0 && up.Available(),
-			Profile: v.profiles[i],
-		})
+		ok := v.slots[i] >= 0 && up.Available()
+		if ok && st.attempts > 1 && st.wasTried(v.slots[i]) {
+			ok = false
+		}
+		if ok {
+			usable++
+		}
+		cands = append(cands, selection.Candidate{Slot: v.slots[i], Usable: ok, Profile: v.profiles[i]})
+	}
+	if usable == 0 && st.attempts > 1 {
+		// Every untried replica is out: try the earlier ones again.
+		for i, up := range pool {
+			cands[i].Usable = v.slots[i] >= 0 && up.Available()
+		}
 	}
 	var ksc *kvScratch
 	if s.kv != nil {
@@ -424,6 +434,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	res := f.rt.Reserve(d.Slot, d.Prefill)
+	st.markTried(d.Slot)
 	f.rt.Learn(feat, d.Slot)
 	st.model = f.models.intern(feat.Model)
 	scratchPool.Put(sc)
