@@ -203,8 +203,8 @@ func FuzzDecodeBatch(f *testing.F) {
 			f.Add(encodeBatch(enc, 2, s, -1))
 		}
 	}
-	// The simulator's captured payloads (testdata/*.msgpack).
-	fixtures, _ := filepath.Glob(filepath.Join("testdata", "*.msgpack"))
+	// The simulator's captured payloads (testdata/enginesim/*/*.msgpack).
+	fixtures, _ := filepath.Glob(filepath.Join("testdata", "enginesim", "*", "*.msgpack"))
 	for _, name := range fixtures {
 		if p, err := os.ReadFile(name); err == nil {
 			f.Add(p)
