@@ -61,6 +61,23 @@ type KVConfig struct {
 	// "http://10.0.0.5:8000". Default: "http://" plus the dial address of
 	// a usable replica with a healthy feed.
 	TokenizeURL string `json:"tokenize_url,omitempty"`
+
+	// Canary, when set, turns on exact-placement canaries: periodically a
+	// one-token completion of a known prompt goes to one replica in turn,
+	// and the engine's cached_tokens is compared with the index's
+	// prediction (ramjet_kv_canary_accuracy). Engines must report
+	// usage.prompt_tokens_details (vLLM --enable-prompt-tokens-details).
+	Canary *KVCanary `json:"canary,omitempty"`
+}
+
+// KVCanary configures the exact-placement canaries.
+type KVCanary struct {
+	// Model is the model name the probes ask for. Required.
+	Model string `json:"model"`
+	// Interval is the time between two probes. Default: 30s.
+	Interval caddy.Duration `json:"interval,omitempty"`
+	// Blocks is the probe prompt's length in blocks. Default: 4.
+	Blocks int `json:"blocks,omitempty"`
 }
 
 // KVEngine is one engine's event feed.
@@ -118,6 +135,10 @@ func (c *KVConfig) validate() error {
 		return fmt.Errorf("kv: predict_ttl and tokenize_timeout must not be negative")
 	case c.TokenizeConcurrency < 0 || c.TokenizeCache < 0:
 		return fmt.Errorf("kv: tokenize_concurrency and tokenize_cache must be positive")
+	case c.Canary != nil && c.Canary.Model == "":
+		return fmt.Errorf("kv: canary.model is required")
+	case c.Canary != nil && (c.Canary.Interval < 0 || c.Canary.Blocks < 0):
+		return fmt.Errorf("kv: canary interval and blocks must be positive")
 	}
 	seen := map[string]bool{}
 	for i, e := range c.Engines {
@@ -165,6 +186,10 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 //	kv_block_size   <tokens>
 //	kv_max_entries  <n>
 //	kv_predict_ttl  <duration>
+//	kv_canary <model> [{
+//		interval <duration>
+//		blocks   <n>
+//	}]
 //	tokenize [{
 //		timeout        <duration>
 //		max_concurrent <n>
@@ -223,6 +248,31 @@ func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) 
 		kv.MaxEntries, err = intArg(d, opt)
 	case "kv_predict_ttl":
 		kv.PredictTTL, err = durationArg(d, opt)
+	case "kv_canary":
+		c := &KVCanary{}
+		if !d.Args(&c.Model) || d.NextArg() {
+			return true, d.Errf("kv_canary: want <model>")
+		}
+		seen := map[string]bool{}
+		for nesting := d.Nesting(); d.NextBlock(nesting); {
+			o := d.Val()
+			if seen[o] {
+				return true, d.Errf("kv_canary: %s specified more than once", o)
+			}
+			seen[o] = true
+			switch o {
+			case "interval":
+				c.Interval, err = durationArg(d, o)
+			case "blocks":
+				c.Blocks, err = intArg(d, o)
+			default:
+				return true, d.Errf("kv_canary: unrecognized option '%s'", o)
+			}
+			if err != nil {
+				return true, err
+			}
+		}
+		kv.Canary = c
 	case "tokenize":
 		if d.NextArg() {
 			return true, d.ArgErr()
@@ -275,12 +325,13 @@ var kvStates = caddy.NewUsagePool()
 
 // kvState is one precise index with its feeds and tokenizer.
 type kvState struct {
-	key string
-	x   *kvindex.Index
-	sub *kvindex.Subscriber
-	tk  *kvindex.Tokenizer
-	ttl time.Duration
-	url string
+	key    string
+	x      *kvindex.Index
+	sub    *kvindex.Subscriber
+	tk     *kvindex.Tokenizer
+	canary *kvindex.Canary // nil unless configured
+	ttl    time.Duration
+	url    string
 
 	// decisions made with at least one precise candidate, and requests
 	// that fell back to the estimate (no fresh feed, or no tokens).
@@ -298,6 +349,9 @@ func (k *kvState) Destruct() error {
 		delete(kvLive.m, k.stateKey)
 	}
 	kvLive.Unlock()
+	if k.canary != nil {
+		k.canary.Close()
+	}
 	return k.sub.Close()
 }
 
@@ -346,9 +400,32 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 			CacheEntries:  cfg.TokenizeCache,
 			OnLatency:     k.tokLatency.observe,
 		})
+		if c := cfg.Canary; c != nil {
+			var targets []kvindex.CanaryTarget
+			for _, e := range cfg.Engines {
+				for rank := range e.Ranks {
+					id := e.Upstream
+					var hdr http.Header
+					if e.Ranks > 1 {
+						id = fmt.Sprintf("%s#%d", e.Upstream, rank)
+						hdr = http.Header{HeaderRank: {fmt.Sprint(rank)}}
+					}
+					r, _ := k.x.Lookup(id)
+					targets = append(targets, kvindex.CanaryTarget{Replica: r, BaseURL: "http://" + e.Upstream, Header: hdr})
+				}
+			}
+			k.canary, err = kvindex.NewCanary(k.x, targets, kvindex.CanaryConfig{
+				Model: c.Model, Interval: time.Duration(c.Interval), Blocks: c.Blocks})
+			if err != nil {
+				return nil, err
+			}
+		}
 		// The feeds outlive this config (a reload keeps them): they stop in
 		// Destruct, not with the provisioning context.
 		sub.Start(context.Background())
+		if k.canary != nil {
+			k.canary.Start(context.Background())
+		}
 		return k, nil
 	})
 	if err != nil {

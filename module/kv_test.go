@@ -39,6 +39,10 @@ func TestKVCaddyfile(t *testing.T) {
 				kv_block_size 32
 				kv_max_entries 5000
 				kv_predict_ttl 3s
+				kv_canary qwen3-32b {
+					interval 10s
+					blocks 2
+				}
 				tokenize {
 					timeout 200ms
 					max_concurrent 8
@@ -54,6 +58,7 @@ func TestKVCaddyfile(t *testing.T) {
 				Topic: "kv-events", BlockSize: 32, MaxEntries: 5000,
 				PredictTTL: caddy.Duration(3 * time.Second), TokenizeTimeout: caddy.Duration(200 * time.Millisecond),
 				TokenizeConcurrency: 8, TokenizeCache: 100, TokenizeURL: "http://10.0.0.5:8000",
+				Canary: &KVCanary{Model: "qwen3-32b", Interval: caddy.Duration(10 * time.Second), Blocks: 2},
 			},
 		},
 		{name: "no kv", give: `ramjet {
@@ -68,6 +73,8 @@ func TestKVCaddyfile(t *testing.T) {
 		{name: "topic twice", give: "ramjet {\n kv_topic a\n kv_topic b\n}", wantErr: "specified more than once"},
 		{name: "bad ttl", give: "ramjet {\n kv_predict_ttl soon\n}", wantErr: "not a duration"},
 		{name: "tokenize unknown", give: "ramjet {\n tokenize {\n retries 3\n }\n}", wantErr: "unrecognized option 'retries'"},
+		{name: "canary without model", give: "ramjet {\n kv_canary\n}", wantErr: "want <model>"},
+		{name: "canary unknown", give: "ramjet {\n kv_canary m {\n every 1s\n }\n}", wantErr: "unrecognized option 'every'"},
 		{name: "unknown kv option", give: "ramjet {\n kv_everything 1\n}", wantErr: "unrecognized ramjet option 'kv_everything'"},
 	}
 	for _, tt := range tests {
@@ -101,6 +108,7 @@ func TestKVConfigValidate(t *testing.T) {
 		{"no events", KVConfig{Engines: []KVEngine{{Upstream: "a:1"}}}, "upstream and events are required"},
 		{"bad events", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "ipc:///x"}}}, "want tcp://host:port"},
 		{"twice", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "tcp://a:2"}, {Upstream: "a:1", Events: "tcp://a:3"}}}, "listed twice"},
+		{"canary model", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "tcp://a:2"}}, Canary: &KVCanary{}}, "canary.model is required"},
 		{"negative ttl", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "tcp://a:2"}}, PredictTTL: -1}, "must not be negative"},
 	}
 	for _, tt := range tests {
@@ -287,5 +295,33 @@ func TestE2EKVFeedDownFallsBack(t *testing.T) {
 	}
 	if k.precise.Load() != 0 || k.approx.Load() != 4 {
 		t.Errorf("precise %d approximate %d, want 0 and 4", k.precise.Load(), k.approx.Load())
+	}
+}
+
+func TestE2EKVCanary(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
+		"engines": []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":   "kv-events",
+		"canary":  map[string]any{"model": sim.Model(), "interval": "50ms", "blocks": 2},
+	}}})
+	_ = c
+	k := liveKV(t)
+	// Each rank is probed every 100ms; its first probe warms the prefix
+	// (not counted: the feed is not fresh before its first event).
+	eventually(t, "six measured probes", func() bool { _, n := k.canary.Accuracy(); return n >= 6 })
+	acc, n := k.canary.Accuracy()
+	if acc != 1 || k.canary.MeanAbsError() != 0 {
+		t.Errorf("canary accuracy %v over %d probes, mean abs error %v", acc, n, k.canary.MeanAbsError())
+	}
+	if k.canary.Errors() != 0 || k.canary.Unsupported() != 0 {
+		t.Errorf("canary errors %d unsupported %d", k.canary.Errors(), k.canary.Unsupported())
+	}
+	if probs, err := testutil.CollectAndLint(kvCollector{}); err != nil || len(probs) > 0 {
+		t.Errorf("lint: %v %v", err, probs)
+	}
+	if n := testutil.CollectAndCount(kvCollector{}, "ramjet_kv_canary_accuracy"); n != 1 {
+		t.Errorf("%d ramjet_kv_canary_accuracy series", n)
 	}
 }

@@ -54,13 +54,20 @@ var (
 		[]string{"result"}, nil)
 	kvTokLatencyDesc = prometheus.NewDesc("ramjet_tokenize_duration_seconds",
 		"Latency of the tokenize preflights sent to engines.", nil, nil)
+	kvCanaryAccDesc = prometheus.NewDesc("ramjet_kv_canary_accuracy",
+		"Share of exact-placement canaries whose predicted cached tokens matched the engine's.", nil, nil)
+	kvCanaryErrDesc = prometheus.NewDesc("ramjet_kv_canary_abs_error_tokens",
+		"Mean absolute error of the canaries' predicted cached tokens.", nil, nil)
+	kvCanaryProbesDesc = prometheus.NewDesc("ramjet_kv_canary_probes_total",
+		"Exact-placement canary probes by outcome: measured, failed, or unsupported by the engine.",
+		[]string{"outcome"}, nil)
 )
 
 func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{kvEntriesDesc, kvBytesDesc, kvPredictedDesc, kvEventsDesc,
 		kvDecodeErrDesc, kvGapsDesc, kvReplayedDesc, kvEvictionsDesc, kvFencesDesc, kvFreshDesc,
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
-		kvTokLatencyDesc} {
+		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc} {
 		ch <- d
 	}
 }
@@ -84,6 +91,9 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
 	fences := make([]uint64, len(kvindex.FenceReasons))
 	var fallbacks [len(kvindex.FallbackReasons)]uint64
+	var canaries bool
+	var probes, exact, probeErrs, unsupported uint64
+	var absErr float64
 	buckets := map[float64]uint64{}
 	var sum float64
 	var count uint64
@@ -116,6 +126,15 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		sum += s
 		count += c
+		if c := k.canary; c != nil {
+			canaries = true
+			acc, n := c.Accuracy()
+			probes += n
+			exact += uint64(acc*float64(n) + 0.5)
+			absErr += c.MeanAbsError() * float64(n)
+			probeErrs += c.Errors()
+			unsupported += c.Unsupported()
+		}
 		f := k.fleet.Load()
 		reps = x.AppendReplicaStats(reps[:0])
 		for _, st := range reps {
@@ -158,6 +177,17 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(kvTokCacheDesc, misses, "sent")
 	counter(kvTokCacheDesc, shared, "shared")
 	ch <- prometheus.MustNewConstHistogram(kvTokLatencyDesc, count, sum, buckets)
+	if canaries {
+		acc, mae := 0.0, 0.0
+		if probes > 0 {
+			acc, mae = float64(exact)/float64(probes), absErr/float64(probes)
+		}
+		gauge(kvCanaryAccDesc, acc)
+		gauge(kvCanaryErrDesc, mae)
+		counter(kvCanaryProbesDesc, probes, "measured")
+		counter(kvCanaryProbesDesc, probeErrs, "failed")
+		counter(kvCanaryProbesDesc, unsupported, "unsupported")
+	}
 }
 
 func b2f(b bool) float64 {
