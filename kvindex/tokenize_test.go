@@ -257,3 +257,53 @@ func TestRequestKey(t *testing.T) {
 		t.Error("field boundaries ignored")
 	}
 }
+
+// BenchmarkPreciseDecision is the CPU cost of the precise path of one
+// routing decision when the tokenization is cached: the request key, the
+// cache hit, the block keys, Annotate over the candidates and Predict.
+func BenchmarkPreciseDecision(b *testing.B) {
+	for _, n := range []int{2048, 16384} {
+		b.Run(fmt.Sprintf("tokens=%d/replicas=8", n), func(b *testing.B) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				toks := make([]int, n)
+				for i := range toks {
+					toks[i] = i % 30000
+				}
+				json.NewEncoder(w).Encode(map[string]any{"tokens": toks, "count": n})
+			}))
+			defer srv.Close()
+			tk := NewTokenizer(TokenizerConfig{Timeout: 5 * time.Second})
+			x := New(Config{BlockSize: 16})
+			msgs, _ := json.Marshal([]map[string]string{{"role": "user", "content": strings.Repeat("word ", n)}})
+			req := TokenizeRequest{Model: "m", Messages: msgs}
+			toks, err := tk.Tokenize(context.Background(), srv.URL, RequestKey(req), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reps := make([]Replica, 8)
+			for i := range reps {
+				reps[i], _ = x.Register(fmt.Sprint(i))
+				m := len(toks) * (i + 1) / 8 / 16 * 16
+				hs := make([]uint64, m/16)
+				for j := range hs {
+					hs[j] = uint64(i<<32 | j + 1)
+				}
+				x.Apply(reps[i], batchOf(storedEv(0, false, 16, toks[:m], hs...)))
+			}
+			cands := make([]selection.Candidate, 8)
+			scratch := make([]int, 8)
+			keys := make([]uint64, 0, n/16)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				t, err := tk.Tokenize(context.Background(), srv.URL, RequestKey(req), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				keys = x.Keys(keys[:0], 0, t)
+				x.Annotate(keys, reps, cands, scratch)
+				x.Predict(reps[0], keys, time.Second)
+			}
+		})
+	}
+}
