@@ -325,3 +325,46 @@ func TestE2EKVCanary(t *testing.T) {
 		t.Errorf("%d ramjet_kv_canary_accuracy series", n)
 	}
 }
+
+func TestE2EKVSurvivesReload(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	opts := proxyOpts{Policy: map[string]any{"kv": map[string]any{
+		"engines": []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":   "kv-events",
+	}}}
+	c := startCaddy(t, []string{addr, addr}, opts)
+	cl := newClient(c)
+	k := liveKV(t)
+	for i := range 4 {
+		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("reload %d", i), 400))})
+	}
+	eventually(t, "entries", func() bool { return k.x.Entries() > 0 })
+	entries := k.x.Entries()
+
+	// A reload that keeps the kv settings keeps the index and its feeds.
+	opts.Extra = "second"
+	c.reload(opts)
+	if liveKV(t) != k {
+		t.Fatal("the kv state was rebuilt by a reload with the same kv settings")
+	}
+	if k.x.Entries() < entries || k.x.Fences(kvindex.FenceReconnect) != 0 {
+		t.Errorf("entries %d (had %d), reconnect fences %d", k.x.Entries(), entries, k.x.Fences(kvindex.FenceReconnect))
+	}
+	kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText("after reload", 400))})
+
+	// Changing them starts a new index; the old feeds are closed.
+	opts.Policy["kv"].(map[string]any)["block_size"] = 32
+	c.reload(opts)
+	if k2 := liveKV(t); k2 == k {
+		t.Fatal("the kv state was kept across a change of block_size")
+	}
+	eventually(t, "the old feeds closed", func() bool {
+		for _, st := range k.x.AppendReplicaStats(nil) {
+			if st.Connected {
+				return false
+			}
+		}
+		return true
+	})
+}
