@@ -21,7 +21,9 @@ type predSlot struct {
 // predictions is a bounded FIFO of predicted (replica, key) entries with
 // their expiry, guarded by Index.mu.
 type predictions struct {
-	exp   map[predID]int64
+	// exp[r][key] is the expiry of r's prediction of key (uint64-keyed
+	// maps take Go's fast path).
+	exp   []map[uint64]int64
 	bits  map[uint64]set
 	ring  []predSlot
 	head  int
@@ -30,7 +32,6 @@ type predictions struct {
 }
 
 func (p *predictions) init(max int) {
-	p.exp = map[predID]int64{}
 	p.bits = map[uint64]set{}
 	p.ring = make([]predSlot, max)
 }
@@ -41,13 +42,26 @@ func (p *predictions) add(id predID, exp int64) {
 	}
 	p.ring[(p.head+p.count)%len(p.ring)] = predSlot{id, exp}
 	p.count++
-	if _, ok := p.exp[id]; !ok {
+	for int(id.r) >= len(p.exp) {
+		p.exp = append(p.exp, map[uint64]int64{})
+	}
+	m := p.exp[id.r]
+	if _, ok := m[id.key]; !ok {
 		p.live++
 		s := p.bits[id.key]
 		s.add(id.r)
 		p.bits[id.key] = s
 	}
-	p.exp[id] = exp
+	m[id.key] = exp
+}
+
+// expiry returns the expiry of r's prediction of key.
+func (p *predictions) expiry(r Replica, key uint64) (int64, bool) {
+	if int(r) >= len(p.exp) {
+		return 0, false
+	}
+	e, ok := p.exp[r][key]
+	return e, ok
 }
 
 // pop removes the oldest ring slot, and its entry unless a later Predict
@@ -56,13 +70,13 @@ func (p *predictions) pop() {
 	sl := p.ring[p.head]
 	p.head = (p.head + 1) % len(p.ring)
 	p.count--
-	if e, ok := p.exp[sl.id]; ok && e == sl.exp {
+	if e, ok := p.expiry(sl.id.r, sl.id.key); ok && e == sl.exp {
 		p.del(sl.id)
 	}
 }
 
 func (p *predictions) del(id predID) {
-	delete(p.exp, id)
+	delete(p.exp[id.r], id.key)
 	p.live--
 	s := p.bits[id.key]
 	s.del(id.r)
@@ -78,16 +92,17 @@ func (p *predictions) confirm(r Replica, key uint64) {
 	if p.live == 0 {
 		return
 	}
-	if _, ok := p.exp[predID{key, r}]; ok {
+	if _, ok := p.expiry(r, key); ok {
 		p.del(predID{key, r})
 	}
 }
 
 func (p *predictions) dropReplica(r Replica) {
-	for id := range p.exp {
-		if id.r == r {
-			p.del(id)
-		}
+	if int(r) >= len(p.exp) {
+		return
+	}
+	for key := range p.exp[r] {
+		p.del(predID{key, r})
 	}
 }
 
@@ -109,7 +124,7 @@ func (p *predictions) holders(key uint64, cand set, now int64) set {
 	s = s.and(cand)
 	var out set
 	s.each(func(r Replica) {
-		if p.exp[predID{key, r}] > now {
+		if e, _ := p.expiry(r, key); e > now {
 			out.add(r)
 		}
 	})
