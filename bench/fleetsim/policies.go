@@ -19,7 +19,7 @@ var PolicyNames = []string{
 // Variants are extra policies, not run by default: proposed changes to
 // ramjet's rule, run through the real selection code (see
 // NewRamjetMarginal and NewRamjetContext).
-var Variants = []string{"ramjet-marginal", "ramjet-context"}
+var Variants = []string{"ramjet-marginal", "ramjet-context", "ramjet-precise"}
 
 // RamjetContextWeight is the context weight of the "ramjet-context"
 // variant (see NewRamjetContext).
@@ -59,6 +59,8 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 		return NewRamjetMarginal(cfg)
 	case "ramjet-context":
 		return NewRamjetContext(cfg, RamjetContextWeight)
+	case "ramjet-precise":
+		return NewRamjetPrecise(cfg, PreciseConfig{})
 	case "round-robin":
 		return &RoundRobin{}, nil
 	case "least-inflight":

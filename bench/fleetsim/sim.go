@@ -144,6 +144,9 @@ func Run(cfg Config) (*Result, error) {
 			rep.cached = make(map[uint64]struct{})
 			e.SetKVEventHandler(rep.mirror)
 		}
+		if kf, ok := cfg.Policy.(kvFed); ok {
+			kf.attach(i, e)
+		}
 		fleet[i], engines[i] = rep, e
 	}
 	bs := engines[0].Config().BlockSize
@@ -228,6 +231,9 @@ func Run(cfg Config) (*Result, error) {
 		rq.Output = synth.Completion(make([]uint32, 0, row.Output), row)
 		if wantHashes {
 			rq.engHashes = engineHashes(hashSeed, bs, rq.Prompt)
+		}
+		if kf, ok := cfg.Policy.(kvFed); ok {
+			kf.setNow(now)
 		}
 		rep := cfg.Policy.Pick(rq, fleet)
 		if rep < 0 || rep >= n {

@@ -1,0 +1,229 @@
+package fleetsim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/engine"
+	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// Defaults of the "ramjet-precise" policy.
+const (
+	// DefaultKVEventDelay is how long a KV event takes from the engine to
+	// the index: the ZMQ hop plus decoding, in simulated time.
+	DefaultKVEventDelay = 5 * time.Millisecond
+	// DefaultPredictTTL is how long a routed, unconfirmed block counts for
+	// its replica's overlap: the module's kv_predict_ttl default.
+	DefaultPredictTTL = 2 * time.Second
+)
+
+// PreciseConfig configures the precise index of "ramjet-precise". Zero
+// fields take the defaults.
+type PreciseConfig struct {
+	// Delay is the delivery delay of every KV event (DefaultKVEventDelay).
+	// Events reach the index Delay after the engine emitted them.
+	Delay time.Duration
+	// PredictTTL is the life of predicted entries (DefaultPredictTTL).
+	PredictTTL time.Duration
+	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
+	// it past what the engines can hold, so that it never evicts (the
+	// kvindex README: size it to the fleet's total KV blocks).
+	MaxEntries int
+}
+
+// RamjetPrecise is the "ramjet-precise" policy: the real selection.Router
+// as in Ramjet, with the precise index (kvindex) in front of it, exactly
+// as the module wires it (module/kv.go): per decision, the request's token
+// ids are cut into the index's block keys, Annotate gives every candidate
+// whose feed is fresh its exact overlap (Precise), the others keep the
+// approximate estimate, Pick decides, and the picked replica's blocks are
+// recorded as predicted entries until the engine's BlockStored confirms
+// them. The approximate index keeps learning every decision, so a replica
+// whose feed is not fresh is still routed by a live estimate.
+//
+// The index is fed in simulated time: every engine's KV events (BlockStored
+// with token ids, BlockRemoved, AllBlocksCleared) are queued as emitted and
+// applied Delay later, in emission order, so a decision sees only what
+// ZMQ would have delivered by then. The request's token ids stand for the
+// /tokenize preflight, whose latency is not modelled.
+type RamjetPrecise struct {
+	*Ramjet
+	pc PreciseConfig
+
+	x     *kvindex.Index
+	reps  []kvindex.Replica // by replica index
+	clock time.Duration     // the index's clock (simulated)
+	now   time.Duration     // the decision being made
+
+	queue   []queuedKV // emitted, not yet delivered, in emission order
+	qhead   int
+	batch   kvindex.Batch
+	keys    []uint64
+	overlap []int
+
+	// PreciseDecisions counts decisions where at least one candidate had an
+	// exact overlap; ApproxDecisions those routed by the estimate alone
+	// (the module's ramjet_kv_decisions_total{mode}).
+	PreciseDecisions, ApproxDecisions int
+	// EventsQueued counts the KV events received from the engines.
+	EventsQueued int
+}
+
+type queuedKV struct {
+	rep int
+	ev  engine.KVEvent
+}
+
+// kvFed is implemented by policies that read the engines' KV events in
+// simulated time. Run calls attach once per replica before the first
+// request, and setNow with the simulated time before every Pick.
+type kvFed interface {
+	attach(rep int, e *engine.Engine)
+	setNow(now time.Duration)
+}
+
+var _ kvFed = (*RamjetPrecise)(nil)
+
+// epoch anchors simulated durations on the index's wall clock.
+var epoch = time.Unix(0, 0)
+
+// NewRamjetPrecise returns the "ramjet-precise" policy with the router
+// configuration cfg (zero fields: selection defaults) and the index
+// configuration pc.
+func NewRamjetPrecise(cfg selection.Config, pc PreciseConfig) (*RamjetPrecise, error) {
+	if pc.Delay < 0 || pc.PredictTTL < 0 || pc.MaxEntries < 0 {
+		return nil, fmt.Errorf("ramjet-precise: delay, predict TTL and max entries must be >= 0")
+	}
+	if pc.Delay == 0 {
+		pc.Delay = DefaultKVEventDelay
+	}
+	if pc.PredictTTL == 0 {
+		pc.PredictTTL = DefaultPredictTTL
+	}
+	r, err := NewRamjet(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.label = "ramjet-precise"
+	return &RamjetPrecise{Ramjet: r, pc: pc}, nil
+}
+
+// Index exposes the precise index (tests, statistics).
+func (p *RamjetPrecise) Index() *kvindex.Index { return p.x }
+
+// Delay is the configured delivery delay of KV events.
+func (p *RamjetPrecise) Delay() time.Duration { return p.pc.Delay }
+
+func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
+	if p.x == nil {
+		budget := p.pc.MaxEntries
+		if budget == 0 {
+			// The index mirrors the engines, so it never holds more than
+			// their blocks: a budget that the largest fleet of such
+			// engines cannot reach never evicts.
+			budget = max(1<<20, e.Config().TotalBlocks()*selection.MaxReplicas)
+		}
+		p.x = kvindex.New(kvindex.Config{
+			BlockSize:  e.Config().BlockSize,
+			MaxEntries: budget,
+			Now:        func() time.Time { return epoch.Add(p.clock) },
+		})
+	}
+	for len(p.reps) <= rep {
+		h, err := p.x.Register(fmt.Sprintf("replica-%d:8000", len(p.reps)))
+		if err != nil {
+			panic(err) // more than kvindex.MaxReplicas: rejected by Run first
+		}
+		p.reps = append(p.reps, h)
+	}
+	e.SetKVEventHandler(func(ev engine.KVEvent) {
+		// Nothing emitted at ev.At can be seen before ev.At+Delay, and
+		// everything emitted up to ev.At-Delay is due: deliver it now, so
+		// that the queue holds at most Delay of events.
+		p.deliver(ev.At)
+		p.queue = append(p.queue, queuedKV{rep: rep, ev: ev})
+		p.EventsQueued++
+	})
+}
+
+func (p *RamjetPrecise) setNow(now time.Duration) { p.now = now }
+
+// deliver applies, in emission order, every queued event due by t, one
+// batch per run of events of the same replica.
+func (p *RamjetPrecise) deliver(t time.Duration) {
+	for p.qhead < len(p.queue) && p.queue[p.qhead].ev.At+p.pc.Delay <= t {
+		rep := p.queue[p.qhead].rep
+		p.batch.Events = p.batch.Events[:0]
+		for p.qhead < len(p.queue) {
+			q := &p.queue[p.qhead]
+			if q.rep != rep || q.ev.At+p.pc.Delay > t {
+				break
+			}
+			p.clock = max(p.clock, q.ev.At+p.pc.Delay)
+			p.batch.Events = append(p.batch.Events, toKVIndex(q.ev))
+			*q = queuedKV{} // drop the slices
+			p.qhead++
+		}
+		p.batch.TS = p.clock.Seconds()
+		p.x.Apply(p.reps[rep], &p.batch)
+	}
+	if p.qhead == len(p.queue) {
+		p.queue, p.qhead = p.queue[:0], 0
+	} else if p.qhead > len(p.queue)/2 {
+		n := copy(p.queue, p.queue[p.qhead:])
+		clear(p.queue[n:])
+		p.queue, p.qhead = p.queue[:n], 0
+	}
+}
+
+// toKVIndex is the decoded form of an engine event, as the subscriber
+// would hand it to the index.
+func toKVIndex(ev engine.KVEvent) kvindex.Event {
+	out := kvindex.Event{BlockHashes: ev.BlockHashes}
+	switch ev.Kind {
+	case engine.BlockStored:
+		out.Kind = kvindex.KindBlockStored
+		out.Parent, out.HasParent = ev.ParentHash, ev.HasParent
+		out.TokenIDs, out.BlockSize = ev.TokenIDs, ev.BlockSize
+	case engine.BlockRemoved:
+		out.Kind = kvindex.KindBlockRemoved
+	case engine.AllBlocksCleared:
+		out.Kind = kvindex.KindAllBlocksCleared
+	}
+	return out
+}
+
+func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
+	if err := p.ensure(fleet); err != nil {
+		panic(err) // more than selection.MaxReplicas: rejected by Run first
+	}
+	if p.x == nil {
+		panic("fleetsim: ramjet-precise used without Run attaching its engines")
+	}
+	p.deliver(p.now)
+	p.clock = max(p.clock, p.now)
+	p.features(r)
+	cands := p.cands[:len(fleet)]
+
+	p.keys = p.x.Keys(p.keys[:0], 0, r.Prompt)
+	if n := p.x.NumReplicas(); len(p.overlap) < n {
+		p.overlap = make([]int, n)
+	}
+	precise := p.x.Annotate(p.keys, p.reps[:len(fleet)], cands, p.overlap) > 0
+
+	d := p.rt.Pick(p.f, cands, p.s)
+	if precise {
+		p.PreciseDecisions++
+	} else {
+		p.ApproxDecisions++
+	}
+	p.Reasons[d.Reason.String()]++
+	p.res[r.Row.ID] = p.rt.Reserve(d.Slot, d.Prefill)
+	p.rt.Learn(p.f, d.Slot)
+	if precise {
+		p.x.Predict(p.reps[d.Index], p.keys, p.pc.PredictTTL)
+	}
+	return d.Index
+}
