@@ -222,8 +222,9 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 	p.Reasons[d.Reason.String()]++
 	p.res[r.Row.ID] = p.rt.Reserve(d.Slot, d.Prefill)
 	p.rt.Learn(p.f, d.Slot)
-	if precise {
-		p.x.Predict(p.reps[d.Index], p.keys, p.pc.PredictTTL)
-	}
+	// Every decision is predicted, precise or not: a replica that turns
+	// fresh while earlier requests are still prefilling there would
+	// otherwise look colder than it is until their BlockStored arrive.
+	p.x.Predict(p.reps[d.Index], p.keys, p.pc.PredictTTL)
 	return d.Index
 }
