@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/fleetsim"
 	"github.com/ramjet-llm/ramjet/bench/workload"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -40,6 +41,7 @@ func run(args []string, stdout io.Writer) error {
 		trace    = fs.String("trace", "", "write the workload's trace (JSONL, or CSV for a .csv name) to this file and exit (one workload only)")
 		sweep    = fs.Bool("sweep", false, "sweep ramjet's knobs instead of comparing policies (-policy names the swept variant; -affinity-cap etc. set the start)")
 		parallel = fs.Int("parallel", 0, "concurrent runs (0: GOMAXPROCS)")
+		kvCap    = fs.Int("kv-capacity", 0, "every replica's KV cache capacity in tokens (0: the engine model's default)")
 
 		cap_   = fs.Int("affinity-cap", 0, "ramjet affinity_cap in tokens (0: default)")
 		alpha  = fs.Float64("alpha", 0, "ramjet alpha (0: default)")
@@ -99,7 +101,7 @@ func run(args []string, stdout io.Writer) error {
 	start := time.Now()
 	out, err := fleetsim.RunSuite(fleetsim.SuiteConfig{
 		Workloads: names, Policies: pols, Replicas: *replicas, Seed: *seed, Scale: *scale,
-		Ramjet: rcfg, Parallel: *parallel,
+		Ramjet: rcfg, Parallel: *parallel, Engine: engine.Config{CapacityTokens: *kvCap},
 	})
 	if err != nil {
 		return err
