@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"flag"
 	"math"
 	"testing"
 	"time"
@@ -307,5 +308,82 @@ func TestNewRamjetPreciseRejectsNegative(t *testing.T) {
 	}
 	if p.Delay() != DefaultKVEventDelay || p.pc.PredictTTL != DefaultPredictTTL || p.Name() != "ramjet-precise" {
 		t.Errorf("defaults: delay %v, ttl %v, name %q", p.Delay(), p.pc.PredictTTL, p.Name())
+	}
+}
+
+var preciseScale = flag.Float64("precise-scale", 0.1, "workload scale of TestRamjetPreciseAccuracy (1: the tables' scale)")
+
+// accuracy wraps a ramjet policy and compares, at every decision, the
+// overlap the router used for the chosen replica with what that replica's
+// engine really holds at that instant (engine.CachedPrefix).
+type accuracy struct {
+	Policy
+	r                 *Ramjet
+	n, absErr         int
+	over, under       int // decisions off by more than one router block
+	overTok, underTok int
+}
+
+func (a *accuracy) Pick(r *Request, fleet []*Replica) int {
+	i := a.Policy.Pick(r, fleet)
+	truth := fleet[i].eng.(*engine.Engine).CachedPrefix(r.Prompt)
+	d := a.r.s.Overlap[i] - truth
+	switch {
+	case d > a.r.rt.Config().BlockTokens:
+		a.over++
+		a.overTok += d
+	case d < -a.r.rt.Config().BlockTokens:
+		a.under++
+		a.underTok -= d
+	}
+	a.absErr += max(d, -d)
+	a.n++
+	return i
+}
+
+func (a *accuracy) attach(rep int, e *engine.Engine) {
+	if kf, ok := a.Policy.(kvFed); ok {
+		kf.attach(rep, e)
+	}
+}
+
+func (a *accuracy) setNow(now time.Duration) {
+	if kf, ok := a.Policy.(kvFed); ok {
+		kf.setNow(now)
+	}
+}
+
+// TestRamjetPreciseAccuracy: on both workloads the precise overlap of the
+// chosen replica is closer to the engine's real cached prefix than the
+// estimate. The figures go to bench/results-precise.md:
+//
+//	go test ./bench/fleetsim -run TestRamjetPreciseAccuracy -v -precise-scale 1
+func TestRamjetPreciseAccuracy(t *testing.T) {
+	for _, wl := range []string{"shared-prefix", "agent-fleet"} {
+		w := generate(t, wl, workload.Options{Seed: 1, Replicas: 8, Scale: *preciseScale})
+		var errs [2]float64
+		for k, name := range []string{"ramjet", "ramjet-precise"} {
+			p, err := NewPolicy(name, 1, selection.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &accuracy{Policy: p}
+			switch q := p.(type) {
+			case *Ramjet:
+				a.r = q
+			case *RamjetPrecise:
+				a.r = q.Ramjet
+			}
+			if _, err := Run(Config{Workload: w, Replicas: 8, Policy: a, Salt: 1}); err != nil {
+				t.Fatal(err)
+			}
+			errs[k] = float64(a.absErr) / float64(a.n)
+			t.Logf("%s %s: %d decisions, mean |overlap - engine cached prefix| %.1f tokens; over by > 1 block: %d (mean %.0f tokens), under: %d (mean %.0f tokens)",
+				wl, name, a.n, errs[k], a.over, float64(a.overTok)/float64(max(1, a.over)),
+				a.under, float64(a.underTok)/float64(max(1, a.under)))
+		}
+		if errs[1] > errs[0] {
+			t.Errorf("%s: precise mean error %.1f > estimate's %.1f", wl, errs[1], errs[0])
+		}
 	}
 }
