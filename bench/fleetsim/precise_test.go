@@ -311,7 +311,11 @@ func TestNewRamjetPreciseRejectsNegative(t *testing.T) {
 	}
 }
 
-var preciseScale = flag.Float64("precise-scale", 0.1, "workload scale of TestRamjetPreciseAccuracy (1: the tables' scale)")
+var (
+	preciseScale = flag.Float64("precise-scale", 0.1, "workload scale of TestRamjetPreciseAccuracy (1: the tables' scale)")
+	preciseSeed  = flag.Uint64("precise-seed", 1, "seed of TestRamjetPreciseAccuracy")
+	preciseKVCap = flag.Int("precise-kv-capacity", 0, "KV cache capacity per replica in tokens of TestRamjetPreciseAccuracy (0: the engine default)")
+)
 
 // accuracy wraps a ramjet policy and compares, at every decision, the
 // overlap the router used for the chosen replica with what that replica's
@@ -357,13 +361,14 @@ func (a *accuracy) setNow(now time.Duration) {
 // chosen replica is closer to the engine's real cached prefix than the
 // estimate. The figures go to bench/results-precise.md:
 //
-//	go test ./bench/fleetsim -run TestRamjetPreciseAccuracy -v -precise-scale 1
+//	go test ./bench/fleetsim -run TestRamjetPreciseAccuracy -v -precise-scale 1 [-precise-seed 4] [-precise-kv-capacity 196608]
 func TestRamjetPreciseAccuracy(t *testing.T) {
 	for _, wl := range []string{"shared-prefix", "agent-fleet"} {
-		w := generate(t, wl, workload.Options{Seed: 1, Replicas: 8, Scale: *preciseScale})
+		seed := *preciseSeed
+		w := generate(t, wl, workload.Options{Seed: seed, Replicas: 8, Scale: *preciseScale})
 		var errs [2]float64
 		for k, name := range []string{"ramjet", "ramjet-precise"} {
-			p, err := NewPolicy(name, 1, selection.Config{})
+			p, err := NewPolicy(name, seed, selection.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -374,13 +379,14 @@ func TestRamjetPreciseAccuracy(t *testing.T) {
 			case *RamjetPrecise:
 				a.r = q.Ramjet
 			}
-			if _, err := Run(Config{Workload: w, Replicas: 8, Policy: a, Salt: 1}); err != nil {
+			ec := engine.Config{CapacityTokens: *preciseKVCap}
+			if _, err := Run(Config{Workload: w, Replicas: 8, Policy: a, Salt: seed, Engine: ec}); err != nil {
 				t.Fatal(err)
 			}
 			errs[k] = float64(a.absErr) / float64(a.n)
-			t.Logf("%s %s: %d decisions, mean |overlap - engine cached prefix| %.1f tokens; over by > 1 block: %d (mean %.0f tokens), under: %d (mean %.0f tokens)",
+			t.Logf("%s %s: %d decisions, mean |overlap - engine cached prefix| %.1f tokens; over by > 1 block: %d (mean %.0f tokens), under: %d (mean %.0f tokens); reasons %v",
 				wl, name, a.n, errs[k], a.over, float64(a.overTok)/float64(max(1, a.over)),
-				a.under, float64(a.underTok)/float64(max(1, a.under)))
+				a.under, float64(a.underTok)/float64(max(1, a.under)), a.r.Reasons)
 		}
 		if errs[1] > errs[0] {
 			t.Errorf("%s: precise mean error %.1f > estimate's %.1f", wl, errs[1], errs[0])
