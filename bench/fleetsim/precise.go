@@ -40,8 +40,11 @@ type PreciseConfig struct {
 // whose feed is fresh its exact overlap (Precise), the others keep the
 // approximate estimate, Pick decides, and the picked replica's blocks are
 // recorded as predicted entries until the engine's BlockStored confirms
-// them. The approximate index keeps learning every decision, so a replica
-// whose feed is not fresh is still routed by a live estimate.
+// them. Unlike the module, which predicts only after a precise decision
+// (it has token ids only then), every decision is predicted, the warm-up's
+// approximate ones included. The approximate index keeps learning every
+// decision, so a replica whose feed is not fresh is still routed by a live
+// estimate.
 //
 // The index is fed in simulated time: every engine's KV events (BlockStored
 // with token ids, BlockRemoved, AllBlocksCleared) are queued as emitted and
