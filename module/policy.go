@@ -381,6 +381,35 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return s.selectFallback(pool, r, w, st, v)
 	}
 
+	d := s.decide(pool, v, st, feat)
+	if d.Index < 0 {
+		body.release()
+		st.decision = d
+		return nil
+	}
+	res := f.rt.Reserve(d.Slot, d.Prefill)
+	st.markTried(d.Slot)
+	f.rt.Learn(feat, d.Slot)
+	st.model = f.models.intern(feat.Model)
+	body.release()
+
+	st.fallback = false
+	st.decision = d
+	s.tag(r, w, st, v, d.Index)
+	st.setReservation(res)
+	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
+		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
+			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
+			zap.Int("best_overlap", d.BestOverlap), zap.Float64("load", d.Load),
+			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
+	}
+	return pool[d.Index]
+}
+
+// decide runs the routing rule over pool with pooled scratch memory. It
+// allocates nothing (TestDecideAllocs). On a retry, replicas already tried
+// for the request are filtered out unless no other is usable.
+func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features) selection.Decision {
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
 	usable := 0
@@ -400,32 +429,10 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 			cands[i].Usable = v.slots[i] >= 0 && up.Available()
 		}
 	}
-	d := f.rt.Pick(feat, cands, sc.sel)
+	d := s.fleet.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
-	if d.Index < 0 {
-		scratchPool.Put(sc)
-		body.release()
-		st.decision = d
-		return nil
-	}
-	res := f.rt.Reserve(d.Slot, d.Prefill)
-	st.markTried(d.Slot)
-	f.rt.Learn(feat, d.Slot)
-	st.model = f.models.intern(feat.Model)
 	scratchPool.Put(sc)
-	body.release()
-
-	st.fallback = false
-	st.decision = d
-	s.tag(r, w, st, v, d.Index)
-	st.setReservation(res)
-	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
-		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
-			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
-			zap.Int("best_overlap", d.BestOverlap), zap.Float64("load", d.Load),
-			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
-	}
-	return pool[d.Index]
+	return d
 }
 
 // selectFallback routes a request without usable features with the
