@@ -62,6 +62,11 @@ func startCaddy(t testing.TB, ups []string, o proxyOpts) *testCaddy {
 		t.Fatalf("loading caddy config: %v", err)
 	}
 	t.Cleanup(func() {
+		// An empty config with the admin endpoint disabled stops the
+		// servers and the admin endpoint; Stop alone keeps the latter.
+		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
+			t.Errorf("unloading caddy: %v", err)
+		}
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)
 		}
