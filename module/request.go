@@ -61,6 +61,8 @@ type reqState struct {
 	fallback   bool                               // the fallback policy chose (no usable features)
 	attempts   int                                // Select calls for this request (1 + retries)
 	tried      [selection.MaxReplicas / 64]uint64 // slots picked by earlier attempts
+	// baseHeader is the request header map of the first attempt.
+	baseHeader http.Header
 
 	res  atomic.Pointer[selection.Reservation]
 	done atomic.Bool
