@@ -37,7 +37,13 @@ var errBodyTooLarge = errors.New("request body larger than max_body_bytes")
 // reservation is an atomic pointer and the body is reference counted.
 type reqState struct {
 	// body holds the request body and its parsed features; nil until read.
+	// Written only by readBody on the request goroutine. Take a reference
+	// (body.acquire) before using its bytes or features: the request may
+	// end (client gone) at any time, on another goroutine.
 	body *bodyBuf
+	// owner holds the request's own reference on body until finish takes
+	// and drops it (the only field of the body that finish touches).
+	owner atomic.Pointer[bodyBuf]
 	// bodyErr is why the body could not be read (errBodyTooLarge, I/O).
 	bodyErr error
 	// bodyRead reports that ramjet tried to read the body.
@@ -128,7 +134,7 @@ func (st *reqState) finish() {
 		return
 	}
 	st.releaseReservation()
-	if b := st.body; b != nil {
+	if b := st.owner.Swap(nil); b != nil {
 		b.release()
 	}
 }
@@ -191,15 +197,16 @@ func (st *reqState) readBody(r *http.Request, limit int64) {
 		st.bodyErr = errBodyTooLarge
 		return
 	}
-	st.body = b
-	if st.done.Load() {
-		// The request already ended: do not keep the buffer.
-		st.body = nil
-		b.release()
-		return
-	}
+	// The reader holds its own reference, so that the bytes outlive the
+	// request's hold as long as a transport may read them.
 	st.origReader = b.newReader()
 	r.Body = st.origReader
+	st.body = b
+	st.owner.Store(b)
+	if st.done.Load() && st.owner.CompareAndSwap(b, nil) {
+		// The request ended meanwhile and finish missed the buffer.
+		b.release()
+	}
 }
 
 // readBounded reads src into b.buf up to limit+1 bytes (so that an
