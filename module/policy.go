@@ -368,7 +368,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	if ep != selection.EndpointUnknown {
 		st.readBody(r, s.MaxBodyBytes)
-		if b := st.body; b != nil && b.acquire() {
+		if b := st.acquireBody(); b != nil {
 			body = b
 			feat = st.features(s.x, ep)
 			s.restoreBody(r, st)
