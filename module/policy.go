@@ -383,9 +383,10 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 
 	d := s.decide(pool, v, st, feat)
 	if d.Index < 0 {
+		// No usable replica ramjet can score (all down, or past
+		// selection.MaxReplicas): the fallback policy has the last word.
 		body.release()
-		st.decision = d
-		return nil
+		return s.selectFallback(pool, r, w, st, v)
 	}
 	res := f.rt.Reserve(d.Slot, d.Prefill)
 	st.markTried(d.Slot)
