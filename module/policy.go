@@ -383,10 +383,14 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 
 	d := s.decide(pool, v, st, feat)
 	if d.Index < 0 {
-		// No usable replica ramjet can score (all down, or past
-		// selection.MaxReplicas): the fallback policy has the last word.
 		body.release()
-		return s.selectFallback(pool, r, w, st, v)
+		if v.untracked {
+			// Upstreams past selection.MaxReplicas cannot be scored: the
+			// fallback policy may still find one of them.
+			return s.selectFallback(pool, r, w, st, v)
+		}
+		st.decision = d // Reason none: no usable replica
+		return nil
 	}
 	res := f.rt.Reserve(d.Slot, d.Prefill)
 	st.markTried(d.Slot)
@@ -558,6 +562,9 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 			}
 		}
 		v.slots[i], v.ids[i] = slot, id
+		if slot < 0 {
+			v.untracked = true
+		}
 		v.idHdr[i] = []string{id}
 		if p, ok := s.profiles[key]; ok {
 			v.profiles[i] = p
