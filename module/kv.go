@@ -488,11 +488,19 @@ type kvPrompt struct {
 	Prompt   json.RawMessage `json:"prompt"`
 }
 
+// kvQuery is what the precise path needs from a request.
+type kvQuery struct {
+	ctx  context.Context
+	body []byte
+	ep   selection.Endpoint
+}
+
 // annotateKV sets the exact overlap on the candidates whose replica has a
 // healthy feed. It returns the scratch holding the request's block keys
 // (for predictKV), or nil when the request is routed by the estimate.
-func (s *RamjetSelection) annotateKV(r *http.Request, body []byte, ep selection.Endpoint,
-	pool reverseproxy.UpstreamPool, v *poolView, cands []selection.Candidate) *kvScratch {
+func (s *RamjetSelection) annotateKV(q *kvQuery, pool reverseproxy.UpstreamPool, v *poolView,
+	cands []selection.Candidate) *kvScratch {
+	body, ep := q.body, q.ep
 	k := s.kv
 	reps := s.kvReplicas(v)
 	base := k.url
@@ -519,7 +527,7 @@ func (s *RamjetSelection) annotateKV(r *http.Request, body []byte, ep selection.
 	if ep == selection.EndpointChat {
 		req = kvindex.TokenizeRequest{Model: p.Model, Messages: p.Messages, Tools: p.Tools}
 	}
-	toks, err := k.tk.Tokenize(r.Context(), base, kvindex.RequestKey(req), req)
+	toks, err := k.tk.Tokenize(q.ctx, base, kvindex.RequestKey(req), req)
 	if err != nil {
 		k.approx.Add(1)
 		if c := s.logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {

@@ -401,6 +401,40 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return s.selectFallback(pool, r, w, st, v)
 	}
 
+	var kq *kvQuery
+	if s.kv != nil {
+		kq = &kvQuery{ctx: r.Context(), body: body.buf, ep: ep}
+	}
+	d := s.decide(pool, v, st, feat, kq)
+	if d.Index < 0 {
+		body.release()
+		st.decision = d
+		return nil
+	}
+	res := f.rt.Reserve(d.Slot, d.Prefill)
+	st.markTried(d.Slot)
+	f.rt.Learn(feat, d.Slot)
+	st.model = f.models.intern(feat.Model)
+	body.release()
+
+	st.fallback = false
+	st.decision = d
+	s.tag(r, w, st, v, d.Index)
+	st.setReservation(res)
+	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
+		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
+			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
+			zap.Int("best_overlap", d.BestOverlap), zap.Float64("load", d.Load),
+			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
+	}
+	return pool[d.Index]
+}
+
+// decide runs the routing rule over pool with pooled scratch memory. It
+// allocates nothing (TestDecideAllocs). On a retry, replicas already tried
+// for the request are filtered out unless no other is usable. kq, when the
+// precise index is on, carries what its /tokenize preflight needs.
+func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, kq *kvQuery) selection.Decision {
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
 	usable := 0
@@ -421,36 +455,14 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		}
 	}
 	var ksc *kvScratch
-	if s.kv != nil {
-		ksc = s.annotateKV(r, body.buf, ep, pool, v, cands)
+	if kq != nil {
+		ksc = s.annotateKV(kq, pool, v, cands)
 	}
-	d := f.rt.Pick(feat, cands, sc.sel)
+	d := s.fleet.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
 	s.predictKV(ksc, v, d.Index)
-	if d.Index < 0 {
-		scratchPool.Put(sc)
-		body.release()
-		st.decision = d
-		return nil
-	}
-	res := f.rt.Reserve(d.Slot, d.Prefill)
-	st.markTried(d.Slot)
-	f.rt.Learn(feat, d.Slot)
-	st.model = f.models.intern(feat.Model)
 	scratchPool.Put(sc)
-	body.release()
-
-	st.fallback = false
-	st.decision = d
-	s.tag(r, w, st, v, d.Index)
-	st.setReservation(res)
-	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
-		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
-			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
-			zap.Int("best_overlap", d.BestOverlap), zap.Float64("load", d.Load),
-			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
-	}
-	return pool[d.Index]
+	return d
 }
 
 // selectFallback routes a request without usable features with the
@@ -485,6 +497,7 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	st.slot = v.slots[i]
 	st.replica = v.keys[i]
 	st.routeID = v.ids[i]
+	st.routeIDHdr = v.idHdr[i]
 	if w != nil {
 		w.Header()[HeaderUpstream] = v.idHdr[i]
 	}
