@@ -518,22 +518,29 @@ func (s *RamjetSelection) annotateKV(q *kvQuery, pool reverseproxy.UpstreamPool,
 		k.approx.Add(1)
 		return nil
 	}
-	var p kvPrompt
-	if err := json.Unmarshal(body, &p); err != nil {
-		k.approx.Add(1)
-		return nil
-	}
-	req := kvindex.TokenizeRequest{Model: p.Model, Prompt: p.Prompt}
-	if ep == selection.EndpointChat {
-		req = kvindex.TokenizeRequest{Model: p.Model, Messages: p.Messages, Tools: p.Tools}
-	}
-	toks, err := k.tk.Tokenize(q.ctx, base, kvindex.RequestKey(req), req)
-	if err != nil {
-		k.approx.Add(1)
-		if c := s.logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
-			c.Write(zap.Error(err))
+	// The cache is keyed by the whole body: identical bodies (retries,
+	// repeated prompts) skip both the parse and the preflight; bodies that
+	// differ only outside the prompt merely miss.
+	key := xxhash.Sum64(body)
+	toks, ok := k.tk.Cached(key)
+	if !ok {
+		var p kvPrompt
+		if err := json.Unmarshal(body, &p); err != nil {
+			k.approx.Add(1)
+			return nil
 		}
-		return nil
+		req := kvindex.TokenizeRequest{Model: p.Model, Prompt: p.Prompt}
+		if ep == selection.EndpointChat {
+			req = kvindex.TokenizeRequest{Model: p.Model, Messages: p.Messages, Tools: p.Tools}
+		}
+		var err error
+		if toks, err = k.tk.Tokenize(q.ctx, base, key, req); err != nil {
+			k.approx.Add(1)
+			if c := s.logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
+				c.Write(zap.Error(err))
+			}
+			return nil
+		}
 	}
 	sc := kvScratchPool.Get().(*kvScratch)
 	sc.keys = k.x.Keys(sc.keys[:0], 0, toks)
