@@ -466,6 +466,16 @@ func (s *RamjetSelection) kvReplicas(v *poolView) []kvindex.Replica {
 		reps[i] = -1
 		if r, ok := s.kv.x.Lookup(key); ok {
 			reps[i] = r
+			continue
+		}
+		// A feed configured for this address under another rank count
+		// never reaches the candidate: say so once per pool change.
+		for _, e := range s.KV.Engines {
+			if e.Upstream == v.pool[i].Dial {
+				s.logger.Warn("kv feed does not match the upstream list: check kv_events ranks against how often the address is listed",
+					zap.String("replica", key), zap.Int("ranks", e.Ranks))
+				break
+			}
 		}
 	}
 	s.kvv.Store(&kvView{view: v, reps: reps})
