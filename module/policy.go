@@ -460,7 +460,9 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	}
 	d := s.fleet.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
-	s.predictKV(ksc, v, d.Index)
+	if ksc != nil {
+		s.predictKV(ksc, v, d.Index)
+	}
 	scratchPool.Put(sc)
 	return d
 }
