@@ -51,7 +51,7 @@ gap gum hid hop hug jam jaw jet kit lap lid lip log mad mud nod nut oak opt
 owe pad pan pin pit pub rag ram rat rib rod rub rug sip sir sum tab tag tan
 tin tub van vet web wig wit zip ace ant ape bat bee bin bog bud bun cab cod
 cog cub dam den dew dim dip dot dug elf elk elm fad fig fin fox gel gem gin
-hen hog hub hum hut inn ion ivy jar jog jug keg lad lag lap lit mat mob mop
+hen hog hub hum hut inn ion ivy jar jog jug keg lad lag lob lit mat mob mop
 mug nap nib oar orb ore owl pal paw pea peg pig ply pod pry pun rim rip rot
 sap saw sob sod sow spa spy sty tap tar tot tug urn vat vow wad wax wok yam
 yak zoo`)
