@@ -51,7 +51,10 @@ type Report struct {
 	OutputTokens int64 `json:"output_tokens"`
 	// CachedShare is CachedTokens / PromptTokens.
 	CachedShare float64 `json:"cached_share"`
-	// OutputTokensPerSec and RequestsPerSec are over the run's wall time.
+	// Makespan is the time from the first send to the last completion,
+	// in seconds.
+	Makespan float64 `json:"makespan_seconds"`
+	// OutputTokensPerSec and RequestsPerSec are over the makespan.
 	OutputTokensPerSec float64 `json:"output_tokens_per_sec"`
 	RequestsPerSec     float64 `json:"requests_per_sec"`
 	// Upstreams counts completed requests per upstream header value
@@ -78,17 +81,18 @@ type aggregator struct {
 	notSent     int
 	interrupted string
 
-	errors    map[ErrorKind]int
-	samples   []string
-	ttft, e2e []time.Duration
-	queue     []time.Duration
-	itl       Histogram
-	prompt    int64
-	cached    int64
-	output    atomic.Int64
-	upstreams map[string]int
-	density   []densitySample
-	overhead  Overhead
+	first, last time.Duration // first send, last completion (completed requests)
+	errors      map[ErrorKind]int
+	samples     []string
+	ttft, e2e   []time.Duration
+	queue       []time.Duration
+	itl         Histogram
+	prompt      int64
+	cached      int64
+	output      atomic.Int64
+	upstreams   map[string]int
+	density     []densitySample
+	overhead    Overhead
 }
 
 func newAggregator(label string, t workload.Trace, model string) *aggregator {
@@ -110,7 +114,10 @@ func (a *aggregator) add(r *Result) {
 		r.itl = nil
 		return
 	}
-	a.completedN.Add(1)
+	if a.completedN.Add(1) == 1 || r.Sent < a.first {
+		a.first = r.Sent
+	}
+	a.last = max(a.last, r.Sent+r.E2E)
 	a.ttft = append(a.ttft, r.TTFT)
 	a.e2e = append(a.e2e, r.E2E)
 	for _, d := range r.itl {
@@ -148,29 +155,33 @@ func (a *aggregator) report() *Report {
 	if a.prompt > 0 {
 		rep.CachedShare = float64(a.cached) / float64(a.prompt)
 	}
-	if secs > 0 {
-		rep.OutputTokensPerSec = float64(rep.OutputTokens) / secs
-		rep.RequestsPerSec = float64(rep.Completed) / secs
+	if mk := (a.last - a.first).Seconds(); mk > 0 {
+		rep.Makespan = mk
+		rep.OutputTokensPerSec = float64(rep.OutputTokens) / mk
+		rep.RequestsPerSec = float64(rep.Completed) / mk
 	}
-	rep.Spread = spread(a.upstreams)
+	rep.Spread = rep.SpreadOver(0)
 	rep.Density = measureDensity(a.density, a.overhead)
 	return rep
 }
 
-// spread is max/mean of the counts (1 = even), 0 when empty.
-func spread(counts map[string]int) float64 {
-	if len(counts) == 0 {
-		return 0
+// SpreadOver is the busiest upstream's completed requests over the mean
+// per replica of a fleet of n replicas (1 = even; n when one replica took
+// everything), the fleet simulation's max/mean load. n <= 0 means the
+// number of upstreams seen. It is 0 without completed requests.
+func (r *Report) SpreadOver(n int) float64 {
+	if n <= 0 {
+		n = len(r.Upstreams)
 	}
 	total, most := 0, 0
-	for _, c := range counts {
+	for _, c := range r.Upstreams {
 		total += c
 		most = max(most, c)
 	}
-	if total == 0 {
+	if total == 0 || n == 0 {
 		return 0
 	}
-	return float64(most) / (float64(total) / float64(len(counts)))
+	return float64(most) / (float64(total) / float64(n))
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -191,7 +202,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Interrupted != "" {
 		fmt.Fprintf(tw, "interrupted\t%s\n", r.Interrupted)
 	}
-	fmt.Fprintf(tw, "wall time\t%.2f s\n", r.Seconds)
+	fmt.Fprintf(tw, "wall time\t%.2f s (makespan %.2f s)\n", r.Seconds, r.Makespan)
 	fmt.Fprintf(tw, "throughput\t%.1f output tok/s, %.2f req/s\n", r.OutputTokensPerSec, r.RequestsPerSec)
 	fmt.Fprintf(tw, "cached prompt share\t%.1f%% (%d of %d prompt tokens)\n", 100*r.CachedShare, r.CachedTokens, r.PromptTokens)
 	fmt.Fprintf(tw, "\t\tmean\tp50\tp90\tp95\tp99\tmax\n")

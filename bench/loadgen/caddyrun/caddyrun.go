@@ -150,3 +150,9 @@ func waitListening(addr string, limit time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// RamjetSite is a site whose policy is ramjet (or the policy given, to
+// compare). It is the one place that knows how ramjet is configured.
+func RamjetSite(name, policy string, upstreams []string) Site {
+	return Site{Name: name, Policy: policy, Upstreams: upstreams}
+}
