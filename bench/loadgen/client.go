@@ -150,6 +150,7 @@ func (c *Client) Params(msgs []Message, maxTokens int) openai.ChatCompletionNewP
 // past the configured timeout.
 func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepReply bool) Result {
 	var res Result
+	parent := ctx
 	ctx, cancel := context.WithTimeoutCause(ctx, c.cfg.Timeout, context.DeadlineExceeded)
 	defer cancel()
 
@@ -209,6 +210,9 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 	res.Upstream = upstream
 	if err := stream.Err(); err != nil {
 		res.Err = classify(ctx, err)
+		if parent.Err() != nil && (res.Err == ErrTimeout || res.Err == ErrCanceled || res.Err == ErrOther) {
+			res.Err = ErrCanceled // the run stopped, not this request's timeout
+		}
 		var se *ssestream.StreamError
 		if res.Err == ErrOther && errors.As(err, &se) {
 			res.Err = ErrStream
@@ -217,7 +221,10 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 		return res
 	}
 	if ctx.Err() != nil { // the stream ended because the deadline or the run stopped
-		res.Err = classify(ctx, context.Cause(ctx))
+		res.Err = ErrTimeout
+		if parent.Err() != nil {
+			res.Err = ErrCanceled
+		}
 		res.ErrMsg = ctx.Err().Error()
 		return res
 	}
