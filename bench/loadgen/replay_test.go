@@ -16,8 +16,7 @@ import (
 )
 
 // testPolicy is the selection policy the replay test runs through.
-// TODO(loadgen): "ramjet" once the module package registers it.
-const testPolicy = "round_robin"
+const testPolicy = "ramjet"
 
 // startFleet starts n engine simulators running timeScale times faster
 // than real time and a Caddy in front of them with policy.
