@@ -51,7 +51,9 @@ func (o Options) scaled(n, least int) int {
 }
 
 // Names lists the workloads, in the order the fleet simulation runs them.
-var Names = []string{"locality", "burst", "agent-fleet", "shared-prefix", "hotspot", "spec-pair"}
+// spec-pair-cold is spec-pair without the shared system prompt (every
+// request cold), which isolates the output-length preference.
+var Names = []string{"locality", "burst", "agent-fleet", "shared-prefix", "hotspot", "spec-pair", "spec-pair-cold"}
 
 // Generate builds the named workload.
 func Generate(name string, o Options) (*Workload, error) {
@@ -70,7 +72,9 @@ func Generate(name string, o Options) (*Workload, error) {
 	case "hotspot":
 		w = hotspot(rng, o)
 	case "spec-pair":
-		w = specPair(rng, o)
+		w = specPair(rng, o, true)
+	case "spec-pair-cold":
+		w = specPair(rng, o, false)
 	default:
 		return nil, fmt.Errorf("unknown workload %q (want one of %s)", name, strings.Join(Names, ", "))
 	}
@@ -210,13 +214,14 @@ func agentFleet(rng *rand.Rand, o Options) *Workload {
 
 // SharedPrefix: 150 groups of a 6k-token prefix, 5 users each, 1.2k-token
 // questions and 1k-token outputs. Every user asks one question in each step
-// of a Poisson rate ladder (0.25, 0.5, 1 requests/s per replica), so the
+// of a Poisson rate ladder (0.15, 0.3, 0.6 requests/s per replica; the
+// last rung is past the capacity of a fleet that misses its cache). The
 // prefixes (900k tokens) far exceed one replica's cache.
 func sharedPrefix(rng *rand.Rand, o Options) *Workload {
 	b := newBuilder()
 	groups := o.scaled(150, 4)
 	const users, prefix = 5, 6144
-	ladder := []float64{0.25, 0.5, 1}
+	ladder := []float64{0.15, 0.3, 0.6}
 	t := 0.0
 	type user struct{ g, u int }
 	all := make([]user, 0, groups*users)
@@ -236,7 +241,7 @@ func sharedPrefix(rng *rand.Rand, o Options) *Workload {
 		}
 	}
 	return &Workload{
-		Summary: "150 groups x 5 users, 6k-token prefixes, 1.2k questions, 1k outputs, Poisson ladder 0.25/0.5/1 req/s per replica",
+		Summary: "150 groups x 5 users, 6k-token prefixes, 1.2k questions, 1k outputs, Poisson ladder 0.15/0.3/0.6 req/s per replica",
 		Trace:   b.sorted(),
 	}
 }
@@ -270,10 +275,18 @@ func hotspot(rng *rand.Rand, o Options) *Workload {
 // SpecPair: two replicas, replica 0 with speculative decoding. Half of the
 // requests want short outputs (32-128 tokens), half long ones (1024-2048).
 // Phase one runs them one at a time (concurrency 1); phase two, after it,
-// with 32 concurrent closed-loop clients.
-func specPair(rng *rand.Rand, o Options) *Workload {
+// with 32 concurrent closed-loop clients. With shared, every request
+// begins with one 1024-token system prompt; without, each request is its
+// own group with its own 1024-token system prompt (all cold).
+func specPair(rng *rand.Rand, o Options, shared bool) *Workload {
 	b := newBuilder()
 	const prefix = 1024
+	group := func(sess int) int {
+		if shared {
+			return 0
+		}
+		return sess
+	}
 	out := func() int {
 		if rng.IntN(2) == 0 {
 			return uniform(rng, 32, 128)
@@ -283,19 +296,23 @@ func specPair(rng *rand.Rand, o Options) *Workload {
 	sess := 0
 	prev := -1
 	for range o.scaled(40, 6) {
-		prev = b.first(0, prev, 0, sess, 0, prefix, uniform(rng, 200, 800), out())
+		prev = b.first(0, prev, 0, sess, group(sess), prefix, uniform(rng, 200, 800), out())
 		sess++
 	}
 	barrier := prev
 	for range 32 {
 		prev := barrier
 		for range o.scaled(8, 2) {
-			prev = b.first(0, prev, 0, sess, 0, prefix, uniform(rng, 200, 800), out())
+			prev = b.first(0, prev, 0, sess, group(sess), prefix, uniform(rng, 200, 800), out())
 			sess++
 		}
 	}
+	summary := "2 replicas (one speculative), short and long outputs, concurrency 1 then 32, shared 1k system prompt"
+	if !shared {
+		summary = "2 replicas (one speculative), short and long outputs, concurrency 1 then 32, no shared prefix"
+	}
 	return &Workload{
-		Summary:     "2 replicas (one speculative), short and long outputs, concurrency 1 then 32",
+		Summary:     summary,
 		Trace:       b.sorted(),
 		Replicas:    2,
 		Speculative: []int{0},

@@ -1,6 +1,9 @@
 package workload
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Vocab is the size of the synthetic vocabulary: every synthesized token id
 // is in [0, Vocab).
@@ -34,25 +37,25 @@ const (
 	streamSession = 0x73657373   // "sess"
 )
 
-func (s Synth) token(kind uint64, id int, i int) uint32 {
-	h := mix64(mix64(s.Salt^kind) ^ uint64(id))
-	return uint32(mix64(h^uint64(i)) % Vocab)
+// stream appends tokens [off, off+n) of the stream of (kind, id): token i
+// is mix64(key ^ i) mod Vocab, key a hash of salt, kind and id.
+func (s Synth) stream(dst []uint32, kind uint64, id, off, n int) []uint32 {
+	key := mix64(mix64(s.Salt^kind) ^ uint64(id))
+	dst = slices.Grow(dst, n)
+	for i := off; i < off+n; i++ {
+		dst = append(dst, uint32(mix64(key^uint64(i))%Vocab))
+	}
+	return dst
 }
 
 // GroupTokens appends n tokens of group g's shared prefix, from offset off.
 func (s Synth) GroupTokens(dst []uint32, g, off, n int) []uint32 {
-	for i := off; i < off+n; i++ {
-		dst = append(dst, s.token(streamGroup, g, i))
-	}
-	return dst
+	return s.stream(dst, streamGroup, g, off, n)
 }
 
 // SessionTokens appends n tokens of session's stream, from offset off.
 func (s Synth) SessionTokens(dst []uint32, session, off, n int) []uint32 {
-	for i := off; i < off+n; i++ {
-		dst = append(dst, s.token(streamSession, session, i))
-	}
-	return dst
+	return s.stream(dst, streamSession, session, off, n)
 }
 
 // Prompt appends r's prompt: r.Prefix group tokens, then the first

@@ -132,10 +132,10 @@ func TestSharedPrefixShape(t *testing.T) {
 	if ratio := first / last; ratio < 3 || ratio > 5 {
 		t.Fatalf("first/last step duration ratio %.2f, want about 4", ratio)
 	}
-	// Rate per replica: 8 replicas at 0.25 req/s each send the first 750
-	// in about 375 s.
-	if first < 300 || first > 450 {
-		t.Fatalf("first step lasts %.0f s, want about 375", first)
+	// Rate per replica: 8 replicas at 0.15 req/s each send the first 750
+	// in about 625 s.
+	if first < 540 || first > 710 {
+		t.Fatalf("first step lasts %.0f s, want about 625", first)
 	}
 }
 
@@ -152,7 +152,17 @@ func TestHotspotShape(t *testing.T) {
 }
 
 func TestSpecPairShape(t *testing.T) {
-	w := gen(t, "spec-pair", Options{Seed: 1})
+	for _, name := range []string{"spec-pair", "spec-pair-cold"} {
+		t.Run(name, func(t *testing.T) { testSpecPairShape(t, name) })
+	}
+}
+
+func testSpecPairShape(t *testing.T, name string) {
+	w := gen(t, name, Options{Seed: 1})
+	groups := countBy(w.Trace, func(r Request) int { return r.Group })
+	if shared := len(groups) == 1; shared != (name == "spec-pair") {
+		t.Fatalf("%d groups", len(groups))
+	}
 	if w.Replicas != 2 || !slices.Equal(w.Speculative, []int{0}) {
 		t.Fatalf("fleet = %d replicas, speculative %v; want 2, [0]", w.Replicas, w.Speculative)
 	}
