@@ -376,6 +376,8 @@ func (c *genCall) await(ctx context.Context, p *pending, fn func(st pending) err
 			seen = st.generated
 			if c.die > 0 && st.generated >= c.die {
 				c.rank.abort(c.engID)
+				st.generated, st.done = c.die, false
+				_ = fn(st) // deliver exactly die tokens, then drop
 				if f, ok := c.w.(http.Flusher); ok {
 					f.Flush()
 				}

@@ -13,6 +13,10 @@ type Options struct {
 	// Addr is the HTTP listen address. Default "127.0.0.1:0" (a random
 	// port; see Server.URL).
 	Addr string
+	// AdminAddr, when set, also serves the /sim/* admin routes on a
+	// second listener, which stays up while RefuseConnections closes the
+	// main one. Default "" (admin routes only on Addr).
+	AdminAddr string
 	// Model is the served model name. Default "qwen3-32b".
 	Model string
 	// ModelRoot is the "root" path /v1/models reports, as vLLM reports the
