@@ -99,7 +99,6 @@ func Run(ctx context.Context, cfg RunConfig) (*Report, error) {
 }
 
 type session struct {
-	history []workload.Request
 	replies []string
 	// lost is set once a turn failed: its reply is unknown, so this and
 	// later turns carry synthetic stand-ins.
@@ -110,7 +109,8 @@ type runner struct {
 	cfg      RunConfig
 	children [][]int // request id -> ids waiting for it
 	lastTurn map[int]int
-	sessions map[int]*session
+	turns    map[int][]workload.Request // session -> its rows in turn order
+	sessions map[int]*session           // session -> replies so far
 	agg      *aggregator
 }
 
@@ -120,6 +120,7 @@ func newRunner(cfg RunConfig) *runner {
 		cfg:      cfg,
 		children: make([][]int, len(t)),
 		lastTurn: make(map[int]int),
+		turns:    make(map[int][]workload.Request),
 		sessions: make(map[int]*session),
 		agg:      newAggregator(cfg.Label, t, cfg.Client.cfg.Model),
 	}
@@ -129,6 +130,7 @@ func newRunner(cfg RunConfig) *runner {
 			r.children[q.After] = append(r.children[q.After], q.ID)
 		}
 		r.lastTurn[q.Session] = max(r.lastTurn[q.Session], q.Turn)
+		r.turns[q.Session] = append(r.turns[q.Session], q) // Validate: turns in order
 	}
 	return r
 }
@@ -255,13 +257,20 @@ func (r *runner) run(parent context.Context) *Report {
 	return r.agg.report()
 }
 
-// prepare turns a due row into a job, snapshotting its session's history.
+// prepare turns a due row into a job: its session's earlier rows from the
+// trace and the replies received so far. A turn sent before an earlier
+// turn completed (a trace without that dependency) carries stand-ins for
+// the replies not yet known.
 func (r *runner) prepare(d due) job {
 	q := r.cfg.Trace[d.id]
-	j := job{req: q, scheduled: d.at, keepReply: r.cfg.Synth.History == HistoryActual && q.Turn < r.lastTurn[q.Session]}
+	j := job{
+		req: q, scheduled: d.at,
+		history:   r.turns[q.Session][:q.Turn:q.Turn],
+		keepReply: r.cfg.Synth.History == HistoryActual && q.Turn < r.lastTurn[q.Session],
+	}
 	if s := r.sessions[q.Session]; s != nil {
-		j.history = s.history[:len(s.history):len(s.history)]
-		j.replies = s.replies[:len(s.replies):len(s.replies)]
+		n := min(len(s.replies), q.Turn)
+		j.replies = s.replies[:n:n]
 	}
 	return j
 }
@@ -295,14 +304,16 @@ func (r *runner) complete(res *Result, pending *dueHeap, start time.Time) {
 	}
 	q := r.cfg.Trace[res.Index]
 	if q.Turn < r.lastTurn[q.Session] {
-		s := r.sessions[q.Session]
-		if s == nil {
-			s = &session{}
-			r.sessions[q.Session] = s
-		}
-		s.history = append(s.history, q)
 		if r.cfg.Synth.History == HistoryActual {
-			if !res.OK() {
+			s := r.sessions[q.Session]
+			if s == nil {
+				s = &session{}
+				r.sessions[q.Session] = s
+			}
+			// Replies are kept in turn order: once one is missing (a
+			// failed turn, or turns completing out of order), later
+			// turns carry stand-ins from there on.
+			if !res.OK() || len(s.replies) != q.Turn {
 				s.lost = true
 			}
 			if !s.lost {
