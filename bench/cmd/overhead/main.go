@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		bodies    = fs.Int("bodies", 64, "distinct request bodies per scenario (distinct prefixes)")
 		scenarios = fs.String("scenarios", "small,long-256KiB,stream-64", "scenarios to run")
 		policy    = fs.String("ramjet-policy", "ramjet", "selection policy of target (c)")
+		engineK   = fs.String("engine", "sim", "instant engines: sim (bench/enginesim Instant mode) or echo (an OpenAI-shaped responder that models nothing)")
 		asJSON    = fs.Bool("json", false, "print the rows as JSON instead of a Markdown table")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -78,7 +79,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	const model = "sim"
-	var sims []*enginesim.Server
+	type instant interface {
+		Addr() string
+		URL() string
+		Close() error
+	}
+	var sims []instant
 	defer func() {
 		for _, s := range sims {
 			s.Close()
@@ -86,11 +92,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 	var addrs []string
 	for range *engines {
-		s, err := enginesim.Start(ctx, enginesim.Options{
-			Model: model, Instant: true,
-			// 256 KiB prompts are 65536 tokens: raise the context limit.
-			Engine: engine.Config{MaxModelLen: 1 << 17, MaxBatchedTokens: 1 << 17},
-		})
+		var s instant
+		var err error
+		switch *engineK {
+		case "sim":
+			s, err = enginesim.Start(ctx, enginesim.Options{
+				Model: model, Instant: true,
+				// 256 KiB prompts are 65536 tokens: raise the context limit.
+				Engine: engine.Config{MaxModelLen: 1 << 17, MaxBatchedTokens: 1 << 17},
+			})
+		case "echo":
+			s, err = startEcho()
+		default:
+			return fmt.Errorf("-engine %q: want sim or echo", *engineK)
+		}
 		if err != nil {
 			return fmt.Errorf("start engine: %w", err)
 		}
@@ -133,8 +148,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	fmt.Fprintf(stdout, "engines=%d (instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
-		*engines, *conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
+	fmt.Fprintf(stdout, "engines=%d (%s, instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
+		*engines, *engineK, *conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
 	fmt.Fprint(stdout, markdown(rows, [3]string{nameDirect, nameRR, nameRamjet}))
 	for _, r := range rows {
 		for n, m := range r.Targets {

@@ -10,8 +10,14 @@ import (
 // TestOverheadSmoke runs the benchmark briefly and checks every cell
 // measured requests without errors and the ratios are computed.
 func TestOverheadSmoke(t *testing.T) {
+	for _, eng := range []string{"sim", "echo"} {
+		t.Run(eng, func(t *testing.T) { overheadSmoke(t, eng) })
+	}
+}
+
+func overheadSmoke(t *testing.T, eng string) {
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"-engines", "2", "-concurrency", "2", "-rounds", "1", "-round", "150ms", "-bodies", "4", "-json"}, &out, &errOut)
+	err := run(context.Background(), []string{"-engine", eng, "-engines", "2", "-concurrency", "2", "-rounds", "1", "-round", "150ms", "-bodies", "4", "-json"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
