@@ -16,9 +16,14 @@ var PolicyNames = []string{
 	"bounded-hash", "sglang", "dynamo", "llm-d",
 }
 
-// Variants are extra policies, not run by default: "ramjet-marginal" (see
-// NewRamjetMarginal), a proposed change to ramjet's rule.
-var Variants = []string{"ramjet-marginal"}
+// Variants are extra policies, not run by default: proposed changes to
+// ramjet's rule, run through the real selection code (see
+// NewRamjetMarginal and NewRamjetContext).
+var Variants = []string{"ramjet-marginal", "ramjet-context"}
+
+// RamjetContextWeight is the context weight of the "ramjet-context"
+// variant (see NewRamjetContext).
+var RamjetContextWeight = 0.1
 
 // Peer defaults, each from its project's published configuration (see the
 // type comments for the source).
@@ -52,6 +57,8 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 		return NewRamjet(cfg)
 	case "ramjet-marginal":
 		return NewRamjetMarginal(cfg)
+	case "ramjet-context":
+		return NewRamjetContext(cfg, RamjetContextWeight)
 	case "round-robin":
 		return &RoundRobin{}, nil
 	case "least-inflight":

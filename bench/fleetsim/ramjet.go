@@ -31,6 +31,11 @@ type Ramjet struct {
 	marginal bool
 	mcands   []selection.Candidate
 
+	// ctxWeight, when positive, adds a second reservation of ctxWeight x
+	// prompt tokens held until completion (see NewRamjetContext).
+	ctxWeight float64
+	ctxRes    map[int]*selection.Reservation
+
 	// Reasons counts decisions by reason.
 	Reasons map[string]int
 }
@@ -68,6 +73,29 @@ func NewRamjetMarginal(cfg selection.Config) (*Ramjet, error) {
 		return nil, err
 	}
 	p.marginal, p.label = true, "ramjet-marginal"
+	return p, nil
+}
+
+// NewRamjetContext returns the "ramjet-context" variant: a proposal, not
+// ramjet's rule. Every in-flight request also weighs weight x its prompt
+// tokens until it completes, so that load(r) grows with the context the
+// replica must read at every decode step:
+//
+//	load(r) = sum over in-flight (RequestCost + weight x context) + pending prefill
+//
+// It runs the real selection code: the extra weight is a second
+// reservation whose "prefill" is never marked done, released at
+// completion. The second reservation also counts RequestCost once more, so
+// the variant halves RequestCost to keep the per-request cost unchanged.
+func NewRamjetContext(cfg selection.Config, weight float64) (*Ramjet, error) {
+	cfg.SetDefaults()
+	cfg.RequestCost = max(1, cfg.RequestCost/2)
+	p, err := NewRamjet(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.ctxWeight, p.label = weight, "ramjet-context"
+	p.ctxRes = make(map[int]*selection.Reservation)
 	return p, nil
 }
 
@@ -138,6 +166,9 @@ func (p *Ramjet) Pick(r *Request, fleet []*Replica) int {
 	res := p.rt.Reserve(d.Slot, prefill)
 	p.rt.Learn(p.f, d.Slot)
 	p.res[r.Row.ID] = res
+	if p.ctxWeight > 0 {
+		p.ctxRes[r.Row.ID] = p.rt.Reserve(d.Slot, int(p.ctxWeight*float64(len(r.Prompt))))
+	}
 	return d.Index
 }
 
@@ -153,5 +184,9 @@ func (p *Ramjet) Done(r *Request, _ int) {
 	if res, ok := p.res[r.Row.ID]; ok {
 		res.Release()
 		delete(p.res, r.Row.ID)
+	}
+	if res, ok := p.ctxRes[r.Row.ID]; ok {
+		res.Release()
+		delete(p.ctxRes, r.Row.ID)
 	}
 }

@@ -46,6 +46,7 @@ func run(args []string, stdout io.Writer) error {
 		cost   = fs.Int("request-cost", 0, "ramjet request_cost in tokens (0: default)")
 		prefix = fs.Int("prefix-tokens", 0, "ramjet prefix_tokens (0: default)")
 		budget = fs.Int64("index-budget", 0, "ramjet index_budget in bytes (0: default)")
+		ctxW   = fs.Float64("context-weight", fleetsim.RamjetContextWeight, "the ramjet-context variant's weight per prompt token of an in-flight request")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -53,6 +54,7 @@ func run(args []string, stdout io.Writer) error {
 	if *short {
 		*scale = 0.1
 	}
+	fleetsim.RamjetContextWeight = *ctxW
 	names := workload.Names
 	if *wl != "all" {
 		names = strings.Split(*wl, ",")
