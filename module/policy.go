@@ -53,8 +53,9 @@ const (
 // request header.
 type RamjetSelection struct {
 	// The routing knobs: affinity_cap, alpha, request_cost, block_tokens,
-	// prefix_tokens, chars_per_token, index_budget, long_output_tokens and
-	// tie_epsilon. Zero means the default; see package selection.
+	// prefix_tokens, chars_per_token, index_budget, long_output_tokens,
+	// tie_epsilon and output_weight. Zero means the default; see package
+	// selection.
 	selection.Config
 
 	// MaxBodyBytes bounds how much of a request body is read to
@@ -120,6 +121,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		index_budget       <size>
 //		long_output_tokens <tokens>
 //		tie_epsilon        <number>
+//		output_weight      <number>
 //		max_body_bytes     <size>
 //		profile            <upstream> speculative|standard
 //		fallback           <policy> [{ <policy options> }]
@@ -163,6 +165,8 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			s.LongOutputTokens, err = intArg(d, opt)
 		case "tie_epsilon":
 			s.TieEpsilon, err = floatArg(d, opt)
+		case "output_weight":
+			s.OutputWeight, err = floatArg(d, opt)
 		case "max_body_bytes":
 			s.MaxBodyBytes, err = sizeArg(d, opt)
 		case "profile":
