@@ -133,16 +133,22 @@ func (p *predictions) holders(key uint64, cand set, now int64) set {
 
 // Predict records that r was just sent a request whose block keys are keys:
 // until each is confirmed by a BlockStored event or ttl passes, it counts
-// for r's overlap. Keys r already holds are not recorded.
+// for r's overlap. Keys r already holds are not recorded, and keys predicted
+// within the last half ttl are not extended (so a hot prefix costs no
+// writes per request; it expires at most ttl/2 early).
 func (x *Index) Predict(r Replica, keys []uint64, ttl time.Duration) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	now := x.cfg.Now()
 	x.pred.sweep(x, now)
 	exp := now.Add(ttl).UnixNano()
+	fresh := exp - int64(ttl/2) // a prediction expiring after this is recent enough
 	for _, k := range keys {
 		if s := x.keys[k]; s.has(r) {
 			continue
+		}
+		if e, ok := x.pred.expiry(r, k); ok && e > fresh {
+			continue // predicted within the last half TTL: keep it as is
 		}
 		x.pred.add(predID{k, r}, exp)
 	}

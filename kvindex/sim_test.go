@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,14 +30,42 @@ type simHarness struct {
 	bs   int
 }
 
-func startSim(t *testing.T, enc enginesim.KVEncoding, h enginesim.HashEncoding) *simHarness {
+// consecutivePorts returns a 127.0.0.1 port p such that p and p+1 were
+// free a moment ago (a data-parallel rank offsets its ports by its rank).
+func consecutivePorts(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		a, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := a.Addr().(*net.TCPAddr).Port
+		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
+		a.Close()
+		if err == nil {
+			b.Close()
+			return p
+		}
+	}
+	t.Fatal("no two consecutive free ports")
+	return 0
+}
+
+func simOptions(enc enginesim.KVEncoding, h enginesim.HashEncoding, events, replay string) enginesim.Options {
 	const bs = 16
-	s, err := enginesim.Start(context.Background(), enginesim.Options{
+	return enginesim.Options{
 		Instant: true, DP: 2,
 		Engine: engine.Config{BlockSize: bs, CapacityTokens: 28 * bs, MaxModelLen: 8192},
-		KVEvents: enginesim.KVEventsOptions{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0",
+		KVEvents: enginesim.KVEventsOptions{Endpoint: events, ReplayEndpoint: replay,
 			Encoding: enc, HashEncoding: h, Topic: "kv-events"},
-	})
+	}
+}
+
+func startSim(t *testing.T, enc enginesim.KVEncoding, h enginesim.HashEncoding) *simHarness {
+	const bs = 16
+	events := fmt.Sprintf("tcp://127.0.0.1:%d", consecutivePorts(t))
+	replay := fmt.Sprintf("tcp://127.0.0.1:%d", consecutivePorts(t))
+	s, err := enginesim.Start(context.Background(), simOptions(enc, h, events, replay))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +148,12 @@ func (h *simHarness) settle(rank int) {
 	}
 }
 
-// warm sends throwaway requests to rank until its feed delivered a message
-// (ZMQ drops what a PUB sends before a subscription reaches it; the first
-// message received then catches up on the rest from the replay socket).
+// warm sends throwaway requests to rank until its feed is fresh (ZMQ drops
+// what a PUB sends before a subscription reaches it; the first message
+// received then catches up on the rest from the replay socket).
 func (h *simHarness) warm(rank int, model string) {
 	h.t.Helper()
-	for i := 0; h.x.Stats(h.reps[rank]).Messages == 0; i++ {
+	for i := 0; !h.x.Fresh(h.reps[rank]); i++ {
 		if i == 50 {
 			h.t.Fatalf("rank %d: no event received", rank)
 		}
@@ -226,10 +255,30 @@ func TestSimulatorEndToEnd(t *testing.T) {
 					t.Errorf("replica %d fresh or complete after its feed broke: %+v", r, st)
 				}
 			}
-			out := make([]int, h.x.NumReplicas())
-			h.x.Overlap(h.x.Keys(nil, 0, seqTokens(0, 64)), out)
 			if h.x.Entries() != 0 {
 				t.Errorf("%d entries left after the feeds broke", h.x.Entries())
+			}
+
+			// The engine comes back on the same ports (a new process): the
+			// subscriber reconnects, catches up from sequence 0, and the
+			// index agrees with the engine again.
+			eps := h.s.Options().KVEvents
+			s2, err := enginesim.Start(context.Background(), simOptions(tc.enc, tc.h, eps.Endpoint, eps.ReplayEndpoint))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s2.Close() })
+			h.s = s2
+			h.warm(0, model)
+			h.warm(1, model)
+			for rank := range h.reps {
+				if st := h.x.Stats(h.reps[rank]); !st.Fresh || !st.Complete || !st.Connected {
+					t.Errorf("rank %d after the engine came back: %+v", rank, st)
+				}
+				h.check(rank, chatReq(model, systems[1], []string{"back"}))
+				if c := h.check(rank, chatReq(model, systems[1], []string{"back", "ok", "more"})); c == 0 {
+					t.Errorf("rank %d: no cached tokens after the engine came back", rank)
+				}
 			}
 		})
 	}

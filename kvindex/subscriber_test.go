@@ -54,7 +54,7 @@ func newTestPub(t *testing.T, events string, withReplay bool) *testPub {
 	}
 	p.events = "tcp://" + p.pub.Addr().String()
 	if withReplay {
-		p.router = zmq4.NewRouter(ctx, zmq4.WithLogger(discard))
+		p.router = zmq4.NewRouter(ctx, zmq4.WithLogger(discard), zmq4.WithTimeout(time.Second))
 		if err := p.router.Listen("tcp://127.0.0.1:0"); err != nil {
 			cancel()
 			t.Fatal(err)
@@ -82,15 +82,19 @@ func (p *testPub) serveReplay() {
 		p.mu.Lock()
 		buf := append([]pubMsg{}, p.buf...)
 		p.mu.Unlock()
+		// A client that has what it needs closes early: sends to it fail,
+		// and the server goes on serving others, as vLLM's does.
+		failed := false
 		for _, m := range buf {
 			if m.seq >= start {
 				if p.router.Send(zmq4.NewMsgFrom(id, []byte{}, seqFrame(int64(m.seq)), m.payload)) != nil {
-					return
+					failed = true
+					break
 				}
 			}
 		}
-		if p.router.Send(zmq4.NewMsgFrom(id, []byte{}, seqFrame(-1), []byte{})) != nil {
-			return
+		if !failed {
+			_ = p.router.Send(zmq4.NewMsgFrom(id, []byte{}, seqFrame(-1), []byte{}))
 		}
 	}
 }

@@ -250,6 +250,23 @@ func (t *Tokenizer) countFallback(err error) {
 	}
 }
 
+// Cached returns the cached tokens of key, if any, without a preflight
+// (counted as a cache hit). Callers that would have to parse the request
+// to build a TokenizeRequest can try it first.
+func (t *Tokenizer) Cached(key uint64) ([]uint32, bool) {
+	t.mu.Lock()
+	el, ok := t.byKey[key]
+	if ok {
+		t.lru.MoveToFront(el)
+	}
+	t.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	t.hits.Add(1)
+	return el.Value.(*tokEntry).tokens, true
+}
+
 func (t *Tokenizer) put(key uint64, tokens []uint32) {
 	if len(tokens) > t.cfg.CacheTokens {
 		return

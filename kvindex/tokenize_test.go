@@ -116,7 +116,13 @@ func TestTokenizeShapesAndCache(t *testing.T) {
 	if _, err := tk.Tokenize(ctx, srv.URL, 1, promptReq("ignored")); err != nil {
 		t.Fatal(err)
 	}
-	if srv.calls.Load() != 2 || tk.CacheHits() != 1 || tk.CacheMisses() != 2 || observed.Load() != 2 {
+	if toks, ok := tk.Cached(1); !ok || len(toks) != 3 {
+		t.Errorf("Cached(1) = %v, %v", toks, ok)
+	}
+	if _, ok := tk.Cached(99); ok {
+		t.Error("Cached(99) hit")
+	}
+	if srv.calls.Load() != 2 || tk.CacheHits() != 2 || tk.CacheMisses() != 2 || observed.Load() != 2 {
 		t.Errorf("calls %d hits %d misses %d observed %d", srv.calls.Load(), tk.CacheHits(),
 			tk.CacheMisses(), observed.Load())
 	}

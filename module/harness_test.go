@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
@@ -43,6 +44,9 @@ type proxyOpts struct {
 	Matcher []string
 	// Extra is a response header the route sets, to make configs differ.
 	Extra string
+	// HeaderUp adds a header_up operation (X-Test-Up: 1) to the proxy, so
+	// that Caddy rebuilds request headers on every attempt.
+	HeaderUp bool
 }
 
 // testCaddy is a Caddy instance run in-process on 127.0.0.1.
@@ -62,6 +66,13 @@ func startCaddy(t testing.TB, ups []string, o proxyOpts) *testCaddy {
 		t.Fatalf("loading caddy config: %v", err)
 	}
 	t.Cleanup(func() {
+		// Idle client connections would hold up the server's shutdown.
+		http.DefaultClient.CloseIdleConnections()
+		// An empty config with the admin endpoint disabled stops the
+		// servers and the admin endpoint; Stop alone keeps the latter.
+		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
+			t.Errorf("unloading caddy: %v", err)
+		}
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)
 		}
@@ -88,6 +99,9 @@ func (c *testCaddy) config(o proxyOpts) []byte {
 		"upstreams":      upstreams,
 		"load_balancing": lb,
 		"flush_interval": -1,
+	}
+	if o.HeaderUp {
+		proxy["headers"] = map[string]any{"request": map[string]any{"set": map[string]any{"X-Test-Up": []string{"1"}}}}
 	}
 	if o.Health {
 		proxy["health_checks"] = map[string]any{"active": map[string]any{
@@ -197,4 +211,33 @@ func longText(seed string, n int) string {
 		fmt.Fprintf(&sb, "%s sentence %d of the shared context. ", seed, i)
 	}
 	return sb.String()
+}
+
+// startCaddyfile adapts a Caddyfile (with {ADDR} and {ADMIN} standing for
+// the client and admin addresses) and loads it.
+func startCaddyfile(t testing.TB, src string) *testCaddy {
+	t.Helper()
+	c := &testCaddy{t: t, addr: freeAddr(t), admin: freeAddr(t)}
+	src = strings.NewReplacer("{ADDR}", c.addr, "{ADMIN}", c.admin).Replace(src)
+	cfg, warns, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapting Caddyfile: %v", err)
+	}
+	for _, w := range warns {
+		t.Logf("Caddyfile warning: %s", w.String())
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading caddy config: %v", err)
+	}
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
+			t.Errorf("unloading caddy: %v", err)
+		}
+		if err := caddy.Stop(); err != nil {
+			t.Errorf("stopping caddy: %v", err)
+		}
+	})
+	c.waitReady()
+	return c
 }

@@ -466,6 +466,16 @@ func (s *RamjetSelection) kvReplicas(v *poolView) []kvindex.Replica {
 		reps[i] = -1
 		if r, ok := s.kv.x.Lookup(key); ok {
 			reps[i] = r
+			continue
+		}
+		// A feed configured for this address under another rank count
+		// never reaches the candidate: say so once per pool change.
+		for _, e := range s.KV.Engines {
+			if e.Upstream == v.pool[i].Dial {
+				s.logger.Warn("kv feed does not match the upstream list: check kv_events ranks against how often the address is listed",
+					zap.String("replica", key), zap.Int("ranks", e.Ranks))
+				break
+			}
 		}
 	}
 	s.kvv.Store(&kvView{view: v, reps: reps})
@@ -488,11 +498,19 @@ type kvPrompt struct {
 	Prompt   json.RawMessage `json:"prompt"`
 }
 
+// kvQuery is what the precise path needs from a request.
+type kvQuery struct {
+	ctx  context.Context
+	body []byte
+	ep   selection.Endpoint
+}
+
 // annotateKV sets the exact overlap on the candidates whose replica has a
 // healthy feed. It returns the scratch holding the request's block keys
 // (for predictKV), or nil when the request is routed by the estimate.
-func (s *RamjetSelection) annotateKV(r *http.Request, body []byte, ep selection.Endpoint,
-	pool reverseproxy.UpstreamPool, v *poolView, cands []selection.Candidate) *kvScratch {
+func (s *RamjetSelection) annotateKV(q *kvQuery, pool reverseproxy.UpstreamPool, v *poolView,
+	cands []selection.Candidate) *kvScratch {
+	body, ep := q.body, q.ep
 	k := s.kv
 	reps := s.kvReplicas(v)
 	base := k.url
@@ -510,22 +528,29 @@ func (s *RamjetSelection) annotateKV(r *http.Request, body []byte, ep selection.
 		k.approx.Add(1)
 		return nil
 	}
-	var p kvPrompt
-	if err := json.Unmarshal(body, &p); err != nil {
-		k.approx.Add(1)
-		return nil
-	}
-	req := kvindex.TokenizeRequest{Model: p.Model, Prompt: p.Prompt}
-	if ep == selection.EndpointChat {
-		req = kvindex.TokenizeRequest{Model: p.Model, Messages: p.Messages, Tools: p.Tools}
-	}
-	toks, err := k.tk.Tokenize(r.Context(), base, kvindex.RequestKey(req), req)
-	if err != nil {
-		k.approx.Add(1)
-		if c := s.logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
-			c.Write(zap.Error(err))
+	// The cache is keyed by the whole body: identical bodies (retries,
+	// repeated prompts) skip both the parse and the preflight; bodies that
+	// differ only outside the prompt merely miss.
+	key := xxhash.Sum64(body)
+	toks, ok := k.tk.Cached(key)
+	if !ok {
+		var p kvPrompt
+		if err := json.Unmarshal(body, &p); err != nil {
+			k.approx.Add(1)
+			return nil
 		}
-		return nil
+		req := kvindex.TokenizeRequest{Model: p.Model, Prompt: p.Prompt}
+		if ep == selection.EndpointChat {
+			req = kvindex.TokenizeRequest{Model: p.Model, Messages: p.Messages, Tools: p.Tools}
+		}
+		var err error
+		if toks, err = k.tk.Tokenize(q.ctx, base, key, req); err != nil {
+			k.approx.Add(1)
+			if c := s.logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
+				c.Write(zap.Error(err))
+			}
+			return nil
+		}
 	}
 	sc := kvScratchPool.Get().(*kvScratch)
 	sc.keys = k.x.Keys(sc.keys[:0], 0, toks)

@@ -53,8 +53,9 @@ const (
 // request header.
 type RamjetSelection struct {
 	// The routing knobs: affinity_cap, alpha, request_cost, block_tokens,
-	// prefix_tokens, chars_per_token, index_budget, long_output_tokens and
-	// tie_epsilon. Zero means the default; see package selection.
+	// prefix_tokens, chars_per_token, index_budget, long_output_tokens,
+	// tie_epsilon and output_weight. Zero means the default; see package
+	// selection.
 	selection.Config
 
 	// MaxBodyBytes bounds how much of a request body is read to
@@ -120,6 +121,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		index_budget       <size>
 //		long_output_tokens <tokens>
 //		tie_epsilon        <number>
+//		output_weight      <number>
 //		max_body_bytes     <size>
 //		profile            <upstream> speculative|standard
 //		fallback           <policy> [{ <policy options> }]
@@ -163,6 +165,8 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			s.LongOutputTokens, err = intArg(d, opt)
 		case "tie_epsilon":
 			s.TieEpsilon, err = floatArg(d, opt)
+		case "output_weight":
+			s.OutputWeight, err = floatArg(d, opt)
 		case "max_body_bytes":
 			s.MaxBodyBytes, err = sizeArg(d, opt)
 		case "profile":
@@ -388,7 +392,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	if ep != selection.EndpointUnknown {
 		st.readBody(r, s.MaxBodyBytes)
-		if b := st.body; b != nil && b.acquire() {
+		if b := st.acquireBody(); b != nil {
 			body = b
 			feat = st.features(s.x, ep)
 			s.restoreBody(r, st)
@@ -401,6 +405,45 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return s.selectFallback(pool, r, w, st, v)
 	}
 
+	var kq *kvQuery
+	if s.kv != nil {
+		kq = &kvQuery{ctx: r.Context(), body: body.buf, ep: ep}
+	}
+	d := s.decide(pool, v, st, feat, kq)
+	if d.Index < 0 {
+		body.release()
+		if v.untracked {
+			// Upstreams past selection.MaxReplicas cannot be scored: the
+			// fallback policy may still find one of them.
+			return s.selectFallback(pool, r, w, st, v)
+		}
+		st.decision = d // Reason none: no usable replica
+		return nil
+	}
+	res := f.rt.Reserve(d.Slot, d.Prefill)
+	st.markTried(d.Slot)
+	f.rt.Learn(feat, d.Slot)
+	st.model = f.models.intern(feat.Model)
+	body.release()
+
+	st.fallback = false
+	st.decision = d
+	s.tag(r, w, st, v, d.Index)
+	st.setReservation(res)
+	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
+		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
+			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
+			zap.Int("best_overlap", d.BestOverlap), zap.Float64("load", d.Load),
+			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
+	}
+	return pool[d.Index]
+}
+
+// decide runs the routing rule over pool with pooled scratch memory. It
+// allocates nothing (TestDecideAllocs). On a retry, replicas already tried
+// for the request are filtered out unless no other is usable. kq, when the
+// precise index is on, carries what its /tokenize preflight needs.
+func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, kq *kvQuery) selection.Decision {
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
 	usable := 0
@@ -421,36 +464,16 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		}
 	}
 	var ksc *kvScratch
-	if s.kv != nil {
-		ksc = s.annotateKV(r, body.buf, ep, pool, v, cands)
+	if kq != nil {
+		ksc = s.annotateKV(kq, pool, v, cands)
 	}
-	d := f.rt.Pick(feat, cands, sc.sel)
+	d := s.fleet.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
-	s.predictKV(ksc, v, d.Index)
-	if d.Index < 0 {
-		scratchPool.Put(sc)
-		body.release()
-		st.decision = d
-		return nil
+	if ksc != nil {
+		s.predictKV(ksc, v, d.Index)
 	}
-	res := f.rt.Reserve(d.Slot, d.Prefill)
-	st.markTried(d.Slot)
-	f.rt.Learn(feat, d.Slot)
-	st.model = f.models.intern(feat.Model)
 	scratchPool.Put(sc)
-	body.release()
-
-	st.fallback = false
-	st.decision = d
-	s.tag(r, w, st, v, d.Index)
-	st.setReservation(res)
-	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
-		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
-			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
-			zap.Int("best_overlap", d.BestOverlap), zap.Float64("load", d.Load),
-			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
-	}
-	return pool[d.Index]
+	return d
 }
 
 // selectFallback routes a request without usable features with the
@@ -485,13 +508,30 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	st.slot = v.slots[i]
 	st.replica = v.keys[i]
 	st.routeID = v.ids[i]
+	st.routeIDHdr = v.idHdr[i]
 	if w != nil {
 		w.Header()[HeaderUpstream] = v.idHdr[i]
 	}
-	if v.rankHdr[i] != nil {
-		r.Header[HeaderRank] = v.rankHdr[i]
-	} else if r.Header != nil {
-		delete(r.Header, HeaderRank)
+	// On the first attempt r.Header is the map Caddy copies the request
+	// headers from on every attempt when header operations are configured;
+	// keep the rank current there too, so that a retry to another rank
+	// carries its own.
+	if st.attempts == 1 {
+		st.baseHeader = r.Header
+	}
+	setRank(r.Header, v.rankHdr[i])
+	setRank(st.baseHeader, v.rankHdr[i])
+}
+
+// setRank sets or removes the data-parallel rank header.
+func setRank(h http.Header, rank []string) {
+	if h == nil {
+		return
+	}
+	if rank != nil {
+		h[HeaderRank] = rank
+	} else {
+		delete(h, HeaderRank)
 	}
 }
 
@@ -558,6 +598,9 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 			}
 		}
 		v.slots[i], v.ids[i] = slot, id
+		if slot < 0 {
+			v.untracked = true
+		}
 		v.idHdr[i] = []string{id}
 		if p, ok := s.profiles[key]; ok {
 			v.profiles[i] = p

@@ -257,6 +257,9 @@ func Run(cfg Config) (*Result, error) {
 		live[a.id] = rq
 		cfg.Policy.Routed(rq, rep)
 	}
+	if len(live) > 0 || len(children) > 0 {
+		return nil, fmt.Errorf("fleetsim: %d requests never finished and %d closed-loop turns never started (engines idle)", len(live), len(children))
+	}
 	for _, e := range engines {
 		res.Engine = append(res.Engine, e.Stats())
 	}

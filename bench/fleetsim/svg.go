@@ -84,8 +84,8 @@ func WriteCDF(w io.Writer, title, xlabel string, series []Series) error {
 		if len(vals) > 0 {
 			fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" points="`, col, sw)
 			fmt.Fprintf(b, "%.1f,%.1f ", x(vals[0]), y(0))
-			// A step per sample, thinned to at most ~600 points.
-			stride := max(1, len(vals)/600)
+			// A step per sample, thinned to at most ~250 steps.
+			stride := max(1, len(vals)/250)
 			for k := 0; k < len(vals); k += stride {
 				p := float64(k+1) / float64(len(vals))
 				fmt.Fprintf(b, "%.1f,%.1f %.1f,%.1f ", x(vals[k]), y(float64(k)/float64(len(vals))), x(vals[k]), y(p))

@@ -48,6 +48,7 @@ func run(args []string, stdout io.Writer) error {
 		cost   = fs.Int("request-cost", 0, "ramjet request_cost in tokens (0: default)")
 		prefix = fs.Int("prefix-tokens", 0, "ramjet prefix_tokens (0: default)")
 		budget = fs.Int64("index-budget", 0, "ramjet index_budget in bytes (0: default)")
+		outW   = fs.Float64("output-weight", 0, "ramjet output_weight: score per requested output token on a replica whose engine profile fits (0: default)")
 		ctxW   = fs.Float64("context-weight", fleetsim.RamjetContextWeight, "the ramjet-context variant's weight per prompt token of an in-flight request")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -65,7 +66,7 @@ func run(args []string, stdout io.Writer) error {
 	if *policies != "all" {
 		pols = strings.Split(*policies, ",")
 	}
-	rcfg := selection.Config{AffinityCap: *cap_, Alpha: *alpha, RequestCost: *cost, PrefixTokens: *prefix, IndexBudget: *budget}
+	rcfg := selection.Config{AffinityCap: *cap_, Alpha: *alpha, RequestCost: *cost, PrefixTokens: *prefix, IndexBudget: *budget, OutputWeight: *outW}
 
 	if *trace != "" {
 		if len(names) != 1 {
