@@ -464,7 +464,12 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 		}
 		rp.TransportRaw = caddyconfig.JSONModuleObject(t, "protocol", "http", nil)
 	} else if rd.usesTLS() {
-		return h.Err("ramjet: with https:// upstreams and a transport block, enable tls in the transport block")
+		var t struct {
+			TLS json.RawMessage `json:"tls"`
+		}
+		if err := json.Unmarshal(rp.TransportRaw, &t); err != nil || len(t.TLS) == 0 {
+			return h.Err("ramjet: with https:// upstreams and a transport block, enable tls in the transport block")
+		}
 	}
 	return nil
 }

@@ -220,11 +220,12 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		return err
 	}
 	ae := apiErrorFromHandler(err)
-	if c := g.logger.Check(zapcore.DebugLevel, "request failed"); c != nil {
-		c.Write(zap.Int("status", ae.Status), zap.Error(err))
-	}
+	level := zapcore.DebugLevel
 	if ae.Status >= 500 {
-		g.logger.Warn("request failed", zap.Int("status", ae.Status), zap.Error(err))
+		level = zapcore.WarnLevel
+	}
+	if c := g.logger.Check(level, "request failed"); c != nil {
+		c.Write(zap.Int("status", ae.Status), zap.Error(err))
 	}
 	WriteAPIError(gw, ae)
 	return nil
