@@ -123,7 +123,7 @@ func (m *Models) Provision(ctx caddy.Context) error {
 	if m.Cache == 0 {
 		m.Cache = caddy.Duration(DefaultModelsCache)
 	}
-	f, key, err := acquireFleet(m.Upstreams, resolveSecret(m.UpstreamToken), time.Duration(m.Timeout))
+	f, key, err := acquireModelList(m.Upstreams, resolveSecret(m.UpstreamToken), time.Duration(m.Timeout))
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (m *Models) Validate() error {
 // Cleanup releases the shared model list.
 func (m *Models) Cleanup() error {
 	if m.fleet != nil {
-		_, _ = fleets.Delete(m.fleetK)
+		_, _ = modelLists.Delete(m.fleetK)
 	}
 	return nil
 }
@@ -285,7 +285,7 @@ func mergeModels(lists [][]engineModel) *ModelList {
 }
 
 // fleetModels is the model list of one set of engines, shared through the
-// fleets pool by every handler of the same upstreams and token, so that a
+// modelLists pool by every handler of the same upstreams and token, so that a
 // config reload keeps it.
 type fleetModels struct {
 	dials   []string
@@ -302,17 +302,17 @@ type fleetModels struct {
 	lastErr   error
 }
 
-var fleets = caddy.NewUsagePool()
+var modelLists = caddy.NewUsagePool()
 
-// acquireFleet returns the shared model list of these upstreams, creating it
-// on first use. The caller must fleets.Delete(key) in Cleanup.
-func acquireFleet(upstreams []string, token string, timeout time.Duration) (*fleetModels, string, error) {
+// acquireModelList returns the shared model list of these upstreams, creating it
+// on first use. The caller must modelLists.Delete(key) in Cleanup.
+func acquireModelList(upstreams []string, token string, timeout time.Duration) (*fleetModels, string, error) {
 	dials := uniqueSorted(upstreams)
 	if len(dials) == 0 {
 		return nil, "", errors.New("upstreams: at least one upstream is required")
 	}
 	key := token + "\x00" + timeout.String() + "\x00" + strings.Join(dials, ",")
-	v, _, err := fleets.LoadOrNew(key, func() (caddy.Destructor, error) {
+	v, _, err := modelLists.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return &fleetModels{
 			dials:   dials,
 			token:   token,

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func ptr[T any](v T) *T { return &v }
+func ptrTo[T any](v T) *T { return &v }
 
 func TestMergeModels(t *testing.T) {
 	engineA := `[{"id":"llama","object":"model","created":200,"owned_by":"vllm","root":"/mnt/models/llama","parent":null,"max_model_len":8192,"permission":[{"id":"modelperm-1"}]},
@@ -33,8 +33,8 @@ func TestMergeModels(t *testing.T) {
 	}
 	got := mergeModels([][]engineModel{a, b})
 	want := &ModelList{Object: "list", Data: []ModelCard{
-		{ID: "llama", Object: "model", Created: 100, OwnedBy: "vllm", MaxModelLen: ptr[int64](4096)},
-		{ID: "llama-lora", Object: "model", Created: 210, OwnedBy: "vllm", Parent: ptr("llama"), MaxModelLen: ptr[int64](8192)},
+		{ID: "llama", Object: "model", Created: 100, OwnedBy: "vllm", MaxModelLen: ptrTo[int64](4096)},
+		{ID: "llama-lora", Object: "model", Created: 210, OwnedBy: "vllm", Parent: ptrTo("llama"), MaxModelLen: ptrTo[int64](8192)},
 		{ID: "qwen", Object: "model", Created: 300, OwnedBy: "ramjet"},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -76,13 +76,13 @@ func TestFleetModelsFetch(t *testing.T) {
 	defer close(release)
 
 	dials := []string{strings.TrimPrefix(engine.URL, "http://"), strings.TrimPrefix(slow.URL, "http://")}
-	f, key, err := acquireFleet(append(dials, dials[0]), "tok", 300*time.Millisecond)
+	f, key, err := acquireModelList(append(dials, dials[0]), "tok", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fleets.Delete(key)
-	f2, key2, _ := acquireFleet([]string{dials[1], dials[0]}, "tok", 300*time.Millisecond)
-	defer fleets.Delete(key2)
+	defer modelLists.Delete(key)
+	f2, key2, _ := acquireModelList([]string{dials[1], dials[0]}, "tok", 300*time.Millisecond)
+	defer modelLists.Delete(key2)
 	if f2 != f {
 		t.Error("same upstreams in another order do not share the model list")
 	}
@@ -116,11 +116,11 @@ func TestFleetModelsNoEngine(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dial := strings.TrimPrefix(dead.URL, "http://")
 	dead.Close()
-	f, key, err := acquireFleet([]string{dial}, "", time.Second)
+	f, key, err := acquireModelList([]string{dial}, "", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fleets.Delete(key)
+	defer modelLists.Delete(key)
 	if _, err := f.models(context.Background(), time.Second); err == nil {
 		t.Fatal("want an error when no engine answers")
 	}

@@ -163,7 +163,7 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	g.checkOn = g.ModelCheck == "on"
 	g.scrub = scrubList(g.Upstreams)
 	if len(g.Upstreams) > 0 {
-		f, key, err := acquireFleet(g.Upstreams, g.token, time.Duration(g.ModelsTimeout))
+		f, key, err := acquireModelList(g.Upstreams, g.token, time.Duration(g.ModelsTimeout))
 		if err != nil {
 			return err
 		}
@@ -188,7 +188,7 @@ func (g *Guard) Validate() error {
 // Cleanup releases the shared model list.
 func (g *Guard) Cleanup() error {
 	if g.fleet != nil {
-		_, _ = fleets.Delete(g.fleetK)
+		_, _ = modelLists.Delete(g.fleetK)
 	}
 	return nil
 }
