@@ -172,6 +172,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		{
 			HandlersRaw: []json.RawMessage{
 				caddyconfig.JSONModuleObject(guard, "handler", "ramjet_guard", nil),
+				json.RawMessage(`{"handler":"ramjet"}`), // observes responses: prefill done, release
 				caddyconfig.JSONModuleObject(rp, "handler", "reverse_proxy", nil),
 			},
 		},
