@@ -14,12 +14,19 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
 func init() {
 	caddy.RegisterModule(Health{})
+	httpcaddyfile.RegisterHandlerDirective("ramjet_health", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		m := new(Health)
+		err := m.UnmarshalCaddyfile(h.Dispenser)
+		return m, err
+	})
+	httpcaddyfile.RegisterDirectiveOrder("ramjet_health", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // Health answers GET /health on the client port (module

@@ -15,6 +15,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
@@ -23,6 +24,12 @@ import (
 
 func init() {
 	caddy.RegisterModule(Guard{})
+	httpcaddyfile.RegisterHandlerDirective("ramjet_guard", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		m := new(Guard)
+		err := m.UnmarshalCaddyfile(h.Dispenser)
+		return m, err
+	})
+	httpcaddyfile.RegisterDirectiveOrder("ramjet_guard", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // DefaultMaxBodySize is the largest request body the guard accepts by
