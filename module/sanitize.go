@@ -331,36 +331,299 @@ func isJSONContent(ct string) bool {
 }
 
 // probeModel checks that body is one JSON object and returns its "model"
-// string, if any.
+// string, if any. It validates strictly (as encoding/json would) in one
+// pass without building values: several times faster than json.Unmarshal on
+// long prompts, and allocation-free unless the model name has escapes.
 func probeModel(body []byte) (string, *APIError) {
-	var probe struct {
-		Model json.RawMessage `json:"model"`
-	}
-	err := json.Unmarshal(body, &probe)
-	if err != nil {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se):
-			return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
-				fmt.Sprintf("the request body is not valid JSON: %v (at byte %d)", se, se.Offset))
-		case errors.As(err, &te) && te.Field == "":
-			return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
-				"the request body must be a JSON object")
-		default:
-			return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
-				"the request body is not valid JSON: "+err.Error())
+	sc := jsonScanner{b: body}
+	sc.ws()
+	if sc.i < len(body) && body[sc.i] != '{' {
+		if err := sc.value(0); err != nil {
+			return "", invalidJSON(err)
 		}
+		if sc.ws(); sc.i != len(body) {
+			return "", invalidJSON(sc.errf("invalid character %s after top-level value", quoteChar(body[sc.i])))
+		}
+		return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
+			"the request body must be a JSON object")
 	}
-	if len(probe.Model) == 0 || string(probe.Model) == "null" {
+	if err := sc.value(0); err != nil {
+		return "", invalidJSON(err)
+	}
+	if sc.ws(); sc.i != len(body) {
+		return "", invalidJSON(sc.errf("invalid character %s after top-level value", quoteChar(body[sc.i])))
+	}
+	switch {
+	case sc.model == nil || string(sc.model) == "null":
 		return "", nil
-	}
-	var model string
-	if err := json.Unmarshal(probe.Model, &model); err != nil {
+	case sc.model[0] != '"':
 		return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, "invalid_type", "model",
 			"model must be a string")
+	case bytes.IndexByte(sc.model, '\\') < 0:
+		return string(sc.model[1 : len(sc.model)-1]), nil
+	}
+	var model string
+	if err := json.Unmarshal(sc.model, &model); err != nil {
+		return "", invalidJSON(err)
 	}
 	return model, nil
+}
+
+func invalidJSON(err error) *APIError {
+	return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
+		"the request body is not valid JSON: "+err.Error())
+}
+
+// maxJSONDepth bounds nesting, as encoding/json does (10000); deeper bodies
+// are refused rather than risking the stack.
+const maxJSONDepth = 10000
+
+// jsonScanner validates JSON (RFC 8259) without decoding it, and remembers
+// the raw value of the top-level "model" member.
+type jsonScanner struct {
+	b     []byte
+	i     int
+	model []byte
+}
+
+func (s *jsonScanner) errf(format string, args ...any) error {
+	return fmt.Errorf(format+" (at byte %d)", append(args, s.i)...)
+}
+
+func quoteChar(c byte) string {
+	if c < 0x20 || c >= 0x7f {
+		return fmt.Sprintf("0x%02x", c)
+	}
+	return strconv.QuoteRune(rune(c))
+}
+
+func (s *jsonScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jsonScanner) value(depth int) error {
+	s.ws()
+	if s.i >= len(s.b) {
+		return s.errf("unexpected end of JSON input")
+	}
+	switch c := s.b[s.i]; {
+	case c == '{':
+		return s.object(depth + 1)
+	case c == '[':
+		return s.array(depth + 1)
+	case c == '"':
+		return s.str()
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number()
+	default:
+		return s.errf("invalid character %s looking for beginning of value", quoteChar(c))
+	}
+}
+
+func (s *jsonScanner) object(depth int) error {
+	if depth > maxJSONDepth {
+		return s.errf("exceeded max depth")
+	}
+	s.i++ // {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		s.ws()
+		if s.i >= len(s.b) {
+			return s.errf("unexpected end of JSON input")
+		}
+		if s.b[s.i] != '"' {
+			return s.errf("invalid character %s looking for beginning of object key string", quoteChar(s.b[s.i]))
+		}
+		k0 := s.i
+		if err := s.str(); err != nil {
+			return err
+		}
+		key := s.b[k0:s.i]
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			if s.i >= len(s.b) {
+				return s.errf("unexpected end of JSON input")
+			}
+			return s.errf("invalid character %s after object key", quoteChar(s.b[s.i]))
+		}
+		s.i++
+		s.ws()
+		v0 := s.i
+		if err := s.value(depth); err != nil {
+			return err
+		}
+		if depth == 1 && isModelKey(key) {
+			s.model = s.b[v0:s.i]
+		}
+		s.ws()
+		if s.i >= len(s.b) {
+			return s.errf("unexpected end of JSON input")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.errf("invalid character %s after object key:value pair", quoteChar(s.b[s.i]))
+		}
+	}
+}
+
+// isModelKey matches "model", also when written with escapes.
+func isModelKey(raw []byte) bool {
+	if string(raw) == `"model"` {
+		return true
+	}
+	if len(raw) > 7 && bytes.IndexByte(raw, '\\') >= 0 {
+		var k string
+		return json.Unmarshal(raw, &k) == nil && k == "model"
+	}
+	return false
+}
+
+func (s *jsonScanner) array(depth int) error {
+	if depth > maxJSONDepth {
+		return s.errf("exceeded max depth")
+	}
+	s.i++ // [
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == ']' {
+		s.i++
+		return nil
+	}
+	for {
+		if err := s.value(depth); err != nil {
+			return err
+		}
+		s.ws()
+		if s.i >= len(s.b) {
+			return s.errf("unexpected end of JSON input")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil
+		default:
+			return s.errf("invalid character %s after array element", quoteChar(s.b[s.i]))
+		}
+	}
+}
+
+// str scans a string starting at its opening quote.
+func (s *jsonScanner) str() error {
+	s.i++ // opening quote
+	b := s.b
+	for i := s.i; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '"':
+			s.i = i + 1
+			return nil
+		case c == '\\':
+			if i+1 >= len(b) {
+				s.i = i
+				return s.errf("unexpected end of JSON input")
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+					s.i = i
+					return s.errf("invalid \\u escape in string")
+				}
+				i += 6
+			default:
+				s.i = i + 1
+				return s.errf("invalid character %s in string escape code", quoteChar(b[i+1]))
+			}
+		case c < 0x20:
+			s.i = i
+			return s.errf("invalid character %s in string literal", quoteChar(c))
+		default:
+			i++
+		}
+	}
+	s.i = len(b)
+	return s.errf("unexpected end of JSON input")
+}
+
+func isHex4(h []byte) bool {
+	for _, c := range h {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *jsonScanner) literal(lit string) error {
+	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
+		return s.errf("invalid literal, want %s", lit)
+	}
+	s.i += len(lit)
+	return nil
+}
+
+func (s *jsonScanner) number() error {
+	b, i := s.b, s.i
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if b[i] == '-' {
+		i++
+	}
+	if i < len(b) && b[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		s.i = i
+		return s.errf("invalid number")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			s.i = i
+			return s.errf("invalid number: no digits after decimal point")
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			s.i = i
+			return s.errf("invalid number: no digits in exponent")
+		}
+	}
+	s.i = i
+	return nil
 }
 
 // hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 and their

@@ -3,12 +3,14 @@ package module
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -273,5 +275,90 @@ func TestGuardRewritesChainErrors(t *testing.T) {
 	}
 	if rec.Header().Get("Location") != "" || rec.Header().Get("X-Kept") != "yes" {
 		t.Errorf("headers = %v", rec.Header())
+	}
+}
+
+// FuzzProbeModel checks the one-pass scanner against encoding/json: the same
+// bodies are valid, and the same model is found.
+func FuzzProbeModel(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m1","messages":[{"role":"user","content":"hi \u00e9 \n"}]}`,
+		`{"model":"a\u002fb","x":[1,-2.5e+3,true,false,null,{}]}`,
+		`{"\u006dodel":"esc-key"}`, `{"model":null}`, `{"model":3}`, `{"model":"x","model":"y"}`,
+		`[1]`, `"s"`, `{`, `{"a":}`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`, `{"a":"` + "\x01" + `"}`,
+		` {"a":[[[]]]} `, `{"a":1} {}`, `{"a":-}`, `{"a":1e}`, `{"a":tru}`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkProbeAgainstStdlib(t, body) })
+}
+
+// TestProbeModelMutations runs the FuzzProbeModel check over a bounded,
+// deterministic set of mutations of its seeds (the fuzzer proper needs
+// -fuzz).
+func TestProbeModelMutations(t *testing.T) {
+	seeds := []string{
+		`{"model":"m1","messages":[{"role":"user","content":"hi \u00e9 \n"}],"max_tokens":16,"temperature":0.7}`,
+		`{"model":"a\u002fb","x":[1,-2.5e+3,true,false,null,{"y":"z"}]}`,
+		`{"\u006dodel":"esc-key","n":[[1],[2,[3]]]}`,
+	}
+	const alphabet = "{}[]\",:\\u0123456789.-+eEtrufalsn \t\n\x01\xff"
+	rng := uint64(0x9e3779b97f4a7c15)
+	next := func(n int) int {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return int(rng % uint64(n))
+	}
+	for i := range 30000 {
+		b := []byte(seeds[i%len(seeds)])
+		for range 1 + next(3) {
+			switch pos := next(len(b) + 1); next(3) {
+			case 0: // replace
+				if pos < len(b) {
+					b[pos] = alphabet[next(len(alphabet))]
+				}
+			case 1: // insert
+				b = append(b[:pos], append([]byte{alphabet[next(len(alphabet))]}, b[pos:]...)...)
+			default: // truncate
+				b = b[:pos]
+			}
+		}
+		checkProbeAgainstStdlib(t, b)
+	}
+}
+
+func checkProbeAgainstStdlib(t *testing.T, body []byte) {
+	t.Helper()
+	{
+		model, ae := probeModel(body)
+		// Keys match exactly (as the engines' parsers do), so the oracle is
+		// a map, not a struct (encoding/json matches fields case-insensitively).
+		var obj map[string]json.RawMessage
+		valid := json.Valid(body)
+		isObject := valid && json.Unmarshal(body, &obj) == nil && obj != nil
+		probe := struct{ Model json.RawMessage }{obj["model"]}
+		switch {
+		case !valid:
+			if ae == nil {
+				t.Fatalf("invalid JSON accepted: %q", body)
+			}
+			return
+		case !isObject:
+			if ae == nil {
+				t.Fatalf("non-object accepted: %q", body)
+			}
+			return
+		}
+		var want string
+		wantErr := len(probe.Model) > 0 && string(probe.Model) != "null" && json.Unmarshal(probe.Model, &want) != nil
+		if wantErr != (ae != nil) {
+			t.Fatalf("probeModel(%q) error = %v, want error %v", body, ae, wantErr)
+		}
+		// encoding/json replaces invalid UTF-8; the probe keeps the bytes
+		// (such a name matches no served model either way).
+		if ae == nil && model != want && utf8.ValidString(model) {
+			t.Fatalf("probeModel(%q) = %q, want %q", body, model, want)
+		}
 	}
 }
