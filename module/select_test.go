@@ -1,0 +1,139 @@
+package module
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// newTestPolicy provisions a policy with its own state key.
+func newTestPolicy(tb testing.TB, key string) *RamjetSelection {
+	tb.Helper()
+	p := &RamjetSelection{StateKey: key}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	if err := p.Provision(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	p.logger = zap.NewNop()
+	tb.Cleanup(func() {
+		p.Cleanup()
+		cancel()
+	})
+	return p
+}
+
+// newTestPool returns n upstreams on distinct dial addresses.
+func newTestPool(n int) reverseproxy.UpstreamPool {
+	pool := make(reverseproxy.UpstreamPool, n)
+	for i := range pool {
+		pool[i] = &reverseproxy.Upstream{Dial: "10.0.0." + strconv.Itoa(i+1) + ":8000", Host: new(reverseproxy.Host)}
+	}
+	return pool
+}
+
+// chatJSON is a chat request with a system prompt of about n bytes.
+func chatJSON(n int, user string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"model":      "qwen3-8b",
+		"max_tokens": 64,
+		"messages": []map[string]string{
+			{"role": "system", "content": longText("system", n)},
+			{"role": "user", "content": user},
+		},
+	})
+	return b
+}
+
+var chatURL = &url.URL{Path: "/v1/chat/completions"}
+
+// newTestRequest builds a proxied request as Caddy hands it to Select: a
+// context with the vars map and a body.
+func newTestRequest(ctx context.Context, body []byte) *http.Request {
+	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, make(map[string]any, 4))
+	r := &http.Request{
+		Method: http.MethodPost, URL: chatURL, Header: make(http.Header, 4),
+		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
+	}
+	return r.WithContext(ctx)
+}
+
+// TestDecideAllocs proves the Select hot path past the body read (the
+// cached features, the pool view, candidate building and Pick with pooled
+// scratch) allocates nothing for 8 replicas.
+func TestDecideAllocs(t *testing.T) {
+	p := newTestPolicy(t, "allocs")
+	pool := newTestPool(8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := newTestRequest(ctx, chatJSON(64<<10, "hello"))
+	if up := p.Select(pool, r, nil); up == nil {
+		t.Fatal("no upstream selected")
+	}
+	st := lookupRequest(r)
+	ep := selection.EndpointChat
+	var d selection.Decision
+	allocs := testing.AllocsPerRun(1000, func() {
+		if !st.body.acquire() {
+			t.Fatal("body released")
+		}
+		f := st.features(p.x, ep)
+		v := p.viewFor(pool)
+		d = p.decide(pool, v, st, f)
+		st.body.release()
+	})
+	if allocs != 0 {
+		t.Fatalf("decide allocates %v times per call, want 0", allocs)
+	}
+	// The first Select's reservation (a 16k-token prefill) outweighs the
+	// warm cache: the decision is a load override, after an index hit.
+	if d.Index < 0 || d.BestOverlap == 0 || d.Reason != selection.ReasonLoadOverride {
+		t.Fatalf("decision %+v: want a load override of the warm replica", d)
+	}
+}
+
+// TestSelectReleases checks the reservation lifecycle of Select alone
+// (no ramjet handler): held while the request runs, released when its
+// context ends, and released before a retry reserves again.
+func TestSelectReleases(t *testing.T) {
+	p := newTestPolicy(t, "release")
+	pool := newTestPool(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := newTestRequest(ctx, chatJSON(8<<10, "hi"))
+	up := p.Select(pool, r, nil)
+	if up == nil {
+		t.Fatal("no upstream")
+	}
+	st := lookupRequest(r)
+	rt := p.fleet.rt
+	if in, pend := rt.Load(st.slot); in != 1 || pend == 0 {
+		t.Fatalf("after Select: inflight %d pending %d, want 1 and the prompt", in, pend)
+	}
+	first := st.slot
+	// A retry: the first reservation is released, another replica chosen.
+	if up2 := p.Select(pool, r, nil); up2 == nil || up2 == up {
+		t.Fatalf("retry chose %v, first %v", up2, up)
+	}
+	if in, pend := rt.Load(first); in != 0 || pend != 0 {
+		t.Fatalf("first attempt still reserved: inflight %d pending %d", in, pend)
+	}
+	if in, _ := rt.Load(st.slot); in != 1 {
+		t.Fatalf("retry not reserved: inflight %d", in)
+	}
+	cancel()
+	eventually(t, "reservation released", func() bool { in, pend := rt.Load(st.slot); return in == 0 && pend == 0 })
+	if !st.done.Load() {
+		t.Fatal("request state not finished")
+	}
+}
