@@ -43,8 +43,8 @@ const (
 	modelsRetry = time.Second
 	// maxModelsBody bounds one engine's /v1/models answer.
 	maxModelsBody = 1 << 20
-	// maxModels bounds the merged list.
-	maxModels = 1024
+	// maxListedModels bounds the merged list.
+	maxListedModels = 1024
 )
 
 // Models answers GET /v1/models (and GET /v1/models/{id}) for a ramjet route
@@ -266,7 +266,7 @@ func mergeModels(lists [][]engineModel) *ModelList {
 				}
 				continue
 			}
-			if len(out.Data) >= maxModels {
+			if len(out.Data) >= maxListedModels {
 				continue
 			}
 			owner := em.OwnedBy
@@ -492,8 +492,8 @@ func (f *fleetModels) fetchOne(ctx context.Context, dial string) ([]engineModel,
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxModelsBody)).Decode(&body); err != nil {
 		return nil, fmt.Errorf("GET /v1/models: decoding: %w", err)
 	}
-	if len(body.Data) > maxModels {
-		body.Data = body.Data[:maxModels]
+	if len(body.Data) > maxListedModels {
+		body.Data = body.Data[:maxListedModels]
 	}
 	return body.Data, nil
 }

@@ -33,13 +33,9 @@ func init() {
 }
 
 // DefaultMaxBodySize is the largest request body the guard accepts by
-// default: 32 MiB, room for long prompts with inline images.
-const DefaultMaxBodySize = 32 << 20
-
-// BodyVarKey is the caddyhttp var under which the guard leaves the request
-// body it has read ([]byte, exactly as received). Handlers and matchers after
-// it may read it instead of the body; the body itself is also replayable.
-const BodyVarKey = "ramjet.request_body"
+// default: the policy's DefaultMaxBodyBytes (16 MiB), so that every accepted
+// body is also fingerprinted.
+const DefaultMaxBodySize = DefaultMaxBodyBytes
 
 // Guard is the client-facing edge of a ramjet route (module
 // http.handlers.ramjet_guard). Before the request is proxied it:
@@ -75,7 +71,7 @@ type Guard struct {
 	ForwardClientAuth bool `json:"forward_client_auth,omitempty"`
 
 	// MaxBodySize is the largest accepted request body, in bytes. Default
-	// 32 MiB. Larger bodies get 413.
+	// 16 MiB. Larger bodies get 413.
 	MaxBodySize int64 `json:"max_body_size,omitempty"`
 
 	// ModelCheck controls the 404 for models the fleet does not serve:
@@ -213,6 +209,9 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	}
 
 	if ae := g.readBody(r); ae != nil {
+		if st := lookupRequest(r); st != nil {
+			st.finish() // nothing was routed: release the body at once
+		}
 		WriteAPIError(w, ae)
 		return nil
 	}
@@ -238,8 +237,10 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	return nil
 }
 
-// readBody reads the body once, bounded, leaves it replayable for the proxy
-// (retries resend it) and validates it on JSON routes.
+// readBody reads the body once, bounded, into ramjet's per-request state
+// (the policy then fingerprints the same bytes without reading again; the
+// proxy forwards them byte for byte and can replay them on a retry), and
+// validates it on JSON routes.
 func (g *Guard) readBody(r *http.Request) *APIError {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
@@ -247,35 +248,25 @@ func (g *Guard) readBody(r *http.Request) *APIError {
 	if r.ContentLength > g.MaxBodySize {
 		return tooLarge(g.MaxBodySize)
 	}
-	var buf []byte
-	if r.ContentLength > 0 {
-		buf = make([]byte, 0, r.ContentLength+1)
-	}
-	b := bytes.NewBuffer(buf)
-	n, err := b.ReadFrom(io.LimitReader(r.Body, g.MaxBodySize+1))
-	_ = r.Body.Close()
-	if err != nil {
+	st := requestState(r)
+	st.readBody(r, g.MaxBodySize)
+	switch {
+	case errors.Is(st.bodyErr, errBodyTooLarge):
+		return tooLarge(g.MaxBodySize)
+	case st.bodyErr != nil:
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		if errors.As(st.bodyErr, &mbe) {
 			return tooLarge(g.MaxBodySize)
 		}
 		return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, "", "",
 			"the request body could not be read")
+	case st.body == nil:
+		return nil
 	}
-	if n > g.MaxBodySize {
-		return tooLarge(g.MaxBodySize)
-	}
-	body := b.Bytes()
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	caddyhttp.SetVar(r.Context(), BodyVarKey, body)
-
 	if r.Method != http.MethodPost || !isJSONRoute(r.URL.Path) || !isJSONContent(r.Header.Get("Content-Type")) {
 		return nil
 	}
-	model, ae := probeModel(body)
+	model, ae := probeModel(st.body.buf)
 	if ae != nil {
 		return ae
 	}
