@@ -495,6 +495,10 @@ func (rd *ramjetDirective) policy() (map[string]any, error) {
 	if rd.secret != "" {
 		p["route_id_secret"] = rd.secret
 	}
+	if rd.maxBodySize > 0 {
+		// The policy fingerprints every body the guard accepts.
+		p["max_body_bytes"] = rd.maxBodySize
+	}
 	var spec []string
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {

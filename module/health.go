@@ -1,9 +1,6 @@
 package module
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,10 +49,10 @@ type Health struct {
 	// per rank.
 	Upstreams []string `json:"upstreams,omitempty"`
 
-	// RouteIDSecret keys the opaque replica ids; it must equal the
-	// selection policy's, so that /health ids match X-Ramjet-Upstream.
-	// Placeholders such as {env.RJ_ROUTE_ID_SECRET} are resolved at
-	// provisioning.
+	// RouteIDSecret keys the opaque replica ids when the proxy does not use
+	// the ramjet policy; with the ramjet policy, its ids (and secret) are
+	// used, so that /health ids match X-Ramjet-Upstream. Placeholders such
+	// as {env.RJ_ROUTE_ID_SECRET} are resolved at provisioning.
 	RouteIDSecret string `json:"route_id_secret,omitempty"`
 
 	ctx    caddy.Context
@@ -178,8 +175,12 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 func (h *Health) Report() HealthReport {
 	rep := HealthReport{Total: len(h.Upstreams), Replicas: make([]ReplicaHealth, len(h.Upstreams))}
 	proxy := h.findProxy()
+	ids := idsFor(proxy, h.Upstreams)
+	if ids == nil {
+		ids = h.ids
+	}
 	for i := range h.Upstreams {
-		rh := ReplicaHealth{ID: h.ids[i]}
+		rh := ReplicaHealth{ID: ids[i]}
 		if proxy == nil {
 			rh.Reason = "not_found"
 		} else {
@@ -300,24 +301,56 @@ var (
 	_ caddyfile.Unmarshaler       = (*Health)(nil)
 )
 
-// replicaIDs returns the opaque route id of every entry of an upstream list,
-// a repeated dial being the next data-parallel rank of the same engine.
+// replicaKeys returns the replica key of every entry of an upstream list,
+// as the ramjet policy names replicas: the dial address, or "dial#rank" when
+// the address is listed more than once (data-parallel ranks).
+func replicaKeys(dials []string) []string {
+	count := map[string]int{}
+	for _, d := range dials {
+		count[d]++
+	}
+	seen := map[string]int{}
+	keys := make([]string, len(dials))
+	for i, d := range dials {
+		keys[i] = d
+		if count[d] > 1 {
+			keys[i] = d + "#" + strconv.Itoa(seen[d])
+			seen[d]++
+		}
+	}
+	return keys
+}
+
+// replicaIDs returns the opaque route id of every entry of an upstream list
+// under secret.
 func replicaIDs(secret string, dials []string) []string {
-	ids := make([]string, len(dials))
-	rank := map[string]int{}
-	for i, dial := range dials {
-		ids[i] = RouteID(secret, dial, rank[dial])
-		rank[dial]++
+	keys := replicaKeys(dials)
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = routeID([]byte(secret), k)
 	}
 	return ids
 }
 
-// RouteID is the opaque, stable id of one replica (dial address plus
-// data-parallel rank): a keyed hash, never an address.
-func RouteID(secret, dial string, rank int) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(dial))
-	m.Write([]byte{'#'})
-	m.Write([]byte(strconv.Itoa(rank)))
-	return hex.EncodeToString(m.Sum(nil)[:8])
+// idsFor returns the ids the proxy's ramjet policy gives these replicas (so
+// that /health matches X-Ramjet-Upstream, whatever the policy's secret), or
+// nil when the proxy does not use the ramjet policy.
+func idsFor(proxy *reverseproxy.Handler, dials []string) []string {
+	if proxy == nil || proxy.LoadBalancing == nil {
+		return nil
+	}
+	pol, ok := proxy.LoadBalancing.SelectionPolicy.(*RamjetSelection)
+	if !ok || pol.fleet == nil {
+		return nil
+	}
+	f := pol.fleet
+	f.mu.Lock()
+	secret := f.secret
+	f.mu.Unlock()
+	keys := replicaKeys(dials)
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = routeID(secret, k)
+	}
+	return ids
 }
