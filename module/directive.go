@@ -64,6 +64,17 @@ var policyKnobs = map[string]string{
 	"tie_epsilon":        "float",
 }
 
+// envDrivenProxyOptions are the reverse_proxy subdirectives that are
+// dropped when given without a value inside ramjet (an unset {$RJ_*}
+// environment variable), so that ramjet's default applies.
+var envDrivenProxyOptions = map[string]bool{
+	"health_uri": true, "health_port": true, "health_interval": true, "health_timeout": true,
+	"health_passes": true, "health_fails": true, "health_status": true,
+	"fail_duration": true, "max_fails": true, "unhealthy_latency": true, "unhealthy_request_count": true,
+	"lb_retries": true, "lb_try_duration": true, "lb_try_interval": true,
+	"flush_interval": true, "stream_timeout": true, "stream_close_delay": true,
+}
+
 // ramjetDirective is the parsed ramjet directive.
 type ramjetDirective struct {
 	upstreams []upstreamAddr
@@ -213,6 +224,14 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			continue
 		}
 		name := d.Val()
+		if envDrivenProxyOptions[name] && !d.NextArg() {
+			// Given without a value (an unset environment variable): keep
+			// ramjet's default instead of failing in reverse_proxy.
+			d.DeleteN(1)
+			continue
+		} else if envDrivenProxyOptions[name] {
+			d.Prev()
+		}
 		kind, isKnob := policyKnobs[name]
 		switch name {
 		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth",

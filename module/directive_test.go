@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
@@ -45,6 +46,7 @@ func TestParseRamjetTokens(t *testing.T) {
 		{name: "knobs", give: "ramjet a:1 {\n affinity_cap 4096\n alpha 0.25\n index_budget 128MiB\n}",
 			wantDials: []string{"a:1"}, wantKnobs: map[string]any{"affinity_cap": 4096, "alpha": 0.25, "index_budget": int64(128 << 20)}},
 		{name: "reverse_proxy syntax left alone", give: "ramjet a:1 {\n health_interval 1s\n}", wantDials: []string{"a:1"}},
+		{name: "empty reverse_proxy options dropped", give: "ramjet a:1 {\n health_interval\n max_fails\n lb_retries 3\n}", wantDials: []string{"a:1"}},
 
 		{name: "no upstream", give: `ramjet`, wantErr: "at least one upstream"},
 		{name: "bad scheme", give: `ramjet unix://x`, wantErr: "unsupported scheme"},
@@ -162,5 +164,58 @@ func TestDirectiveAdapt(t *testing.T) {
 				t.Errorf("adapt error = %v, want %q", err, expected)
 			}
 		})
+	}
+}
+
+// TestDeployCaddyfileAdapt adapts deploy/Caddyfile with only RJ_UPSTREAM
+// set, compares it with caddyfile/testdata/directive_deploy.json (-update
+// rewrites it) and provisions it.
+func TestDeployCaddyfileAdapt(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, EnvPrefix) {
+			t.Setenv(name, "") // the golden file is made with defaults only
+		}
+	}
+	t.Setenv("RJ_UPSTREAM", "10.0.0.1:8000, 10.0.0.2:8000")
+	src, err := os.ReadFile("../deploy/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warns, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "deploy/Caddyfile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range warns {
+		t.Errorf("adapter warning: %s", w.String())
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "\t"); err != nil {
+		t.Fatal(err)
+	}
+	pretty.WriteByte('\n')
+	golden := "../caddyfile/testdata/directive_deploy.json"
+	if *updateGolden {
+		if err := os.WriteFile(golden, pretty.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), pretty.String()); diff != "" {
+		t.Errorf("deploy/Caddyfile adapts differently (-want +got):\n%s", diff)
+	}
+	for _, secret := range []string{"RJ_UPSTREAM_TOKEN", "RJ_ROUTE_ID_SECRET"} {
+		if !strings.Contains(pretty.String(), "{env."+secret+"}") {
+			t.Errorf("%s is not read through a runtime placeholder", secret)
+		}
+	}
+	var cfg caddy.Config
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Validate(&cfg); err != nil {
+		t.Fatalf("provisioning deploy/Caddyfile: %v", err)
 	}
 }
