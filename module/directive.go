@@ -464,33 +464,58 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 		rp.FlushInterval = -1 // SSE: every token as it comes
 	}
 
-	if rp.TransportRaw == nil {
-		off := false
-		on := true
-		t := &reverseproxy.HTTPTransport{
-			DialTimeout: caddy.Duration(DefaultDialTimeout),
-			// No response header timeout: a long prefill may take minutes
-			// before the first byte.
-			Compression: &off,
-			KeepAlive: &reverseproxy.KeepAlive{
-				Enabled:             &on,
-				MaxIdleConnsPerHost: DefaultMaxIdleConnsPerHost,
-				IdleConnTimeout:     caddy.Duration(DefaultIdleConnTimeout),
-			},
-			Versions: []string{"1.1"},
+	return rd.tuneTransport(rp, h)
+}
+
+// tuneTransport gives the HTTP transport ramjet's defaults wherever the
+// block's own `transport http { }` (if any) leaves them unset.
+func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfile.Helper) error {
+	t := new(reverseproxy.HTTPTransport)
+	if rp.TransportRaw != nil {
+		var probe struct {
+			Protocol string `json:"protocol"`
 		}
-		if rd.usesTLS() {
-			t.TLS = new(reverseproxy.TLSConfig)
+		if err := json.Unmarshal(rp.TransportRaw, &probe); err != nil {
+			return h.Errf("ramjet: reading the transport block: %v", err)
 		}
-		rp.TransportRaw = caddyconfig.JSONModuleObject(t, "protocol", "http", nil)
-	} else if rd.usesTLS() {
-		var t struct {
-			TLS json.RawMessage `json:"tls"`
+		if probe.Protocol != "http" {
+			return nil // another transport (fastcgi...): the operator's own
 		}
-		if err := json.Unmarshal(rp.TransportRaw, &t); err != nil || len(t.TLS) == 0 {
+		if err := json.Unmarshal(rp.TransportRaw, t); err != nil {
+			return h.Errf("ramjet: reading the transport block: %v", err)
+		}
+		if rd.usesTLS() && t.TLS == nil {
 			return h.Err("ramjet: with https:// upstreams and a transport block, enable tls in the transport block")
 		}
+	} else if rd.usesTLS() {
+		t.TLS = new(reverseproxy.TLSConfig)
 	}
+	if t.DialTimeout == 0 {
+		t.DialTimeout = caddy.Duration(DefaultDialTimeout)
+	}
+	// No response header timeout is set: a long prefill may take minutes
+	// before the first byte.
+	if t.Compression == nil {
+		off := false
+		t.Compression = &off // SSE must not wait on a gzip buffer
+	}
+	if t.KeepAlive == nil {
+		t.KeepAlive = new(reverseproxy.KeepAlive)
+	}
+	if t.KeepAlive.Enabled == nil {
+		on := true
+		t.KeepAlive.Enabled = &on
+	}
+	if t.KeepAlive.MaxIdleConnsPerHost == 0 {
+		t.KeepAlive.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	if t.KeepAlive.IdleConnTimeout == 0 {
+		t.KeepAlive.IdleConnTimeout = caddy.Duration(DefaultIdleConnTimeout)
+	}
+	if len(t.Versions) == 0 && t.TLS == nil {
+		t.Versions = []string{"1.1"}
+	}
+	rp.TransportRaw = caddyconfig.JSONModuleObject(t, "protocol", "http", nil)
 	return nil
 }
 
