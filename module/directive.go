@@ -419,6 +419,13 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 	if lb.Retries == 0 && lb.TryDuration == 0 {
 		lb.Retries = DefaultRetries
 	}
+	if lb.RetryMatchRaw == nil {
+		// Retry every request, POST included, when the engine gave no
+		// response at all (a connection it closed as the request went out,
+		// a dial failure): the policy replays the body it kept, and an LLM
+		// request may run again. Responses, even errors, are never retried.
+		lb.RetryMatchRaw = caddyhttp.RawMatcherSets{{"path": h.JSON(caddyhttp.MatchPath{"*"})}}
+	}
 
 	if rp.HealthChecks == nil {
 		rp.HealthChecks = new(reverseproxy.HealthChecks)

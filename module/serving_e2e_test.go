@@ -667,3 +667,67 @@ func TestServingOutputLengthTieBreak(t *testing.T) {
 		t.Errorf("short outputs: standard got %d (want 6), speculative %d (want 6)", n0, n1)
 	}
 }
+
+// TestServingRetriesLoseNothing: an engine that stops accepting
+// connections before any health check notices is still chosen for its warm
+// cache; the request is retried on another engine with the same body, and
+// the client sees a normal answer.
+func TestServingRetriesLoseNothing(t *testing.T) {
+	for round := range 4 {
+		t.Run(strconv.Itoa(round), func(t *testing.T) {
+			sims := startSims(t, 3, nil)
+			p := mustLoad(t, deployCaddyfile(t), map[string]string{
+				"RJ_UPSTREAM":        simAddrs(sims),
+				"RJ_HEALTH_INTERVAL": "1h", // only the first check runs
+			})
+			cl := p.client()
+			sys := openai.SystemMessage(longPrompt("retry system "+strconv.Itoa(round), 8000))
+			if _, err := cl.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+				Model: simModel, Messages: []openai.ChatCompletionMessageParamUnion{sys, openai.UserMessage("one")},
+				MaxTokens: openai.Int(2),
+			}); err != nil {
+				t.Fatal(err)
+			}
+			warm := -1
+			for i, s := range sims {
+				if s.count() == 1 {
+					warm = i
+				}
+			}
+			if warm < 0 {
+				t.Fatal("no engine served the first turn")
+			}
+			f := sims[warm].Faults()
+			f.RefuseConnections = true
+			if err := sims[warm].SetFaults(f); err != nil {
+				t.Fatal(err)
+			}
+			body := `{"model":"` + simModel + `","max_tokens":2,"messages":[{"role":"system","content":` +
+				strconv.Quote(longPrompt("retry system "+strconv.Itoa(round), 8000)) + `},{"role":"user","content":"two \u00e9"}]}`
+			resp, err := http.Post(p.base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			served := 0
+			for i, s := range sims {
+				if i == warm {
+					continue
+				}
+				for _, r := range s.received() {
+					served++
+					if !bytes.Equal(r.Body, []byte(body)) {
+						t.Errorf("retried request reached engine %d with a different body (%d bytes, sent %d)", i, len(r.Body), len(body))
+					}
+				}
+			}
+			if served != 1 {
+				t.Errorf("the retried request reached %d other engines, want 1", served)
+			}
+		})
+	}
+}
