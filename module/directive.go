@@ -82,6 +82,7 @@ type ramjetDirective struct {
 	profiles  []string // per engine
 	token     string
 	secret    string
+	clientKey string
 	knobs     map[string]any
 
 	forwardClientAuth bool
@@ -103,6 +104,7 @@ type upstreamAddr struct {
 //
 //	ramjet [<matcher>] <upstreams...> {
 //	    upstream_token      <token>
+//	    client_tokens       <keys...>
 //	    dp_ranks            <n> | <n1,n2,...>
 //	    profiles            standard|speculative | <p1,p2,...>
 //	    route_id_secret     <secret>
@@ -155,10 +157,12 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	dials := rd.dials()
 
 	health := &Health{Upstreams: dials, RouteIDSecret: rd.secret}
-	models := &Models{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
+	models := &Models{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, ClientTokens: rd.clientKey,
+		Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
 	guard := &Guard{
 		Upstreams:         rd.baseURLs(),
 		UpstreamToken:     rd.token,
+		ClientTokens:      rd.clientKey,
 		ForwardClientAuth: rd.forwardClientAuth,
 		MaxBodySize:       rd.maxBodySize,
 		ModelCheck:        rd.modelCheck,
@@ -234,7 +238,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 		kind, isKnob := policyKnobs[name]
 		switch name {
-		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth",
+		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
 			"max_body_size", "model_check", "models_cache", "models_timeout":
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
@@ -255,6 +259,8 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			rd.token, err = optionalArg(d, args)
 		case "route_id_secret":
 			rd.secret, err = optionalArg(d, args)
+		case "client_tokens":
+			rd.clientKey = strings.Join(args, ",")
 		case "dp_ranks":
 			ranksArg = splitList(args)
 		case "profiles":

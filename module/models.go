@@ -64,6 +64,10 @@ type Models struct {
 	// such as {env.RJ_UPSTREAM_TOKEN} are resolved at provisioning.
 	UpstreamToken string `json:"upstream_token,omitempty"`
 
+	// ClientTokens, when set, are the API keys clients must present; see
+	// ramjet_guard.
+	ClientTokens string `json:"client_tokens,omitempty"`
+
 	// Timeout bounds one fetch of all engines' lists. Default 2s.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
@@ -73,6 +77,7 @@ type Models struct {
 
 	fleet  *fleetModels
 	fleetK string
+	auth   clientAuth
 }
 
 // CaddyModule returns the Caddy module information.
@@ -87,6 +92,7 @@ func (Models) CaddyModule() caddy.ModuleInfo {
 //
 //	ramjet_models <upstreams...> {
 //	    upstream_token <token>
+//	    client_tokens  <keys...>
 //	    timeout        <duration>
 //	    cache          <duration>
 //	}
@@ -105,6 +111,8 @@ func (m *Models) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch name {
 		case "upstream_token":
 			m.UpstreamToken, err = optionalArg(d, args)
+		case "client_tokens":
+			m.ClientTokens = strings.Join(args, ",")
 		case "timeout":
 			m.Timeout, err = parseDurationArg(d, args)
 		case "cache":
@@ -130,6 +138,7 @@ func (m *Models) Provision(ctx caddy.Context) error {
 	if m.Cache == 0 {
 		m.Cache = caddy.Duration(DefaultModelsCache)
 	}
+	m.auth = newClientAuth(m.ClientTokens)
 	f, key, err := acquireModelList(m.Upstreams, resolveSecret(m.UpstreamToken), time.Duration(m.Timeout))
 	if err != nil {
 		return err
@@ -162,6 +171,10 @@ func (m *Models) Cleanup() error {
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every request
 // it sees; the route in front of it should match GET /v1/models*.
 func (m *Models) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	if ae := m.auth.check(r); ae != nil {
+		WriteAPIError(w, ae)
+		return nil
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		WriteAPIError(w, newAPIError(http.StatusMethodNotAllowed, errTypeInvalidRequest, "method_not_allowed", "",

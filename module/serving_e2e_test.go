@@ -731,3 +731,43 @@ func TestServingRetriesLoseNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestServingClientTokens: with RJ_CLIENT_TOKENS, the API and the model
+// list need one of the keys (401 otherwise); /health stays open; the
+// engines never see the client's key.
+func TestServingClientTokens(t *testing.T) {
+	sims := startSims(t, 1, nil)
+	p := mustLoad(t, deployCaddyfile(t), map[string]string{
+		"RJ_UPSTREAM":       simAddrs(sims),
+		"RJ_CLIENT_TOKENS":  "key-one,key-two",
+		"RJ_UPSTREAM_TOKEN": "engine-token",
+	})
+	ctx := context.Background()
+	good := p.client(option.WithAPIKey("key-two"))
+	if _, err := good.Chat.Completions.New(ctx, chatParams("hi", 2)); err != nil {
+		t.Fatalf("chat with a valid key: %v", err)
+	}
+	if _, err := good.Models.List(ctx); err != nil {
+		t.Fatalf("models with a valid key: %v", err)
+	}
+	bad := p.client(option.WithAPIKey("key-three"))
+	var apiErr *openai.Error
+	_, err := bad.Chat.Completions.New(ctx, chatParams("hi", 2))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "invalid_api_key" {
+		t.Errorf("chat with a wrong key: %v", err)
+	}
+	_, err = bad.Models.List(ctx)
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 {
+		t.Errorf("models with a wrong key: %v", err)
+	}
+	if st, _, _ := getHealth(t, p); st != 200 {
+		t.Errorf("/health needs a key: status %d", st)
+	}
+	got := sims[0].received()
+	if len(got) != 1 {
+		t.Fatalf("engine received %d requests, want 1", len(got))
+	}
+	if a := got[0].Header.Get("Authorization"); a != "Bearer engine-token" {
+		t.Errorf("engine saw Authorization %q", a)
+	}
+}
