@@ -26,8 +26,9 @@ type Recorded struct {
 	Path   string
 	Header http.Header
 	Body   []byte
-	// Rank is the data-parallel rank that served it (-1 if none: the
-	// request failed before routing).
+	// Rank is the data-parallel rank it was routed to (-1 when its
+	// X-data-parallel-rank header was invalid). Requests are recorded
+	// before faults and validation, so failed requests are recorded too.
 	Rank int
 	At   time.Time
 }
@@ -35,7 +36,7 @@ type Recorded struct {
 // RankStats are one data-parallel rank's counters.
 type RankStats struct {
 	Rank int
-	// Requests is the number of requests routed to this rank.
+	// Requests is the number of valid requests submitted to this rank.
 	Requests uint64
 	// Engine is the engine's state and counters.
 	Engine engine.Stats
@@ -262,12 +263,28 @@ func (s *Server) Faults() Faults {
 	return s.faults
 }
 
-// SetFaults replaces the current faults.
+// refuseGrace is how long SetFaults waits after closing idle connections
+// when it starts refusing, so that clients' connection pools see the
+// closes before their next request (otherwise a client may write into a
+// pooled connection the server just closed and get a reset instead of a
+// refused dial).
+const refuseGrace = 25 * time.Millisecond
+
+// SetFaults replaces the current faults. When it starts refusing
+// connections it closes the listener and every idle connection and returns
+// after a short grace period.
 func (s *Server) SetFaults(f Faults) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	return s.applyFaults(f)
+	refusing := s.Faults().RefuseConnections
+	if err := s.applyFaults(f); err != nil {
+		return err
+	}
+	if f.RefuseConnections && !refusing {
+		time.Sleep(refuseGrace)
+	}
+	return nil
 }
 
 func (s *Server) applyFaults(f Faults) error {

@@ -11,7 +11,7 @@ import (
 // BenchmarkInstantChat measures whole requests through an instant
 // simulator over loopback HTTP (the floor an overhead benchmark sits on):
 // a 1k-token chat prompt, 16 output tokens, 8 clients in parallel.
-var benchPar = 1 // x GOMAXPROCS clients
+var benchPar = 4 // x GOMAXPROCS clients (8 on 2 cores)
 
 func BenchmarkInstantChat(b *testing.B) {
 	for _, stream := range []bool{false, true} {
