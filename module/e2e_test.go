@@ -466,3 +466,82 @@ func TestE2ERetryReplaysBody(t *testing.T) {
 		})
 	}
 }
+
+func TestE2ECaddyfileModels(t *testing.T) {
+	qwen := startSims(t, 2, enginesim.Options{Model: "qwen3-8b"})
+	llama := startSims(t, 2, enginesim.Options{Model: "llama-3.1-8b"})
+	c := startCaddyfile(t, `{
+	admin {ADMIN}
+	auto_https off
+	log {
+		level ERROR
+	}
+}
+
+http://{ADDR} {
+	@qwen ramjet_body qwen3-*
+	handle @qwen {
+		ramjet_observe
+		reverse_proxy `+strings.Join(qwen.dials(), " ")+` {
+			lb_policy ramjet {
+				state_key qwen
+			}
+			flush_interval -1
+		}
+	}
+
+	@llama ramjet_body {
+		model llama-3.*
+	}
+	handle @llama {
+		ramjet_observe
+		reverse_proxy `+strings.Join(llama.dials(), " ")+` {
+			lb_policy ramjet {
+				state_key llama
+			}
+			flush_interval -1
+		}
+	}
+
+	handle {
+		respond "no such model" 404
+	}
+}
+`)
+	fq, fl := lookupFleet("qwen"), lookupFleet("llama")
+	if fq == nil || fl == nil || fq == fl {
+		t.Fatalf("fleets qwen %p llama %p", fq, fl)
+	}
+	in := func(f *fleet, ss sims, id string) bool {
+		for _, s := range ss {
+			if f.routeID(s.Addr()) == id {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range 4 {
+		for _, tc := range []struct {
+			model string
+			f     *fleet
+			ss    sims
+		}{{"qwen3-8b", fq, qwen}, {"llama-3.1-8b", fl, llama}} {
+			resp, b := c.post("/v1/chat/completions", chatBody(tc.model, false, [2]string{"user", "hello " + itoa(i)}))
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s: status %d: %s", tc.model, resp.StatusCode, b)
+			}
+			if id := resp.Header.Get(HeaderUpstream); !in(tc.f, tc.ss, id) {
+				t.Fatalf("%s: served by %q, not one of its pool", tc.model, id)
+			}
+		}
+	}
+	for _, body := range []string{
+		chatBody("mistral-7b", false, [2]string{"user", "hi"}),
+		`{"model":"qwen3-8b","messages":[`, // malformed: no match
+	} {
+		resp, b := c.post("/v1/chat/completions", body)
+		if resp.StatusCode != 404 || string(b) != "no such model" {
+			t.Fatalf("%.30s: status %d %q, want the 404 route", body, resp.StatusCode, b)
+		}
+	}
+}

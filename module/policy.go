@@ -470,6 +470,7 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	st.slot = v.slots[i]
 	st.replica = v.keys[i]
 	st.routeID = v.ids[i]
+	st.routeIDHdr = v.idHdr[i]
 	if w != nil {
 		w.Header()[HeaderUpstream] = v.idHdr[i]
 	}

@@ -51,15 +51,16 @@ type reqState struct {
 	featErr error
 
 	// Filled by Select for the last attempt.
-	fleet    *fleet
-	decision selection.Decision
-	slot     selection.Slot
-	replica  string                             // replica key: "addr" or "addr#rank"
-	routeID  string                             // opaque id sent in X-Ramjet-Upstream
-	model    string                             // interned model name ("" when unknown)
-	fallback bool                               // the fallback policy chose (no usable features)
-	attempts int                                // Select calls for this request (1 + retries)
-	tried    [selection.MaxReplicas / 64]uint64 // slots picked by earlier attempts
+	fleet      *fleet
+	decision   selection.Decision
+	slot       selection.Slot
+	replica    string                             // replica key: "addr" or "addr#rank"
+	routeID    string                             // opaque id sent in X-Ramjet-Upstream
+	routeIDHdr []string                           // the same, as a shared header value; never modify
+	model      string                             // interned model name ("" when unknown)
+	fallback   bool                               // the fallback policy chose (no usable features)
+	attempts   int                                // Select calls for this request (1 + retries)
+	tried      [selection.MaxReplicas / 64]uint64 // slots picked by earlier attempts
 
 	res  atomic.Pointer[selection.Reservation]
 	done atomic.Bool

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -135,5 +136,75 @@ func TestSelectReleases(t *testing.T) {
 	eventually(t, "reservation released", func() bool { in, pend := rt.Load(st.slot); return in == 0 && pend == 0 })
 	if !st.done.Load() {
 		t.Fatal("request state not finished")
+	}
+}
+
+// TestSelectOversizedBody checks that a body over max_body_bytes goes to
+// the fallback policy untouched: the upstream reads the identical bytes.
+func TestSelectOversizedBody(t *testing.T) {
+	p := newTestPolicy(t, "oversized")
+	p.MaxBodyBytes = 1024
+	pool := newTestPool(4)
+	for _, chunked := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		body := chatJSON(4096, "big")
+		r := newTestRequest(ctx, body)
+		if chunked {
+			r.ContentLength = -1 // length unknown: read up to the bound
+		}
+		if p.Select(pool, r, nil) == nil {
+			t.Fatal("no upstream")
+		}
+		st := lookupRequest(r)
+		if !st.fallback || st.bodyErr != errBodyTooLarge {
+			t.Fatalf("chunked=%v: fallback %v, body error %v", chunked, st.fallback, st.bodyErr)
+		}
+		got, err := io.ReadAll(r.Body)
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("chunked=%v: forwarded %d bytes (%v), want the %d sent", chunked, len(got), err, len(body))
+		}
+		if in, _ := p.fleet.rt.Load(st.slot); in != 1 {
+			t.Fatalf("fallback pick not reserved: inflight %d", in)
+		}
+		cancel()
+	}
+}
+
+// TestMatcherRestoresBody checks that the matcher hands the next reader
+// the identical bytes, matches by model glob, and leaves malformed and
+// oversized bodies unmatched but intact.
+func TestMatcherRestoresBody(t *testing.T) {
+	tests := []struct {
+		name      string
+		body      string
+		max       int64
+		wantMatch bool
+	}{
+		{"match", `{"model":"qwen3-8b","messages":[{"role":"user","content":"hi"}]}`, 0, true},
+		{"other model", `{"model":"llama","messages":[]}`, 0, false},
+		{"malformed", `{"model":"qwen3-8b","messages":[`, 0, false},
+		{"oversized", `{"model":"qwen3-8b","messages":[{"role":"user","content":"` + longText("x", 4096) + `"}]}`, 1024, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := BodyMatcher{Models: []string{"qwen3-*"}, MaxBodyBytes: tt.max}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r := newTestRequest(ctx, []byte(tt.body))
+			ok, err := m.MatchWithError(r)
+			if err != nil || ok != tt.wantMatch {
+				t.Fatalf("match = %v, %v; want %v", ok, err, tt.wantMatch)
+			}
+			got, err := io.ReadAll(r.Body)
+			if err != nil || string(got) != tt.body {
+				t.Fatalf("next reader got %d bytes (%v), want the %d sent", len(got), err, len(tt.body))
+			}
+			if tt.name == "malformed" {
+				var re *selection.RequestError
+				if st := lookupRequest(r); st == nil || !errors.As(st.featErr, &re) {
+					t.Fatalf("parse error not kept for a 400: %v", st.featErr)
+				}
+			}
+		})
 	}
 }
