@@ -2,6 +2,7 @@ package selection
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
 )
@@ -64,11 +65,62 @@ func scanString(b []byte, i int) (end int, escaped bool, err error) {
 			n++
 		}
 		if n%2 == 0 {
+			if hasControl(b[start:q]) {
+				return 0, false, syntaxErr(i, "control character in string")
+			}
 			escaped = bytes.IndexByte(b[start:q], '\\') >= 0
+			if escaped && !validEscapes(b[start:q]) {
+				return 0, false, syntaxErr(i, "invalid escape in string")
+			}
 			return q + 1, escaped, nil
 		}
 		j = q + 1
 	}
+}
+
+// validEscapes reports whether every backslash in s starts a valid JSON
+// escape.
+func validEscapes(s []byte) bool {
+	for {
+		k := bytes.IndexByte(s, '\\')
+		if k < 0 {
+			return true
+		}
+		s = s[k:]
+		if len(s) < 2 {
+			return false
+		}
+		switch s[1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			s = s[2:]
+		case 'u':
+			if _, ok := hex4(s[2:]); !ok {
+				return false
+			}
+			s = s[6:]
+		default:
+			return false
+		}
+	}
+}
+
+// hasControl reports whether s holds a byte below 0x20, eight bytes at a
+// time (the "has less than" bit trick).
+func hasControl(s []byte) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	for len(s) >= 8 {
+		x := binary.LittleEndian.Uint64(s)
+		if (x-lo*0x20)&^x&hi != 0 {
+			return true
+		}
+		s = s[8:]
+	}
+	for _, c := range s {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // skipValue validates and skips one JSON value starting at b[i] (after
@@ -131,7 +183,8 @@ func scanNumber(b []byte, i int) (int, error) {
 		}
 		return i - s
 	}
-	if digits() == 0 {
+	intStart := i
+	if n := digits(); n == 0 || (n > 1 && b[intStart] == '0') {
 		return 0, syntaxErr(start, "invalid number")
 	}
 	if i < len(b) && b[i] == '.' {
@@ -211,6 +264,10 @@ func (it *objectIter) next() bool {
 		return false
 	}
 	it.val = skipWS(b, i+1)
+	if it.val >= len(b) {
+		it.err = syntaxErr(it.val, "unexpected end of input in object")
+		return false
+	}
 	it.i = it.val
 	return true
 }

@@ -1,0 +1,532 @@
+package enginesim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ramjet-llm/ramjet/bench/engine"
+)
+
+// errRestarted fails requests that were in flight when the engine
+// restarted.
+var errRestarted = errors.New("engine restarted")
+
+// Recorded is one request as the simulator received it.
+type Recorded struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+	// Rank is the data-parallel rank that served it (-1 if none: the
+	// request failed before routing).
+	Rank int
+	At   time.Time
+}
+
+// RankStats are one data-parallel rank's counters.
+type RankStats struct {
+	Rank int
+	// Requests is the number of requests routed to this rank.
+	Requests uint64
+	// Engine is the engine's state and counters.
+	Engine engine.Stats
+	// KVBatches is the number of KV event batches published since the
+	// last restart (the next sequence number).
+	KVBatches uint64
+}
+
+// Server is a running simulator. Its methods are safe for concurrent use.
+type Server struct {
+	opts   Options
+	ctx    context.Context
+	cancel context.CancelFunc
+	srv    *http.Server
+	reg    *prometheus.Registry
+	ttft   *prometheus.HistogramVec
+	e2e    *prometheus.HistogramVec
+	ranks  []*rank
+	wg     sync.WaitGroup
+	ids    atomic.Uint64
+	rr     atomic.Uint64
+
+	mu      sync.Mutex // guards the fields below
+	addr    string
+	ln      net.Listener
+	faults  Faults
+	rng     *rand.Rand
+	last    *Recorded
+	closed  bool
+	serving sync.WaitGroup
+}
+
+// pending is one request inside a rank, guarded by rank.mu.
+type pending struct {
+	generated int
+	firstAt   time.Duration
+	done      bool
+	usage     engine.Usage
+	err       error
+	notify    chan struct{}
+}
+
+func (p *pending) signal() {
+	select {
+	case p.notify <- struct{}{}:
+	default:
+	}
+}
+
+type rank struct {
+	s     *Server
+	idx   int
+	wake  chan struct{}
+	pub   *kvPublisher
+	count atomic.Uint64
+
+	pubMu sync.Mutex // serialises draining and publishing KV batches
+
+	mu      sync.Mutex // guards the fields below
+	eng     *engine.Engine
+	epoch   time.Time
+	reqs    map[uint64]*pending
+	evs     []engine.Event
+	kvBatch []engine.KVEvent
+	last    *Recorded
+}
+
+// Start starts a simulator: its HTTP server, one engine loop per rank and
+// the KV event publishers. Close stops all of it; ctx only bounds startup.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	o.setDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		opts: o, ctx: sctx, cancel: cancel,
+		reg:    prometheus.NewRegistry(),
+		addr:   ln.Addr().String(),
+		ln:     ln,
+		faults: o.Faults,
+		rng:    rand.New(rand.NewPCG(o.Seed, 0xfa17)),
+	}
+	s.initMetrics()
+	for i := 0; i < o.DP; i++ {
+		r := &rank{s: s, idx: i, wake: make(chan struct{}, 1), reqs: make(map[uint64]*pending)}
+		if o.KVEvents.Endpoint != "" {
+			r.pub, err = newKVPublisher(sctx, o.KVEvents, i)
+			if err != nil {
+				ln.Close()
+				cancel()
+				for _, r := range s.ranks {
+					r.pub.close()
+				}
+				return nil, err
+			}
+		}
+		r.reset()
+		s.ranks = append(s.ranks, r)
+	}
+	s.applyFaults(o.Faults)
+	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	for _, r := range s.ranks {
+		s.wg.Add(1)
+		go r.run()
+	}
+	s.serve(ln)
+	return s, nil
+}
+
+func (s *Server) serve(ln net.Listener) {
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		_ = s.srv.Serve(ln)
+	}()
+}
+
+// URL is the base URL, e.g. "http://127.0.0.1:41234" (append /v1 for
+// OpenAI clients).
+func (s *Server) URL() string { return "http://" + s.Addr() }
+
+// Addr is the listen address host:port.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Model is the served model name.
+func (s *Server) Model() string { return s.opts.Model }
+
+// Options returns the options with defaults filled.
+func (s *Server) Options() Options { return s.opts }
+
+// KVEndpoints are the ranks' bound PUB addresses (tcp://host:port), in
+// rank order; nil when events are off.
+func (s *Server) KVEndpoints() []string {
+	var eps []string
+	for _, r := range s.ranks {
+		if r.pub != nil {
+			eps = append(eps, r.pub.Endpoint())
+		}
+	}
+	return eps
+}
+
+// KVReplayEndpoints are the ranks' bound ROUTER addresses; nil when off.
+func (s *Server) KVReplayEndpoints() []string {
+	var eps []string
+	for _, r := range s.ranks {
+		if r.pub != nil && r.pub.router != nil {
+			eps = append(eps, r.pub.ReplayEndpoint())
+		}
+	}
+	return eps
+}
+
+// Registry is the simulator's private Prometheus registry (served at
+// /metrics).
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Close stops the server, fails in-flight requests and waits for every
+// goroutine it started.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	err := s.srv.Close()
+	s.serving.Wait()
+	s.wg.Wait()
+	for _, r := range s.ranks {
+		if r.pub != nil {
+			r.pub.close()
+		}
+	}
+	return err
+}
+
+// Faults returns the current faults.
+func (s *Server) Faults() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faults
+}
+
+// SetFaults replaces the current faults.
+func (s *Server) SetFaults(f Faults) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	return s.applyFaults(f)
+}
+
+func (s *Server) applyFaults(f Faults) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("server closed")
+	}
+	old := s.faults
+	s.faults = f
+	switch {
+	case f.RefuseConnections && s.ln != nil:
+		s.srv.SetKeepAlivesEnabled(false) // also closes idle connections
+		s.ln.Close()
+		s.ln = nil
+	case !f.RefuseConnections && s.ln == nil:
+		ln, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			s.faults = old
+			return fmt.Errorf("relisten %s: %w", s.addr, err)
+		}
+		s.ln = ln
+		s.srv.SetKeepAlivesEnabled(true)
+		s.serve(ln)
+	}
+	acc := s.opts.Engine.SpecAcceptance
+	if f.SpecAcceptance != nil {
+		acc = *f.SpecAcceptance
+	}
+	for _, r := range s.ranks {
+		r.mu.Lock()
+		r.eng.SetSpecAcceptance(acc)
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// Restart simulates an engine restart on every rank: in-flight requests
+// fail, the prefix cache is empty, the engine counters and the KV event
+// sequence start again from zero.
+func (s *Server) Restart() {
+	f := s.Faults()
+	for _, r := range s.ranks {
+		r.pubMu.Lock()
+		r.mu.Lock()
+		for id, p := range r.reqs {
+			p.err = errRestarted
+			p.signal()
+			delete(r.reqs, id)
+		}
+		r.reset()
+		if f.SpecAcceptance != nil {
+			r.eng.SetSpecAcceptance(*f.SpecAcceptance)
+		}
+		r.kvBatch = nil
+		if r.pub != nil {
+			r.pub.reset()
+		}
+		r.mu.Unlock()
+		r.pubMu.Unlock()
+		r.poke()
+	}
+}
+
+// ResetPrefixCache drops every rank's prefix cache (and in-flight
+// requests) and publishes AllBlocksCleared, as vLLM's
+// POST /reset_prefix_cache.
+func (s *Server) ResetPrefixCache() {
+	for _, r := range s.ranks {
+		r.mu.Lock()
+		r.eng.Reset()
+		for id, p := range r.reqs {
+			p.err = errRestarted
+			p.signal()
+			delete(r.reqs, id)
+		}
+		r.mu.Unlock()
+		r.poke()
+	}
+}
+
+// Stats returns every rank's counters, in rank order.
+func (s *Server) Stats() []RankStats {
+	out := make([]RankStats, len(s.ranks))
+	for i, r := range s.ranks {
+		r.mu.Lock()
+		out[i] = RankStats{Rank: i, Requests: r.count.Load(), Engine: r.eng.Stats()}
+		r.mu.Unlock()
+		if r.pub != nil {
+			r.pub.mu.Lock()
+			out[i].KVBatches = r.pub.seq
+			r.pub.mu.Unlock()
+		}
+	}
+	return out
+}
+
+// LastRequest returns the last request received on an OpenAI route, and
+// false if there was none.
+func (s *Server) LastRequest() (Recorded, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		return Recorded{}, false
+	}
+	return *s.last, true
+}
+
+// LastRequestAt returns the last request routed to a rank.
+func (s *Server) LastRequestAt(rank int) (Recorded, bool) {
+	if rank < 0 || rank >= len(s.ranks) {
+		return Recorded{}, false
+	}
+	r := s.ranks[rank]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		return Recorded{}, false
+	}
+	return *r.last, true
+}
+
+// reset gives the rank a fresh engine (r.mu held or not yet shared).
+func (r *rank) reset() {
+	r.eng = engine.New(r.s.opts.Engine)
+	r.eng.SetKVEventHandler(func(ev engine.KVEvent) { r.kvBatch = append(r.kvBatch, ev) })
+	r.epoch = time.Now()
+}
+
+func (r *rank) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// simNow is the simulated time now (r.mu held).
+func (r *rank) simNow() time.Duration {
+	return time.Duration(float64(time.Since(r.epoch)) * r.s.opts.TimeScale)
+}
+
+// wallAt is the wall time of simulated time t (r.mu held).
+func (r *rank) wallAt(t time.Duration) time.Time {
+	return r.epoch.Add(time.Duration(float64(t) / r.s.opts.TimeScale))
+}
+
+// run drives the rank's engine until the server closes.
+func (r *rank) run() {
+	defer r.s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	instant := r.s.opts.Instant
+	for {
+		r.pubMu.Lock()
+		r.mu.Lock()
+		if instant {
+			if t, ok := r.eng.NextEventTime(); ok {
+				r.evs = r.eng.AdvanceTo(t, r.evs[:0])
+			}
+		} else {
+			r.evs = r.eng.AdvanceTo(r.simNow(), r.evs[:0])
+		}
+		r.dispatch(r.evs)
+		next, ok := r.eng.NextEventTime()
+		var wait time.Duration
+		if ok && !instant {
+			wait = time.Until(r.wallAt(next))
+		}
+		batch := r.kvBatch
+		r.kvBatch = nil
+		r.mu.Unlock()
+		if len(batch) > 0 && r.pub != nil {
+			ts := float64(time.Now().UnixNano()) / 1e9
+			_ = r.pub.publish(ts, batch) // a PUB socket drops on error, as vLLM's
+		}
+		r.pubMu.Unlock()
+		if ok && wait <= 0 {
+			select {
+			case <-r.s.ctx.Done():
+				r.failAll()
+				return
+			default:
+				continue
+			}
+		}
+		var tc <-chan time.Time
+		if ok {
+			timer.Reset(wait)
+			tc = timer.C
+		}
+		select {
+		case <-r.s.ctx.Done():
+			r.failAll()
+			return
+		case <-r.wake:
+		case <-tc:
+		}
+	}
+}
+
+func (r *rank) failAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, p := range r.reqs {
+		p.err = errors.New("server closed")
+		p.signal()
+		delete(r.reqs, id)
+	}
+}
+
+// dispatch applies engine events to pending requests (r.mu held).
+func (r *rank) dispatch(evs []engine.Event) {
+	for _, ev := range evs {
+		p, ok := r.reqs[ev.ID]
+		if !ok {
+			continue
+		}
+		p.generated = ev.Generated
+		p.usage = ev.Usage
+		if ev.Kind == engine.EventFirstToken {
+			p.firstAt = ev.At
+			r.s.ttft.WithLabelValues(r.s.opts.Model, r.label()).Observe((ev.At - ev.Arrival).Seconds())
+		}
+		if ev.Kind == engine.EventFinished {
+			p.done = true
+			delete(r.reqs, ev.ID)
+			r.s.e2e.WithLabelValues(r.s.opts.Model, r.label()).Observe((ev.At - ev.Arrival).Seconds())
+		}
+		p.signal()
+	}
+}
+
+func (r *rank) label() string { return fmt.Sprint(r.idx) }
+
+// submit queues a request on the rank.
+func (r *rank) submit(req engine.Request) (*pending, error) {
+	p := &pending{notify: make(chan struct{}, 1)}
+	r.mu.Lock()
+	if !r.s.opts.Instant {
+		r.evs = r.eng.AdvanceTo(r.simNow(), r.evs[:0])
+		r.dispatch(r.evs)
+	}
+	err := r.eng.Submit(req)
+	if err == nil {
+		r.reqs[req.ID] = p
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	r.poke()
+	return p, nil
+}
+
+// abort removes a request whose client went away.
+func (r *rank) abort(id uint64) {
+	r.mu.Lock()
+	if _, ok := r.reqs[id]; ok {
+		r.eng.Abort(id)
+		delete(r.reqs, id)
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// snapshot copies a pending request's state.
+func (r *rank) snapshot(p *pending) pending {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return pending{generated: p.generated, firstAt: p.firstAt, done: p.done, usage: p.usage, err: p.err}
+}
+
+// pickRank chooses the least loaded rank (waiting x 4 + running, as vLLM's
+// DP coordinator weighs them), ties broken round robin.
+func (s *Server) pickRank() *rank {
+	if len(s.ranks) == 1 {
+		return s.ranks[0]
+	}
+	start := int(s.rr.Add(1))
+	var best *rank
+	bestLoad := 0
+	for i := range s.ranks {
+		r := s.ranks[(start+i)%len(s.ranks)]
+		r.mu.Lock()
+		load := r.eng.Waiting()*4 + r.eng.Running()
+		r.mu.Unlock()
+		if best == nil || load < bestLoad {
+			best, bestLoad = r, load
+		}
+	}
+	return best
+}

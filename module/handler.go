@@ -1,0 +1,180 @@
+package module
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+	httpcaddyfile.RegisterHandlerDirective("ramjet_observe", parseHandlerCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("ramjet_observe", httpcaddyfile.Before, "reverse_proxy")
+}
+
+// Handler watches the response of a request routed by the ramjet policy.
+// Put it in front of reverse_proxy (the ramjet_observe directive is ordered
+// there). On the first byte of the response body it marks the request's
+// prefill as done, so that its prompt no longer counts as load on the
+// replica; when the response ends it releases the request's reservation at
+// once instead of when the connection's context ends. It passes flushes
+// through, so server-sent events stream unbuffered.
+//
+// Response observers (usage accounting, metrics) hook into the same
+// wrapper; see addObserver.
+type Handler struct{}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.ramjet",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// UnmarshalCaddyfile sets up the handler. Syntax: `ramjet_observe` (no
+// options).
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.NextBlock(0) {
+		return d.Errf("unrecognized ramjet_observe option '%s'", d.Val())
+	}
+	return nil
+}
+
+func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var m Handler
+	err := m.UnmarshalCaddyfile(h.Dispenser)
+	return &m, err
+}
+
+// ServeHTTP wraps w and calls next.
+func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	st := requestState(r)
+	rw := &responseWriter{ResponseWriter: w, st: st, r: r}
+	for _, f := range observerFactories() {
+		if o := f(r, st); o != nil {
+			rw.obs = append(rw.obs, o)
+		}
+	}
+	err := next.ServeHTTP(rw, r)
+	for _, o := range rw.obs {
+		o.End(rw.status, err)
+	}
+	st.finish()
+	st.stop()
+	return err
+}
+
+// observer watches one response as it streams to the client. Its methods
+// are called on the request's goroutine, in order: WriteHeader for the
+// final status (once), Write for each chunk of body (p is only valid
+// during the call), End when the handler chain returned (err is its
+// error; status 0 when nothing was written).
+type observer interface {
+	WriteHeader(status int, h http.Header)
+	Write(p []byte)
+	End(status int, err error)
+}
+
+// observerFactory returns the observer for one request, or nil to skip it.
+// st is the request's ramjet state: after the upstream's response headers
+// arrived it names the chosen replica (st.routeID, st.replica, st.model,
+// st.decision).
+type observerFactory func(r *http.Request, st *reqState) observer
+
+var observers struct {
+	sync.RWMutex
+	list []observerFactory
+}
+
+// addObserver registers a response observer for every request that passes
+// the ramjet handler. Call it from an init function.
+func addObserver(f observerFactory) {
+	observers.Lock()
+	defer observers.Unlock()
+	observers.list = append(observers.list, f)
+}
+
+func observerFactories() []observerFactory {
+	observers.RLock()
+	defer observers.RUnlock()
+	return observers.list
+}
+
+// responseWriter marks prefill done on the first body byte and feeds the
+// observers. It deliberately has no ReadFrom, so that every body byte goes
+// through Write.
+type responseWriter struct {
+	http.ResponseWriter
+	st      *reqState
+	r       *http.Request
+	obs     []observer
+	status  int
+	started bool
+}
+
+func (w *responseWriter) WriteHeader(status int) {
+	if w.status == 0 && status >= 200 {
+		w.status = status
+		for _, o := range w.obs {
+			o.WriteHeader(status, w.Header())
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.started && len(p) > 0 {
+		w.started = true
+		w.st.prefillDone()
+	}
+	for _, o := range w.obs {
+		o.Write(p)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush sends buffered data to the client now (SSE).
+func (w *responseWriter) Flush() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// FlushError is Flush reporting errors (http.ResponseController).
+func (w *responseWriter) FlushError() error {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack passes connection hijacking (websockets) through.
+func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap returns the wrapped writer (http.ResponseController).
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Interface guards.
+var (
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler       = (*Handler)(nil)
+	_ http.Flusher                = (*responseWriter)(nil)
+	_ http.Hijacker               = (*responseWriter)(nil)
+)

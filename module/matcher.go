@@ -1,0 +1,171 @@
+package module
+
+import (
+	"fmt"
+	"net/http"
+	"path"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+func init() {
+	caddy.RegisterModule(BodyMatcher{})
+}
+
+// BodyMatcher matches OpenAI requests (POST /v1/chat/completions,
+// /v1/completions, /v1/responses) by the fields of their JSON body. It
+// reads the body once, bounded, restores it so that the upstream receives
+// the identical bytes, and keeps the parsed features in the request vars
+// for the ramjet policy, which then does not parse the body again.
+//
+// A body that is not valid JSON, is larger than max_body_bytes, or is sent
+// to another route does not match.
+type BodyMatcher struct {
+	// Models are globs (path.Match syntax: *, ?, [a-z]) of which the
+	// request's "model" must match one. Empty matches every model.
+	Models []string `json:"models,omitempty"`
+
+	// MaxBodyBytes bounds how much of the body is read, in bytes. Default:
+	// 16 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (BodyMatcher) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.matchers.ramjet_body",
+		New: func() caddy.Module { return new(BodyMatcher) },
+	}
+}
+
+// UnmarshalCaddyfile sets up the matcher from Caddyfile tokens. Syntax:
+//
+//	ramjet_body [<model globs...>] {
+//		model          <globs...>
+//		max_body_bytes <size>
+//	}
+//
+// model may be repeated; the globs add up.
+func (m *BodyMatcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	seen := map[string]bool{}
+	for d.Next() {
+		m.Models = append(m.Models, d.RemainingArgs()...)
+		for d.NextBlock(0) {
+			opt := d.Val()
+			switch opt {
+			case "model":
+				globs := d.RemainingArgs()
+				if len(globs) == 0 {
+					return d.Errf("model: want at least one glob")
+				}
+				m.Models = append(m.Models, globs...)
+			case "max_body_bytes":
+				if seen[opt] {
+					return d.Errf("%s: option specified more than once", opt)
+				}
+				seen[opt] = true
+				n, err := sizeArg(d, opt)
+				if err != nil {
+					return err
+				}
+				m.MaxBodyBytes = n
+			default:
+				return d.Errf("unrecognized ramjet_body option '%s'", opt)
+			}
+		}
+	}
+	return nil
+}
+
+// Provision fills defaults.
+func (m *BodyMatcher) Provision(caddy.Context) error {
+	if m.MaxBodyBytes == 0 {
+		m.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return nil
+}
+
+// Validate checks the globs and the size bound.
+func (m *BodyMatcher) Validate() error {
+	for _, g := range m.Models {
+		if _, err := path.Match(g, ""); err != nil {
+			return fmt.Errorf("models: bad glob %q: %w", g, err)
+		}
+	}
+	if m.MaxBodyBytes < 0 {
+		return fmt.Errorf("max_body_bytes must be positive, got %d", m.MaxBodyBytes)
+	}
+	return nil
+}
+
+// defaultExtractor parses bodies when no ramjet policy is provisioned.
+var defaultExtractor = func() selection.Extractor {
+	var c selection.Config
+	c.SetDefaults()
+	return selection.NewExtractor(c)
+}()
+
+// matchExtractor is the extractor whose features the policy of the default
+// state will reuse without parsing again.
+func matchExtractor() selection.Extractor {
+	if f := lookupFleet(""); f != nil {
+		return f.rt.Extractor()
+	}
+	return defaultExtractor
+}
+
+// MatchWithError reports whether r is an OpenAI request whose body
+// matches. Bodies that cannot be parsed do not match and are no error:
+// the ramjet handler answers those with a 400.
+func (m BodyMatcher) MatchWithError(r *http.Request) (bool, error) {
+	if r.Method != http.MethodPost {
+		return false, nil
+	}
+	ep := selection.EndpointForPath(r.URL.Path)
+	if ep == selection.EndpointUnknown {
+		return false, nil
+	}
+	st := requestState(r)
+	limit := m.MaxBodyBytes
+	if limit == 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	st.readBody(r, limit)
+	b := st.body
+	if b == nil || !b.acquire() {
+		return false, nil
+	}
+	defer b.release()
+	f := st.features(matchExtractor(), ep)
+	if f == nil {
+		return false, nil
+	}
+	if len(m.Models) == 0 {
+		return true, nil
+	}
+	for _, g := range m.Models {
+		if ok, _ := path.Match(g, string(f.Model)); ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Match implements caddyhttp.RequestMatcher.
+func (m BodyMatcher) Match(r *http.Request) bool {
+	ok, _ := m.MatchWithError(r)
+	return ok
+}
+
+// Interface guards.
+var (
+	_ caddyhttp.RequestMatcherWithError = (*BodyMatcher)(nil)
+	_ caddyhttp.RequestMatcher          = (*BodyMatcher)(nil)
+	_ caddy.Provisioner                 = (*BodyMatcher)(nil)
+	_ caddy.Validator                   = (*BodyMatcher)(nil)
+	_ caddyfile.Unmarshaler             = (*BodyMatcher)(nil)
+)

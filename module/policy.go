@@ -1,0 +1,544 @@
+package module
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/dustin/go-humanize"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+func init() {
+	caddy.RegisterModule(RamjetSelection{})
+}
+
+// Response and request headers set by the policy.
+const (
+	// HeaderUpstream carries the opaque route id of the replica that served
+	// the response: a keyed hash, never an address.
+	HeaderUpstream = "X-Ramjet-Upstream"
+	// HeaderRank tells a data-parallel engine (vLLM) which rank serves the
+	// request, when the same dial address is listed several times.
+	HeaderRank = "X-data-parallel-rank"
+)
+
+// RamjetSelection is the ramjet load-balancing policy: it sends each LLM
+// request to the replica whose prefix cache most likely holds the start of
+// its prompt, unless live load on that replica outweighs the warm cache:
+//
+//	score(r) = min(overlap(r), affinity_cap) - alpha * load(r)
+//
+// It reads the request body once (bounded, or takes what the ramjet_body
+// matcher already read), reserves load on the chosen replica until the
+// response ends, and tags the response with X-Ramjet-Upstream. Requests it
+// cannot fingerprint (no JSON body, e.g. GET /v1/models) go to the fallback
+// policy.
+//
+// Replicas are identified by their dial address; a dial address listed k
+// times in the upstream pool is k data-parallel ranks (0..k-1) of one
+// engine, each routed as its own replica with the X-data-parallel-rank
+// request header.
+type RamjetSelection struct {
+	// The routing knobs: affinity_cap, alpha, request_cost, block_tokens,
+	// prefix_tokens, chars_per_token, index_budget, long_output_tokens and
+	// tie_epsilon. Zero means the default; see package selection.
+	selection.Config
+
+	// MaxBodyBytes bounds how much of a request body is read to
+	// fingerprint it, in bytes. Larger bodies are forwarded untouched and
+	// routed by the fallback policy. Default: 16 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+
+	// Profiles maps an upstream dial address (or "address#rank") to its
+	// engine profile, "speculative" or "standard" (the default). When cache
+	// and load tie, requests asking for at least long_output_tokens prefer
+	// speculative engines and shorter ones standard engines.
+	Profiles map[string]string `json:"profiles,omitempty"`
+
+	// FallbackRaw is the policy for requests that cannot be fingerprinted.
+	// Default: least_conn.
+	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
+
+	// StateKey names the routing state (index, load reservations) this
+	// policy shares with every other ramjet policy of the same name. It
+	// survives config reloads as long as the index-relevant settings stay
+	// the same. Default: "default".
+	StateKey string `json:"state_key,omitempty"`
+
+	// RouteIDSecret keys the opaque X-Ramjet-Upstream ids. Set it (it
+	// accepts placeholders such as {env.RJ_ROUTE_ID_SECRET}) to keep ids
+	// stable across restarts and ramjet instances; by default a random
+	// per-process secret is used.
+	RouteIDSecret string `json:"route_id_secret,omitempty"`
+
+	fallback reverseproxy.Selector
+	fleet    *fleet
+	poolKey  string
+	x        selection.Extractor
+	profiles map[string]selection.Profile
+	view     *atomic.Pointer[poolView] // set in Provision
+	logger   *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.selection_policies.ramjet",
+		New: func() caddy.Module { return new(RamjetSelection) },
+	}
+}
+
+// UnmarshalCaddyfile sets up the policy from Caddyfile tokens. Syntax:
+//
+//	lb_policy ramjet {
+//		affinity_cap       <tokens>
+//		alpha              <number>
+//		request_cost       <tokens>
+//		block_tokens       <tokens>
+//		prefix_tokens      <tokens>
+//		chars_per_token    <number>
+//		index_budget       <size>
+//		long_output_tokens <tokens>
+//		tie_epsilon        <number>
+//		max_body_bytes     <size>
+//		profile            <upstream> speculative|standard
+//		fallback           <policy> [{ <policy options> }]
+//		state_key          <name>
+//		route_id_secret    <secret>
+//	}
+//
+// Sizes accept units (64MiB, 512KB). Every option may appear once, except
+// profile, once per upstream.
+func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // policy name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := map[string]bool{}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		if opt != "profile" {
+			if seen[opt] {
+				return d.Errf("%s: option specified more than once", opt)
+			}
+			seen[opt] = true
+		}
+		var err error
+		switch opt {
+		case "affinity_cap":
+			s.AffinityCap, err = intArg(d, opt)
+		case "alpha":
+			s.Alpha, err = floatArg(d, opt)
+		case "request_cost":
+			s.RequestCost, err = intArg(d, opt)
+		case "block_tokens":
+			s.BlockTokens, err = intArg(d, opt)
+		case "prefix_tokens":
+			s.PrefixTokens, err = intArg(d, opt)
+		case "chars_per_token":
+			s.CharsPerToken, err = floatArg(d, opt)
+		case "index_budget":
+			s.IndexBudget, err = sizeArg(d, opt)
+		case "long_output_tokens":
+			s.LongOutputTokens, err = intArg(d, opt)
+		case "tie_epsilon":
+			s.TieEpsilon, err = floatArg(d, opt)
+		case "max_body_bytes":
+			s.MaxBodyBytes, err = sizeArg(d, opt)
+		case "profile":
+			var up, prof string
+			if !d.Args(&up, &prof) || d.NextArg() {
+				return d.Errf("profile: want <upstream> speculative|standard")
+			}
+			if _, ok := parseProfile(prof); !ok {
+				return d.Errf("profile %s: unknown engine profile %q (want speculative or standard)", up, prof)
+			}
+			if _, dup := s.Profiles[up]; dup {
+				return d.Errf("profile %s: specified more than once", up)
+			}
+			if s.Profiles == nil {
+				s.Profiles = make(map[string]string)
+			}
+			s.Profiles[up] = prof
+		case "fallback":
+			if !d.NextArg() {
+				return d.Errf("fallback: want a policy name")
+			}
+			name := d.Val()
+			if name == "ramjet" {
+				return d.Errf("fallback: ramjet cannot be its own fallback")
+			}
+			modID := "http.reverse_proxy.selection_policies." + name
+			unm, uerr := caddyfile.UnmarshalModule(d, modID)
+			if uerr != nil {
+				return d.Errf("fallback: %v", uerr)
+			}
+			sel, ok := unm.(reverseproxy.Selector)
+			if !ok {
+				return d.Errf("fallback: module %s is not a selection policy", modID)
+			}
+			s.FallbackRaw = caddyconfig.JSONModuleObject(sel, "policy", name, nil)
+		case "state_key":
+			s.StateKey, err = stringArg(d, opt)
+		case "route_id_secret":
+			s.RouteIDSecret, err = stringArg(d, opt)
+		default:
+			return d.Errf("unrecognized ramjet option '%s'", opt)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func oneArg(d *caddyfile.Dispenser, opt string) (string, error) {
+	if !d.NextArg() {
+		return "", d.Errf("%s: missing value", opt)
+	}
+	v := d.Val()
+	if d.NextArg() {
+		return "", d.Errf("%s: too many values", opt)
+	}
+	if d.NextBlock(d.Nesting()) {
+		return "", d.Errf("%s: takes no block", opt)
+	}
+	return v, nil
+}
+
+func stringArg(d *caddyfile.Dispenser, opt string) (string, error) { return oneArg(d, opt) }
+
+func intArg(d *caddyfile.Dispenser, opt string) (int, error) {
+	v, err := oneArg(d, opt)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, d.Errf("%s: %q is not an integer", opt, v)
+	}
+	return n, nil
+}
+
+func floatArg(d *caddyfile.Dispenser, opt string) (float64, error) {
+	v, err := oneArg(d, opt)
+	if err != nil {
+		return 0, err
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, d.Errf("%s: %q is not a number", opt, v)
+	}
+	return f, nil
+}
+
+func sizeArg(d *caddyfile.Dispenser, opt string) (int64, error) {
+	v, err := oneArg(d, opt)
+	if err != nil {
+		return 0, err
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n > 1<<50 {
+		return 0, d.Errf("%s: %q is not a size", opt, v)
+	}
+	return int64(n), nil
+}
+
+func parseProfile(s string) (selection.Profile, bool) {
+	switch strings.ToLower(s) {
+	case "speculative":
+		return selection.ProfileSpeculative, true
+	case "standard", "":
+		return selection.ProfileStandard, true
+	}
+	return 0, false
+}
+
+var stateKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// Provision fills defaults, loads the fallback policy and takes (or
+// creates) the shared fleet state.
+func (s *RamjetSelection) Provision(ctx caddy.Context) error {
+	s.logger = ctx.Logger()
+	s.view = new(atomic.Pointer[poolView])
+	s.Config.SetDefaults()
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.StateKey == "" {
+		s.StateKey = DefaultStateKey
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	s.profiles = make(map[string]selection.Profile, len(s.Profiles))
+	for up, name := range s.Profiles {
+		p, _ := parseProfile(name)
+		s.profiles[up] = p
+	}
+	if s.FallbackRaw == nil {
+		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.LeastConnSelection{}, "policy", "least_conn", nil)
+	}
+	mod, err := ctx.LoadModule(s, "FallbackRaw")
+	if err != nil {
+		return fmt.Errorf("loading fallback policy: %w", err)
+	}
+	s.fallback = mod.(reverseproxy.Selector)
+
+	secret := caddy.NewReplacer().ReplaceAll(s.RouteIDSecret, "")
+	f, key, err := acquireFleet(s.StateKey, s.Config, []byte(secret))
+	if err != nil {
+		return fmt.Errorf("ramjet state %q: %w", s.StateKey, err)
+	}
+	s.fleet, s.poolKey = f, key
+	s.x = f.rt.Extractor()
+	return nil
+}
+
+// Validate rejects settings that cannot work, naming the option.
+func (s *RamjetSelection) Validate() error {
+	if err := s.Config.Validate(); err != nil {
+		return err
+	}
+	if s.MaxBodyBytes < 0 {
+		return fmt.Errorf("max_body_bytes must be positive, got %d", s.MaxBodyBytes)
+	}
+	for up, p := range s.Profiles {
+		if _, ok := parseProfile(p); !ok {
+			return fmt.Errorf("profiles[%s]: unknown engine profile %q (want speculative or standard)", up, p)
+		}
+	}
+	if s.StateKey != "" && !stateKeyRE.MatchString(s.StateKey) {
+		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", s.StateKey)
+	}
+	return nil
+}
+
+// Cleanup drops the policy's reference on the shared state.
+func (s *RamjetSelection) Cleanup() error {
+	if s.fleet == nil {
+		return nil
+	}
+	s.fleet.dropView(s)
+	s.fleet = nil
+	return releaseFleet(s.poolKey)
+}
+
+// scratch is the pooled working memory of one Select.
+type scratch struct {
+	sel   *selection.Scratch
+	cands []selection.Candidate
+}
+
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{sel: selection.NewScratch(16), cands: make([]selection.Candidate, 0, 16)}
+}}
+
+// Select picks the replica for r. Caddy calls it once per attempt; on a
+// retry the reservation of the earlier attempt is released first.
+func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
+	if len(pool) == 0 {
+		return nil
+	}
+	st := requestState(r)
+	st.attempts++
+	st.releaseReservation()
+	v := s.viewFor(pool)
+	f := s.fleet
+
+	// Features: from the matcher's cache or from the body, read here.
+	var feat *selection.Features
+	var body *bodyBuf
+	ep := selection.EndpointUnknown
+	if r.Method == http.MethodPost {
+		ep = selection.EndpointForPath(r.URL.Path)
+	}
+	if ep != selection.EndpointUnknown {
+		st.readBody(r, s.MaxBodyBytes)
+		if b := st.body; b != nil && b.acquire() {
+			body = b
+			feat = st.features(s.x, ep)
+			s.restoreBody(r, st)
+		}
+	}
+	if feat == nil {
+		if body != nil {
+			body.release()
+		}
+		return s.selectFallback(pool, r, w, st, v)
+	}
+
+	sc := scratchPool.Get().(*scratch)
+	cands := sc.cands[:0]
+	for i, up := range pool {
+		cands = append(cands, selection.Candidate{
+			Slot:    v.slots[i],
+			Usable:  v.slots[i] >= 0 && up.Available(),
+			Profile: v.profiles[i],
+		})
+	}
+	d := f.rt.Pick(feat, cands, sc.sel)
+	sc.cands = cands
+	if d.Index < 0 {
+		scratchPool.Put(sc)
+		body.release()
+		st.decision = d
+		return nil
+	}
+	res := f.rt.Reserve(d.Slot, d.Prefill)
+	f.rt.Learn(feat, d.Slot)
+	st.model = f.models.intern(feat.Model)
+	scratchPool.Put(sc)
+	body.release()
+
+	st.fallback = false
+	st.decision = d
+	s.tag(r, w, st, v, d.Index)
+	st.setReservation(res)
+	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
+		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
+			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
+			zap.Int("best_overlap", d.BestOverlap), zap.Float64("load", d.Load),
+			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
+	}
+	return pool[d.Index]
+}
+
+// selectFallback routes a request without usable features with the
+// fallback policy, still reserving load on the replica it picks.
+func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter, st *reqState, v *poolView) *reverseproxy.Upstream {
+	up := s.fallback.Select(pool, r, w)
+	if up == nil {
+		return nil
+	}
+	idx := -1
+	for i := range pool {
+		if pool[i] == up {
+			idx = i
+			break
+		}
+	}
+	st.fallback = true
+	st.decision = selection.Decision{Index: idx, Slot: -1}
+	if idx < 0 || v.slots[idx] < 0 {
+		return up
+	}
+	st.decision.Slot = v.slots[idx]
+	s.tag(r, w, st, v, idx)
+	st.setReservation(s.fleet.rt.Reserve(v.slots[idx], 0))
+	return up
+}
+
+// tag records the choice in st and sets the response's route id and the
+// request's data-parallel rank header.
+func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqState, v *poolView, i int) {
+	st.fleet = s.fleet
+	st.slot = v.slots[i]
+	st.replica = v.keys[i]
+	st.routeID = v.ids[i]
+	if w != nil {
+		w.Header()[HeaderUpstream] = v.idHdr[i]
+	}
+	if v.rankHdr[i] != nil {
+		r.Header[HeaderRank] = v.rankHdr[i]
+	} else if r.Header != nil {
+		delete(r.Header, HeaderRank)
+	}
+}
+
+// restoreBody makes sure the request Caddy forwards carries the whole body
+// from its first byte: on the first attempt the matcher's untouched reader
+// stays; otherwise (a retry, or the body was read here) r.Body becomes a
+// fresh reader over the same bytes, so that a retry after a dial failure
+// replays the body byte for byte.
+func (s *RamjetSelection) restoreBody(r *http.Request, st *reqState) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	if br, ok := r.Body.(*bodyReader); ok && br.untouched() {
+		return
+	}
+	if st.attempts == 1 && st.origReader != nil && st.origReader.untouched() {
+		// The body reaching Caddy's wrappers is still the matcher's reader,
+		// unread: leave Caddy's chain (trailers, close handling) intact.
+		return
+	}
+	if st.origReader != nil && st.origReader.untouched() {
+		// Superseded: nobody will read it now.
+		st.origReader.Close()
+	}
+	r.Body = st.body.newReader()
+}
+
+// viewFor returns the cached view of pool, building it on a change.
+func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
+	if v := s.view.Load(); v != nil && v.same(pool) {
+		return v
+	}
+	n := len(pool)
+	v := &poolView{
+		pool:     append(reverseproxy.UpstreamPool(nil), pool...),
+		keys:     make([]string, n),
+		slots:    make([]selection.Slot, n),
+		ranks:    make([]int, n),
+		rankHdr:  make([][]string, n),
+		ids:      make([]string, n),
+		idHdr:    make([][]string, n),
+		profiles: make([]selection.Profile, n),
+	}
+	count := make(map[string]int, n)
+	for _, up := range pool {
+		count[up.Dial]++
+	}
+	seen := make(map[string]int, n)
+	for i, up := range pool {
+		key := up.Dial
+		v.ranks[i] = -1
+		if count[up.Dial] > 1 {
+			rank := seen[up.Dial]
+			seen[up.Dial]++
+			v.ranks[i] = rank
+			key = up.Dial + "#" + strconv.Itoa(rank)
+			v.rankHdr[i] = []string{strconv.Itoa(rank)}
+		}
+		v.keys[i] = key
+		slot, id, err := s.fleet.register(key)
+		if err != nil {
+			if c := s.logger.Check(zapcore.WarnLevel, "replica not routed by ramjet"); c != nil {
+				c.Write(zap.Error(err))
+			}
+		}
+		v.slots[i], v.ids[i] = slot, id
+		v.idHdr[i] = []string{id}
+		if p, ok := s.profiles[key]; ok {
+			v.profiles[i] = p
+		} else if p, ok := s.profiles[up.Dial]; ok {
+			v.profiles[i] = p
+		}
+	}
+	s.view.Store(v)
+	s.fleet.setView(s, v)
+	return v
+}
+
+// Interface guards.
+var (
+	_ reverseproxy.Selector = (*RamjetSelection)(nil)
+	_ caddy.Provisioner     = (*RamjetSelection)(nil)
+	_ caddy.Validator       = (*RamjetSelection)(nil)
+	_ caddy.CleanerUpper    = (*RamjetSelection)(nil)
+	_ caddyfile.Unmarshaler = (*RamjetSelection)(nil)
+)

@@ -1,0 +1,278 @@
+package selection
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func testConfig() Config {
+	c := Config{BlockTokens: 4, PrefixTokens: 4 * 64, CharsPerToken: 4}
+	c.SetDefaults()
+	return c
+}
+
+func extract(t testing.TB, c Config, ep Endpoint, body string) *Features {
+	t.Helper()
+	x := NewExtractor(c)
+	f := x.NewFeatures()
+	if err := x.Extract(ep, []byte(body), f); err != nil {
+		t.Fatalf("Extract(%s): %v", body, err)
+	}
+	return f
+}
+
+func chatBody(model string, msgs ...[2]string) string {
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	var ms []msg
+	for _, m := range msgs {
+		ms = append(ms, msg{m[0], m[1]})
+	}
+	b, _ := json.Marshal(map[string]any{"model": model, "messages": ms, "temperature": 0.2})
+	return string(b)
+}
+
+func TestEndpointForPath(t *testing.T) {
+	tests := []struct {
+		give string
+		want Endpoint
+	}{
+		{"/v1/chat/completions", EndpointChat},
+		{"/openai/v1/chat/completions/", EndpointChat},
+		{"/v1/completions", EndpointCompletions},
+		{"/v1/responses", EndpointResponses},
+		{"/v1/models", EndpointUnknown},
+	}
+	for _, tt := range tests {
+		if got := EndpointForPath(tt.give); got != tt.want {
+			t.Errorf("EndpointForPath(%q) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestExtractScalars(t *testing.T) {
+	c := testConfig()
+	f := extract(t, c, EndpointChat, `{"stream":true,"max_tokens":10,"max_completion_tokens":77,"cache_salt":"s1","messages":[{"role":"user","content":"hi"}],"model":"qwen3-32b","stream_options":{"include_usage":true}}`)
+	if string(f.Model) != "qwen3-32b" || !f.Stream || f.MaxTokens != 77 || string(f.CacheSalt) != "s1" {
+		t.Fatalf("got model=%q stream=%v max=%d salt=%q", f.Model, f.Stream, f.MaxTokens, f.CacheSalt)
+	}
+	f = extract(t, c, EndpointCompletions, `{"model":"m","prompt":"x","max_tokens":5}`)
+	if f.MaxTokens != 5 || f.Stream {
+		t.Fatalf("completions: max=%d stream=%v", f.MaxTokens, f.Stream)
+	}
+}
+
+// Turn N+1 of a conversation must start with exactly the blocks of turn N,
+// whatever the sampling fields and key order.
+func TestExtractConversationPrefix(t *testing.T) {
+	c := testConfig()
+	sys := strings.Repeat("You are a careful coding agent. ", 20)
+	turn1 := chatBody("m", [2]string{"system", sys}, [2]string{"user", "fix the bug in main.go please"})
+	turn2 := `{"temperature":1,"messages":[{"content":` + mustJSON(sys) + `,"role":"system"},{"role":"user","content":"fix the bug in main.go please"},{"role":"assistant","content":"done: I changed line 3."},{"role":"user","content":"now add a test"}],"model":"m","max_tokens":100}`
+	f1 := extract(t, c, EndpointChat, turn1)
+	f2 := extract(t, c, EndpointChat, turn2)
+	if len(f1.Blocks) < 10 || len(f2.Blocks) <= len(f1.Blocks) {
+		t.Fatalf("blocks: turn1=%d turn2=%d", len(f1.Blocks), len(f2.Blocks))
+	}
+	if diff := cmp.Diff(f1.Blocks, f2.Blocks[:len(f1.Blocks)]); diff != "" {
+		t.Fatalf("turn 2 does not start with turn 1 (-want +got):\n%s", diff)
+	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func TestExtractCanonical(t *testing.T) {
+	c := testConfig()
+	long := strings.Repeat("abcdefgh", 40)
+	tests := []struct {
+		name string
+		a, b string
+		same bool
+	}{
+		{"escapes decode alike", `{"model":"m","messages":[{"role":"user","content":"` + long + `é/"}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"` + long + `\u00e9\/"}]}`, true},
+		{"parts equal string", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"` + long + `"}]}]}`,
+			`{"model":"m","messages":[{"role":"user","content":[{"text":"` + long + `","type":"text"}]}]}`, true},
+		{"whitespace in tools", `{"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"` + long + `"}]}`,
+			`{"model":"m","tools": [ {"type": "function", "function": {"name": "f"}} ],"messages":[{"role":"user","content":"` + long + `"}]}`, true},
+		{"model seeds", `{"model":"a","messages":[{"role":"user","content":"` + long + `"}]}`,
+			`{"model":"b","messages":[{"role":"user","content":"` + long + `"}]}`, false},
+		{"cache_salt seeds", `{"model":"a","messages":[{"role":"user","content":"` + long + `"}]}`,
+			`{"model":"a","cache_salt":"t2","messages":[{"role":"user","content":"` + long + `"}]}`, false},
+		{"tools change the prompt", `{"model":"m","tools":[{"name":"f"}],"messages":[{"role":"user","content":"` + long + `"}]}`,
+			`{"model":"m","tools":[{"name":"g"}],"messages":[{"role":"user","content":"` + long + `"}]}`, false},
+		{"role matters", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`,
+			`{"model":"m","messages":[{"role":"system","content":"` + long + `"}]}`, false},
+		{"image parts digested", `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:1"}},{"type":"text","text":"` + long + `"}]}]}`,
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:2"}},{"type":"text","text":"` + long + `"}]}]}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := extract(t, c, EndpointChat, tt.a)
+			fb := extract(t, c, EndpointChat, tt.b)
+			if len(fa.Blocks) == 0 {
+				t.Fatal("no blocks")
+			}
+			same := fa.Blocks[0] == fb.Blocks[0]
+			if same != tt.same {
+				t.Fatalf("first blocks equal = %v, want %v", same, tt.same)
+			}
+		})
+	}
+}
+
+func TestExtractCompletionsAndResponses(t *testing.T) {
+	c := testConfig()
+	long := strings.Repeat("the quick brown fox ", 30)
+	f := extract(t, c, EndpointCompletions, `{"model":"m","prompt":"`+long+`"}`)
+	if len(f.Blocks) != len(long)/16 {
+		t.Fatalf("completions string: %d blocks, want %d", len(f.Blocks), len(long)/16)
+	}
+	g := extract(t, c, EndpointCompletions, `{"model":"m","prompt":["`+long+`"]}`)
+	if diff := cmp.Diff(f.Blocks, g.Blocks); diff != "" {
+		t.Fatalf("array of one string differs from the string (-want +got):\n%s", diff)
+	}
+	ids := extract(t, c, EndpointCompletions, `{"model":"m","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}`)
+	if len(ids.Blocks) == 0 {
+		t.Fatal("token-id prompt produced no blocks")
+	}
+	r1 := extract(t, c, EndpointResponses, `{"model":"m","instructions":"`+long+`","input":"hello"}`)
+	r2 := extract(t, c, EndpointResponses, `{"model":"m","instructions":"`+long+`","input":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi"}]}`)
+	n := len(long) / 16
+	if diff := cmp.Diff(r1.Blocks[:n-1], r2.Blocks[:n-1]); diff != "" {
+		t.Fatalf("responses: instructions prefix differs (-want +got):\n%s", diff)
+	}
+}
+
+func TestExtractPrefixBound(t *testing.T) {
+	c := testConfig() // 64 blocks of 16 bytes
+	long := strings.Repeat("x", 10000)
+	f := extract(t, c, EndpointChat, chatBody("m", [2]string{"user", long}))
+	if len(f.Blocks) != 64 || !f.Truncated {
+		t.Fatalf("blocks=%d truncated=%v, want 64 true", len(f.Blocks), f.Truncated)
+	}
+	if f.PromptBytes < 10000 {
+		t.Fatalf("PromptBytes=%d, want the whole prompt counted", f.PromptBytes)
+	}
+	if got := f.PromptTokens(c); got < 2500 {
+		t.Fatalf("PromptTokens=%d", got)
+	}
+}
+
+func TestExtractErrors(t *testing.T) {
+	c := testConfig()
+	tests := []struct {
+		name, give string
+		ep         Endpoint
+		wantParam  string
+		wantMsg    string
+	}{
+		{"empty", ``, EndpointChat, "", "JSON object"},
+		{"not object", `[1]`, EndpointChat, "", "JSON object"},
+		{"truncated", `{"model":"m","messages":[{"role":"user","content":"hi"}`, EndpointChat, "", "end of input"},
+		{"trailing", `{"model":"m"} x`, EndpointChat, "", "after the JSON object"},
+		{"bad literal", `{"model":"m","stream":tru}`, EndpointChat, "", "literal"},
+		{"model type", `{"model":1}`, EndpointChat, "model", "a string"},
+		{"messages type", `{"model":"m","messages":{}}`, EndpointChat, "messages", "an array"},
+		{"max_tokens type", `{"model":"m","max_tokens":1.5}`, EndpointChat, "max_tokens", "integer"},
+		{"stream type", `{"model":"m","stream":"yes"}`, EndpointChat, "stream", "boolean"},
+		{"bad escape", `{"model":"m","messages":[{"role":"user","content":"a\qb"}]}`, EndpointChat, "", "escape"},
+		{"deep nesting", `{"model":"m","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`, EndpointChat, "", "nesting"},
+		{"prompt type", `{"model":"m","prompt":3}`, EndpointCompletions, "prompt", "a string or an array"},
+	}
+	x := NewExtractor(c)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := x.Extract(tt.ep, []byte(tt.give), x.NewFeatures())
+			var re *RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("err = %v, want *RequestError", err)
+			}
+			if re.Param != tt.wantParam || !strings.Contains(re.Msg, tt.wantMsg) {
+				t.Fatalf("got param=%q msg=%q, want param=%q msg containing %q", re.Param, re.Msg, tt.wantParam, tt.wantMsg)
+			}
+		})
+	}
+}
+
+// The scanner accepts what encoding/json accepts and rejects what it
+// rejects, on a table of edge cases.
+func TestScannerAgreesWithEncodingJSON(t *testing.T) {
+	cases := []string{
+		`{}`, `{"a":1}`, `{"a":-0.5e+3}`, `{"a":[1,2,{"b":null}]}`, `{"a":"\u00e9\ud83d\ude00"}`,
+		`{"a":01}`, `{"a":1.}`, `{"a":-}`, `{"a" 1}`, `{"a":1,}`, `{"a":[1,]}`, `{,}`, `{"a":"\\"}`,
+		`{"a":"\\\""}`, `{"a":truex}`, ` {"a":1} `, `{"a":1}}`, `{"a":[}`,
+	}
+	x := NewExtractor(testConfig())
+	for _, give := range cases {
+		err := x.Extract(EndpointChat, []byte(give), x.NewFeatures())
+		want := json.Valid([]byte(give))
+		if (err == nil) != want {
+			t.Errorf("%s: scanner err=%v, encoding/json valid=%v", give, err, want)
+		}
+	}
+}
+
+func TestHashTokenBlocks(t *testing.T) {
+	toks := make([]uint32, 100)
+	for i := range toks {
+		toks[i] = uint32(i * 7)
+	}
+	keys := AppendTokenBlocks(nil, 0, toks, 16)
+	if len(keys) != 6 {
+		t.Fatalf("%d keys, want 6 full blocks", len(keys))
+	}
+	if keys[1] != HashTokenBlock(keys[0], toks[16:32]) {
+		t.Fatal("block 1 is not chained to block 0")
+	}
+	other := AppendTokenBlocks(nil, 1, toks, 16)
+	if other[0] == keys[0] {
+		t.Fatal("seed does not change the first key")
+	}
+}
+
+func FuzzExtract(f *testing.F) {
+	f.Add([]byte(chatBody("m", [2]string{"user", "hello"})))
+	f.Add([]byte(`{"model":"m","prompt":["a","b"],"max_tokens":3}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"\u00e9"}]}],"tools":[{"a":1}]}`))
+	f.Add([]byte(`{"model":"m","input":[{"type":"function_call","call_id":"x"}],"instructions":"s"}`))
+	x := NewExtractor(testConfig())
+	feat := x.NewFeatures()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, ep := range []Endpoint{EndpointChat, EndpointCompletions, EndpointResponses} {
+			err := x.Extract(ep, body, feat)
+			if err == nil && !json.Valid(body) {
+				t.Fatalf("accepted invalid JSON: %q", body)
+			}
+			if len(feat.Blocks) > x.MaxBlocks() {
+				t.Fatalf("%d blocks over the bound", len(feat.Blocks))
+			}
+		}
+	})
+}
+
+func ExampleExtractor_Extract() {
+	c := Config{}
+	c.SetDefaults()
+	x := NewExtractor(c)
+	f := x.NewFeatures()
+	body := `{"model":"qwen3-32b","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"hello"}]}`
+	if err := x.Extract(EndpointChat, []byte(body), f); err != nil {
+		panic(err)
+	}
+	fmt.Println(string(f.Model), f.Stream, f.MaxTokens, len(f.Blocks))
+	// Output: qwen3-32b true 256 0
+}
