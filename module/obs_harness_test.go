@@ -33,6 +33,8 @@ type obsEngine struct {
 	tokenDelay      time.Duration
 
 	healthy atomic.Bool
+	// release ends the wait of held requests (X-Obs-Hold).
+	release chan struct{}
 
 	mu     sync.Mutex
 	blocks map[uint64]struct{}
@@ -52,7 +54,7 @@ func startObsEngines(t testing.TB, n int, prefillPerToken, tokenDelay time.Durat
 			t.Fatal(err)
 		}
 		e := &obsEngine{id: i, addr: ln.Addr().String(), blocks: map[uint64]struct{}{},
-			prefillPerToken: prefillPerToken, tokenDelay: tokenDelay}
+			prefillPerToken: prefillPerToken, tokenDelay: tokenDelay, release: make(chan struct{})}
 		e.healthy.Store(true)
 		e.srv = &http.Server{Handler: e, ReadHeaderTimeout: 5 * time.Second}
 		go e.srv.Serve(ln)
@@ -165,6 +167,9 @@ func (e *obsEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Obs-Engine", fmt.Sprint(e.id))
 	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`,
 		promptTokens, out, promptTokens+out, cached)
+	// X-Obs-Hold: stream the first chunk, then wait for release (a
+	// request that keeps its reservation).
+	hold := r.Header.Get("X-Obs-Hold") != ""
 	if d := e.prefillPerToken * time.Duration(promptTokens-cached); d > 0 {
 		select {
 		case <-time.After(d):
@@ -184,6 +189,14 @@ func (e *obsEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok \"},\"finish_reason\":null}]%s}\n\n",
 			req.Model, map[bool]string{true: `,"usage":null`, false: ""}[req.StreamOptions.IncludeUsage])
 		rc.Flush()
+		if hold && i == 0 {
+			select {
+			case <-e.release:
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Second):
+			}
+		}
 		if e.tokenDelay > 0 {
 			select {
 			case <-time.After(e.tokenDelay):
