@@ -498,7 +498,7 @@ type rateSeries struct {
 type dashboardData struct {
 	Now             int64              `json:"now"`
 	IntervalSeconds float64            `json:"interval_seconds"`
-	T               []int64            `json:"t"`
+	T               []num              `json:"t"`
 	System          rateSeries         `json:"system"`
 	TTFTP50         []num              `json:"ttft_p50"`
 	TTFTP95         []num              `json:"ttft_p95"`
@@ -558,6 +558,16 @@ func ratio(a, b float64) num {
 		return num(math.NaN())
 	}
 	return num(a / b)
+}
+
+// active reports any rate above zero.
+func active(rates []num) bool {
+	for _, r := range rates {
+		if r > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // appendRates appends the rates between counts a (earlier) and b.
@@ -656,7 +666,7 @@ func (h *history) data(now time.Time) dashboardData {
 		if dt <= 0 {
 			dt = h.interval.Seconds()
 		}
-		out.T = append(out.T, b.T.Unix())
+		out.T = append(out.T, num(float64(b.T.UnixMilli())/1000))
 		out.System.appendRates(a.All, b.All, dt)
 		out.TTFTP50 = append(out.TTFTP50, num(quantile(0.5, b.TTFTBounds, a.TTFT, b.TTFT)))
 		out.TTFTP95 = append(out.TTFTP95, num(quantile(0.95, b.TTFTBounds, a.TTFT, b.TTFT)))
@@ -720,14 +730,19 @@ func (h *history) data(now time.Time) dashboardData {
 				u.Reasons[r] = max(0, v-base)
 			}
 		}
-		out.Upstreams = append(out.Upstreams, *u)
+		if x := cur.Up[id]; (x != nil && x.Fleet != "") || active(u.RPS) {
+			// Live replicas, and departed ones with traffic in the window.
+			out.Upstreams = append(out.Upstreams, *u)
+		}
 	}
 	for m, x := range md {
 		if y := cur.Model[m]; y != nil {
 			x.Inflight, x.Requests = y.Inflight, y.Requests
 			x.CachedShare = ratio(y.Cached, y.Prompt)
 		}
-		out.Models = append(out.Models, *x)
+		if x.Inflight > 0 || active(x.RPS) {
+			out.Models = append(out.Models, *x)
+		}
 	}
 	sort.Slice(out.Upstreams, func(i, j int) bool {
 		if out.Upstreams[i].Fleet != out.Upstreams[j].Fleet {

@@ -1,6 +1,7 @@
 package module
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -470,7 +471,13 @@ type metricsObserver struct {
 	selected bool
 	modelLbl string
 	usage    usageScanner
+	// tail holds the last bytes of the body, to see the SSE end marker.
+	tail    [16]byte
+	tailLen int
 }
+
+// sseDone is the marker of a complete chat/completions stream.
+var sseDone = []byte("data: [DONE]")
 
 var observerPool = sync.Pool{New: func() any { return new(metricsObserver) }}
 
@@ -507,6 +514,20 @@ func (o *metricsObserver) Write(p []byte) {
 	if o.scan {
 		o.usage.Write(p)
 	}
+	if len(p) >= len(o.tail) {
+		o.tailLen = copy(o.tail[:], p[len(p)-len(o.tail):])
+	} else {
+		keep := min(o.tailLen, len(o.tail)-len(p))
+		copy(o.tail[:], o.tail[o.tailLen-keep:o.tailLen])
+		o.tailLen = keep + copy(o.tail[keep:], p)
+	}
+}
+
+// complete reports that the body reached its end marker: the SSE [DONE],
+// or a usage object (the last chunk of a stream with include_usage, the
+// response.completed event, the end of a JSON body).
+func (o *metricsObserver) complete(hasUsage bool) bool {
+	return hasUsage || bytes.Contains(o.tail[:o.tailLen], sseDone)
 }
 
 func (o *metricsObserver) End(status int, err error) {
@@ -524,10 +545,20 @@ func (o *metricsObserver) End(status int, err error) {
 	if x.Status == 0 {
 		x.Status = errStatus(err)
 	}
-	x.Canceled = o.r.Context().Err() != nil || errors.Is(err, context.Canceled)
 	x.NoReplica = o.selected && !st.fallback && st.decision.Index < 0
 	if o.scan {
 		x.Usage, x.HasUsage = o.usage.Result()
+	}
+	// Canceled: the client went away before the response ended. Caddy
+	// records 499 when that happens before the headers, and aborts the
+	// handler (http.ErrAbortHandler) after them; a client that closes
+	// right after the end marker got a complete response.
+	gone := o.r.Context().Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, http.ErrAbortHandler)
+	switch {
+	case x.Status == statusClientClosed:
+		x.Canceled = true
+	case err != nil && gone:
+		x.Canceled = !(x.Status < 300 && o.complete(x.HasUsage))
 	}
 	switch {
 	case o.selected:
@@ -542,6 +573,10 @@ func (o *metricsObserver) End(status int, err error) {
 	*o = metricsObserver{usage: o.usage}
 	observerPool.Put(o)
 }
+
+// statusClientClosed is the status Caddy records when the client went
+// away before the response headers (nginx's 499).
+const statusClientClosed = 499
 
 // errStatus is the status a handler error will be answered with.
 func errStatus(err error) int {

@@ -413,3 +413,60 @@ func obsEventually(t *testing.T, what string, cond func() bool) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+func TestObserverTail(t *testing.T) {
+	tests := []struct {
+		name   string
+		chunks []string
+		want   bool
+	}{
+		{name: "done in one write", chunks: []string{"data: {\"x\":1}\n\ndata: [DONE]\n\n"}, want: true},
+		{name: "done split", chunks: []string{"data: {}\n\ndata: [DO", "NE]", "\n\n"}, want: true},
+		{name: "done byte by byte", chunks: strings.Split("data: [DONE]\n\n", ""), want: true},
+		{name: "cut mid-stream", chunks: []string{"data: {\"x\":1}\n\n", "data: {\"x\":"}, want: false},
+		{name: "nothing", want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var o metricsObserver
+			for _, c := range tt.chunks {
+				o.Write([]byte(c))
+			}
+			if got := o.complete(false); got != tt.want {
+				t.Errorf("complete = %v, want %v (tail %q)", got, tt.want, o.tail[:o.tailLen])
+			}
+		})
+	}
+}
+
+// TestMetricsClientGoesAway: a client that drops a stream mid-body counts
+// as canceled, and nothing stays in flight.
+func TestMetricsClientGoesAway(t *testing.T) {
+	es := startObsEngines(t, 1, 0, 0)
+	c := startObsCaddy(t, obsDials(es), obsOpts{})
+	resetMetrics()
+	m := metrics()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+c.client+"/v1/chat/completions", strings.NewReader(obsChat("m", true, "sys", "q")))
+	req.Header.Set("X-Obs-Hold", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := make([]byte, 1)
+	if _, err := resp.Body.Read(one); err != nil {
+		t.Fatal(err)
+	}
+	if v := fleetGauge(t, m.own, "ramjet_model_inflight_requests"); v != 1 {
+		t.Errorf("in flight during the stream = %v, want 1", v)
+	}
+	resp.Body.Close() // the client goes away mid-stream
+	obsEventually(t, "the canceled request accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 1 })
+	id := resp.Header.Get(HeaderUpstream)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, m.models.label("m"), OutcomeCanceled)); got != 1 {
+		t.Errorf("canceled requests = %v, want 1", got)
+	}
+	if v := fleetGauge(t, m.own, "ramjet_model_inflight_requests"); v != 0 {
+		t.Errorf("model in flight after the client left = %v", v)
+	}
+	obsEventually(t, "the reservation released", func() bool { return fleetGauge(t, m.own, "ramjet_upstream_inflight_requests") == 0 })
+}

@@ -76,7 +76,7 @@
       scales: { x: { time: true }, y: yrange ? { range: yrange } : { auto: true, range: function (u, mn, mx) { return [0, Math.max(mx * 1.1, 1e-9)]; } } },
       axes: [
         { stroke: "#8493a3", grid: { stroke: "#222a33" }, ticks: { stroke: "#273039" } },
-        { stroke: "#8493a3", grid: { stroke: "#222a33" }, ticks: { stroke: "#273039" }, size: 56,
+        { stroke: "#8493a3", grid: { stroke: "#222a33" }, ticks: { stroke: "#273039" }, size: 70,
           values: function (u, vals) { return vals.map(yfmt); } }
       ],
       series: [{}].concat(series.map(function (s) {
@@ -108,7 +108,7 @@
       var d = document.createElement("div"); d.className = "empty"; d.textContent = "no data yet"; el.appendChild(d);
       return;
     }
-    var width = Math.max(240, el.clientWidth || 440), row = 24, labelW = 90, textW = 150;
+    var width = Math.max(240, el.clientWidth || 440), row = 24, labelW = 90, textW = 190;
     var barW = width - labelW - textW - 10;
     var svg = svgEl("svg", { width: width, height: items.length * row + 4, role: "img" });
     items.forEach(function (it, i) {
@@ -178,7 +178,7 @@
     ups.forEach(function (u) { maxLoad = Math.max(maxLoad, u.inflight); });
     barChart("b-health", ups.map(function (u) {
       return { label: shortId(u.id), segments: [{ value: u.inflight, color: healthColor(u), title: healthWord(u) }],
-        text: u.inflight + " in flight · " + fmt(u.pending_prefill_tokens, 0) + " tok pending · " + healthWord(u) };
+        text: u.inflight + " in flight · " + fmt(u.pending_prefill_tokens, 0) + " prefill · " + healthWord(u) };
     }), maxLoad);
     lineChart("c-index", xs, [
       { label: "index bytes", color: "#bc8cff", values: d.index_bytes || [], fill: "rgba(188,140,255,.12)" },
@@ -205,7 +205,7 @@
       });
       var top = REASONS.filter(function (r) { return u.reasons[r] > 0; })
         .map(function (r) { return r.replace("_", " ") + " " + Math.round(100 * u.reasons[r] / t) + "%"; })
-        .slice(0, 2).join(", ");
+        .slice(0, 1).join(", ");
       return { label: shortId(u.id), segments: segs, text: t ? top : "–" };
     }), maxReasons);
     var reasonSeries = REASONS.filter(function (r) { return d.reasons && d.reasons[r]; }).map(function (r) {
@@ -264,7 +264,7 @@
       b.classList.toggle("active", b.dataset.tab === name);
     });
     Array.prototype.forEach.call(document.querySelectorAll(".page"), function (p) {
-      p.classList.toggle("active", p.id === name);
+      p.classList.toggle("active", p.id === "page-" + name);
     });
     if (last) render(last); // size the charts of the page now shown
   }
