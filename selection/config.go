@@ -13,11 +13,11 @@ const MaxReplicas = 128
 // Defaults of every knob. They were chosen by the parameter sweep of the
 // fleet simulation; see bench/RESULTS.md for the command that reproduces it.
 const (
-	DefaultAffinityCap      = 16384
+	DefaultAffinityCap      = 65536
 	DefaultAlpha            = 1.0
-	DefaultRequestCost      = 1024
+	DefaultRequestCost      = 2048
 	DefaultBlockTokens      = 64
-	DefaultPrefixTokens     = 32768
+	DefaultPrefixTokens     = 131072
 	DefaultCharsPerToken    = 4.0
 	DefaultIndexBudget      = 64 << 20
 	DefaultLongOutputTokens = 1024

@@ -269,18 +269,18 @@ func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
 			}
 			it.skip()
 		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			n, end, err := scanUint(b, v, string(it.key))
+			dst, param := &maxOut, "max_output_tokens"
+			switch it.key[4] {
+			case 't':
+				dst, param = &maxTok, "max_tokens"
+			case 'c':
+				dst, param = &maxCompl, "max_completion_tokens"
+			}
+			n, end, err := scanUint(b, v, param)
 			if err != nil {
 				return err
 			}
-			switch it.key[4] {
-			case 't':
-				maxTok = n
-			case 'c':
-				maxCompl = n
-			default:
-				maxOut = n
-			}
+			*dst = n
 			it.i = end
 		case "messages":
 			end, err := spanOf(b, v, '[', "messages", "an array")
@@ -362,7 +362,7 @@ func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
 		}
 		if err == nil && sp.messages[1] > 0 {
 			k.writeByte(sepSection)
-			err = writeMessages(&k, b, sp.messages[0])
+			err = writeMessages(&k, b, sp.messages[0], sp.messages[1])
 		}
 	case EndpointCompletions:
 		if sp.prompt[1] > 0 {
@@ -381,7 +381,7 @@ func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
 			if b[sp.input[0]] == '"' {
 				err = writeTextMessage(&k, "user", b, sp.input[0])
 			} else if b[sp.input[0]] == '[' {
-				err = writeMessages(&k, b, sp.input[0])
+				err = writeMessages(&k, b, sp.input[0], sp.input[1])
 			} else {
 				err = typeErr("input", sp.input[0], "a string or an array")
 			}
@@ -440,21 +440,34 @@ func writeTextMessage(k *blocker, role string, b []byte, v int) error {
 // writeMessages walks a messages (or responses input) array at b[v] == '['.
 // Each message is written as: sepMessage role sepField name sepField
 // content sepField tool_calls sepField tool_call_id, whatever the key order
-// in the body, so that a conversation's turn N+1 starts with turn N.
-func writeMessages(k *blocker, b []byte, v int) error {
+// in the body, so that a conversation's turn N+1 starts with turn N. The
+// body was validated by the first pass. Once the prefix bound is reached
+// the rest is only counted.
+func writeMessages(k *blocker, b []byte, v, vend int) error {
 	arr := newArrayIter(b, v, 2)
 	for arr.next() {
 		m := arr.val
 		if b[m] != '{' {
 			return typeErr("messages", m, "an array of objects")
 		}
+		if k.full {
+			k.total += vend - m
+			return nil
+		}
 		var role, name, content, calls, callID [2]int
+		contentEsc := false
 		obj := newObjectIter(b, m, 3)
 		for obj.next() {
 			val := obj.val
-			end, err := skipValue(b, val, 3)
-			if err != nil {
-				return err
+			var end int
+			esc := false
+			if b[val] == '"' {
+				end, esc = scanStringLax(b, val)
+			} else {
+				var err error
+				if end, err = skipValue(b, val, 3); err != nil {
+					return err
+				}
 			}
 			switch string(obj.key) {
 			case "role":
@@ -466,7 +479,7 @@ func writeMessages(k *blocker, b []byte, v int) error {
 					name = [2]int{val, end}
 				}
 			case "content":
-				content = [2]int{val, end}
+				content, contentEsc = [2]int{val, end}, esc
 			case "tool_calls":
 				calls = [2]int{val, end}
 			case "tool_call_id", "call_id":
@@ -488,7 +501,7 @@ func writeMessages(k *blocker, b []byte, v int) error {
 		}
 		k.writeByte(sepField)
 		if content[1] > 0 {
-			if err := writeContent(k, b, content[0], content[1]); err != nil {
+			if err := writeContent(k, b, content[0], content[1], contentEsc); err != nil {
 				return err
 			}
 		}
@@ -515,59 +528,66 @@ func writeMessages(k *blocker, b []byte, v int) error {
 	return arr.err
 }
 
-// writeContent writes a message's content: a string, or an array of parts
-// whose text is written in order and whose other parts are digested.
-func writeContent(k *blocker, b []byte, v, end int) error {
+// writeContent writes a message's content (the value b[v:end]): a string,
+// or an array of parts whose text is written in order and whose other parts
+// are digested.
+func writeContent(k *blocker, b []byte, v, end int, esc bool) error {
 	switch b[v] {
 	case '"':
-		_, esc, err := scanString(b, v)
-		if err != nil {
-			return err
-		}
 		return k.writeString(b[v+1:end-1], esc, v)
 	case '[':
 		arr := newArrayIter(b, v, 4)
 		for arr.next() {
 			p := arr.val
-			pend, err := skipValue(b, p, 4)
-			if err != nil {
-				return err
-			}
-			arr.i = pend
 			k.writeByte(sepField)
 			if b[p] == '"' {
-				_, esc, _ := scanString(b, p)
+				pend, esc := scanStringLax(b, p)
+				arr.i = pend
 				if err := k.writeString(b[p+1:pend-1], esc, p); err != nil {
 					return err
 				}
 				continue
 			}
 			if b[p] != '{' {
-				continue
-			}
-			text := [2]int{}
-			obj := newObjectIter(b, p, 5)
-			for obj.next() {
-				vend, err := skipValue(b, obj.val, 5)
+				pend, err := skipValue(b, p, 4)
 				if err != nil {
 					return err
 				}
-				if string(obj.key) == "text" && b[obj.val] == '"' {
-					text = [2]int{obj.val, vend}
+				arr.i = pend
+				continue
+			}
+			text := [2]int{}
+			textEsc := false
+			obj := newObjectIter(b, p, 5)
+			for obj.next() {
+				var vend int
+				if b[obj.val] == '"' {
+					var esc bool
+					vend, esc = scanStringLax(b, obj.val)
+					if string(obj.key) == "text" {
+						text, textEsc = [2]int{obj.val, vend}, esc
+					}
+				} else {
+					var err error
+					if vend, err = skipValue(b, obj.val, 5); err != nil {
+						return err
+					}
 				}
 				obj.i = vend
 			}
 			if obj.err != nil {
 				return obj.err
 			}
-			if text[1] > 0 {
-				_, esc, _ := scanString(b, text[0])
-				if err := k.writeString(b[text[0]+1:text[1]-1], esc, text[0]); err != nil {
+			pend := obj.end
+			arr.i = pend
+			switch {
+			case text[1] > 0:
+				if err := k.writeString(b[text[0]+1:text[1]-1], textEsc, text[0]); err != nil {
 					return err
 				}
-			} else if !k.full {
+			case !k.full:
 				k.writeDigest(b[p:pend])
-			} else {
+			default:
 				k.total += pend - p
 			}
 		}

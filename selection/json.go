@@ -108,6 +108,16 @@ func validEscapes(s []byte) bool {
 // time (the "has less than" bit trick).
 func hasControl(s []byte) bool {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	for len(s) >= 32 {
+		a := binary.LittleEndian.Uint64(s)
+		b := binary.LittleEndian.Uint64(s[8:])
+		c := binary.LittleEndian.Uint64(s[16:])
+		d := binary.LittleEndian.Uint64(s[24:])
+		if ((a-lo*0x20)&^a|(b-lo*0x20)&^b|(c-lo*0x20)&^c|(d-lo*0x20)&^d)&hi != 0 {
+			return true
+		}
+		s = s[32:]
+	}
 	for len(s) >= 8 {
 		x := binary.LittleEndian.Uint64(s)
 		if (x-lo*0x20)&^x&hi != 0 {
@@ -121,6 +131,28 @@ func hasControl(s []byte) bool {
 		}
 	}
 	return false
+}
+
+// scanStringLax is scanString without validation, for a second pass over
+// a body the first pass already validated.
+func scanStringLax(b []byte, i int) (end int, escaped bool) {
+	start := i + 1
+	j := start
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return len(b), false
+		}
+		q := j + k
+		n := 0
+		for p := q - 1; p >= start && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1, bytes.IndexByte(b[start:q], '\\') >= 0
+		}
+		j = q + 1
+	}
 }
 
 // skipValue validates and skips one JSON value starting at b[i] (after

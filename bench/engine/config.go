@@ -34,7 +34,7 @@ type Config struct {
 
 	// MaxBatchedTokens is the chunked-prefill token budget of one step
 	// (vLLM max_num_batched_tokens). Default 8192 (vLLM V1's default for the
-	// OpenAI server on GPUs with at least 70 GiB).
+	// OpenAI server on GPUs with at least 70 GiB other than A100).
 	MaxBatchedTokens int
 
 	// StepBase is the fixed cost of one forward pass: reading the weights

@@ -96,6 +96,10 @@ type Stats struct {
 	UsedBlocks, CachedBlocks, TotalBlocks int
 	// KVUsage is UsedBlocks/TotalBlocks, as vllm:kv_cache_usage_perc.
 	KVUsage float64
+	// PendingPrefillTokens is the prompt tokens still to compute over
+	// waiting and running requests (cached prefixes of waiting requests
+	// are not known before admission and count as pending).
+	PendingPrefillTokens int
 	// PrefixQueries and PrefixHits count tokens, as vLLM's prefix cache
 	// counters: every admission queries all its tokens and hits its cached
 	// ones.
@@ -201,6 +205,13 @@ func (e *Engine) Stats() Stats {
 	s.Running, s.Waiting = len(e.running), len(e.waiting)
 	s.UsedBlocks, s.CachedBlocks, s.TotalBlocks = e.cache.used, len(e.cache.cached), e.cache.total
 	s.KVUsage = e.KVUsage()
+	for _, q := range [2][]*seq{e.waiting, e.running} {
+		for _, x := range q {
+			if n := x.numTokens - x.computed; n > 1 || x.generated == 0 {
+				s.PendingPrefillTokens += n
+			}
+		}
+	}
 	return s
 }
 

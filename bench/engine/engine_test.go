@@ -185,9 +185,15 @@ func TestQueueingWhenSlotsFull(t *testing.T) {
 	for i := uint64(1); i <= 5; i++ {
 		mustSubmit(t, e, Request{ID: i, Prompt: SyntheticTokens(nil, i, 100), MaxTokens: 50})
 	}
+	if got := e.Stats().PendingPrefillTokens; got != 500 {
+		t.Errorf("pending prefill %d, want 500", got)
+	}
 	evs, _ := e.Step(nil)
 	if e.Running() != 2 || e.Waiting() != 3 {
 		t.Fatalf("running=%d waiting=%d, want 2 and 3", e.Running(), e.Waiting())
+	}
+	if got := e.Stats().PendingPrefillTokens; got != 300 {
+		t.Errorf("pending prefill after the first step %d, want 300", got)
 	}
 	evs = append(evs, runAll(t, e)...)
 	fin := finished(evs)

@@ -110,12 +110,19 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (s *Server) record(rec *Recorded) {
+// record keeps rec as the last request (of the server and of rank r, if
+// routed) and calls the OnRequest hook.
+func (s *Server) record(rec Recorded, r *rank) {
 	s.mu.Lock()
-	s.last = rec
+	s.last = &rec
 	s.mu.Unlock()
+	if r != nil {
+		r.mu.Lock()
+		r.last = &rec
+		r.mu.Unlock()
+	}
 	if s.opts.OnRequest != nil {
-		s.opts.OnRequest(*rec)
+		s.opts.OnRequest(rec)
 	}
 }
 
@@ -233,8 +240,19 @@ type genCall struct {
 
 func (s *Server) handleGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	body, aerr := s.readBody(w, r)
-	rec := &Recorded{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Rank: -1, At: time.Now()}
-	s.record(rec)
+	rec := Recorded{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Rank: -1, At: time.Now()}
+	rk := s.pickRank()
+	if h := r.Header.Get(RankHeader); h != "" {
+		n, err := strconv.Atoi(h)
+		if err != nil || n < 0 || n >= len(s.ranks) {
+			s.record(rec, nil)
+			writeError(w, badRequest("", "%s %q out of range [0,%d)", RankHeader, h, len(s.ranks)))
+			return
+		}
+		rk = s.ranks[n]
+	}
+	rec.Rank = rk.idx
+	s.record(rec, rk)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -265,20 +283,8 @@ func (s *Server) handleGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeAPIError(w, err)
 		return
 	}
-	c.rank = s.pickRank()
-	if h := r.Header.Get(RankHeader); h != "" {
-		n, err := strconv.Atoi(h)
-		if err != nil || n < 0 || n >= len(s.ranks) {
-			writeError(w, badRequest("", "%s %q out of range [0,%d)", RankHeader, h, len(s.ranks)))
-			return
-		}
-		c.rank = s.ranks[n]
-	}
-	rec.Rank = c.rank.idx
+	c.rank = rk
 	c.rank.count.Add(1)
-	c.rank.mu.Lock()
-	c.rank.last = rec
-	c.rank.mu.Unlock()
 	if faults.HangBeforeFirstToken {
 		select {
 		case <-r.Context().Done():
@@ -376,6 +382,8 @@ func (c *genCall) await(ctx context.Context, p *pending, fn func(st pending) err
 			seen = st.generated
 			if c.die > 0 && st.generated >= c.die {
 				c.rank.abort(c.engID)
+				st.generated, st.done = c.die, false
+				_ = fn(st) // deliver exactly die tokens, then drop
 				if f, ok := c.w.(http.Flusher); ok {
 					f.Flush()
 				}

@@ -57,6 +57,8 @@ func (s *Server) initMetrics() {
 	s.reg.MustRegister(s.ttft, s.e2e, rankCollector{s})
 }
 
+var _ prometheus.Collector = rankCollector{}
+
 // rankCollector reads every rank's engine at scrape time.
 type rankCollector struct{ s *Server }
 

@@ -13,6 +13,10 @@ type Options struct {
 	// Addr is the HTTP listen address. Default "127.0.0.1:0" (a random
 	// port; see Server.URL).
 	Addr string
+	// AdminAddr, when set, also serves the /sim/* admin routes on a
+	// second listener, which stays up while RefuseConnections closes the
+	// main one. Default "" (admin routes only on Addr).
+	AdminAddr string
 	// Model is the served model name. Default "qwen3-32b".
 	Model string
 	// ModelRoot is the "root" path /v1/models reports, as vLLM reports the
@@ -23,7 +27,8 @@ type Options struct {
 	// DP is the number of data-parallel ranks behind the port. Default 1.
 	DP int
 	// TimeScale is how much faster than real time the engines run: 10
-	// means one wall second is ten simulated seconds. Default 1.
+	// means one wall second is ten simulated seconds. Default 1, at most
+	// 10000 (simulated time must fit a time.Duration for days).
 	TimeScale float64
 	// Instant runs every engine step as soon as the previous one ended,
 	// ignoring the wall clock, so responses come at once (overhead
@@ -145,8 +150,8 @@ func (o *Options) validate() error {
 	switch {
 	case o.DP < 1 || o.DP > 64:
 		return fmt.Errorf("DP must be in [1,64]")
-	case o.TimeScale <= 0:
-		return fmt.Errorf("TimeScale must be positive")
+	case o.TimeScale <= 0 || o.TimeScale > 10000:
+		return fmt.Errorf("TimeScale must be in (0,10000]; use Instant for more")
 	case o.DefaultMaxTokens < 1:
 		return fmt.Errorf("DefaultMaxTokens must be positive")
 	case o.QueueFullStatus != 429 && o.QueueFullStatus != 503:

@@ -26,8 +26,9 @@ type Recorded struct {
 	Path   string
 	Header http.Header
 	Body   []byte
-	// Rank is the data-parallel rank that served it (-1 if none: the
-	// request failed before routing).
+	// Rank is the data-parallel rank it was routed to (-1 when its
+	// X-data-parallel-rank header was invalid). Requests are recorded
+	// before faults and validation, so failed requests are recorded too.
 	Rank int
 	At   time.Time
 }
@@ -35,7 +36,7 @@ type Recorded struct {
 // RankStats are one data-parallel rank's counters.
 type RankStats struct {
 	Rank int
-	// Requests is the number of requests routed to this rank.
+	// Requests is the number of valid requests submitted to this rank.
 	Requests uint64
 	// Engine is the engine's state and counters.
 	Engine engine.Stats
@@ -46,17 +47,19 @@ type RankStats struct {
 
 // Server is a running simulator. Its methods are safe for concurrent use.
 type Server struct {
-	opts   Options
-	ctx    context.Context
-	cancel context.CancelFunc
-	srv    *http.Server
-	reg    *prometheus.Registry
-	ttft   *prometheus.HistogramVec
-	e2e    *prometheus.HistogramVec
-	ranks  []*rank
-	wg     sync.WaitGroup
-	ids    atomic.Uint64
-	rr     atomic.Uint64
+	opts    Options
+	ctx     context.Context
+	cancel  context.CancelFunc
+	srv     *http.Server
+	admin   *http.Server
+	adminLn net.Listener
+	reg     *prometheus.Registry
+	ttft    *prometheus.HistogramVec
+	e2e     *prometheus.HistogramVec
+	ranks   []*rank
+	wg      sync.WaitGroup
+	ids     atomic.Uint64
+	rr      atomic.Uint64
 
 	mu      sync.Mutex // guards the fields below
 	addr    string
@@ -147,8 +150,33 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.wg.Add(1)
 		go r.run()
 	}
+	if o.AdminAddr != "" {
+		aln, err := lc.Listen(ctx, "tcp", o.AdminAddr)
+		if err != nil {
+			ln.Close()
+			s.Close()
+			return nil, fmt.Errorf("admin listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		s.adminRoutes(mux)
+		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.adminLn = aln
+		s.serving.Add(1)
+		go func() {
+			defer s.serving.Done()
+			_ = s.admin.Serve(aln)
+		}()
+	}
 	s.serve(ln)
 	return s, nil
+}
+
+// AdminURL is the base URL of the admin listener, or "" without one.
+func (s *Server) AdminURL() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return "http://" + s.adminLn.Addr().String()
 }
 
 func (s *Server) serve(ln net.Listener) {
@@ -215,6 +243,9 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	err := s.srv.Close()
+	if s.admin != nil {
+		s.admin.Close()
+	}
 	s.serving.Wait()
 	s.wg.Wait()
 	for _, r := range s.ranks {
@@ -232,12 +263,28 @@ func (s *Server) Faults() Faults {
 	return s.faults
 }
 
-// SetFaults replaces the current faults.
+// refuseGrace is how long SetFaults waits after closing idle connections
+// when it starts refusing, so that clients' connection pools see the
+// closes before their next request (otherwise a client may write into a
+// pooled connection the server just closed and get a reset instead of a
+// refused dial).
+const refuseGrace = 25 * time.Millisecond
+
+// SetFaults replaces the current faults. When it starts refusing
+// connections it closes the listener and every idle connection and returns
+// after a short grace period.
 func (s *Server) SetFaults(f Faults) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	return s.applyFaults(f)
+	refusing := s.Faults().RefuseConnections
+	if err := s.applyFaults(f); err != nil {
+		return err
+	}
+	if f.RefuseConnections && !refusing {
+		time.Sleep(refuseGrace)
+	}
+	return nil
 }
 
 func (s *Server) applyFaults(f Faults) error {
@@ -384,6 +431,9 @@ func (r *rank) wallAt(t time.Duration) time.Time {
 	return r.epoch.Add(time.Duration(float64(t) / r.s.opts.TimeScale))
 }
 
+// instantBatch is how many engine steps an instant rank runs per lock hold.
+const instantBatch = 64
+
 // run drives the rank's engine until the server closes.
 func (r *rank) run() {
 	defer r.s.wg.Done()
@@ -394,8 +444,15 @@ func (r *rank) run() {
 		r.pubMu.Lock()
 		r.mu.Lock()
 		if instant {
-			if t, ok := r.eng.NextEventTime(); ok {
-				r.evs = r.eng.AdvanceTo(t, r.evs[:0])
+			// Up to instantBatch steps per lock hold: handlers waiting for
+			// the lock would otherwise hand it over at every step.
+			r.evs = r.evs[:0]
+			for i := 0; i < instantBatch; i++ {
+				t, ok := r.eng.NextEventTime()
+				if !ok {
+					break
+				}
+				r.evs = r.eng.AdvanceTo(t, r.evs)
 			}
 		} else {
 			r.evs = r.eng.AdvanceTo(r.simNow(), r.evs[:0])

@@ -492,3 +492,31 @@ func TestDataParallelRanksAndRecording(t *testing.T) {
 		t.Errorf("OnRequest saw %d requests, want 8", len(seen))
 	}
 }
+
+func TestRealTimePacing(t *testing.T) {
+	s := startSim(t, Options{TimeScale: 10})
+	c := client(s)
+	start := time.Now()
+	stream := c.Chat.Completions.NewStreaming(testCtx(t), openai.ChatCompletionNewParams{
+		Model: s.Model(), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("pace")}, MaxTokens: openai.Int(50),
+	})
+	var first time.Duration
+	for stream.Next() {
+		if ch := stream.Current(); first == 0 && len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			first = time.Since(start)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	total := time.Since(start)
+	// 50 steps of ~20 ms simulated at 10x: ~100 ms wall; first token after
+	// one ~21 ms step: ~2 ms wall.
+	if total < 80*time.Millisecond || total > 600*time.Millisecond || first > total/2 {
+		t.Errorf("50 tokens at 10x took %v (first content after %v), want ~100ms", total, first)
+	}
+	st := s.Stats()[0].Engine
+	if st.Now < 900*time.Millisecond {
+		t.Errorf("engine clock %v after 50 decode steps", st.Now)
+	}
+}
