@@ -2,4 +2,37 @@
 // matcher, handlers, metrics, admin routes and the state kept across reloads.
 // It is thin: routing decisions are made by package selection, which knows
 // nothing of Caddy. Only the xcaddy command, bench and tests import it.
+//
+// Modules:
+//
+//	http.reverse_proxy.selection_policies.ramjet  RamjetSelection (policy.go)
+//	http.matchers.ramjet_body                     BodyMatcher (matcher.go)
+//	http.handlers.ramjet                          Handler (handler.go)
+//
+// # Internal API for the rest of the package
+//
+// Per request (request.go): requestState(r) returns the request's
+// *reqState, kept in the Caddy vars under VarRequest and shared by the
+// matcher, the policy and the handler. After the matcher or Select ran:
+//
+//	st.readBody(r, limit)   read the body once, bounded; st.body, st.bodyErr
+//	                        (errBodyTooLarge) and a byte-exact r.Body
+//	st.features(x, ep)      parsed features (nil on error; st.featErr holds
+//	                        the *selection.RequestError for a 400)
+//	st.fleet, st.slot, st.replica, st.routeID, st.model, st.decision,
+//	st.fallback, st.attempts
+//	st.reservation()        the live *selection.Reservation, or nil
+//
+// Fleet state (state.go): lookupFleet(stateKey) returns the *fleet most
+// recently provisioned under a state_key ("" = "default"), or nil;
+// fleetKeys() lists them. On a fleet:
+//
+//	f.router()      the *selection.Router (Index(), Load(slot), Config(), Key(slot))
+//	f.replicas()    []Replica: key, opaque id, slot, rank, live reservations,
+//	                health (known once a policy routed a request)
+//	f.routeID(key)  the opaque X-Ramjet-Upstream id of a replica key
+//
+// Responses (handler.go): addObserver(func(r, st) observer) registers a
+// per-request observer fed by the ramjet handler with the status, every
+// body chunk and the end of the response (usage accounting, metrics).
 package module

@@ -1,146 +1,82 @@
 package module
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"sync"
-	"sync/atomic"
+	"context"
 	"testing"
 	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
 )
 
-// testEngine is a minimal OpenAI-compatible engine on 127.0.0.1 that
-// records what it receives. Streaming responses can be held before the
-// first chunk (gate, a prefill that waits) or after it (hold).
-type testEngine struct {
-	id   int
-	addr string
-	srv  *http.Server
+// sims is a fleet of engine simulators (bench/enginesim) on 127.0.0.1.
+type sims []*enginesim.Server
 
-	mu      sync.Mutex
-	bodies  [][]byte
-	headers []http.Header
-
-	healthy  atomic.Bool
-	canceled atomic.Int32
-	active   atomic.Int32
-
-	// gate, when set, is waited on before the first byte of a response.
-	gate atomic.Pointer[chan struct{}]
-	// hold, when set, is waited on after the first chunk of a stream.
-	hold atomic.Pointer[chan struct{}]
-	// arrived is signalled (non-blocking) when a request arrives.
-	arrived chan int
-}
-
-func startEngines(t testing.TB, n int) []*testEngine {
+// startSims starts n simulators with options o (TimeScale defaults to 20:
+// twenty simulated seconds per wall second). They stop when the test ends.
+func startSims(t testing.TB, n int, o enginesim.Options) sims {
 	t.Helper()
-	es := make([]*testEngine, n)
-	arrived := make(chan int, 1024)
-	for i := range es {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := &testEngine{id: i, addr: ln.Addr().String(), arrived: arrived}
-		e.healthy.Store(true)
-		e.srv = &http.Server{Handler: e, ReadHeaderTimeout: 5 * time.Second}
-		go e.srv.Serve(ln)
-		t.Cleanup(func() { e.srv.Close() })
-		es[i] = e
+	if o.TimeScale == 0 && !o.Instant {
+		o.TimeScale = 20
 	}
-	return es
-}
-
-func dials(es []*testEngine) []string {
-	out := make([]string, len(es))
-	for i, e := range es {
-		out[i] = e.addr
+	if o.Model == "" {
+		o.Model = "qwen3-8b"
+	}
+	out := make(sims, n)
+	for i := range out {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err := enginesim.Start(ctx, o)
+		cancel()
+		if err != nil {
+			t.Fatalf("starting engine simulator: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		out[i] = s
 	}
 	return out
 }
 
-func (e *testEngine) requests() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.bodies)
+// dials lists the simulators' dial addresses.
+func (ss sims) dials() []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Addr()
+	}
+	return out
 }
 
-func (e *testEngine) lastBody() ([]byte, http.Header) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.bodies) == 0 {
-		return nil, nil
+// byRouteID returns the index of the simulator whose replica has the
+// opaque route id id in the default fleet, or -1.
+func (ss sims) byRouteID(id string) int {
+	f := lookupFleet("")
+	if f == nil {
+		return -1
 	}
-	return e.bodies[len(e.bodies)-1], e.headers[len(e.headers)-1]
+	for i, s := range ss {
+		if f.routeID(s.Addr()) == id {
+			return i
+		}
+	}
+	return -1
 }
 
-func (e *testEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/health":
-		if !e.healthy.Load() {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ok")
-		return
-	case "/v1/models":
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"object":"list","data":[{"id":"m","object":"model","created":0,"owned_by":"e%d"}]}`, e.id)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	e.mu.Lock()
-	e.bodies = append(e.bodies, body)
-	e.headers = append(e.headers, r.Header.Clone())
-	e.mu.Unlock()
-	e.active.Add(1)
-	defer e.active.Add(-1)
-	select {
-	case e.arrived <- e.id:
-	default:
-	}
-	w.Header().Set("X-Engine", fmt.Sprint(e.id))
-	if g := e.gate.Load(); g != nil {
-		select {
-		case <-*g:
-		case <-r.Context().Done():
-			e.canceled.Add(1)
-			return
-		case <-time.After(10 * time.Second):
+// requests is the number of generation requests each simulator received.
+func (ss sims) requests() []int {
+	out := make([]int, len(ss))
+	for i, s := range ss {
+		for _, r := range s.Stats() {
+			out[i] += int(r.Requests)
 		}
 	}
-	var req struct {
-		Stream bool `json:"stream"`
-	}
-	_ = json.Unmarshal(body, &req)
-	if !req.Stream {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"c%d","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"engine %d"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`, e.id, e.id)
-		return
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	chunk := func(content string) {
-		fmt.Fprintf(w, "data: {\"id\":\"c%d\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", e.id, content)
-		http.NewResponseController(w).Flush()
-	}
-	chunk(fmt.Sprintf("engine %d", e.id))
-	if h := e.hold.Load(); h != nil {
-		select {
-		case <-*h:
-		case <-r.Context().Done():
-			e.canceled.Add(1)
-			return
-		case <-time.After(10 * time.Second):
+	return out
+}
+
+// busy is the number of sequences running or waiting on all simulators.
+func (ss sims) busy() int {
+	n := 0
+	for _, s := range ss {
+		for _, r := range s.Stats() {
+			n += r.Engine.Running + r.Engine.Waiting
 		}
 	}
-	chunk(" done")
-	io.WriteString(w, "data: [DONE]\n\n")
+	return n
 }

@@ -141,6 +141,10 @@ type responseWriter struct {
 func (w *responseWriter) WriteHeader(status int) {
 	if w.status == 0 && status >= 200 {
 		w.status = status
+		if w.st.routeIDHdr != nil {
+			// Ours, whatever the upstream sent under the same name.
+			w.Header()[HeaderUpstream] = w.st.routeIDHdr
+		}
 		for _, o := range w.obs {
 			o.WriteHeader(status, w.Header())
 		}

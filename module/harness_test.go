@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
@@ -62,6 +63,11 @@ func startCaddy(t testing.TB, ups []string, o proxyOpts) *testCaddy {
 		t.Fatalf("loading caddy config: %v", err)
 	}
 	t.Cleanup(func() {
+		// An empty config with the admin endpoint disabled stops the
+		// servers and the admin endpoint; Stop alone keeps the latter.
+		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
+			t.Errorf("unloading caddy: %v", err)
+		}
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)
 		}
@@ -197,4 +203,32 @@ func longText(seed string, n int) string {
 		fmt.Fprintf(&sb, "%s sentence %d of the shared context. ", seed, i)
 	}
 	return sb.String()
+}
+
+// startCaddyfile adapts a Caddyfile (with {ADDR} and {ADMIN} standing for
+// the client and admin addresses) and loads it.
+func startCaddyfile(t testing.TB, src string) *testCaddy {
+	t.Helper()
+	c := &testCaddy{t: t, addr: freeAddr(t), admin: freeAddr(t)}
+	src = strings.NewReplacer("{ADDR}", c.addr, "{ADMIN}", c.admin).Replace(src)
+	cfg, warns, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapting Caddyfile: %v", err)
+	}
+	for _, w := range warns {
+		t.Logf("Caddyfile warning: %s", w.String())
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading caddy config: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
+			t.Errorf("unloading caddy: %v", err)
+		}
+		if err := caddy.Stop(); err != nil {
+			t.Errorf("stopping caddy: %v", err)
+		}
+	})
+	c.waitReady()
+	return c
 }

@@ -383,27 +383,16 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return s.selectFallback(pool, r, w, st, v)
 	}
 
-	sc := scratchPool.Get().(*scratch)
-	cands := sc.cands[:0]
-	for i, up := range pool {
-		cands = append(cands, selection.Candidate{
-			Slot:    v.slots[i],
-			Usable:  v.slots[i] >= 0 && up.Available(),
-			Profile: v.profiles[i],
-		})
-	}
-	d := f.rt.Pick(feat, cands, sc.sel)
-	sc.cands = cands
+	d := s.decide(pool, v, st, feat)
 	if d.Index < 0 {
-		scratchPool.Put(sc)
 		body.release()
 		st.decision = d
 		return nil
 	}
 	res := f.rt.Reserve(d.Slot, d.Prefill)
+	st.markTried(d.Slot)
 	f.rt.Learn(feat, d.Slot)
 	st.model = f.models.intern(feat.Model)
-	scratchPool.Put(sc)
 	body.release()
 
 	st.fallback = false
@@ -417,6 +406,35 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
 	}
 	return pool[d.Index]
+}
+
+// decide runs the routing rule over pool with pooled scratch memory. It
+// allocates nothing (TestDecideAllocs). On a retry, replicas already tried
+// for the request are filtered out unless no other is usable.
+func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features) selection.Decision {
+	sc := scratchPool.Get().(*scratch)
+	cands := sc.cands[:0]
+	usable := 0
+	for i, up := range pool {
+		ok := v.slots[i] >= 0 && up.Available()
+		if ok && st.attempts > 1 && st.wasTried(v.slots[i]) {
+			ok = false
+		}
+		if ok {
+			usable++
+		}
+		cands = append(cands, selection.Candidate{Slot: v.slots[i], Usable: ok, Profile: v.profiles[i]})
+	}
+	if usable == 0 && st.attempts > 1 {
+		// Every untried replica is out: try the earlier ones again.
+		for i, up := range pool {
+			cands[i].Usable = v.slots[i] >= 0 && up.Available()
+		}
+	}
+	d := s.fleet.rt.Pick(feat, cands, sc.sel)
+	sc.cands = cands
+	scratchPool.Put(sc)
+	return d
 }
 
 // selectFallback routes a request without usable features with the
@@ -451,6 +469,7 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	st.slot = v.slots[i]
 	st.replica = v.keys[i]
 	st.routeID = v.ids[i]
+	st.routeIDHdr = v.idHdr[i]
 	if w != nil {
 		w.Header()[HeaderUpstream] = v.idHdr[i]
 	}

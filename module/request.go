@@ -51,14 +51,16 @@ type reqState struct {
 	featErr error
 
 	// Filled by Select for the last attempt.
-	fleet    *fleet
-	decision selection.Decision
-	slot     selection.Slot
-	replica  string // replica key: "addr" or "addr#rank"
-	routeID  string // opaque id sent in X-Ramjet-Upstream
-	model    string // interned model name ("" when unknown)
-	fallback bool   // the fallback policy chose (no usable features)
-	attempts int    // Select calls for this request (1 + retries)
+	fleet      *fleet
+	decision   selection.Decision
+	slot       selection.Slot
+	replica    string                             // replica key: "addr" or "addr#rank"
+	routeID    string                             // opaque id sent in X-Ramjet-Upstream
+	routeIDHdr []string                           // the same, as a shared header value; never modify
+	model      string                             // interned model name ("" when unknown)
+	fallback   bool                               // the fallback policy chose (no usable features)
+	attempts   int                                // Select calls for this request (1 + retries)
+	tried      [selection.MaxReplicas / 64]uint64 // slots picked by earlier attempts
 
 	res  atomic.Pointer[selection.Reservation]
 	done atomic.Bool
@@ -82,6 +84,10 @@ func lookupRequest(r *http.Request) *reqState {
 	st, _ := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState)
 	return st
 }
+
+func (st *reqState) markTried(s selection.Slot) { st.tried[s>>6] |= 1 << (uint(s) & 63) }
+
+func (st *reqState) wasTried(s selection.Slot) bool { return st.tried[s>>6]&(1<<(uint(s)&63)) != 0 }
 
 // reservation is the live reservation of the last attempt, or nil.
 func (st *reqState) reservation() *selection.Reservation { return st.res.Load() }

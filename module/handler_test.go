@@ -1,0 +1,91 @@
+package module
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// recordingObserver records what the handler fed it.
+type recordingObserver struct {
+	status int
+	body   []byte
+	ended  bool
+	endErr error
+}
+
+func (o *recordingObserver) WriteHeader(status int, _ http.Header) { o.status = status }
+func (o *recordingObserver) Write(p []byte)                        { o.body = append(o.body, p...) }
+func (o *recordingObserver) End(_ int, err error)                  { o.ended, o.endErr = true, err }
+
+var testObservers = map[*http.Request]*recordingObserver{}
+
+func init() {
+	addObserver(func(r *http.Request, _ *reqState) observer {
+		if r.Header.Get("X-Test-Observe") == "" {
+			return nil
+		}
+		o := &recordingObserver{}
+		testObservers[r] = o
+		return o
+	})
+}
+
+func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
+	p := newTestPolicy(t, "handler")
+	pool := newTestPool(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := newTestRequest(ctx, chatJSON(16<<10, "hi"))
+	r.Header.Set("X-Test-Observe", "1")
+	rec := httptest.NewRecorder()
+	rt := p.fleet.rt
+	errNext := errors.New("next failed after writing")
+
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		if p.Select(pool, r, w) == nil {
+			t.Fatal("no upstream")
+		}
+		st := lookupRequest(r)
+		if in, pend := rt.Load(st.slot); in != 1 || pend == 0 {
+			t.Fatalf("before the first byte: inflight %d pending %d", in, pend)
+		}
+		w.Header().Add(HeaderUpstream, "10.0.0.1:8000") // an upstream leaking its address
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		if in, pend := rt.Load(st.slot); in != 1 || pend == 0 {
+			t.Fatalf("headers alone must not end the prefill: inflight %d pending %d", in, pend)
+		}
+		w.Write([]byte("data: {}\n\n"))
+		if in, pend := rt.Load(st.slot); in != 1 || pend != 0 {
+			t.Fatalf("after the first byte: inflight %d pending %d, want 1 and 0", in, pend)
+		}
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Fatalf("flush through the wrapper: %v", err)
+		}
+		w.Write([]byte("data: [DONE]\n\n"))
+		return errNext
+	})
+	if err := (Handler{}).ServeHTTP(rec, r, next); err != errNext {
+		t.Fatalf("ServeHTTP error %v, want next's", err)
+	}
+	st := lookupRequest(r)
+	if in, pend := rt.Load(st.slot); in != 0 || pend != 0 {
+		t.Fatalf("after the handler: inflight %d pending %d", in, pend)
+	}
+	if !rec.Flushed {
+		t.Fatal("flush did not reach the client writer")
+	}
+	if got := rec.Result().Header.Values(HeaderUpstream); len(got) != 1 || got[0] != st.routeID {
+		t.Fatalf("X-Ramjet-Upstream %q, want only %q", got, st.routeID)
+	}
+	o := testObservers[r]
+	delete(testObservers, r)
+	if o == nil || o.status != 200 || string(o.body) != "data: {}\n\ndata: [DONE]\n\n" || !o.ended || o.endErr != errNext {
+		t.Fatalf("observer saw %+v", o)
+	}
+}

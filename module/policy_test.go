@@ -1,0 +1,232 @@
+package module
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+func TestPolicyUnmarshalCaddyfile(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    string
+		want    RamjetSelection
+		wantErr string
+	}{
+		{name: "empty", give: `ramjet`, want: RamjetSelection{}},
+		{name: "empty block", give: "ramjet {\n}", want: RamjetSelection{}},
+		{
+			name: "every option",
+			give: `ramjet {
+				affinity_cap 8192
+				alpha 0.5
+				request_cost 512
+				block_tokens 32
+				prefix_tokens 16384
+				chars_per_token 3.5
+				index_budget 32MiB
+				long_output_tokens 2048
+				tie_epsilon 2
+				max_body_bytes 4MB
+				profile 10.0.0.1:8000 speculative
+				profile 10.0.0.2:8000#1 standard
+				fallback round_robin
+				state_key chat
+				route_id_secret {env.RJ_SECRET}
+			}`,
+			want: RamjetSelection{
+				Config: selection.Config{AffinityCap: 8192, Alpha: 0.5, RequestCost: 512, BlockTokens: 32,
+					PrefixTokens: 16384, CharsPerToken: 3.5, IndexBudget: 32 << 20, LongOutputTokens: 2048, TieEpsilon: 2},
+				MaxBodyBytes:  4000000,
+				Profiles:      map[string]string{"10.0.0.1:8000": "speculative", "10.0.0.2:8000#1": "standard"},
+				FallbackRaw:   json.RawMessage(`{"policy":"round_robin"}`),
+				StateKey:      "chat",
+				RouteIDSecret: "{env.RJ_SECRET}",
+			},
+		},
+		{
+			name: "fallback with options",
+			give: `ramjet {
+				fallback header X-User {
+					fallback random
+				}
+			}`,
+			want: RamjetSelection{FallbackRaw: json.RawMessage(`{"fallback":{"policy":"random"},"field":"X-User","policy":"header"}`)},
+		},
+		{name: "argument", give: `ramjet foo`, wantErr: "wrong argument count"},
+		{name: "unknown option", give: "ramjet {\n bogus 1\n}", wantErr: "unrecognized ramjet option 'bogus'"},
+		{name: "duplicate", give: "ramjet {\n alpha 1\n alpha 2\n}", wantErr: "alpha: option specified more than once"},
+		{name: "missing value", give: "ramjet {\n affinity_cap\n}", wantErr: "affinity_cap: missing value"},
+		{name: "too many values", give: "ramjet {\n block_tokens 1 2\n}", wantErr: "block_tokens: too many values"},
+		{name: "not an integer", give: "ramjet {\n request_cost lots\n}", wantErr: `request_cost: "lots" is not an integer`},
+		{name: "not a number", give: "ramjet {\n alpha high\n}", wantErr: `alpha: "high" is not a number`},
+		{name: "not a size", give: "ramjet {\n index_budget big\n}", wantErr: `index_budget: "big" is not a size`},
+		{name: "max_body_bytes not a size", give: "ramjet {\n max_body_bytes 1XB\n}", wantErr: "max_body_bytes"},
+		{name: "bad profile", give: "ramjet {\n profile a:1 turbo\n}", wantErr: `profile a:1: unknown engine profile "turbo"`},
+		{name: "profile missing arg", give: "ramjet {\n profile a:1\n}", wantErr: "profile: want <upstream> speculative|standard"},
+		{name: "duplicate profile", give: "ramjet {\n profile a:1 standard\n profile a:1 speculative\n}", wantErr: "profile a:1: specified more than once"},
+		{name: "fallback missing", give: "ramjet {\n fallback\n}", wantErr: "fallback: want a policy name"},
+		{name: "fallback unknown", give: "ramjet {\n fallback nosuch\n}", wantErr: "fallback:"},
+		{name: "fallback self", give: "ramjet {\n fallback ramjet\n}", wantErr: "fallback: ramjet cannot be its own fallback"},
+		{name: "duplicate fallback", give: "ramjet {\n fallback random\n fallback first\n}", wantErr: "fallback: option specified more than once"},
+		{name: "block on option", give: "ramjet {\n state_key a {\n x\n }\n}", wantErr: "state_key: takes no block"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got RamjetSelection
+			err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.give))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreUnexported(RamjetSelection{}),
+				cmp.Transformer("json", func(m json.RawMessage) string { return string(m) })); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPolicyProvisionDefaults(t *testing.T) {
+	p := &RamjetSelection{}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	if err := p.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Cleanup()
+	var want selection.Config
+	want.SetDefaults()
+	if diff := cmp.Diff(want, p.Config); diff != "" {
+		t.Errorf("config defaults (-want +got)\n%s", diff)
+	}
+	if p.MaxBodyBytes != DefaultMaxBodyBytes || p.StateKey != DefaultStateKey {
+		t.Errorf("max_body_bytes %d, state_key %q", p.MaxBodyBytes, p.StateKey)
+	}
+	if _, ok := p.fallback.(*reverseproxy.LeastConnSelection); !ok {
+		t.Errorf("fallback %T, want least_conn", p.fallback)
+	}
+	if lookupFleet("") != p.fleet || p.fleet == nil {
+		t.Error("fleet not registered under the default state key")
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    string // JSON
+		wantErr string
+	}{
+		{name: "ok", give: `{"alpha": 0.5, "profiles": {"a:1": "speculative"}, "state_key": "x"}`},
+		{name: "affinity_cap", give: `{"affinity_cap": -1}`, wantErr: "affinity_cap must be positive"},
+		{name: "alpha", give: `{"alpha": -2}`, wantErr: "alpha must be"},
+		{name: "request_cost", give: `{"request_cost": -1}`, wantErr: "request_cost must be"},
+		{name: "block_tokens", give: `{"block_tokens": -64}`, wantErr: "block_tokens must be positive"},
+		{name: "prefix_tokens", give: `{"prefix_tokens": 16, "block_tokens": 64}`, wantErr: "prefix_tokens must be at least block_tokens"},
+		{name: "chars_per_token", give: `{"chars_per_token": 100}`, wantErr: "chars_per_token must be between"},
+		{name: "index_budget", give: `{"index_budget": 100}`, wantErr: "index_budget must be at least"},
+		{name: "long_output_tokens", give: `{"long_output_tokens": -5}`, wantErr: "long_output_tokens must be positive"},
+		{name: "tie_epsilon", give: `{"tie_epsilon": -1}`, wantErr: "tie_epsilon must be"},
+		{name: "max_body_bytes", give: `{"max_body_bytes": -1}`, wantErr: "max_body_bytes must be positive"},
+		{name: "profiles", give: `{"profiles": {"a:1": "fast"}}`, wantErr: `profiles[a:1]: unknown engine profile "fast"`},
+		{name: "state_key", give: `{"state_key": "a b"}`, wantErr: "state_key must be"},
+		{name: "fallback", give: `{"fallback": {"policy": "nosuch"}}`, wantErr: "loading fallback policy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var p RamjetSelection
+			if err := json.Unmarshal([]byte(tt.give), &p); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+			defer cancel()
+			err := p.Provision(ctx)
+			if err == nil {
+				err = p.Validate()
+				defer p.Cleanup()
+			}
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestPolicyJSONRoundTrip(t *testing.T) {
+	// Only exported fields survive Caddyfile -> JSON -> module.
+	var p RamjetSelection
+	d := caddyfile.NewTestDispenser("ramjet {\n alpha 0.25\n block_tokens 32\n profile a:1 speculative\n state_key s\n}")
+	if err := p.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"alpha":0.25,"block_tokens":32,"profiles":{"a:1":"speculative"},"state_key":"s"}`
+	if string(b) != want {
+		t.Fatalf("JSON\n got %s\nwant %s", b, want)
+	}
+}
+
+func TestMatcherUnmarshalCaddyfile(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    string
+		want    BodyMatcher
+		wantErr string
+	}{
+		{name: "bare", give: `ramjet_body`, want: BodyMatcher{}},
+		{name: "inline", give: `ramjet_body qwen3-* llama-?`, want: BodyMatcher{Models: []string{"qwen3-*", "llama-?"}}},
+		{name: "block", give: "ramjet_body {\n model qwen3-*\n model gpt-oss-*\n max_body_bytes 1MiB\n}",
+			want: BodyMatcher{Models: []string{"qwen3-*", "gpt-oss-*"}, MaxBodyBytes: 1 << 20}},
+		{name: "unknown", give: "ramjet_body {\n modle x\n}", wantErr: "unrecognized ramjet_body option 'modle'"},
+		{name: "model empty", give: "ramjet_body {\n model\n}", wantErr: "model: want at least one glob"},
+		{name: "duplicate size", give: "ramjet_body {\n max_body_bytes 1\n max_body_bytes 2\n}", wantErr: "max_body_bytes: option specified more than once"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got BodyMatcher
+			err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.give))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMatcherValidate(t *testing.T) {
+	m := BodyMatcher{Models: []string{"qwen3-[a"}}
+	if err := m.Validate(); err == nil || !strings.Contains(err.Error(), `models: bad glob "qwen3-[a"`) {
+		t.Fatalf("error = %v", err)
+	}
+}

@@ -1,0 +1,210 @@
+package module
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// newTestPolicy provisions a policy with its own state key.
+func newTestPolicy(tb testing.TB, key string) *RamjetSelection {
+	tb.Helper()
+	p := &RamjetSelection{StateKey: key}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	if err := p.Provision(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	p.logger = zap.NewNop()
+	tb.Cleanup(func() {
+		p.Cleanup()
+		cancel()
+	})
+	return p
+}
+
+// newTestPool returns n upstreams on distinct dial addresses.
+func newTestPool(n int) reverseproxy.UpstreamPool {
+	pool := make(reverseproxy.UpstreamPool, n)
+	for i := range pool {
+		pool[i] = &reverseproxy.Upstream{Dial: "10.0.0." + strconv.Itoa(i+1) + ":8000", Host: new(reverseproxy.Host)}
+	}
+	return pool
+}
+
+// chatJSON is a chat request with a system prompt of about n bytes.
+func chatJSON(n int, user string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"model":      "qwen3-8b",
+		"max_tokens": 64,
+		"messages": []map[string]string{
+			{"role": "system", "content": longText("system", n)},
+			{"role": "user", "content": user},
+		},
+	})
+	return b
+}
+
+var chatURL = &url.URL{Path: "/v1/chat/completions"}
+
+// newTestRequest builds a proxied request as Caddy hands it to Select: a
+// context with the vars map and a body.
+func newTestRequest(ctx context.Context, body []byte) *http.Request {
+	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, make(map[string]any, 4))
+	r := &http.Request{
+		Method: http.MethodPost, URL: chatURL, Header: make(http.Header, 4),
+		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
+	}
+	return r.WithContext(ctx)
+}
+
+// TestDecideAllocs proves the Select hot path past the body read (the
+// cached features, the pool view, candidate building and Pick with pooled
+// scratch) allocates nothing for 8 replicas.
+func TestDecideAllocs(t *testing.T) {
+	p := newTestPolicy(t, "allocs")
+	pool := newTestPool(8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := newTestRequest(ctx, chatJSON(64<<10, "hello"))
+	if up := p.Select(pool, r, nil); up == nil {
+		t.Fatal("no upstream selected")
+	}
+	st := lookupRequest(r)
+	ep := selection.EndpointChat
+	var d selection.Decision
+	allocs := testing.AllocsPerRun(1000, func() {
+		if !st.body.acquire() {
+			t.Fatal("body released")
+		}
+		f := st.features(p.x, ep)
+		v := p.viewFor(pool)
+		d = p.decide(pool, v, st, f)
+		st.body.release()
+	})
+	if allocs != 0 {
+		t.Fatalf("decide allocates %v times per call, want 0", allocs)
+	}
+	// The first Select's reservation (a 16k-token prefill) outweighs the
+	// warm cache: the decision is a load override, after an index hit.
+	if d.Index < 0 || d.BestOverlap == 0 || d.Reason != selection.ReasonLoadOverride {
+		t.Fatalf("decision %+v: want a load override of the warm replica", d)
+	}
+}
+
+// TestSelectReleases checks the reservation lifecycle of Select alone
+// (no ramjet handler): held while the request runs, released when its
+// context ends, and released before a retry reserves again.
+func TestSelectReleases(t *testing.T) {
+	p := newTestPolicy(t, "release")
+	pool := newTestPool(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := newTestRequest(ctx, chatJSON(8<<10, "hi"))
+	up := p.Select(pool, r, nil)
+	if up == nil {
+		t.Fatal("no upstream")
+	}
+	st := lookupRequest(r)
+	rt := p.fleet.rt
+	if in, pend := rt.Load(st.slot); in != 1 || pend == 0 {
+		t.Fatalf("after Select: inflight %d pending %d, want 1 and the prompt", in, pend)
+	}
+	first := st.slot
+	// A retry: the first reservation is released, another replica chosen.
+	if up2 := p.Select(pool, r, nil); up2 == nil || up2 == up {
+		t.Fatalf("retry chose %v, first %v", up2, up)
+	}
+	if in, pend := rt.Load(first); in != 0 || pend != 0 {
+		t.Fatalf("first attempt still reserved: inflight %d pending %d", in, pend)
+	}
+	if in, _ := rt.Load(st.slot); in != 1 {
+		t.Fatalf("retry not reserved: inflight %d", in)
+	}
+	cancel()
+	eventually(t, "reservation released", func() bool { in, pend := rt.Load(st.slot); return in == 0 && pend == 0 })
+	if !st.done.Load() {
+		t.Fatal("request state not finished")
+	}
+}
+
+// TestSelectOversizedBody checks that a body over max_body_bytes goes to
+// the fallback policy untouched: the upstream reads the identical bytes.
+func TestSelectOversizedBody(t *testing.T) {
+	p := newTestPolicy(t, "oversized")
+	p.MaxBodyBytes = 1024
+	pool := newTestPool(4)
+	for _, chunked := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		body := chatJSON(4096, "big")
+		r := newTestRequest(ctx, body)
+		if chunked {
+			r.ContentLength = -1 // length unknown: read up to the bound
+		}
+		if p.Select(pool, r, nil) == nil {
+			t.Fatal("no upstream")
+		}
+		st := lookupRequest(r)
+		if !st.fallback || st.bodyErr != errBodyTooLarge {
+			t.Fatalf("chunked=%v: fallback %v, body error %v", chunked, st.fallback, st.bodyErr)
+		}
+		got, err := io.ReadAll(r.Body)
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("chunked=%v: forwarded %d bytes (%v), want the %d sent", chunked, len(got), err, len(body))
+		}
+		if in, _ := p.fleet.rt.Load(st.slot); in != 1 {
+			t.Fatalf("fallback pick not reserved: inflight %d", in)
+		}
+		cancel()
+	}
+}
+
+// TestMatcherRestoresBody checks that the matcher hands the next reader
+// the identical bytes, matches by model glob, and leaves malformed and
+// oversized bodies unmatched but intact.
+func TestMatcherRestoresBody(t *testing.T) {
+	tests := []struct {
+		name      string
+		body      string
+		max       int64
+		wantMatch bool
+	}{
+		{"match", `{"model":"qwen3-8b","messages":[{"role":"user","content":"hi"}]}`, 0, true},
+		{"other model", `{"model":"llama","messages":[]}`, 0, false},
+		{"malformed", `{"model":"qwen3-8b","messages":[`, 0, false},
+		{"oversized", `{"model":"qwen3-8b","messages":[{"role":"user","content":"` + longText("x", 4096) + `"}]}`, 1024, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := BodyMatcher{Models: []string{"qwen3-*"}, MaxBodyBytes: tt.max}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r := newTestRequest(ctx, []byte(tt.body))
+			ok, err := m.MatchWithError(r)
+			if err != nil || ok != tt.wantMatch {
+				t.Fatalf("match = %v, %v; want %v", ok, err, tt.wantMatch)
+			}
+			got, err := io.ReadAll(r.Body)
+			if err != nil || string(got) != tt.body {
+				t.Fatalf("next reader got %d bytes (%v), want the %d sent", len(got), err, len(tt.body))
+			}
+			if tt.name == "malformed" {
+				var re *selection.RequestError
+				if st := lookupRequest(r); st == nil || !errors.As(st.featErr, &re) {
+					t.Fatalf("parse error not kept for a 400: %v", st.featErr)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// buildBinary builds this command into a temporary directory, as
+// `go build -o ramjet ./xcaddy` does.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ramjet")
+	if runtime.GOOS == "windows" {
+		bin += ".exe"
+	}
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build: %v", err)
+	}
+	return bin
+}
+
+func TestBinary(t *testing.T) {
+	bin := buildBinary(t)
+
+	t.Run("list-modules", func(t *testing.T) {
+		out, err := exec.Command(bin, "list-modules").CombinedOutput()
+		if err != nil {
+			t.Fatalf("list-modules: %v\n%s", err, out)
+		}
+		mods := map[string]bool{}
+		for _, l := range strings.Split(string(out), "\n") {
+			mods[strings.TrimSpace(l)] = true
+		}
+		for _, want := range []string{
+			"http.reverse_proxy.selection_policies.ramjet",
+			"http.matchers.ramjet_body",
+			"http.handlers.ramjet",
+			"http.handlers.reverse_proxy", // the standard modules are in too
+		} {
+			if !mods[want] {
+				t.Errorf("list-modules lacks %s", want)
+			}
+		}
+	})
+
+	// `caddy adapt` of every documented example matches its golden file.
+	t.Run("adapt", func(t *testing.T) {
+		files, err := filepath.Glob("../caddyfile/testdata/*.caddyfile")
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no examples: %v", err)
+		}
+		for _, file := range files {
+			out, err := exec.Command(bin, "adapt", "--config", file, "--adapter", "caddyfile").Output()
+			if err != nil {
+				t.Fatalf("adapt %s: %v", file, err)
+			}
+			want, err := os.ReadFile(strings.TrimSuffix(file, ".caddyfile") + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := json.Indent(&got, bytes.TrimSpace(out), "", "\t"); err != nil {
+				t.Fatalf("adapt %s: %v\n%s", file, err, out)
+			}
+			got.WriteByte('\n')
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Errorf("adapt %s differs from its golden file:\n%s", file, got.Bytes())
+			}
+		}
+	})
+}
