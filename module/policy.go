@@ -273,6 +273,9 @@ var stateKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // Provision fills defaults, loads the fallback policy and takes (or
 // creates) the shared fleet state.
 func (s *RamjetSelection) Provision(ctx caddy.Context) error {
+	if err := CheckRetiredEnv(); err != nil { // env.go: refuse MD_* settings
+		return err
+	}
 	s.logger = ctx.Logger()
 	s.view = new(atomic.Pointer[poolView])
 	s.Config.SetDefaults()

@@ -1,0 +1,58 @@
+package module
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCheckRetired(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    []string
+		wantErr []string
+	}{
+		{"clean", []string{"RJ_UPSTREAM=a:1", "PATH=/bin", "XMD_FOO=1", "md_lower=1"}, nil},
+		{"one", []string{"RJ_UPSTREAM=a:1", "MD_UPSTREAM=a:1"}, []string{"MD_UPSTREAM", "RJ_UPSTREAM"}},
+		{"several sorted", []string{"MD_ZETA=", "MD_ALPHA=1"}, []string{"MD_ALPHA (rename it to RJ_ALPHA), MD_ZETA (rename it to RJ_ZETA)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkRetired(tt.give)
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckRetiredEnv(t *testing.T) {
+	t.Setenv("MD_UPSTREAM_TOKEN", "x")
+	err := CheckRetiredEnv()
+	if err == nil || !strings.Contains(err.Error(), "MD_UPSTREAM_TOKEN (rename it to RJ_UPSTREAM_TOKEN)") {
+		t.Fatalf("CheckRetiredEnv() = %v", err)
+	}
+}
+
+func TestResolveSecret(t *testing.T) {
+	t.Setenv("RJ_TEST_SECRET", " s3cret ")
+	for give, want := range map[string]string{
+		"plain":                 "plain",
+		"{env.RJ_TEST_SECRET}":  "s3cret",
+		"{env.RJ_TEST_MISSING}": "",
+	} {
+		if got := resolveSecret(give); got != want {
+			t.Errorf("resolveSecret(%q) = %q, want %q", give, got, want)
+		}
+	}
+}
