@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
@@ -419,6 +421,47 @@ func dashboardScreenshots(t *testing.T, bin, page string) {
 		}
 		if err := os.WriteFile(filepath.Join(docs, s.file), b, 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+func TestDashboardCaddyfile(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    string
+		want    Dashboard
+		wantErr string
+	}{
+		{name: "bare", give: "ramjet_dashboard"},
+		{name: "interval", give: "ramjet_dashboard {\n sample_interval 500ms\n}", want: Dashboard{SampleInterval: caddy.Duration(500 * time.Millisecond)}},
+		{name: "argument", give: "ramjet_dashboard /x", wantErr: "wrong argument count"},
+		{name: "unknown option", give: "ramjet_dashboard {\n colour blue\n}", wantErr: "unrecognized ramjet_dashboard option 'colour'"},
+		{name: "duplicate", give: "ramjet_dashboard {\n sample_interval 1s\n sample_interval 2s\n}", wantErr: "specified more than once"},
+		{name: "missing value", give: "ramjet_dashboard {\n sample_interval\n}", wantErr: "missing value"},
+		{name: "bad duration", give: "ramjet_dashboard {\n sample_interval soon\n}", wantErr: "sample_interval"},
+		{name: "two values", give: "ramjet_dashboard {\n sample_interval 1s 2s\n}", wantErr: "too many values"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var d Dashboard
+			err := d.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.give))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.SampleInterval != tt.want.SampleInterval {
+				t.Errorf("sample_interval %v, want %v", d.SampleInterval, tt.want.SampleInterval)
+			}
+		})
+	}
+	for _, give := range []caddy.Duration{caddy.Duration(time.Millisecond), caddy.Duration(2 * time.Hour)} {
+		if err := (&Dashboard{SampleInterval: give}).Validate(); err == nil || !strings.Contains(err.Error(), "sample_interval") {
+			t.Errorf("Validate(%v) = %v, want a sample_interval error", time.Duration(give), err)
 		}
 	}
 }
