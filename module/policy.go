@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -357,6 +358,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st := requestState(r)
+	defer observeSelect(r, st, time.Now()) // metrics.go: decision counts, selection latency
 	st.attempts++
 	st.releaseReservation()
 	v := s.viewFor(pool)
