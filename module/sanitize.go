@@ -579,6 +579,12 @@ func (s *jsonScanner) str() error {
 	s.i++ // opening quote
 	b := s.b
 	for i := s.i; i < len(b); {
+		for i < len(b) && strPlain[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -612,6 +618,15 @@ func (s *jsonScanner) str() error {
 	s.i = len(b)
 	return s.errf("unexpected end of JSON input")
 }
+
+// strPlain marks the bytes a JSON string may hold without a closer look:
+// all but the quote, the backslash and control characters.
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex4(h []byte) bool {
 	for _, c := range h {
