@@ -771,3 +771,59 @@ func TestServingClientTokens(t *testing.T) {
 		t.Errorf("engine saw Authorization %q", a)
 	}
 }
+
+// TestServingReload: a config reload (another routing knob) keeps /health
+// and /v1/models working against the new proxy, with the same replica ids
+// when RJ_ROUTE_ID_SECRET is set.
+func TestServingReload(t *testing.T) {
+	sims := startSims(t, 2, nil)
+	env := map[string]string{
+		"RJ_UPSTREAM":        simAddrs(sims),
+		"RJ_ROUTE_ID_SECRET": "stable",
+		"RJ_HEALTH_INTERVAL": "100ms",
+	}
+	p := mustLoad(t, deployCaddyfile(t), env)
+	_, before, body := getHealth(t, p)
+	if before.Status != "ok" {
+		t.Fatalf("health before reload: %s", body)
+	}
+
+	t.Setenv("RJ_ALPHA", "0.5")
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(deployCaddyfile(t)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(cfg, []byte(`"alpha":0.5`)) {
+		t.Fatal("the reloaded config does not carry the new knob")
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	_, after, body := getHealth(t, p)
+	if after.Status != "ok" || len(after.Replicas) != 2 {
+		t.Fatalf("health after reload: %s", body)
+	}
+	for i := range after.Replicas {
+		if after.Replicas[i].ID != before.Replicas[i].ID {
+			t.Errorf("replica %d id changed across the reload: %s -> %s", i, before.Replicas[i].ID, after.Replicas[i].ID)
+		}
+	}
+	// The engines going down is seen by the new config's health checks.
+	for _, s := range sims {
+		f := s.Faults()
+		f.RefuseConnections = true
+		if err := s.SetFaults(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "unhealthy after reload", func() bool { st, _, _ := getHealth(t, p); return st == 503 })
+	for _, s := range sims {
+		if err := s.SetFaults(enginesim.Faults{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "ok after reload", func() bool { st, _, _ := getHealth(t, p); return st == 200 })
+	if _, err := p.client().Models.List(context.Background()); err != nil {
+		t.Errorf("models after reload: %v", err)
+	}
+}
