@@ -827,3 +827,47 @@ func TestServingReload(t *testing.T) {
 		t.Errorf("models after reload: %v", err)
 	}
 }
+
+// TestServingHandWritten: the handlers work the same written out around
+// reverse_proxy { lb_policy ramjet }.
+func TestServingHandWritten(t *testing.T) {
+	sims := startSims(t, 1, func(_ int, o *enginesim.Options) { o.DP = 2 })
+	a := sims[0].Addr()
+	src := `{
+	admin off
+}
+http://{$RJ_LISTEN} {
+	route {
+		ramjet_health /health ` + a + ` ` + a + `
+		ramjet_models /v1/models* ` + a + `
+		ramjet_guard ` + a + ` {
+			upstream_token {env.RJ_UPSTREAM_TOKEN}
+		}
+		ramjet_observe
+		reverse_proxy ` + a + ` ` + a + ` {
+			lb_policy ramjet
+		}
+	}
+}
+`
+	p := mustLoad(t, src, map[string]string{"RJ_UPSTREAM_TOKEN": "tok"})
+	st, h, body := getHealth(t, p)
+	if st != 200 || h.Total != 2 || h.Status != "ok" {
+		t.Fatalf("/health: %d %s", st, body)
+	}
+	var resp *http.Response
+	cl := p.client()
+	if _, err := cl.Chat.Completions.New(context.Background(), chatParams("hand written", 2), option.WithResponseInto(&resp)); err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Header.Get("X-Ramjet-Upstream")
+	if id != h.Replicas[0].ID && id != h.Replicas[1].ID {
+		t.Errorf("X-Ramjet-Upstream %q not among /health ids %s", id, body)
+	}
+	if got := sims[0].received(); len(got) != 1 || got[0].Header.Get("Authorization") != "Bearer tok" {
+		t.Errorf("engine saw %d requests / wrong token", len(got))
+	}
+	if page, err := cl.Models.List(context.Background()); err != nil || len(page.Data) != 1 {
+		t.Errorf("models: %v %v", page, err)
+	}
+}
