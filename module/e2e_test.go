@@ -545,3 +545,55 @@ http://{ADDR} {
 		}
 	}
 }
+
+func TestE2ERankHeaderOnRetry(t *testing.T) {
+	// Engine A has two data-parallel ranks (listed twice), engine B one
+	// (listed once, no rank header). header_up makes Caddy rebuild the
+	// request headers from the first attempt's on every attempt.
+	ranked := startSims(t, 1, enginesim.Options{DP: 2})
+	plain := startSims(t, 1, enginesim.Options{})
+	a, b := ranked[0].Addr(), plain[0].Addr()
+	c := startCaddy(t, []string{a, a, b}, proxyOpts{Retries: 2, HeaderUp: true})
+	cl := newClient(c)
+	f := lookupFleet("")
+	send := func(sys, user string) string {
+		t.Helper()
+		var resp *http.Response
+		if _, err := cl.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model:     "qwen3-8b",
+			Messages:  []openai.ChatCompletionMessageParamUnion{systemMsg(sys), userMsg(user)},
+			MaxTokens: openai.Int(2),
+		}, option.WithResponseInto(&resp)); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Get(HeaderUpstream)
+	}
+	// Find a conversation that lands on a rank of A.
+	sys := ""
+	for i := range 20 {
+		s := longText("rank retry "+itoa(i), 8192)
+		if id := send(s, "one"); id != f.routeID(b) {
+			sys = s
+			break
+		}
+	}
+	if sys == "" {
+		t.Fatal("no conversation landed on the ranked engine")
+	}
+	// A refuses connections: ramjet picks its warm rank, the dial fails,
+	// the retry goes to B, which must not receive A's rank header.
+	if err := ranked[0].SetFaults(enginesim.Faults{RefuseConnections: true}); err != nil {
+		t.Fatal(err)
+	}
+	before := plain.requests()[0]
+	if id := send(sys, "two"); id != f.routeID(b) {
+		t.Fatalf("retry served by %s, want engine B %s", id, f.routeID(b))
+	}
+	rec, ok := plain[0].LastRequest()
+	if !ok || plain.requests()[0] != before+1 {
+		t.Fatal("the retry did not reach engine B")
+	}
+	if h, ok := rec.Header[HeaderRank]; ok || rec.Header.Get("X-Test-Up") != "1" {
+		t.Fatalf("retry to an unranked engine carried %s %q (X-Test-Up %q)", HeaderRank, h, rec.Header.Get("X-Test-Up"))
+	}
+}

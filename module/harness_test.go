@@ -44,6 +44,9 @@ type proxyOpts struct {
 	Matcher []string
 	// Extra is a response header the route sets, to make configs differ.
 	Extra string
+	// HeaderUp adds a header_up operation (X-Test-Up: 1) to the proxy, so
+	// that Caddy rebuilds request headers on every attempt.
+	HeaderUp bool
 }
 
 // testCaddy is a Caddy instance run in-process on 127.0.0.1.
@@ -94,6 +97,9 @@ func (c *testCaddy) config(o proxyOpts) []byte {
 		"upstreams":      upstreams,
 		"load_balancing": lb,
 		"flush_interval": -1,
+	}
+	if o.HeaderUp {
+		proxy["headers"] = map[string]any{"request": map[string]any{"set": map[string]any{"X-Test-Up": []string{"1"}}}}
 	}
 	if o.Health {
 		proxy["health_checks"] = map[string]any{"active": map[string]any{

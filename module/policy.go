@@ -476,10 +476,26 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	if w != nil {
 		w.Header()[HeaderUpstream] = v.idHdr[i]
 	}
-	if v.rankHdr[i] != nil {
-		r.Header[HeaderRank] = v.rankHdr[i]
-	} else if r.Header != nil {
-		delete(r.Header, HeaderRank)
+	// On the first attempt r.Header is the map Caddy copies the request
+	// headers from on every attempt when header operations are configured;
+	// keep the rank current there too, so that a retry to another rank
+	// carries its own.
+	if st.attempts == 1 {
+		st.baseHeader = r.Header
+	}
+	setRank(r.Header, v.rankHdr[i])
+	setRank(st.baseHeader, v.rankHdr[i])
+}
+
+// setRank sets or removes the data-parallel rank header.
+func setRank(h http.Header, rank []string) {
+	if h == nil {
+		return
+	}
+	if rank != nil {
+		h[HeaderRank] = rank
+	} else {
+		delete(h, HeaderRank)
 	}
 }
 

@@ -61,6 +61,8 @@ type reqState struct {
 	fallback   bool                               // the fallback policy chose (no usable features)
 	attempts   int                                // Select calls for this request (1 + retries)
 	tried      [selection.MaxReplicas / 64]uint64 // slots picked by earlier attempts
+	// baseHeader is the request header map of the first attempt.
+	baseHeader http.Header
 
 	res  atomic.Pointer[selection.Reservation]
 	done atomic.Bool
@@ -208,6 +210,7 @@ func readBounded(src io.Reader, b *bodyBuf, limit, hint int64) (int, error) {
 	if hint > 0 && int64(cap(buf)) < hint+1 {
 		buf = make([]byte, 0, hint+1)
 	}
+	empty := 0
 	for int64(len(buf)) <= limit {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -220,6 +223,13 @@ func readBounded(src io.Reader, b *bodyBuf, limit, hint int64) (int, error) {
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			break
+		}
+		if n == 0 && err == nil {
+			if empty++; empty >= 100 {
+				err = io.ErrNoProgress
+			}
+		} else {
+			empty = 0
 		}
 		if err != nil {
 			b.buf = buf
