@@ -1,6 +1,7 @@
 package module
 
 import (
+	"bytes"
 	"encoding/json"
 )
 
@@ -19,30 +20,33 @@ type Usage struct {
 }
 
 // usageScanner finds the last "usage" object of a JSON or server-sent-events
-// response body as the body streams past, without buffering it: it tracks
-// only whether it is inside a JSON string, the first bytes of the current
-// string (to recognise the key), and the bytes of the usage object being
-// read (at most maxUsageBytes). It never changes the body; feed it every
-// chunk in order with Write, then call Result.
-//
-// A raw newline cannot occur inside a valid JSON string, so the string
-// state is reset at every newline: a malformed SSE event cannot derail the
-// events after it.
+// response body as the body streams past, without buffering it. It looks
+// for the key "usage" with bytes.Index: in valid JSON the bytes "usage"
+// (quotes included) followed by a colon can only be a key, since a quote
+// inside a string is escaped (\"usage\" never matches) and a string value
+// is never followed by a colon; a match right after a backslash is skipped.
+// It then reads the object after the colon, tracking strings and nesting,
+// and keeps at most maxUsageBytes of it. A key split across two writes is
+// found through the partial match kept between them. It never changes the
+// body; feed it every chunk in order with Write, then call Result.
 //
 // The zero value is ready to use. It is not safe for concurrent use.
 type usageScanner struct {
+	// partial is how many leading bytes of usageKey end the data seen so
+	// far (idle state only); partialEsc: a backslash came right before
+	// them.
+	partial    int
+	partialEsc bool
+	prev       byte // the last byte seen
+
+	state      int
 	inStr, esc bool
-
-	// key holds the first bytes of the current string, to recognise the
-	// key "usage"; keyLen counts them, past len(key) it is not the key.
-	key    [6]byte
-	keyLen int
-
-	state int
-	depth int
-	cur   []byte // the object being read
-	last  []byte // the last complete object
+	depth      int
+	cur        []byte // the object being read
+	last       []byte // the last complete object
 }
+
+var usageKey = []byte(`"usage"`)
 
 const (
 	usageIdle     = iota
@@ -51,95 +55,123 @@ const (
 	usageObject   // inside the usage object
 )
 
-// strStop marks the bytes that matter inside a JSON string.
-var strStop = [256]bool{'"': true, '\\': true, '\n': true}
-
 // Write scans p. It never fails.
 func (s *usageScanner) Write(p []byte) {
-	for i := 0; i < len(p); i++ {
-		if s.inStr && !s.esc && s.keyLen > len(s.key) && s.state != usageObject {
-			// Fast path: skip the rest of a string that is not the key.
-			for i < len(p) && !strStop[p[i]] {
-				i++
+	if len(p) == 0 {
+		return
+	}
+	before := s.prev // the byte before p[0]
+	s.prev = p[len(p)-1]
+	for len(p) > 0 {
+		if s.state != usageIdle {
+			n := s.step(p)
+			if n > 0 {
+				before = p[n-1]
 			}
-			if i == len(p) {
-				return
-			}
+			p = p[n:]
+			continue
 		}
-		c := p[i]
-		if s.state == usageObject {
+		if s.partial > 0 {
+			need := usageKey[s.partial:]
+			n := min(len(need), len(p))
+			if string(p[:n]) == string(need[:n]) {
+				if n < len(need) {
+					s.partial += n
+					return
+				}
+				s.partial = 0
+				if !s.partialEsc {
+					s.state = usageAfterKey
+				}
+				before = p[n-1]
+				p = p[n:]
+				continue
+			}
+			s.partial = 0
+		}
+		i := bytes.Index(p, usageKey)
+		if i < 0 {
+			// Keep the longest suffix of p that begins the key.
+			for k := min(len(usageKey)-1, len(p)); k > 0; k-- {
+				if string(p[len(p)-k:]) == string(usageKey[:k]) {
+					s.partial = k
+					if k < len(p) {
+						s.partialEsc = p[len(p)-k-1] == '\\'
+					} else {
+						s.partialEsc = before == '\\'
+					}
+					break
+				}
+			}
+			return
+		}
+		esc := before == '\\'
+		if i > 0 {
+			esc = p[i-1] == '\\'
+		}
+		if !esc {
+			s.state = usageAfterKey
+		}
+		before = p[i+len(usageKey)-1]
+		p = p[i+len(usageKey):]
+	}
+}
+
+// step runs the state machine after a key over p until it is idle again or
+// p ends, and returns how many bytes it used.
+func (s *usageScanner) step(p []byte) int {
+	for i, c := range p {
+		switch s.state {
+		case usageAfterKey, usageAfterCol:
+			switch {
+			case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			case c == ':' && s.state == usageAfterKey:
+				s.state = usageAfterCol
+			case c == '{' && s.state == usageAfterCol:
+				s.state = usageObject
+				s.depth = 1
+				s.inStr, s.esc = false, false
+				s.cur = append(s.cur[:0], c)
+			default:
+				// Not a key after all, or null: look for the next one (this
+				// byte may begin it).
+				s.state = usageIdle
+				return i
+			}
+		case usageObject:
 			if len(s.cur) >= maxUsageBytes {
 				s.state = usageIdle
 				s.cur = s.cur[:0]
-			} else {
-				s.cur = append(s.cur, c)
+				return i
 			}
-		}
-		if c == '\n' {
-			s.inStr, s.esc = false, false
-			if s.state == usageObject {
-				continue
-			}
-		}
-		if s.inStr {
+			s.cur = append(s.cur, c)
 			switch {
-			case s.esc:
-				s.esc = false
-				s.keyLen = len(s.key) + 1 // an escaped key is not "usage"
-			case c == '\\':
-				s.esc = true
+			case c == '\n':
+				s.inStr, s.esc = false, false // never inside a valid string
+			case s.inStr:
+				switch {
+				case s.esc:
+					s.esc = false
+				case c == '\\':
+					s.esc = true
+				case c == '"':
+					s.inStr = false
+				}
 			case c == '"':
-				s.inStr = false
-				if s.state == usageIdle && s.keyLen == 5 && string(s.key[:5]) == "usage" {
-					s.state = usageAfterKey
-				}
-			default:
-				if s.keyLen < len(s.key) {
-					s.key[s.keyLen] = c
-				}
-				s.keyLen++
-			}
-			continue
-		}
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			continue
-		case '"':
-			s.inStr = true
-			s.keyLen = 0
-			if s.state == usageAfterKey || s.state == usageAfterCol {
-				s.state = usageIdle
-			}
-			continue
-		}
-		switch s.state {
-		case usageAfterKey:
-			if c == ':' {
-				s.state = usageAfterCol
-			} else {
-				s.state = usageIdle
-			}
-		case usageAfterCol:
-			if c == '{' {
-				s.state = usageObject
-				s.depth = 1
-				s.cur = append(s.cur[:0], c)
-			} else {
-				s.state = usageIdle // null, or not an object
-			}
-		case usageObject:
-			switch c {
-			case '{':
+				s.inStr = true
+			case c == '{':
 				s.depth++
-			case '}':
+			case c == '}':
 				s.depth--
 				if s.depth == 0 {
 					s.cur, s.last = s.last[:0], s.cur
 					s.state = usageIdle
+					return i + 1
 				}
 			}
 		}
 	}
+	return len(p)
 }
 
 // usageJSON is both usage shapes.
