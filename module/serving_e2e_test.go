@@ -871,3 +871,32 @@ http://{$RJ_LISTEN} {
 		t.Errorf("models: %v %v", page, err)
 	}
 }
+
+// TestServingStreamsUnbuffered: through the guard and the directive's
+// proxy, stream chunks reach the client as the engine makes them.
+func TestServingStreamsUnbuffered(t *testing.T) {
+	sims := startSims(t, 1, func(_ int, o *enginesim.Options) { o.Instant = false; o.TimeScale = 1 })
+	p := mustLoad(t, deployCaddyfile(t), map[string]string{"RJ_UPSTREAM": simAddrs(sims)})
+	cl := p.client()
+	start := time.Now()
+	stream := cl.Chat.Completions.NewStreaming(context.Background(), chatParams("stream slowly", 48))
+	var first time.Duration
+	chunks := 0
+	for stream.Next() {
+		if chunks == 0 {
+			first = time.Since(start)
+		}
+		chunks++
+	}
+	total := time.Since(start)
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if chunks < 10 {
+		t.Fatalf("only %d chunks", chunks)
+	}
+	if first > total/2 {
+		t.Errorf("first chunk after %v of %v: the stream was buffered", first, total)
+	}
+	t.Logf("first chunk %v, whole stream %v, %d chunks", first, total, chunks)
+}
