@@ -140,6 +140,12 @@ func loadCaddyfile(t *testing.T, src string, env map[string]string) (*proxy, err
 		return nil, err
 	}
 	m["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
+	admin, _ := m["admin"].(map[string]any)
+	if admin == nil {
+		admin = map[string]any{}
+	}
+	admin["config"] = map[string]any{"persist": false} // no autosave.json from tests
+	m["admin"] = admin
 	cfg, _ = json.Marshal(m)
 	if err := caddy.Load(cfg, true); err != nil {
 		return nil, err
