@@ -85,6 +85,10 @@ type RamjetSelection struct {
 	// per-process secret is used.
 	RouteIDSecret string `json:"route_id_secret,omitempty"`
 
+	// KV turns on the precise index from the engines' KV-cache events
+	// (see KVConfig); off by default.
+	KV *KVConfig `json:"kv,omitempty"`
+
 	fallback reverseproxy.Selector
 	fleet    *fleet
 	poolKey  string
@@ -92,6 +96,9 @@ type RamjetSelection struct {
 	profiles map[string]selection.Profile
 	view     *atomic.Pointer[poolView] // set in Provision
 	logger   *zap.Logger
+	kv       *kvState // precise index, when KV is set
+	kvKey    string
+	kvv      *atomic.Pointer[kvView] // candidates -> kvindex replicas
 }
 
 // CaddyModule returns the Caddy module information.
@@ -131,7 +138,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		opt := d.Val()
-		if opt != "profile" {
+		if opt != "profile" && opt != "kv_events" {
 			if seen[opt] {
 				return d.Errf("%s: option specified more than once", opt)
 			}
@@ -197,7 +204,10 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "route_id_secret":
 			s.RouteIDSecret, err = stringArg(d, opt)
 		default:
-			return d.Errf("unrecognized ramjet option '%s'", opt)
+			var ok bool
+			if ok, err = s.unmarshalKVOption(d, opt); !ok {
+				return d.Errf("unrecognized ramjet option '%s'", opt)
+			}
 		}
 		if err != nil {
 			return err
@@ -309,6 +319,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.fleet, s.poolKey = f, key
 	s.x = f.rt.Extractor()
+	s.kvv = new(atomic.Pointer[kvView])
+	if err := s.provisionKV(ctx); err != nil {
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -336,9 +352,13 @@ func (s *RamjetSelection) Cleanup() error {
 	if s.fleet == nil {
 		return nil
 	}
+	kerr := s.cleanupKV()
 	s.fleet.dropView(s)
 	s.fleet = nil
-	return releaseFleet(s.poolKey)
+	if err := releaseFleet(s.poolKey); err != nil {
+		return err
+	}
+	return kerr
 }
 
 // scratch is the pooled working memory of one Select.
@@ -386,7 +406,11 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return s.selectFallback(pool, r, w, st, v)
 	}
 
-	d := s.decide(pool, v, st, feat)
+	var kq *kvQuery
+	if s.kv != nil {
+		kq = &kvQuery{ctx: r.Context(), body: body.buf, ep: ep}
+	}
+	d := s.decide(pool, v, st, feat, kq)
 	if d.Index < 0 {
 		body.release()
 		st.decision = d
@@ -413,8 +437,9 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 
 // decide runs the routing rule over pool with pooled scratch memory. It
 // allocates nothing (TestDecideAllocs). On a retry, replicas already tried
-// for the request are filtered out unless no other is usable.
-func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features) selection.Decision {
+// for the request are filtered out unless no other is usable. kq, when the
+// precise index is on, carries what its /tokenize preflight needs.
+func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, kq *kvQuery) selection.Decision {
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
 	usable := 0
@@ -434,8 +459,15 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 			cands[i].Usable = v.slots[i] >= 0 && up.Available()
 		}
 	}
+	var ksc *kvScratch
+	if kq != nil {
+		ksc = s.annotateKV(kq, pool, v, cands)
+	}
 	d := s.fleet.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
+	if ksc != nil {
+		s.predictKV(ksc, v, d.Index)
+	}
 	scratchPool.Put(sc)
 	return d
 }

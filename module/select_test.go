@@ -94,7 +94,7 @@ func TestDecideAllocs(t *testing.T) {
 		}
 		f := st.features(p.x, ep)
 		v := p.viewFor(pool)
-		d = p.decide(pool, v, st, f)
+		d = p.decide(pool, v, st, f, nil)
 		st.body.release()
 	})
 	if allocs != 0 {
