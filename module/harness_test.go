@@ -66,6 +66,8 @@ func startCaddy(t testing.TB, ups []string, o proxyOpts) *testCaddy {
 		t.Fatalf("loading caddy config: %v", err)
 	}
 	t.Cleanup(func() {
+		// Idle client connections would hold up the server's shutdown.
+		http.DefaultClient.CloseIdleConnections()
 		// An empty config with the admin endpoint disabled stops the
 		// servers and the admin endpoint; Stop alone keeps the latter.
 		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
@@ -228,6 +230,7 @@ func startCaddyfile(t testing.TB, src string) *testCaddy {
 		t.Fatalf("loading caddy config: %v", err)
 	}
 	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
 		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
 			t.Errorf("unloading caddy: %v", err)
 		}

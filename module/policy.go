@@ -393,7 +393,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	if ep != selection.EndpointUnknown {
 		st.readBody(r, s.MaxBodyBytes)
-		if b := st.body; b != nil && b.acquire() {
+		if b := st.acquireBody(); b != nil {
 			body = b
 			feat = st.features(s.x, ep)
 			s.restoreBody(r, st)
@@ -413,7 +413,12 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	d := s.decide(pool, v, st, feat, kq)
 	if d.Index < 0 {
 		body.release()
-		st.decision = d
+		if v.untracked {
+			// Upstreams past selection.MaxReplicas cannot be scored: the
+			// fallback policy may still find one of them.
+			return s.selectFallback(pool, r, w, st, v)
+		}
+		st.decision = d // Reason none: no usable replica
 		return nil
 	}
 	res := f.rt.Reserve(d.Slot, d.Prefill)
@@ -594,6 +599,9 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 			}
 		}
 		v.slots[i], v.ids[i] = slot, id
+		if slot < 0 {
+			v.untracked = true
+		}
 		v.idHdr[i] = []string{id}
 		if p, ok := s.profiles[key]; ok {
 			v.profiles[i] = p

@@ -107,3 +107,29 @@ func TestBodyBufRefs(t *testing.T) {
 		t.Fatal("acquire succeeded on a released buffer")
 	}
 }
+
+// TestAcquireBodyRecycled checks that a request whose body buffer went
+// back to the pool and on to another request cannot take it again.
+func TestAcquireBodyRecycled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := newTestRequest(ctx, []byte(`{"model":"a"}`))
+	st := requestState(r)
+	st.readBody(r, 1<<20)
+	b := st.acquireBody()
+	if b == nil {
+		t.Fatal("no body")
+	}
+	b.release()
+	r.Body.Close() // the transport is done with it
+	st.finish()    // the request ends: the buffer returns to the pool
+	cancel()
+	// Simulate the pool handing the same buffer to another request.
+	b.gen.Add(1)
+	b.refs.Store(1)
+	if got := st.acquireBody(); got != nil {
+		t.Fatal("acquired a buffer recycled to another request")
+	}
+	if n := b.refs.Load(); n != 1 {
+		t.Fatalf("refs %d after the failed acquire, want 1", n)
+	}
+}

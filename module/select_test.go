@@ -170,6 +170,7 @@ func TestSelectOversizedBody(t *testing.T) {
 			t.Fatalf("fallback pick not reserved: inflight %d", in)
 		}
 		cancel()
+		eventually(t, "fallback reservation released", func() bool { in, _ := p.fleet.rt.Load(st.slot); return in == 0 })
 	}
 }
 

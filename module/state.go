@@ -360,6 +360,8 @@ type poolView struct {
 	ids      []string
 	idHdr    [][]string // X-Ramjet-Upstream header value (len = cap = 1)
 	profiles []selection.Profile
+	// untracked: some upstream has no slot (past selection.MaxReplicas).
+	untracked bool
 }
 
 // same reports whether pool is the pool v was built for.
