@@ -758,7 +758,7 @@ func (h *history) data(now time.Time) dashboardData {
 			continue // no longer part of a live fleet
 		}
 		known++
-		if u.Available {
+		if u.Healthy { // as /health counts
 			usable++
 		}
 	}
