@@ -815,6 +815,13 @@ func (r *decisionRing) add(d decisionRecord) {
 	r.mu.Unlock()
 }
 
+// reset forgets every decision.
+func (r *decisionRing) reset() {
+	r.mu.Lock()
+	r.next, r.n = 0, 0
+	r.mu.Unlock()
+}
+
 // list returns the decisions newest first.
 func (r *decisionRing) list() []decisionRecord {
 	r.mu.Lock()

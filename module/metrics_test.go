@@ -28,6 +28,7 @@ func resetMetrics() {
 		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUsage, m.ttft, m.duration} {
 		v.Reset()
 	}
+	recentDecisions.reset()
 }
 
 func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {
