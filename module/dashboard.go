@@ -758,7 +758,7 @@ func (h *history) data(now time.Time) dashboardData {
 			continue // no longer part of a live fleet
 		}
 		known++
-		if u.Available {
+		if u.Healthy { // as /health counts
 			usable++
 		}
 	}
@@ -812,6 +812,13 @@ func (r *decisionRing) add(d decisionRecord) {
 	r.buf[r.next] = d
 	r.next = (r.next + 1) % len(r.buf)
 	r.n = min(r.n+1, len(r.buf))
+	r.mu.Unlock()
+}
+
+// reset forgets every decision.
+func (r *decisionRing) reset() {
+	r.mu.Lock()
+	r.next, r.n = 0, 0
 	r.mu.Unlock()
 }
 

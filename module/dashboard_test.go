@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -463,5 +465,81 @@ func TestDashboardCaddyfile(t *testing.T) {
 		if err := (&Dashboard{SampleInterval: give}).Validate(); err == nil || !strings.Contains(err.Error(), "sample_interval") {
 			t.Errorf("Validate(%v) = %v, want a sample_interval error", time.Duration(give), err)
 		}
+	}
+}
+
+// TestDeployOpsPort runs the production deploy/Caddyfile: the ops port
+// serves the metrics and the dashboard, and the metrics count what the
+// guard rejects as well as what the engines answer.
+func TestDeployOpsPort(t *testing.T) {
+	es := startObsEngines(t, 2, 0, 0)
+	client, ops := obsFreeAddr(t), obsFreeAddr(t)
+	for k, v := range map[string]string{"RJ_LISTEN": client, "RJ_METRICS_LISTEN": ops, "RJ_ADMIN_LISTEN": "off",
+		"RJ_UPSTREAM": strings.Join(obsDials(es), ",")} {
+		t.Setenv(k, v)
+	}
+	src, err := os.ReadFile("../deploy/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(cfg, &raw); err != nil {
+		t.Fatal(err)
+	}
+	raw["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
+	cfg, _ = json.Marshal(raw)
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			t.Errorf("stopping caddy: %v", err)
+		}
+	})
+	c := &obsCaddy{t: t, client: client, ops: ops}
+	c.waitReady()
+	p := struct{ base, metrics string }{"http://" + client, "http://" + ops}
+	resetMetrics()
+	m := metrics()
+
+	resp, b := c.do("POST", p.base+"/v1/chat/completions", `{"model":"m","messages":[`)
+	if resp.StatusCode != 400 {
+		t.Fatalf("malformed body: %s: %s", resp.Status, b)
+	}
+	resp, b = c.do("POST", p.base+"/v1/chat/completions", obsChat("m", false, obsText("deploy", 1500), "q"))
+	if resp.StatusCode != 200 {
+		t.Fatalf("chat: %s: %s", resp.Status, b)
+	}
+	id := resp.Header.Get(HeaderUpstream)
+	obsEventually(t, "both requests accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 2 })
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("", "", OutcomeClientError)); got != 1 {
+		t.Errorf("guard rejections counted = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, "m", OutcomeOK)); got != 1 {
+		t.Errorf("ok requests on %s = %v, want 1", id, got)
+	}
+	if got := testutil.ToFloat64(m.promptTokens.WithLabelValues(id, "m")); got <= 0 {
+		t.Errorf("prompt tokens on %s = %v", id, got)
+	}
+
+	resp, b = c.do("GET", p.metrics+"/metrics", "")
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `ramjet_requests_total{model="m",outcome="ok",upstream="`+id+`"} 1`) {
+		t.Errorf("ops /metrics: %s:\n%.600s", resp.Status, b)
+	}
+	resp, b = c.do("GET", p.metrics+"/", "")
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "<title>ramjet</title>") {
+		t.Errorf("ops /: %s: %.200s", resp.Status, b)
+	}
+	resp, b = c.do("GET", p.metrics+"/data.json", "")
+	var d dashboardData
+	if err := json.Unmarshal(b, &d); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("ops /data.json: %s: %v", resp.Status, err)
+	}
+	if d.Totals.Requests != 2 || d.Totals.Errors != 1 || len(d.Recent) != 1 || d.Recent[0].Upstream != id {
+		t.Errorf("dashboard data: totals %+v, recent %+v", d.Totals, d.Recent)
 	}
 }

@@ -186,8 +186,11 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		},
 		{
 			HandlersRaw: []json.RawMessage{
+				// The ramjet handler observes responses (prefill done,
+				// release, metrics); in front of the guard so that the
+				// requests the guard rejects are counted too.
+				json.RawMessage(`{"handler":"ramjet"}`),
 				caddyconfig.JSONModuleObject(guard, "handler", "ramjet_guard", nil),
-				json.RawMessage(`{"handler":"ramjet"}`), // observes responses: prefill done, release
 				caddyconfig.JSONModuleObject(rp, "handler", "reverse_proxy", nil),
 			},
 		},

@@ -283,7 +283,9 @@ func (m *metricSet) endRequest(inflightLabel string, x *exchange) {
 	} else {
 		model = m.models.label(x.Model)
 	}
-	m.requests.WithLabelValues(x.Upstream, model, outcome).Inc()
+	// The request counts last, so that a scrape that sees it sees its
+	// tokens too.
+	defer m.requests.WithLabelValues(x.Upstream, model, outcome).Inc()
 	if x.Upstream == "" {
 		return
 	}

@@ -1,9 +1,12 @@
 package module
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,6 +28,7 @@ func resetMetrics() {
 		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUsage, m.ttft, m.duration} {
 		v.Reset()
 	}
+	recentDecisions.reset()
 }
 
 func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {
@@ -469,4 +473,86 @@ func TestMetricsClientGoesAway(t *testing.T) {
 		t.Errorf("model in flight after the client left = %v", v)
 	}
 	obsEventually(t, "the reservation released", func() bool { return fleetGauge(t, m.own, "ramjet_upstream_inflight_requests") == 0 })
+}
+
+// seriesNames lists every series name the metric set can emit.
+func seriesNames(t *testing.T) map[string]bool {
+	t.Helper()
+	m := newMetricSet(func() []fleetSnapshot { return nil })
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range m.collectors() {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
+	names := map[string]bool{}
+	for d := range ch {
+		if s := re.FindStringSubmatch(d.String()); s != nil {
+			names[s[1]] = true
+		}
+	}
+	return names
+}
+
+// TestMetricsDocumentedAndCharted: every series is in OBSERVABILITY.md,
+// and the Grafana dashboard and the docs name only series that exist.
+func TestMetricsDocumentedAndCharted(t *testing.T) {
+	names := seriesNames(t)
+	if len(names) < 20 {
+		t.Fatalf("only %d series described", len(names))
+	}
+	ref := regexp.MustCompile(`ramjet_[a-z_]+`)
+	base := func(n string) string {
+		for _, suf := range []string{"_bucket", "_count", "_sum"} {
+			if b, ok := strings.CutSuffix(n, suf); ok && names[b] {
+				return b
+			}
+		}
+		return n
+	}
+	doc, err := os.ReadFile("OBSERVABILITY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range names {
+		if !strings.Contains(string(doc), "`"+n+"`") {
+			t.Errorf("series %s is not documented in OBSERVABILITY.md", n)
+		}
+	}
+	for _, n := range ref.FindAllString(string(doc), -1) {
+		if !names[base(n)] && !strings.HasPrefix(n, "ramjet_dashboard") && n != "ramjet_body" && n != "ramjet_models" && n != "ramjet_guard" {
+			t.Errorf("OBSERVABILITY.md names %s, which no collector emits", n)
+		}
+	}
+	raw, err := os.ReadFile("../deploy/grafana/ramjet.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("deploy/grafana/ramjet.json: %v", err)
+	}
+	charted := map[string]bool{}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range ref.FindAllString(tg.Expr, -1) {
+				if !names[base(n)] {
+					t.Errorf("panel %q queries %s, which no collector emits", p.Title, n)
+				}
+				charted[base(n)] = true
+			}
+		}
+	}
+	for n := range names {
+		if !charted[n] {
+			t.Errorf("series %s has no Grafana panel", n)
+		}
+	}
 }

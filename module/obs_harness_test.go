@@ -251,6 +251,11 @@ func startObsCaddy(t testing.TB, ups []string, o obsOpts) *obsCaddy {
 		t.Fatalf("loading caddy config: %v", err)
 	}
 	t.Cleanup(func() {
+		// An empty config with the admin endpoint disabled stops the admin
+		// server too (caddy.Stop leaves it running).
+		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
+			t.Errorf("unloading caddy: %v", err)
+		}
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)
 		}
