@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -287,6 +288,9 @@ var stateKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // Provision fills defaults, loads the fallback policy and takes (or
 // creates) the shared fleet state.
 func (s *RamjetSelection) Provision(ctx caddy.Context) error {
+	if err := CheckRetiredEnv(); err != nil { // env.go: refuse MD_* settings
+		return err
+	}
 	s.logger = ctx.Logger()
 	s.view = new(atomic.Pointer[poolView])
 	s.Config.SetDefaults()
@@ -379,6 +383,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st := requestState(r)
+	defer observeSelect(r, st, time.Now()) // metrics.go: decision counts, selection latency
 	st.attempts++
 	st.releaseReservation()
 	v := s.viewFor(pool)
