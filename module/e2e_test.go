@@ -443,7 +443,7 @@ func atoi(t *testing.T, s string) int {
 func TestE2ERetryReplaysBody(t *testing.T) {
 	for _, withMatcher := range []bool{false, true} {
 		name := "policy"
-		o := proxyOpts{Retries: 2}
+		o := proxyOpts{Retries: 2, NoKeepAlive: true}
 		if withMatcher {
 			name = "matcher"
 			o.Matcher = []string{"qwen3-*"}
