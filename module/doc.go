@@ -15,7 +15,8 @@
 // *reqState, kept in the Caddy vars under VarRequest and shared by the
 // matcher, the policy and the handler. After the matcher or Select ran:
 //
-//	st.readBody(r, limit)   read the body once, bounded; st.body, st.bodyErr
+//	st.readBody(r, limit)   read the body once, bounded; st.acquireBody() (then
+//	                        release), st.bodyErr
 //	                        (errBodyTooLarge) and a byte-exact r.Body
 //	st.features(x, ep)      parsed features (nil on error; st.featErr holds
 //	                        the *selection.RequestError for a 400)

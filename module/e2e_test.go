@@ -3,6 +3,7 @@ package module
 import (
 	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -544,4 +545,108 @@ http://{ADDR} {
 			t.Fatalf("%.30s: status %d %q, want the 404 route", body, resp.StatusCode, b)
 		}
 	}
+}
+
+func TestE2ERankHeaderOnRetry(t *testing.T) {
+	// Engine A has two data-parallel ranks (listed twice), engine B one
+	// (listed once, no rank header). header_up makes Caddy rebuild the
+	// request headers from the first attempt's on every attempt.
+	ranked := startSims(t, 1, enginesim.Options{DP: 2})
+	plain := startSims(t, 1, enginesim.Options{})
+	a, b := ranked[0].Addr(), plain[0].Addr()
+	c := startCaddy(t, []string{a, a, b}, proxyOpts{Retries: 2, HeaderUp: true})
+	cl := newClient(c)
+	f := lookupFleet("")
+	send := func(sys, user string) string {
+		t.Helper()
+		var resp *http.Response
+		if _, err := cl.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model:     "qwen3-8b",
+			Messages:  []openai.ChatCompletionMessageParamUnion{systemMsg(sys), userMsg(user)},
+			MaxTokens: openai.Int(2),
+		}, option.WithResponseInto(&resp)); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Get(HeaderUpstream)
+	}
+	// Find a conversation that lands on a rank of A.
+	sys := ""
+	for i := range 20 {
+		s := longText("rank retry "+itoa(i), 8192)
+		if id := send(s, "one"); id != f.routeID(b) {
+			sys = s
+			break
+		}
+	}
+	if sys == "" {
+		t.Fatal("no conversation landed on the ranked engine")
+	}
+	// A refuses connections: ramjet picks its warm rank, the dial fails,
+	// the retry goes to B, which must not receive A's rank header.
+	if err := ranked[0].SetFaults(enginesim.Faults{RefuseConnections: true}); err != nil {
+		t.Fatal(err)
+	}
+	before := plain.requests()[0]
+	if id := send(sys, "two"); id != f.routeID(b) {
+		t.Fatalf("retry served by %s, want engine B %s", id, f.routeID(b))
+	}
+	rec, ok := plain[0].LastRequest()
+	if !ok || plain.requests()[0] != before+1 {
+		t.Fatal("the retry did not reach engine B")
+	}
+	if h, ok := rec.Header[HeaderRank]; ok || rec.Header.Get("X-Test-Up") != "1" {
+		t.Fatalf("retry to an unranked engine carried %s %q (X-Test-Up %q)", HeaderRank, h, rec.Header.Get("X-Test-Up"))
+	}
+}
+
+// TestE2ENoLeakedReservations drives concurrent streaming and plain
+// requests, a third of them abandoned by the client at a random point,
+// and checks that every reservation is released at the end.
+func TestE2ENoLeakedReservations(t *testing.T) {
+	ss := startSims(t, 4, enginesim.Options{TimeScale: 50})
+	c := startCaddy(t, ss.dials(), proxyOpts{})
+	f := lookupFleet("")
+	const n, workers = 96, 12
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var failed sync.Map
+	for range workers {
+		wg.Go(func() {
+			for i := range jobs {
+				ctx, cancel := context.WithCancel(context.Background())
+				stream := i%2 == 0
+				body := chatBody("qwen3-8b", stream, [2]string{"system", longText("soak "+itoa(i%5), 2048)}, [2]string{"user", "q " + itoa(i)})
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url("/v1/chat/completions"), strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				if i%3 == 0 {
+					// Abandon after a delay that lands before, during or
+					// after the response.
+					time.AfterFunc(time.Duration(i%7)*3*time.Millisecond, cancel)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						failed.Store(i, resp.Status)
+					}
+				}
+				if err != nil && i%3 != 0 {
+					failed.Store(i, err.Error())
+				}
+				cancel()
+			}
+		})
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	failed.Range(func(k, v any) bool {
+		t.Errorf("request %v: %v", k, v)
+		return true
+	})
+	eventually(t, "every reservation released", func() bool { return totalInflight(f) == 0 && totalPending(f) == 0 })
+	eventually(t, "engines idle", func() bool { return ss.busy() == 0 })
 }

@@ -44,6 +44,9 @@ type proxyOpts struct {
 	Matcher []string
 	// Extra is a response header the route sets, to make configs differ.
 	Extra string
+	// HeaderUp adds a header_up operation (X-Test-Up: 1) to the proxy, so
+	// that Caddy rebuilds request headers on every attempt.
+	HeaderUp bool
 }
 
 // testCaddy is a Caddy instance run in-process on 127.0.0.1.
@@ -63,6 +66,8 @@ func startCaddy(t testing.TB, ups []string, o proxyOpts) *testCaddy {
 		t.Fatalf("loading caddy config: %v", err)
 	}
 	t.Cleanup(func() {
+		// Idle client connections would hold up the server's shutdown.
+		http.DefaultClient.CloseIdleConnections()
 		// An empty config with the admin endpoint disabled stops the
 		// servers and the admin endpoint; Stop alone keeps the latter.
 		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
@@ -94,6 +99,9 @@ func (c *testCaddy) config(o proxyOpts) []byte {
 		"upstreams":      upstreams,
 		"load_balancing": lb,
 		"flush_interval": -1,
+	}
+	if o.HeaderUp {
+		proxy["headers"] = map[string]any{"request": map[string]any{"set": map[string]any{"X-Test-Up": []string{"1"}}}}
 	}
 	if o.Health {
 		proxy["health_checks"] = map[string]any{"active": map[string]any{
@@ -222,6 +230,7 @@ func startCaddyfile(t testing.TB, src string) *testCaddy {
 		t.Fatalf("loading caddy config: %v", err)
 	}
 	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
 		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
 			t.Errorf("unloading caddy: %v", err)
 		}

@@ -135,8 +135,8 @@ func (m BodyMatcher) MatchWithError(r *http.Request) (bool, error) {
 		limit = DefaultMaxBodyBytes
 	}
 	st.readBody(r, limit)
-	b := st.body
-	if b == nil || !b.acquire() {
+	b := st.acquireBody()
+	if b == nil {
 		return false, nil
 	}
 	defer b.release()

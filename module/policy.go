@@ -54,8 +54,9 @@ const (
 // request header.
 type RamjetSelection struct {
 	// The routing knobs: affinity_cap, alpha, request_cost, block_tokens,
-	// prefix_tokens, chars_per_token, index_budget, long_output_tokens and
-	// tie_epsilon. Zero means the default; see package selection.
+	// prefix_tokens, chars_per_token, index_budget, long_output_tokens,
+	// tie_epsilon and output_weight. Zero means the default; see package
+	// selection.
 	selection.Config
 
 	// MaxBodyBytes bounds how much of a request body is read to
@@ -85,6 +86,10 @@ type RamjetSelection struct {
 	// per-process secret is used.
 	RouteIDSecret string `json:"route_id_secret,omitempty"`
 
+	// KV turns on the precise index from the engines' KV-cache events
+	// (see KVConfig); off by default.
+	KV *KVConfig `json:"kv,omitempty"`
+
 	fallback reverseproxy.Selector
 	fleet    *fleet
 	poolKey  string
@@ -92,6 +97,9 @@ type RamjetSelection struct {
 	profiles map[string]selection.Profile
 	view     *atomic.Pointer[poolView] // set in Provision
 	logger   *zap.Logger
+	kv       *kvState // precise index, when KV is set
+	kvKey    string
+	kvv      *atomic.Pointer[kvView] // candidates -> kvindex replicas
 }
 
 // CaddyModule returns the Caddy module information.
@@ -114,6 +122,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		index_budget       <size>
 //		long_output_tokens <tokens>
 //		tie_epsilon        <number>
+//		output_weight      <number>
 //		max_body_bytes     <size>
 //		profile            <upstream> speculative|standard
 //		fallback           <policy> [{ <policy options> }]
@@ -131,7 +140,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		opt := d.Val()
-		if opt != "profile" {
+		if opt != "profile" && opt != "kv_events" {
 			if seen[opt] {
 				return d.Errf("%s: option specified more than once", opt)
 			}
@@ -157,6 +166,8 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			s.LongOutputTokens, err = intArg(d, opt)
 		case "tie_epsilon":
 			s.TieEpsilon, err = floatArg(d, opt)
+		case "output_weight":
+			s.OutputWeight, err = floatArg(d, opt)
 		case "max_body_bytes":
 			s.MaxBodyBytes, err = sizeArg(d, opt)
 		case "profile":
@@ -197,7 +208,10 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "route_id_secret":
 			s.RouteIDSecret, err = stringArg(d, opt)
 		default:
-			return d.Errf("unrecognized ramjet option '%s'", opt)
+			var ok bool
+			if ok, err = s.unmarshalKVOption(d, opt); !ok {
+				return d.Errf("unrecognized ramjet option '%s'", opt)
+			}
 		}
 		if err != nil {
 			return err
@@ -309,6 +323,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.fleet, s.poolKey = f, key
 	s.x = f.rt.Extractor()
+	s.kvv = new(atomic.Pointer[kvView])
+	if err := s.provisionKV(ctx); err != nil {
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -336,9 +356,13 @@ func (s *RamjetSelection) Cleanup() error {
 	if s.fleet == nil {
 		return nil
 	}
+	kerr := s.cleanupKV()
 	s.fleet.dropView(s)
 	s.fleet = nil
-	return releaseFleet(s.poolKey)
+	if err := releaseFleet(s.poolKey); err != nil {
+		return err
+	}
+	return kerr
 }
 
 // scratch is the pooled working memory of one Select.
@@ -373,7 +397,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	if ep != selection.EndpointUnknown {
 		st.readBody(r, s.MaxBodyBytes)
-		if b := st.body; b != nil && b.acquire() {
+		if b := st.acquireBody(); b != nil {
 			body = b
 			feat = st.features(s.x, ep)
 			s.restoreBody(r, st)
@@ -386,10 +410,19 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return s.selectFallback(pool, r, w, st, v)
 	}
 
-	d := s.decide(pool, v, st, feat)
+	var kq *kvQuery
+	if s.kv != nil {
+		kq = &kvQuery{ctx: r.Context(), body: body.buf, ep: ep}
+	}
+	d := s.decide(pool, v, st, feat, kq)
 	if d.Index < 0 {
 		body.release()
-		st.decision = d
+		if v.untracked {
+			// Upstreams past selection.MaxReplicas cannot be scored: the
+			// fallback policy may still find one of them.
+			return s.selectFallback(pool, r, w, st, v)
+		}
+		st.decision = d // Reason none: no usable replica
 		return nil
 	}
 	res := f.rt.Reserve(d.Slot, d.Prefill)
@@ -413,8 +446,9 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 
 // decide runs the routing rule over pool with pooled scratch memory. It
 // allocates nothing (TestDecideAllocs). On a retry, replicas already tried
-// for the request are filtered out unless no other is usable.
-func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features) selection.Decision {
+// for the request are filtered out unless no other is usable. kq, when the
+// precise index is on, carries what its /tokenize preflight needs.
+func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, kq *kvQuery) selection.Decision {
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
 	usable := 0
@@ -434,8 +468,15 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 			cands[i].Usable = v.slots[i] >= 0 && up.Available()
 		}
 	}
+	var ksc *kvScratch
+	if kq != nil {
+		ksc = s.annotateKV(kq, pool, v, cands)
+	}
 	d := s.fleet.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
+	if ksc != nil {
+		s.predictKV(ksc, v, d.Index)
+	}
 	scratchPool.Put(sc)
 	return d
 }
@@ -476,10 +517,26 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	if w != nil {
 		w.Header()[HeaderUpstream] = v.idHdr[i]
 	}
-	if v.rankHdr[i] != nil {
-		r.Header[HeaderRank] = v.rankHdr[i]
-	} else if r.Header != nil {
-		delete(r.Header, HeaderRank)
+	// On the first attempt r.Header is the map Caddy copies the request
+	// headers from on every attempt when header operations are configured;
+	// keep the rank current there too, so that a retry to another rank
+	// carries its own.
+	if st.attempts == 1 {
+		st.baseHeader = r.Header
+	}
+	setRank(r.Header, v.rankHdr[i])
+	setRank(st.baseHeader, v.rankHdr[i])
+}
+
+// setRank sets or removes the data-parallel rank header.
+func setRank(h http.Header, rank []string) {
+	if h == nil {
+		return
+	}
+	if rank != nil {
+		h[HeaderRank] = rank
+	} else {
+		delete(h, HeaderRank)
 	}
 }
 
@@ -546,6 +603,9 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 			}
 		}
 		v.slots[i], v.ids[i] = slot, id
+		if slot < 0 {
+			v.untracked = true
+		}
 		v.idHdr[i] = []string{id}
 		if p, ok := s.profiles[key]; ok {
 			v.profiles[i] = p

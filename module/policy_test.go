@@ -36,6 +36,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 				index_budget 32MiB
 				long_output_tokens 2048
 				tie_epsilon 2
+				output_weight 8
 				max_body_bytes 4MB
 				profile 10.0.0.1:8000 speculative
 				profile 10.0.0.2:8000#1 standard
@@ -45,7 +46,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 			}`,
 			want: RamjetSelection{
 				Config: selection.Config{AffinityCap: 8192, Alpha: 0.5, RequestCost: 512, BlockTokens: 32,
-					PrefixTokens: 16384, CharsPerToken: 3.5, IndexBudget: 32 << 20, LongOutputTokens: 2048, TieEpsilon: 2},
+					PrefixTokens: 16384, CharsPerToken: 3.5, IndexBudget: 32 << 20, LongOutputTokens: 2048, TieEpsilon: 2, OutputWeight: 8},
 				MaxBodyBytes:  4000000,
 				Profiles:      map[string]string{"10.0.0.1:8000": "speculative", "10.0.0.2:8000#1": "standard"},
 				FallbackRaw:   json.RawMessage(`{"policy":"round_robin"}`),
@@ -141,6 +142,7 @@ func TestPolicyValidate(t *testing.T) {
 		{name: "index_budget", give: `{"index_budget": 100}`, wantErr: "index_budget must be at least"},
 		{name: "long_output_tokens", give: `{"long_output_tokens": -5}`, wantErr: "long_output_tokens must be positive"},
 		{name: "tie_epsilon", give: `{"tie_epsilon": -1}`, wantErr: "tie_epsilon must be"},
+		{name: "output_weight", give: `{"output_weight": -1}`, wantErr: "output_weight must be"},
 		{name: "max_body_bytes", give: `{"max_body_bytes": -1}`, wantErr: "max_body_bytes must be positive"},
 		{name: "profiles", give: `{"profiles": {"a:1": "fast"}}`, wantErr: `profiles[a:1]: unknown engine profile "fast"`},
 		{name: "state_key", give: `{"state_key": "a b"}`, wantErr: "state_key must be"},

@@ -37,7 +37,16 @@ var errBodyTooLarge = errors.New("request body larger than max_body_bytes")
 // reservation is an atomic pointer and the body is reference counted.
 type reqState struct {
 	// body holds the request body and its parsed features; nil until read.
+	// Written only by readBody on the request goroutine. Take a reference
+	// (acquireBody) before using its bytes or features: the request may
+	// end (client gone) at any time, on another goroutine.
 	body *bodyBuf
+	// bodyGen is body's generation when this request got it: a pooled
+	// buffer recycled to another request has moved on (acquireBody).
+	bodyGen uint64
+	// owner holds the request's own reference on body until finish takes
+	// and drops it (the only field of the body that finish touches).
+	owner atomic.Pointer[bodyBuf]
 	// bodyErr is why the body could not be read (errBodyTooLarge, I/O).
 	bodyErr error
 	// bodyRead reports that ramjet tried to read the body.
@@ -61,6 +70,8 @@ type reqState struct {
 	fallback   bool                               // the fallback policy chose (no usable features)
 	attempts   int                                // Select calls for this request (1 + retries)
 	tried      [selection.MaxReplicas / 64]uint64 // slots picked by earlier attempts
+	// baseHeader is the request header map of the first attempt.
+	baseHeader http.Header
 
 	res  atomic.Pointer[selection.Reservation]
 	done atomic.Bool
@@ -126,15 +137,31 @@ func (st *reqState) finish() {
 		return
 	}
 	st.releaseReservation()
-	if b := st.body; b != nil {
+	if b := st.owner.Swap(nil); b != nil {
 		b.release()
 	}
+}
+
+// acquireBody takes a reference on the request's body and returns it, or
+// nil when there is none or the request already ended and the buffer went
+// back to the pool. Release it with release when done.
+func (st *reqState) acquireBody() *bodyBuf {
+	b := st.body
+	if b == nil || !b.acquire() {
+		return nil
+	}
+	if b.gen.Load() != st.bodyGen {
+		// Recycled to another request meanwhile: not ours any more.
+		b.release()
+		return nil
+	}
+	return b
 }
 
 // features returns the parsed features for extractor x, parsing (or
 // re-parsing with another block size) as needed. It returns nil when the
 // body is missing, too large or malformed. The caller must hold a
-// reference on st.body (acquire) while it uses the result.
+// reference on the body (acquireBody) while it uses the result.
 func (st *reqState) features(x selection.Extractor, ep selection.Endpoint) *selection.Features {
 	b := st.body
 	if b == nil {
@@ -189,15 +216,16 @@ func (st *reqState) readBody(r *http.Request, limit int64) {
 		st.bodyErr = errBodyTooLarge
 		return
 	}
-	st.body = b
-	if st.done.Load() {
-		// The request already ended: do not keep the buffer.
-		st.body = nil
-		b.release()
-		return
-	}
+	// The reader holds its own reference, so that the bytes outlive the
+	// request's hold as long as a transport may read them.
 	st.origReader = b.newReader()
 	r.Body = st.origReader
+	st.body, st.bodyGen = b, b.gen.Load()
+	st.owner.Store(b)
+	if st.done.Load() && st.owner.CompareAndSwap(b, nil) {
+		// The request ended meanwhile and finish missed the buffer.
+		b.release()
+	}
 }
 
 // readBounded reads src into b.buf up to limit+1 bytes (so that an
@@ -208,6 +236,7 @@ func readBounded(src io.Reader, b *bodyBuf, limit, hint int64) (int, error) {
 	if hint > 0 && int64(cap(buf)) < hint+1 {
 		buf = make([]byte, 0, hint+1)
 	}
+	empty := 0
 	for int64(len(buf)) <= limit {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -220,6 +249,13 @@ func readBounded(src io.Reader, b *bodyBuf, limit, hint int64) (int, error) {
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			break
+		}
+		if n == 0 && err == nil {
+			if empty++; empty >= 100 {
+				err = io.ErrNoProgress
+			}
+		} else {
+			empty = 0
 		}
 		if err != nil {
 			b.buf = buf
@@ -264,6 +300,7 @@ type bodyBuf struct {
 	x      selection.Extractor
 	ep     selection.Endpoint
 	refs   atomic.Int32
+	gen    atomic.Uint64 // bumped every time the buffer leaves the pool
 }
 
 // maxPooledBody is the largest buffer returned to the pool; bigger ones
@@ -275,6 +312,7 @@ var bodyPool = sync.Pool{New: func() any { return new(bodyBuf) }}
 
 func getBodyBuf() *bodyBuf {
 	b := bodyPool.Get().(*bodyBuf)
+	b.gen.Add(1)
 	b.refs.Store(1)
 	return b
 }

@@ -24,7 +24,7 @@ func BenchmarkDecide(b *testing.B) {
 			for b.Loop() {
 				st.body.acquire()
 				f := st.features(p.x, selection.EndpointChat)
-				p.decide(pool, p.viewFor(pool), st, f)
+				p.decide(pool, p.viewFor(pool), st, f, nil)
 				st.body.release()
 			}
 		})

@@ -30,10 +30,30 @@ const DefaultStateKey = "default"
 var fleets = caddy.NewUsagePool()
 
 // current maps a state_key to the fleet provisioned last under it, for
-// lookupFleet.
+// lookupFleet: an immutable map replaced on every change (rare), so that
+// lookups on the request path take no lock.
 var current struct {
-	sync.Mutex
-	m map[string]*fleet
+	sync.Mutex // serialises writers
+	m          atomic.Pointer[map[string]*fleet]
+}
+
+// setCurrent points key at f, or removes key when f is nil and key still
+// points at old.
+func setCurrent(key string, f, old *fleet) {
+	current.Lock()
+	defer current.Unlock()
+	next := make(map[string]*fleet)
+	if m := current.m.Load(); m != nil {
+		for k, v := range *m {
+			next[k] = v
+		}
+	}
+	if f != nil {
+		next[key] = f
+	} else if next[key] == old {
+		delete(next, key)
+	}
+	current.m.Store(&next)
 }
 
 // lookupFleet returns the fleet most recently provisioned under stateKey
@@ -48,17 +68,21 @@ func lookupFleet(stateKey string) *fleet {
 	if stateKey == "" {
 		stateKey = DefaultStateKey
 	}
-	current.Lock()
-	defer current.Unlock()
-	return current.m[stateKey]
+	m := current.m.Load()
+	if m == nil {
+		return nil
+	}
+	return (*m)[stateKey]
 }
 
 // fleetKeys lists the state keys of every live fleet, sorted.
 func fleetKeys() []string {
-	current.Lock()
-	defer current.Unlock()
-	keys := make([]string, 0, len(current.m))
-	for k := range current.m {
+	m := current.m.Load()
+	if m == nil {
+		return nil
+	}
+	keys := make([]string, 0, len(*m))
+	for k := range *m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -92,11 +116,7 @@ func (f *fleet) router() *selection.Router { return f.rt }
 // Destruct implements caddy.Destructor: the last policy using the fleet
 // was cleaned up.
 func (f *fleet) Destruct() error {
-	current.Lock()
-	defer current.Unlock()
-	if current.m[f.stateKey] == f {
-		delete(current.m, f.stateKey)
-	}
+	setCurrent(f.stateKey, nil, f)
 	return nil
 }
 
@@ -121,12 +141,7 @@ func acquireFleet(stateKey string, cfg selection.Config, secret []byte) (*fleet,
 	}
 	f := v.(*fleet)
 	f.setSecret(secret)
-	current.Lock()
-	if current.m == nil {
-		current.m = make(map[string]*fleet)
-	}
-	current.m[stateKey] = f
-	current.Unlock()
+	setCurrent(stateKey, f, nil)
 	return f, key, nil
 }
 
@@ -345,6 +360,8 @@ type poolView struct {
 	ids      []string
 	idHdr    [][]string // X-Ramjet-Upstream header value (len = cap = 1)
 	profiles []selection.Profile
+	// untracked: some upstream has no slot (past selection.MaxReplicas).
+	untracked bool
 }
 
 // same reports whether pool is the pool v was built for.

@@ -22,6 +22,7 @@ const (
 	DefaultIndexBudget      = 64 << 20
 	DefaultLongOutputTokens = 1024
 	DefaultTieEpsilon       = 1.0
+	DefaultOutputWeight     = 4.0
 )
 
 // Config holds the routing knobs. Zero values mean "use the default"; see
@@ -49,6 +50,13 @@ type Config struct {
 	LongOutputTokens int `json:"long_output_tokens,omitempty"`
 	// TieEpsilon is the score difference under which two replicas tie.
 	TieEpsilon float64 `json:"tie_epsilon,omitempty"`
+	// OutputWeight adds OutputWeight x the requested output tokens to the
+	// score of every replica whose engine profile fits the requested length
+	// (speculative from LongOutputTokens on, standard below), so that a fast
+	// decoder can outweigh warm cache for long outputs. The profile also
+	// breaks ties. Default 4: a 1024-token output on a speculative engine
+	// is worth 4096 tokens of warm prefix.
+	OutputWeight float64 `json:"output_weight,omitempty"`
 }
 
 // SetDefaults fills every zero field with its default.
@@ -80,6 +88,9 @@ func (c *Config) SetDefaults() {
 	if c.TieEpsilon == 0 {
 		c.TieEpsilon = DefaultTieEpsilon
 	}
+	if c.OutputWeight == 0 {
+		c.OutputWeight = DefaultOutputWeight
+	}
 }
 
 // Validate rejects values that cannot work, naming the field.
@@ -105,6 +116,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("long_output_tokens must be positive, got %d", c.LongOutputTokens)
 	case c.TieEpsilon < 0 || math.IsNaN(c.TieEpsilon):
 		return fmt.Errorf("tie_epsilon must be >= 0, got %v", c.TieEpsilon)
+	case !(c.OutputWeight >= 0) || math.IsInf(c.OutputWeight, 0):
+		return fmt.Errorf("output_weight must be a finite number >= 0, got %v", c.OutputWeight)
 	}
 	return nil
 }

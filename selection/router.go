@@ -267,6 +267,14 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
+	want, wantSet := ProfileStandard, f.MaxTokens > 0
+	if f.MaxTokens >= cfg.LongOutputTokens {
+		want = ProfileSpeculative
+	}
+	bonus := 0.0
+	if wantSet {
+		bonus = cfg.OutputWeight * float64(f.MaxTokens)
+	}
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -279,6 +287,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		ld := rt.load(c.Slot)
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
+		if wantSet && c.Profile == want {
+			sc += bonus
+		}
 		s.Overlap[i], s.Load[i], s.Score[i] = ov, ld, sc
 		d.Usable++
 		if ov > d.BestOverlap {
@@ -294,10 +305,6 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 
 	// Among the candidates within TieEpsilon of the best, apply the
 	// tie-breaks in order.
-	want, wantSet := ProfileStandard, f.MaxTokens > 0
-	if f.MaxTokens >= cfg.LongOutputTokens {
-		want = ProfileSpeculative
-	}
 	first := f.FirstBlock()
 	w := -1
 	ties := 0

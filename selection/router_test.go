@@ -273,6 +273,8 @@ func TestPickTieBreaks(t *testing.T) {
 		}
 	})
 	t.Run("profile", func(t *testing.T) {
+		c := c
+		c.OutputWeight = 1e-6 // the profile's score term stays within TieEpsilon
 		rt, cands := newTestRouter(t, c, 4)
 		cands[1].Profile = ProfileSpeculative
 		s := NewScratch(4)
@@ -321,6 +323,31 @@ func TestPickTieBreaks(t *testing.T) {
 			t.Fatalf("%+v", d)
 		}
 	})
+}
+
+// A long requested output outweighs a little warm cache on a standard
+// engine by OutputWeight per output token; a short one stays.
+func TestPickOutputWeight(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 4096, OutputWeight: 4, LongOutputTokens: 1000}
+	rt, cands := newTestRouter(t, c, 2)
+	cands[1].Profile = ProfileSpeculative
+	prompt := blocksOf(21, 100) // 1600 tokens, warm on the standard engine
+	rt.Index().Learn(prompt, cands[0].Slot)
+	s := NewScratch(2)
+	long := rt.Pick(features(rt.Config(), prompt, 2000), cands, s)
+	if long.Index != 1 || s.Score[1] != 8000 || s.Score[0] != 1600 {
+		t.Fatalf("long output: %+v scores %v", long, s.Score)
+	}
+	short := rt.Pick(features(rt.Config(), prompt, 100), cands, s)
+	if short.Index != 0 || s.Score[0] != 2000 {
+		t.Fatalf("short output: %+v scores %v", short, s.Score)
+	}
+	bad := Config{}
+	bad.SetDefaults()
+	bad.OutputWeight = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "output_weight") {
+		t.Fatalf("negative output_weight: %v", err)
+	}
 }
 
 func TestReservationLifecycle(t *testing.T) {

@@ -77,3 +77,42 @@ func TestBinary(t *testing.T) {
 		}
 	})
 }
+
+// TestXcaddyBuild checks the documented plugin route,
+//
+//	xcaddy build v2.11.9 --with github.com/ramjet-llm/ramjet=./
+//
+// It rebuilds Caddy from scratch (about ten minutes on two cores), so it
+// runs only with RAMJET_TEST_XCADDY=1 and xcaddy on PATH
+// (go install github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5).
+// RAMJET_XCADDY_VERSION=v0.0.0-00010101000000-000000000000 pins the
+// replaced module's version, for module proxies that answer 403 instead of
+// 404 for unknown modules.
+func TestXcaddyBuild(t *testing.T) {
+	if os.Getenv("RAMJET_TEST_XCADDY") != "1" {
+		t.Skip("set RAMJET_TEST_XCADDY=1 to build with xcaddy")
+	}
+	xc, err := exec.LookPath("xcaddy")
+	if err != nil {
+		t.Fatalf("xcaddy not on PATH: %v", err)
+	}
+	with := "github.com/ramjet-llm/ramjet"
+	if v := os.Getenv("RAMJET_XCADDY_VERSION"); v != "" {
+		with += "@" + v
+	}
+	bin := filepath.Join(t.TempDir(), "caddy")
+	cmd := exec.Command(xc, "build", "v2.11.9", "--output", bin, "--with", with+"=../")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("xcaddy build: %v", err)
+	}
+	out, err := exec.Command(bin, "list-modules").CombinedOutput()
+	if err != nil {
+		t.Fatalf("list-modules: %v\n%s", err, out)
+	}
+	for _, want := range []string{"http.reverse_proxy.selection_policies.ramjet", "http.matchers.ramjet_body", "http.handlers.ramjet"} {
+		if !strings.Contains(string(out), want+"\n") {
+			t.Errorf("xcaddy-built binary lacks %s", want)
+		}
+	}
+}

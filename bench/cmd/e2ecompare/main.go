@@ -1,0 +1,215 @@
+// Command e2ecompare replays the fleet simulation's workloads (locality,
+// burst, agent-fleet by default) through a real in-process Caddy against 8
+// engine simulators (bench/enginesim, in scaled real time), once per
+// load-balancing policy (lb_policy ramjet, round_robin, least_conn), with
+// fresh engines for every run, and prints one table: cached-prompt share,
+// TTFT p50/p95, output throughput and replica spread. Times are reported in
+// simulated seconds (wall time x -time-scale) so they compare with the
+// fleet simulation (bench/cmd/fleetsim). See bench/loadgen/README.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/engine"
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/bench/loadgen"
+	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
+	"github.com/ramjet-llm/ramjet/bench/workload"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ecompare:", err)
+		os.Exit(1)
+	}
+}
+
+// Row is one (workload, policy) result.
+type Row struct {
+	Workload string  `json:"workload"`
+	Policy   string  `json:"policy"`
+	Requests int     `json:"requests"`
+	OK       int     `json:"completed"`
+	Failed   int     `json:"failed"`
+	NotSent  int     `json:"not_sent"`
+	Cached   float64 `json:"cached_share"`
+	// TTFT percentiles and throughput in simulated time.
+	TTFTp50   float64 `json:"ttft_p50_s"`
+	TTFTp95   float64 `json:"ttft_p95_s"`
+	OutputTPS float64 `json:"output_tokens_per_s"`
+	// ReplicasUsed and MaxMeanLoad as the fleet simulation defines them.
+	ReplicasUsed int     `json:"replicas_used"`
+	MaxMeanLoad  float64 `json:"max_mean_load"`
+	// DensityDrift is the median prompt-token drift against the trace.
+	DensityDrift float64         `json:"density_median_drift"`
+	WallSeconds  float64         `json:"wall_s"`
+	Report       *loadgen.Report `json:"report"`
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("e2ecompare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		workloads = fs.String("workload", "locality,burst,agent-fleet", "workloads, comma-separated ("+strings.Join(workload.Names, ", ")+")")
+		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated")
+		replicas  = fs.Int("replicas", 8, "engine simulators")
+		seed      = fs.Uint64("seed", 1, "workload seed (the fleet simulation's -seed)")
+		scale     = fs.Float64("scale", 0.25, "workload request-count scale (the fleet simulation's -scale)")
+		timeScale = fs.Float64("time-scale", 4, "engines and trace run this much faster than real time")
+		history   = fs.String("history", "actual", "later turns carry the engine's actual reply or a synthetic stand-in")
+		timeout   = fs.Duration("timeout", 2*time.Minute, "per-request timeout (wall)")
+		maxDur    = fs.Duration("max-duration", 10*time.Minute, "wall-time limit of one run")
+		asJSON    = fs.Bool("json", false, "print JSON rows instead of a Markdown table")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	hist, err := loadgen.ParseHistoryMode(*history)
+	if err != nil {
+		return err
+	}
+	if *replicas < 1 || *timeScale <= 0 {
+		return errors.New("-replicas and -time-scale must be positive")
+	}
+	var progress io.Writer
+	if f, ok := stderr.(*os.File); ok && loadgen.IsTerminal(f) {
+		progress = stderr
+	}
+	var rows []Row
+	for _, name := range strings.Split(*workloads, ",") {
+		w, err := workload.Generate(strings.TrimSpace(name), workload.Options{Seed: *seed, Replicas: *replicas, Scale: *scale})
+		if err != nil {
+			return err
+		}
+		n := *replicas
+		if w.Replicas > 0 {
+			n = w.Replicas
+		}
+		for _, pol := range strings.Split(*policies, ",") {
+			pol = strings.TrimSpace(pol)
+			fmt.Fprintf(stderr, "e2ecompare: %s with %s (%d requests, %d replicas)\n", w.Name, pol, len(w.Trace), n)
+			row, err := runOne(ctx, w, pol, n, *seed, *timeScale, hist, *timeout, *maxDur, progress)
+			if err != nil {
+				return fmt.Errorf("%s/%s: %w", w.Name, pol, err)
+			}
+			rows = append(rows, row)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	fmt.Fprintf(stdout, "replicas=%d seed=%d scale=%g time-scale=%g history=%s GOMAXPROCS=%d; times in simulated seconds\n\n",
+		*replicas, *seed, *scale, *timeScale, hist, runtime.GOMAXPROCS(0))
+	fmt.Fprint(stdout, markdown(rows))
+	return nil
+}
+
+// runOne replays w through Caddy with policy pol in front of n fresh
+// engine simulators.
+func runOne(ctx context.Context, w *workload.Workload, pol string, n int, seed uint64, ts float64,
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, progress io.Writer) (Row, error) {
+	const model = "sim"
+	var sims []*enginesim.Server
+	defer func() {
+		for _, s := range sims {
+			s.Close()
+		}
+	}()
+	addrs := make([]string, 0, n)
+	for i := range n {
+		o := enginesim.Options{
+			Model: model, TimeScale: ts, Seed: uint64(i) + 1,
+			// The fleet simulation's context limit (fleetsim.DefaultMaxModelLen),
+			// so that agent contexts may pass 100k tokens as there.
+			Engine: engine.Config{MaxModelLen: 131072},
+		}
+		for _, sp := range w.Speculative {
+			if sp == i {
+				o.Engine.SpecTokens = 4
+			}
+		}
+		s, err := enginesim.Start(ctx, o)
+		if err != nil {
+			return Row{}, err
+		}
+		sims = append(sims, s)
+		addrs = append(addrs, s.Addr())
+	}
+	site := caddyrun.Site{Name: "lb", Policy: pol, Upstreams: addrs}
+	if pol == "ramjet" {
+		site = caddyrun.RamjetSite("lb", pol, addrs)
+	}
+	running, err := caddyrun.Start([]caddyrun.Site{site})
+	if err != nil {
+		return Row{}, err
+	}
+	defer caddyrun.Stop()
+
+	client, err := loadgen.NewClient(loadgen.ClientConfig{
+		BaseURL: running.URL("lb"), Model: model, Timeout: timeout,
+		UpstreamHeader: caddyrun.SpreadHeader, IgnoreEOS: true,
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	defer client.Close()
+	start := time.Now()
+	rep, err := loadgen.Run(ctx, loadgen.RunConfig{
+		Label: w.Name + "/" + pol, Trace: w.Trace, Client: client,
+		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
+		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
+		Progress: progress,
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	used := 0
+	for up, c := range rep.Upstreams {
+		if c > 0 && up != "(none)" {
+			used++
+		}
+	}
+	return Row{
+		Workload: w.Name, Policy: pol,
+		Requests: rep.Requests, OK: rep.Completed, Failed: rep.Failed, NotSent: rep.NotSent,
+		Cached:  rep.CachedShare,
+		TTFTp50: rep.TTFT.P50 / 1000 * ts, TTFTp95: rep.TTFT.P95 / 1000 * ts,
+		OutputTPS:    rep.OutputTokensPerSec / ts,
+		ReplicasUsed: used, MaxMeanLoad: rep.SpreadOver(n),
+		DensityDrift: rep.Density.MedianDrift,
+		WallSeconds:  time.Since(start).Seconds(),
+		Report:       rep,
+	}, nil
+}
+
+func markdown(rows []Row) string {
+	var sb strings.Builder
+	sb.WriteString("| workload | policy | completed | cached share | TTFT p50 s | TTFT p95 s | output tok/s | replicas used | max/mean load | prompt drift | wall s |\n")
+	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&sb, "| %s | %s | %d/%d | %.1f%% | %.2f | %.2f | %.0f | %d | %.2f | %+.2f%% | %.0f |\n",
+			r.Workload, r.Policy, r.OK, r.Requests, 100*r.Cached, r.TTFTp50, r.TTFTp95, r.OutputTPS,
+			r.ReplicasUsed, r.MaxMeanLoad, 100*r.DensityDrift, r.WallSeconds)
+	}
+	return sb.String()
+}

@@ -1,0 +1,162 @@
+// Command overhead measures what a proxy costs: with simulated engines that
+// answer instantly (bench/enginesim Instant mode), it measures in one run,
+// interleaved, (a) direct to one engine, (b) Caddy reverse_proxy with
+// round_robin and (c) Caddy with lb_policy ramjet, for small prompts, long
+// (256 KiB) prompts and streaming responses, and reports throughput, p50
+// and p99 latency and the ratios c/b and c/a. Caddy and the engines run
+// in-process on 127.0.0.1. See bench/loadgen/README.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/engine"
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/bench/loadgen"
+	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "overhead:", err)
+		os.Exit(1)
+	}
+}
+
+// allScenarios are the request shapes, by name.
+var allScenarios = []scenario{
+	{name: "small", promptBytes: 1 << 10, maxTokens: 1},
+	{name: "long-256KiB", promptBytes: 256 << 10, maxTokens: 1},
+	{name: "stream-64", promptBytes: 1 << 10, maxTokens: 64, stream: true},
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("overhead", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		engines   = fs.Int("engines", 8, "instant engine simulators behind the proxies")
+		conc      = fs.Int("concurrency", 16, "closed-loop clients per measurement")
+		rounds    = fs.Int("rounds", 5, "interleaved rounds (every scenario x target once per round)")
+		roundDur  = fs.Duration("round", 2*time.Second, "duration of one (scenario, target) measurement in a round")
+		bodies    = fs.Int("bodies", 64, "distinct request bodies per scenario (distinct prefixes)")
+		scenarios = fs.String("scenarios", "small,long-256KiB,stream-64", "scenarios to run")
+		policy    = fs.String("ramjet-policy", "ramjet", "selection policy of target (c)")
+		engineK   = fs.String("engine", "sim", "instant engines: sim (bench/enginesim Instant mode) or echo (an OpenAI-shaped responder that models nothing)")
+		asJSON    = fs.Bool("json", false, "print the rows as JSON instead of a Markdown table")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *engines < 1 || *conc < 1 || *rounds < 1 || *roundDur <= 0 || *bodies < 1 {
+		return errors.New("-engines, -concurrency, -rounds, -round and -bodies must be positive")
+	}
+	var scs []scenario
+	for _, name := range strings.Split(*scenarios, ",") {
+		found := false
+		for _, sc := range allScenarios {
+			if sc.name == strings.TrimSpace(name) {
+				scs = append(scs, sc)
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("unknown scenario %q", name)
+		}
+	}
+
+	const model = "sim"
+	type instant interface {
+		Addr() string
+		URL() string
+		Close() error
+	}
+	var sims []instant
+	defer func() {
+		for _, s := range sims {
+			s.Close()
+		}
+	}()
+	var addrs []string
+	for range *engines {
+		var s instant
+		var err error
+		switch *engineK {
+		case "sim":
+			s, err = enginesim.Start(ctx, enginesim.Options{
+				Model: model, Instant: true,
+				// 256 KiB prompts are 65536 tokens: raise the context limit.
+				Engine: engine.Config{MaxModelLen: 1 << 17, MaxBatchedTokens: 1 << 17},
+			})
+		case "echo":
+			s, err = startEcho()
+		default:
+			return fmt.Errorf("-engine %q: want sim or echo", *engineK)
+		}
+		if err != nil {
+			return fmt.Errorf("start engine: %w", err)
+		}
+		sims = append(sims, s)
+		addrs = append(addrs, s.Addr())
+	}
+	const (
+		nameDirect = "direct"
+		nameRR     = "round_robin"
+		nameRamjet = "ramjet"
+	)
+	run, err := caddyrun.Start([]caddyrun.Site{
+		{Name: nameRR, Policy: "round_robin", Upstreams: addrs},
+		caddyrun.RamjetSite(nameRamjet, *policy, addrs),
+	})
+	if err != nil {
+		return err
+	}
+	defer caddyrun.Stop()
+
+	b := &bench{
+		targets: []target{
+			{nameDirect, sims[0].URL() + "/v1"},
+			{nameRR, run.URL(nameRR)},
+			{nameRamjet, run.URL(nameRamjet)},
+		},
+		scenarios: scs, concurrency: *conc, rounds: *rounds, round: *roundDur,
+		bodies: *bodies, model: model, client: newHTTPClient(*conc),
+	}
+	var progress io.Writer
+	if f, ok := stderr.(*os.File); ok && loadgen.IsTerminal(f) {
+		progress = stderr
+	}
+	if err := b.run(ctx, progress); err != nil {
+		return err
+	}
+	rows := b.rows(nameDirect, nameRR, nameRamjet)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	fmt.Fprintf(stdout, "engines=%d (%s, instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
+		*engines, *engineK, *conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
+	fmt.Fprint(stdout, markdown(rows, [3]string{nameDirect, nameRR, nameRamjet}))
+	for _, r := range rows {
+		for n, m := range r.Targets {
+			if m.Errors > 0 {
+				fmt.Fprintf(stdout, "\n%s via %s: %d errors, e.g. %s\n", r.Scenario, n, m.Errors, m.Sample)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,535 @@
+package kvindex
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// MaxReplicas is the most replicas (engine endpoints times data-parallel
+// ranks) one Index tracks; the same bound as the router's.
+const MaxReplicas = selection.MaxReplicas
+
+// Replica is the handle of a replica in an Index (from Register).
+type Replica int32
+
+// set is a set of replica handles, one bit each.
+type set [MaxReplicas / 64]uint64
+
+func (m *set) add(r Replica)      { m[r>>6] |= 1 << (uint(r) & 63) }
+func (m *set) del(r Replica)      { m[r>>6] &^= 1 << (uint(r) & 63) }
+func (m *set) has(r Replica) bool { return m[r>>6]&(1<<(uint(r)&63)) != 0 }
+func (m set) and(o set) set {
+	var z set
+	for i := range m {
+		z[i] = m[i] & o[i]
+	}
+	return z
+}
+func (m set) or(o set) set {
+	var z set
+	for i := range m {
+		z[i] = m[i] | o[i]
+	}
+	return z
+}
+func (m set) andNot(o set) set {
+	var z set
+	for i := range m {
+		z[i] = m[i] &^ o[i]
+	}
+	return z
+}
+func (m set) empty() bool {
+	var o uint64
+	for _, w := range m {
+		o |= w
+	}
+	return o == 0
+}
+
+// each calls fn for every member, in order.
+func (m set) each(fn func(Replica)) {
+	for i, w := range m {
+		for w != 0 {
+			b := bits.TrailingZeros64(w)
+			fn(Replica(i*64 + b))
+			w &^= 1 << uint(b)
+		}
+	}
+}
+
+// FenceReason says why a replica's entries were dropped.
+type FenceReason uint8
+
+const (
+	// FenceGap: sequence numbers jumped and the gap could not be replayed.
+	FenceGap FenceReason = iota
+	// FenceReset: sequence numbers went back (the engine restarted).
+	FenceReset
+	// FenceReconnect: the event connection was lost.
+	FenceReconnect
+	// FenceCleared: the engine reported AllBlocksCleared.
+	FenceCleared
+	// FenceDecode: a message could not be decoded, so its events are lost.
+	FenceDecode
+	numFenceReasons
+)
+
+func (f FenceReason) String() string {
+	switch f {
+	case FenceGap:
+		return "gap"
+	case FenceReset:
+		return "reset"
+	case FenceReconnect:
+		return "reconnect"
+	case FenceCleared:
+		return "cleared"
+	case FenceDecode:
+		return "decode"
+	}
+	return "unknown"
+}
+
+// FenceReasons lists every FenceReason, for metric labels.
+var FenceReasons = []FenceReason{FenceGap, FenceReset, FenceReconnect, FenceCleared, FenceDecode}
+
+// Config configures an Index. Zero values take the defaults.
+type Config struct {
+	// BlockSize is the engines' KV-cache block size in tokens (vLLM
+	// --block-size, SGLang page size). Requests are cut into blocks of this
+	// size for the overlap query. Default 16.
+	BlockSize int
+	// MaxEntries bounds the (replica, block) entries held across all
+	// replicas; past it the least recently stored entries are evicted.
+	// Default 1<<20 (about 150 MiB).
+	MaxEntries int
+	// MaxPredicted bounds the predicted entries (see Predict). Default 65536.
+	MaxPredicted int
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.BlockSize <= 0 {
+		c.BlockSize = 16
+	}
+	if c.MaxEntries <= 0 {
+		c.MaxEntries = 1 << 20
+	}
+	if c.MaxPredicted <= 0 {
+		c.MaxPredicted = 65536
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// EntryBytes is the accounted memory of one entry: the record, its place in
+// the engine-hash map, the key reference count and the key's holder set.
+const EntryBytes = 48 + 40 + 24 + 48
+
+// rec is one block a replica holds: its engine hash and router key, linked
+// in the global LRU list.
+type rec struct {
+	engine     uint64
+	key        uint64
+	rep        Replica
+	prev, next *rec
+}
+
+type replica struct {
+	id       string
+	byEngine map[uint64]*rec
+	refs     map[uint64]int32 // router key -> engine hashes mapping to it
+	fresh    bool
+	// counters, under Index.mu
+	applied, fences, decodeErrors, gaps, replayed uint64
+	messages, lastSeq                             uint64
+	connected                                     bool
+	// complete: the entries mirror the engine's whole cache, because they
+	// were built from its first message (sequence 0) or from an empty cache
+	// (AllBlocksCleared) on. Otherwise blocks cached before the index
+	// joined, and hit since without being stored again, are missing.
+	complete  bool
+	lastEvent time.Time
+}
+
+// Index is the precise index: per replica, the blocks its engine reports
+// holding, keyed router-side. Safe for concurrent use: queries share a read
+// lock, events take the write lock.
+type Index struct {
+	cfg Config
+
+	mu    sync.RWMutex
+	byID  map[string]Replica
+	reps  []*replica
+	live  set            // registered replicas
+	fresh set            // replicas whose feed is trusted
+	keys  map[uint64]set // router key -> replicas holding it
+	head  rec            // LRU sentinel: head.next is the most recent
+	n     int            // entries
+	pred  predictions    // short-lived predicted entries
+
+	eventsApplied   atomic.Uint64
+	decodeErrors    atomic.Uint64
+	gaps            atomic.Uint64
+	replayed        atomic.Uint64
+	fences          [numFenceReasons]atomic.Uint64
+	evictions       atomic.Uint64
+	orphans         atomic.Uint64
+	unknownRemovals atomic.Uint64
+	removed         atomic.Uint64
+	skipped         atomic.Uint64
+	sizeMismatch    atomic.Uint64
+	entries         atomic.Int64
+}
+
+// New returns an empty Index.
+func New(c Config) *Index {
+	c.setDefaults()
+	x := &Index{cfg: c, byID: map[string]Replica{}, keys: map[uint64]set{}}
+	x.head.next, x.head.prev = &x.head, &x.head
+	x.pred.init(c.MaxPredicted)
+	return x
+}
+
+// BlockSize is the block size requests are cut into, in tokens.
+func (x *Index) BlockSize() int { return x.cfg.BlockSize }
+
+// ErrTooManyReplicas is returned by Register past MaxReplicas.
+var ErrTooManyReplicas = errors.New("kvindex: too many replicas")
+
+// Register returns the handle of replica id (e.g. "10.0.0.5:8000#1" for
+// data-parallel rank 1), creating it on first use. A new replica is not
+// fresh until its first event.
+func (x *Index) Register(id string) (Replica, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r, ok := x.byID[id]; ok {
+		return r, nil
+	}
+	if len(x.reps) >= MaxReplicas {
+		return -1, fmt.Errorf("%w: %d", ErrTooManyReplicas, MaxReplicas)
+	}
+	r := Replica(len(x.reps))
+	x.reps = append(x.reps, &replica{id: id, byEngine: map[uint64]*rec{}, refs: map[uint64]int32{}})
+	x.byID[id] = r
+	x.live.add(r)
+	return r, nil
+}
+
+// Lookup returns the handle of a registered replica.
+func (x *Index) Lookup(id string) (Replica, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	r, ok := x.byID[id]
+	return r, ok
+}
+
+// ID returns the id a replica was registered with.
+func (x *Index) ID(r Replica) string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.reps[r].id
+}
+
+// Fresh reports whether r's feed is trusted: it applied an event since it
+// was registered or last fenced. The router should use the precise overlap
+// only for fresh replicas and fall back to its estimate for the others.
+func (x *Index) Fresh(r Replica) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.fresh.has(r)
+}
+
+// loraSeed is the chain seed of a LoRA adapter's blocks: 0 for the base
+// model, else the id's hash (so adapters never share blocks).
+func loraSeed(e *Event) uint64 {
+	if !e.HasLora || e.LoraID == 0 {
+		return 0
+	}
+	return Seed(e.LoraID)
+}
+
+// Seed returns the chain seed of requests to LoRA adapter id (0 for the
+// base model), to pass to Keys.
+func Seed(loraID int64) uint64 {
+	if loraID == 0 {
+		return 0
+	}
+	var t [2]uint32
+	t[0], t[1] = uint32(loraID), uint32(uint64(loraID)>>32)
+	return selection.HashTokenBlock(0x6c6f7261, t[:]) // "lora"
+}
+
+// Keys appends to dst the router keys of tokens' full blocks, chained from
+// seed (0 for the base model; see Seed).
+func (x *Index) Keys(dst []uint64, seed uint64, tokens []uint32) []uint64 {
+	return selection.AppendTokenBlocks(dst, seed, tokens, x.cfg.BlockSize)
+}
+
+// Apply applies one decoded batch of r's events. Events of other storage
+// tiers than the GPU, and of KV-cache groups other than the first, are
+// skipped (counted).
+func (x *Index) Apply(r Replica, b *Batch) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	rep := x.reps[r]
+	now := x.cfg.Now()
+	for i := range b.Events {
+		e := &b.Events[i]
+		switch e.Kind {
+		case KindBlockStored:
+			if !x.relevant(e) {
+				continue
+			}
+			x.store(r, rep, e)
+		case KindBlockRemoved:
+			if !x.relevant(e) {
+				continue
+			}
+			for _, h := range e.BlockHashes {
+				if rc, ok := rep.byEngine[h]; ok {
+					x.remove(rc)
+					x.removed.Add(1)
+				} else {
+					x.unknownRemovals.Add(1)
+				}
+			}
+		case KindAllBlocksCleared:
+			x.fenceLocked(r, FenceCleared)
+			rep.complete = true // the engine's cache is empty: known exactly
+			rep.applied++
+			x.eventsApplied.Add(1)
+			continue
+		default:
+			x.skipped.Add(1)
+			continue
+		}
+		x.fresh.add(r)
+		rep.applied++
+		rep.lastEvent = now
+		x.eventsApplied.Add(1)
+	}
+	x.pred.sweep(x, now)
+}
+
+func (x *Index) relevant(e *Event) bool {
+	if (e.Medium != "" && !strings.EqualFold(e.Medium, "GPU")) || e.GroupIdx != 0 {
+		x.skipped.Add(1)
+		return false
+	}
+	return true
+}
+
+func (x *Index) store(r Replica, rep *replica, e *Event) {
+	bs := e.BlockSize
+	if bs <= 0 {
+		x.skipped.Add(1)
+		return
+	}
+	if bs != x.cfg.BlockSize {
+		x.sizeMismatch.Add(1)
+	}
+	prev := loraSeed(e)
+	if e.HasParent {
+		p, ok := rep.byEngine[e.Parent]
+		if !ok {
+			// The parent is unknown (missed, or evicted by the budget):
+			// the chain cannot be keyed.
+			x.orphans.Add(1)
+			return
+		}
+		prev = p.key
+	}
+	tokens := e.TokenIDs
+	for _, h := range e.BlockHashes {
+		if len(tokens) < bs {
+			break
+		}
+		prev = selection.HashTokenBlock(prev, tokens[:bs])
+		tokens = tokens[bs:]
+		x.put(r, rep, h, prev)
+		x.pred.confirm(r, prev)
+	}
+}
+
+// put records that r holds engine block h under router key key.
+func (x *Index) put(r Replica, rep *replica, h, key uint64) {
+	if rc, ok := rep.byEngine[h]; ok {
+		if rc.key == key {
+			x.unlink(rc)
+			x.pushFront(rc)
+			return
+		}
+		x.remove(rc)
+	}
+	for x.n >= x.cfg.MaxEntries {
+		x.remove(x.head.prev)
+		x.evictions.Add(1)
+	}
+	rc := &rec{engine: h, key: key, rep: r}
+	rep.byEngine[h] = rc
+	rep.refs[key]++
+	if rep.refs[key] == 1 {
+		s := x.keys[key]
+		s.add(r)
+		x.keys[key] = s
+	}
+	x.pushFront(rc)
+	x.n++
+	x.entries.Store(int64(x.n))
+}
+
+func (x *Index) remove(rc *rec) {
+	rep := x.reps[rc.rep]
+	delete(rep.byEngine, rc.engine)
+	if rep.refs[rc.key]--; rep.refs[rc.key] <= 0 {
+		delete(rep.refs, rc.key)
+		s := x.keys[rc.key]
+		s.del(rc.rep)
+		if s.empty() {
+			delete(x.keys, rc.key)
+		} else {
+			x.keys[rc.key] = s
+		}
+	}
+	x.unlink(rc)
+	x.n--
+	x.entries.Store(int64(x.n))
+}
+
+func (x *Index) pushFront(rc *rec) {
+	rc.prev, rc.next = &x.head, x.head.next
+	x.head.next.prev = rc
+	x.head.next = rc
+}
+
+func (x *Index) unlink(rc *rec) {
+	rc.prev.next, rc.next.prev = rc.next, rc.prev
+	rc.prev, rc.next = nil, nil
+}
+
+// Fence drops every entry and prediction of r and marks it not fresh until
+// its next event.
+func (x *Index) Fence(r Replica, why FenceReason) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.fenceLocked(r, why)
+}
+
+func (x *Index) fenceLocked(r Replica, why FenceReason) {
+	rep := x.reps[r]
+	for _, rc := range rep.byEngine {
+		x.remove(rc)
+	}
+	x.pred.dropReplica(r)
+	x.fresh.del(r)
+	rep.complete = false
+	rep.fences++
+	x.fences[why].Add(1)
+}
+
+// Overlap writes to out[r], for every registered replica r, how many
+// leading tokens of the request whose block keys are keys (from Keys) r
+// holds, counting its predicted entries. Replicas that are not fresh get
+// 0. out must have room for every handle (len >= NumReplicas). It does not
+// allocate.
+func (x *Index) Overlap(keys []uint64, out []int) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	x.overlapLocked(keys, out)
+}
+
+// Annotate sets Precise and Overlap on every candidate cands[i] whose
+// replica reps[i] has a fresh feed (reps[i] < 0: no precise feed), and
+// clears Precise on the others, so that the router uses the exact overlap
+// where the feed is trusted and its estimate elsewhere. scratch must have
+// room for every handle (len >= NumReplicas). It returns how many
+// candidates got a precise overlap, and does not allocate.
+func (x *Index) Annotate(keys []uint64, reps []Replica, cands []selection.Candidate, scratch []int) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	x.overlapLocked(keys, scratch)
+	n := 0
+	for i := range cands {
+		r := Replica(-1)
+		if i < len(reps) {
+			r = reps[i]
+		}
+		if r < 0 || int(r) >= len(x.reps) || int(r) >= len(scratch) || !x.fresh.has(r) {
+			cands[i].Precise = false
+			continue
+		}
+		cands[i].Precise, cands[i].Overlap = true, scratch[r]
+		n++
+	}
+	return n
+}
+
+func (x *Index) overlapLocked(keys []uint64, out []int) {
+	n := len(x.reps)
+	for i := 0; i < n && i < len(out); i++ {
+		out[i] = 0
+	}
+	run := x.fresh
+	var now int64
+	if x.pred.live > 0 {
+		now = x.cfg.Now().UnixNano()
+	}
+	bs := x.cfg.BlockSize
+	for i, k := range keys {
+		held := x.keys[k]
+		if x.pred.live > 0 {
+			held = held.or(x.pred.holders(k, run.andNot(held), now))
+		}
+		next := run.and(held)
+		if lost := run.andNot(next); !lost.empty() {
+			for w, word := range lost {
+				for word != 0 {
+					b := bits.TrailingZeros64(word)
+					if r := w*64 + b; r < len(out) {
+						out[r] = i * bs
+					}
+					word &^= 1 << uint(b)
+				}
+			}
+		}
+		run = next
+		if run.empty() {
+			return
+		}
+	}
+	for w, word := range run {
+		for word != 0 {
+			b := bits.TrailingZeros64(word)
+			if r := w*64 + b; r < len(out) {
+				out[r] = len(keys) * bs
+			}
+			word &^= 1 << uint(b)
+		}
+	}
+}
+
+// NumReplicas is the number of registered replicas (handles are 0..n-1).
+func (x *Index) NumReplicas() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.reps)
+}
+
+// Held reports whether r holds router key key (stored, not predicted).
+func (x *Index) Held(r Replica, key uint64) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.keys[key]
+	return s.has(r)
+}

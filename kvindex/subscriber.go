@@ -1,0 +1,332 @@
+package kvindex
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"go.uber.org/zap"
+)
+
+// Endpoint is one event feed: the ZMQ PUB socket of one engine (one data-
+// parallel rank), and optionally its replay ROUTER socket.
+type Endpoint struct {
+	// Replica is the id the feed's blocks are recorded under in the Index,
+	// e.g. "10.0.0.5:8000#1"; it must match the router's replica key.
+	Replica string
+	// Events is the PUB address, e.g. "tcp://10.0.0.5:5557".
+	Events string
+	// Replay is the replay ROUTER address, e.g. "tcp://10.0.0.5:5558";
+	// empty when the engine has none (gaps then fence the replica).
+	Replay string
+	// Topic is the subscription prefix; empty subscribes to everything.
+	Topic string
+}
+
+// RankEndpoint returns the endpoint of data-parallel rank rank of an engine
+// whose rank-0 sockets are events and replay: vLLM offsets the TCP port of
+// both by the rank. The replica id becomes base + "#" + rank.
+func RankEndpoint(base, events, replay, topic string, rank int) (Endpoint, error) {
+	ev, err := offsetPort(events, rank)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	rp := ""
+	if replay != "" {
+		if rp, err = offsetPort(replay, rank); err != nil {
+			return Endpoint{}, err
+		}
+	}
+	return Endpoint{Replica: base + "#" + strconv.Itoa(rank), Events: ev, Replay: rp, Topic: topic}, nil
+}
+
+func offsetPort(ep string, rank int) (string, error) {
+	if !strings.HasPrefix(ep, "tcp://") {
+		return "", fmt.Errorf("kvindex: endpoint %q: want tcp://host:port", ep)
+	}
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://"))
+	if err != nil {
+		return "", fmt.Errorf("kvindex: endpoint %q: %w", ep, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p+rank > 65535 {
+		return "", fmt.Errorf("kvindex: endpoint %q: bad port", ep)
+	}
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(p+rank)), nil
+}
+
+// SubscriberConfig tunes a Subscriber. Zero values take the defaults.
+type SubscriberConfig struct {
+	// MinBackoff and MaxBackoff bound the wait between reconnection
+	// attempts, which doubles from min to max. Defaults 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// DialTimeout bounds one connection attempt. Default 2s.
+	DialTimeout time.Duration
+	// ReplayTimeout bounds one replay request, from the request to the last
+	// missing message. Default 1s.
+	ReplayTimeout time.Duration
+	// Logger receives connection state changes; nil logs nothing.
+	Logger *zap.Logger
+}
+
+func (c *SubscriberConfig) setDefaults() {
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		c.MaxBackoff = max(5*time.Second, c.MinBackoff)
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 2 * time.Second
+	}
+	if c.ReplayTimeout <= 0 {
+		c.ReplayTimeout = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+// Subscriber keeps one ZMQ SUB connection per Endpoint and applies the
+// events to an Index. It checks sequence numbers: a gap is filled from the
+// replay socket when one is configured, else (and on a reset, a lost
+// connection or an undecodable message) the replica is fenced.
+type Subscriber struct {
+	x    *Index
+	cfg  SubscriberConfig
+	eps  []Endpoint
+	reps []Replica
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewSubscriber registers every endpoint's replica in x and returns a
+// Subscriber for them; Start connects.
+func NewSubscriber(x *Index, eps []Endpoint, cfg SubscriberConfig) (*Subscriber, error) {
+	cfg.setDefaults()
+	s := &Subscriber{x: x, cfg: cfg, eps: eps}
+	seen := map[string]bool{}
+	for _, ep := range eps {
+		if ep.Replica == "" || ep.Events == "" {
+			return nil, errors.New("kvindex: endpoint needs a replica id and an events address")
+		}
+		if seen[ep.Replica] {
+			return nil, fmt.Errorf("kvindex: replica %q listed twice", ep.Replica)
+		}
+		seen[ep.Replica] = true
+		r, err := x.Register(ep.Replica)
+		if err != nil {
+			return nil, err
+		}
+		s.reps = append(s.reps, r)
+	}
+	return s, nil
+}
+
+// Start starts one goroutine per endpoint; they run until ctx ends or Close.
+// Start may be called once.
+func (s *Subscriber) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		return
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	for i := range s.eps {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.run(ctx, s.eps[i], s.reps[i])
+		}()
+	}
+}
+
+// Close stops every goroutine and closes every socket; it waits for them.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// discard silences zmq4's own logging.
+var discard = log.New(io.Discard, "", 0)
+
+func (s *Subscriber) run(ctx context.Context, ep Endpoint, r Replica) {
+	lg := s.cfg.Logger.With(zap.String("replica", ep.Replica), zap.String("events", ep.Events))
+	backoff := s.cfg.MinBackoff
+	f := &feed{dec: NewDecoder(), rdec: NewDecoder()}
+	for ctx.Err() == nil {
+		connected, err := s.session(ctx, ep, r, f)
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			// Whatever happened while disconnected is unknown.
+			s.x.Fence(r, FenceReconnect)
+			f.have = false
+			lg.Warn("kv event feed lost; replica fenced", zap.Error(err))
+			backoff = s.cfg.MinBackoff
+		} else if ce := lg.Check(zap.DebugLevel, "kv event feed unreachable"); ce != nil {
+			ce.Write(zap.Error(err), zap.Duration("retry_in", backoff))
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.cfg.MaxBackoff)
+	}
+}
+
+// feed is the sequence state of one endpoint, owned by its goroutine.
+type feed struct {
+	dec, rdec *Decoder
+	last      uint64
+	have      bool
+}
+
+// session connects once and applies messages until the connection fails.
+func (s *Subscriber) session(ctx context.Context, ep Endpoint, r Replica, f *feed) (bool, error) {
+	sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
+		zmq4.WithLogger(discard))
+	defer sub.Close()
+	if err := sub.Dial(ep.Events); err != nil {
+		return false, fmt.Errorf("dial %s: %w", ep.Events, err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, ep.Topic); err != nil {
+		return false, fmt.Errorf("subscribe: %w", err)
+	}
+	s.x.noteConnected(r, true)
+	defer s.x.noteConnected(r, false)
+	for {
+		msg, err := sub.Recv()
+		if err != nil {
+			return true, fmt.Errorf("receive: %w", err)
+		}
+		s.handle(ctx, ep, r, f, msg.Frames)
+	}
+}
+
+// handle checks one message's sequence number and applies it.
+func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed, frames [][]byte) {
+	m, err := f.dec.DecodeFrames(frames)
+	if err != nil {
+		s.x.noteDecodeError(r)
+		s.x.Fence(r, FenceDecode)
+		// Keep the sequence if it was readable, so the next message is
+		// not taken for a gap.
+		if len(frames) == 3 && len(frames[1]) == 8 {
+			f.last, f.have = binary.BigEndian.Uint64(frames[1]), true
+		}
+		return
+	}
+	seq := m.Seq
+	switch {
+	case !f.have && seq == 0:
+		s.x.noteStart(r)
+	case !f.have:
+		// Joining a running engine: catch up on what its replay buffer
+		// still holds (all of it if the engine is young). Whatever is older
+		// is unknown; it stays out of the index.
+		if ep.Replay != "" && seq > 0 {
+			s.replay(ctx, ep, r, f, 0, seq, false)
+		}
+	case seq == f.last+1:
+	case seq <= f.last:
+		s.x.Fence(r, FenceReset)
+		if seq == 0 {
+			s.x.noteStart(r)
+		}
+	default:
+		s.x.noteGap(r)
+		if ep.Replay == "" || !s.replay(ctx, ep, r, f, f.last+1, seq, true) {
+			s.x.Fence(r, FenceGap)
+		}
+	}
+	s.x.Apply(r, &m.Batch)
+	s.x.noteMessage(r, seq)
+	f.last, f.have = seq, true
+}
+
+// replayEnd is the sequence number that ends a replay reply (-1).
+const replayEnd = ^uint64(0)
+
+// replay asks ep's replay socket for messages from .. upTo-1 and applies
+// them in order. When strict, the reply must start at from; otherwise it may
+// start later (the buffer lost the oldest), and must be contiguous from its
+// first message on. It reports whether every message up to upTo-1 came.
+func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed, from, upTo uint64, strict bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
+	defer cancel()
+	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
+		zmq4.WithLogger(discard), zmq4.WithTimeout(s.cfg.ReplayTimeout))
+	defer d.Close()
+	if err := d.Dial(ep.Replay); err != nil {
+		return false
+	}
+	var start [8]byte
+	binary.BigEndian.PutUint64(start[:], from)
+	// A DEALER sends the empty delimiter a REQ socket would add.
+	if err := d.Send(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
+		return false
+	}
+	next, n := from, 0
+	defer func() { s.x.noteReplayed(r, n) }()
+	for next < upTo {
+		msg, err := d.Recv()
+		if err != nil {
+			return false
+		}
+		frames := msg.Frames
+		if len(frames) > 0 && len(frames[0]) == 0 {
+			frames = frames[1:]
+		}
+		if len(frames) != 2 || len(frames[0]) != 8 {
+			return false
+		}
+		seq := binary.BigEndian.Uint64(frames[0])
+		if seq == replayEnd {
+			return false
+		}
+		if seq < next {
+			continue
+		}
+		if seq > next {
+			if strict || n > 0 || seq >= upTo {
+				return false // the replay buffer no longer holds next
+			}
+			next = seq
+		}
+		m, err := f.rdec.DecodeFrames(frames)
+		if err != nil {
+			s.x.noteDecodeError(r)
+			return false
+		}
+		if seq == 0 && n == 0 {
+			s.x.noteStart(r)
+		}
+		s.x.Apply(r, &m.Batch)
+		s.x.noteMessage(r, seq)
+		f.last = seq
+		next++
+		n++
+	}
+	return true
+}

@@ -1,0 +1,354 @@
+package kvindex
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// TokenizeRequest is what the preflight sends to an engine's /tokenize:
+// either a chat (Messages, with Tools) or a completions Prompt. The raw JSON
+// values are copied from the client's body as they are.
+type TokenizeRequest struct {
+	Model    string
+	Messages json.RawMessage
+	Tools    json.RawMessage
+	Prompt   json.RawMessage
+}
+
+// MarshalJSON builds vLLM's /tokenize body: {"model","messages","tools",
+// "add_generation_prompt":true} for a chat, {"model","prompt"} otherwise.
+func (r TokenizeRequest) MarshalJSON() ([]byte, error) {
+	type chat struct {
+		Model               string          `json:"model"`
+		Messages            json.RawMessage `json:"messages"`
+		Tools               json.RawMessage `json:"tools,omitempty"`
+		AddGenerationPrompt bool            `json:"add_generation_prompt"`
+	}
+	type prompt struct {
+		Model  string          `json:"model"`
+		Prompt json.RawMessage `json:"prompt"`
+	}
+	if len(r.Messages) > 0 {
+		return json.Marshal(chat{r.Model, r.Messages, r.Tools, true})
+	}
+	return json.Marshal(prompt{r.Model, r.Prompt})
+}
+
+// TokenizerConfig configures a Tokenizer. Zero values take the defaults.
+type TokenizerConfig struct {
+	// Timeout bounds one preflight, connection included. Default 100ms:
+	// past it routing falls back to the estimate.
+	Timeout time.Duration
+	// MaxConcurrent bounds the preflights in flight; past it a request
+	// falls back at once instead of queueing. Default 64.
+	MaxConcurrent int
+	// CacheEntries bounds the cached tokenizations. Default 4096.
+	CacheEntries int
+	// CacheTokens bounds the token ids cached, in total. Default 1<<22
+	// (16 MiB).
+	CacheTokens int
+	// MaxTokens is the longest tokenization accepted; longer responses are
+	// refused (fallback). Default 1<<18.
+	MaxTokens int
+	// Client sends the requests; default a client with no redirects.
+	Client *http.Client
+	// Header is added to every request (e.g. the upstream Authorization).
+	Header http.Header
+	// OnLatency, when set, observes the latency of every preflight sent.
+	OnLatency func(time.Duration)
+}
+
+func (c *TokenizerConfig) setDefaults() {
+	if c.Timeout <= 0 {
+		c.Timeout = 100 * time.Millisecond
+	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = 64
+	}
+	if c.CacheEntries <= 0 {
+		c.CacheEntries = 4096
+	}
+	if c.CacheTokens <= 0 {
+		c.CacheTokens = 1 << 22
+	}
+	if c.MaxTokens <= 0 {
+		c.MaxTokens = 1 << 18
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}
+	}
+}
+
+// Fallback reasons of the tokenize preflight.
+const (
+	FallbackTimeout = iota // the engine did not answer in time
+	FallbackBusy           // MaxConcurrent preflights already in flight
+	FallbackError          // transport error, bad status or bad response
+	numFallbacks
+)
+
+// FallbackReasons names the fallback reasons, by index, for metric labels.
+var FallbackReasons = [numFallbacks]string{"timeout", "busy", "error"}
+
+// ErrBusy is returned when MaxConcurrent preflights are in flight.
+var ErrBusy = errors.New("kvindex: tokenize preflights at their limit")
+
+// Tokenizer turns requests into token ids with an engine's /tokenize, with
+// a timeout, a concurrency limit, an LRU cache keyed by the request's prefix
+// fingerprint, and one request in flight per key. Safe for concurrent use.
+type Tokenizer struct {
+	cfg TokenizerConfig
+	sem chan struct{}
+
+	mu       sync.Mutex
+	lru      *list.List // of *tokEntry, most recent first
+	byKey    map[uint64]*list.Element
+	tokens   int
+	inflight map[uint64]*tokCall
+
+	hits, misses, shared atomic.Uint64
+	fallbacks            [numFallbacks]atomic.Uint64
+}
+
+type tokEntry struct {
+	key    uint64
+	tokens []uint32
+}
+
+type tokCall struct {
+	done   chan struct{}
+	tokens []uint32
+	err    error
+}
+
+// NewTokenizer returns a Tokenizer.
+func NewTokenizer(c TokenizerConfig) *Tokenizer {
+	c.setDefaults()
+	return &Tokenizer{cfg: c, sem: make(chan struct{}, c.MaxConcurrent), lru: list.New(),
+		byKey: map[uint64]*list.Element{}, inflight: map[uint64]*tokCall{}}
+}
+
+// RequestKey is the exact cache key of a request: a hash of its model and
+// raw prompt fields. Bodies that differ only in whitespace or key order get
+// different keys (a cache miss, never a wrong answer).
+func RequestKey(r TokenizeRequest) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	for _, p := range [][]byte{[]byte(r.Model), r.Messages, r.Tools, r.Prompt} {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(p)))
+		d.Write(n[:])
+		d.Write(p)
+	}
+	return d.Sum64()
+}
+
+// FeaturesKey is a cache key from the router's fingerprint: its model and
+// salt seed, its chained prefix blocks, and its length. It needs no second
+// pass over the body, but two requests with the same key may differ in the
+// sub-block tail of their prompt (or past the fingerprint bound), so the
+// cached tokens can be wrong there: the exact overlap then errs by at most
+// about one block. Prefer RequestKey where the raw body is at hand.
+func FeaturesKey(f *selection.Features) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var b [8]byte
+	put := func(v uint64) {
+		binary.LittleEndian.PutUint64(b[:], v)
+		d.Write(b[:])
+	}
+	put(f.Seed)
+	put(uint64(f.Endpoint))
+	put(uint64(f.PromptBytes))
+	if f.Truncated {
+		put(1)
+	} else {
+		put(0)
+	}
+	for _, h := range f.Blocks {
+		put(h)
+	}
+	return d.Sum64()
+}
+
+// Tokenize returns the token ids of req as the engine at base (e.g.
+// "http://10.0.0.5:8000") tokenizes it, from the cache when key was seen.
+// The returned slice is shared: do not modify it. On error the caller
+// falls back to the estimate; the reason is counted.
+func (t *Tokenizer) Tokenize(ctx context.Context, base string, key uint64, req TokenizeRequest) ([]uint32, error) {
+	t.mu.Lock()
+	if el, ok := t.byKey[key]; ok {
+		t.lru.MoveToFront(el)
+		toks := el.Value.(*tokEntry).tokens
+		t.mu.Unlock()
+		t.hits.Add(1)
+		return toks, nil
+	}
+	if c, ok := t.inflight[key]; ok {
+		t.mu.Unlock()
+		t.shared.Add(1)
+		select {
+		case <-c.done:
+			if c.err != nil {
+				t.countFallback(c.err)
+			}
+			return c.tokens, c.err
+		case <-ctx.Done():
+			t.fallbacks[FallbackTimeout].Add(1)
+			return nil, ctx.Err()
+		}
+	}
+	select {
+	case t.sem <- struct{}{}:
+	default:
+		t.mu.Unlock()
+		t.fallbacks[FallbackBusy].Add(1)
+		return nil, ErrBusy
+	}
+	c := &tokCall{done: make(chan struct{})}
+	t.inflight[key] = c
+	t.mu.Unlock()
+	t.misses.Add(1)
+
+	c.tokens, c.err = t.fetch(ctx, base, req)
+	<-t.sem
+	t.mu.Lock()
+	delete(t.inflight, key)
+	if c.err == nil {
+		t.put(key, c.tokens)
+	}
+	t.mu.Unlock()
+	close(c.done)
+	if c.err != nil {
+		t.countFallback(c.err)
+	}
+	return c.tokens, c.err
+}
+
+func (t *Tokenizer) countFallback(err error) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.fallbacks[FallbackTimeout].Add(1)
+	} else {
+		t.fallbacks[FallbackError].Add(1)
+	}
+}
+
+// Cached returns the cached tokens of key, if any, without a preflight
+// (counted as a cache hit). Callers that would have to parse the request
+// to build a TokenizeRequest can try it first.
+func (t *Tokenizer) Cached(key uint64) ([]uint32, bool) {
+	t.mu.Lock()
+	el, ok := t.byKey[key]
+	if ok {
+		t.lru.MoveToFront(el)
+	}
+	t.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	t.hits.Add(1)
+	return el.Value.(*tokEntry).tokens, true
+}
+
+func (t *Tokenizer) put(key uint64, tokens []uint32) {
+	if len(tokens) > t.cfg.CacheTokens {
+		return
+	}
+	t.byKey[key] = t.lru.PushFront(&tokEntry{key, tokens})
+	t.tokens += len(tokens)
+	for t.lru.Len() > t.cfg.CacheEntries || t.tokens > t.cfg.CacheTokens {
+		el := t.lru.Back()
+		e := el.Value.(*tokEntry)
+		t.lru.Remove(el)
+		delete(t.byKey, e.key)
+		t.tokens -= len(e.tokens)
+	}
+}
+
+func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest) ([]uint32, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
+	defer cancel()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize request: %w", err)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/tokenize", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("tokenize request: %w", err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	for k, v := range t.cfg.Header {
+		hr.Header[k] = v
+	}
+	start := time.Now()
+	resp, err := t.cfg.Client.Do(hr)
+	if t.cfg.OnLatency != nil {
+		defer func() { t.cfg.OnLatency(time.Since(start)) }()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("tokenize: status %d", resp.StatusCode)
+	}
+	// A token id takes at most 11 bytes of JSON; allow some slack.
+	limit := int64(t.cfg.MaxTokens)*12 + 4096
+	var out struct {
+		Tokens []int64 `json:"tokens"`
+		Count  *int    `json:"count"`
+	}
+	lr := &io.LimitedReader{R: resp.Body, N: limit + 1}
+	if err := json.NewDecoder(lr).Decode(&out); err != nil {
+		return nil, fmt.Errorf("tokenize response: %w", err)
+	}
+	if lr.N <= 0 || len(out.Tokens) > t.cfg.MaxTokens {
+		return nil, fmt.Errorf("tokenize response: more than %d tokens", t.cfg.MaxTokens)
+	}
+	if out.Count != nil && *out.Count != len(out.Tokens) {
+		return nil, fmt.Errorf("tokenize response: count %d for %d tokens", *out.Count, len(out.Tokens))
+	}
+	toks := make([]uint32, len(out.Tokens))
+	for i, v := range out.Tokens {
+		if v < 0 || v > 1<<32-1 {
+			return nil, fmt.Errorf("tokenize response: token id %d out of range", v)
+		}
+		toks[i] = uint32(v)
+	}
+	return toks, nil
+}
+
+// CacheHits, CacheMisses and Shared count lookups answered from the cache,
+// preflights sent, and callers that waited on another's identical preflight.
+func (t *Tokenizer) CacheHits() uint64   { return t.hits.Load() }
+func (t *Tokenizer) CacheMisses() uint64 { return t.misses.Load() }
+func (t *Tokenizer) Shared() uint64      { return t.shared.Load() }
+
+// Fallbacks counts preflights that failed for reason (FallbackTimeout,
+// FallbackBusy, FallbackError).
+func (t *Tokenizer) Fallbacks(reason int) uint64 { return t.fallbacks[reason].Load() }
+
+// CacheLen is the number of cached tokenizations and their total tokens.
+func (t *Tokenizer) CacheLen() (entries, tokens int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lru.Len(), t.tokens
+}
