@@ -82,6 +82,7 @@ type ramjetDirective struct {
 	profiles  []string // per engine
 	token     string
 	secret    string
+	clientKey string
 	knobs     map[string]any
 
 	forwardClientAuth bool
@@ -103,6 +104,7 @@ type upstreamAddr struct {
 //
 //	ramjet [<matcher>] <upstreams...> {
 //	    upstream_token      <token>
+//	    client_tokens       <keys...>
 //	    dp_ranks            <n> | <n1,n2,...>
 //	    profiles            standard|speculative | <p1,p2,...>
 //	    route_id_secret     <secret>
@@ -155,10 +157,12 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	dials := rd.dials()
 
 	health := &Health{Upstreams: dials, RouteIDSecret: rd.secret}
-	models := &Models{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
+	models := &Models{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, ClientTokens: rd.clientKey,
+		Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
 	guard := &Guard{
 		Upstreams:         rd.baseURLs(),
 		UpstreamToken:     rd.token,
+		ClientTokens:      rd.clientKey,
 		ForwardClientAuth: rd.forwardClientAuth,
 		MaxBodySize:       rd.maxBodySize,
 		ModelCheck:        rd.modelCheck,
@@ -237,7 +241,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 		kind, isKnob := policyKnobs[name]
 		switch name {
-		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth",
+		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
 			"max_body_size", "model_check", "models_cache", "models_timeout":
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
@@ -258,6 +262,8 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			rd.token, err = optionalArg(d, args)
 		case "route_id_secret":
 			rd.secret, err = optionalArg(d, args)
+		case "client_tokens":
+			rd.clientKey = strings.Join(args, ",")
 		case "dp_ranks":
 			ranksArg = splitList(args)
 		case "profiles":
@@ -422,6 +428,13 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 	if lb.Retries == 0 && lb.TryDuration == 0 {
 		lb.Retries = DefaultRetries
 	}
+	if lb.RetryMatchRaw == nil {
+		// Retry every request, POST included, when the engine gave no
+		// response at all (a connection it closed as the request went out,
+		// a dial failure): the policy replays the body it kept, and an LLM
+		// request may run again. Responses, even errors, are never retried.
+		lb.RetryMatchRaw = caddyhttp.RawMatcherSets{{"path": h.JSON(caddyhttp.MatchPath{"*"})}}
+	}
 
 	if rp.HealthChecks == nil {
 		rp.HealthChecks = new(reverseproxy.HealthChecks)
@@ -467,33 +480,58 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 		rp.FlushInterval = -1 // SSE: every token as it comes
 	}
 
-	if rp.TransportRaw == nil {
-		off := false
-		on := true
-		t := &reverseproxy.HTTPTransport{
-			DialTimeout: caddy.Duration(DefaultDialTimeout),
-			// No response header timeout: a long prefill may take minutes
-			// before the first byte.
-			Compression: &off,
-			KeepAlive: &reverseproxy.KeepAlive{
-				Enabled:             &on,
-				MaxIdleConnsPerHost: DefaultMaxIdleConnsPerHost,
-				IdleConnTimeout:     caddy.Duration(DefaultIdleConnTimeout),
-			},
-			Versions: []string{"1.1"},
+	return rd.tuneTransport(rp, h)
+}
+
+// tuneTransport gives the HTTP transport ramjet's defaults wherever the
+// block's own `transport http { }` (if any) leaves them unset.
+func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfile.Helper) error {
+	t := new(reverseproxy.HTTPTransport)
+	if rp.TransportRaw != nil {
+		var probe struct {
+			Protocol string `json:"protocol"`
 		}
-		if rd.usesTLS() {
-			t.TLS = new(reverseproxy.TLSConfig)
+		if err := json.Unmarshal(rp.TransportRaw, &probe); err != nil {
+			return h.Errf("ramjet: reading the transport block: %v", err)
 		}
-		rp.TransportRaw = caddyconfig.JSONModuleObject(t, "protocol", "http", nil)
-	} else if rd.usesTLS() {
-		var t struct {
-			TLS json.RawMessage `json:"tls"`
+		if probe.Protocol != "http" {
+			return nil // another transport (fastcgi...): the operator's own
 		}
-		if err := json.Unmarshal(rp.TransportRaw, &t); err != nil || len(t.TLS) == 0 {
+		if err := json.Unmarshal(rp.TransportRaw, t); err != nil {
+			return h.Errf("ramjet: reading the transport block: %v", err)
+		}
+		if rd.usesTLS() && t.TLS == nil {
 			return h.Err("ramjet: with https:// upstreams and a transport block, enable tls in the transport block")
 		}
+	} else if rd.usesTLS() {
+		t.TLS = new(reverseproxy.TLSConfig)
 	}
+	if t.DialTimeout == 0 {
+		t.DialTimeout = caddy.Duration(DefaultDialTimeout)
+	}
+	// No response header timeout is set: a long prefill may take minutes
+	// before the first byte.
+	if t.Compression == nil {
+		off := false
+		t.Compression = &off // SSE must not wait on a gzip buffer
+	}
+	if t.KeepAlive == nil {
+		t.KeepAlive = new(reverseproxy.KeepAlive)
+	}
+	if t.KeepAlive.Enabled == nil {
+		on := true
+		t.KeepAlive.Enabled = &on
+	}
+	if t.KeepAlive.MaxIdleConnsPerHost == 0 {
+		t.KeepAlive.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	if t.KeepAlive.IdleConnTimeout == 0 {
+		t.KeepAlive.IdleConnTimeout = caddy.Duration(DefaultIdleConnTimeout)
+	}
+	if len(t.Versions) == 0 && t.TLS == nil {
+		t.Versions = []string{"1.1"}
+	}
+	rp.TransportRaw = caddyconfig.JSONModuleObject(t, "protocol", "http", nil)
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package module
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -54,5 +56,42 @@ func TestResolveSecret(t *testing.T) {
 		if got := resolveSecret(give); got != want {
 			t.Errorf("resolveSecret(%q) = %q, want %q", give, got, want)
 		}
+	}
+}
+
+// TestDeploySettingsDocumented: every RJ_* setting deploy/Caddyfile reads is
+// in the deploy/README.md table, and every setting in the table is read.
+func TestDeploySettingsDocumented(t *testing.T) {
+	caddyfile, err := os.ReadFile("../deploy/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../deploy/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\{(?:\$|env\.)(RJ_[A-Z0-9_]+)`).FindAllStringSubmatch(string(caddyfile), -1) {
+		read[m[1]] = true
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(RJ_[A-Z0-9_]+)` \\|").FindAllStringSubmatch(string(readme), -1) {
+		documented[m[1]] = true
+	}
+	if len(read) < 10 {
+		t.Fatalf("found only %d settings in deploy/Caddyfile", len(read))
+	}
+	for name := range read {
+		if !documented[name] {
+			t.Errorf("%s is read by deploy/Caddyfile but not in the README table", name)
+		}
+	}
+	for name := range documented {
+		if !read[name] {
+			t.Errorf("%s is in the README table but deploy/Caddyfile does not read it", name)
+		}
+	}
+	if regexp.MustCompile(`\{(\$|env\.)MD_`).Match(caddyfile) {
+		t.Error("deploy/Caddyfile reads a retired MD_ setting")
 	}
 }

@@ -103,8 +103,15 @@ func apiErrorFromHandler(err error) *APIError {
 	case status == http.StatusRequestEntityTooLarge:
 		return newAPIError(status, errTypeInvalidRequest, errCodeBodyTooLarge, "",
 			"the request body is too large")
+	case status == 499: // Caddy's "client closed request"
+		return newAPIError(status, errTypeInvalidRequest, "client_closed_request", "",
+			"the client closed the request before the answer was complete")
 	case status >= 400 && status < 500:
-		return newAPIError(status, errTypeInvalidRequest, "", "", http.StatusText(status))
+		msg := http.StatusText(status)
+		if msg == "" {
+			msg = "the request was refused"
+		}
+		return newAPIError(status, errTypeInvalidRequest, "", "", msg)
 	default:
 		return newAPIError(status, errTypeServer, errCodeInternal, "", "internal error")
 	}

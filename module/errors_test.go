@@ -74,6 +74,7 @@ func TestAPIErrorFromHandler(t *testing.T) {
 		{"timeout", caddyhttp.Error(http.StatusGatewayTimeout, leak), 504, errCodeUpstreamTimeout},
 		{"too large", caddyhttp.Error(http.StatusRequestEntityTooLarge, leak), 413, errCodeBodyTooLarge},
 		{"plain error", leak, 500, errCodeInternal},
+		{"client gone", caddyhttp.Error(499, leak), 499, "client_closed_request"},
 		{"wrapped api error", fmt.Errorf("x: %w", newAPIError(404, errTypeInvalidRequest, errCodeModelNotFound, "model", "m")), 404, errCodeModelNotFound},
 	}
 	for _, tt := range tests {

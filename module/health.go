@@ -55,12 +55,9 @@ type Health struct {
 	// as {env.RJ_ROUTE_ID_SECRET} are resolved at provisioning.
 	RouteIDSecret string `json:"route_id_secret,omitempty"`
 
-	ctx    caddy.Context
 	secret string
 	ids    []string
-
-	mu    *sync.Mutex
-	proxy *reverseproxy.Handler
+	finder *proxyFinder
 }
 
 // CaddyModule returns the Caddy module information.
@@ -99,8 +96,7 @@ func (h *Health) Provision(ctx caddy.Context) error {
 	if err := CheckRetiredEnv(); err != nil {
 		return err
 	}
-	h.ctx = ctx
-	h.mu = new(sync.Mutex)
+	h.finder = &proxyFinder{ctx: ctx}
 	h.secret = resolveSecret(h.RouteIDSecret)
 	h.ids = replicaIDs(h.secret, h.Upstreams)
 	return nil
@@ -220,16 +216,28 @@ func outReason(proxy *reverseproxy.Handler, u *reverseproxy.Upstream) string {
 	return "circuit_breaker"
 }
 
-// findProxy finds, once per config, the provisioned reverse_proxy handler
-// whose upstream list equals ours. It runs at request time: during
-// provisioning the http app is not complete yet.
+// findProxy finds the reverse_proxy handler whose upstream list equals
+// ours (once per config).
 func (h *Health) findProxy() *reverseproxy.Handler {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.proxy != nil {
-		return h.proxy
+	return h.finder.find(func(ups reverseproxy.UpstreamPool) bool { return sameDials(ups, h.Upstreams) })
+}
+
+// proxyFinder finds, once per config, a provisioned reverse_proxy handler in
+// the same http app. It runs at request time: during provisioning the http
+// app is not complete yet.
+type proxyFinder struct {
+	ctx   caddy.Context
+	mu    sync.Mutex
+	proxy *reverseproxy.Handler
+}
+
+func (pf *proxyFinder) find(match func(reverseproxy.UpstreamPool) bool) *reverseproxy.Handler {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.proxy != nil {
+		return pf.proxy
 	}
-	app, err := h.ctx.AppIfConfigured("http")
+	app, err := pf.ctx.AppIfConfigured("http")
 	if err != nil {
 		return nil
 	}
@@ -244,13 +252,13 @@ func (h *Health) findProxy() *reverseproxy.Handler {
 	sort.Strings(names)
 	for _, name := range names {
 		srv := httpApp.Servers[name]
-		if p := findProxyIn(srv.Routes, h.Upstreams, 0); p != nil {
-			h.proxy = p
+		if p := findProxyIn(srv.Routes, match, 0); p != nil {
+			pf.proxy = p
 			return p
 		}
 		if srv.Errors != nil {
-			if p := findProxyIn(srv.Errors.Routes, h.Upstreams, 0); p != nil {
-				h.proxy = p
+			if p := findProxyIn(srv.Errors.Routes, match, 0); p != nil {
+				pf.proxy = p
 				return p
 			}
 		}
@@ -259,8 +267,8 @@ func (h *Health) findProxy() *reverseproxy.Handler {
 }
 
 // findProxyIn walks routes and subroutes (bounded depth) for a
-// reverse_proxy with exactly these upstream dials, in order.
-func findProxyIn(routes caddyhttp.RouteList, dials []string, depth int) *reverseproxy.Handler {
+// reverse_proxy whose upstreams match.
+func findProxyIn(routes caddyhttp.RouteList, match func(reverseproxy.UpstreamPool) bool, depth int) *reverseproxy.Handler {
 	if depth > 16 {
 		return nil
 	}
@@ -268,11 +276,11 @@ func findProxyIn(routes caddyhttp.RouteList, dials []string, depth int) *reverse
 		for _, mh := range rt.Handlers {
 			switch v := mh.(type) {
 			case *reverseproxy.Handler:
-				if sameDials(v.Upstreams, dials) {
+				if match(v.Upstreams) {
 					return v
 				}
 			case *caddyhttp.Subroute:
-				if p := findProxyIn(v.Routes, dials, depth+1); p != nil {
+				if p := findProxyIn(v.Routes, match, depth+1); p != nil {
 					return p
 				}
 			}

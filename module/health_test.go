@@ -47,7 +47,7 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 	dials := []string{e1.dial(), e1.dial(), e2.dial()} // e1 has two ranks
 	ups := []map[string]any{{"dial": dials[0]}, {"dial": dials[1]}, {"dial": dials[2]}}
 	cfg := map[string]any{
-		"admin":   map[string]any{"disabled": true},
+		"admin":   map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}},
 		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"s": map[string]any{
 			"listen":          []string{addr},

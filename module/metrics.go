@@ -376,13 +376,6 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // Collect reads the fleets.
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, f := range c.snap() {

@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
 func init() {
@@ -64,6 +65,10 @@ type Models struct {
 	// such as {env.RJ_UPSTREAM_TOKEN} are resolved at provisioning.
 	UpstreamToken string `json:"upstream_token,omitempty"`
 
+	// ClientTokens, when set, are the API keys clients must present; see
+	// ramjet_guard.
+	ClientTokens string `json:"client_tokens,omitempty"`
+
 	// Timeout bounds one fetch of all engines' lists. Default 2s.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
@@ -73,6 +78,8 @@ type Models struct {
 
 	fleet  *fleetModels
 	fleetK string
+	auth   clientAuth
+	finder *proxyFinder
 }
 
 // CaddyModule returns the Caddy module information.
@@ -87,6 +94,7 @@ func (Models) CaddyModule() caddy.ModuleInfo {
 //
 //	ramjet_models <upstreams...> {
 //	    upstream_token <token>
+//	    client_tokens  <keys...>
 //	    timeout        <duration>
 //	    cache          <duration>
 //	}
@@ -105,6 +113,8 @@ func (m *Models) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch name {
 		case "upstream_token":
 			m.UpstreamToken, err = optionalArg(d, args)
+		case "client_tokens":
+			m.ClientTokens = strings.Join(args, ",")
 		case "timeout":
 			m.Timeout, err = parseDurationArg(d, args)
 		case "cache":
@@ -130,6 +140,8 @@ func (m *Models) Provision(ctx caddy.Context) error {
 	if m.Cache == 0 {
 		m.Cache = caddy.Duration(DefaultModelsCache)
 	}
+	m.auth = newClientAuth(m.ClientTokens)
+	m.finder = &proxyFinder{ctx: ctx}
 	f, key, err := acquireModelList(m.Upstreams, resolveSecret(m.UpstreamToken), time.Duration(m.Timeout))
 	if err != nil {
 		return err
@@ -162,13 +174,17 @@ func (m *Models) Cleanup() error {
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every request
 // it sees; the route in front of it should match GET /v1/models*.
 func (m *Models) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	if ae := m.auth.check(r); ae != nil {
+		WriteAPIError(w, ae)
+		return nil
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		WriteAPIError(w, newAPIError(http.StatusMethodNotAllowed, errTypeInvalidRequest, "method_not_allowed", "",
 			"only GET is allowed on "+r.URL.Path))
 		return nil
 	}
-	list, err := m.fleet.models(r.Context(), time.Duration(m.Cache))
+	list, err := m.fleet.models(r.Context(), time.Duration(m.Cache), m.healthy())
 	if err != nil {
 		WriteAPIError(w, newAPIError(http.StatusServiceUnavailable, errTypeServer, errCodeNoReplica, "",
 			"no inference engine answered with its model list; retry later"))
@@ -196,6 +212,47 @@ func (m *Models) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 		_, _ = w.Write(body)
 	}
 	return nil
+}
+
+// healthy returns the dial addresses Caddy currently holds usable, from the
+// reverse_proxy over the same engines, or nil (ask every engine) when there
+// is no such proxy or none is usable.
+func (m *Models) healthy() map[string]bool {
+	want := map[string]bool{}
+	for _, u := range m.Upstreams {
+		want[dialOf(u)] = true
+	}
+	proxy := m.finder.find(func(ups reverseproxy.UpstreamPool) bool {
+		seen := map[string]bool{}
+		for _, u := range ups {
+			if !want[u.Dial] {
+				return false
+			}
+			seen[u.Dial] = true
+		}
+		return len(seen) == len(want)
+	})
+	if proxy == nil {
+		return nil
+	}
+	ok := map[string]bool{}
+	for _, u := range proxy.Upstreams {
+		if u.Healthy() {
+			ok[u.Dial] = true
+		}
+	}
+	if len(ok) == 0 {
+		return nil
+	}
+	return ok
+}
+
+// dialOf strips a scheme from an upstream address.
+func dialOf(u string) string {
+	if _, after, ok := strings.Cut(u, "://"); ok {
+		return after
+	}
+	return u
 }
 
 // ModelCard is one model as ramjet lists it: the OpenAI fields plus vLLM's
@@ -363,7 +420,11 @@ func uniqueSorted(in []string) []string {
 // models returns the merged list, fetching it when the cached one is older
 // than maxAge. Concurrent callers share one fetch. When no engine answers,
 // the last good list is served for up to modelsStale.
-func (f *fleetModels) models(ctx context.Context, maxAge time.Duration) (*ModelList, error) {
+//
+// healthy, when not nil, names the dial addresses worth asking: engines
+// Caddy holds down are skipped, so that one that hangs does not stall every
+// refresh for the whole timeout.
+func (f *fleetModels) models(ctx context.Context, maxAge time.Duration, healthy map[string]bool) (*ModelList, error) {
 	f.mu.Lock()
 	if f.list != nil && time.Since(f.fetchedAt) <= maxAge {
 		l := f.list
@@ -371,7 +432,7 @@ func (f *fleetModels) models(ctx context.Context, maxAge time.Duration) (*ModelL
 		return l, nil
 	}
 	f.mu.Unlock()
-	if err := f.refresh(ctx); err != nil {
+	if err := f.refresh(ctx, healthy); err != nil {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if f.list != nil && time.Since(f.fetchedAt) <= modelsStale {
@@ -396,7 +457,7 @@ func (f *fleetModels) knows(ctx context.Context, model string) (known, listed bo
 	if known || !stale {
 		return known, listed
 	}
-	_ = f.refresh(ctx)
+	_ = f.refresh(ctx, nil)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.ids[model], f.list != nil
@@ -404,7 +465,7 @@ func (f *fleetModels) knows(ctx context.Context, model string) (known, listed bo
 
 // refresh fetches all lists once; callers arriving during a fetch wait for
 // it instead of starting another.
-func (f *fleetModels) refresh(ctx context.Context) error {
+func (f *fleetModels) refresh(ctx context.Context, healthy map[string]bool) error {
 	f.mu.Lock()
 	if ch := f.inflight; ch != nil {
 		f.mu.Unlock()
@@ -422,7 +483,7 @@ func (f *fleetModels) refresh(ctx context.Context) error {
 	f.triedAt = time.Now()
 	f.mu.Unlock()
 
-	list, err := f.fetchAll()
+	list, err := f.fetchAll(healthy)
 
 	f.mu.Lock()
 	f.lastErr = err
@@ -442,13 +503,17 @@ func (f *fleetModels) refresh(ctx context.Context) error {
 
 // fetchAll asks every engine in parallel. It does not use the caller's
 // context: a client that goes away must not cancel a fetch others wait for.
-func (f *fleetModels) fetchAll() (*ModelList, error) {
+func (f *fleetModels) fetchAll(healthy map[string]bool) (*ModelList, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	lists := make([][]engineModel, len(f.dials))
 	errs := make([]error, len(f.dials))
 	var wg sync.WaitGroup
 	for i, dial := range f.dials {
+		if healthy != nil && !healthy[dialOf(dial)] {
+			errs[i] = errors.New("held down by Caddy's health checks")
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

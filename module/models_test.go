@@ -89,7 +89,7 @@ func TestFleetModelsFetch(t *testing.T) {
 
 	ctx := context.Background()
 	start := time.Now()
-	l, err := f.models(ctx, time.Minute)
+	l, err := f.models(ctx, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,15 +99,26 @@ func TestFleetModelsFetch(t *testing.T) {
 	if len(l.Data) != 1 || l.Data[0].ID != "m1" || *l.Data[0].MaxModelLen != 2048 {
 		t.Errorf("list = %+v", l.Data)
 	}
-	if _, err := f.models(ctx, time.Minute); err != nil || hits.Load() != 1 {
+	if _, err := f.models(ctx, time.Minute, nil); err != nil || hits.Load() != 1 {
 		t.Errorf("cached list not served: err %v, hits %d", err, hits.Load())
 	}
 	if known, listed := f.knows(ctx, "m1"); !known || !listed {
 		t.Errorf("knows(m1) = %v, %v", known, listed)
 	}
+	// Engines Caddy holds down are not asked: the hanging one does not
+	// stall the refresh.
+	before := slowHits.Load()
+	start = time.Now()
+	if _, err := f.models(ctx, 0, map[string]bool{dials[0]: true}); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 250*time.Millisecond || slowHits.Load() != before {
+		t.Errorf("refresh with the slow engine held down took %v, slow engine asked %d more times", el, slowHits.Load()-before)
+	}
+
 	// An engine failing keeps the last good list (stale) rather than none.
 	down.Store(true)
-	if l, err := f.models(ctx, 0); err != nil || len(l.Data) != 1 {
+	if l, err := f.models(ctx, 0, nil); err != nil || len(l.Data) != 1 {
 		t.Errorf("stale list not served: %v %v", l, err)
 	}
 }
@@ -121,7 +132,7 @@ func TestFleetModelsNoEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer modelLists.Delete(key)
-	if _, err := f.models(context.Background(), time.Second); err == nil {
+	if _, err := f.models(context.Background(), time.Second, nil); err == nil {
 		t.Fatal("want an error when no engine answers")
 	}
 	if known, listed := f.knows(context.Background(), "x"); known || listed {

@@ -2,6 +2,7 @@ package module
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,13 @@ type Guard struct {
 	// stored config. Empty means no token.
 	UpstreamToken string `json:"upstream_token,omitempty"`
 
+	// ClientTokens, when set, are the API keys clients must present (as
+	// "Authorization: Bearer <key>" or "api-key: <key>"); other requests get
+	// 401. Comma- or space-separated; placeholders such as
+	// {env.RJ_CLIENT_TOKENS} are resolved at provisioning. Empty means
+	// ramjet does not authenticate clients.
+	ClientTokens string `json:"client_tokens,omitempty"`
+
 	// ForwardClientAuth forwards the client's Authorization (and api-key)
 	// headers to the engines when no upstream token is configured. Off by
 	// default: client credentials stay at the edge.
@@ -83,6 +91,7 @@ type Guard struct {
 	ModelsTimeout caddy.Duration `json:"models_timeout,omitempty"`
 
 	token   string
+	auth    clientAuth
 	fleet   *fleetModels
 	fleetK  string
 	scrub   []string
@@ -102,6 +111,7 @@ func (Guard) CaddyModule() caddy.ModuleInfo {
 //
 //	ramjet_guard [<upstreams...>] {
 //	    upstream_token      <token>
+//	    client_tokens       <keys...>
 //	    forward_client_auth
 //	    max_body_size       <size>
 //	    model_check         on|off
@@ -125,6 +135,8 @@ func (g *Guard) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch name {
 		case "upstream_token":
 			g.UpstreamToken, err = optionalArg(d, args)
+		case "client_tokens":
+			g.ClientTokens = strings.Join(args, ",")
 		case "forward_client_auth":
 			if len(args) != 0 {
 				return d.ArgErr()
@@ -163,6 +175,7 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 		g.ModelsTimeout = caddy.Duration(DefaultModelsTimeout)
 	}
 	g.token = resolveSecret(g.UpstreamToken)
+	g.auth = newClientAuth(g.ClientTokens)
 	g.checkOn = g.ModelCheck == "on"
 	g.scrub = scrubList(g.Upstreams)
 	if len(g.Upstreams) > 0 {
@@ -198,6 +211,10 @@ func (g *Guard) Cleanup() error {
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if ae := g.auth.check(r); ae != nil {
+		WriteAPIError(w, ae)
+		return nil
+	}
 	stripRequestHeaders(r.Header)
 	switch {
 	case g.token != "":
@@ -277,6 +294,42 @@ func (g *Guard) readBody(r *http.Request) *APIError {
 		}
 	}
 	return nil
+}
+
+// clientAuth checks the API key a client presents against a fixed set.
+type clientAuth struct {
+	keys [][]byte
+}
+
+func newClientAuth(spec string) clientAuth {
+	var a clientAuth
+	for _, k := range splitList([]string{resolveSecret(spec)}) {
+		a.keys = append(a.keys, []byte(k))
+	}
+	return a
+}
+
+// check returns nil when no keys are configured or the request carries one
+// of them, else the 401 to send.
+func (a clientAuth) check(r *http.Request) *APIError {
+	if len(a.keys) == 0 {
+		return nil
+	}
+	key := r.Header.Get("Api-Key")
+	if v := r.Header.Get("Authorization"); v != "" {
+		if scheme, tok, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			key = strings.TrimSpace(tok)
+		}
+	}
+	if key != "" {
+		for _, k := range a.keys {
+			if subtle.ConstantTimeCompare([]byte(key), k) == 1 {
+				return nil
+			}
+		}
+	}
+	return newAPIError(http.StatusUnauthorized, errTypeInvalidRequest, "invalid_api_key", "",
+		"Incorrect or missing API key. Send it as Authorization: Bearer <key>.")
 }
 
 func tooLarge(limit int64) *APIError {
@@ -526,6 +579,12 @@ func (s *jsonScanner) str() error {
 	s.i++ // opening quote
 	b := s.b
 	for i := s.i; i < len(b); {
+		for i < len(b) && strPlain[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -559,6 +618,15 @@ func (s *jsonScanner) str() error {
 	s.i = len(b)
 	return s.errf("unexpected end of JSON input")
 }
+
+// strPlain marks the bytes a JSON string may hold without a closer look:
+// all but the quote, the backslash and control characters.
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex4(h []byte) bool {
 	for _, c := range h {

@@ -360,3 +360,39 @@ func checkProbeAgainstStdlib(t *testing.T, body []byte) {
 		}
 	}
 }
+
+func TestClientAuth(t *testing.T) {
+	t.Setenv("RJ_TEST_KEYS", "k1, k2")
+	a := newClientAuth("{env.RJ_TEST_KEYS}")
+	tests := []struct {
+		name   string
+		header map[string]string
+		ok     bool
+	}{
+		{"bearer", map[string]string{"Authorization": "Bearer k2"}, true},
+		{"lower-case scheme", map[string]string{"Authorization": "bearer k1"}, true},
+		{"api-key", map[string]string{"Api-Key": "k1"}, true},
+		{"wrong", map[string]string{"Authorization": "Bearer k3"}, false},
+		{"prefix of a key", map[string]string{"Authorization": "Bearer k"}, false},
+		{"basic", map[string]string{"Authorization": "Basic azE6"}, false},
+		{"none", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+			for k, v := range tt.header {
+				r.Header.Set(k, v)
+			}
+			ae := a.check(r)
+			if (ae == nil) != tt.ok {
+				t.Fatalf("check = %v, want ok %v", ae, tt.ok)
+			}
+			if ae != nil && (ae.Status != 401 || *ae.Code != "invalid_api_key") {
+				t.Errorf("error = %+v", ae)
+			}
+		})
+	}
+	if newClientAuth("{env.RJ_TEST_UNSET_KEYS}").check(httptest.NewRequest(http.MethodGet, "/", nil)) != nil {
+		t.Error("no keys configured, yet a request was refused")
+	}
+}

@@ -140,6 +140,12 @@ func loadCaddyfile(t *testing.T, src string, env map[string]string) (*proxy, err
 		return nil, err
 	}
 	m["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
+	admin, _ := m["admin"].(map[string]any)
+	if admin == nil {
+		admin = map[string]any{}
+	}
+	admin["config"] = map[string]any{"persist": false} // no autosave.json from tests
+	m["admin"] = admin
 	cfg, _ = json.Marshal(m)
 	if err := caddy.Load(cfg, true); err != nil {
 		return nil, err
@@ -666,4 +672,237 @@ func TestServingOutputLengthTieBreak(t *testing.T) {
 	if n0, n1 := sims[0].count(), sims[1].count(); n0 != 6 || n1 != 6 {
 		t.Errorf("short outputs: standard got %d (want 6), speculative %d (want 6)", n0, n1)
 	}
+}
+
+// TestServingRetriesLoseNothing: an engine that stops accepting
+// connections before any health check notices is still chosen for its warm
+// cache; the request is retried on another engine with the same body, and
+// the client sees a normal answer.
+func TestServingRetriesLoseNothing(t *testing.T) {
+	for round := range 4 {
+		t.Run(strconv.Itoa(round), func(t *testing.T) {
+			sims := startSims(t, 3, nil)
+			p := mustLoad(t, deployCaddyfile(t), map[string]string{
+				"RJ_UPSTREAM":        simAddrs(sims),
+				"RJ_HEALTH_INTERVAL": "1h", // only the first check runs
+			})
+			cl := p.client()
+			sys := openai.SystemMessage(longPrompt("retry system "+strconv.Itoa(round), 8000))
+			if _, err := cl.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+				Model: simModel, Messages: []openai.ChatCompletionMessageParamUnion{sys, openai.UserMessage("one")},
+				MaxTokens: openai.Int(2),
+			}); err != nil {
+				t.Fatal(err)
+			}
+			warm := -1
+			for i, s := range sims {
+				if s.count() == 1 {
+					warm = i
+				}
+			}
+			if warm < 0 {
+				t.Fatal("no engine served the first turn")
+			}
+			f := sims[warm].Faults()
+			f.RefuseConnections = true
+			if err := sims[warm].SetFaults(f); err != nil {
+				t.Fatal(err)
+			}
+			body := `{"model":"` + simModel + `","max_tokens":2,"messages":[{"role":"system","content":` +
+				strconv.Quote(longPrompt("retry system "+strconv.Itoa(round), 8000)) + `},{"role":"user","content":"two \u00e9"}]}`
+			resp, err := http.Post(p.base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			served := 0
+			for i, s := range sims {
+				if i == warm {
+					continue
+				}
+				for _, r := range s.received() {
+					served++
+					if !bytes.Equal(r.Body, []byte(body)) {
+						t.Errorf("retried request reached engine %d with a different body (%d bytes, sent %d)", i, len(r.Body), len(body))
+					}
+				}
+			}
+			if served != 1 {
+				t.Errorf("the retried request reached %d other engines, want 1", served)
+			}
+		})
+	}
+}
+
+// TestServingClientTokens: with RJ_CLIENT_TOKENS, the API and the model
+// list need one of the keys (401 otherwise); /health stays open; the
+// engines never see the client's key.
+func TestServingClientTokens(t *testing.T) {
+	sims := startSims(t, 1, nil)
+	p := mustLoad(t, deployCaddyfile(t), map[string]string{
+		"RJ_UPSTREAM":       simAddrs(sims),
+		"RJ_CLIENT_TOKENS":  "key-one,key-two",
+		"RJ_UPSTREAM_TOKEN": "engine-token",
+	})
+	ctx := context.Background()
+	good := p.client(option.WithAPIKey("key-two"))
+	if _, err := good.Chat.Completions.New(ctx, chatParams("hi", 2)); err != nil {
+		t.Fatalf("chat with a valid key: %v", err)
+	}
+	if _, err := good.Models.List(ctx); err != nil {
+		t.Fatalf("models with a valid key: %v", err)
+	}
+	bad := p.client(option.WithAPIKey("key-three"))
+	var apiErr *openai.Error
+	_, err := bad.Chat.Completions.New(ctx, chatParams("hi", 2))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "invalid_api_key" {
+		t.Errorf("chat with a wrong key: %v", err)
+	}
+	_, err = bad.Models.List(ctx)
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 {
+		t.Errorf("models with a wrong key: %v", err)
+	}
+	if st, _, _ := getHealth(t, p); st != 200 {
+		t.Errorf("/health needs a key: status %d", st)
+	}
+	got := sims[0].received()
+	if len(got) != 1 {
+		t.Fatalf("engine received %d requests, want 1", len(got))
+	}
+	if a := got[0].Header.Get("Authorization"); a != "Bearer engine-token" {
+		t.Errorf("engine saw Authorization %q", a)
+	}
+}
+
+// TestServingReload: a config reload (another routing knob) keeps /health
+// and /v1/models working against the new proxy, with the same replica ids
+// when RJ_ROUTE_ID_SECRET is set.
+func TestServingReload(t *testing.T) {
+	sims := startSims(t, 2, nil)
+	env := map[string]string{
+		"RJ_UPSTREAM":        simAddrs(sims),
+		"RJ_ROUTE_ID_SECRET": "stable",
+		"RJ_HEALTH_INTERVAL": "100ms",
+	}
+	p := mustLoad(t, deployCaddyfile(t), env)
+	_, before, body := getHealth(t, p)
+	if before.Status != "ok" {
+		t.Fatalf("health before reload: %s", body)
+	}
+
+	t.Setenv("RJ_ALPHA", "0.5")
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(deployCaddyfile(t)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(cfg, []byte(`"alpha":0.5`)) {
+		t.Fatal("the reloaded config does not carry the new knob")
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	_, after, body := getHealth(t, p)
+	if after.Status != "ok" || len(after.Replicas) != 2 {
+		t.Fatalf("health after reload: %s", body)
+	}
+	for i := range after.Replicas {
+		if after.Replicas[i].ID != before.Replicas[i].ID {
+			t.Errorf("replica %d id changed across the reload: %s -> %s", i, before.Replicas[i].ID, after.Replicas[i].ID)
+		}
+	}
+	// The engines going down is seen by the new config's health checks.
+	for _, s := range sims {
+		f := s.Faults()
+		f.RefuseConnections = true
+		if err := s.SetFaults(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "unhealthy after reload", func() bool { st, _, _ := getHealth(t, p); return st == 503 })
+	for _, s := range sims {
+		if err := s.SetFaults(enginesim.Faults{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "ok after reload", func() bool { st, _, _ := getHealth(t, p); return st == 200 })
+	if _, err := p.client().Models.List(context.Background()); err != nil {
+		t.Errorf("models after reload: %v", err)
+	}
+}
+
+// TestServingHandWritten: the handlers work the same written out around
+// reverse_proxy { lb_policy ramjet }.
+func TestServingHandWritten(t *testing.T) {
+	sims := startSims(t, 1, func(_ int, o *enginesim.Options) { o.DP = 2 })
+	a := sims[0].Addr()
+	src := `{
+	admin off
+}
+http://{$RJ_LISTEN} {
+	route {
+		ramjet_health /health ` + a + ` ` + a + `
+		ramjet_models /v1/models* ` + a + `
+		ramjet_guard ` + a + ` {
+			upstream_token {env.RJ_UPSTREAM_TOKEN}
+		}
+		ramjet_observe
+		reverse_proxy ` + a + ` ` + a + ` {
+			lb_policy ramjet
+		}
+	}
+}
+`
+	p := mustLoad(t, src, map[string]string{"RJ_UPSTREAM_TOKEN": "tok"})
+	st, h, body := getHealth(t, p)
+	if st != 200 || h.Total != 2 || h.Status != "ok" {
+		t.Fatalf("/health: %d %s", st, body)
+	}
+	var resp *http.Response
+	cl := p.client()
+	if _, err := cl.Chat.Completions.New(context.Background(), chatParams("hand written", 2), option.WithResponseInto(&resp)); err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Header.Get("X-Ramjet-Upstream")
+	if id != h.Replicas[0].ID && id != h.Replicas[1].ID {
+		t.Errorf("X-Ramjet-Upstream %q not among /health ids %s", id, body)
+	}
+	if got := sims[0].received(); len(got) != 1 || got[0].Header.Get("Authorization") != "Bearer tok" {
+		t.Errorf("engine saw %d requests / wrong token", len(got))
+	}
+	if page, err := cl.Models.List(context.Background()); err != nil || len(page.Data) != 1 {
+		t.Errorf("models: %v %v", page, err)
+	}
+}
+
+// TestServingStreamsUnbuffered: through the guard and the directive's
+// proxy, stream chunks reach the client as the engine makes them.
+func TestServingStreamsUnbuffered(t *testing.T) {
+	sims := startSims(t, 1, func(_ int, o *enginesim.Options) { o.Instant = false; o.TimeScale = 1 })
+	p := mustLoad(t, deployCaddyfile(t), map[string]string{"RJ_UPSTREAM": simAddrs(sims)})
+	cl := p.client()
+	start := time.Now()
+	stream := cl.Chat.Completions.NewStreaming(context.Background(), chatParams("stream slowly", 48))
+	var first time.Duration
+	chunks := 0
+	for stream.Next() {
+		if chunks == 0 {
+			first = time.Since(start)
+		}
+		chunks++
+	}
+	total := time.Since(start)
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if chunks < 10 {
+		t.Fatalf("only %d chunks", chunks)
+	}
+	if first > total/2 {
+		t.Errorf("first chunk after %v of %v: the stream was buffered", first, total)
+	}
+	t.Logf("first chunk %v, whole stream %v, %d chunks", first, total, chunks)
 }
