@@ -304,8 +304,15 @@ func TestMetricsScriptedSequence(t *testing.T) {
 		}
 	}
 
-	// Reload: the values and the index survive.
+	// Reload: the values, the index and the dashboard's history survive.
+	h0 := currentHistory()
+	if h0 == nil {
+		t.Fatal("no dashboard sampler running")
+	}
 	c.reload(obsOpts{Tag: "second"})
+	if h := currentHistory(); h != h0 {
+		t.Errorf("the dashboard's history was replaced by the reload")
+	}
 	if err := testutil.GatherAndCompare(m.own, strings.NewReader(want.String()), names...); err != nil {
 		t.Fatalf("after a reload: %v", err)
 	}
