@@ -62,6 +62,7 @@ var policyKnobs = map[string]string{
 	"index_budget":       "size",
 	"long_output_tokens": "int",
 	"tie_epsilon":        "float",
+	"output_weight":      "float",
 }
 
 // envDrivenProxyOptions are the reverse_proxy subdirectives that are
@@ -114,7 +115,8 @@ type upstreamAddr struct {
 //	    models_cache        <duration>
 //	    models_timeout      <duration>
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
-//	    chars_per_token | index_budget | long_output_tokens | tie_epsilon <value>
+//	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
+//	    output_weight <value>
 //
 //	    # any reverse_proxy subdirective, e.g.
 //	    health_interval 2s

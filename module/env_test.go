@@ -3,8 +3,13 @@ package module
 import (
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func TestCheckRetired(t *testing.T) {
@@ -93,5 +98,47 @@ func TestDeploySettingsDocumented(t *testing.T) {
 	}
 	if regexp.MustCompile(`\{(\$|env\.)MD_`).Match(caddyfile) {
 		t.Error("deploy/Caddyfile reads a retired MD_ setting")
+	}
+}
+
+// TestDeployDefaultsMatchSelection: the routing defaults in the README table
+// are package selection's.
+func TestDeployDefaultsMatchSelection(t *testing.T) {
+	readme, err := os.ReadFile("../deploy/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"RJ_AFFINITY_CAP":       selection.DefaultAffinityCap,
+		"RJ_ALPHA":              selection.DefaultAlpha,
+		"RJ_REQUEST_COST":       selection.DefaultRequestCost,
+		"RJ_BLOCK_TOKENS":       selection.DefaultBlockTokens,
+		"RJ_PREFIX_TOKENS":      selection.DefaultPrefixTokens,
+		"RJ_CHARS_PER_TOKEN":    selection.DefaultCharsPerToken,
+		"RJ_INDEX_BUDGET":       selection.DefaultIndexBudget,
+		"RJ_LONG_OUTPUT_TOKENS": selection.DefaultLongOutputTokens,
+		"RJ_TIE_EPSILON":        selection.DefaultTieEpsilon,
+		"RJ_OUTPUT_WEIGHT":      selection.DefaultOutputWeight,
+		"RJ_MAX_BODY_SIZE":      DefaultMaxBodySize,
+	}
+	row := regexp.MustCompile("(?m)^\\| `(RJ_[A-Z0-9_]+)` \\| `([^`]+)` \\|")
+	found := 0
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		w, ok := want[m[1]]
+		if !ok {
+			continue
+		}
+		found++
+		v, err := humanize.ParseBytes(m[2])
+		got := float64(v)
+		if err != nil || !strings.ContainsAny(m[2], "KMGiB") {
+			got, err = strconv.ParseFloat(m[2], 64)
+		}
+		if err != nil || got != w {
+			t.Errorf("README says %s defaults to %s, the code to %v", m[1], m[2], w)
+		}
+	}
+	if found != len(want) {
+		t.Errorf("found %d of the %d routing defaults in the README table", found, len(want))
 	}
 }

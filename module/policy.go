@@ -92,6 +92,7 @@ type RamjetSelection struct {
 
 	fallback reverseproxy.Selector
 	fleet    *fleet
+	rt       *selection.Router // the fleet's state with this policy's knobs
 	poolKey  string
 	x        selection.Extractor
 	profiles map[string]selection.Profile
@@ -317,12 +318,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	s.fallback = mod.(reverseproxy.Selector)
 
 	secret := caddy.NewReplacer().ReplaceAll(s.RouteIDSecret, "")
-	f, key, err := acquireFleet(s.StateKey, s.Config, []byte(secret))
+	f, rt, key, err := acquireFleet(s.StateKey, s.Config, []byte(secret))
 	if err != nil {
 		return fmt.Errorf("ramjet state %q: %w", s.StateKey, err)
 	}
-	s.fleet, s.poolKey = f, key
-	s.x = f.rt.Extractor()
+	s.fleet, s.rt, s.poolKey = f, rt, key
+	s.x = rt.Extractor()
 	s.kvv = new(atomic.Pointer[kvView])
 	if err := s.provisionKV(ctx); err != nil {
 		s.fleet = nil
@@ -425,9 +426,9 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		st.decision = d // Reason none: no usable replica
 		return nil
 	}
-	res := f.rt.Reserve(d.Slot, d.Prefill)
+	res := s.rt.Reserve(d.Slot, d.Prefill)
 	st.markTried(d.Slot)
-	f.rt.Learn(feat, d.Slot)
+	s.rt.Learn(feat, d.Slot)
 	st.model = f.models.intern(feat.Model)
 	body.release()
 
@@ -472,7 +473,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	if kq != nil {
 		ksc = s.annotateKV(kq, pool, v, cands)
 	}
-	d := s.fleet.rt.Pick(feat, cands, sc.sel)
+	d := s.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
 	if ksc != nil {
 		s.predictKV(ksc, v, d.Index)
@@ -502,7 +503,7 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 	}
 	st.decision.Slot = v.slots[idx]
 	s.tag(r, w, st, v, idx)
-	st.setReservation(s.fleet.rt.Reserve(v.slots[idx], 0))
+	st.setReservation(s.rt.Reserve(v.slots[idx], 0))
 	return up
 }
 

@@ -846,10 +846,10 @@ http://{$RJ_LISTEN} {
 	route {
 		ramjet_health /health ` + a + ` ` + a + `
 		ramjet_models /v1/models* ` + a + `
+		ramjet_observe
 		ramjet_guard ` + a + ` {
 			upstream_token {env.RJ_UPSTREAM_TOKEN}
 		}
-		ramjet_observe
 		reverse_proxy ` + a + ` ` + a + ` {
 			lb_policy ramjet
 		}
