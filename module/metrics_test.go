@@ -304,8 +304,15 @@ func TestMetricsScriptedSequence(t *testing.T) {
 		}
 	}
 
-	// Reload: the values and the index survive.
+	// Reload: the values, the index and the dashboard's history survive.
+	h0 := currentHistory()
+	if h0 == nil {
+		t.Fatal("no dashboard sampler running")
+	}
 	c.reload(obsOpts{Tag: "second"})
+	if h := currentHistory(); h != h0 {
+		t.Errorf("the dashboard's history was replaced by the reload")
+	}
 	if err := testutil.GatherAndCompare(m.own, strings.NewReader(want.String()), names...); err != nil {
 		t.Fatalf("after a reload: %v", err)
 	}
@@ -496,6 +503,23 @@ func seriesNames(t *testing.T) map[string]bool {
 	return names
 }
 
+// kvSeriesNames lists the precise index's series (kvmetrics.go).
+func kvSeriesNames() map[string]bool {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		kvCollector{}.Describe(ch)
+		close(ch)
+	}()
+	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
+	names := map[string]bool{}
+	for d := range ch {
+		if s := re.FindStringSubmatch(d.String()); s != nil {
+			names[s[1]] = true
+		}
+	}
+	return names
+}
+
 // TestMetricsDocumentedAndCharted: every series is in OBSERVABILITY.md,
 // and the Grafana dashboard and the docs name only series that exist.
 func TestMetricsDocumentedAndCharted(t *testing.T) {
@@ -503,10 +527,11 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 	if len(names) < 20 {
 		t.Fatalf("only %d series described", len(names))
 	}
+	kv := kvSeriesNames()
 	ref := regexp.MustCompile(`ramjet_[a-z_]+`)
 	base := func(n string) string {
 		for _, suf := range []string{"_bucket", "_count", "_sum"} {
-			if b, ok := strings.CutSuffix(n, suf); ok && names[b] {
+			if b, ok := strings.CutSuffix(n, suf); ok && (names[b] || kv[b]) {
 				return b
 			}
 		}
@@ -522,7 +547,7 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 		}
 	}
 	for _, n := range ref.FindAllString(string(doc), -1) {
-		if !names[base(n)] && !strings.HasPrefix(n, "ramjet_dashboard") && n != "ramjet_body" && n != "ramjet_models" && n != "ramjet_guard" {
+		if !names[base(n)] && !kv[base(n)] && !strings.HasPrefix(n, "ramjet_dashboard") && n != "ramjet_body" && n != "ramjet_models" && n != "ramjet_guard" {
 			t.Errorf("OBSERVABILITY.md names %s, which no collector emits", n)
 		}
 	}
@@ -543,7 +568,7 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
 			for _, n := range ref.FindAllString(tg.Expr, -1) {
-				if !names[base(n)] {
+				if !names[base(n)] && !kv[base(n)] {
 					t.Errorf("panel %q queries %s, which no collector emits", p.Title, n)
 				}
 				charted[base(n)] = true

@@ -75,7 +75,11 @@
       legend: { show: true, live: false },
       scales: { x: { time: true }, y: yrange ? { range: yrange } : { auto: true, range: function (u, mn, mx) { return [0, Math.max(mx * 1.1, 1e-9)]; } } },
       axes: [
-        { stroke: "#8493a3", grid: { stroke: "#222a33" }, ticks: { stroke: "#273039" } },
+        { stroke: "#8493a3", grid: { stroke: "#222a33" }, ticks: { stroke: "#273039" }, space: 70,
+          incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600],
+          values: function (u, vals) {
+            return vals.map(function (v) { return new Date(v * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }); });
+          } },
         { stroke: "#8493a3", grid: { stroke: "#222a33" }, ticks: { stroke: "#273039" }, size: 70,
           values: function (u, vals) { return vals.map(yfmt); } }
       ],
