@@ -368,6 +368,21 @@ func TestE2EStateSurvivesReload(t *testing.T) {
 		t.Fatalf("after reload the conversation moved from engine %d to %d", first.engine, second.engine)
 	}
 
+	// A change of a knob the index does not depend on retunes the same
+	// state: the conversation still finds its replica.
+	c.reload(proxyOpts{Extra: "tuned", Policy: map[string]any{"alpha": 0.5, "affinity_cap": 100000}})
+	if g := lookupFleet(""); g != f {
+		t.Fatal("an alpha/affinity_cap change replaced the fleet state")
+	}
+	if got := f.router().Config(); got.Alpha != 0.5 || got.AffinityCap != 100000 {
+		t.Fatalf("knobs not retuned: alpha %v cap %d", got.Alpha, got.AffinityCap)
+	}
+	msgs = append(msgs, openai.AssistantMessage(second.text), userMsg("third"))
+	third := chat(t, cl, ss, msgs)
+	if third.engine != first.engine {
+		t.Fatalf("after a retune the conversation moved from engine %d to %d", first.engine, third.engine)
+	}
+
 	// A change of an index-relevant setting starts a new Router.
 	c.reload(proxyOpts{Extra: "three", Policy: map[string]any{"block_tokens": 32}})
 	if g := lookupFleet(""); g == f || g == nil {
@@ -428,7 +443,7 @@ func atoi(t *testing.T, s string) int {
 func TestE2ERetryReplaysBody(t *testing.T) {
 	for _, withMatcher := range []bool{false, true} {
 		name := "policy"
-		o := proxyOpts{Retries: 2}
+		o := proxyOpts{Retries: 2, NoKeepAlive: true}
 		if withMatcher {
 			name = "matcher"
 			o.Matcher = []string{"qwen3-*"}

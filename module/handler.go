@@ -66,7 +66,22 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			rw.obs = append(rw.obs, o)
 		}
 	}
+	ended := false
+	defer func() {
+		if !ended {
+			// reverse_proxy aborts a response it cannot finish (the client
+			// or the upstream went away mid-body) with
+			// panic(http.ErrAbortHandler): end the observers and the
+			// request all the same; the panic goes on.
+			for _, o := range rw.obs {
+				o.End(rw.status, http.ErrAbortHandler)
+			}
+			st.finish()
+			st.stop()
+		}
+	}()
 	err := next.ServeHTTP(rw, r)
+	ended = true
 	for _, o := range rw.obs {
 		o.End(rw.status, err)
 	}

@@ -47,6 +47,10 @@ type proxyOpts struct {
 	// HeaderUp adds a header_up operation (X-Test-Up: 1) to the proxy, so
 	// that Caddy rebuilds request headers on every attempt.
 	HeaderUp bool
+	// NoKeepAlive makes the proxy dial every request anew, so that an
+	// engine refusing connections fails at dial time (never on a pooled
+	// connection it just closed, which Caddy does not retry for a POST).
+	NoKeepAlive bool
 }
 
 // testCaddy is a Caddy instance run in-process on 127.0.0.1.
@@ -99,6 +103,9 @@ func (c *testCaddy) config(o proxyOpts) []byte {
 		"upstreams":      upstreams,
 		"load_balancing": lb,
 		"flush_interval": -1,
+	}
+	if o.NoKeepAlive {
+		proxy["transport"] = map[string]any{"protocol": "http", "keep_alive": map[string]any{"enabled": false}}
 	}
 	if o.HeaderUp {
 		proxy["headers"] = map[string]any{"request": map[string]any{"set": map[string]any{"X-Test-Up": []string{"1"}}}}

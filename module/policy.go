@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -91,6 +92,7 @@ type RamjetSelection struct {
 
 	fallback reverseproxy.Selector
 	fleet    *fleet
+	rt       *selection.Router // the fleet's state with this policy's knobs
 	poolKey  string
 	x        selection.Extractor
 	profiles map[string]selection.Profile
@@ -286,6 +288,9 @@ var stateKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // Provision fills defaults, loads the fallback policy and takes (or
 // creates) the shared fleet state.
 func (s *RamjetSelection) Provision(ctx caddy.Context) error {
+	if err := CheckRetiredEnv(); err != nil { // env.go: refuse MD_* settings
+		return err
+	}
 	s.logger = ctx.Logger()
 	s.view = new(atomic.Pointer[poolView])
 	s.Config.SetDefaults()
@@ -313,12 +318,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	s.fallback = mod.(reverseproxy.Selector)
 
 	secret := caddy.NewReplacer().ReplaceAll(s.RouteIDSecret, "")
-	f, key, err := acquireFleet(s.StateKey, s.Config, []byte(secret))
+	f, rt, key, err := acquireFleet(s.StateKey, s.Config, []byte(secret))
 	if err != nil {
 		return fmt.Errorf("ramjet state %q: %w", s.StateKey, err)
 	}
-	s.fleet, s.poolKey = f, key
-	s.x = f.rt.Extractor()
+	s.fleet, s.rt, s.poolKey = f, rt, key
+	s.x = rt.Extractor()
 	s.kvv = new(atomic.Pointer[kvView])
 	if err := s.provisionKV(ctx); err != nil {
 		s.fleet = nil
@@ -378,6 +383,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st := requestState(r)
+	defer observeSelect(r, st, time.Now()) // metrics.go: decision counts, selection latency
 	st.attempts++
 	st.releaseReservation()
 	v := s.viewFor(pool)
@@ -420,9 +426,9 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		st.decision = d // Reason none: no usable replica
 		return nil
 	}
-	res := f.rt.Reserve(d.Slot, d.Prefill)
+	res := s.rt.Reserve(d.Slot, d.Prefill)
 	st.markTried(d.Slot)
-	f.rt.Learn(feat, d.Slot)
+	s.rt.Learn(feat, d.Slot)
 	st.model = f.models.intern(feat.Model)
 	body.release()
 
@@ -467,7 +473,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	if kq != nil {
 		ksc = s.annotateKV(kq, pool, v, cands)
 	}
-	d := s.fleet.rt.Pick(feat, cands, sc.sel)
+	d := s.rt.Pick(feat, cands, sc.sel)
 	sc.cands = cands
 	if ksc != nil {
 		s.predictKV(ksc, v, d.Index)
@@ -497,7 +503,7 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 	}
 	st.decision.Slot = v.slots[idx]
 	s.tag(r, w, st, v, idx)
-	st.setReservation(s.fleet.rt.Reserve(v.slots[idx], 0))
+	st.setReservation(s.rt.Reserve(v.slots[idx], 0))
 	return up
 }
 

@@ -108,10 +108,21 @@ type fleet struct {
 	ids atomic.Pointer[[]string]
 
 	models modelNames
+
+	// tuned is the Router with the knobs of the most recently provisioned
+	// policy (sharing rt's index, registry and load): what explain and the
+	// dashboard score with.
+	tuned atomic.Pointer[selection.Router]
 }
 
-// router returns the fleet's routing core.
-func (f *fleet) router() *selection.Router { return f.rt }
+// router returns the fleet's routing core, with the knobs of the most
+// recently provisioned policy.
+func (f *fleet) router() *selection.Router {
+	if rt := f.tuned.Load(); rt != nil {
+		return rt
+	}
+	return f.rt
+}
 
 // Destruct implements caddy.Destructor: the last policy using the fleet
 // was cleaned up.
@@ -123,7 +134,7 @@ func (f *fleet) Destruct() error {
 // acquireFleet takes a reference on the fleet for (stateKey, cfg),
 // creating it when the index-relevant configuration changed. The returned
 // pool key must be passed to releaseFleet.
-func acquireFleet(stateKey string, cfg selection.Config, secret []byte) (*fleet, string, error) {
+func acquireFleet(stateKey string, cfg selection.Config, secret []byte) (*fleet, *selection.Router, string, error) {
 	key := fleetPoolKey(stateKey, cfg)
 	v, _, err := fleets.LoadOrNew(key, func() (caddy.Destructor, error) {
 		rt, err := selection.NewRouter(cfg)
@@ -137,12 +148,23 @@ func acquireFleet(stateKey string, cfg selection.Config, secret []byte) (*fleet,
 		return f, nil
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	f := v.(*fleet)
+	// Knobs that the index does not depend on are retuned in place: the
+	// fleet keeps what it learned.
+	rt := f.rt
+	cfg.SetDefaults()
+	if cfg != rt.Config() {
+		if rt, err = f.rt.Retune(cfg); err != nil {
+			_, _ = fleets.Delete(key)
+			return nil, nil, "", err
+		}
+	}
+	f.tuned.Store(rt)
 	f.setSecret(secret)
 	setCurrent(stateKey, f, nil)
-	return f, key, nil
+	return f, rt, key, nil
 }
 
 // releaseFleet drops a reference taken by acquireFleet.
@@ -151,10 +173,13 @@ func releaseFleet(key string) error {
 	return err
 }
 
-// fleetPoolKey is state_key plus a hash of the configuration the Router is
-// built from: a change to it starts a new Router (and a cold index).
+// fleetPoolKey is state_key plus a hash of the index shape of the
+// configuration (block_tokens, prefix_tokens, chars_per_token,
+// index_budget): a change to it starts a new Router (and a cold index);
+// other knobs are retuned on the same state.
 func fleetPoolKey(stateKey string, cfg selection.Config) string {
-	b, _ := json.Marshal(cfg)
+	cfg.SetDefaults()
+	b, _ := json.Marshal(cfg.IndexShape())
 	return fmt.Sprintf("ramjet/%s/%016x", stateKey, xxhash.Sum64(b))
 }
 

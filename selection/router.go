@@ -141,10 +141,16 @@ var ErrTooManyReplicas = errors.New("selection: more than 128 distinct replicas"
 // Router makes routing decisions and keeps what they need across requests:
 // the approximate index, the live load of every replica, and the replica
 // registry. It is safe for concurrent use; keep one per fleet and let it
-// outlive configuration reloads.
+// outlive configuration reloads (Retune changes its knobs and keeps the
+// rest).
 type Router struct {
 	cfg Config
 	x   Extractor
+	*shared
+}
+
+// shared is the state that Routers retuned from one another have in common.
+type shared struct {
 	idx *Index
 
 	mu      sync.Mutex
@@ -163,11 +169,36 @@ func NewRouter(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	return &Router{
-		cfg:   cfg,
-		x:     NewExtractor(cfg),
-		idx:   NewIndex(cfg.IndexBudget),
-		slots: make(map[string]Slot),
+		cfg: cfg,
+		x:   NewExtractor(cfg),
+		shared: &shared{
+			idx:   NewIndex(cfg.IndexBudget),
+			slots: make(map[string]Slot),
+		},
 	}, nil
+}
+
+// IndexShape is the part of c that the index and the fingerprints depend
+// on: block_tokens, prefix_tokens, chars_per_token and index_budget. Two
+// configurations of the same shape can share a Router's state.
+func (c Config) IndexShape() Config {
+	return Config{BlockTokens: c.BlockTokens, PrefixTokens: c.PrefixTokens,
+		CharsPerToken: c.CharsPerToken, IndexBudget: c.IndexBudget}
+}
+
+// Retune returns a Router with cfg's knobs (defaults filled in) that shares
+// rt's index, registry and live load, so that changing affinity_cap, alpha,
+// request_cost, long_output_tokens, tie_epsilon or output_weight keeps
+// everything ramjet learned. cfg must have rt's IndexShape.
+func (rt *Router) Retune(cfg Config) (*Router, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.IndexShape() != rt.cfg.IndexShape() {
+		return nil, errors.New("selection: retune cannot change block_tokens, prefix_tokens, chars_per_token or index_budget")
+	}
+	return &Router{cfg: cfg, x: rt.x, shared: rt.shared}, nil
 }
 
 // Config returns the Router's configuration, defaults filled in.

@@ -350,6 +350,41 @@ func TestPickOutputWeight(t *testing.T) {
 	}
 }
 
+func TestRetuneSharesState(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{AffinityCap: 100}, 2)
+	f := features(rt.Config(), blocksOf(4, 10), 0)
+	rt.Learn(f, cands[1].Slot)
+	r := rt.Reserve(cands[1].Slot, 7)
+	tuned, err := rt.Retune(Config{AffinityCap: 5000, Alpha: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tuned.Config().AffinityCap != 5000 || rt.Config().AffinityCap != 100 {
+		t.Fatal("knobs not retuned")
+	}
+	if in, p := tuned.Load(cands[1].Slot); in != 1 || p != 7 {
+		t.Fatalf("load not shared: %d %d", in, p)
+	}
+	if s, ok := tuned.Lookup(rt.Key(cands[0].Slot)); !ok || s != cands[0].Slot {
+		t.Fatal("registry not shared")
+	}
+	sc := NewScratch(2)
+	if d := tuned.Pick(f, cands, sc); d.BestOverlap != 640 || sc.Overlap[1] != 640 {
+		t.Fatalf("index not shared: %+v", d)
+	}
+	// The retuned knobs apply: load (2048+7) x alpha 0.5 outweighs 640.
+	if got, want := sc.Score[1], 640-0.5*(2048+7); got != want {
+		t.Fatalf("score %v, want %v", got, want)
+	}
+	r.Release()
+	if in, _ := rt.Load(cands[1].Slot); in != 0 {
+		t.Fatal("release not seen by the original")
+	}
+	if _, err := rt.Retune(Config{BlockTokens: 16}); err == nil || !strings.Contains(err.Error(), "block_tokens") {
+		t.Fatalf("retune across index shapes: %v", err)
+	}
+}
+
 func TestReservationLifecycle(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{RequestCost: 10}, 1)
 	s := cands[0].Slot

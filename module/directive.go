@@ -1,0 +1,668 @@
+package module
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterDirective("ramjet", parseRamjet)
+	httpcaddyfile.RegisterDirectiveOrder("ramjet", httpcaddyfile.After, "reverse_proxy")
+}
+
+// Defaults the ramjet directive gives the reverse_proxy it expands into.
+const (
+	// DefaultHealthInterval is the period of the active health check.
+	DefaultHealthInterval = 5 * time.Second
+	// DefaultHealthTimeout bounds one active health check.
+	DefaultHealthTimeout = 3 * time.Second
+	// DefaultHealthURI is what the active health check asks for.
+	DefaultHealthURI = "/v1/models"
+	// DefaultFailDuration is how long a failed request counts against its
+	// upstream (passive health).
+	DefaultFailDuration = 30 * time.Second
+	// DefaultMaxFails is how many recent failures take an upstream out.
+	DefaultMaxFails = 3
+	// DefaultRetries is how many times a request that could not reach an
+	// engine is sent to another one (dial failures only: the engine never
+	// saw the request).
+	DefaultRetries = 2
+	// DefaultDialTimeout bounds connecting to an engine.
+	DefaultDialTimeout = 3 * time.Second
+	// DefaultMaxIdleConnsPerHost keeps enough warm connections per engine
+	// for hundreds of concurrent streams.
+	DefaultMaxIdleConnsPerHost = 1024
+	// DefaultIdleConnTimeout is how long an idle engine connection is kept.
+	DefaultIdleConnTimeout = 2 * time.Minute
+	// MaxDPRanks bounds the data-parallel ranks of one engine.
+	MaxDPRanks = 64
+)
+
+// policyKnobs are the routing knobs the directive passes to lb_policy ramjet,
+// by their Caddyfile and JSON names (selection.Config).
+var policyKnobs = map[string]string{
+	"affinity_cap":       "int",
+	"alpha":              "float",
+	"request_cost":       "int",
+	"block_tokens":       "int",
+	"prefix_tokens":      "int",
+	"chars_per_token":    "float",
+	"index_budget":       "size",
+	"long_output_tokens": "int",
+	"tie_epsilon":        "float",
+	"output_weight":      "float",
+}
+
+// envDrivenProxyOptions are the reverse_proxy subdirectives that are
+// dropped when given without a value inside ramjet (an unset {$RJ_*}
+// environment variable), so that ramjet's default applies.
+var envDrivenProxyOptions = map[string]bool{
+	"health_uri": true, "health_port": true, "health_interval": true, "health_timeout": true,
+	"health_passes": true, "health_fails": true, "health_status": true,
+	"fail_duration": true, "max_fails": true, "unhealthy_latency": true, "unhealthy_request_count": true,
+	"lb_retries": true, "lb_try_duration": true, "lb_try_interval": true,
+	"flush_interval": true, "stream_timeout": true, "stream_close_delay": true,
+}
+
+// ramjetDirective is the parsed ramjet directive.
+type ramjetDirective struct {
+	upstreams []upstreamAddr
+	ranks     []int    // per engine
+	profiles  []string // per engine
+	token     string
+	secret    string
+	clientKey string
+	knobs     map[string]any
+
+	forwardClientAuth bool
+	maxBodySize       int64
+	modelCheck        string
+	modelsCache       caddy.Duration
+	modelsTimeout     caddy.Duration
+}
+
+type upstreamAddr struct {
+	raw    string // as written
+	scheme string // "http" or "https"
+	dial   string // host:port
+}
+
+// parseRamjet sets up the ramjet directive: a production-tuned reverse_proxy
+// to OpenAI-compatible engines with lb_policy ramjet, plus GET /health,
+// GET /v1/models and the request guard. Syntax:
+//
+//	ramjet [<matcher>] <upstreams...> {
+//	    upstream_token      <token>
+//	    client_tokens       <keys...>
+//	    dp_ranks            <n> | <n1,n2,...>
+//	    profiles            standard|speculative | <p1,p2,...>
+//	    route_id_secret     <secret>
+//	    forward_client_auth
+//	    max_body_size       <size>
+//	    model_check         on|off
+//	    models_cache        <duration>
+//	    models_timeout      <duration>
+//	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
+//	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
+//	    output_weight <value>
+//
+//	    # any reverse_proxy subdirective, e.g.
+//	    health_interval 2s
+//	    transport http { ... }
+//	}
+//
+// Upstreams are host:port or http(s)://host:port, space- or comma-separated
+// (so one token such as {$RJ_UPSTREAM} holding "a:8000,b:8000" works as it
+// is). dp_ranks and profiles take one value for every engine or one per
+// engine, in upstream order. An option whose value is empty (an unset
+// environment variable) keeps its default. The defaults given to
+// reverse_proxy apply only where the block does not set the same thing.
+func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
+	if !h.Next() {
+		return nil, h.ArgErr()
+	}
+	userMatcherSet, err := h.ExtractMatcherSet()
+	if err != nil {
+		return nil, err
+	}
+	h.Next() // ExtractMatcherSet rewound the dispenser
+	d := h.NewFromNextSegment()
+	rd, err := parseRamjetTokens(d)
+	if err != nil {
+		return nil, err
+	}
+
+	// What is left of the block is reverse_proxy syntax.
+	d.Reset()
+	rp := new(reverseproxy.Handler)
+	if err := rp.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	if err := rp.FinalizeUnmarshalCaddyfile(h); err != nil {
+		return nil, err
+	}
+	if err := rd.tune(rp, h.WithDispenser(d)); err != nil {
+		return nil, err
+	}
+	dials := rd.dials()
+
+	health := &Health{Upstreams: dials, RouteIDSecret: rd.secret}
+	models := &Models{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, ClientTokens: rd.clientKey,
+		Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
+	guard := &Guard{
+		Upstreams:         rd.baseURLs(),
+		UpstreamToken:     rd.token,
+		ClientTokens:      rd.clientKey,
+		ForwardClientAuth: rd.forwardClientAuth,
+		MaxBodySize:       rd.maxBodySize,
+		ModelCheck:        rd.modelCheck,
+		ModelsTimeout:     rd.modelsTimeout,
+	}
+
+	routes := caddyhttp.RouteList{
+		{
+			MatcherSetsRaw: []caddy.ModuleMap{{
+				"method": h.JSON(caddyhttp.MatchMethod{"GET", "HEAD"}),
+				"path":   h.JSON(caddyhttp.MatchPath{"/health"}),
+			}},
+			HandlersRaw: []json.RawMessage{caddyconfig.JSONModuleObject(health, "handler", "ramjet_health", nil)},
+		},
+		{
+			MatcherSetsRaw: []caddy.ModuleMap{{
+				"method": h.JSON(caddyhttp.MatchMethod{"GET", "HEAD"}),
+				"path":   h.JSON(caddyhttp.MatchPath{"/v1/models", "/v1/models/*"}),
+			}},
+			HandlersRaw: []json.RawMessage{caddyconfig.JSONModuleObject(models, "handler", "ramjet_models", nil)},
+		},
+		{
+			HandlersRaw: []json.RawMessage{
+				// The ramjet handler observes responses (prefill done,
+				// release, metrics); in front of the guard so that the
+				// requests the guard rejects are counted too.
+				json.RawMessage(`{"handler":"ramjet"}`),
+				caddyconfig.JSONModuleObject(guard, "handler", "ramjet_guard", nil),
+				caddyconfig.JSONModuleObject(rp, "handler", "reverse_proxy", nil),
+			},
+		},
+	}
+	subroute := caddyhttp.Subroute{Routes: routes}
+	if userMatcherSet != nil {
+		return []httpcaddyfile.ConfigValue{{
+			Class: "route",
+			Value: caddyhttp.Route{
+				MatcherSetsRaw: []caddy.ModuleMap{userMatcherSet},
+				HandlersRaw:    []json.RawMessage{caddyconfig.JSONModuleObject(subroute, "handler", "subroute", nil)},
+			},
+		}}, nil
+	}
+	return []httpcaddyfile.ConfigValue{{Class: "route", Value: subroute}}, nil
+}
+
+// parseRamjetTokens reads the upstreams and the ramjet options, deleting
+// their tokens so that only reverse_proxy syntax is left in d.
+func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
+	rd := &ramjetDirective{knobs: map[string]any{}}
+	d.Next() // directive name
+	args := d.RemainingArgs()
+	if len(args) > 0 {
+		d.DeleteN(len(args))
+	}
+	for _, a := range splitList(args) {
+		u, err := parseUpstream(a)
+		if err != nil {
+			return nil, d.Errf("upstream %q: %v", a, err)
+		}
+		rd.upstreams = append(rd.upstreams, u)
+	}
+	var ranksArg, profilesArg []string
+	seen := map[string]bool{}
+	for d.NextBlock(0) {
+		if d.Nesting() != 1 {
+			continue
+		}
+		name := d.Val()
+		if envDrivenProxyOptions[name] && !d.NextArg() {
+			// Given without a value (an unset environment variable): keep
+			// ramjet's default instead of failing in reverse_proxy.
+			d.DeleteN(1)
+			continue
+		} else if envDrivenProxyOptions[name] {
+			d.Prev()
+		}
+		kind, isKnob := policyKnobs[name]
+		switch name {
+		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
+			"max_body_size", "model_check", "models_cache", "models_timeout":
+		case "to", "lb_policy", "dynamic":
+			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
+		default:
+			if !isKnob {
+				continue // reverse_proxy syntax
+			}
+		}
+		if seen[name] {
+			return nil, d.Errf("duplicate option %q", name)
+		}
+		seen[name] = true
+		args := d.RemainingArgs()
+		d.DeleteN(len(args) + 1)
+		var err error
+		switch name {
+		case "upstream_token":
+			rd.token, err = optionalArg(d, args)
+		case "route_id_secret":
+			rd.secret, err = optionalArg(d, args)
+		case "client_tokens":
+			rd.clientKey = strings.Join(args, ",")
+		case "dp_ranks":
+			ranksArg = splitList(args)
+		case "profiles":
+			profilesArg = splitList(args)
+		case "forward_client_auth":
+			if len(args) != 0 {
+				return nil, d.ArgErr()
+			}
+			rd.forwardClientAuth = true
+		case "max_body_size":
+			rd.maxBodySize, err = parseSizeArg(d, args)
+		case "model_check":
+			rd.modelCheck, err = optionalArg(d, args)
+			if err == nil && rd.modelCheck != "" && rd.modelCheck != "on" && rd.modelCheck != "off" {
+				err = d.Errf("model_check must be on or off, got %q", rd.modelCheck)
+			}
+		case "models_cache":
+			rd.modelsCache, err = parseDurationArg(d, args)
+		case "models_timeout":
+			rd.modelsTimeout, err = parseDurationArg(d, args)
+		default:
+			err = rd.parseKnob(d, name, kind, args)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(rd.upstreams) == 0 {
+		return nil, d.Err("ramjet needs at least one upstream (set RJ_UPSTREAM)")
+	}
+	var err error
+	if rd.ranks, err = perEngineInts(d, "dp_ranks", ranksArg, len(rd.upstreams)); err != nil {
+		return nil, err
+	}
+	if rd.profiles, err = perEngineProfiles(d, profilesArg, len(rd.upstreams)); err != nil {
+		return nil, err
+	}
+	return rd, nil
+}
+
+func (rd *ramjetDirective) parseKnob(d *caddyfile.Dispenser, name, kind string, args []string) error {
+	if len(args) == 0 {
+		return nil // unset: the policy's default
+	}
+	if len(args) != 1 {
+		return d.ArgErr()
+	}
+	switch kind {
+	case "int":
+		v, err := strconv.Atoi(args[0])
+		if err != nil {
+			return d.Errf("%s: not an integer: %q", name, args[0])
+		}
+		rd.knobs[name] = v
+	case "float":
+		v, err := strconv.ParseFloat(args[0], 64)
+		if err != nil {
+			return d.Errf("%s: not a number: %q", name, args[0])
+		}
+		rd.knobs[name] = v
+	case "size":
+		v, err := humanize.ParseBytes(args[0])
+		if err != nil {
+			return d.Errf("%s: not a size: %q", name, args[0])
+		}
+		rd.knobs[name] = int64(v)
+	}
+	return nil
+}
+
+// perEngineInts reads one count for every engine, or one per engine.
+func perEngineInts(d *caddyfile.Dispenser, name string, vals []string, n int) ([]int, error) {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = 1
+	}
+	if len(vals) == 0 {
+		return out, nil
+	}
+	if len(vals) != 1 && len(vals) != n {
+		return nil, d.Errf("%s: give one value for all %d upstreams or one per upstream, got %d", name, n, len(vals))
+	}
+	for i := range out {
+		s := vals[0]
+		if len(vals) == n {
+			s = vals[i]
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > MaxDPRanks {
+			return nil, d.Errf("%s: %q must be an integer from 1 to %d", name, s, MaxDPRanks)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func perEngineProfiles(d *caddyfile.Dispenser, vals []string, n int) ([]string, error) {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "standard"
+	}
+	if len(vals) == 0 {
+		return out, nil
+	}
+	if len(vals) != 1 && len(vals) != n {
+		return nil, d.Errf("profiles: give one profile for all %d upstreams or one per upstream, got %d", n, len(vals))
+	}
+	for i := range out {
+		s := vals[0]
+		if len(vals) == n {
+			s = vals[i]
+		}
+		if s != "standard" && s != "speculative" {
+			return nil, d.Errf("profiles: %q must be standard or speculative", s)
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// dials is the reverse_proxy upstream list: each engine once per
+// data-parallel rank, in order.
+func (rd *ramjetDirective) dials() []string {
+	var out []string
+	for i, u := range rd.upstreams {
+		for range rd.ranks[i] {
+			out = append(out, u.dial)
+		}
+	}
+	return out
+}
+
+// baseURLs is each engine once, as the handlers that call engines
+// themselves (/v1/models) need it.
+func (rd *ramjetDirective) baseURLs() []string {
+	out := make([]string, len(rd.upstreams))
+	for i, u := range rd.upstreams {
+		if u.scheme == "https" {
+			out[i] = "https://" + u.dial
+		} else {
+			out[i] = u.dial
+		}
+	}
+	return out
+}
+
+// tune sets the upstreams, the ramjet policy and the defaults of a
+// production LLM proxy on rp, wherever the block did not set them.
+func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper) error {
+	for _, dial := range rd.dials() {
+		rp.Upstreams = append(rp.Upstreams, &reverseproxy.Upstream{Dial: dial})
+	}
+	policy, err := rd.policy()
+	if err != nil {
+		return err
+	}
+	if rp.LoadBalancing == nil {
+		rp.LoadBalancing = new(reverseproxy.LoadBalancing)
+	}
+	lb := rp.LoadBalancing
+	lb.SelectionPolicyRaw = caddyconfig.JSONModuleObject(policy, "policy", "ramjet", nil)
+	if lb.Retries == 0 && lb.TryDuration == 0 {
+		lb.Retries = DefaultRetries
+	}
+	if lb.RetryMatchRaw == nil {
+		// Retry every request, POST included, when the engine gave no
+		// response at all (a connection it closed as the request went out,
+		// a dial failure): the policy replays the body it kept, and an LLM
+		// request may run again. Responses, even errors, are never retried.
+		lb.RetryMatchRaw = caddyhttp.RawMatcherSets{{"path": h.JSON(caddyhttp.MatchPath{"*"})}}
+	}
+
+	if rp.HealthChecks == nil {
+		rp.HealthChecks = new(reverseproxy.HealthChecks)
+	}
+	hc := rp.HealthChecks
+	if hc.Active == nil {
+		hc.Active = new(reverseproxy.ActiveHealthChecks)
+	}
+	a := hc.Active
+	if a.URI == "" && a.Path == "" {
+		a.URI = DefaultHealthURI
+	}
+	if a.Interval == 0 {
+		a.Interval = caddy.Duration(DefaultHealthInterval)
+	}
+	if a.Timeout == 0 {
+		a.Timeout = caddy.Duration(DefaultHealthTimeout)
+	}
+	if a.ExpectStatus == 0 {
+		a.ExpectStatus = 200
+	}
+	if a.MaxSize == 0 {
+		a.MaxSize = maxModelsBody
+	}
+	if rd.token != "" && a.Headers.Get("Authorization") == "" {
+		if a.Headers == nil {
+			a.Headers = make(map[string][]string)
+		}
+		a.Headers.Set("Authorization", "Bearer "+rd.token)
+	}
+	if hc.Passive == nil {
+		hc.Passive = new(reverseproxy.PassiveHealthChecks)
+	}
+	p := hc.Passive
+	if p.FailDuration == 0 {
+		p.FailDuration = caddy.Duration(DefaultFailDuration)
+	}
+	if p.MaxFails == 0 {
+		p.MaxFails = DefaultMaxFails
+	}
+
+	if rp.FlushInterval == 0 {
+		rp.FlushInterval = -1 // SSE: every token as it comes
+	}
+
+	return rd.tuneTransport(rp, h)
+}
+
+// tuneTransport gives the HTTP transport ramjet's defaults wherever the
+// block's own `transport http { }` (if any) leaves them unset.
+func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfile.Helper) error {
+	t := new(reverseproxy.HTTPTransport)
+	if rp.TransportRaw != nil {
+		var probe struct {
+			Protocol string `json:"protocol"`
+		}
+		if err := json.Unmarshal(rp.TransportRaw, &probe); err != nil {
+			return h.Errf("ramjet: reading the transport block: %v", err)
+		}
+		if probe.Protocol != "http" {
+			return nil // another transport (fastcgi...): the operator's own
+		}
+		if err := json.Unmarshal(rp.TransportRaw, t); err != nil {
+			return h.Errf("ramjet: reading the transport block: %v", err)
+		}
+		if rd.usesTLS() && t.TLS == nil {
+			return h.Err("ramjet: with https:// upstreams and a transport block, enable tls in the transport block")
+		}
+	} else if rd.usesTLS() {
+		t.TLS = new(reverseproxy.TLSConfig)
+	}
+	if t.DialTimeout == 0 {
+		t.DialTimeout = caddy.Duration(DefaultDialTimeout)
+	}
+	// No response header timeout is set: a long prefill may take minutes
+	// before the first byte.
+	if t.Compression == nil {
+		off := false
+		t.Compression = &off // SSE must not wait on a gzip buffer
+	}
+	if t.KeepAlive == nil {
+		t.KeepAlive = new(reverseproxy.KeepAlive)
+	}
+	if t.KeepAlive.Enabled == nil {
+		on := true
+		t.KeepAlive.Enabled = &on
+	}
+	if t.KeepAlive.MaxIdleConnsPerHost == 0 {
+		t.KeepAlive.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	if t.KeepAlive.IdleConnTimeout == 0 {
+		t.KeepAlive.IdleConnTimeout = caddy.Duration(DefaultIdleConnTimeout)
+	}
+	if len(t.Versions) == 0 && t.TLS == nil {
+		t.Versions = []string{"1.1"}
+	}
+	rp.TransportRaw = caddyconfig.JSONModuleObject(t, "protocol", "http", nil)
+	return nil
+}
+
+func (rd *ramjetDirective) usesTLS() bool {
+	for _, u := range rd.upstreams {
+		if u.scheme == "https" {
+			return true
+		}
+	}
+	return false
+}
+
+// policy is the lb_policy ramjet configuration: the routing knobs, the
+// route-id secret and one engine profile per upstream entry (ranks
+// repeated).
+func (rd *ramjetDirective) policy() (map[string]any, error) {
+	p := map[string]any{}
+	for k, v := range rd.knobs {
+		p[k] = v
+	}
+	if rd.secret != "" {
+		p["route_id_secret"] = rd.secret
+	}
+	if rd.maxBodySize > 0 {
+		// The policy fingerprints every body the guard accepts.
+		p["max_body_bytes"] = rd.maxBodySize
+	}
+	var spec []string
+	for i, u := range rd.upstreams {
+		if rd.profiles[i] == "speculative" {
+			spec = append(spec, u.dial)
+		}
+	}
+	if len(spec) > 0 {
+		profiles := map[string]string{}
+		for _, dial := range spec {
+			profiles[dial] = "speculative"
+		}
+		p["profiles"] = profiles
+	}
+	return p, nil
+}
+
+// parseUpstream reads host:port or http(s)://host:port.
+func parseUpstream(s string) (upstreamAddr, error) {
+	u := upstreamAddr{raw: s, scheme: "http"}
+	rest := s
+	if scheme, after, ok := strings.Cut(s, "://"); ok {
+		switch scheme {
+		case "http", "https":
+			u.scheme = scheme
+		default:
+			return u, fmt.Errorf("unsupported scheme %s:// (use http:// or https://)", scheme)
+		}
+		rest = after
+	}
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		if strings.Trim(rest[i:], "/") != "" {
+			return u, fmt.Errorf("an upstream is a host and port, without a path")
+		}
+		rest = rest[:i]
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		if u.scheme == "https" {
+			host, port = rest, "443"
+		} else {
+			host, port = rest, "80"
+		}
+		if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+			return u, fmt.Errorf("invalid address")
+		}
+		host = strings.Trim(host, "[]")
+	}
+	if host == "" {
+		return u, fmt.Errorf("missing host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return u, fmt.Errorf("invalid port %q", port)
+	}
+	u.dial = net.JoinHostPort(host, port)
+	return u, nil
+}
+
+// splitList splits arguments on commas and white space (one token may hold
+// a whole list, as {$RJ_UPSTREAM} does) and drops empty items.
+func splitList(args []string) []string {
+	var out []string
+	for _, a := range args {
+		out = append(out, strings.FieldsFunc(a, func(r rune) bool {
+			return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r'
+		})...)
+	}
+	return out
+}
+
+// optionalArg reads zero or one argument; zero (an unset environment
+// variable) means "keep the default".
+func optionalArg(d *caddyfile.Dispenser, args []string) (string, error) {
+	switch len(args) {
+	case 0:
+		return "", nil
+	case 1:
+		return args[0], nil
+	default:
+		return "", d.ArgErr()
+	}
+}
+
+func parseSizeArg(d *caddyfile.Dispenser, args []string) (int64, error) {
+	s, err := optionalArg(d, args)
+	if err != nil || s == "" {
+		return 0, err
+	}
+	v, err := humanize.ParseBytes(s)
+	if err != nil || v == 0 || v > 1<<40 {
+		return 0, d.Errf("not a size: %q", s)
+	}
+	return int64(v), nil
+}
+
+func parseDurationArg(d *caddyfile.Dispenser, args []string) (caddy.Duration, error) {
+	s, err := optionalArg(d, args)
+	if err != nil || s == "" {
+		return 0, err
+	}
+	v, err := caddy.ParseDuration(s)
+	if err != nil || v <= 0 {
+		return 0, d.Errf("not a positive duration: %q", s)
+	}
+	return caddy.Duration(v), nil
+}

@@ -1,0 +1,364 @@
+package module
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+func init() {
+	caddy.RegisterModule(Health{})
+	httpcaddyfile.RegisterHandlerDirective("ramjet_health", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		m := new(Health)
+		err := m.UnmarshalCaddyfile(h.Dispenser)
+		return m, err
+	})
+	httpcaddyfile.RegisterDirectiveOrder("ramjet_health", httpcaddyfile.Before, "reverse_proxy")
+}
+
+// Health answers GET /health on the client port (module
+// http.handlers.ramjet_health) with the state of the replicas behind a
+// ramjet reverse_proxy, as Caddy itself sees them: a replica is out when
+// Caddy's active health check marks it down, when its passive failures
+// reached max_fails, or when its circuit breaker is open
+// (reverseproxy.Upstream.Healthy). The answer:
+//
+//	{"status":"ok"|"degraded"|"unhealthy","healthy":2,"total":3,
+//	 "replicas":[{"id":"9c1f…","healthy":true,"reason":"","in_flight":0}, …]}
+//
+// status is ok when every replica is usable, degraded when some are out and
+// unhealthy (HTTP 503) when none is. Replicas are named by their opaque
+// route id (the X-Ramjet-Upstream value), never by address.
+//
+// The handler reads the Upstream values of the reverse_proxy handler in the
+// same http app whose upstream list equals Upstreams (the ramjet directive
+// sets both), so it reflects exactly the health state that routing uses.
+type Health struct {
+	// Upstreams are the dial addresses of the replicas, in the order of the
+	// reverse_proxy's upstream list, a data-parallel engine repeated once
+	// per rank.
+	Upstreams []string `json:"upstreams,omitempty"`
+
+	// RouteIDSecret keys the opaque replica ids when the proxy does not use
+	// the ramjet policy; with the ramjet policy, its ids (and secret) are
+	// used, so that /health ids match X-Ramjet-Upstream. Placeholders such
+	// as {env.RJ_ROUTE_ID_SECRET} are resolved at provisioning.
+	RouteIDSecret string `json:"route_id_secret,omitempty"`
+
+	secret string
+	ids    []string
+	finder *proxyFinder
+}
+
+// CaddyModule returns the Caddy module information.
+func (Health) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.ramjet_health",
+		New: func() caddy.Module { return new(Health) },
+	}
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	ramjet_health <upstreams...> {
+//	    route_id_secret <secret>
+//	}
+func (h *Health) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next()
+	h.Upstreams = append(h.Upstreams, splitList(d.RemainingArgs())...)
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "route_id_secret":
+			v, err := optionalArg(d, d.RemainingArgs())
+			if err != nil {
+				return err
+			}
+			h.RouteIDSecret = v
+		default:
+			return d.Errf("unknown ramjet_health option %q", d.Val())
+		}
+	}
+	return nil
+}
+
+// Provision computes the replica ids.
+func (h *Health) Provision(ctx caddy.Context) error {
+	if err := CheckRetiredEnv(); err != nil {
+		return err
+	}
+	h.finder = &proxyFinder{ctx: ctx}
+	h.secret = resolveSecret(h.RouteIDSecret)
+	h.ids = replicaIDs(h.secret, h.Upstreams)
+	return nil
+}
+
+// Validate requires upstreams.
+func (h *Health) Validate() error {
+	if len(h.Upstreams) == 0 {
+		return errors.New("upstreams: at least one upstream is required")
+	}
+	return nil
+}
+
+// ReplicaHealth is one replica in the /health answer.
+type ReplicaHealth struct {
+	ID      string `json:"id"`
+	Healthy bool   `json:"healthy"`
+	// Reason says why an unhealthy replica is out: "active_check" (Caddy's
+	// active health check failed), "passive_failures" (recent failed
+	// requests reached max_fails), or "circuit_breaker"; "not_found" when
+	// no matching reverse_proxy is configured.
+	Reason   string `json:"reason,omitempty"`
+	InFlight int    `json:"in_flight"`
+	// Full is true when the replica is at its max_requests limit: usable
+	// again as soon as a request ends.
+	Full bool `json:"full,omitempty"`
+}
+
+// HealthReport is the /health answer.
+type HealthReport struct {
+	Status   string          `json:"status"`
+	Healthy  int             `json:"healthy"`
+	Total    int             `json:"total"`
+	Replicas []ReplicaHealth `json:"replicas"`
+}
+
+// Health states.
+const (
+	StatusOK        = "ok"
+	StatusDegraded  = "degraded"
+	StatusUnhealthy = "unhealthy"
+)
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every request
+// it sees; the route in front of it should match GET /health.
+func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		WriteAPIError(w, newAPIError(http.StatusMethodNotAllowed, errTypeInvalidRequest, "method_not_allowed", "",
+			"only GET is allowed on "+r.URL.Path))
+		return nil
+	}
+	rep := h.Report()
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("encoding health: %w", err))
+	}
+	status := http.StatusOK
+	if rep.Status == StatusUnhealthy {
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(body)
+	}
+	return nil
+}
+
+// Report builds the health answer from the live Upstream values.
+func (h *Health) Report() HealthReport {
+	rep := HealthReport{Total: len(h.Upstreams), Replicas: make([]ReplicaHealth, len(h.Upstreams))}
+	proxy := h.findProxy()
+	ids := idsFor(proxy, h.Upstreams)
+	if ids == nil {
+		ids = h.ids
+	}
+	for i := range h.Upstreams {
+		rh := ReplicaHealth{ID: ids[i]}
+		if proxy == nil {
+			rh.Reason = "not_found"
+		} else {
+			u := proxy.Upstreams[i]
+			rh.Healthy = u.Healthy()
+			rh.InFlight = u.NumRequests()
+			rh.Full = u.Full()
+			if !rh.Healthy {
+				rh.Reason = outReason(proxy, u)
+			}
+		}
+		if rh.Healthy {
+			rep.Healthy++
+		}
+		rep.Replicas[i] = rh
+	}
+	switch {
+	case rep.Total > 0 && rep.Healthy == rep.Total:
+		rep.Status = StatusOK
+	case rep.Healthy > 0:
+		rep.Status = StatusDegraded
+	default:
+		rep.Status = StatusUnhealthy
+	}
+	return rep
+}
+
+// outReason tells which of Caddy's health mechanisms holds u out.
+func outReason(proxy *reverseproxy.Handler, u *reverseproxy.Upstream) string {
+	if hc := proxy.HealthChecks; hc != nil && hc.Passive != nil && hc.Passive.MaxFails > 0 &&
+		u.Fails() >= hc.Passive.MaxFails {
+		return "passive_failures"
+	}
+	if hc := proxy.HealthChecks; hc != nil && hc.Active != nil {
+		return "active_check"
+	}
+	return "circuit_breaker"
+}
+
+// findProxy finds the reverse_proxy handler whose upstream list equals
+// ours (once per config).
+func (h *Health) findProxy() *reverseproxy.Handler {
+	return h.finder.find(func(ups reverseproxy.UpstreamPool) bool { return sameDials(ups, h.Upstreams) })
+}
+
+// proxyFinder finds, once per config, a provisioned reverse_proxy handler in
+// the same http app. It runs at request time: during provisioning the http
+// app is not complete yet.
+type proxyFinder struct {
+	ctx   caddy.Context
+	mu    sync.Mutex
+	proxy *reverseproxy.Handler
+}
+
+func (pf *proxyFinder) find(match func(reverseproxy.UpstreamPool) bool) *reverseproxy.Handler {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.proxy != nil {
+		return pf.proxy
+	}
+	app, err := pf.ctx.AppIfConfigured("http")
+	if err != nil {
+		return nil
+	}
+	httpApp, ok := app.(*caddyhttp.App)
+	if !ok {
+		return nil
+	}
+	names := make([]string, 0, len(httpApp.Servers))
+	for name := range httpApp.Servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		srv := httpApp.Servers[name]
+		if p := findProxyIn(srv.Routes, match, 0); p != nil {
+			pf.proxy = p
+			return p
+		}
+		if srv.Errors != nil {
+			if p := findProxyIn(srv.Errors.Routes, match, 0); p != nil {
+				pf.proxy = p
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+// findProxyIn walks routes and subroutes (bounded depth) for a
+// reverse_proxy whose upstreams match.
+func findProxyIn(routes caddyhttp.RouteList, match func(reverseproxy.UpstreamPool) bool, depth int) *reverseproxy.Handler {
+	if depth > 16 {
+		return nil
+	}
+	for _, rt := range routes {
+		for _, mh := range rt.Handlers {
+			switch v := mh.(type) {
+			case *reverseproxy.Handler:
+				if match(v.Upstreams) {
+					return v
+				}
+			case *caddyhttp.Subroute:
+				if p := findProxyIn(v.Routes, match, depth+1); p != nil {
+					return p
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func sameDials(ups reverseproxy.UpstreamPool, dials []string) bool {
+	if len(ups) != len(dials) {
+		return false
+	}
+	for i, u := range ups {
+		if u.Dial != dials[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Health)(nil)
+	_ caddy.Validator             = (*Health)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Health)(nil)
+	_ caddyfile.Unmarshaler       = (*Health)(nil)
+)
+
+// replicaKeys returns the replica key of every entry of an upstream list,
+// as the ramjet policy names replicas: the dial address, or "dial#rank" when
+// the address is listed more than once (data-parallel ranks).
+func replicaKeys(dials []string) []string {
+	count := map[string]int{}
+	for _, d := range dials {
+		count[d]++
+	}
+	seen := map[string]int{}
+	keys := make([]string, len(dials))
+	for i, d := range dials {
+		keys[i] = d
+		if count[d] > 1 {
+			keys[i] = d + "#" + strconv.Itoa(seen[d])
+			seen[d]++
+		}
+	}
+	return keys
+}
+
+// replicaIDs returns the opaque route id of every entry of an upstream list
+// under secret.
+func replicaIDs(secret string, dials []string) []string {
+	keys := replicaKeys(dials)
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = routeID([]byte(secret), k)
+	}
+	return ids
+}
+
+// idsFor returns the ids the proxy's ramjet policy gives these replicas (so
+// that /health matches X-Ramjet-Upstream, whatever the policy's secret), or
+// nil when the proxy does not use the ramjet policy.
+func idsFor(proxy *reverseproxy.Handler, dials []string) []string {
+	if proxy == nil || proxy.LoadBalancing == nil {
+		return nil
+	}
+	pol, ok := proxy.LoadBalancing.SelectionPolicy.(*RamjetSelection)
+	if !ok || pol.fleet == nil {
+		return nil
+	}
+	f := pol.fleet
+	f.mu.Lock()
+	secret := f.secret
+	f.mu.Unlock()
+	keys := replicaKeys(dials)
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = routeID(secret, k)
+	}
+	return ids
+}

@@ -1,0 +1,583 @@
+package module
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// resetMetrics clears the process's request-path series, so that a test
+// sees only its own requests. Histograms without labels cannot be reset;
+// tests read their deltas.
+func resetMetrics() {
+	m := metrics()
+	for _, v := range []interface{ Reset() }{m.decisions, m.tieBreaks, m.requests, m.inflight,
+		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUsage, m.ttft, m.duration} {
+		v.Reset()
+	}
+	recentDecisions.reset()
+}
+
+func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
+func TestOutcomeOf(t *testing.T) {
+	tests := []struct {
+		name                string
+		status              int
+		canceled, noReplica bool
+		want                string
+	}{
+		{name: "ok", status: 200, want: OutcomeOK},
+		{name: "redirect", status: 307, want: OutcomeOK},
+		{name: "bad request", status: 400, want: OutcomeClientError},
+		{name: "not found", status: 404, want: OutcomeClientError},
+		{name: "engine error", status: 500, want: OutcomeUpstreamError},
+		{name: "bad gateway", status: 502, want: OutcomeUpstreamError},
+		{name: "nothing written", status: 0, want: OutcomeUpstreamError},
+		{name: "no replica", status: 503, noReplica: true, want: OutcomeNoReplica},
+		{name: "client went away", status: 200, canceled: true, want: OutcomeCanceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := outcomeOf(tt.status, tt.canceled, tt.noReplica); got != tt.want {
+				t.Errorf("outcomeOf(%d, %v, %v) = %q, want %q", tt.status, tt.canceled, tt.noReplica, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestModelLabelsBounded(t *testing.T) {
+	var ml modelLabels
+	if got := ml.label("m"); got != "other" {
+		t.Fatalf("unknown model label = %q, want other", got)
+	}
+	for i := range maxModelLabels + 10 {
+		ml.learn("model-" + strconv.Itoa(i))
+	}
+	if got := ml.label("model-0"); got != "model-0" {
+		t.Errorf("learned model label = %q", got)
+	}
+	if got := ml.label("model-" + strconv.Itoa(maxModelLabels+5)); got != "other" {
+		t.Errorf("model past the bound = %q, want other", got)
+	}
+	if n := len(ml.known); n != maxModelLabels {
+		t.Errorf("%d model labels kept, want %d", n, maxModelLabels)
+	}
+	if got := ml.label(""); got != "" {
+		t.Errorf("empty model label = %q", got)
+	}
+}
+
+// TestMetricsLint feeds a private metric set every kind of observation and
+// lints the result.
+func TestMetricsLint(t *testing.T) {
+	snap := func() []fleetSnapshot {
+		return []fleetSnapshot{{Key: "default", IndexEntries: 10, IndexBytes: 4096, IndexBudget: 1 << 20,
+			Replicas: []replicaSnapshot{{ID: "00aa", Inflight: 2, PendingPrefill: 300, Load: 2348, Known: true, Healthy: true, Available: true}}}}
+	}
+	m := newMetricSet(snap)
+	d := selection.Decision{Index: 0, Reason: selection.ReasonTieBreak, Tie: selection.TieRendezvous, Overlap: 128}
+	m.observeSelection("00aa", d, false, 20*time.Microsecond)
+	l := m.startRequest("m")
+	now := time.Now()
+	m.endRequest(l, &exchange{Upstream: "00aa", Model: "m", Status: 200, Stream: true, Start: now,
+		FirstByte: now.Add(50 * time.Millisecond), End: now.Add(time.Second),
+		Usage: Usage{PromptTokens: 100, CachedTokens: 64, CompletionTokens: 5}, HasUsage: true})
+	probs, err := testutil.GatherAndLint(m.own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range probs {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	if n := testutil.CollectAndCount(m.fleet); n != 11 {
+		t.Errorf("fleet collector emitted %d series, want 11", n)
+	}
+	for _, mf := range mustGather(t, m.own) {
+		if !strings.HasPrefix(mf.GetName(), "ramjet_") {
+			t.Errorf("series %s is not ramjet_*", mf.GetName())
+		}
+	}
+}
+
+func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// TestMetricsRegisterTwice: several ramjet modules in one config register
+// the same collectors; the second registration is tolerated.
+func TestMetricsRegisterTwice(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	for range 2 {
+		if err := registerMetrics(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := registerMetrics(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+}
+
+// obsExchange sends body and returns the replica id that served it.
+func obsExchange(t *testing.T, c *obsCaddy, body string, wantStatus int) (id string, engine int) {
+	t.Helper()
+	resp, b := c.chat(body)
+	if resp.StatusCode != wantStatus {
+		t.Fatalf("status %d, want %d: %s", resp.StatusCode, wantStatus, b)
+	}
+	id = resp.Header.Get(HeaderUpstream)
+	if id == "" {
+		t.Fatalf("no %s header", HeaderUpstream)
+	}
+	engine, _ = strconv.Atoi(resp.Header.Get("X-Obs-Engine"))
+	return id, engine
+}
+
+// TestMetricsScriptedSequence runs a scripted sequence of requests through
+// a real Caddy in front of two engines and compares every request-path
+// series with what the engines reported; then it reloads the config and
+// checks that the values (and what ramjet learned) survived.
+func TestMetricsScriptedSequence(t *testing.T) {
+	es := startObsEngines(t, 2, 0, 0)
+	c := startObsCaddy(t, obsDials(es), obsOpts{})
+	resetMetrics()
+	m := metrics()
+	overlap0 := histCount(t, m.own, "ramjet_prefix_overlap_tokens")
+	select0 := histCount(t, m.own, "ramjet_selection_duration_seconds")
+
+	sysA := obsText("alpha", 2000)
+	q1, a1, q2, a2, q3 := "first question", "first answer", "second question", "second answer", "third question"
+	idA, engA := obsExchange(t, c, obsChat("m", false, sysA, q1), 200)                     // cold
+	if id, _ := obsExchange(t, c, obsChat("m", false, sysA, q1, a1, q2), 200); id != idA { // affinity
+		t.Fatalf("turn 2 went to %s, turn 1 to %s", id, idA)
+	}
+	if id, _ := obsExchange(t, c, obsChat("m", true, sysA, q1, a1, q2, a2, q3), 200); id != idA { // affinity, streamed
+		t.Fatalf("turn 3 went to %s, turn 1 to %s", id, idA)
+	}
+	idR, _ := obsExchange(t, c, obsChat("reject", false, obsText("bravo", 1000), q1), 400)  // cold, 400
+	idC, _ := obsExchange(t, c, obsChat("crash", false, obsText("charlie", 1000), q1), 500) // cold, 500
+	body := strings.Replace(obsChat("m", true, obsText("delta", 1000), q1), `,"stream_options":{"include_usage":true}`, "", 1)
+	if strings.Contains(body, "include_usage") {
+		t.Fatalf("body still asks for usage: %s", body)
+	}
+	idD, _ := obsExchange(t, c, body, 200) // cold, streamed without usage
+
+	// Expected counters, built from the ids the responses carried and the
+	// usage the engines reported.
+	type key struct{ id, model, outcome string }
+	reqs := map[key]int{}
+	reqs[key{idA, "m", "ok"}] += 3
+	reqs[key{idR, "other", "client_error"}]++
+	reqs[key{idC, "other", "upstream_error"}]++
+	reqs[key{idD, "m", "ok"}]++
+	decisions := map[[2]string]int{}
+	decisions[[2]string{idA, "cold"}]++
+	decisions[[2]string{idA, "affinity"}] += 2
+	decisions[[2]string{idR, "cold"}]++
+	decisions[[2]string{idC, "cold"}]++
+	decisions[[2]string{idD, "cold"}]++
+
+	var want strings.Builder
+	want.WriteString("# HELP ramjet_requests_total Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).\n# TYPE ramjet_requests_total counter\n")
+	for k, n := range reqs {
+		fmt.Fprintf(&want, "ramjet_requests_total{model=%q,outcome=%q,upstream=%q} %d\n", k.model, k.outcome, k.id, n)
+	}
+	want.WriteString("# HELP ramjet_routing_decisions_total Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).\n# TYPE ramjet_routing_decisions_total counter\n")
+	for k, n := range decisions {
+		fmt.Fprintf(&want, "ramjet_routing_decisions_total{reason=%q,upstream=%q} %d\n", k[1], k[0], n)
+	}
+	// Usage: engine engA served the conversation (three responses with
+	// usage), engD the stream without usage (nothing reported).
+	tokens := map[string][3]int64{}
+	for i, e := range es {
+		_, p, ca, co := e.totals()
+		if p == 0 {
+			continue
+		}
+		id := idA
+		if i != engA {
+			t.Fatalf("engine %d reported usage but served no usage-reporting request (conversation on %d)", i, engA)
+		}
+		tokens[id] = [3]int64{p, ca, co}
+	}
+	if tokens[idA][1] == 0 {
+		t.Fatalf("the conversation's later turns hit no cache: %v", tokens[idA])
+	}
+	for _, s := range []struct{ name, help string }{
+		{"ramjet_prompt_tokens_total", "Prompt tokens reported in the engines' response usage, by upstream and model."},
+		{"ramjet_cached_prompt_tokens_total", "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model."},
+		{"ramjet_completion_tokens_total", "Completion (output) tokens reported in the engines' response usage, by upstream and model."},
+	} {
+		fmt.Fprintf(&want, "# HELP %s %s\n# TYPE %s counter\n", s.name, s.help, s.name)
+		for id, v := range tokens {
+			i := map[string]int{"ramjet_prompt_tokens_total": 0, "ramjet_cached_prompt_tokens_total": 1, "ramjet_completion_tokens_total": 2}[s.name]
+			fmt.Fprintf(&want, "%s{model=\"m\",upstream=%q} %d\n", s.name, id, v[i])
+		}
+	}
+	fmt.Fprintf(&want, "# HELP ramjet_responses_without_usage_total Successful responses that carried no usage object (e.g. a stream without stream_options.include_usage), by upstream.\n# TYPE ramjet_responses_without_usage_total counter\nramjet_responses_without_usage_total{upstream=%q} 1\n", idD)
+
+	// The handler accounts a request just after its response went out.
+	obsEventually(t, "six requests accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 6 })
+	names := []string{"ramjet_requests_total", "ramjet_routing_decisions_total", "ramjet_prompt_tokens_total",
+		"ramjet_cached_prompt_tokens_total", "ramjet_completion_tokens_total", "ramjet_responses_without_usage_total"}
+	if err := testutil.GatherAndCompare(m.own, strings.NewReader(want.String()), names...); err != nil {
+		t.Fatalf("after the sequence: %v", err)
+	}
+	// Two streamed responses: two TTFT observations; six decisions.
+	if n := histCount(t, m.own, "ramjet_time_to_first_token_seconds"); n != 2 {
+		t.Errorf("TTFT observations = %d, want 2", n)
+	}
+	if n := histCount(t, m.own, "ramjet_request_duration_seconds"); n != 6 {
+		t.Errorf("duration observations = %d, want 6", n)
+	}
+	if n := histCount(t, m.own, "ramjet_prefix_overlap_tokens") - overlap0; n != 6 {
+		t.Errorf("overlap observations = %d, want 6", n)
+	}
+	if n := histCount(t, m.own, "ramjet_selection_duration_seconds") - select0; n != 6 {
+		t.Errorf("selection latency observations = %d, want 6", n)
+	}
+	if v := testutil.ToFloat64(m.inflight.WithLabelValues("m")); v != 0 {
+		t.Errorf("model in-flight after the sequence = %v, want 0", v)
+	}
+	probs, err := testutil.GatherAndLint(m.own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range probs {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+
+	// The fleet series: both replicas idle and healthy, the index holds
+	// the prompts.
+	entries := fleetGauge(t, m.own, "ramjet_index_entries")
+	if entries <= 0 {
+		t.Fatalf("ramjet_index_entries = %v", entries)
+	}
+	if v := fleetGauge(t, m.own, "ramjet_upstream_inflight_requests"); v != 0 {
+		t.Errorf("in flight after the sequence = %v", v)
+	}
+	if v := fleetGauge(t, m.own, "ramjet_upstream_available"); v != 2 {
+		t.Errorf("available replicas = %v, want 2", v)
+	}
+
+	// Both the ops port and the admin API serve the series.
+	for _, u := range []string{"http://" + c.ops + "/metrics", "http://" + c.admin + "/metrics"} {
+		resp, b := c.do(http.MethodGet, u, "")
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "ramjet_requests_total{") || !strings.Contains(string(b), "ramjet_index_entries{") {
+			t.Errorf("GET %s: %s without ramjet series:\n%.500s", u, resp.Status, b)
+		}
+	}
+
+	// Reload: the values, the index and the dashboard's history survive.
+	h0 := currentHistory()
+	if h0 == nil {
+		t.Fatal("no dashboard sampler running")
+	}
+	c.reload(obsOpts{Tag: "second"})
+	if h := currentHistory(); h != h0 {
+		t.Errorf("the dashboard's history was replaced by the reload")
+	}
+	if err := testutil.GatherAndCompare(m.own, strings.NewReader(want.String()), names...); err != nil {
+		t.Fatalf("after a reload: %v", err)
+	}
+	if v := fleetGauge(t, m.own, "ramjet_index_entries"); v != entries {
+		t.Errorf("index entries after reload = %v, want %v", v, entries)
+	}
+	if id, _ := obsExchange(t, c, obsChat("m", false, sysA, q1, a1, q2, a2, q3), 200); id != idA {
+		t.Fatalf("after the reload the conversation went to %s, before to %s", id, idA)
+	}
+	wantOK := reqs[key{idA, "m", "ok"}] + 1
+	obsEventually(t, "seven requests accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 7 })
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(idA, "m", "ok")); got != float64(wantOK) {
+		t.Errorf("requests on %s after reload = %v, want %d", idA, got, wantOK)
+	}
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues(idA, "affinity")); got != 3 {
+		t.Errorf("affinity decisions after reload = %v, want 3", got)
+	}
+	resp, b := c.do(http.MethodGet, "http://"+c.ops+"/metrics", "")
+	if !strings.Contains(string(b), fmt.Sprintf(`ramjet_requests_total{model="m",outcome="ok",upstream=%q} %d`, idA, wantOK)) {
+		t.Errorf("ops /metrics after reload (%s) lacks the carried-over count:\n%.800s", resp.Status, b)
+	}
+}
+
+// fleetGauge sums a fleet series over its label values.
+func fleetGauge(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, mf := range mustGather(t, g) {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestMetricsNoReplica: with every replica down, the policy finds none and
+// the request counts as no_replica.
+func TestMetricsNoReplica(t *testing.T) {
+	es := startObsEngines(t, 1, 0, 0)
+	c := startObsCaddy(t, obsDials(es), obsOpts{Health: true})
+	resetMetrics()
+	es[0].healthy.Store(false)
+	m := metrics()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if fleetGauge(t, m.own, "ramjet_upstream_healthy") == 0 && fleetGauge(t, m.own, "ramjet_upstreams") == 1 {
+			break
+		}
+		// The fleet learns the pool on the first request.
+		c.chat(obsChat("m", false, "warmup", "q"))
+		time.Sleep(60 * time.Millisecond)
+	}
+	resetMetrics()
+	resp, b := c.chat(obsChat("m", false, "sys", "q"))
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503: %s", resp.StatusCode, b)
+	}
+	obsEventually(t, "the request accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 1 })
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("", "", OutcomeNoReplica)); got != 1 {
+		t.Errorf("no_replica requests = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues("", "none")); got != 1 {
+		t.Errorf("none decisions = %v, want 1", got)
+	}
+	if v := fleetGauge(t, m.own, "ramjet_upstream_healthy"); v != 0 {
+		t.Errorf("healthy gauge = %v, want 0", v)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	bounds := []float64{0.1, 0.5, 1, math.Inf(1)}
+	tests := []struct {
+		name string
+		a, b []float64
+		q    float64
+		want float64
+	}{
+		{name: "median in first bucket", b: []float64{10, 10, 10, 10}, q: 0.5, want: 0.05},
+		{name: "p95 in second", b: []float64{5, 10, 10, 10}, q: 0.95, want: 0.1 + 0.4*(9.5-5)/5},
+		{name: "deltas", a: []float64{5, 5, 5, 5}, b: []float64{5, 15, 15, 15}, q: 0.5, want: 0.1 + 0.4*0.5},
+		{name: "in +Inf", b: []float64{0, 0, 0, 4}, q: 0.5, want: 1},
+		{name: "no observations", b: []float64{3, 3, 3, 3}, a: []float64{3, 3, 3, 3}, q: 0.5, want: math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := quantile(tt.q, bounds, tt.a, tt.b)
+			if math.IsNaN(tt.want) != math.IsNaN(got) || (!math.IsNaN(got) && math.Abs(got-tt.want) > 1e-9) {
+				t.Errorf("quantile = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// obsEventually waits up to 5s for cond.
+func obsEventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestObserverTail(t *testing.T) {
+	tests := []struct {
+		name   string
+		chunks []string
+		want   bool
+	}{
+		{name: "done in one write", chunks: []string{"data: {\"x\":1}\n\ndata: [DONE]\n\n"}, want: true},
+		{name: "done split", chunks: []string{"data: {}\n\ndata: [DO", "NE]", "\n\n"}, want: true},
+		{name: "done byte by byte", chunks: strings.Split("data: [DONE]\n\n", ""), want: true},
+		{name: "cut mid-stream", chunks: []string{"data: {\"x\":1}\n\n", "data: {\"x\":"}, want: false},
+		{name: "nothing", want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var o metricsObserver
+			for _, c := range tt.chunks {
+				o.Write([]byte(c))
+			}
+			if got := o.complete(false); got != tt.want {
+				t.Errorf("complete = %v, want %v (tail %q)", got, tt.want, o.tail[:o.tailLen])
+			}
+		})
+	}
+}
+
+// TestMetricsClientGoesAway: a client that drops a stream mid-body counts
+// as canceled, and nothing stays in flight.
+func TestMetricsClientGoesAway(t *testing.T) {
+	es := startObsEngines(t, 1, 0, 0)
+	c := startObsCaddy(t, obsDials(es), obsOpts{})
+	resetMetrics()
+	m := metrics()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+c.client+"/v1/chat/completions", strings.NewReader(obsChat("m", true, "sys", "q")))
+	req.Header.Set("X-Obs-Hold", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := make([]byte, 1)
+	if _, err := resp.Body.Read(one); err != nil {
+		t.Fatal(err)
+	}
+	if v := fleetGauge(t, m.own, "ramjet_model_inflight_requests"); v != 1 {
+		t.Errorf("in flight during the stream = %v, want 1", v)
+	}
+	resp.Body.Close() // the client goes away mid-stream
+	obsEventually(t, "the canceled request accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 1 })
+	id := resp.Header.Get(HeaderUpstream)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, m.models.label("m"), OutcomeCanceled)); got != 1 {
+		t.Errorf("canceled requests = %v, want 1", got)
+	}
+	if v := fleetGauge(t, m.own, "ramjet_model_inflight_requests"); v != 0 {
+		t.Errorf("model in flight after the client left = %v", v)
+	}
+	obsEventually(t, "the reservation released", func() bool { return fleetGauge(t, m.own, "ramjet_upstream_inflight_requests") == 0 })
+}
+
+// seriesNames lists every series name the metric set can emit.
+func seriesNames(t *testing.T) map[string]bool {
+	t.Helper()
+	m := newMetricSet(func() []fleetSnapshot { return nil })
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range m.collectors() {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
+	names := map[string]bool{}
+	for d := range ch {
+		if s := re.FindStringSubmatch(d.String()); s != nil {
+			names[s[1]] = true
+		}
+	}
+	return names
+}
+
+// kvSeriesNames lists the precise index's series (kvmetrics.go).
+func kvSeriesNames() map[string]bool {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		kvCollector{}.Describe(ch)
+		close(ch)
+	}()
+	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
+	names := map[string]bool{}
+	for d := range ch {
+		if s := re.FindStringSubmatch(d.String()); s != nil {
+			names[s[1]] = true
+		}
+	}
+	return names
+}
+
+// TestMetricsDocumentedAndCharted: every series is in OBSERVABILITY.md,
+// and the Grafana dashboard and the docs name only series that exist.
+func TestMetricsDocumentedAndCharted(t *testing.T) {
+	names := seriesNames(t)
+	if len(names) < 20 {
+		t.Fatalf("only %d series described", len(names))
+	}
+	kv := kvSeriesNames()
+	ref := regexp.MustCompile(`ramjet_[a-z_]+`)
+	base := func(n string) string {
+		for _, suf := range []string{"_bucket", "_count", "_sum"} {
+			if b, ok := strings.CutSuffix(n, suf); ok && (names[b] || kv[b]) {
+				return b
+			}
+		}
+		return n
+	}
+	doc, err := os.ReadFile("OBSERVABILITY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range names {
+		if !strings.Contains(string(doc), "`"+n+"`") {
+			t.Errorf("series %s is not documented in OBSERVABILITY.md", n)
+		}
+	}
+	for _, n := range ref.FindAllString(string(doc), -1) {
+		if !names[base(n)] && !kv[base(n)] && !strings.HasPrefix(n, "ramjet_dashboard") && n != "ramjet_body" && n != "ramjet_models" && n != "ramjet_guard" {
+			t.Errorf("OBSERVABILITY.md names %s, which no collector emits", n)
+		}
+	}
+	raw, err := os.ReadFile("../deploy/grafana/ramjet.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("deploy/grafana/ramjet.json: %v", err)
+	}
+	charted := map[string]bool{}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range ref.FindAllString(tg.Expr, -1) {
+				if !names[base(n)] && !kv[base(n)] {
+					t.Errorf("panel %q queries %s, which no collector emits", p.Title, n)
+				}
+				charted[base(n)] = true
+			}
+		}
+	}
+	for n := range names {
+		if !charted[n] {
+			t.Errorf("series %s has no Grafana panel", n)
+		}
+	}
+}

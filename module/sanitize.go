@@ -1,0 +1,820 @@
+package module
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func init() {
+	caddy.RegisterModule(Guard{})
+	httpcaddyfile.RegisterHandlerDirective("ramjet_guard", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		m := new(Guard)
+		err := m.UnmarshalCaddyfile(h.Dispenser)
+		return m, err
+	})
+	httpcaddyfile.RegisterDirectiveOrder("ramjet_guard", httpcaddyfile.Before, "reverse_proxy")
+}
+
+// DefaultMaxBodySize is the largest request body the guard accepts by
+// default: the policy's DefaultMaxBodyBytes (16 MiB), so that every accepted
+// body is also fingerprinted.
+const DefaultMaxBodySize = DefaultMaxBodyBytes
+
+// Guard is the client-facing edge of a ramjet route (module
+// http.handlers.ramjet_guard). Before the request is proxied it:
+//
+//   - strips client-supplied X-Ramjet-* and X-data-parallel-rank headers and
+//     hop-by-hop headers;
+//   - replaces the client's Authorization with the upstream token when one is
+//     configured, and otherwise drops the client's credentials unless
+//     forward_client_auth is set;
+//   - reads the body once, bounded (413 beyond max_body_size), and on the
+//     OpenAI JSON POST routes rejects malformed JSON (400) and, when the
+//     fleet's models are known, an unknown model (404).
+//
+// After the rest of the chain it turns any error (no usable replica, engine
+// unreachable, timeout) into an OpenAI-shaped JSON error without upstream
+// addresses, and removes response headers that carry an upstream address.
+// Everything it accepts is forwarded byte for byte.
+type Guard struct {
+	// Upstreams are the dial addresses (host:port) of the engines behind
+	// this route. They are used to learn the fleet's models and to keep
+	// these addresses out of response headers.
+	Upstreams []string `json:"upstreams,omitempty"`
+
+	// UpstreamToken is the bearer token sent to the engines instead of the
+	// client's Authorization. Placeholders such as {env.RJ_UPSTREAM_TOKEN}
+	// are resolved once at provisioning, so the token need not appear in the
+	// stored config. Empty means no token.
+	UpstreamToken string `json:"upstream_token,omitempty"`
+
+	// ClientTokens, when set, are the API keys clients must present (as
+	// "Authorization: Bearer <key>" or "api-key: <key>"); other requests get
+	// 401. Comma- or space-separated; placeholders such as
+	// {env.RJ_CLIENT_TOKENS} are resolved at provisioning. Empty means
+	// ramjet does not authenticate clients.
+	ClientTokens string `json:"client_tokens,omitempty"`
+
+	// ForwardClientAuth forwards the client's Authorization (and api-key)
+	// headers to the engines when no upstream token is configured. Off by
+	// default: client credentials stay at the edge.
+	ForwardClientAuth bool `json:"forward_client_auth,omitempty"`
+
+	// MaxBodySize is the largest accepted request body, in bytes. Default
+	// 16 MiB. Larger bodies get 413.
+	MaxBodySize int64 `json:"max_body_size,omitempty"`
+
+	// ModelCheck controls the 404 for models the fleet does not serve:
+	// "on" (default) rejects them once at least one engine has listed its
+	// models; "off" forwards every model name.
+	ModelCheck string `json:"model_check,omitempty"`
+
+	// ModelsTimeout bounds one fetch of the engines' model lists. Default 2s.
+	ModelsTimeout caddy.Duration `json:"models_timeout,omitempty"`
+
+	token   string
+	auth    clientAuth
+	fleet   *fleetModels
+	fleetK  string
+	scrub   []string
+	logger  *zap.Logger
+	checkOn bool
+}
+
+// CaddyModule returns the Caddy module information.
+func (Guard) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.ramjet_guard",
+		New: func() caddy.Module { return new(Guard) },
+	}
+}
+
+// UnmarshalCaddyfile sets up the guard from Caddyfile tokens. Syntax:
+//
+//	ramjet_guard [<upstreams...>] {
+//	    upstream_token      <token>
+//	    client_tokens       <keys...>
+//	    forward_client_auth
+//	    max_body_size       <size>
+//	    model_check         on|off
+//	    models_timeout      <duration>
+//	}
+//
+// Upstreams may be space- or comma-separated. An option given without a
+// value (an unset {$ENV}) keeps its default.
+func (g *Guard) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	g.Upstreams = append(g.Upstreams, splitList(d.RemainingArgs())...)
+	seen := map[string]bool{}
+	for d.NextBlock(0) {
+		name := d.Val()
+		if seen[name] {
+			return d.Errf("duplicate option %q", name)
+		}
+		seen[name] = true
+		args := d.RemainingArgs()
+		var err error
+		switch name {
+		case "upstream_token":
+			g.UpstreamToken, err = optionalArg(d, args)
+		case "client_tokens":
+			g.ClientTokens = strings.Join(args, ",")
+		case "forward_client_auth":
+			if len(args) != 0 {
+				return d.ArgErr()
+			}
+			g.ForwardClientAuth = true
+		case "max_body_size":
+			g.MaxBodySize, err = parseSizeArg(d, args)
+		case "model_check":
+			g.ModelCheck, err = optionalArg(d, args)
+		case "models_timeout":
+			g.ModelsTimeout, err = parseDurationArg(d, args)
+		default:
+			return d.Errf("unknown ramjet_guard option %q", name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Provision resolves the token, fills defaults and joins the shared model
+// list of this set of upstreams.
+func (g *Guard) Provision(ctx caddy.Context) error {
+	if err := CheckRetiredEnv(); err != nil {
+		return err
+	}
+	g.logger = ctx.Logger()
+	if g.MaxBodySize == 0 {
+		g.MaxBodySize = DefaultMaxBodySize
+	}
+	if g.ModelCheck == "" {
+		g.ModelCheck = "on"
+	}
+	if g.ModelsTimeout == 0 {
+		g.ModelsTimeout = caddy.Duration(DefaultModelsTimeout)
+	}
+	g.token = resolveSecret(g.UpstreamToken)
+	g.auth = newClientAuth(g.ClientTokens)
+	g.checkOn = g.ModelCheck == "on"
+	g.scrub = scrubList(g.Upstreams)
+	if len(g.Upstreams) > 0 {
+		f, key, err := acquireModelList(g.Upstreams, g.token, time.Duration(g.ModelsTimeout))
+		if err != nil {
+			return err
+		}
+		g.fleet, g.fleetK = f, key
+	}
+	return nil
+}
+
+// Validate rejects bad values, naming the field.
+func (g *Guard) Validate() error {
+	switch {
+	case g.MaxBodySize < 0:
+		return fmt.Errorf("max_body_size must be positive, got %d", g.MaxBodySize)
+	case g.ModelCheck != "on" && g.ModelCheck != "off":
+		return fmt.Errorf("model_check must be on or off, got %q", g.ModelCheck)
+	case g.ModelsTimeout < 0:
+		return fmt.Errorf("models_timeout must be positive, got %v", g.ModelsTimeout)
+	}
+	return nil
+}
+
+// Cleanup releases the shared model list.
+func (g *Guard) Cleanup() error {
+	if g.fleet != nil {
+		_, _ = modelLists.Delete(g.fleetK)
+	}
+	return nil
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if ae := g.auth.check(r); ae != nil {
+		WriteAPIError(w, ae)
+		return nil
+	}
+	stripRequestHeaders(r.Header)
+	switch {
+	case g.token != "":
+		r.Header.Set("Authorization", "Bearer "+g.token)
+		r.Header.Del("Api-Key")
+	case !g.ForwardClientAuth:
+		r.Header.Del("Authorization")
+		r.Header.Del("Api-Key")
+	}
+
+	if ae := g.readBody(r); ae != nil {
+		if st := lookupRequest(r); st != nil {
+			st.finish() // nothing was routed: release the body at once
+		}
+		WriteAPIError(w, ae)
+		return nil
+	}
+
+	gw := &guardWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, scrub: g.scrub}
+	err := next.ServeHTTP(gw, r)
+	if err == nil {
+		return nil
+	}
+	if gw.wroteHeader {
+		// The response has started: nothing can be rewritten; let Caddy log it.
+		return err
+	}
+	ae := apiErrorFromHandler(err)
+	level := zapcore.DebugLevel
+	if ae.Status >= 500 {
+		level = zapcore.WarnLevel
+	}
+	if c := g.logger.Check(level, "request failed"); c != nil {
+		c.Write(zap.Int("status", ae.Status), zap.Error(err))
+	}
+	WriteAPIError(gw, ae)
+	return nil
+}
+
+// readBody reads the body once, bounded, into ramjet's per-request state
+// (the policy then fingerprints the same bytes without reading again; the
+// proxy forwards them byte for byte and can replay them on a retry), and
+// validates it on JSON routes.
+func (g *Guard) readBody(r *http.Request) *APIError {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	if r.ContentLength > g.MaxBodySize {
+		return tooLarge(g.MaxBodySize)
+	}
+	st := requestState(r)
+	st.readBody(r, g.MaxBodySize)
+	switch {
+	case errors.Is(st.bodyErr, errBodyTooLarge):
+		return tooLarge(g.MaxBodySize)
+	case st.bodyErr != nil:
+		var mbe *http.MaxBytesError
+		if errors.As(st.bodyErr, &mbe) {
+			return tooLarge(g.MaxBodySize)
+		}
+		return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, "", "",
+			"the request body could not be read")
+	case st.body == nil:
+		return nil
+	}
+	if r.Method != http.MethodPost || !isJSONRoute(r.URL.Path) || !isJSONContent(r.Header.Get("Content-Type")) {
+		return nil
+	}
+	model, ae := probeModel(st.body.buf)
+	if ae != nil {
+		return ae
+	}
+	if model != "" && g.checkOn && g.fleet != nil {
+		if known, listed := g.fleet.knows(r.Context(), model); listed && !known {
+			return newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeModelNotFound, "model",
+				fmt.Sprintf("The model `%s` does not exist.", model))
+		}
+	}
+	return nil
+}
+
+// clientAuth checks the API key a client presents against a fixed set.
+type clientAuth struct {
+	keys [][]byte
+}
+
+func newClientAuth(spec string) clientAuth {
+	var a clientAuth
+	for _, k := range splitList([]string{resolveSecret(spec)}) {
+		a.keys = append(a.keys, []byte(k))
+	}
+	return a
+}
+
+// check returns nil when no keys are configured or the request carries one
+// of them, else the 401 to send.
+func (a clientAuth) check(r *http.Request) *APIError {
+	if len(a.keys) == 0 {
+		return nil
+	}
+	key := r.Header.Get("Api-Key")
+	if v := r.Header.Get("Authorization"); v != "" {
+		if scheme, tok, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			key = strings.TrimSpace(tok)
+		}
+	}
+	if key != "" {
+		for _, k := range a.keys {
+			if subtle.ConstantTimeCompare([]byte(key), k) == 1 {
+				return nil
+			}
+		}
+	}
+	return newAPIError(http.StatusUnauthorized, errTypeInvalidRequest, "invalid_api_key", "",
+		"Incorrect or missing API key. Send it as Authorization: Bearer <key>.")
+}
+
+func tooLarge(limit int64) *APIError {
+	return newAPIError(http.StatusRequestEntityTooLarge, errTypeInvalidRequest, errCodeBodyTooLarge, "",
+		fmt.Sprintf("the request body is larger than the limit of %s", humanize.IBytes(uint64(limit))))
+}
+
+// jsonRoutes are the OpenAI (and vLLM/SGLang) POST routes whose body must be
+// a JSON object.
+var jsonRoutes = map[string]bool{
+	"/v1/chat/completions": true,
+	"/v1/completions":      true,
+	"/v1/responses":        true,
+	"/v1/embeddings":       true,
+	"/v1/moderations":      true,
+	"/v1/score":            true,
+	"/v1/rerank":           true,
+	"/v2/rerank":           true,
+	"/rerank":              true,
+	"/score":               true,
+	"/pooling":             true,
+	"/classify":            true,
+	"/tokenize":            true,
+	"/detokenize":          true,
+	"/generate":            true,
+}
+
+func isJSONRoute(path string) bool {
+	return jsonRoutes[strings.TrimSuffix(path, "/")]
+}
+
+// isJSONContent: a JSON or absent content type. Multipart uploads (audio)
+// are not JSON and are forwarded as they are.
+func isJSONContent(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// probeModel checks that body is one JSON object and returns its "model"
+// string, if any. It validates strictly (as encoding/json would) in one
+// pass without building values: several times faster than json.Unmarshal on
+// long prompts, and allocation-free unless the model name has escapes.
+func probeModel(body []byte) (string, *APIError) {
+	sc := jsonScanner{b: body}
+	sc.ws()
+	if sc.i < len(body) && body[sc.i] != '{' {
+		if err := sc.value(0); err != nil {
+			return "", invalidJSON(err)
+		}
+		if sc.ws(); sc.i != len(body) {
+			return "", invalidJSON(sc.errf("invalid character %s after top-level value", quoteChar(body[sc.i])))
+		}
+		return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
+			"the request body must be a JSON object")
+	}
+	if err := sc.value(0); err != nil {
+		return "", invalidJSON(err)
+	}
+	if sc.ws(); sc.i != len(body) {
+		return "", invalidJSON(sc.errf("invalid character %s after top-level value", quoteChar(body[sc.i])))
+	}
+	switch {
+	case sc.model == nil || string(sc.model) == "null":
+		return "", nil
+	case sc.model[0] != '"':
+		return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, "invalid_type", "model",
+			"model must be a string")
+	case bytes.IndexByte(sc.model, '\\') < 0:
+		return string(sc.model[1 : len(sc.model)-1]), nil
+	}
+	var model string
+	if err := json.Unmarshal(sc.model, &model); err != nil {
+		return "", invalidJSON(err)
+	}
+	return model, nil
+}
+
+func invalidJSON(err error) *APIError {
+	return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
+		"the request body is not valid JSON: "+err.Error())
+}
+
+// maxJSONDepth bounds nesting, as encoding/json does (10000); deeper bodies
+// are refused rather than risking the stack.
+const maxJSONDepth = 10000
+
+// jsonScanner validates JSON (RFC 8259) without decoding it, and remembers
+// the raw value of the top-level "model" member.
+type jsonScanner struct {
+	b     []byte
+	i     int
+	model []byte
+}
+
+func (s *jsonScanner) errf(format string, args ...any) error {
+	return fmt.Errorf(format+" (at byte %d)", append(args, s.i)...)
+}
+
+func quoteChar(c byte) string {
+	if c < 0x20 || c >= 0x7f {
+		return fmt.Sprintf("0x%02x", c)
+	}
+	return strconv.QuoteRune(rune(c))
+}
+
+func (s *jsonScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jsonScanner) value(depth int) error {
+	s.ws()
+	if s.i >= len(s.b) {
+		return s.errf("unexpected end of JSON input")
+	}
+	switch c := s.b[s.i]; {
+	case c == '{':
+		return s.object(depth + 1)
+	case c == '[':
+		return s.array(depth + 1)
+	case c == '"':
+		return s.str()
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number()
+	default:
+		return s.errf("invalid character %s looking for beginning of value", quoteChar(c))
+	}
+}
+
+func (s *jsonScanner) object(depth int) error {
+	if depth > maxJSONDepth {
+		return s.errf("exceeded max depth")
+	}
+	s.i++ // {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		s.ws()
+		if s.i >= len(s.b) {
+			return s.errf("unexpected end of JSON input")
+		}
+		if s.b[s.i] != '"' {
+			return s.errf("invalid character %s looking for beginning of object key string", quoteChar(s.b[s.i]))
+		}
+		k0 := s.i
+		if err := s.str(); err != nil {
+			return err
+		}
+		key := s.b[k0:s.i]
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			if s.i >= len(s.b) {
+				return s.errf("unexpected end of JSON input")
+			}
+			return s.errf("invalid character %s after object key", quoteChar(s.b[s.i]))
+		}
+		s.i++
+		s.ws()
+		v0 := s.i
+		if err := s.value(depth); err != nil {
+			return err
+		}
+		if depth == 1 && isModelKey(key) {
+			s.model = s.b[v0:s.i]
+		}
+		s.ws()
+		if s.i >= len(s.b) {
+			return s.errf("unexpected end of JSON input")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.errf("invalid character %s after object key:value pair", quoteChar(s.b[s.i]))
+		}
+	}
+}
+
+// isModelKey matches "model", also when written with escapes.
+func isModelKey(raw []byte) bool {
+	if string(raw) == `"model"` {
+		return true
+	}
+	if len(raw) > 7 && bytes.IndexByte(raw, '\\') >= 0 {
+		var k string
+		return json.Unmarshal(raw, &k) == nil && k == "model"
+	}
+	return false
+}
+
+func (s *jsonScanner) array(depth int) error {
+	if depth > maxJSONDepth {
+		return s.errf("exceeded max depth")
+	}
+	s.i++ // [
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == ']' {
+		s.i++
+		return nil
+	}
+	for {
+		if err := s.value(depth); err != nil {
+			return err
+		}
+		s.ws()
+		if s.i >= len(s.b) {
+			return s.errf("unexpected end of JSON input")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil
+		default:
+			return s.errf("invalid character %s after array element", quoteChar(s.b[s.i]))
+		}
+	}
+}
+
+// str scans a string starting at its opening quote.
+func (s *jsonScanner) str() error {
+	s.i++ // opening quote
+	b := s.b
+	for i := s.i; i < len(b); {
+		for i < len(b) && strPlain[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
+		c := b[i]
+		switch {
+		case c == '"':
+			s.i = i + 1
+			return nil
+		case c == '\\':
+			if i+1 >= len(b) {
+				s.i = i
+				return s.errf("unexpected end of JSON input")
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+					s.i = i
+					return s.errf("invalid \\u escape in string")
+				}
+				i += 6
+			default:
+				s.i = i + 1
+				return s.errf("invalid character %s in string escape code", quoteChar(b[i+1]))
+			}
+		case c < 0x20:
+			s.i = i
+			return s.errf("invalid character %s in string literal", quoteChar(c))
+		default:
+			i++
+		}
+	}
+	s.i = len(b)
+	return s.errf("unexpected end of JSON input")
+}
+
+// strPlain marks the bytes a JSON string may hold without a closer look:
+// all but the quote, the backslash and control characters.
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+func isHex4(h []byte) bool {
+	for _, c := range h {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *jsonScanner) literal(lit string) error {
+	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
+		return s.errf("invalid literal, want %s", lit)
+	}
+	s.i += len(lit)
+	return nil
+}
+
+func (s *jsonScanner) number() error {
+	b, i := s.b, s.i
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if b[i] == '-' {
+		i++
+	}
+	if i < len(b) && b[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		s.i = i
+		return s.errf("invalid number")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			s.i = i
+			return s.errf("invalid number: no digits after decimal point")
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			s.i = i
+			return s.errf("invalid number: no digits in exponent")
+		}
+	}
+	s.i = i
+	return nil
+}
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 and their
+// common non-standard relatives.
+var hopHeaders = []string{
+	"Connection",
+	"Proxy-Connection",
+	"Keep-Alive",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer",
+	"Transfer-Encoding",
+	"Upgrade",
+}
+
+// stripRequestHeaders removes what a client must not be able to send to an
+// engine: ramjet's own headers, the data-parallel rank (the policy sets it)
+// and hop-by-hop headers, including those named in Connection.
+func stripRequestHeaders(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	for name := range h {
+		if strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
+			hasPrefixFold(name, "x-ramjet-") {
+			delete(h, name)
+		}
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// scrubList is what must never appear in a response header: every upstream
+// host:port, and its host when that is an IP address or a dotted name.
+func scrubList(upstreams []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(s string) {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	for _, u := range upstreams {
+		if _, after, ok := strings.Cut(u, "://"); ok {
+			u = after
+		}
+		add(u)
+		if host, _, err := net.SplitHostPort(u); err == nil {
+			if net.ParseIP(host) != nil || strings.Contains(host, ".") {
+				add(host)
+			}
+		}
+	}
+	return out
+}
+
+// guardWriter notes whether the response has started and removes response
+// headers that carry an upstream address.
+type guardWriter struct {
+	*caddyhttp.ResponseWriterWrapper
+	scrub       []string
+	wroteHeader bool
+}
+
+func (w *guardWriter) WriteHeader(status int) {
+	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		w.scrubHeaders()
+		w.ResponseWriterWrapper.WriteHeader(status)
+		return
+	}
+	if w.wroteHeader {
+		return
+	}
+	w.wroteHeader = true
+	w.scrubHeaders()
+	w.ResponseWriterWrapper.WriteHeader(status)
+}
+
+func (w *guardWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriterWrapper.Write(p)
+}
+
+func (w *guardWriter) ReadFrom(r io.Reader) (int64, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriterWrapper.ReadFrom(r)
+}
+
+func (w *guardWriter) scrubHeaders() {
+	if len(w.scrub) == 0 {
+		return
+	}
+	h := w.Header()
+	for name, vals := range h {
+		for _, v := range vals {
+			if containsAny(v, w.scrub) {
+				delete(h, name)
+				break
+			}
+		}
+	}
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Guard)(nil)
+	_ caddy.Validator             = (*Guard)(nil)
+	_ caddy.CleanerUpper          = (*Guard)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Guard)(nil)
+	_ caddyfile.Unmarshaler       = (*Guard)(nil)
+)

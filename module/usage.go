@@ -1,0 +1,231 @@
+package module
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// maxUsageBytes bounds the one "usage" object the scanner keeps: an OpenAI
+// usage object is a few hundred bytes; a larger one is ignored.
+const maxUsageBytes = 4096
+
+// Usage is the token accounting an engine reports in a response's "usage"
+// object: chat and text completions (prompt_tokens,
+// prompt_tokens_details.cached_tokens, completion_tokens) and the Responses
+// API (input_tokens, input_tokens_details.cached_tokens, output_tokens).
+type Usage struct {
+	PromptTokens     int64
+	CachedTokens     int64
+	CompletionTokens int64
+}
+
+// usageScanner finds the last "usage" object of a JSON or server-sent-events
+// response body as the body streams past, without buffering it. It looks
+// for the key "usage" with bytes.Index: in valid JSON the bytes "usage"
+// (quotes included) followed by a colon can only be a key, since a quote
+// inside a string is escaped (\"usage\" never matches) and a string value
+// is never followed by a colon; a match right after a backslash is skipped.
+// It then reads the object after the colon, tracking strings and nesting,
+// and keeps at most maxUsageBytes of it. A key split across two writes is
+// found through the partial match kept between them. It never changes the
+// body; feed it every chunk in order with Write, then call Result.
+//
+// The zero value is ready to use. It is not safe for concurrent use.
+type usageScanner struct {
+	// partial is how many leading bytes of usageKey end the data seen so
+	// far (idle state only); partialEsc: a backslash came right before
+	// them.
+	partial    int
+	partialEsc bool
+	prev       byte // the last byte seen
+
+	state      int
+	inStr, esc bool
+	depth      int
+	cur        []byte // the object being read
+	last       []byte // the last complete object
+}
+
+var usageKey = []byte(`"usage"`)
+
+const (
+	usageIdle     = iota
+	usageAfterKey // read the key "usage", want ':'
+	usageAfterCol // read ':', want '{'
+	usageObject   // inside the usage object
+)
+
+// Write scans p. It never fails.
+func (s *usageScanner) Write(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	before := s.prev // the byte before p[0]
+	s.prev = p[len(p)-1]
+	for len(p) > 0 {
+		if s.state != usageIdle {
+			n := s.step(p)
+			if n > 0 {
+				before = p[n-1]
+			}
+			p = p[n:]
+			continue
+		}
+		if s.partial > 0 {
+			need := usageKey[s.partial:]
+			n := min(len(need), len(p))
+			if string(p[:n]) == string(need[:n]) {
+				if n < len(need) {
+					s.partial += n
+					return
+				}
+				s.partial = 0
+				if !s.partialEsc {
+					s.state = usageAfterKey
+				}
+				before = p[n-1]
+				p = p[n:]
+				continue
+			}
+			s.partial = 0
+		}
+		i := bytes.Index(p, usageKey)
+		if i < 0 {
+			// Keep the longest suffix of p that begins the key.
+			for k := min(len(usageKey)-1, len(p)); k > 0; k-- {
+				if string(p[len(p)-k:]) == string(usageKey[:k]) {
+					s.partial = k
+					if k < len(p) {
+						s.partialEsc = p[len(p)-k-1] == '\\'
+					} else {
+						s.partialEsc = before == '\\'
+					}
+					break
+				}
+			}
+			return
+		}
+		esc := before == '\\'
+		if i > 0 {
+			esc = p[i-1] == '\\'
+		}
+		if !esc {
+			s.state = usageAfterKey
+		}
+		before = p[i+len(usageKey)-1]
+		p = p[i+len(usageKey):]
+	}
+}
+
+// step runs the state machine after a key over p until it is idle again or
+// p ends, and returns how many bytes it used.
+func (s *usageScanner) step(p []byte) int {
+	for i, c := range p {
+		switch s.state {
+		case usageAfterKey, usageAfterCol:
+			switch {
+			case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			case c == ':' && s.state == usageAfterKey:
+				s.state = usageAfterCol
+			case c == '{' && s.state == usageAfterCol:
+				s.state = usageObject
+				s.depth = 1
+				s.inStr, s.esc = false, false
+				s.cur = append(s.cur[:0], c)
+			default:
+				// Not a key after all, or null: look for the next one (this
+				// byte may begin it).
+				s.state = usageIdle
+				return i
+			}
+		case usageObject:
+			if len(s.cur) >= maxUsageBytes {
+				s.state = usageIdle
+				s.cur = s.cur[:0]
+				return i
+			}
+			s.cur = append(s.cur, c)
+			switch {
+			case c == '\n':
+				s.inStr, s.esc = false, false // never inside a valid string
+			case s.inStr:
+				switch {
+				case s.esc:
+					s.esc = false
+				case c == '\\':
+					s.esc = true
+				case c == '"':
+					s.inStr = false
+				}
+			case c == '"':
+				s.inStr = true
+			case c == '{':
+				s.depth++
+			case c == '}':
+				s.depth--
+				if s.depth == 0 {
+					s.cur, s.last = s.last[:0], s.cur
+					s.state = usageIdle
+					return i + 1
+				}
+			}
+		}
+	}
+	return len(p)
+}
+
+// usageJSON is both usage shapes.
+type usageJSON struct {
+	PromptTokens     *int64 `json:"prompt_tokens"`
+	CompletionTokens *int64 `json:"completion_tokens"`
+	PromptDetails    *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputTokens  *int64 `json:"input_tokens"`
+	OutputTokens *int64 `json:"output_tokens"`
+	InputDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+}
+
+// Result parses the last usage object seen. ok is false when the body had
+// none (or none that parses with a prompt token count).
+func (s *usageScanner) Result() (u Usage, ok bool) {
+	if len(s.last) == 0 {
+		return Usage{}, false
+	}
+	var j usageJSON
+	if err := json.Unmarshal(s.last, &j); err != nil {
+		return Usage{}, false
+	}
+	switch {
+	case j.PromptTokens != nil:
+		u.PromptTokens = *j.PromptTokens
+		if j.CompletionTokens != nil {
+			u.CompletionTokens = *j.CompletionTokens
+		}
+		if j.PromptDetails != nil {
+			u.CachedTokens = j.PromptDetails.CachedTokens
+		}
+	case j.InputTokens != nil:
+		u.PromptTokens = *j.InputTokens
+		if j.OutputTokens != nil {
+			u.CompletionTokens = *j.OutputTokens
+		}
+		if j.InputDetails != nil {
+			u.CachedTokens = j.InputDetails.CachedTokens
+		}
+	default:
+		return Usage{}, false
+	}
+	if u.PromptTokens < 0 || u.CachedTokens < 0 || u.CompletionTokens < 0 {
+		return Usage{}, false
+	}
+	u.CachedTokens = min(u.CachedTokens, u.PromptTokens)
+	return u, true
+}
+
+// Reset clears s for reuse, keeping its buffers.
+func (s *usageScanner) Reset() {
+	*s = usageScanner{cur: s.cur[:0], last: s.last[:0]}
+}
