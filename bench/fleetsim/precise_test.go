@@ -359,7 +359,7 @@ func (a *accuracy) setNow(now time.Duration) {
 
 // TestRamjetPreciseAccuracy: on both workloads the precise overlap of the
 // chosen replica is closer to the engine's real cached prefix than the
-// estimate. The figures go to bench/results-precise.md:
+// estimate. The figures go to bench/RESULTS.md:
 //
 //	go test ./bench/fleetsim -run TestRamjetPreciseAccuracy -v -precise-scale 1 [-precise-seed 4] [-precise-kv-capacity 196608]
 func TestRamjetPreciseAccuracy(t *testing.T) {
