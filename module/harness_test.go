@@ -154,30 +154,48 @@ func (c *testCaddy) config(o proxyOpts) []byte {
 // reload posts a new config to the admin API (POST /load).
 func (c *testCaddy) reload(o proxyOpts) {
 	c.t.Helper()
-	resp, err := http.Post("http://"+c.admin+"/load", "application/json", bytes.NewReader(c.config(o)))
-	if err != nil {
-		c.t.Fatalf("POST /load: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		c.t.Fatalf("POST /load: %s: %s", resp.Status, b)
-	}
+	postLoad(c.t, c.admin, c.config(o))
 	c.waitReady()
 }
 
 func (c *testCaddy) waitReady() {
 	c.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		conn, err := net.DialTimeout("tcp", c.addr, 100*time.Millisecond)
-		if err == nil {
-			conn.Close()
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitListening(c.t, c.addr)
+}
+
+// postLoad posts cfg to the Caddy admin API at admin (POST /load).
+func postLoad(t testing.TB, admin string, cfg []byte) {
+	t.Helper()
+	resp, err := http.Post("http://"+admin+"/load", "application/json", bytes.NewReader(cfg))
+	if err != nil {
+		t.Fatalf("POST /load: %v", err)
 	}
-	c.t.Fatalf("caddy not listening on %s", c.addr)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("POST /load: %s: %s", resp.Status, b)
+	}
+}
+
+// waitListening waits up to 5 seconds for each address to accept TCP
+// connections.
+func waitListening(t testing.TB, addrs ...string) {
+	t.Helper()
+	for _, addr := range addrs {
+		ok := false
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+			if err == nil {
+				conn.Close()
+				ok = true
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !ok {
+			t.Fatalf("caddy not listening on %s", addr)
+		}
+	}
 }
 
 func (c *testCaddy) url(path string) string { return "http://" + c.addr + path }

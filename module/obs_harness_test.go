@@ -319,35 +319,13 @@ func (c *obsCaddy) config(o obsOpts) []byte {
 // reload posts a new config to the admin API (POST /load).
 func (c *obsCaddy) reload(o obsOpts) {
 	c.t.Helper()
-	resp, err := http.Post("http://"+c.admin+"/load", "application/json", bytes.NewReader(c.config(o)))
-	if err != nil {
-		c.t.Fatalf("POST /load: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		c.t.Fatalf("POST /load: %s: %s", resp.Status, b)
-	}
+	postLoad(c.t, c.admin, c.config(o))
 	c.waitReady()
 }
 
 func (c *obsCaddy) waitReady() {
 	c.t.Helper()
-	for _, addr := range []string{c.client, c.ops} {
-		ok := false
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-			conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-			if err == nil {
-				conn.Close()
-				ok = true
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !ok {
-			c.t.Fatalf("caddy not listening on %s", addr)
-		}
-	}
+	waitListening(c.t, c.client, c.ops)
 }
 
 // do sends a request and returns the response with its body read.
