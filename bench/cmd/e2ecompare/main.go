@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		workloads = fs.String("workload", "locality,burst,agent-fleet", "workloads, comma-separated ("+strings.Join(workload.Names, ", ")+")")
-		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated")
+		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet-precise is lb_policy ramjet fed by the engines' KV events")
 		replicas  = fs.Int("replicas", 8, "engine simulators")
 		seed      = fs.Uint64("seed", 1, "workload seed (the fleet simulation's -seed)")
 		scale     = fs.Float64("scale", 0.25, "workload request-count scale (the fleet simulation's -scale)")
@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		timeout   = fs.Duration("timeout", 2*time.Minute, "per-request timeout (wall)")
 		maxDur    = fs.Duration("max-duration", 10*time.Minute, "wall-time limit of one run")
 		asJSON    = fs.Bool("json", false, "print JSON rows instead of a Markdown table")
+		kvCap     = fs.Int("kv-capacity", 0, "KV cache capacity per engine in tokens (0: default)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -103,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, pol := range strings.Split(*policies, ",") {
 			pol = strings.TrimSpace(pol)
 			fmt.Fprintf(stderr, "e2ecompare: %s with %s (%d requests, %d replicas)\n", w.Name, pol, len(w.Trace), n)
-			row, err := runOne(ctx, w, pol, n, *seed, *timeScale, hist, *timeout, *maxDur, progress)
+			row, err := runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, progress)
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", w.Name, pol, err)
 			}
@@ -126,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // runOne replays w through Caddy with policy pol in front of n fresh
 // engine simulators.
-func runOne(ctx context.Context, w *workload.Workload, pol string, n int, seed uint64, ts float64,
+func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
 	hist loadgen.HistoryMode, timeout, maxDur time.Duration, progress io.Writer) (Row, error) {
 	const model = "sim"
 	var sims []*enginesim.Server
@@ -141,12 +142,15 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n int, seed u
 			Model: model, TimeScale: ts, Seed: uint64(i) + 1,
 			// The fleet simulation's context limit (fleetsim.DefaultMaxModelLen),
 			// so that agent contexts may pass 100k tokens as there.
-			Engine: engine.Config{MaxModelLen: 131072},
+			Engine: engine.Config{MaxModelLen: 131072, CapacityTokens: kvCapacity},
 		}
 		for _, sp := range w.Speculative {
 			if sp == i {
 				o.Engine.SpecTokens = 4
 			}
+		}
+		if pol == "ramjet-precise" {
+			o.KVEvents = enginesim.KVEventsOptions{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
 		}
 		s, err := enginesim.Start(ctx, o)
 		if err != nil {
@@ -158,6 +162,14 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n int, seed u
 	site := caddyrun.Site{Name: "lb", Policy: pol, Upstreams: addrs}
 	if pol == "ramjet" {
 		site = caddyrun.RamjetSite("lb", pol, addrs)
+	}
+	if pol == "ramjet-precise" {
+		site = caddyrun.RamjetSite("lb", "ramjet", addrs)
+		var engines []map[string]any
+		for i, s := range sims {
+			engines = append(engines, map[string]any{"upstream": addrs[i], "events": s.KVEndpoints()[0], "replay": s.KVReplayEndpoints()[0]})
+		}
+		site.PolicyConfig = map[string]any{"kv": map[string]any{"engines": engines, "block_size": 16}}
 	}
 	running, err := caddyrun.Start([]caddyrun.Site{site})
 	if err != nil {
