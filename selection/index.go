@@ -124,13 +124,20 @@ func (x *Index) find(key uint64) (uint64, bool) {
 	}
 }
 
-// get returns the replica set holding key (read lock held).
+// get returns the replica set holding key (read lock held). It is find
+// specialised for the lookup path: one probe loop, the bits read in place.
 func (x *Index) get(key uint64) mask {
-	h, ok := x.find(key)
-	if !ok {
-		return mask{}
+	table, slab := x.table, x.slab
+	m := uint64(len(table) - 1)
+	for h := x.slot(key); ; h = (h + 1) & m {
+		e := table[h]
+		if e == 0 {
+			return mask{}
+		}
+		if en := &slab[e-1]; en.key == key {
+			return en.bits
+		}
 	}
-	return x.slab[x.table[h]-1].bits
 }
 
 // remove deletes the table slot at h with backward-shift deletion.
@@ -248,7 +255,33 @@ func (x *Index) Forget(s Slot) {
 // Depths sets depth[s] for every slot s in interest to the number of
 // leading blocks of blocks that s is believed to hold. Slots outside
 // interest are left untouched. It allocates nothing.
+//
+// The bisection runs breadth first: every open interval of a level is
+// probed before any is split, so the level's index lookups are independent
+// of each other and the processor overlaps their memory accesses (a depth
+// first bisection chains every lookup on the previous one).
 func (x *Index) Depths(blocks []uint64, interest mask, depth *[MaxReplicas]int32) {
+	var w depthWork
+	x.depths(blocks, interest, depth, &w)
+}
+
+// span is an open interval of the bisection: block lo is held by every
+// slot of mlo and block hi by every slot of mhi, so the slots of
+// mlo \ mhi have their boundary inside.
+type span struct {
+	lo, hi   int32
+	mlo, mhi mask
+}
+
+// depthWork is the bisection's working memory (kept in Scratch so that a
+// decision neither allocates nor clears it). Spans hold disjoint
+// boundaries, so at most MaxReplicas are open at once.
+type depthWork struct {
+	bufs   [2][MaxReplicas]span
+	probes [MaxReplicas]mask
+}
+
+func (x *Index) depths(blocks []uint64, interest mask, depth *[MaxReplicas]int32, w *depthWork) {
 	n := len(blocks)
 	if n == 0 || interest.zero() {
 		return
@@ -263,36 +296,47 @@ func (x *Index) Depths(blocks []uint64, interest mask, depth *[MaxReplicas]int32
 	if n > 1 {
 		mN = x.get(blocks[n-1]).and(m0)
 	}
-	forEach(mN, func(s Slot) { depth[s] = int32(n) })
-	x.resolve(blocks, 0, n-1, m0, mN, depth)
-}
+	setDepth(mN, int32(n), depth)
 
-// resolve finds the depth of every slot in mlo \ mhi, which holds block lo
-// but not block hi.
-func (x *Index) resolve(blocks []uint64, lo, hi int, mlo, mhi mask, depth *[MaxReplicas]int32) {
-	for {
-		diff := mlo.andNot(mhi)
-		if diff.zero() {
-			return
+	cur, next, probes := &w.bufs[0], &w.bufs[1], &w.probes
+	open := 0
+	if !m0.andNot(mN).zero() {
+		cur[0] = span{0, int32(n - 1), m0, mN}
+		open = 1
+	}
+	for open > 0 {
+		for i := range cur[:open] {
+			if sp := &cur[i]; sp.hi-sp.lo > 1 {
+				probes[i] = x.get(blocks[sp.lo+(sp.hi-sp.lo)/2])
+			}
 		}
-		if hi-lo <= 1 {
-			forEach(diff, func(s Slot) { depth[s] = int32(lo + 1) })
-			return
+		split := 0
+		for i := range cur[:open] {
+			sp := &cur[i]
+			if sp.hi-sp.lo <= 1 {
+				setDepth(sp.mlo.andNot(sp.mhi), sp.lo+1, depth)
+				continue
+			}
+			mid := sp.lo + (sp.hi-sp.lo)/2
+			mm := probes[i].and(sp.mlo).or(sp.mhi)
+			if !sp.mlo.andNot(mm).zero() {
+				next[split] = span{sp.lo, mid, sp.mlo, mm}
+				split++
+			}
+			if !mm.andNot(sp.mhi).zero() {
+				next[split] = span{mid, sp.hi, mm, sp.mhi}
+				split++
+			}
 		}
-		mid := lo + (hi-lo)/2
-		mm := x.get(blocks[mid]).and(mlo).or(mhi)
-		x.resolve(blocks, lo, mid, mlo, mm, depth)
-		lo, mlo = mid, mm
+		cur, next, open = next, cur, split
 	}
 }
 
-func forEach(m mask, f func(Slot)) {
+// setDepth sets depth[s] = d for every slot s in m.
+func setDepth(m mask, d int32, depth *[MaxReplicas]int32) {
 	for w := range m {
-		v := m[w]
-		for v != 0 {
-			b := bits.TrailingZeros64(v)
-			f(Slot(w*64 + b))
-			v &= v - 1
+		for v := m[w]; v != 0; v &= v - 1 {
+			depth[w*64+bits.TrailingZeros64(v)] = d
 		}
 	}
 }

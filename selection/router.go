@@ -111,6 +111,7 @@ type Scratch struct {
 	Load    []float64
 	Score   []float64
 	depth   [MaxReplicas]int32
+	work    depthWork
 }
 
 // NewScratch returns a Scratch sized for n candidates.
@@ -293,7 +294,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			s.depth[c.Slot] = 0
 		}
 	}
-	rt.idx.Depths(f.Blocks, interest, &s.depth)
+	rt.idx.depths(f.Blocks, interest, &s.depth, &s.work)
 
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
