@@ -146,7 +146,8 @@ func (x Extractor) NewFeatures() *Features {
 }
 
 // blocker cuts the canonical prompt stream into fixed-size blocks and chains
-// their hashes. It lives on the caller's stack.
+// their hashes. It lives on the caller's stack. Small writes (separators,
+// roles, short texts) are staged and reach the digest in runs.
 type blocker struct {
 	d      xxhash.Digest
 	fill   int
@@ -155,9 +156,43 @@ type blocker struct {
 	blocks []uint64
 	total  int
 	full   bool
+	n      int // staged bytes
+	stage  [128]byte
 }
 
+// write appends p to the stream.
 func (k *blocker) write(p []byte) {
+	if len(p) <= 16 && k.n+len(p) <= len(k.stage) {
+		k.n += copy(k.stage[k.n:], p)
+		return
+	}
+	k.flush()
+	if len(p) <= 16 {
+		k.n = copy(k.stage[:], p)
+		return
+	}
+	k.emit(p)
+}
+
+func (k *blocker) writeByte(c byte) {
+	if k.n == len(k.stage) {
+		k.flush()
+	}
+	k.stage[k.n] = c
+	k.n++
+}
+
+// flush hands the staged bytes to the digest.
+func (k *blocker) flush() {
+	if k.n > 0 {
+		n := k.n
+		k.n = 0
+		k.emit(k.stage[:n])
+	}
+}
+
+// emit hashes p into the block chain.
+func (k *blocker) emit(p []byte) {
 	k.total += len(p)
 	if k.full {
 		return
@@ -182,15 +217,14 @@ func (k *blocker) write(p []byte) {
 	}
 }
 
-func (k *blocker) writeByte(c byte) {
-	b := [1]byte{c}
-	k.write(b[:])
-}
-
 // writeString writes the body of a JSON string (without quotes), decoding
 // escapes so that two encodings of the same text fingerprint alike.
 func (k *blocker) writeString(raw []byte, escaped bool) {
-	if k.full || !escaped {
+	if k.full {
+		k.total += len(raw)
+		return
+	}
+	if !escaped {
 		k.write(raw)
 		return
 	}
@@ -515,6 +549,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 			}
 		}
 	}
+	k.flush()
 	f.Blocks = k.blocks
 	f.PromptBytes = k.total
 	f.Truncated = k.full

@@ -87,61 +87,105 @@ func special(x uint64) uint64 {
 	return ((q-lsb)&^q | (s-lsb)&^s | (x-lsb*0x20)&^x) & msb
 }
 
-// nextSpecial returns the index of the first '"', '\\' or control
-// character in b at or after j, or len(b).
-func nextSpecial(b []byte, j int) int {
-	for j+16 <= len(b) {
-		m0 := special(binary.LittleEndian.Uint64(b[j:]))
-		m1 := special(binary.LittleEndian.Uint64(b[j+8:]))
-		if m0|m1 != 0 {
-			if m0 != 0 {
-				return j + bits.TrailingZeros64(m0)>>3
-			}
-			return j + 8 + bits.TrailingZeros64(m1)>>3
-		}
-		j += 16
-	}
-	for j < len(b) {
-		if c := b[j]; c == '"' || c == '\\' || c < 0x20 {
-			return j
-		}
-		j++
-	}
-	return j
+// quoteOrBackslash is special without the control characters, for a body
+// already validated.
+func quoteOrBackslash(x uint64) uint64 {
+	q := x ^ (lsb * '"')
+	s := x ^ (lsb * '\\')
+	return ((q-lsb)&^q | (s-lsb)&^s) & msb
 }
 
 // scanString validates the string starting at b[i] == '"' and returns the
-// index just past its closing quote and whether it contains escapes.
+// index just past its closing quote and whether it contains escapes. It
+// runs over the string with bytes.IndexByte (vectorised) for the quote and
+// the backslashes and checks the runs between escapes for control
+// characters eight bytes at a time (hasControl).
 func scanString(b []byte, i int) (end int, escaped bool, err error) {
 	j := i + 1
-	for {
-		j = nextSpecial(b, j)
-		if j >= len(b) {
-			return 0, false, syntaxErr(i, "unterminated string")
+	// Short strings (keys, roles) end within a word or two: look at them
+	// a word at a time before paying for bytes.IndexByte's setup.
+	for n := 0; n < 2 && j+8 <= len(b); n++ {
+		if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+			j += bits.TrailingZeros64(m) >> 3
+			if b[j] == '"' {
+				return j + 1, false, nil
+			}
+			break
 		}
-		switch c := b[j]; {
-		case c == '"':
-			return j + 1, escaped, nil
-		case c == '\\':
-			escaped = true
-			if j+1 >= len(b) {
+		j += 8
+	}
+	q := -1 // the next quote at or after j, once found
+	for {
+		if q < j {
+			k := bytes.IndexByte(b[j:], '"')
+			if k < 0 {
 				return 0, false, syntaxErr(i, "unterminated string")
 			}
-			switch b[j+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				j += 2
-			case 'u':
-				if _, ok := hex4(b[j+2:]); !ok {
-					return 0, false, syntaxErr(j, "invalid \\u escape in string")
-				}
-				j += 6
-			default:
-				return 0, false, syntaxErr(j, "invalid escape "+quoteByte(b[j+1])+" in string")
+			q = j + k
+		}
+		k := bytes.IndexByte(b[j:q], '\\')
+		if k < 0 {
+			if hasControl(b[j:q]) {
+				return 0, false, controlErr(b, j)
 			}
+			return q + 1, escaped, nil
+		}
+		p := j + k
+		if hasControl(b[j:p]) {
+			return 0, false, controlErr(b, j)
+		}
+		escaped = true
+		if p+1 >= len(b) {
+			return 0, false, syntaxErr(i, "unterminated string")
+		}
+		switch b[p+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			j = p + 2
+		case 'u':
+			if _, ok := hex4(b[p+2:]); !ok {
+				return 0, false, syntaxErr(p, "invalid \\u escape in string")
+			}
+			j = p + 6
 		default:
-			return 0, false, syntaxErr(j, "control character "+quoteByte(c)+" in string")
+			return 0, false, syntaxErr(p, "invalid escape "+quoteByte(b[p+1])+" in string")
 		}
 	}
+}
+
+func controlErr(b []byte, j int) error {
+	for b[j] >= 0x20 {
+		j++
+	}
+	return syntaxErr(j, "control character "+quoteByte(b[j])+" in string")
+}
+
+// hasControl reports whether s holds a byte below 0x20, 32 bytes at a time
+// (the "has less than" bit trick: exact for "any").
+func hasControl(s []byte) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	for len(s) >= 32 {
+		a := binary.LittleEndian.Uint64(s)
+		b := binary.LittleEndian.Uint64(s[8:])
+		c := binary.LittleEndian.Uint64(s[16:])
+		d := binary.LittleEndian.Uint64(s[24:])
+		if ((a-lo*0x20)&^a|(b-lo*0x20)&^b|(c-lo*0x20)&^c|(d-lo*0x20)&^d)&hi != 0 {
+			return true
+		}
+		s = s[32:]
+	}
+	for len(s) >= 8 {
+		x := binary.LittleEndian.Uint64(s)
+		if (x-lo*0x20)&^x&hi != 0 {
+			return true
+		}
+		s = s[8:]
+	}
+	for _, c := range s {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // laxString is scanString for a body already validated: it finds the
@@ -149,6 +193,15 @@ func scanString(b []byte, i int) (end int, escaped bool, err error) {
 func laxString(b []byte, i int) (end int, escaped bool) {
 	start := i + 1
 	j := start
+	for n := 0; n < 2 && j+8 <= len(b); n++ {
+		if m := quoteOrBackslash(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+			if q := j + bits.TrailingZeros64(m)>>3; b[q] == '"' {
+				return q + 1, false
+			}
+			break
+		}
+		j += 8
+	}
 	for {
 		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
