@@ -13,7 +13,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -352,4 +354,99 @@ func TestClientAuth(t *testing.T) {
 	if newClientAuth("{env.RJ_TEST_UNSET_KEYS}").check(httptest.NewRequest(http.MethodGet, "/", nil)) != nil {
 		t.Error("no keys configured, yet a request was refused")
 	}
+}
+
+// TestGuardMatcherPolicyMetricsAgree sends, through a real in-process
+// Caddy (guard, body matcher on the model, the ramjet policy, the observe
+// handler and its metrics), the bodies on which the guard's former scanner
+// and the parser disagreed: an escaped "model" key, an escaped '/' in the
+// model name, a body nested 300 deep; and the ones that must be refused: a
+// body nested deeper than selection.MaxDepth and messages as a string.
+// Guard, matcher, policy and metrics must all see the decoded name org/m1,
+// every accepted request must be routed by ramjet (never the fallback),
+// and every request costs one parse.
+func TestGuardMatcherPolicyMetricsAgree(t *testing.T) {
+	ss := startSims(t, 2, enginesimOptions("org/m1"))
+	ups := strings.Join(ss.dials(), " ")
+	c := startCaddyfile(t, `{
+	admin {ADMIN}
+}
+http://{ADDR} {
+	route {
+		ramjet_observe
+		ramjet_guard `+ups+`
+		@org ramjet_body org/*
+		reverse_proxy @org `+ups+` {
+			lb_policy ramjet
+		}
+		respond "no match" 404
+	}
+}
+`)
+	resetMetrics()
+	m := metrics()
+	msgs := `"messages":[{"role":"system","content":"` + longText("agree", 2000) + `"},{"role":"user","content":"hi"}],"max_tokens":4`
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	tests := []struct {
+		name, body string
+		wantStatus int
+		wantCode   string
+	}{
+		{"escaped key", `{"\u006dodel":"org/m1",` + msgs + `}`, 200, ""},
+		{"escaped slash", `{"model":"org\u002fm1",` + msgs + `}`, 200, ""},
+		{"300 deep", `{"model":"org/m1",` + msgs + `,"metadata_x":` + nest(300) + `}`, 200, ""},
+		{"escaped key, other model", `{"\u006dodel":"org\u002fother",` + msgs + `}`, 404, errCodeModelNotFound},
+		{"too deep", `{"model":"org/m1",` + msgs + `,"x":` + nest(selection.MaxDepth) + `}`, 400, errCodeInvalidJSON},
+		{"messages as a string", `{"model":"org/m1","messages":"hi"}`, 400, errCodeInvalidType},
+	}
+	parses := bodyParses.Load()
+	ids := map[string]bool{}
+	for _, tt := range tests {
+		resp, body := c.post("/v1/chat/completions", tt.body)
+		if resp.StatusCode != tt.wantStatus {
+			t.Fatalf("%s: status %d, want %d: %s", tt.name, resp.StatusCode, tt.wantStatus, body)
+		}
+		if tt.wantStatus != 200 {
+			we := decodeWireError(t, body)
+			if we.Error.Code == nil || *we.Error.Code != tt.wantCode {
+				t.Errorf("%s: code %v, want %s: %s", tt.name, we.Error.Code, tt.wantCode, body)
+			}
+			continue
+		}
+		id := resp.Header.Get(HeaderUpstream)
+		if id == "" || ss.byRouteID(id) < 0 {
+			t.Fatalf("%s: routed to %q, not one of the engines", tt.name, id)
+		}
+		ids[id] = true
+	}
+	if got := bodyParses.Load() - parses; got != int64(len(tests)) {
+		t.Errorf("%d parses for %d requests, want one each", got, len(tests))
+	}
+	eventually(t, "requests accounted", func() bool {
+		n := 0.0
+		for id := range ids {
+			n += testutil.ToFloat64(m.requests.WithLabelValues(id, "org/m1", OutcomeOK))
+		}
+		return n == 3
+	})
+	for id := range ids {
+		if got := testutil.ToFloat64(m.decisions.WithLabelValues(id, "fallback")); got != 0 {
+			t.Errorf("%v requests on %s went to the fallback policy", got, id)
+		}
+	}
+	for _, rec := range recentDecisions.list() {
+		if rec.Upstream != "" && (rec.Model != "org/m1" || rec.Reason == "fallback") {
+			t.Errorf("dashboard record %+v, want model org/m1 routed by ramjet", rec)
+		}
+	}
+	// The matcher compares the decoded name: a glob that only the raw bytes
+	// would match does not match.
+	resp, body := c.post("/v1/chat/completions", `{"model":"org\u002fm1","messages":[{"role":"user","content":"x"}]}`)
+	if resp.StatusCode != 200 {
+		t.Errorf("decoded name not matched by org/*: %d %s", resp.StatusCode, body)
+	}
+}
+
+func enginesimOptions(model string) enginesim.Options {
+	return enginesim.Options{Model: model, Instant: true}
 }
