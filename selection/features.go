@@ -326,7 +326,7 @@ func (s str) raw(b []byte) []byte { return b[s.off:s.end] }
 //	             xxhash of the raw part
 //	calls:       compact(tool_calls); for an item with neither role nor
 //	             content (a responses function_call), compact(the item)
-//	id:          compact(tool_call_id or call_id)
+//	id:          compact(tool_call_id), else compact(call_id)
 //
 // The seed is xxhash of model, a zero byte and cache_salt; block i is
 // xxhash, seeded by block i-1 (the seed for block 0), of the i-th run of
@@ -357,14 +357,17 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	}
 	var model, salt, instr str
 	var input Span
-	var terr error // the first type error; syntax errors found later win
+	// The type error of each field's last occurrence (a later duplicate
+	// overrides, as it does in encoding/json maps); syntax errors found
+	// later win over all of them.
+	var terrs [numKeys]error
 	maxTok, maxCompl, maxOut := -1, -1, -1
 	llm := ep != EndpointUnknown
 	var kbuf [24]byte
 	it := newObjectIter(b, i, 1)
 	for it.next() {
 		v := it.val
-		key := knownKey(decodeKey(it.key, it.esc, &kbuf))
+		key, ki := knownKey(decodeKey(it.key, it.esc, &kbuf))
 		var want string // what the value must be, for a type error
 		switch {
 		case key == "":
@@ -377,7 +380,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 				if err != nil {
 					return inField(err, key)
 				}
-				model, want = str{v + 1, end - 1, esc, true}, ""
+				model, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
 				it.i = end
 				continue
 			}
@@ -391,7 +394,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 				if err != nil {
 					return inField(err, key)
 				}
-				salt, want = str{v + 1, end - 1, esc, true}, ""
+				salt, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
 				it.i = end
 				continue
 			}
@@ -414,10 +417,9 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 			}
 			if end > 0 {
 				n, ok := parseUint(b[v:end])
+				terrs[ki] = nil
 				if !ok {
-					if terr == nil {
-						terr = typeErr(key, v, "a non-negative integer")
-					}
+					n, terrs[ki] = -1, typeErr(key, v, "a non-negative integer or null")
 				}
 				*dst = n
 				it.i = end
@@ -451,7 +453,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 				if err != nil {
 					return inField(err, key)
 				}
-				instr, want = str{v + 1, end - 1, esc, true}, ""
+				instr, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
 				it.i = end
 				continue
 			}
@@ -464,6 +466,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 			return inField(err, key)
 		}
 		it.i = end
+		terrs[ki] = nil
 		switch {
 		case want == "":
 			switch key {
@@ -478,8 +481,8 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 			}
 		case b[v] == 'n':
 			// null: absent
-		case terr == nil:
-			terr = typeErr(key, v, want+" or null")
+		default:
+			terrs[ki] = typeErr(key, v, want+" or null")
 		}
 	}
 	if it.err != nil {
@@ -488,8 +491,10 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	if j := skipWS(b, it.end); j != len(b) {
 		return syntaxErr(j, "unexpected data after the JSON object")
 	}
-	if terr != nil {
-		return terr
+	for _, err := range terrs {
+		if err != nil {
+			return err
+		}
 	}
 	switch {
 	case maxCompl >= 0:
@@ -564,34 +569,22 @@ func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
 	return x.Parse(ep, body, f)
 }
 
-// knownKey returns the name of a top-level field Parse reads (a constant,
-// so that errors can keep it without allocating), or "".
-func knownKey(k []byte) string {
-	switch string(k) {
-	case "model":
-		return "model"
-	case "cache_salt":
-		return "cache_salt"
-	case "stream":
-		return "stream"
-	case "max_tokens":
-		return "max_tokens"
-	case "max_completion_tokens":
-		return "max_completion_tokens"
-	case "max_output_tokens":
-		return "max_output_tokens"
-	case "messages":
-		return "messages"
-	case "tools":
-		return "tools"
-	case "prompt":
-		return "prompt"
-	case "input":
-		return "input"
-	case "instructions":
-		return "instructions"
+// topKeys are the top-level fields Parse reads.
+var topKeys = [...]string{"model", "cache_salt", "stream", "max_tokens", "max_completion_tokens",
+	"max_output_tokens", "messages", "tools", "prompt", "input", "instructions"}
+
+const numKeys = len(topKeys)
+
+// knownKey returns the name of a top-level field Parse reads (the constant
+// of topKeys, so that errors keep it without allocating) and its index, or
+// "" and 0.
+func knownKey(k []byte) (string, int) {
+	for i, name := range topKeys {
+		if string(k) == name {
+			return name, i
+		}
 	}
-	return ""
+	return "", 0
 }
 
 // decoded returns the string s of b with its escapes decoded (into f.buf
@@ -729,7 +722,7 @@ func writeMessages(k *blocker, b []byte, v int, param string) error {
 			return typeErr(elemParam(param, arr.n, ""), m, "an object")
 		}
 		var role, name, content str
-		var contentArr, calls, callID Span
+		var contentArr, calls, callID, callID2 Span
 		obj := newLaxObj(b, m)
 		for obj.next() {
 			key := decodeKey(obj.key, obj.esc, &kbuf)
@@ -774,10 +767,15 @@ func writeMessages(k *blocker, b []byte, v int, param string) error {
 				if c != 'n' {
 					calls = spanOf(val, end)
 				}
-			case "tool_call_id", "call_id":
+			case "tool_call_id":
 				callID = Span{}
 				if c != 'n' {
 					callID = spanOf(val, end)
+				}
+			case "call_id":
+				callID2 = Span{}
+				if c != 'n' {
+					callID2 = spanOf(val, end)
 				}
 			}
 		}
@@ -807,6 +805,9 @@ func writeMessages(k *blocker, b []byte, v int, param string) error {
 			k.writeCompact(b[m:obj.end])
 		}
 		k.writeByte(sepField)
+		if callID == (Span{}) {
+			callID = callID2
+		}
 		if callID != (Span{}) {
 			k.writeCompact(callID.Bytes(b))
 		}

@@ -260,27 +260,7 @@ func TestHashTokenBlocks(t *testing.T) {
 	}
 }
 
-func FuzzExtract(f *testing.F) {
-	f.Add([]byte(chatBody("m", [2]string{"user", "hello"})))
-	f.Add([]byte(`{"model":"m","prompt":["a","b"],"max_tokens":3}`))
-	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"\u00e9"}]}],"tools":[{"a":1}]}`))
-	f.Add([]byte(`{"model":"m","input":[{"type":"function_call","call_id":"x"}],"instructions":"s"}`))
-	x := NewExtractor(testConfig())
-	feat := x.NewFeatures()
-	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, ep := range []Endpoint{EndpointChat, EndpointCompletions, EndpointResponses} {
-			err := x.Parse(ep, body, feat)
-			if err == nil && !json.Valid(body) {
-				t.Fatalf("accepted invalid JSON: %q", body)
-			}
-			if len(feat.Blocks) > x.MaxBlocks() {
-				t.Fatalf("%d blocks over the bound", len(feat.Blocks))
-			}
-		}
-	})
-}
-
-func ExampleExtractor_Extract() {
+func ExampleExtractor_Parse() {
 	c := Config{}
 	c.SetDefaults()
 	x := NewExtractor(c)
