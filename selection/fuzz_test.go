@@ -80,21 +80,24 @@ func FuzzParseChat(f *testing.F) {
 // escaped keys, \u-escaped strings, whitespace and content parts.
 func chatFromParts(model, role, content, tool string, mode uint8) []byte {
 	str := func(s string) string {
-		b, _ := json.Marshal(s)
-		if mode&4 != 0 {
-			// Escape every ASCII letter as \u00XX (still the same string).
-			var sb strings.Builder
-			for _, c := range string(b) {
-				if c >= 'a' && c <= 'z' {
-					sb.WriteString(`\u00`)
-					sb.WriteString(strings.ToLower(string("0123456789abcdef"[c>>4])) + string("0123456789abcdef"[c&15]))
-					continue
-				}
-				sb.WriteRune(c)
-			}
-			return sb.String()
+		if mode&4 == 0 {
+			b, _ := json.Marshal(s)
+			return string(b)
 		}
-		return string(b)
+		// Escape every ASCII letter as \u00XX (still the same string).
+		const hex = "0123456789abcdef"
+		var sb strings.Builder
+		sb.WriteByte('"')
+		for _, c := range s {
+			if c >= 'a' && c <= 'z' {
+				sb.WriteString(`\u00` + string(hex[c>>4]) + string(hex[c&15]))
+				continue
+			}
+			b, _ := json.Marshal(string(c))
+			sb.Write(b[1 : len(b)-1])
+		}
+		sb.WriteByte('"')
+		return sb.String()
 	}
 	key := func(k string) string {
 		if mode&2 != 0 {
