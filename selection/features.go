@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"strings"
 	"unicode/utf8"
 
@@ -158,6 +159,26 @@ type blocker struct {
 	full   bool
 	n      int // staged bytes
 	stage  [128]byte
+}
+
+// reset starts an empty stream for x into blocks.
+func (k *blocker) reset(x Extractor, blocks []uint64) {
+	k.d.ResetWithSeed(0)
+	k.fill, k.total, k.full, k.n = 0, 0, false, 0
+	k.bb, k.max, k.blocks = x.blockBytes, x.maxBlocks, blocks
+}
+
+// mixSeed binds the chained hash h of a block to the request's seed: a
+// bijection of h for each seed (murmur3's finaliser over h xor the
+// scrambled seed).
+func mixSeed(seed, h uint64) uint64 {
+	x := h ^ bits.RotateLeft64(seed*0x9E3779B97F4A7C15, 31)
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
 }
 
 // write appends p to the stream.
@@ -328,9 +349,11 @@ func (s str) raw(b []byte) []byte { return b[s.off:s.end] }
 //	             content (a responses function_call), compact(the item)
 //	id:          compact(tool_call_id), else compact(call_id)
 //
-// The seed is xxhash of model, a zero byte and cache_salt; block i is
-// xxhash, seeded by block i-1 (the seed for block 0), of the i-th run of
-// BlockBytes stream bytes. Only full blocks count, at most MaxBlocks.
+// The seed is xxhash of model, a zero byte and cache_salt. The chain: h(i)
+// is xxhash, seeded by h(i-1) (0 for block 0), of the i-th run of
+// BlockBytes stream bytes; block i is mixSeed(seed, h(i)), so every block
+// depends on the seed and on all the stream before it. Only full blocks
+// count, at most MaxBlocks.
 //
 // Parse allocates nothing when f came from NewFeatures (or was parsed into
 // before) and the model name has no escapes longer than f's buffer.
@@ -364,6 +387,17 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	maxTok, maxCompl, maxOut := -1, -1, -1
 	llm := ep != EndpointUnknown
 	var kbuf [24]byte
+
+	// The block chain starts from 0 and is bound to the seed (model,
+	// cache_salt) at the end (mixSeed), so that a chat body's tools and
+	// messages are hashed during this one pass wherever the model is. When
+	// the body has them in the canonical order (tools, if any, before
+	// messages), messages are validated and hashed in one walk; otherwise
+	// (tools after messages, duplicate keys) they are hashed again at the
+	// end from their spans.
+	var k blocker
+	k.reset(x, f.Blocks[:0])
+	var toolsHashed, msgsHashed, redo bool
 	it := newObjectIter(b, i, 1)
 	for it.next() {
 		v := it.val
@@ -428,10 +462,38 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 			*dst, want = -1, "a non-negative integer"
 		case key == "messages" && ep == EndpointChat:
 			f.Messages, want = Span{}, "an array"
+			redo = redo || msgsHashed
 			if b[v] == '[' {
 				want = ""
+				if !redo {
+					k.writeByte(sepSection)
+					end, err := walkMessages(&k, b, v, "messages")
+					if re, ok := err.(*RequestError); ok && re.Syntax {
+						return inField(err, key)
+					}
+					terrs[ki], f.Messages, msgsHashed = err, spanOf(v, end), true
+					it.i = end
+					continue
+				}
 			}
-		case key == "tools" && (ep == EndpointChat || ep == EndpointResponses):
+		case key == "tools" && ep == EndpointChat:
+			f.Tools, want = Span{}, "an array"
+			redo = redo || msgsHashed || toolsHashed
+			if b[v] == '[' {
+				want = ""
+				if !redo {
+					end, err := skipValue(b, v, 1)
+					if err != nil {
+						return inField(err, key)
+					}
+					terrs[ki], f.Tools, toolsHashed = nil, spanOf(v, end), true
+					k.writeByte(sepSection)
+					k.writeCompact(b[v:end])
+					it.i = end
+					continue
+				}
+			}
+		case key == "tools" && ep == EndpointResponses:
 			f.Tools, want = Span{}, "an array"
 			if b[v] == '[' {
 				want = ""
@@ -510,20 +572,21 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 
 	// The seed: model, then cache_salt. A LoRA adapter is addressed by its
 	// model name in vLLM and SGLang, so the model covers it.
-	var k blocker
-	k.d.ResetWithSeed(0)
-	_, _ = k.d.Write(f.Model)
-	_, _ = k.d.Write([]byte{0})
-	_, _ = k.d.Write(f.CacheSalt)
-	f.Seed = k.d.Sum64()
-	k.d.ResetWithSeed(f.Seed)
-	k.bb, k.max, k.blocks = x.blockBytes, x.maxBlocks, f.Blocks[:0]
+	var d xxhash.Digest
+	_, _ = d.Write(f.Model)
+	_, _ = d.Write([]byte{0})
+	_, _ = d.Write(f.CacheSalt)
+	f.Seed = d.Sum64()
 
 	// The second pass: the prompt fields of a body known valid, in
 	// canonical order, checking the types inside messages.
 	var err error
 	switch ep {
 	case EndpointChat:
+		if !redo {
+			break // hashed in the first pass
+		}
+		k.reset(x, f.Blocks[:0])
 		if f.Tools != (Span{}) {
 			k.writeByte(sepSection)
 			k.writeCompact(f.Tools.Bytes(b))
@@ -555,6 +618,9 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 		}
 	}
 	k.flush()
+	for i, h := range k.blocks {
+		k.blocks[i] = mixSeed(f.Seed, h)
+	}
 	f.Blocks = k.blocks
 	f.PromptBytes = k.total
 	f.Truncated = k.full
@@ -813,6 +879,177 @@ func writeMessages(k *blocker, b []byte, v int, param string) error {
 		}
 	}
 	return nil
+}
+
+// arrayIter walks the elements of an array, validating its syntax (the
+// elements are the caller's to consume); same protocol as objectIter.
+type arrayIter struct {
+	b     []byte
+	i     int
+	n     int // index of the current element
+	first bool
+	val   int
+	end   int
+	err   error
+}
+
+func newArrayIter(b []byte, i int) arrayIter { return arrayIter{b: b, i: i + 1, n: -1, first: true} }
+
+func (a *arrayIter) next() bool {
+	b := a.b
+	i := skipWS(b, a.i)
+	if i >= len(b) {
+		a.err = syntaxErr(i, "unexpected end of input in array")
+		return false
+	}
+	if b[i] == ']' {
+		a.end = i + 1
+		return false
+	}
+	if !a.first {
+		if b[i] != ',' {
+			a.err = syntaxErr(i, "expected ',' or ']' after array element")
+			return false
+		}
+		if i = skipWS(b, i+1); i >= len(b) {
+			a.err = syntaxErr(i, "unexpected end of input in array")
+			return false
+		}
+	}
+	a.first = false
+	a.val = i
+	a.n++
+	return true
+}
+
+// walkMessages is writeMessages over a body not yet validated: it
+// validates the messages array at b[v] == '[' (nesting depth 1) while it
+// hashes it, in one walk. It returns the end of the array and a syntax
+// error, or the first type error (after validating the whole array).
+func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
+	var kbuf [24]byte
+	var terr error
+	arr := newArrayIter(b, v)
+	for arr.next() {
+		m := arr.val
+		if b[m] != '{' {
+			end, err := skipValue(b, m, 2)
+			if err != nil {
+				return 0, err
+			}
+			if terr == nil {
+				terr = typeErr(elemParam(param, arr.n, ""), m, "an object")
+			}
+			arr.i = end
+			continue
+		}
+		var role, name, content str
+		var contentArr, calls, callID, callID2 Span
+		obj := newObjectIter(b, m, 3)
+		for obj.next() {
+			key := decodeKey(obj.key, obj.esc, &kbuf)
+			val := obj.val
+			c := b[val]
+			var end int
+			esc := false
+			var err error
+			if c == '"' {
+				end, esc, err = scanString(b, val)
+			} else {
+				end, err = skipValue(b, val, 3)
+			}
+			if err != nil {
+				return 0, err
+			}
+			obj.i = end
+			switch string(key) {
+			case "role", "name":
+				s := str{val + 1, end - 1, esc, true}
+				switch c {
+				case '"':
+				case 'n':
+					s = str{}
+				default:
+					if terr == nil {
+						terr = typeErr(elemParam(param, arr.n, string(key)), val, "a string")
+					}
+				}
+				if key[0] == 'r' {
+					role = s
+				} else {
+					name = s
+				}
+			case "content":
+				content, contentArr = str{}, Span{}
+				switch c {
+				case '"':
+					content = str{val + 1, end - 1, esc, true}
+				case '[':
+					contentArr = spanOf(val, end)
+				case 'n':
+				default:
+					if terr == nil {
+						terr = typeErr(elemParam(param, arr.n, "content"), val, "a string, an array of parts or null")
+					}
+				}
+			case "tool_calls":
+				calls = Span{}
+				if c != 'n' {
+					calls = spanOf(val, end)
+				}
+			case "tool_call_id":
+				callID = Span{}
+				if c != 'n' {
+					callID = spanOf(val, end)
+				}
+			case "call_id":
+				callID2 = Span{}
+				if c != 'n' {
+					callID2 = spanOf(val, end)
+				}
+			}
+		}
+		if obj.err != nil {
+			return 0, obj.err
+		}
+		arr.i = obj.end
+		if terr != nil {
+			continue // the features are refused: only validate the rest
+		}
+		k.writeByte(sepMessage)
+		if role.set {
+			k.writeString(role.raw(b), role.esc)
+		}
+		k.writeByte(sepField)
+		if name.set {
+			k.writeString(name.raw(b), name.esc)
+		}
+		k.writeByte(sepField)
+		switch {
+		case content.set:
+			k.writeString(content.raw(b), content.esc)
+		case contentArr != (Span{}):
+			writeParts(k, b, int(contentArr.Off))
+		}
+		k.writeByte(sepField)
+		switch {
+		case calls != (Span{}):
+			k.writeCompact(calls.Bytes(b))
+		case !role.set && !content.set && contentArr == (Span{}):
+			k.writeCompact(b[m:obj.end])
+		}
+		k.writeByte(sepField)
+		if callID == (Span{}) {
+			callID = callID2
+		}
+		if callID != (Span{}) {
+			k.writeCompact(callID.Bytes(b))
+		}
+	}
+	if arr.err != nil {
+		return 0, arr.err
+	}
+	return arr.end, terr
 }
 
 // writeParts writes an array of content parts at b[v] == '[': each part's

@@ -443,13 +443,13 @@ func reference(ep Endpoint, body []byte, x Extractor) (r refFeatures, ok bool) {
 	}
 	r.stream_ = s
 	r.seed = xxhash.Sum64([]byte(r.model + "\x00" + r.salt))
-	prev := r.seed
+	prev := uint64(0)
 	bb := x.blockBytes
 	for len(s) >= bb && len(r.blocks) < x.maxBlocks {
 		d := xxhash.NewWithSeed(prev)
 		_, _ = d.Write(s[:bb])
 		prev = d.Sum64()
-		r.blocks = append(r.blocks, prev)
+		r.blocks = append(r.blocks, mixSeed(r.seed, prev))
 		s = s[bb:]
 	}
 	r.truncated = len(r.blocks) == x.maxBlocks
