@@ -573,6 +573,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	// The seed: model, then cache_salt. A LoRA adapter is addressed by its
 	// model name in vLLM and SGLang, so the model covers it.
 	var d xxhash.Digest
+	d.Reset()
 	_, _ = d.Write(f.Model)
 	_, _ = d.Write([]byte{0})
 	_, _ = d.Write(f.CacheSalt)
@@ -929,6 +930,7 @@ func (a *arrayIter) next() bool {
 func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 	var kbuf [24]byte
 	var terr error
+	var parts partList // reused: at tells whose parts it holds
 	arr := newArrayIter(b, v)
 	for arr.next() {
 		m := arr.val
@@ -953,9 +955,13 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 			var end int
 			esc := false
 			var err error
-			if c == '"' {
+			switch {
+			case c == '"':
 				end, esc, err = scanString(b, val)
-			} else {
+			case c == '[' && string(key) == "content":
+				// Validated once, its parts noted for writing below.
+				end, err = parts.walk(b, val)
+			default:
 				end, err = skipValue(b, val, 3)
 			}
 			if err != nil {
@@ -1028,6 +1034,8 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 		switch {
 		case content.set:
 			k.writeString(content.raw(b), content.esc)
+		case contentArr != (Span{}) && parts.ok && parts.at == contentArr.Off:
+			parts.write(k, b)
 		case contentArr != (Span{}):
 			writeParts(k, b, int(contentArr.Off))
 		}
@@ -1050,6 +1058,97 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 		return 0, arr.err
 	}
 	return arr.end, terr
+}
+
+// partList notes what writeParts would write for a content array while
+// walk validates it, so that a message's parts are read once: up to 8
+// parts (more, and writeParts walks the array again).
+type partList struct {
+	at   int32 // offset of the array
+	ok   bool  // the parts fit
+	n    int
+	part [8]struct {
+		text     str  // the part's text, when set
+		off, end int  // the raw part, for a digest
+		isText   bool // text is set
+	}
+}
+
+// walk validates the array of parts at b[v] == '[' (nesting depth 3) and
+// notes each part's text or raw span.
+func (pl *partList) walk(b []byte, v int) (int, error) {
+	var kbuf [24]byte
+	pl.at, pl.ok, pl.n = int32(v), true, 0 // at: v > 0 inside a body
+	arr := newArrayIter(b, v)
+	for arr.next() {
+		p := arr.val
+		var text str
+		var end int
+		switch b[p] {
+		case '"':
+			e, esc, err := scanString(b, p)
+			if err != nil {
+				return 0, err
+			}
+			text, end = str{p + 1, e - 1, esc, true}, e
+		case '{':
+			obj := newObjectIter(b, p, 5)
+			for obj.next() {
+				key := decodeKey(obj.key, obj.esc, &kbuf)
+				val := obj.val
+				if b[val] == '"' {
+					e, esc, err := scanString(b, val)
+					if err != nil {
+						return 0, err
+					}
+					if string(key) == "text" {
+						text = str{val + 1, e - 1, esc, true}
+					}
+					obj.i = e
+					continue
+				}
+				if string(key) == "text" {
+					text = str{}
+				}
+				obj.skip()
+			}
+			if obj.err != nil {
+				return 0, obj.err
+			}
+			end = obj.end
+		default:
+			e, err := skipValue(b, p, 4)
+			if err != nil {
+				return 0, err
+			}
+			end = e
+		}
+		arr.i = end
+		if pl.n == len(pl.part) {
+			pl.ok = false
+			continue
+		}
+		pl.part[pl.n].text, pl.part[pl.n].isText = text, text.set
+		pl.part[pl.n].off, pl.part[pl.n].end = p, end
+		pl.n++
+	}
+	if arr.err != nil {
+		return 0, arr.err
+	}
+	return arr.end, nil
+}
+
+// write writes the noted parts as writeParts would.
+func (pl *partList) write(k *blocker, b []byte) {
+	for i := range pl.part[:pl.n] {
+		p := &pl.part[i]
+		k.writeByte(sepField)
+		if p.isText {
+			k.writeString(p.text.raw(b), p.text.esc)
+		} else {
+			k.writeDigest(b[p.off:p.end])
+		}
+	}
 }
 
 // writeParts writes an array of content parts at b[v] == '[': each part's

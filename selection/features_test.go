@@ -272,3 +272,52 @@ func ExampleExtractor_Parse() {
 	fmt.Println(string(f.Model), f.Stream, f.MaxTokens, len(f.Blocks))
 	// Output: qwen3-32b true 256 0
 }
+
+// The fingerprint does not depend on the key order of the body: tools
+// after messages, model last (the OpenAI Python SDK's order) gives the
+// blocks of the canonical order, which Parse hashes in one walk.
+func TestParseKeyOrder(t *testing.T) {
+	c := testConfig()
+	long := strings.Repeat("abcdefgh", 40)
+	msgs := `"messages":[{"role":"system","content":"` + long + `"},{"content":[{"type":"text","text":"` + long + `"}],"role":"user"}]`
+	tools := `"tools":[{"type":"function","function":{"name":"f"}}]`
+	a := extract(t, c, EndpointChat, `{"model":"m",`+tools+`,`+msgs+`}`)
+	b := extract(t, c, EndpointChat, `{`+msgs+`,`+tools+`,"model":"m"}`)
+	d := extract(t, c, EndpointChat, `{"\u006dodel":"\u006d",`+msgs+`,"tools":null,`+tools+`}`)
+	if len(a.Blocks) < 10 {
+		t.Fatalf("%d blocks", len(a.Blocks))
+	}
+	for _, g := range []*Features{b, d} {
+		if diff := cmp.Diff(a.Blocks, g.Blocks); diff != "" || g.Seed != a.Seed || g.PromptBytes != a.PromptBytes {
+			t.Fatalf("key order changes the fingerprint (-want +got):\n%s", diff)
+		}
+	}
+}
+
+// Model, keys and spans as the precise path and the guard use them.
+func TestParseModelAndSpans(t *testing.T) {
+	c := testConfig()
+	body := `{"\u006dodel":"org\u002fm1","cache_salt":"s\u0031","messages":[{"role":"user","content":"hi"}],"tools":[ {"a":1} ]}`
+	f := extract(t, c, EndpointChat, body)
+	if string(f.Model) != "org/m1" || string(f.CacheSalt) != "s1" {
+		t.Fatalf("model %q salt %q", f.Model, f.CacheSalt)
+	}
+	if got := string(f.Messages.Bytes([]byte(body))); got != `[{"role":"user","content":"hi"}]` {
+		t.Errorf("messages span %q", got)
+	}
+	if got := string(f.Tools.Bytes([]byte(body))); got != `[ {"a":1} ]` {
+		t.Errorf("tools span %q", got)
+	}
+	if f.Prompt != (Span{}) || f.Prompt.Bytes([]byte(body)) != nil {
+		t.Errorf("prompt span %v on chat", f.Prompt)
+	}
+	p := extract(t, c, EndpointCompletions, `{"model":"m","prompt":"abc","messages":5}`)
+	if string(p.Prompt.Bytes([]byte(`{"model":"m","prompt":"abc","messages":5}`))) != `"abc"` || p.Messages != (Span{}) {
+		t.Errorf("completions spans %+v %+v", p.Prompt, p.Messages)
+	}
+	// The same name escaped and not seeds alike.
+	g := extract(t, c, EndpointChat, `{"model":"org/m1","cache_salt":"s1","messages":[{"role":"user","content":"hi"}],"tools":[{"a":1}]}`)
+	if g.Seed != f.Seed {
+		t.Error("escaped model seeds differently")
+	}
+}
