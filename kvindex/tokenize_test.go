@@ -229,7 +229,7 @@ func TestFeaturesKey(t *testing.T) {
 	x := selection.NewExtractor(c)
 	key := func(body string) uint64 {
 		f := x.NewFeatures()
-		if err := x.Extract(selection.EndpointChat, []byte(body), f); err != nil {
+		if err := x.Parse(selection.EndpointChat, []byte(body), f); err != nil {
 			t.Fatal(err)
 		}
 		return FeaturesKey(f)

@@ -208,7 +208,7 @@ func explain(f *fleet, ep selection.Endpoint, body []byte) (Explanation, error) 
 	cfg := rt.Config()
 	x := rt.Extractor()
 	feat := x.NewFeatures()
-	if err := x.Extract(ep, body, feat); err != nil {
+	if err := x.Parse(ep, body, feat); err != nil {
 		return Explanation{}, fmt.Errorf("request body: %w", err)
 	}
 	snap := snapshotFleet(f)

@@ -3,10 +3,13 @@ package module
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // OpenAI error types and codes written by ramjet. Clients of the OpenAI API
@@ -16,6 +19,7 @@ const (
 	errTypeServer         = "server_error"
 
 	errCodeInvalidJSON     = "invalid_json"
+	errCodeInvalidType     = "invalid_type"
 	errCodeBodyTooLarge    = "request_too_large"
 	errCodeModelNotFound   = "model_not_found"
 	errCodeNoReplica       = "no_replica_available"
@@ -74,6 +78,24 @@ func WriteAPIError(w http.ResponseWriter, e *APIError) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// requestErrorAPI is the 400 for a body selection.Parse refused: code
+// invalid_json for malformed JSON (or nesting deeper than
+// selection.MaxDepth), invalid_type for a field of the wrong type; param
+// names the field when known.
+func requestErrorAPI(err error) *APIError {
+	var re *selection.RequestError
+	if !errors.As(err, &re) {
+		return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
+			"the request body could not be parsed")
+	}
+	if re.Syntax {
+		return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, re.Param,
+			fmt.Sprintf("the request body is not valid JSON: %s (at byte %d)", re.Msg, re.Offset))
+	}
+	return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidType, re.Param,
+		fmt.Sprintf("invalid request: %s (at byte %d)", re.Msg, re.Offset))
 }
 
 // apiErrorFromHandler turns an error returned by the rest of the handler

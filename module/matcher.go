@@ -19,8 +19,8 @@ func init() {
 // BodyMatcher matches OpenAI requests (POST /v1/chat/completions,
 // /v1/completions, /v1/responses) by the fields of their JSON body. It
 // reads the body once, bounded, restores it so that the upstream receives
-// the identical bytes, and keeps the parsed features in the request vars
-// for the ramjet policy, which then does not parse the body again.
+// the identical bytes, and keeps the parsed features in the per-request
+// state for the ramjet policy, which then does not parse the body again.
 //
 // A body that is not valid JSON, is larger than max_body_bytes, or is sent
 // to another route does not match.
@@ -102,25 +102,11 @@ func (m *BodyMatcher) Validate() error {
 	return nil
 }
 
-// defaultExtractor parses bodies when no ramjet policy is provisioned.
-var defaultExtractor = func() selection.Extractor {
-	var c selection.Config
-	c.SetDefaults()
-	return selection.NewExtractor(c)
-}()
-
-// matchExtractor is the extractor whose features the policy of the default
-// state will reuse without parsing again.
-func matchExtractor() selection.Extractor {
-	if f := lookupFleet(""); f != nil {
-		return f.rt.Extractor()
-	}
-	return defaultExtractor
-}
-
 // MatchWithError reports whether r is an OpenAI request whose body
-// matches. Bodies that cannot be parsed do not match and are no error:
-// the ramjet handler answers those with a 400.
+// matches: the decoded "model" (Features.Model, as the guard and the
+// policy see it) against the globs. It reuses the request's one parse (the
+// guard's, when the guard ran first). Bodies that cannot be parsed do not
+// match and are no error: the guard answers those with a 400.
 func (m BodyMatcher) MatchWithError(r *http.Request) (bool, error) {
 	if r.Method != http.MethodPost {
 		return false, nil
@@ -140,7 +126,7 @@ func (m BodyMatcher) MatchWithError(r *http.Request) (bool, error) {
 		return false, nil
 	}
 	defer b.release()
-	f := st.features(matchExtractor(), ep)
+	f := st.features(sharedExtractor(), ep)
 	if f == nil {
 		return false, nil
 	}
@@ -164,7 +150,6 @@ func (m BodyMatcher) Match(r *http.Request) bool {
 // Interface guards.
 var (
 	_ caddyhttp.RequestMatcherWithError = (*BodyMatcher)(nil)
-	_ caddyhttp.RequestMatcher          = (*BodyMatcher)(nil)
 	_ caddy.Provisioner                 = (*BodyMatcher)(nil)
 	_ caddy.Validator                   = (*BodyMatcher)(nil)
 	_ caddyfile.Unmarshaler             = (*BodyMatcher)(nil)

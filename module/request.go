@@ -158,30 +158,68 @@ func (st *reqState) acquireBody() *bodyBuf {
 	return b
 }
 
-// features returns the parsed features for extractor x, parsing (or
-// re-parsing with another block size) as needed. It returns nil when the
-// body is missing, too large or malformed. The caller must hold a
-// reference on the body (acquireBody) while it uses the result.
+// features returns the parsed features for extractor x, or nil when the
+// body is missing, too large or malformed (st.featErr then holds the
+// *selection.RequestError). See parse.
 func (st *reqState) features(x selection.Extractor, ep selection.Endpoint) *selection.Features {
+	f, err := st.parse(x, ep)
+	if err != nil {
+		return nil
+	}
+	return f
+}
+
+// parse parses the body with selection's parser once per request and
+// keeps the result in the body buffer: the guard, the body matcher and the
+// policy all call it, and only the first call parses. A later call with
+// another extractor or endpoint (a policy whose block size differs from
+// sharedExtractor's) parses again; the validation result is the same, as
+// it does not depend on the extractor. It returns (nil, nil) when there is
+// no body. The caller must hold a reference on the body (acquireBody) while
+// it uses the result.
+func (st *reqState) parse(x selection.Extractor, ep selection.Endpoint) (*selection.Features, error) {
 	b := st.body
 	if b == nil {
-		return nil
+		return nil, errNoBody
 	}
-	if b.parsed && b.x == x && b.ep == ep {
-		if st.featErr != nil {
-			return nil
+	if !b.parsed || b.x != x || b.ep != ep {
+		if cap(b.feat.Blocks) < x.MaxBlocks() {
+			b.feat = *x.NewFeatures()
 		}
-		return &b.feat
+		st.featErr = x.Parse(ep, b.buf, &b.feat)
+		b.parsed, b.x, b.ep = true, x, ep
+		bodyParses.Add(1)
 	}
-	if cap(b.feat.Blocks) < x.MaxBlocks() {
-		b.feat.Blocks = make([]uint64, 0, x.MaxBlocks())
-	}
-	st.featErr = x.Extract(ep, b.buf, &b.feat)
-	b.parsed, b.x, b.ep = true, x, ep
 	if st.featErr != nil {
-		return nil
+		return nil, st.featErr
 	}
-	return &b.feat
+	return &b.feat, nil
+}
+
+// bodyParses counts the bodies parsed by this process: the tests check
+// that a request through guard, matcher and policy costs one.
+var bodyParses atomic.Int64
+
+// errNoBody: the request has no body that was read (none, too large, or
+// an I/O error: see bodyErr).
+var errNoBody = errors.New("no request body")
+
+// defaultExtractor parses bodies when no ramjet policy is provisioned.
+var defaultExtractor = func() selection.Extractor {
+	var c selection.Config
+	c.SetDefaults()
+	return selection.NewExtractor(c)
+}()
+
+// sharedExtractor is the extractor the guard and the body matcher parse
+// with: the one of the policy of the default state (DefaultStateKey), so
+// that its Select finds the features already parsed. A policy with another
+// block size or state key parses again in Select.
+func sharedExtractor() selection.Extractor {
+	if f := lookupFleet(""); f != nil {
+		return f.rt.Extractor()
+	}
+	return defaultExtractor
 }
 
 // readBody reads r's body once, bounded by limit, into a pooled buffer

@@ -1,8 +1,13 @@
 package selection
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -49,13 +54,30 @@ func EndpointForPath(path string) Endpoint {
 	return EndpointUnknown
 }
 
+// Span is the position of one raw JSON value in a request body:
+// body[Off:End]. The zero Span means the value is absent (or null).
+type Span struct{ Off, End int32 }
+
+// Bytes returns the raw value s spans in body (the body Parse read), or nil
+// for the zero Span.
+func (s Span) Bytes(body []byte) []byte {
+	if s.End <= s.Off {
+		return nil
+	}
+	return body[s.Off:s.End]
+}
+
+func spanOf(off, end int) Span { return Span{Off: int32(off), End: int32(end)} }
+
 // Features is what routing needs from one request. Byte slices alias the
-// body passed to Extract and are valid only as long as it is.
+// body passed to Parse (or f's own buffer) and are valid only as long as
+// the body is and until f is parsed into again.
 type Features struct {
 	Endpoint Endpoint
-	// Model is the raw "model" string (escapes not decoded).
+	// Model is the "model" string, escapes decoded ("a\u002fb" is a/b);
+	// empty when absent or null.
 	Model []byte
-	// CacheSalt is the raw "cache_salt" string, if any.
+	// CacheSalt is the "cache_salt" string, escapes decoded, if any.
 	CacheSalt []byte
 	// Stream reports "stream": true.
 	Stream bool
@@ -72,11 +94,20 @@ type Features struct {
 	Blocks []uint64
 	// Truncated reports that the prompt was longer than the prefix bound.
 	Truncated bool
+	// Messages, Tools and Prompt are the raw JSON values of the fields of
+	// those names, as sent (Span.Bytes), for code that forwards them (the
+	// /tokenize preflight of the precise index). Messages is set for
+	// EndpointChat, Tools for EndpointChat and EndpointResponses, Prompt for
+	// EndpointCompletions; each is zero when the field is absent or null.
+	Messages, Tools, Prompt Span
+
+	// buf holds the decoded model and cache_salt when they have escapes.
+	buf []byte
 }
 
 // Reset clears f for reuse, keeping the capacity of Blocks.
 func (f *Features) Reset() {
-	*f = Features{Blocks: f.Blocks[:0]}
+	*f = Features{Blocks: f.Blocks[:0], buf: f.buf[:0]}
 }
 
 // FirstBlock is the hash the rendezvous tie-break uses: the first block, or
@@ -93,8 +124,9 @@ func (f *Features) PromptTokens(c Config) int {
 	return int(float64(f.PromptBytes) / c.CharsPerToken)
 }
 
-// Extractor parses request bodies into Features for one Config. It is a
-// small value, safe for concurrent use.
+// Extractor parses request bodies into Features for one Config (the block
+// size and the prefix bound of the fingerprint). It is a small comparable
+// value, safe for concurrent use.
 type Extractor struct {
 	blockBytes int
 	maxBlocks  int
@@ -105,17 +137,18 @@ func NewExtractor(c Config) Extractor {
 	return Extractor{blockBytes: c.blockBytes(), maxBlocks: c.maxBlocks()}
 }
 
-// MaxBlocks is the capacity Features.Blocks needs for Extract not to
+// MaxBlocks is the capacity Features.Blocks needs for Parse not to
 // allocate.
 func (x Extractor) MaxBlocks() int { return x.maxBlocks }
 
 // NewFeatures returns Features whose Blocks can hold a full prefix.
 func (x Extractor) NewFeatures() *Features {
-	return &Features{Blocks: make([]uint64, 0, x.maxBlocks)}
+	return &Features{Blocks: make([]uint64, 0, x.maxBlocks), buf: make([]byte, 0, 128)}
 }
 
 // blocker cuts the canonical prompt stream into fixed-size blocks and chains
-// their hashes. It lives on the caller's stack.
+// their hashes. It lives on the caller's stack. Small writes (separators,
+// roles, short texts) are staged and reach the digest in runs.
 type blocker struct {
 	d      xxhash.Digest
 	fill   int
@@ -124,82 +157,137 @@ type blocker struct {
 	blocks []uint64
 	total  int
 	full   bool
+	n      int // staged bytes
+	stage  [128]byte
 }
 
+// reset starts an empty stream for x into blocks.
+func (k *blocker) reset(x Extractor, blocks []uint64) {
+	k.d.ResetWithSeed(0)
+	k.fill, k.total, k.full, k.n = 0, 0, false, 0
+	k.bb, k.max, k.blocks = x.blockBytes, x.maxBlocks, blocks
+}
+
+// mixSeed binds the chained hash h of a block to the request's seed: a
+// bijection of h for each seed (murmur3's finaliser over h xor the
+// scrambled seed).
+func mixSeed(seed, h uint64) uint64 {
+	x := h ^ bits.RotateLeft64(seed*0x9E3779B97F4A7C15, 31)
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// write appends p to the stream.
 func (k *blocker) write(p []byte) {
-	k.total += len(p)
-	for len(p) > 0 && !k.full {
-		n := k.bb - k.fill
-		if n > len(p) {
-			n = len(p)
-		}
-		k.d.Write(p[:n])
-		k.fill += n
-		p = p[n:]
-		if k.fill == k.bb {
-			h := k.d.Sum64()
-			k.blocks = append(k.blocks, h)
-			k.d.ResetWithSeed(h)
-			k.fill = 0
-			if len(k.blocks) >= k.max {
-				k.full = true
-			}
-		}
+	if len(p) <= 16 && k.n+len(p) <= len(k.stage) {
+		k.n += copy(k.stage[k.n:], p)
+		return
 	}
+	k.flush()
+	if len(p) <= 16 {
+		k.n = copy(k.stage[:], p)
+		return
+	}
+	k.emit(p)
 }
 
 func (k *blocker) writeByte(c byte) {
-	var b [1]byte
-	b[0] = c
-	k.write(b[:])
-}
-
-// writeString writes a JSON string value (raw, without quotes), decoding
-// escapes so that two encodings of the same text fingerprint alike.
-func (k *blocker) writeString(raw []byte, escaped bool, off int) error {
-	if k.full || !escaped {
-		k.write(raw)
-		return nil
+	if k.n == len(k.stage) {
+		k.flush()
 	}
-	return unescapeTo(raw, off, k)
+	k.stage[k.n] = c
+	k.n++
 }
 
-// writeCompact writes a JSON value with insignificant whitespace removed
-// (strings kept as they are).
-func (k *blocker) writeCompact(b []byte) error {
+// flush hands the staged bytes to the digest.
+func (k *blocker) flush() {
+	if k.n > 0 {
+		n := k.n
+		k.n = 0
+		k.emit(k.stage[:n])
+	}
+}
+
+// emit hashes p into the block chain.
+func (k *blocker) emit(p []byte) {
+	k.total += len(p)
+	if k.full {
+		return
+	}
+	for {
+		n := k.bb - k.fill
+		if len(p) < n {
+			_, _ = k.d.Write(p)
+			k.fill += len(p)
+			return
+		}
+		_, _ = k.d.Write(p[:n])
+		h := k.d.Sum64()
+		k.blocks = append(k.blocks, h)
+		k.d.ResetWithSeed(h)
+		k.fill = 0
+		p = p[n:]
+		if len(k.blocks) >= k.max {
+			k.full = true
+			return
+		}
+	}
+}
+
+// writeString writes the body of a JSON string (without quotes), decoding
+// escapes so that two encodings of the same text fingerprint alike.
+func (k *blocker) writeString(raw []byte, escaped bool) {
+	if k.full {
+		k.total += len(raw)
+		return
+	}
+	if !escaped {
+		k.write(raw)
+		return
+	}
+	unescapeTo(raw, k)
+}
+
+// writeCompact writes a valid JSON value with insignificant whitespace
+// removed (strings kept as they are sent): the output of json.Compact.
+func (k *blocker) writeCompact(b []byte) {
 	if k.full {
 		k.total += len(b)
-		return nil
+		return
 	}
-	i := 0
+	run, i := 0, 0
 	for i < len(b) {
-		j := i
-		for j < len(b) && b[j] != '"' && !isWS(b[j]) {
-			j++
-		}
-		if j > i {
-			k.write(b[i:j])
-		}
-		if j >= len(b) {
-			break
-		}
-		if b[j] == '"' {
-			end, _, err := scanString(b, j)
-			if err != nil {
-				return err
-			}
-			k.write(b[j:end])
-			i = end
+		c := b[i]
+		if c == '"' {
+			i, _ = laxString(b, i)
 			continue
 		}
-		i = j + 1
+		if isWS(c) {
+			if i > run {
+				k.write(b[run:i])
+			}
+			i = skipWS(b, i)
+			run = i
+			continue
+		}
+		i++
 	}
-	return nil
+	if run < len(b) {
+		k.write(b[run:])
+	}
 }
 
-// writeDigest writes an 8-byte digest of a compacted JSON value, for parts
-// that are not text (images, audio, files).
+// writeDigest writes an 8-byte digest of a raw JSON value, for parts that
+// are not text (images, audio, files).
 func (k *blocker) writeDigest(b []byte) {
+	if k.full {
+		k.total += len(b)
+		return
+	}
 	var buf [8]byte
 	binary.LittleEndian.PutUint64(buf[:], xxhash.Sum64(b))
 	k.write(buf[:])
@@ -213,116 +301,250 @@ const (
 	sepField   = 0x1f // between fields and parts of a message
 )
 
-// top-level spans found in the first pass.
-type spans struct {
-	model, salt             [2]int
-	messages, tools, prompt [2]int
-	input, instructions     [2]int
+// str is a string value found by the first pass.
+type str struct {
+	off, end int // the body, without quotes
+	esc      bool
+	set      bool
 }
 
-// Extract parses body (sent to ep) into f. It reads the body once for the
-// top-level fields, then walks the prompt fields in canonical order:
-// tools, then messages (role, name, content, tool calls). It allocates
-// nothing when f.Blocks has capacity MaxBlocks. On malformed JSON or a
-// field of the wrong type it returns a *RequestError.
-func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
+func (s str) raw(b []byte) []byte { return b[s.off:s.end] }
+
+// Parse validates body (sent to ep) and reads it into f. It is ramjet's only
+// JSON parser: the guard, the body matcher, the policy and the precise
+// index all use its result, one parse per request.
+//
+// Parse accepts exactly the JSON that encoding/json accepts (nesting up to
+// MaxDepth), and requires a top-level object. It reads "model" (a string or
+// null) on every endpoint; on the three LLM endpoints also cache_salt (a
+// string or null), stream (a boolean or null), max_tokens,
+// max_completion_tokens and max_output_tokens (non-negative integers or
+// null), and the prompt fields of the endpoint: messages and tools (arrays
+// or null) for EndpointChat, prompt (a string, an array or null) for
+// EndpointCompletions, instructions (a string or null), input (a string, an
+// array or null) and tools for EndpointResponses; each message must be an
+// object whose role and name are strings and whose content is a string, an
+// array of parts or null. Keys are matched after decoding their escapes;
+// of duplicate keys the last one counts, as in encoding/json maps and
+// Python dicts. Other fields are validated as JSON and ignored.
+//
+// The prompt is fingerprinted in canonical order whatever the key order of
+// the body (see the canonical stream below), into chained block hashes of
+// the bounded prefix. On malformed JSON or a field of the wrong type Parse
+// returns a *RequestError naming the problem and the field; f then holds
+// no usable features.
+//
+// The canonical stream (what the block hashes cover; strings are decoded,
+// "compact" is json.Compact of the value as sent):
+//
+//	chat:        [0x1d compact(tools)] [0x1d messages]
+//	completions: prompt string, or per element: string 0x1e | compact 0x1f
+//	responses:   [0x1d compact(tools)] [0x1d 0x1e "system" 0x1f instructions]
+//	             then input: a string as 0x1e "user" 0x1f text, or messages
+//	messages:    per message: 0x1e role 0x1f name 0x1f content 0x1f calls 0x1f id
+//	content:     a string, or per part: 0x1f then the part's text (a string
+//	             part, or an object's "text" string), else 8 bytes of
+//	             xxhash of the raw part
+//	calls:       compact(tool_calls); for an item with neither role nor
+//	             content (a responses function_call), compact(the item)
+//	id:          compact(tool_call_id), else compact(call_id)
+//
+// The seed is xxhash of model, a zero byte and cache_salt. The chain: h(i)
+// is xxhash, seeded by h(i-1) (0 for block 0), of the i-th run of
+// BlockBytes stream bytes; block i is mixSeed(seed, h(i)), so every block
+// depends on the seed and on all the stream before it. Only full blocks
+// count, at most MaxBlocks.
+//
+// Parse allocates nothing when f came from NewFeatures (or was parsed into
+// before) and the model name has no escapes longer than f's buffer.
+func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	f.Reset()
 	f.Endpoint = ep
 	b := body
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return syntaxErr(i, "request body must be a JSON object")
+	if len(b) > math.MaxInt32 {
+		return &RequestError{Msg: "request body larger than 2 GiB"}
 	}
-	var sp spans
+	i := skipWS(b, 0)
+	if i >= len(b) {
+		return syntaxErr(i, "empty request body: expected a JSON object")
+	}
+	if b[i] != '{' {
+		end, err := skipValue(b, i, 0)
+		if err != nil {
+			return err
+		}
+		if j := skipWS(b, end); j != len(b) {
+			return syntaxErr(j, "unexpected data after the JSON value")
+		}
+		return &RequestError{Msg: "the request body must be a JSON object", Offset: i}
+	}
+	var model, salt, instr str
+	var input Span
+	// The type error of each field's last occurrence (a later duplicate
+	// overrides, as it does in encoding/json maps); syntax errors found
+	// later win over all of them.
+	var terrs [numKeys]error
 	maxTok, maxCompl, maxOut := -1, -1, -1
+	llm := ep != EndpointUnknown
+	var kbuf [24]byte
+
+	// The block chain starts from 0 and is bound to the seed (model,
+	// cache_salt) at the end (mixSeed), so that a chat body's tools and
+	// messages are hashed during this one pass wherever the model is. When
+	// the body has them in the canonical order (tools, if any, before
+	// messages), messages are validated and hashed in one walk; otherwise
+	// (tools after messages, duplicate keys) they are hashed again at the
+	// end from their spans.
+	var k blocker
+	k.reset(x, f.Blocks[:0])
+	var toolsHashed, msgsHashed, redo bool
 	it := newObjectIter(b, i, 1)
 	for it.next() {
 		v := it.val
-		switch string(it.key) {
-		case "model":
-			if b[v] != '"' {
-				return typeErr("model", v, "a string")
-			}
-			end, _, err := scanString(b, v)
-			if err != nil {
-				return err
-			}
-			sp.model = [2]int{v + 1, end - 1}
-			it.i = end
-		case "cache_salt":
-			if b[v] != '"' {
-				return typeErr("cache_salt", v, "a string")
-			}
-			end, _, err := scanString(b, v)
-			if err != nil {
-				return err
-			}
-			sp.salt = [2]int{v + 1, end - 1}
-			it.i = end
-		case "stream":
-			switch {
-			case b[v] == 't':
-				f.Stream = true
-			case b[v] == 'f' || b[v] == 'n':
-			default:
-				return typeErr("stream", v, "a boolean")
-			}
+		key, ki := knownKey(decodeKey(it.key, it.esc, &kbuf))
+		var want string // what the value must be, for a type error
+		switch {
+		case key == "":
 			it.skip()
-		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			dst, param := &maxOut, "max_output_tokens"
-			switch it.key[4] {
-			case 't':
-				dst, param = &maxTok, "max_tokens"
-			case 'c':
-				dst, param = &maxCompl, "max_completion_tokens"
-			}
-			n, end, err := scanUint(b, v, param)
-			if err != nil {
-				return err
-			}
-			*dst = n
-			it.i = end
-		case "messages":
-			end, err := spanOf(b, v, '[', "messages", "an array")
-			if err != nil {
-				return err
-			}
-			sp.messages = [2]int{v, end}
-			it.i = end
-		case "tools":
-			end, err := skipValue(b, v, 1)
-			if err != nil {
-				return err
-			}
-			if b[v] != 'n' {
-				sp.tools = [2]int{v, end}
-			}
-			it.i = end
-		case "prompt":
-			end, err := skipValue(b, v, 1)
-			if err != nil {
-				return err
-			}
-			sp.prompt = [2]int{v, end}
-			it.i = end
-		case "input":
-			end, err := skipValue(b, v, 1)
-			if err != nil {
-				return err
-			}
-			sp.input = [2]int{v, end}
-			it.i = end
-		case "instructions":
-			end, err := skipValue(b, v, 1)
-			if err != nil {
-				return err
-			}
+			continue
+		case key == "model":
+			model, want = str{}, "a string"
 			if b[v] == '"' {
-				sp.instructions = [2]int{v, end}
+				end, esc, err := scanString(b, v)
+				if err != nil {
+					return inField(err, key)
+				}
+				model, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
+				it.i = end
+				continue
 			}
-			it.i = end
+		case !llm:
+			it.skip()
+			continue
+		case key == "cache_salt":
+			salt, want = str{}, "a string"
+			if b[v] == '"' {
+				end, esc, err := scanString(b, v)
+				if err != nil {
+					return inField(err, key)
+				}
+				salt, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
+				it.i = end
+				continue
+			}
+		case key == "stream":
+			f.Stream, want = b[v] == 't', "a boolean"
+			if b[v] == 't' || b[v] == 'f' {
+				want = ""
+			}
+		case key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens":
+			dst := &maxOut
+			switch key[4] {
+			case 't':
+				dst = &maxTok
+			case 'c':
+				dst = &maxCompl
+			}
+			end, err := scanNumber2(b, v)
+			if err != nil {
+				return inField(err, key)
+			}
+			if end > 0 {
+				n, ok := parseUint(b[v:end])
+				terrs[ki] = nil
+				if !ok {
+					n, terrs[ki] = -1, typeErr(key, v, "a non-negative integer or null")
+				}
+				*dst = n
+				it.i = end
+				continue
+			}
+			*dst, want = -1, "a non-negative integer"
+		case key == "messages" && ep == EndpointChat:
+			f.Messages, want = Span{}, "an array"
+			redo = redo || msgsHashed
+			if b[v] == '[' {
+				want = ""
+				if !redo {
+					k.writeByte(sepSection)
+					end, err := walkMessages(&k, b, v, "messages")
+					if re, ok := err.(*RequestError); ok && re.Syntax {
+						return inField(err, key)
+					}
+					terrs[ki], f.Messages, msgsHashed = err, spanOf(v, end), true
+					it.i = end
+					continue
+				}
+			}
+		case key == "tools" && ep == EndpointChat:
+			f.Tools, want = Span{}, "an array"
+			redo = redo || msgsHashed || toolsHashed
+			if b[v] == '[' {
+				want = ""
+				if !redo {
+					end, err := skipValue(b, v, 1)
+					if err != nil {
+						return inField(err, key)
+					}
+					terrs[ki], f.Tools, toolsHashed = nil, spanOf(v, end), true
+					k.writeByte(sepSection)
+					k.writeCompact(b[v:end])
+					it.i = end
+					continue
+				}
+			}
+		case key == "tools" && ep == EndpointResponses:
+			f.Tools, want = Span{}, "an array"
+			if b[v] == '[' {
+				want = ""
+			}
+		case key == "prompt" && ep == EndpointCompletions:
+			f.Prompt, want = Span{}, "a string or an array"
+			if b[v] == '[' || b[v] == '"' {
+				want = ""
+			}
+		case key == "input" && ep == EndpointResponses:
+			input, want = Span{}, "a string or an array"
+			if b[v] == '[' || b[v] == '"' {
+				want = ""
+			}
+		case key == "instructions" && ep == EndpointResponses:
+			instr, want = str{}, "a string"
+			if b[v] == '"' {
+				end, esc, err := scanString(b, v)
+				if err != nil {
+					return inField(err, key)
+				}
+				instr, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
+				it.i = end
+				continue
+			}
 		default:
 			it.skip()
+			continue
+		}
+		end, err := skipValue(b, v, 1)
+		if err != nil {
+			return inField(err, key)
+		}
+		it.i = end
+		terrs[ki] = nil
+		switch {
+		case want == "":
+			switch key {
+			case "messages":
+				f.Messages = spanOf(v, end)
+			case "tools":
+				f.Tools = spanOf(v, end)
+			case "prompt":
+				f.Prompt = spanOf(v, end)
+			case "input":
+				input = spanOf(v, end)
+			}
+		case b[v] == 'n':
+			// null: absent
+		default:
+			terrs[ki] = typeErr(key, v, want+" or null")
 		}
 	}
 	if it.err != nil {
@@ -330,6 +552,11 @@ func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
 	}
 	if j := skipWS(b, it.end); j != len(b) {
 		return syntaxErr(j, "unexpected data after the JSON object")
+	}
+	for _, err := range terrs {
+		if err != nil {
+			return err
+		}
 	}
 	switch {
 	case maxCompl >= 0:
@@ -339,53 +566,61 @@ func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
 	case maxOut >= 0:
 		f.MaxTokens = maxOut
 	}
-	f.Model = b[sp.model[0]:sp.model[1]]
-	f.CacheSalt = b[sp.salt[0]:sp.salt[1]]
+	f.buf = f.buf[:0]
+	f.Model = f.decoded(b, model)
+	f.CacheSalt = f.decoded(b, salt)
 
 	// The seed: model, then cache_salt. A LoRA adapter is addressed by its
 	// model name in vLLM and SGLang, so the model covers it.
-	var k blocker
-	k.d.ResetWithSeed(0)
-	k.d.Write(f.Model)
-	k.d.Write([]byte{0})
-	k.d.Write(f.CacheSalt)
-	f.Seed = k.d.Sum64()
-	k.d.ResetWithSeed(f.Seed)
-	k.bb, k.max, k.blocks = x.blockBytes, x.maxBlocks, f.Blocks[:0]
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.Write(f.Model)
+	_, _ = d.Write([]byte{0})
+	_, _ = d.Write(f.CacheSalt)
+	f.Seed = d.Sum64()
 
+	// The second pass: the prompt fields of a body known valid, in
+	// canonical order, checking the types inside messages.
 	var err error
 	switch ep {
 	case EndpointChat:
-		if sp.tools[1] > 0 {
-			k.writeByte(sepSection)
-			err = k.writeCompact(b[sp.tools[0]:sp.tools[1]])
+		if !redo {
+			break // hashed in the first pass
 		}
-		if err == nil && sp.messages[1] > 0 {
+		k.reset(x, f.Blocks[:0])
+		if f.Tools != (Span{}) {
 			k.writeByte(sepSection)
-			err = writeMessages(&k, b, sp.messages[0], sp.messages[1])
+			k.writeCompact(f.Tools.Bytes(b))
+		}
+		if f.Messages != (Span{}) {
+			k.writeByte(sepSection)
+			err = writeMessages(&k, b, int(f.Messages.Off), "messages")
 		}
 	case EndpointCompletions:
-		if sp.prompt[1] > 0 {
-			err = writePrompt(&k, b, sp.prompt[0], sp.prompt[1])
+		if f.Prompt != (Span{}) {
+			writePrompt(&k, b, int(f.Prompt.Off))
 		}
 	case EndpointResponses:
-		if sp.tools[1] > 0 {
+		if f.Tools != (Span{}) {
 			k.writeByte(sepSection)
-			err = k.writeCompact(b[sp.tools[0]:sp.tools[1]])
+			k.writeCompact(f.Tools.Bytes(b))
 		}
-		if err == nil && sp.instructions[1] > 0 {
+		if instr.set {
 			k.writeByte(sepSection)
-			err = writeTextMessage(&k, "system", b, sp.instructions[0])
+			writeTextMessage(&k, "system", b, instr)
 		}
-		if err == nil && sp.input[1] > 0 {
-			if b[sp.input[0]] == '"' {
-				err = writeTextMessage(&k, "user", b, sp.input[0])
-			} else if b[sp.input[0]] == '[' {
-				err = writeMessages(&k, b, sp.input[0], sp.input[1])
+		if input != (Span{}) {
+			if v := int(input.Off); b[v] == '"' {
+				end, esc := laxString(b, v)
+				writeTextMessage(&k, "user", b, str{v + 1, end - 1, esc, true})
 			} else {
-				err = typeErr("input", sp.input[0], "a string or an array")
+				err = writeMessages(&k, b, v, "input")
 			}
 		}
+	}
+	k.flush()
+	for i, h := range k.blocks {
+		k.blocks[i] = mixSeed(f.Seed, h)
 	}
 	f.Blocks = k.blocks
 	f.PromptBytes = k.total
@@ -393,248 +628,601 @@ func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
 	return err
 }
 
-// spanOf checks that the value at v opens with open and returns its end.
-func spanOf(b []byte, v int, open byte, param, want string) (int, error) {
-	if b[v] != open {
-		if b[v] == 'n' {
-			return skipValue(b, v, 1)
-		}
-		return 0, typeErr(param, v, want)
-	}
-	return skipValue(b, v, 1)
+// Extract is the former name of Parse.
+//
+// Deprecated: use Parse. Kept so that code written against the old name
+// keeps building; it will be removed.
+func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
+	return x.Parse(ep, body, f)
 }
 
-// scanUint parses a non-negative integer (null counts as absent: -1).
-func scanUint(b []byte, v int, param string) (int, int, error) {
-	if b[v] == 'n' {
-		end, err := literal(b, v, "null")
-		return -1, end, err
+// topKeys are the top-level fields Parse reads.
+var topKeys = [...]string{"model", "cache_salt", "stream", "max_tokens", "max_completion_tokens",
+	"max_output_tokens", "messages", "tools", "prompt", "input", "instructions"}
+
+const numKeys = len(topKeys)
+
+// knownKey returns the name of a top-level field Parse reads (the constant
+// of topKeys, so that errors keep it without allocating) and its index, or
+// "" and 0.
+func knownKey(k []byte) (string, int) {
+	for i, name := range topKeys {
+		if string(k) == name {
+			return name, i
+		}
 	}
-	end, err := scanNumber(b, v)
-	if err != nil {
-		return 0, 0, err
+	return "", 0
+}
+
+// decoded returns the string s of b with its escapes decoded (into f.buf
+// when it has any), or nil when s is not set.
+func (f *Features) decoded(b []byte, s str) []byte {
+	if !s.set {
+		return nil
 	}
+	if !s.esc {
+		return s.raw(b)
+	}
+	start := len(f.buf)
+	raw := s.raw(b)
+	var e [utf8.UTFMax]byte
+	for len(raw) > 0 {
+		k := bytes.IndexByte(raw, '\\')
+		if k < 0 {
+			f.buf = append(f.buf, raw...)
+			break
+		}
+		f.buf = append(f.buf, raw[:k]...)
+		d, n := escape1(raw[k:], &e)
+		f.buf = append(f.buf, d...)
+		raw = raw[k+n:]
+	}
+	return f.buf[start:len(f.buf):len(f.buf)]
+}
+
+// scanNumber2 validates the value at b[v]: a number returns its end; null
+// (or any other valid value) returns 0 after validation, with the
+// caller left to skip it.
+func scanNumber2(b []byte, v int) (int, error) {
+	if c := b[v]; c == '-' || (c >= '0' && c <= '9') {
+		return scanNumber(b, v)
+	}
+	return 0, nil
+}
+
+// parseUint parses a valid JSON number that must be a non-negative
+// integer, capped at 1<<30.
+func parseUint(num []byte) (int, bool) {
 	n := 0
-	for _, c := range b[v:end] {
+	for _, c := range num {
 		if c < '0' || c > '9' {
-			return 0, 0, typeErr(param, v, "a non-negative integer")
+			return 0, false
 		}
 		if n < 1<<30 {
 			n = n*10 + int(c-'0')
 		}
 	}
-	return n, end, nil
+	return n, true
 }
 
-func writeTextMessage(k *blocker, role string, b []byte, v int) error {
-	end, esc, err := scanString(b, v)
-	if err != nil {
-		return err
-	}
+func writeTextMessage(k *blocker, role string, b []byte, s str) {
 	k.writeByte(sepMessage)
 	k.write([]byte(role))
 	k.writeByte(sepField)
-	return k.writeString(b[v+1:end-1], esc, v)
+	k.writeString(s.raw(b), s.esc)
 }
 
-// writeMessages walks a messages (or responses input) array at b[v] == '['.
-// Each message is written as: sepMessage role sepField name sepField
-// content sepField tool_calls sepField tool_call_id, whatever the key order
-// in the body, so that a conversation's turn N+1 starts with turn N. The
-// body was validated by the first pass. Once the prefix bound is reached
-// the rest is only counted.
-func writeMessages(k *blocker, b []byte, v, vend int) error {
-	arr := newArrayIter(b, v, 2)
+// laxObj walks the members of an object of a body already validated; same
+// protocol as objectIter, no errors.
+type laxObj struct {
+	b   []byte
+	i   int
+	key []byte // raw; see decodeKey
+	esc bool
+	val int
+	end int
+}
+
+func newLaxObj(b []byte, i int) laxObj { return laxObj{b: b, i: skipWS(b, i+1)} }
+
+func (o *laxObj) next() bool {
+	b := o.b
+	i := skipWS(b, o.i)
+	if b[i] == ',' {
+		i = skipWS(b, i+1)
+	}
+	if b[i] == '}' {
+		o.end = i + 1
+		return false
+	}
+	kend, esc := laxString(b, i)
+	o.key, o.esc = b[i+1:kend-1], esc
+	o.val = skipWS(b, skipWS(b, kend)+1)
+	return true
+}
+
+// laxArr walks the elements of an array of a body already validated.
+type laxArr struct {
+	b   []byte
+	i   int
+	n   int // index of the current element
+	val int
+}
+
+func newLaxArr(b []byte, i int) laxArr { return laxArr{b: b, i: i + 1, n: -1} }
+
+func (a *laxArr) next() bool {
+	b := a.b
+	i := skipWS(b, a.i)
+	if b[i] == ',' {
+		i = skipWS(b, i+1)
+	}
+	if b[i] == ']' {
+		a.i = i + 1
+		return false
+	}
+	a.val = i
+	a.n++
+	return true
+}
+
+// elemParam is the OpenAI-style path of a message field, for errors.
+func elemParam(param string, n int, field string) string {
+	p := fmt.Sprintf("%s.[%d]", param, n)
+	if field != "" {
+		p += "." + field
+	}
+	return p
+}
+
+// writeMessages walks a messages (or responses input) array at b[v] == '['
+// of a validated body. Each message is written as: sepMessage role sepField
+// name sepField content sepField tool_calls sepField tool_call_id, whatever
+// the key order in the body, so that a conversation's turn N+1 starts with
+// turn N. Past the prefix bound the rest is only checked and counted.
+func writeMessages(k *blocker, b []byte, v int, param string) error {
+	var kbuf [24]byte
+	arr := newLaxArr(b, v)
 	for arr.next() {
 		m := arr.val
 		if b[m] != '{' {
-			return typeErr("messages", m, "an array of objects")
+			return typeErr(elemParam(param, arr.n, ""), m, "an object")
 		}
-		if k.full {
-			k.total += vend - m
-			return nil
-		}
-		var role, name, content, calls, callID [2]int
-		contentEsc := false
-		obj := newObjectIter(b, m, 3)
+		var role, name, content str
+		var contentArr, calls, callID, callID2 Span
+		obj := newLaxObj(b, m)
 		for obj.next() {
+			key := decodeKey(obj.key, obj.esc, &kbuf)
 			val := obj.val
+			c := b[val]
 			var end int
 			esc := false
-			if b[val] == '"' {
-				end, esc = scanStringLax(b, val)
+			if c == '"' {
+				end, esc = laxString(b, val)
 			} else {
-				var err error
-				if end, err = skipValue(b, val, 3); err != nil {
-					return err
-				}
-			}
-			switch string(obj.key) {
-			case "role":
-				if b[val] == '"' {
-					role = [2]int{val, end}
-				}
-			case "name":
-				if b[val] == '"' {
-					name = [2]int{val, end}
-				}
-			case "content":
-				content, contentEsc = [2]int{val, end}, esc
-			case "tool_calls":
-				calls = [2]int{val, end}
-			case "tool_call_id", "call_id":
-				callID = [2]int{val, end}
+				end = laxSkip(b, val)
 			}
 			obj.i = end
-		}
-		if obj.err != nil {
-			return obj.err
+			switch string(key) {
+			case "role", "name":
+				s := str{val + 1, end - 1, esc, true}
+				switch c {
+				case '"':
+				case 'n':
+					s = str{}
+				default:
+					return typeErr(elemParam(param, arr.n, string(key)), val, "a string")
+				}
+				if key[0] == 'r' {
+					role = s
+				} else {
+					name = s
+				}
+			case "content":
+				content, contentArr = str{}, Span{}
+				switch c {
+				case '"':
+					content = str{val + 1, end - 1, esc, true}
+				case '[':
+					contentArr = spanOf(val, end)
+				case 'n':
+				default:
+					return typeErr(elemParam(param, arr.n, "content"), val, "a string, an array of parts or null")
+				}
+			case "tool_calls":
+				calls = Span{}
+				if c != 'n' {
+					calls = spanOf(val, end)
+				}
+			case "tool_call_id":
+				callID = Span{}
+				if c != 'n' {
+					callID = spanOf(val, end)
+				}
+			case "call_id":
+				callID2 = Span{}
+				if c != 'n' {
+					callID2 = spanOf(val, end)
+				}
+			}
 		}
 		arr.i = obj.end
 		k.writeByte(sepMessage)
-		if role[1] > 0 {
-			k.write(b[role[0]+1 : role[1]-1])
+		if role.set {
+			k.writeString(role.raw(b), role.esc)
 		}
 		k.writeByte(sepField)
-		if name[1] > 0 {
-			k.write(b[name[0]+1 : name[1]-1])
-		}
-		k.writeByte(sepField)
-		if content[1] > 0 {
-			if err := writeContent(k, b, content[0], content[1], contentEsc); err != nil {
-				return err
-			}
+		if name.set {
+			k.writeString(name.raw(b), name.esc)
 		}
 		k.writeByte(sepField)
 		switch {
-		case calls[1] > 0:
-			if err := k.writeCompact(b[calls[0]:calls[1]]); err != nil {
-				return err
-			}
-		case role[1] == 0 && content[1] == 0:
-			// An item with no role and no content (a responses
-			// function_call or function_call_output): the whole item.
-			if err := k.writeCompact(b[m:obj.end]); err != nil {
-				return err
-			}
+		case content.set:
+			k.writeString(content.raw(b), content.esc)
+		case contentArr != (Span{}):
+			writeParts(k, b, int(contentArr.Off))
 		}
 		k.writeByte(sepField)
-		if callID[1] > 0 {
-			if err := k.writeCompact(b[callID[0]:callID[1]]); err != nil {
-				return err
-			}
+		switch {
+		case calls != (Span{}):
+			k.writeCompact(calls.Bytes(b))
+		case !role.set && !content.set && contentArr == (Span{}):
+			// An item with no role and no content (a responses
+			// function_call or function_call_output): the whole item.
+			k.writeCompact(b[m:obj.end])
+		}
+		k.writeByte(sepField)
+		if callID == (Span{}) {
+			callID = callID2
+		}
+		if callID != (Span{}) {
+			k.writeCompact(callID.Bytes(b))
 		}
 	}
-	return arr.err
+	return nil
 }
 
-// writeContent writes a message's content (the value b[v:end]): a string,
-// or an array of parts whose text is written in order and whose other parts
-// are digested.
-func writeContent(k *blocker, b []byte, v, end int, esc bool) error {
-	switch b[v] {
-	case '"':
-		return k.writeString(b[v+1:end-1], esc, v)
-	case '[':
-		arr := newArrayIter(b, v, 4)
-		for arr.next() {
-			p := arr.val
-			k.writeByte(sepField)
-			if b[p] == '"' {
-				pend, esc := scanStringLax(b, p)
-				arr.i = pend
-				if err := k.writeString(b[p+1:pend-1], esc, p); err != nil {
-					return err
-				}
-				continue
+// arrayIter walks the elements of an array, validating its syntax (the
+// elements are the caller's to consume); same protocol as objectIter.
+type arrayIter struct {
+	b     []byte
+	i     int
+	n     int // index of the current element
+	first bool
+	val   int
+	end   int
+	err   error
+}
+
+func newArrayIter(b []byte, i int) arrayIter { return arrayIter{b: b, i: i + 1, n: -1, first: true} }
+
+func (a *arrayIter) next() bool {
+	b := a.b
+	i := skipWS(b, a.i)
+	if i >= len(b) {
+		a.err = syntaxErr(i, "unexpected end of input in array")
+		return false
+	}
+	if b[i] == ']' {
+		a.end = i + 1
+		return false
+	}
+	if !a.first {
+		if b[i] != ',' {
+			a.err = syntaxErr(i, "expected ',' or ']' after array element")
+			return false
+		}
+		if i = skipWS(b, i+1); i >= len(b) {
+			a.err = syntaxErr(i, "unexpected end of input in array")
+			return false
+		}
+	}
+	a.first = false
+	a.val = i
+	a.n++
+	return true
+}
+
+// walkMessages is writeMessages over a body not yet validated: it
+// validates the messages array at b[v] == '[' (nesting depth 1) while it
+// hashes it, in one walk. It returns the end of the array and a syntax
+// error, or the first type error (after validating the whole array).
+func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
+	var kbuf [24]byte
+	var terr error
+	var parts partList // reused: at tells whose parts it holds
+	arr := newArrayIter(b, v)
+	for arr.next() {
+		m := arr.val
+		if b[m] != '{' {
+			end, err := skipValue(b, m, 2)
+			if err != nil {
+				return 0, err
 			}
-			if b[p] != '{' {
-				pend, err := skipValue(b, p, 4)
-				if err != nil {
-					return err
-				}
-				arr.i = pend
-				continue
+			if terr == nil {
+				terr = typeErr(elemParam(param, arr.n, ""), m, "an object")
 			}
-			text := [2]int{}
-			textEsc := false
+			arr.i = end
+			continue
+		}
+		var role, name, content str
+		var contentArr, calls, callID, callID2 Span
+		obj := newObjectIter(b, m, 3)
+		for obj.next() {
+			key := decodeKey(obj.key, obj.esc, &kbuf)
+			val := obj.val
+			c := b[val]
+			var end int
+			esc := false
+			var err error
+			switch {
+			case c == '"':
+				end, esc, err = scanString(b, val)
+			case c == '[' && string(key) == "content":
+				// Validated once, its parts noted for writing below.
+				end, err = parts.walk(b, val)
+			default:
+				end, err = skipValue(b, val, 3)
+			}
+			if err != nil {
+				return 0, err
+			}
+			obj.i = end
+			switch string(key) {
+			case "role", "name":
+				s := str{val + 1, end - 1, esc, true}
+				switch c {
+				case '"':
+				case 'n':
+					s = str{}
+				default:
+					if terr == nil {
+						terr = typeErr(elemParam(param, arr.n, string(key)), val, "a string")
+					}
+				}
+				if key[0] == 'r' {
+					role = s
+				} else {
+					name = s
+				}
+			case "content":
+				content, contentArr = str{}, Span{}
+				switch c {
+				case '"':
+					content = str{val + 1, end - 1, esc, true}
+				case '[':
+					contentArr = spanOf(val, end)
+				case 'n':
+				default:
+					if terr == nil {
+						terr = typeErr(elemParam(param, arr.n, "content"), val, "a string, an array of parts or null")
+					}
+				}
+			case "tool_calls":
+				calls = Span{}
+				if c != 'n' {
+					calls = spanOf(val, end)
+				}
+			case "tool_call_id":
+				callID = Span{}
+				if c != 'n' {
+					callID = spanOf(val, end)
+				}
+			case "call_id":
+				callID2 = Span{}
+				if c != 'n' {
+					callID2 = spanOf(val, end)
+				}
+			}
+		}
+		if obj.err != nil {
+			return 0, obj.err
+		}
+		arr.i = obj.end
+		if terr != nil {
+			continue // the features are refused: only validate the rest
+		}
+		k.writeByte(sepMessage)
+		if role.set {
+			k.writeString(role.raw(b), role.esc)
+		}
+		k.writeByte(sepField)
+		if name.set {
+			k.writeString(name.raw(b), name.esc)
+		}
+		k.writeByte(sepField)
+		switch {
+		case content.set:
+			k.writeString(content.raw(b), content.esc)
+		case contentArr != (Span{}) && parts.ok && parts.at == contentArr.Off:
+			parts.write(k, b)
+		case contentArr != (Span{}):
+			writeParts(k, b, int(contentArr.Off))
+		}
+		k.writeByte(sepField)
+		switch {
+		case calls != (Span{}):
+			k.writeCompact(calls.Bytes(b))
+		case !role.set && !content.set && contentArr == (Span{}):
+			k.writeCompact(b[m:obj.end])
+		}
+		k.writeByte(sepField)
+		if callID == (Span{}) {
+			callID = callID2
+		}
+		if callID != (Span{}) {
+			k.writeCompact(callID.Bytes(b))
+		}
+	}
+	if arr.err != nil {
+		return 0, arr.err
+	}
+	return arr.end, terr
+}
+
+// partList notes what writeParts would write for a content array while
+// walk validates it, so that a message's parts are read once: up to 8
+// parts (more, and writeParts walks the array again).
+type partList struct {
+	at   int32 // offset of the array
+	ok   bool  // the parts fit
+	n    int
+	part [8]struct {
+		text     str  // the part's text, when set
+		off, end int  // the raw part, for a digest
+		isText   bool // text is set
+	}
+}
+
+// walk validates the array of parts at b[v] == '[' (nesting depth 3) and
+// notes each part's text or raw span.
+func (pl *partList) walk(b []byte, v int) (int, error) {
+	var kbuf [24]byte
+	pl.at, pl.ok, pl.n = int32(v), true, 0 // at: v > 0 inside a body
+	arr := newArrayIter(b, v)
+	for arr.next() {
+		p := arr.val
+		var text str
+		var end int
+		switch b[p] {
+		case '"':
+			e, esc, err := scanString(b, p)
+			if err != nil {
+				return 0, err
+			}
+			text, end = str{p + 1, e - 1, esc, true}, e
+		case '{':
 			obj := newObjectIter(b, p, 5)
 			for obj.next() {
-				var vend int
-				if b[obj.val] == '"' {
-					var esc bool
-					vend, esc = scanStringLax(b, obj.val)
-					if string(obj.key) == "text" {
-						text, textEsc = [2]int{obj.val, vend}, esc
+				key := decodeKey(obj.key, obj.esc, &kbuf)
+				val := obj.val
+				if b[val] == '"' {
+					e, esc, err := scanString(b, val)
+					if err != nil {
+						return 0, err
 					}
-				} else {
-					var err error
-					if vend, err = skipValue(b, obj.val, 5); err != nil {
-						return err
+					if string(key) == "text" {
+						text = str{val + 1, e - 1, esc, true}
 					}
+					obj.i = e
+					continue
 				}
-				obj.i = vend
+				if string(key) == "text" {
+					text = str{}
+				}
+				obj.skip()
 			}
 			if obj.err != nil {
-				return obj.err
+				return 0, obj.err
 			}
-			pend := obj.end
-			arr.i = pend
-			switch {
-			case text[1] > 0:
-				if err := k.writeString(b[text[0]+1:text[1]-1], textEsc, text[0]); err != nil {
-					return err
-				}
-			case !k.full:
-				k.writeDigest(b[p:pend])
-			default:
-				k.total += pend - p
+			end = obj.end
+		default:
+			e, err := skipValue(b, p, 4)
+			if err != nil {
+				return 0, err
 			}
+			end = e
 		}
-		return arr.err
-	case 'n':
-		return nil
+		arr.i = end
+		if pl.n == len(pl.part) {
+			pl.ok = false
+			continue
+		}
+		pl.part[pl.n].text, pl.part[pl.n].isText = text, text.set
+		pl.part[pl.n].off, pl.part[pl.n].end = p, end
+		pl.n++
 	}
-	return typeErr("messages", v, "content as a string, an array of parts or null")
+	if arr.err != nil {
+		return 0, arr.err
+	}
+	return arr.end, nil
 }
 
-// writePrompt writes a completions prompt: a string, an array of strings,
-// or token ids (compacted).
-func writePrompt(k *blocker, b []byte, v, end int) error {
-	switch b[v] {
-	case '"':
-		_, esc, err := scanString(b, v)
-		if err != nil {
-			return err
+// write writes the noted parts as writeParts would.
+func (pl *partList) write(k *blocker, b []byte) {
+	for i := range pl.part[:pl.n] {
+		p := &pl.part[i]
+		k.writeByte(sepField)
+		if p.isText {
+			k.writeString(p.text.raw(b), p.text.esc)
+		} else {
+			k.writeDigest(b[p.off:p.end])
 		}
-		return k.writeString(b[v+1:end-1], esc, v)
-	case '[':
-		arr := newArrayIter(b, v, 2)
-		for arr.next() {
-			p := arr.val
-			pend, err := skipValue(b, p, 2)
-			if err != nil {
-				return err
-			}
-			arr.i = pend
-			if b[p] == '"' {
-				_, esc, _ := scanString(b, p)
-				if err := k.writeString(b[p+1:pend-1], esc, p); err != nil {
-					return err
+	}
+}
+
+// writeParts writes an array of content parts at b[v] == '[': each part's
+// text in order (a string part, or an object's "text" string), and a
+// digest of any other part.
+func writeParts(k *blocker, b []byte, v int) {
+	var kbuf [24]byte
+	arr := newLaxArr(b, v)
+	for arr.next() {
+		p := arr.val
+		k.writeByte(sepField)
+		switch b[p] {
+		case '"':
+			end, esc := laxString(b, p)
+			arr.i = end
+			k.writeString(b[p+1:end-1], esc)
+			continue
+		case '{':
+		default:
+			end := laxSkip(b, p)
+			arr.i = end
+			k.writeDigest(b[p:end])
+			continue
+		}
+		var text str
+		obj := newLaxObj(b, p)
+		for obj.next() {
+			key := decodeKey(obj.key, obj.esc, &kbuf)
+			val := obj.val
+			if b[val] == '"' {
+				end, esc := laxString(b, val)
+				if string(key) == "text" {
+					text = str{val + 1, end - 1, esc, true}
 				}
-				k.writeByte(sepMessage)
+				obj.i = end
 				continue
 			}
-			if err := k.writeCompact(b[p:pend]); err != nil {
-				return err
+			if string(key) == "text" {
+				text = str{}
 			}
-			k.writeByte(sepField)
+			obj.i = laxSkip(b, val)
 		}
-		return arr.err
-	case 'n':
-		return nil
+		arr.i = obj.end
+		if text.set {
+			k.writeString(text.raw(b), text.esc)
+		} else {
+			k.writeDigest(b[p:obj.end])
+		}
 	}
-	return typeErr("prompt", v, "a string or an array")
+}
+
+// writePrompt writes a completions prompt at b[v]: a string, or an array
+// of strings or token ids.
+func writePrompt(k *blocker, b []byte, v int) {
+	if b[v] == '"' {
+		end, esc := laxString(b, v)
+		k.writeString(b[v+1:end-1], esc)
+		return
+	}
+	arr := newLaxArr(b, v)
+	for arr.next() {
+		p := arr.val
+		if b[p] == '"' {
+			end, esc := laxString(b, p)
+			arr.i = end
+			k.writeString(b[p+1:end-1], esc)
+			k.writeByte(sepMessage)
+			continue
+		}
+		end := laxSkip(b, p)
+		arr.i = end
+		k.writeCompact(b[p:end])
+		k.writeByte(sepField)
+	}
 }
 
 // AppendTokenBlocks appends to dst the chained keys of every full block of

@@ -20,7 +20,7 @@ func extract(t testing.TB, c Config, ep Endpoint, body string) *Features {
 	t.Helper()
 	x := NewExtractor(c)
 	f := x.NewFeatures()
-	if err := x.Extract(ep, []byte(body), f); err != nil {
+	if err := x.Parse(ep, []byte(body), f); err != nil {
 		t.Fatalf("Extract(%s): %v", body, err)
 	}
 	return f
@@ -182,21 +182,30 @@ func TestExtractErrors(t *testing.T) {
 	}{
 		{"empty", ``, EndpointChat, "", "JSON object"},
 		{"not object", `[1]`, EndpointChat, "", "JSON object"},
-		{"truncated", `{"model":"m","messages":[{"role":"user","content":"hi"}`, EndpointChat, "", "end of input"},
+		{"truncated", `{"model":"m","messages":[{"role":"user","content":"hi"}`, EndpointChat, "messages", "end of input"},
 		{"trailing", `{"model":"m"} x`, EndpointChat, "", "after the JSON object"},
-		{"bad literal", `{"model":"m","stream":tru}`, EndpointChat, "", "literal"},
-		{"model type", `{"model":1}`, EndpointChat, "model", "a string"},
-		{"messages type", `{"model":"m","messages":{}}`, EndpointChat, "messages", "an array"},
+		{"bad literal", `{"model":"m","stream":tru}`, EndpointChat, "stream", "literal"},
+		{"model type", `{"model":1}`, EndpointChat, "model", "model must be a string or null"},
+		{"model type unknown endpoint", `{"model":[]}`, EndpointUnknown, "model", "a string"},
+		{"messages type", `{"model":"m","messages":{}}`, EndpointChat, "messages", "messages must be an array"},
+		{"messages string", `{"model":"m","messages":"hello"}`, EndpointChat, "messages", "an array"},
+		{"message not object", `{"model":"m","messages":[{"role":"user"},"hi"]}`, EndpointChat, "messages.[1]", "an object"},
+		{"role type", `{"model":"m","messages":[{"role":1,"content":"x"}]}`, EndpointChat, "messages.[0].role", "a string"},
+		{"content type", `{"model":"m","messages":[{"role":"user","content":{}}]}`, EndpointChat, "messages.[0].content", "array of parts"},
+		{"tools type", `{"model":"m","tools":{},"messages":[]}`, EndpointChat, "tools", "an array"},
 		{"max_tokens type", `{"model":"m","max_tokens":1.5}`, EndpointChat, "max_tokens", "integer"},
+		{"max_tokens negative", `{"model":"m","max_tokens":-1}`, EndpointChat, "max_tokens", "integer"},
 		{"stream type", `{"model":"m","stream":"yes"}`, EndpointChat, "stream", "boolean"},
-		{"bad escape", `{"model":"m","messages":[{"role":"user","content":"a\qb"}]}`, EndpointChat, "", "escape"},
-		{"deep nesting", `{"model":"m","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`, EndpointChat, "", "nesting"},
+		{"bad escape", `{"model":"m","messages":[{"role":"user","content":"a\qb"}]}`, EndpointChat, "messages", "escape"},
+		{"too deep", `{"model":"m","x":` + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + `}`, EndpointChat, "", "nesting too deep"},
 		{"prompt type", `{"model":"m","prompt":3}`, EndpointCompletions, "prompt", "a string or an array"},
+		{"input type", `{"model":"m","input":3}`, EndpointResponses, "input", "a string or an array"},
+		{"type error then syntax error", `{"model":1,"x":[}`, EndpointChat, "", "invalid character"},
 	}
 	x := NewExtractor(c)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := x.Extract(tt.ep, []byte(tt.give), x.NewFeatures())
+			err := x.Parse(tt.ep, []byte(tt.give), x.NewFeatures())
 			var re *RequestError
 			if !errors.As(err, &re) {
 				t.Fatalf("err = %v, want *RequestError", err)
@@ -215,13 +224,20 @@ func TestScannerAgreesWithEncodingJSON(t *testing.T) {
 		`{}`, `{"a":1}`, `{"a":-0.5e+3}`, `{"a":[1,2,{"b":null}]}`, `{"a":"\u00e9\ud83d\ude00"}`,
 		`{"a":01}`, `{"a":1.}`, `{"a":-}`, `{"a" 1}`, `{"a":1,}`, `{"a":[1,]}`, `{,}`, `{"a":"\\"}`,
 		`{"a":"\\\""}`, `{"a":truex}`, ` {"a":1} `, `{"a":1}}`, `{"a":[}`,
+		`{"a":"\u00"}`, `{"a":"\ud800"}`, "{\"a\":\"\x01\"}", "{\"a\":\"\xff\"}", `{"a":1e}`, `{"a":-01}`,
+		`{"a":[[[]]]}`, `{"a":{"b":{}}}`, `{"a" : [ 1 , 2 ] , "b" : { } }`, `{"a":nul}`, `{"a":"x"`, `{"a"`,
+		`{"a":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`,
+		`{"a":` + strings.Repeat("[", MaxDepth-1) + strings.Repeat("]", MaxDepth-1) + `}`,
+		`{"a":` + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + `}`,
+		`{"a":` + strings.Repeat(`{"b":`, MaxDepth-1) + "1" + strings.Repeat("}", MaxDepth-1) + `}`,
+		`{"a":` + strings.Repeat(`{"b":`, MaxDepth) + "1" + strings.Repeat("}", MaxDepth) + `}`,
 	}
 	x := NewExtractor(testConfig())
 	for _, give := range cases {
-		err := x.Extract(EndpointChat, []byte(give), x.NewFeatures())
+		err := x.Parse(EndpointChat, []byte(give), x.NewFeatures())
 		want := json.Valid([]byte(give))
 		if (err == nil) != want {
-			t.Errorf("%s: scanner err=%v, encoding/json valid=%v", give, err, want)
+			t.Errorf("%.80s: scanner err=%v, encoding/json valid=%v", give, err, want)
 		}
 	}
 }
@@ -244,35 +260,64 @@ func TestHashTokenBlocks(t *testing.T) {
 	}
 }
 
-func FuzzExtract(f *testing.F) {
-	f.Add([]byte(chatBody("m", [2]string{"user", "hello"})))
-	f.Add([]byte(`{"model":"m","prompt":["a","b"],"max_tokens":3}`))
-	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"\u00e9"}]}],"tools":[{"a":1}]}`))
-	f.Add([]byte(`{"model":"m","input":[{"type":"function_call","call_id":"x"}],"instructions":"s"}`))
-	x := NewExtractor(testConfig())
-	feat := x.NewFeatures()
-	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, ep := range []Endpoint{EndpointChat, EndpointCompletions, EndpointResponses} {
-			err := x.Extract(ep, body, feat)
-			if err == nil && !json.Valid(body) {
-				t.Fatalf("accepted invalid JSON: %q", body)
-			}
-			if len(feat.Blocks) > x.MaxBlocks() {
-				t.Fatalf("%d blocks over the bound", len(feat.Blocks))
-			}
-		}
-	})
-}
-
-func ExampleExtractor_Extract() {
+func ExampleExtractor_Parse() {
 	c := Config{}
 	c.SetDefaults()
 	x := NewExtractor(c)
 	f := x.NewFeatures()
 	body := `{"model":"qwen3-32b","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"hello"}]}`
-	if err := x.Extract(EndpointChat, []byte(body), f); err != nil {
+	if err := x.Parse(EndpointChat, []byte(body), f); err != nil {
 		panic(err)
 	}
 	fmt.Println(string(f.Model), f.Stream, f.MaxTokens, len(f.Blocks))
 	// Output: qwen3-32b true 256 0
+}
+
+// The fingerprint does not depend on the key order of the body: tools
+// after messages, model last (the OpenAI Python SDK's order) gives the
+// blocks of the canonical order, which Parse hashes in one walk.
+func TestParseKeyOrder(t *testing.T) {
+	c := testConfig()
+	long := strings.Repeat("abcdefgh", 40)
+	msgs := `"messages":[{"role":"system","content":"` + long + `"},{"content":[{"type":"text","text":"` + long + `"}],"role":"user"}]`
+	tools := `"tools":[{"type":"function","function":{"name":"f"}}]`
+	a := extract(t, c, EndpointChat, `{"model":"m",`+tools+`,`+msgs+`}`)
+	b := extract(t, c, EndpointChat, `{`+msgs+`,`+tools+`,"model":"m"}`)
+	d := extract(t, c, EndpointChat, `{"\u006dodel":"\u006d",`+msgs+`,"tools":null,`+tools+`}`)
+	if len(a.Blocks) < 10 {
+		t.Fatalf("%d blocks", len(a.Blocks))
+	}
+	for _, g := range []*Features{b, d} {
+		if diff := cmp.Diff(a.Blocks, g.Blocks); diff != "" || g.Seed != a.Seed || g.PromptBytes != a.PromptBytes {
+			t.Fatalf("key order changes the fingerprint (-want +got):\n%s", diff)
+		}
+	}
+}
+
+// Model, keys and spans as the precise path and the guard use them.
+func TestParseModelAndSpans(t *testing.T) {
+	c := testConfig()
+	body := `{"\u006dodel":"org\u002fm1","cache_salt":"s\u0031","messages":[{"role":"user","content":"hi"}],"tools":[ {"a":1} ]}`
+	f := extract(t, c, EndpointChat, body)
+	if string(f.Model) != "org/m1" || string(f.CacheSalt) != "s1" {
+		t.Fatalf("model %q salt %q", f.Model, f.CacheSalt)
+	}
+	if got := string(f.Messages.Bytes([]byte(body))); got != `[{"role":"user","content":"hi"}]` {
+		t.Errorf("messages span %q", got)
+	}
+	if got := string(f.Tools.Bytes([]byte(body))); got != `[ {"a":1} ]` {
+		t.Errorf("tools span %q", got)
+	}
+	if f.Prompt != (Span{}) || f.Prompt.Bytes([]byte(body)) != nil {
+		t.Errorf("prompt span %v on chat", f.Prompt)
+	}
+	p := extract(t, c, EndpointCompletions, `{"model":"m","prompt":"abc","messages":5}`)
+	if string(p.Prompt.Bytes([]byte(`{"model":"m","prompt":"abc","messages":5}`))) != `"abc"` || p.Messages != (Span{}) {
+		t.Errorf("completions spans %+v %+v", p.Prompt, p.Messages)
+	}
+	// The same name escaped and not seeds alike.
+	g := extract(t, c, EndpointChat, `{"model":"org/m1","cache_salt":"s1","messages":[{"role":"user","content":"hi"}],"tools":[{"a":1}]}`)
+	if g.Seed != f.Seed {
+		t.Error("escaped model seeds differently")
+	}
 }

@@ -4,24 +4,40 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"unicode/utf8"
 )
 
-// A small validating JSON scanner over a byte slice. It never allocates on
-// the success path: values are returned as spans of the input, strings are
-// unescaped on the fly into a sink (the fingerprint), and nothing is
-// converted to Go values except the few scalars routing needs.
+// This file is ramjet's only JSON scanner (Extractor.Parse in features.go
+// drives it). It works over a byte slice and never allocates on the success
+// path: values are returned as spans of the input, strings are decoded on
+// the fly into a sink (the fingerprint), and nothing is converted to Go
+// values except the few scalars routing needs.
+//
+// It accepts exactly what encoding/json accepts (RFC 8259: no trailing
+// commas, no comments, no leading zeros, no control characters in strings;
+// invalid UTF-8 is accepted, as encoding/json does), with the same nesting
+// limit, MaxDepth. The differential fuzzers in fuzz_test.go hold it to that.
 
-// maxDepth bounds nesting so that a hostile body cannot exhaust the stack.
-const maxDepth = 256
+// MaxDepth is the deepest nesting of objects and arrays a request body may
+// have: 10000, the limit of encoding/json, so that the set of accepted
+// bodies is exactly encoding/json's. The scanner is iterative, so the limit
+// costs no stack: a deeper body is refused with a *RequestError ("nesting
+// too deep"), never parsed partially.
+const MaxDepth = 10000
 
-// RequestError is a client error in the request body: malformed JSON or a
-// field of the wrong type. Param names the offending top-level field when
-// known. The module maps it to an OpenAI-shaped 400.
+// RequestError is a client error in the request body: malformed JSON
+// (Syntax), or valid JSON with a field of the wrong type. Param names the
+// offending field when known: a top-level field ("messages"), or a path
+// into it in OpenAI's style ("messages.[2].content"). The module answers it
+// with an OpenAI-shaped 400.
 type RequestError struct {
 	Param  string
 	Msg    string
 	Offset int
+	// Syntax reports malformed JSON, which encoding/json rejects too; false
+	// for well-formed JSON that is not a request ramjet can read.
+	Syntax bool
 }
 
 func (e *RequestError) Error() string {
@@ -32,11 +48,19 @@ func (e *RequestError) Error() string {
 }
 
 func syntaxErr(off int, msg string) error {
-	return &RequestError{Msg: msg, Offset: off}
+	return &RequestError{Msg: msg, Offset: off, Syntax: true}
 }
 
 func typeErr(param string, off int, want string) error {
-	return &RequestError{Param: param, Msg: "expected " + want, Offset: off}
+	return &RequestError{Param: param, Msg: param + " must be " + want, Offset: off}
+}
+
+// inField names the top-level field a syntax error occurred in.
+func inField(err error, param string) error {
+	if re, ok := err.(*RequestError); ok && re.Param == "" {
+		re.Param = param
+	}
+	return err
 }
 
 func isWS(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
@@ -48,64 +72,95 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-// scanString expects b[i] == '"' and returns the index just past the closing
-// quote and whether the string contains escapes.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// special returns a mask whose lowest set bit is the high bit of the first
+// byte of x (little endian) that is '"', '\\' or a control character; 0
+// when there is none. Each of the three "has zero byte" terms is exact at
+// its lowest set bit, so their union is exact there too.
+func special(x uint64) uint64 {
+	q := x ^ (lsb * '"')
+	s := x ^ (lsb * '\\')
+	return ((q-lsb)&^q | (s-lsb)&^s | (x-lsb*0x20)&^x) & msb
+}
+
+// quoteOrBackslash is special without the control characters, for a body
+// already validated.
+func quoteOrBackslash(x uint64) uint64 {
+	q := x ^ (lsb * '"')
+	s := x ^ (lsb * '\\')
+	return ((q-lsb)&^q | (s-lsb)&^s) & msb
+}
+
+// scanString validates the string starting at b[i] == '"' and returns the
+// index just past its closing quote and whether it contains escapes. It
+// runs over the string with bytes.IndexByte (vectorised) for the quote and
+// the backslashes and checks the runs between escapes for control
+// characters eight bytes at a time (hasControl).
 func scanString(b []byte, i int) (end int, escaped bool, err error) {
-	start := i + 1
-	j := start
-	for {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return 0, false, syntaxErr(i, "unterminated string")
-		}
-		q := j + k
-		// Count the backslashes right before the quote.
-		n := 0
-		for p := q - 1; p >= start && b[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 {
-			if hasControl(b[start:q]) {
-				return 0, false, syntaxErr(i, "control character in string")
+	j := i + 1
+	// Short strings (keys, roles) end within a word or two: look at them
+	// a word at a time before paying for bytes.IndexByte's setup.
+	for n := 0; n < 2 && j+8 <= len(b); n++ {
+		if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+			j += bits.TrailingZeros64(m) >> 3
+			if b[j] == '"' {
+				return j + 1, false, nil
 			}
-			escaped = bytes.IndexByte(b[start:q], '\\') >= 0
-			if escaped && !validEscapes(b[start:q]) {
-				return 0, false, syntaxErr(i, "invalid escape in string")
+			break
+		}
+		j += 8
+	}
+	q := -1 // the next quote at or after j, once found
+	for {
+		if q < j {
+			k := bytes.IndexByte(b[j:], '"')
+			if k < 0 {
+				return 0, false, syntaxErr(i, "unterminated string")
+			}
+			q = j + k
+		}
+		k := bytes.IndexByte(b[j:q], '\\')
+		if k < 0 {
+			if hasControl(b[j:q]) {
+				return 0, false, controlErr(b, j)
 			}
 			return q + 1, escaped, nil
 		}
-		j = q + 1
-	}
-}
-
-// validEscapes reports whether every backslash in s starts a valid JSON
-// escape.
-func validEscapes(s []byte) bool {
-	for {
-		k := bytes.IndexByte(s, '\\')
-		if k < 0 {
-			return true
+		p := j + k
+		if hasControl(b[j:p]) {
+			return 0, false, controlErr(b, j)
 		}
-		s = s[k:]
-		if len(s) < 2 {
-			return false
+		escaped = true
+		if p+1 >= len(b) {
+			return 0, false, syntaxErr(i, "unterminated string")
 		}
-		switch s[1] {
+		switch b[p+1] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			s = s[2:]
+			j = p + 2
 		case 'u':
-			if _, ok := hex4(s[2:]); !ok {
-				return false
+			if _, ok := hex4(b[p+2:]); !ok {
+				return 0, false, syntaxErr(p, "invalid \\u escape in string")
 			}
-			s = s[6:]
+			j = p + 6
 		default:
-			return false
+			return 0, false, syntaxErr(p, "invalid escape "+quoteByte(b[p+1])+" in string")
 		}
 	}
 }
 
-// hasControl reports whether s holds a byte below 0x20, eight bytes at a
-// time (the "has less than" bit trick).
+func controlErr(b []byte, j int) error {
+	for b[j] >= 0x20 {
+		j++
+	}
+	return syntaxErr(j, "control character "+quoteByte(b[j])+" in string")
+}
+
+// hasControl reports whether s holds a byte below 0x20, 32 bytes at a time
+// (the "has less than" bit trick: exact for "any").
 func hasControl(s []byte) bool {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	for len(s) >= 32 {
@@ -133,11 +188,20 @@ func hasControl(s []byte) bool {
 	return false
 }
 
-// scanStringLax is scanString without validation, for a second pass over
-// a body the first pass already validated.
-func scanStringLax(b []byte, i int) (end int, escaped bool) {
+// laxString is scanString for a body already validated: it finds the
+// closing quote with bytes.IndexByte and counts the backslashes before it.
+func laxString(b []byte, i int) (end int, escaped bool) {
 	start := i + 1
 	j := start
+	for n := 0; n < 2 && j+8 <= len(b); n++ {
+		if m := quoteOrBackslash(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+			if q := j + bits.TrailingZeros64(m)>>3; b[q] == '"' {
+				return q + 1, false
+			}
+			break
+		}
+		j += 8
+	}
 	for {
 		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
@@ -149,43 +213,10 @@ func scanStringLax(b []byte, i int) (end int, escaped bool) {
 			n++
 		}
 		if n%2 == 0 {
-			return q + 1, bytes.IndexByte(b[start:q], '\\') >= 0
+			return q + 1, escaped || bytes.IndexByte(b[j:q], '\\') >= 0
 		}
+		escaped = true
 		j = q + 1
-	}
-}
-
-// skipValue validates and skips one JSON value starting at b[i] (after
-// whitespace) and returns the index just past it.
-func skipValue(b []byte, i, depth int) (int, error) {
-	i = skipWS(b, i)
-	if i >= len(b) {
-		return 0, syntaxErr(i, "unexpected end of input")
-	}
-	switch c := b[i]; {
-	case c == '"':
-		end, _, err := scanString(b, i)
-		return end, err
-	case c == '{':
-		if depth >= maxDepth {
-			return 0, syntaxErr(i, "nesting too deep")
-		}
-		return skipObject(b, i, depth+1)
-	case c == '[':
-		if depth >= maxDepth {
-			return 0, syntaxErr(i, "nesting too deep")
-		}
-		return skipArray(b, i, depth+1)
-	case c == 't':
-		return literal(b, i, "true")
-	case c == 'f':
-		return literal(b, i, "false")
-	case c == 'n':
-		return literal(b, i, "null")
-	case c == '-' || (c >= '0' && c <= '9'):
-		return scanNumber(b, i)
-	default:
-		return 0, syntaxErr(i, "invalid character "+quoteByte(c))
 	}
 }
 
@@ -203,51 +234,194 @@ func literal(b []byte, i int, lit string) (int, error) {
 	return i + len(lit), nil
 }
 
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
 func scanNumber(b []byte, i int) (int, error) {
 	start := i
 	if b[i] == '-' {
 		i++
 	}
-	digits := func() int {
-		s := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		return i - s
-	}
-	intStart := i
-	if n := digits(); n == 0 || (n > 1 && b[intStart] == '0') {
+	j := digits(b, i)
+	if j == i || (j-i > 1 && b[i] == '0') {
 		return 0, syntaxErr(start, "invalid number")
 	}
+	i = j
 	if i < len(b) && b[i] == '.' {
-		i++
-		if digits() == 0 {
+		if j = digits(b, i+1); j == i+1 {
 			return 0, syntaxErr(start, "invalid number")
 		}
+		i = j
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		i++
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		if digits() == 0 {
+		if j = digits(b, i); j == i {
 			return 0, syntaxErr(start, "invalid number")
 		}
+		i = j
 	}
 	return i, nil
 }
 
-// objectIter walks the members of an object. Usage:
+// scanScalar validates the string, number or literal at b[i].
+func scanScalar(b []byte, i int) (int, error) {
+	switch c := b[i]; {
+	case c == '"':
+		end, _, err := scanString(b, i)
+		return end, err
+	case c == 't':
+		return literal(b, i, "true")
+	case c == 'f':
+		return literal(b, i, "false")
+	case c == 'n':
+		return literal(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return scanNumber(b, i)
+	}
+	return 0, syntaxErr(i, "invalid character "+quoteByte(b[i])+" looking for the beginning of a value")
+}
+
+// skipValue validates one JSON value at b[i] (whitespace before it is
+// skipped) and returns the index just past it. depth is the number of
+// containers the value is nested in. It is iterative: nesting costs one
+// bit per level, on the stack up to 256 levels and in one allocation
+// beyond (a legitimate request body never nests that deep).
+func skipValue(b []byte, i, depth int) (int, error) {
+	i = skipWS(b, i)
+	if i >= len(b) {
+		return 0, syntaxErr(i, "unexpected end of input")
+	}
+	if c := b[i]; c != '{' && c != '[' {
+		return scanScalar(b, i)
+	}
+	var small [4]uint64
+	stack := small[:] // bit n set: level n is an object
+	top := 0          // open containers in this call
+	for {
+		// At the start of a value.
+		switch c := b[i]; c {
+		case '{', '[':
+			if depth+top >= MaxDepth {
+				return 0, syntaxErr(i, "nesting too deep (the limit is 10000)")
+			}
+			if top>>6 >= len(stack) {
+				stack = append(make([]uint64, 0, (MaxDepth+63)/64), stack...)[:(MaxDepth+63)/64]
+			}
+			w, m := top>>6, uint64(1)<<(top&63)
+			if c == '{' {
+				stack[w] |= m
+			} else {
+				stack[w] &^= m
+			}
+			top++
+			i = skipWS(b, i+1)
+			if i >= len(b) {
+				return 0, syntaxErr(i, "unexpected end of input")
+			}
+			if c == '{' {
+				if b[i] == '}' {
+					i++
+					top--
+					break
+				}
+				var err error
+				if i, err = objectKey(b, i); err != nil {
+					return 0, err
+				}
+				continue
+			}
+			if b[i] == ']' {
+				i++
+				top--
+				break
+			}
+			continue
+		default:
+			var err error
+			if i, err = scanScalar(b, i); err != nil {
+				return 0, err
+			}
+		}
+		// After a value: close containers until one wants another value.
+		for {
+			if top == 0 {
+				return i, nil
+			}
+			i = skipWS(b, i)
+			if i >= len(b) {
+				return 0, syntaxErr(i, "unexpected end of input")
+			}
+			obj := stack[(top-1)>>6]&(1<<((top-1)&63)) != 0
+			c := b[i]
+			if c == ',' {
+				i = skipWS(b, i+1)
+				if obj {
+					var err error
+					if i, err = objectKey(b, i); err != nil {
+						return 0, err
+					}
+				} else if i >= len(b) {
+					return 0, syntaxErr(i, "unexpected end of input")
+				}
+				break
+			}
+			if obj && c == '}' || !obj && c == ']' {
+				i++
+				top--
+				continue
+			}
+			if obj {
+				return 0, syntaxErr(i, "expected ',' or '}' after object member")
+			}
+			return 0, syntaxErr(i, "expected ',' or ']' after array element")
+		}
+	}
+}
+
+// objectKey validates `"key" :` at b[i] and returns the start of the value
+// (whitespace skipped).
+func objectKey(b []byte, i int) (int, error) {
+	if i >= len(b) || b[i] != '"' {
+		if i >= len(b) {
+			return 0, syntaxErr(i, "unexpected end of input")
+		}
+		return 0, syntaxErr(i, "expected a string key in object")
+	}
+	end, _, err := scanString(b, i)
+	if err != nil {
+		return 0, err
+	}
+	i = skipWS(b, end)
+	if i >= len(b) || b[i] != ':' {
+		return 0, syntaxErr(i, "expected ':' after object key")
+	}
+	i = skipWS(b, i+1)
+	if i >= len(b) {
+		return 0, syntaxErr(i, "unexpected end of input")
+	}
+	return i, nil
+}
+
+// objectIter walks the members of an object, validating its syntax (the
+// member values are the caller's to consume). Usage:
 //
-//	it := objectIter{b: b, i: start}
-//	for it.next() { key := it.key; vstart := it.val; ...; it.skip() or it.at(end) }
+//	it := newObjectIter(b, start, depth)
+//	for it.next() { key := decodeKey(it.key, it.esc, &buf); v := it.val; ...; it.i = end of the value }
 //	if it.err != nil { ... }
 type objectIter struct {
 	b     []byte
 	i     int // position: after '{' or after the last value
-	depth int
+	depth int // nesting depth of the object's members
 	first bool
-	key   []byte // raw key bytes (without quotes; escapes not decoded)
+	key   []byte // the raw key (without quotes); see decodeKey
+	esc   bool   // the key has escapes
 	val   int    // start of the value (whitespace skipped)
 	end   int    // index just past the closing '}' once next returns false
 	err   error
@@ -274,22 +448,22 @@ func (it *objectIter) next() bool {
 	}
 	if !it.first {
 		if b[i] != ',' {
-			it.err = syntaxErr(i, "expected ',' or '}' in object")
+			it.err = syntaxErr(i, "expected ',' or '}' after object member")
 			return false
 		}
 		i = skipWS(b, i+1)
 	}
 	it.first = false
 	if i >= len(b) || b[i] != '"' {
-		it.err = syntaxErr(i, "expected string key in object")
+		it.err = syntaxErr(i, "expected a string key in object")
 		return false
 	}
-	kend, _, err := scanString(b, i)
+	kend, esc, err := scanString(b, i)
 	if err != nil {
 		it.err = err
 		return false
 	}
-	it.key = b[i+1 : kend-1]
+	it.key, it.esc = b[i+1:kend-1], esc
 	i = skipWS(b, kend)
 	if i >= len(b) || b[i] != ':' {
 		it.err = syntaxErr(i, "expected ':' after object key")
@@ -304,7 +478,7 @@ func (it *objectIter) next() bool {
 	return true
 }
 
-// skip skips the current value.
+// skip validates and skips the current value.
 func (it *objectIter) skip() {
 	end, err := skipValue(it.b, it.val, it.depth)
 	if err != nil {
@@ -314,127 +488,84 @@ func (it *objectIter) skip() {
 	it.i = end
 }
 
-func skipObject(b []byte, i, depth int) (int, error) {
-	it := newObjectIter(b, i, depth)
-	for it.next() {
-		it.skip()
+// decodeKey returns the decoded key raw (a valid JSON string body). Keys
+// longer than buf once decoded match none ramjet reads; they are returned
+// raw, which cannot equal a short name.
+func decodeKey(raw []byte, escaped bool, buf *[24]byte) []byte {
+	if !escaped {
+		return raw
 	}
-	if it.err != nil {
-		return 0, it.err
-	}
-	return it.end, nil
-}
-
-// arrayIter walks the elements of an array; same protocol as objectIter.
-type arrayIter struct {
-	b     []byte
-	i     int
-	depth int
-	first bool
-	val   int
-	end   int
-	err   error
-}
-
-func newArrayIter(b []byte, i, depth int) arrayIter {
-	return arrayIter{b: b, i: i + 1, depth: depth, first: true}
-}
-
-func (it *arrayIter) next() bool {
-	if it.err != nil {
-		return false
-	}
-	b := it.b
-	i := skipWS(b, it.i)
-	if i >= len(b) {
-		it.err = syntaxErr(i, "unexpected end of input in array")
-		return false
-	}
-	if b[i] == ']' {
-		it.end = i + 1
-		return false
-	}
-	if !it.first {
-		if b[i] != ',' {
-			it.err = syntaxErr(i, "expected ',' or ']' in array")
-			return false
+	out := buf[:0]
+	for s := raw; len(s) > 0; {
+		k := bytes.IndexByte(s, '\\')
+		if k < 0 {
+			k = len(s)
 		}
-		i = skipWS(b, i+1)
+		if len(out)+k > len(buf) {
+			return raw
+		}
+		out = append(out, s[:k]...)
+		s = s[k:]
+		if len(s) == 0 {
+			break
+		}
+		var e [utf8.UTFMax]byte
+		d, n := escape1(s, &e)
+		if len(out)+len(d) > len(buf) {
+			return raw
+		}
+		out = append(out, d...)
+		s = s[n:]
 	}
-	it.first = false
-	it.val = i
-	it.i = i
-	return true
+	return out
 }
 
-func (it *arrayIter) skip() {
-	end, err := skipValue(it.b, it.val, it.depth)
-	if err != nil {
-		it.err = err
-		return
+// escape1 decodes the valid escape at the start of s (s[0] == '\\') as
+// encoding/json does (an unpaired surrogate becomes U+FFFD). It returns the
+// decoded bytes (in buf) and how many bytes of s it consumed.
+func escape1(s []byte, buf *[utf8.UTFMax]byte) ([]byte, int) {
+	if len(s) < 2 {
+		return nil, len(s)
 	}
-	it.i = end
+	c := s[1]
+	switch c {
+	case 'b':
+		c = '\b'
+	case 'f':
+		c = '\f'
+	case 'n':
+		c = '\n'
+	case 'r':
+		c = '\r'
+	case 't':
+		c = '\t'
+	case 'u':
+		r, n := decodeU(s)
+		m := utf8.EncodeRune(buf[:], r)
+		return buf[:m], n
+	}
+	// '"', '\\', '/' stand for themselves.
+	buf[0] = c
+	return buf[:1], 2
 }
 
-func skipArray(b []byte, i, depth int) (int, error) {
-	it := newArrayIter(b, i, depth)
-	for it.next() {
-		it.skip()
-	}
-	if it.err != nil {
-		return 0, it.err
-	}
-	return it.end, nil
-}
-
-// unescapeTo decodes the body of a JSON string (without quotes) and writes
-// it to the fingerprint in runs, without allocating.
-func unescapeTo(s []byte, off int, w *blocker) error {
+// unescapeTo decodes the body of a valid JSON string (without quotes) and
+// writes it to the fingerprint in runs, without allocating.
+func unescapeTo(s []byte, w *blocker) {
 	var buf [utf8.UTFMax]byte
 	for len(s) > 0 {
 		k := bytes.IndexByte(s, '\\')
 		if k < 0 {
 			w.write(s)
-			return nil
+			return
 		}
 		if k > 0 {
 			w.write(s[:k])
 		}
-		s = s[k:]
-		if len(s) < 2 {
-			return syntaxErr(off, "invalid escape")
-		}
-		var c byte
-		switch s[1] {
-		case '"', '\\', '/':
-			c = s[1]
-		case 'b':
-			c = '\b'
-		case 'f':
-			c = '\f'
-		case 'n':
-			c = '\n'
-		case 'r':
-			c = '\r'
-		case 't':
-			c = '\t'
-		case 'u':
-			r, n, ok := decodeU(s)
-			if !ok {
-				return syntaxErr(off, "invalid \\u escape")
-			}
-			m := utf8.EncodeRune(buf[:], r)
-			w.write(buf[:m])
-			s = s[n:]
-			continue
-		default:
-			return syntaxErr(off, "invalid escape")
-		}
-		buf[0] = c
-		w.write(buf[:1])
-		s = s[2:]
+		d, n := escape1(s[k:], &buf)
+		w.write(d)
+		s = s[k+n:]
 	}
-	return nil
 }
 
 func hex4(s []byte) (rune, bool) {
@@ -458,22 +589,55 @@ func hex4(s []byte) (rune, bool) {
 	return r, true
 }
 
-// decodeU decodes "\uXXXX" (and a following low surrogate) at the start of s.
-func decodeU(s []byte) (rune, int, bool) {
+// decodeU decodes a validated "\uXXXX" (and a following low surrogate) at
+// the start of s and returns the rune and the bytes consumed.
+func decodeU(s []byte) (rune, int) {
 	r, ok := hex4(s[2:])
 	if !ok {
-		return 0, 0, false
+		return utf8.RuneError, 2
 	}
 	if r >= 0xD800 && r < 0xDC00 {
 		if len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
 			if r2, ok := hex4(s[8:]); ok && r2 >= 0xDC00 && r2 < 0xE000 {
-				return (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000, 12, true
+				return (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000, 12
 			}
 		}
-		return utf8.RuneError, 6, true
+		return utf8.RuneError, 6
 	}
 	if r >= 0xDC00 && r < 0xE000 {
-		return utf8.RuneError, 6, true
+		return utf8.RuneError, 6
 	}
-	return r, 6, true
+	return r, 6
+}
+
+// laxSkip skips the valid JSON value at b[i] (no whitespace before it).
+func laxSkip(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch c := b[i]; c {
+		case '"':
+			i, _ = laxString(b, i)
+			if depth == 0 {
+				return i
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		default:
+			if depth == 0 {
+				// A number or literal.
+				for i < len(b) && !isWS(b[i]) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
+					i++
+				}
+				return i
+			}
+		}
+		i++
+	}
+	return i
 }

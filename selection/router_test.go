@@ -488,19 +488,19 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	}
 }
 
-func TestExtractDoesNotAllocate(t *testing.T) {
+func TestParseDoesNotAllocate(t *testing.T) {
 	c := Config{}
 	c.SetDefaults()
 	x := NewExtractor(c)
 	f := x.NewFeatures()
 	body := []byte(chatBodyOfSize(64 << 10))
 	allocs := testing.AllocsPerRun(50, func() {
-		if err := x.Extract(EndpointChat, body, f); err != nil {
+		if err := x.Parse(EndpointChat, body, f); err != nil {
 			t.Fatal(err)
 		}
 	})
 	if allocs != 0 {
-		t.Fatalf("Extract allocates %v times per body", allocs)
+		t.Fatalf("Parse allocates %v times per body", allocs)
 	}
 }
 

@@ -3,18 +3,20 @@ package module
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func TestStripRequestHeaders(t *testing.T) {
@@ -35,43 +37,6 @@ func TestStripRequestHeaders(t *testing.T) {
 	want := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"abc"}}
 	if diff := cmp.Diff(want, h); diff != "" {
 		t.Errorf("headers (-want +got):\n%s", diff)
-	}
-}
-
-func TestProbeModel(t *testing.T) {
-	tests := []struct {
-		name      string
-		give      string
-		wantModel string
-		wantErr   string
-	}{
-		{"model", `{"model":"m1","messages":[]}`, "m1", ""},
-		{"no model", `{"messages":[]}`, "", ""},
-		{"null model", `{"model":null}`, "", ""},
-		{"escaped", `{"model":"a\u002fb"}`, "a/b", ""},
-		{"truncated", `{"model":"m1","messages":[`, "", "not valid JSON"},
-		{"garbage", `model=m1`, "", "not valid JSON"},
-		{"array", `[1,2]`, "", "must be a JSON object"},
-		{"string", `"hi"`, "", "must be a JSON object"},
-		{"number model", `{"model":7}`, "", "model must be a string"},
-		{"trailing", `{"model":"m"} x`, "", "not valid JSON"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			model, ae := probeModel([]byte(tt.give))
-			if tt.wantErr != "" {
-				if ae == nil || !strings.Contains(ae.Message, tt.wantErr) || ae.Status != 400 {
-					t.Fatalf("probeModel() error = %v, want 400 containing %q", ae, tt.wantErr)
-				}
-				return
-			}
-			if ae != nil {
-				t.Fatalf("unexpected error %v", ae)
-			}
-			if model != tt.wantModel {
-				t.Errorf("model = %q, want %q", model, tt.wantModel)
-			}
-		})
 	}
 }
 
@@ -153,7 +118,8 @@ func TestGuardRejects(t *testing.T) {
 		{"malformed", "/v1/chat/completions", `{"model":`, "application/json", 400, errCodeInvalidJSON},
 		{"too large", "/v1/completions", `{"model":"m1","prompt":"` + strings.Repeat("x", 80) + `"}`, "application/json", 413, errCodeBodyTooLarge},
 		{"unknown model", "/v1/chat/completions", `{"model":"nope"}`, "application/json", 404, errCodeModelNotFound},
-		{"multipart not parsed", "/v1/chat/completions", `--x--`, "multipart/form-data; boundary=x", 200, ""},
+		{"multipart to an LLM route", "/v1/chat/completions", `--x--`, "multipart/form-data; boundary=x", 400, errCodeInvalidJSON},
+		{"multipart not parsed", "/v1/audio/transcriptions", `--x--`, "multipart/form-data; boundary=x", 200, ""},
 		{"other route not parsed", "/v1/audio/whatever", `not json`, "application/json", 200, ""},
 	}
 	for _, tt := range tests {
@@ -276,88 +242,81 @@ func TestGuardRewritesChainErrors(t *testing.T) {
 	}
 }
 
-// FuzzProbeModel checks the one-pass scanner against encoding/json: the same
-// bodies are valid, and the same model is found.
-func FuzzProbeModel(f *testing.F) {
-	for _, s := range []string{
-		`{"model":"m1","messages":[{"role":"user","content":"hi \u00e9 \n"}]}`,
-		`{"model":"a\u002fb","x":[1,-2.5e+3,true,false,null,{}]}`,
-		`{"\u006dodel":"esc-key"}`, `{"model":null}`, `{"model":3}`, `{"model":"x","model":"y"}`,
-		`[1]`, `"s"`, `{`, `{"a":}`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`, `{"a":"` + "\x01" + `"}`,
-		` {"a":[[[]]]} `, `{"a":1} {}`, `{"a":-}`, `{"a":1e}`, `{"a":tru}`, ``,
-	} {
-		f.Add([]byte(s))
+// TestGuardParse: the guard answers what selection.Parse refuses with an
+// OpenAI-shaped 400 naming the problem and the field, checks the decoded
+// model name, and leaves the one parse in the request state for the
+// matcher and the policy.
+func TestGuardParse(t *testing.T) {
+	g := newTestGuard(t, &Guard{})
+	deep := func(n int) string {
+		return `{"model":"m1","messages":[{"role":"user","content":"hi"}],"x":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`
 	}
-	f.Fuzz(func(t *testing.T, body []byte) { checkProbeAgainstStdlib(t, body) })
-}
-
-// TestProbeModelMutations runs the FuzzProbeModel check over a bounded,
-// deterministic set of mutations of its seeds (the fuzzer proper needs
-// -fuzz).
-func TestProbeModelMutations(t *testing.T) {
-	seeds := []string{
-		`{"model":"m1","messages":[{"role":"user","content":"hi \u00e9 \n"}],"max_tokens":16,"temperature":0.7}`,
-		`{"model":"a\u002fb","x":[1,-2.5e+3,true,false,null,{"y":"z"}]}`,
-		`{"\u006dodel":"esc-key","n":[[1],[2,[3]]]}`,
+	tests := []struct {
+		name, path, body string
+		wantStatus       int
+		wantCode         string
+		wantParam        string
+		wantMsg          string
+		wantModel        string
+	}{
+		{"ok", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"hi"}]}`, 200, "", "", "", "m1"},
+		{"escaped key", "/v1/chat/completions", `{"\u006dodel":"m1","messages":[]}`, 200, "", "", "", "m1"},
+		{"escaped key, unknown model", "/v1/chat/completions", `{"\u006dodel":"nope"}`, 404, errCodeModelNotFound, "model", "nope", ""},
+		{"escaped model", "/v1/chat/completions", `{"model":"m\u0031"}`, 200, "", "", "", "m1"},
+		{"null model", "/v1/chat/completions", `{"model":null,"messages":[]}`, 200, "", "", "", ""},
+		{"300 deep", "/v1/chat/completions", deep(300), 200, "", "", "", "m1"},
+		{"too deep", "/v1/chat/completions", deep(selection.MaxDepth), 400, errCodeInvalidJSON, "", "nesting too deep", ""},
+		{"malformed", "/v1/chat/completions", `{"model":"m1","messages":[`, 400, errCodeInvalidJSON, "messages", "not valid JSON", ""},
+		{"not an object", "/v1/chat/completions", `[1,2]`, 400, errCodeInvalidType, "", "must be a JSON object", ""},
+		{"model type", "/v1/embeddings", `{"model":7,"input":"x"}`, 400, errCodeInvalidType, "model", "model must be a string", ""},
+		{"messages type", "/v1/chat/completions", `{"model":"m1","messages":"hello"}`, 400, errCodeInvalidType, "messages", "messages must be an array", ""},
+		{"content type", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":5}]}`, 400, errCodeInvalidType, "messages.[0].content", "content must be", ""},
+		{"prompt type", "/v1/completions", `{"model":"m1","prompt":{}}`, 400, errCodeInvalidType, "prompt", "prompt must be", ""},
+		{"prefixed route", "/openai/v1/chat/completions", `{"model":"m1","messages":{}}`, 400, errCodeInvalidType, "messages", "", ""},
 	}
-	const alphabet = "{}[]\",:\\u0123456789.-+eEtrufalsn \t\n\x01\xff"
-	rng := uint64(0x9e3779b97f4a7c15)
-	next := func(n int) int {
-		rng ^= rng << 13
-		rng ^= rng >> 7
-		rng ^= rng << 17
-		return int(rng % uint64(n))
-	}
-	for i := range 30000 {
-		b := []byte(seeds[i%len(seeds)])
-		for range 1 + next(3) {
-			switch pos := next(len(b) + 1); next(3) {
-			case 0: // replace
-				if pos < len(b) {
-					b[pos] = alphabet[next(len(alphabet))]
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var seen *reqState
+			parses := bodyParses.Load()
+			req := httptest.NewRequest(http.MethodPost, tt.path, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			rec := serveGuard(t, g, req, func(w http.ResponseWriter, r *http.Request) error {
+				seen = lookupRequest(r)
+				w.WriteHeader(http.StatusOK)
+				return nil
+			})
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("status = %d, want %d; body %s", rec.Code, tt.wantStatus, rec.Body)
+			}
+			if got := bodyParses.Load() - parses; got != 1 {
+				t.Errorf("the guard parsed the body %d times, want 1", got)
+			}
+			if tt.wantStatus == 200 {
+				// The rest of the chain (matcher, policy) finds the parse.
+				if seen == nil {
+					t.Fatal("no request state")
 				}
-			case 1: // insert
-				b = append(b[:pos], append([]byte{alphabet[next(len(alphabet))]}, b[pos:]...)...)
-			default: // truncate
-				b = b[:pos]
+				f := seen.features(sharedExtractor(), selection.EndpointForPath(tt.path))
+				if f == nil || string(f.Model) != tt.wantModel {
+					t.Fatalf("features = %+v, want model %q", f, tt.wantModel)
+				}
+				if got := bodyParses.Load() - parses; got != 1 {
+					t.Errorf("the body was parsed %d times, want 1", got)
+				}
+				return
 			}
-		}
-		checkProbeAgainstStdlib(t, b)
-	}
-}
-
-func checkProbeAgainstStdlib(t *testing.T, body []byte) {
-	t.Helper()
-	{
-		model, ae := probeModel(body)
-		// Keys match exactly (as the engines' parsers do), so the oracle is
-		// a map, not a struct (encoding/json matches fields case-insensitively).
-		var obj map[string]json.RawMessage
-		valid := json.Valid(body)
-		isObject := valid && json.Unmarshal(body, &obj) == nil && obj != nil
-		probe := struct{ Model json.RawMessage }{obj["model"]}
-		switch {
-		case !valid:
-			if ae == nil {
-				t.Fatalf("invalid JSON accepted: %q", body)
+			we := decodeWireError(t, rec.Body.Bytes())
+			if we.Error.Code == nil || *we.Error.Code != tt.wantCode {
+				t.Errorf("code = %v, want %s", we.Error.Code, tt.wantCode)
 			}
-			return
-		case !isObject:
-			if ae == nil {
-				t.Fatalf("non-object accepted: %q", body)
+			param := ""
+			if we.Error.Param != nil {
+				param = *we.Error.Param
 			}
-			return
-		}
-		var want string
-		wantErr := len(probe.Model) > 0 && string(probe.Model) != "null" && json.Unmarshal(probe.Model, &want) != nil
-		if wantErr != (ae != nil) {
-			t.Fatalf("probeModel(%q) error = %v, want error %v", body, ae, wantErr)
-		}
-		// encoding/json replaces invalid UTF-8; the probe keeps the bytes
-		// (such a name matches no served model either way).
-		if ae == nil && model != want && utf8.ValidString(model) {
-			t.Fatalf("probeModel(%q) = %q, want %q", body, model, want)
-		}
+			if param != tt.wantParam || !strings.Contains(we.Error.Message, tt.wantMsg) || we.Error.Type != errTypeInvalidRequest {
+				t.Errorf("error = %+v (param %q), want param %q and a message containing %q", we.Error, param, tt.wantParam, tt.wantMsg)
+			}
+		})
 	}
 }
 
@@ -395,4 +354,99 @@ func TestClientAuth(t *testing.T) {
 	if newClientAuth("{env.RJ_TEST_UNSET_KEYS}").check(httptest.NewRequest(http.MethodGet, "/", nil)) != nil {
 		t.Error("no keys configured, yet a request was refused")
 	}
+}
+
+// TestGuardMatcherPolicyMetricsAgree sends, through a real in-process
+// Caddy (guard, body matcher on the model, the ramjet policy, the observe
+// handler and its metrics), the bodies on which the guard's former scanner
+// and the parser disagreed: an escaped "model" key, an escaped '/' in the
+// model name, a body nested 300 deep; and the ones that must be refused: a
+// body nested deeper than selection.MaxDepth and messages as a string.
+// Guard, matcher, policy and metrics must all see the decoded name org/m1,
+// every accepted request must be routed by ramjet (never the fallback),
+// and every request costs one parse.
+func TestGuardMatcherPolicyMetricsAgree(t *testing.T) {
+	ss := startSims(t, 2, enginesimOptions("org/m1"))
+	ups := strings.Join(ss.dials(), " ")
+	c := startCaddyfile(t, `{
+	admin {ADMIN}
+}
+http://{ADDR} {
+	route {
+		ramjet_observe
+		ramjet_guard `+ups+`
+		@org ramjet_body org/*
+		reverse_proxy @org `+ups+` {
+			lb_policy ramjet
+		}
+		respond "no match" 404
+	}
+}
+`)
+	resetMetrics()
+	m := metrics()
+	msgs := `"messages":[{"role":"system","content":"` + longText("agree", 2000) + `"},{"role":"user","content":"hi"}],"max_tokens":4`
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	tests := []struct {
+		name, body string
+		wantStatus int
+		wantCode   string
+	}{
+		{"escaped key", `{"\u006dodel":"org/m1",` + msgs + `}`, 200, ""},
+		{"escaped slash", `{"model":"org\u002fm1",` + msgs + `}`, 200, ""},
+		{"300 deep", `{"model":"org/m1",` + msgs + `,"metadata_x":` + nest(300) + `}`, 200, ""},
+		{"escaped key, other model", `{"\u006dodel":"org\u002fother",` + msgs + `}`, 404, errCodeModelNotFound},
+		{"too deep", `{"model":"org/m1",` + msgs + `,"x":` + nest(selection.MaxDepth) + `}`, 400, errCodeInvalidJSON},
+		{"messages as a string", `{"model":"org/m1","messages":"hi"}`, 400, errCodeInvalidType},
+	}
+	parses := bodyParses.Load()
+	ids := map[string]bool{}
+	for _, tt := range tests {
+		resp, body := c.post("/v1/chat/completions", tt.body)
+		if resp.StatusCode != tt.wantStatus {
+			t.Fatalf("%s: status %d, want %d: %s", tt.name, resp.StatusCode, tt.wantStatus, body)
+		}
+		if tt.wantStatus != 200 {
+			we := decodeWireError(t, body)
+			if we.Error.Code == nil || *we.Error.Code != tt.wantCode {
+				t.Errorf("%s: code %v, want %s: %s", tt.name, we.Error.Code, tt.wantCode, body)
+			}
+			continue
+		}
+		id := resp.Header.Get(HeaderUpstream)
+		if id == "" || ss.byRouteID(id) < 0 {
+			t.Fatalf("%s: routed to %q, not one of the engines", tt.name, id)
+		}
+		ids[id] = true
+	}
+	if got := bodyParses.Load() - parses; got != int64(len(tests)) {
+		t.Errorf("%d parses for %d requests, want one each", got, len(tests))
+	}
+	eventually(t, "requests accounted", func() bool {
+		n := 0.0
+		for id := range ids {
+			n += testutil.ToFloat64(m.requests.WithLabelValues(id, "org/m1", OutcomeOK))
+		}
+		return n == 3
+	})
+	for id := range ids {
+		if got := testutil.ToFloat64(m.decisions.WithLabelValues(id, "fallback")); got != 0 {
+			t.Errorf("%v requests on %s went to the fallback policy", got, id)
+		}
+	}
+	for _, rec := range recentDecisions.list() {
+		if rec.Upstream != "" && (rec.Model != "org/m1" || rec.Reason == "fallback") {
+			t.Errorf("dashboard record %+v, want model org/m1 routed by ramjet", rec)
+		}
+	}
+	// The matcher compares the decoded name: a glob that only the raw bytes
+	// would match does not match.
+	resp, body := c.post("/v1/chat/completions", `{"model":"org\u002fm1","messages":[{"role":"user","content":"x"}]}`)
+	if resp.StatusCode != 200 {
+		t.Errorf("decoded name not matched by org/*: %d %s", resp.StatusCode, body)
+	}
+}
+
+func enginesimOptions(model string) enginesim.Options {
+	return enginesim.Options{Model: model, Instant: true}
 }

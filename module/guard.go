@@ -1,16 +1,13 @@
 package module
 
 import (
-	"bytes"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +18,8 @@ import (
 	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func init() {
@@ -46,9 +45,13 @@ const DefaultMaxBodySize = DefaultMaxBodyBytes
 //   - replaces the client's Authorization with the upstream token when one is
 //     configured, and otherwise drops the client's credentials unless
 //     forward_client_auth is set;
-//   - reads the body once, bounded (413 beyond max_body_size), and on the
-//     OpenAI JSON POST routes rejects malformed JSON (400) and, when the
-//     fleet's models are known, an unknown model (404).
+//   - reads the body once, bounded (413 beyond max_body_size), into the
+//     per-request state, and parses it there with selection's parser (the
+//     one parse the body matcher and the policy reuse): on the OpenAI JSON
+//     POST routes a malformed body, one nested deeper than
+//     selection.MaxDepth or a field of the wrong type gets an OpenAI-shaped
+//     400 naming the problem and the field, and, when the fleet's models are
+//     known, an unknown model (the decoded name) gets 404.
 //
 // After the rest of the chain it turns any error (no usable replica, engine
 // unreachable, timeout) into an OpenAI-shaped JSON error without upstream
@@ -280,14 +283,27 @@ func (g *Guard) readBody(r *http.Request) *APIError {
 	case st.body == nil:
 		return nil
 	}
-	if r.Method != http.MethodPost || !isJSONRoute(r.URL.Path) || !isJSONContent(r.Header.Get("Content-Type")) {
+	if r.Method != http.MethodPost {
 		return nil
 	}
-	model, ae := probeModel(st.body.buf)
-	if ae != nil {
-		return ae
+	// The LLM routes are always parsed (the policy fingerprints them
+	// whatever the content type); the other JSON routes when they say JSON.
+	ep := selection.EndpointForPath(r.URL.Path)
+	if ep == selection.EndpointUnknown && (!isJSONRoute(r.URL.Path) || !isJSONContent(r.Header.Get("Content-Type"))) {
+		return nil
 	}
-	if model != "" && g.checkOn && g.fleet != nil {
+	b := st.acquireBody()
+	if b == nil {
+		return nil // the request already ended
+	}
+	defer b.release()
+	// The one parse of this body: the matcher and the policy reuse it.
+	f, err := st.parse(sharedExtractor(), ep)
+	if err != nil {
+		return requestErrorAPI(err)
+	}
+	if len(f.Model) > 0 && g.checkOn && g.fleet != nil {
+		model := string(f.Model)
 		if known, listed := g.fleet.knows(r.Context(), model); listed && !known {
 			return newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeModelNotFound, "model",
 				fmt.Sprintf("The model `%s` does not exist.", model))
@@ -372,317 +388,6 @@ func isJSONContent(ct string) bool {
 		return false
 	}
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
-}
-
-// probeModel checks that body is one JSON object and returns its "model"
-// string, if any. It validates strictly (as encoding/json would) in one
-// pass without building values: several times faster than json.Unmarshal on
-// long prompts, and allocation-free unless the model name has escapes.
-func probeModel(body []byte) (string, *APIError) {
-	sc := jsonScanner{b: body}
-	sc.ws()
-	if sc.i < len(body) && body[sc.i] != '{' {
-		if err := sc.value(0); err != nil {
-			return "", invalidJSON(err)
-		}
-		if sc.ws(); sc.i != len(body) {
-			return "", invalidJSON(sc.errf("invalid character %s after top-level value", quoteChar(body[sc.i])))
-		}
-		return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
-			"the request body must be a JSON object")
-	}
-	if err := sc.value(0); err != nil {
-		return "", invalidJSON(err)
-	}
-	if sc.ws(); sc.i != len(body) {
-		return "", invalidJSON(sc.errf("invalid character %s after top-level value", quoteChar(body[sc.i])))
-	}
-	switch {
-	case sc.model == nil || string(sc.model) == "null":
-		return "", nil
-	case sc.model[0] != '"':
-		return "", newAPIError(http.StatusBadRequest, errTypeInvalidRequest, "invalid_type", "model",
-			"model must be a string")
-	case bytes.IndexByte(sc.model, '\\') < 0:
-		return string(sc.model[1 : len(sc.model)-1]), nil
-	}
-	var model string
-	if err := json.Unmarshal(sc.model, &model); err != nil {
-		return "", invalidJSON(err)
-	}
-	return model, nil
-}
-
-func invalidJSON(err error) *APIError {
-	return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidJSON, "",
-		"the request body is not valid JSON: "+err.Error())
-}
-
-// maxJSONDepth bounds nesting, as encoding/json does (10000); deeper bodies
-// are refused rather than risking the stack.
-const maxJSONDepth = 10000
-
-// jsonScanner validates JSON (RFC 8259) without decoding it, and remembers
-// the raw value of the top-level "model" member.
-type jsonScanner struct {
-	b     []byte
-	i     int
-	model []byte
-}
-
-func (s *jsonScanner) errf(format string, args ...any) error {
-	return fmt.Errorf(format+" (at byte %d)", append(args, s.i)...)
-}
-
-func quoteChar(c byte) string {
-	if c < 0x20 || c >= 0x7f {
-		return fmt.Sprintf("0x%02x", c)
-	}
-	return strconv.QuoteRune(rune(c))
-}
-
-func (s *jsonScanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-func (s *jsonScanner) value(depth int) error {
-	s.ws()
-	if s.i >= len(s.b) {
-		return s.errf("unexpected end of JSON input")
-	}
-	switch c := s.b[s.i]; {
-	case c == '{':
-		return s.object(depth + 1)
-	case c == '[':
-		return s.array(depth + 1)
-	case c == '"':
-		return s.str()
-	case c == 't':
-		return s.literal("true")
-	case c == 'f':
-		return s.literal("false")
-	case c == 'n':
-		return s.literal("null")
-	case c == '-' || (c >= '0' && c <= '9'):
-		return s.number()
-	default:
-		return s.errf("invalid character %s looking for beginning of value", quoteChar(c))
-	}
-}
-
-func (s *jsonScanner) object(depth int) error {
-	if depth > maxJSONDepth {
-		return s.errf("exceeded max depth")
-	}
-	s.i++ // {
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		return nil
-	}
-	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return s.errf("unexpected end of JSON input")
-		}
-		if s.b[s.i] != '"' {
-			return s.errf("invalid character %s looking for beginning of object key string", quoteChar(s.b[s.i]))
-		}
-		k0 := s.i
-		if err := s.str(); err != nil {
-			return err
-		}
-		key := s.b[k0:s.i]
-		s.ws()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			if s.i >= len(s.b) {
-				return s.errf("unexpected end of JSON input")
-			}
-			return s.errf("invalid character %s after object key", quoteChar(s.b[s.i]))
-		}
-		s.i++
-		s.ws()
-		v0 := s.i
-		if err := s.value(depth); err != nil {
-			return err
-		}
-		if depth == 1 && isModelKey(key) {
-			s.model = s.b[v0:s.i]
-		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return s.errf("unexpected end of JSON input")
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return s.errf("invalid character %s after object key:value pair", quoteChar(s.b[s.i]))
-		}
-	}
-}
-
-// isModelKey matches "model", also when written with escapes.
-func isModelKey(raw []byte) bool {
-	if string(raw) == `"model"` {
-		return true
-	}
-	if len(raw) > 7 && bytes.IndexByte(raw, '\\') >= 0 {
-		var k string
-		return json.Unmarshal(raw, &k) == nil && k == "model"
-	}
-	return false
-}
-
-func (s *jsonScanner) array(depth int) error {
-	if depth > maxJSONDepth {
-		return s.errf("exceeded max depth")
-	}
-	s.i++ // [
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		return nil
-	}
-	for {
-		if err := s.value(depth); err != nil {
-			return err
-		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return s.errf("unexpected end of JSON input")
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return nil
-		default:
-			return s.errf("invalid character %s after array element", quoteChar(s.b[s.i]))
-		}
-	}
-}
-
-// str scans a string starting at its opening quote.
-func (s *jsonScanner) str() error {
-	s.i++ // opening quote
-	b := s.b
-	for i := s.i; i < len(b); {
-		for i < len(b) && strPlain[b[i]] {
-			i++
-		}
-		if i >= len(b) {
-			break
-		}
-		c := b[i]
-		switch {
-		case c == '"':
-			s.i = i + 1
-			return nil
-		case c == '\\':
-			if i+1 >= len(b) {
-				s.i = i
-				return s.errf("unexpected end of JSON input")
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
-					s.i = i
-					return s.errf("invalid \\u escape in string")
-				}
-				i += 6
-			default:
-				s.i = i + 1
-				return s.errf("invalid character %s in string escape code", quoteChar(b[i+1]))
-			}
-		case c < 0x20:
-			s.i = i
-			return s.errf("invalid character %s in string literal", quoteChar(c))
-		default:
-			i++
-		}
-	}
-	s.i = len(b)
-	return s.errf("unexpected end of JSON input")
-}
-
-// strPlain marks the bytes a JSON string may hold without a closer look:
-// all but the quote, the backslash and control characters.
-var strPlain = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-func isHex4(h []byte) bool {
-	for _, c := range h {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-			return false
-		}
-	}
-	return true
-}
-
-func (s *jsonScanner) literal(lit string) error {
-	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
-		return s.errf("invalid literal, want %s", lit)
-	}
-	s.i += len(lit)
-	return nil
-}
-
-func (s *jsonScanner) number() error {
-	b, i := s.b, s.i
-	digits := func() int {
-		n := 0
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-			n++
-		}
-		return n
-	}
-	if b[i] == '-' {
-		i++
-	}
-	if i < len(b) && b[i] == '0' {
-		i++
-	} else if digits() == 0 {
-		s.i = i
-		return s.errf("invalid number")
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if digits() == 0 {
-			s.i = i
-			return s.errf("invalid number: no digits after decimal point")
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			s.i = i
-			return s.errf("invalid number: no digits in exponent")
-		}
-	}
-	s.i = i
-	return nil
 }
 
 // hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 and their
