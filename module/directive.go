@@ -177,7 +177,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 				// The ramjet handler observes responses (prefill done,
 				// release, metrics); in front of the guard so that the
 				// requests the guard rejects are counted too.
-				json.RawMessage(`{"handler":"ramjet"}`),
+				json.RawMessage(`{"handler":"ramjet_observe"}`),
 				caddyconfig.JSONModuleObject(guard, "handler", "ramjet_guard", nil),
 				caddyconfig.JSONModuleObject(rp, "handler", "reverse_proxy", nil),
 			},

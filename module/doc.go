@@ -7,7 +7,7 @@
 //
 //	http.reverse_proxy.selection_policies.ramjet  RamjetSelection (policy.go)
 //	http.matchers.ramjet_body                     BodyMatcher (matcher.go)
-//	http.handlers.ramjet                          Handler (handler.go)
+//	http.handlers.ramjet_observe                  Handler (handler.go)
 //
 // # Internal API for the rest of the package
 //
