@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ramjet-llm/ramjet/dashboard"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -59,8 +60,10 @@ type metricSet struct {
 	duration     *prometheus.HistogramVec
 
 	fleet *fleetCollector
-	// own is a registry holding only this set, for the dashboard sampler.
+	// own is a registry holding only this set.
 	own *prometheus.Registry
+	// dash counts the same events for the dashboard, typed.
+	dash *dashboard.Recorder
 
 	models modelLabels
 }
@@ -112,7 +115,7 @@ func newMetricSet(snap func() []fleetSnapshot) *metricSet {
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNS, Name: "time_to_first_token_seconds",
 			Help:    "Time from the request reaching ramjet to the first byte of a streamed response, by upstream, in seconds.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets: dashboard.TTFTBounds,
 		}, []string{"upstream"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNS, Name: "request_duration_seconds",
@@ -121,6 +124,7 @@ func newMetricSet(snap func() []fleetSnapshot) *metricSet {
 		}, []string{"upstream"}),
 		fleet: &fleetCollector{snap: snap},
 		own:   prometheus.NewPedanticRegistry(),
+		dash:  dashboard.NewRecorder(),
 	}
 	m.own.MustRegister(m.collectors()...)
 	return m
@@ -232,7 +236,9 @@ func reasonLabel(d selection.Decision, fallback bool) string {
 // observeSelection records one routing decision of the policy and the time
 // it took.
 func (m *metricSet) observeSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
-	m.decisions.WithLabelValues(upstream, reasonLabel(d, fallback)).Inc()
+	reason := reasonLabel(d, fallback)
+	m.decisions.WithLabelValues(upstream, reason).Inc()
+	m.dash.Decision(upstream, reason)
 	if fallback || d.Index < 0 {
 		return
 	}
@@ -269,6 +275,7 @@ type exchange struct {
 func (m *metricSet) startRequest(model string) string {
 	l := m.models.label(model)
 	m.inflight.WithLabelValues(l).Inc()
+	m.dash.Begin(l)
 	return l
 }
 
@@ -283,6 +290,12 @@ func (m *metricSet) endRequest(inflightLabel string, x *exchange) {
 	} else {
 		model = m.models.label(x.Model)
 	}
+	dx := dashboard.Exchange{Upstream: x.Upstream, Model: model, Error: outcome != OutcomeOK, HasUsage: x.HasUsage,
+		Prompt: x.Usage.PromptTokens, Cached: x.Usage.CachedTokens, Output: x.Usage.CompletionTokens}
+	if x.Stream && !x.FirstByte.IsZero() {
+		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
+	}
+	defer m.dash.End(inflightLabel, dx)
 	// The request counts last, so that a scrape that sees it sees its
 	// tokens too.
 	defer m.requests.WithLabelValues(x.Upstream, model, outcome).Inc()
@@ -558,7 +571,7 @@ func (o *metricsObserver) End(status int, err error) {
 	switch {
 	case o.selected:
 		o.m.endRequest(o.modelLbl, &x)
-		recentDecisions.add(recordOf(&x))
+		recentDecisions.Add(recordOf(&x))
 	case o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown:
 		// An LLM request answered before any routing (malformed, unknown
 		// model, too large): it counts, with no upstream.
@@ -586,9 +599,9 @@ func errStatus(err error) int {
 }
 
 // recordOf is the dashboard's view of an exchange.
-func recordOf(x *exchange) decisionRecord {
+func recordOf(x *exchange) dashboard.Record {
 	d := x.Decision
-	rec := decisionRecord{
+	rec := dashboard.Record{
 		Time: x.Start.UnixMilli(), Fleet: x.Fleet, Upstream: x.Upstream,
 		Model:  metrics().models.label(x.Model),
 		Reason: reasonLabel(d, x.Fallback), Overlap: d.Overlap, BestOverlap: d.BestOverlap,

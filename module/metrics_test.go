@@ -3,7 +3,6 @@ package module
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -28,7 +27,8 @@ func resetMetrics() {
 		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUsage, m.ttft, m.duration} {
 		v.Reset()
 	}
-	recentDecisions.reset()
+	m.dash.Reset()
+	recentDecisions.Reset()
 }
 
 func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {
@@ -390,30 +390,6 @@ func TestMetricsNoReplica(t *testing.T) {
 	}
 }
 
-func TestQuantile(t *testing.T) {
-	bounds := []float64{0.1, 0.5, 1, math.Inf(1)}
-	tests := []struct {
-		name string
-		a, b []float64
-		q    float64
-		want float64
-	}{
-		{name: "median in first bucket", b: []float64{10, 10, 10, 10}, q: 0.5, want: 0.05},
-		{name: "p95 in second", b: []float64{5, 10, 10, 10}, q: 0.95, want: 0.1 + 0.4*(9.5-5)/5},
-		{name: "deltas", a: []float64{5, 5, 5, 5}, b: []float64{5, 15, 15, 15}, q: 0.5, want: 0.1 + 0.4*0.5},
-		{name: "in +Inf", b: []float64{0, 0, 0, 4}, q: 0.5, want: 1},
-		{name: "no observations", b: []float64{3, 3, 3, 3}, a: []float64{3, 3, 3, 3}, q: 0.5, want: math.NaN()},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := quantile(tt.q, bounds, tt.a, tt.b)
-			if math.IsNaN(tt.want) != math.IsNaN(got) || (!math.IsNaN(got) && math.Abs(got-tt.want) > 1e-9) {
-				t.Errorf("quantile = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 // obsEventually waits up to 5s for cond.
 func obsEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -547,7 +523,7 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 		}
 	}
 	for _, n := range ref.FindAllString(string(doc), -1) {
-		if !names[base(n)] && !kv[base(n)] && !strings.HasPrefix(n, "ramjet_dashboard") && n != "ramjet_body" && n != "ramjet_models" && n != "ramjet_guard" {
+		if !names[base(n)] && !kv[base(n)] && !strings.HasPrefix(n, "ramjet_dashboard") && n != "ramjet_body" && n != "ramjet_models" && n != "ramjet_guard" && n != "ramjet_observe" {
 			t.Errorf("OBSERVABILITY.md names %s, which no collector emits", n)
 		}
 	}
