@@ -95,8 +95,8 @@ type Exchange struct {
 
 // Replica is one replica's gauges at sampling time.
 type Replica struct {
-	ID, Fleet                        string
-	Inflight, Pending, Load          float64
+	ID, Fleet                       string
+	Inflight, Pending, Load         float64
 	Healthy, Available, Quarantined bool
 }
 
