@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -429,7 +430,7 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 		a.ExpectStatus = 200
 	}
 	if a.MaxSize == 0 {
-		a.MaxSize = maxModelsBody
+		a.MaxSize = catalog.MaxBody
 	}
 	if rd.token != "" && a.Headers.Get("Authorization") == "" {
 		if a.Headers == nil {

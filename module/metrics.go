@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/dashboard"
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -65,7 +66,7 @@ type metricSet struct {
 	// dash counts the same events for the dashboard, typed.
 	dash *dashboard.Recorder
 
-	models modelLabels
+	models *catalog.Names
 }
 
 func newMetricSet(snap func() []fleetSnapshot) *metricSet {
@@ -122,9 +123,10 @@ func newMetricSet(snap func() []fleetSnapshot) *metricSet {
 			Help:    "Time from the request reaching ramjet to the end of its response, by upstream, in seconds.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
-		fleet: &fleetCollector{snap: snap},
-		own:   prometheus.NewPedanticRegistry(),
-		dash:  dashboard.NewRecorder(),
+		fleet:  &fleetCollector{snap: snap},
+		own:    prometheus.NewPedanticRegistry(),
+		dash:   dashboard.NewRecorder(),
+		models: modelNames,
 	}
 	m.own.MustRegister(m.collectors()...)
 	return m
@@ -165,47 +167,11 @@ func registerMetrics(reg *prometheus.Registry) error {
 	return metrics().register(reg)
 }
 
-// modelLabels is the bounded set of model names used as labels: a name
-// joins once an engine answered a request for it successfully (so a
-// client's made-up names never become series), up to maxModelLabels.
-type modelLabels struct {
-	mu    sync.RWMutex
-	known map[string]struct{}
-}
-
-// label returns model if it is known, else "other" ("" stays "").
-func (ml *modelLabels) label(model string) string {
-	if model == "" {
-		return ""
-	}
-	ml.mu.RLock()
-	_, ok := ml.known[model]
-	ml.mu.RUnlock()
-	if ok {
-		return model
-	}
-	return "other"
-}
-
-// learn makes model a label, unless the set is full. It returns the label.
-func (ml *modelLabels) learn(model string) string {
-	if model == "" {
-		return ""
-	}
-	if l := ml.label(model); l != "other" {
-		return l
-	}
-	ml.mu.Lock()
-	defer ml.mu.Unlock()
-	if ml.known == nil {
-		ml.known = make(map[string]struct{})
-	}
-	if len(ml.known) >= maxModelLabels {
-		return "other"
-	}
-	ml.known[model] = struct{}{}
-	return model
-}
+// modelNames is the process's one registry of model names (the metrics'
+// model labels, the dashboard's, the per-request model name): a name joins
+// once an engine answered a request for it successfully (so a client's
+// made-up names never become series), up to maxModelLabels.
+var modelNames = catalog.NewNames(maxModelLabels)
 
 // outcomeOf classifies a finished request.
 func outcomeOf(status int, canceled, noReplica bool) string {
@@ -273,7 +239,7 @@ type exchange struct {
 // startRequest counts a request in flight for model and returns the label
 // to pass to endRequest.
 func (m *metricSet) startRequest(model string) string {
-	l := m.models.label(model)
+	l := m.models.Label(model)
 	m.inflight.WithLabelValues(l).Inc()
 	m.dash.Begin(l)
 	return l
@@ -286,9 +252,9 @@ func (m *metricSet) endRequest(inflightLabel string, x *exchange) {
 	outcome := outcomeOf(x.Status, x.Canceled, x.NoReplica)
 	var model string
 	if outcome == OutcomeOK {
-		model = m.models.learn(x.Model)
+		model = m.models.Add(x.Model)
 	} else {
-		model = m.models.label(x.Model)
+		model = m.models.Label(x.Model)
 	}
 	dx := dashboard.Exchange{Upstream: x.Upstream, Model: model, Error: outcome != OutcomeOK, HasUsage: x.HasUsage,
 		Prompt: x.Usage.PromptTokens, Cached: x.Usage.CachedTokens, Output: x.Usage.CompletionTokens}
@@ -603,7 +569,7 @@ func recordOf(x *exchange) dashboard.Record {
 	d := x.Decision
 	rec := dashboard.Record{
 		Time: x.Start.UnixMilli(), Fleet: x.Fleet, Upstream: x.Upstream,
-		Model:  metrics().models.label(x.Model),
+		Model:  metrics().models.Label(x.Model),
 		Reason: reasonLabel(d, x.Fallback), Overlap: d.Overlap, BestOverlap: d.BestOverlap,
 		Load: d.Load, Usable: d.Usable, Outcome: outcomeOf(x.Status, x.Canceled, x.NoReplica),
 		Status:      x.Status,

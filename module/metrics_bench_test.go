@@ -29,7 +29,7 @@ func BenchmarkObserverStream(b *testing.B) {
 			size += len(c)
 		}
 		b.Run(fmt.Sprintf("chunks=%d", n), func(b *testing.B) {
-			metrics().models.learn("m")
+			metrics().models.Add("m")
 			h := http.Header{"Content-Type": {"text/event-stream"}}
 			chunks := make([][]byte, len(body))
 			for i, c := range body {

@@ -74,28 +74,6 @@ func TestOutcomeOf(t *testing.T) {
 	}
 }
 
-func TestModelLabelsBounded(t *testing.T) {
-	var ml modelLabels
-	if got := ml.label("m"); got != "other" {
-		t.Fatalf("unknown model label = %q, want other", got)
-	}
-	for i := range maxModelLabels + 10 {
-		ml.learn("model-" + strconv.Itoa(i))
-	}
-	if got := ml.label("model-0"); got != "model-0" {
-		t.Errorf("learned model label = %q", got)
-	}
-	if got := ml.label("model-" + strconv.Itoa(maxModelLabels+5)); got != "other" {
-		t.Errorf("model past the bound = %q, want other", got)
-	}
-	if n := len(ml.known); n != maxModelLabels {
-		t.Errorf("%d model labels kept, want %d", n, maxModelLabels)
-	}
-	if got := ml.label(""); got != "" {
-		t.Errorf("empty model label = %q", got)
-	}
-}
-
 // TestMetricsLint feeds a private metric set every kind of observation and
 // lints the result.
 func TestMetricsLint(t *testing.T) {
@@ -449,7 +427,7 @@ func TestMetricsClientGoesAway(t *testing.T) {
 	resp.Body.Close() // the client goes away mid-stream
 	obsEventually(t, "the canceled request accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 1 })
 	id := resp.Header.Get(HeaderUpstream)
-	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, m.models.label("m"), OutcomeCanceled)); got != 1 {
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, m.models.Label("m"), OutcomeCanceled)); got != 1 {
 		t.Errorf("canceled requests = %v, want 1", got)
 	}
 	if v := fleetGauge(t, m.own, "ramjet_model_inflight_requests"); v != 0 {

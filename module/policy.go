@@ -373,7 +373,6 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	st.attempts++
 	st.releaseReservation()
 	v := s.viewFor(pool)
-	f := s.fleet
 
 	// Features: from the matcher's cache or from the body, read here.
 	var feat *selection.Features
@@ -415,7 +414,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	res := s.rt.Reserve(d.Slot, d.Prefill)
 	st.markTried(d.Slot)
 	s.rt.Learn(feat, d.Slot)
-	st.model = f.models.intern(feat.Model)
+	st.model = modelNames.Intern(feat.Model)
 	body.release()
 
 	st.fallback = false

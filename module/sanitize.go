@@ -21,6 +21,8 @@ import (
 	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/ramjet-llm/ramjet/catalog"
 )
 
 func init() {
@@ -92,7 +94,7 @@ type Guard struct {
 
 	token   string
 	auth    clientAuth
-	fleet   *fleetModels
+	fleet   *catalog.Catalog
 	fleetK  string
 	scrub   []string
 	logger  *zap.Logger
@@ -288,7 +290,7 @@ func (g *Guard) readBody(r *http.Request) *APIError {
 		return ae
 	}
 	if model != "" && g.checkOn && g.fleet != nil {
-		if known, listed := g.fleet.knows(r.Context(), model); listed && !known {
+		if known, listed := g.fleet.Knows(r.Context(), model); listed && !known {
 			return newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeModelNotFound, "model",
 				fmt.Sprintf("The model `%s` does not exist.", model))
 		}
