@@ -578,7 +578,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 			rank := seen[up.Dial]
 			seen[up.Dial]++
 			v.ranks[i] = rank
-			key = up.Dial + "#" + strconv.Itoa(rank)
+			key = selection.ReplicaKey(up.Dial, rank)
 			v.rankHdr[i] = []string{strconv.Itoa(rank)}
 		}
 		v.keys[i] = key

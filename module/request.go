@@ -69,7 +69,7 @@ type reqState struct {
 	model      string                             // interned model name ("" when unknown)
 	fallback   bool                               // the fallback policy chose (no usable features)
 	attempts   int                                // Select calls for this request (1 + retries)
-	tried      [selection.MaxReplicas / 64]uint64 // slots picked by earlier attempts
+	tried      selection.SlotSet // slots picked by earlier attempts
 	// baseHeader is the request header map of the first attempt.
 	baseHeader http.Header
 
@@ -96,9 +96,9 @@ func lookupRequest(r *http.Request) *reqState {
 	return st
 }
 
-func (st *reqState) markTried(s selection.Slot) { st.tried[s>>6] |= 1 << (uint(s) & 63) }
+func (st *reqState) markTried(s selection.Slot) { st.tried.Add(s) }
 
-func (st *reqState) wasTried(s selection.Slot) bool { return st.tried[s>>6]&(1<<(uint(s)&63)) != 0 }
+func (st *reqState) wasTried(s selection.Slot) bool { return st.tried.Has(s) }
 
 // reservation is the live reservation of the last attempt, or nil.
 func (st *reqState) reservation() *selection.Reservation { return st.res.Load() }
