@@ -63,12 +63,12 @@ type reqState struct {
 	fleet      *fleet
 	decision   selection.Decision
 	slot       selection.Slot
-	replica    string                             // replica key: "addr" or "addr#rank"
-	routeID    string                             // opaque id sent in X-Ramjet-Upstream
-	routeIDHdr []string                           // the same, as a shared header value; never modify
-	model      string                             // interned model name ("" when unknown)
-	fallback   bool                               // the fallback policy chose (no usable features)
-	attempts   int                                // Select calls for this request (1 + retries)
+	replica    string            // replica key: "addr" or "addr#rank"
+	routeID    string            // opaque id sent in X-Ramjet-Upstream
+	routeIDHdr []string          // the same, as a shared header value; never modify
+	model      string            // interned model name ("" when unknown)
+	fallback   bool              // the fallback policy chose (no usable features)
+	attempts   int               // Select calls for this request (1 + retries)
 	tried      selection.SlotSet // slots picked by earlier attempts
 	// baseHeader is the request header map of the first attempt.
 	baseHeader http.Header
