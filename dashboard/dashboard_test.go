@@ -232,3 +232,19 @@ func TestHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestRecorderAllocs: counting a request on the request path allocates
+// nothing once its upstream and model are known.
+func TestRecorderAllocs(t *testing.T) {
+	rec := NewRecorder()
+	x := Exchange{Upstream: "aaaa", Model: "m", HasUsage: true, Prompt: 10, TTFT: time.Millisecond}
+	rec.Begin("m")
+	rec.End("m", x)
+	if n := testing.AllocsPerRun(100, func() {
+		rec.Decision("aaaa", "affinity")
+		rec.Begin("m")
+		rec.End("m", x)
+	}); n != 0 {
+		t.Errorf("%v allocations per request", n)
+	}
+}

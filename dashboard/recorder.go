@@ -211,11 +211,14 @@ func (r *Recorder) End(inflightModel string, x Exchange) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.modelOf(inflightModel).Inflight--
-	groups := []*Counts{&r.all, &r.modelOf(x.Model).Counts}
+	groups := [3]*Counts{&r.all, &r.modelOf(x.Model).Counts}
 	if x.Upstream != "" {
-		groups = append(groups, &r.upstream(x.Upstream).Counts)
+		groups[2] = &r.upstream(x.Upstream).Counts
 	}
 	for _, c := range groups {
+		if c == nil {
+			continue
+		}
 		c.Requests++
 		if x.Error {
 			c.Errors++

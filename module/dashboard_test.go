@@ -26,6 +26,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/dashboard"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/usage"
 )
 
 func TestDashboardServes(t *testing.T) {
@@ -93,7 +94,7 @@ func TestDashboardData(t *testing.T) {
 		}
 		m.endRequest(l, &exchange{Upstream: "aaaa", Model: "m", Status: status, Stream: true,
 			Start: t0, FirstByte: t0.Add(time.Duration(i+1) * 10 * time.Millisecond), End: t0.Add(time.Second),
-			Usage: Usage{PromptTokens: 100, CachedTokens: 75, CompletionTokens: 10}, HasUsage: status == 200})
+			Usage: usage.Usage{PromptTokens: 100, CachedTokens: 75, CompletionTokens: 10}, HasUsage: status == 200})
 	}
 	h.Sample(t0.Add(2 * time.Second))
 	d := h.data(t0.Add(2 * time.Second)) // a fresh snapshot is not added this close to the last sample

@@ -16,6 +16,7 @@ import (
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/dashboard"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/usage"
 )
 
 // The ramjet_* series. Names are stable; labels are bounded sets:
@@ -228,7 +229,7 @@ type exchange struct {
 	Start     time.Time
 	FirstByte time.Time // zero when no body byte was written
 	End       time.Time
-	Usage     Usage
+	Usage     usage.Usage
 	HasUsage  bool
 
 	Decision selection.Decision
@@ -432,7 +433,7 @@ const varObserver = "ramjet.observer"
 
 // metricsObserver accounts one request for the metrics and the dashboard:
 // status, time to first byte, and the usage the engine reports in the
-// response body, read by a usageScanner as the body streams past.
+// response body, read by a usage.Scanner as the body streams past.
 type metricsObserver struct {
 	m        *metricSet
 	st       *reqState
@@ -444,7 +445,7 @@ type metricsObserver struct {
 	scan     bool
 	selected bool
 	modelLbl string
-	usage    usageScanner
+	usage    usage.Scanner
 	// tail holds the last bytes of the body, to see the SSE end marker.
 	tail    [16]byte
 	tailLen int

@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/usage"
 )
 
 // resetMetrics clears the process's request-path series, so that a test
@@ -88,7 +89,7 @@ func TestMetricsLint(t *testing.T) {
 	now := time.Now()
 	m.endRequest(l, &exchange{Upstream: "00aa", Model: "m", Status: 200, Stream: true, Start: now,
 		FirstByte: now.Add(50 * time.Millisecond), End: now.Add(time.Second),
-		Usage: Usage{PromptTokens: 100, CachedTokens: 64, CompletionTokens: 5}, HasUsage: true})
+		Usage: usage.Usage{PromptTokens: 100, CachedTokens: 64, CompletionTokens: 5}, HasUsage: true})
 	probs, err := testutil.GatherAndLint(m.own)
 	if err != nil {
 		t.Fatal(err)
