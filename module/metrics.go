@@ -427,10 +427,6 @@ func profileName(p selection.Profile) string {
 
 func init() { addObserver(newMetricsObserver) }
 
-// varObserver is the Caddy vars key of a request's metricsObserver, so that
-// the policy's Select can reach it (observeSelect).
-const varObserver = "ramjet.observer"
-
 // metricsObserver accounts one request for the metrics and the dashboard:
 // status, time to first byte, and the usage the engine reports in the
 // response body, read by a usage.Scanner as the body streams past.
@@ -459,7 +455,7 @@ var observerPool = sync.Pool{New: func() any { return new(metricsObserver) }}
 func newMetricsObserver(r *http.Request, st *reqState) observer {
 	o := observerPool.Get().(*metricsObserver)
 	o.m, o.st, o.r, o.start = metrics(), st, r, time.Now()
-	caddyhttp.SetVar(r.Context(), varObserver, o)
+	st.metrics = o // found by observeSelect
 	return o
 }
 
@@ -469,7 +465,7 @@ func observeSelect(r *http.Request, st *reqState, t0 time.Time) {
 	took := time.Since(t0)
 	m := metrics()
 	m.observeSelection(st.routeID, st.decision, st.fallback, took)
-	if o, ok := caddyhttp.GetVar(r.Context(), varObserver).(*metricsObserver); ok && !o.selected && o.st == st {
+	if o := st.metrics; o != nil && !o.selected && o.st == st {
 		o.selected = true
 		o.modelLbl = m.startRequest(st.model)
 	}
@@ -543,6 +539,9 @@ func (o *metricsObserver) End(status int, err error) {
 		// An LLM request answered before any routing (malformed, unknown
 		// model, too large): it counts, with no upstream.
 		o.m.endRequest(o.m.startRequest(x.Model), &x)
+	}
+	if st.metrics == o {
+		st.metrics = nil
 	}
 	o.usage.Reset()
 	*o = metricsObserver{usage: o.usage}

@@ -70,6 +70,8 @@ type reqState struct {
 	fallback   bool              // the fallback policy chose (no usable features)
 	attempts   int               // Select calls for this request (1 + retries)
 	tried      selection.SlotSet // slots picked by earlier attempts
+	// metrics is the request's metrics observer (metrics.go), for Select.
+	metrics *metricsObserver
 	// baseHeader is the request header map of the first attempt.
 	baseHeader http.Header
 
