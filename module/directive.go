@@ -14,7 +14,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-	"github.com/dustin/go-humanize"
+
+	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func init() {
@@ -50,21 +52,6 @@ const (
 	MaxDPRanks = 64
 )
 
-// policyKnobs are the routing knobs the directive passes to lb_policy ramjet,
-// by their Caddyfile and JSON names (selection.Config).
-var policyKnobs = map[string]string{
-	"affinity_cap":       "int",
-	"alpha":              "float",
-	"request_cost":       "int",
-	"block_tokens":       "int",
-	"prefix_tokens":      "int",
-	"chars_per_token":    "float",
-	"index_budget":       "size",
-	"long_output_tokens": "int",
-	"tie_epsilon":        "float",
-	"output_weight":      "float",
-}
-
 // envDrivenProxyOptions are the reverse_proxy subdirectives that are
 // dropped when given without a value inside ramjet (an unset {$RJ_*}
 // environment variable), so that ramjet's default applies.
@@ -84,7 +71,7 @@ type ramjetDirective struct {
 	token     string
 	secret    string
 	clientKey string
-	knobs     map[string]any
+	knobs     selection.Config // the routing knobs given
 
 	forwardClientAuth bool
 	maxBodySize       int64
@@ -191,7 +178,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 				// The ramjet handler observes responses (prefill done,
 				// release, metrics); in front of the guard so that the
 				// requests the guard rejects are counted too.
-				json.RawMessage(`{"handler":"ramjet"}`),
+				json.RawMessage(`{"handler":"ramjet_observe"}`),
 				caddyconfig.JSONModuleObject(guard, "handler", "ramjet_guard", nil),
 				caddyconfig.JSONModuleObject(rp, "handler", "reverse_proxy", nil),
 			},
@@ -213,7 +200,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 // parseRamjetTokens reads the upstreams and the ramjet options, deleting
 // their tokens so that only reverse_proxy syntax is left in d.
 func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
-	rd := &ramjetDirective{knobs: map[string]any{}}
+	rd := &ramjetDirective{}
 	d.Next() // directive name
 	args := d.RemainingArgs()
 	if len(args) > 0 {
@@ -241,14 +228,13 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		} else if envDrivenProxyOptions[name] {
 			d.Prev()
 		}
-		kind, isKnob := policyKnobs[name]
 		switch name {
 		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
 			"max_body_size", "model_check", "models_cache", "models_timeout":
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
 		default:
-			if !isKnob {
+			if !isKnob(name) {
 				continue // reverse_proxy syntax
 			}
 		}
@@ -287,7 +273,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		case "models_timeout":
 			rd.modelsTimeout, err = parseDurationArg(d, args)
 		default:
-			err = rd.parseKnob(d, name, kind, args)
+			err = rd.parseKnob(d, name, args)
 		}
 		if err != nil {
 			return nil, err
@@ -306,34 +292,19 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 	return rd, nil
 }
 
-func (rd *ramjetDirective) parseKnob(d *caddyfile.Dispenser, name, kind string, args []string) error {
-	if len(args) == 0 {
-		return nil // unset: the policy's default
-	}
-	if len(args) != 1 {
-		return d.ArgErr()
-	}
-	switch kind {
-	case "int":
-		v, err := strconv.Atoi(args[0])
-		if err != nil {
-			return d.Errf("%s: not an integer: %q", name, args[0])
+// parseKnob reads routing knob name. No value (an unset environment
+// variable) keeps the default; a value given, zero included, is explicit.
+func (rd *ramjetDirective) parseKnob(d *caddyfile.Dispenser, name string, args []string) error {
+	switch len(args) {
+	case 0:
+		return nil
+	case 1:
+		if err := setKnob(&rd.knobs, name, args[0]); err != nil {
+			return d.Err(err.Error())
 		}
-		rd.knobs[name] = v
-	case "float":
-		v, err := strconv.ParseFloat(args[0], 64)
-		if err != nil {
-			return d.Errf("%s: not a number: %q", name, args[0])
-		}
-		rd.knobs[name] = v
-	case "size":
-		v, err := humanize.ParseBytes(args[0])
-		if err != nil {
-			return d.Errf("%s: not a size: %q", name, args[0])
-		}
-		rd.knobs[name] = int64(v)
+		return nil
 	}
-	return nil
+	return d.ArgErr()
 }
 
 // perEngineInts reads one count for every engine, or one per engine.
@@ -459,7 +430,7 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 		a.ExpectStatus = 200
 	}
 	if a.MaxSize == 0 {
-		a.MaxSize = maxModelsBody
+		a.MaxSize = catalog.MaxBody
 	}
 	if rd.token != "" && a.Headers.Get("Authorization") == "" {
 		if a.Headers == nil {
@@ -547,32 +518,21 @@ func (rd *ramjetDirective) usesTLS() bool {
 }
 
 // policy is the lb_policy ramjet configuration: the routing knobs, the
-// route-id secret and one engine profile per upstream entry (ranks
-// repeated).
-func (rd *ramjetDirective) policy() (map[string]any, error) {
-	p := map[string]any{}
-	for k, v := range rd.knobs {
-		p[k] = v
-	}
-	if rd.secret != "" {
-		p["route_id_secret"] = rd.secret
-	}
+// route-id secret, the body bound and one engine profile per speculative
+// engine.
+func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
+	p := &RamjetSelection{Config: rd.knobs, RouteIDSecret: rd.secret}
 	if rd.maxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
-		p["max_body_bytes"] = rd.maxBodySize
+		p.MaxBodyBytes = rd.maxBodySize
 	}
-	var spec []string
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {
-			spec = append(spec, u.dial)
+			if p.Profiles == nil {
+				p.Profiles = map[string]string{}
+			}
+			p.Profiles[u.dial] = "speculative"
 		}
-	}
-	if len(spec) > 0 {
-		profiles := map[string]string{}
-		for _, dial := range spec {
-			profiles[dial] = "speculative"
-		}
-		p["profiles"] = profiles
 	}
 	return p, nil
 }
@@ -648,11 +608,11 @@ func parseSizeArg(d *caddyfile.Dispenser, args []string) (int64, error) {
 	if err != nil || s == "" {
 		return 0, err
 	}
-	v, err := humanize.ParseBytes(s)
+	v, err := parseSize(s)
 	if err != nil || v == 0 || v > 1<<40 {
 		return 0, d.Errf("not a size: %q", s)
 	}
-	return int64(v), nil
+	return v, nil
 }
 
 func parseDurationArg(d *caddyfile.Dispenser, args []string) (caddy.Duration, error) {

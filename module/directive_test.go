@@ -14,6 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the directive_* golden adapt files")
@@ -25,7 +27,7 @@ func TestParseRamjetTokens(t *testing.T) {
 		wantDials    []string
 		wantURLs     []string
 		wantProfiles []string
-		wantKnobs    map[string]any
+		wantKnobs    *selection.Config
 		wantErr      string
 	}{
 		{name: "space separated", give: `ramjet a:8000 b:8001`,
@@ -42,9 +44,11 @@ func TestParseRamjetTokens(t *testing.T) {
 		{name: "profiles per upstream", give: "ramjet a:1,b:2 {\n profiles standard,speculative\n}",
 			wantDials: []string{"a:1", "b:2"}, wantProfiles: []string{"standard", "speculative"}},
 		{name: "empty options keep defaults", give: "ramjet a:1 {\n dp_ranks\n profiles\n upstream_token\n alpha\n max_body_size\n}",
-			wantDials: []string{"a:1"}, wantProfiles: []string{"standard"}, wantKnobs: map[string]any{}},
+			wantDials: []string{"a:1"}, wantProfiles: []string{"standard"}, wantKnobs: &selection.Config{}},
 		{name: "knobs", give: "ramjet a:1 {\n affinity_cap 4096\n alpha 0.25\n index_budget 128MiB\n}",
-			wantDials: []string{"a:1"}, wantKnobs: map[string]any{"affinity_cap": 4096, "alpha": 0.25, "index_budget": int64(128 << 20)}},
+			wantDials: []string{"a:1"}, wantKnobs: &selection.Config{AffinityCap: 4096, Alpha: 0.25, IndexBudget: 128 << 20, Explicit: selection.KnobAlpha}},
+		{name: "explicit zeros", give: "ramjet a:1 {\n alpha 0\n request_cost 0\n tie_epsilon 0\n output_weight 0\n}",
+			wantDials: []string{"a:1"}, wantKnobs: &selection.Config{Explicit: selection.ZeroKnobs}},
 		{name: "reverse_proxy syntax left alone", give: "ramjet a:1 {\n health_interval 1s\n}", wantDials: []string{"a:1"}},
 		{name: "empty reverse_proxy options dropped", give: "ramjet a:1 {\n health_interval\n max_fails\n lb_retries 3\n}", wantDials: []string{"a:1"}},
 
@@ -55,7 +59,10 @@ func TestParseRamjetTokens(t *testing.T) {
 		{name: "ranks count mismatch", give: "ramjet a:1,b:2,c:3 {\n dp_ranks 1,2\n}", wantErr: "one per upstream"},
 		{name: "ranks zero", give: "ramjet a:1 {\n dp_ranks 0\n}", wantErr: "from 1 to 64"},
 		{name: "bad profile", give: "ramjet a:1 {\n profiles turbo\n}", wantErr: "standard or speculative"},
-		{name: "bad knob", give: "ramjet a:1 {\n alpha lots\n}", wantErr: "alpha: not a number"},
+		{name: "bad knob", give: "ramjet a:1 {\n alpha lots\n}", wantErr: `alpha: "lots" is not a number`},
+		{name: "NaN knob", give: "ramjet a:1 {\n tie_epsilon NaN\n}", wantErr: `tie_epsilon: "NaN" is not a number`},
+		{name: "bad int knob", give: "ramjet a:1 {\n request_cost 1.5\n}", wantErr: `request_cost: "1.5" is not an integer`},
+		{name: "bad size knob", give: "ramjet a:1 {\n index_budget lots\n}", wantErr: `index_budget: "lots" is not a size`},
 		{name: "duplicate", give: "ramjet a:1 {\n alpha 1\n alpha 2\n}", wantErr: "duplicate option"},
 		{name: "lb_policy refused", give: "ramjet a:1 {\n lb_policy round_robin\n}", wantErr: "ramjet sets lb_policy itself"},
 		{name: "to refused", give: "ramjet a:1 {\n to b:2\n}", wantErr: "ramjet sets to itself"},
@@ -89,7 +96,7 @@ func TestParseRamjetTokens(t *testing.T) {
 				}
 			}
 			if tt.wantKnobs != nil {
-				if diff := cmp.Diff(tt.wantKnobs, rd.knobs); diff != "" {
+				if diff := cmp.Diff(*tt.wantKnobs, rd.knobs); diff != "" {
 					t.Errorf("knobs (-want +got):\n%s", diff)
 				}
 			}
@@ -106,7 +113,7 @@ func TestSplitList(t *testing.T) {
 
 // goldenEnv is the environment the golden files are adapted under.
 var goldenEnv = map[string]string{
-	"RJ_UPSTREAM":          "10.0.0.1:8000,10.0.0.2:8000",
+	"RJ_UPSTREAM":          "127.0.0.1:8100,127.0.0.1:8200",
 	"RJ_UPSTREAM_DP_RANKS": "",
 }
 
@@ -176,7 +183,7 @@ func TestDeployCaddyfileAdapt(t *testing.T) {
 			t.Setenv(name, "") // the golden file is made with defaults only
 		}
 	}
-	t.Setenv("RJ_UPSTREAM", "10.0.0.1:8000, 10.0.0.2:8000")
+	t.Setenv("RJ_UPSTREAM", "127.0.0.1:8100, 127.0.0.1:8200")
 	src, err := os.ReadFile("../deploy/Caddyfile")
 	if err != nil {
 		t.Fatal(err)

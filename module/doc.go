@@ -1,13 +1,26 @@
 // Package module is the Caddy glue of ramjet: the lb_policy, the request-body
 // matcher, handlers, metrics, admin routes and the state kept across reloads.
 // It is thin: routing decisions are made by package selection, which knows
-// nothing of Caddy. Only the xcaddy command, bench and tests import it.
+// nothing of Caddy; the dashboard's store (package dashboard), the model
+// catalogue (package catalog) and the response usage scanner (package
+// usage) are Caddy-free packages it feeds. Only the xcaddy command, bench
+// and tests import it.
 //
 // Modules:
 //
-//	http.reverse_proxy.selection_policies.ramjet  RamjetSelection (policy.go)
+//	http.reverse_proxy.selection_policies.ramjet  RamjetSelection (policy.go, knobs.go)
 //	http.matchers.ramjet_body                     BodyMatcher (matcher.go)
-//	http.handlers.ramjet                          Handler (handler.go)
+//	http.handlers.ramjet_observe                  Handler (handler.go)
+//	http.handlers.ramjet_guard                    Guard (sanitize.go)
+//	http.handlers.ramjet_models                   Models (models.go)
+//	http.handlers.ramjet_health                   Health (health.go)
+//	http.handlers.ramjet_dashboard                Dashboard (dashboard.go)
+//	admin.api.ramjet                              AdminAPI (admin.go)
+//
+// The routing knobs have one table (knobs.go), read by lb_policy ramjet and
+// the ramjet directive (directive.go); an explicit zero of alpha,
+// request_cost, tie_epsilon or output_weight is a value
+// (selection.Config.Explicit).
 //
 // # Internal API for the rest of the package
 //
@@ -33,7 +46,10 @@
 //	                health (known once a policy routed a request)
 //	f.routeID(key)  the opaque X-Ramjet-Upstream id of a replica key
 //
+// Replicas are named by selection.ReplicaKey (dial, or dial#rank); model
+// names go through the one bounded registry modelNames (a catalog.Names).
+//
 // Responses (handler.go): addObserver(func(r, st) observer) registers a
-// per-request observer fed by the ramjet handler with the status, every
-// body chunk and the end of the response (usage accounting, metrics).
+// per-request observer fed by the ramjet_observe handler with the status,
+// every body chunk and the end of the response (usage accounting, metrics).
 package module

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -95,7 +96,7 @@ type Guard struct {
 
 	token   string
 	auth    clientAuth
-	fleet   *fleetModels
+	fleet   *catalog.Catalog
 	fleetK  string
 	scrub   []string
 	logger  *zap.Logger
@@ -304,7 +305,7 @@ func (g *Guard) readBody(r *http.Request) *APIError {
 	}
 	if len(f.Model) > 0 && g.checkOn && g.fleet != nil {
 		model := string(f.Model)
-		if known, listed := g.fleet.knows(r.Context(), model); listed && !known {
+		if known, listed := g.fleet.Knows(r.Context(), model); listed && !known {
 			return newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeModelNotFound, "model",
 				fmt.Sprintf("The model `%s` does not exist.", model))
 		}

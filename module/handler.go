@@ -33,7 +33,7 @@ type Handler struct{}
 // CaddyModule returns the Caddy module information.
 func (Handler) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
-		ID:  "http.handlers.ramjet",
+		ID:  "http.handlers.ramjet_observe",
 		New: func() caddy.Module { return new(Handler) },
 	}
 }

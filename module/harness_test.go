@@ -121,7 +121,7 @@ func (c *testCaddy) config(o proxyOpts) []byte {
 			"response": map[string]any{"set": map[string]any{"X-Test-Config": []string{o.Extra}}}})
 	}
 	if !o.NoHandler {
-		handlers = append(handlers, map[string]any{"handler": "ramjet"})
+		handlers = append(handlers, map[string]any{"handler": "ramjet_observe"})
 	}
 	handlers = append(handlers, proxy)
 	route := map[string]any{"handle": handlers}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
@@ -14,6 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func init() {
@@ -98,7 +99,7 @@ func (h *Health) Provision(ctx caddy.Context) error {
 	}
 	h.finder = &proxyFinder{ctx: ctx}
 	h.secret = resolveSecret(h.RouteIDSecret)
-	h.ids = replicaIDs(h.secret, h.Upstreams)
+	h.ids = replicaIDs([]byte(h.secret), h.Upstreams)
 	return nil
 }
 
@@ -320,22 +321,23 @@ func replicaKeys(dials []string) []string {
 	seen := map[string]int{}
 	keys := make([]string, len(dials))
 	for i, d := range dials {
-		keys[i] = d
+		rank := -1
 		if count[d] > 1 {
-			keys[i] = d + "#" + strconv.Itoa(seen[d])
+			rank = seen[d]
 			seen[d]++
 		}
+		keys[i] = selection.ReplicaKey(d, rank)
 	}
 	return keys
 }
 
 // replicaIDs returns the opaque route id of every entry of an upstream list
 // under secret.
-func replicaIDs(secret string, dials []string) []string {
+func replicaIDs(secret []byte, dials []string) []string {
 	keys := replicaKeys(dials)
 	ids := make([]string, len(keys))
 	for i, k := range keys {
-		ids[i] = routeID([]byte(secret), k)
+		ids[i] = routeID(secret, k)
 	}
 	return ids
 }
@@ -355,10 +357,5 @@ func idsFor(proxy *reverseproxy.Handler, dials []string) []string {
 	f.mu.Lock()
 	secret := f.secret
 	f.mu.Unlock()
-	keys := replicaKeys(dials)
-	ids := make([]string, len(keys))
-	for i, k := range keys {
-		ids[i] = routeID(secret, k)
-	}
-	return ids
+	return replicaIDs(secret, dials)
 }

@@ -108,7 +108,7 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 	}
 
 	rep := wait(StatusOK, 200)
-	wantIDs := replicaIDs("k", dials)
+	wantIDs := replicaIDs([]byte("k"), dials)
 	for i, r := range rep.Replicas {
 		if r.ID != wantIDs[i] || !r.Healthy {
 			t.Errorf("replica %d = %+v, want id %s", i, r, wantIDs[i])

@@ -13,7 +13,10 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/dashboard"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/usage"
 )
 
 // The ramjet_* series. Names are stable; labels are bounded sets:
@@ -59,10 +62,12 @@ type metricSet struct {
 	duration     *prometheus.HistogramVec
 
 	fleet *fleetCollector
-	// own is a registry holding only this set, for the dashboard sampler.
+	// own is a registry holding only this set.
 	own *prometheus.Registry
+	// dash counts the same events for the dashboard, typed.
+	dash *dashboard.Recorder
 
-	models modelLabels
+	models *catalog.Names
 }
 
 func newMetricSet(snap func() []fleetSnapshot) *metricSet {
@@ -112,15 +117,17 @@ func newMetricSet(snap func() []fleetSnapshot) *metricSet {
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNS, Name: "time_to_first_token_seconds",
 			Help:    "Time from the request reaching ramjet to the first byte of a streamed response, by upstream, in seconds.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets: dashboard.TTFTBounds,
 		}, []string{"upstream"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNS, Name: "request_duration_seconds",
 			Help:    "Time from the request reaching ramjet to the end of its response, by upstream, in seconds.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
-		fleet: &fleetCollector{snap: snap},
-		own:   prometheus.NewPedanticRegistry(),
+		fleet:  &fleetCollector{snap: snap},
+		own:    prometheus.NewPedanticRegistry(),
+		dash:   dashboard.NewRecorder(),
+		models: modelNames,
 	}
 	m.own.MustRegister(m.collectors()...)
 	return m
@@ -161,47 +168,11 @@ func registerMetrics(reg *prometheus.Registry) error {
 	return metrics().register(reg)
 }
 
-// modelLabels is the bounded set of model names used as labels: a name
-// joins once an engine answered a request for it successfully (so a
-// client's made-up names never become series), up to maxModelLabels.
-type modelLabels struct {
-	mu    sync.RWMutex
-	known map[string]struct{}
-}
-
-// label returns model if it is known, else "other" ("" stays "").
-func (ml *modelLabels) label(model string) string {
-	if model == "" {
-		return ""
-	}
-	ml.mu.RLock()
-	_, ok := ml.known[model]
-	ml.mu.RUnlock()
-	if ok {
-		return model
-	}
-	return "other"
-}
-
-// learn makes model a label, unless the set is full. It returns the label.
-func (ml *modelLabels) learn(model string) string {
-	if model == "" {
-		return ""
-	}
-	if l := ml.label(model); l != "other" {
-		return l
-	}
-	ml.mu.Lock()
-	defer ml.mu.Unlock()
-	if ml.known == nil {
-		ml.known = make(map[string]struct{})
-	}
-	if len(ml.known) >= maxModelLabels {
-		return "other"
-	}
-	ml.known[model] = struct{}{}
-	return model
-}
+// modelNames is the process's one registry of model names (the metrics'
+// model labels, the dashboard's, the per-request model name): a name joins
+// once an engine answered a request for it successfully (so a client's
+// made-up names never become series), up to maxModelLabels.
+var modelNames = catalog.NewNames(maxModelLabels)
 
 // outcomeOf classifies a finished request.
 func outcomeOf(status int, canceled, noReplica bool) string {
@@ -232,7 +203,9 @@ func reasonLabel(d selection.Decision, fallback bool) string {
 // observeSelection records one routing decision of the policy and the time
 // it took.
 func (m *metricSet) observeSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
-	m.decisions.WithLabelValues(upstream, reasonLabel(d, fallback)).Inc()
+	reason := reasonLabel(d, fallback)
+	m.decisions.WithLabelValues(upstream, reason).Inc()
+	m.dash.Decision(upstream, reason)
 	if fallback || d.Index < 0 {
 		return
 	}
@@ -256,7 +229,7 @@ type exchange struct {
 	Start     time.Time
 	FirstByte time.Time // zero when no body byte was written
 	End       time.Time
-	Usage     Usage
+	Usage     usage.Usage
 	HasUsage  bool
 
 	Decision selection.Decision
@@ -267,8 +240,9 @@ type exchange struct {
 // startRequest counts a request in flight for model and returns the label
 // to pass to endRequest.
 func (m *metricSet) startRequest(model string) string {
-	l := m.models.label(model)
+	l := m.models.Label(model)
 	m.inflight.WithLabelValues(l).Inc()
+	m.dash.Begin(l)
 	return l
 }
 
@@ -279,10 +253,16 @@ func (m *metricSet) endRequest(inflightLabel string, x *exchange) {
 	outcome := outcomeOf(x.Status, x.Canceled, x.NoReplica)
 	var model string
 	if outcome == OutcomeOK {
-		model = m.models.learn(x.Model)
+		model = m.models.Add(x.Model)
 	} else {
-		model = m.models.label(x.Model)
+		model = m.models.Label(x.Model)
 	}
+	dx := dashboard.Exchange{Upstream: x.Upstream, Model: model, Error: outcome != OutcomeOK, HasUsage: x.HasUsage,
+		Prompt: x.Usage.PromptTokens, Cached: x.Usage.CachedTokens, Output: x.Usage.CompletionTokens}
+	if x.Stream && !x.FirstByte.IsZero() {
+		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
+	}
+	defer m.dash.End(inflightLabel, dx)
 	// The request counts last, so that a scrape that sees it sees its
 	// tokens too.
 	defer m.requests.WithLabelValues(x.Upstream, model, outcome).Inc()
@@ -447,13 +427,9 @@ func profileName(p selection.Profile) string {
 
 func init() { addObserver(newMetricsObserver) }
 
-// varObserver is the Caddy vars key of a request's metricsObserver, so that
-// the policy's Select can reach it (observeSelect).
-const varObserver = "ramjet.observer"
-
 // metricsObserver accounts one request for the metrics and the dashboard:
 // status, time to first byte, and the usage the engine reports in the
-// response body, read by a usageScanner as the body streams past.
+// response body, read by a usage.Scanner as the body streams past.
 type metricsObserver struct {
 	m        *metricSet
 	st       *reqState
@@ -465,7 +441,7 @@ type metricsObserver struct {
 	scan     bool
 	selected bool
 	modelLbl string
-	usage    usageScanner
+	usage    usage.Scanner
 	// tail holds the last bytes of the body, to see the SSE end marker.
 	tail    [16]byte
 	tailLen int
@@ -479,7 +455,7 @@ var observerPool = sync.Pool{New: func() any { return new(metricsObserver) }}
 func newMetricsObserver(r *http.Request, st *reqState) observer {
 	o := observerPool.Get().(*metricsObserver)
 	o.m, o.st, o.r, o.start = metrics(), st, r, time.Now()
-	caddyhttp.SetVar(r.Context(), varObserver, o)
+	st.metrics = o // found by observeSelect
 	return o
 }
 
@@ -489,7 +465,7 @@ func observeSelect(r *http.Request, st *reqState, t0 time.Time) {
 	took := time.Since(t0)
 	m := metrics()
 	m.observeSelection(st.routeID, st.decision, st.fallback, took)
-	if o, ok := caddyhttp.GetVar(r.Context(), varObserver).(*metricsObserver); ok && !o.selected && o.st == st {
+	if o := st.metrics; o != nil && !o.selected && o.st == st {
 		o.selected = true
 		o.modelLbl = m.startRequest(st.model)
 	}
@@ -558,11 +534,14 @@ func (o *metricsObserver) End(status int, err error) {
 	switch {
 	case o.selected:
 		o.m.endRequest(o.modelLbl, &x)
-		recentDecisions.add(recordOf(&x))
+		recentDecisions.Add(recordOf(&x))
 	case o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown:
 		// An LLM request answered before any routing (malformed, unknown
 		// model, too large): it counts, with no upstream.
 		o.m.endRequest(o.m.startRequest(x.Model), &x)
+	}
+	if st.metrics == o {
+		st.metrics = nil
 	}
 	o.usage.Reset()
 	*o = metricsObserver{usage: o.usage}
@@ -586,11 +565,11 @@ func errStatus(err error) int {
 }
 
 // recordOf is the dashboard's view of an exchange.
-func recordOf(x *exchange) decisionRecord {
+func recordOf(x *exchange) dashboard.Record {
 	d := x.Decision
-	rec := decisionRecord{
+	rec := dashboard.Record{
 		Time: x.Start.UnixMilli(), Fleet: x.Fleet, Upstream: x.Upstream,
-		Model:  metrics().models.label(x.Model),
+		Model:  metrics().models.Label(x.Model),
 		Reason: reasonLabel(d, x.Fallback), Overlap: d.Overlap, BestOverlap: d.BestOverlap,
 		Load: d.Load, Usable: d.Usable, Outcome: outcomeOf(x.Status, x.Canceled, x.NoReplica),
 		Status:      x.Status,

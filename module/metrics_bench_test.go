@@ -23,13 +23,14 @@ func BenchmarkObserverStream(b *testing.B) {
 		for i := range n {
 			body = append(body, fmt.Sprintf("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"},\"finish_reason\":null}],\"usage\":null}\n\n", i))
 		}
-		body = append(body, chatSSEBody)
+		body = append(body, "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":300,\"completion_tokens\":20,\"total_tokens\":320,\"prompt_tokens_details\":{\"cached_tokens\":256}}}\n\n",
+			"data: [DONE]\n\n")
 		size := 0
 		for _, c := range body {
 			size += len(c)
 		}
 		b.Run(fmt.Sprintf("chunks=%d", n), func(b *testing.B) {
-			metrics().models.learn("m")
+			metrics().models.Add("m")
 			h := http.Header{"Content-Type": {"text/event-stream"}}
 			chunks := make([][]byte, len(body))
 			for i, c := range body {

@@ -3,7 +3,6 @@ package module
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/usage"
 )
 
 // resetMetrics clears the process's request-path series, so that a test
@@ -28,7 +28,8 @@ func resetMetrics() {
 		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUsage, m.ttft, m.duration} {
 		v.Reset()
 	}
-	recentDecisions.reset()
+	m.dash.Reset()
+	recentDecisions.Reset()
 }
 
 func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {
@@ -74,28 +75,6 @@ func TestOutcomeOf(t *testing.T) {
 	}
 }
 
-func TestModelLabelsBounded(t *testing.T) {
-	var ml modelLabels
-	if got := ml.label("m"); got != "other" {
-		t.Fatalf("unknown model label = %q, want other", got)
-	}
-	for i := range maxModelLabels + 10 {
-		ml.learn("model-" + strconv.Itoa(i))
-	}
-	if got := ml.label("model-0"); got != "model-0" {
-		t.Errorf("learned model label = %q", got)
-	}
-	if got := ml.label("model-" + strconv.Itoa(maxModelLabels+5)); got != "other" {
-		t.Errorf("model past the bound = %q, want other", got)
-	}
-	if n := len(ml.known); n != maxModelLabels {
-		t.Errorf("%d model labels kept, want %d", n, maxModelLabels)
-	}
-	if got := ml.label(""); got != "" {
-		t.Errorf("empty model label = %q", got)
-	}
-}
-
 // TestMetricsLint feeds a private metric set every kind of observation and
 // lints the result.
 func TestMetricsLint(t *testing.T) {
@@ -110,7 +89,7 @@ func TestMetricsLint(t *testing.T) {
 	now := time.Now()
 	m.endRequest(l, &exchange{Upstream: "00aa", Model: "m", Status: 200, Stream: true, Start: now,
 		FirstByte: now.Add(50 * time.Millisecond), End: now.Add(time.Second),
-		Usage: Usage{PromptTokens: 100, CachedTokens: 64, CompletionTokens: 5}, HasUsage: true})
+		Usage: usage.Usage{PromptTokens: 100, CachedTokens: 64, CompletionTokens: 5}, HasUsage: true})
 	probs, err := testutil.GatherAndLint(m.own)
 	if err != nil {
 		t.Fatal(err)
@@ -390,30 +369,6 @@ func TestMetricsNoReplica(t *testing.T) {
 	}
 }
 
-func TestQuantile(t *testing.T) {
-	bounds := []float64{0.1, 0.5, 1, math.Inf(1)}
-	tests := []struct {
-		name string
-		a, b []float64
-		q    float64
-		want float64
-	}{
-		{name: "median in first bucket", b: []float64{10, 10, 10, 10}, q: 0.5, want: 0.05},
-		{name: "p95 in second", b: []float64{5, 10, 10, 10}, q: 0.95, want: 0.1 + 0.4*(9.5-5)/5},
-		{name: "deltas", a: []float64{5, 5, 5, 5}, b: []float64{5, 15, 15, 15}, q: 0.5, want: 0.1 + 0.4*0.5},
-		{name: "in +Inf", b: []float64{0, 0, 0, 4}, q: 0.5, want: 1},
-		{name: "no observations", b: []float64{3, 3, 3, 3}, a: []float64{3, 3, 3, 3}, q: 0.5, want: math.NaN()},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := quantile(tt.q, bounds, tt.a, tt.b)
-			if math.IsNaN(tt.want) != math.IsNaN(got) || (!math.IsNaN(got) && math.Abs(got-tt.want) > 1e-9) {
-				t.Errorf("quantile = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 // obsEventually waits up to 5s for cond.
 func obsEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -473,7 +428,7 @@ func TestMetricsClientGoesAway(t *testing.T) {
 	resp.Body.Close() // the client goes away mid-stream
 	obsEventually(t, "the canceled request accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 1 })
 	id := resp.Header.Get(HeaderUpstream)
-	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, m.models.label("m"), OutcomeCanceled)); got != 1 {
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, m.models.Label("m"), OutcomeCanceled)); got != 1 {
 		t.Errorf("canceled requests = %v, want 1", got)
 	}
 	if v := fleetGauge(t, m.own, "ramjet_model_inflight_requests"); v != 0 {
@@ -547,7 +502,7 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 		}
 	}
 	for _, n := range ref.FindAllString(string(doc), -1) {
-		if !names[base(n)] && !kv[base(n)] && !strings.HasPrefix(n, "ramjet_dashboard") && n != "ramjet_body" && n != "ramjet_models" && n != "ramjet_guard" {
+		if !names[base(n)] && !kv[base(n)] && !strings.HasPrefix(n, "ramjet_dashboard") && n != "ramjet_body" && n != "ramjet_models" && n != "ramjet_guard" && n != "ramjet_observe" {
 			t.Errorf("OBSERVABILITY.md names %s, which no collector emits", n)
 		}
 	}

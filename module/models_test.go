@@ -2,7 +2,6 @@ package module
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,43 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/google/go-cmp/cmp"
 )
-
-func ptrTo[T any](v T) *T { return &v }
-
-func TestMergeModels(t *testing.T) {
-	engineA := `[{"id":"llama","object":"model","created":200,"owned_by":"vllm","root":"/mnt/models/llama","parent":null,"max_model_len":8192,"permission":[{"id":"modelperm-1"}]},
-	             {"id":"llama-lora","created":210,"owned_by":"vllm","root":"/mnt/adapters/sql","parent":"llama","max_model_len":8192}]`
-	engineB := `[{"id":"llama","created":100,"owned_by":"vllm","root":"/mnt/other/llama","max_model_len":4096},
-	             {"id":"qwen","created":300,"owned_by":"http://10.0.0.7:8000","parent":"/models/base"},
-	             {"id":"","created":1}]`
-	var a, b []engineModel
-	for _, s := range []struct {
-		src string
-		dst *[]engineModel
-	}{{engineA, &a}, {engineB, &b}} {
-		if err := json.Unmarshal([]byte(s.src), s.dst); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := mergeModels([][]engineModel{a, b})
-	want := &ModelList{Object: "list", Data: []ModelCard{
-		{ID: "llama", Object: "model", Created: 100, OwnedBy: "vllm", MaxModelLen: ptrTo[int64](4096)},
-		{ID: "llama-lora", Object: "model", Created: 210, OwnedBy: "vllm", Parent: ptrTo("llama"), MaxModelLen: ptrTo[int64](8192)},
-		{ID: "qwen", Object: "model", Created: 300, OwnedBy: "ramjet"},
-	}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("merged (-want +got):\n%s", diff)
-	}
-	out, _ := json.Marshal(got)
-	for _, leak := range []string{"/mnt", "root", "10.0.0.7", "permission", "/models/base"} {
-		if strings.Contains(string(out), leak) {
-			t.Errorf("merged list leaks %q: %s", leak, out)
-		}
-	}
-}
 
 func TestFleetModelsFetch(t *testing.T) {
 	var hits, slowHits atomic.Int32
@@ -89,7 +52,7 @@ func TestFleetModelsFetch(t *testing.T) {
 
 	ctx := context.Background()
 	start := time.Now()
-	l, err := f.models(ctx, time.Minute, nil)
+	l, err := f.Models(ctx, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,17 +62,17 @@ func TestFleetModelsFetch(t *testing.T) {
 	if len(l.Data) != 1 || l.Data[0].ID != "m1" || *l.Data[0].MaxModelLen != 2048 {
 		t.Errorf("list = %+v", l.Data)
 	}
-	if _, err := f.models(ctx, time.Minute, nil); err != nil || hits.Load() != 1 {
+	if _, err := f.Models(ctx, time.Minute, nil); err != nil || hits.Load() != 1 {
 		t.Errorf("cached list not served: err %v, hits %d", err, hits.Load())
 	}
-	if known, listed := f.knows(ctx, "m1"); !known || !listed {
+	if known, listed := f.Knows(ctx, "m1"); !known || !listed {
 		t.Errorf("knows(m1) = %v, %v", known, listed)
 	}
 	// Engines Caddy holds down are not asked: the hanging one does not
 	// stall the refresh.
 	before := slowHits.Load()
 	start = time.Now()
-	if _, err := f.models(ctx, 0, map[string]bool{dials[0]: true}); err != nil {
+	if _, err := f.Models(ctx, 0, map[string]bool{dials[0]: true}); err != nil {
 		t.Fatal(err)
 	}
 	if el := time.Since(start); el > 250*time.Millisecond || slowHits.Load() != before {
@@ -118,7 +81,7 @@ func TestFleetModelsFetch(t *testing.T) {
 
 	// An engine failing keeps the last good list (stale) rather than none.
 	down.Store(true)
-	if l, err := f.models(ctx, 0, nil); err != nil || len(l.Data) != 1 {
+	if l, err := f.Models(ctx, 0, nil); err != nil || len(l.Data) != 1 {
 		t.Errorf("stale list not served: %v %v", l, err)
 	}
 }
@@ -132,10 +95,10 @@ func TestFleetModelsNoEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer modelLists.Delete(key)
-	if _, err := f.models(context.Background(), time.Second, nil); err == nil {
+	if _, err := f.Models(context.Background(), time.Second, nil); err == nil {
 		t.Fatal("want an error when no engine answers")
 	}
-	if known, listed := f.knows(context.Background(), "x"); known || listed {
+	if known, listed := f.Knows(context.Background(), "x"); known || listed {
 		t.Errorf("knows = %v, %v with no list", known, listed)
 	}
 }

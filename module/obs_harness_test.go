@@ -280,7 +280,7 @@ func (c *obsCaddy) config(o obsOpts) []byte {
 			"uri": "/health", "interval": "50ms", "timeout": "1s", "fails": 1, "passes": 1,
 		}}
 	}
-	handlers := []any{map[string]any{"handler": "ramjet"}, proxy}
+	handlers := []any{map[string]any{"handler": "ramjet_observe"}, proxy}
 	if o.Tag != "" {
 		handlers = append([]any{map[string]any{"handler": "headers",
 			"response": map[string]any{"set": map[string]any{"X-Test-Config": []string{o.Tag}}}}}, handlers...)

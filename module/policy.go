@@ -15,7 +15,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -55,8 +54,9 @@ const (
 type RamjetSelection struct {
 	// The routing knobs: affinity_cap, alpha, request_cost, block_tokens,
 	// prefix_tokens, chars_per_token, index_budget, long_output_tokens,
-	// tie_epsilon and output_weight. Zero means the default; see package
-	// selection.
+	// tie_epsilon and output_weight. Unset means the default (see package
+	// selection); an explicit 0 of alpha, request_cost, tie_epsilon or
+	// output_weight is a value (alpha 0: pure affinity).
 	selection.Config
 
 	// MaxBodyBytes bounds how much of a request body is read to
@@ -148,27 +148,13 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			seen[opt] = true
 		}
 		var err error
+		if isKnob(opt) {
+			if err = knobArg(d, &s.Config, opt); err != nil {
+				return err
+			}
+			continue
+		}
 		switch opt {
-		case "affinity_cap":
-			s.AffinityCap, err = intArg(d, opt)
-		case "alpha":
-			s.Alpha, err = floatArg(d, opt)
-		case "request_cost":
-			s.RequestCost, err = intArg(d, opt)
-		case "block_tokens":
-			s.BlockTokens, err = intArg(d, opt)
-		case "prefix_tokens":
-			s.PrefixTokens, err = intArg(d, opt)
-		case "chars_per_token":
-			s.CharsPerToken, err = floatArg(d, opt)
-		case "index_budget":
-			s.IndexBudget, err = sizeArg(d, opt)
-		case "long_output_tokens":
-			s.LongOutputTokens, err = intArg(d, opt)
-		case "tie_epsilon":
-			s.TieEpsilon, err = floatArg(d, opt)
-		case "output_weight":
-			s.OutputWeight, err = floatArg(d, opt)
 		case "max_body_bytes":
 			s.MaxBodyBytes, err = sizeArg(d, opt)
 		case "profile":
@@ -242,23 +228,11 @@ func intArg(d *caddyfile.Dispenser, opt string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := strconv.Atoi(v)
+	n, err := parseInt(v)
 	if err != nil {
-		return 0, d.Errf("%s: %q is not an integer", opt, v)
+		return 0, d.Errf("%s: %v", opt, err)
 	}
 	return n, nil
-}
-
-func floatArg(d *caddyfile.Dispenser, opt string) (float64, error) {
-	v, err := oneArg(d, opt)
-	if err != nil {
-		return 0, err
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return 0, d.Errf("%s: %q is not a number", opt, v)
-	}
-	return f, nil
 }
 
 func sizeArg(d *caddyfile.Dispenser, opt string) (int64, error) {
@@ -266,11 +240,23 @@ func sizeArg(d *caddyfile.Dispenser, opt string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := humanize.ParseBytes(v)
-	if err != nil || n > 1<<50 {
-		return 0, d.Errf("%s: %q is not a size", opt, v)
+	n, err := parseSize(v)
+	if err != nil {
+		return 0, d.Errf("%s: %v", opt, err)
 	}
-	return int64(n), nil
+	return n, nil
+}
+
+// knobArg reads the one value of routing knob opt into c (knobs.go).
+func knobArg(d *caddyfile.Dispenser, c *selection.Config, opt string) error {
+	v, err := oneArg(d, opt)
+	if err != nil {
+		return err
+	}
+	if err := setKnob(c, opt, v); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
 }
 
 func parseProfile(s string) (selection.Profile, bool) {
@@ -387,7 +373,6 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	st.attempts++
 	st.releaseReservation()
 	v := s.viewFor(pool)
-	f := s.fleet
 
 	// Features: from the matcher's cache or from the body, read here.
 	var feat *selection.Features
@@ -429,7 +414,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	res := s.rt.Reserve(d.Slot, d.Prefill)
 	st.markTried(d.Slot)
 	s.rt.Learn(feat, d.Slot)
-	st.model = f.models.intern(feat.Model)
+	st.model = modelNames.Intern(feat.Model)
 	body.release()
 
 	st.fallback = false
@@ -593,7 +578,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 			rank := seen[up.Dial]
 			seen[up.Dial]++
 			v.ranks[i] = rank
-			key = up.Dial + "#" + strconv.Itoa(rank)
+			key = selection.ReplicaKey(up.Dial, rank)
 			v.rankHdr[i] = []string{strconv.Itoa(rank)}
 		}
 		v.keys[i] = key

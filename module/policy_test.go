@@ -46,7 +46,8 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 			}`,
 			want: RamjetSelection{
 				Config: selection.Config{AffinityCap: 8192, Alpha: 0.5, RequestCost: 512, BlockTokens: 32,
-					PrefixTokens: 16384, CharsPerToken: 3.5, IndexBudget: 32 << 20, LongOutputTokens: 2048, TieEpsilon: 2, OutputWeight: 8},
+					PrefixTokens: 16384, CharsPerToken: 3.5, IndexBudget: 32 << 20, LongOutputTokens: 2048, TieEpsilon: 2, OutputWeight: 8,
+					Explicit: selection.ZeroKnobs},
 				MaxBodyBytes:  4000000,
 				Profiles:      map[string]string{"10.0.0.1:8000": "speculative", "10.0.0.2:8000#1": "standard"},
 				FallbackRaw:   json.RawMessage(`{"policy":"round_robin"}`),

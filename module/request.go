@@ -63,13 +63,15 @@ type reqState struct {
 	fleet      *fleet
 	decision   selection.Decision
 	slot       selection.Slot
-	replica    string                             // replica key: "addr" or "addr#rank"
-	routeID    string                             // opaque id sent in X-Ramjet-Upstream
-	routeIDHdr []string                           // the same, as a shared header value; never modify
-	model      string                             // interned model name ("" when unknown)
-	fallback   bool                               // the fallback policy chose (no usable features)
-	attempts   int                                // Select calls for this request (1 + retries)
-	tried      [selection.MaxReplicas / 64]uint64 // slots picked by earlier attempts
+	replica    string            // replica key: "addr" or "addr#rank"
+	routeID    string            // opaque id sent in X-Ramjet-Upstream
+	routeIDHdr []string          // the same, as a shared header value; never modify
+	model      string            // interned model name ("" when unknown)
+	fallback   bool              // the fallback policy chose (no usable features)
+	attempts   int               // Select calls for this request (1 + retries)
+	tried      selection.SlotSet // slots picked by earlier attempts
+	// metrics is the request's metrics observer (metrics.go), for Select.
+	metrics *metricsObserver
 	// baseHeader is the request header map of the first attempt.
 	baseHeader http.Header
 
@@ -96,9 +98,9 @@ func lookupRequest(r *http.Request) *reqState {
 	return st
 }
 
-func (st *reqState) markTried(s selection.Slot) { st.tried[s>>6] |= 1 << (uint(s) & 63) }
+func (st *reqState) markTried(s selection.Slot) { st.tried.Add(s) }
 
-func (st *reqState) wasTried(s selection.Slot) bool { return st.tried[s>>6]&(1<<(uint(s)&63)) != 0 }
+func (st *reqState) wasTried(s selection.Slot) bool { return st.tried.Has(s) }
 
 // reservation is the live reservation of the last attempt, or nil.
 func (st *reqState) reservation() *selection.Reservation { return st.res.Load() }

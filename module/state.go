@@ -107,8 +107,6 @@ type fleet struct {
 	// the current secret; replaced (copy on write) on registration.
 	ids atomic.Pointer[[]string]
 
-	models modelNames
-
 	// tuned is the Router with the knobs of the most recently provisioned
 	// policy (sharing rt's index, registry and load): what explain and the
 	// dashboard score with.
@@ -334,42 +332,6 @@ func (f *fleet) replicas() []Replica {
 		}
 	}
 	return out
-}
-
-// modelNames interns model names seen in requests so that per-request
-// code can keep them without allocating. Bounded: past maxModels distinct
-// names, new ones map to "other".
-type modelNames struct {
-	mu sync.RWMutex
-	m  map[string]string
-}
-
-const maxModels = 256
-
-func (mn *modelNames) intern(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	mn.mu.RLock()
-	s, ok := mn.m[string(b)]
-	mn.mu.RUnlock()
-	if ok {
-		return s
-	}
-	mn.mu.Lock()
-	defer mn.mu.Unlock()
-	if s, ok := mn.m[string(b)]; ok {
-		return s
-	}
-	if len(mn.m) >= maxModels {
-		return "other"
-	}
-	if mn.m == nil {
-		mn.m = make(map[string]string)
-	}
-	s = string(b)
-	mn.m[s] = s
-	return s
 }
 
 // poolView caches, for one upstream pool slice, each upstream's replica

@@ -25,9 +25,44 @@ const (
 	DefaultOutputWeight     = 4.0
 )
 
-// Config holds the routing knobs. Zero values mean "use the default"; see
-// SetDefaults. All token quantities are estimated from prompt bytes with
-// CharsPerToken unless an exact overlap is supplied by the caller.
+// Knobs is a set of the knobs for which zero is a value of its own: alpha 0
+// is pure affinity, request_cost 0 counts pending prefill only,
+// tie_epsilon 0 ties exact scores only, output_weight 0 turns the output
+// bonus off.
+type Knobs uint8
+
+// The knobs whose zero is a value.
+const (
+	KnobAlpha Knobs = 1 << iota
+	KnobRequestCost
+	KnobTieEpsilon
+	KnobOutputWeight
+
+	// ZeroKnobs is every knob above.
+	ZeroKnobs = KnobAlpha | KnobRequestCost | KnobTieEpsilon | KnobOutputWeight
+)
+
+// KnobNamed returns the knob with JSON/Caddyfile name name, or 0 when
+// zero is not a value of that knob (affinity_cap, block_tokens...).
+func KnobNamed(name string) Knobs {
+	switch name {
+	case "alpha":
+		return KnobAlpha
+	case "request_cost":
+		return KnobRequestCost
+	case "tie_epsilon":
+		return KnobTieEpsilon
+	case "output_weight":
+		return KnobOutputWeight
+	}
+	return 0
+}
+
+// Config holds the routing knobs. A zero value means "use the default"
+// (see SetDefaults), except for the knobs listed in Explicit, whose value,
+// zero included, was given. All token quantities are estimated from prompt
+// bytes with CharsPerToken unless an exact overlap is supplied by the
+// caller.
 type Config struct {
 	// AffinityCap is the most warm prefix cache can be worth, in tokens.
 	AffinityCap int `json:"affinity_cap,omitempty"`
@@ -57,17 +92,26 @@ type Config struct {
 	// breaks ties. Default 4: a 1024-token output on a speculative engine
 	// is worth 4096 tokens of warm prefix.
 	OutputWeight float64 `json:"output_weight,omitempty"`
+
+	// Explicit lists the knobs of ZeroKnobs that were given explicitly, so
+	// that SetDefaults keeps their zero: Config{Alpha: 0, Explicit:
+	// KnobAlpha} is pure affinity. The module sets it from the presence of
+	// the option in JSON or the Caddyfile. After SetDefaults every knob is
+	// explicit.
+	Explicit Knobs `json:"-"`
 }
 
-// SetDefaults fills every zero field with its default.
+// SetDefaults fills every zero field with its default, except the knobs
+// listed in Explicit.
 func (c *Config) SetDefaults() {
+	defer func() { c.Explicit = ZeroKnobs }()
 	if c.AffinityCap == 0 {
 		c.AffinityCap = DefaultAffinityCap
 	}
-	if c.Alpha == 0 {
+	if c.Alpha == 0 && c.Explicit&KnobAlpha == 0 {
 		c.Alpha = DefaultAlpha
 	}
-	if c.RequestCost == 0 {
+	if c.RequestCost == 0 && c.Explicit&KnobRequestCost == 0 {
 		c.RequestCost = DefaultRequestCost
 	}
 	if c.BlockTokens == 0 {
@@ -85,10 +129,10 @@ func (c *Config) SetDefaults() {
 	if c.LongOutputTokens == 0 {
 		c.LongOutputTokens = DefaultLongOutputTokens
 	}
-	if c.TieEpsilon == 0 {
+	if c.TieEpsilon == 0 && c.Explicit&KnobTieEpsilon == 0 {
 		c.TieEpsilon = DefaultTieEpsilon
 	}
-	if c.OutputWeight == 0 {
+	if c.OutputWeight == 0 && c.Explicit&KnobOutputWeight == 0 {
 		c.OutputWeight = DefaultOutputWeight
 	}
 }
@@ -114,8 +158,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("index_budget must be at least 64KiB, got %d bytes", c.IndexBudget)
 	case c.LongOutputTokens <= 0:
 		return fmt.Errorf("long_output_tokens must be positive, got %d", c.LongOutputTokens)
-	case c.TieEpsilon < 0 || math.IsNaN(c.TieEpsilon):
-		return fmt.Errorf("tie_epsilon must be >= 0, got %v", c.TieEpsilon)
+	case !(c.TieEpsilon >= 0) || math.IsInf(c.TieEpsilon, 0):
+		return fmt.Errorf("tie_epsilon must be a finite number >= 0, got %v", c.TieEpsilon)
 	case !(c.OutputWeight >= 0) || math.IsInf(c.OutputWeight, 0):
 		return fmt.Errorf("output_weight must be a finite number >= 0, got %v", c.OutputWeight)
 	}

@@ -6,17 +6,6 @@ import (
 	"sync/atomic"
 )
 
-// mask is a set of replica slots, one bit each.
-type mask [MaxReplicas / 64]uint64
-
-func (m *mask) set(s Slot)        { m[s>>6] |= 1 << (uint(s) & 63) }
-func (m *mask) clear(s Slot)      { m[s>>6] &^= 1 << (uint(s) & 63) }
-func (m *mask) has(s Slot) bool   { return m[s>>6]&(1<<(uint(s)&63)) != 0 }
-func (m mask) and(o mask) mask    { return mask{m[0] & o[0], m[1] & o[1]} }
-func (m mask) or(o mask) mask     { return mask{m[0] | o[0], m[1] | o[1]} }
-func (m mask) andNot(o mask) mask { return mask{m[0] &^ o[0], m[1] &^ o[1]} }
-func (m mask) zero() bool         { return m[0]|m[1] == 0 }
-
 // entry is one block of the approximate index: which replicas are believed
 // to hold it, and its place in the LRU list.
 type entry struct {
@@ -196,7 +185,7 @@ func (x *Index) touch(key uint64, s Slot) {
 	h, ok := x.find(key)
 	if ok {
 		e := x.table[h]
-		x.slab[e-1].bits.set(s)
+		x.slab[e-1].bits.Add(s)
 		if x.head != e {
 			x.unlink(e)
 			x.pushFront(e)
@@ -225,7 +214,7 @@ func (x *Index) touch(key uint64, s Slot) {
 		h, _ = x.find(key)
 	}
 	x.slab[e-1] = entry{key: key}
-	x.slab[e-1].bits.set(s)
+	x.slab[e-1].bits.Add(s)
 	x.table[h] = e
 	x.pushFront(e)
 }
@@ -247,7 +236,7 @@ func (x *Index) Learn(blocks []uint64, s Slot) {
 func (x *Index) Forget(s Slot) {
 	x.mu.Lock()
 	for i := range x.slab {
-		x.slab[i].bits.clear(s)
+		x.slab[i].bits.Remove(s)
 	}
 	x.mu.Unlock()
 }

@@ -290,7 +290,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	for i := range cands {
 		c := &cands[i]
 		if c.Usable && !c.Precise {
-			interest.set(c.Slot)
+			interest.Add(c.Slot)
 			s.depth[c.Slot] = 0
 		}
 	}

@@ -86,7 +86,7 @@ func TestIndexDepths(t *testing.T) {
 	x.Learn(blocksOf(2, 50), 3)
 	var interest mask
 	for s := Slot(0); s < 5; s++ {
-		interest.set(s)
+		interest.Add(s)
 	}
 	var depth [MaxReplicas]int32
 	x.Depths(a, interest, &depth)
@@ -95,7 +95,7 @@ func TestIndexDepths(t *testing.T) {
 	}
 	// Slots outside the interest set are not looked at.
 	var only1 mask
-	only1.set(1)
+	only1.Add(1)
 	depth = [MaxReplicas]int32{}
 	x.Depths(a, only1, &depth)
 	if depth[0] != 0 || depth[1] != 100 {
@@ -116,7 +116,7 @@ func TestIndexDepthsMatchesLinear(t *testing.T) {
 	var interest mask
 	for s := Slot(0); s < 100; s++ {
 		x.Learn(fam[:(int(s)*37)%258], s)
-		interest.set(s)
+		interest.Add(s)
 	}
 	var depth [MaxReplicas]int32
 	x.Depths(fam, interest, &depth)
@@ -124,7 +124,7 @@ func TestIndexDepthsMatchesLinear(t *testing.T) {
 		want := 0
 		for _, b := range fam {
 			m := x.get(b)
-			if !m.has(s) {
+			if !m.Has(s) {
 				break
 			}
 			want++
@@ -152,8 +152,8 @@ func TestIndexEvictsOldestAndKeepsBudget(t *testing.T) {
 	}
 	// The newest prompt is whole; the oldest is gone.
 	var interest mask
-	interest.set(Slot(199 % 8))
-	interest.set(0)
+	interest.Add(Slot(199 % 8))
+	interest.Add(0)
 	var depth [MaxReplicas]int32
 	x.Depths(blocksOf(200, 100), interest, &depth)
 	if depth[199%8] != 100 {

@@ -42,7 +42,7 @@ func TestBinary(t *testing.T) {
 		for _, want := range []string{
 			"http.reverse_proxy.selection_policies.ramjet",
 			"http.matchers.ramjet_body",
-			"http.handlers.ramjet",
+			"http.handlers.ramjet_observe",
 			"http.handlers.reverse_proxy", // the standard modules are in too
 		} {
 			if !mods[want] {
@@ -110,7 +110,7 @@ func TestXcaddyBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("list-modules: %v\n%s", err, out)
 	}
-	for _, want := range []string{"http.reverse_proxy.selection_policies.ramjet", "http.matchers.ramjet_body", "http.handlers.ramjet"} {
+	for _, want := range []string{"http.reverse_proxy.selection_policies.ramjet", "http.matchers.ramjet_body", "http.handlers.ramjet_observe"} {
 		if !strings.Contains(string(out), want+"\n") {
 			t.Errorf("xcaddy-built binary lacks %s", want)
 		}

@@ -152,14 +152,14 @@ func waitListening(addr string, limit time.Duration) error {
 }
 
 // RamjetSite is a site with the given policy; for "ramjet" it adds the
-// ramjet handler (http.handlers.ramjet) in front of reverse_proxy, as the
+// ramjet handler (http.handlers.ramjet_observe) in front of reverse_proxy, as the
 // ramjet_observe directive does, so that reservations are released at
 // stream end and prefill completion is observed. It is the one place that
 // knows how ramjet is configured.
 func RamjetSite(name, policy string, upstreams []string) Site {
 	s := Site{Name: name, Policy: policy, Upstreams: upstreams}
 	if policy == "ramjet" {
-		s.Handlers = []map[string]any{{"handler": "ramjet"}}
+		s.Handlers = []map[string]any{{"handler": "ramjet_observe"}}
 	}
 	return s
 }

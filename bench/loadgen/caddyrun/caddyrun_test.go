@@ -48,7 +48,7 @@ func TestConfig(t *testing.T) {
 	if diff := cmp.Diff([]string{"reverse_proxy"}, handlers("rr")); diff != "" {
 		t.Errorf("rr handlers (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"ramjet", "reverse_proxy"}, handlers("rj")); diff != "" {
+	if diff := cmp.Diff([]string{"ramjet_observe", "reverse_proxy"}, handlers("rj")); diff != "" {
 		t.Errorf("ramjet handlers (-want +got):\n%s", diff)
 	}
 	if got := cfg.Apps.HTTP.Servers["rj"].Listen; len(got) != 1 || got[0] != "127.0.0.1:9002" {

@@ -1,4 +1,4 @@
-package module
+package usage
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ type Usage struct {
 	CompletionTokens int64
 }
 
-// usageScanner finds the last "usage" object of a JSON or server-sent-events
+// Scanner finds the last "usage" object of a JSON or server-sent-events
 // response body as the body streams past, without buffering it. It looks
 // for the key "usage" with bytes.Index: in valid JSON the bytes "usage"
 // (quotes included) followed by a colon can only be a key, since a quote
@@ -31,7 +31,7 @@ type Usage struct {
 // body; feed it every chunk in order with Write, then call Result.
 //
 // The zero value is ready to use. It is not safe for concurrent use.
-type usageScanner struct {
+type Scanner struct {
 	// partial is how many leading bytes of usageKey end the data seen so
 	// far (idle state only); partialEsc: a backslash came right before
 	// them.
@@ -56,7 +56,7 @@ const (
 )
 
 // Write scans p. It never fails.
-func (s *usageScanner) Write(p []byte) {
+func (s *Scanner) Write(p []byte) {
 	if len(p) == 0 {
 		return
 	}
@@ -119,7 +119,7 @@ func (s *usageScanner) Write(p []byte) {
 
 // step runs the state machine after a key over p until it is idle again or
 // p ends, and returns how many bytes it used.
-func (s *usageScanner) step(p []byte) int {
+func (s *Scanner) step(p []byte) int {
 	for i, c := range p {
 		switch s.state {
 		case usageAfterKey, usageAfterCol:
@@ -190,7 +190,7 @@ type usageJSON struct {
 
 // Result parses the last usage object seen. ok is false when the body had
 // none (or none that parses with a prompt token count).
-func (s *usageScanner) Result() (u Usage, ok bool) {
+func (s *Scanner) Result() (u Usage, ok bool) {
 	if len(s.last) == 0 {
 		return Usage{}, false
 	}
@@ -226,6 +226,6 @@ func (s *usageScanner) Result() (u Usage, ok bool) {
 }
 
 // Reset clears s for reuse, keeping its buffers.
-func (s *usageScanner) Reset() {
-	*s = usageScanner{cur: s.cur[:0], last: s.last[:0]}
+func (s *Scanner) Reset() {
+	*s = Scanner{cur: s.cur[:0], last: s.last[:0]}
 }

@@ -1,4 +1,4 @@
-package module
+package usage
 
 import (
 	"strings"
@@ -59,7 +59,7 @@ func TestUsageScanner(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// Whole, byte by byte, and in uneven chunks: the same answer.
 			for _, step := range []int{len(tt.give) + 1, 1, 3, 17} {
-				var s usageScanner
+				var s Scanner
 				b := []byte(tt.give)
 				for len(b) > 0 {
 					n := min(step, len(b))
@@ -82,7 +82,7 @@ func TestUsageScanner(t *testing.T) {
 }
 
 func TestUsageScannerReset(t *testing.T) {
-	var s usageScanner
+	var s Scanner
 	s.Write([]byte(chatJSONBody))
 	s.Reset()
 	if _, ok := s.Result(); ok {
@@ -96,7 +96,7 @@ func TestUsageScannerReset(t *testing.T) {
 }
 
 func TestUsageScannerWriteAllocs(t *testing.T) {
-	var s usageScanner
+	var s Scanner
 	body := []byte(chatSSEBody)
 	s.Write(body) // size the buffers
 	allocs := testing.AllocsPerRun(100, func() { s.Write(body) })
@@ -113,7 +113,7 @@ func FuzzUsageScanner(f *testing.F) {
 		if step <= 0 {
 			step = 1
 		}
-		var whole, parts usageScanner
+		var whole, parts Scanner
 		whole.Write(body)
 		for b := body; len(b) > 0; {
 			n := min(step, len(b))
@@ -136,7 +136,7 @@ func FuzzUsageScanner(f *testing.F) {
 
 func BenchmarkUsageScanner(b *testing.B) {
 	body := []byte(strings.Repeat("data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello world\"}}],\"usage\":null}\n\n", 200) + chatSSEBody)
-	var s usageScanner
+	var s Scanner
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

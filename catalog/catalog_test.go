@@ -1,0 +1,76 @@
+package catalog
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func ptrTo[T any](v T) *T { return &v }
+
+func TestMergeModels(t *testing.T) {
+	engineA := `[{"id":"llama","object":"model","created":200,"owned_by":"vllm","root":"/mnt/models/llama","parent":null,"max_model_len":8192,"permission":[{"id":"modelperm-1"}]},
+	             {"id":"llama-lora","created":210,"owned_by":"vllm","root":"/mnt/adapters/sql","parent":"llama","max_model_len":8192}]`
+	engineB := `[{"id":"llama","created":100,"owned_by":"vllm","root":"/mnt/other/llama","max_model_len":4096},
+	             {"id":"qwen","created":300,"owned_by":"http://10.0.0.7:8000","parent":"/models/base"},
+	             {"id":"","created":1}]`
+	var a, b []engineModel
+	for _, s := range []struct {
+		src string
+		dst *[]engineModel
+	}{{engineA, &a}, {engineB, &b}} {
+		if err := json.Unmarshal([]byte(s.src), s.dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := merge([][]engineModel{a, b})
+	want := &List{Object: "list", Data: []Card{
+		{ID: "llama", Object: "model", Created: 100, OwnedBy: "vllm", MaxModelLen: ptrTo[int64](4096)},
+		{ID: "llama-lora", Object: "model", Created: 210, OwnedBy: "vllm", Parent: ptrTo("llama"), MaxModelLen: ptrTo[int64](8192)},
+		{ID: "qwen", Object: "model", Created: 300, OwnedBy: "ramjet"},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("merged (-want +got):\n%s", diff)
+	}
+	out, _ := json.Marshal(got)
+	for _, leak := range []string{"/mnt", "root", "10.0.0.7", "permission", "/models/base"} {
+		if strings.Contains(string(out), leak) {
+			t.Errorf("merged list leaks %q: %s", leak, out)
+		}
+	}
+}
+
+func TestNamesBounded(t *testing.T) {
+	n := NewNames(4)
+	if got := n.Label("m"); got != Other {
+		t.Fatalf("unknown model label = %q, want %s", got, Other)
+	}
+	for i := range 10 {
+		n.Add("model-" + strconv.Itoa(i))
+	}
+	if got := n.Label("model-0"); got != "model-0" {
+		t.Errorf("added model label = %q", got)
+	}
+	if got := n.Label("model-7"); got != Other {
+		t.Errorf("model past the bound = %q, want %s", got, Other)
+	}
+	if got := n.Add("model-8"); got != Other || n.Len() != 4 {
+		t.Errorf("Add past the bound = %q, %d held", got, n.Len())
+	}
+	if got := n.Label(""); got != "" {
+		t.Errorf("empty model label = %q", got)
+	}
+	if got := n.Intern([]byte("model-1")); got != "model-1" {
+		t.Errorf("Intern held = %q", got)
+	}
+	if got := n.Intern([]byte("made-up")); got != "made-up" {
+		t.Errorf("Intern other = %q", got)
+	}
+	b := []byte("model-2")
+	if allocs := testing.AllocsPerRun(100, func() { _ = n.Intern(b) }); allocs != 0 {
+		t.Errorf("Intern of a held name allocates %v times", allocs)
+	}
+}
