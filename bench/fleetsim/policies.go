@@ -13,7 +13,7 @@ import (
 // peers.
 var PolicyNames = []string{
 	"ramjet", "round-robin", "least-inflight", "power-of-two",
-	"bounded-hash", "sglang", "dynamo", "llm-d",
+	"bounded-hash", "sglang", "sglang-tuned", "dynamo", "dynamo-tuned", "llm-d", "llm-d-precise",
 }
 
 // Variants are extra policies, not run by default: proposed changes to
@@ -38,7 +38,22 @@ const (
 	SGLangMaxTreeSize    = 1 << 26
 	SGLangBlockTokens    = 16
 
+	// The tuned SGLang variant: what operators lower the thresholds to
+	// (balance_abs_threshold about 1, so that any imbalance is corrected at
+	// once; cache_threshold 0.2, so that shorter matches still follow the
+	// cache).
+	SGLangTunedCacheThreshold = 0.2
+	SGLangTunedBalanceAbs     = 1
+
 	DynamoOverlapWeight = 1.0
+	DynamoTemperature   = 0.0
+	// The tuned Dynamo variant: a published production setting of
+	// Dynamo's KV router (router_overlap_score_weight 3.5,
+	// router_temperature 0.05; Baseten's BIS-LLM b10_routing_config
+	// defaults), cache reuse weighted above load, with a little
+	// randomness against herding.
+	DynamoTunedOverlapWeight = 3.5
+	DynamoTunedTemperature   = 0.05
 
 	LLMDPrefixWeight = 3
 	LLMDQueueWeight  = 2
@@ -46,6 +61,14 @@ const (
 	LLMDBlockTokens  = 16 // 64 characters at 4 per token
 	LLMDMaxBlocks    = 256
 	LLMDLRUCapacity  = 31250
+
+	// llm-d's precise-prefix-cache-aware guide profile
+	// (guides/precise-prefix-cache-aware/scheduler/
+	// precise-prefix-cache-aware.values.yaml): precise-prefix-cache-scorer
+	// x 2, kv-cache-utilization-scorer x 1, queue-scorer x 1.
+	LLMDPrecisePrefixWeight = 2
+	LLMDPreciseQueueWeight  = 1
+	LLMDPreciseKVWeight     = 1
 )
 
 // NewPolicy returns a fresh policy by name. seed drives the random
@@ -74,13 +97,25 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 			CacheThreshold: SGLangCacheThreshold, BalanceAbs: SGLangBalanceAbs, BalanceRel: SGLangBalanceRel,
 			BlockTokens: SGLangBlockTokens, MaxTreeSize: SGLangMaxTreeSize,
 		}, nil
+	case "sglang-tuned":
+		return &SGLang{
+			CacheThreshold: SGLangTunedCacheThreshold, BalanceAbs: SGLangTunedBalanceAbs, BalanceRel: SGLangBalanceRel,
+			BlockTokens: SGLangBlockTokens, MaxTreeSize: SGLangMaxTreeSize, Label: name,
+		}, nil
 	case "dynamo":
-		return &Dynamo{OverlapWeight: DynamoOverlapWeight, rng: rng}, nil
+		return &Dynamo{OverlapWeight: DynamoOverlapWeight, Temperature: DynamoTemperature, rng: rng}, nil
+	case "dynamo-tuned":
+		return &Dynamo{OverlapWeight: DynamoTunedOverlapWeight, Temperature: DynamoTunedTemperature, Label: name, rng: rng}, nil
 	case "llm-d":
 		return &LLMD{
 			PrefixWeight: LLMDPrefixWeight, QueueWeight: LLMDQueueWeight, KVWeight: LLMDKVWeight,
 			BlockTokens: LLMDBlockTokens, MaxBlocks: LLMDMaxBlocks, LRUCapacity: LLMDLRUCapacity, rng: rng,
 		}, nil
+	case "llm-d-precise":
+		return llmdPrecise{&LLMD{
+			PrefixWeight: LLMDPrecisePrefixWeight, QueueWeight: LLMDPreciseQueueWeight, KVWeight: LLMDPreciseKVWeight,
+			Precise: true, Label: name, rng: rng,
+		}}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (want one of %s, %s)", name, strings.Join(PolicyNames, ", "), strings.Join(Variants, ", "))
 }
