@@ -154,3 +154,39 @@ func OracleShare(w *workload.Workload, salt uint64, blockSize int) (share float6
 	}
 	return share, cached, prompt
 }
+
+// PooledOracleShare is the cached-prompt-token share of one LRU prefix
+// cache of capacityBlocks blocks (the whole fleet's KV capacity pooled)
+// on the trace: requests in trace order, each hitting the leading full
+// blocks present (at most prompt-1 tokens, as the engine), then touching
+// its prompt's and output's blocks, least recently used evicted first. It
+// bounds what routing can reach when no replica can hold more than its
+// share, as OracleShare bounds it with no capacity limit.
+func PooledOracleShare(w *workload.Workload, salt uint64, blockSize, capacityBlocks int) (share float64, cached, prompt int64) {
+	lru := newLRUSet(max(1, capacityBlocks))
+	synth := workload.Synth{Salt: salt}
+	var toks []uint32
+	var blocks []uint64
+	for _, r := range w.Trace {
+		toks = synth.Prompt(toks[:0], r)
+		usable := (len(toks) - 1) / blockSize
+		blocks = selection.AppendTokenBlocks(blocks[:0], 0, toks, blockSize)
+		hits := 0
+		for hits < usable && hits < len(blocks) && lru.has(blocks[hits]) {
+			hits++
+		}
+		cached += int64(hits * blockSize)
+		prompt += int64(len(toks))
+		toks = synth.Completion(toks, r)
+		blocks = selection.AppendTokenBlocks(blocks[:0], 0, toks, blockSize)
+		// Deepest first, so that a prefix's leading blocks are the most
+		// recent (the engine evicts the deepest blocks of a prefix first).
+		for i := len(blocks) - 1; i >= 0; i-- {
+			lru.add(blocks[i])
+		}
+	}
+	if prompt > 0 {
+		share = float64(cached) / float64(prompt)
+	}
+	return share, cached, prompt
+}
