@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -252,4 +255,41 @@ func GenerateMooncake(kind string, o MooncakeGenOptions) ([]MooncakeRow, error) 
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Timestamp < rows[j].Timestamp })
 	return rows, nil
+}
+
+// LoadFile reads a trace file in any format (ReadWith, o for a
+// Mooncake-style one) as a workload named "trace:" and the file's base
+// name.
+func LoadFile(path string, o MooncakeOptions) (*Workload, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr, err := ReadWith(f, o)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(tr) == 0 {
+		return nil, fmt.Errorf("%s: no requests in the trace window", path)
+	}
+	st := tr.Stats()
+	base := filepath.Base(path)
+	return &Workload{
+		Name: "trace:" + strings.TrimSuffix(base, filepath.Ext(base)),
+		Summary: fmt.Sprintf("trace %s: %d requests over %.0f s, mean input %d tokens, mean output %d",
+			base, st.Requests, st.Span, st.InputTokens/int64(st.Requests), st.OutputTokens/int64(st.Requests)),
+		Trace: tr,
+	}, nil
+}
+
+// RegisterFlags adds the -trace-* flags that fill o (block size, time
+// compression and window) to fs; the load generator, e2ecompare and the
+// fleet simulation share them.
+func (o *MooncakeOptions) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.BlockTokens, "trace-block-tokens", DefaultMooncakeBlockTokens, "tokens per hash id block of a Mooncake-style trace")
+	fs.Float64Var(&o.TimeScale, "trace-time-scale", 1, "compress a Mooncake-style trace's arrivals by this factor")
+	fs.Float64Var(&o.Start, "trace-start", 0, "skip a Mooncake-style trace's first this many milliseconds")
+	fs.Float64Var(&o.Duration, "trace-duration", 0, "keep this many milliseconds of a Mooncake-style trace after -trace-start (0: all)")
+	fs.IntVar(&o.Rows, "trace-rows", 0, "keep at most this many rows of a Mooncake-style trace (0: all)")
 }

@@ -45,11 +45,6 @@ func run(args []string, stdout io.Writer) error {
 		genTr    = fs.String("gen-trace", "", "with -write-trace: generate a Mooncake-format trace of this kind ("+strings.Join(workload.MooncakeKinds, ", ")+")")
 		genSess  = fs.Int("gen-sessions", 0, "sessions (agents) of -gen-trace (0: the kind's default)")
 		traceF   = fs.String("trace", "", "replay this trace file (Mooncake-style JSONL, or this package's JSONL/CSV) as one more workload")
-		trBlock  = fs.Int("trace-block-tokens", workload.DefaultMooncakeBlockTokens, "tokens per hash id block of a Mooncake-style -trace")
-		trScale  = fs.Float64("trace-time-scale", 1, "compress a Mooncake-style -trace's arrivals by this factor")
-		trStart  = fs.Float64("trace-start", 0, "skip a Mooncake-style -trace's first this many milliseconds")
-		trDur    = fs.Float64("trace-duration", 0, "keep this many milliseconds of a Mooncake-style -trace after -trace-start (0: all)")
-		trRows   = fs.Int("trace-rows", 0, "keep at most this many rows of a Mooncake-style -trace (0: all)")
 		sweep    = fs.Bool("sweep", false, "sweep ramjet's knobs instead of comparing policies (-policy names the swept variant; -affinity-cap etc. set the start)")
 		parallel = fs.Int("parallel", 0, "concurrent runs (0: GOMAXPROCS)")
 		preset   = fs.String("engine", "h200", "engine model preset: "+presetNames())
@@ -63,6 +58,8 @@ func run(args []string, stdout io.Writer) error {
 		outW   = fs.Float64("output-weight", 0, "ramjet output_weight: score per requested output token on a replica whose engine profile fits (0: default)")
 		ctxW   = fs.Float64("context-weight", fleetsim.RamjetContextWeight, "the ramjet-context variant's weight per prompt token of an in-flight request")
 	)
+	var mo workload.MooncakeOptions
+	mo.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,13 +98,11 @@ func run(args []string, stdout io.Writer) error {
 	rcfg := selection.Config{AffinityCap: *cap_, Alpha: *alpha, RequestCost: *cost, PrefixTokens: *prefix, IndexBudget: *budget, OutputWeight: *outW}
 
 	if *writeTr != "" {
-		return writeTrace(*writeTr, *genTr, *genSess, names, *seed, *replicas, *scale, *trBlock)
+		return writeTrace(*writeTr, *genTr, *genSess, names, *seed, *replicas, *scale, mo.BlockTokens)
 	}
 	var traces []*workload.Workload
 	if *traceF != "" {
-		w, err := readTrace(*traceF, workload.MooncakeOptions{
-			BlockTokens: *trBlock, TimeScale: *trScale, Start: *trStart, Duration: *trDur, Rows: *trRows,
-		})
+		w, err := workload.LoadFile(*traceF, mo)
 		if err != nil {
 			return err
 		}
@@ -176,30 +171,6 @@ func parseSeeds(s string) ([]uint64, error) {
 		out = append(out, v)
 	}
 	return out, nil
-}
-
-// readTrace reads a trace file as a workload named after the file.
-func readTrace(path string, o workload.MooncakeOptions) (*workload.Workload, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	tr, err := workload.ReadWith(f, o)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(tr) == 0 {
-		return nil, fmt.Errorf("%s: no requests in the trace window", path)
-	}
-	st := tr.Stats()
-	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	return &workload.Workload{
-		Name: "trace:" + name,
-		Summary: fmt.Sprintf("trace %s: %d requests over %.0f s, mean input %d tokens, mean output %d",
-			filepath.Base(path), st.Requests, st.Span, st.InputTokens/int64(st.Requests), st.OutputTokens/int64(st.Requests)),
-		Trace: tr,
-	}, nil
 }
 
 func writeTrace(path, gen string, sessions int, names []string, seed uint64, replicas int, scale float64, block int) error {
