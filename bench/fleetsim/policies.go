@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 
 	"github.com/ramjet-llm/ramjet/bench/workload"
@@ -157,17 +158,20 @@ func OracleShare(w *workload.Workload, salt uint64, blockSize int) (share float6
 
 // PooledOracleShare is the cached-prompt-token share of one LRU prefix
 // cache of capacityBlocks blocks (the whole fleet's KV capacity pooled)
-// on the trace: requests in trace order, each hitting the leading full
-// blocks present (at most prompt-1 tokens, as the engine), then touching
-// its prompt's and output's blocks, least recently used evicted first. It
-// bounds what routing can reach when no replica can hold more than its
-// share, as OracleShare bounds it with no capacity limit.
+// on the trace: requests in arrival order with zero service time (ZeroWait
+// order: a closed-loop turn arrives its think time after the one it
+// follows), each hitting the leading full blocks present (at most
+// prompt-1 tokens, as the engine), then touching its prompt's and output's
+// blocks, least recently used evicted first. It is what routing could
+// reach if the fleet's caches were one; the infinite-cache OracleShare
+// drops the capacity limit as well.
 func PooledOracleShare(w *workload.Workload, salt uint64, blockSize, capacityBlocks int) (share float64, cached, prompt int64) {
 	lru := newLRUSet(max(1, capacityBlocks))
 	synth := workload.Synth{Salt: salt}
 	var toks []uint32
 	var blocks []uint64
-	for _, r := range w.Trace {
+	for _, id := range ZeroWaitOrder(w.Trace) {
+		r := w.Trace[id]
 		toks = synth.Prompt(toks[:0], r)
 		usable := (len(toks) - 1) / blockSize
 		blocks = selection.AppendTokenBlocks(blocks[:0], 0, toks, blockSize)
@@ -189,4 +193,23 @@ func PooledOracleShare(w *workload.Workload, salt uint64, blockSize, capacityBlo
 		share = float64(cached) / float64(prompt)
 	}
 	return share, cached, prompt
+}
+
+// ZeroWaitOrder returns the trace's row IDs in the order they would arrive
+// if every request completed the instant it was sent: an open-loop row at
+// At, a closed-loop row Think after the row it follows (and not before
+// At); ties keep trace order. Closed-loop sessions then interleave as they
+// do in a run, rather than one after another as in the trace.
+func ZeroWaitOrder(t workload.Trace) []int {
+	at := make([]float64, len(t))
+	ids := make([]int, len(t))
+	for i, r := range t {
+		at[i] = r.At
+		if r.After >= 0 {
+			at[i] = max(r.At, at[r.After]+r.Think)
+		}
+		ids[i] = i
+	}
+	sort.SliceStable(ids, func(a, b int) bool { return at[ids[a]] < at[ids[b]] })
+	return ids
 }

@@ -33,7 +33,7 @@ func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
 	var (
 		wl       = fs.String("workload", "all", "workload name, comma-separated names, or all ("+strings.Join(workload.Names, ", ")+"); with -trace, default none")
-		policies = fs.String("policy", "all", "policy names, comma-separated, or all ("+strings.Join(fleetsim.PolicyNames, ", ")+")")
+		policies = fs.String("policy", "all", "policy names, comma-separated, all ("+strings.Join(fleetsim.PolicyNames, ", ")+"), or oracle (the oracles only)")
 		replicas = fs.Int("replicas", 8, "fleet size (spec-pair always uses 2)")
 		seed     = fs.Uint64("seed", 1, "seed of -write-trace, -gen-trace and -sweep (comparisons use -seeds)")
 		seedsS   = fs.String("seeds", "1,2,3", "seeds of the comparison, comma-separated: every figure is the median over them with min-max (default 1,2,3; -seed N alone means N)")
@@ -77,7 +77,11 @@ func run(args []string, stdout io.Writer) error {
 		names = strings.Split(*wl, ",")
 	}
 	pols := fleetsim.PolicyNames
-	if *policies != "all" {
+	switch *policies {
+	case "all":
+	case fleetsim.Oracle: // the oracles' rows only
+		pols = nil
+	default:
 		pols = strings.Split(*policies, ",")
 	}
 	seeds, err := parseSeeds(*seedsS)
