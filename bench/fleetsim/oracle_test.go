@@ -22,19 +22,19 @@ func TestZeroWaitOrder(t *testing.T) {
 }
 
 func TestPooledOracle(t *testing.T) {
-	w, err := workload.Generate("agent-fleet", workload.Options{Seed: 1, Scale: 0.6})
+	w, err := workload.Generate("agent-fleet", workload.Options{Seed: 1, Scale: 0.3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	inf, _, _ := OracleShare(w, 1, 16)
 	big, _, _ := PooledOracleShare(w, 1, 16, 1<<30)
-	small, _, _ := PooledOracleShare(w, 1, 16, 8*259136/16)
+	small, _, _ := PooledOracleShare(w, 1, 16, 200000/16)
 	tiny, _, _ := PooledOracleShare(w, 1, 16, 100)
-	t.Logf("infinite %.3f, pooled unbounded %.3f, 8 x 259k %.3f, 100 blocks %.3f", inf, big, small, tiny)
+	t.Logf("infinite %.3f, pooled unbounded %.3f, 200k tokens %.3f, 100 blocks %.3f", inf, big, small, tiny)
 	if big != inf {
 		t.Errorf("an unbounded pooled cache gives %.4f, the infinite oracle %.4f", big, inf)
 	}
-	// 48 agents of up to 60k tokens of context do not fit 8 x 259k.
+	// 48 agents of up to 30k tokens of context do not fit 200k tokens.
 	if !(tiny < small && small < inf) {
 		t.Errorf("pooled shares not ordered by capacity: %.3f, %.3f, %.3f", tiny, small, inf)
 	}
