@@ -7,21 +7,29 @@ import (
 
 // Config holds every constant of the engine model. The zero value of a field
 // means "use the default"; call SetDefaults then Validate, or use
-// DefaultConfig. The defaults describe a dense ~32B-parameter model in BF16
-// served by vLLM on one H100-class GPU (3.35 TB/s HBM, ~990 dense BF16
-// TFLOPS); derivations are given per field.
+// DefaultConfig. The defaults describe DefaultDeployment: Qwen3-32B with
+// BF16 weights and KV cache, served by vLLM with its defaults on one H200
+// (140.4 GiB, 4.8 TB/s HBM, 989 dense BF16 TFLOPS); every capacity and
+// timing default is derived from it (deployment.go), as given per field.
 type Config struct {
 	// BlockSize is the number of tokens per KV cache block. Default 16
 	// (vLLM's default block size on CUDA).
 	BlockSize int
 
 	// CapacityTokens is the KV cache capacity in tokens; the engine has
-	// CapacityTokens/BlockSize blocks. Default 582246 (the "GPU KV cache
-	// size" one real 27B-class vLLM deployment logs at startup).
+	// CapacityTokens/BlockSize blocks. Default 259136: vLLM's
+	// gpu_memory_utilization 0.9 x 140.4 GiB = 126.4 GiB, less 61.1 GiB of
+	// BF16 weights (32.8e9 x 2 B) and 2 GiB of activation and CUDA-graph
+	// overhead, leaves 63.3 GiB of KV cache; at 256 KiB per token (2 (K,V)
+	// x 64 layers x 8 KV heads x 128 dims x 2 B) that is 259,136 tokens in
+	// whole 16-token blocks. (The "big-cache" preset keeps the earlier
+	// 582,246, which would be 153 GB of KV at 256 KiB per token.)
 	CapacityTokens int
 
 	// MaxRunningSeqs is the most sequences decoded in one batch (vLLM
-	// max_num_seqs). Default 26.
+	// max_num_seqs). Default 1024: vLLM V1's default for the OpenAI server
+	// on GPUs with at least 70 GiB other than A100
+	// (vllm/engine/arg_utils.py, get_batch_defaults).
 	MaxRunningSeqs int
 
 	// MaxWaiting bounds the waiting queue; Submit returns ErrQueueFull past
@@ -38,25 +46,25 @@ type Config struct {
 	MaxBatchedTokens int
 
 	// StepBase is the fixed cost of one forward pass: reading the weights
-	// once. Default 20ms (32.8e9 params x 2 bytes / 3.35 TB/s = 19.6 ms).
+	// once. Default 13.67ms (32.8e9 params x 2 bytes / 4.8 TB/s).
 	StepBase time.Duration
 
 	// TokenCompute is the compute cost of every token scheduled in a step
-	// (prefill, decode and speculative verify tokens alike). Default 130µs
-	// (2 x 32.8e9 FLOP per token at ~50% of 990 TFLOPS).
+	// (prefill, decode and speculative verify tokens alike). Default
+	// 132.7µs (2 x 32.8e9 FLOP per token at 50% of 989 TFLOPS).
 	TokenCompute time.Duration
 
 	// KVReadPerToken is the decode cost per token of context held by each
 	// decoding sequence (attention reads its KV cache once per step).
-	// Default 78ns (64 layers x 8 KV heads x 128 dims x 2 (K,V) x 2 bytes =
-	// 256 KiB per token, at 3.35 TB/s). This makes the decode step time grow
+	// Default 55ns (64 layers x 8 KV heads x 128 dims x 2 (K,V) x 2 bytes =
+	// 256 KiB per token, at 4.8 TB/s). This makes the decode step time grow
 	// with the number of running sequences and their lengths.
 	KVReadPerToken time.Duration
 
 	// PrefillAttnPerPair is the attention compute per (prefill token,
 	// context position) pair, so the prefill cost per uncached token grows
 	// with its position in the context. Default 4ns (4 x 64 layers x 64
-	// heads x 128 dims = 2.1 MFLOP per pair at ~50% of 990 TFLOPS).
+	// heads x 128 dims = 2.1 MFLOP per pair at 50% of 989 TFLOPS).
 	PrefillAttnPerPair time.Duration
 
 	// SpecTokens is the speculative draft length k (tokens proposed per
@@ -101,16 +109,11 @@ func (c *Config) SetDefaults() {
 			*p = v
 		}
 	}
-	setInt(&c.BlockSize, 16)
-	setInt(&c.CapacityTokens, 582246)
-	setInt(&c.MaxRunningSeqs, 26)
+	DefaultDeployment.Apply(c)
+	setInt(&c.MaxRunningSeqs, 1024)
 	setInt(&c.MaxWaiting, 4096)
 	setInt(&c.MaxModelLen, 40960)
 	setInt(&c.MaxBatchedTokens, 8192)
-	setDur(&c.StepBase, 20*time.Millisecond)
-	setDur(&c.TokenCompute, 130*time.Microsecond)
-	setDur(&c.KVReadPerToken, 78*time.Nanosecond)
-	setDur(&c.PrefillAttnPerPair, 4*time.Nanosecond)
 	if c.SpecTokens > 0 {
 		if c.SpecAcceptance == 0 {
 			c.SpecAcceptance = 0.7

@@ -37,6 +37,6 @@ func Example() {
 		}
 	}
 	// Output:
-	// request 0: 1050 prompt tokens, 0 cached, TTFT 159ms
-	// request 1: 1050 prompt tokens, 992 cached, TTFT 182ms
+	// request 0: 1050 prompt tokens, 0 cached, TTFT 155ms
+	// request 1: 1050 prompt tokens, 992 cached, TTFT 172ms
 }

@@ -494,7 +494,9 @@ func TestDataParallelRanksAndRecording(t *testing.T) {
 }
 
 func TestRealTimePacing(t *testing.T) {
-	s := startSim(t, Options{TimeScale: 10})
+	// A 20 ms step (the engine's default is 13.67 ms), so that pacing is
+	// measured well above timer resolution.
+	s := startSim(t, Options{TimeScale: 10, Engine: engine.Config{StepBase: 20 * time.Millisecond}})
 	c := client(s)
 	start := time.Now()
 	stream := c.Chat.Completions.NewStreaming(testCtx(t), openai.ChatCompletionNewParams{

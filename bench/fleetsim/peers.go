@@ -155,11 +155,11 @@ func (p *BoundedHash) Pick(r *Request, fleet []*Replica) int {
 // ---------------------------------------------------------------------------
 // SGLang cache_aware.
 
-// SGLang reimplements sgl-model-gateway's cache_aware policy
-// (sgl-project/sglang, sgl-model-gateway/src/policies/cache_aware.rs, with
-// the command-line defaults of src/main.rs: --cache-threshold 0.3,
-// --balance-abs-threshold 64, --balance-rel-threshold 1.5,
-// --max-tree-size 67108864):
+// SGLang reimplements today's sgl-model-gateway cache_aware policy
+// (sgl-project/sglang, sgl-model-gateway/src/policies/cache_aware.rs,
+// select_worker, with the command-line defaults of the gateway's CLI:
+// --cache-threshold 0.3, --balance-abs-threshold 64,
+// --balance-rel-threshold 1.5, --max-tree-size 67108864):
 //
 //   - load is the router's count of in-flight requests per worker;
 //   - when max-min > BalanceAbs and max > BalanceRel x min, the system is
@@ -167,8 +167,10 @@ func (p *BoundedHash) Pick(r *Request, fleet []*Replica) int {
 //     prompt into that worker's tree);
 //   - otherwise find the worker whose approximate tree matches the longest
 //     prefix of the prompt; if the match rate (matched / prompt length)
-//     exceeds CacheThreshold route there, else to the worker with the
-//     smallest tree; insert the prompt into the chosen worker's tree.
+//     exceeds CacheThreshold route there, else to the least loaded worker
+//     (the current gateway; the original sgl-router sent misses to the
+//     worker with the smallest tree); insert the prompt into the chosen
+//     worker's tree.
 //
 // The trees store raw text in SGLang; here they store the prompt's chained
 // blocks of BlockTokens tokens (16: one vLLM block, 64 characters), so a
@@ -182,6 +184,9 @@ type SGLang struct {
 	BlockTokens    int
 	MaxTreeSize    int
 
+	// Label is the row name; "" means "sglang".
+	Label string
+
 	trees []sglTree
 	clock uint64
 	cands []int
@@ -191,7 +196,12 @@ type sglTree struct {
 	last map[uint64]uint64 // block -> last access (router clock)
 }
 
-func (*SGLang) Name() string { return "sglang" }
+func (p *SGLang) Name() string {
+	if p.Label != "" {
+		return p.Label
+	}
+	return "sglang"
+}
 
 func (p *SGLang) ensure(n int) {
 	for len(p.trees) < n {
@@ -211,7 +221,7 @@ func (p *SGLang) Pick(r *Request, fleet []*Replica) int {
 	for _, rep := range fleet {
 		maxL, minL = max(maxL, rep.InFlight), min(minL, rep.InFlight)
 	}
-	if maxL-minL > p.BalanceAbs && float64(maxL) > float64(minL)*p.BalanceRel {
+	leastLoaded := func() int {
 		best := 0
 		for i, rep := range fleet {
 			if rep.InFlight < fleet[best].InFlight {
@@ -219,6 +229,9 @@ func (p *SGLang) Pick(r *Request, fleet []*Replica) int {
 			}
 		}
 		return best
+	}
+	if maxL-minL > p.BalanceAbs && float64(maxL) > float64(minL)*p.BalanceRel {
+		return leastLoaded()
 	}
 	blocks := r.Blocks(p.BlockTokens)
 	// Longest match: narrow the workers holding every block so far; the
@@ -253,13 +266,7 @@ func (p *SGLang) Pick(r *Request, fleet []*Replica) int {
 	if worker >= 0 && rate > p.CacheThreshold {
 		return worker
 	}
-	smallest := 0
-	for i := range fleet {
-		if p.trees[i].size(p.BlockTokens) < p.trees[smallest].size(p.BlockTokens) {
-			smallest = i
-		}
-	}
-	return smallest
+	return leastLoaded()
 }
 
 func (p *SGLang) Routed(r *Request, rep int) {
@@ -304,15 +311,22 @@ func (p *SGLang) Routed(r *Request, rep int) {
 // this request's blocks not among them. Cached blocks come from the
 // engines' KV events (Dynamo's default, --kv-events). Defaults:
 // overlap_score_weight 1.0, router temperature 0 (lowest logit wins),
-// ties broken at random.
+// ties broken at random (lib/kv-router/src/scheduling/config.rs,
+// SchedulerConfig::default). With Temperature > 0 the worker is drawn
+// from softmax(-logit / (max-min) / Temperature), as selector.rs's
+// softmax_sample does.
 type Dynamo struct {
 	OverlapWeight float64
+	Temperature   float64
+	// Label is the row name; "" means "dynamo".
+	Label string
 
 	rng     *rand.Rand
 	workers []dynWorker
 	reqs    map[int]dynReq // by trace ID
 	scratch []int
 	newTok  []int // per worker, this request's uncached tokens there
+	logits  []float64
 }
 
 type dynWorker struct {
@@ -325,7 +339,12 @@ type dynReq struct {
 	blocks  []uint64
 }
 
-func (*Dynamo) Name() string { return "dynamo" }
+func (p *Dynamo) Name() string {
+	if p.Label != "" {
+		return p.Label
+	}
+	return "dynamo"
+}
 
 func (*Dynamo) wantsEngineHashes() {}
 
@@ -351,6 +370,7 @@ func (p *Dynamo) Pick(r *Request, fleet []*Replica) int {
 	best := math.Inf(1)
 	p.scratch = p.scratch[:0]
 	p.newTok = p.newTok[:0]
+	p.logits = p.logits[:0]
 	for i, rep := range fleet {
 		w := &p.workers[i]
 		overlap := rep.CachedBlocks(r.engHashes)
@@ -366,6 +386,7 @@ func (p *Dynamo) Pick(r *Request, fleet []*Replica) int {
 		})
 		decode := len(w.active) + len(r.engHashes) - shared
 		logit := p.OverlapWeight*prefillBlocks + float64(decode)
+		p.logits = append(p.logits, logit)
 		switch {
 		case logit < best:
 			best = logit
@@ -374,7 +395,39 @@ func (p *Dynamo) Pick(r *Request, fleet []*Replica) int {
 			p.scratch = append(p.scratch, i)
 		}
 	}
+	if p.Temperature > 0 {
+		return softmaxPick(p.logits, p.Temperature, p.rng.Float64())
+	}
 	return p.scratch[p.rng.IntN(len(p.scratch))]
+}
+
+// softmaxPick draws an index with probability proportional to
+// exp(-(logit/(max-min))/temperature), lowest logit likeliest (Dynamo's
+// softmax_sample); uniform when all logits are equal. u is in [0,1).
+func softmaxPick(logits []float64, temperature, u float64) int {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, l := range logits {
+		lo, hi = math.Min(lo, l), math.Max(hi, l)
+	}
+	if lo == hi {
+		return min(int(u*float64(len(logits))), len(logits)-1)
+	}
+	r := hi - lo
+	total := 0.0
+	w := make([]float64, len(logits))
+	for i, l := range logits {
+		// Shift by the best (lowest) logit so the largest weight is 1.
+		w[i] = math.Exp(-(l - lo) / r / temperature)
+		total += w[i]
+	}
+	x := u * total
+	for i, v := range w {
+		if x < v {
+			return i
+		}
+		x -= v
+	}
+	return len(w) - 1
 }
 
 func (p *Dynamo) Routed(r *Request, rep int) {
@@ -444,13 +497,60 @@ type LLMD struct {
 	BlockTokens                         int
 	MaxBlocks                           int
 	LRUCapacity                         int
+	// Precise replaces the approximate prefix scorer by llm-d's
+	// precise-prefix-cache-scorer (llm-d-inference-scheduler,
+	// pkg/plugins/scorer/precise_prefix_cache.go, with the llm-d guide
+	// guides/precise-prefix-cache-aware: weights precise prefix 2,
+	// kv-cache-utilization 1, queue 1): the index is the engines' own KV
+	// events; each pod's score is its longest run of leading blocks
+	// present, min-max normalised over the pods that hold any
+	// (indexedScoresToNormalizedScoredPods: 1 when all equal, 0 for pods
+	// holding none).
+	Precise bool
+	// Label is the row name; "" means "llm-d".
+	Label string
 
 	rng     *rand.Rand
 	servers []lruSet
 	scratch []int
+	prefix  []float64
 }
 
-func (*LLMD) Name() string { return "llm-d" }
+func (p *LLMD) Name() string {
+	if p.Label != "" {
+		return p.Label
+	}
+	return "llm-d"
+}
+
+// llmdPrecise is LLMD in precise mode: it needs the engines' KV events.
+type llmdPrecise struct{ *LLMD }
+
+func (llmdPrecise) wantsEngineHashes() {}
+
+// preciseScores fills p.prefix with each replica's normalised precise
+// prefix score.
+func (p *LLMD) preciseScores(r *Request, fleet []*Replica) {
+	p.prefix = p.prefix[:0]
+	lo, hi := math.MaxInt, -1
+	for _, rep := range fleet {
+		n := rep.CachedBlocks(r.engHashes)
+		p.prefix = append(p.prefix, float64(n))
+		if n > 0 {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+	}
+	for i, v := range p.prefix {
+		switch {
+		case v == 0:
+			p.prefix[i] = 0
+		case lo == hi:
+			p.prefix[i] = 1
+		default:
+			p.prefix[i] = (v - float64(lo)) / float64(hi-lo)
+		}
+	}
+}
 
 func (p *LLMD) ensure(n int) {
 	for len(p.servers) < n {
@@ -468,16 +568,25 @@ func (p *LLMD) hashes(r *Request) []uint64 {
 
 func (p *LLMD) Pick(r *Request, fleet []*Replica) int {
 	p.ensure(len(fleet))
-	hs := p.hashes(r)
+	var hs []uint64
+	if !p.Precise {
+		hs = p.hashes(r)
+	}
 	minQ, maxQ := math.MaxInt, math.MinInt
 	for _, rep := range fleet {
 		minQ, maxQ = min(minQ, rep.Waiting()), max(maxQ, rep.Waiting())
+	}
+	if p.Precise {
+		p.preciseScores(r, fleet)
 	}
 	best := math.Inf(-1)
 	p.scratch = p.scratch[:0]
 	for i, rep := range fleet {
 		prefix := 0.0
-		if len(hs) > 0 {
+		switch {
+		case p.Precise:
+			prefix = p.prefix[i]
+		case len(hs) > 0:
 			m := 0
 			for _, h := range hs {
 				if !p.servers[i].has(h) {
@@ -505,6 +614,9 @@ func (p *LLMD) Pick(r *Request, fleet []*Replica) int {
 }
 
 func (p *LLMD) Routed(r *Request, rep int) {
+	if p.Precise {
+		return
+	}
 	p.ensure(rep + 1)
 	for _, h := range p.hashes(r) {
 		p.servers[rep].add(h)

@@ -1,7 +1,9 @@
 package fleetsim
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
@@ -136,12 +138,12 @@ func newSGLang() *SGLang {
 func TestSGLangCacheAware(t *testing.T) {
 	fl, _ := fleetOf(4)
 	p := newSGLang()
-	// Cold: the smallest tree (all empty: the first worker).
+	// Cold: the least loaded worker (all idle: the first).
 	r1 := req(1, 5, 1000, 1200)
 	w := p.Pick(r1, fl)
 	p.Routed(r1, w)
 	if w != 0 {
-		t.Fatalf("cold pick %d, want 0 (smallest tree, first)", w)
+		t.Fatalf("cold pick %d, want 0 (least loaded, first)", w)
 	}
 	// A request sharing 1000 of 1100 tokens (match rate 0.9 > 0.3)
 	// follows it, even when that worker is busier (balanced: 10 vs 0 is
@@ -151,10 +153,102 @@ func TestSGLangCacheAware(t *testing.T) {
 	if got := p.Pick(r2, fl); got != 0 {
 		t.Fatalf("warm pick %d, want 0", got)
 	}
-	// A request matching less than 30% goes to the smallest tree.
+	// A request matching less than 30% goes to the least loaded worker
+	// (today's gateway), not to the smallest tree (the original router):
+	// worker 1 has the larger tree but the fewest requests in flight.
+	p.Routed(req(9, 9, 0, 8000), 1)
+	fl[1].InFlight, fl[2].InFlight, fl[3].InFlight = 0, 2, 3
 	r3 := req(3, 5, 1000, 4000) // 1000/4000 = 0.25
-	if got := p.Pick(r3, fl); got == 0 {
-		t.Fatal("low match rate followed the cache")
+	if got := p.Pick(r3, fl); got != 1 {
+		t.Fatalf("low match rate picked %d, want 1 (least loaded)", got)
+	}
+}
+
+func TestSGLangTunedThresholds(t *testing.T) {
+	pol, err := NewPolicy("sglang-tuned", 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pol.(*SGLang)
+	if p.Name() != "sglang-tuned" || p.BalanceAbs != 1 || p.CacheThreshold != 0.2 {
+		t.Fatalf("sglang-tuned = %+v", p)
+	}
+	fl, _ := fleetOf(3)
+	p.Routed(req(1, 5, 1000, 1200), 0)
+	// 3 vs 1 in flight: imbalanced for the tuned variant (3-1 > 1 and
+	// 3 > 1.5), balanced for the default (3-1 <= 64).
+	fl[0].InFlight, fl[1].InFlight, fl[2].InFlight = 3, 1, 2
+	if got := p.Pick(req(2, 5, 1000, 1100), fl); got != 1 {
+		t.Fatalf("tuned picked %d, want the least loaded 1", got)
+	}
+	d := newSGLang()
+	d.Routed(req(1, 5, 1000, 1200), 0)
+	if got := d.Pick(req(2, 5, 1000, 1100), fl); got != 0 {
+		t.Fatalf("default picked %d, want the cache's 0", got)
+	}
+	// A 25% match follows the cache with threshold 0.2, not with 0.3.
+	fl[0].InFlight, fl[1].InFlight, fl[2].InFlight = 1, 1, 1
+	if got := p.Pick(req(3, 5, 1000, 4000), fl); got != 0 {
+		t.Fatalf("tuned 25%% match picked %d, want 0", got)
+	}
+}
+
+func TestSoftmaxPick(t *testing.T) {
+	logits := []float64{10, 0, 5}
+	counts := make([]int, 3)
+	const n = 10000
+	for i := range n {
+		counts[softmaxPick(logits, 0.5, (float64(i)+0.5)/n)]++
+	}
+	// Weights exp(-(l-min)/(max-min)/T): 1 for 0, e^-1 for 5, e^-2 for 10.
+	total := 1 + math.Exp(-1) + math.Exp(-2)
+	want := []float64{math.Exp(-2) / total, 1 / total, math.Exp(-1) / total}
+	for i := range counts {
+		if got := float64(counts[i]) / n; math.Abs(got-want[i]) > 0.01 {
+			t.Errorf("worker %d drawn %.3f, want %.3f", i, got, want[i])
+		}
+	}
+	if got := softmaxPick([]float64{2, 2}, 1, 0.75); got != 1 {
+		t.Errorf("equal logits, u 0.75: %d, want 1 (uniform)", got)
+	}
+}
+
+func TestLLMDPreciseScores(t *testing.T) {
+	fl, fe := fleetOf(3)
+	pol, err := NewPolicy("llm-d-precise", 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pol.(interface{ wantsEngineHashes() }); !ok || pol.Name() != "llm-d-precise" {
+		t.Fatalf("%s does not ask for the engines' KV events", pol.Name())
+	}
+	r := req(1, 5, 1600, 3200)
+	r.engHashes = engineHashes(0, 16, r.Prompt)
+	for _, h := range r.engHashes[:100] {
+		fl[1].cached[h] = struct{}{}
+	}
+	for _, h := range r.engHashes[:50] {
+		fl[2].cached[h] = struct{}{}
+	}
+	p := pol.(llmdPrecise).LLMD
+	p.preciseScores(r, fl)
+	if want := []float64{0, 1, 0}; !slices.Equal(p.prefix, want) {
+		t.Fatalf("scores %v, want %v (min-max over the pods holding blocks)", p.prefix, want)
+	}
+	// Prefix x 2 on 1 outweighs queue x 1 and KV x 1 elsewhere unless 1
+	// is loaded: queue 0 and KV 0.9 there give 2 + 0.1 = 2.1 against
+	// 1 + 1 = 2 on 0.
+	fe[1].set(4, 0.9)
+	if got := pol.Pick(r, fl); got != 1 {
+		t.Fatalf("picked %d, want 1", got)
+	}
+	// When 2 holds the same prefix, both score 1 and load decides.
+	for _, h := range r.engHashes[:100] {
+		fl[2].cached[h] = struct{}{}
+	}
+	fe[2].set(0, 0.1)
+	if got := pol.Pick(r, fl); got != 2 {
+		t.Fatalf("picked %d, want 2 (same prefix, less loaded)", got)
 	}
 }
 

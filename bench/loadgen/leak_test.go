@@ -20,7 +20,7 @@ func TestRunLeaksNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := workload.Generate("burst", workload.Options{Seed: 4})
+	w, err := workload.Generate("burst", workload.Options{Seed: 4, Scale: 0.125})
 	if err != nil {
 		t.Fatal(err)
 	}

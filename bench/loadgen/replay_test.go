@@ -48,7 +48,7 @@ func startFleet(t *testing.T, n int, timeScale float64, policy string) (*caddyru
 // trace's density and the shared prefixes were served from cache.
 func TestReplayThroughCaddy(t *testing.T) {
 	run, _ := startFleet(t, 4, 20, testPolicy)
-	w, err := workload.Generate("locality", workload.Options{Seed: 3, Replicas: 4})
+	w, err := workload.Generate("locality", workload.Options{Seed: 3, Replicas: 4, Scale: 0.05})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestReplayThroughCaddy(t *testing.T) {
 // that canceling a run returns promptly with every request accounted for.
 func TestReplayErrorsAndCancel(t *testing.T) {
 	_, sims := startFleet(t, 1, 20, "round_robin")
-	w, err := workload.Generate("burst", workload.Options{Seed: 1})
+	w, err := workload.Generate("burst", workload.Options{Seed: 1, Scale: 0.125})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestReplayErrorsAndCancel(t *testing.T) {
 // assistant message) and 4 for the generation prompt.
 func TestTokenizeCalibration(t *testing.T) {
 	_, sims := startFleet(t, 1, 20, "round_robin")
-	w, err := workload.Generate("locality", workload.Options{Seed: 3})
+	w, err := workload.Generate("locality", workload.Options{Seed: 3, Scale: 0.05})
 	if err != nil {
 		t.Fatal(err)
 	}

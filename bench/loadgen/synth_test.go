@@ -111,8 +111,8 @@ func TestSynthesisSharesPrefixes(t *testing.T) {
 			}
 		}
 	}
-	if len(byGroup) != 3 || byGroup[0] == byGroup[1] {
-		t.Fatalf("want 3 distinct group prompts, got %d", len(byGroup))
+	if len(byGroup) != 8 || byGroup[0] == byGroup[1] {
+		t.Fatalf("want 8 distinct group prompts, got %d", len(byGroup))
 	}
 }
 

@@ -9,4 +9,9 @@
 // exactly the structure the numbers describe: requests of one group begin
 // with the same prefix tokens, and a session's turn N+1 begins with turn N's
 // prompt followed by turn N's output.
+//
+// It also reads Mooncake-style JSONL traces (ReadMooncake: timestamp,
+// input_length, output_length, hash_ids per row), the format the published
+// router benchmark traces use, and writes traces of that format
+// (GenerateMooncake) for tests.
 package workload

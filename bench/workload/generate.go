@@ -62,9 +62,9 @@ func Generate(name string, o Options) (*Workload, error) {
 	var w *Workload
 	switch name {
 	case "locality":
-		w = locality(rng)
+		w = locality(rng, o)
 	case "burst":
-		w = burst(rng)
+		w = burst(rng, o)
 	case "agent-fleet":
 		w = agentFleet(rng, o)
 	case "shared-prefix":
@@ -149,33 +149,46 @@ func (b *builder) sorted() Trace {
 	return out
 }
 
-// Locality: 3 apps x 4 sessions x 2 turns. Each app has a long system
-// prompt (8k tokens); sessions start at random over 10 s, and the second
-// turn follows the first after a short think time.
-func locality(rng *rand.Rand) *Workload {
+// Locality: 8 apps x 24 sessions x 3 turns. Each app has a long system
+// prompt (8k tokens); sessions start at random over 120 s, and each later
+// turn follows the previous one after a short think time. (It had 3 apps x
+// 4 sessions x 2 turns, 24 requests: too few for seed-to-seed spread to
+// stay below the differences between policies.)
+func locality(rng *rand.Rand, o Options) *Workload {
 	b := newBuilder()
-	const apps, sessions, prefix = 3, 4, 8192
+	const apps, prefix, turns = 8, 8192, 3
+	sessions := o.scaled(24, 2)
 	for a := range apps {
 		for s := range sessions {
 			sess := a*sessions + s
-			b.first(rng.Float64()*10, -1, 0, sess, a, prefix, uniform(rng, 200, 600), uniform(rng, 150, 400))
-			b.next(sess, 1+2*rng.Float64(), uniform(rng, 100, 400), uniform(rng, 150, 400))
+			b.first(rng.Float64()*120, -1, 0, sess, a, prefix, uniform(rng, 200, 600), uniform(rng, 150, 400))
+			for range turns - 1 {
+				b.next(sess, 1+2*rng.Float64(), uniform(rng, 100, 400), uniform(rng, 150, 400))
+			}
 		}
 	}
 	return &Workload{
-		Summary: "3 apps x 4 sessions x 2 turns, 8k-token app system prompts",
+		Summary: fmt.Sprintf("%d apps x %d sessions x %d turns, 8k-token app system prompts", apps, sessions, turns),
 		Trace:   b.sorted(),
 	}
 }
 
-// Burst: 12 requests of one app (4k-token system prompt) sent at once.
-func burst(rng *rand.Rand) *Workload {
+// Burst: rounds of concurrent requests, each round one app (4k-token
+// system prompt) sending 1.5 requests per replica (at least 12) at once;
+// 8 rounds, 30 s apart, each of a different app.
+func burst(rng *rand.Rand, o Options) *Workload {
 	b := newBuilder()
-	for s := range 12 {
-		b.first(0, -1, 0, s, 0, 4096, uniform(rng, 256, 512), 256)
+	rounds := o.scaled(8, 1)
+	n := max(12, o.Replicas*3/2)
+	sess := 0
+	for round := range rounds {
+		for range n {
+			b.first(30*float64(round), -1, 0, sess, round, 4096, uniform(rng, 256, 512), 256)
+			sess++
+		}
 	}
 	return &Workload{
-		Summary: "12 concurrent requests of one app (4k-token system prompt)",
+		Summary: fmt.Sprintf("%d rounds, 30 s apart, of %d concurrent requests of one app (4k-token system prompt)", rounds, n),
 		Trace:   b.sorted(),
 	}
 }

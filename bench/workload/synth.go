@@ -35,12 +35,17 @@ func mix64(z uint64) uint64 {
 const (
 	streamGroup   = 0x67726f7570 // "group"
 	streamSession = 0x73657373   // "sess"
+	streamBlock   = 0x626c6f636b // "block"
 )
 
 // stream appends tokens [off, off+n) of the stream of (kind, id): token i
 // is mix64(key ^ i) mod Vocab, key a hash of salt, kind and id.
 func (s Synth) stream(dst []uint32, kind uint64, id, off, n int) []uint32 {
-	key := mix64(mix64(s.Salt^kind) ^ uint64(id))
+	return s.stream64(dst, kind, uint64(id), off, n)
+}
+
+func (s Synth) stream64(dst []uint32, kind, id uint64, off, n int) []uint32 {
+	key := mix64(mix64(s.Salt^kind) ^ id)
 	dst = slices.Grow(dst, n)
 	for i := off; i < off+n; i++ {
 		dst = append(dst, uint32(mix64(key^uint64(i))%Vocab))
@@ -58,17 +63,30 @@ func (s Synth) SessionTokens(dst []uint32, session, off, n int) []uint32 {
 	return s.stream(dst, streamSession, session, off, n)
 }
 
-// Prompt appends r's prompt: r.Prefix group tokens, then the first
-// r.Input-r.Prefix tokens of its session's stream.
+// BlockTokens appends the n tokens of HashIDs block id: the same for every
+// row and position that names id.
+func (s Synth) BlockTokens(dst []uint32, id int64, n int) []uint32 {
+	return s.stream64(dst, streamBlock, uint64(id), 0, n)
+}
+
+// Prompt appends r's prompt: r.Prefix group tokens (or, for a HashIDs row,
+// the tokens of each whole block), then the rest from its session's
+// stream.
 func (s Synth) Prompt(dst []uint32, r Request) []uint32 {
-	dst = s.GroupTokens(dst, r.Group, 0, r.Prefix)
-	return s.SessionTokens(dst, r.Session, 0, r.Input-r.Prefix)
+	if len(r.HashIDs) > 0 {
+		for _, id := range r.HashIDs[:r.fullBlocks()] {
+			dst = s.BlockTokens(dst, id, r.BlockTokens)
+		}
+	} else {
+		dst = s.GroupTokens(dst, r.Group, 0, r.Prefix)
+	}
+	return s.SessionTokens(dst, r.Session, 0, r.ownTokens())
 }
 
 // Completion appends r's output: the r.Output session tokens that follow
 // its prompt.
 func (s Synth) Completion(dst []uint32, r Request) []uint32 {
-	return s.SessionTokens(dst, r.Session, r.Input-r.Prefix, r.Output)
+	return s.SessionTokens(dst, r.Session, r.ownTokens(), r.Output)
 }
 
 // Role is who speaks a Segment.
@@ -103,6 +121,10 @@ type Segment struct {
 
 // Tokens appends the segment's tokens for request r.
 func (s Synth) Tokens(dst []uint32, r Request, g Segment) []uint32 {
+	if len(r.HashIDs) > 0 {
+		p := s.Prompt(nil, r)
+		return append(dst, p[g.Off:g.Off+g.Len]...)
+	}
 	if g.Role == RoleSystem {
 		return s.GroupTokens(dst, r.Group, g.Off, g.Len)
 	}
@@ -117,6 +139,10 @@ func (s Synth) Tokens(dst []uint32, r Request, g Segment) []uint32 {
 func Segments(history []Request, r Request) ([]Segment, error) {
 	if len(history) != r.Turn {
 		return nil, fmt.Errorf("segments: %d earlier turns given for turn %d", len(history), r.Turn)
+	}
+	if len(r.HashIDs) > 0 {
+		// One user message: the blocks, then the row's own tail.
+		return []Segment{{Role: RoleUser, Len: r.Input}}, nil
 	}
 	segs := make([]Segment, 0, 2*len(history)+2)
 	if r.Prefix > 0 {

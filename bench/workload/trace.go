@@ -44,6 +44,34 @@ type Request struct {
 	// Output is the number of tokens generated (and requested as
 	// max_tokens).
 	Output int `json:"output"`
+	// HashIDs, when set, describes the prompt the way Mooncake-style
+	// traces do (see ReadMooncake): block k of the prompt is the content
+	// of id HashIDs[k], BlockTokens tokens long, so rows with equal ids
+	// in their leading positions share that prefix byte for byte; a last
+	// partial block is the row's own. Such a row is a session of one turn
+	// with no group prefix (Prefix 0).
+	HashIDs []int64 `json:"hash_ids,omitempty"`
+	// BlockTokens is the size of one HashIDs block in tokens.
+	BlockTokens int `json:"block_tokens,omitempty"`
+}
+
+// fullBlocks is how many of r's HashIDs blocks are whole within its
+// prompt; the remaining prompt tokens (its tail) are the row's own.
+func (r Request) fullBlocks() int {
+	if len(r.HashIDs) == 0 || r.BlockTokens <= 0 {
+		return 0
+	}
+	return min(len(r.HashIDs), r.Input/r.BlockTokens)
+}
+
+// ownTokens is the length of the prompt part drawn from the row's session
+// stream: everything after the group prefix, or after the whole HashIDs
+// blocks.
+func (r Request) ownTokens() int {
+	if len(r.HashIDs) > 0 {
+		return r.Input - r.fullBlocks()*r.BlockTokens
+	}
+	return r.Input - r.Prefix
 }
 
 // Trace is a workload's requests, ordered by ID.
@@ -74,6 +102,10 @@ func (t Trace) Validate() error {
 			return fmt.Errorf("row %d: prefix %d must be within input %d", i, r.Prefix, r.Input)
 		case r.Input <= 0 || r.Output <= 0:
 			return fmt.Errorf("row %d: input and output must be positive", i)
+		case len(r.HashIDs) > 0 && (r.BlockTokens <= 0 || r.Prefix != 0 || r.Turn != 0):
+			return fmt.Errorf("row %d: a hash_ids row needs block_tokens > 0, prefix 0 and turn 0", i)
+		case len(r.HashIDs) > 0 && len(r.HashIDs) > (r.Input+r.BlockTokens-1)/r.BlockTokens:
+			return fmt.Errorf("row %d: %d hash_ids blocks of %d tokens exceed input %d", i, len(r.HashIDs), r.BlockTokens, r.Input)
 		}
 		p, seen := sessions[r.Session]
 		switch {
@@ -140,8 +172,14 @@ func (t Trace) WriteJSONL(w io.Writer) error {
 // csvHeader names the CSV columns, in order.
 var csvHeader = []string{"id", "at", "after", "think", "session", "turn", "group", "prefix", "input", "output"}
 
-// WriteCSV writes t as CSV with a header row.
+// WriteCSV writes t as CSV with a header row. Rows with HashIDs cannot be
+// written as CSV (use WriteJSONL).
 func (t Trace) WriteCSV(w io.Writer) error {
+	for _, r := range t {
+		if len(r.HashIDs) > 0 {
+			return fmt.Errorf("write trace row %d: hash_ids rows need JSONL", r.ID)
+		}
+	}
 	cw := csv.NewWriter(w)
 	if err := cw.Write(csvHeader); err != nil {
 		return fmt.Errorf("write trace header: %w", err)
@@ -255,9 +293,13 @@ func ReadCSV(r io.Reader) (Trace, error) {
 	return t, t.Validate()
 }
 
-// Read reads a trace in either format: JSONL when the first non-blank byte
-// is '{', CSV otherwise.
-func Read(r io.Reader) (Trace, error) {
+// Read reads a trace in any format with ReadWith's defaults.
+func Read(r io.Reader) (Trace, error) { return ReadWith(r, MooncakeOptions{}) }
+
+// ReadWith reads a trace in any format: a Mooncake-style JSONL trace (its
+// first line has "input_length" or "timestamp") with o, this package's
+// JSONL when the first non-blank byte is '{', CSV otherwise.
+func ReadWith(r io.Reader, o MooncakeOptions) (Trace, error) {
 	br := bufio.NewReader(r)
 	for {
 		b, err := br.Peek(1)
@@ -272,6 +314,13 @@ func Read(r io.Reader) (Trace, error) {
 			br.ReadByte()
 			continue
 		case '{':
+			line, _ := br.Peek(4096) // at most the buffer; less at EOF
+			if i := bytes.IndexByte(line, '\n'); i >= 0 {
+				line = line[:i]
+			}
+			if bytes.Contains(line, []byte(`"input_length"`)) || bytes.Contains(line, []byte(`"timestamp"`)) {
+				return ReadMooncake(br, o)
+			}
 			return ReadJSONL(br)
 		}
 		return ReadCSV(br)

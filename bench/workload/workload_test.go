@@ -51,32 +51,39 @@ func countBy(tr Trace, key func(Request) int) map[int]int {
 func TestLocalityShape(t *testing.T) {
 	w := gen(t, "locality", Options{Seed: 1})
 	s := w.Trace.Stats()
-	if s.Requests != 24 || s.Sessions != 12 || s.Groups != 3 || s.ClosedLoop != 12 {
-		t.Fatalf("stats = %+v, want 24 requests, 12 sessions, 3 groups, 12 closed-loop", s)
+	if s.Requests != 576 || s.Sessions != 192 || s.Groups != 8 || s.ClosedLoop != 384 {
+		t.Fatalf("stats = %+v, want 576 requests, 192 sessions, 8 groups, 384 closed-loop", s)
 	}
 	for g, n := range countBy(w.Trace, func(r Request) int { return r.Group }) {
-		if n != 8 {
-			t.Errorf("group %d has %d requests, want 8 (4 sessions x 2 turns)", g, n)
+		if n != 72 {
+			t.Errorf("group %d has %d requests, want 72 (24 sessions x 3 turns)", g, n)
 		}
 	}
 	for _, r := range w.Trace {
 		if r.Prefix != 8192 {
 			t.Fatalf("row %d prefix %d, want 8192", r.ID, r.Prefix)
 		}
-		if r.Turn > 1 {
-			t.Fatalf("row %d turn %d, want 0 or 1", r.ID, r.Turn)
+		if r.Turn > 2 {
+			t.Fatalf("row %d turn %d, want 0 to 2", r.ID, r.Turn)
 		}
 	}
 }
 
 func TestBurstShape(t *testing.T) {
-	w := gen(t, "burst", Options{Seed: 1})
-	if len(w.Trace) != 12 {
-		t.Fatalf("%d requests, want 12", len(w.Trace))
-	}
-	for _, r := range w.Trace {
-		if r.At != 0 || r.After != -1 || r.Group != 0 || r.Prefix != 4096 {
-			t.Fatalf("row %+v: want all at 0, open loop, one group with a 4096 prefix", r)
+	for _, tt := range []struct{ replicas, perRound int }{{8, 12}, {64, 96}} {
+		w := gen(t, "burst", Options{Seed: 1, Replicas: tt.replicas})
+		if len(w.Trace) != 8*tt.perRound {
+			t.Fatalf("%d replicas: %d requests, want 8 rounds of %d", tt.replicas, len(w.Trace), tt.perRound)
+		}
+		for g, n := range countBy(w.Trace, func(r Request) int { return r.Group }) {
+			if n != tt.perRound {
+				t.Fatalf("round %d has %d requests, want %d", g, n, tt.perRound)
+			}
+		}
+		for _, r := range w.Trace {
+			if r.At != 30*float64(r.Group) || r.After != -1 || r.Prefix != 4096 {
+				t.Fatalf("row %+v: want round g at 30g s, open loop, a 4096 prefix", r)
+			}
 		}
 	}
 }

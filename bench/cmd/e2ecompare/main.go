@@ -76,9 +76,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		maxDur    = fs.Duration("max-duration", 10*time.Minute, "wall-time limit of one run")
 		asJSON    = fs.Bool("json", false, "print JSON rows instead of a Markdown table")
 		kvCap     = fs.Int("kv-capacity", 0, "KV cache capacity per engine in tokens (0: default)")
+		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
 	)
+	var mo workload.MooncakeOptions
+	mo.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var ws []*workload.Workload
+	workloadSet := false
+	fs.Visit(func(f *flag.Flag) { workloadSet = workloadSet || f.Name == "workload" })
+	if *traceF == "" || workloadSet {
+		for _, name := range strings.Split(*workloads, ",") {
+			w, err := workload.Generate(strings.TrimSpace(name), workload.Options{Seed: *seed, Replicas: *replicas, Scale: *scale})
+			if err != nil {
+				return err
+			}
+			ws = append(ws, w)
+		}
+	}
+	if *traceF != "" {
+		w, err := workload.LoadFile(*traceF, mo)
+		if err != nil {
+			return err
+		}
+		ws = append(ws, w)
 	}
 	hist, err := loadgen.ParseHistoryMode(*history)
 	if err != nil {
@@ -92,11 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		progress = stderr
 	}
 	var rows []Row
-	for _, name := range strings.Split(*workloads, ",") {
-		w, err := workload.Generate(strings.TrimSpace(name), workload.Options{Seed: *seed, Replicas: *replicas, Scale: *scale})
-		if err != nil {
-			return err
-		}
+	for _, w := range ws {
 		n := *replicas
 		if w.Replicas > 0 {
 			n = w.Replicas

@@ -4,15 +4,33 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ramjet-llm/ramjet/bench/workload"
 )
 
-// TestE2ECompareSmoke replays the burst workload through ramjet and
-// round_robin and checks both rows are complete.
+// TestE2ECompareSmoke replays one round of the burst workload and a window
+// of a Mooncake-format trace through ramjet and round_robin and checks
+// every row is complete.
 func TestE2ECompareSmoke(t *testing.T) {
+	rowsM, err := workload.GenerateMooncake("tool-agent", workload.MooncakeGenOptions{Seed: 1, Sessions: 2, Rate: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tb bytes.Buffer
+	if err := workload.WriteMooncake(&tb, rowsM); err != nil {
+		t.Fatal(err)
+	}
+	trace := filepath.Join(t.TempDir(), "agents.jsonl")
+	if err := os.WriteFile(trace, tb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"-workload", "burst", "-policy", "ramjet,round_robin", "-replicas", "4", "-time-scale", "20", "-json"}, &out, &errOut)
+	err = run(context.Background(), []string{"-workload", "burst", "-scale", "0.125", "-trace", trace, "-trace-rows", "8",
+		"-policy", "ramjet,round_robin", "-replicas", "4", "-time-scale", "20", "-json"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
@@ -20,13 +38,20 @@ func TestE2ECompareSmoke(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if len(rows) != 2 || rows[0].Policy != "ramjet" || rows[1].Policy != "round_robin" {
+	if len(rows) != 4 || rows[0].Policy != "ramjet" || rows[1].Policy != "round_robin" || rows[2].Workload != "trace:agents" {
 		t.Fatalf("rows: %+v", rows)
 	}
-	for _, r := range rows {
-		if r.OK != 12 || r.Requests != 12 || r.Failed != 0 || r.ReplicasUsed == 0 || r.MaxMeanLoad < 1 || r.TTFTp50 <= 0 {
-			t.Errorf("%s: %+v", r.Policy, r)
+	for i, r := range rows {
+		want := 12
+		if i >= 2 {
+			want = 8
 		}
+		if r.OK != want || r.Requests != want || r.Failed != 0 || r.ReplicasUsed == 0 || r.MaxMeanLoad < 1 || r.TTFTp50 <= 0 {
+			t.Errorf("%s/%s: %+v", r.Workload, r.Policy, r)
+		}
+	}
+	if rows[2].Cached <= 0 {
+		t.Errorf("trace replay through ramjet cached nothing: %+v", rows[2])
 	}
 	if md := markdown(rows); !strings.Contains(md, "| burst | ramjet | 12/12 |") {
 		t.Errorf("markdown:\n%s", md)

@@ -20,7 +20,7 @@ func TestParseFlags(t *testing.T) {
 		check   func(t *testing.T, c config)
 	}{
 		{name: "defaults", check: func(t *testing.T, c config) {
-			if c.opts.Model != "qwen3-32b" || c.opts.Engine.CapacityTokens != 582246 || c.opts.Engine.MaxRunningSeqs != 26 ||
+			if c.opts.Model != "qwen3-32b" || c.opts.Engine.CapacityTokens != 259136 || c.opts.Engine.MaxRunningSeqs != 1024 ||
 				c.opts.Faults.SpecAcceptance != nil || c.opts.KVEvents.Encoding != "array" {
 				t.Errorf("defaults %+v", c.opts)
 			}

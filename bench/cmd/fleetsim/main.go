@@ -2,6 +2,7 @@
 // workload, over simulated engines, and prints one table per workload.
 //
 //	go run ./bench/cmd/fleetsim -workload all -replicas 8
+//	go run ./bench/cmd/fleetsim -trace conversation.jsonl -replicas 16
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,18 +32,23 @@ func main() {
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
 	var (
-		wl       = fs.String("workload", "all", "workload name, comma-separated names, or all ("+strings.Join(workload.Names, ", ")+")")
-		policies = fs.String("policy", "all", "policy names, comma-separated, or all ("+strings.Join(fleetsim.PolicyNames, ", ")+")")
+		wl       = fs.String("workload", "all", "workload name, comma-separated names, or all ("+strings.Join(workload.Names, ", ")+"); with -trace, default none")
+		policies = fs.String("policy", "all", "policy names, comma-separated, all ("+strings.Join(fleetsim.PolicyNames, ", ")+"), or oracle (the oracles only)")
 		replicas = fs.Int("replicas", 8, "fleet size (spec-pair always uses 2)")
-		seed     = fs.Uint64("seed", 1, "seed of the workload generators and the peers' random choices")
+		seed     = fs.Uint64("seed", 1, "seed of -write-trace, -gen-trace and -sweep (comparisons use -seeds)")
+		seedsS   = fs.String("seeds", "1,2,3", "seeds of the comparison, comma-separated: every figure is the median over them with min-max (default 1,2,3; -seed N alone means N)")
 		scale    = fs.Float64("scale", 1, "scale of the larger workloads' request counts")
 		short    = fs.Bool("short", false, "the CI form: scale 0.1")
 		jsonOut  = fs.String("json", "", "also write the rows as JSON to this file (- for stdout)")
-		plots    = fs.String("plots", "", "write one TTFT CDF per workload as SVG into this directory")
-		trace    = fs.String("trace", "", "write the workload's trace (JSONL, or CSV for a .csv name) to this file and exit (one workload only)")
+		plots    = fs.String("plots", "", "write one TTFT CDF per workload (first seed) as SVG into this directory")
+		writeTr  = fs.String("write-trace", "", "write the workload's trace (JSONL, or CSV for a .csv name), or with -gen-trace a Mooncake-format trace, to this file and exit")
+		genTr    = fs.String("gen-trace", "", "with -write-trace: generate a Mooncake-format trace of this kind ("+strings.Join(workload.MooncakeKinds, ", ")+")")
+		genSess  = fs.Int("gen-sessions", 0, "sessions (agents) of -gen-trace (0: the kind's default)")
+		traceF   = fs.String("trace", "", "replay this trace file (Mooncake-style JSONL, or this package's JSONL/CSV) as one more workload")
 		sweep    = fs.Bool("sweep", false, "sweep ramjet's knobs instead of comparing policies (-policy names the swept variant; -affinity-cap etc. set the start)")
 		parallel = fs.Int("parallel", 0, "concurrent runs (0: GOMAXPROCS)")
-		kvCap    = fs.Int("kv-capacity", 0, "every replica's KV cache capacity in tokens (0: the engine model's default)")
+		preset   = fs.String("engine", "h200", "engine model preset: "+presetNames())
+		kvCap    = fs.Int("kv-capacity", 0, "every replica's KV cache capacity in tokens (0: the preset's)")
 
 		cap_   = fs.Int("affinity-cap", 0, "ramjet affinity_cap in tokens (0: default)")
 		alpha  = fs.Float64("alpha", 0, "ramjet alpha (0: default)")
@@ -51,44 +58,59 @@ func run(args []string, stdout io.Writer) error {
 		outW   = fs.Float64("output-weight", 0, "ramjet output_weight: score per requested output token on a replica whose engine profile fits (0: default)")
 		ctxW   = fs.Float64("context-weight", fleetsim.RamjetContextWeight, "the ramjet-context variant's weight per prompt token of an in-flight request")
 	)
+	var mo workload.MooncakeOptions
+	mo.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *short {
 		*scale = 0.1
 	}
 	fleetsim.RamjetContextWeight = *ctxW
 	names := workload.Names
-	if *wl != "all" {
+	switch {
+	case *traceF != "" && !set["workload"]:
+		names = nil
+	case *wl != "all":
 		names = strings.Split(*wl, ",")
 	}
 	pols := fleetsim.PolicyNames
-	if *policies != "all" {
+	switch *policies {
+	case "all":
+	case fleetsim.Oracle: // the oracles' rows only
+		pols = nil
+	default:
 		pols = strings.Split(*policies, ",")
 	}
+	seeds, err := parseSeeds(*seedsS)
+	if err != nil {
+		return err
+	}
+	if set["seed"] && !set["seeds"] {
+		seeds = []uint64{*seed}
+	}
+	ecfg, err := engine.PresetConfig(*preset)
+	if err != nil {
+		return err
+	}
+	if *kvCap > 0 {
+		ecfg.CapacityTokens = *kvCap
+	}
+	ecfg.MaxModelLen = 0 // the fleet simulation's DefaultMaxModelLen
 	rcfg := selection.Config{AffinityCap: *cap_, Alpha: *alpha, RequestCost: *cost, PrefixTokens: *prefix, IndexBudget: *budget, OutputWeight: *outW}
 
-	if *trace != "" {
-		if len(names) != 1 {
-			return fmt.Errorf("-trace needs exactly one -workload")
-		}
-		w, err := workload.Generate(names[0], workload.Options{Seed: *seed, Replicas: *replicas, Scale: *scale})
+	if *writeTr != "" {
+		return writeTrace(*writeTr, *genTr, *genSess, names, *seed, *replicas, *scale, mo.BlockTokens)
+	}
+	var traces []*workload.Workload
+	if *traceF != "" {
+		w, err := workload.LoadFile(*traceF, mo)
 		if err != nil {
 			return err
 		}
-		f, err := os.Create(*trace)
-		if err != nil {
-			return err
-		}
-		if strings.HasSuffix(*trace, ".csv") {
-			err = w.Trace.WriteCSV(f)
-		} else {
-			err = w.Trace.WriteJSONL(f)
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		traces = append(traces, w)
 	}
 
 	if *sweep {
@@ -96,21 +118,23 @@ func run(args []string, stdout io.Writer) error {
 		if *policies != "all" {
 			sp = *policies
 		}
-		return runSweep(stdout, sp, names, *replicas, *seed, *scale, *parallel, rcfg, *jsonOut)
+		return runSweep(stdout, sp, names, *replicas, *seed, *scale, *parallel, rcfg, ecfg, *jsonOut)
 	}
 
 	start := time.Now()
-	out, err := fleetsim.RunSuite(fleetsim.SuiteConfig{
-		Workloads: names, Policies: pols, Replicas: *replicas, Seed: *seed, Scale: *scale,
-		Ramjet: rcfg, Parallel: *parallel, Engine: engine.Config{CapacityTokens: *kvCap},
-	})
+	out, err := fleetsim.RunSeeds(fleetsim.SuiteConfig{
+		Workloads: names, Traces: traces, Policies: pols, Replicas: *replicas, Scale: *scale,
+		Ramjet: rcfg, Parallel: *parallel, Engine: ecfg,
+	}, seeds)
 	if err != nil {
 		return err
 	}
-	var all []fleetsim.Summary
+	fmt.Fprintf(stdout, "engine: %s, KV capacity %d tokens per replica, max_num_seqs %d; seeds %s\n\n",
+		*preset, ecfg.CapacityTokens, ecfg.MaxRunningSeqs, *seedsS)
+	var all []fleetsim.SeedSummary
 	for _, wr := range out {
-		title := fmt.Sprintf("%s (%s; %d requests; %d replicas; seed %d)", wr.Workload.Name, wr.Workload.Summary, len(wr.Workload.Trace), wr.Rows[0].Replicas, *seed)
-		fleetsim.WriteTable(stdout, title, wr.Rows)
+		title := fmt.Sprintf("%s (%s; %d requests; %d replicas; seeds %v)", wr.Workload.Name, wr.Workload.Summary, len(wr.Workload.Trace), wr.Rows[0].Replicas, seeds)
+		fleetsim.WriteSeedTable(stdout, title, wr.Rows)
 		all = append(all, wr.Rows...)
 		if *plots != "" {
 			if err := os.MkdirAll(*plots, 0o755); err != nil {
@@ -130,6 +154,61 @@ func run(args []string, stdout io.Writer) error {
 	return nil
 }
 
+func presetNames() string {
+	var b strings.Builder
+	for i, p := range engine.Presets() {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", p.Name, p.Summary)
+	}
+	return b.String()
+}
+
+func parseSeeds(s string) ([]uint64, error) {
+	var out []uint64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("-seeds %q: %w", s, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func writeTrace(path, gen string, sessions int, names []string, seed uint64, replicas int, scale float64, block int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	switch {
+	case gen != "":
+		var rows []workload.MooncakeRow
+		rows, err = workload.GenerateMooncake(gen, workload.MooncakeGenOptions{Seed: seed, Sessions: sessions, BlockTokens: block})
+		if err == nil {
+			err = workload.WriteMooncake(f, rows)
+		}
+	case len(names) != 1:
+		err = fmt.Errorf("-write-trace needs exactly one -workload (or -gen-trace)")
+	default:
+		var w *workload.Workload
+		w, err = workload.Generate(names[0], workload.Options{Seed: seed, Replicas: replicas, Scale: scale})
+		if err == nil && strings.HasSuffix(path, ".csv") {
+			err = w.Trace.WriteCSV(f)
+		} else if err == nil {
+			err = w.Trace.WriteJSONL(f)
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
+}
+
 func writeJSON(path string, stdout io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -143,14 +222,11 @@ func writeJSON(path string, stdout io.Writer, v any) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-func writePlot(path string, wr fleetsim.WorkloadResult) error {
+func writePlot(path string, wr fleetsim.SeedsResult) error {
 	var series []fleetsim.Series
-	for i := range wr.Rows {
-		r := &wr.Rows[i]
-		if r.Policy == fleetsim.Oracle {
-			continue
-		}
-		series = append(series, fleetsim.Series{Name: r.Policy, Values: r.TTFTs()})
+	for _, res := range wr.First {
+		s := fleetsim.Summarize(res)
+		series = append(series, fleetsim.Series{Name: res.Policy, Values: s.TTFTs()})
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -164,10 +240,10 @@ func writePlot(path string, wr fleetsim.WorkloadResult) error {
 	return err
 }
 
-func runSweep(stdout io.Writer, policy string, names []string, replicas int, seed uint64, scale float64, parallel int, start selection.Config, jsonPath string) error {
+func runSweep(stdout io.Writer, policy string, names []string, replicas int, seed uint64, scale float64, parallel int, start selection.Config, ecfg engine.Config, jsonPath string) error {
 	t0 := time.Now()
 	points, best, err := fleetsim.Sweep(fleetsim.SweepConfig{
-		Suite: fleetsim.SuiteConfig{Workloads: names, Replicas: replicas, Seed: seed, Scale: scale, Parallel: parallel},
+		Suite: fleetsim.SuiteConfig{Workloads: names, Replicas: replicas, Seed: seed, Scale: scale, Parallel: parallel, Engine: ecfg},
 		Start: start, Policy: policy, Progress: os.Stderr,
 	})
 	if err != nil {

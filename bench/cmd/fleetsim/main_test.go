@@ -18,7 +18,7 @@ func TestShortSuite(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "rows.json")
 	var out bytes.Buffer
-	if err := run([]string{"-short", "-workload", "all", "-replicas", "8", "-json", jsonPath, "-plots", dir}, &out); err != nil {
+	if err := run([]string{"-short", "-seeds", "1", "-workload", "all", "-replicas", "8", "-json", jsonPath, "-plots", dir}, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range workload.Names {
@@ -33,7 +33,7 @@ func TestShortSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []fleetsim.Summary
+	var rows []fleetsim.SeedSummary
 	if err := json.Unmarshal(b, &rows); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestTraceOut(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"burst.jsonl", "burst.csv"} {
 		p := filepath.Join(dir, name)
-		if err := run([]string{"-workload", "burst", "-trace", p}, &bytes.Buffer{}); err != nil {
+		if err := run([]string{"-workload", "burst", "-write-trace", p}, &bytes.Buffer{}); err != nil {
 			t.Fatal(err)
 		}
 		f, err := os.Open(p)
@@ -65,12 +65,57 @@ func TestTraceOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(tr) != 12 {
-			t.Fatalf("%s: %d rows, want 12", name, len(tr))
+		if len(tr) != 96 {
+			t.Fatalf("%s: %d rows, want 96", name, len(tr))
 		}
 	}
-	if err := run([]string{"-workload", "burst,locality", "-trace", filepath.Join(dir, "x")}, &bytes.Buffer{}); err == nil {
-		t.Fatal("-trace with two workloads accepted")
+	if err := run([]string{"-workload", "burst,locality", "-write-trace", filepath.Join(dir, "x")}, &bytes.Buffer{}); err == nil {
+		t.Fatal("-write-trace with two workloads accepted")
+	}
+}
+
+// TestMooncakeTraceReplay writes a small Mooncake-format trace with the
+// generator and replays it over three seeds: every policy, both oracles.
+func TestMooncakeTraceReplay(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "conv.jsonl")
+	if err := run([]string{"-gen-trace", "conversation", "-gen-sessions", "12", "-write-trace", p}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	jsonPath := filepath.Join(dir, "rows.json")
+	if err := run([]string{"-trace", p, "-trace-time-scale", "4", "-replicas", "4", "-seeds", "1,2,3",
+		"-policy", "ramjet,round-robin,sglang-tuned,llm-d-precise", "-json", jsonPath}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### trace:conv (", "oracle (infinite cache)", "oracle (pooled LRU of the fleet's KV)", "| llm-d-precise |", "ramjet vs best peer (medians)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []fleetsim.SeedSummary
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 5 {
+		t.Fatalf("%d rows, want 4 policies and the oracle", len(rows))
+	}
+	for _, r := range rows {
+		if r.Seeds != 3 || r.OracleShare.Median <= 0 || r.PooledShare.Median > r.OracleShare.Median+1e-9 {
+			t.Fatalf("row %+v: want 3 seeds, a positive oracle and pooled <= infinite", r)
+		}
+		if r.Policy != fleetsim.Oracle && (r.CachedShare.Max > r.OracleShare.Median+1e-9 || r.Failed.Max > 0) {
+			t.Fatalf("row %+v beats the oracle or failed", r)
+		}
+	}
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte("{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n{\"timestamp\": 1, oops}\n"), 0o644)
+	if err := run([]string{"-trace", bad}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("bad trace: %v, want an error naming line 2", err)
 	}
 }
 
@@ -79,6 +124,8 @@ func TestBadFlags(t *testing.T) {
 		{"-workload", "nope"},
 		{"-policy", "nope", "-workload", "burst"},
 		{"-alpha", "-1", "-workload", "burst"},
+		{"-engine", "nope", "-workload", "burst"},
+		{"-seeds", "1,x", "-workload", "burst"},
 	} {
 		if err := run(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", args)

@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		baseURL     = fs.String("url", "http://127.0.0.1:8000/v1", "OpenAI API base URL of the endpoint")
 		apiKey      = fs.String("api-key", os.Getenv("OPENAI_API_KEY"), "bearer token (default $OPENAI_API_KEY)")
 		model       = fs.String("model", "sim", "model name sent with every request")
-		traceFile   = fs.String("trace", "", "trace file (JSONL or CSV, bench/workload format); '-' reads stdin")
+		traceFile   = fs.String("trace", "", "trace file: bench/workload JSONL or CSV, or a Mooncake-style JSONL trace (timestamp, input_length, output_length, hash_ids; see -trace-*); '-' reads stdin")
 		wl          = fs.String("workload", "", "generate the named workload instead of reading a trace: "+strings.Join(workload.Names, ", "))
 		seed        = fs.Uint64("seed", 1, "seed of -workload")
 		scale       = fs.Float64("scale", 1, "request-count scale of -workload")
@@ -66,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		maxErrRate  = fs.Float64("max-error-rate", 0.01, "fail when more than this fraction of the trace failed or was not sent")
 		progress    = fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
 	)
+	var mo workload.MooncakeOptions
+	mo.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -80,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tr, label, err := loadTrace(*traceFile, *wl, workload.Options{Seed: *seed, Scale: *scale, Replicas: *replicas})
+	tr, label, err := loadTrace(*traceFile, *wl, workload.Options{Seed: *seed, Scale: *scale, Replicas: *replicas}, mo)
 	if err != nil {
 		return err
 	}
@@ -176,7 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // loadTrace reads the trace file or generates the named workload.
-func loadTrace(file, name string, o workload.Options) (workload.Trace, string, error) {
+func loadTrace(file, name string, o workload.Options, mo workload.MooncakeOptions) (workload.Trace, string, error) {
 	switch {
 	case file != "" && name != "":
 		return nil, "", errors.New("give -trace or -workload, not both")
@@ -187,7 +189,7 @@ func loadTrace(file, name string, o workload.Options) (workload.Trace, string, e
 		}
 		return w.Trace, name, nil
 	case file == "-":
-		tr, err := workload.Read(os.Stdin)
+		tr, err := workload.ReadWith(os.Stdin, mo)
 		return tr, "stdin", err
 	case file != "":
 		f, err := os.Open(file)
@@ -195,7 +197,7 @@ func loadTrace(file, name string, o workload.Options) (workload.Trace, string, e
 			return nil, "", err
 		}
 		defer f.Close()
-		tr, err := workload.Read(f)
+		tr, err := workload.ReadWith(f, mo)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", file, err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
+	"github.com/ramjet-llm/ramjet/bench/workload"
 )
 
 func startSim(t *testing.T) *enginesim.Server {
@@ -76,7 +77,7 @@ func TestClosedLoopAndOut(t *testing.T) {
 	s := startSim(t)
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"-url", s.URL() + "/v1", "-model", "sim", "-workload", "burst",
+	err := run(context.Background(), []string{"-url", s.URL() + "/v1", "-model", "sim", "-workload", "burst", "-scale", "0.125",
 		"-mode", "closed", "-concurrency", "3", "-history", "synthetic", "-out", out}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
@@ -104,7 +105,7 @@ func TestErrorRateExitPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"-url", s.URL() + "/v1", "-model", "sim", "-workload", "burst"}, &stdout, &stderr)
+	err := run(context.Background(), []string{"-url", s.URL() + "/v1", "-model", "sim", "-workload", "burst", "-scale", "0.125"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "12 of 12 requests failed") {
 		t.Fatalf("want an error-rate failure, got %v", err)
 	}
@@ -130,5 +131,37 @@ func TestFlagErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%v: want error containing %q, got %v", tt.args, tt.wantErr, err)
 		}
+	}
+}
+
+// TestMooncakeReplay replays a window of a generated Mooncake-format trace
+// over HTTP: every request completes, and rows sharing hash ids hit the
+// engine's prefix cache.
+func TestMooncakeReplay(t *testing.T) {
+	s := startSim(t)
+	rows, err := workload.GenerateMooncake("conversation", workload.MooncakeGenOptions{Seed: 2, Sessions: 8, Rate: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "conv.jsonl")
+	var buf bytes.Buffer
+	if err := workload.WriteMooncake(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"-url", s.URL() + "/v1", "-model", "sim", "-trace", path,
+		"-trace-duration", "60000", "-trace-rows", "16", "-time-scale", "50", "-json"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var rep loadgen.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests == 0 || rep.Requests > 16 || rep.Completed != rep.Requests || rep.CachedShare <= 0 {
+		t.Fatalf("report: %d requests, %d completed, cached share %.3f", rep.Requests, rep.Completed, rep.CachedShare)
 	}
 }
