@@ -220,7 +220,7 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 		// tie-break spreads them over both ranks.
 		kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("warm-up %d", i), 400))})
 	}
-	before := k.precise.Load()
+	before := k.preciseN()
 
 	// Conversations over two shared system prompts: every decision is made
 	// precisely, each conversation stays where its cache is, and later
@@ -247,14 +247,14 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 			msgs = append(msgs, openai.AssistantMessage("noted"))
 		}
 	}
-	if got := k.precise.Load() - before; got != 18 {
+	if got := k.preciseN() - before; got != 18 {
 		t.Errorf("%d of 18 decisions were precise", got)
 	}
 	if hits != turnsAfterFirst {
 		t.Errorf("%d of %d later turns found cached tokens", hits, turnsAfterFirst)
 	}
 	t.Logf("precise decisions %d, later turns with cached tokens %d/%d, index entries %d, tokenize cache hits %d",
-		k.precise.Load()-before, hits, turnsAfterFirst, k.x.Entries(), k.tk.CacheHits())
+		k.preciseN()-before, hits, turnsAfterFirst, k.x.Entries(), k.tk.CacheHits())
 	if n := k.tk.Fallbacks(kvindex.FallbackTimeout) + k.tk.Fallbacks(kvindex.FallbackError); n != 0 {
 		t.Errorf("%d tokenize fallbacks", n)
 	}
@@ -293,8 +293,8 @@ func TestE2EKVFeedDownFallsBack(t *testing.T) {
 		}
 		msgs = append(msgs, openai.AssistantMessage("ok"))
 	}
-	if k.precise.Load() != 0 || k.approx.Load() != 4 {
-		t.Errorf("precise %d approximate %d, want 0 and 4", k.precise.Load(), k.approx.Load())
+	if k.preciseN() != 0 || k.approxN() != 4 {
+		t.Errorf("precise %d approximate %d, want 0 and 4", k.preciseN(), k.approxN())
 	}
 }
 
@@ -369,3 +369,6 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 		return true
 	})
 }
+
+func (k *kvState) preciseN() uint64 { n, _ := k.p.Decisions(); return n }
+func (k *kvState) approxN() uint64  { _, n := k.p.Decisions(); return n }

@@ -9,7 +9,8 @@ import (
 )
 
 // BenchmarkDecide is the Select hot path once the body is parsed: cached
-// features, pool view, candidates, Pick with pooled scratch.
+// features, pool view, candidates, Route (Pick, Reserve, Learn) with
+// pooled scratch, released at once.
 func BenchmarkDecide(b *testing.B) {
 	for _, n := range []int{2, 8, 64} {
 		b.Run("replicas="+strconv.Itoa(n), func(b *testing.B) {
@@ -20,11 +21,13 @@ func BenchmarkDecide(b *testing.B) {
 			r := newTestRequest(ctx, chatJSON(256<<10, "hello"))
 			p.Select(pool, r, nil)
 			st := lookupRequest(r)
+			var storage selection.Reservation
 			b.ReportAllocs()
 			for b.Loop() {
 				st.body.acquire()
 				f := st.features(p.x, selection.EndpointChat)
-				p.decide(pool, p.viewFor(pool), st, f, nil)
+				_, res := p.decide(pool, p.viewFor(pool), st, f, &storage)
+				res.Release()
 				st.body.release()
 			}
 		})

@@ -301,6 +301,10 @@ func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
 	return c.inflight.Load(), c.pending.Load()
 }
 
+// Resident returns the context tokens slot s's in-flight requests weigh
+// under Options.ContextWeight.
+func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
+
 // load is load(r) of the rule, in tokens.
 func (rt *Router) load(s Slot) float64 {
 	c := &rt.loads[s]
