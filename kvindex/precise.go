@@ -86,9 +86,9 @@ type Precise struct {
 }
 
 type preciseBase struct {
-	r    Replica
-	url  string
-	hdr  http.Header
+	r   Replica
+	url string
+	hdr http.Header
 }
 
 var _ selection.Annotator = (*Precise)(nil)
