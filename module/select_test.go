@@ -217,3 +217,49 @@ func TestMatcherRestoresBody(t *testing.T) {
 		})
 	}
 }
+
+// TestSelectAllocs bounds Select's allocations per request as it runs in
+// the chain the ramjet directive builds: the ramjet handler ahead of
+// reverse_proxy created the request's state, Select reads the body into a
+// pooled buffer, parses, fingerprints, routes (reserving into the
+// request's state) and tags the request; the request then ends as the
+// handler ends it (body closed, state finished), so that the pooled body
+// buffers recycle as they do in steady state. The one allocation left is
+// the body reader handed to the transport.
+func TestSelectAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	p := newTestPolicy(t, "select-allocs")
+	pool := newTestPool(8)
+	const runs = 200
+	reqs := make([]*http.Request, runs+2)
+	cancels := make([]context.CancelFunc, len(reqs))
+	bodies := make([][]byte, 32)
+	for i := range bodies {
+		bodies[i] = chatJSON(16<<10, "user "+strconv.Itoa(i))
+	}
+	for i := range reqs {
+		var ctx context.Context
+		ctx, cancels[i] = context.WithCancel(context.Background())
+		reqs[i] = newTestRequest(ctx, bodies[i%len(bodies)])
+		observedState(reqs[i]) // the handler's part
+	}
+	next := 0
+	allocs := testing.AllocsPerRun(runs, func() {
+		r := reqs[next]
+		next++
+		if p.Select(pool, r, nil) == nil {
+			t.Fatal("no upstream")
+		}
+		r.Body.Close()
+		lookupRequest(r).finish()
+	})
+	for _, c := range cancels {
+		c()
+	}
+	if allocs > 2 {
+		t.Fatalf("Select allocates %v times per request, want at most 2", allocs)
+	}
+	t.Logf("Select: %v allocations per request", allocs)
+}
