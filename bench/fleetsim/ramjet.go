@@ -33,6 +33,8 @@ type Ramjet struct {
 
 	// pre is the precise path (ramjet-precise), nil otherwise.
 	pre *kvindex.Precise
+	// keys, when set, are the replica keys (UseReplicaKeys).
+	keys []string
 
 	// Reasons counts decisions by reason.
 	Reasons map[string]int
@@ -87,10 +89,21 @@ func (p *Ramjet) Name() string { return p.label }
 // Router exposes the underlying router (tests, index size).
 func (p *Ramjet) Router() *selection.Router { return p.rt }
 
+// UseReplicaKeys makes replica i register under keys[i] (e.g. the dial
+// addresses a Caddy module routes over) instead of "replica-<i>:8000", so
+// that the rendezvous tie-break places cold prompts as that module does.
+// Call it before the first Pick; the precise path keeps its own keys.
+func (p *Ramjet) UseReplicaKeys(keys []string) {
+	p.keys = append([]string(nil), keys...)
+}
+
 func (p *Ramjet) ensure(fleet []*Replica) error {
 	for len(p.cands) < len(fleet) {
 		i := len(p.cands)
 		key := replicaKey(i)
+		if i < len(p.keys) {
+			key = p.keys[i]
+		}
 		s, err := p.rt.Register(key)
 		if err != nil {
 			return err
@@ -137,6 +150,20 @@ func (p *Ramjet) Pick(r *Request, fleet []*Replica) int {
 		panic(err) // more than selection.MaxReplicas: rejected by Run first
 	}
 	p.features(r)
+	return p.route(p.f, r, fleet)
+}
+
+// PickFeatures is Pick with the request's features given (e.g. parsed from
+// the request body by the router's Extractor, as the module does) rather
+// than built from r.Prompt; r names the request for FirstToken and Done.
+func (p *Ramjet) PickFeatures(f *selection.Features, r *Request, fleet []*Replica) int {
+	if err := p.ensure(fleet); err != nil {
+		panic(err)
+	}
+	return p.route(f, r, fleet)
+}
+
+func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int {
 	cands := p.cands[:len(fleet)]
 	var a selection.Annotator
 	p.s.Tokens = nil
@@ -146,7 +173,7 @@ func (p *Ramjet) Pick(r *Request, fleet []*Replica) int {
 			p.s.Tokens = r.Prompt
 		}
 	}
-	d, res := p.rt.Route(p.f, cands, p.s, a, nil)
+	d, res := p.rt.Route(f, cands, p.s, a, nil)
 	p.s.Tokens = nil
 	p.Reasons[d.Reason.String()]++
 	p.res[r.Row.ID] = res
