@@ -91,7 +91,7 @@ func TestPreciseAnnotator(t *testing.T) {
 		}
 		cands = append(cands, selection.Candidate{Slot: s, Usable: true})
 	}
-	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks, a holds two
 	ra, _ := p.Index().Lookup("a")
 	rb, _ := p.Index().Lookup("b")
 	p.Index().Apply(ra, batchOf(storedEv(0, false, 4, toks[:8], 11, 12)))

@@ -18,7 +18,10 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/bench/fleetsim"
+	"github.com/ramjet-llm/ramjet/bench/workload"
 	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func TestKVCaddyfile(t *testing.T) {
@@ -372,3 +375,180 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 
 func (k *kvState) preciseN() uint64 { n, _ := k.p.Decisions(); return n }
 func (k *kvState) approxN() uint64  { _, n := k.p.Decisions(); return n }
+
+// poll reports whether cond held within d, checking every few
+// milliseconds (no fixed sleep as synchronisation).
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestModuleAndFleetsimDecideAlikePrecise is the precise-path version of
+// TestModuleAndFleetsimDecideAlike: the module routes through the real
+// Caddy with kv on (preflight in the handler, feeds from the engine
+// simulator's two data-parallel ranks over ZMQ); the simulation's ramjet
+// policy routes with its own kvindex.Precise subscribed to the same PUB
+// sockets, token ids from the same /tokenize. Before every request both
+// indexes are waited on until they hold the same state (same events
+// applied, same freshness, same predictions, no load), so that the event
+// timing is the same on both sides; then the simulation decides, the
+// module serves the request, and the replicas must agree.
+func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
+		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":            "kv-events",
+		"tokenize_timeout": "5s",
+	}}})
+	k := liveKV(t)
+	f := lookupFleet("")
+	keys := []string{addr + "#0", addr + "#1"}
+
+	var engines []kvindex.PreciseEngine
+	for rank := range 2 {
+		ep, err := kvindex.RankEndpoint(addr, events, replay, "kv-events", rank)
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, kvindex.PreciseEngine{Feed: ep})
+	}
+	pre, err := kvindex.NewPrecise(kvindex.PreciseConfig{Index: kvindex.Config{BlockSize: 16, MaxEntries: 1 << 20}, Engines: engines})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre.Start(context.Background())
+	defer pre.Close()
+	pol, err := fleetsim.NewRamjet(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.UseReplicaKeys(keys)
+	pol.UsePrecise(pre)
+	replicas := []*fleetsim.Replica{{ID: 0}, {ID: 1}}
+	tk := kvindex.NewTokenizer(kvindex.TokenizerConfig{Timeout: 5 * time.Second})
+	feat := pol.Router().Extractor().NewFeatures()
+
+	stats := func(x *kvindex.Index) map[string]kvindex.ReplicaStats {
+		m := map[string]kvindex.ReplicaStats{}
+		for _, st := range x.AppendReplicaStats(nil) {
+			m[st.ID] = st
+		}
+		return m
+	}
+	synced := func() bool {
+		if totalInflight(f) != 0 || totalPending(f) != 0 {
+			return false
+		}
+		a, b := stats(k.x), stats(pre.Index())
+		for _, key := range keys {
+			if a[key].Fresh != b[key].Fresh || a[key].Applied != b[key].Applied || a[key].Entries != b[key].Entries {
+				return false
+			}
+		}
+		return k.x.Predicted() == pre.Index().Predicted()
+	}
+	allFresh := func() bool {
+		a, b := stats(k.x), stats(pre.Index())
+		return a[keys[0]].Fresh && a[keys[1]].Fresh && b[keys[0]].Fresh && b[keys[1]].Fresh
+	}
+	keyOf := func(id string) string {
+		for _, r := range f.replicas() {
+			if r.ID == id {
+				return r.Key
+			}
+		}
+		return ""
+	}
+	send := func(body string) string {
+		t.Helper()
+		resp, _ := c.post("/v1/chat/completions", body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return keyOf(resp.Header.Get(HeaderUpstream))
+	}
+	parse := func(body string) {
+		t.Helper()
+		if err := pol.Router().Extractor().Extract(selection.EndpointChat, []byte(body), feat); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Warm-up until both indexes follow both feeds: the module decides,
+	// and the simulation's approximate index learns the same choices.
+	for i := 0; !(allFresh() && poll(2*time.Second, synced)); i++ {
+		if i == 40 {
+			t.Fatalf("indexes never in step: module %+v, simulation %+v", k.x.AppendReplicaStats(nil), pre.Index().AppendReplicaStats(nil))
+		}
+		body := chatBody(sim.Model(), false, [2]string{"user", longText(fmt.Sprintf("warm-up %d", i), 400)})
+		got := send(body)
+		parse(body)
+		slot, ok := pol.Router().Lookup(got)
+		if !ok {
+			// Not registered yet: the simulation registers replicas in
+			// order on its first decision.
+			rq := &fleetsim.Request{Row: workload.Request{ID: -1 - i}}
+			pol.PickFeatures(feat, rq, replicas)
+			pol.Done(rq, 0)
+			slot, _ = pol.Router().Lookup(got)
+		}
+		pol.Router().Learn(feat, slot)
+		poll(2*time.Second, func() bool { return totalInflight(f) == 0 })
+	}
+
+	// Conversations over two shared system prompts, compared decision by
+	// decision.
+	preciseBefore := k.preciseN()
+	systems := []string{longText("billing", 3000), longText("shipping", 3000)}
+	convs := make([][][2]string, 4)
+	n, agree := 0, 0
+	for turn := range 3 {
+		for ci := range convs {
+			if turn == 0 {
+				convs[ci] = [][2]string{{"system", systems[ci%2]}}
+			}
+			convs[ci] = append(convs[ci], [2]string{"user", longText(fmt.Sprintf("conv %d turn %d", ci, turn), 300)})
+			body := chatBody(sim.Model(), false, convs[ci]...)
+			convs[ci] = append(convs[ci], [2]string{"assistant", "noted"})
+			if !poll(10*time.Second, synced) {
+				t.Fatalf("request %d: indexes out of step: module %+v predicted %d, simulation %+v predicted %d", n,
+					k.x.AppendReplicaStats(nil), k.x.Predicted(), pre.Index().AppendReplicaStats(nil), pre.Index().Predicted())
+			}
+			parse(body)
+			req, err := tokenizeRequest(selection.EndpointChat, []byte(body), feat)
+			if err != nil {
+				t.Fatal(err)
+			}
+			toks, err := tk.Tokenize(context.Background(), "http://"+addr, uint64(n), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rq := &fleetsim.Request{Row: workload.Request{ID: n}, Prompt: toks}
+			rep := pol.PickFeatures(feat, rq, replicas)
+			pol.FirstToken(rq, rep)
+			pol.Done(rq, rep)
+
+			got := send(body)
+			if got == keys[rep] {
+				agree++
+			} else {
+				t.Errorf("request %d: the module chose %q, the simulation %q", n, got, keys[rep])
+			}
+			n++
+		}
+	}
+	simPrecise, _ := pre.Decisions()
+	if got := k.preciseN() - preciseBefore; got != uint64(n) || simPrecise < uint64(n) {
+		t.Errorf("precise decisions: module %d, simulation %d, of %d", got, simPrecise, n)
+	}
+	t.Logf("%d of %d decisions agree; reasons in the simulation %v", agree, n, pol.Reasons)
+}

@@ -97,6 +97,21 @@ func (p *Ramjet) UseReplicaKeys(keys []string) {
 	p.keys = append([]string(nil), keys...)
 }
 
+// UsePrecise makes pre (a precise-path service fed by the caller, e.g. by
+// real engines' event feeds) Route's annotator: the policy then decides as
+// the module's precise path does, with r.Prompt standing for the preflight's
+// token ids. The replica keys must be pre's feed ids.
+func (p *Ramjet) UsePrecise(pre *kvindex.Precise) {
+	p.pre = pre
+	for i, c := range p.cands {
+		key := replicaKey(i)
+		if i < len(p.keys) {
+			key = p.keys[i]
+		}
+		pre.Bind(c.Slot, key)
+	}
+}
+
 func (p *Ramjet) ensure(fleet []*Replica) error {
 	for len(p.cands) < len(fleet) {
 		i := len(p.cands)
