@@ -26,6 +26,10 @@ import (
 // exact overlap replaces the estimate for every replica whose event feed is
 // healthy. Replicas without a healthy feed, and requests the preflight
 // cannot tokenize in time, are routed by the estimate as before.
+//
+// The preflight runs in the ramjet handler (ramjet_observe, ahead of
+// reverse_proxy, with the policy's state_key), before selection: without
+// the handler in the chain every decision uses the estimate.
 type KVConfig struct {
 	// Engines lists the event feeds, one entry per engine.
 	Engines []KVEngine `json:"engines,omitempty"`

@@ -552,3 +552,40 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 	}
 	t.Logf("%d of %d decisions agree; reasons in the simulation %v", agree, n, pol.Reasons)
 }
+
+// TestE2EKVNoPreflightInSelect checks that Select itself never sends the
+// /tokenize preflight: without the ramjet handler in the chain, even with
+// every feed fresh, no preflight is sent and every decision uses the
+// estimate.
+func TestE2EKVNoPreflightInSelect(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{NoHandler: true, Policy: map[string]any{"kv": map[string]any{
+		"engines": []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":   "kv-events",
+	}}})
+	cl := newClient(c)
+	k := liveKV(t)
+	fresh := func() bool {
+		r0, _ := k.x.Lookup(addr + "#0")
+		r1, _ := k.x.Lookup(addr + "#1")
+		return k.x.Fresh(r0) && k.x.Fresh(r1)
+	}
+	n := 0
+	for ; !fresh(); n++ {
+		if n == 40 {
+			t.Fatalf("feeds never became fresh: %+v", k.x.AppendReplicaStats(nil))
+		}
+		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("no handler %d", n), 400))})
+	}
+	for i := range 4 {
+		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("fresh %d", i), 400))})
+		n++
+	}
+	if sent := k.tk.CacheMisses() + k.tk.CacheHits(); sent != 0 {
+		t.Errorf("%d preflight lookups without the handler, want 0", sent)
+	}
+	if k.preciseN() != 0 || k.approxN() != uint64(n) {
+		t.Errorf("precise %d approximate %d, want 0 and %d", k.preciseN(), k.approxN(), n)
+	}
+}
