@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
@@ -79,6 +80,17 @@ func TestKVCaddyfile(t *testing.T) {
 		{name: "canary without model", give: "ramjet {\n kv_canary\n}", wantErr: "want <model>"},
 		{name: "canary unknown", give: "ramjet {\n kv_canary m {\n every 1s\n }\n}", wantErr: "unrecognized option 'every'"},
 		{name: "unknown kv option", give: "ramjet {\n kv_everything 1\n}", wantErr: "unrecognized ramjet option 'kv_everything'"},
+		{
+			name: "https engine with upstream token",
+			give: "ramjet {\n kv_events 127.0.0.1:8443 tcp://127.0.0.1:5557 {\n scheme https\n }\n kv_upstream_token {env.RJ_UPSTREAM_TOKEN}\n}",
+			want: &KVConfig{
+				Engines:       []KVEngine{{Upstream: "127.0.0.1:8443", Events: "tcp://127.0.0.1:5557", Scheme: "https"}},
+				UpstreamToken: "{env.RJ_UPSTREAM_TOKEN}",
+			},
+		},
+		{name: "bad scheme", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme ftp\n }\n}", wantErr: "scheme must be http or https"},
+		{name: "scheme twice", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme http\n scheme https\n }\n}", wantErr: "scheme specified more than once"},
+		{name: "token twice", give: "ramjet {\n kv_upstream_token a\n kv_upstream_token b\n}", wantErr: "specified more than once"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -587,5 +599,44 @@ func TestE2EKVNoPreflightInSelect(t *testing.T) {
 	}
 	if k.preciseN() != 0 || k.approxN() != uint64(n) {
 		t.Errorf("precise %d approximate %d, want 0 and %d", k.preciseN(), k.approxN(), n)
+	}
+}
+
+// TestKVPreciseConfig checks what the module hands kvindex.Precise: one
+// engine per rank keyed like the policy's replicas, each engine's scheme,
+// the rank header, and the resolved upstream token.
+func TestKVPreciseConfig(t *testing.T) {
+	t.Setenv("RJ_TEST_UPSTREAM_TOKEN", "tok")
+	c := &KVConfig{UpstreamToken: "{env.RJ_TEST_UPSTREAM_TOKEN}", Engines: []KVEngine{
+		{Upstream: "127.0.0.1:8443", Events: "tcp://127.0.0.1:5557", Ranks: 2, Scheme: "https"},
+		{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:6557"},
+	}}
+	c.setDefaults()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := c.preciseConfig(zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type eng struct{ Replica, Events, BaseURL, Rank string }
+	var got []eng
+	for _, e := range pc.Engines {
+		rank := ""
+		if v := e.Header[HeaderRank]; len(v) == 1 { // sent as written, like the proxied requests
+			rank = v[0]
+		}
+		got = append(got, eng{e.Feed.Replica, e.Feed.Events, e.BaseURL, rank})
+	}
+	want := []eng{
+		{"127.0.0.1:8443#0", "tcp://127.0.0.1:5557", "https://127.0.0.1:8443", "0"},
+		{"127.0.0.1:8443#1", "tcp://127.0.0.1:5558", "https://127.0.0.1:8443", "1"},
+		{"127.0.0.1:8000", "tcp://127.0.0.1:6557", "http://127.0.0.1:8000", ""},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("engines (-want +got):\n%s", diff)
+	}
+	if pc.Token != "tok" {
+		t.Errorf("token %q, want the resolved placeholder", pc.Token)
 	}
 }
