@@ -21,8 +21,12 @@
 //     into token ids, with a cache and a concurrency limit.
 //   - canary.go: exact-placement canaries that measure the index's accuracy
 //     against the engines' reported cached tokens.
+//   - precise.go: Precise, all of the above as one service with Start and
+//     Close, configured with the upstream token and each engine's scheme,
+//     and the selection.Annotator that Router.Route calls.
 //
-// kvindex knows nothing of Caddy; package module wires it into the ramjet
-// load-balancing policy. Every type is safe for concurrent use unless its
+// kvindex knows nothing of Caddy; package module wires Precise into the
+// ramjet load-balancing policy and handler, and the fleet simulation
+// (bench/fleetsim) drives the same Precise in simulated time. Every type is safe for concurrent use unless its
 // documentation says otherwise.
 package kvindex

@@ -2,6 +2,7 @@ package module
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 )
 
 func init() {
@@ -28,7 +30,20 @@ func init() {
 //
 // Response observers (usage accounting, metrics) hook into the same
 // wrapper; see addObserver.
-type Handler struct{}
+//
+// When the policy of the same state_key has the precise path on (kv), the
+// handler also runs its /tokenize preflight here, before reverse_proxy
+// selects: bounded by tokenize_timeout and tokenize_concurrency, so that no
+// network I/O happens inside the selection policy and lb_try_duration
+// counts only the proxying. The token ids are kept in the request's state
+// for Select.
+type Handler struct {
+	// StateKey names the ramjet policy state whose precise path this
+	// handler serves (the policy's state_key). Default: "default".
+	StateKey string `json:"state_key,omitempty"`
+
+	logger *zap.Logger
+}
 
 // CaddyModule returns the Caddy module information.
 func (Handler) CaddyModule() caddy.ModuleInfo {
@@ -38,18 +53,62 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// UnmarshalCaddyfile sets up the handler. Syntax: `ramjet_observe` (no
-// options).
+// UnmarshalCaddyfile sets up the handler. Syntax:
+//
+//	ramjet_observe [{
+//		state_key <name>
+//	}]
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	if d.NextBlock(0) {
-		return d.Errf("unrecognized ramjet_observe option '%s'", d.Val())
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "state_key":
+			if h.StateKey != "" {
+				return d.Errf("state_key: option specified more than once")
+			}
+			v, err := stringArg(d, "state_key")
+			if err != nil {
+				return err
+			}
+			h.StateKey = v
+		default:
+			return d.Errf("unrecognized ramjet_observe option '%s'", d.Val())
+		}
 	}
 	return nil
 }
+
+// Provision takes the logger.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	return nil
+}
+
+// Validate checks state_key.
+func (h *Handler) Validate() error {
+	if h.StateKey != "" && !stateKeyRE.MatchString(h.StateKey) {
+		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", h.StateKey)
+	}
+	return nil
+}
+
+// observedState returns the request's reqState, creating it when the
+// handler is the first ramjet module to see the request. A state created
+// here needs no context.AfterFunc: ServeHTTP ends it on every path (return
+// or abort panic).
+func observedState(r *http.Request) *reqState {
+	if st := lookupRequest(r); st != nil {
+		return st
+	}
+	st := &reqState{slot: -1, stop: noStop}
+	caddyhttp.SetVar(r.Context(), VarRequest, st)
+	return st
+}
+
+func noStop() bool { return false }
 
 func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	var m Handler
@@ -59,7 +118,16 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 
 // ServeHTTP wraps w and calls next.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	st := requestState(r)
+	st := observedState(r)
+	if f := lookupFleet(h.StateKey); f != nil {
+		if pf := f.kv.Load(); pf != nil {
+			logger := h.logger
+			if logger == nil {
+				logger = zap.NewNop()
+			}
+			pf.preflight(r, st, f.router().Extractor(), logger)
+		}
+	}
 	rw := &responseWriter{ResponseWriter: w, st: st, r: r}
 	for _, f := range observerFactories() {
 		if o := f(r, st); o != nil {
@@ -193,6 +261,8 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // Interface guards.
 var (
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
 	_ caddyfile.Unmarshaler       = (*Handler)(nil)
 	_ http.Flusher                = (*responseWriter)(nil)
 	_ http.Hijacker               = (*responseWriter)(nil)

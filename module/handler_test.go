@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
@@ -87,5 +89,40 @@ func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
 	delete(testObservers, r)
 	if o == nil || o.status != 200 || string(o.body) != "data: {}\n\ndata: [DONE]\n\n" || !o.ended || o.endErr != errNext {
 		t.Fatalf("observer saw %+v", o)
+	}
+}
+
+func TestHandlerUnmarshalCaddyfile(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    string
+		want    string
+		wantErr string
+	}{
+		{name: "bare", give: "ramjet_observe"},
+		{name: "state key", give: "ramjet_observe {\n state_key fleet-a\n}", want: "fleet-a"},
+		{name: "twice", give: "ramjet_observe {\n state_key a\n state_key b\n}", wantErr: "more than once"},
+		{name: "unknown", give: "ramjet_observe {\n color blue\n}", wantErr: "unrecognized ramjet_observe option"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h Handler
+			err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.give))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || h.StateKey != tt.want {
+				t.Fatalf("state key %q, err %v; want %q", h.StateKey, err, tt.want)
+			}
+			if err := h.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if err := (&Handler{StateKey: "no spaces allowed"}).Validate(); err == nil {
+		t.Error("a bad state_key validated")
 	}
 }

@@ -3,8 +3,10 @@ package module
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +14,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
@@ -26,6 +27,10 @@ import (
 // exact overlap replaces the estimate for every replica whose event feed is
 // healthy. Replicas without a healthy feed, and requests the preflight
 // cannot tokenize in time, are routed by the estimate as before.
+//
+// The preflight runs in the ramjet handler (ramjet_observe, ahead of
+// reverse_proxy, with the policy's state_key), before selection: without
+// the handler in the chain every decision uses the estimate.
 type KVConfig struct {
 	// Engines lists the event feeds, one entry per engine.
 	Engines []KVEngine `json:"engines,omitempty"`
@@ -58,9 +63,16 @@ type KVConfig struct {
 	TokenizeCache int `json:"tokenize_cache,omitempty"`
 
 	// TokenizeURL is the base URL of the /tokenize endpoint, e.g.
-	// "http://10.0.0.5:8000". Default: "http://" plus the dial address of
-	// a usable replica with a healthy feed.
+	// "http://10.0.0.5:8000". Default: the scheme and dial address of an
+	// engine whose feed is healthy, in turn.
 	TokenizeURL string `json:"tokenize_url,omitempty"`
+
+	// UpstreamToken is the bearer token sent to the engines with every
+	// tokenize preflight and canary probe ("Authorization: Bearer
+	// <token>"), as the guard sends it with proxied requests.
+	// Placeholders such as {env.RJ_UPSTREAM_TOKEN} are resolved. Default:
+	// none.
+	UpstreamToken string `json:"upstream_token,omitempty"`
 
 	// Canary, when set, turns on exact-placement canaries: periodically a
 	// one-token completion of a known prompt goes to one replica in turn,
@@ -94,6 +106,10 @@ type KVEngine struct {
 	// Ranks is the number of data-parallel ranks (the upstream is then
 	// listed that many times). Default: 1.
 	Ranks int `json:"ranks,omitempty"`
+	// Scheme is how the engine's HTTP API is reached for the tokenize
+	// preflight and the canary: "http" or "https" (as the reverse_proxy
+	// transport reaches it). Default: "http".
+	Scheme string `json:"scheme,omitempty"`
 }
 
 func (c *KVConfig) setDefaults() {
@@ -149,6 +165,9 @@ func (c *KVConfig) validate() error {
 			return fmt.Errorf("kv: engines[%d]: upstream %s listed twice", i, e.Upstream)
 		}
 		seen[e.Upstream] = true
+		if e.Scheme != "" && e.Scheme != "http" && e.Scheme != "https" {
+			return fmt.Errorf("kv: engines[%d]: scheme must be http or https, got %q", i, e.Scheme)
+		}
 		if e.Ranks < 0 || e.Ranks > kvindex.MaxReplicas {
 			return fmt.Errorf("kv: engines[%d]: ranks must be in [1,%d]", i, kvindex.MaxReplicas)
 		}
@@ -180,8 +199,10 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 // unmarshalKVOption parses the kv options of the policy's Caddyfile block:
 //
 //	kv_events <upstream> <events> [<replay>] [{
-//		ranks <n>
+//		ranks  <n>
+//		scheme http|https
 //	}]
+//	kv_upstream_token <token>
 //	kv_topic        <topic>
 //	kv_block_size   <tokens>
 //	kv_max_entries  <n>
@@ -230,6 +251,16 @@ func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) 
 				if e.Ranks < 1 {
 					return true, d.Errf("kv_events: ranks must be positive")
 				}
+			case "scheme":
+				if e.Scheme != "" {
+					return true, d.Errf("kv_events: scheme specified more than once")
+				}
+				if e.Scheme, err = stringArg(d, "scheme"); err != nil {
+					return true, err
+				}
+				if e.Scheme != "http" && e.Scheme != "https" {
+					return true, d.Errf("kv_events: scheme must be http or https")
+				}
 			default:
 				return true, d.Errf("kv_events: unrecognized option '%s'", d.Val())
 			}
@@ -242,6 +273,8 @@ func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) 
 		kv.Engines = append(kv.Engines, e)
 	case "kv_topic":
 		kv.Topic, err = stringArg(d, opt)
+	case "kv_upstream_token":
+		kv.UpstreamToken, err = stringArg(d, opt)
 	case "kv_block_size":
 		kv.BlockSize, err = intArg(d, opt)
 	case "kv_max_entries":
@@ -323,20 +356,20 @@ func durationArg(d *caddyfile.Dispenser, opt string) (caddy.Duration, error) {
 // the index and its subscriptions.
 var kvStates = caddy.NewUsagePool()
 
-// kvState is one precise index with its feeds and tokenizer.
+// kvState is one precise-path service (kvindex.Precise) kept across
+// reloads, with what the module adds: the preflight's latency histogram
+// and the fleet whose route ids label its metrics.
 type kvState struct {
 	key    string
-	x      *kvindex.Index
-	sub    *kvindex.Subscriber
-	tk     *kvindex.Tokenizer
-	canary *kvindex.Canary // nil unless configured
-	ttl    time.Duration
-	url    string
+	p      *kvindex.Precise
+	x      *kvindex.Index     // p's index
+	tk     *kvindex.Tokenizer // p's tokenizer
+	canary *kvindex.Canary    // p's canary; nil unless configured
 
-	// decisions made with at least one precise candidate, and requests
-	// that fell back to the estimate (no fresh feed, or no tokens).
-	precise, approx atomic.Uint64
-	tokLatency      *latencyHist
+	// timeout bounds the whole preflight of one request (waiting for an
+	// identical one in flight included).
+	timeout    time.Duration
+	tokLatency *latencyHist
 
 	stateKey string
 	fleet    atomic.Pointer[fleet] // for route ids; the last provisioned
@@ -349,10 +382,7 @@ func (k *kvState) Destruct() error {
 		delete(kvLive.m, k.stateKey)
 	}
 	kvLive.Unlock()
-	if k.canary != nil {
-		k.canary.Close()
-	}
-	return k.sub.Close()
+	return k.p.Close()
 }
 
 // kvLive maps each state_key to its kv state provisioned last, for the
@@ -360,6 +390,46 @@ func (k *kvState) Destruct() error {
 var kvLive struct {
 	sync.Mutex
 	m map[string]*kvState
+}
+
+// preciseConfig is the kvindex.Precise configuration of c.
+func (c *KVConfig) preciseConfig(logger *zap.Logger, latency func(time.Duration)) (kvindex.PreciseConfig, error) {
+	pc := kvindex.PreciseConfig{
+		Index:       kvindex.Config{BlockSize: c.BlockSize, MaxEntries: c.MaxEntries},
+		Token:       resolveSecret(c.UpstreamToken),
+		PredictTTL:  time.Duration(c.PredictTTL),
+		TokenizeURL: c.TokenizeURL,
+		Tokenizer: kvindex.TokenizerConfig{
+			Timeout:       time.Duration(c.TokenizeTimeout),
+			MaxConcurrent: c.TokenizeConcurrency,
+			CacheEntries:  c.TokenizeCache,
+			OnLatency:     latency,
+		},
+		Subscriber: kvindex.SubscriberConfig{Logger: logger},
+		Logger:     logger,
+	}
+	if cc := c.Canary; cc != nil {
+		pc.Canary = kvindex.CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}
+	}
+	for _, e := range c.Engines {
+		eps, err := e.endpoints(c.Topic)
+		if err != nil {
+			return pc, err
+		}
+		scheme := e.Scheme
+		if scheme == "" {
+			scheme = "http"
+		}
+		for rank, ep := range eps {
+			var hdr http.Header
+			if len(eps) > 1 {
+				hdr = http.Header{HeaderRank: {strconv.Itoa(rank)}}
+			}
+			pc.Engines = append(pc.Engines, kvindex.PreciseEngine{Feed: ep,
+				BaseURL: scheme + "://" + e.Upstream, Header: hdr})
+		}
+	}
+	return pc, nil
 }
 
 func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
@@ -377,55 +447,19 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	key := fmt.Sprintf("ramjet-kv/%s/%016x", s.StateKey, xxhash.Sum64(b))
 	logger := s.logger.Named("kv")
 	v, _, err := kvStates.LoadOrNew(key, func() (caddy.Destructor, error) {
-		cfg := s.KV
-		var eps []kvindex.Endpoint
-		for _, e := range cfg.Engines {
-			es, err := e.endpoints(cfg.Topic)
-			if err != nil {
-				return nil, err
-			}
-			eps = append(eps, es...)
-		}
-		k := &kvState{key: key, ttl: time.Duration(cfg.PredictTTL), url: cfg.TokenizeURL,
+		k := &kvState{key: key, timeout: time.Duration(s.KV.TokenizeTimeout),
 			tokLatency: newLatencyHist(), stateKey: s.StateKey}
-		k.x = kvindex.New(kvindex.Config{BlockSize: cfg.BlockSize, MaxEntries: cfg.MaxEntries})
-		sub, err := kvindex.NewSubscriber(k.x, eps, kvindex.SubscriberConfig{Logger: logger})
+		pc, err := s.KV.preciseConfig(logger, k.tokLatency.observe)
 		if err != nil {
 			return nil, err
 		}
-		k.sub = sub
-		k.tk = kvindex.NewTokenizer(kvindex.TokenizerConfig{
-			Timeout:       time.Duration(cfg.TokenizeTimeout),
-			MaxConcurrent: cfg.TokenizeConcurrency,
-			CacheEntries:  cfg.TokenizeCache,
-			OnLatency:     k.tokLatency.observe,
-		})
-		if c := cfg.Canary; c != nil {
-			var targets []kvindex.CanaryTarget
-			for _, e := range cfg.Engines {
-				for rank := range e.Ranks {
-					id := e.Upstream
-					var hdr http.Header
-					if e.Ranks > 1 {
-						id = fmt.Sprintf("%s#%d", e.Upstream, rank)
-						hdr = http.Header{HeaderRank: {fmt.Sprint(rank)}}
-					}
-					r, _ := k.x.Lookup(id)
-					targets = append(targets, kvindex.CanaryTarget{Replica: r, BaseURL: "http://" + e.Upstream, Header: hdr})
-				}
-			}
-			k.canary, err = kvindex.NewCanary(k.x, targets, kvindex.CanaryConfig{
-				Model: c.Model, Interval: time.Duration(c.Interval), Blocks: c.Blocks})
-			if err != nil {
-				return nil, err
-			}
+		if k.p, err = kvindex.NewPrecise(pc); err != nil {
+			return nil, err
 		}
+		k.x, k.tk, k.canary = k.p.Index(), k.p.Tokenizer(), k.p.Canary()
 		// The feeds outlive this config (a reload keeps them): they stop in
 		// Destruct, not with the provisioning context.
-		sub.Start(context.Background())
-		if k.canary != nil {
-			k.canary.Start(context.Background())
-		}
+		k.p.Start(context.Background())
 		return k, nil
 	})
 	if err != nil {
@@ -433,6 +467,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	}
 	s.kv, s.kvKey = v.(*kvState), key
 	s.kv.fleet.Store(s.fleet)
+	s.fleet.kv.Store(&kvPreflight{kv: s.kv, maxBody: s.MaxBodyBytes, owner: s})
 	kvLive.Lock()
 	if kvLive.m == nil {
 		kvLive.m = make(map[string]*kvState)
@@ -446,30 +481,25 @@ func (s *RamjetSelection) cleanupKV() error {
 	if s.kv == nil {
 		return nil
 	}
+	if pf := s.fleet.kv.Load(); pf != nil && pf.owner == s {
+		s.fleet.kv.CompareAndSwap(pf, nil)
+	}
 	s.kv = nil
 	_, err := kvStates.Delete(s.kvKey)
 	return err
 }
 
-// kvView maps a pool view's candidates to kvindex replicas.
-type kvView struct {
-	view *poolView
-	reps []kvindex.Replica
-}
-
-func (s *RamjetSelection) kvReplicas(v *poolView) []kvindex.Replica {
-	if kv := s.kvv.Load(); kv != nil && kv.view == v {
-		return kv.reps
+// bindKV maps the slots of a new pool view to the precise index's feeds,
+// warning once per pool change about a feed configured for an address
+// under another rank count (it never reaches the candidate).
+func (s *RamjetSelection) bindKV(v *poolView) {
+	if s.kv == nil {
+		return
 	}
-	reps := make([]kvindex.Replica, len(v.keys))
 	for i, key := range v.keys {
-		reps[i] = -1
-		if r, ok := s.kv.x.Lookup(key); ok {
-			reps[i] = r
+		if s.kv.p.Bind(v.slots[i], key) {
 			continue
 		}
-		// A feed configured for this address under another rank count
-		// never reaches the candidate: say so once per pool change.
 		for _, e := range s.KV.Engines {
 			if e.Upstream == v.pool[i].Dial {
 				s.logger.Warn("kv feed does not match the upstream list: check kv_events ranks against how often the address is listed",
@@ -478,105 +508,88 @@ func (s *RamjetSelection) kvReplicas(v *poolView) []kvindex.Replica {
 			}
 		}
 	}
-	s.kvv.Store(&kvView{view: v, reps: reps})
-	return reps
 }
 
-// kvScratch is the pooled working memory of the precise path.
-type kvScratch struct {
-	keys    []uint64
-	overlap []int
+// kvPreflight is what the ramjet handler needs to run the tokenize
+// preflight of a fleet's precise path before selection: the service and
+// the policy's body bound. It is published on the fleet by the policy
+// that provisioned it last.
+type kvPreflight struct {
+	kv      *kvState
+	maxBody int64
+	owner   *RamjetSelection
 }
 
-var kvScratchPool = sync.Pool{New: func() any { return new(kvScratch) }}
-
-// kvPrompt is what /tokenize needs from a request body.
-type kvPrompt struct {
-	Model    string          `json:"model"`
-	Messages json.RawMessage `json:"messages"`
-	Tools    json.RawMessage `json:"tools"`
-	Prompt   json.RawMessage `json:"prompt"`
-}
-
-// kvQuery is what the precise path needs from a request.
-type kvQuery struct {
-	ctx  context.Context
-	body []byte
-	ep   selection.Endpoint
-}
-
-// annotateKV sets the exact overlap on the candidates whose replica has a
-// healthy feed. It returns the scratch holding the request's block keys
-// (for predictKV), or nil when the request is routed by the estimate.
-func (s *RamjetSelection) annotateKV(q *kvQuery, pool reverseproxy.UpstreamPool, v *poolView,
-	cands []selection.Candidate) *kvScratch {
-	body, ep := q.body, q.ep
-	k := s.kv
-	reps := s.kvReplicas(v)
-	base := k.url
-	fresh := false
-	for i, c := range cands {
-		if c.Usable && reps[i] >= 0 && k.x.Fresh(reps[i]) {
-			fresh = true
-			if base == "" {
-				base = "http://" + pool[i].Dial
-			}
-			break
-		}
-	}
-	if !fresh || (ep != selection.EndpointChat && ep != selection.EndpointCompletions) {
-		k.approx.Add(1)
-		return nil
-	}
-	// The cache is keyed by the whole body: identical bodies (retries,
-	// repeated prompts) skip both the parse and the preflight; bodies that
-	// differ only outside the prompt merely miss.
-	key := xxhash.Sum64(body)
-	toks, ok := k.tk.Cached(key)
-	if !ok {
-		var p kvPrompt
-		if err := json.Unmarshal(body, &p); err != nil {
-			k.approx.Add(1)
-			return nil
-		}
-		req := kvindex.TokenizeRequest{Model: p.Model, Prompt: p.Prompt}
-		if ep == selection.EndpointChat {
-			req = kvindex.TokenizeRequest{Model: p.Model, Messages: p.Messages, Tools: p.Tools}
-		}
-		var err error
-		if toks, err = k.tk.Tokenize(q.ctx, base, key, req); err != nil {
-			k.approx.Add(1)
-			if c := s.logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
-				c.Write(zap.Error(err))
-			}
-			return nil
-		}
-	}
-	sc := kvScratchPool.Get().(*kvScratch)
-	sc.keys = k.x.Keys(sc.keys[:0], 0, toks)
-	if n := k.x.NumReplicas(); cap(sc.overlap) < n {
-		sc.overlap = make([]int, n)
-	}
-	sc.overlap = sc.overlap[:k.x.NumReplicas()]
-	if k.x.Annotate(sc.keys, reps, cands, sc.overlap) == 0 {
-		k.approx.Add(1)
-		kvScratchPool.Put(sc)
-		return nil
-	}
-	k.precise.Add(1)
-	return sc
-}
-
-// predictKV records the blocks just routed to the chosen candidate and
-// returns the scratch.
-func (s *RamjetSelection) predictKV(sc *kvScratch, v *poolView, idx int) {
-	if sc == nil {
+// preflight tokenizes r's prompt for the precise path and keeps the token
+// ids in st for Select. It runs in the ramjet handler, ahead of
+// reverse_proxy, bounded by the tokenize timeout and concurrency; on any
+// failure the request is routed by the estimate.
+func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extractor, logger *zap.Logger) {
+	if r.Method != http.MethodPost {
 		return
 	}
-	if reps := s.kvReplicas(v); idx >= 0 && idx < len(reps) && reps[idx] >= 0 {
-		s.kv.x.Predict(reps[idx], sc.keys, s.kv.ttl)
+	ep := selection.EndpointForPath(r.URL.Path)
+	if ep != selection.EndpointChat && ep != selection.EndpointCompletions {
+		return
 	}
-	kvScratchPool.Put(sc)
+	k := pf.kv
+	if !k.p.Ready() {
+		return // no fresh feed: the exact overlap would not be used
+	}
+	st.readBody(r, pf.maxBody)
+	b := st.acquireBody()
+	if b == nil {
+		return
+	}
+	defer b.release()
+	f := st.features(x, ep) // cached for Select: one parse per request
+	if f == nil {
+		return
+	}
+	// The cache is keyed by the whole body: identical bodies (retries,
+	// repeated prompts) skip both the request build and the preflight;
+	// bodies that differ only outside the prompt merely miss.
+	key := xxhash.Sum64(b.buf)
+	toks, ok := k.tk.Cached(key)
+	if !ok {
+		req, err := tokenizeRequest(ep, b.buf, f)
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), k.timeout)
+		toks, err = k.p.Tokenize(ctx, key, req)
+		cancel()
+		if err != nil {
+			if c := logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
+				c.Write(zap.Error(err))
+			}
+			return
+		}
+	}
+	st.route.tokens = toks
+}
+
+// tokenizeRequest builds the /tokenize request of a body from its one
+// parse: the decoded model and the raw messages and tools (chat) or prompt
+// (completions), sliced out of the body by the spans selection.Parse
+// recorded. Nothing is parsed again.
+func tokenizeRequest(ep selection.Endpoint, body []byte, f *selection.Features) (kvindex.TokenizeRequest, error) {
+	if f == nil {
+		return kvindex.TokenizeRequest{}, errors.New("tokenize request: body not parsed")
+	}
+	req := kvindex.TokenizeRequest{Model: string(f.Model)}
+	if ep == selection.EndpointChat {
+		req.Messages, req.Tools = f.Messages.Bytes(body), f.Tools.Bytes(body)
+		if req.Messages == nil {
+			return kvindex.TokenizeRequest{}, errors.New("tokenize request: no messages")
+		}
+		return req, nil
+	}
+	req.Prompt = f.Prompt.Bytes(body)
+	if req.Prompt == nil {
+		return kvindex.TokenizeRequest{}, errors.New("tokenize request: no prompt")
+	}
+	return req, nil
 }
 
 // latencyHist is a fixed-bucket histogram of preflight latencies, read by

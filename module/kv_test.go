@@ -15,10 +15,14 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/bench/fleetsim"
+	"github.com/ramjet-llm/ramjet/bench/workload"
 	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func TestKVCaddyfile(t *testing.T) {
@@ -76,6 +80,17 @@ func TestKVCaddyfile(t *testing.T) {
 		{name: "canary without model", give: "ramjet {\n kv_canary\n}", wantErr: "want <model>"},
 		{name: "canary unknown", give: "ramjet {\n kv_canary m {\n every 1s\n }\n}", wantErr: "unrecognized option 'every'"},
 		{name: "unknown kv option", give: "ramjet {\n kv_everything 1\n}", wantErr: "unrecognized ramjet option 'kv_everything'"},
+		{
+			name: "https engine with upstream token",
+			give: "ramjet {\n kv_events 127.0.0.1:8443 tcp://127.0.0.1:5557 {\n scheme https\n }\n kv_upstream_token {env.RJ_UPSTREAM_TOKEN}\n}",
+			want: &KVConfig{
+				Engines:       []KVEngine{{Upstream: "127.0.0.1:8443", Events: "tcp://127.0.0.1:5557", Scheme: "https"}},
+				UpstreamToken: "{env.RJ_UPSTREAM_TOKEN}",
+			},
+		},
+		{name: "bad scheme", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme ftp\n }\n}", wantErr: "scheme must be http or https"},
+		{name: "scheme twice", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme http\n scheme https\n }\n}", wantErr: "scheme specified more than once"},
+		{name: "token twice", give: "ramjet {\n kv_upstream_token a\n kv_upstream_token b\n}", wantErr: "specified more than once"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,7 +235,7 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 		// tie-break spreads them over both ranks.
 		kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("warm-up %d", i), 400))})
 	}
-	before := k.precise.Load()
+	before := k.preciseN()
 
 	// Conversations over two shared system prompts: every decision is made
 	// precisely, each conversation stays where its cache is, and later
@@ -247,14 +262,14 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 			msgs = append(msgs, openai.AssistantMessage("noted"))
 		}
 	}
-	if got := k.precise.Load() - before; got != 18 {
+	if got := k.preciseN() - before; got != 18 {
 		t.Errorf("%d of 18 decisions were precise", got)
 	}
 	if hits != turnsAfterFirst {
 		t.Errorf("%d of %d later turns found cached tokens", hits, turnsAfterFirst)
 	}
 	t.Logf("precise decisions %d, later turns with cached tokens %d/%d, index entries %d, tokenize cache hits %d",
-		k.precise.Load()-before, hits, turnsAfterFirst, k.x.Entries(), k.tk.CacheHits())
+		k.preciseN()-before, hits, turnsAfterFirst, k.x.Entries(), k.tk.CacheHits())
 	if n := k.tk.Fallbacks(kvindex.FallbackTimeout) + k.tk.Fallbacks(kvindex.FallbackError); n != 0 {
 		t.Errorf("%d tokenize fallbacks", n)
 	}
@@ -293,8 +308,8 @@ func TestE2EKVFeedDownFallsBack(t *testing.T) {
 		}
 		msgs = append(msgs, openai.AssistantMessage("ok"))
 	}
-	if k.precise.Load() != 0 || k.approx.Load() != 4 {
-		t.Errorf("precise %d approximate %d, want 0 and 4", k.precise.Load(), k.approx.Load())
+	if k.preciseN() != 0 || k.approxN() != 4 {
+		t.Errorf("precise %d approximate %d, want 0 and 4", k.preciseN(), k.approxN())
 	}
 }
 
@@ -368,4 +383,260 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 		}
 		return true
 	})
+}
+
+func (k *kvState) preciseN() uint64 { n, _ := k.p.Decisions(); return n }
+func (k *kvState) approxN() uint64  { _, n := k.p.Decisions(); return n }
+
+// poll reports whether cond held within d, checking every few
+// milliseconds (no fixed sleep as synchronisation).
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestModuleAndFleetsimDecideAlikePrecise is the precise-path version of
+// TestModuleAndFleetsimDecideAlike: the module routes through the real
+// Caddy with kv on (preflight in the handler, feeds from the engine
+// simulator's two data-parallel ranks over ZMQ); the simulation's ramjet
+// policy routes with its own kvindex.Precise subscribed to the same PUB
+// sockets, token ids from the same /tokenize. Before every request both
+// indexes are waited on until they hold the same state (same events
+// applied, same freshness, same predictions, no load), so that the event
+// timing is the same on both sides; then the simulation decides, the
+// module serves the request, and the replicas must agree.
+func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
+		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":            "kv-events",
+		"tokenize_timeout": "5s",
+	}}})
+	k := liveKV(t)
+	f := lookupFleet("")
+	keys := []string{addr + "#0", addr + "#1"}
+
+	var engines []kvindex.PreciseEngine
+	for rank := range 2 {
+		ep, err := kvindex.RankEndpoint(addr, events, replay, "kv-events", rank)
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, kvindex.PreciseEngine{Feed: ep})
+	}
+	pre, err := kvindex.NewPrecise(kvindex.PreciseConfig{Index: kvindex.Config{BlockSize: 16, MaxEntries: 1 << 20}, Engines: engines})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre.Start(context.Background())
+	defer pre.Close()
+	pol, err := fleetsim.NewRamjet(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.UseReplicaKeys(keys)
+	pol.UsePrecise(pre)
+	replicas := []*fleetsim.Replica{{ID: 0}, {ID: 1}}
+	tk := kvindex.NewTokenizer(kvindex.TokenizerConfig{Timeout: 5 * time.Second})
+	feat := pol.Router().Extractor().NewFeatures()
+
+	stats := func(x *kvindex.Index) map[string]kvindex.ReplicaStats {
+		m := map[string]kvindex.ReplicaStats{}
+		for _, st := range x.AppendReplicaStats(nil) {
+			m[st.ID] = st
+		}
+		return m
+	}
+	synced := func() bool {
+		if totalInflight(f) != 0 || totalPending(f) != 0 {
+			return false
+		}
+		a, b := stats(k.x), stats(pre.Index())
+		for _, key := range keys {
+			if a[key].Fresh != b[key].Fresh || a[key].Applied != b[key].Applied || a[key].Entries != b[key].Entries {
+				return false
+			}
+		}
+		return k.x.Predicted() == pre.Index().Predicted()
+	}
+	allFresh := func() bool {
+		a, b := stats(k.x), stats(pre.Index())
+		return a[keys[0]].Fresh && a[keys[1]].Fresh && b[keys[0]].Fresh && b[keys[1]].Fresh
+	}
+	keyOf := func(id string) string {
+		for _, r := range f.replicas() {
+			if r.ID == id {
+				return r.Key
+			}
+		}
+		return ""
+	}
+	send := func(body string) string {
+		t.Helper()
+		resp, _ := c.post("/v1/chat/completions", body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return keyOf(resp.Header.Get(HeaderUpstream))
+	}
+	parse := func(body string) {
+		t.Helper()
+		if err := pol.Router().Extractor().Parse(selection.EndpointChat, []byte(body), feat); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Warm-up until both indexes follow both feeds: the module decides,
+	// and the simulation's approximate index learns the same choices.
+	for i := 0; !(allFresh() && poll(2*time.Second, synced)); i++ {
+		if i == 40 {
+			t.Fatalf("indexes never in step: module %+v, simulation %+v", k.x.AppendReplicaStats(nil), pre.Index().AppendReplicaStats(nil))
+		}
+		body := chatBody(sim.Model(), false, [2]string{"user", longText(fmt.Sprintf("warm-up %d", i), 400)})
+		got := send(body)
+		parse(body)
+		slot, ok := pol.Router().Lookup(got)
+		if !ok {
+			// Not registered yet: the simulation registers replicas in
+			// order on its first decision.
+			rq := &fleetsim.Request{Row: workload.Request{ID: -1 - i}}
+			pol.PickFeatures(feat, rq, replicas)
+			pol.Done(rq, 0)
+			slot, _ = pol.Router().Lookup(got)
+		}
+		pol.Router().Learn(feat, slot)
+		poll(2*time.Second, func() bool { return totalInflight(f) == 0 })
+	}
+
+	// Conversations over two shared system prompts, compared decision by
+	// decision.
+	preciseBefore := k.preciseN()
+	systems := []string{longText("billing", 3000), longText("shipping", 3000)}
+	convs := make([][][2]string, 4)
+	n, agree := 0, 0
+	for turn := range 3 {
+		for ci := range convs {
+			if turn == 0 {
+				convs[ci] = [][2]string{{"system", systems[ci%2]}}
+			}
+			convs[ci] = append(convs[ci], [2]string{"user", longText(fmt.Sprintf("conv %d turn %d", ci, turn), 300)})
+			body := chatBody(sim.Model(), false, convs[ci]...)
+			convs[ci] = append(convs[ci], [2]string{"assistant", "noted"})
+			if !poll(10*time.Second, synced) {
+				t.Fatalf("request %d: indexes out of step: module %+v predicted %d, simulation %+v predicted %d", n,
+					k.x.AppendReplicaStats(nil), k.x.Predicted(), pre.Index().AppendReplicaStats(nil), pre.Index().Predicted())
+			}
+			parse(body)
+			req, err := tokenizeRequest(selection.EndpointChat, []byte(body), feat)
+			if err != nil {
+				t.Fatal(err)
+			}
+			toks, err := tk.Tokenize(context.Background(), "http://"+addr, uint64(n), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rq := &fleetsim.Request{Row: workload.Request{ID: n}, Prompt: toks}
+			rep := pol.PickFeatures(feat, rq, replicas)
+			pol.FirstToken(rq, rep)
+			pol.Done(rq, rep)
+
+			got := send(body)
+			if got == keys[rep] {
+				agree++
+			} else {
+				t.Errorf("request %d: the module chose %q, the simulation %q", n, got, keys[rep])
+			}
+			n++
+		}
+	}
+	simPrecise, _ := pre.Decisions()
+	if got := k.preciseN() - preciseBefore; got != uint64(n) || simPrecise < uint64(n) {
+		t.Errorf("precise decisions: module %d, simulation %d, of %d", got, simPrecise, n)
+	}
+	t.Logf("%d of %d decisions agree; reasons in the simulation %v", agree, n, pol.Reasons)
+}
+
+// TestE2EKVNoPreflightInSelect checks that Select itself never sends the
+// /tokenize preflight: without the ramjet handler in the chain, even with
+// every feed fresh, no preflight is sent and every decision uses the
+// estimate.
+func TestE2EKVNoPreflightInSelect(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{NoHandler: true, Policy: map[string]any{"kv": map[string]any{
+		"engines": []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":   "kv-events",
+	}}})
+	cl := newClient(c)
+	k := liveKV(t)
+	fresh := func() bool {
+		r0, _ := k.x.Lookup(addr + "#0")
+		r1, _ := k.x.Lookup(addr + "#1")
+		return k.x.Fresh(r0) && k.x.Fresh(r1)
+	}
+	n := 0
+	for ; !fresh(); n++ {
+		if n == 40 {
+			t.Fatalf("feeds never became fresh: %+v", k.x.AppendReplicaStats(nil))
+		}
+		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("no handler %d", n), 400))})
+	}
+	for i := range 4 {
+		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("fresh %d", i), 400))})
+		n++
+	}
+	if sent := k.tk.CacheMisses() + k.tk.CacheHits(); sent != 0 {
+		t.Errorf("%d preflight lookups without the handler, want 0", sent)
+	}
+	if k.preciseN() != 0 || k.approxN() != uint64(n) {
+		t.Errorf("precise %d approximate %d, want 0 and %d", k.preciseN(), k.approxN(), n)
+	}
+}
+
+// TestKVPreciseConfig checks what the module hands kvindex.Precise: one
+// engine per rank keyed like the policy's replicas, each engine's scheme,
+// the rank header, and the resolved upstream token.
+func TestKVPreciseConfig(t *testing.T) {
+	t.Setenv("RJ_TEST_UPSTREAM_TOKEN", "tok")
+	c := &KVConfig{UpstreamToken: "{env.RJ_TEST_UPSTREAM_TOKEN}", Engines: []KVEngine{
+		{Upstream: "127.0.0.1:8443", Events: "tcp://127.0.0.1:5557", Ranks: 2, Scheme: "https"},
+		{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:6557"},
+	}}
+	c.setDefaults()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := c.preciseConfig(zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type eng struct{ Replica, Events, BaseURL, Rank string }
+	var got []eng
+	for _, e := range pc.Engines {
+		rank := ""
+		if v := e.Header[HeaderRank]; len(v) == 1 { // sent as written, like the proxied requests
+			rank = v[0]
+		}
+		got = append(got, eng{e.Feed.Replica, e.Feed.Events, e.BaseURL, rank})
+	}
+	want := []eng{
+		{"127.0.0.1:8443#0", "tcp://127.0.0.1:5557", "https://127.0.0.1:8443", "0"},
+		{"127.0.0.1:8443#1", "tcp://127.0.0.1:5558", "https://127.0.0.1:8443", "1"},
+		{"127.0.0.1:8000", "tcp://127.0.0.1:6557", "http://127.0.0.1:8000", ""},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("engines (-want +got):\n%s", diff)
+	}
+	if pc.Token != "tok" {
+		t.Errorf("token %q, want the resolved placeholder", pc.Token)
+	}
 }

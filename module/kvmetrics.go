@@ -112,8 +112,9 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 		for i, why := range kvindex.FenceReasons {
 			fences[i] += x.Fences(why)
 		}
-		precise += k.precise.Load()
-		approx += k.approx.Load()
+		pd, ad := k.p.Decisions()
+		precise += pd
+		approx += ad
 		for i := range fallbacks {
 			fallbacks[i] += k.tk.Fallbacks(i)
 		}

@@ -100,7 +100,16 @@ type RamjetSelection struct {
 	logger   *zap.Logger
 	kv       *kvState // precise index, when KV is set
 	kvKey    string
-	kvv      *atomic.Pointer[kvView] // candidates -> kvindex replicas
+}
+
+// routeState is the part of a request's state that routing owns.
+type routeState struct {
+	// tokens are the request's token ids from the precise path's
+	// preflight (kvPreflight.preflight), nil when it did not run or failed.
+	tokens []uint32
+	// res is the first attempt's reservation, kept in the request's state
+	// so that Route allocates none.
+	res selection.Reservation
 }
 
 // CaddyModule returns the Caddy module information.
@@ -310,7 +319,6 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.fleet, s.rt, s.poolKey = f, rt, key
 	s.x = rt.Extractor()
-	s.kvv = new(atomic.Pointer[kvView])
 	if err := s.provisionKV(ctx); err != nil {
 		s.fleet = nil
 		releaseFleet(key)
@@ -396,12 +404,12 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return s.selectFallback(pool, r, w, st, v)
 	}
 
-	var kq *kvQuery
-	if s.kv != nil {
-		kq = &kvQuery{ctx: r.Context(), body: body.buf, ep: ep}
+	var storage *selection.Reservation
+	if st.attempts == 1 {
+		storage = &st.route.res // retries allocate: storage may still be read by a release
 	}
-	d := s.decide(pool, v, st, feat, kq)
-	if d.Index < 0 {
+	d, res := s.decide(pool, v, st, feat, storage)
+	if res == nil {
 		body.release()
 		if v.untracked {
 			// Upstreams past selection.MaxReplicas cannot be scored: the
@@ -411,9 +419,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		st.decision = d // Reason none: no usable replica
 		return nil
 	}
-	res := s.rt.Reserve(d.Slot, d.Prefill)
 	st.markTried(d.Slot)
-	s.rt.Learn(feat, d.Slot)
 	st.model = modelNames.Intern(feat.Model)
 	body.release()
 
@@ -430,11 +436,14 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	return pool[d.Index]
 }
 
-// decide runs the routing rule over pool with pooled scratch memory. It
-// allocates nothing (TestDecideAllocs). On a retry, replicas already tried
-// for the request are filtered out unless no other is usable. kq, when the
-// precise index is on, carries what its /tokenize preflight needs.
-func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, kq *kvQuery) selection.Decision {
+// decide routes over pool with pooled scratch memory: one
+// selection.Router.Route call (with the precise path's annotator and the
+// preflight's token ids when kv is on), reserving into res (nil:
+// allocated). It allocates nothing when res is given (TestDecideAllocs).
+// On a retry, replicas already tried for the request are filtered out
+// unless no other is usable. The reservation is nil when no replica is
+// usable.
+func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, res *selection.Reservation) (selection.Decision, *selection.Reservation) {
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
 	usable := 0
@@ -454,17 +463,16 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 			cands[i].Usable = v.slots[i] >= 0 && up.Available()
 		}
 	}
-	var ksc *kvScratch
-	if kq != nil {
-		ksc = s.annotateKV(kq, pool, v, cands)
+	var a selection.Annotator
+	if s.kv != nil {
+		a = s.kv.p
+		sc.sel.Tokens = st.route.tokens
 	}
-	d := s.rt.Pick(feat, cands, sc.sel)
+	d, got := s.rt.Route(feat, cands, sc.sel, a, res)
+	sc.sel.Tokens = nil
 	sc.cands = cands
-	if ksc != nil {
-		s.predictKV(ksc, v, d.Index)
-	}
 	scratchPool.Put(sc)
-	return d
+	return d, got
 }
 
 // selectFallback routes a request without usable features with the
@@ -599,6 +607,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 			v.profiles[i] = p
 		}
 	}
+	s.bindKV(v)
 	s.view.Store(v)
 	s.fleet.setView(s, v)
 	return v

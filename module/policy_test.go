@@ -3,6 +3,8 @@ package module
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -12,6 +14,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/bench/fleetsim"
+	"github.com/ramjet-llm/ramjet/bench/workload"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -232,4 +237,82 @@ func TestMatcherValidate(t *testing.T) {
 	if err := m.Validate(); err == nil || !strings.Contains(err.Error(), `models: bad glob "qwen3-[a"`) {
 		t.Fatalf("error = %v", err)
 	}
+}
+
+// TestModuleAndFleetsimDecideAlike runs one request sequence through the
+// Caddy module (real Caddy in front of engine simulators on 127.0.0.1) and
+// through the fleet simulation's ramjet policy, fed the same request
+// bodies (parsed by its router's Extractor, as the module parses them) and
+// the same replica keys, and checks that both send every request to the
+// same replica. Each request completes (its reservation released) before
+// the next, on both sides, so that both decide over the same load.
+func TestModuleAndFleetsimDecideAlike(t *testing.T) {
+	ss := startSims(t, 4, enginesim.Options{Instant: true})
+	dials := ss.dials()
+	c := startCaddy(t, dials, proxyOpts{})
+	f := lookupFleet("")
+
+	sim, err := fleetsim.NewRamjet(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim.UseReplicaKeys(dials)
+	replicas := make([]*fleetsim.Replica, len(dials))
+	for i := range replicas {
+		replicas[i] = &fleetsim.Replica{ID: i}
+	}
+	feat := sim.Router().Extractor().NewFeatures()
+
+	// Conversations over two shared system prompts, interleaved with cold
+	// one-off prompts: affinity, cold placements by rendezvous, and
+	// conversations growing turn by turn.
+	var bodies []string
+	systems := []string{longText("billing", 2500), longText("shipping", 2500)}
+	convs := make([][][2]string, 6)
+	for turn := range 4 {
+		for i := range convs {
+			if turn == 0 {
+				convs[i] = [][2]string{{"system", systems[i%2]}}
+			}
+			convs[i] = append(convs[i], [2]string{"user", longText(fmt.Sprintf("conv %d turn %d", i, turn), 200)})
+			bodies = append(bodies, chatBody("qwen3-8b", false, convs[i]...))
+			convs[i] = append(convs[i], [2]string{"assistant", "noted"})
+		}
+		bodies = append(bodies, chatBody("qwen3-8b", false, [2]string{"user", longText(fmt.Sprintf("cold %d", turn), 1200)}))
+	}
+
+	keyOf := func(id string) string {
+		for _, r := range f.replicas() {
+			if r.ID == id {
+				return r.Key
+			}
+		}
+		return ""
+	}
+	used := map[string]bool{}
+	for i, body := range bodies {
+		resp, _ := c.post("/v1/chat/completions", body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+		got := keyOf(resp.Header.Get(HeaderUpstream))
+		eventually(t, "reservations released", func() bool { return totalInflight(f) == 0 && totalPending(f) == 0 })
+
+		if err := sim.Router().Extractor().Parse(selection.EndpointChat, []byte(body), feat); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		rq := &fleetsim.Request{Row: workload.Request{ID: i}}
+		rep := sim.PickFeatures(feat, rq, replicas)
+		sim.FirstToken(rq, rep)
+		sim.Done(rq, rep)
+
+		if got != dials[rep] {
+			t.Errorf("request %d: the module chose %q, the simulation %q", i, got, dials[rep])
+		}
+		used[got] = true
+	}
+	if len(used) < 2 {
+		t.Errorf("every request went to one replica (%v): the sequence tests nothing", used)
+	}
+	t.Logf("%d requests, %d replicas used, reasons in the simulation %v", len(bodies), len(used), sim.Reasons)
 }

@@ -75,6 +75,10 @@ type reqState struct {
 	// baseHeader is the request header map of the first attempt.
 	baseHeader http.Header
 
+	// route holds the preflight's token ids and the first attempt's
+	// reservation (policy.go).
+	route routeState
+
 	res  atomic.Pointer[selection.Reservation]
 	done atomic.Bool
 	stop func() bool // stops the context.AfterFunc

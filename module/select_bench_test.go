@@ -9,7 +9,8 @@ import (
 )
 
 // BenchmarkDecide is the Select hot path once the body is parsed: cached
-// features, pool view, candidates, Pick with pooled scratch.
+// features, pool view, candidates, Route (Pick, Reserve, Learn) with
+// pooled scratch, released at once.
 func BenchmarkDecide(b *testing.B) {
 	for _, n := range []int{2, 8, 64} {
 		b.Run("replicas="+strconv.Itoa(n), func(b *testing.B) {
@@ -20,11 +21,13 @@ func BenchmarkDecide(b *testing.B) {
 			r := newTestRequest(ctx, chatJSON(256<<10, "hello"))
 			p.Select(pool, r, nil)
 			st := lookupRequest(r)
+			var storage selection.Reservation
 			b.ReportAllocs()
 			for b.Loop() {
 				st.body.acquire()
 				f := st.features(p.x, selection.EndpointChat)
-				p.decide(pool, p.viewFor(pool), st, f, nil)
+				_, res := p.decide(pool, p.viewFor(pool), st, f, &storage)
+				res.Release()
 				st.body.release()
 			}
 		})
@@ -76,5 +79,38 @@ func BenchmarkRequestSetup(b *testing.B) {
 		r := newTestRequest(ctx, body)
 		_ = r
 		cancel()
+	}
+}
+
+// BenchmarkSelectObserved is BenchmarkSelect in the chain the ramjet
+// directive builds: the ramjet handler created the request's state before
+// Select (observedState, included in the loop), so that no
+// context.AfterFunc is needed and the first attempt's reservation lives in
+// that state.
+func BenchmarkSelectObserved(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10} {
+		b.Run("body="+strconv.Itoa(size>>10)+"KiB/replicas=8", func(b *testing.B) {
+			p := newTestPolicy(b, "bench-select-observed")
+			pool := newTestPool(8)
+			bodies := make([][]byte, 32)
+			for i := range bodies {
+				bodies[i] = chatJSON(size, "user "+strconv.Itoa(i))
+			}
+			b.SetBytes(int64(len(bodies[0])))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				ctx, cancel := context.WithCancel(context.Background())
+				r := newTestRequest(ctx, bodies[i%len(bodies)])
+				st := observedState(r)
+				if p.Select(pool, r, nil) == nil {
+					b.Fatal("no upstream")
+				}
+				r.Body.Close() // as the transport does
+				st.finish()    // as the handler does
+				cancel()
+				i++
+			}
+		})
 	}
 }

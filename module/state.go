@@ -111,6 +111,11 @@ type fleet struct {
 	// policy (sharing rt's index, registry and load): what explain and the
 	// dashboard score with.
 	tuned atomic.Pointer[selection.Router]
+
+	// kv is the precise path's preflight of the policy provisioned last
+	// with kv on, nil when none: the ramjet handler runs it ahead of
+	// reverse_proxy.
+	kv atomic.Pointer[kvPreflight]
 }
 
 // router returns the fleet's routing core, with the knobs of the most

@@ -99,3 +99,22 @@ func BenchmarkLearn(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkRoute is one full routing call (Pick, Reserve into caller
+// storage, Learn), released at once, over 8 replicas sharing a prompt.
+func BenchmarkRoute(b *testing.B) {
+	for _, blocks := range []int{16, 1024} {
+		b.Run(fmt.Sprintf("blocks=%d/replicas=8", blocks), func(b *testing.B) {
+			rt, cands := newTestRouter(b, Config{BlockTokens: 16, PrefixTokens: 16 * 1024}, 8)
+			prompt := blocksOf(1, blocks)
+			f := features(rt.Config(), prompt, 300)
+			s := NewScratch(8)
+			var res Reservation
+			b.ReportAllocs()
+			for b.Loop() {
+				_, r := rt.Route(f, cands, s, nil, &res)
+				r.Release()
+			}
+		})
+	}
+}

@@ -17,6 +17,10 @@
 // output length against the replica's engine profile, a rendezvous hash of
 // the prompt's first block, and finally the lower load.
 //
+// Router.Route is one decision with its side effects (an optional
+// Annotator's exact overlaps, Pick, Reserve, Learn); Pick alone decides
+// without side effects (explain).
+//
 // Concurrency: a Router is safe for concurrent use. Pick takes a read lock on
 // the index once per decision and allocates nothing; Learn takes the write
 // lock. Reservations are atomic counters.

@@ -99,6 +99,9 @@ type Decision struct {
 	Prefill int
 	// Usable counts the candidates that passed the filters.
 	Usable int
+	// Precise reports that Route's annotator gave at least one candidate
+	// an exact overlap (the precise index decided, not only the estimate).
+	Precise bool
 }
 
 // Scratch is caller-owned working memory for Pick; after Pick it holds the
@@ -110,8 +113,20 @@ type Scratch struct {
 	Overlap []int
 	Load    []float64
 	Score   []float64
-	depth   [MaxReplicas]int32
-	work    depthWork
+
+	// Tokens is the request's token ids when a tokenize preflight produced
+	// them (the precise path), nil otherwise: an input of Route's
+	// annotator, set by the caller before Route.
+	Tokens []uint32
+	// Keys and Exact are the annotator's working memory (block keys of
+	// Tokens, exact overlap per replica), kept between Annotate and
+	// Decided of one Route.
+	Keys  []uint64
+	Exact []int
+
+	marg  []Candidate // the marginal variant's second candidate set
+	depth [MaxReplicas]int32
+	work  depthWork
 }
 
 // NewScratch returns a Scratch sized for n candidates.
@@ -133,7 +148,8 @@ func (s *Scratch) ensure(n int) {
 type loadCell struct {
 	inflight atomic.Int64
 	pending  atomic.Int64
-	_        [48]byte // keep cells on separate cache lines
+	resident atomic.Int64 // Options.ContextWeight's share, until release
+	_        [40]byte     // keep cells on separate cache lines
 }
 
 // ErrTooManyReplicas is returned by Register past MaxReplicas.
@@ -146,9 +162,39 @@ var ErrTooManyReplicas = errors.New("selection: more than 128 distinct replicas"
 // rest).
 type Router struct {
 	cfg Config
+	opt Options
 	x   Extractor
 	*shared
 }
+
+// Options are variants of the routing rule that Route applies, for
+// experiments in the fleet simulation. The zero value is ramjet's rule.
+type Options struct {
+	// Marginal scores the overlap each replica holds beyond the least warm
+	// usable one, so that a prefix every replica holds (a fleet-wide system
+	// prompt) does not use up the affinity cap:
+	//
+	//	score(r) = min(overlap(r) - min_usable_overlap, affinity_cap) - alpha x load(r)
+	//
+	// The reservation still counts the real prefill.
+	Marginal bool
+	// ContextWeight, when positive, makes every in-flight request also
+	// weigh ContextWeight x its prompt tokens until it is released, so that
+	// load(r) grows with the context the replica reads at every decode
+	// step:
+	//
+	//	load(r) = sum over in-flight (request_cost + ContextWeight x prompt) + pending prefill
+	ContextWeight float64
+}
+
+// WithOptions returns a Router applying o that shares rt's index, registry
+// and live load.
+func (rt *Router) WithOptions(o Options) *Router {
+	return &Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}
+}
+
+// Options returns the Router's rule variants.
+func (rt *Router) Options() Options { return rt.opt }
 
 // shared is the state that Routers retuned from one another have in common.
 type shared struct {
@@ -199,7 +245,7 @@ func (rt *Router) Retune(cfg Config) (*Router, error) {
 	if cfg.IndexShape() != rt.cfg.IndexShape() {
 		return nil, errors.New("selection: retune cannot change block_tokens, prefix_tokens, chars_per_token or index_budget")
 	}
-	return &Router{cfg: cfg, x: rt.x, shared: rt.shared}, nil
+	return &Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}, nil
 }
 
 // Config returns the Router's configuration, defaults filled in.
@@ -255,10 +301,14 @@ func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
 	return c.inflight.Load(), c.pending.Load()
 }
 
+// Resident returns the context tokens slot s's in-flight requests weigh
+// under Options.ContextWeight.
+func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
+
 // load is load(r) of the rule, in tokens.
 func (rt *Router) load(s Slot) float64 {
 	c := &rt.loads[s]
-	return float64(c.inflight.Load()*int64(rt.cfg.RequestCost) + c.pending.Load())
+	return float64(c.inflight.Load()*int64(rt.cfg.RequestCost) + c.pending.Load() + c.resident.Load())
 }
 
 // Learn records that slot s now holds f's prompt prefix.
@@ -403,19 +453,30 @@ func (rt *Router) prefer(cands []Candidate, s *Scratch, i, j int, want Profile, 
 // decision until the response ends. PrefillDone and Release are safe to
 // call more than once and from any goroutine; each takes effect once.
 type Reservation struct {
-	rt      *Router
-	slot    Slot
-	prefill int64
-	state   atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
+	rt       *Router
+	slot     Slot
+	prefill  int64
+	resident int64
+	state    atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on
 // slot s. Call it right after Pick, before forwarding.
 func (rt *Router) Reserve(s Slot, prefill int) *Reservation {
+	r := new(Reservation)
+	rt.reserveInto(r, s, prefill, 0)
+	return r
+}
+
+func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int64) {
 	c := &rt.loads[s]
 	c.inflight.Add(1)
 	c.pending.Add(int64(prefill))
-	return &Reservation{rt: rt, slot: s, prefill: int64(prefill)}
+	if resident != 0 {
+		c.resident.Add(resident)
+	}
+	r.rt, r.slot, r.prefill, r.resident = rt, s, int64(prefill), resident
+	r.state.Store(0)
 }
 
 // Slot is the reserved replica.
@@ -441,6 +502,9 @@ func (r *Reservation) Release() bool {
 	c := &r.rt.loads[r.slot]
 	if old == 0 {
 		c.pending.Add(-r.prefill)
+	}
+	if r.resident != 0 {
+		c.resident.Add(-r.resident)
 	}
 	c.inflight.Add(-1)
 	return true

@@ -11,7 +11,8 @@
 // Per request the simulation synthesises the prompt's token ids
 // (workload.Synth), routes it, submits it to the chosen engine and follows
 // its first token and completion. Policies learn through four hooks: Pick,
-// Routed, FirstToken and Done. ramjet's policy calls selection.Router's
-// Pick, Reserve, Learn, PrefillDone and Release exactly where the Caddy
-// module does.
+// Routed, FirstToken and Done. ramjet's policies make the Caddy module's
+// own calls: one selection.Router.Route per decision (with the module's
+// kvindex.Precise annotator for ramjet-precise), PrefillDone at the first
+// token and Release at completion.
 package fleetsim

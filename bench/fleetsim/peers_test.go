@@ -454,24 +454,25 @@ func TestRamjetContextWeighsInFlightContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Router().Config().RequestCost; got != 500 {
-		t.Fatalf("request cost %d, want half of 1000", got)
+	if got := p.Router().Config().RequestCost; got != 1000 {
+		t.Fatalf("request cost %d, want 1000 unchanged", got)
 	}
 	long := req(1, 5, 0, 8000)
 	rep := p.Pick(long, fl)
 	p.FirstToken(long, rep)
-	// After the prefill: two in-flight reservations (2 x 500) plus the
-	// context weight 0.5 x 8000 stay until completion.
+	// After the prefill: one in-flight reservation (1000) plus the context
+	// weight 0.5 x 8000 stay until completion.
 	inflight, pending := p.Router().Load(selection.Slot(rep))
-	if inflight != 2 || pending != 4000 {
-		t.Fatalf("load after prefill: %d in flight, %d pending; want 2 and 4000", inflight, pending)
+	resident := p.Router().Resident(selection.Slot(rep))
+	if inflight != 1 || pending != 0 || resident < 3999 || resident > 4000 {
+		t.Fatalf("load after prefill: %d in flight, %d pending, %d resident; want 1, 0 and 4000", inflight, pending, resident)
 	}
 	// A short cold request avoids the replica holding the long context.
 	if got := p.Pick(req(2, 6, 0, 100), fl); got == rep {
 		t.Fatal("picked the replica decoding the long context")
 	}
 	p.Done(long, rep)
-	if inflight, pending := p.Router().Load(selection.Slot(rep)); inflight != 0 || pending != 0 {
-		t.Fatalf("left %d in flight, %d pending", inflight, pending)
+	if inflight, pending := p.Router().Load(selection.Slot(rep)); inflight != 0 || pending != 0 || p.Router().Resident(selection.Slot(rep)) != 0 {
+		t.Fatalf("left %d in flight, %d pending, %d resident", inflight, pending, p.Router().Resident(selection.Slot(rep)))
 	}
 }

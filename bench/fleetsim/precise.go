@@ -33,24 +33,22 @@ type PreciseConfig struct {
 	MaxEntries int
 }
 
-// RamjetPrecise is the "ramjet-precise" policy: the real selection.Router
-// as in Ramjet, with the precise index (kvindex) in front of it, exactly
-// as the module wires it (module/kv.go): per decision, the request's token
-// ids are cut into the index's block keys, Annotate gives every candidate
-// whose feed is fresh its exact overlap (Precise), the others keep the
-// approximate estimate, Pick decides, and the picked replica's blocks are
-// recorded as predicted entries until the engine's BlockStored confirms
-// them. Unlike the module, which predicts only after a precise decision
-// (it has token ids only then), every decision is predicted, the warm-up's
-// approximate ones included. The approximate index keeps learning every
-// decision, so a replica whose feed is not fresh is still routed by a live
-// estimate.
+// RamjetPrecise is the "ramjet-precise" policy: Ramjet's Route call with
+// the module's precise-path service (kvindex.Precise) as its annotator,
+// the same code the Caddy module runs. Per decision, when some feed is
+// fresh (when production sends the tokenize preflight), the request's token
+// ids stand for the preflight's answer; Precise.Annotate gives every
+// candidate whose feed is fresh its exact overlap, the others keep the
+// approximate estimate, Pick decides, and only after a precise decision
+// are the picked replica's blocks recorded as predicted entries, as in
+// production. The approximate index keeps learning every decision, so a
+// replica whose feed is not fresh is still routed by a live estimate.
 //
 // The index is fed in simulated time: every engine's KV events (BlockStored
 // with token ids, BlockRemoved, AllBlocksCleared) are queued as emitted and
 // applied Delay later, in emission order, so a decision sees only what
-// ZMQ would have delivered by then. The request's token ids stand for the
-// /tokenize preflight, whose latency is not modelled.
+// ZMQ would have delivered by then. The preflight's latency is not
+// modelled.
 type RamjetPrecise struct {
 	*Ramjet
 	pc PreciseConfig
@@ -60,18 +58,32 @@ type RamjetPrecise struct {
 	clock time.Duration     // the index's clock (simulated)
 	now   time.Duration     // the decision being made
 
-	queue   []queuedKV // emitted, not yet delivered, in emission order
-	qhead   int
-	batch   kvindex.Batch
-	keys    []uint64
-	overlap []int
+	queue []queuedKV // emitted, not yet delivered, in emission order
+	qhead int
+	batch kvindex.Batch
 
-	// PreciseDecisions counts decisions where at least one candidate had an
-	// exact overlap; ApproxDecisions those routed by the estimate alone
-	// (the module's ramjet_kv_decisions_total{mode}).
-	PreciseDecisions, ApproxDecisions int
 	// EventsQueued counts the KV events received from the engines.
 	EventsQueued int
+}
+
+// PreciseDecisions counts decisions where at least one candidate had an
+// exact overlap; ApproxDecisions those routed by the estimate alone (the
+// module's ramjet_kv_decisions_total{mode}).
+func (p *RamjetPrecise) PreciseDecisions() int {
+	if p.pre == nil {
+		return 0
+	}
+	n, _ := p.pre.Decisions()
+	return int(n)
+}
+
+// ApproxDecisions: see PreciseDecisions.
+func (p *RamjetPrecise) ApproxDecisions() int {
+	if p.pre == nil {
+		return 0
+	}
+	_, n := p.pre.Decisions()
+	return int(n)
 }
 
 type queuedKV struct {
@@ -128,16 +140,34 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			// engines cannot reach never evicts.
 			budget = max(1<<20, e.Config().TotalBlocks()*selection.MaxReplicas)
 		}
-		p.x = kvindex.New(kvindex.Config{
-			BlockSize:  e.Config().BlockSize,
-			MaxEntries: budget,
-			Now:        func() time.Time { return epoch.Add(p.clock) },
+		// Every replica a feed, no subscriber (events are applied here in
+		// simulated time) and no HTTP base (token ids stand for the
+		// preflight).
+		engines := make([]kvindex.PreciseEngine, selection.MaxReplicas)
+		for i := range engines {
+			engines[i].Feed.Replica = replicaKey(i)
+		}
+		pre, err := kvindex.NewPrecise(kvindex.PreciseConfig{
+			Index: kvindex.Config{
+				BlockSize:  e.Config().BlockSize,
+				MaxEntries: budget,
+				Now:        func() time.Time { return epoch.Add(p.clock) },
+			},
+			Engines:    engines,
+			PredictTTL: p.pc.PredictTTL,
 		})
+		if err != nil {
+			panic(err) // a static configuration
+		}
+		p.pre, p.x = pre, pre.Index()
+		for i, c := range p.cands {
+			pre.Bind(c.Slot, replicaKey(i))
+		}
 	}
 	for len(p.reps) <= rep {
-		h, err := p.x.Register(fmt.Sprintf("replica-%d:8000", len(p.reps)))
-		if err != nil {
-			panic(err) // more than kvindex.MaxReplicas: rejected by Run first
+		h, ok := p.x.Lookup(replicaKey(len(p.reps)))
+		if !ok {
+			panic("fleetsim: replica without a precise feed") // more than kvindex.MaxReplicas: rejected by Run first
 		}
 		p.reps = append(p.reps, h)
 	}
@@ -198,36 +228,13 @@ func toKVIndex(ev engine.KVEvent) kvindex.Event {
 	return out
 }
 
+// Pick delivers the events due by now and makes Ramjet's Route call with
+// the precise annotator.
 func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
-	if err := p.ensure(fleet); err != nil {
-		panic(err) // more than selection.MaxReplicas: rejected by Run first
-	}
 	if p.x == nil {
 		panic("fleetsim: ramjet-precise used without Run attaching its engines")
 	}
 	p.deliver(p.now)
 	p.clock = max(p.clock, p.now)
-	p.features(r)
-	cands := p.cands[:len(fleet)]
-
-	p.keys = p.x.Keys(p.keys[:0], 0, r.Prompt)
-	if n := p.x.NumReplicas(); len(p.overlap) < n {
-		p.overlap = make([]int, n)
-	}
-	precise := p.x.Annotate(p.keys, p.reps[:len(fleet)], cands, p.overlap) > 0
-
-	d := p.rt.Pick(p.f, cands, p.s)
-	if precise {
-		p.PreciseDecisions++
-	} else {
-		p.ApproxDecisions++
-	}
-	p.Reasons[d.Reason.String()]++
-	p.res[r.Row.ID] = p.rt.Reserve(d.Slot, d.Prefill)
-	p.rt.Learn(p.f, d.Slot)
-	// Every decision is predicted, precise or not: a replica that turns
-	// fresh while earlier requests are still prefilling there would
-	// otherwise look colder than it is until their BlockStored arrive.
-	p.x.Predict(p.reps[d.Index], p.keys, p.pc.PredictTTL)
-	return d.Index
+	return p.Ramjet.Pick(r, fleet)
 }

@@ -157,8 +157,8 @@ func TestRamjetPreciseSeesEviction(t *testing.T) {
 		t.Errorf("precise overlaps X %d, Y %d; want 0 and %d", p.s.Overlap[x], p.s.Overlap[y], len(prefix))
 	}
 	// The first decision had no fresh feed yet: routed by the estimate.
-	if p.Reasons["affinity"] != 1 || p.PreciseDecisions != 1 || p.ApproxDecisions != 1 {
-		t.Errorf("reasons %v, precise %d, approximate %d decisions", p.Reasons, p.PreciseDecisions, p.ApproxDecisions)
+	if p.Reasons["affinity"] != 1 || p.PreciseDecisions() != 1 || p.ApproxDecisions() != 1 {
+		t.Errorf("reasons %v, precise %d, approximate %d decisions", p.Reasons, p.PreciseDecisions(), p.ApproxDecisions())
 	}
 	if n := p.Index().UnknownRemovals() + p.Index().Orphans(); n != 0 {
 		t.Errorf("%d unknown removals or orphans: the index lost track of the engines", n)
@@ -211,8 +211,8 @@ func TestRamjetPreciseFenceFallsBack(t *testing.T) {
 	x, _ := h.route(prompt, 1)
 	h.now += time.Second
 	h.route(concat(prompt, tokens(3000, 50)), 1)
-	if p.PreciseDecisions != 1 || p.ApproxDecisions != 1 {
-		t.Fatalf("precise %d, approximate %d; want the first decision approximate, the second precise", p.PreciseDecisions, p.ApproxDecisions)
+	if p.PreciseDecisions() != 1 || p.ApproxDecisions() != 1 {
+		t.Fatalf("precise %d, approximate %d; want the first decision approximate, the second precise", p.PreciseDecisions(), p.ApproxDecisions())
 	}
 	rx := p.reps[x]
 	if !p.Index().Fresh(rx) {
@@ -223,8 +223,8 @@ func TestRamjetPreciseFenceFallsBack(t *testing.T) {
 	h.engines[x].Reset()
 	h.now += time.Second
 	rep, _ := h.route(concat(prompt, tokens(4000, 50)), 1)
-	if p.Index().Fresh(rx) || p.ApproxDecisions != 2 {
-		t.Fatalf("after AllBlocksCleared: fresh %v, approximate decisions %d; want fenced, 2", p.Index().Fresh(rx), p.ApproxDecisions)
+	if p.Index().Fresh(rx) || p.ApproxDecisions() != 2 {
+		t.Fatalf("after AllBlocksCleared: fresh %v, approximate decisions %d; want fenced, 2", p.Index().Fresh(rx), p.ApproxDecisions())
 	}
 	if rep != x {
 		t.Errorf("fallback routed to %d; the estimate still places the prompt on X=%d", rep, x)
@@ -232,8 +232,8 @@ func TestRamjetPreciseFenceFallsBack(t *testing.T) {
 	// That request was prefilled on X again: fresh from its events on.
 	h.now += time.Second
 	h.route(concat(prompt, tokens(5000, 50)), 1)
-	if !p.Index().Fresh(rx) || p.PreciseDecisions != 2 {
-		t.Errorf("after new events: fresh %v, precise decisions %d; want fresh, 2", p.Index().Fresh(rx), p.PreciseDecisions)
+	if !p.Index().Fresh(rx) || p.PreciseDecisions() != 2 {
+		t.Errorf("after new events: fresh %v, precise decisions %d; want fresh, 2", p.Index().Fresh(rx), p.PreciseDecisions())
 	}
 }
 
@@ -261,13 +261,13 @@ func TestRamjetPreciseRun(t *testing.T) {
 	if a.Policy != "ramjet-precise" {
 		t.Errorf("policy label %q", a.Policy)
 	}
-	total := pa.PreciseDecisions + pa.ApproxDecisions
+	total := pa.PreciseDecisions() + pa.ApproxDecisions()
 	// Approximate decisions are the warm-up: before a replica's first
 	// BlockStored reached the index, no replica or only cold ones had a
 	// fresh feed.
-	if total != len(w.Trace) || pa.ApproxDecisions*20 > total {
+	if total != len(w.Trace) || pa.ApproxDecisions()*20 > total {
 		t.Errorf("%d precise and %d approximate decisions of %d requests; want at least 95%% precise",
-			pa.PreciseDecisions, pa.ApproxDecisions, len(w.Trace))
+			pa.PreciseDecisions(), pa.ApproxDecisions(), len(w.Trace))
 	}
 	pa.deliver(time.Duration(math.MaxInt64 / 2))
 	var cachedBlocks int64

@@ -4,12 +4,17 @@ import (
 	"fmt"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// Ramjet routes through the real selection.Router, exactly as the Caddy
-// module drives it: Pick over every replica, Reserve and Learn with the
-// decision, PrefillDone at the first token, Release at completion.
+// Ramjet routes through the real selection.Router with the call the Caddy
+// module makes: one Router.Route per decision (Pick, Reserve, Learn, and
+// for the precise path the same kvindex.Precise annotator), PrefillDone at
+// the first token, Release at completion. The rule's variants are Router
+// options of the same call (selection.Options), so a change to the routing
+// rule shows up here and in the module with no second edit.
 //
 // Features are built from the synthesised token ids rather than from a
 // request body: Blocks are selection.AppendTokenBlocks over the bounded
@@ -26,15 +31,10 @@ type Ramjet struct {
 	seed  uint64
 	label string
 
-	// marginal, when set, scores the overlap each replica has beyond the
-	// least warm usable one (see NewRamjetMarginal).
-	marginal bool
-	mcands   []selection.Candidate
-
-	// ctxWeight, when positive, adds a second reservation of ctxWeight x
-	// prompt tokens held until completion (see NewRamjetContext).
-	ctxWeight float64
-	ctxRes    map[int]*selection.Reservation
+	// pre is the precise path (ramjet-precise), nil otherwise.
+	pre *kvindex.Precise
+	// keys, when set, are the replica keys (UseReplicaKeys).
+	keys []string
 
 	// Reasons counts decisions by reason.
 	Reasons map[string]int
@@ -43,60 +43,45 @@ type Ramjet struct {
 // NewRamjet returns a ramjet policy with cfg (zero fields take the
 // selection defaults).
 func NewRamjet(cfg selection.Config) (*Ramjet, error) {
+	return newRamjet(cfg, selection.Options{}, "ramjet")
+}
+
+func newRamjet(cfg selection.Config, opt selection.Options, label string) (*Ramjet, error) {
 	rt, err := selection.NewRouter(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("ramjet policy: %w", err)
+		return nil, fmt.Errorf("%s policy: %w", label, err)
 	}
 	return &Ramjet{
-		rt:      rt,
+		rt:      rt.WithOptions(opt),
 		f:       rt.Extractor().NewFeatures(),
 		s:       selection.NewScratch(0),
 		res:     make(map[int]*selection.Reservation),
 		seed:    xxhash.Sum64String("model\x00"),
-		label:   "ramjet",
+		label:   label,
 		Reasons: make(map[string]int),
 	}, nil
 }
 
 // NewRamjetMarginal returns the "ramjet-marginal" variant: a proposal,
-// not ramjet's rule. It runs the real Pick twice: once to read every
-// replica's overlap, then with those overlaps minus the smallest usable one
-// supplied as precise overlaps, so that the rule becomes
+// not ramjet's rule. It is Route with selection.Options.Marginal:
 //
 //	score(r) = min(overlap(r) - min_usable_overlap, affinity_cap) - alpha x load(r)
 //
 // A prefix every replica holds (a fleet-wide system prompt) then no longer
 // uses up the affinity cap. The reservation still counts the real prefill.
 func NewRamjetMarginal(cfg selection.Config) (*Ramjet, error) {
-	p, err := NewRamjet(cfg)
-	if err != nil {
-		return nil, err
-	}
-	p.marginal, p.label = true, "ramjet-marginal"
-	return p, nil
+	return newRamjet(cfg, selection.Options{Marginal: true}, "ramjet-marginal")
 }
 
 // NewRamjetContext returns the "ramjet-context" variant: a proposal, not
-// ramjet's rule. Every in-flight request also weighs weight x its prompt
-// tokens until it completes, so that load(r) grows with the context the
-// replica must read at every decode step:
+// ramjet's rule. It is Route with selection.Options.ContextWeight: every
+// in-flight request also weighs weight x its prompt tokens until it
+// completes, so that load(r) grows with the context the replica must read
+// at every decode step:
 //
 //	load(r) = sum over in-flight (RequestCost + weight x context) + pending prefill
-//
-// It runs the real selection code: the extra weight is a second
-// reservation whose "prefill" is never marked done, released at
-// completion. The second reservation also counts RequestCost once more, so
-// the variant halves RequestCost to keep the per-request cost unchanged.
 func NewRamjetContext(cfg selection.Config, weight float64) (*Ramjet, error) {
-	cfg.SetDefaults()
-	cfg.RequestCost = max(1, cfg.RequestCost/2)
-	p, err := NewRamjet(cfg)
-	if err != nil {
-		return nil, err
-	}
-	p.ctxWeight, p.label = weight, "ramjet-context"
-	p.ctxRes = make(map[int]*selection.Reservation)
-	return p, nil
+	return newRamjet(cfg, selection.Options{ContextWeight: weight}, "ramjet-context")
 }
 
 func (p *Ramjet) Name() string { return p.label }
@@ -104,12 +89,42 @@ func (p *Ramjet) Name() string { return p.label }
 // Router exposes the underlying router (tests, index size).
 func (p *Ramjet) Router() *selection.Router { return p.rt }
 
+// UseReplicaKeys makes replica i register under keys[i] (e.g. the dial
+// addresses a Caddy module routes over) instead of "replica-<i>:8000", so
+// that the rendezvous tie-break places cold prompts as that module does.
+// Call it before the first Pick; the precise path keeps its own keys.
+func (p *Ramjet) UseReplicaKeys(keys []string) {
+	p.keys = append([]string(nil), keys...)
+}
+
+// UsePrecise makes pre (a precise-path service fed by the caller, e.g. by
+// real engines' event feeds) Route's annotator: the policy then decides as
+// the module's precise path does, with r.Prompt standing for the preflight's
+// token ids. The replica keys must be pre's feed ids.
+func (p *Ramjet) UsePrecise(pre *kvindex.Precise) {
+	p.pre = pre
+	for i, c := range p.cands {
+		key := replicaKey(i)
+		if i < len(p.keys) {
+			key = p.keys[i]
+		}
+		pre.Bind(c.Slot, key)
+	}
+}
+
 func (p *Ramjet) ensure(fleet []*Replica) error {
 	for len(p.cands) < len(fleet) {
 		i := len(p.cands)
-		s, err := p.rt.Register(fmt.Sprintf("replica-%d:8000", i))
+		key := replicaKey(i)
+		if i < len(p.keys) {
+			key = p.keys[i]
+		}
+		s, err := p.rt.Register(key)
 		if err != nil {
 			return err
+		}
+		if p.pre != nil {
+			p.pre.Bind(s, key)
 		}
 		prof := selection.ProfileStandard
 		if fleet[i].Speculative {
@@ -119,6 +134,9 @@ func (p *Ramjet) ensure(fleet []*Replica) error {
 	}
 	return nil
 }
+
+// replicaKey is replica i's key, in the router and in the precise index.
+func replicaKey(i int) string { return fmt.Sprintf("replica-%d:8000", i) }
 
 // features fills p.f for r.
 func (p *Ramjet) features(r *Request) {
@@ -139,36 +157,41 @@ func (p *Ramjet) features(r *Request) {
 	f.PromptBytes = int(float64(len(r.Prompt)) * cfg.CharsPerToken)
 }
 
+// Pick is one Route call; for the precise path, s.Tokens stands for the
+// tokenize preflight, which production runs (and which succeeds) only when
+// some feed is fresh.
 func (p *Ramjet) Pick(r *Request, fleet []*Replica) int {
 	if err := p.ensure(fleet); err != nil {
 		panic(err) // more than selection.MaxReplicas: rejected by Run first
 	}
 	p.features(r)
+	return p.route(p.f, r, fleet)
+}
+
+// PickFeatures is Pick with the request's features given (e.g. parsed from
+// the request body by the router's Extractor, as the module does) rather
+// than built from r.Prompt; r names the request for FirstToken and Done.
+func (p *Ramjet) PickFeatures(f *selection.Features, r *Request, fleet []*Replica) int {
+	if err := p.ensure(fleet); err != nil {
+		panic(err)
+	}
+	return p.route(f, r, fleet)
+}
+
+func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int {
 	cands := p.cands[:len(fleet)]
-	d := p.rt.Pick(p.f, cands, p.s)
-	prefill := d.Prefill
-	if p.marginal && d.Index >= 0 {
-		base := -1
-		for i, c := range cands {
-			if c.Usable && (base < 0 || p.s.Overlap[i] < base) {
-				base = p.s.Overlap[i]
-			}
+	var a selection.Annotator
+	p.s.Tokens = nil
+	if p.pre != nil {
+		a = p.pre
+		if p.pre.Ready() {
+			p.s.Tokens = r.Prompt
 		}
-		p.mcands = append(p.mcands[:0], cands...)
-		for i := range p.mcands {
-			p.mcands[i].Precise = true
-			p.mcands[i].Overlap = p.s.Overlap[i] - base
-		}
-		d = p.rt.Pick(p.f, p.mcands, p.s)
-		prefill = max(0, d.Prefill-base)
 	}
+	d, res := p.rt.Route(f, cands, p.s, a, nil)
+	p.s.Tokens = nil
 	p.Reasons[d.Reason.String()]++
-	res := p.rt.Reserve(d.Slot, prefill)
-	p.rt.Learn(p.f, d.Slot)
 	p.res[r.Row.ID] = res
-	if p.ctxWeight > 0 {
-		p.ctxRes[r.Row.ID] = p.rt.Reserve(d.Slot, int(p.ctxWeight*float64(len(r.Prompt))))
-	}
 	return d.Index
 }
 
@@ -184,9 +207,5 @@ func (p *Ramjet) Done(r *Request, _ int) {
 	if res, ok := p.res[r.Row.ID]; ok {
 		res.Release()
 		delete(p.res, r.Row.ID)
-	}
-	if res, ok := p.ctxRes[r.Row.ID]; ok {
-		res.Release()
-		delete(p.ctxRes, r.Row.ID)
 	}
 }

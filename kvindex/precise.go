@@ -1,0 +1,335 @@
+package kvindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// PreciseEngine is one replica of the precise path: its feed and the
+// engine's HTTP base for the tokenize preflight and the canary.
+type PreciseEngine struct {
+	// Feed is the replica's event feed; Feed.Replica is the replica key
+	// (the router's: dial address, plus "#rank" for a data-parallel rank).
+	// Feed.Events empty: no subscriber for it (the simulation applies
+	// events itself).
+	Feed Endpoint
+	// BaseURL is the engine's OpenAI base with its scheme, e.g.
+	// "https://10.0.0.5:8000". Empty: neither tokenized at nor probed.
+	BaseURL string
+	// Header is added to the replica's own requests (e.g.
+	// X-data-parallel-rank).
+	Header http.Header
+}
+
+// PreciseConfig configures a Precise. Zero values take the defaults.
+type PreciseConfig struct {
+	// Index configures the index (block size, budget, clock).
+	Index Config
+	// Engines lists the replicas with a feed.
+	Engines []PreciseEngine
+	// Token, when set, is sent as "Authorization: Bearer <Token>" with
+	// every tokenize preflight and canary probe (the upstream token).
+	Token string
+	// PredictTTL is how long a block routed to a replica counts as held
+	// there before the engine's event confirms it. Default 2s.
+	PredictTTL time.Duration
+	// TokenizeURL, when set, is the base URL of the /tokenize endpoint;
+	// by default the BaseURL of a replica whose feed is fresh, in turn.
+	TokenizeURL string
+	// Tokenizer configures the preflight (timeout, concurrency, cache).
+	Tokenizer TokenizerConfig
+	// Canary, when Model is set, turns on exact-placement canaries over
+	// every engine with a BaseURL.
+	Canary CanaryConfig
+	// Subscriber configures the feeds.
+	Subscriber SubscriberConfig
+	// Logger receives the service's logs; default none.
+	Logger *zap.Logger
+}
+
+// Precise is the precise path as one service: the index, the subscribers
+// that feed it, the tokenizer for the preflight and the optional canary.
+// It implements selection.Annotator: Route asks it for the exact overlap of
+// every candidate whose feed is fresh, from the token ids the preflight
+// produced, and tells it the decision so that the chosen replica's blocks
+// count as predicted entries until the engine's events confirm them.
+//
+// Start starts the feeds and the canary; Close stops them. Safe for
+// concurrent use.
+type Precise struct {
+	cfg    PreciseConfig
+	x      *Index
+	sub    *Subscriber // nil without feeds to dial
+	tk     *Tokenizer
+	canary *Canary // nil unless configured
+	bases  []preciseBase
+	next   atomic.Uint32
+
+	// bySlot maps a selection.Slot to its Replica plus one (0: unbound).
+	bySlot [selection.MaxReplicas]atomic.Int32
+
+	precise, approx atomic.Uint64
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+}
+
+type preciseBase struct {
+	r   Replica
+	url string
+	hdr http.Header
+}
+
+var _ selection.Annotator = (*Precise)(nil)
+
+// NewPrecise returns the service for cfg, not started.
+func NewPrecise(cfg PreciseConfig) (*Precise, error) {
+	if cfg.PredictTTL <= 0 {
+		cfg.PredictTTL = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	var auth http.Header
+	if cfg.Token != "" {
+		auth = http.Header{"Authorization": {"Bearer " + cfg.Token}}
+	}
+	p := &Precise{cfg: cfg, x: New(cfg.Index)}
+	var feeds []Endpoint
+	for _, e := range cfg.Engines {
+		if e.Feed.Replica == "" {
+			return nil, errors.New("kvindex: precise engine without a replica key")
+		}
+		r, err := p.x.Register(e.Feed.Replica)
+		if err != nil {
+			return nil, err
+		}
+		if e.Feed.Events != "" {
+			feeds = append(feeds, e.Feed)
+		}
+		if e.BaseURL != "" {
+			if !strings.HasPrefix(e.BaseURL, "http://") && !strings.HasPrefix(e.BaseURL, "https://") {
+				return nil, fmt.Errorf("kvindex: base URL %q: want http:// or https://", e.BaseURL)
+			}
+			p.bases = append(p.bases, preciseBase{r: r, url: e.BaseURL, hdr: e.Header})
+		}
+	}
+	if len(feeds) > 0 {
+		sc := cfg.Subscriber
+		if sc.Logger == nil {
+			sc.Logger = cfg.Logger
+		}
+		sub, err := NewSubscriber(p.x, feeds, sc)
+		if err != nil {
+			return nil, err
+		}
+		p.sub = sub
+	}
+	tc := cfg.Tokenizer
+	tc.Header = mergeHeader(tc.Header, auth)
+	p.tk = NewTokenizer(tc)
+	if cfg.Canary.Model != "" {
+		var targets []CanaryTarget
+		for _, b := range p.bases {
+			targets = append(targets, CanaryTarget{Replica: b.r, BaseURL: b.url, Header: b.hdr})
+		}
+		cc := cfg.Canary
+		cc.Header = mergeHeader(cc.Header, auth)
+		c, err := NewCanary(p.x, targets, cc)
+		if err != nil {
+			return nil, err
+		}
+		p.canary = c
+	}
+	return p, nil
+}
+
+func mergeHeader(a, b http.Header) http.Header {
+	if len(b) == 0 {
+		return a
+	}
+	out := a.Clone()
+	if out == nil {
+		out = make(http.Header, len(b))
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// Start starts the feeds and the canary; they run until Close (or ctx
+// ends). Calling it again does nothing.
+func (p *Precise) Start(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started || p.closed {
+		return
+	}
+	p.started = true
+	if p.sub != nil {
+		p.sub.Start(ctx)
+	}
+	if p.canary != nil {
+		p.canary.Start(ctx)
+	}
+}
+
+// Close stops the feeds and the canary and waits for them.
+func (p *Precise) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	var err error
+	if p.canary != nil {
+		err = p.canary.Close()
+	}
+	if p.sub != nil {
+		err = errors.Join(err, p.sub.Close())
+	}
+	return err
+}
+
+// Index is the service's index.
+func (p *Precise) Index() *Index { return p.x }
+
+// Tokenizer is the service's preflight client.
+func (p *Precise) Tokenizer() *Tokenizer { return p.tk }
+
+// Canary is the service's canary, nil unless configured.
+func (p *Precise) Canary() *Canary { return p.canary }
+
+// Subscriber is the service's feeds, nil when there are none to dial.
+func (p *Precise) Subscriber() *Subscriber { return p.sub }
+
+// Bind maps the router's slot s to the replica key key. It reports whether
+// key has a feed; candidates of slots without one are routed by the
+// estimate. Bind before routing over s; rebinding is allowed.
+func (p *Precise) Bind(s selection.Slot, key string) bool {
+	if s < 0 || int(s) >= len(p.bySlot) {
+		return false
+	}
+	r, ok := p.x.Lookup(key)
+	if !ok {
+		p.bySlot[s].Store(0)
+		return false
+	}
+	p.bySlot[s].Store(int32(r) + 1)
+	return true
+}
+
+func (p *Precise) replicaOf(s selection.Slot) Replica {
+	if s < 0 || int(s) >= len(p.bySlot) {
+		return -1
+	}
+	return Replica(p.bySlot[s].Load() - 1)
+}
+
+// Ready reports whether a preflight is worth sending: some feed is fresh,
+// so that token ids can give an exact overlap.
+func (p *Precise) Ready() bool {
+	for r := range p.x.NumReplicas() {
+		if p.x.Fresh(Replica(r)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Tokenize is the preflight: the token ids of req as an engine tokenizes
+// it, from the cache when key was seen (key: e.g. a hash of the body),
+// bounded by the tokenizer's timeout and concurrency. The engine is
+// TokenizeURL, or else an engine whose feed is fresh, taken in turn. The
+// returned slice is shared: do not modify it.
+func (p *Precise) Tokenize(ctx context.Context, key uint64, req TokenizeRequest) ([]uint32, error) {
+	if toks, ok := p.tk.Cached(key); ok {
+		return toks, nil
+	}
+	base := p.cfg.TokenizeURL
+	if base == "" {
+		n := len(p.bases)
+		start := int(p.next.Add(1))
+		for i := range n {
+			b := p.bases[(start+i)%n]
+			if p.x.Fresh(b.r) {
+				base = b.url
+				break
+			}
+		}
+	}
+	if base == "" {
+		return nil, errors.New("kvindex: no fresh feed to tokenize at")
+	}
+	return p.tk.Tokenize(ctx, base, key, req)
+}
+
+// Decisions counts the routing decisions annotated with at least one
+// exact overlap, and those routed by the estimate alone.
+func (p *Precise) Decisions() (precise, approx uint64) {
+	return p.precise.Load(), p.approx.Load()
+}
+
+// Annotate implements selection.Annotator: it sets the exact overlap of
+// s.Tokens on every candidate whose slot is bound to a fresh feed and
+// clears Precise on the others. It does not allocate once s.Exact and
+// s.Keys have grown.
+func (p *Precise) Annotate(_ *selection.Features, cands []selection.Candidate, s *selection.Scratch) bool {
+	if len(s.Tokens) == 0 {
+		for i := range cands {
+			cands[i].Precise = false
+		}
+		p.approx.Add(1)
+		return false
+	}
+	s.Keys = p.x.Keys(s.Keys[:0], 0, s.Tokens)
+	if cap(s.Exact) < MaxReplicas {
+		s.Exact = make([]int, MaxReplicas)
+	}
+	s.Exact = s.Exact[:MaxReplicas]
+	x := p.x
+	x.mu.RLock()
+	x.overlapLocked(s.Keys, s.Exact)
+	n := 0
+	for i := range cands {
+		r := p.replicaOf(cands[i].Slot)
+		if r < 0 || int(r) >= len(x.reps) || !x.fresh.has(r) {
+			cands[i].Precise = false
+			continue
+		}
+		cands[i].Precise, cands[i].Overlap = true, s.Exact[r]
+		n++
+	}
+	x.mu.RUnlock()
+	if n == 0 {
+		p.approx.Add(1)
+		return false
+	}
+	p.precise.Add(1)
+	return true
+}
+
+// Decided implements selection.Annotator: the chosen replica's blocks
+// count as held there for PredictTTL, until its events confirm them.
+func (p *Precise) Decided(_ *selection.Features, cands []selection.Candidate, d selection.Decision, s *selection.Scratch) {
+	if d.Index < 0 || d.Index >= len(cands) {
+		return
+	}
+	if r := p.replicaOf(cands[d.Index].Slot); r >= 0 {
+		p.x.Predict(r, s.Keys, p.cfg.PredictTTL)
+	}
+}

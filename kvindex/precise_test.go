@@ -1,0 +1,130 @@
+package kvindex
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// TestPreciseTokenizeCarriesTokenAndScheme checks that the preflight goes
+// to an engine whose feed is fresh, over the engine's own scheme (https
+// here), with the upstream token, and the rank header of that replica.
+func TestPreciseTokenizeCarriesTokenAndScheme(t *testing.T) {
+	var auth, rank atomic.Value
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth.Store(r.Header.Get("Authorization"))
+		rank.Store(r.Header.Get("X-data-parallel-rank"))
+		if r.URL.Path != "/tokenize" {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"tokens": []int{1, 2, 3}, "count": 3})
+	}))
+	defer srv.Close()
+	p, err := NewPrecise(PreciseConfig{
+		Index: Config{BlockSize: 4},
+		Engines: []PreciseEngine{
+			{Feed: Endpoint{Replica: "a"}, BaseURL: "https://127.0.0.1:1"}, // never fresh
+			{Feed: Endpoint{Replica: "b"}, BaseURL: srv.URL},
+		},
+		Token:     "s3cret",
+		Tokenizer: TokenizerConfig{Client: srv.Client(), Timeout: 5 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Start(context.Background())
+
+	if p.Ready() {
+		t.Fatal("ready before any feed applied an event")
+	}
+	if _, err := p.Tokenize(context.Background(), 1, TokenizeRequest{Model: "m", Prompt: json.RawMessage(`"x"`)}); err == nil {
+		t.Fatal("tokenized with no fresh feed")
+	}
+	rb, _ := p.Index().Lookup("b")
+	p.Index().Apply(rb, batchOf(storedEv(0, false, 4, []uint32{9, 9, 9, 9}, 7)))
+	if !p.Ready() {
+		t.Fatal("not ready after b's feed applied an event")
+	}
+	for i := range 4 { // every turn lands on the only fresh engine
+		toks, err := p.Tokenize(context.Background(), uint64(10+i), TokenizeRequest{Model: "m", Prompt: json.RawMessage(`"x"`)})
+		if err != nil || len(toks) != 3 {
+			t.Fatalf("tokenize: %v %v", toks, err)
+		}
+	}
+	if got := auth.Load(); got != "Bearer s3cret" {
+		t.Errorf("Authorization %q, want the upstream token", got)
+	}
+	if _, err := NewPrecise(PreciseConfig{Engines: []PreciseEngine{{Feed: Endpoint{Replica: "c"}, BaseURL: "10.0.0.1:80"}}}); err == nil {
+		t.Error("a base URL without a scheme was accepted")
+	}
+}
+
+// TestPreciseAnnotator checks the selection.Annotator contract through
+// Router.Route: exact overlaps for bound slots with fresh feeds only,
+// predictions only after a precise decision, and no allocation.
+func TestPreciseAnnotator(t *testing.T) {
+	now := time.Unix(100, 0)
+	p, err := NewPrecise(PreciseConfig{
+		Index:   Config{BlockSize: 4, Now: func() time.Time { return now }},
+		Engines: []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cands []selection.Candidate
+	for _, k := range []string{"a", "b", "c"} {
+		s, _ := rt.Register(k)
+		if bound := p.Bind(s, k); bound != (k != "c") {
+			t.Fatalf("Bind(%s) = %v", k, bound)
+		}
+		cands = append(cands, selection.Candidate{Slot: s, Usable: true})
+	}
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks, a holds two
+	ra, _ := p.Index().Lookup("a")
+	rb, _ := p.Index().Lookup("b")
+	p.Index().Apply(ra, batchOf(storedEv(0, false, 4, toks[:8], 11, 12)))
+	p.Index().Apply(rb, batchOf(storedEv(0, false, 4, []uint32{0, 0, 0, 0}, 21)))
+
+	f := rt.Extractor().NewFeatures()
+	f.PromptBytes = 100
+	s := selection.NewScratch(3)
+
+	// No token ids (the preflight failed): the estimate alone, no prediction.
+	d, res := rt.Route(f, cands, s, p, nil)
+	res.Release()
+	if d.Precise || cands[0].Precise || p.Index().Predicted() != 0 {
+		t.Fatalf("without tokens: %+v, predicted %d", d, p.Index().Predicted())
+	}
+	s.Tokens = toks
+	d, res = rt.Route(f, cands, s, p, nil)
+	res.Release()
+	if !d.Precise || !cands[0].Precise || cands[0].Overlap != 8 || !cands[1].Precise || cands[1].Overlap != 0 || cands[2].Precise {
+		t.Fatalf("with tokens: %+v, candidates %+v", d, cands)
+	}
+	if d.Slot != cands[0].Slot || p.Index().Predicted() == 0 {
+		t.Fatalf("decision %+v, predicted %d: want replica a, its blocks predicted", d, p.Index().Predicted())
+	}
+	if pr, ap := p.Decisions(); pr != 1 || ap != 1 {
+		t.Fatalf("decisions precise %d approximate %d, want 1 and 1", pr, ap)
+	}
+	var storage selection.Reservation
+	allocs := testing.AllocsPerRun(100, func() {
+		_, r := rt.Route(f, cands, s, p, &storage)
+		r.Release()
+	})
+	if allocs != 0 {
+		t.Fatalf("Route with the precise annotator allocates %v times", allocs)
+	}
+}
