@@ -25,6 +25,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	benchstats "github.com/ramjet-llm/ramjet/bench/stats"
 	"github.com/ramjet-llm/ramjet/deploy"
 )
 
@@ -91,7 +92,8 @@ type Summary struct {
 	CachedTokens int64
 	// PerUpstream counts requests by X-Ramjet-Upstream route id.
 	PerUpstream map[string]int
-	// TTFTp50 is the median time to first token seen by the clients.
+	// TTFTp50 is the median time to first token seen by the clients
+	// (over the last 4096 requests, by stats.Percentile).
 	TTFTp50 time.Duration
 }
 
@@ -158,9 +160,12 @@ func (st *stats) snapshot() Summary {
 		s.PerUpstream[k] = v
 	}
 	if len(st.ttft) > 0 {
-		t := slices.Clone(st.ttft)
+		t := make([]float64, len(st.ttft))
+		for i, d := range st.ttft {
+			t[i] = float64(d)
+		}
 		slices.Sort(t)
-		s.TTFTp50 = t[len(t)/2]
+		s.TTFTp50 = time.Duration(benchstats.Percentile(t, 50))
 	}
 	return s
 }
