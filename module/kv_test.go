@@ -344,7 +344,7 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 	entries := k.x.Entries()
 
 	// A reload that keeps the kv settings keeps the index and its feeds.
-	opts.Extra = "second"
+	opts.Tag = "second"
 	c.reload(opts)
 	if liveKV(t) != k {
 		t.Fatal("the kv state was rebuilt by a reload with the same kv settings")
