@@ -164,7 +164,6 @@ func (m BodyMatcher) Match(r *http.Request) bool {
 // Interface guards.
 var (
 	_ caddyhttp.RequestMatcherWithError = (*BodyMatcher)(nil)
-	_ caddyhttp.RequestMatcher          = (*BodyMatcher)(nil)
 	_ caddy.Provisioner                 = (*BodyMatcher)(nil)
 	_ caddy.Validator                   = (*BodyMatcher)(nil)
 	_ caddyfile.Unmarshaler             = (*BodyMatcher)(nil)

@@ -100,9 +100,6 @@ func (st *reqState) markTried(s selection.Slot) { st.tried[s>>6] |= 1 << (uint(s
 
 func (st *reqState) wasTried(s selection.Slot) bool { return st.tried[s>>6]&(1<<(uint(s)&63)) != 0 }
 
-// reservation is the live reservation of the last attempt, or nil.
-func (st *reqState) reservation() *selection.Reservation { return st.res.Load() }
-
 // setReservation replaces the reservation, releasing the earlier one (a
 // retry). If the request already finished, the new one is released at once.
 func (st *reqState) setReservation(res *selection.Reservation) {

@@ -579,7 +579,7 @@ func (e *Engine) apply(dst []Event) []Event {
 			e.release(s)
 			continue
 		}
-		if s.blocks == nil || len(s.blocks) == 0 {
+		if len(s.blocks) == 0 {
 			continue // preempted after planning cannot happen; defensive
 		}
 		s.computed += it.n

@@ -9,9 +9,12 @@
 package caddyrun
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -52,7 +55,7 @@ type Running struct {
 func (r *Running) URL(site string) string { return "http://" + r.Addr[site] + "/v1" }
 
 // Config builds the Caddy JSON configuration for sites on the given
-// listen addresses.
+// listen addresses (Caddy network addresses).
 func Config(sites []Site, addrs map[string]string) ([]byte, error) {
 	servers := make(map[string]any, len(sites))
 	for _, s := range sites {
@@ -97,58 +100,107 @@ func Config(sites []Site, addrs map[string]string) ([]byte, error) {
 	return json.Marshal(cfg)
 }
 
-// Start loads a Caddy configuration with one listener per site on free
-// 127.0.0.1 ports and waits until every listener accepts connections.
+// Start binds one 127.0.0.1 listener per site (port chosen by the
+// kernel), hands them to Caddy and loads a configuration serving the sites
+// on them. No port is reserved, closed and rebound: Caddy serves on the
+// very sockets Start bound, so every listener accepts connections when
+// Start returns.
 func Start(sites []Site) (*Running, error) {
 	addrs := make(map[string]string, len(sites))
-	for _, s := range sites {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, err
+	listen := make(map[string]string, len(sites))
+	var bound []string
+	release := func() {
+		for _, a := range bound {
+			if ln, ok := handover.LoadAndDelete(a); ok {
+				ln.(net.Listener).Close()
+			}
 		}
-		addrs[s.Name] = a
 	}
-	cfg, err := Config(sites, addrs)
+	for _, s := range sites {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("listen for site %q: %w", s.Name, err)
+		}
+		a := ln.Addr().String()
+		handover.Store(a, ln)
+		bound = append(bound, a)
+		addrs[s.Name] = a
+		listen[s.Name] = network + "/" + a
+	}
+	cfg, err := Config(sites, listen)
 	if err != nil {
+		release()
 		return nil, err
 	}
 	if err := caddy.Load(cfg, true); err != nil {
+		release()
 		return nil, fmt.Errorf("load caddy config: %w", err)
 	}
-	for _, a := range addrs {
-		if err := waitListening(a, 5*time.Second); err != nil {
-			_ = caddy.Stop()
-			return nil, err
-		}
-	}
+	release() // anything Caddy did not take
 	return &Running{Addr: addrs}, nil
 }
 
-// Stop unloads the running configuration, closing its listeners.
-func Stop() error { return caddy.Stop() }
-
-// freeAddr reserves a free loopback port by listening and closing.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("reserve port: %w", err)
+// Stop unloads the running configuration, closing its listeners, and
+// waits up to 10s for the servers' connections to close (caddy.Stop
+// returns while its servers still drain in the background).
+func Stop() error {
+	err := caddy.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for openConns.Load() > 0 && time.Now().Before(deadline) {
+		<-tick.C
 	}
-	addr := l.Addr().String()
-	return addr, l.Close()
+	if n := openConns.Load(); n > 0 && err == nil {
+		err = fmt.Errorf("caddy stopped with %d connections still open after 10s", n)
+	}
+	return err
 }
 
-func waitListening(addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			return c.Close()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("caddy listener %s not up: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+// network is the Caddy network type of the listeners Start hands over:
+// Caddy asked to listen on "caddyrun/127.0.0.1:PORT" takes the listener
+// Start bound there (caddy.RegisterNetwork).
+const network = "caddyrun"
+
+func init() { caddy.RegisterNetwork(network, takeListener) }
+
+// handover holds the listeners Start bound and Caddy has not taken yet,
+// by address.
+var handover sync.Map
+
+// openConns counts the connections accepted on handed-over listeners and
+// not closed yet.
+var openConns atomic.Int64
+
+func takeListener(_ context.Context, _, host, port string, _ uint, _ net.ListenConfig) (any, error) {
+	ln, ok := handover.LoadAndDelete(net.JoinHostPort(host, port))
+	if !ok {
+		return nil, fmt.Errorf("caddyrun: no listener bound on %s (one Start per configuration)", net.JoinHostPort(host, port))
 	}
+	return countingListener{ln.(net.Listener)}, nil
+}
+
+// countingListener counts its connections in openConns.
+type countingListener struct{ net.Listener }
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	openConns.Add(1)
+	return &countedConn{Conn: c}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { openConns.Add(-1) })
+	return c.Conn.Close()
 }
 
 // RamjetSite is a site with the given policy; for "ramjet" it adds the
