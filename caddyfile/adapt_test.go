@@ -93,12 +93,12 @@ func TestAdaptBadOptions(t *testing.T) {
 		{"affinity_cap", "affinity_cap", "affinity_cap: missing value"},
 		{"block_tokens", "block_tokens 1 2", "block_tokens: too many values"},
 		{"index_budget", "index_budget lots", `index_budget: "lots" is not a size`},
-		{"profile", "profile 10.0.0.1:8000 turbo", `profile 10.0.0.1:8000: unknown engine profile "turbo"`},
+		{"profile", "profile 127.0.0.1:8001 turbo", `profile 127.0.0.1:8001: unknown engine profile "turbo"`},
 		{"fallback", "fallback nosuch", "fallback:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := ":8000 {\n\treverse_proxy 10.0.0.1:8000 {\n\t\tlb_policy ramjet {\n" + indent(tt.give) + "\n\t\t}\n\t}\n}\n"
+			src := ":8000 {\n\treverse_proxy 127.0.0.1:8001 {\n\t\tlb_policy ramjet {\n" + indent(tt.give) + "\n\t\t}\n\t}\n}\n"
 			_, err := adapt(t, "Caddyfile", []byte(src))
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "Caddyfile:") {
 				t.Fatalf("error = %v, want it to contain %q and the file name", err, tt.wantErr)
@@ -120,7 +120,7 @@ func TestAdaptBadOptions(t *testing.T) {
 	}
 	for _, tt := range loadTests {
 		t.Run("load/"+tt.name, func(t *testing.T) {
-			src := ":8000 {\n\treverse_proxy 10.0.0.1:8000 {\n\t\tlb_policy ramjet {\n" + indent(tt.give) + "\n\t\t}\n\t}\n}\n"
+			src := ":8000 {\n\treverse_proxy 127.0.0.1:8001 {\n\t\tlb_policy ramjet {\n" + indent(tt.give) + "\n\t\t}\n\t}\n}\n"
 			out, err := adapt(t, "Caddyfile", []byte(src))
 			if err != nil {
 				t.Fatalf("adapt: %v", err)

@@ -106,7 +106,7 @@ func TestSplitList(t *testing.T) {
 
 // goldenEnv is the environment the golden files are adapted under.
 var goldenEnv = map[string]string{
-	"RJ_UPSTREAM":          "10.0.0.1:8000,10.0.0.2:8000",
+	"RJ_UPSTREAM":          "127.0.0.1:8001,127.0.0.1:8002",
 	"RJ_UPSTREAM_DP_RANKS": "",
 }
 
@@ -176,7 +176,7 @@ func TestDeployCaddyfileAdapt(t *testing.T) {
 			t.Setenv(name, "") // the golden file is made with defaults only
 		}
 	}
-	t.Setenv("RJ_UPSTREAM", "10.0.0.1:8000, 10.0.0.2:8000")
+	t.Setenv("RJ_UPSTREAM", "127.0.0.1:8001, 127.0.0.1:8002")
 	src, err := os.ReadFile("../deploy/Caddyfile")
 	if err != nil {
 		t.Fatal(err)

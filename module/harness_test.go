@@ -385,16 +385,13 @@ func quietLogs() map[string]any {
 	return map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
 }
 
-// reload posts a new config to the admin API (POST /load).
+// reload posts a new config to the admin API (POST /load). No wait for
+// readiness is needed, here or after a start: Caddy serves on listeners
+// bound before it loaded the config.
 func (c *testCaddy) reload(o proxyOpts) {
 	c.t.Helper()
 	postLoad(c.t, c.admin, c.config(o))
 }
-
-// waitReady returns at once: Caddy serves on listeners bound before it
-// loaded its config, so a loaded config accepts connections. Kept for the
-// tests that call it.
-func (c *testCaddy) waitReady() {}
 
 // postLoad posts cfg to the Caddy admin API at admin (POST /load).
 func postLoad(t testing.TB, admin string, cfg []byte) {
