@@ -266,10 +266,7 @@ func TestKVReplayAndClear(t *testing.T) {
 	if st, _ := postJSON(t, s.URL()+"/reset_prefix_cache", "", nil); st != 200 {
 		t.Fatalf("reset_prefix_cache %d", st)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Stats()[0].KVBatches < 4 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll(20*time.Second, func() bool { return s.Stats()[0].KVBatches >= 4 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req := zmq4.NewReq(ctx)

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +157,70 @@ func Stop() error {
 		err = fmt.Errorf("caddy stopped with %d connections still open after 10s", n)
 	}
 	return err
+}
+
+// LoadOn loads cfg, a Caddy JSON config (such as an adapted Caddyfile),
+// serving on lns instead of binding its own sockets: every server listen
+// address and the admin listen address whose port is that of one of lns
+// is rewritten to that listener. LoadOn owns lns: Caddy closes those it
+// took at Stop, LoadOn closes the others before it returns.
+func LoadOn(cfg []byte, lns ...net.Listener) error {
+	byPort := make(map[string]string, len(lns))
+	for _, ln := range lns {
+		a := ln.Addr().String()
+		_, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return err
+		}
+		handover.Store(a, ln)
+		byPort[port] = a
+	}
+	defer func() {
+		for _, a := range byPort {
+			if ln, ok := handover.LoadAndDelete(a); ok {
+				ln.(net.Listener).Close()
+			}
+		}
+	}()
+	swap := func(s string) string {
+		na, err := caddy.ParseNetworkAddress(s)
+		if err != nil || na.IsUnixNetwork() || na.StartPort != na.EndPort {
+			return s
+		}
+		if a, ok := byPort[strconv.FormatUint(uint64(na.StartPort), 10)]; ok {
+			return network + "/" + a
+		}
+		return s
+	}
+	var m map[string]any
+	if err := json.Unmarshal(cfg, &m); err != nil {
+		return fmt.Errorf("decoding the config: %w", err)
+	}
+	if admin, ok := m["admin"].(map[string]any); ok {
+		if l, ok := admin["listen"].(string); ok {
+			admin["listen"] = swap(l)
+		}
+	}
+	apps, _ := m["apps"].(map[string]any)
+	httpApp, _ := apps["http"].(map[string]any)
+	servers, _ := httpApp["servers"].(map[string]any)
+	for _, srv := range servers {
+		srv, _ := srv.(map[string]any)
+		ls, _ := srv["listen"].([]any)
+		for i, l := range ls {
+			if l, ok := l.(string); ok {
+				ls[i] = swap(l)
+			}
+		}
+	}
+	cfg, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		return fmt.Errorf("load caddy config: %w", err)
+	}
+	return nil
 }
 
 // network is the Caddy network type of the listeners Start hands over:
