@@ -155,15 +155,22 @@ func consecutivePorts(t *testing.T) int {
 // publishing KV events (and serving replays) on consecutive ports.
 func startKVSim(t *testing.T) (*enginesim.Server, string, string) {
 	t.Helper()
-	ev, rp := consecutivePorts(t), consecutivePorts(t)
-	events, replay := fmt.Sprintf("tcp://127.0.0.1:%d", ev), fmt.Sprintf("tcp://127.0.0.1:%d", rp)
-	sim, err := enginesim.Start(context.Background(), enginesim.Options{
-		Instant: true, DP: 2,
-		Engine:   engine.Config{BlockSize: 16, CapacityTokens: 4096 * 16},
-		KVEvents: enginesim.KVEventsOptions{Endpoint: events, ReplayEndpoint: replay, Topic: "kv-events"},
-	})
-	if err != nil {
-		t.Fatal(err)
+	// ZMQ binds the ports it is given: another process may take one after
+	// consecutivePorts, so a start failing with EADDRINUSE is retried.
+	var sim *enginesim.Server
+	var events, replay string
+	for attempt := 0; sim == nil; attempt++ {
+		ev, rp := consecutivePorts(t), consecutivePorts(t)
+		events, replay = fmt.Sprintf("tcp://127.0.0.1:%d", ev), fmt.Sprintf("tcp://127.0.0.1:%d", rp)
+		var err error
+		sim, err = enginesim.Start(context.Background(), enginesim.Options{
+			Instant: true, DP: 2,
+			Engine:   engine.Config{BlockSize: 16, CapacityTokens: 4096 * 16},
+			KVEvents: enginesim.KVEventsOptions{Endpoint: events, ReplayEndpoint: replay, Topic: "kv-events"},
+		})
+		if err != nil && (attempt == 4 || !strings.Contains(err.Error(), "address already in use")) {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { sim.Close() })
 	return sim, events, replay

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,9 +188,21 @@ func awaitMsg(t *testing.T, ch <-chan kvMsg, send func(i int)) kvMsg {
 func TestKVEventsOverZMQ(t *testing.T) {
 	for _, enc := range []KVEncoding{KVEncodingArray, KVEncodingMap} {
 		t.Run(string(enc), func(t *testing.T) {
-			base := freePorts(t, 2)
-			s := startSim(t, Options{Instant: true, DP: 2, KVEvents: KVEventsOptions{
-				Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", base), Encoding: enc, Topic: "kv"}})
+			// ZMQ binds the ports it is given (rank i on base+i): another
+			// process may take one after freePorts, so a start failing with
+			// EADDRINUSE is retried on other ports.
+			var base int
+			var s *Server
+			for attempt := 0; s == nil; attempt++ {
+				base = freePorts(t, 2)
+				var err error
+				s, err = Start(context.Background(), Options{Instant: true, DP: 2, KVEvents: KVEventsOptions{
+					Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", base), Encoding: enc, Topic: "kv"}})
+				if err != nil && (attempt == 4 || !strings.Contains(err.Error(), "address already in use")) {
+					t.Fatalf("Start: %v", err)
+				}
+			}
+			t.Cleanup(func() { s.Close() })
 			eps := s.KVEndpoints()
 			want := []string{fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+1)}
 			if diff := cmp.Diff(want, eps); diff != "" {
