@@ -391,6 +391,10 @@ func quietLogs() map[string]any {
 func (c *testCaddy) reload(o proxyOpts) {
 	c.t.Helper()
 	postLoad(c.t, c.admin, c.config(o))
+	// The old config's servers close their idle connections as they shut
+	// down; a client reusing one would write into a closed socket and
+	// fail a POST (which Go's transport does not retry). Start afresh.
+	http.DefaultClient.CloseIdleConnections()
 }
 
 // postLoad posts cfg to the Caddy admin API at admin (POST /load).

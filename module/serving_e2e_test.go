@@ -712,6 +712,7 @@ func TestServingReload(t *testing.T) {
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
+	http.DefaultClient.CloseIdleConnections() // the old servers close theirs
 	_, after, body := getHealth(t, p)
 	if after.Status != "ok" || len(after.Replicas) != 2 {
 		t.Fatalf("health after reload: %s", body)
