@@ -149,7 +149,6 @@ type replica struct {
 	id       string
 	byEngine map[uint64]*rec
 	refs     map[uint64]int32 // router key -> engine hashes mapping to it
-	fresh    bool
 	// counters, under Index.mu
 	applied, fences, decodeErrors, gaps, replayed uint64
 	messages, lastSeq                             uint64

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,11 +65,22 @@ func simOptions(enc enginesim.KVEncoding, h enginesim.HashEncoding, events, repl
 
 func startSim(t *testing.T, enc enginesim.KVEncoding, h enginesim.HashEncoding) *simHarness {
 	const bs = 16
-	events := fmt.Sprintf("tcp://127.0.0.1:%d", consecutivePorts(t))
-	replay := fmt.Sprintf("tcp://127.0.0.1:%d", consecutivePorts(t))
-	s, err := enginesim.Start(context.Background(), simOptions(enc, h, events, replay))
-	if err != nil {
-		t.Fatal(err)
+	// ZMQ binds the chosen ports itself (rank i on port+i): another
+	// process may take one between consecutivePorts and the bind, so the
+	// whole start is retried on EADDRINUSE.
+	var s *enginesim.Server
+	var err error
+	for attempt := 0; ; attempt++ {
+		events := fmt.Sprintf("tcp://127.0.0.1:%d", consecutivePorts(t))
+		replay := fmt.Sprintf("tcp://127.0.0.1:%d", consecutivePorts(t))
+		s, err = enginesim.Start(context.Background(), simOptions(enc, h, events, replay))
+		if err == nil {
+			break
+		}
+		inUse := errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+		if attempt == 4 || !inUse {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { s.Close() })
 	x := New(Config{BlockSize: bs})

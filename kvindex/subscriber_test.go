@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestMain(m *testing.M) {
@@ -131,15 +133,17 @@ func (p *testPub) close() {
 	p.wg.Wait()
 }
 
-// eventually polls cond for up to 5 s.
+// eventually polls cond every 5ms for up to 20s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-tick.C
 	}
 }
 
@@ -149,16 +153,19 @@ func (p *testPub) sync(t *testing.T, x *Index, r Replica) {
 	t.Helper()
 	before := x.Stats(r).Messages
 	empty := encodeBatch(positional, 0, nil, 0)
-	deadline := time.Now().Add(5 * time.Second)
-	for x.Stats(r).Messages == before {
-		if time.Now().After(deadline) {
-			t.Fatal("subscriber never received a message")
+	var last uint64
+	published := false
+	eventually(t, "a sync received", func() bool {
+		if x.Stats(r).Messages != before {
+			return true
 		}
-		p.publish(empty, false)
-		time.Sleep(10 * time.Millisecond)
+		last, published = p.publish(empty, false), true
+		return false
+	})
+	if published {
+		// The syncs still in flight arrive in order: wait for the last.
+		eventually(t, "the last sync received", func() bool { return x.Stats(r).LastSeq >= last })
 	}
-	// Let the in-flight syncs land.
-	time.Sleep(30 * time.Millisecond)
 }
 
 func startSub(t *testing.T, x *Index, eps ...Endpoint) *Subscriber {
@@ -310,8 +317,17 @@ func TestSubscriberReconnects(t *testing.T) {
 func TestSubscriberUnreachable(t *testing.T) {
 	// Nothing listens: the subscriber retries with backoff and Close stops it.
 	x := New(Config{})
-	s := startSub(t, x, Endpoint{Replica: "e", Events: "tcp://127.0.0.1:1"})
-	time.Sleep(100 * time.Millisecond)
+	core, logs := observer.New(zap.DebugLevel)
+	s, err := NewSubscriber(x, []Endpoint{{Replica: "e", Events: "tcp://127.0.0.1:1"}}, SubscriberConfig{
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start(context.Background())
+	t.Cleanup(func() { s.Close() })
+	eventually(t, "three failed connection attempts", func() bool {
+		return logs.FilterMessage("kv event feed unreachable").Len() >= 3
+	})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -322,11 +338,11 @@ func TestSubscriberUnreachable(t *testing.T) {
 }
 
 func TestRankEndpoint(t *testing.T) {
-	ep, err := RankEndpoint("10.0.0.5:8000", "tcp://10.0.0.5:5557", "tcp://10.0.0.5:5558", "kv", 2)
+	ep, err := RankEndpoint("127.0.0.1:8000", "tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "kv", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Endpoint{Replica: "10.0.0.5:8000#2", Events: "tcp://10.0.0.5:5559", Replay: "tcp://10.0.0.5:5560", Topic: "kv"}
+	want := Endpoint{Replica: "127.0.0.1:8000#2", Events: "tcp://127.0.0.1:5559", Replay: "tcp://127.0.0.1:5560", Topic: "kv"}
 	if ep != want {
 		t.Errorf("got %+v, want %+v", ep, want)
 	}

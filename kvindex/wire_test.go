@@ -54,7 +54,7 @@ func (e wireEvent) value(enc encoding) any {
 		}
 		return append([]any{"SomethingNew"}, e.Extra...)
 	default:
-		m := map[string]any{}
+		var m map[string]any
 		switch e.Kind {
 		case KindBlockStored:
 			m = map[string]any{"type": "BlockStored", "block_hashes": hashes,

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -432,36 +431,8 @@ func TestDashboardCaddyfile(t *testing.T) {
 // guard rejects as well as what the engines answer.
 func TestDeployOpsPort(t *testing.T) {
 	es := startObsEngines(t, 2, 0, 0)
-	client, ops := obsFreeAddr(t), obsFreeAddr(t)
-	for k, v := range map[string]string{"RJ_LISTEN": client, "RJ_METRICS_LISTEN": ops, "RJ_ADMIN_LISTEN": "off",
-		"RJ_UPSTREAM": strings.Join(obsDials(es), ",")} {
-		t.Setenv(k, v)
-	}
-	src, err := os.ReadFile("../deploy/Caddyfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw map[string]any
-	if err := json.Unmarshal(cfg, &raw); err != nil {
-		t.Fatal(err)
-	}
-	raw["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
-	cfg, _ = json.Marshal(raw)
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := caddy.Stop(); err != nil {
-			t.Errorf("stopping caddy: %v", err)
-		}
-	})
-	c := &obsCaddy{t: t, client: client, ops: ops}
-	c.waitReady()
-	p := struct{ base, metrics string }{"http://" + client, "http://" + ops}
+	p := mustLoad(t, deployCaddyfile(t), map[string]string{"RJ_UPSTREAM": strings.Join(obsDials(es), ",")})
+	c := &obsCaddy{t: t}
 	resetMetrics()
 	m := metrics()
 

@@ -417,6 +417,7 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 		hc.Active = new(reverseproxy.ActiveHealthChecks)
 	}
 	a := hc.Active
+	//lint:ignore SA1019 a block setting the deprecated health_path keeps it.
 	if a.URI == "" && a.Path == "" {
 		a.URI = DefaultHealthURI
 	}

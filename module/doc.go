@@ -35,7 +35,6 @@
 //	                        the *selection.RequestError for a 400)
 //	st.fleet, st.slot, st.replica, st.routeID, st.model, st.decision,
 //	st.fallback, st.attempts
-//	st.reservation()        the live *selection.Reservation, or nil
 //
 // Fleet state (state.go): lookupFleet(stateKey) returns the *fleet most
 // recently provisioned under a state_key ("" = "default"), or nil;

@@ -289,18 +289,6 @@ func totalPending(f *fleet) int64 {
 	return n
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting: %s", what)
-}
-
 func TestE2EUnhealthySkipped(t *testing.T) {
 	ss := startSims(t, 4, enginesim.Options{})
 	c := startCaddy(t, ss.dials(), proxyOpts{Health: true})
@@ -341,7 +329,7 @@ func TestE2EUnhealthySkipped(t *testing.T) {
 
 func TestE2EStateSurvivesReload(t *testing.T) {
 	ss := startSims(t, 8, enginesim.Options{})
-	c := startCaddy(t, ss.dials(), proxyOpts{Extra: "one"})
+	c := startCaddy(t, ss.dials(), proxyOpts{Tag: "one"})
 	cl := newClient(c)
 	msgs := []openai.ChatCompletionMessageParamUnion{systemMsg(longText("reload", 8192)), userMsg("first")}
 	first := chat(t, cl, ss, msgs)
@@ -351,7 +339,7 @@ func TestE2EStateSurvivesReload(t *testing.T) {
 		t.Fatal("index empty after a routed request")
 	}
 
-	c.reload(proxyOpts{Extra: "two"}) // admin POST /load
+	c.reload(proxyOpts{Tag: "two"}) // admin POST /load
 	resp, _ := c.post("/v1/models", "")
 	if resp.Header.Get("X-Test-Config") != "two" {
 		t.Fatal("reload did not take effect")
@@ -370,7 +358,7 @@ func TestE2EStateSurvivesReload(t *testing.T) {
 
 	// A change of a knob the index does not depend on retunes the same
 	// state: the conversation still finds its replica.
-	c.reload(proxyOpts{Extra: "tuned", Policy: map[string]any{"alpha": 0.5, "affinity_cap": 100000}})
+	c.reload(proxyOpts{Tag: "tuned", Policy: map[string]any{"alpha": 0.5, "affinity_cap": 100000}})
 	if g := lookupFleet(""); g != f {
 		t.Fatal("an alpha/affinity_cap change replaced the fleet state")
 	}
@@ -384,7 +372,7 @@ func TestE2EStateSurvivesReload(t *testing.T) {
 	}
 
 	// A change of an index-relevant setting starts a new Router.
-	c.reload(proxyOpts{Extra: "three", Policy: map[string]any{"block_tokens": 32}})
+	c.reload(proxyOpts{Tag: "three", Policy: map[string]any{"block_tokens": 32}})
 	if g := lookupFleet(""); g == f || g == nil {
 		t.Fatal("block_tokens change kept the old index")
 	}
@@ -609,7 +597,7 @@ func TestE2ERankHeaderOnRetry(t *testing.T) {
 	if !ok || plain.requests()[0] != before+1 {
 		t.Fatal("the retry did not reach engine B")
 	}
-	if h, ok := rec.Header[HeaderRank]; ok || rec.Header.Get("X-Test-Up") != "1" {
+	if h, ok := rec.Header[http.CanonicalHeaderKey(HeaderRank)]; ok || rec.Header.Get("X-Test-Up") != "1" {
 		t.Fatalf("retry to an unranked engine carried %s %q (X-Test-Up %q)", HeaderRank, h, rec.Header.Get("X-Test-Up"))
 	}
 }

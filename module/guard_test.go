@@ -56,8 +56,8 @@ func TestIsJSONContent(t *testing.T) {
 }
 
 func TestScrubList(t *testing.T) {
-	got := scrubList([]string{"10.0.0.5:8000", "https://engine.internal:443", "vllm:8000", "10.0.0.5:8000"})
-	want := []string{"10.0.0.5:8000", "10.0.0.5", "engine.internal:443", "engine.internal", "vllm:8000"}
+	got := scrubList([]string{"127.0.0.1:8005", "https://engine.internal:443", "vllm:8000", "127.0.0.1:8005"})
+	want := []string{"127.0.0.1:8005", "127.0.0.1", "engine.internal:443", "engine.internal", "vllm:8000"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("scrubList (-want +got):\n%s", diff)
 	}

@@ -56,7 +56,7 @@ func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
 		if in, pend := rt.Load(st.slot); in != 1 || pend == 0 {
 			t.Fatalf("before the first byte: inflight %d pending %d", in, pend)
 		}
-		w.Header().Add(HeaderUpstream, "10.0.0.1:8000") // an upstream leaking its address
+		w.Header().Add(HeaderUpstream, "127.0.0.1:8001") // an upstream leaking its address
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		if in, pend := rt.Load(st.slot); in != 1 || pend == 0 {

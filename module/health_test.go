@@ -3,7 +3,6 @@ package module
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -38,19 +37,14 @@ func (e *toggleEngine) dial() string { return strings.TrimPrefix(e.URL, "http://
 
 func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 	e1, e2 := startToggleEngine(t), startToggleEngine(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := listenLocal(t)
 	dials := []string{e1.dial(), e1.dial(), e2.dial()} // e1 has two ranks
 	ups := []map[string]any{{"dial": dials[0]}, {"dial": dials[1]}, {"dial": dials[2]}}
 	cfg := map[string]any{
 		"admin":   map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}},
 		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"s": map[string]any{
-			"listen":          []string{addr},
+			"listen":          []string{caddyAddr(addr)},
 			"automatic_https": map[string]any{"disable": true},
 			"routes": []any{
 				map[string]any{
@@ -74,7 +68,7 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 	if err := caddy.Load(b, true); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = caddy.Stop() })
+	t.Cleanup(func() { stopCaddy(t) })
 
 	get := func() (int, HealthReport) {
 		resp, err := http.Get("http://" + addr + "/health")
@@ -94,17 +88,12 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 	}
 	wait := func(status string, code int) HealthReport {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			st, rep := get()
-			if st == code && rep.Status == status {
-				return rep
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("health stayed %d %+v, want %d %s", st, rep, code, status)
-			}
-			time.Sleep(20 * time.Millisecond)
+		var st int
+		var rep HealthReport
+		if !poll(20*time.Second, func() bool { st, rep = get(); return st == code && rep.Status == status }) {
+			t.Fatalf("health stayed %d %+v, want %d %s", st, rep, code, status)
 		}
+		return rep
 	}
 
 	rep := wait(StatusOK, 200)

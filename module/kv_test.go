@@ -35,10 +35,10 @@ func TestKVCaddyfile(t *testing.T) {
 		{
 			name: "full",
 			give: `ramjet {
-				kv_events 10.0.0.5:8000 tcp://10.0.0.5:5557 tcp://10.0.0.5:5558 {
+				kv_events 127.0.0.1:8005 tcp://127.0.0.1:5557 tcp://127.0.0.1:5558 {
 					ranks 2
 				}
-				kv_events 10.0.0.6:8000 tcp://10.0.0.6:5557
+				kv_events 127.0.0.1:8006 tcp://127.0.0.1:5567
 				kv_topic kv-events
 				kv_block_size 32
 				kv_max_entries 5000
@@ -51,17 +51,17 @@ func TestKVCaddyfile(t *testing.T) {
 					timeout 200ms
 					max_concurrent 8
 					cache_entries 100
-					url http://10.0.0.5:8000
+					url http://127.0.0.1:8005
 				}
 			}`,
 			want: &KVConfig{
 				Engines: []KVEngine{
-					{Upstream: "10.0.0.5:8000", Events: "tcp://10.0.0.5:5557", Replay: "tcp://10.0.0.5:5558", Ranks: 2},
-					{Upstream: "10.0.0.6:8000", Events: "tcp://10.0.0.6:5557"},
+					{Upstream: "127.0.0.1:8005", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558", Ranks: 2},
+					{Upstream: "127.0.0.1:8006", Events: "tcp://127.0.0.1:5567"},
 				},
 				Topic: "kv-events", BlockSize: 32, MaxEntries: 5000,
 				PredictTTL: caddy.Duration(3 * time.Second), TokenizeTimeout: caddy.Duration(200 * time.Millisecond),
-				TokenizeConcurrency: 8, TokenizeCache: 100, TokenizeURL: "http://10.0.0.5:8000",
+				TokenizeConcurrency: 8, TokenizeCache: 100, TokenizeURL: "http://127.0.0.1:8005",
 				Canary: &KVCanary{Model: "qwen3-32b", Interval: caddy.Duration(10 * time.Second), Blocks: 2},
 			},
 		},
@@ -69,7 +69,7 @@ func TestKVCaddyfile(t *testing.T) {
 				alpha 2
 			}`},
 		{name: "tokenize alone", give: "ramjet {\n tokenize\n}", want: &KVConfig{}},
-		{name: "kv_events args", give: "ramjet {\n kv_events 10.0.0.5:8000\n}", wantErr: "want <upstream> <events>"},
+		{name: "kv_events args", give: "ramjet {\n kv_events 127.0.0.1:8005\n}", wantErr: "want <upstream> <events>"},
 		{name: "kv_events twice", give: "ramjet {\n kv_events a:1 tcp://a:2\n kv_events a:1 tcp://a:3\n}",
 			wantErr: "specified more than once"},
 		{name: "ranks zero", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n ranks 0\n }\n}", wantErr: "ranks must be positive"},
@@ -170,15 +170,22 @@ func consecutivePorts(t *testing.T) int {
 // publishing KV events (and serving replays) on consecutive ports.
 func startKVSim(t *testing.T) (*enginesim.Server, string, string) {
 	t.Helper()
-	ev, rp := consecutivePorts(t), consecutivePorts(t)
-	events, replay := fmt.Sprintf("tcp://127.0.0.1:%d", ev), fmt.Sprintf("tcp://127.0.0.1:%d", rp)
-	sim, err := enginesim.Start(context.Background(), enginesim.Options{
-		Instant: true, DP: 2,
-		Engine:   engine.Config{BlockSize: 16, CapacityTokens: 4096 * 16},
-		KVEvents: enginesim.KVEventsOptions{Endpoint: events, ReplayEndpoint: replay, Topic: "kv-events"},
-	})
-	if err != nil {
-		t.Fatal(err)
+	// ZMQ binds the ports it is given: another process may take one after
+	// consecutivePorts, so a start failing with EADDRINUSE is retried.
+	var sim *enginesim.Server
+	var events, replay string
+	for attempt := 0; sim == nil; attempt++ {
+		ev, rp := consecutivePorts(t), consecutivePorts(t)
+		events, replay = fmt.Sprintf("tcp://127.0.0.1:%d", ev), fmt.Sprintf("tcp://127.0.0.1:%d", rp)
+		var err error
+		sim, err = enginesim.Start(context.Background(), enginesim.Options{
+			Instant: true, DP: 2,
+			Engine:   engine.Config{BlockSize: 16, CapacityTokens: 4096 * 16},
+			KVEvents: enginesim.KVEventsOptions{Endpoint: events, ReplayEndpoint: replay, Topic: "kv-events"},
+		})
+		if err != nil && (attempt == 4 || !strings.Contains(err.Error(), "address already in use")) {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { sim.Close() })
 	return sim, events, replay
@@ -359,7 +366,7 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 	entries := k.x.Entries()
 
 	// A reload that keeps the kv settings keeps the index and its feeds.
-	opts.Extra = "second"
+	opts.Tag = "second"
 	c.reload(opts)
 	if liveKV(t) != k {
 		t.Fatal("the kv state was rebuilt by a reload with the same kv settings")

@@ -343,15 +343,14 @@ func TestMetricsNoReplica(t *testing.T) {
 	resetMetrics()
 	es[0].healthy.Store(false)
 	m := metrics()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually(t, "the engine seen down", func() bool {
 		if fleetGauge(t, m.own, "ramjet_upstream_healthy") == 0 && fleetGauge(t, m.own, "ramjet_upstreams") == 1 {
-			break
+			return true
 		}
 		// The fleet learns the pool on the first request.
 		c.chat(obsChat("m", false, "warmup", "q"))
-		time.Sleep(60 * time.Millisecond)
-	}
+		return false
+	})
 	resetMetrics()
 	resp, b := c.chat(obsChat("m", false, "sys", "q"))
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -369,15 +368,6 @@ func TestMetricsNoReplica(t *testing.T) {
 	}
 }
 
-// obsEventually waits up to 5s for cond.
-func obsEventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func TestObserverTail(t *testing.T) {

@@ -43,8 +43,8 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 				tie_epsilon 2
 				output_weight 8
 				max_body_bytes 4MB
-				profile 10.0.0.1:8000 speculative
-				profile 10.0.0.2:8000#1 standard
+				profile 127.0.0.1:8001 speculative
+				profile 127.0.0.1:8002#1 standard
 				fallback round_robin
 				state_key chat
 				route_id_secret {env.RJ_SECRET}
@@ -54,7 +54,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 					PrefixTokens: 16384, CharsPerToken: 3.5, IndexBudget: 32 << 20, LongOutputTokens: 2048, TieEpsilon: 2, OutputWeight: 8,
 					Explicit: selection.ZeroKnobs},
 				MaxBodyBytes:  4000000,
-				Profiles:      map[string]string{"10.0.0.1:8000": "speculative", "10.0.0.2:8000#1": "standard"},
+				Profiles:      map[string]string{"127.0.0.1:8001": "speculative", "127.0.0.1:8002#1": "standard"},
 				FallbackRaw:   json.RawMessage(`{"policy":"round_robin"}`),
 				StateKey:      "chat",
 				RouteIDSecret: "{env.RJ_SECRET}",

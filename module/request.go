@@ -106,9 +106,6 @@ func (st *reqState) markTried(s selection.Slot) { st.tried.Add(s) }
 
 func (st *reqState) wasTried(s selection.Slot) bool { return st.tried.Has(s) }
 
-// reservation is the live reservation of the last attempt, or nil.
-func (st *reqState) reservation() *selection.Reservation { return st.res.Load() }
-
 // setReservation replaces the reservation, releasing the earlier one (a
 // retry). If the request already finished, the new one is released at once.
 func (st *reqState) setReservation(res *selection.Reservation) {

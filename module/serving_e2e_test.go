@@ -1,4 +1,4 @@
-package module_test
+package module
 
 // End-to-end tests of the serving surface: the ramjet directive and the
 // production deploy/Caddyfile, run in a real in-process Caddy in front of
@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +27,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
-	_ "github.com/ramjet-llm/ramjet/module"
 )
 
 const simModel = "qwen3-32b"
@@ -52,9 +50,9 @@ func (s *sim) count() int {
 	return len(s.reqs)
 }
 
-// startSims starts n simulators; opt, when set, adjusts the options of
+// startRecordingSims starts n simulators that record what they receive; opt, when set, adjusts the options of
 // simulator i.
-func startSims(t *testing.T, n int, opt func(i int, o *enginesim.Options)) []*sim {
+func startRecordingSims(t *testing.T, n int, opt func(i int, o *enginesim.Options)) []*sim {
 	t.Helper()
 	sims := make([]*sim, n)
 	for i := range sims {
@@ -87,87 +85,6 @@ func simAddrs(sims []*sim) string {
 	return strings.Join(addrs, ",")
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-}
-
-// proxy is an in-process Caddy started from a Caddyfile.
-type proxy struct {
-	base    string // http://127.0.0.1:port
-	metrics string
-}
-
-// deployCaddyfile is the production configuration under test.
-func deployCaddyfile(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile("../deploy/Caddyfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// loadCaddyfile adapts src under env (plus free listen ports and no admin
-// endpoint) and loads it. It returns the load error instead of failing, for
-// the tests that expect one.
-func loadCaddyfile(t *testing.T, src string, env map[string]string) (*proxy, error) {
-	t.Helper()
-	port, mport := freePort(t), freePort(t)
-	all := map[string]string{
-		"RJ_LISTEN":         "127.0.0.1:" + port,
-		"RJ_METRICS_LISTEN": "127.0.0.1:" + mport,
-		"RJ_ADMIN_LISTEN":   "off",
-	}
-	for k, v := range env {
-		all[k] = v
-	}
-	for k, v := range all {
-		t.Setenv(k, v)
-	}
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
-	if err != nil {
-		return nil, fmt.Errorf("adapting: %w", err)
-	}
-	// Keep test logs quiet.
-	var m map[string]any
-	if err := json.Unmarshal(cfg, &m); err != nil {
-		return nil, err
-	}
-	m["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
-	admin, _ := m["admin"].(map[string]any)
-	if admin == nil {
-		admin = map[string]any{}
-	}
-	admin["config"] = map[string]any{"persist": false} // no autosave.json from tests
-	m["admin"] = admin
-	cfg, _ = json.Marshal(m)
-	if err := caddy.Load(cfg, true); err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() {
-		if err := caddy.Stop(); err != nil {
-			t.Errorf("stopping caddy: %v", err)
-		}
-	})
-	p := &proxy{base: "http://127.0.0.1:" + port, metrics: "http://127.0.0.1:" + mport}
-	return p, nil
-}
-
-func mustLoad(t *testing.T, src string, env map[string]string) *proxy {
-	t.Helper()
-	p, err := loadCaddyfile(t, src, env)
-	if err != nil {
-		t.Fatalf("loading config: %v", err)
-	}
-	return p
-}
-
 func (p *proxy) client(opts ...option.RequestOption) *openai.Client {
 	cl := openai.NewClient(append([]option.RequestOption{
 		option.WithBaseURL(p.base + "/v1/"),
@@ -176,19 +93,6 @@ func (p *proxy) client(opts ...option.RequestOption) *openai.Client {
 		option.WithRequestTimeout(20 * time.Second),
 	}, opts...)...)
 	return &cl
-}
-
-// eventually polls cond every 20ms for up to 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 type healthAnswer struct {
@@ -259,7 +163,7 @@ func longPrompt(seed string, n int) string {
 // the only ramjet setting (the listen ports are set only to keep the test
 // off fixed ports): chat, streaming, models, health and metrics work.
 func TestServingDeployRJUpstreamOnly(t *testing.T) {
-	sims := startSims(t, 2, nil)
+	sims := startRecordingSims(t, 2, nil)
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{"RJ_UPSTREAM": simAddrs(sims)})
 	cl := p.client()
 	ctx := context.Background()
@@ -306,7 +210,7 @@ func TestServingDeployRJUpstreamOnly(t *testing.T) {
 // TestServingRefusesRetiredEnv: any MD_* variable stops startup with an
 // error naming it and its RJ_ replacement.
 func TestServingRefusesRetiredEnv(t *testing.T) {
-	sims := startSims(t, 1, nil)
+	sims := startRecordingSims(t, 1, nil)
 	_, err := loadCaddyfile(t, deployCaddyfile(t), map[string]string{
 		"RJ_UPSTREAM":     simAddrs(sims),
 		"MD_AFFINITY_CAP": "100",
@@ -322,7 +226,7 @@ func TestServingRefusesRetiredEnv(t *testing.T) {
 // TestServingHealthStates stops and starts engines and watches /health go
 // ok -> degraded -> unhealthy (503) -> ok, with opaque replica ids.
 func TestServingHealthStates(t *testing.T) {
-	sims := startSims(t, 2, nil)
+	sims := startRecordingSims(t, 2, nil)
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{
 		"RJ_UPSTREAM":        simAddrs(sims),
 		"RJ_HEALTH_INTERVAL": "100ms",
@@ -378,7 +282,7 @@ func TestServingHealthStates(t *testing.T) {
 // TestServingModelsRewritten: the engines' lists merged, de-duplicated, with
 // no root path, host or port, and max_model_len kept.
 func TestServingModelsRewritten(t *testing.T) {
-	sims := startSims(t, 3, func(i int, o *enginesim.Options) {
+	sims := startRecordingSims(t, 3, func(i int, o *enginesim.Options) {
 		if i == 2 {
 			o.Model = "llama-3-8b"
 			o.ModelRoot = "/mnt/weights/meta-llama/Llama-3-8B"
@@ -425,7 +329,7 @@ func TestServingModelsRewritten(t *testing.T) {
 // TestServingErrors: every error ramjet produces is OpenAI-shaped JSON with
 // the right status and no upstream address.
 func TestServingErrors(t *testing.T) {
-	sims := startSims(t, 2, nil)
+	sims := startRecordingSims(t, 2, nil)
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{
 		"RJ_UPSTREAM":        simAddrs(sims),
 		"RJ_MAX_BODY_SIZE":   "4KiB",
@@ -517,7 +421,7 @@ func TestServingHeadersAndToken(t *testing.T) {
 		{"without token", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sims := startSims(t, 1, nil)
+			sims := startRecordingSims(t, 1, nil)
 			p := mustLoad(t, deployCaddyfile(t), map[string]string{
 				"RJ_UPSTREAM":       simAddrs(sims),
 				"RJ_UPSTREAM_TOKEN": tc.token,
@@ -574,7 +478,7 @@ func TestServingHeadersAndToken(t *testing.T) {
 // replica: a conversation stays on one rank (pinned), different prompts
 // spread over the ranks, and the engine sees the rank header.
 func TestServingDPRanks(t *testing.T) {
-	sims := startSims(t, 1, func(_ int, o *enginesim.Options) { o.DP = 4 })
+	sims := startRecordingSims(t, 1, func(_ int, o *enginesim.Options) { o.DP = 4 })
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{
 		"RJ_UPSTREAM":          simAddrs(sims),
 		"RJ_UPSTREAM_DP_RANKS": "4",
@@ -648,7 +552,7 @@ func TestServingDPRanks(t *testing.T) {
 // engine, cold prompts (cache and load tie) asking for long outputs go to
 // the speculative engine and short ones to the standard engine.
 func TestServingOutputLengthTieBreak(t *testing.T) {
-	sims := startSims(t, 2, nil)
+	sims := startRecordingSims(t, 2, nil)
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{
 		"RJ_UPSTREAM":           simAddrs(sims),
 		"RJ_UPSTREAM_PROFILES":  "standard,speculative",
@@ -681,7 +585,7 @@ func TestServingOutputLengthTieBreak(t *testing.T) {
 func TestServingRetriesLoseNothing(t *testing.T) {
 	for round := range 4 {
 		t.Run(strconv.Itoa(round), func(t *testing.T) {
-			sims := startSims(t, 3, nil)
+			sims := startRecordingSims(t, 3, nil)
 			p := mustLoad(t, deployCaddyfile(t), map[string]string{
 				"RJ_UPSTREAM":        simAddrs(sims),
 				"RJ_HEALTH_INTERVAL": "1h", // only the first check runs
@@ -742,7 +646,7 @@ func TestServingRetriesLoseNothing(t *testing.T) {
 // list need one of the keys (401 otherwise); /health stays open; the
 // engines never see the client's key.
 func TestServingClientTokens(t *testing.T) {
-	sims := startSims(t, 1, nil)
+	sims := startRecordingSims(t, 1, nil)
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{
 		"RJ_UPSTREAM":       simAddrs(sims),
 		"RJ_CLIENT_TOKENS":  "key-one,key-two",
@@ -782,7 +686,7 @@ func TestServingClientTokens(t *testing.T) {
 // and /v1/models working against the new proxy, with the same replica ids
 // when RJ_ROUTE_ID_SECRET is set.
 func TestServingReload(t *testing.T) {
-	sims := startSims(t, 2, nil)
+	sims := startRecordingSims(t, 2, nil)
 	env := map[string]string{
 		"RJ_UPSTREAM":        simAddrs(sims),
 		"RJ_ROUTE_ID_SECRET": "stable",
@@ -802,9 +706,13 @@ func TestServingReload(t *testing.T) {
 	if !bytes.Contains(cfg, []byte(`"alpha":0.5`)) {
 		t.Fatal("the reloaded config does not carry the new knob")
 	}
+	if cfg, err = handOver(cfg, p.addrs...); err != nil {
+		t.Fatal(err)
+	}
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
+	http.DefaultClient.CloseIdleConnections() // the old servers close theirs
 	_, after, body := getHealth(t, p)
 	if after.Status != "ok" || len(after.Replicas) != 2 {
 		t.Fatalf("health after reload: %s", body)
@@ -837,7 +745,7 @@ func TestServingReload(t *testing.T) {
 // TestServingHandWritten: the handlers work the same written out around
 // reverse_proxy { lb_policy ramjet }.
 func TestServingHandWritten(t *testing.T) {
-	sims := startSims(t, 1, func(_ int, o *enginesim.Options) { o.DP = 2 })
+	sims := startRecordingSims(t, 1, func(_ int, o *enginesim.Options) { o.DP = 2 })
 	a := sims[0].Addr()
 	src := `{
 	admin off
@@ -881,7 +789,7 @@ http://{$RJ_LISTEN} {
 // TestServingStreamsUnbuffered: through the guard and the directive's
 // proxy, stream chunks reach the client as the engine makes them.
 func TestServingStreamsUnbuffered(t *testing.T) {
-	sims := startSims(t, 1, func(_ int, o *enginesim.Options) { o.Instant = false; o.TimeScale = 1 })
+	sims := startRecordingSims(t, 1, func(_ int, o *enginesim.Options) { o.Instant = false; o.TimeScale = 1 })
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{"RJ_UPSTREAM": simAddrs(sims)})
 	cl := p.client()
 	start := time.Now()

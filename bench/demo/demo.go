@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -20,11 +21,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
+	benchstats "github.com/ramjet-llm/ramjet/bench/stats"
 	"github.com/ramjet-llm/ramjet/deploy"
 )
 
@@ -37,6 +39,8 @@ type Options struct {
 	// OpsListen is the ops port (metrics, dashboard). Default 127.0.0.1:9090.
 	OpsListen string
 	// AdminListen is Caddy's admin API. Default 127.0.0.1:2019.
+	// Run binds the three addresses itself and hands the sockets to Caddy,
+	// so a port 0 takes a free port (the banner shows which).
 	AdminListen string
 	// Agents is the number of concurrent agent sessions. Default 8.
 	Agents int
@@ -91,7 +95,8 @@ type Summary struct {
 	CachedTokens int64
 	// PerUpstream counts requests by X-Ramjet-Upstream route id.
 	PerUpstream map[string]int
-	// TTFTp50 is the median time to first token seen by the clients.
+	// TTFTp50 is the median time to first token seen by the clients
+	// (over the last 4096 requests, by stats.Percentile).
 	TTFTp50 time.Duration
 }
 
@@ -158,9 +163,12 @@ func (st *stats) snapshot() Summary {
 		s.PerUpstream[k] = v
 	}
 	if len(st.ttft) > 0 {
-		t := slices.Clone(st.ttft)
+		t := make([]float64, len(st.ttft))
+		for i, d := range st.ttft {
+			t[i] = float64(d)
+		}
 		slices.Sort(t)
-		s.TTFTp50 = t[len(t)/2]
+		s.TTFTp50 = time.Duration(benchstats.Percentile(t, 50))
 	}
 	return s
 }
@@ -192,6 +200,18 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		addrs = append(addrs, e.Addr())
 	}
 
+	var lns []net.Listener
+	for _, a := range []*string{&o.Listen, &o.OpsListen, &o.AdminListen} {
+		ln, err := net.Listen("tcp", *a)
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return Summary{}, fmt.Errorf("listen: %w", err)
+		}
+		lns = append(lns, ln)
+		*a = ln.Addr().String()
+	}
 	env := map[string]string{
 		"RJ_UPSTREAM":        strings.Join(addrs, ","),
 		"RJ_LISTEN":          o.Listen,
@@ -201,16 +221,19 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		"RJ_HEALTH_INTERVAL": "1s",
 	}
 	cfg, err := deploy.Adapt(env)
+	if err == nil {
+		cfg, err = quietLogs(cfg)
+	}
 	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
 		return Summary{}, err
 	}
-	if cfg, err = quietLogs(cfg); err != nil {
-		return Summary{}, err
-	}
-	if err := caddy.Load(cfg, true); err != nil {
+	if err := caddyrun.LoadOn(cfg, lns...); err != nil {
 		return Summary{}, fmt.Errorf("starting ramjet: %w", err)
 	}
-	defer caddy.Stop() //nolint:errcheck // best effort at exit
+	defer caddyrun.Stop() //nolint:errcheck // best effort at exit
 
 	base := "http://" + o.Listen
 	fmt.Fprintf(o.Out, `ramjet demo: %d simulated engines (%s), %d agents over %d shared system prompts.

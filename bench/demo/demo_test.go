@@ -3,7 +3,6 @@ package demo
 import (
 	"bytes"
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,24 +12,14 @@ import (
 	_ "github.com/ramjet-llm/ramjet/module"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // The quick-start demo: the production config in front of four simulated
 // engines, driven by agents through the OpenAI SDK, stops cleanly.
 func TestDemoRuns(t *testing.T) {
 	var out bytes.Buffer
 	sum, err := Run(context.Background(), Options{
-		Listen:      freeAddr(t),
-		OpsListen:   freeAddr(t),
-		AdminListen: freeAddr(t),
+		Listen:      "127.0.0.1:0", // Run binds them and hands them to Caddy
+		OpsListen:   "127.0.0.1:0",
+		AdminListen: "127.0.0.1:0",
 		Duration:    6 * time.Second,
 		Interval:    time.Second,
 		TimeScale:   8,

@@ -107,10 +107,7 @@ func TestFaultDieMidStream(t *testing.T) {
 	}
 	// The aborted requests left the engine (blocks of a request aborted
 	// mid-step are released when that step ends).
-	deadline := time.Now().Add(2 * time.Second)
-	for st := s.Stats()[0].Engine; (st.Running != 0 || st.UsedBlocks != 0) && time.Now().Before(deadline); st = s.Stats()[0].Engine {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll(20*time.Second, func() bool { st := s.Stats()[0].Engine; return st.Running == 0 && st.UsedBlocks == 0 })
 	if st := s.Stats()[0].Engine; st.Running != 0 || st.UsedBlocks != 0 {
 		t.Errorf("engine still busy after dropped connections: %+v", st)
 	}

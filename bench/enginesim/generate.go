@@ -25,7 +25,6 @@ type output struct {
 }
 
 func (o *output) thinkTokens() int { return engine.CountTextTokens(o.think) }
-func (o *output) bodyTokens() int  { return engine.CountTextTokens(o.body) }
 
 // total is the number of generated tokens.
 func (o *output) total() int { return len(o.tokens) }

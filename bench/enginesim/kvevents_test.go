@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,9 +188,21 @@ func awaitMsg(t *testing.T, ch <-chan kvMsg, send func(i int)) kvMsg {
 func TestKVEventsOverZMQ(t *testing.T) {
 	for _, enc := range []KVEncoding{KVEncodingArray, KVEncodingMap} {
 		t.Run(string(enc), func(t *testing.T) {
-			base := freePorts(t, 2)
-			s := startSim(t, Options{Instant: true, DP: 2, KVEvents: KVEventsOptions{
-				Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", base), Encoding: enc, Topic: "kv"}})
+			// ZMQ binds the ports it is given (rank i on base+i): another
+			// process may take one after freePorts, so a start failing with
+			// EADDRINUSE is retried on other ports.
+			var base int
+			var s *Server
+			for attempt := 0; s == nil; attempt++ {
+				base = freePorts(t, 2)
+				var err error
+				s, err = Start(context.Background(), Options{Instant: true, DP: 2, KVEvents: KVEventsOptions{
+					Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", base), Encoding: enc, Topic: "kv"}})
+				if err != nil && (attempt == 4 || !strings.Contains(err.Error(), "address already in use")) {
+					t.Fatalf("Start: %v", err)
+				}
+			}
+			t.Cleanup(func() { s.Close() })
 			eps := s.KVEndpoints()
 			want := []string{fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+1)}
 			if diff := cmp.Diff(want, eps); diff != "" {
@@ -266,10 +279,7 @@ func TestKVReplayAndClear(t *testing.T) {
 	if st, _ := postJSON(t, s.URL()+"/reset_prefix_cache", "", nil); st != 200 {
 		t.Fatalf("reset_prefix_cache %d", st)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Stats()[0].KVBatches < 4 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll(20*time.Second, func() bool { return s.Stats()[0].KVBatches >= 4 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req := zmq4.NewReq(ctx)

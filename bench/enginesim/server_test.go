@@ -307,13 +307,7 @@ func TestQueueFull(t *testing.T) {
 			Model: s.Model(), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprint(i))}, MaxTokens: openai.Int(2000),
 		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if st := s.Stats()[0].Engine; st.Running == 1 && st.Waiting == 1 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll(20*time.Second, func() bool { st := s.Stats()[0].Engine; return st.Running == 1 && st.Waiting == 1 })
 	_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model: s.Model(), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}, MaxTokens: openai.Int(1),
 	})

@@ -210,18 +210,6 @@ func TestSuiteShort(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	xs := []float64{1, 2, 3, 4, 5}
-	for _, tt := range []struct{ p, want float64 }{{0, 1}, {50, 3}, {100, 5}, {25, 2}, {90, 4.6}} {
-		if got := Percentile(xs, tt.p); math.Abs(got-tt.want) > 1e-12 {
-			t.Errorf("p%v = %v, want %v", tt.p, got, tt.want)
-		}
-	}
-	if !math.IsNaN(Percentile(nil, 50)) {
-		t.Error("empty percentile is not NaN")
-	}
-}
-
 func TestCompareToPeers(t *testing.T) {
 	rows := []Summary{
 		{Policy: "ramjet", CachedShare: 0.6, TTFTp50: 1, TTFTp95: 2, TTFTp99: 3, OutputTPS: 100},

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ramjet-llm/ramjet/bench/stats"
 )
 
 // Summary is one table row: a policy's figures on one workload.
@@ -18,7 +20,7 @@ type Summary struct {
 	Failed   int    `json:"failed"`
 	// CachedShare is cached prompt tokens / prompt tokens.
 	CachedShare float64 `json:"cached_share"`
-	// TTFT percentiles, seconds.
+	// TTFT percentiles, seconds (stats.Percentile).
 	TTFTp50 float64 `json:"ttft_p50_s"`
 	TTFTp95 float64 `json:"ttft_p95_s"`
 	TTFTp99 float64 `json:"ttft_p99_s"`
@@ -55,21 +57,6 @@ type Ratios struct {
 	Best map[string]string `json:"best"`
 }
 
-// Percentile returns the p-th percentile (0..100) of sorted xs, by linear
-// interpolation between closest ranks.
-func Percentile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	if len(sorted) == 1 {
-		return sorted[0]
-	}
-	pos := p / 100 * float64(len(sorted)-1)
-	lo := int(math.Floor(pos))
-	hi := min(lo+1, len(sorted)-1)
-	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
-}
-
 // Summarize computes a result's row.
 func Summarize(r *Result) Summary {
 	s := Summary{Policy: r.Policy, Workload: r.Workload, Replicas: r.Replicas, WallSeconds: r.Wall.Seconds()}
@@ -92,9 +79,9 @@ func Summarize(r *Result) Summary {
 	if prompt > 0 {
 		s.CachedShare = float64(cached) / float64(prompt)
 	}
-	s.TTFTp50 = Percentile(s.ttfts, 50)
-	s.TTFTp95 = Percentile(s.ttfts, 95)
-	s.TTFTp99 = Percentile(s.ttfts, 99)
+	s.TTFTp50 = stats.Percentile(s.ttfts, 50)
+	s.TTFTp95 = stats.Percentile(s.ttfts, 95)
+	s.TTFTp99 = stats.Percentile(s.ttfts, 99)
 	if last > first {
 		s.Makespan = last - first
 		s.OutputTPS = float64(out) / s.Makespan

@@ -84,8 +84,8 @@ type aggregator struct {
 	first, last time.Duration // first send, last completion (completed requests)
 	errors      map[ErrorKind]int
 	samples     []string
-	ttft, e2e   []time.Duration
-	queue       []time.Duration
+	ttft, e2e   durations
+	queue       durations
 	itl         Histogram
 	prompt      int64
 	cached      int64
@@ -104,7 +104,7 @@ func newAggregator(label string, t workload.Trace, model string) *aggregator {
 }
 
 func (a *aggregator) add(r *Result) {
-	a.queue = append(a.queue, max(0, r.Sent-r.Scheduled))
+	a.queue.add(max(0, r.Sent-r.Scheduled))
 	if !r.OK() {
 		a.failedN.Add(1)
 		a.errors[r.Err]++
@@ -118,8 +118,8 @@ func (a *aggregator) add(r *Result) {
 		a.first = r.Sent
 	}
 	a.last = max(a.last, r.Sent+r.E2E)
-	a.ttft = append(a.ttft, r.TTFT)
-	a.e2e = append(a.e2e, r.E2E)
+	a.ttft.add(r.TTFT)
+	a.e2e.add(r.E2E)
 	for _, d := range r.itl {
 		a.itl.Record(d)
 	}
@@ -147,8 +147,8 @@ func (a *aggregator) report() *Report {
 		NotSent: a.notSent, Interrupted: a.interrupted,
 		Errors: a.errors, ErrorSamples: a.samples,
 		Seconds: secs,
-		TTFT:    distOf(a.ttft), ITL: distOfHist(&a.itl), E2E: distOf(a.e2e),
-		QueueDelay:   distOf(a.queue),
+		TTFT:    distOf(&a.ttft), ITL: distOfHist(&a.itl), E2E: distOf(&a.e2e),
+		QueueDelay:   distOf(&a.queue),
 		PromptTokens: a.prompt, CachedTokens: a.cached, OutputTokens: a.output.Load(),
 		Upstreams: a.upstreams,
 	}

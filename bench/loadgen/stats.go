@@ -2,8 +2,9 @@ package loadgen
 
 import (
 	"math"
-	"slices"
 	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/stats"
 )
 
 // Histogram records durations in logarithmic buckets (about 1% relative
@@ -82,8 +83,10 @@ func (h *Histogram) Mean() time.Duration {
 	return time.Duration(h.sum / float64(h.n) * float64(time.Second))
 }
 
-// Quantile returns the q-quantile (0 <= q <= 1), accurate to about 1%, and
-// exact at q=0 and q=1. It returns 0 when empty.
+// Quantile returns the q-quantile (0 <= q <= 1) by the definition of
+// stats.Percentile (linear interpolation between the closest ranks), with
+// each rank's value read from its bucket: accurate to about 1%, exact at
+// q=0 and q=1. It returns 0 when empty.
 func (h *Histogram) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
@@ -94,12 +97,26 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	if q >= 1 {
 		return h.max
 	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
+	pos := q * float64(h.n-1)
+	lo := uint64(math.Floor(pos))
+	a, b := h.rankValue(lo), h.rankValue(min(lo+1, h.n-1))
+	return a + time.Duration((pos-float64(lo))*float64(b-a))
+}
+
+// rankValue is the value of the observation of 0-based rank r: the
+// geometric middle of its bucket, clamped to the observed range, and exact
+// for the first and the last rank.
+func (h *Histogram) rankValue(r uint64) time.Duration {
+	if r == 0 {
+		return h.min
+	}
+	if r >= h.n-1 {
+		return h.max
+	}
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c
-		if seen >= rank {
-			// Geometric middle of the bucket, clamped to the observed range.
+		if seen > r {
 			v := time.Duration(float64(histMin) * math.Pow(histGrowth, float64(i)+0.5))
 			if i == 0 {
 				v = h.min
@@ -110,20 +127,35 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	return h.max
 }
 
-// quantile returns the q-quantile of sorted values by the nearest-rank
-// method, 0 when empty.
+// quantile returns the q-quantile (0..1) of sorted values by the
+// definition of stats.Percentile, NaN when empty.
 func quantile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
+	return stats.Percentile(sorted, 100*q)
+}
+
+// maxSamples bounds the raw observations kept per distribution (TTFT,
+// end-to-end latency, queue delay): exact percentiles up to this many
+// completed requests, a uniform sample beyond.
+const maxSamples = 1 << 20
+
+// durations collects one distribution in bounded memory: a stats.Sample
+// of milliseconds plus the exact count, sum and maximum.
+type durations struct {
+	s   stats.Sample
+	sum float64
+	max float64
+}
+
+func (d *durations) add(x time.Duration) {
+	v := ms(x)
+	if d.s.Cap == 0 {
+		d.s.Cap = maxSamples
 	}
-	if q <= 0 {
-		return sorted[0]
+	d.s.Add(v)
+	d.sum += v
+	if d.s.Count() == 1 || v > d.max {
+		d.max = v
 	}
-	if q >= 1 {
-		return sorted[len(sorted)-1]
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(i, 0)]
 }
 
 // Dist summarises a set of durations.
@@ -139,26 +171,20 @@ type Dist struct {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// distOf summarises exact samples.
-func distOf(samples []time.Duration) Dist {
-	if len(samples) == 0 {
+// distOf summarises a distribution, its percentiles by stats.Percentile.
+func distOf(d *durations) Dist {
+	n := d.s.Count()
+	if n == 0 {
 		return Dist{}
 	}
-	v := make([]float64, len(samples))
-	var sum float64
-	for i, d := range samples {
-		v[i] = ms(d)
-		sum += v[i]
-	}
-	slices.Sort(v)
 	return Dist{
-		Count: len(v),
-		Mean:  sum / float64(len(v)),
-		P50:   quantile(v, 0.50),
-		P90:   quantile(v, 0.90),
-		P95:   quantile(v, 0.95),
-		P99:   quantile(v, 0.99),
-		Max:   v[len(v)-1],
+		Count: int(n),
+		Mean:  d.sum / float64(n),
+		P50:   d.s.Percentile(50),
+		P90:   d.s.Percentile(90),
+		P95:   d.s.Percentile(95),
+		P99:   d.s.Percentile(99),
+		Max:   d.max,
 	}
 }
 

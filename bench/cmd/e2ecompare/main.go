@@ -48,7 +48,9 @@ type Row struct {
 	Failed   int     `json:"failed"`
 	NotSent  int     `json:"not_sent"`
 	Cached   float64 `json:"cached_share"`
-	// TTFT percentiles and throughput in simulated time.
+	// TTFT percentiles and throughput in simulated time. The percentiles
+	// are stats.Percentile over the run's raw TTFTs (loadgen keeps them,
+	// bounded), the definition fleetsim uses, so the two tables compare.
 	TTFTp50   float64 `json:"ttft_p50_s"`
 	TTFTp95   float64 `json:"ttft_p95_s"`
 	OutputTPS float64 `json:"output_tokens_per_s"`

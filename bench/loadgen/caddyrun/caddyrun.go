@@ -9,9 +9,13 @@
 package caddyrun
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -52,7 +56,7 @@ type Running struct {
 func (r *Running) URL(site string) string { return "http://" + r.Addr[site] + "/v1" }
 
 // Config builds the Caddy JSON configuration for sites on the given
-// listen addresses.
+// listen addresses (Caddy network addresses).
 func Config(sites []Site, addrs map[string]string) ([]byte, error) {
 	servers := make(map[string]any, len(sites))
 	for _, s := range sites {
@@ -97,58 +101,171 @@ func Config(sites []Site, addrs map[string]string) ([]byte, error) {
 	return json.Marshal(cfg)
 }
 
-// Start loads a Caddy configuration with one listener per site on free
-// 127.0.0.1 ports and waits until every listener accepts connections.
+// Start binds one 127.0.0.1 listener per site (port chosen by the
+// kernel), hands them to Caddy and loads a configuration serving the sites
+// on them. No port is reserved, closed and rebound: Caddy serves on the
+// very sockets Start bound, so every listener accepts connections when
+// Start returns.
 func Start(sites []Site) (*Running, error) {
 	addrs := make(map[string]string, len(sites))
-	for _, s := range sites {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, err
+	listen := make(map[string]string, len(sites))
+	var bound []string
+	release := func() {
+		for _, a := range bound {
+			if ln, ok := handover.LoadAndDelete(a); ok {
+				ln.(net.Listener).Close()
+			}
 		}
-		addrs[s.Name] = a
 	}
-	cfg, err := Config(sites, addrs)
+	for _, s := range sites {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("listen for site %q: %w", s.Name, err)
+		}
+		a := ln.Addr().String()
+		handover.Store(a, ln)
+		bound = append(bound, a)
+		addrs[s.Name] = a
+		listen[s.Name] = network + "/" + a
+	}
+	cfg, err := Config(sites, listen)
 	if err != nil {
+		release()
 		return nil, err
 	}
 	if err := caddy.Load(cfg, true); err != nil {
+		release()
 		return nil, fmt.Errorf("load caddy config: %w", err)
 	}
-	for _, a := range addrs {
-		if err := waitListening(a, 5*time.Second); err != nil {
-			_ = caddy.Stop()
-			return nil, err
-		}
-	}
+	release() // anything Caddy did not take
 	return &Running{Addr: addrs}, nil
 }
 
-// Stop unloads the running configuration, closing its listeners.
-func Stop() error { return caddy.Stop() }
-
-// freeAddr reserves a free loopback port by listening and closing.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("reserve port: %w", err)
+// Stop unloads the running configuration, closing its listeners, and
+// waits up to 10s for the servers' connections to close (caddy.Stop
+// returns while its servers still drain in the background).
+func Stop() error {
+	err := caddy.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for openConns.Load() > 0 && time.Now().Before(deadline) {
+		<-tick.C
 	}
-	addr := l.Addr().String()
-	return addr, l.Close()
+	if n := openConns.Load(); n > 0 && err == nil {
+		err = fmt.Errorf("caddy stopped with %d connections still open after 10s", n)
+	}
+	return err
 }
 
-func waitListening(addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			return c.Close()
+// LoadOn loads cfg, a Caddy JSON config (such as an adapted Caddyfile),
+// serving on lns instead of binding its own sockets: every server listen
+// address and the admin listen address whose port is that of one of lns
+// is rewritten to that listener. LoadOn owns lns: Caddy closes those it
+// took at Stop, LoadOn closes the others before it returns.
+func LoadOn(cfg []byte, lns ...net.Listener) error {
+	byPort := make(map[string]string, len(lns))
+	for _, ln := range lns {
+		a := ln.Addr().String()
+		_, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("caddy listener %s not up: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		handover.Store(a, ln)
+		byPort[port] = a
 	}
+	defer func() {
+		for _, a := range byPort {
+			if ln, ok := handover.LoadAndDelete(a); ok {
+				ln.(net.Listener).Close()
+			}
+		}
+	}()
+	swap := func(s string) string {
+		na, err := caddy.ParseNetworkAddress(s)
+		if err != nil || na.IsUnixNetwork() || na.StartPort != na.EndPort {
+			return s
+		}
+		if a, ok := byPort[strconv.FormatUint(uint64(na.StartPort), 10)]; ok {
+			return network + "/" + a
+		}
+		return s
+	}
+	var m map[string]any
+	if err := json.Unmarshal(cfg, &m); err != nil {
+		return fmt.Errorf("decoding the config: %w", err)
+	}
+	if admin, ok := m["admin"].(map[string]any); ok {
+		if l, ok := admin["listen"].(string); ok {
+			admin["listen"] = swap(l)
+		}
+	}
+	apps, _ := m["apps"].(map[string]any)
+	httpApp, _ := apps["http"].(map[string]any)
+	servers, _ := httpApp["servers"].(map[string]any)
+	for _, srv := range servers {
+		srv, _ := srv.(map[string]any)
+		ls, _ := srv["listen"].([]any)
+		for i, l := range ls {
+			if l, ok := l.(string); ok {
+				ls[i] = swap(l)
+			}
+		}
+	}
+	cfg, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		return fmt.Errorf("load caddy config: %w", err)
+	}
+	return nil
+}
+
+// network is the Caddy network type of the listeners Start hands over:
+// Caddy asked to listen on "caddyrun/127.0.0.1:PORT" takes the listener
+// Start bound there (caddy.RegisterNetwork).
+const network = "caddyrun"
+
+func init() { caddy.RegisterNetwork(network, takeListener) }
+
+// handover holds the listeners Start bound and Caddy has not taken yet,
+// by address.
+var handover sync.Map
+
+// openConns counts the connections accepted on handed-over listeners and
+// not closed yet.
+var openConns atomic.Int64
+
+func takeListener(_ context.Context, _, host, port string, _ uint, _ net.ListenConfig) (any, error) {
+	ln, ok := handover.LoadAndDelete(net.JoinHostPort(host, port))
+	if !ok {
+		return nil, fmt.Errorf("caddyrun: no listener bound on %s (one Start per configuration)", net.JoinHostPort(host, port))
+	}
+	return countingListener{ln.(net.Listener)}, nil
+}
+
+// countingListener counts its connections in openConns.
+type countingListener struct{ net.Listener }
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	openConns.Add(1)
+	return &countedConn{Conn: c}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { openConns.Add(-1) })
+	return c.Conn.Close()
 }
 
 // RamjetSite is a site with the given policy; for "ramjet" it adds the
