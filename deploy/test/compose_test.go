@@ -33,6 +33,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+	"go.yaml.in/yaml/v3"
 )
 
 const model = "qwen3-32b"
@@ -59,7 +60,6 @@ func composeCommand(t *testing.T) []string {
 	if err := exec.Command("docker", "compose", "version").Run(); err == nil {
 		return []string{"docker", "compose"}
 	}
-	t.Fatal("neither docker-compose nor the docker compose plugin is installed")
 	return nil
 }
 
@@ -108,7 +108,11 @@ type stack struct {
 // to this run and tears it down (volumes included) when the test ends.
 func up(t *testing.T, name string) *stack {
 	t.Helper()
-	s := &stack{t: t, compose: composeCommand(t), dir: filepath.Join(repoRoot(t), "deploy/compose", name),
+	compose := composeCommand(t)
+	if compose == nil {
+		t.Fatal("neither docker-compose nor the docker compose plugin is installed")
+	}
+	s := &stack{t: t, compose: compose, dir: filepath.Join(repoRoot(t), "deploy/compose", name),
 		project: fmt.Sprintf("rjtest-%s-%d", strings.ReplaceAll(name, "-", ""), os.Getpid())}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -469,4 +473,86 @@ func TestComposeHTTPS(t *testing.T) {
 		t.Errorf("Alt-Svc %q does not advertise HTTP/3 on 8443", alt)
 	}
 	exercise(t, s, hc, base, metrics, 3)
+}
+
+// TestComposeConfig runs `docker-compose config` on every Compose file
+// (a copy of its directory, with the *.env.example files as the env
+// files), and checks that every published port binds 127.0.0.1 except the
+// public HTTPS front's 80 and 443. It needs only docker-compose, no engine.
+func TestComposeConfig(t *testing.T) {
+	compose := composeCommand(t)
+	if compose == nil {
+		t.Skip("docker-compose (or the docker compose plugin) is not installed: apt-get install docker-compose")
+	}
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy/compose/*/docker-compose.yml"))
+	if err != nil || len(files) < 6 {
+		t.Fatalf("compose files %v: %v", files, err)
+	}
+	for _, f := range files {
+		name := filepath.Base(filepath.Dir(f))
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			entries, err := os.ReadDir(filepath.Dir(f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				b, err := os.ReadFile(filepath.Join(filepath.Dir(f), e.Name()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				dst := strings.TrimSuffix(e.Name(), ".example")
+				if err := os.WriteFile(filepath.Join(dir, dst), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command(compose[0], append(compose[1:], "config")...)
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "RAMJET_HTTP_PORT=8000", "RAMJET_METRICS_PORT=9090", "RAMJET_HTTPS_PORT=8443")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("compose config: %v\n%s", err, stderr.String())
+			}
+			var cfg struct {
+				Services map[string]struct {
+					Ports   []any              `yaml:"ports"`
+					Restart string             `yaml:"restart"`
+					Env     map[string]*string `yaml:"environment"`
+				} `yaml:"services"`
+			}
+			if err := yaml.Unmarshal(out, &cfg); err != nil {
+				t.Fatalf("compose config output: %v\n%s", err, out)
+			}
+			rj, ok := cfg.Services["ramjet"]
+			if !ok {
+				t.Fatal("no ramjet service")
+			}
+			if rj.Env["RJ_UPSTREAM"] == nil || *rj.Env["RJ_UPSTREAM"] == "" {
+				t.Error("ramjet has no RJ_UPSTREAM")
+			}
+			for svc, s := range cfg.Services {
+				if s.Restart != "unless-stopped" {
+					t.Errorf("%s: restart %q, want unless-stopped", svc, s.Restart)
+				}
+				for _, p := range s.Ports {
+					spec := fmt.Sprint(p)
+					if m, ok := p.(map[string]any); ok {
+						spec = fmt.Sprintf("%v:%v:%v", m["host_ip"], m["published"], m["target"])
+					}
+					public := name == "https-acme" && (strings.Contains(spec, ":80:") || strings.Contains(spec, ":443:"))
+					if !public && !strings.HasPrefix(spec, "127.0.0.1:") {
+						t.Errorf("%s publishes %s beyond 127.0.0.1", svc, spec)
+					}
+				}
+			}
+			published := fmt.Sprint(rj.Ports)
+			for _, want := range []string{"9090"} {
+				if !strings.Contains(published, want) {
+					t.Errorf("ramjet ports %s lack %s", published, want)
+				}
+			}
+		})
+	}
 }
