@@ -363,3 +363,51 @@ http://%s {
 		t.Fatalf("engine received %d requests, want 2", got)
 	}
 }
+
+// TestDynamicChurnPastMaxReplicas documents a limit of the policy with
+// dynamic upstreams: replica keys (dial addresses) are registered for the
+// life of the process and never forgotten (selection.Router.Register, up to
+// selection.MaxReplicas = 128), so once 128 distinct pod addresses have been
+// seen, e.g. after enough engine pod replacements in Kubernetes, every new
+// pod is untracked: the ramjet rule no longer scores it, requests go to the
+// fallback policy (no prefix affinity, no X-Ramjet-Upstream). Nothing
+// fails; routing silently degrades to least_conn.
+//
+// It asserts the wanted behaviour (replicas that left the answer are
+// forgotten, so a churning fleet of 2 stays routed by ramjet) and therefore
+// fails on the current module; it runs only with RAMJET_TEST_KNOWN_LIMITS=1
+// until the module frees the slots of departed replicas.
+func TestDynamicChurnPastMaxReplicas(t *testing.T) {
+	if os.Getenv("RAMJET_TEST_KNOWN_LIMITS") != "1" {
+		t.Skip("known limit (slots of departed dynamic upstreams are never freed): set RAMJET_TEST_KNOWN_LIMITS=1 to run")
+	}
+	const srvName = "_http._tcp.engines.test."
+	ss := startSims(t, 1, enginesim.Options{})
+	port := srvPort(t, ss[0])
+	stub := startDNSStub(t, srvName, "")
+	// Two pod names at a time, each generation new (as replaced pods get
+	// new addresses); all resolve to the one simulator.
+	gen := func(g int) {
+		stub.setTargets(map[string]uint16{fmt.Sprintf("g%da.engines.test.", g): port, fmt.Sprintf("g%db.engines.test.", g): port})
+	}
+	gen(0)
+	c := startK8sCaddy(t, stub, srvName)
+	for g := 0; g < 70; g++ { // 140 distinct addresses
+		gen(g)
+		q := stub.srvQueries.Load()
+		for stub.srvQueries.Load() == q {
+			resp, err := http.Post(c.url("/v1/chat/completions"), "application/json",
+				strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"generation `+fmt.Sprint(g)+`"}],"max_tokens":1}`))
+			if err != nil {
+				t.Fatalf("generation %d: %v", g, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("generation %d: %s", g, resp.Status)
+			}
+			if resp.Header.Get(HeaderUpstream) == "" && stub.srvQueries.Load() > q {
+				t.Fatalf("generation %d (%d distinct addresses seen): routed by the fallback policy, not ramjet (no %s)", g, 2*(g+1), HeaderUpstream)
+			}
+		}
+	}
+}
