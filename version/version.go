@@ -65,8 +65,15 @@ func fromBuildInfo(info Info, bi *debug.BuildInfo) Info {
 			}
 		}
 	}
+	if c, ok := strings.CutSuffix(info.Commit, "-dirty"); ok {
+		// deploy/docker/build.sh marks builds of a modified tree.
+		info.Commit, info.Modified = c, true
+	}
 	if info.Commit == "" {
 		info.Commit = "unknown"
+	}
+	if info.Caddy == "" {
+		info.Caddy = "unknown"
 	}
 	return info
 }

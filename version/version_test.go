@@ -32,6 +32,10 @@ func TestFromBuildInfo(t *testing.T) {
 	if got.Commit != "release-sha" || got.Modified {
 		t.Fatalf("ldflags commit: %+v", got)
 	}
+	got = fromBuildInfo(Info{Version: Version, Commit: "abc-dirty"}, bi)
+	if got.Commit != "abc" || !got.Modified {
+		t.Fatalf("build.sh dirty commit: %+v", got)
+	}
 	got = fromBuildInfo(Info{Version: Version}, &debug.BuildInfo{GoVersion: "go1.26.8"})
 	if got.Commit != "unknown" || got.Caddy != "unknown" {
 		t.Fatalf("no stamp: %+v", got)
