@@ -473,6 +473,13 @@ func TestComposeHTTPS(t *testing.T) {
 		t.Errorf("Alt-Svc %q does not advertise HTTP/3 on 8443", alt)
 	}
 	exercise(t, s, hc, base, metrics, 3)
+
+	// The container's probe asks https://localhost:8443/health, trusting
+	// the local root under /data.
+	eventually(t, 60*time.Second, "docker HEALTHCHECK healthy over HTTPS", func() (bool, string) {
+		out, err := exec.Command("docker", "inspect", "--format", "{{.State.Health.Status}}", id).CombinedOutput()
+		return err == nil && strings.TrimSpace(string(out)) == "healthy", strings.TrimSpace(string(out))
+	})
 }
 
 // TestComposeConfig runs `docker-compose config` on every Compose file
