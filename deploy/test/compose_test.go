@@ -33,6 +33,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -358,7 +360,12 @@ func exercise(t *testing.T, s *stack, hc *http.Client, base, metricsBase string,
 		defer func() { close(stop); wg.Wait() }()
 		eventually(t, 30*time.Second, "traffic flowing", func() (bool, string) { return sent.Load() >= 10, fmt.Sprint(sent.Load()) })
 
-		s.must("stop", "-t", "5", "engine-2")
+		// The engine dies (SIGKILL, as in a crash or an OOM kill): requests
+		// it had not answered are retried on another engine. A graceful
+		// `stop` (SIGTERM) makes the simulator answer its in-flight requests
+		// with 503 (bench/enginesim), which the proxy must pass on.
+		s.must("kill", "-s", "SIGKILL", "engine-2")
+		s.must("stop", "-t", "1", "engine-2") // marks it stopped: no restart by the policy
 		waitHealth(t, hc, base, "degraded", engines-1, 60*time.Second)
 		mark := sent.Load()
 		eventually(t, 60*time.Second, "traffic while degraded", func() (bool, string) { return sent.Load() >= mark+20, fmt.Sprint(sent.Load() - mark) })
@@ -473,6 +480,24 @@ func TestComposeHTTPS(t *testing.T) {
 		t.Errorf("Alt-Svc %q does not advertise HTTP/3 on 8443", alt)
 	}
 	exercise(t, s, hc, base, metrics, 3)
+
+	// HTTP/3 over the published UDP port, same root.
+	udp := s.port("ramjet", 8443, "udp")
+	h3 := &http3.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS13},
+		Dial: func(ctx context.Context, _ string, tlsCfg *tls.Config, cfg *quic.Config) (*quic.Conn, error) {
+			return quic.DialAddrEarly(ctx, udp, tlsCfg, cfg)
+		},
+	}
+	defer h3.Close()
+	h3c := &http.Client{Transport: h3, Timeout: 20 * time.Second}
+	eventually(t, 30*time.Second, "HTTP/3 /health", func() (bool, string) {
+		h, resp, err := getHealth(h3c, base)
+		if err != nil {
+			return false, err.Error()
+		}
+		return resp.ProtoMajor == 3 && h.Status == "ok", fmt.Sprintf("%s %+v", resp.Proto, h)
+	})
 
 	// The container's probe asks https://localhost:8443/health, trusting
 	// the local root under /data.
