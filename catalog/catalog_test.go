@@ -15,7 +15,7 @@ func TestMergeModels(t *testing.T) {
 	engineA := `[{"id":"llama","object":"model","created":200,"owned_by":"vllm","root":"/mnt/models/llama","parent":null,"max_model_len":8192,"permission":[{"id":"modelperm-1"}]},
 	             {"id":"llama-lora","created":210,"owned_by":"vllm","root":"/mnt/adapters/sql","parent":"llama","max_model_len":8192}]`
 	engineB := `[{"id":"llama","created":100,"owned_by":"vllm","root":"/mnt/other/llama","max_model_len":4096},
-	             {"id":"qwen","created":300,"owned_by":"http://10.0.0.7:8000","parent":"/models/base"},
+	             {"id":"qwen","created":300,"owned_by":"http://127.0.0.1:8007","parent":"/models/base"},
 	             {"id":"","created":1}]`
 	var a, b []engineModel
 	for _, s := range []struct {
@@ -36,7 +36,7 @@ func TestMergeModels(t *testing.T) {
 		t.Errorf("merged (-want +got):\n%s", diff)
 	}
 	out, _ := json.Marshal(got)
-	for _, leak := range []string{"/mnt", "root", "10.0.0.7", "permission", "/models/base"} {
+	for _, leak := range []string{"/mnt", "root", "127.0.0.1", "permission", "/models/base"} {
 		if strings.Contains(string(out), leak) {
 			t.Errorf("merged list leaks %q: %s", leak, out)
 		}

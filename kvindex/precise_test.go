@@ -62,7 +62,7 @@ func TestPreciseTokenizeCarriesTokenAndScheme(t *testing.T) {
 	if got := auth.Load(); got != "Bearer s3cret" {
 		t.Errorf("Authorization %q, want the upstream token", got)
 	}
-	if _, err := NewPrecise(PreciseConfig{Engines: []PreciseEngine{{Feed: Endpoint{Replica: "c"}, BaseURL: "10.0.0.1:80"}}}); err == nil {
+	if _, err := NewPrecise(PreciseConfig{Engines: []PreciseEngine{{Feed: Endpoint{Replica: "c"}, BaseURL: "127.0.0.1:80"}}}); err == nil {
 		t.Error("a base URL without a scheme was accepted")
 	}
 }

@@ -395,21 +395,6 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 func (k *kvState) preciseN() uint64 { n, _ := k.p.Decisions(); return n }
 func (k *kvState) approxN() uint64  { _, n := k.p.Decisions(); return n }
 
-// poll reports whether cond held within d, checking every few
-// milliseconds (no fixed sleep as synchronisation).
-func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestModuleAndFleetsimDecideAlikePrecise is the precise-path version of
 // TestModuleAndFleetsimDecideAlike: the module routes through the real
 // Caddy with kv on (preflight in the handler, feeds from the engine

@@ -368,8 +368,6 @@ func TestMetricsNoReplica(t *testing.T) {
 	}
 }
 
-}
-
 func TestObserverTail(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -1,8 +1,17 @@
 // Command ramjet is Caddy with the standard modules and the ramjet modules
 // built in: `go build -o ramjet ./xcaddy`.
+//
+// Besides Caddy's own commands it has `ramjet healthcheck` (a shell-free
+// probe for container health checks) and its own `ramjet version`, which
+// reports the ramjet release, the commit and the Caddy version.
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 
 	// The standard Caddy modules.
@@ -10,8 +19,32 @@ import (
 
 	// The ramjet modules.
 	_ "github.com/ramjet-llm/ramjet/module"
+	"github.com/ramjet-llm/ramjet/version"
 )
 
 func main() {
+	// Caddy registers `version` itself (its own version only), so ramjet's
+	// is answered before Caddy's command line takes over.
+	if len(os.Args) > 1 && os.Args[1] == "version" {
+		os.Exit(printVersion(os.Stdout, os.Args[2:]))
+	}
 	caddycmd.Main()
+}
+
+// printVersion writes the version line, or JSON with --json.
+func printVersion(w io.Writer, args []string) int {
+	info := version.Get()
+	for _, a := range args {
+		switch a {
+		case "--json", "-json":
+			b, _ := json.Marshal(info)
+			fmt.Fprintln(w, string(b))
+			return 0
+		default:
+			fmt.Fprintf(os.Stderr, "ramjet version: unknown argument %q (only --json)\n", a)
+			return 2
+		}
+	}
+	fmt.Fprintln(w, info.String())
+	return 0
 }

@@ -8,23 +8,46 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// buildBinary builds this command into a temporary directory, as
-// `go build -o ramjet ./xcaddy` does.
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildBinary builds this command once per test run into a temporary
+// directory, as `go build -o ramjet ./xcaddy` does.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ramjet")
-	if runtime.GOOS == "windows" {
-		bin += ".exe"
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "ramjet-xcaddy-test-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "ramjet")
+		if runtime.GOOS == "windows" {
+			binPath += ".exe"
+		}
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Stderr = os.Stderr
+		binErr = cmd.Run()
+	})
+	if binErr != nil {
+		t.Fatalf("go build: %v", binErr)
 	}
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build: %v", err)
-	}
-	return bin
+	return binPath
 }
 
 func TestBinary(t *testing.T) {
