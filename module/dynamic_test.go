@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/miekg/dns"
 	"github.com/openai/openai-go/v3"
@@ -101,8 +100,8 @@ func (s *dnsStub) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 // and loads it in-process.
 func startK8sCaddy(t *testing.T, stub *dnsStub, srvName string) *testCaddy {
 	t.Helper()
-	c := &testCaddy{t: t, addr: freeAddr(t), admin: freeAddr(t)}
-	metrics := freeAddr(t)
+	c := &testCaddy{t: t, client: listenLocal(t), admin: listenLocal(t)}
+	metrics := listenLocal(t)
 	src, err := os.ReadFile("../deploy/k8s/base/Caddyfile")
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +112,7 @@ func startK8sCaddy(t *testing.T, stub *dnsStub, srvName string) *testCaddy {
 	cf := strings.ReplaceAll(string(src), "# resolvers <dns server>", "resolvers "+stub.addr)
 	t.Setenv("RJ_ENGINES_SRV", srvName)
 	t.Setenv("RJ_DNS_REFRESH", "100ms")
-	t.Setenv("RJ_LISTEN", c.addr)
+	t.Setenv("RJ_LISTEN", c.client)
 	t.Setenv("RJ_METRICS_LISTEN", metrics)
 	t.Setenv("RJ_ADMIN_LISTEN", c.admin)
 	cfg, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), map[string]any{"filename": "deploy/k8s/base/Caddyfile"})
@@ -123,19 +122,10 @@ func startK8sCaddy(t *testing.T, stub *dnsStub, srvName string) *testCaddy {
 	for _, w := range warn {
 		t.Logf("adapt warning: %s", w)
 	}
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatalf("loading caddy config: %v", err)
+	if cfg, err = handOver(cfg, c.client, metrics, c.admin); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		http.DefaultClient.CloseIdleConnections()
-		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
-			t.Errorf("unloading caddy: %v", err)
-		}
-		if err := caddy.Stop(); err != nil {
-			t.Errorf("stopping caddy: %v", err)
-		}
-	})
-	c.waitReady()
+	c.load(cfg)
 	return c
 }
 
@@ -317,7 +307,7 @@ func TestDynamicAUpstreams(t *testing.T) {
 	ss := startSims(t, 1, enginesim.Options{})
 	stub := startDNSStub(t, "", "engine.a.test.")
 	stub.setA(net.IPv4(127, 0, 0, 1))
-	c := &testCaddy{t: t, addr: freeAddr(t), admin: freeAddr(t)}
+	c := &testCaddy{t: t, client: listenLocal(t), admin: listenLocal(t)}
 	cf := fmt.Sprintf(`{
 	admin %s
 }
@@ -335,20 +325,15 @@ http://%s {
 			path *
 		}
 	}
-}`, c.admin, c.addr, srvPort(t, ss[0]), stub.addr)
+}`, c.admin, c.client, srvPort(t, ss[0]), stub.addr)
 	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := caddy.Load(cfg, true); err != nil {
+	if cfg, err = handOver(cfg, c.client, c.admin); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		http.DefaultClient.CloseIdleConnections()
-		_ = caddy.Load([]byte(`{"admin":{"disabled":true}}`), true)
-		_ = caddy.Stop()
-	})
-	c.waitReady()
+	c.load(cfg)
 	cl := newClient(c)
 	sys := systemMsg(strings.Repeat("one engine behind an A record. ", 100))
 	r1 := chat(t, cl, nil, []openai.ChatCompletionMessageParamUnion{sys, userMsg("one")})
