@@ -391,9 +391,16 @@ func quietLogs() map[string]any {
 func (c *testCaddy) reload(o proxyOpts) {
 	c.t.Helper()
 	postLoad(c.t, c.admin, c.config(o))
-	// The old config's servers close their idle connections as they shut
-	// down; a client reusing one would write into a closed socket and
-	// fail a POST (which Go's transport does not retry). Start afresh.
+	// The old config's servers share the handed-over sockets with the new
+	// ones and keep accepting until their shutdown closes them; they close
+	// their connections as they go. A client reusing one (or a connection
+	// the old server accepted meanwhile) would fail a POST, which Go's
+	// transport does not retry. Wait until the old servers are gone, then
+	// start afresh. (Clients of a real reload see the same resets: issue
+	// 15's reload item.)
+	if !poll(30*time.Second, func() bool { return shutdownStacks() == "" }) {
+		c.t.Fatalf("the old config's servers still shutting down 30s after a reload:\n%s", shutdownStacks())
+	}
 	http.DefaultClient.CloseIdleConnections()
 }
 
