@@ -30,8 +30,12 @@ cp deploy/Caddyfile "$ctx/Caddyfile"
 
 ldflags="-s -w -X github.com/ramjet-llm/ramjet/version.Commit=$commit"
 t0=$(date +%s)
-CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$ctx/ramjet" ./xcaddy
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$ctx/enginesim" ./bench/cmd/enginesim
+# -trimpath keeps host paths out of the release binaries; RAMJET_TRIMPATH=0
+# (CI) drops it so that the build reuses the compile cache of the tests.
+trim=(-trimpath)
+[ "${RAMJET_TRIMPATH:-1}" = 0 ] && trim=()
+CGO_ENABLED=0 go build "${trim[@]}" -ldflags "$ldflags" -o "$ctx/ramjet" ./xcaddy
+CGO_ENABLED=0 go build "${trim[@]}" -ldflags "-s -w" -o "$ctx/enginesim" ./bench/cmd/enginesim
 echo "build.sh: binaries built in $(( $(date +%s) - t0 ))s"
 caddy=$("$ctx/ramjet" version --json | sed -n 's/.*"caddy":"\([^"]*\)".*/\1/p')
 
