@@ -119,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	)
 	run, err := caddyrun.Start([]caddyrun.Site{
 		{Name: nameRR, Policy: "round_robin", Upstreams: addrs},
-		caddyrun.RamjetSite(nameRamjet, *policy, addrs),
+		caddyrun.GuardedRamjetSite(nameRamjet, *policy, addrs),
 	})
 	if err != nil {
 		return err

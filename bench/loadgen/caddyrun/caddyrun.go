@@ -280,3 +280,16 @@ func RamjetSite(name, policy string, upstreams []string) Site {
 	}
 	return s
 }
+
+// GuardedRamjetSite is RamjetSite with the guard (http.handlers.ramjet_guard:
+// one bounded read and parse of the body, shared with the policy) ahead of
+// the observer, as deploy/Caddyfile runs ramjet. The guard scrubs response
+// headers that carry an upstream address, SpreadHeader included: count
+// replicas by X-Ramjet-Upstream on such a site.
+func GuardedRamjetSite(name, policy string, upstreams []string) Site {
+	s := RamjetSite(name, policy, upstreams)
+	if policy == "ramjet" {
+		s.Handlers = append([]map[string]any{{"handler": "ramjet_guard", "upstreams": upstreams}}, s.Handlers...)
+	}
+	return s
+}
