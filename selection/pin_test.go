@@ -170,3 +170,123 @@ var pinned = map[string]string{
 	"b8192/responses":        "seed=0cc09a63957fd79a n=0 blocks=ef46db3751d8e999 trunc=false bytes=1386",
 	"b8192/responsesstr":     "seed=0cc09a63957fd79a n=0 blocks=ef46db3751d8e999 trunc=false bytes=4823",
 }
+
+// pinErrorBodies are malformed chat bodies whose errors (message, field,
+// offset) TestParseErrorsPinned pins: the string scanner's cases in every
+// order (control characters before and after escapes, with and without a
+// closing quote later, bad escapes, the end of input inside a string).
+var pinErrorBodies = []string{
+	"{\"model\":\"a\x01b\"}",
+	"{\"model\":\"a\x01b",
+	"{\"model\":\"abcdefghijklmnopqrstuvwxyz\x1f\"}",
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"abc\\n\x01\"}]}",
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"abc\\n\x01",
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"abc\\\"\x01 no quote after",
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"abc\\q\"}]}",
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"abc\\u12G4\"}]}",
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"abc\\u12\"}]}",
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"abc\\",
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"abcdefghijklmnopqrstuvwxyz0123456789",
+	"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\x7f\ty\"}]}]}",
+	"{\"messages\":[{\"role\":\"user\",\"content\":[\"x\\u00\"]}]}",
+	"{\"tools\":[{\"a\":\"b\x00\"}],\"messages\":[]}",
+	"{\"tools\":[{\"a\":\"b\\x\"}],\"messages\":[]}",
+	"{\"ke\x02y\":1}",
+	"{\"key\\",
+	"{\"instructions\":\"\\ud800\\u\"}",
+	"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"" + strings.Repeat("long text ", 20) + "\\n\x0a\"}]}",
+	"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"" + strings.Repeat("long text ", 20) + "\\t\\\\\\",
+}
+
+// TestParseErrorsPinned holds the errors of pinErrorBodies to those of the
+// code before the scanner was made faster (main at ce8faf2), on all three
+// LLM endpoints. PIN_PRINT=1 prints the table.
+func TestParseErrorsPinned(t *testing.T) {
+	c := Config{}
+	c.SetDefaults()
+	x := NewExtractor(c)
+	f := x.NewFeatures()
+	n := 0
+	for _, ep := range []Endpoint{EndpointChat, EndpointCompletions, EndpointResponses} {
+		for i, body := range pinErrorBodies {
+			got := fmt.Sprint(x.Parse(ep, []byte(body), f))
+			key := fmt.Sprintf("%v/%d", ep, i)
+			if os.Getenv("PIN_PRINT") != "" {
+				fmt.Printf("\t%q: %q,\n", key, got)
+				continue
+			}
+			n++
+			if want, ok := pinnedErrors[key]; !ok || got != want {
+				t.Errorf("%s %q:\n got %s\nwant %s", key, body, got, want)
+			}
+		}
+	}
+	if n != len(pinnedErrors) && os.Getenv("PIN_PRINT") == "" {
+		t.Errorf("%d cases, %d pinned", n, len(pinnedErrors))
+	}
+}
+
+// pinnedErrors was printed by PIN_PRINT=1 go test ./selection -run
+// TestParseErrorsPinned on main at ce8faf2.
+var pinnedErrors = map[string]string{
+	"chat/0":         "invalid request body: control character 0x01 in string (field \"model\", at byte 11)",
+	"chat/1":         "invalid request body: unterminated string (field \"model\", at byte 9)",
+	"chat/2":         "invalid request body: control character 0x1f in string (field \"model\", at byte 36)",
+	"chat/3":         "invalid request body: control character 0x01 in string (field \"messages\", at byte 44)",
+	"chat/4":         "invalid request body: unterminated string (field \"messages\", at byte 38)",
+	"chat/5":         "invalid request body: unterminated string (field \"messages\", at byte 38)",
+	"chat/6":         "invalid request body: invalid escape 'q' in string (field \"messages\", at byte 42)",
+	"chat/7":         "invalid request body: invalid \\u escape in string (field \"messages\", at byte 42)",
+	"chat/8":         "invalid request body: invalid \\u escape in string (field \"messages\", at byte 42)",
+	"chat/9":         "invalid request body: unterminated string (field \"messages\", at byte 38)",
+	"chat/10":        "invalid request body: unterminated string (field \"messages\", at byte 38)",
+	"chat/11":        "invalid request body: control character 0x09 in string (field \"messages\", at byte 64)",
+	"chat/12":        "invalid request body: invalid \\u escape in string (field \"messages\", at byte 41)",
+	"chat/13":        "invalid request body: control character 0x00 in string (field \"tools\", at byte 17)",
+	"chat/14":        "invalid request body: invalid escape 'x' in string (field \"tools\", at byte 17)",
+	"chat/15":        "invalid request body: control character 0x02 in string (at byte 4)",
+	"chat/16":        "invalid request body: unterminated string (at byte 1)",
+	"chat/17":        "invalid request body: invalid \\u escape in string (at byte 23)",
+	"chat/18":        "invalid request body: control character 0x0a in string (field \"messages\", at byte 253)",
+	"chat/19":        "invalid request body: unterminated string (field \"messages\", at byte 50)",
+	"completions/0":  "invalid request body: control character 0x01 in string (field \"model\", at byte 11)",
+	"completions/1":  "invalid request body: unterminated string (field \"model\", at byte 9)",
+	"completions/2":  "invalid request body: control character 0x1f in string (field \"model\", at byte 36)",
+	"completions/3":  "invalid request body: control character 0x01 in string (at byte 44)",
+	"completions/4":  "invalid request body: unterminated string (at byte 38)",
+	"completions/5":  "invalid request body: unterminated string (at byte 38)",
+	"completions/6":  "invalid request body: invalid escape 'q' in string (at byte 42)",
+	"completions/7":  "invalid request body: invalid \\u escape in string (at byte 42)",
+	"completions/8":  "invalid request body: invalid \\u escape in string (at byte 42)",
+	"completions/9":  "invalid request body: unterminated string (at byte 38)",
+	"completions/10": "invalid request body: unterminated string (at byte 38)",
+	"completions/11": "invalid request body: control character 0x09 in string (at byte 64)",
+	"completions/12": "invalid request body: invalid \\u escape in string (at byte 41)",
+	"completions/13": "invalid request body: control character 0x00 in string (at byte 17)",
+	"completions/14": "invalid request body: invalid escape 'x' in string (at byte 17)",
+	"completions/15": "invalid request body: control character 0x02 in string (at byte 4)",
+	"completions/16": "invalid request body: unterminated string (at byte 1)",
+	"completions/17": "invalid request body: invalid \\u escape in string (at byte 23)",
+	"completions/18": "invalid request body: control character 0x0a in string (at byte 253)",
+	"completions/19": "invalid request body: unterminated string (at byte 50)",
+	"responses/0":    "invalid request body: control character 0x01 in string (field \"model\", at byte 11)",
+	"responses/1":    "invalid request body: unterminated string (field \"model\", at byte 9)",
+	"responses/2":    "invalid request body: control character 0x1f in string (field \"model\", at byte 36)",
+	"responses/3":    "invalid request body: control character 0x01 in string (at byte 44)",
+	"responses/4":    "invalid request body: unterminated string (at byte 38)",
+	"responses/5":    "invalid request body: unterminated string (at byte 38)",
+	"responses/6":    "invalid request body: invalid escape 'q' in string (at byte 42)",
+	"responses/7":    "invalid request body: invalid \\u escape in string (at byte 42)",
+	"responses/8":    "invalid request body: invalid \\u escape in string (at byte 42)",
+	"responses/9":    "invalid request body: unterminated string (at byte 38)",
+	"responses/10":   "invalid request body: unterminated string (at byte 38)",
+	"responses/11":   "invalid request body: control character 0x09 in string (at byte 64)",
+	"responses/12":   "invalid request body: invalid \\u escape in string (at byte 41)",
+	"responses/13":   "invalid request body: control character 0x00 in string (field \"tools\", at byte 17)",
+	"responses/14":   "invalid request body: invalid escape 'x' in string (field \"tools\", at byte 17)",
+	"responses/15":   "invalid request body: control character 0x02 in string (at byte 4)",
+	"responses/16":   "invalid request body: unterminated string (at byte 1)",
+	"responses/17":   "invalid request body: invalid \\u escape in string (field \"instructions\", at byte 23)",
+	"responses/18":   "invalid request body: control character 0x0a in string (at byte 253)",
+	"responses/19":   "invalid request body: unterminated string (at byte 50)",
+}
