@@ -148,12 +148,13 @@ func (x Extractor) NewFeatures() *Features {
 
 // blocker cuts the canonical prompt stream into fixed-size blocks and chains
 // their hashes. It lives on the caller's stack. Bytes are gathered into buf
-// until a block is complete and each block is hashed with one Write into a
-// digest seeded by the previous block's hash (a block larger than buf goes
-// in buf-sized chunks; a long string that starts a block is hashed where it
-// lies, without a copy).
+// until a block is complete and each block is hashed in one call,
+// hashSeeded seeded by the previous block's hash (a block larger than buf
+// goes through a digest in buf-sized chunks; a long string that starts a
+// block is hashed where it lies, without a copy).
 type blocker struct {
-	d      xxhash.Digest // the current block, seeded by the previous block's hash
+	d      xxhash.Digest // the current block when larger than buf
+	prev   uint64        // the previous block's hash (0 before the first)
 	bb     int           // block size
 	max    int           // the bound, in blocks
 	blocks []uint64
@@ -188,7 +189,7 @@ const (
 
 // reset starts an empty stream for x into blocks.
 func (k *blocker) reset(x Extractor, blocks []uint64) {
-	k.d.ResetWithSeed(0)
+	k.prev = 0
 	k.bb, k.max, k.blocks = x.blockBytes, x.maxBlocks, blocks
 	k.total, k.fill, k.part, k.done = 0, 0, 0, false
 	k.chunk = min(k.bb, blockBuf)
@@ -271,20 +272,30 @@ func (k *blocker) spill(p []byte) {
 	}
 }
 
-// hashChunk hands c (the next k.chunk bytes of the stream) to the digest
-// and closes the block when it is complete.
+// hashChunk hands c (the next k.chunk bytes of the stream) to the
+// current block and closes the block when it is complete: a block that
+// fits buf is hashed in one call (hashSeeded), a larger one through the
+// digest, chunk by chunk.
 func (k *blocker) hashChunk(c []byte) {
-	_, _ = k.d.Write(c)
-	k.part += len(c)
-	if k.part < k.bb {
-		k.chunk = min(k.bb-k.part, blockBuf)
-		return
+	var h uint64
+	if k.part == 0 && len(c) == k.bb {
+		h = hashSeeded(k.prev, c)
+	} else {
+		if k.part == 0 {
+			k.d.ResetWithSeed(k.prev)
+		}
+		_, _ = k.d.Write(c)
+		k.part += len(c)
+		if k.part < k.bb {
+			k.chunk = min(k.bb-k.part, blockBuf)
+			return
+		}
+		h = k.d.Sum64()
+		k.part = 0
+		k.chunk = min(k.bb, blockBuf)
 	}
-	h := k.d.Sum64()
 	k.blocks = append(k.blocks, h)
-	k.d.ResetWithSeed(h)
-	k.part = 0
-	k.chunk = min(k.bb, blockBuf)
+	k.prev = h
 	if len(k.blocks) >= k.max {
 		k.done, k.chunk = true, 0
 	}

@@ -95,6 +95,10 @@ func quoteOrBackslash(x uint64) uint64 {
 	return ((q-lsb)&^q | (s-lsb)&^s) & msb
 }
 
+// shortWords is how many words of a string scanString and laxString read
+// a word at a time before they switch to bytes.IndexByte.
+const shortWords = 4
+
 // scanString validates the string starting at b[i] == '"' and returns the
 // index just past its closing quote and whether it contains escapes. It
 // runs over the string with bytes.IndexByte (vectorised) for the quote and
@@ -102,9 +106,10 @@ func quoteOrBackslash(x uint64) uint64 {
 // characters eight bytes at a time (hasControl).
 func scanString(b []byte, i int) (end int, escaped bool, err error) {
 	j := i + 1
-	// Short strings (keys, roles) end within a word or two: look at them
-	// a word at a time before paying for bytes.IndexByte's setup.
-	for n := 0; n < 2 && j+8 <= len(b); n++ {
+	// Short strings (keys, roles, short texts) end within a few words:
+	// look at them a word at a time before paying for bytes.IndexByte's
+	// setup.
+	for n := 0; n < shortWords && j+8 <= len(b); n++ {
 		if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
 			j += bits.TrailingZeros64(m) >> 3
 			if b[j] == '"' {
@@ -193,7 +198,7 @@ func hasControl(s []byte) bool {
 func laxString(b []byte, i int) (end int, escaped bool) {
 	start := i + 1
 	j := start
-	for n := 0; n < 2 && j+8 <= len(b); n++ {
+	for n := 0; n < shortWords && j+8 <= len(b); n++ {
 		if m := quoteOrBackslash(binary.LittleEndian.Uint64(b[j:])); m != 0 {
 			if q := j + bits.TrailingZeros64(m)>>3; b[q] == '"' {
 				return q + 1, false
