@@ -463,10 +463,23 @@ func (it *objectIter) next() bool {
 		it.err = syntaxErr(i, "expected a string key in object")
 		return false
 	}
-	kend, esc, err := scanString(b, i)
-	if err != nil {
-		it.err = err
-		return false
+	// A key that ends within a word is read here; scanString would
+	// read the same word first.
+	var kend int
+	var esc bool
+	if i+9 <= len(b) {
+		if m := special(binary.LittleEndian.Uint64(b[i+1:])); m != 0 {
+			if q := i + 1 + bits.TrailingZeros64(m)>>3; b[q] == '"' {
+				kend = q + 1
+			}
+		}
+	}
+	if kend == 0 {
+		var err error
+		if kend, esc, err = scanString(b, i); err != nil {
+			it.err = err
+			return false
+		}
 	}
 	it.key, it.esc = b[i+1:kend-1], esc
 	i = skipWS(b, kend)
