@@ -257,9 +257,10 @@ func (k *blocker) vspill(n int) {
 // spill gathers p, hashing each chunk that fills.
 func (k *blocker) spill(p []byte) {
 	for len(p) > 0 && !k.done {
-		if k.fill == 0 && len(p) >= k.chunk {
-			k.hashChunk(p[:k.chunk])
-			p = p[k.chunk:]
+		if n := k.chunk; k.fill == 0 && len(p) >= n {
+			c := p[:n]
+			p = p[n:]
+			k.hashChunk(c) // which may change chunk
 			continue
 		}
 		n := copy(k.buf[k.fill:k.chunk], p)

@@ -50,7 +50,8 @@ func pinBodies() []struct {
 
 // pinConfigs are the block geometries pinned: the defaults (256-byte
 // blocks, untruncated), small blocks that truncate (16 bytes, 64 blocks),
-// odd sizes, one-byte blocks and blocks larger than a 4 KiB staging buffer.
+// odd sizes, one-byte blocks and blocks larger than blocker's 512-byte
+// buffer (a multiple of it and not).
 var pinConfigs = []struct {
 	name string
 	c    Config
@@ -60,6 +61,7 @@ var pinConfigs = []struct {
 	{"b7", Config{BlockTokens: 7, PrefixTokens: 7 * 4000, CharsPerToken: 1}},
 	{"b1", Config{BlockTokens: 1, PrefixTokens: 3000, CharsPerToken: 1}},
 	{"b8192", Config{BlockTokens: 2048, PrefixTokens: 2048 * 3, CharsPerToken: 4}},
+	{"b600", Config{BlockTokens: 150, PrefixTokens: 150 * 40, CharsPerToken: 4}},
 }
 
 // pinSummary is one parse's fingerprint in one line: the seed, the number
@@ -109,6 +111,18 @@ func TestParsePinned(t *testing.T) {
 // pinned was printed by PIN_PRINT=1 go test ./selection -run TestParsePinned
 // on main at ce8faf2, before any change to the scanner or the hasher.
 var pinned = map[string]string{
+	"b600/agent4k":           "seed=d480c8225695bd8d n=5 blocks=7ef517b3f5bdb2a2 trunc=false bytes=3446",
+	"b600/agent64k":          "seed=d480c8225695bd8d n=40 blocks=ea6ca256563e36a4 trunc=true bytes=55996",
+	"b600/agent256k":         "seed=d480c8225695bd8d n=40 blocks=da3d4f7367033259 trunc=true bytes=224748",
+	"b600/onestring64k":      "seed=d480c8225695bd8d n=40 blocks=edbda1bbf6afdb11 trunc=true bytes=65521",
+	"b600/canonical":         "seed=020040f9228c19c4 n=1 blocks=9b8ade2d69450ed8 trunc=false bytes=1141",
+	"b600/toolsafter":        "seed=020040f9228c19c4 n=1 blocks=9b8ade2d69450ed8 trunc=false bytes=1141",
+	"b600/duplicate":         "seed=0cc09a63957fd79a n=1 blocks=fc9e228f082eef57 trunc=false bytes=1056",
+	"b600/longstrings":       "seed=0cc09a63957fd79a n=17 blocks=a7b8a591e034b46b trunc=false bytes=10625",
+	"b600/completions":       "seed=0cc09a63957fd79a n=8 blocks=23a0c6b69442d5eb trunc=false bytes=5037",
+	"b600/completionsarr":    "seed=0cc09a63957fd79a n=8 blocks=053e305931168a18 trunc=false bytes=5057",
+	"b600/responses":         "seed=0cc09a63957fd79a n=2 blocks=e3a6a55e3c7eb061 trunc=false bytes=1386",
+	"b600/responsesstr":      "seed=0cc09a63957fd79a n=8 blocks=8ec47f04ed918e27 trunc=false bytes=4823",
 	"default/agent4k":        "seed=d480c8225695bd8d n=13 blocks=a06d848b8cf89a42 trunc=false bytes=3446",
 	"default/agent64k":       "seed=d480c8225695bd8d n=218 blocks=02778f1e81c7300f trunc=false bytes=55996",
 	"default/agent256k":      "seed=d480c8225695bd8d n=877 blocks=6b30574ef838b50c trunc=false bytes=224748",
