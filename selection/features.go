@@ -1000,6 +1000,7 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 	var kbuf [24]byte
 	var terr error
 	var parts partList // reused: at tells whose parts it holds
+	obj := newObjectIter(b, v, 3) // reused for each message (restart)
 	arr := newArrayIter(b, v)
 	for arr.next() {
 		m := arr.val
@@ -1016,7 +1017,7 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 		}
 		var role, name, content str
 		var contentArr, calls, callID, callID2 Span
-		obj := newObjectIter(b, m, 3)
+		obj.restart(m)
 		for obj.next() {
 			key := decodeKey(obj.key, obj.esc, &kbuf)
 			val := obj.val

@@ -496,6 +496,12 @@ func (it *objectIter) next() bool {
 	return true
 }
 
+// restart makes it walk the object at b[i] == '{' at the same depth (it
+// must not have failed).
+func (it *objectIter) restart(i int) {
+	it.i, it.first = i+1, true
+}
+
 // skip validates and skips the current value.
 func (it *objectIter) skip() {
 	end, err := skipValue(it.b, it.val, it.depth)
@@ -581,7 +587,11 @@ func unescapeTo(s []byte, w *blocker) {
 			w.write(s[:k])
 		}
 		d, n := escape1(s[k:], &buf)
-		w.write(d)
+		if len(d) == 1 {
+			w.writeByte(d[0]) // the same stream as write(d)
+		} else {
+			w.write(d)
+		}
 		s = s[k+n:]
 	}
 }
