@@ -999,7 +999,7 @@ func (a *arrayIter) next() bool {
 func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 	var kbuf [24]byte
 	var terr error
-	var parts partList // reused: at tells whose parts it holds
+	var parts partList            // reused: at tells whose parts it holds
 	obj := newObjectIter(b, v, 3) // reused for each message (restart)
 	arr := newArrayIter(b, v)
 	for arr.next() {
