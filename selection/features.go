@@ -147,25 +147,53 @@ func (x Extractor) NewFeatures() *Features {
 }
 
 // blocker cuts the canonical prompt stream into fixed-size blocks and chains
-// their hashes. It lives on the caller's stack. Small writes (separators,
-// roles, short texts) are staged and reach the digest in runs.
+// their hashes. It lives on the caller's stack. Bytes are gathered into buf
+// until a block is complete and each block is hashed in one call,
+// hashSeeded seeded by the previous block's hash (a block larger than buf
+// goes through a digest in buf-sized chunks; a long string that starts a
+// block is hashed where it lies, without a copy).
 type blocker struct {
-	d      xxhash.Digest
-	fill   int
-	bb     int
-	max    int
+	d      xxhash.Digest // the current block when larger than buf
+	prev   uint64        // the previous block's hash (0 before the first)
+	bb     int           // block size
+	max    int           // the bound, in blocks
 	blocks []uint64
-	total  int
-	full   bool
-	n      int // staged bytes
-	stage  [128]byte
+	total  int  // stream bytes (raw lengths past the bound)
+	fill   int  // bytes gathered in buf
+	chunk  int  // how many bytes buf gathers before they go to d (0 once done)
+	part   int  // bytes of the current block already in d
+	done   bool // max blocks hashed: later bytes are only counted
+	// full reports the bound as the staging hasher before this one saw
+	// it, so that PromptBytes (which counts raw lengths once full) stays
+	// what it was: that hasher staged writes of up to 16 bytes in 128
+	// and noticed the bound only when it handed them on. vn and vemit
+	// replay its staging: bytes it would hold staged, bytes it would
+	// have handed on.
+	full  bool
+	vn    int
+	vemit int
+	limit int // bb * max
+	buf   [blockBuf]byte
 }
+
+// blockBuf is how many bytes blocker gathers before hashing: a whole
+// block at the default geometry (64 tokens of 4 bytes).
+const blockBuf = 512
+
+// vstage is the staging capacity of the hasher whose bound blocker.full
+// replays, and its largest staged write.
+const (
+	vstage    = 128
+	vstageMax = 16
+)
 
 // reset starts an empty stream for x into blocks.
 func (k *blocker) reset(x Extractor, blocks []uint64) {
-	k.d.ResetWithSeed(0)
-	k.fill, k.total, k.full, k.n = 0, 0, false, 0
+	k.prev = 0
 	k.bb, k.max, k.blocks = x.blockBytes, x.maxBlocks, blocks
+	k.total, k.fill, k.part, k.done = 0, 0, 0, false
+	k.chunk = min(k.bb, blockBuf)
+	k.full, k.vn, k.vemit, k.limit = false, 0, 0, k.bb*k.max
 }
 
 // mixSeed binds the chained hash h of a block to the request's seed: a
@@ -183,59 +211,100 @@ func mixSeed(seed, h uint64) uint64 {
 
 // write appends p to the stream.
 func (k *blocker) write(p []byte) {
-	if len(p) <= 16 && k.n+len(p) <= len(k.stage) {
-		k.n += copy(k.stage[k.n:], p)
+	k.total += len(p)
+	if len(p) <= vstageMax && k.vn+len(p) <= vstage {
+		k.vn += len(p)
+	} else {
+		k.vspill(len(p))
+	}
+	if f := k.fill; f+len(p) < k.chunk {
+		copy(k.buf[f:], p)
+		k.fill = f + len(p)
 		return
 	}
-	k.flush()
-	if len(p) <= 16 {
-		k.n = copy(k.stage[:], p)
-		return
-	}
-	k.emit(p)
+	k.spill(p)
 }
 
 func (k *blocker) writeByte(c byte) {
-	if k.n == len(k.stage) {
-		k.flush()
+	k.total++
+	if k.vn == vstage {
+		k.vspill(0)
 	}
-	k.stage[k.n] = c
-	k.n++
-}
-
-// flush hands the staged bytes to the digest.
-func (k *blocker) flush() {
-	if k.n > 0 {
-		n := k.n
-		k.n = 0
-		k.emit(k.stage[:n])
-	}
-}
-
-// emit hashes p into the block chain.
-func (k *blocker) emit(p []byte) {
-	k.total += len(p)
-	if k.full {
+	k.vn++
+	if f := k.fill; f+1 < k.chunk {
+		k.buf[f] = c
+		k.fill = f + 1
 		return
 	}
-	for {
-		n := k.bb - k.fill
-		if len(p) < n {
-			_, _ = k.d.Write(p)
-			k.fill += len(p)
-			return
+	k.spill([]byte{c})
+}
+
+// vspill replays the staging hasher handing its staged bytes on before a
+// write of n bytes (which it stages when short, hands on when long).
+func (k *blocker) vspill(n int) {
+	k.vemit += k.vn
+	k.vn = 0
+	if n <= vstageMax {
+		k.vn = n
+	} else {
+		k.vemit += n
+	}
+	if k.vemit >= k.limit {
+		k.full = true
+	}
+}
+
+// spill gathers p, hashing each chunk that fills.
+func (k *blocker) spill(p []byte) {
+	for len(p) > 0 && !k.done {
+		if n := k.chunk; k.fill == 0 && len(p) >= n {
+			c := p[:n]
+			p = p[n:]
+			k.hashChunk(c) // which may change chunk
+			continue
 		}
-		_, _ = k.d.Write(p[:n])
-		h := k.d.Sum64()
-		k.blocks = append(k.blocks, h)
-		k.d.ResetWithSeed(h)
-		k.fill = 0
+		n := copy(k.buf[k.fill:k.chunk], p)
+		k.fill += n
 		p = p[n:]
-		if len(k.blocks) >= k.max {
-			k.full = true
-			return
+		if k.fill == k.chunk {
+			k.fill = 0
+			k.hashChunk(k.buf[:k.chunk])
 		}
 	}
+}
+
+// hashChunk hands c (the next k.chunk bytes of the stream) to the
+// current block and closes the block when it is complete: a block that
+// fits buf is hashed in one call (hashSeeded), a larger one through the
+// digest, chunk by chunk.
+func (k *blocker) hashChunk(c []byte) {
+	var h uint64
+	if k.part == 0 && len(c) == k.bb {
+		h = hashSeeded(k.prev, c)
+	} else {
+		if k.part == 0 {
+			k.d.ResetWithSeed(k.prev)
+		}
+		_, _ = k.d.Write(c)
+		k.part += len(c)
+		if k.part < k.bb {
+			k.chunk = min(k.bb-k.part, blockBuf)
+			return
+		}
+		h = k.d.Sum64()
+		k.part = 0
+		k.chunk = min(k.bb, blockBuf)
+	}
+	k.blocks = append(k.blocks, h)
+	k.prev = h
+	if len(k.blocks) >= k.max {
+		k.done, k.chunk = true, 0
+	}
+}
+
+// finish ends the stream: the bytes of an incomplete block are dropped.
+func (k *blocker) finish() {
+	k.vspill(0)
 }
 
 // writeString writes the body of a JSON string (without quotes), decoding
@@ -618,7 +687,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 			}
 		}
 	}
-	k.flush()
+	k.finish()
 	for i, h := range k.blocks {
 		k.blocks[i] = mixSeed(f.Seed, h)
 	}
@@ -930,7 +999,8 @@ func (a *arrayIter) next() bool {
 func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 	var kbuf [24]byte
 	var terr error
-	var parts partList // reused: at tells whose parts it holds
+	var parts partList            // reused: at tells whose parts it holds
+	obj := newObjectIter(b, v, 3) // reused for each message (restart)
 	arr := newArrayIter(b, v)
 	for arr.next() {
 		m := arr.val
@@ -947,7 +1017,7 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 		}
 		var role, name, content str
 		var contentArr, calls, callID, callID2 Span
-		obj := newObjectIter(b, m, 3)
+		obj.restart(m)
 		for obj.next() {
 			key := decodeKey(obj.key, obj.esc, &kbuf)
 			val := obj.val

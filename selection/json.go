@@ -95,6 +95,10 @@ func quoteOrBackslash(x uint64) uint64 {
 	return ((q-lsb)&^q | (s-lsb)&^s) & msb
 }
 
+// shortWords is how many words of a string scanString and laxString read
+// a word at a time before they switch to bytes.IndexByte.
+const shortWords = 4
+
 // scanString validates the string starting at b[i] == '"' and returns the
 // index just past its closing quote and whether it contains escapes. It
 // runs over the string with bytes.IndexByte (vectorised) for the quote and
@@ -102,9 +106,10 @@ func quoteOrBackslash(x uint64) uint64 {
 // characters eight bytes at a time (hasControl).
 func scanString(b []byte, i int) (end int, escaped bool, err error) {
 	j := i + 1
-	// Short strings (keys, roles) end within a word or two: look at them
-	// a word at a time before paying for bytes.IndexByte's setup.
-	for n := 0; n < 2 && j+8 <= len(b); n++ {
+	// Short strings (keys, roles, short texts) end within a few words:
+	// look at them a word at a time before paying for bytes.IndexByte's
+	// setup.
+	for n := 0; n < shortWords && j+8 <= len(b); n++ {
 		if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
 			j += bits.TrailingZeros64(m) >> 3
 			if b[j] == '"' {
@@ -193,7 +198,7 @@ func hasControl(s []byte) bool {
 func laxString(b []byte, i int) (end int, escaped bool) {
 	start := i + 1
 	j := start
-	for n := 0; n < 2 && j+8 <= len(b); n++ {
+	for n := 0; n < shortWords && j+8 <= len(b); n++ {
 		if m := quoteOrBackslash(binary.LittleEndian.Uint64(b[j:])); m != 0 {
 			if q := j + bits.TrailingZeros64(m)>>3; b[q] == '"' {
 				return q + 1, false
@@ -458,10 +463,23 @@ func (it *objectIter) next() bool {
 		it.err = syntaxErr(i, "expected a string key in object")
 		return false
 	}
-	kend, esc, err := scanString(b, i)
-	if err != nil {
-		it.err = err
-		return false
+	// A key that ends within a word is read here; scanString would
+	// read the same word first.
+	var kend int
+	var esc bool
+	if i+9 <= len(b) {
+		if m := special(binary.LittleEndian.Uint64(b[i+1:])); m != 0 {
+			if q := i + 1 + bits.TrailingZeros64(m)>>3; b[q] == '"' {
+				kend = q + 1
+			}
+		}
+	}
+	if kend == 0 {
+		var err error
+		if kend, esc, err = scanString(b, i); err != nil {
+			it.err = err
+			return false
+		}
 	}
 	it.key, it.esc = b[i+1:kend-1], esc
 	i = skipWS(b, kend)
@@ -476,6 +494,12 @@ func (it *objectIter) next() bool {
 	}
 	it.i = it.val
 	return true
+}
+
+// restart makes it walk the object at b[i] == '{' at the same depth (it
+// must not have failed).
+func (it *objectIter) restart(i int) {
+	it.i, it.first = i+1, true
 }
 
 // skip validates and skips the current value.
@@ -563,7 +587,11 @@ func unescapeTo(s []byte, w *blocker) {
 			w.write(s[:k])
 		}
 		d, n := escape1(s[k:], &buf)
-		w.write(d)
+		if len(d) == 1 {
+			w.writeByte(d[0]) // the same stream as write(d)
+		} else {
+			w.write(d)
+		}
 		s = s[k+n:]
 	}
 }
