@@ -697,14 +697,6 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	return err
 }
 
-// Extract is the former name of Parse.
-//
-// Deprecated: use Parse. Kept so that code written against the old name
-// keeps building; it will be removed.
-func (x Extractor) Extract(ep Endpoint, body []byte, f *Features) error {
-	return x.Parse(ep, body, f)
-}
-
 // topKeys are the top-level fields Parse reads.
 var topKeys = [...]string{"model", "cache_salt", "stream", "max_tokens", "max_completion_tokens",
 	"max_output_tokens", "messages", "tools", "prompt", "input", "instructions"}
