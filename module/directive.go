@@ -78,6 +78,7 @@ type ramjetDirective struct {
 	modelCheck        string
 	modelsCache       caddy.Duration
 	modelsTimeout     caddy.Duration
+	allowPaths        []string
 }
 
 type upstreamAddr struct {
@@ -101,6 +102,7 @@ type upstreamAddr struct {
 //	    model_check         on|off
 //	    models_cache        <duration>
 //	    models_timeout      <duration>
+//	    allow_paths         <paths...>
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
 //	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
 //	    output_weight <value>
@@ -156,6 +158,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		MaxBodySize:       rd.maxBodySize,
 		ModelCheck:        rd.modelCheck,
 		ModelsTimeout:     rd.modelsTimeout,
+		AllowPaths:        rd.allowPaths,
 	}
 
 	routes := caddyhttp.RouteList{
@@ -230,7 +233,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 		switch name {
 		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
-			"max_body_size", "model_check", "models_cache", "models_timeout":
+			"max_body_size", "model_check", "models_cache", "models_timeout", "allow_paths":
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
 		default:
@@ -272,6 +275,8 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			rd.modelsCache, err = parseDurationArg(d, args)
 		case "models_timeout":
 			rd.modelsTimeout, err = parseDurationArg(d, args)
+		case "allow_paths":
+			rd.allowPaths, err = parseAllowPaths(d, args)
 		default:
 			err = rd.parseKnob(d, name, args)
 		}
