@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -205,6 +206,17 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 	rd := &ramjetDirective{}
 	d.Next() // directive name
+	// The settings first: a retired MD_UPSTREAM must be named as such, not
+	// reported as a missing upstream, and a typo'd RJ_* name must not be
+	// ignored.
+	known, ok := knownEnvNames(d.File())
+	if !ok {
+		known = nil
+	}
+	if err := checkEnv(os.Environ(), known); err != nil {
+		return nil, d.Errf("%v", err)
+	}
+	file, line := d.File(), d.Line()
 	args := d.RemainingArgs()
 	if len(args) > 0 {
 		d.DeleteN(len(args))
@@ -285,7 +297,8 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 	}
 	if len(rd.upstreams) == 0 {
-		return nil, d.Err("ramjet needs at least one upstream (set RJ_UPSTREAM)")
+		// Cite the directive's line, not the block's closing brace.
+		return nil, fmt.Errorf("%s:%d - Error during parsing: ramjet needs at least one upstream (set RJ_UPSTREAM)", file, line)
 	}
 	var err error
 	if rd.ranks, err = perEngineInts(d, "dp_ranks", ranksArg, len(rd.upstreams)); err != nil {
