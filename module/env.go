@@ -96,6 +96,12 @@ func knownEnvNames(file string) (known map[string]bool, ok bool) {
 	return known, true
 }
 
+// mustNotBeEmpty are the settings whose empty value Caddy would not read as
+// "unset" (a site address, the admin address, a duration).
+var mustNotBeEmpty = map[string]bool{
+	"RJ_LISTEN": true, "RJ_METRICS_LISTEN": true, "RJ_ADMIN_LISTEN": true, "RJ_GRACE_PERIOD": true,
+}
+
 // checkEnv returns an error naming every retired MD_* setting (see
 // checkRetired) or, when known is not nil, every RJ_* setting in environ
 // that is not in known, with the closest known name as a suggestion. A
@@ -106,6 +112,12 @@ func checkEnv(environ []string, known map[string]bool) error {
 	}
 	if known == nil {
 		return nil
+	}
+	for _, kv := range environ {
+		name, val, _ := strings.Cut(kv, "=")
+		if mustNotBeEmpty[name] && known[name] && strings.TrimSpace(val) == "" {
+			return fmt.Errorf("%s is set but empty: unset it to keep the default, or give an address (an empty listen address would serve every interface on port 80)", name)
+		}
 	}
 	var bad []string
 	for _, kv := range environ {

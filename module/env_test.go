@@ -187,6 +187,8 @@ func TestDeployEnvMistakes(t *testing.T) {
 			[]string{"RJ_MAX_FAIL (did you mean RJ_MAX_FAILS?), RJ_WHATEVER_THIS_IS;"}, ""},
 		{"retired upstream alone", map[string]string{"RJ_UPSTREAM": "", "MD_UPSTREAM": "127.0.0.1:1"},
 			[]string{"MD_UPSTREAM (rename it to RJ_UPSTREAM)"}, "needs at least one upstream"},
+		{"empty listen", map[string]string{"RJ_UPSTREAM": "127.0.0.1:1", "RJ_LISTEN": ""}, []string{"RJ_LISTEN is set but empty"}, ""},
+		{"empty metrics listen", map[string]string{"RJ_UPSTREAM": "127.0.0.1:1", "RJ_METRICS_LISTEN": " "}, []string{"RJ_METRICS_LISTEN is set but empty"}, ""},
 		{"no upstream", map[string]string{"RJ_UPSTREAM": ""},
 			[]string{"deploy/Caddyfile:" + strconv.Itoa(directiveLine) + " ", "needs at least one upstream"}, ""},
 	}
