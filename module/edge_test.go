@@ -225,3 +225,45 @@ func TestEdgeHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestEdgeOpsToken: RJ_METRICS_TOKEN guards the ops port; without it the
+// port stays open. Issue 15, item 4.
+func TestEdgeOpsToken(t *testing.T) {
+	eng := startRecordingEngine(t)
+	for _, tt := range []struct {
+		name, token, send string
+		want             int
+	}{
+		{"no token set", "", "", 200},
+		{"token missing", "ops-s3cret", "", 401},
+		{"token wrong", "ops-s3cret", "Bearer nope", 401},
+		{"token right", "ops-s3cret", "Bearer ops-s3cret", 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"RJ_UPSTREAM": eng.dial()}
+			if tt.token != "" {
+				env["RJ_METRICS_TOKEN"] = tt.token
+			}
+			p := mustLoad(t, deployCaddyfile(t), env)
+			req, err := http.NewRequest("GET", p.metrics+"/metrics", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.send != "" {
+				req.Header.Set("Authorization", tt.send)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("status = %d, want %d; body %.200s", resp.StatusCode, tt.want, body)
+			}
+			if tt.want == 401 {
+				decodeWireError(t, body)
+			}
+		})
+	}
+}
