@@ -232,7 +232,7 @@ func TestEdgeOpsToken(t *testing.T) {
 	eng := startRecordingEngine(t)
 	for _, tt := range []struct {
 		name, token, send string
-		want             int
+		want              int
 	}{
 		{"no token set", "", "", 200},
 		{"token missing", "ops-s3cret", "", 401},
