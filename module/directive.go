@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -78,6 +79,7 @@ type ramjetDirective struct {
 	modelCheck        string
 	modelsCache       caddy.Duration
 	modelsTimeout     caddy.Duration
+	allowPaths        []string
 }
 
 type upstreamAddr struct {
@@ -101,6 +103,7 @@ type upstreamAddr struct {
 //	    model_check         on|off
 //	    models_cache        <duration>
 //	    models_timeout      <duration>
+//	    allow_paths         <paths...>
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
 //	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
 //	    output_weight <value>
@@ -156,6 +159,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		MaxBodySize:       rd.maxBodySize,
 		ModelCheck:        rd.modelCheck,
 		ModelsTimeout:     rd.modelsTimeout,
+		AllowPaths:        rd.allowPaths,
 	}
 
 	routes := caddyhttp.RouteList{
@@ -202,6 +206,17 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 	rd := &ramjetDirective{}
 	d.Next() // directive name
+	// The settings first: a retired MD_UPSTREAM must be named as such, not
+	// reported as a missing upstream, and a typo'd RJ_* name must not be
+	// ignored.
+	known, ok := knownEnvNames(d.File())
+	if !ok {
+		known = nil
+	}
+	if err := checkEnv(os.Environ(), known); err != nil {
+		return nil, d.Errf("%v", err)
+	}
+	file, line := d.File(), d.Line()
 	args := d.RemainingArgs()
 	if len(args) > 0 {
 		d.DeleteN(len(args))
@@ -230,7 +245,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 		switch name {
 		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
-			"max_body_size", "model_check", "models_cache", "models_timeout":
+			"max_body_size", "model_check", "models_cache", "models_timeout", "allow_paths":
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
 		default:
@@ -272,6 +287,8 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			rd.modelsCache, err = parseDurationArg(d, args)
 		case "models_timeout":
 			rd.modelsTimeout, err = parseDurationArg(d, args)
+		case "allow_paths":
+			rd.allowPaths, err = parseAllowPaths(d, args)
 		default:
 			err = rd.parseKnob(d, name, args)
 		}
@@ -280,7 +297,8 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 	}
 	if len(rd.upstreams) == 0 {
-		return nil, d.Err("ramjet needs at least one upstream (set RJ_UPSTREAM)")
+		// Cite the directive's line, not the block's closing brace.
+		return nil, fmt.Errorf("%s:%d - Error during parsing: ramjet needs at least one upstream (set RJ_UPSTREAM)", file, line)
 	}
 	var err error
 	if rd.ranks, err = perEngineInts(d, "dp_ranks", ranksArg, len(rd.upstreams)); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/ramjet-llm/ramjet/deploy"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -140,5 +141,78 @@ func TestDeployDefaultsMatchSelection(t *testing.T) {
 	}
 	if found != len(want) {
 		t.Errorf("found %d of the %d routing defaults in the README table", found, len(want))
+	}
+}
+
+func TestClosestName(t *testing.T) {
+	tests := []struct{ give, want string }{
+		{"RJ_ALHPA", "RJ_ALPHA"},
+		{"RJ_UPSTREM", "RJ_UPSTREAM"},
+		{"RJ_UPSTREAM_TOKENS", "RJ_UPSTREAM_TOKEN"},
+		{"RJ_CLIENT_TOKEN", "RJ_CLIENT_TOKENS"},
+		{"RJ_COMPLETELY_DIFFERENT", ""},
+	}
+	for _, tt := range tests {
+		if got := closestName(tt.give, deployEnvNames); got != tt.want {
+			t.Errorf("closestName(%s) = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+	for _, n := range []string{"RJ_UPSTREAM", "RJ_ALPHA", "RJ_LISTEN", "RJ_METRICS_LISTEN", "RJ_UPSTREAM_TOKEN", "RJ_ALLOW_PATHS"} {
+		if !deployEnvNames[n] {
+			t.Errorf("%s is not among the names read from deploy/Caddyfile", n)
+		}
+	}
+}
+
+// TestDeployEnvMistakes: config mistakes stop the adaptation of
+// deploy/Caddyfile with an error that names them. Issue 15, item 10.
+func TestDeployEnvMistakes(t *testing.T) {
+	directiveLine := 0
+	for i, l := range strings.Split(string(deploy.Caddyfile), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "ramjet {$RJ_UPSTREAM}") {
+			directiveLine = i + 1
+		}
+	}
+	if directiveLine == 0 {
+		t.Fatal("no ramjet directive in deploy/Caddyfile")
+	}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    []string
+		notWant string
+	}{
+		{"typo", map[string]string{"RJ_UPSTREAM": "127.0.0.1:1", "RJ_ALHPA": "2"}, []string{"RJ_ALHPA (did you mean RJ_ALPHA?)"}, ""},
+		{"two unknown", map[string]string{"RJ_UPSTREAM": "127.0.0.1:1", "RJ_MAX_FAIL": "2", "RJ_WHATEVER_THIS_IS": "1"},
+			[]string{"RJ_MAX_FAIL (did you mean RJ_MAX_FAILS?), RJ_WHATEVER_THIS_IS;"}, ""},
+		{"retired upstream alone", map[string]string{"RJ_UPSTREAM": "", "MD_UPSTREAM": "127.0.0.1:1"},
+			[]string{"MD_UPSTREAM (rename it to RJ_UPSTREAM)"}, "needs at least one upstream"},
+		{"empty listen", map[string]string{"RJ_UPSTREAM": "127.0.0.1:1", "RJ_LISTEN": ""}, []string{"RJ_LISTEN is set but empty"}, ""},
+		{"empty metrics listen", map[string]string{"RJ_UPSTREAM": "127.0.0.1:1", "RJ_METRICS_LISTEN": " "}, []string{"RJ_METRICS_LISTEN is set but empty"}, ""},
+		{"no upstream", map[string]string{"RJ_UPSTREAM": ""},
+			[]string{"deploy/Caddyfile:" + strconv.Itoa(directiveLine) + " ", "needs at least one upstream"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v) // restored when the test ends
+			}
+			_, err := deploy.Adapt(tt.env)
+			if err == nil {
+				t.Fatal("adapted without an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if tt.notWant != "" && strings.Contains(err.Error(), tt.notWant) {
+				t.Errorf("error %q says %q", err, tt.notWant)
+			}
+		})
+	}
+	t.Setenv("RJ_UPSTREAM", "127.0.0.1:1")
+	if _, err := deploy.Adapt(nil); err != nil {
+		t.Errorf("a correct environment: %v", err)
 	}
 }

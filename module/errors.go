@@ -18,14 +18,16 @@ const (
 	errTypeInvalidRequest = "invalid_request_error"
 	errTypeServer         = "server_error"
 
-	errCodeInvalidJSON     = "invalid_json"
-	errCodeInvalidType     = "invalid_type"
-	errCodeBodyTooLarge    = "request_too_large"
-	errCodeModelNotFound   = "model_not_found"
-	errCodeNoReplica       = "no_replica_available"
-	errCodeUpstreamFailed  = "upstream_error"
-	errCodeUpstreamTimeout = "upstream_timeout"
-	errCodeInternal        = "internal_error"
+	errCodeInvalidJSON      = "invalid_json"
+	errCodeInvalidType      = "invalid_type"
+	errCodeBodyTooLarge     = "request_too_large"
+	errCodeModelNotFound    = "model_not_found"
+	errCodeNoReplica        = "no_replica_available"
+	errCodeUpstreamFailed   = "upstream_error"
+	errCodeUpstreamTimeout  = "upstream_timeout"
+	errCodeInternal         = "internal_error"
+	errCodeUnknownURL       = "unknown_url"
+	errCodeUnsupportedMedia = "unsupported_media_type"
 )
 
 // APIError is an error in the OpenAI wire shape:

@@ -94,6 +94,15 @@ type Guard struct {
 	// ModelsTimeout bounds one fetch of the engines' model lists. Default 2s.
 	ModelsTimeout caddy.Duration `json:"models_timeout,omitempty"`
 
+	// AllowPaths are the paths served besides the OpenAI API
+	// (DefaultAllowedPaths): exact paths, or prefixes ending in "/*".
+	// Every other path gets an OpenAI-shaped 404 and never reaches an
+	// engine. Paths are compared after normalisation (see normalizePath).
+	AllowPaths []string `json:"allow_paths,omitempty"`
+
+	allowExact  map[string]bool
+	allowPrefix []string
+
 	token   string
 	auth    clientAuth
 	fleet   *catalog.Catalog
@@ -120,6 +129,7 @@ func (Guard) CaddyModule() caddy.ModuleInfo {
 //	    max_body_size       <size>
 //	    model_check         on|off
 //	    models_timeout      <duration>
+//	    allow_paths         <paths...>
 //	}
 //
 // Upstreams may be space- or comma-separated. An option given without a
@@ -152,6 +162,8 @@ func (g *Guard) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			g.ModelCheck, err = optionalArg(d, args)
 		case "models_timeout":
 			g.ModelsTimeout, err = parseDurationArg(d, args)
+		case "allow_paths":
+			g.AllowPaths, err = parseAllowPaths(d, args)
 		default:
 			return d.Errf("unknown ramjet_guard option %q", name)
 		}
@@ -181,6 +193,7 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	g.token = resolveSecret(g.UpstreamToken)
 	g.auth = newClientAuth(g.ClientTokens)
 	g.checkOn = g.ModelCheck == "on"
+	g.allowExact, g.allowPrefix = compileAllowPaths(g.AllowPaths)
 	g.scrub = scrubList(g.Upstreams)
 	if len(g.Upstreams) > 0 {
 		f, key, err := acquireModelList(g.Upstreams, g.token, time.Duration(g.ModelsTimeout))
@@ -202,6 +215,11 @@ func (g *Guard) Validate() error {
 	case g.ModelsTimeout < 0:
 		return fmt.Errorf("models_timeout must be positive, got %v", g.ModelsTimeout)
 	}
+	for _, p := range g.AllowPaths {
+		if err := checkAllowPath(p); err != nil {
+			return fmt.Errorf("allow_paths: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -215,6 +233,12 @@ func (g *Guard) Cleanup() error {
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// Only the API: the path is normalised first, so that no spelling of
+	// an engine-internal route (or of an API route) skips the checks below.
+	if !g.allow(r) {
+		WriteAPIError(w, notFoundRoute())
+		return nil
+	}
 	if ae := g.auth.check(r); ae != nil {
 		WriteAPIError(w, ae)
 		return nil
@@ -224,9 +248,11 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	case g.token != "":
 		r.Header.Set("Authorization", "Bearer "+g.token)
 		r.Header.Del("Api-Key")
+		r.Header.Del("X-Api-Key")
 	case !g.ForwardClientAuth:
 		r.Header.Del("Authorization")
 		r.Header.Del("Api-Key")
+		r.Header.Del("X-Api-Key")
 	}
 
 	if ae := g.readBody(r); ae != nil {
@@ -236,6 +262,9 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		WriteAPIError(w, ae)
 		return nil
 	}
+	// Request trailers (read with the body) are never forwarded: they could
+	// carry what stripRequestHeaders removes from the headers.
+	r.Trailer = nil
 
 	gw := &guardWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, scrub: g.scrub}
 	err := next.ServeHTTP(gw, r)
@@ -287,6 +316,10 @@ func (g *Guard) readBody(r *http.Request) *APIError {
 	if r.Method != http.MethodPost {
 		return nil
 	}
+	if apiPOSTRoutes[r.URL.Path] && !isJSONContent(r.Header.Get("Content-Type")) {
+		return newAPIError(http.StatusUnsupportedMediaType, errTypeInvalidRequest, errCodeUnsupportedMedia, "",
+			"the request body must be JSON: send Content-Type: application/json")
+	}
 	// The LLM routes are always parsed (the policy fingerprints them
 	// whatever the content type); the other JSON routes when they say JSON.
 	ep := selection.EndpointForPath(r.URL.Path)
@@ -333,6 +366,9 @@ func (a clientAuth) check(r *http.Request) *APIError {
 		return nil
 	}
 	key := r.Header.Get("Api-Key")
+	if key == "" {
+		key = r.Header.Get("X-Api-Key")
+	}
 	if v := r.Header.Get("Authorization"); v != "" {
 		if scheme, tok, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
 			key = strings.TrimSpace(tok)
@@ -524,3 +560,105 @@ var (
 	_ caddyhttp.MiddlewareHandler = (*Guard)(nil)
 	_ caddyfile.Unmarshaler       = (*Guard)(nil)
 )
+
+// DefaultAllowedPaths are the client routes ramjet serves: the OpenAI API it
+// routes and answers itself. Anything else (the engines' /metrics,
+// /reset_prefix_cache, /sleep, /flush_cache, ...) is a 404 unless allowed
+// with allow_paths.
+var DefaultAllowedPaths = []string{
+	"/v1/chat/completions",
+	"/v1/completions",
+	"/v1/responses",
+	"/v1/embeddings",
+	"/v1/models",
+	"/v1/models/*",
+	"/health",
+}
+
+// apiPOSTRoutes are the default routes whose POST body must be JSON (415
+// otherwise).
+var apiPOSTRoutes = map[string]bool{
+	"/v1/chat/completions": true,
+	"/v1/completions":      true,
+	"/v1/responses":        true,
+	"/v1/embeddings":       true,
+}
+
+// normalizePath is the form in which a client path is matched and then
+// forwarded: dot segments resolved, repeated slashes collapsed, a trailing
+// slash dropped and lower case (Caddy's path matcher is case-insensitive
+// too), so that //v1/chat/completions, /v1/x/../chat/completions and
+// /V1/CHAT/COMPLETIONS are all /v1/chat/completions.
+func normalizePath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	p = caddyhttp.CleanPath(p, true)
+	if len(p) > 1 {
+		p = strings.TrimSuffix(p, "/")
+	}
+	return strings.ToLower(p)
+}
+
+// allow normalises the request path and reports whether it is served. An
+// allowed request continues with the normalised path (the engine, the body
+// checks and the policy's affinity all see the canonical route).
+func (g *Guard) allow(r *http.Request) bool {
+	p := normalizePath(r.URL.Path)
+	ok := g.allowExact[p]
+	for _, pre := range g.allowPrefix {
+		if ok {
+			break
+		}
+		ok = strings.HasPrefix(p, pre)
+	}
+	if !ok {
+		return false
+	}
+	if p != r.URL.Path {
+		r.URL.Path, r.URL.RawPath = p, ""
+	}
+	return true
+}
+
+func compileAllowPaths(extra []string) (map[string]bool, []string) {
+	exact := map[string]bool{}
+	var prefix []string
+	for _, p := range append(append([]string(nil), DefaultAllowedPaths...), extra...) {
+		if pre, ok := strings.CutSuffix(p, "/*"); ok {
+			prefix = append(prefix, normalizePath(pre)+"/")
+			continue
+		}
+		exact[normalizePath(p)] = true
+	}
+	return exact, prefix
+}
+
+// checkAllowPath rejects an allow_paths entry that cannot match: it must be
+// an absolute path, with a "*" only as a final "/*".
+func checkAllowPath(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("%q must start with /", p)
+	}
+	if i := strings.IndexByte(p, '*'); i >= 0 && (i != len(p)-1 || !strings.HasSuffix(p, "/*")) {
+		return fmt.Errorf("%q: a * may only end a path, as /prefix/*", p)
+	}
+	return nil
+}
+
+// parseAllowPaths reads allow_paths: space- or comma-separated paths; none
+// (an unset environment variable) keeps the default API only.
+func parseAllowPaths(d *caddyfile.Dispenser, args []string) ([]string, error) {
+	out := splitList(args)
+	for _, p := range out {
+		if err := checkAllowPath(p); err != nil {
+			return nil, d.Errf("allow_paths: %v", err)
+		}
+	}
+	return out, nil
+}
+
+func notFoundRoute() *APIError {
+	return newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeUnknownURL, "",
+		"Unknown request URL. This server serves only the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models) and /health.")
+}

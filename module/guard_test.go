@@ -100,7 +100,7 @@ func serveGuard(t *testing.T, g *Guard, req *http.Request, next caddyhttp.Handle
 }
 
 func TestGuardRejects(t *testing.T) {
-	g := newTestGuard(t, &Guard{MaxBodySize: 64})
+	g := newTestGuard(t, &Guard{MaxBodySize: 64, AllowPaths: []string{"/v1/audio/*"}})
 	forwarded := 0
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 		forwarded++
@@ -118,7 +118,10 @@ func TestGuardRejects(t *testing.T) {
 		{"malformed", "/v1/chat/completions", `{"model":`, "application/json", 400, errCodeInvalidJSON},
 		{"too large", "/v1/completions", `{"model":"m1","prompt":"` + strings.Repeat("x", 80) + `"}`, "application/json", 413, errCodeBodyTooLarge},
 		{"unknown model", "/v1/chat/completions", `{"model":"nope"}`, "application/json", 404, errCodeModelNotFound},
-		{"multipart to an LLM route", "/v1/chat/completions", `--x--`, "multipart/form-data; boundary=x", 400, errCodeInvalidJSON},
+		{"multipart to an LLM route", "/v1/chat/completions", `--x--`, "multipart/form-data; boundary=x", 415, errCodeUnsupportedMedia},
+		{"text to an LLM route", "/v1/completions", `{"model":"m1"}`, "text/plain", 415, errCodeUnsupportedMedia},
+		{"messages as a string", "/v1/chat/completions", `{"model":"m1","messages":"hi"}`, "application/json", 400, errCodeInvalidType},
+		{"engine route refused", "/reset_prefix_cache", ``, "application/json", 404, errCodeUnknownURL},
 		{"multipart not parsed", "/v1/audio/transcriptions", `--x--`, "multipart/form-data; boundary=x", 200, ""},
 		{"other route not parsed", "/v1/audio/whatever", `not json`, "application/json", 200, ""},
 	}
@@ -224,7 +227,7 @@ func TestGuardRewritesChainErrors(t *testing.T) {
 
 	// A response that has started is not rewritten; headers naming the
 	// upstream are dropped.
-	req = httptest.NewRequest(http.MethodGet, "/v1/other", nil)
+	req = httptest.NewRequest(http.MethodGet, "/v1/models/m1", nil)
 	req = req.WithContext(context.WithValue(req.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
 	rec = httptest.NewRecorder()
 	err := g.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
@@ -247,7 +250,7 @@ func TestGuardRewritesChainErrors(t *testing.T) {
 // model name, and leaves the one parse in the request state for the
 // matcher and the policy.
 func TestGuardParse(t *testing.T) {
-	g := newTestGuard(t, &Guard{})
+	g := newTestGuard(t, &Guard{AllowPaths: []string{"/openai/*"}})
 	deep := func(n int) string {
 		return `{"model":"m1","messages":[{"role":"user","content":"hi"}],"x":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`
 	}
@@ -449,4 +452,40 @@ http://{ADDR} {
 
 func enginesimOptions(model string) enginesim.Options {
 	return enginesim.Options{Model: model, Instant: true}
+}
+
+func TestGuardNormalizesPaths(t *testing.T) {
+	g := newTestGuard(t, &Guard{AllowPaths: []string{"/tokenize", "/v1/audio/*"}})
+	tests := []struct {
+		in, want string // want "" = refused
+	}{
+		{"/v1/chat/completions", "/v1/chat/completions"},
+		{"//v1/chat/completions", "/v1/chat/completions"},
+		{"/v1/x/../chat/completions", "/v1/chat/completions"},
+		{"/V1/CHAT/COMPLETIONS", "/v1/chat/completions"},
+		{"/v1/./completions/", "/v1/completions"},
+		{"/v1/models/m1", "/v1/models/m1"},
+		{"/Tokenize", "/tokenize"},
+		{"/v1/audio/speech", "/v1/audio/speech"},
+		{"/v1/audio", ""},
+		{"/v1/audio/../../metrics", ""},
+		{"/metrics", ""},
+		{"/reset_prefix_cache", ""},
+		{"/v1/chat/completions2", ""},
+		{"/", ""},
+	}
+	for _, tt := range tests {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.URL.Path = tt.in
+		ok := g.allow(req)
+		if ok != (tt.want != "") || (ok && req.URL.Path != tt.want) {
+			t.Errorf("%s: allowed %v, path %q; want %q", tt.in, ok, req.URL.Path, tt.want)
+		}
+	}
+	if err := (&Guard{AllowPaths: []string{"/a*"}}).Validate(); err == nil {
+		t.Error("allow_paths /a* accepted")
+	}
+	if err := (&Guard{AllowPaths: []string{"tokenize"}}).Validate(); err == nil {
+		t.Error("allow_paths without a leading / accepted")
+	}
 }
