@@ -152,6 +152,7 @@ type replica struct {
 	// counters, under Index.mu
 	applied, fences, decodeErrors, gaps, replayed uint64
 	messages, lastSeq                             uint64
+	replayFailures                                uint64
 	connected                                     bool
 	// complete: the entries mirror the engine's whole cache, because they
 	// were built from its first message (sequence 0) or from an empty cache
@@ -159,6 +160,12 @@ type replica struct {
 	// joined, and hit since without being stored again, are missing.
 	complete  bool
 	lastEvent time.Time
+	// gone remembers the keys of recently removed engine blocks (bounded
+	// by maxGone, goneRing in insertion order), to recognise a re-store
+	// that is not a chain.
+	gone     map[uint64]uint64
+	goneRing []uint64
+	goneNext int
 }
 
 // Index is the precise index: per replica, the blocks its engine reports
@@ -176,6 +183,8 @@ type Index struct {
 	head  rec            // LRU sentinel: head.next is the most recent
 	n     int            // entries
 	pred  predictions    // short-lived predicted entries
+	// scratch holds one store's chain keys (under mu).
+	scratch []uint64
 
 	eventsApplied   atomic.Uint64
 	decodeErrors    atomic.Uint64
@@ -188,6 +197,8 @@ type Index struct {
 	removed         atomic.Uint64
 	skipped         atomic.Uint64
 	sizeMismatch    atomic.Uint64
+	nonChain        atomic.Uint64
+	replayFailures  atomic.Uint64
 	entries         atomic.Int64
 }
 
@@ -339,7 +350,10 @@ func (x *Index) store(r Replica, rep *replica, e *Event) {
 		x.sizeMismatch.Add(1)
 	}
 	prev := loraSeed(e)
-	if e.HasParent {
+	// A parent of 0 is how several publishers (llm-d's adapter, some
+	// emulators' positional encoding) write "no parent": it is a chain start
+	// unless this replica really holds a block hashing to 0.
+	if e.HasParent && (e.Parent != 0 || rep.byEngine[0] != nil) {
 		p, ok := rep.byEngine[e.Parent]
 		if !ok {
 			// The parent is unknown (missed, or evicted by the budget):
@@ -349,16 +363,73 @@ func (x *Index) store(r Replica, rep *replica, e *Event) {
 		}
 		prev = p.key
 	}
+	// First pass: the chain keys, and whether the engine's own identities
+	// contradict them. An engine hash names one block (its parent and
+	// tokens), so a block held or recently removed under another key proves
+	// the store is not one contiguous chain under its parent (a re-store of
+	// scattered evicted blocks). Then only the first block (under the given
+	// parent) and blocks of known identity are keyed; the rest are skipped.
 	tokens := e.TokenIDs
+	x.scratch = x.scratch[:0]
+	broken := false
 	for _, h := range e.BlockHashes {
 		if len(tokens) < bs {
 			break
 		}
 		prev = selection.HashTokenBlock(prev, tokens[:bs])
 		tokens = tokens[bs:]
-		x.put(r, rep, h, prev)
-		x.pred.confirm(r, prev)
+		if k, ok := rep.known(h); ok && k != prev {
+			broken = true
+		}
+		x.scratch = append(x.scratch, prev)
 	}
+	for i, key := range x.scratch {
+		h := e.BlockHashes[i]
+		if broken {
+			if k, ok := rep.known(h); ok {
+				key = k
+			} else if i > 0 {
+				x.nonChain.Add(1)
+				x.skipped.Add(1)
+				continue
+			}
+		}
+		x.put(r, rep, h, key)
+		x.pred.confirm(r, key)
+	}
+}
+
+// known returns the router key under which the replica holds, or recently
+// held, engine block h.
+func (rep *replica) known(h uint64) (uint64, bool) {
+	if rc, ok := rep.byEngine[h]; ok {
+		return rc.key, true
+	}
+	k, ok := rep.gone[h]
+	return k, ok
+}
+
+// maxGone bounds the removed blocks a replica remembers.
+const maxGone = 4096
+
+// forget remembers that engine block h was keyed key, within maxGone
+// (oldest first out).
+func (rep *replica) forget(h, key uint64) {
+	if rep.gone == nil {
+		rep.gone = make(map[uint64]uint64, 64)
+	}
+	if _, ok := rep.gone[h]; ok {
+		rep.gone[h] = key
+		return
+	}
+	if len(rep.goneRing) == maxGone {
+		delete(rep.gone, rep.goneRing[rep.goneNext])
+		rep.goneRing[rep.goneNext] = h
+		rep.goneNext = (rep.goneNext + 1) % maxGone
+	} else {
+		rep.goneRing = append(rep.goneRing, h)
+	}
+	rep.gone[h] = key
 }
 
 // put records that r holds engine block h under router key key.
@@ -391,6 +462,7 @@ func (x *Index) put(r Replica, rep *replica, h, key uint64) {
 func (x *Index) remove(rc *rec) {
 	rep := x.reps[rc.rep]
 	delete(rep.byEngine, rc.engine)
+	rep.forget(rc.engine, rc.key)
 	if rep.refs[rc.key]--; rep.refs[rc.key] <= 0 {
 		delete(rep.refs, rc.key)
 		s := x.keys[rc.key]

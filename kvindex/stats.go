@@ -51,6 +51,23 @@ func (x *Index) Skipped() uint64 { return x.skipped.Load() }
 // from Config.BlockSize (their blocks can never match a request).
 func (x *Index) BlockSizeMismatches() uint64 { return x.sizeMismatch.Load() }
 
+// NonChain counts blocks of BlockStored events that were skipped because
+// the event was provably not one contiguous chain under its parent (a block
+// of known identity whose chained key disagreed), and the block's own
+// identity was unknown. They are counted in Skipped too.
+func (x *Index) NonChain() uint64 { return x.nonChain.Load() }
+
+// ReplayFailures counts replay requests that did not recover every missed
+// message (unreachable socket, unexpected framing, buffer too short).
+func (x *Index) ReplayFailures() uint64 { return x.replayFailures.Load() }
+
+func (x *Index) noteReplayFailure(r Replica) {
+	x.replayFailures.Add(1)
+	x.mu.Lock()
+	x.reps[r].replayFailures++
+	x.mu.Unlock()
+}
+
 // noteDecodeError counts one undecodable message of r.
 func (x *Index) noteDecodeError(r Replica) {
 	x.decodeErrors.Add(1)

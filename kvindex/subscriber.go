@@ -239,7 +239,12 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	}
 	seq := m.Seq
 	switch {
-	case !f.have && seq == 0:
+	case !f.have && seq <= firstSeq:
+		// The engine's first message (vLLM counts from 0, others from 1;
+		// a 1 from an engine counting from 0 is caught up by the replay).
+		if seq == 1 && ep.Replay != "" {
+			s.replay(ctx, ep, r, f, 0, 1, false)
+		}
 		s.x.noteStart(r)
 	case !f.have:
 		// Joining a running engine: catch up on what its replay buffer
@@ -251,7 +256,7 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	case seq == f.last+1:
 	case seq <= f.last:
 		s.x.Fence(r, FenceReset)
-		if seq == 0 {
+		if seq <= firstSeq {
 			s.x.noteStart(r)
 		}
 	default:
@@ -265,61 +270,72 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	f.last, f.have = seq, true
 }
 
-// replayEnd is the sequence number that ends a replay reply (-1).
-const replayEnd = ^uint64(0)
+// firstSeq is the highest sequence number an engine's first message
+// carries: vLLM counts from 0, other publishers from 1.
+const firstSeq = 1
 
 // replay asks ep's replay socket for messages from .. upTo-1 and applies
 // them in order. When strict, the reply must start at from; otherwise it may
 // start later (the buffer lost the oldest), and must be contiguous from its
-// first message on. It reports whether every message up to upTo-1 came.
+// first message on. It reports whether every message up to upTo-1 came; a
+// replay that did not is logged and counted (Index.ReplayFailures).
 func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed, from, upTo uint64, strict bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
 	defer cancel()
+	next, n := from, 0
+	fail := func(err error) bool {
+		s.x.noteReplayFailure(r)
+		s.cfg.Logger.Warn("kv event replay incomplete", zap.String("replica", ep.Replica),
+			zap.String("replay", ep.Replay), zap.Uint64("from", from), zap.Uint64("up_to", upTo),
+			zap.Int("applied", n), zap.Error(err))
+		return false
+	}
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
 		zmq4.WithLogger(discard), zmq4.WithTimeout(s.cfg.ReplayTimeout))
 	defer d.Close()
 	if err := d.Dial(ep.Replay); err != nil {
-		return false
+		return fail(fmt.Errorf("dial %s: %w", ep.Replay, err))
 	}
 	var start [8]byte
 	binary.BigEndian.PutUint64(start[:], from)
 	// A DEALER sends the empty delimiter a REQ socket would add.
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
-		return false
+		return fail(fmt.Errorf("request: %w", err))
 	}
-	next, n := from, 0
 	defer func() { s.x.noteReplayed(r, n) }()
 	for next < upTo {
 		msg, err := d.Recv()
 		if err != nil {
-			return false
+			return fail(fmt.Errorf("receive: %w", err))
 		}
-		frames := msg.Frames
-		if len(frames) > 0 && len(frames[0]) == 0 {
-			frames = frames[1:]
+		seq, frames, end, err := SplitReplay(msg.Frames)
+		if err != nil {
+			return fail(err)
 		}
-		if len(frames) != 2 || len(frames[0]) != 8 {
-			return false
-		}
-		seq := binary.BigEndian.Uint64(frames[0])
-		if seq == replayEnd {
-			return false
+		if end {
+			if !strict && n == 0 {
+				return false // joining: the buffer holds nothing older
+			}
+			return fail(fmt.Errorf("reply ended at %d, before %d", next, upTo))
 		}
 		if seq < next {
 			continue
 		}
 		if seq > next {
-			if strict || n > 0 || seq >= upTo {
-				return false // the replay buffer no longer holds next
+			if !strict && n == 0 && seq >= upTo {
+				return false // joining: the buffer holds nothing older
+			}
+			if strict || n > 0 {
+				return fail(fmt.Errorf("buffer starts at %d, need %d", seq, next))
 			}
 			next = seq
 		}
 		m, err := f.rdec.DecodeFrames(frames)
 		if err != nil {
 			s.x.noteDecodeError(r)
-			return false
+			return fail(err)
 		}
-		if seq == 0 && n == 0 {
+		if seq <= firstSeq && n == 0 && !f.have {
 			s.x.noteStart(r)
 		}
 		s.x.Apply(r, &m.Batch)
