@@ -115,6 +115,14 @@ type Config struct {
 	MaxPredicted int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// MaxOrphanRun is how many BlockStored events in a row may fail to
+	// land (unknown parent, wrong block size) before the replica's feed is
+	// reported unhealthy and its replica falls back to the estimate.
+	// Default 32.
+	MaxOrphanRun int
+	// StallWindow is how long a feed may deliver stores none of which
+	// lands before it is reported unhealthy. Default 5s.
+	StallWindow time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -129,6 +137,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.MaxOrphanRun <= 0 {
+		c.MaxOrphanRun = 32
+	}
+	if c.StallWindow <= 0 {
+		c.StallWindow = 5 * time.Second
 	}
 }
 
@@ -166,6 +180,15 @@ type replica struct {
 	gone     map[uint64]uint64
 	goneRing []uint64
 	goneNext int
+	// Health: a feed is healthy while its stores land in the index.
+	// failRun counts BlockStored events in a row that did not land since
+	// failSince; unhealthy holds the reason once reported (empty when
+	// healthy); healthChanged is set on a transition until taken.
+	failRun       int
+	failSince     time.Time
+	unhealthy     string
+	healthChanged bool
+	orphans       uint64
 }
 
 // Index is the precise index: per replica, the blocks its engine reports
@@ -301,7 +324,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			if !x.relevant(e) {
 				continue
 			}
-			x.store(r, rep, e)
+			x.noteStore(r, rep, x.store(r, rep, e), now)
 		case KindBlockRemoved:
 			if !x.relevant(e) {
 				continue
@@ -324,7 +347,9 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			x.skipped.Add(1)
 			continue
 		}
-		x.fresh.add(r)
+		if rep.unhealthy == "" {
+			x.fresh.add(r)
+		}
 		rep.applied++
 		rep.lastEvent = now
 		x.eventsApplied.Add(1)
@@ -340,14 +365,18 @@ func (x *Index) relevant(e *Event) bool {
 	return true
 }
 
-func (x *Index) store(r Replica, rep *replica, e *Event) {
+// store keys e's blocks; it reports whether any block landed under a key
+// a request can match.
+func (x *Index) store(r Replica, rep *replica, e *Event) bool {
 	bs := e.BlockSize
 	if bs <= 0 {
 		x.skipped.Add(1)
-		return
+		return false
 	}
+	landed := len(e.BlockHashes) > 0 && len(e.TokenIDs) >= bs
 	if bs != x.cfg.BlockSize {
 		x.sizeMismatch.Add(1)
+		landed = false // keyed, but no request can ever match them
 	}
 	prev := loraSeed(e)
 	// A parent of 0 is how several publishers (llm-d's adapter, some
@@ -359,7 +388,8 @@ func (x *Index) store(r Replica, rep *replica, e *Event) {
 			// The parent is unknown (missed, or evicted by the budget):
 			// the chain cannot be keyed.
 			x.orphans.Add(1)
-			return
+			rep.orphans++
+			return false
 		}
 		prev = p.key
 	}
@@ -397,6 +427,48 @@ func (x *Index) store(r Replica, rep *replica, e *Event) {
 		x.put(r, rep, h, key)
 		x.pred.confirm(r, key)
 	}
+	return landed
+}
+
+// noteStore updates r's health after one BlockStored event: a run of
+// MaxOrphanRun stores that did not land, or stores failing for longer than
+// StallWindow with none landing, makes the feed unhealthy (not fresh: its
+// replica is routed by the estimate) until a store lands again.
+func (x *Index) noteStore(r Replica, rep *replica, landed bool, now time.Time) {
+	if landed {
+		rep.failRun = 0
+		if rep.unhealthy != "" {
+			rep.unhealthy, rep.healthChanged = "", true
+		}
+		return
+	}
+	if rep.failRun == 0 {
+		rep.failSince = now
+	}
+	rep.failRun++
+	if rep.unhealthy != "" {
+		return
+	}
+	switch {
+	case rep.failRun >= x.cfg.MaxOrphanRun:
+		rep.unhealthy = fmt.Sprintf("%d stores in a row did not land (unknown parents or block size)", rep.failRun)
+	case now.Sub(rep.failSince) >= x.cfg.StallWindow:
+		rep.unhealthy = fmt.Sprintf("no store landed for %s", now.Sub(rep.failSince).Round(time.Millisecond))
+	default:
+		return
+	}
+	rep.healthChanged = true
+	x.fresh.del(r)
+}
+
+// HealthChange reports, once per transition, that r's feed became
+// unhealthy (reason non-empty) or healthy again (reason empty).
+func (x *Index) HealthChange(r Replica) (changed bool, reason string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	rep := x.reps[r]
+	changed, rep.healthChanged = rep.healthChanged, false
+	return changed, rep.unhealthy
 }
 
 // known returns the router key under which the replica holds, or recently

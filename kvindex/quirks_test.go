@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // The fixtures in testdata/quirks/ are written by hand from the publishers'
@@ -276,5 +279,51 @@ func TestQuirkNonContiguousStore(t *testing.T) {
 	}
 	if got := overlapOf(x, r, all); got != 16 {
 		t.Fatalf("overlap %d after the re-store, want 16", got)
+	}
+}
+
+// A feed whose stores are all orphans is reported unhealthy and not fresh
+// (its replica falls back to the estimate), and recovers when a store lands.
+func TestOrphanFeedUnhealthy(t *testing.T) {
+	x := New(Config{BlockSize: 4, MaxOrphanRun: 3})
+	r, err := x.Register("e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := Batch{Events: []Event{{Kind: KindBlockStored, BlockHashes: []uint64{7}, Parent: 12345,
+		HasParent: true, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4}}}
+	for i := 0; i < 2; i++ {
+		x.Apply(r, &orphan)
+	}
+	if ch, _ := x.HealthChange(r); ch || !x.Fresh(r) {
+		t.Fatalf("unhealthy after 2 orphans of 3 allowed (changed %v, fresh %v)", ch, x.Fresh(r))
+	}
+	x.Apply(r, &orphan)
+	ch, reason := x.HealthChange(r)
+	if !ch || reason == "" || x.Fresh(r) || x.Stats(r).Healthy {
+		t.Fatalf("after 3 orphans: changed %v reason %q fresh %v", ch, reason, x.Fresh(r))
+	}
+	x.Apply(r, &orphan)
+	if ch, _ := x.HealthChange(r); ch || x.Fresh(r) {
+		t.Fatal("a second transition reported, or fresh again on an orphan")
+	}
+	cands := make([]selection.Candidate, 1)
+	x.Annotate(x.Keys(nil, 0, []uint32{1, 2, 3, 4}), []Replica{r}, cands, make([]int, 1))
+	if cands[0].Precise {
+		t.Fatal("an unhealthy feed annotated precise")
+	}
+	x.Apply(r, decodeOne(t, "parent-nil-array.hex"))
+	if ch, reason := x.HealthChange(r); !ch || reason != "" || !x.Fresh(r) {
+		t.Fatalf("after a landed store: changed %v reason %q fresh %v", ch, reason, x.Fresh(r))
+	}
+	// Stores failing for the stall window make the feed unhealthy too.
+	now := time.Unix(1000, 0)
+	y := New(Config{BlockSize: 4, StallWindow: time.Second, Now: func() time.Time { return now }})
+	q, _ := y.Register("e")
+	y.Apply(q, &orphan)
+	now = now.Add(2 * time.Second)
+	y.Apply(q, &orphan)
+	if ch, reason := y.HealthChange(q); !ch || !strings.Contains(reason, "no store landed") {
+		t.Fatalf("stalled feed: changed %v reason %q", ch, reason)
 	}
 }

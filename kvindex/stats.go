@@ -148,6 +148,14 @@ type ReplicaStats struct {
 	DecodeErrors uint64
 	Gaps         uint64
 	Replayed     uint64
+	// Healthy reports that the feed's stores land in the index;
+	// Unhealthy is the reason when not (see Config.MaxOrphanRun).
+	Healthy   bool
+	Unhealthy string
+	// Orphans counts this replica's stores dropped for an unknown parent;
+	// ReplayFailures its incomplete replays.
+	Orphans        uint64
+	ReplayFailures uint64
 	// LastEvent is when the replica's last event was applied (zero if never).
 	LastEvent time.Time
 }
@@ -162,7 +170,8 @@ func (x *Index) AppendReplicaStats(dst []ReplicaStats) []ReplicaStats {
 			Applied: rep.applied, Fences: rep.fences, DecodeErrors: rep.decodeErrors,
 			Gaps: rep.gaps, Replayed: rep.replayed, LastEvent: rep.lastEvent,
 			Connected: rep.connected, Messages: rep.messages, LastSeq: rep.lastSeq,
-			Complete: rep.complete,
+			Complete: rep.complete, Healthy: rep.unhealthy == "", Unhealthy: rep.unhealthy,
+			Orphans: rep.orphans, ReplayFailures: rep.replayFailures,
 		})
 	}
 	return dst

@@ -268,6 +268,22 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	s.x.Apply(r, &m.Batch)
 	s.x.noteMessage(r, seq)
 	f.last, f.have = seq, true
+	s.logHealth(ep, r)
+}
+
+// logHealth logs a transition of r's feed health, once.
+func (s *Subscriber) logHealth(ep Endpoint, r Replica) {
+	changed, reason := s.x.HealthChange(r)
+	if !changed {
+		return
+	}
+	if reason != "" {
+		s.cfg.Logger.Warn("kv event feed unhealthy: its stores do not land in the index; replica routed by the estimate",
+			zap.String("replica", ep.Replica), zap.String("events", ep.Events), zap.String("reason", reason))
+		return
+	}
+	s.cfg.Logger.Info("kv event feed healthy again", zap.String("replica", ep.Replica),
+		zap.String("events", ep.Events))
 }
 
 // firstSeq is the highest sequence number an engine's first message
