@@ -292,6 +292,18 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 	if n := testutil.CollectAndCount(kvCollector{}, "ramjet_kv_feed_fresh"); n != 2 {
 		t.Errorf("%d ramjet_kv_feed_fresh series, want 2 (one per rank)%s", n, want)
 	}
+	// Every kvindex counter kvindex/README.md lists is exported.
+	for _, name := range []string{"ramjet_kv_index_orphans_total", "ramjet_kv_index_unknown_removals_total",
+		"ramjet_kv_index_removed_total", "ramjet_kv_index_skipped_total",
+		"ramjet_kv_index_block_size_mismatches_total", "ramjet_kv_index_non_chain_blocks_total",
+		"ramjet_kv_replay_failures_total"} {
+		if n := testutil.CollectAndCount(kvCollector{}, name); n != 1 {
+			t.Errorf("%d %s series, want 1", n, name)
+		}
+	}
+	if n := testutil.CollectAndCount(kvCollector{}, "ramjet_kv_feed_healthy"); n != 2 {
+		t.Errorf("%d ramjet_kv_feed_healthy series, want 2 (one per rank)", n)
+	}
 }
 
 func TestE2EKVFeedDownFallsBack(t *testing.T) {
