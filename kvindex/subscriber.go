@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -30,6 +31,13 @@ type Endpoint struct {
 	Replay string
 	// Topic is the subscription prefix; empty subscribes to everything.
 	Topic string
+	// Bind makes Events an address this subscriber binds and the engine's
+	// PUB socket connects to (vLLM with a non-"*" endpoint, llm-d's usual
+	// setup), instead of one it dials (vLLM's default "tcp://*:5557").
+	// Several endpoints may share one bound address; their messages are
+	// told apart by topic, so each needs a distinct non-empty Topic there
+	// (e.g. llm-d's "kv@<pod-ip>:<port>@<model>").
+	Bind bool
 }
 
 // RankEndpoint returns the endpoint of data-parallel rank rank of an engine
@@ -106,9 +114,14 @@ type Subscriber struct {
 	eps  []Endpoint
 	reps []Replica
 
+	// binds groups the bound endpoints by address (indexes into eps).
+	binds     map[string][]int
+	bindOrder []string
+
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	bound  map[string]string // bound address -> actual address, once listening
 }
 
 // NewSubscriber registers every endpoint's replica in x and returns a
@@ -125,6 +138,22 @@ func NewSubscriber(x *Index, eps []Endpoint, cfg SubscriberConfig) (*Subscriber,
 			return nil, fmt.Errorf("kvindex: replica %q listed twice", ep.Replica)
 		}
 		seen[ep.Replica] = true
+		if ep.Bind {
+			if s.binds == nil {
+				s.binds = map[string][]int{}
+			}
+			g := s.binds[ep.Events]
+			for _, j := range g {
+				if eps[j].Topic == ep.Topic {
+					return nil, fmt.Errorf("kvindex: replicas %q and %q bind %s with the same topic %q; give each engine its own topic",
+						eps[j].Replica, ep.Replica, ep.Events, ep.Topic)
+				}
+			}
+			if len(g) == 0 {
+				s.bindOrder = append(s.bindOrder, ep.Events)
+			}
+			s.binds[ep.Events] = append(g, len(s.reps))
+		}
 		r, err := x.Register(ep.Replica)
 		if err != nil {
 			return nil, err
@@ -143,7 +172,17 @@ func (s *Subscriber) Start(ctx context.Context) {
 		return
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
+	for _, addr := range s.bindOrder {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.runBind(ctx, addr, s.binds[addr])
+		}()
+	}
 	for i := range s.eps {
+		if s.eps[i].Bind {
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -193,6 +232,117 @@ func (s *Subscriber) run(ctx context.Context, ep Endpoint, r Replica) {
 		}
 		backoff = min(2*backoff, s.cfg.MaxBackoff)
 	}
+}
+
+// BoundAddr returns the address a bound endpoint address (Endpoint.Events
+// with Bind) is listening on, e.g. with its port when bound to port 0;
+// empty until it listens.
+func (s *Subscriber) BoundAddr(events string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bound[events]
+}
+
+// runBind listens on addr for the engines of the endpoints eps (indexes
+// into s.eps) and dispatches their messages by topic, relistening after a
+// failure.
+func (s *Subscriber) runBind(ctx context.Context, addr string, idx []int) {
+	lg := s.cfg.Logger.With(zap.String("bind", addr))
+	feeds := make([]*feed, len(idx))
+	for i := range feeds {
+		feeds[i] = &feed{dec: NewDecoder(), rdec: NewDecoder()}
+	}
+	backoff := s.cfg.MinBackoff
+	for ctx.Err() == nil {
+		err := s.bindSession(ctx, addr, idx, feeds)
+		if ctx.Err() != nil {
+			return
+		}
+		for i, j := range idx {
+			s.x.Fence(s.reps[j], FenceReconnect)
+			feeds[i].have = false
+		}
+		lg.Warn("kv event socket lost; its replicas fenced", zap.Error(err), zap.Duration("retry_in", backoff))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.cfg.MaxBackoff)
+	}
+}
+
+func (s *Subscriber) bindSession(ctx context.Context, addr string, idx []int, feeds []*feed) error {
+	sub := zmq4.NewSub(ctx, zmq4.WithLogger(discard))
+	defer sub.Close()
+	if err := sub.Listen(addr); err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	s.mu.Lock()
+	if s.bound == nil {
+		s.bound = map[string]string{}
+	}
+	s.bound[addr] = "tcp://" + sub.Addr().String()
+	s.mu.Unlock()
+	for _, j := range idx {
+		if err := sub.SetOption(zmq4.OptionSubscribe, s.eps[j].Topic); err != nil {
+			return fmt.Errorf("subscribe: %w", err)
+		}
+	}
+	up := make([]bool, len(idx))
+	defer func() {
+		for i, j := range idx {
+			if up[i] {
+				s.x.noteConnected(s.reps[j], false)
+			}
+		}
+	}()
+	var unknown uint64
+	for {
+		msg, err := sub.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		i := topicOf(s.eps, idx, msg.Frames)
+		if i < 0 {
+			if unknown++; unknown == 1 {
+				lg := s.cfg.Logger
+				if len(msg.Frames) > 0 {
+					lg.Warn("kv event from a topic no endpoint of this bind address has; dropped",
+						zap.String("bind", addr), zap.ByteString("topic", msg.Frames[0]))
+				}
+			}
+			continue
+		}
+		j := idx[i]
+		if !up[i] {
+			up[i] = true
+			s.x.noteConnected(s.reps[j], true)
+		}
+		s.handle(ctx, s.eps[j], s.reps[j], feeds[i], msg.Frames)
+	}
+}
+
+// topicOf returns the index into idx of the endpoint a message belongs
+// to: the one whose topic equals the message's, else the longest one that
+// is a prefix of it; -1 if none.
+func topicOf(eps []Endpoint, idx []int, frames [][]byte) int {
+	if len(frames) != 3 {
+		return -1
+	}
+	best, bestLen := -1, -1
+	for i, j := range idx {
+		t := eps[j].Topic
+		if string(frames[0]) == t {
+			return i
+		}
+		if len(t) > bestLen && bytes.HasPrefix(frames[0], []byte(t)) {
+			best, bestLen = i, len(t)
+		}
+	}
+	return best
 }
 
 // feed is the sequence state of one endpoint, owned by its goroutine.
