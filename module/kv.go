@@ -110,6 +110,16 @@ type KVEngine struct {
 	// preflight and the canary: "http" or "https" (as the reverse_proxy
 	// transport reaches it). Default: "http".
 	Scheme string `json:"scheme,omitempty"`
+	// Bind makes Events an address ramjet binds and the engine's PUB
+	// socket connects to (vLLM "endpoint": "tcp://<ramjet>:5557", llm-d's
+	// usual setup), instead of the engine's address ramjet dials (vLLM's
+	// default "tcp://*:5557"). Engines may share one bound address when
+	// each has its own Topic. Rank r binds the port plus r. Default: dial.
+	Bind bool `json:"bind,omitempty"`
+	// Topic is this engine's topic (vLLM "topic"), overriding the policy's
+	// kv_topic; required to tell apart engines sharing a bound address,
+	// e.g. "kv@10.0.0.5:8000@<model>".
+	Topic string `json:"topic,omitempty"`
 }
 
 func (c *KVConfig) setDefaults() {
@@ -182,6 +192,9 @@ func (c *KVConfig) validate() error {
 // policy's replicas: the dial address, plus "#rank" when it has several.
 func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 	ranks := max(e.Ranks, 1)
+	if e.Topic != "" {
+		topic = e.Topic
+	}
 	var eps []kvindex.Endpoint
 	for r := range ranks {
 		ep, err := kvindex.RankEndpoint(e.Upstream, e.Events, e.Replay, topic, r)
@@ -191,6 +204,7 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 		if ranks == 1 {
 			ep.Replica = e.Upstream
 		}
+		ep.Bind = e.Bind
 		eps = append(eps, ep)
 	}
 	return eps, nil
@@ -198,9 +212,10 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 
 // unmarshalKVOption parses the kv options of the policy's Caddyfile block:
 //
-//	kv_events <upstream> <events> [<replay>] [{
+//	kv_events <upstream> [dial|bind] <events> [<replay>] [{
 //		ranks  <n>
 //		scheme http|https
+//		topic  <topic>
 //	}]
 //	kv_upstream_token <token>
 //	kv_topic        <topic>
@@ -219,6 +234,8 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 //	}]
 //
 // kv_events may appear once per engine; it turns the precise index on.
+// "dial" (the default) connects to the engine's PUB socket; "bind" listens
+// on <events> for the engine's PUB socket to connect to.
 func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) (bool, error) {
 	if !strings.HasPrefix(opt, "kv_") && opt != "tokenize" {
 		return false, nil
@@ -232,8 +249,12 @@ func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) 
 	case "kv_events":
 		var e KVEngine
 		args := d.RemainingArgs()
+		if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
+			e.Bind = args[1] == "bind"
+			args = append(args[:1], args[2:]...)
+		}
 		if len(args) < 2 || len(args) > 3 {
-			return true, d.Errf("kv_events: want <upstream> <events> [<replay>]")
+			return true, d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
 		}
 		e.Upstream, e.Events = args[0], args[1]
 		if len(args) == 3 {
@@ -260,6 +281,13 @@ func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) 
 				}
 				if e.Scheme != "http" && e.Scheme != "https" {
 					return true, d.Errf("kv_events: scheme must be http or https")
+				}
+			case "topic":
+				if e.Topic != "" {
+					return true, d.Errf("kv_events: topic specified more than once")
+				}
+				if e.Topic, err = stringArg(d, "topic"); err != nil {
+					return true, err
 				}
 			default:
 				return true, d.Errf("kv_events: unrecognized option '%s'", d.Val())

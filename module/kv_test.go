@@ -69,7 +69,25 @@ func TestKVCaddyfile(t *testing.T) {
 				alpha 2
 			}`},
 		{name: "tokenize alone", give: "ramjet {\n tokenize\n}", want: &KVConfig{}},
-		{name: "kv_events args", give: "ramjet {\n kv_events 127.0.0.1:8005\n}", wantErr: "want <upstream> <events>"},
+		{name: "kv_events args", give: "ramjet {\n kv_events 127.0.0.1:8005\n}", wantErr: "want <upstream> [dial|bind] <events>"},
+		{
+			name: "bind and dial",
+			give: `ramjet {
+				kv_events 127.0.0.1:8005 bind tcp://127.0.0.1:5557 tcp://127.0.0.1:5558 {
+					topic kv@127.0.0.1:8005@m
+				}
+				kv_events 127.0.0.1:8006 bind tcp://127.0.0.1:5557 {
+					topic kv@127.0.0.1:8006@m
+				}
+				kv_events 127.0.0.1:8007 dial tcp://127.0.0.1:5567
+			}`,
+			want: &KVConfig{Engines: []KVEngine{
+				{Upstream: "127.0.0.1:8005", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558", Bind: true, Topic: "kv@127.0.0.1:8005@m"},
+				{Upstream: "127.0.0.1:8006", Events: "tcp://127.0.0.1:5557", Bind: true, Topic: "kv@127.0.0.1:8006@m"},
+				{Upstream: "127.0.0.1:8007", Events: "tcp://127.0.0.1:5567"},
+			}},
+		},
+		{name: "engine topic twice", give: "ramjet {\n kv_events a:1 bind tcp://a:2 {\n topic x\n topic y\n }\n}", wantErr: "topic specified more than once"},
 		{name: "kv_events twice", give: "ramjet {\n kv_events a:1 tcp://a:2\n kv_events a:1 tcp://a:3\n}",
 			wantErr: "specified more than once"},
 		{name: "ranks zero", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n ranks 0\n }\n}", wantErr: "ranks must be positive"},
