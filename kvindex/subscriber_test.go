@@ -432,6 +432,14 @@ func TestSubscriberBindsForConnectingEngines(t *testing.T) {
 	if x.ReplayFailures() != 0 {
 		t.Errorf("%d replay failures", x.ReplayFailures())
 	}
+	// A feed that delivers only orphans is flagged and falls back.
+	for i := range 40 {
+		rb.publish(encodeBatch(positional, 3, []wireEvent{stored(uint64(999), 4, prompt[4:], uint64(100+i))}, 0), false)
+	}
+	eventually(t, "the orphan feed flagged", func() bool { st := x.Stats(b); return !st.Healthy && !st.Fresh })
+	if st := x.Stats(a); !st.Healthy || !st.Fresh {
+		t.Errorf("the other feed on the same socket: %+v", st)
+	}
 	// Same topic twice on one bound address is refused.
 	if _, err := NewSubscriber(New(Config{}), []Endpoint{{Replica: "a", Events: bind, Bind: true, Topic: "t"},
 		{Replica: "b", Events: bind, Bind: true, Topic: "t"}}, SubscriberConfig{}); err == nil {
