@@ -1,15 +1,19 @@
 package module
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
@@ -660,5 +664,69 @@ func TestKVPreciseConfig(t *testing.T) {
 	}
 	if pc.Token != "tok" {
 		t.Errorf("token %q, want the resolved placeholder", pc.Token)
+	}
+}
+
+// The production Caddyfile turns the precise path on from RJ_KV_* alone,
+// in both socket directions.
+func TestDeployCaddyfileKV(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, EnvPrefix) {
+			t.Setenv(name, "")
+		}
+	}
+	src, err := os.ReadFile("../deploy/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapt := func(env map[string]string) (*KVConfig, error) {
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "deploy/Caddyfile"})
+		if err != nil {
+			return nil, err
+		}
+		i := bytes.Index(out, []byte(`"kv":`))
+		if i < 0 {
+			return nil, nil
+		}
+		var kv KVConfig
+		dec := json.NewDecoder(bytes.NewReader(out[i+len(`"kv":`):]))
+		return &kv, dec.Decode(&kv)
+	}
+	kv, err := adapt(map[string]string{"RJ_UPSTREAM": "127.0.0.1:8100,127.0.0.1:8200",
+		"RJ_KV_EVENTS":        "127.0.0.1:8100=tcp://127.0.0.1:5557,127.0.0.1:8200=tcp://127.0.0.1:5567",
+		"RJ_KV_REPLAY":        "127.0.0.1:8100=tcp://127.0.0.1:5558",
+		"RJ_TOKENIZE_TIMEOUT": "250ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &KVConfig{Engines: []KVEngine{
+		{Upstream: "127.0.0.1:8100", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558"},
+		{Upstream: "127.0.0.1:8200", Events: "tcp://127.0.0.1:5567"},
+	}, TokenizeTimeout: caddy.Duration(250 * time.Millisecond)}
+	if diff := cmp.Diff(want, kv); diff != "" {
+		t.Errorf("dial (-want +got):\n%s", diff)
+	}
+	t.Setenv("RJ_KV_EVENTS", "")
+	t.Setenv("RJ_KV_REPLAY", "")
+	kv, err = adapt(map[string]string{"RJ_KV_BIND": "tcp://127.0.0.1:5557",
+		"RJ_KV_TOPICS": "127.0.0.1:8100=kv@a 127.0.0.1:8200=kv@b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv == nil || len(kv.Engines) != 2 || !kv.Engines[0].Bind || kv.Engines[1].Topic != "kv@b" {
+		t.Errorf("bind: %+v", kv)
+	}
+	t.Setenv("RJ_KV_BIND", "")
+	t.Setenv("RJ_KV_TOPICS", "")
+	// A kv setting without a feed is refused, not ignored.
+	if _, err := adapt(nil); err == nil || !strings.Contains(err.Error(), "need kv_events or kv_bind") {
+		t.Errorf("RJ_TOKENIZE_TIMEOUT alone: %v", err)
+	}
+	t.Setenv("RJ_TOKENIZE_TIMEOUT", "")
+	if kv, err := adapt(nil); err != nil || kv != nil {
+		t.Errorf("no RJ_KV_*: kv %+v, err %v", kv, err)
 	}
 }
