@@ -649,7 +649,8 @@ func TestKVPreciseConfig(t *testing.T) {
 	var got []eng
 	for _, e := range pc.Engines {
 		rank := ""
-		if v := e.Header[HeaderRank]; len(v) == 1 { // sent as written, like the proxied requests
+		//lint:ignore SA1008 the header is set as written, like on the proxied requests
+		if v := e.Header[HeaderRank]; len(v) == 1 {
 			rank = v[0]
 		}
 		got = append(got, eng{e.Feed.Replica, e.Feed.Events, e.BaseURL, rank})
