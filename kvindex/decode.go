@@ -133,6 +133,36 @@ func (dc *Decoder) DecodeFrames(frames [][]byte) (*Message, error) {
 	return &dc.msg, nil
 }
 
+// ReplayEnd is the sequence number that ends a replay reply (-1 as a
+// signed 64-bit integer); its payload is empty.
+const ReplayEnd = ^uint64(0)
+
+// SplitReplay takes one reply of a replay ROUTER socket as a DEALER
+// receives it and returns its sequence number and its message frames in
+// DecodeFrames' form. Both framings in the field are accepted: vLLM's
+// ["", seq, payload] and, with a topic frame, ["", topic, seq, payload]
+// (the empty delimiter is optional). end is true for the end marker
+// (sequence ReplayEnd), which carries no payload.
+func SplitReplay(frames [][]byte) (seq uint64, msg [][]byte, end bool, err error) {
+	if len(frames) > 0 && len(frames[0]) == 0 {
+		frames = frames[1:]
+	}
+	var sq []byte
+	switch len(frames) {
+	case 2:
+		sq = frames[0]
+	case 3:
+		sq = frames[1]
+	default:
+		return 0, nil, false, fmt.Errorf("%w: replay reply of %d frames, want 2 or 3 after the delimiter", ErrDecode, len(frames))
+	}
+	if len(sq) != 8 {
+		return 0, nil, false, fmt.Errorf("%w: replay sequence frame of %d bytes, want 8", ErrDecode, len(sq))
+	}
+	seq = binary.BigEndian.Uint64(sq)
+	return seq, frames, seq == ReplayEnd, nil
+}
+
 // Batch returns the batch decoded by the last successful call.
 func (dc *Decoder) Batch() *Batch { return &dc.msg.Batch }
 

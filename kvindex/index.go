@@ -115,6 +115,14 @@ type Config struct {
 	MaxPredicted int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// MaxOrphanRun is how many BlockStored events in a row may fail to
+	// land (unknown parent, wrong block size) before the replica's feed is
+	// reported unhealthy and its replica falls back to the estimate.
+	// Default 32.
+	MaxOrphanRun int
+	// StallWindow is how long a feed may deliver stores none of which
+	// lands before it is reported unhealthy. Default 5s.
+	StallWindow time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -129,6 +137,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.MaxOrphanRun <= 0 {
+		c.MaxOrphanRun = 32
+	}
+	if c.StallWindow <= 0 {
+		c.StallWindow = 5 * time.Second
 	}
 }
 
@@ -152,6 +166,7 @@ type replica struct {
 	// counters, under Index.mu
 	applied, fences, decodeErrors, gaps, replayed uint64
 	messages, lastSeq                             uint64
+	replayFailures                                uint64
 	connected                                     bool
 	// complete: the entries mirror the engine's whole cache, because they
 	// were built from its first message (sequence 0) or from an empty cache
@@ -159,6 +174,21 @@ type replica struct {
 	// joined, and hit since without being stored again, are missing.
 	complete  bool
 	lastEvent time.Time
+	// gone remembers the keys of recently removed engine blocks (bounded
+	// by maxGone, goneRing in insertion order), to recognise a re-store
+	// that is not a chain.
+	gone     map[uint64]uint64
+	goneRing []uint64
+	goneNext int
+	// Health: a feed is healthy while its stores land in the index.
+	// failRun counts BlockStored events in a row that did not land since
+	// failSince; unhealthy holds the reason once reported (empty when
+	// healthy); healthChanged is set on a transition until taken.
+	failRun       int
+	failSince     time.Time
+	unhealthy     string
+	healthChanged bool
+	orphans       uint64
 }
 
 // Index is the precise index: per replica, the blocks its engine reports
@@ -176,6 +206,8 @@ type Index struct {
 	head  rec            // LRU sentinel: head.next is the most recent
 	n     int            // entries
 	pred  predictions    // short-lived predicted entries
+	// scratch holds one store's chain keys (under mu).
+	scratch []uint64
 
 	eventsApplied   atomic.Uint64
 	decodeErrors    atomic.Uint64
@@ -188,6 +220,8 @@ type Index struct {
 	removed         atomic.Uint64
 	skipped         atomic.Uint64
 	sizeMismatch    atomic.Uint64
+	nonChain        atomic.Uint64
+	replayFailures  atomic.Uint64
 	entries         atomic.Int64
 }
 
@@ -290,7 +324,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			if !x.relevant(e) {
 				continue
 			}
-			x.store(r, rep, e)
+			x.noteStore(r, rep, x.store(r, rep, e), now)
 		case KindBlockRemoved:
 			if !x.relevant(e) {
 				continue
@@ -313,7 +347,9 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			x.skipped.Add(1)
 			continue
 		}
-		x.fresh.add(r)
+		if rep.unhealthy == "" {
+			x.fresh.add(r)
+		}
 		rep.applied++
 		rep.lastEvent = now
 		x.eventsApplied.Add(1)
@@ -329,36 +365,143 @@ func (x *Index) relevant(e *Event) bool {
 	return true
 }
 
-func (x *Index) store(r Replica, rep *replica, e *Event) {
+// store keys e's blocks; it reports whether any block landed under a key
+// a request can match.
+func (x *Index) store(r Replica, rep *replica, e *Event) bool {
 	bs := e.BlockSize
 	if bs <= 0 {
 		x.skipped.Add(1)
-		return
+		return false
 	}
+	landed := len(e.BlockHashes) > 0 && len(e.TokenIDs) >= bs
 	if bs != x.cfg.BlockSize {
 		x.sizeMismatch.Add(1)
+		landed = false // keyed, but no request can ever match them
 	}
 	prev := loraSeed(e)
-	if e.HasParent {
+	// A parent of 0 is how several publishers (llm-d's adapter, some
+	// emulators' positional encoding) write "no parent": it is a chain start
+	// unless this replica really holds a block hashing to 0.
+	if e.HasParent && (e.Parent != 0 || rep.byEngine[0] != nil) {
 		p, ok := rep.byEngine[e.Parent]
 		if !ok {
 			// The parent is unknown (missed, or evicted by the budget):
 			// the chain cannot be keyed.
 			x.orphans.Add(1)
-			return
+			rep.orphans++
+			return false
 		}
 		prev = p.key
 	}
+	// First pass: the chain keys, and whether the engine's own identities
+	// contradict them. An engine hash names one block (its parent and
+	// tokens), so a block held or recently removed under another key proves
+	// the store is not one contiguous chain under its parent (a re-store of
+	// scattered evicted blocks). Then only the first block (under the given
+	// parent) and blocks of known identity are keyed; the rest are skipped.
 	tokens := e.TokenIDs
+	x.scratch = x.scratch[:0]
+	broken := false
 	for _, h := range e.BlockHashes {
 		if len(tokens) < bs {
 			break
 		}
 		prev = selection.HashTokenBlock(prev, tokens[:bs])
 		tokens = tokens[bs:]
-		x.put(r, rep, h, prev)
-		x.pred.confirm(r, prev)
+		if k, ok := rep.known(h); ok && k != prev {
+			broken = true
+		}
+		x.scratch = append(x.scratch, prev)
 	}
+	for i, key := range x.scratch {
+		h := e.BlockHashes[i]
+		if broken {
+			if k, ok := rep.known(h); ok {
+				key = k
+			} else if i > 0 {
+				x.nonChain.Add(1)
+				x.skipped.Add(1)
+				continue
+			}
+		}
+		x.put(r, rep, h, key)
+		x.pred.confirm(r, key)
+	}
+	return landed
+}
+
+// noteStore updates r's health after one BlockStored event: a run of
+// MaxOrphanRun stores that did not land, or stores failing for longer than
+// StallWindow with none landing, makes the feed unhealthy (not fresh: its
+// replica is routed by the estimate) until a store lands again.
+func (x *Index) noteStore(r Replica, rep *replica, landed bool, now time.Time) {
+	if landed {
+		rep.failRun = 0
+		if rep.unhealthy != "" {
+			rep.unhealthy, rep.healthChanged = "", true
+		}
+		return
+	}
+	if rep.failRun == 0 {
+		rep.failSince = now
+	}
+	rep.failRun++
+	if rep.unhealthy != "" {
+		return
+	}
+	switch {
+	case rep.failRun >= x.cfg.MaxOrphanRun:
+		rep.unhealthy = fmt.Sprintf("%d stores in a row did not land (unknown parents or block size)", rep.failRun)
+	case now.Sub(rep.failSince) >= x.cfg.StallWindow:
+		rep.unhealthy = fmt.Sprintf("no store landed for %s", now.Sub(rep.failSince).Round(time.Millisecond))
+	default:
+		return
+	}
+	rep.healthChanged = true
+	x.fresh.del(r)
+}
+
+// HealthChange reports, once per transition, that r's feed became
+// unhealthy (reason non-empty) or healthy again (reason empty).
+func (x *Index) HealthChange(r Replica) (changed bool, reason string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	rep := x.reps[r]
+	changed, rep.healthChanged = rep.healthChanged, false
+	return changed, rep.unhealthy
+}
+
+// known returns the router key under which the replica holds, or recently
+// held, engine block h.
+func (rep *replica) known(h uint64) (uint64, bool) {
+	if rc, ok := rep.byEngine[h]; ok {
+		return rc.key, true
+	}
+	k, ok := rep.gone[h]
+	return k, ok
+}
+
+// maxGone bounds the removed blocks a replica remembers.
+const maxGone = 4096
+
+// forget remembers that engine block h was keyed key, within maxGone
+// (oldest first out).
+func (rep *replica) forget(h, key uint64) {
+	if rep.gone == nil {
+		rep.gone = make(map[uint64]uint64, 64)
+	}
+	if _, ok := rep.gone[h]; ok {
+		rep.gone[h] = key
+		return
+	}
+	if len(rep.goneRing) == maxGone {
+		delete(rep.gone, rep.goneRing[rep.goneNext])
+		rep.goneRing[rep.goneNext] = h
+		rep.goneNext = (rep.goneNext + 1) % maxGone
+	} else {
+		rep.goneRing = append(rep.goneRing, h)
+	}
+	rep.gone[h] = key
 }
 
 // put records that r holds engine block h under router key key.
@@ -391,6 +534,7 @@ func (x *Index) put(r Replica, rep *replica, h, key uint64) {
 func (x *Index) remove(rc *rec) {
 	rep := x.reps[rc.rep]
 	delete(rep.byEngine, rc.engine)
+	rep.forget(rc.engine, rc.key)
 	if rep.refs[rc.key]--; rep.refs[rc.key] <= 0 {
 		delete(rep.refs, rc.key)
 		s := x.keys[rc.key]

@@ -51,6 +51,23 @@ func (x *Index) Skipped() uint64 { return x.skipped.Load() }
 // from Config.BlockSize (their blocks can never match a request).
 func (x *Index) BlockSizeMismatches() uint64 { return x.sizeMismatch.Load() }
 
+// NonChain counts blocks of BlockStored events that were skipped because
+// the event was provably not one contiguous chain under its parent (a block
+// of known identity whose chained key disagreed), and the block's own
+// identity was unknown. They are counted in Skipped too.
+func (x *Index) NonChain() uint64 { return x.nonChain.Load() }
+
+// ReplayFailures counts replay requests that did not recover every missed
+// message (unreachable socket, unexpected framing, buffer too short).
+func (x *Index) ReplayFailures() uint64 { return x.replayFailures.Load() }
+
+func (x *Index) noteReplayFailure(r Replica) {
+	x.replayFailures.Add(1)
+	x.mu.Lock()
+	x.reps[r].replayFailures++
+	x.mu.Unlock()
+}
+
 // noteDecodeError counts one undecodable message of r.
 func (x *Index) noteDecodeError(r Replica) {
 	x.decodeErrors.Add(1)
@@ -131,6 +148,14 @@ type ReplicaStats struct {
 	DecodeErrors uint64
 	Gaps         uint64
 	Replayed     uint64
+	// Healthy reports that the feed's stores land in the index;
+	// Unhealthy is the reason when not (see Config.MaxOrphanRun).
+	Healthy   bool
+	Unhealthy string
+	// Orphans counts this replica's stores dropped for an unknown parent;
+	// ReplayFailures its incomplete replays.
+	Orphans        uint64
+	ReplayFailures uint64
 	// LastEvent is when the replica's last event was applied (zero if never).
 	LastEvent time.Time
 }
@@ -145,7 +170,8 @@ func (x *Index) AppendReplicaStats(dst []ReplicaStats) []ReplicaStats {
 			Applied: rep.applied, Fences: rep.fences, DecodeErrors: rep.decodeErrors,
 			Gaps: rep.gaps, Replayed: rep.replayed, LastEvent: rep.lastEvent,
 			Connected: rep.connected, Messages: rep.messages, LastSeq: rep.lastSeq,
-			Complete: rep.complete,
+			Complete: rep.complete, Healthy: rep.unhealthy == "", Unhealthy: rep.unhealthy,
+			Orphans: rep.orphans, ReplayFailures: rep.replayFailures,
 		})
 	}
 	return dst

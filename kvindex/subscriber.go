@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -30,6 +31,13 @@ type Endpoint struct {
 	Replay string
 	// Topic is the subscription prefix; empty subscribes to everything.
 	Topic string
+	// Bind makes Events an address this subscriber binds and the engine's
+	// PUB socket connects to (vLLM with a non-"*" endpoint, llm-d's usual
+	// setup), instead of one it dials (vLLM's default "tcp://*:5557").
+	// Several endpoints may share one bound address; their messages are
+	// told apart by topic, so each needs a distinct non-empty Topic there
+	// (e.g. llm-d's "kv@<pod-ip>:<port>@<model>").
+	Bind bool
 }
 
 // RankEndpoint returns the endpoint of data-parallel rank rank of an engine
@@ -106,9 +114,14 @@ type Subscriber struct {
 	eps  []Endpoint
 	reps []Replica
 
+	// binds groups the bound endpoints by address (indexes into eps).
+	binds     map[string][]int
+	bindOrder []string
+
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	bound  map[string]string // bound address -> actual address, once listening
 }
 
 // NewSubscriber registers every endpoint's replica in x and returns a
@@ -125,6 +138,22 @@ func NewSubscriber(x *Index, eps []Endpoint, cfg SubscriberConfig) (*Subscriber,
 			return nil, fmt.Errorf("kvindex: replica %q listed twice", ep.Replica)
 		}
 		seen[ep.Replica] = true
+		if ep.Bind {
+			if s.binds == nil {
+				s.binds = map[string][]int{}
+			}
+			g := s.binds[ep.Events]
+			for _, j := range g {
+				if eps[j].Topic == ep.Topic {
+					return nil, fmt.Errorf("kvindex: replicas %q and %q bind %s with the same topic %q; give each engine its own topic",
+						eps[j].Replica, ep.Replica, ep.Events, ep.Topic)
+				}
+			}
+			if len(g) == 0 {
+				s.bindOrder = append(s.bindOrder, ep.Events)
+			}
+			s.binds[ep.Events] = append(g, len(s.reps))
+		}
 		r, err := x.Register(ep.Replica)
 		if err != nil {
 			return nil, err
@@ -143,7 +172,17 @@ func (s *Subscriber) Start(ctx context.Context) {
 		return
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
+	for _, addr := range s.bindOrder {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.runBind(ctx, addr, s.binds[addr])
+		}()
+	}
 	for i := range s.eps {
+		if s.eps[i].Bind {
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -195,6 +234,117 @@ func (s *Subscriber) run(ctx context.Context, ep Endpoint, r Replica) {
 	}
 }
 
+// BoundAddr returns the address a bound endpoint address (Endpoint.Events
+// with Bind) is listening on, e.g. with its port when bound to port 0;
+// empty until it listens.
+func (s *Subscriber) BoundAddr(events string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bound[events]
+}
+
+// runBind listens on addr for the engines of the endpoints eps (indexes
+// into s.eps) and dispatches their messages by topic, relistening after a
+// failure.
+func (s *Subscriber) runBind(ctx context.Context, addr string, idx []int) {
+	lg := s.cfg.Logger.With(zap.String("bind", addr))
+	feeds := make([]*feed, len(idx))
+	for i := range feeds {
+		feeds[i] = &feed{dec: NewDecoder(), rdec: NewDecoder()}
+	}
+	backoff := s.cfg.MinBackoff
+	for ctx.Err() == nil {
+		err := s.bindSession(ctx, addr, idx, feeds)
+		if ctx.Err() != nil {
+			return
+		}
+		for i, j := range idx {
+			s.x.Fence(s.reps[j], FenceReconnect)
+			feeds[i].have = false
+		}
+		lg.Warn("kv event socket lost; its replicas fenced", zap.Error(err), zap.Duration("retry_in", backoff))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.cfg.MaxBackoff)
+	}
+}
+
+func (s *Subscriber) bindSession(ctx context.Context, addr string, idx []int, feeds []*feed) error {
+	sub := zmq4.NewSub(ctx, zmq4.WithLogger(discard))
+	defer sub.Close()
+	if err := sub.Listen(addr); err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	s.mu.Lock()
+	if s.bound == nil {
+		s.bound = map[string]string{}
+	}
+	s.bound[addr] = "tcp://" + sub.Addr().String()
+	s.mu.Unlock()
+	for _, j := range idx {
+		if err := sub.SetOption(zmq4.OptionSubscribe, s.eps[j].Topic); err != nil {
+			return fmt.Errorf("subscribe: %w", err)
+		}
+	}
+	up := make([]bool, len(idx))
+	defer func() {
+		for i, j := range idx {
+			if up[i] {
+				s.x.noteConnected(s.reps[j], false)
+			}
+		}
+	}()
+	var unknown uint64
+	for {
+		msg, err := sub.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		i := topicOf(s.eps, idx, msg.Frames)
+		if i < 0 {
+			if unknown++; unknown == 1 {
+				lg := s.cfg.Logger
+				if len(msg.Frames) > 0 {
+					lg.Warn("kv event from a topic no endpoint of this bind address has; dropped",
+						zap.String("bind", addr), zap.ByteString("topic", msg.Frames[0]))
+				}
+			}
+			continue
+		}
+		j := idx[i]
+		if !up[i] {
+			up[i] = true
+			s.x.noteConnected(s.reps[j], true)
+		}
+		s.handle(ctx, s.eps[j], s.reps[j], feeds[i], msg.Frames)
+	}
+}
+
+// topicOf returns the index into idx of the endpoint a message belongs
+// to: the one whose topic equals the message's, else the longest one that
+// is a prefix of it; -1 if none.
+func topicOf(eps []Endpoint, idx []int, frames [][]byte) int {
+	if len(frames) != 3 {
+		return -1
+	}
+	best, bestLen := -1, -1
+	for i, j := range idx {
+		t := eps[j].Topic
+		if string(frames[0]) == t {
+			return i
+		}
+		if len(t) > bestLen && bytes.HasPrefix(frames[0], []byte(t)) {
+			best, bestLen = i, len(t)
+		}
+	}
+	return best
+}
+
 // feed is the sequence state of one endpoint, owned by its goroutine.
 type feed struct {
 	dec, rdec *Decoder
@@ -239,7 +389,12 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	}
 	seq := m.Seq
 	switch {
-	case !f.have && seq == 0:
+	case !f.have && seq <= firstSeq:
+		// The engine's first message (vLLM counts from 0, others from 1;
+		// a 1 from an engine counting from 0 is caught up by the replay).
+		if seq == 1 && ep.Replay != "" {
+			s.replay(ctx, ep, r, f, 0, 1, false)
+		}
 		s.x.noteStart(r)
 	case !f.have:
 		// Joining a running engine: catch up on what its replay buffer
@@ -251,7 +406,7 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	case seq == f.last+1:
 	case seq <= f.last:
 		s.x.Fence(r, FenceReset)
-		if seq == 0 {
+		if seq <= firstSeq {
 			s.x.noteStart(r)
 		}
 	default:
@@ -263,63 +418,90 @@ func (s *Subscriber) handle(ctx context.Context, ep Endpoint, r Replica, f *feed
 	s.x.Apply(r, &m.Batch)
 	s.x.noteMessage(r, seq)
 	f.last, f.have = seq, true
+	s.logHealth(ep, r)
 }
 
-// replayEnd is the sequence number that ends a replay reply (-1).
-const replayEnd = ^uint64(0)
+// logHealth logs a transition of r's feed health, once.
+func (s *Subscriber) logHealth(ep Endpoint, r Replica) {
+	changed, reason := s.x.HealthChange(r)
+	if !changed {
+		return
+	}
+	if reason != "" {
+		s.cfg.Logger.Warn("kv event feed unhealthy: its stores do not land in the index; replica routed by the estimate",
+			zap.String("replica", ep.Replica), zap.String("events", ep.Events), zap.String("reason", reason))
+		return
+	}
+	s.cfg.Logger.Info("kv event feed healthy again", zap.String("replica", ep.Replica),
+		zap.String("events", ep.Events))
+}
+
+// firstSeq is the highest sequence number an engine's first message
+// carries: vLLM counts from 0, other publishers from 1.
+const firstSeq = 1
 
 // replay asks ep's replay socket for messages from .. upTo-1 and applies
 // them in order. When strict, the reply must start at from; otherwise it may
 // start later (the buffer lost the oldest), and must be contiguous from its
-// first message on. It reports whether every message up to upTo-1 came.
+// first message on. It reports whether every message up to upTo-1 came; a
+// replay that did not is logged and counted (Index.ReplayFailures).
 func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed, from, upTo uint64, strict bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
 	defer cancel()
+	next, n := from, 0
+	fail := func(err error) bool {
+		s.x.noteReplayFailure(r)
+		s.cfg.Logger.Warn("kv event replay incomplete", zap.String("replica", ep.Replica),
+			zap.String("replay", ep.Replay), zap.Uint64("from", from), zap.Uint64("up_to", upTo),
+			zap.Int("applied", n), zap.Error(err))
+		return false
+	}
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
 		zmq4.WithLogger(discard), zmq4.WithTimeout(s.cfg.ReplayTimeout))
 	defer d.Close()
 	if err := d.Dial(ep.Replay); err != nil {
-		return false
+		return fail(fmt.Errorf("dial %s: %w", ep.Replay, err))
 	}
 	var start [8]byte
 	binary.BigEndian.PutUint64(start[:], from)
 	// A DEALER sends the empty delimiter a REQ socket would add.
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
-		return false
+		return fail(fmt.Errorf("request: %w", err))
 	}
-	next, n := from, 0
 	defer func() { s.x.noteReplayed(r, n) }()
 	for next < upTo {
 		msg, err := d.Recv()
 		if err != nil {
-			return false
+			return fail(fmt.Errorf("receive: %w", err))
 		}
-		frames := msg.Frames
-		if len(frames) > 0 && len(frames[0]) == 0 {
-			frames = frames[1:]
+		seq, frames, end, err := SplitReplay(msg.Frames)
+		if err != nil {
+			return fail(err)
 		}
-		if len(frames) != 2 || len(frames[0]) != 8 {
-			return false
-		}
-		seq := binary.BigEndian.Uint64(frames[0])
-		if seq == replayEnd {
-			return false
+		if end {
+			if !strict && n == 0 {
+				return false // joining: the buffer holds nothing older
+			}
+			return fail(fmt.Errorf("reply ended at %d, before %d", next, upTo))
 		}
 		if seq < next {
 			continue
 		}
 		if seq > next {
-			if strict || n > 0 || seq >= upTo {
-				return false // the replay buffer no longer holds next
+			if !strict && n == 0 && seq >= upTo {
+				return false // joining: the buffer holds nothing older
+			}
+			if strict || n > 0 {
+				return fail(fmt.Errorf("buffer starts at %d, need %d", seq, next))
 			}
 			next = seq
 		}
 		m, err := f.rdec.DecodeFrames(frames)
 		if err != nil {
 			s.x.noteDecodeError(r)
-			return false
+			return fail(err)
 		}
-		if seq == 0 && n == 0 {
+		if seq <= firstSeq && n == 0 && !f.have {
 			s.x.noteStart(r)
 		}
 		s.x.Apply(r, &m.Batch)

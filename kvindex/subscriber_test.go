@@ -30,7 +30,13 @@ type testPub struct {
 	events string
 	replay string
 	cancel context.CancelFunc
+	ctx    context.Context
 	wg     sync.WaitGroup
+
+	// topic is the topic frame (default "kv"); replayTopic adds it to
+	// replay replies, as some emulators do.
+	topic       []byte
+	replayTopic bool
 
 	mu  sync.Mutex
 	buf []pubMsg
@@ -44,17 +50,34 @@ type pubMsg struct {
 
 func newTestPub(t *testing.T, events string, withReplay bool) *testPub {
 	t.Helper()
+	return newPub(t, events, "", "kv", withReplay, false)
+}
+
+// newPub is newTestPub with the other conventions: dial, when not empty,
+// is the subscriber's bound address the PUB connects to.
+func newPub(t *testing.T, events, dial, topic string, withReplay, replayTopic bool) *testPub {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &testPub{t: t, cancel: cancel}
-	p.pub = zmq4.NewPub(ctx, zmq4.WithLogger(discard))
+	p := &testPub{t: t, cancel: cancel, topic: []byte(topic), replayTopic: replayTopic}
+	p.ctx = ctx
 	if events == "" {
 		events = "tcp://127.0.0.1:0"
 	}
-	if err := p.pub.Listen(events); err != nil {
-		cancel()
-		t.Fatal(err)
+	if dial == "later" {
+		// connect makes the PUB.
+	} else if p.pub = zmq4.NewPub(ctx, zmq4.WithLogger(discard)); dial != "" {
+		if err := p.pub.Dial(dial); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		p.events = dial
+	} else {
+		if err := p.pub.Listen(events); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		p.events = "tcp://" + p.pub.Addr().String()
 	}
-	p.events = "tcp://" + p.pub.Addr().String()
 	if withReplay {
 		p.router = zmq4.NewRouter(ctx, zmq4.WithLogger(discard), zmq4.WithTimeout(time.Second))
 		if err := p.router.Listen("tcp://127.0.0.1:0"); err != nil {
@@ -89,16 +112,34 @@ func (p *testPub) serveReplay() {
 		failed := false
 		for _, m := range buf {
 			if m.seq >= start {
-				if p.router.Send(zmq4.NewMsgFrom(id, []byte{}, seqFrame(int64(m.seq)), m.payload)) != nil {
+				if p.router.Send(p.reply(id, seqFrame(int64(m.seq)), m.payload)) != nil {
 					failed = true
 					break
 				}
 			}
 		}
 		if !failed {
-			_ = p.router.Send(zmq4.NewMsgFrom(id, []byte{}, seqFrame(-1), []byte{}))
+			_ = p.router.Send(p.reply(id, seqFrame(-1), []byte{}))
 		}
 	}
+}
+
+// connect makes the PUB of a publisher made with dial "later": it
+// connects to addr (a subscriber's bound address).
+func (p *testPub) connect(addr string) {
+	p.pub = zmq4.NewPub(p.ctx, zmq4.WithLogger(discard))
+	if err := p.pub.Dial(addr); err != nil {
+		p.t.Fatal(err)
+	}
+	p.events = addr
+}
+
+// reply frames one replay reply, with the topic frame when replayTopic.
+func (p *testPub) reply(id, seq, payload []byte) zmq4.Msg {
+	if p.replayTopic {
+		return zmq4.NewMsgFrom(id, []byte{}, p.topic, seq, payload)
+	}
+	return zmq4.NewMsgFrom(id, []byte{}, seq, payload)
 }
 
 // publish sends payload under the next sequence number; drop keeps it in
@@ -110,7 +151,7 @@ func (p *testPub) publish(payload []byte, drop bool) uint64 {
 	p.buf = append(p.buf, pubMsg{seq, payload})
 	p.mu.Unlock()
 	if !drop {
-		if err := p.pub.Send(zmq4.NewMsgFrom([]byte("kv"), seqFrame(int64(seq)), payload)); err != nil {
+		if err := p.pub.Send(zmq4.NewMsgFrom(p.topic, seqFrame(int64(seq)), payload)); err != nil {
 			p.t.Errorf("publish: %v", err)
 		}
 	}
@@ -126,7 +167,9 @@ func (p *testPub) restartSeq() {
 
 func (p *testPub) close() {
 	p.cancel()
-	p.pub.Close()
+	if p.pub != nil {
+		p.pub.Close()
+	}
 	if p.router != nil {
 		p.router.Close()
 	}
@@ -350,5 +393,56 @@ func TestRankEndpoint(t *testing.T) {
 		if _, err := RankEndpoint("a", bad, "", "", 1); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// Several engines whose PUB sockets connect to one bound SUB, told apart by
+// topic (llm-d's convention); one replays with a topic frame. A dropped
+// message is replayed, and a message of an unknown topic is dropped.
+func TestSubscriberBindsForConnectingEngines(t *testing.T) {
+	x := New(Config{BlockSize: 4})
+	bind := "tcp://127.0.0.1:0"
+	const ta, tb = "kv@127.0.0.1:8001@m", "kv@127.0.0.1:8002@m"
+	// The replay sockets are the engines' ROUTERs, bound as always: make
+	// them first (a PUB that dials needs the bound address, known later).
+	ra := newPub(t, "", "later", ta, true, true)
+	rb := newPub(t, "", "later", tb, true, false)
+	s := startSub(t, x,
+		Endpoint{Replica: "a", Events: bind, Topic: ta, Bind: true, Replay: ra.replay},
+		Endpoint{Replica: "b", Events: bind, Topic: tb, Bind: true, Replay: rb.replay})
+	var addr string
+	eventually(t, "the subscriber listening", func() bool { addr = s.BoundAddr(bind); return addr != "" })
+	ra.connect(addr)
+	rb.connect(addr)
+	a, _ := x.Lookup("a")
+	b, _ := x.Lookup("b")
+	ra.sync(t, x, a)
+	rb.sync(t, x, b)
+	prompt := seqTokens(40, 8)
+	ra.publish(encodeBatch(positional, 1, []wireEvent{stored(nil, 4, prompt[:4], 1)}, 0), true) // missed
+	ra.publish(encodeBatch(positional, 2, []wireEvent{stored(uint64(1), 4, prompt[4:], 2)}, 0), false)
+	rb.publish(encodeBatch(mapped, 1, []wireEvent{stored(nil, 4, prompt[:4], 7)}, 0), false)
+	eventually(t, "both feeds applied", func() bool {
+		o := overlaps(x, prompt)
+		return o[a] == 8 && o[b] == 4
+	})
+	if st := x.Stats(a); st.Replayed == 0 || !st.Connected || !st.Healthy {
+		t.Errorf("a: %+v, want a replayed message, connected, healthy", st)
+	}
+	if x.ReplayFailures() != 0 {
+		t.Errorf("%d replay failures", x.ReplayFailures())
+	}
+	// A feed that delivers only orphans is flagged and falls back.
+	for i := range 40 {
+		rb.publish(encodeBatch(positional, 3, []wireEvent{stored(uint64(999), 4, prompt[4:], uint64(100+i))}, 0), false)
+	}
+	eventually(t, "the orphan feed flagged", func() bool { st := x.Stats(b); return !st.Healthy && !st.Fresh })
+	if st := x.Stats(a); !st.Healthy || !st.Fresh {
+		t.Errorf("the other feed on the same socket: %+v", st)
+	}
+	// Same topic twice on one bound address is refused.
+	if _, err := NewSubscriber(New(Config{}), []Endpoint{{Replica: "a", Events: bind, Bind: true, Topic: "t"},
+		{Replica: "b", Events: bind, Bind: true, Topic: "t"}}, SubscriberConfig{}); err == nil {
+		t.Error("two endpoints with one topic on one bound address accepted")
 	}
 }

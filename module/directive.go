@@ -80,6 +80,8 @@ type ramjetDirective struct {
 	modelsCache       caddy.Duration
 	modelsTimeout     caddy.Duration
 	allowPaths        []string
+
+	kv kvDirective // the precise path's options (module/kv.go)
 }
 
 type upstreamAddr struct {
@@ -104,6 +106,9 @@ type upstreamAddr struct {
 //	    models_cache        <duration>
 //	    models_timeout      <duration>
 //	    allow_paths         <paths...>
+//	    kv_events | kv_replay | kv_topics <upstream>=<value>...
+//	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
+//	    tokenize_timeout <duration>     (the precise path, see module/kv.go)
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
 //	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
 //	    output_weight <value>
@@ -242,6 +247,19 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			continue
 		} else if envDrivenProxyOptions[name] {
 			d.Prev()
+		}
+		// The precise path's options (kvDirectiveOptions, module/kv.go).
+		if kvDirectiveOptions[name] {
+			if seen[name] {
+				return nil, d.Errf("duplicate option %q", name)
+			}
+			seen[name] = true
+			args := d.RemainingArgs()
+			d.DeleteN(len(args) + 1)
+			if err := rd.kv.parse(d, name, args); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		switch name {
 		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
@@ -545,6 +563,16 @@ func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.maxBodySize
 	}
+	// The precise path (module/kv.go).
+	dials, schemes := make([]string, len(rd.upstreams)), make([]string, len(rd.upstreams))
+	for i, u := range rd.upstreams {
+		dials[i], schemes[i] = u.dial, u.scheme
+	}
+	kv, err := rd.kv.config(dials, schemes, rd.ranks)
+	if err != nil {
+		return nil, err
+	}
+	p.KV = kv
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {
 			if p.Profiles == nil {

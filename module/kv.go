@@ -110,6 +110,16 @@ type KVEngine struct {
 	// preflight and the canary: "http" or "https" (as the reverse_proxy
 	// transport reaches it). Default: "http".
 	Scheme string `json:"scheme,omitempty"`
+	// Bind makes Events an address ramjet binds and the engine's PUB
+	// socket connects to (vLLM "endpoint": "tcp://<ramjet>:5557", llm-d's
+	// usual setup), instead of the engine's address ramjet dials (vLLM's
+	// default "tcp://*:5557"). Engines may share one bound address when
+	// each has its own Topic. Rank r binds the port plus r. Default: dial.
+	Bind bool `json:"bind,omitempty"`
+	// Topic is this engine's topic (vLLM "topic"), overriding the policy's
+	// kv_topic; required to tell apart engines sharing a bound address,
+	// e.g. "kv@10.0.0.5:8000@<model>".
+	Topic string `json:"topic,omitempty"`
 }
 
 func (c *KVConfig) setDefaults() {
@@ -182,6 +192,9 @@ func (c *KVConfig) validate() error {
 // policy's replicas: the dial address, plus "#rank" when it has several.
 func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 	ranks := max(e.Ranks, 1)
+	if e.Topic != "" {
+		topic = e.Topic
+	}
 	var eps []kvindex.Endpoint
 	for r := range ranks {
 		ep, err := kvindex.RankEndpoint(e.Upstream, e.Events, e.Replay, topic, r)
@@ -191,6 +204,7 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 		if ranks == 1 {
 			ep.Replica = e.Upstream
 		}
+		ep.Bind = e.Bind
 		eps = append(eps, ep)
 	}
 	return eps, nil
@@ -198,9 +212,10 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 
 // unmarshalKVOption parses the kv options of the policy's Caddyfile block:
 //
-//	kv_events <upstream> <events> [<replay>] [{
+//	kv_events <upstream> [dial|bind] <events> [<replay>] [{
 //		ranks  <n>
 //		scheme http|https
+//		topic  <topic>
 //	}]
 //	kv_upstream_token <token>
 //	kv_topic        <topic>
@@ -219,6 +234,8 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 //	}]
 //
 // kv_events may appear once per engine; it turns the precise index on.
+// "dial" (the default) connects to the engine's PUB socket; "bind" listens
+// on <events> for the engine's PUB socket to connect to.
 func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) (bool, error) {
 	if !strings.HasPrefix(opt, "kv_") && opt != "tokenize" {
 		return false, nil
@@ -232,8 +249,12 @@ func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) 
 	case "kv_events":
 		var e KVEngine
 		args := d.RemainingArgs()
+		if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
+			e.Bind = args[1] == "bind"
+			args = append(args[:1], args[2:]...)
+		}
 		if len(args) < 2 || len(args) > 3 {
-			return true, d.Errf("kv_events: want <upstream> <events> [<replay>]")
+			return true, d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
 		}
 		e.Upstream, e.Events = args[0], args[1]
 		if len(args) == 3 {
@@ -260,6 +281,13 @@ func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) 
 				}
 				if e.Scheme != "http" && e.Scheme != "https" {
 					return true, d.Errf("kv_events: scheme must be http or https")
+				}
+			case "topic":
+				if e.Topic != "" {
+					return true, d.Errf("kv_events: topic specified more than once")
+				}
+				if e.Topic, err = stringArg(d, "topic"); err != nil {
+					return true, err
 				}
 			default:
 				return true, d.Errf("kv_events: unrecognized option '%s'", d.Val())
@@ -628,4 +656,135 @@ func (h *latencyHist) snapshot() (map[float64]uint64, float64, uint64) {
 		m[b] = h.counts[i]
 	}
 	return m, h.sum, h.samples
+}
+
+// kvDirectiveOptions are the precise path's options of the ramjet
+// directive, each one line so that an environment variable can carry it:
+//
+//	kv_events    <upstream>=<tcp://events> ...   dial each engine's PUB socket
+//	kv_replay    <upstream>=<tcp://replay> ...   each engine's replay ROUTER socket
+//	kv_bind      <tcp://addr>                    or bind one SUB for every engine
+//	kv_topics    <upstream>=<topic> ...          each engine's topic (required with
+//	                                             kv_bind for more than one engine)
+//	kv_topic     <topic>                         the topic of every engine otherwise
+//	kv_block_size <tokens>                       the engines' KV block size
+//	tokenize_timeout <duration>                  the /tokenize preflight's timeout
+//
+// Lists are space- or comma-separated; an empty value (an unset
+// environment variable) keeps the default, and without kv_events or
+// kv_bind the precise path stays off. dp_ranks and the upstream's scheme
+// apply to the feeds too.
+var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "kv_bind": true,
+	"kv_topics": true, "kv_topic": true, "kv_block_size": true, "tokenize_timeout": true}
+
+// kvDirective is the parsed precise-path options of the ramjet directive.
+type kvDirective struct {
+	events, replay, topics map[string]string // upstream -> value
+	bind, topic            string
+	blockSize              int
+	tokenizeTimeout        caddy.Duration
+}
+
+// parse reads one of kvDirectiveOptions.
+func (k *kvDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
+	args = splitList(args)
+	pairs := func() (map[string]string, error) {
+		m := map[string]string{}
+		for _, a := range args {
+			up, v, ok := strings.Cut(a, "=")
+			if !ok || up == "" || v == "" {
+				return nil, d.Errf("%s: want <upstream>=<value>, got %q", name, a)
+			}
+			if _, dup := m[up]; dup {
+				return nil, d.Errf("%s: upstream %s listed twice", name, up)
+			}
+			m[up] = v
+		}
+		return m, nil
+	}
+	one := func() (string, error) {
+		if len(args) > 1 {
+			return "", d.Errf("%s: want one value, got %d", name, len(args))
+		}
+		if len(args) == 0 {
+			return "", nil
+		}
+		return args[0], nil
+	}
+	var err error
+	switch name {
+	case "kv_events":
+		k.events, err = pairs()
+	case "kv_replay":
+		k.replay, err = pairs()
+	case "kv_topics":
+		k.topics, err = pairs()
+	case "kv_bind":
+		k.bind, err = one()
+	case "kv_topic":
+		k.topic, err = one()
+	case "kv_block_size":
+		var v string
+		if v, err = one(); err == nil && v != "" {
+			if k.blockSize, err = strconv.Atoi(v); err != nil || k.blockSize <= 0 {
+				err = d.Errf("kv_block_size must be a positive integer, got %q", v)
+			}
+		}
+	case "tokenize_timeout":
+		var v string
+		if v, err = one(); err == nil && v != "" {
+			dur, perr := caddy.ParseDuration(v)
+			k.tokenizeTimeout = caddy.Duration(dur)
+			if perr != nil || dur <= 0 {
+				err = d.Errf("tokenize_timeout must be a positive duration, got %q", v)
+			}
+		}
+	}
+	return err
+}
+
+// config returns the policy's KVConfig for the upstreams (dial addresses,
+// schemes and ranks in upstream order), or nil when the precise path is
+// off.
+func (k *kvDirective) config(dials, schemes []string, ranks []int) (*KVConfig, error) {
+	if len(k.events) == 0 && k.bind == "" {
+		if len(k.replay)+len(k.topics) > 0 || k.blockSize != 0 || k.tokenizeTimeout != 0 || k.topic != "" {
+			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
+		}
+		return nil, nil
+	}
+	if len(k.events) > 0 && k.bind != "" {
+		return nil, fmt.Errorf("kv_events (dial) and kv_bind (bind) are exclusive: choose how the engines' PUB sockets connect")
+	}
+	known := map[string]bool{}
+	for _, u := range dials {
+		known[u] = true
+	}
+	for _, m := range []map[string]string{k.events, k.replay, k.topics} {
+		for up := range m {
+			if !known[up] {
+				return nil, fmt.Errorf("kv: %s is not one of the upstreams (write it as in the upstream list, host:port)", up)
+			}
+		}
+	}
+	c := &KVConfig{Topic: k.topic, BlockSize: k.blockSize, TokenizeTimeout: k.tokenizeTimeout}
+	for i, up := range dials {
+		e := KVEngine{Upstream: up, Replay: k.replay[up], Topic: k.topics[up]}
+		if ranks[i] > 1 {
+			e.Ranks = ranks[i]
+		}
+		if schemes[i] == "https" {
+			e.Scheme = "https"
+		}
+		if k.bind != "" {
+			e.Events, e.Bind = k.bind, true
+			if e.Topic == "" && len(dials) > 1 {
+				return nil, fmt.Errorf("kv_bind: upstream %s needs its topic in kv_topics (engines sharing a bound socket are told apart by topic)", up)
+			}
+		} else if e.Events = k.events[up]; e.Events == "" {
+			continue // no feed: routed by the estimate
+		}
+		c.Engines = append(c.Engines, e)
+	}
+	return c, nil
 }

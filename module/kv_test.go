@@ -1,15 +1,19 @@
 package module
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
@@ -69,7 +73,25 @@ func TestKVCaddyfile(t *testing.T) {
 				alpha 2
 			}`},
 		{name: "tokenize alone", give: "ramjet {\n tokenize\n}", want: &KVConfig{}},
-		{name: "kv_events args", give: "ramjet {\n kv_events 127.0.0.1:8005\n}", wantErr: "want <upstream> <events>"},
+		{name: "kv_events args", give: "ramjet {\n kv_events 127.0.0.1:8005\n}", wantErr: "want <upstream> [dial|bind] <events>"},
+		{
+			name: "bind and dial",
+			give: `ramjet {
+				kv_events 127.0.0.1:8005 bind tcp://127.0.0.1:5557 tcp://127.0.0.1:5558 {
+					topic kv@127.0.0.1:8005@m
+				}
+				kv_events 127.0.0.1:8006 bind tcp://127.0.0.1:5557 {
+					topic kv@127.0.0.1:8006@m
+				}
+				kv_events 127.0.0.1:8007 dial tcp://127.0.0.1:5567
+			}`,
+			want: &KVConfig{Engines: []KVEngine{
+				{Upstream: "127.0.0.1:8005", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558", Bind: true, Topic: "kv@127.0.0.1:8005@m"},
+				{Upstream: "127.0.0.1:8006", Events: "tcp://127.0.0.1:5557", Bind: true, Topic: "kv@127.0.0.1:8006@m"},
+				{Upstream: "127.0.0.1:8007", Events: "tcp://127.0.0.1:5567"},
+			}},
+		},
+		{name: "engine topic twice", give: "ramjet {\n kv_events a:1 bind tcp://a:2 {\n topic x\n topic y\n }\n}", wantErr: "topic specified more than once"},
 		{name: "kv_events twice", give: "ramjet {\n kv_events a:1 tcp://a:2\n kv_events a:1 tcp://a:3\n}",
 			wantErr: "specified more than once"},
 		{name: "ranks zero", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n ranks 0\n }\n}", wantErr: "ranks must be positive"},
@@ -291,6 +313,18 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 `
 	if n := testutil.CollectAndCount(kvCollector{}, "ramjet_kv_feed_fresh"); n != 2 {
 		t.Errorf("%d ramjet_kv_feed_fresh series, want 2 (one per rank)%s", n, want)
+	}
+	// Every kvindex counter kvindex/README.md lists is exported.
+	for _, name := range []string{"ramjet_kv_index_orphans_total", "ramjet_kv_index_unknown_removals_total",
+		"ramjet_kv_index_removed_total", "ramjet_kv_index_skipped_total",
+		"ramjet_kv_index_block_size_mismatches_total", "ramjet_kv_index_non_chain_blocks_total",
+		"ramjet_kv_replay_failures_total"} {
+		if n := testutil.CollectAndCount(kvCollector{}, name); n != 1 {
+			t.Errorf("%d %s series, want 1", n, name)
+		}
+	}
+	if n := testutil.CollectAndCount(kvCollector{}, "ramjet_kv_feed_healthy"); n != 2 {
+		t.Errorf("%d ramjet_kv_feed_healthy series, want 2 (one per rank)", n)
 	}
 }
 
@@ -631,5 +665,69 @@ func TestKVPreciseConfig(t *testing.T) {
 	}
 	if pc.Token != "tok" {
 		t.Errorf("token %q, want the resolved placeholder", pc.Token)
+	}
+}
+
+// The production Caddyfile turns the precise path on from RJ_KV_* alone,
+// in both socket directions.
+func TestDeployCaddyfileKV(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, EnvPrefix) {
+			t.Setenv(name, "")
+		}
+	}
+	src, err := os.ReadFile("../deploy/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapt := func(env map[string]string) (*KVConfig, error) {
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "deploy/Caddyfile"})
+		if err != nil {
+			return nil, err
+		}
+		i := bytes.Index(out, []byte(`"kv":`))
+		if i < 0 {
+			return nil, nil
+		}
+		var kv KVConfig
+		dec := json.NewDecoder(bytes.NewReader(out[i+len(`"kv":`):]))
+		return &kv, dec.Decode(&kv)
+	}
+	kv, err := adapt(map[string]string{"RJ_UPSTREAM": "127.0.0.1:8100,127.0.0.1:8200",
+		"RJ_KV_EVENTS":        "127.0.0.1:8100=tcp://127.0.0.1:5557,127.0.0.1:8200=tcp://127.0.0.1:5567",
+		"RJ_KV_REPLAY":        "127.0.0.1:8100=tcp://127.0.0.1:5558",
+		"RJ_TOKENIZE_TIMEOUT": "250ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &KVConfig{Engines: []KVEngine{
+		{Upstream: "127.0.0.1:8100", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558"},
+		{Upstream: "127.0.0.1:8200", Events: "tcp://127.0.0.1:5567"},
+	}, TokenizeTimeout: caddy.Duration(250 * time.Millisecond)}
+	if diff := cmp.Diff(want, kv); diff != "" {
+		t.Errorf("dial (-want +got):\n%s", diff)
+	}
+	t.Setenv("RJ_KV_EVENTS", "")
+	t.Setenv("RJ_KV_REPLAY", "")
+	kv, err = adapt(map[string]string{"RJ_KV_BIND": "tcp://127.0.0.1:5557",
+		"RJ_KV_TOPICS": "127.0.0.1:8100=kv@a 127.0.0.1:8200=kv@b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv == nil || len(kv.Engines) != 2 || !kv.Engines[0].Bind || kv.Engines[1].Topic != "kv@b" {
+		t.Errorf("bind: %+v", kv)
+	}
+	t.Setenv("RJ_KV_BIND", "")
+	t.Setenv("RJ_KV_TOPICS", "")
+	// A kv setting without a feed is refused, not ignored.
+	if _, err := adapt(nil); err == nil || !strings.Contains(err.Error(), "need kv_events or kv_bind") {
+		t.Errorf("RJ_TOKENIZE_TIMEOUT alone: %v", err)
+	}
+	t.Setenv("RJ_TOKENIZE_TIMEOUT", "")
+	if kv, err := adapt(nil); err != nil || kv != nil {
+		t.Errorf("no RJ_KV_*: kv %+v, err %v", kv, err)
 	}
 }

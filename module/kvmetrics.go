@@ -32,6 +32,24 @@ var (
 		"KV event messages recovered from the engines' replay sockets.", nil, nil)
 	kvEvictionsDesc = prometheus.NewDesc("ramjet_kv_index_evictions_total",
 		"Precise index entries evicted to stay within max_entries.", nil, nil)
+	kvOrphansDesc = prometheus.NewDesc("ramjet_kv_index_orphans_total",
+		"BlockStored events dropped because their parent block was unknown.", nil, nil)
+	kvUnknownRemovalsDesc = prometheus.NewDesc("ramjet_kv_index_unknown_removals_total",
+		"BlockRemoved hashes the precise index did not hold.", nil, nil)
+	kvRemovedDesc = prometheus.NewDesc("ramjet_kv_index_removed_total",
+		"Blocks removed from the precise index by BlockRemoved events.", nil, nil)
+	kvSkippedDesc = prometheus.NewDesc("ramjet_kv_index_skipped_total",
+		"KV events or blocks ignored: unknown kinds, other tiers or groups, invalid block sizes, non-chain blocks.",
+		nil, nil)
+	kvSizeMismatchDesc = prometheus.NewDesc("ramjet_kv_index_block_size_mismatches_total",
+		"BlockStored events whose block size differs from the configured block_size.", nil, nil)
+	kvNonChainDesc = prometheus.NewDesc("ramjet_kv_index_non_chain_blocks_total",
+		"Blocks skipped because their BlockStored event was provably not one chain under its parent.", nil, nil)
+	kvReplayFailDesc = prometheus.NewDesc("ramjet_kv_replay_failures_total",
+		"Replay requests that did not recover every missed KV event message.", nil, nil)
+	kvHealthyDesc = prometheus.NewDesc("ramjet_kv_feed_healthy",
+		"1 when the replica's KV event stores land in the precise index; 0 when they do not (routed by the estimate).",
+		[]string{"upstream"}, nil)
 	kvFencesDesc = prometheus.NewDesc("ramjet_kv_fences_total",
 		"Replicas fenced (entries dropped, routed by the estimate until events flow), by reason.",
 		[]string{"reason"}, nil)
@@ -67,7 +85,9 @@ func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{kvEntriesDesc, kvBytesDesc, kvPredictedDesc, kvEventsDesc,
 		kvDecodeErrDesc, kvGapsDesc, kvReplayedDesc, kvEvictionsDesc, kvFencesDesc, kvFreshDesc,
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
-		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc} {
+		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
+		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
+		kvReplayFailDesc, kvHealthyDesc} {
 		ch <- d
 	}
 }
@@ -89,6 +109,7 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var entries, bytes, predicted int64
 	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
+	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail uint64
 	fences := make([]uint64, len(kvindex.FenceReasons))
 	var fallbacks [len(kvindex.FallbackReasons)]uint64
 	var canaries bool
@@ -109,6 +130,13 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 		gaps += x.Gaps()
 		replayed += x.Replayed()
 		evictions += x.Evictions()
+		orphans += x.Orphans()
+		unknownRm += x.UnknownRemovals()
+		removed += x.Removed()
+		skipped += x.Skipped()
+		sizeMismatch += x.BlockSizeMismatches()
+		nonChain += x.NonChain()
+		replayFail += x.ReplayFailures()
 		for i, why := range kvindex.FenceReasons {
 			fences[i] += x.Fences(why)
 		}
@@ -150,6 +178,7 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(kvFreshDesc, prometheus.GaugeValue, b2f(st.Fresh), id)
 			ch <- prometheus.MustNewConstMetric(kvCompleteDesc, prometheus.GaugeValue, b2f(st.Complete), id)
 			ch <- prometheus.MustNewConstMetric(kvConnectedDesc, prometheus.GaugeValue, b2f(st.Connected), id)
+			ch <- prometheus.MustNewConstMetric(kvHealthyDesc, prometheus.GaugeValue, b2f(st.Healthy), id)
 		}
 	}
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
@@ -166,6 +195,13 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(kvGapsDesc, gaps)
 	counter(kvReplayedDesc, replayed)
 	counter(kvEvictionsDesc, evictions)
+	counter(kvOrphansDesc, orphans)
+	counter(kvUnknownRemovalsDesc, unknownRm)
+	counter(kvRemovedDesc, removed)
+	counter(kvSkippedDesc, skipped)
+	counter(kvSizeMismatchDesc, sizeMismatch)
+	counter(kvNonChainDesc, nonChain)
+	counter(kvReplayFailDesc, replayFail)
 	for i, why := range kvindex.FenceReasons {
 		counter(kvFencesDesc, fences[i], why.String())
 	}

@@ -53,9 +53,15 @@ const KVMedium = "GPU"
 // EncodeKVBatch encodes one event batch as vLLM's KVEventBatch payload
 // (the third frame of a published message).
 func EncodeKVBatch(enc KVEncoding, hashes HashEncoding, ts float64, events []engine.KVEvent, dpRank int) ([]byte, error) {
+	return encodeKVBatch(enc, hashes, false, ts, events, dpRank)
+}
+
+// encodeKVBatch is EncodeKVBatch; parentZero writes a chain start's
+// parent_block_hash as 0 instead of nil (some emulators' convention).
+func encodeKVBatch(enc KVEncoding, hashes HashEncoding, parentZero bool, ts float64, events []engine.KVEvent, dpRank int) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	w := &kvWriter{e: e, hashes: hashes}
+	w := &kvWriter{e: e, hashes: hashes, parentZero: parentZero}
 	if enc == KVEncodingMap {
 		w.mapLen(3)
 		w.str("ts")
@@ -80,9 +86,10 @@ func EncodeKVBatch(enc KVEncoding, hashes HashEncoding, ts float64, events []eng
 }
 
 type kvWriter struct {
-	e      *msgpack.Encoder
-	hashes HashEncoding
-	err    error
+	e          *msgpack.Encoder
+	hashes     HashEncoding
+	parentZero bool
+	err        error
 }
 
 func (w *kvWriter) err1(err error) {
@@ -138,9 +145,12 @@ func (w *kvWriter) event(enc KVEncoding, ev engine.KVEvent) {
 		w.key(enc, "block_hashes")
 		w.hashList(ev.BlockHashes)
 		w.key(enc, "parent_block_hash")
-		if ev.HasParent {
+		switch {
+		case ev.HasParent:
 			w.hash(ev.ParentHash)
-		} else {
+		case w.parentZero:
+			w.uint(0)
+		default:
 			w.nil_()
 		}
 		w.key(enc, "token_ids")
@@ -194,6 +204,8 @@ type kvPublisher struct {
 	topic  []byte
 	enc    KVEncoding
 	hashes HashEncoding
+	o      KVEventsOptions
+	ep     string
 	pub    zmq4.Socket
 	router zmq4.Socket
 	wg     sync.WaitGroup
@@ -211,7 +223,11 @@ type replayEntry struct {
 }
 
 func newKVPublisher(ctx context.Context, o KVEventsOptions, rank int) (*kvPublisher, error) {
-	p := &kvPublisher{rank: rank, topic: []byte(o.Topic), enc: o.Encoding, hashes: o.HashEncoding, bufCap: o.ReplayBuffer}
+	p := &kvPublisher{rank: rank, topic: []byte(o.Topic), enc: o.Encoding, hashes: o.HashEncoding,
+		bufCap: o.ReplayBuffer, o: o}
+	if o.SeqFromOne {
+		p.seq = 1
+	}
 	ep, err := OffsetEndpointPort(o.Endpoint, rank)
 	if err != nil {
 		return nil, err
@@ -221,7 +237,14 @@ func newKVPublisher(ctx context.Context, o KVEventsOptions, rank int) (*kvPublis
 		p.pub.Close()
 		return nil, fmt.Errorf("kv pub hwm: %w", err)
 	}
-	if err := p.pub.Listen(ep); err != nil {
+	p.ep = ep
+	if o.Connect {
+		// The PUB connects to a subscriber that binds (zmq4 redials).
+		if err := p.pub.Dial(ep); err != nil {
+			p.pub.Close()
+			return nil, fmt.Errorf("kv pub dial %s: %w", ep, err)
+		}
+	} else if err := p.pub.Listen(ep); err != nil {
 		p.pub.Close()
 		return nil, fmt.Errorf("kv pub listen %s: %w", ep, err)
 	}
@@ -245,7 +268,13 @@ func newKVPublisher(ctx context.Context, o KVEventsOptions, rank int) (*kvPublis
 }
 
 // Endpoint is the PUB socket's bound address as tcp://host:port.
-func (p *kvPublisher) Endpoint() string { return "tcp://" + p.pub.Addr().String() }
+// With Connect it is the address the PUB connects to.
+func (p *kvPublisher) Endpoint() string {
+	if p.o.Connect {
+		return p.ep
+	}
+	return "tcp://" + p.pub.Addr().String()
+}
 
 // ReplayEndpoint is the ROUTER socket's bound address, or "".
 func (p *kvPublisher) ReplayEndpoint() string {
@@ -258,7 +287,7 @@ func (p *kvPublisher) ReplayEndpoint() string {
 // publish sends one batch as three frames: topic, 8-byte big-endian
 // sequence number, msgpack payload.
 func (p *kvPublisher) publish(ts float64, events []engine.KVEvent) error {
-	payload, err := EncodeKVBatch(p.enc, p.hashes, ts, events, p.rank)
+	payload, err := encodeKVBatch(p.enc, p.hashes, p.o.ParentZero, ts, events, p.rank)
 	if err != nil {
 		return err
 	}
@@ -288,6 +317,9 @@ func (p *kvPublisher) publish(ts float64, events []engine.KVEvent) error {
 func (p *kvPublisher) reset() {
 	p.mu.Lock()
 	p.seq, p.buf, p.head = 0, p.buf[:0], 0
+	if p.o.SeqFromOne {
+		p.seq = 1
+	}
 	p.mu.Unlock()
 }
 
@@ -323,12 +355,21 @@ func (p *kvPublisher) serveReplay() {
 		for _, e := range out {
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], e.seq)
-			if err := p.router.Send(zmq4.NewMsgFrom(id, nil, sb[:], e.payload)); err != nil {
+			if err := p.router.Send(p.reply(id, sb[:], e.payload)); err != nil {
 				break
 			}
 		}
-		_ = p.router.Send(zmq4.NewMsgFrom(id, nil, end, nil))
+		_ = p.router.Send(p.reply(id, end, nil))
 	}
+}
+
+// reply frames one replay reply: [identity, "", seq, payload], or with
+// ReplayTopic [identity, "", topic, seq, payload].
+func (p *kvPublisher) reply(id, seq, payload []byte) zmq4.Msg {
+	if p.o.ReplayTopic {
+		return zmq4.NewMsgFrom(id, nil, p.topic, seq, payload)
+	}
+	return zmq4.NewMsgFrom(id, nil, seq, payload)
 }
 
 func isClosed(err error) bool {

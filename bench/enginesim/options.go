@@ -75,6 +75,17 @@ type KVEventsOptions struct {
 	ReplayBuffer int
 	// HWM is the PUB high-water mark in messages. Default 100000 (vLLM's).
 	HWM int
+
+	// The conventions of other publishers, off by default (vLLM's):
+	// Connect makes the PUB socket connect to Endpoint (a subscriber that
+	// binds, llm-d's setup) instead of binding it; ParentZero writes a
+	// chain start's parent_block_hash as 0 instead of nil; SeqFromOne
+	// numbers messages from 1 instead of 0; ReplayTopic adds the topic
+	// frame to replay replies (["", topic, seq, payload]).
+	Connect     bool
+	ParentZero  bool
+	SeqFromOne  bool
+	ReplayTopic bool
 }
 
 // Faults are injected failures; change them at run time with
