@@ -52,15 +52,15 @@ var FailureKinds = [...]FailureKind{FailStatus, FailConnect, FailCut, FailTimeou
 type OutlierConfig struct {
 	// ConsecutiveFailures ejects a replica after this many failed
 	// attempts in a row. Default 5; negative turns ejection off.
-	ConsecutiveFailures int `json:"outlier_consecutive_failures,omitempty"`
+	ConsecutiveFailures int
 	// BaseEjection is the first ejection time; the n-th ejection in a row
 	// lasts n times as long. Default 10s.
-	BaseEjection time.Duration `json:"-"`
+	BaseEjection time.Duration
 	// MaxEjection caps the ejection time. Default 5m.
-	MaxEjection time.Duration `json:"-"`
+	MaxEjection time.Duration
 	// MaxEjectedPercent caps the share of the fleet ejected at once, in
 	// percent (1-100); one replica may always be ejected. Default 50.
-	MaxEjectedPercent int `json:"outlier_max_ejected_percent,omitempty"`
+	MaxEjectedPercent int
 }
 
 // Outlier defaults.
@@ -120,7 +120,7 @@ type Outlier struct {
 	times   [MaxReplicas]int32 // ejections in a row (the multiplier)
 	back    [MaxReplicas]int64 // when s was last re-admitted (Unix ns)
 	ejected int                // slots with until != 0
-	total   [numFailureKinds]atomic.Uint64
+	total   [MaxReplicas][numFailureKinds]atomic.Uint64
 }
 
 // NewOutlier returns a detector with cfg (defaults filled) on clock now
@@ -211,7 +211,7 @@ func (o *Outlier) Failure(s Slot, kind FailureKind, fleet int) bool {
 		// The half-open probe failed: out again, for longer.
 		o.probing[s].Store(0)
 		o.eject(s, now)
-		o.total[kind].Add(1)
+		o.total[s][kind].Add(1)
 		return true
 	}
 	if int(n) < o.cfg.ConsecutiveFailures {
@@ -226,7 +226,7 @@ func (o *Outlier) Failure(s Slot, kind FailureKind, fleet int) bool {
 	}
 	o.ejected++
 	o.eject(s, now)
-	o.total[kind].Add(1)
+	o.total[s][kind].Add(1)
 	return true
 }
 
@@ -244,12 +244,12 @@ func (o *Outlier) eject(s Slot, now int64) {
 	atomic.StoreInt32(&o.consec[s], 0)
 }
 
-// Ejections returns how many ejections failures of kind caused.
-func (o *Outlier) Ejections(kind FailureKind) uint64 {
-	if kind >= numFailureKinds {
+// Ejections returns how many ejections of s failures of kind caused.
+func (o *Outlier) Ejections(s Slot, kind FailureKind) uint64 {
+	if s < 0 || s >= MaxReplicas || kind >= numFailureKinds {
 		return 0
 	}
-	return o.total[kind].Load()
+	return o.total[s][kind].Load()
 }
 
 // EjectedCount returns how many replicas are out now.

@@ -137,7 +137,7 @@ func TestOutlierMultiplierResetsAfterGoodBehaviour(t *testing.T) {
 	if !o.Usable(0) {
 		t.Fatal("multiplier did not reset after good behaviour")
 	}
-	if got := o.Ejections(FailCut); got != 3 {
+	if got := o.Ejections(0, FailCut); got != 3 {
 		t.Fatalf("Ejections(cut) = %d, want 3", got)
 	}
 }
