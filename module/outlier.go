@@ -153,7 +153,11 @@ func (o *outcomeObserver) End(status int, err error) {
 	}
 	st.pending = false
 	od := st.fleet.detector()
-	if kind, failed := classifyOutcome(status, err, o.r.Context().Err() != nil); failed {
+	kind, failed := classifyOutcome(status, err, o.r.Context().Err() != nil)
+	if failed && kind == selection.FailConnect && responseStatus(o.r) >= 500 {
+		kind = selection.FailStatus // a 5xx answer Caddy retried until out of tries
+	}
+	if failed {
 		od.Failure(st.slot, kind, st.poolSize)
 	} else if status != 0 {
 		od.Success(st.slot)
@@ -247,6 +251,15 @@ func admittedPool(pool reverseproxy.UpstreamPool, v *poolView, od *selection.Out
 // taken off the replacer, so that a later transport error is not read as
 // the same status.
 func retriedStatus(r *http.Request) int {
+	n := responseStatus(r)
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok && n != 0 {
+		repl.Delete("http.reverse_proxy.status_code")
+	}
+	return n
+}
+
+// responseStatus is Caddy's {http.reverse_proxy.status_code}, 0 when unset.
+func responseStatus(r *http.Request) int {
 	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if !ok {
 		return 0
@@ -255,7 +268,6 @@ func retriedStatus(r *http.Request) int {
 	if !ok {
 		return 0
 	}
-	repl.Delete("http.reverse_proxy.status_code")
 	n, _ := v.(int)
 	return n
 }
