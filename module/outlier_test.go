@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
@@ -391,5 +393,69 @@ func TestStreamCutSSEError(t *testing.T) {
 	}
 	if chunks == 0 {
 		t.Fatal("no chunk before the cut")
+	}
+}
+
+func TestOutlierCaddyfile(t *testing.T) {
+	tests := []struct {
+		src  string
+		want OutlierSettings
+		err  string
+	}{
+		{src: "ramjet {\n outlier {\n consecutive_failures 3\n base_ejection 2s\n max_ejection 1m\n max_ejected_percent 25\n }\n}",
+			want: OutlierSettings{ConsecutiveFailures: 3, BaseEjection: caddy.Duration(2 * time.Second), MaxEjection: caddy.Duration(time.Minute), MaxEjectedPercent: 25}},
+		{src: "ramjet {\n outlier {\n consecutive_failures off\n }\n}", want: OutlierSettings{ConsecutiveFailures: -1}},
+		{src: "ramjet {\n outlier {\n consecutive_failures 0\n }\n}", err: "positive integer"},
+		{src: "ramjet {\n outlier {\n max_ejected_percent 101\n }\n}", err: "1-100"},
+		{src: "ramjet {\n outlier {\n base_ejection soon\n }\n}", err: "positive duration"},
+		{src: "ramjet {\n outlier {\n ejections 3\n }\n}", err: "unrecognized outlier option"},
+		{src: "ramjet {\n outlier {\n base_ejection 1s\n base_ejection 2s\n }\n}", err: "more than once"},
+	}
+	for _, tc := range tests {
+		var s RamjetSelection
+		err := s.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.src))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want %q", tc.src, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.src, err)
+			continue
+		}
+		if s.Outlier == nil || *s.Outlier != tc.want {
+			t.Errorf("%q: got %+v, want %+v", tc.src, s.Outlier, tc.want)
+		}
+	}
+	bad := RamjetSelection{Outlier: &OutlierSettings{BaseEjection: caddy.Duration(time.Minute), MaxEjection: caddy.Duration(time.Second)}}
+	bad.Config.SetDefaults()
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "max_ejection") {
+		t.Errorf("Validate: %v, want max_ejection named", err)
+	}
+}
+
+func TestClassifyOutcome(t *testing.T) {
+	tests := []struct {
+		status     int
+		err        error
+		clientGone bool
+		kind       selection.FailureKind
+		failed     bool
+	}{
+		{200, nil, false, 0, false},
+		{404, nil, false, 0, false},
+		{500, nil, false, selection.FailStatus, true},
+		{503, nil, false, selection.FailStatus, true},
+		{200, http.ErrAbortHandler, false, selection.FailCut, true},
+		{200, http.ErrAbortHandler, true, 0, false}, // the client went away
+		{0, errors.New("dial tcp: connection refused"), false, selection.FailConnect, true},
+		{0, fmt.Errorf("round trip: %w", context.DeadlineExceeded), false, selection.FailTimeout, true},
+	}
+	for _, tc := range tests {
+		kind, failed := classifyOutcome(tc.status, tc.err, tc.clientGone)
+		if failed != tc.failed || (failed && kind != tc.kind) {
+			t.Errorf("classifyOutcome(%d, %v, %v) = %v, %v; want %v, %v", tc.status, tc.err, tc.clientGone, kind, failed, tc.kind, tc.failed)
+		}
 	}
 }
