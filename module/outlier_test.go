@@ -58,10 +58,10 @@ func fleetRun(t *testing.T, addr string, total, conc int, stream bool) int {
 		go func() {
 			defer wg.Done()
 			for {
-				i := next.Add(1)
-				if i > int64(total) {
+				if next.Add(1) > int64(total) {
 					return
 				}
+				i := promptSeq.Add(1) // a prompt of its own, across calls
 				body := fmt.Sprintf(`{"model":"qwen3-8b","max_tokens":8,"stream":%v,"messages":[{"role":"user","content":"request %d: tell me about outliers number %d"}]}`, stream, i, i*7919)
 				resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
 				if err != nil {
@@ -79,6 +79,10 @@ func fleetRun(t *testing.T, addr string, total, conc int, stream bool) int {
 	wg.Wait()
 	return int(failed.Load())
 }
+
+// promptSeq numbers the prompts of fleetRun, so that no two requests of a
+// test share one (affinity would pin them to one replica).
+var promptSeq atomic.Int64
 
 func share(counts []*atomic.Int64, i int) (int64, int64) {
 	var sum int64
@@ -153,8 +157,10 @@ http://{ADDR} {
 		failed := fleetRun(t, c.client, total, conc, false)
 		bad, sum := share(counts, 0)
 		t.Logf("before: requests per engine %v (bad engine %d of %d attempts), client errors %d/%d", perEngine(counts), bad, sum, failed, total)
-		if bad*2 < sum {
-			t.Logf("note: the failing engine drew under half of the attempts without outlier detection")
+		// The defect this change fixes: failing fast, the engine's load
+		// stays near zero and it wins most requests.
+		if bad*4 <= sum*3/2 {
+			t.Errorf("without outlier detection the failing engine drew %d of %d attempts, want well over its fair share (the baseline changed)", bad, sum)
 		}
 	})
 	t.Run("after", func(t *testing.T) {
