@@ -39,9 +39,11 @@ const (
 	// DefaultMaxFails is how many recent failures take an upstream out.
 	DefaultMaxFails = 3
 	// DefaultRetries is how many times a request that could not reach an
-	// engine is sent to another one (dial failures only: the engine never
-	// saw the request).
+	// engine, or that an engine answered 5xx, is sent to another one.
 	DefaultRetries = 2
+	// RetryStatusExpression is the lb_retry_match expression that retries
+	// 5xx answers (on another replica: Select skips tried ones).
+	RetryStatusExpression = "{http.reverse_proxy.status_code} >= 500"
 	// DefaultDialTimeout bounds connecting to an engine.
 	DefaultDialTimeout = 3 * time.Second
 	// DefaultMaxIdleConnsPerHost keeps enough warm connections per engine
@@ -440,9 +442,14 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 	if lb.RetryMatchRaw == nil {
 		// Retry every request, POST included, when the engine gave no
 		// response at all (a connection it closed as the request went out,
-		// a dial failure): the policy replays the body it kept, and an LLM
-		// request may run again. Responses, even errors, are never retried.
-		lb.RetryMatchRaw = caddyhttp.RawMatcherSets{{"path": h.JSON(caddyhttp.MatchPath{"*"})}}
+		// a dial failure) or answered 5xx: nothing of the response has
+		// reached the client then (Caddy decides before writing it), the
+		// policy replays the body it kept and sends the retry to a replica
+		// the request has not tried. An LLM request may run again.
+		lb.RetryMatchRaw = caddyhttp.RawMatcherSets{
+			{"path": h.JSON(caddyhttp.MatchPath{"*"})},
+			{"expression": h.JSON(RetryStatusExpression)},
+		}
 	}
 
 	if rp.HealthChecks == nil {

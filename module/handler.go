@@ -2,9 +2,11 @@ package module
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
@@ -140,7 +142,12 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			// reverse_proxy aborts a response it cannot finish (the client
 			// or the upstream went away mid-body) with
 			// panic(http.ErrAbortHandler): end the observers and the
-			// request all the same; the panic goes on.
+			// request all the same; the panic goes on. A stream the
+			// client still reads first gets a final SSE error event, so
+			// that SDKs report an error rather than a silent end.
+			if r.Context().Err() == nil {
+				rw.streamError()
+			}
 			for _, o := range rw.obs {
 				o.End(rw.status, http.ErrAbortHandler)
 			}
@@ -204,6 +211,7 @@ type responseWriter struct {
 	obs     []observer
 	status  int
 	started bool
+	tail    [2]byte // the last two body bytes written
 }
 
 func (w *responseWriter) WriteHeader(status int) {
@@ -231,6 +239,11 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	for _, o := range w.obs {
 		o.Write(p)
 	}
+	if n := len(p); n >= 2 {
+		w.tail = [2]byte{p[n-2], p[n-1]}
+	} else if n == 1 {
+		w.tail = [2]byte{w.tail[1], p[0]}
+	}
 	return w.ResponseWriter.Write(p)
 }
 
@@ -253,6 +266,37 @@ func (w *responseWriter) FlushError() error {
 // Hijack passes connection hijacking (websockets) through.
 func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// streamCutEvent ends an SSE stream the engine cut: an OpenAI-shaped error
+// in an "error" event (the OpenAI SDKs turn a data object with an "error"
+// field into a stream error).
+var streamCutEvent = func() []byte {
+	e := newAPIError(http.StatusBadGateway, errTypeServer, errCodeUpstreamFailed, "",
+		"the engine stopped before the end of the response")
+	b, _ := json.Marshal(struct {
+		Error *APIError `json:"error"`
+	}{e})
+	return []byte("event: error\ndata: " + string(b) + "\n\n")
+}()
+
+// streamError writes streamCutEvent when the response is an SSE stream
+// whose body has started (a stream that never started is answered with an
+// error status by Caddy instead). Blank lines first end an event the
+// engine left half-written.
+func (w *responseWriter) streamError() {
+	if !w.started || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+		return
+	}
+	if w.tail != [2]byte{'\n', '\n'} {
+		if _, err := w.ResponseWriter.Write([]byte("\n\n")); err != nil {
+			return
+		}
+	}
+	if _, err := w.ResponseWriter.Write(streamCutEvent); err != nil {
+		return
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Unwrap returns the wrapped writer (http.ResponseController).

@@ -117,7 +117,8 @@ type ReplicaHealth struct {
 	Healthy bool   `json:"healthy"`
 	// Reason says why an unhealthy replica is out: "active_check" (Caddy's
 	// active health check failed), "passive_failures" (recent failed
-	// requests reached max_fails), or "circuit_breaker"; "not_found" when
+	// requests reached max_fails), "ejected" (outlier detection: its
+	// recent answers failed), or "circuit_breaker"; "not_found" when
 	// no matching reverse_proxy is configured.
 	Reason   string `json:"reason,omitempty"`
 	InFlight int    `json:"in_flight"`
@@ -176,6 +177,7 @@ func (h *Health) Report() HealthReport {
 	if ids == nil {
 		ids = h.ids
 	}
+	f, keys := ejectionSource(proxy, h.Upstreams)
 	for i := range h.Upstreams {
 		rh := ReplicaHealth{ID: ids[i]}
 		if proxy == nil {
@@ -187,6 +189,10 @@ func (h *Health) Report() HealthReport {
 			rh.Full = u.Full()
 			if !rh.Healthy {
 				rh.Reason = outReason(proxy, u)
+			} else if f != nil {
+				if s, ok := f.rt.Lookup(keys[i]); ok && f.detector().Ejected(s) {
+					rh.Healthy, rh.Reason = false, "ejected"
+				}
 			}
 		}
 		if rh.Healthy {
@@ -203,6 +209,19 @@ func (h *Health) Report() HealthReport {
 		rep.Status = StatusUnhealthy
 	}
 	return rep
+}
+
+// ejectionSource returns the fleet of the proxy's ramjet policy and the
+// replica keys of dials, or nil when the proxy does not use the policy.
+func ejectionSource(proxy *reverseproxy.Handler, dials []string) (*fleet, []string) {
+	if proxy == nil || proxy.LoadBalancing == nil {
+		return nil, nil
+	}
+	pol, ok := proxy.LoadBalancing.SelectionPolicy.(*RamjetSelection)
+	if !ok || pol.fleet == nil {
+		return nil, nil
+	}
+	return pol.fleet, replicaKeys(dials)
 }
 
 // outReason tells which of Caddy's health mechanisms holds u out.

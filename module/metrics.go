@@ -310,6 +310,10 @@ type replicaSnapshot struct {
 	Quarantined    bool    `json:"quarantined"`
 	Fails          int     `json:"fails"`
 	Profile        string  `json:"profile"`
+	// Ejected: outlier detection holds the replica out; Ejections counts
+	// its ejections by selection.FailureKinds.
+	Ejected   bool                                `json:"ejected"`
+	Ejections [len(selection.FailureKinds)]uint64 `json:"-"`
 }
 
 // fleetCollector reads every live fleet's Router at scrape time (as
@@ -343,6 +347,10 @@ var (
 		"Memory budget of the approximate index, in bytes.", fleetLabels, nil)
 	descEvictions = prometheus.NewDesc("ramjet_index_evictions_total",
 		"Prefix blocks evicted from the approximate index to stay within its budget.", fleetLabels, nil)
+	descEjected = prometheus.NewDesc("ramjet_upstream_ejected",
+		"1 when outlier detection holds the upstream out (its recent answers failed: 5xx, connection failures, cut streams, timeouts), else 0.", replicaLabels, nil)
+	descEjections = prometheus.NewDesc("ramjet_ejections_total",
+		"Ejections of the upstream by outlier detection, by the kind of the failure that ejected it (status, connect, cut, timeout).", append(replicaLabels, "reason"), nil)
 	descReplicas = prometheus.NewDesc("ramjet_upstreams",
 		"Replicas known to the fleet (every data-parallel rank counts).", fleetLabels, nil)
 )
@@ -351,7 +359,7 @@ var (
 // fleet, the descriptors never do.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInflight, descPending, descLoad, descHealthy,
-		descAvailable, descQuarantined, descEntries, descBytes, descBudget, descEvictions, descReplicas} {
+		descAvailable, descQuarantined, descEjected, descEjections, descEntries, descBytes, descBudget, descEvictions, descReplicas} {
 		ch <- d
 	}
 }
@@ -376,6 +384,10 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, b2f(r.Healthy), f.Key, r.ID)
 			ch <- prometheus.MustNewConstMetric(descAvailable, prometheus.GaugeValue, b2f(r.Available), f.Key, r.ID)
 			ch <- prometheus.MustNewConstMetric(descQuarantined, prometheus.GaugeValue, b2f(r.Quarantined), f.Key, r.ID)
+			ch <- prometheus.MustNewConstMetric(descEjected, prometheus.GaugeValue, b2f(r.Ejected), f.Key, r.ID)
+			for i, k := range selection.FailureKinds {
+				ch <- prometheus.MustNewConstMetric(descEjections, prometheus.CounterValue, float64(r.Ejections[i]), f.Key, r.ID, k.String())
+			}
 		}
 	}
 }
@@ -402,8 +414,14 @@ func snapshotFleet(f *fleet) fleetSnapshot {
 	cfg := rt.Config()
 	fs := fleetSnapshot{Key: f.stateKey, Config: cfg, IndexEntries: idx.Entries(),
 		IndexBytes: idx.Bytes(), IndexBudget: idx.Budget(), IndexEvictions: idx.Evictions()}
+	od := f.detector()
 	for _, r := range f.replicas() {
+		var ej [len(selection.FailureKinds)]uint64
+		for i, k := range selection.FailureKinds {
+			ej[i] = od.Ejections(r.Slot, k)
+		}
 		fs.Replicas = append(fs.Replicas, replicaSnapshot{
+			Ejected: od.Ejected(r.Slot), Ejections: ej,
 			ID: r.ID, Slot: int(r.Slot), Rank: r.Rank,
 			Inflight: r.Inflight, PendingPrefill: r.PendingPrefill,
 			Load:        float64(r.Inflight*int64(cfg.RequestCost) + r.PendingPrefill),

@@ -90,6 +90,10 @@ type RamjetSelection struct {
 	// (see KVConfig); off by default.
 	KV *KVConfig `json:"kv,omitempty"`
 
+	// Outlier tunes outlier detection (see OutlierSettings); on by
+	// default.
+	Outlier *OutlierSettings `json:"outlier,omitempty"`
+
 	fallback reverseproxy.Selector
 	fleet    *fleet
 	rt       *selection.Router // the fleet's state with this policy's knobs
@@ -138,6 +142,12 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		fallback           <policy> [{ <policy options> }]
 //		state_key          <name>
 //		route_id_secret    <secret>
+//		outlier {
+//			consecutive_failures <n>|off
+//			base_ejection        <duration>
+//			max_ejection         <duration>
+//			max_ejected_percent  <percent>
+//		}
 //	}
 //
 // Sizes accept units (64MiB, 512KB). Every option may appear once, except
@@ -203,6 +213,9 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			s.StateKey, err = stringArg(d, opt)
 		case "route_id_secret":
 			s.RouteIDSecret, err = stringArg(d, opt)
+		case "outlier":
+			s.Outlier = new(OutlierSettings)
+			err = s.Outlier.unmarshalCaddyfile(d)
 		default:
 			var ok bool
 			if ok, err = s.unmarshalKVOption(d, opt); !ok {
@@ -318,6 +331,11 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("ramjet state %q: %w", s.StateKey, err)
 	}
 	s.fleet, s.rt, s.poolKey = f, rt, key
+	var od OutlierSettings
+	if s.Outlier != nil {
+		od = *s.Outlier
+	}
+	f.setOutlier(od.config())
 	s.x = rt.Extractor()
 	if err := s.provisionKV(ctx); err != nil {
 		s.fleet = nil
@@ -342,6 +360,11 @@ func (s *RamjetSelection) Validate() error {
 	}
 	if s.StateKey != "" && !stateKeyRE.MatchString(s.StateKey) {
 		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", s.StateKey)
+	}
+	if s.Outlier != nil {
+		if err := s.Outlier.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -379,6 +402,9 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	st := requestState(r)
 	defer observeSelect(r, st, time.Now()) // metrics.go: decision counts, selection latency
 	st.attempts++
+	if st.attempts > 1 {
+		reportRetried(st, retriedStatus(r))
+	}
 	st.releaseReservation()
 	v := s.viewFor(pool)
 
@@ -426,6 +452,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	st.fallback = false
 	st.decision = d
 	s.tag(r, w, st, v, d.Index)
+	picked(st, len(pool))
 	st.setReservation(res)
 	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
 		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
@@ -446,9 +473,16 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, res *selection.Reservation) (selection.Decision, *selection.Reservation) {
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
-	usable := 0
+	od := s.fleet.detector()
+	usable, admitted := 0, 0
 	for i, up := range pool {
 		ok := v.slots[i] >= 0 && up.Available()
+		if ok && !od.Usable(v.slots[i]) {
+			// Ejected by outlier detection: its recent answers failed.
+			ok = false
+		} else if ok {
+			admitted++
+		}
 		if ok && st.attempts > 1 && st.wasTried(v.slots[i]) {
 			ok = false
 		}
@@ -457,10 +491,13 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 		}
 		cands = append(cands, selection.Candidate{Slot: v.slots[i], Usable: ok, Profile: v.profiles[i]})
 	}
-	if usable == 0 && st.attempts > 1 {
-		// Every untried replica is out: try the earlier ones again.
+	if usable == 0 {
+		// Every untried admitted replica is out: try the earlier ones
+		// again, and when none is admitted, the ejected ones (better a
+		// replica that may fail than certain failure).
 		for i, up := range pool {
-			cands[i].Usable = v.slots[i] >= 0 && up.Available()
+			ok := v.slots[i] >= 0 && up.Available()
+			cands[i].Usable = ok && (admitted == 0 || od.Usable(v.slots[i]))
 		}
 	}
 	var a selection.Annotator
@@ -478,7 +515,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 // selectFallback routes a request without usable features with the
 // fallback policy, still reserving load on the replica it picks.
 func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter, st *reqState, v *poolView) *reverseproxy.Upstream {
-	up := s.fallback.Select(pool, r, w)
+	up := s.fallback.Select(admittedPool(pool, v, s.fleet.detector()), r, w)
 	if up == nil {
 		return nil
 	}
@@ -496,6 +533,7 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 	}
 	st.decision.Slot = v.slots[idx]
 	s.tag(r, w, st, v, idx)
+	picked(st, len(pool))
 	st.setReservation(s.rt.Reserve(v.slots[idx], 0))
 	return up
 }

@@ -70,6 +70,10 @@ type reqState struct {
 	fallback   bool              // the fallback policy chose (no usable features)
 	attempts   int               // Select calls for this request (1 + retries)
 	tried      selection.SlotSet // slots picked by earlier attempts
+	// pending: the outcome of the attempt to slot is not reported to the
+	// outlier detector yet; poolSize is the size of its pool (outlier.go).
+	pending  bool
+	poolSize int
 	// metrics is the request's metrics observer (metrics.go), for Select.
 	metrics *metricsObserver
 	// baseHeader is the request header map of the first attempt.

@@ -116,6 +116,25 @@ type fleet struct {
 	// with kv on, nil when none: the ramjet handler runs it ahead of
 	// reverse_proxy.
 	kv atomic.Pointer[kvPreflight]
+
+	// outlier is the fleet's outlier detector (outlier.go), replaced when
+	// a policy is provisioned with other outlier settings.
+	outlier atomic.Pointer[selection.Outlier]
+}
+
+// detector returns the fleet's outlier detector.
+func (f *fleet) detector() *selection.Outlier { return f.outlier.Load() }
+
+// setOutlier installs a detector with cfg unless the current one has the
+// same settings (it then keeps what it learned).
+func (f *fleet) setOutlier(cfg selection.OutlierConfig) {
+	cfg.SetDefaults()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o := f.outlier.Load(); o != nil && o.Config() == cfg {
+		return
+	}
+	f.outlier.Store(selection.NewOutlier(cfg, nil))
 }
 
 // router returns the fleet's routing core, with the knobs of the most
@@ -148,6 +167,7 @@ func acquireFleet(stateKey string, cfg selection.Config, secret []byte) (*fleet,
 			views: make(map[*RamjetSelection]*poolView)}
 		empty := []string{}
 		f.ids.Store(&empty)
+		f.outlier.Store(selection.NewOutlier(selection.OutlierConfig{}, nil))
 		return f, nil
 	})
 	if err != nil {
