@@ -315,29 +315,39 @@ func TestOutlierHalfOpen(t *testing.T) {
 	c := startCaddy(t, ss.dials(), proxyOpts{Policy: map[string]any{"outlier": map[string]any{
 		"consecutive_failures": 2, "base_ejection": "3s", "max_ejection": "10s"}}})
 	f := lookupFleet("")
-	if err := ss[0].SetFaults(enginesim.Faults{ErrorRate: 1}); err != nil {
+	// Short prompts have no full block: every one is placed by the same
+	// rendezvous order, which depends on the engines' random ports. Fail
+	// the engine that order picks, so that it sees the traffic.
+	fleetRun(t, c.client, 1, 1, false)
+	bad := 0
+	if counts[1].Load() > counts[0].Load() {
+		bad = 1
+	}
+	if err := ss[bad].SetFaults(enginesim.Faults{ErrorRate: 1}); err != nil {
 		t.Fatal(err)
 	}
 	var slot selection.Slot = -1
+	// Wait for the ejection by its count, not its state: on a slow machine
+	// a 3s ejection may already be over (half-open) when the loop looks.
 	eventually(t, "the failing replica ejected", func() bool {
 		fleetRun(t, c.client, 2, 1, false)
-		s, ok := f.rt.Lookup(ss[0].Addr())
+		s, ok := f.rt.Lookup(ss[bad].Addr())
 		slot = s
-		return ok && f.detector().Ejected(s)
+		return ok && f.detector().Ejections(s, selection.FailStatus) > 0
 	})
-	if f.detector().Usable(slot) {
+	if !f.detector().Ejected(slot) || f.detector().Usable(slot) {
 		// The machine was so slow that the ejection already ran out.
 		t.Skip("ejection expired before the check")
 	}
-	before := counts[0].Load()
+	before := counts[bad].Load()
 	fleetRun(t, c.client, 10, 1, false)
 	if f.detector().Usable(slot) {
 		t.Skip("ejection expired during the check")
 	}
-	if got := counts[0].Load() - before; got != 0 {
+	if got := counts[bad].Load() - before; got != 0 {
 		t.Fatalf("ejected replica got %d requests", got)
 	}
-	if err := ss[0].SetFaults(enginesim.Faults{}); err != nil {
+	if err := ss[bad].SetFaults(enginesim.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the ejection time over", func() bool { return f.detector().Usable(slot) })
@@ -345,7 +355,7 @@ func TestOutlierHalfOpen(t *testing.T) {
 		fleetRun(t, c.client, 4, 1, false)
 		return !f.detector().Ejected(slot)
 	})
-	if counts[0].Load() == before {
+	if counts[bad].Load() == before {
 		t.Fatal("no probe reached the replica")
 	}
 }
