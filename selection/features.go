@@ -908,37 +908,7 @@ func writeMessages(k *blocker, b []byte, v int, param string) error {
 			}
 		}
 		arr.i = obj.end
-		k.writeByte(sepMessage)
-		if role.set {
-			k.writeString(role.raw(b), role.esc)
-		}
-		k.writeByte(sepField)
-		if name.set {
-			k.writeString(name.raw(b), name.esc)
-		}
-		k.writeByte(sepField)
-		switch {
-		case content.set:
-			k.writeString(content.raw(b), content.esc)
-		case contentArr != (Span{}):
-			writeParts(k, b, int(contentArr.Off))
-		}
-		k.writeByte(sepField)
-		switch {
-		case calls != (Span{}):
-			k.writeCompact(calls.Bytes(b))
-		case !role.set && !content.set && contentArr == (Span{}):
-			// An item with no role and no content (a responses
-			// function_call or function_call_output): the whole item.
-			k.writeCompact(b[m:obj.end])
-		}
-		k.writeByte(sepField)
-		if callID == (Span{}) {
-			callID = callID2
-		}
-		if callID != (Span{}) {
-			k.writeCompact(callID.Bytes(b))
-		}
+		writeMessage(k, b, b[m:obj.end], role, name, content, contentArr, calls, callID, callID2, nil)
 	}
 	return nil
 }
@@ -953,6 +923,46 @@ type arrayIter struct {
 	val   int
 	end   int
 	err   error
+}
+
+// writeMessage writes one message's canonical bytes: role, name, content
+// (text, or its parts: from parts when it holds this message's, else read
+// again from the body), the tool calls or, for an item with neither role
+// nor content (a responses function_call or function_call_output), the
+// whole item, and the tool call id (tool_call_id, else call_id). The two
+// message walkers share it, so that both paths hash alike.
+func writeMessage(k *blocker, b, item []byte, role, name, content str, contentArr, calls, callID, callID2 Span, parts *partList) {
+	k.writeByte(sepMessage)
+	if role.set {
+		k.writeString(role.raw(b), role.esc)
+	}
+	k.writeByte(sepField)
+	if name.set {
+		k.writeString(name.raw(b), name.esc)
+	}
+	k.writeByte(sepField)
+	switch {
+	case content.set:
+		k.writeString(content.raw(b), content.esc)
+	case contentArr != (Span{}) && parts != nil && parts.ok && parts.at == contentArr.Off:
+		parts.write(k, b)
+	case contentArr != (Span{}):
+		writeParts(k, b, int(contentArr.Off))
+	}
+	k.writeByte(sepField)
+	switch {
+	case calls != (Span{}):
+		k.writeCompact(calls.Bytes(b))
+	case !role.set && !content.set && contentArr == (Span{}):
+		k.writeCompact(item)
+	}
+	k.writeByte(sepField)
+	if callID == (Span{}) {
+		callID = callID2
+	}
+	if callID != (Span{}) {
+		k.writeCompact(callID.Bytes(b))
+	}
 }
 
 func newArrayIter(b []byte, i int) arrayIter { return arrayIter{b: b, i: i + 1, n: -1, first: true} }
@@ -1084,37 +1094,7 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 		if terr != nil {
 			continue // the features are refused: only validate the rest
 		}
-		k.writeByte(sepMessage)
-		if role.set {
-			k.writeString(role.raw(b), role.esc)
-		}
-		k.writeByte(sepField)
-		if name.set {
-			k.writeString(name.raw(b), name.esc)
-		}
-		k.writeByte(sepField)
-		switch {
-		case content.set:
-			k.writeString(content.raw(b), content.esc)
-		case contentArr != (Span{}) && parts.ok && parts.at == contentArr.Off:
-			parts.write(k, b)
-		case contentArr != (Span{}):
-			writeParts(k, b, int(contentArr.Off))
-		}
-		k.writeByte(sepField)
-		switch {
-		case calls != (Span{}):
-			k.writeCompact(calls.Bytes(b))
-		case !role.set && !content.set && contentArr == (Span{}):
-			k.writeCompact(b[m:obj.end])
-		}
-		k.writeByte(sepField)
-		if callID == (Span{}) {
-			callID = callID2
-		}
-		if callID != (Span{}) {
-			k.writeCompact(callID.Bytes(b))
-		}
+		writeMessage(k, b, b[m:obj.end], role, name, content, contentArr, calls, callID, callID2, &parts)
 	}
 	if arr.err != nil {
 		return 0, arr.err
