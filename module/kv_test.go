@@ -393,10 +393,23 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 	c := startCaddy(t, []string{addr, addr}, opts)
 	cl := newClient(c)
 	k := liveKV(t)
-	for i := range 4 {
+	// ZMQ drops what a PUB sends before the SUB's subscription reached it:
+	// wait for the feeds, then chat until the engine's stores land.
+	eventually(t, "the feeds connected", func() bool {
+		stats := k.x.AppendReplicaStats(nil)
+		for _, st := range stats {
+			if !st.Connected {
+				return false
+			}
+		}
+		return len(stats) > 0
+	})
+	i := 0
+	eventually(t, "entries", func() bool {
 		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("reload %d", i), 400))})
-	}
-	eventually(t, "entries", func() bool { return k.x.Entries() > 0 })
+		i++
+		return i >= 4 && k.x.Entries() > 0
+	})
 	entries := k.x.Entries()
 
 	// A reload that keeps the kv settings keeps the index and its feeds.
