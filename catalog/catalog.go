@@ -160,10 +160,12 @@ func New(upstreams []string, token string, timeout time.Duration) (*Catalog, err
 		timeout: timeout,
 		client: &http.Client{
 			Timeout: timeout,
+			// Model lists are fetched once per cache period: a connection
+			// per fetch costs nothing, and none is left idle behind a
+			// fetch that finishes after Close (a reload, a stop).
 			Transport: &http.Transport{
-				Proxy:               nil,
-				MaxIdleConnsPerHost: 2,
-				IdleConnTimeout:     30 * time.Second,
+				Proxy:             nil,
+				DisableKeepAlives: true,
 			},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
