@@ -712,7 +712,12 @@ func TestServingReload(t *testing.T) {
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	http.DefaultClient.CloseIdleConnections() // the old servers close theirs
+	// The old servers share the handed-over sockets until their shutdown
+	// ends (see testCaddy.reload): wait for it, then start afresh.
+	if !poll(30*time.Second, func() bool { return shutdownStacks() == "" }) {
+		t.Fatalf("the old config's servers still shutting down 30s after a reload:\n%s", shutdownStacks())
+	}
+	http.DefaultClient.CloseIdleConnections()
 	_, after, body := getHealth(t, p)
 	if after.Status != "ok" || len(after.Replicas) != 2 {
 		t.Fatalf("health after reload: %s", body)
