@@ -6,22 +6,24 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ramjet-llm/ramjet/fleetstate"
 )
 
-func (c *obsCaddy) explain(body string) Explanation {
+func (c *obsCaddy) explain(body string) fleetstate.Explanation {
 	c.t.Helper()
 	resp, b := c.do(http.MethodPost, "http://"+c.admin+"/ramjet/explain", body)
 	if resp.StatusCode != http.StatusOK {
 		c.t.Fatalf("explain: %s: %s", resp.Status, b)
 	}
-	var ex Explanation
+	var ex fleetstate.Explanation
 	if err := json.Unmarshal(b, &ex); err != nil {
 		c.t.Fatalf("explain: %v: %s", err, b)
 	}
 	return ex
 }
 
-func (c *obsCaddy) fleetState() FleetState {
+func (c *obsCaddy) fleetState() fleetstate.State {
 	c.t.Helper()
 	resp, b := c.do(http.MethodGet, "http://"+c.admin+"/ramjet/fleet", "")
 	if resp.StatusCode != http.StatusOK {
@@ -30,7 +32,7 @@ func (c *obsCaddy) fleetState() FleetState {
 	if strings.Contains(string(b), "127.0.0.1") {
 		c.t.Fatalf("fleet state leaks an address: %s", b)
 	}
-	var out struct{ Fleets []FleetState }
+	var out struct{ Fleets []fleetstate.State }
 	if err := json.Unmarshal(b, &out); err != nil {
 		c.t.Fatalf("fleet: %v: %s", err, b)
 	}
@@ -67,7 +69,7 @@ func TestExplainMatchesPolicy(t *testing.T) {
 		t.Fatalf("fleet has %d replicas, want 3", n)
 	}
 
-	check := func(step, body, wantReason string) (string, Explanation) {
+	check := func(step, body, wantReason string) (string, fleetstate.Explanation) {
 		t.Helper()
 		ex := c.explain(body)
 		if again := c.explain(body); again.Decision != ex.Decision {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/dashboard"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/usage"
 )
@@ -68,12 +69,12 @@ func TestDashboardServes(t *testing.T) {
 // TestDashboardData drives a private metric set and checks the rates and
 // shares the dashboard computes between samples.
 func TestDashboardData(t *testing.T) {
-	fleet := []fleetSnapshot{{Key: "default", IndexEntries: 5, IndexBytes: 1000, IndexBudget: 4000,
-		Replicas: []replicaSnapshot{
+	fleet := []fleetstate.Snapshot{{Key: "default", IndexEntries: 5, IndexBytes: 1000, IndexBudget: 4000,
+		Replicas: []fleetstate.ReplicaSnapshot{
 			{ID: "aaaa", Inflight: 2, Known: true, Healthy: true, Available: true},
 			{ID: "bbbb", Known: true, Healthy: false, Fails: 3, Quarantined: true},
 		}}}
-	m := newMetricSet(func() []fleetSnapshot { return fleet })
+	m := newMetricSet(func() []fleetstate.Snapshot { return fleet })
 	h := newHistory(m, time.Second, 4)
 	t0 := time.Unix(1_700_000_000, 0)
 	h.Sample(t0)

@@ -177,7 +177,7 @@ func TestDynamicSRVReplicasComeAndGo(t *testing.T) {
 	engineOf := func(routeID string) int {
 		f := lookupFleet("")
 		for i := range ss {
-			if f != nil && f.routeID(key(i)) == routeID {
+			if f != nil && f.RouteID(key(i)) == routeID {
 				return i
 			}
 		}
@@ -341,7 +341,7 @@ http://%s {
 	if r1.routeID != r2.routeID || r2.cached == 0 {
 		t.Fatalf("turns on %s then %s, cached %d", r1.routeID, r2.routeID, r2.cached)
 	}
-	if f := lookupFleet(""); f == nil || f.routeID(ss[0].Addr()) != r1.routeID {
+	if f := lookupFleet(""); f == nil || f.RouteID(ss[0].Addr()) != r1.routeID {
 		t.Fatalf("route id %s is not the engine's %s", r1.routeID, ss[0].Addr())
 	}
 	if got := ss.requests()[0]; got != 2 {

@@ -334,7 +334,7 @@ func TestE2EStateSurvivesReload(t *testing.T) {
 	msgs := []openai.ChatCompletionMessageParamUnion{systemMsg(longText("reload", 8192)), userMsg("first")}
 	first := chat(t, cl, ss, msgs)
 	f := lookupFleet("")
-	entries := f.rt.Index().Entries()
+	entries := f.Base().Index().Entries()
 	if entries == 0 {
 		t.Fatal("index empty after a routed request")
 	}
@@ -347,7 +347,7 @@ func TestE2EStateSurvivesReload(t *testing.T) {
 	if g := lookupFleet(""); g != f {
 		t.Fatal("reload replaced the fleet state")
 	}
-	if got := f.rt.Index().Entries(); got < entries {
+	if got := f.Base().Index().Entries(); got < entries {
 		t.Fatalf("index shrank across reload: %d -> %d", entries, got)
 	}
 	msgs = append(msgs, openai.AssistantMessage(first.text), userMsg("second"))
@@ -362,7 +362,7 @@ func TestE2EStateSurvivesReload(t *testing.T) {
 	if g := lookupFleet(""); g != f {
 		t.Fatal("an alpha/affinity_cap change replaced the fleet state")
 	}
-	if got := f.router().Config(); got.Alpha != 0.5 || got.AffinityCap != 100000 {
+	if got := f.Router().Config(); got.Alpha != 0.5 || got.AffinityCap != 100000 {
 		t.Fatalf("knobs not retuned: alpha %v cap %d", got.Alpha, got.AffinityCap)
 	}
 	msgs = append(msgs, openai.AssistantMessage(second.text), userMsg("third"))
@@ -407,7 +407,7 @@ func TestE2EDataParallelRanks(t *testing.T) {
 			t.Fatal("no request recorded")
 		}
 		h := rec.Header.Get(HeaderRank)
-		if h == "" || f.routeID(addr+"#"+h) != r.routeID || rec.Rank != atoi(t, h) {
+		if h == "" || f.RouteID(addr+"#"+h) != r.routeID || rec.Rank != atoi(t, h) {
 			t.Fatalf("rank header %q, engine rank %d, route id %s", h, rec.Rank, r.routeID)
 		}
 		seen[rec.Rank] = true
@@ -518,7 +518,7 @@ http://{ADDR} {
 	}
 	in := func(f *fleet, ss sims, id string) bool {
 		for _, s := range ss {
-			if f.routeID(s.Addr()) == id {
+			if f.RouteID(s.Addr()) == id {
 				return true
 			}
 		}
@@ -576,7 +576,7 @@ func TestE2ERankHeaderOnRetry(t *testing.T) {
 	sys := ""
 	for i := range 20 {
 		s := longText("rank retry "+itoa(i), 8192)
-		if id := send(s, "one"); id != f.routeID(b) {
+		if id := send(s, "one"); id != f.RouteID(b) {
 			sys = s
 			break
 		}
@@ -590,8 +590,8 @@ func TestE2ERankHeaderOnRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := plain.requests()[0]
-	if id := send(sys, "two"); id != f.routeID(b) {
-		t.Fatalf("retry served by %s, want engine B %s", id, f.routeID(b))
+	if id := send(sys, "two"); id != f.RouteID(b) {
+		t.Fatalf("retry served by %s, want engine B %s", id, f.RouteID(b))
 	}
 	rec, ok := plain[0].LastRequest()
 	if !ok || plain.requests()[0] != before+1 {

@@ -52,7 +52,7 @@ func (ss sims) byRouteID(id string) int {
 		return -1
 	}
 	for i, s := range ss {
-		if f.routeID(s.Addr()) == id {
+		if f.RouteID(s.Addr()) == id {
 			return i
 		}
 	}

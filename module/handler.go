@@ -127,7 +127,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			if logger == nil {
 				logger = zap.NewNop()
 			}
-			pf.preflight(r, st, f.router().Extractor(), logger)
+			pf.preflight(r, st, f.Router().Extractor(), logger)
 		}
 	}
 	rw := &responseWriter{ResponseWriter: w, st: st, r: r}

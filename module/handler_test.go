@@ -45,7 +45,7 @@ func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
 	r := newTestRequest(ctx, chatJSON(16<<10, "hi"))
 	r.Header.Set("X-Test-Observe", "1")
 	rec := httptest.NewRecorder()
-	rt := p.fleet.rt
+	rt := p.fleet.Base()
 	errNext := errors.New("next failed after writing")
 
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {

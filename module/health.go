@@ -14,7 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
-	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 )
 
 func init() {
@@ -99,7 +99,7 @@ func (h *Health) Provision(ctx caddy.Context) error {
 	}
 	h.finder = &proxyFinder{ctx: ctx}
 	h.secret = resolveSecret(h.RouteIDSecret)
-	h.ids = replicaIDs([]byte(h.secret), h.Upstreams)
+	h.ids = fleetstate.ReplicaIDs([]byte(h.secret), h.Upstreams)
 	return nil
 }
 
@@ -110,37 +110,6 @@ func (h *Health) Validate() error {
 	}
 	return nil
 }
-
-// ReplicaHealth is one replica in the /health answer.
-type ReplicaHealth struct {
-	ID      string `json:"id"`
-	Healthy bool   `json:"healthy"`
-	// Reason says why an unhealthy replica is out: "active_check" (Caddy's
-	// active health check failed), "passive_failures" (recent failed
-	// requests reached max_fails), "ejected" (outlier detection: its
-	// recent answers failed), or "circuit_breaker"; "not_found" when
-	// no matching reverse_proxy is configured.
-	Reason   string `json:"reason,omitempty"`
-	InFlight int    `json:"in_flight"`
-	// Full is true when the replica is at its max_requests limit: usable
-	// again as soon as a request ends.
-	Full bool `json:"full,omitempty"`
-}
-
-// HealthReport is the /health answer.
-type HealthReport struct {
-	Status   string          `json:"status"`
-	Healthy  int             `json:"healthy"`
-	Total    int             `json:"total"`
-	Replicas []ReplicaHealth `json:"replicas"`
-}
-
-// Health states.
-const (
-	StatusOK        = "ok"
-	StatusDegraded  = "degraded"
-	StatusUnhealthy = "unhealthy"
-)
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every request
 // it sees; the route in front of it should match GET /health.
@@ -157,7 +126,7 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("encoding health: %w", err))
 	}
 	status := http.StatusOK
-	if rep.Status == StatusUnhealthy {
+	if rep.Status == fleetstate.StatusUnhealthy {
 		status = http.StatusServiceUnavailable
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -170,8 +139,8 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 }
 
 // Report builds the health answer from the live Upstream values.
-func (h *Health) Report() HealthReport {
-	rep := HealthReport{Total: len(h.Upstreams), Replicas: make([]ReplicaHealth, len(h.Upstreams))}
+func (h *Health) Report() fleetstate.HealthReport {
+	reps := make([]fleetstate.ReplicaHealth, len(h.Upstreams))
 	proxy := h.findProxy()
 	ids := idsFor(proxy, h.Upstreams)
 	if ids == nil {
@@ -179,7 +148,7 @@ func (h *Health) Report() HealthReport {
 	}
 	f, keys := ejectionSource(proxy, h.Upstreams)
 	for i := range h.Upstreams {
-		rh := ReplicaHealth{ID: ids[i]}
+		rh := fleetstate.ReplicaHealth{ID: ids[i]}
 		if proxy == nil {
 			rh.Reason = "not_found"
 		} else {
@@ -190,25 +159,14 @@ func (h *Health) Report() HealthReport {
 			if !rh.Healthy {
 				rh.Reason = outReason(proxy, u)
 			} else if f != nil {
-				if s, ok := f.rt.Lookup(keys[i]); ok && f.detector().Ejected(s) {
+				if s, ok := f.Base().Lookup(keys[i]); ok && f.Detector().Ejected(s) {
 					rh.Healthy, rh.Reason = false, "ejected"
 				}
 			}
 		}
-		if rh.Healthy {
-			rep.Healthy++
-		}
-		rep.Replicas[i] = rh
+		reps[i] = rh
 	}
-	switch {
-	case rep.Total > 0 && rep.Healthy == rep.Total:
-		rep.Status = StatusOK
-	case rep.Healthy > 0:
-		rep.Status = StatusDegraded
-	default:
-		rep.Status = StatusUnhealthy
-	}
-	return rep
+	return fleetstate.NewHealthReport(reps)
 }
 
 // ejectionSource returns the fleet of the proxy's ramjet policy and the
@@ -221,7 +179,7 @@ func ejectionSource(proxy *reverseproxy.Handler, dials []string) (*fleet, []stri
 	if !ok || pol.fleet == nil {
 		return nil, nil
 	}
-	return pol.fleet, replicaKeys(dials)
+	return pol.fleet, fleetstate.ReplicaKeys(dials)
 }
 
 // outReason tells which of Caddy's health mechanisms holds u out.
@@ -329,38 +287,6 @@ var (
 	_ caddyfile.Unmarshaler       = (*Health)(nil)
 )
 
-// replicaKeys returns the replica key of every entry of an upstream list,
-// as the ramjet policy names replicas: the dial address, or "dial#rank" when
-// the address is listed more than once (data-parallel ranks).
-func replicaKeys(dials []string) []string {
-	count := map[string]int{}
-	for _, d := range dials {
-		count[d]++
-	}
-	seen := map[string]int{}
-	keys := make([]string, len(dials))
-	for i, d := range dials {
-		rank := -1
-		if count[d] > 1 {
-			rank = seen[d]
-			seen[d]++
-		}
-		keys[i] = selection.ReplicaKey(d, rank)
-	}
-	return keys
-}
-
-// replicaIDs returns the opaque route id of every entry of an upstream list
-// under secret.
-func replicaIDs(secret []byte, dials []string) []string {
-	keys := replicaKeys(dials)
-	ids := make([]string, len(keys))
-	for i, k := range keys {
-		ids[i] = routeID(secret, k)
-	}
-	return ids
-}
-
 // idsFor returns the ids the proxy's ramjet policy gives these replicas (so
 // that /health matches X-Ramjet-Upstream, whatever the policy's secret), or
 // nil when the proxy does not use the ramjet policy.
@@ -372,9 +298,5 @@ func idsFor(proxy *reverseproxy.Handler, dials []string) []string {
 	if !ok || pol.fleet == nil {
 		return nil
 	}
-	f := pol.fleet
-	f.mu.Lock()
-	secret := f.secret
-	f.mu.Unlock()
-	return replicaIDs(secret, dials)
+	return fleetstate.ReplicaIDs(pol.fleet.Secret(), dials)
 }

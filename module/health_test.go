@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/ramjet-llm/ramjet/fleetstate"
 )
 
 // toggleEngine is a real HTTP engine whose /v1/models can be made to fail.
@@ -70,13 +72,13 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 	}
 	t.Cleanup(func() { stopCaddy(t) })
 
-	get := func() (int, HealthReport) {
+	get := func() (int, fleetstate.HealthReport) {
 		resp, err := http.Get("http://" + addr + "/health")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var rep HealthReport
+		var rep fleetstate.HealthReport
 		body, _ := io.ReadAll(resp.Body)
 		if err := json.Unmarshal(body, &rep); err != nil {
 			t.Fatalf("%v: %s", err, body)
@@ -86,18 +88,18 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 		}
 		return resp.StatusCode, rep
 	}
-	wait := func(status string, code int) HealthReport {
+	wait := func(status string, code int) fleetstate.HealthReport {
 		t.Helper()
 		var st int
-		var rep HealthReport
+		var rep fleetstate.HealthReport
 		if !poll(20*time.Second, func() bool { st, rep = get(); return st == code && rep.Status == status }) {
 			t.Fatalf("health stayed %d %+v, want %d %s", st, rep, code, status)
 		}
 		return rep
 	}
 
-	rep := wait(StatusOK, 200)
-	wantIDs := replicaIDs([]byte("k"), dials)
+	rep := wait(fleetstate.StatusOK, 200)
+	wantIDs := fleetstate.ReplicaIDs([]byte("k"), dials)
 	for i, r := range rep.Replicas {
 		if r.ID != wantIDs[i] || !r.Healthy {
 			t.Errorf("replica %d = %+v, want id %s", i, r, wantIDs[i])
@@ -108,15 +110,15 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 	}
 
 	e2.down.Store(true)
-	rep = wait(StatusDegraded, 200)
+	rep = wait(fleetstate.StatusDegraded, 200)
 	if rep.Healthy != 2 || rep.Replicas[2].Reason != "active_check" {
 		t.Errorf("degraded = %+v", rep)
 	}
 	e1.down.Store(true)
-	wait(StatusUnhealthy, 503)
+	wait(fleetstate.StatusUnhealthy, 503)
 	e1.down.Store(false)
 	e2.down.Store(false)
-	wait(StatusOK, 200)
+	wait(fleetstate.StatusOK, 200)
 }
 
 func TestHealthWithoutProxy(t *testing.T) {
@@ -127,7 +129,7 @@ func TestHealthWithoutProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := h.Report()
-	if rep.Status != StatusUnhealthy || rep.Replicas[0].Reason != "not_found" {
+	if rep.Status != fleetstate.StatusUnhealthy || rep.Replicas[0].Reason != "not_found" {
 		t.Errorf("report = %+v", rep)
 	}
 }

@@ -169,7 +169,7 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, st := range reps {
 			id := ""
 			if f != nil {
-				id = f.routeID(st.ID)
+				id = f.RouteID(st.ID)
 			}
 			if id == "" || seen[id] {
 				continue // never label with an address; not routed yet

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/dashboard"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/usage"
 )
@@ -70,7 +71,7 @@ type metricSet struct {
 	models *catalog.Names
 }
 
-func newMetricSet(snap func() []fleetSnapshot) *metricSet {
+func newMetricSet(snap func() []fleetstate.Snapshot) *metricSet {
 	m := &metricSet{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNS, Name: "routing_decisions_total",
@@ -284,43 +285,11 @@ func (m *metricSet) endRequest(inflightLabel string, x *exchange) {
 	}
 }
 
-// fleetSnapshot is the state of one fleet at scrape time.
-type fleetSnapshot struct {
-	Key            string
-	Config         selection.Config
-	Replicas       []replicaSnapshot
-	IndexEntries   int64
-	IndexBytes     int64
-	IndexBudget    int64
-	IndexEvictions uint64
-}
-
-// replicaSnapshot is one replica at scrape time. It carries the opaque id
-// only: never the address.
-type replicaSnapshot struct {
-	ID             string  `json:"id"`
-	Slot           int     `json:"slot"`
-	Rank           int     `json:"rank"`
-	Inflight       int64   `json:"inflight"`
-	PendingPrefill int64   `json:"pending_prefill_tokens"`
-	Load           float64 `json:"load_tokens"`
-	Known          bool    `json:"known"`
-	Healthy        bool    `json:"healthy"`
-	Available      bool    `json:"available"`
-	Quarantined    bool    `json:"quarantined"`
-	Fails          int     `json:"fails"`
-	Profile        string  `json:"profile"`
-	// Ejected: outlier detection holds the replica out; Ejections counts
-	// its ejections by selection.FailureKinds.
-	Ejected   bool                                `json:"ejected"`
-	Ejections [len(selection.FailureKinds)]uint64 `json:"-"`
-}
-
 // fleetCollector reads every live fleet's Router at scrape time (as
 // prometheus' example_clustermanager_test.go): the core knows nothing of
 // Prometheus.
 type fleetCollector struct {
-	snap func() []fleetSnapshot
+	snap func() []fleetstate.Snapshot
 }
 
 var (
@@ -393,55 +362,6 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var _ prometheus.Collector = (*fleetCollector)(nil)
-
-// snapshotFleets reads every live fleet (lookupFleet, fleetKeys).
-func snapshotFleets() []fleetSnapshot {
-	keys := fleetKeys()
-	out := make([]fleetSnapshot, 0, len(keys))
-	for _, k := range keys {
-		if f := lookupFleet(k); f != nil {
-			out = append(out, snapshotFleet(f))
-		}
-	}
-	return out
-}
-
-// snapshotFleet reads one fleet: its Router's index and load, and the
-// health Caddy's upstream pools report.
-func snapshotFleet(f *fleet) fleetSnapshot {
-	rt := f.router()
-	idx := rt.Index()
-	cfg := rt.Config()
-	fs := fleetSnapshot{Key: f.stateKey, Config: cfg, IndexEntries: idx.Entries(),
-		IndexBytes: idx.Bytes(), IndexBudget: idx.Budget(), IndexEvictions: idx.Evictions()}
-	od := f.detector()
-	for _, r := range f.replicas() {
-		var ej [len(selection.FailureKinds)]uint64
-		for i, k := range selection.FailureKinds {
-			ej[i] = od.Ejections(r.Slot, k)
-		}
-		fs.Replicas = append(fs.Replicas, replicaSnapshot{
-			Ejected: od.Ejected(r.Slot), Ejections: ej,
-			ID: r.ID, Slot: int(r.Slot), Rank: r.Rank,
-			Inflight: r.Inflight, PendingPrefill: r.PendingPrefill,
-			Load:        float64(r.Inflight*int64(cfg.RequestCost) + r.PendingPrefill),
-			Known:       r.Known,
-			Healthy:     r.Known && r.Healthy,
-			Available:   r.Known && r.Available,
-			Quarantined: r.Known && !r.Healthy && r.Fails > 0,
-			Fails:       r.Fails,
-			Profile:     profileName(r.Profile),
-		})
-	}
-	return fs
-}
-
-func profileName(p selection.Profile) string {
-	if p == selection.ProfileSpeculative {
-		return "speculative"
-	}
-	return "standard"
-}
 
 func init() { addObserver(newMetricsObserver) }
 
@@ -528,7 +448,7 @@ func (o *metricsObserver) End(status int, err error) {
 		Decision: st.decision, Fallback: st.fallback, Selected: o.selected,
 	}
 	if st.fleet != nil {
-		x.Fleet = st.fleet.stateKey
+		x.Fleet = st.fleet.StateKey
 	}
 	x.Status = status
 	if x.Status == 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/usage"
 )
@@ -78,9 +79,9 @@ func TestOutcomeOf(t *testing.T) {
 // TestMetricsLint feeds a private metric set every kind of observation and
 // lints the result.
 func TestMetricsLint(t *testing.T) {
-	snap := func() []fleetSnapshot {
-		return []fleetSnapshot{{Key: "default", IndexEntries: 10, IndexBytes: 4096, IndexBudget: 1 << 20,
-			Replicas: []replicaSnapshot{{ID: "00aa", Inflight: 2, PendingPrefill: 300, Load: 2348, Known: true, Healthy: true, Available: true}}}}
+	snap := func() []fleetstate.Snapshot {
+		return []fleetstate.Snapshot{{Key: "default", IndexEntries: 10, IndexBytes: 4096, IndexBudget: 1 << 20,
+			Replicas: []fleetstate.ReplicaSnapshot{{ID: "00aa", Inflight: 2, PendingPrefill: 300, Load: 2348, Known: true, Healthy: true, Available: true}}}}
 	}
 	m := newMetricSet(snap)
 	d := selection.Decision{Index: 0, Reason: selection.ReasonTieBreak, Tie: selection.TieRendezvous, Overlap: 128}
@@ -428,7 +429,7 @@ func TestMetricsClientGoesAway(t *testing.T) {
 // seriesNames lists every series name the metric set can emit.
 func seriesNames(t *testing.T) map[string]bool {
 	t.Helper()
-	m := newMetricSet(func() []fleetSnapshot { return nil })
+	m := newMetricSet(func() []fleetstate.Snapshot { return nil })
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
 		for _, c := range m.collectors() {

@@ -152,7 +152,7 @@ func (o *outcomeObserver) End(status int, err error) {
 		return
 	}
 	st.pending = false
-	od := st.fleet.detector()
+	od := st.fleet.Detector()
 	kind, failed := classifyOutcome(status, err, o.r.Context().Err() != nil)
 	if failed && kind == selection.FailConnect && responseStatus(o.r) >= 500 {
 		kind = selection.FailStatus // a 5xx answer Caddy retried until out of tries
@@ -177,7 +177,7 @@ func reportRetried(st *reqState, status int) {
 	if status >= 500 {
 		kind = selection.FailStatus
 	}
-	st.fleet.detector().Failure(st.slot, kind, st.poolSize)
+	st.fleet.Detector().Failure(st.slot, kind, st.poolSize)
 }
 
 // picked records that the attempt now starting goes to st.slot.
@@ -187,7 +187,7 @@ func picked(st *reqState, poolSize int) {
 	}
 	st.pending = true
 	st.poolSize = poolSize
-	st.fleet.detector().Picked(st.slot)
+	st.fleet.Detector().Picked(st.slot)
 }
 
 // classifyOutcome says whether an attempt's outcome counts against the

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -183,20 +184,20 @@ http://{ADDR} {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep HealthReport
+		var rep fleetstate.HealthReport
 		err = json.NewDecoder(resp.Body).Decode(&rep)
 		resp.Body.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := lookupFleet("").routeID(ss[0].Addr())
+		id := lookupFleet("").RouteID(ss[0].Addr())
 		ok := false
 		for _, r := range rep.Replicas {
 			if r.ID == id && !r.Healthy && r.Reason == "ejected" {
 				ok = true
 			}
 		}
-		if rep.Status != StatusDegraded || !ok {
+		if rep.Status != fleetstate.StatusDegraded || !ok {
 			t.Errorf("/health = %+v, want degraded with replica %s ejected", rep, id)
 		}
 		// The metrics say so too.
@@ -259,8 +260,8 @@ func TestOutlierCutStreamEngine(t *testing.T) {
 		t.Errorf("%d streams failed, want at most the ejection threshold plus those in flight (%d)", failed, selection.DefaultConsecutiveFailures+conc+2)
 	}
 	f := lookupFleet("")
-	s, _ := f.rt.Lookup(ss[0].Addr())
-	if f.detector().Ejections(s, selection.FailCut) < 1 {
+	s, _ := f.Base().Lookup(ss[0].Addr())
+	if f.Detector().Ejections(s, selection.FailCut) < 1 {
 		t.Error("no ejection for cut streams")
 	}
 }
@@ -331,17 +332,17 @@ func TestOutlierHalfOpen(t *testing.T) {
 	// a 3s ejection may already be over (half-open) when the loop looks.
 	eventually(t, "the failing replica ejected", func() bool {
 		fleetRun(t, c.client, 2, 1, false)
-		s, ok := f.rt.Lookup(ss[bad].Addr())
+		s, ok := f.Base().Lookup(ss[bad].Addr())
 		slot = s
-		return ok && f.detector().Ejections(s, selection.FailStatus) > 0
+		return ok && f.Detector().Ejections(s, selection.FailStatus) > 0
 	})
-	if !f.detector().Ejected(slot) || f.detector().Usable(slot) {
+	if !f.Detector().Ejected(slot) || f.Detector().Usable(slot) {
 		// The machine was so slow that the ejection already ran out.
 		t.Skip("ejection expired before the check")
 	}
 	before := counts[bad].Load()
 	fleetRun(t, c.client, 10, 1, false)
-	if f.detector().Usable(slot) {
+	if f.Detector().Usable(slot) {
 		t.Skip("ejection expired during the check")
 	}
 	if got := counts[bad].Load() - before; got != 0 {
@@ -350,10 +351,10 @@ func TestOutlierHalfOpen(t *testing.T) {
 	if err := ss[bad].SetFaults(enginesim.Faults{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the ejection time over", func() bool { return f.detector().Usable(slot) })
+	eventually(t, "the ejection time over", func() bool { return f.Detector().Usable(slot) })
 	eventually(t, "the probe re-admits the replica", func() bool {
 		fleetRun(t, c.client, 4, 1, false)
-		return !f.detector().Ejected(slot)
+		return !f.Detector().Ejected(slot)
 	})
 	if counts[bad].Load() == before {
 		t.Fatal("no probe reached the replica")
@@ -374,10 +375,10 @@ func TestOutlierEjectedShareCap(t *testing.T) {
 	f := lookupFleet("")
 	eventually(t, "two replicas ejected", func() bool {
 		fleetRun(t, c.client, 8, 2, false)
-		return f.detector().EjectedCount() == 2
+		return f.Detector().EjectedCount() == 2
 	})
 	fleetRun(t, c.client, 40, 4, false)
-	if n := f.detector().EjectedCount(); n != 2 {
+	if n := f.Detector().EjectedCount(); n != 2 {
 		t.Fatalf("%d replicas ejected, want the cap of 2", n)
 	}
 }

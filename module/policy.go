@@ -335,7 +335,7 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	if s.Outlier != nil {
 		od = *s.Outlier
 	}
-	f.setOutlier(od.config())
+	f.SetOutlier(od.config())
 	s.x = rt.Extractor()
 	if err := s.provisionKV(ctx); err != nil {
 		s.fleet = nil
@@ -473,7 +473,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, res *selection.Reservation) (selection.Decision, *selection.Reservation) {
 	sc := scratchPool.Get().(*scratch)
 	cands := sc.cands[:0]
-	od := s.fleet.detector()
+	od := s.fleet.Detector()
 	usable, admitted := 0, 0
 	for i, up := range pool {
 		ok := v.slots[i] >= 0 && up.Available()
@@ -515,7 +515,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 // selectFallback routes a request without usable features with the
 // fallback policy, still reserving load on the replica it picks.
 func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter, st *reqState, v *poolView) *reverseproxy.Upstream {
-	up := s.fallback.Select(admittedPool(pool, v, s.fleet.detector()), r, w)
+	up := s.fallback.Select(admittedPool(pool, v, s.fleet.Detector()), r, w)
 	if up == nil {
 		return nil
 	}
@@ -628,7 +628,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 			v.rankHdr[i] = []string{strconv.Itoa(rank)}
 		}
 		v.keys[i] = key
-		slot, id, err := s.fleet.register(key)
+		slot, id, err := s.fleet.Register(key)
 		if err != nil {
 			if c := s.logger.Check(zapcore.WarnLevel, "replica not routed by ramjet"); c != nil {
 				c.Write(zap.Error(err))

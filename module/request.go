@@ -224,7 +224,7 @@ var defaultExtractor = func() selection.Extractor {
 // block size or state key parses again in Select.
 func sharedExtractor() selection.Extractor {
 	if f := lookupFleet(""); f != nil {
-		return f.rt.Extractor()
+		return f.Base().Extractor()
 	}
 	return defaultExtractor
 }

@@ -125,7 +125,7 @@ func TestSelectReleases(t *testing.T) {
 		t.Fatal("no upstream")
 	}
 	st := lookupRequest(r)
-	rt := p.fleet.rt
+	rt := p.fleet.Base()
 	if in, pend := rt.Load(st.slot); in != 1 || pend == 0 {
 		t.Fatalf("after Select: inflight %d pending %d, want 1 and the prompt", in, pend)
 	}
@@ -171,11 +171,11 @@ func TestSelectOversizedBody(t *testing.T) {
 		if err != nil || !bytes.Equal(got, body) {
 			t.Fatalf("chunked=%v: forwarded %d bytes (%v), want the %d sent", chunked, len(got), err, len(body))
 		}
-		if in, _ := p.fleet.rt.Load(st.slot); in != 1 {
+		if in, _ := p.fleet.Base().Load(st.slot); in != 1 {
 			t.Fatalf("fallback pick not reserved: inflight %d", in)
 		}
 		cancel()
-		eventually(t, "fallback reservation released", func() bool { in, _ := p.fleet.rt.Load(st.slot); return in == 0 })
+		eventually(t, "fallback reservation released", func() bool { in, _ := p.fleet.Base().Load(st.slot); return in == 0 })
 	}
 }
 

@@ -1,0 +1,135 @@
+package fleetstate
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+func TestReplicaKeys(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want []string
+	}{
+		{name: "distinct", give: []string{"a:1", "b:1"}, want: []string{"a:1", "b:1"}},
+		{name: "ranks", give: []string{"a:1", "b:1", "a:1"}, want: []string{"a:1#0", "b:1", "a:1#1"}},
+		{name: "none", give: nil, want: []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, ReplicaKeys(tt.give)); diff != "" {
+				t.Errorf("ReplicaKeys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRouteIDs: the ids a fleet hands out are RouteID of the replica key
+// under its secret, follow a secret change, and are what ReplicaIDs
+// computes from the upstream list.
+func TestRouteIDs(t *testing.T) {
+	f, err := New(DefaultStateKey, PoolKey(DefaultStateKey, selection.Config{}), selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetSecret([]byte("k"))
+	dials := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:2"}
+	want := ReplicaIDs([]byte("k"), dials)
+	for i, key := range ReplicaKeys(dials) {
+		s, id, err := f.Register(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(s) != i || id != want[i] || f.RouteID(key) != id {
+			t.Errorf("Register(%q) = %d, %q; RouteID %q; want %d, %q", key, s, id, f.RouteID(key), i, want[i])
+		}
+		if len(id) != 16 {
+			t.Errorf("id %q is not 16 hex characters", id)
+		}
+	}
+	f.SetSecret([]byte("other"))
+	if got := f.RouteID("127.0.0.1:1"); got != RouteID([]byte("other"), "127.0.0.1:1") || got == want[0] {
+		t.Errorf("after the secret change RouteID = %q", got)
+	}
+	if f.RouteID("127.0.0.1:9") != "" {
+		t.Error("an unregistered key has an id")
+	}
+	reps := f.Replicas()
+	if len(reps) != 3 || reps[2].Key != "127.0.0.1:2#1" || reps[2].Rank != -1 || reps[2].ID != RouteID([]byte("other"), "127.0.0.1:2#1") {
+		t.Errorf("Replicas = %+v", reps)
+	}
+}
+
+func TestLatest(t *testing.T) {
+	var l Latest[*int]
+	if _, ok := l.Get("a"); ok || l.Keys() != nil {
+		t.Fatal("zero Latest is not empty")
+	}
+	one, two := new(int), new(int)
+	l.Set("b", one)
+	l.Set("a", one)
+	l.Set("a", two)
+	if v, _ := l.Get("a"); v != two {
+		t.Error("Set did not replace")
+	}
+	l.Drop("a", one) // no longer a's value: kept
+	if v, _ := l.Get("a"); v != two {
+		t.Error("Drop removed a newer value")
+	}
+	l.Drop("a", two)
+	if diff := cmp.Diff([]string{"b"}, l.Keys()); diff != "" {
+		t.Errorf("Keys (-want +got):\n%s", diff)
+	}
+}
+
+func TestNewHealthReport(t *testing.T) {
+	tests := []struct {
+		name    string
+		healthy []bool
+		want    string
+	}{
+		{name: "all", healthy: []bool{true, true}, want: StatusOK},
+		{name: "some", healthy: []bool{true, false}, want: StatusDegraded},
+		{name: "none", healthy: []bool{false}, want: StatusUnhealthy},
+		{name: "empty", want: StatusUnhealthy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reps := make([]ReplicaHealth, len(tt.healthy))
+			n := 0
+			for i, h := range tt.healthy {
+				reps[i].Healthy = h
+				if h {
+					n++
+				}
+			}
+			rep := NewHealthReport(reps)
+			if rep.Status != tt.want || rep.Healthy != n || rep.Total != len(reps) {
+				t.Errorf("NewHealthReport = %+v, want status %s, %d healthy", rep, tt.want, n)
+			}
+		})
+	}
+}
+
+// TestStateJSON: a fleet without replicas lists none as [], and used is
+// bytes over budget.
+func TestStateJSON(t *testing.T) {
+	b, err := json.Marshal(Snapshot{Key: "k", IndexBytes: 1, IndexBudget: 4}.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Replicas []ReplicaSnapshot `json:"replicas"`
+		Index    IndexState        `json:"index"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Replicas == nil || len(got.Replicas) != 0 || got.Index.Used != 0.25 {
+		t.Errorf("State JSON = %s", b)
+	}
+}

@@ -1,0 +1,68 @@
+package fleetstate
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Latest maps a state_key to the value provisioned last under it: an
+// immutable map replaced on every change (rare), so that lookups on the
+// request path take no lock. The zero value is empty and ready.
+type Latest[T comparable] struct {
+	mu sync.Mutex // serialises writers
+	m  atomic.Pointer[map[string]T]
+}
+
+// update replaces the map with a copy changed by fn.
+func (l *Latest[T]) update(fn func(map[string]T)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := make(map[string]T)
+	if m := l.m.Load(); m != nil {
+		for k, v := range *m {
+			next[k] = v
+		}
+	}
+	fn(next)
+	l.m.Store(&next)
+}
+
+// Set points key at v.
+func (l *Latest[T]) Set(key string, v T) {
+	l.update(func(m map[string]T) { m[key] = v })
+}
+
+// Drop removes key when it still points at old.
+func (l *Latest[T]) Drop(key string, old T) {
+	l.update(func(m map[string]T) {
+		if v, ok := m[key]; ok && v == old {
+			delete(m, key)
+		}
+	})
+}
+
+// Get returns the value of key.
+func (l *Latest[T]) Get(key string) (T, bool) {
+	var zero T
+	m := l.m.Load()
+	if m == nil {
+		return zero, false
+	}
+	v, ok := (*m)[key]
+	return v, ok
+}
+
+// Keys lists the keys, sorted.
+func (l *Latest[T]) Keys() []string {
+	m := l.m.Load()
+	if m == nil {
+		return nil
+	}
+	keys := make([]string, 0, len(*m))
+	for k := range *m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
