@@ -122,7 +122,7 @@ func (a *AdminAPI) handleDashboardData(w http.ResponseWriter, r *http.Request) e
 	if h == nil {
 		// No dashboard is configured: serve current totals from a
 		// one-off history without a sampler.
-		h = newHistory(metrics(), DefaultSampleInterval, 1)
+		h = newHistory(processMetrics(), DefaultSampleInterval, 1)
 	}
 	return writeAdminJSON(w, h.data(time.Now()))
 }

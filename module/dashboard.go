@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/ramjet-llm/ramjet/dashboard"
+	"github.com/ramjet-llm/ramjet/metrics"
 )
 
 func init() {
@@ -155,8 +156,8 @@ var liveHistory struct {
 // histories pool.
 type history struct{ *dashboard.Store }
 
-func newHistory(m *metricSet, interval time.Duration, n int) *history {
-	return &history{dashboard.NewStore(interval, n, m.dashboardSample)}
+func newHistory(m *metrics.Set, interval time.Duration, n int) *history {
+	return &history{dashboard.NewStore(interval, n, m.DashboardSample)}
 }
 
 // data is the page's JSON now, with the recent decisions.
@@ -177,7 +178,7 @@ func (h *history) Destruct() error {
 func acquireHistory(interval time.Duration) (*history, string, error) {
 	key := "ramjet/dashboard/" + interval.String()
 	v, _, err := histories.LoadOrNew(key, func() (caddy.Destructor, error) {
-		h := newHistory(metrics(), interval, historyLen)
+		h := newHistory(processMetrics(), interval, historyLen)
 		h.Start()
 		return h, nil
 	})
@@ -200,27 +201,6 @@ func currentHistory() *history {
 
 // recentDecisions are the last routed requests, for the dashboard.
 var recentDecisions dashboard.Recent
-
-// dashboardSample is the dashboard's view of m and the live fleets now.
-func (m *metricSet) dashboardSample(now time.Time) dashboard.Sample {
-	var g dashboard.Gauges
-	for _, f := range m.fleet.snap() {
-		g.Index.Bytes += float64(f.IndexBytes)
-		g.Index.Budget += float64(f.IndexBudget)
-		g.Index.Entries += float64(f.IndexEntries)
-		seen := make(map[string]bool, len(f.Replicas))
-		for _, r := range f.Replicas {
-			if r.ID == "" || seen[r.ID] {
-				continue
-			}
-			seen[r.ID] = true
-			g.Replicas = append(g.Replicas, dashboard.Replica{ID: r.ID, Fleet: f.Key,
-				Inflight: float64(r.Inflight), Pending: float64(r.PendingPrefill), Load: r.Load,
-				Healthy: r.Healthy, Available: r.Available, Quarantined: r.Quarantined})
-		}
-	}
-	return m.dash.Sample(now, g)
-}
 
 // Interface guards.
 var (

@@ -25,6 +25,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/dashboard"
 	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/usage"
 )
@@ -74,25 +75,25 @@ func TestDashboardData(t *testing.T) {
 			{ID: "aaaa", Inflight: 2, Known: true, Healthy: true, Available: true},
 			{ID: "bbbb", Known: true, Healthy: false, Fails: 3, Quarantined: true},
 		}}}
-	m := newMetricSet(func() []fleetstate.Snapshot { return fleet })
+	m := metrics.NewSet(func() []fleetstate.Snapshot { return fleet }, modelNames)
 	h := newHistory(m, time.Second, 4)
 	t0 := time.Unix(1_700_000_000, 0)
 	h.Sample(t0)
 
 	decide := func(n int, reason selection.Reason) {
 		for range n {
-			m.observeSelection("aaaa", selection.Decision{Index: 0, Reason: reason}, false, time.Microsecond)
+			m.ObserveSelection("aaaa", selection.Decision{Index: 0, Reason: reason}, false, time.Microsecond)
 		}
 	}
 	decide(6, selection.ReasonAffinity)
 	decide(2, selection.ReasonCold)
 	for i := range 8 {
-		l := m.startRequest("m")
+		l := m.StartRequest("m")
 		status := 200
 		if i == 7 {
 			status = 500
 		}
-		m.endRequest(l, &exchange{Upstream: "aaaa", Model: "m", Status: status, Stream: true,
+		m.EndRequest(l, &metrics.Exchange{Upstream: "aaaa", Model: "m", Status: status, Stream: true,
 			Start: t0, FirstByte: t0.Add(time.Duration(i+1) * 10 * time.Millisecond), End: t0.Add(time.Second),
 			Usage: usage.Usage{PromptTokens: 100, CachedTokens: 75, CompletionTokens: 10}, HasUsage: status == 200})
 	}
@@ -270,7 +271,7 @@ func TestDashboardChromium(t *testing.T) {
 	// Let a few seconds of history build up.
 	obsEventually(t, "traffic with usage and a few samples", func() bool {
 		h := currentHistory()
-		return h != nil && len(h.Samples()) >= 12 && fleetGauge(t, metrics().own, "ramjet_cached_prompt_tokens_total") > 0
+		return h != nil && len(h.Samples()) >= 12 && fleetGauge(t, processMetrics().Own, "ramjet_cached_prompt_tokens_total") > 0
 	})
 
 	page := "http://" + c.ops + "/"
@@ -327,19 +328,19 @@ func TestDashboardChromium(t *testing.T) {
 	// requests cut by the stop count as canceled.
 	stop()
 	wg.Wait()
-	m := metrics()
+	m := processMetrics()
 	obsEventually(t, "nothing in flight", func() bool {
-		return fleetGauge(t, m.own, "ramjet_model_inflight_requests") == 0 &&
-			fleetGauge(t, m.own, "ramjet_upstream_inflight_requests") == 0 &&
-			fleetGauge(t, m.own, "ramjet_upstream_pending_prefill_tokens") == 0
+		return fleetGauge(t, m.Own, "ramjet_model_inflight_requests") == 0 &&
+			fleetGauge(t, m.Own, "ramjet_upstream_inflight_requests") == 0 &&
+			fleetGauge(t, m.Own, "ramjet_upstream_pending_prefill_tokens") == 0
 	})
 	canceled := 0.0
-	for _, mf := range mustGather(t, m.own) {
+	for _, mf := range mustGather(t, m.Own) {
 		if mf.GetName() == "ramjet_requests_total" {
 			for _, x := range mf.GetMetric() {
-				if l := labelMap(x); l["outcome"] != OutcomeOK && l["outcome"] != OutcomeCanceled {
+				if l := labelMap(x); l["outcome"] != metrics.OutcomeOK && l["outcome"] != metrics.OutcomeCanceled {
 					t.Errorf("%v requests ended %s", x.GetCounter().GetValue(), l["outcome"])
-				} else if l["outcome"] == OutcomeCanceled {
+				} else if l["outcome"] == metrics.OutcomeCanceled {
 					canceled += x.GetCounter().GetValue()
 				}
 			}
@@ -435,7 +436,7 @@ func TestDeployOpsPort(t *testing.T) {
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{"RJ_UPSTREAM": strings.Join(obsDials(es), ",")})
 	c := &obsCaddy{t: t}
 	resetMetrics()
-	m := metrics()
+	m := processMetrics()
 
 	resp, b := c.do("POST", p.base+"/v1/chat/completions", `{"model":"m","messages":[`)
 	if resp.StatusCode != 400 {
@@ -446,14 +447,14 @@ func TestDeployOpsPort(t *testing.T) {
 		t.Fatalf("chat: %s: %s", resp.Status, b)
 	}
 	id := resp.Header.Get(HeaderUpstream)
-	obsEventually(t, "both requests accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 2 })
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("", "", OutcomeClientError)); got != 1 {
+	obsEventually(t, "both requests accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 2 })
+	if got := testutil.ToFloat64(m.Requests.WithLabelValues("", "", metrics.OutcomeClientError)); got != 1 {
 		t.Errorf("guard rejections counted = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, "m", OutcomeOK)); got != 1 {
+	if got := testutil.ToFloat64(m.Requests.WithLabelValues(id, "m", metrics.OutcomeOK)); got != 1 {
 		t.Errorf("ok requests on %s = %v, want 1", id, got)
 	}
-	if got := testutil.ToFloat64(m.promptTokens.WithLabelValues(id, "m")); got <= 0 {
+	if got := testutil.ToFloat64(m.PromptTokens.WithLabelValues(id, "m")); got <= 0 {
 		t.Errorf("prompt tokens on %s = %v", id, got)
 	}
 

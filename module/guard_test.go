@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -387,7 +388,7 @@ http://{ADDR} {
 }
 `)
 	resetMetrics()
-	m := metrics()
+	m := processMetrics()
 	msgs := `"messages":[{"role":"system","content":"` + longText("agree", 2000) + `"},{"role":"user","content":"hi"}],"max_tokens":4`
 	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 	tests := []struct {
@@ -428,12 +429,12 @@ http://{ADDR} {
 	eventually(t, "requests accounted", func() bool {
 		n := 0.0
 		for id := range ids {
-			n += testutil.ToFloat64(m.requests.WithLabelValues(id, "org/m1", OutcomeOK))
+			n += testutil.ToFloat64(m.Requests.WithLabelValues(id, "org/m1", metrics.OutcomeOK))
 		}
 		return n == 3
 	})
 	for id := range ids {
-		if got := testutil.ToFloat64(m.decisions.WithLabelValues(id, "fallback")); got != 0 {
+		if got := testutil.ToFloat64(m.Decisions.WithLabelValues(id, "fallback")); got != 0 {
 			t.Errorf("%v requests on %s went to the fallback policy", got, id)
 		}
 	}

@@ -1,19 +1,17 @@
 package module
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"strings"
-	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/observe"
 )
 
 func init() {
@@ -30,8 +28,9 @@ func init() {
 // once instead of when the connection's context ends. It passes flushes
 // through, so server-sent events stream unbuffered.
 //
-// Response observers (usage accounting, metrics) hook into the same
-// wrapper; see addObserver.
+// The response goes through an observe.Writer feeding, in order, the
+// stateObserver, the metrics (metrics.go) and the outlier detector's
+// outcome (outlier.go).
 //
 // When the policy of the same state_key has the precise path on (kv), the
 // handler also runs its /tokenize preflight here, before reverse_proxy
@@ -45,6 +44,8 @@ type Handler struct {
 	StateKey string `json:"state_key,omitempty"`
 
 	logger *zap.Logger
+	// extra adds an observer to each request's (tests).
+	extra observerFactory
 }
 
 // CaddyModule returns the Caddy module information.
@@ -130,12 +131,13 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			pf.preflight(r, st, f.Router().Extractor(), logger)
 		}
 	}
-	rw := &responseWriter{ResponseWriter: w, st: st, r: r}
-	for _, f := range observerFactories() {
-		if o := f(r, st); o != nil {
-			rw.obs = append(rw.obs, o)
+	obs := []observe.Observer{&stateObserver{st: st}, newMetricsObserver(r, st), newOutcomeObserver(r, st)}
+	if h.extra != nil {
+		if o := h.extra(r, st); o != nil {
+			obs = append(obs, o)
 		}
 	}
+	rw := observe.NewWriter(w, obs...)
 	ended := false
 	defer func() {
 		if !ended {
@@ -146,127 +148,50 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			// client still reads first gets a final SSE error event, so
 			// that SDKs report an error rather than a silent end.
 			if r.Context().Err() == nil {
-				rw.streamError()
+				rw.StreamError(streamCutEvent)
 			}
-			for _, o := range rw.obs {
-				o.End(rw.status, http.ErrAbortHandler)
-			}
+			rw.End(http.ErrAbortHandler)
 			st.finish()
 			st.stop()
 		}
 	}()
 	err := next.ServeHTTP(rw, r)
 	ended = true
-	for _, o := range rw.obs {
-		o.End(rw.status, err)
-	}
+	rw.End(err)
 	st.finish()
 	st.stop()
 	return err
 }
 
-// observer watches one response as it streams to the client. Its methods
-// are called on the request's goroutine, in order: WriteHeader for the
-// final status (once), Write for each chunk of body (p is only valid
-// during the call), End when the handler chain returned (err is its
-// error; status 0 when nothing was written).
-type observer interface {
-	WriteHeader(status int, h http.Header)
-	Write(p []byte)
-	End(status int, err error)
-}
+// observerFactory returns an observer of one request's response, or nil
+// to skip it. st is the request's ramjet state: after the upstream's
+// response headers arrived it names the chosen replica (st.routeID,
+// st.replica, st.model, st.decision).
+type observerFactory func(r *http.Request, st *reqState) observe.Observer
 
-// observerFactory returns the observer for one request, or nil to skip it.
-// st is the request's ramjet state: after the upstream's response headers
-// arrived it names the chosen replica (st.routeID, st.replica, st.model,
-// st.decision).
-type observerFactory func(r *http.Request, st *reqState) observer
-
-var observers struct {
-	sync.RWMutex
-	list []observerFactory
-}
-
-// addObserver registers a response observer for every request that passes
-// the ramjet handler. Call it from an init function.
-func addObserver(f observerFactory) {
-	observers.Lock()
-	defer observers.Unlock()
-	observers.list = append(observers.list, f)
-}
-
-func observerFactories() []observerFactory {
-	observers.RLock()
-	defer observers.RUnlock()
-	return observers.list
-}
-
-// responseWriter marks prefill done on the first body byte and feeds the
-// observers. It deliberately has no ReadFrom, so that every body byte goes
-// through Write.
-type responseWriter struct {
-	http.ResponseWriter
+// stateObserver is the first observer of every response: it sends the
+// chosen replica's X-Ramjet-Upstream (ours, whatever the upstream sent
+// under the same name) and marks the request's prefill done on the first
+// body byte.
+type stateObserver struct {
 	st      *reqState
-	r       *http.Request
-	obs     []observer
-	status  int
 	started bool
-	tail    [2]byte // the last two body bytes written
 }
 
-func (w *responseWriter) WriteHeader(status int) {
-	if w.status == 0 && status >= 200 {
-		w.status = status
-		if w.st.routeIDHdr != nil {
-			// Ours, whatever the upstream sent under the same name.
-			w.Header()[HeaderUpstream] = w.st.routeIDHdr
-		}
-		for _, o := range w.obs {
-			o.WriteHeader(status, w.Header())
-		}
+func (o *stateObserver) WriteHeader(_ int, h http.Header) {
+	if o.st.routeIDHdr != nil {
+		h[HeaderUpstream] = o.st.routeIDHdr
 	}
-	w.ResponseWriter.WriteHeader(status)
 }
 
-func (w *responseWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
+func (o *stateObserver) Write(p []byte) {
+	if !o.started && len(p) > 0 {
+		o.started = true
+		o.st.prefillDone()
 	}
-	if !w.started && len(p) > 0 {
-		w.started = true
-		w.st.prefillDone()
-	}
-	for _, o := range w.obs {
-		o.Write(p)
-	}
-	if n := len(p); n >= 2 {
-		w.tail = [2]byte{p[n-2], p[n-1]}
-	} else if n == 1 {
-		w.tail = [2]byte{w.tail[1], p[0]}
-	}
-	return w.ResponseWriter.Write(p)
 }
 
-// Flush sends buffered data to the client now (SSE).
-func (w *responseWriter) Flush() {
-	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
-	}
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// FlushError is Flush reporting errors (http.ResponseController).
-func (w *responseWriter) FlushError() error {
-	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
-	}
-	return http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Hijack passes connection hijacking (websockets) through.
-func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(w.ResponseWriter).Hijack()
-}
+func (o *stateObserver) End(int, error) {}
 
 // streamCutEvent ends an SSE stream the engine cut: an OpenAI-shaped error
 // in an "error" event (the OpenAI SDKs turn a data object with an "error"
@@ -280,34 +205,10 @@ var streamCutEvent = func() []byte {
 	return []byte("event: error\ndata: " + string(b) + "\n\n")
 }()
 
-// streamError writes streamCutEvent when the response is an SSE stream
-// whose body has started (a stream that never started is answered with an
-// error status by Caddy instead). Blank lines first end an event the
-// engine left half-written.
-func (w *responseWriter) streamError() {
-	if !w.started || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
-		return
-	}
-	if w.tail != [2]byte{'\n', '\n'} {
-		if _, err := w.ResponseWriter.Write([]byte("\n\n")); err != nil {
-			return
-		}
-	}
-	if _, err := w.ResponseWriter.Write(streamCutEvent); err != nil {
-		return
-	}
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Unwrap returns the wrapped writer (http.ResponseController).
-func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // Interface guards.
 var (
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddy.Validator             = (*Handler)(nil)
 	_ caddyfile.Unmarshaler       = (*Handler)(nil)
-	_ http.Flusher                = (*responseWriter)(nil)
-	_ http.Hijacker               = (*responseWriter)(nil)
 )

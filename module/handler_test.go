@@ -10,6 +10,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/ramjet-llm/ramjet/observe"
 )
 
 // recordingObserver records what the handler fed it.
@@ -26,15 +28,15 @@ func (o *recordingObserver) End(_ int, err error)                  { o.ended, o.
 
 var testObservers = map[*http.Request]*recordingObserver{}
 
-func init() {
-	addObserver(func(r *http.Request, _ *reqState) observer {
-		if r.Header.Get("X-Test-Observe") == "" {
-			return nil
-		}
-		o := &recordingObserver{}
-		testObservers[r] = o
-		return o
-	})
+// recordObserver is a Handler's extra observer recording the responses of
+// requests with X-Test-Observe.
+func recordObserver(r *http.Request, _ *reqState) observe.Observer {
+	if r.Header.Get("X-Test-Observe") == "" {
+		return nil
+	}
+	o := &recordingObserver{}
+	testObservers[r] = o
+	return o
 }
 
 func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
@@ -72,7 +74,7 @@ func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
 		w.Write([]byte("data: [DONE]\n\n"))
 		return errNext
 	})
-	if err := (Handler{}).ServeHTTP(rec, r, next); err != errNext {
+	if err := (Handler{extra: recordObserver}).ServeHTTP(rec, r, next); err != errNext {
 		t.Fatalf("ServeHTTP error %v, want next's", err)
 	}
 	st := lookupRequest(r)

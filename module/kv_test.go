@@ -304,14 +304,14 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 	}
 
 	// The metrics: stable names, lint-clean.
-	if probs, err := testutil.CollectAndLint(kvCollector{}); err != nil || len(probs) > 0 {
+	if probs, err := testutil.CollectAndLint(kvCollector()); err != nil || len(probs) > 0 {
 		t.Errorf("lint: %v %v", err, probs)
 	}
 	const want = `
 # HELP ramjet_kv_feed_fresh 1 when the replica's KV event feed is trusted and its exact overlap is used.
 # TYPE ramjet_kv_feed_fresh gauge
 `
-	if n := testutil.CollectAndCount(kvCollector{}, "ramjet_kv_feed_fresh"); n != 2 {
+	if n := testutil.CollectAndCount(kvCollector(), "ramjet_kv_feed_fresh"); n != 2 {
 		t.Errorf("%d ramjet_kv_feed_fresh series, want 2 (one per rank)%s", n, want)
 	}
 	// Every kvindex counter kvindex/README.md lists is exported.
@@ -319,11 +319,11 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 		"ramjet_kv_index_removed_total", "ramjet_kv_index_skipped_total",
 		"ramjet_kv_index_block_size_mismatches_total", "ramjet_kv_index_non_chain_blocks_total",
 		"ramjet_kv_replay_failures_total"} {
-		if n := testutil.CollectAndCount(kvCollector{}, name); n != 1 {
+		if n := testutil.CollectAndCount(kvCollector(), name); n != 1 {
 			t.Errorf("%d %s series, want 1", n, name)
 		}
 	}
-	if n := testutil.CollectAndCount(kvCollector{}, "ramjet_kv_feed_healthy"); n != 2 {
+	if n := testutil.CollectAndCount(kvCollector(), "ramjet_kv_feed_healthy"); n != 2 {
 		t.Errorf("%d ramjet_kv_feed_healthy series, want 2 (one per rank)", n)
 	}
 }
@@ -375,10 +375,10 @@ func TestE2EKVCanary(t *testing.T) {
 	if k.canary.Errors() != 0 || k.canary.Unsupported() != 0 {
 		t.Errorf("canary errors %d unsupported %d", k.canary.Errors(), k.canary.Unsupported())
 	}
-	if probs, err := testutil.CollectAndLint(kvCollector{}); err != nil || len(probs) > 0 {
+	if probs, err := testutil.CollectAndLint(kvCollector()); err != nil || len(probs) > 0 {
 		t.Errorf("lint: %v %v", err, probs)
 	}
-	if n := testutil.CollectAndCount(kvCollector{}, "ramjet_kv_canary_accuracy"); n != 1 {
+	if n := testutil.CollectAndCount(kvCollector(), "ramjet_kv_canary_accuracy"); n != 1 {
 		t.Errorf("%d ramjet_kv_canary_accuracy series", n)
 	}
 }

@@ -1,98 +1,18 @@
 package module
 
 import (
-	"errors"
 	"sort"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/metrics"
 )
 
-// kvCollector reads every live precise index at scrape time. It is created
-// once and registered into every config's metrics registry.
-type kvCollector struct{}
-
-var (
-	kvEntriesDesc = prometheus.NewDesc("ramjet_kv_index_entries",
-		"Entries (replica, block) held by the precise index.", nil, nil)
-	kvBytesDesc = prometheus.NewDesc("ramjet_kv_index_bytes",
-		"Accounted memory of the precise index, in bytes.", nil, nil)
-	kvPredictedDesc = prometheus.NewDesc("ramjet_kv_index_predicted_entries",
-		"Predicted entries (routed, not yet confirmed by an event).", nil, nil)
-	kvEventsDesc = prometheus.NewDesc("ramjet_kv_events_applied_total",
-		"KV cache events applied to the precise index.", nil, nil)
-	kvDecodeErrDesc = prometheus.NewDesc("ramjet_kv_events_decode_errors_total",
-		"KV event messages dropped because they could not be decoded.", nil, nil)
-	kvGapsDesc = prometheus.NewDesc("ramjet_kv_events_gaps_total",
-		"Sequence gaps seen on the KV event feeds.", nil, nil)
-	kvReplayedDesc = prometheus.NewDesc("ramjet_kv_events_replayed_total",
-		"KV event messages recovered from the engines' replay sockets.", nil, nil)
-	kvEvictionsDesc = prometheus.NewDesc("ramjet_kv_index_evictions_total",
-		"Precise index entries evicted to stay within max_entries.", nil, nil)
-	kvOrphansDesc = prometheus.NewDesc("ramjet_kv_index_orphans_total",
-		"BlockStored events dropped because their parent block was unknown.", nil, nil)
-	kvUnknownRemovalsDesc = prometheus.NewDesc("ramjet_kv_index_unknown_removals_total",
-		"BlockRemoved hashes the precise index did not hold.", nil, nil)
-	kvRemovedDesc = prometheus.NewDesc("ramjet_kv_index_removed_total",
-		"Blocks removed from the precise index by BlockRemoved events.", nil, nil)
-	kvSkippedDesc = prometheus.NewDesc("ramjet_kv_index_skipped_total",
-		"KV events or blocks ignored: unknown kinds, other tiers or groups, invalid block sizes, non-chain blocks.",
-		nil, nil)
-	kvSizeMismatchDesc = prometheus.NewDesc("ramjet_kv_index_block_size_mismatches_total",
-		"BlockStored events whose block size differs from the configured block_size.", nil, nil)
-	kvNonChainDesc = prometheus.NewDesc("ramjet_kv_index_non_chain_blocks_total",
-		"Blocks skipped because their BlockStored event was provably not one chain under its parent.", nil, nil)
-	kvReplayFailDesc = prometheus.NewDesc("ramjet_kv_replay_failures_total",
-		"Replay requests that did not recover every missed KV event message.", nil, nil)
-	kvHealthyDesc = prometheus.NewDesc("ramjet_kv_feed_healthy",
-		"1 when the replica's KV event stores land in the precise index; 0 when they do not (routed by the estimate).",
-		[]string{"upstream"}, nil)
-	kvFencesDesc = prometheus.NewDesc("ramjet_kv_fences_total",
-		"Replicas fenced (entries dropped, routed by the estimate until events flow), by reason.",
-		[]string{"reason"}, nil)
-	kvFreshDesc = prometheus.NewDesc("ramjet_kv_feed_fresh",
-		"1 when the replica's KV event feed is trusted and its exact overlap is used.",
-		[]string{"upstream"}, nil)
-	kvCompleteDesc = prometheus.NewDesc("ramjet_kv_feed_complete",
-		"1 when the precise index followed the replica's cache from its start.",
-		[]string{"upstream"}, nil)
-	kvConnectedDesc = prometheus.NewDesc("ramjet_kv_feed_connected",
-		"1 when the replica's KV event connection is up.", []string{"upstream"}, nil)
-	kvDecisionsDesc = prometheus.NewDesc("ramjet_kv_decisions_total",
-		"Routing decisions by how overlap was known: precise (exact, from the index) or approximate.",
-		[]string{"mode"}, nil)
-	kvTokFallbackDesc = prometheus.NewDesc("ramjet_tokenize_fallbacks_total",
-		"Tokenize preflights that failed, by reason; the request was routed by the estimate.",
-		[]string{"reason"}, nil)
-	kvTokCacheDesc = prometheus.NewDesc("ramjet_tokenize_requests_total",
-		"Tokenize lookups: answered from the cache, sent, or joined to an identical one in flight.",
-		[]string{"result"}, nil)
-	kvTokLatencyDesc = prometheus.NewDesc("ramjet_tokenize_duration_seconds",
-		"Latency of the tokenize preflights sent to engines.", nil, nil)
-	kvCanaryAccDesc = prometheus.NewDesc("ramjet_kv_canary_accuracy",
-		"Share of exact-placement canaries whose predicted cached tokens matched the engine's.", nil, nil)
-	kvCanaryErrDesc = prometheus.NewDesc("ramjet_kv_canary_abs_error_tokens",
-		"Mean absolute error of the canaries' predicted cached tokens.", nil, nil)
-	kvCanaryProbesDesc = prometheus.NewDesc("ramjet_kv_canary_probes_total",
-		"Exact-placement canary probes by outcome: measured, failed, or unsupported by the engine.",
-		[]string{"outcome"}, nil)
-)
-
-func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{kvEntriesDesc, kvBytesDesc, kvPredictedDesc, kvEventsDesc,
-		kvDecodeErrDesc, kvGapsDesc, kvReplayedDesc, kvEvictionsDesc, kvFencesDesc, kvFreshDesc,
-		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
-		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
-		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
-		kvReplayFailDesc, kvHealthyDesc} {
-		ch <- d
-	}
-}
-
-func (kvCollector) Collect(ch chan<- prometheus.Metric) {
+// kvSources lists every live precise index (kvLive), by state_key, for
+// the kv collector.
+func kvSources() []metrics.KVSource {
 	kvLive.Lock()
 	keys := make([]string, 0, len(kvLive.m))
 	for k := range kvLive.m {
@@ -104,137 +24,22 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 		states[i] = kvLive.m[k]
 	}
 	kvLive.Unlock()
-	if len(states) == 0 {
-		return
-	}
-	var entries, bytes, predicted int64
-	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
-	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail uint64
-	fences := make([]uint64, len(kvindex.FenceReasons))
-	var fallbacks [len(kvindex.FallbackReasons)]uint64
-	var canaries bool
-	var probes, exact, probeErrs, unsupported uint64
-	var absErr float64
-	buckets := map[float64]uint64{}
-	var sum float64
-	var count uint64
-	seen := map[string]bool{}
-	var reps []kvindex.ReplicaStats
-	for _, k := range states {
-		x := k.x
-		entries += x.Entries()
-		bytes += x.Bytes()
-		predicted += int64(x.Predicted())
-		events += x.EventsApplied()
-		decodeErr += x.DecodeErrors()
-		gaps += x.Gaps()
-		replayed += x.Replayed()
-		evictions += x.Evictions()
-		orphans += x.Orphans()
-		unknownRm += x.UnknownRemovals()
-		removed += x.Removed()
-		skipped += x.Skipped()
-		sizeMismatch += x.BlockSizeMismatches()
-		nonChain += x.NonChain()
-		replayFail += x.ReplayFailures()
-		for i, why := range kvindex.FenceReasons {
-			fences[i] += x.Fences(why)
-		}
-		pd, ad := k.p.Decisions()
-		precise += pd
-		approx += ad
-		for i := range fallbacks {
-			fallbacks[i] += k.tk.Fallbacks(i)
-		}
-		hits += k.tk.CacheHits()
-		misses += k.tk.CacheMisses()
-		shared += k.tk.Shared()
-		b, s, c := k.tokLatency.snapshot()
-		for le, n := range b {
-			buckets[le] += n
-		}
-		sum += s
-		count += c
-		if c := k.canary; c != nil {
-			canaries = true
-			acc, n := c.Accuracy()
-			probes += n
-			exact += uint64(acc*float64(n) + 0.5)
-			absErr += c.MeanAbsError() * float64(n)
-			probeErrs += c.Errors()
-			unsupported += c.Unsupported()
-		}
+	out := make([]metrics.KVSource, len(states))
+	for i, k := range states {
 		f := k.fleet.Load()
-		reps = x.AppendReplicaStats(reps[:0])
-		for _, st := range reps {
-			id := ""
-			if f != nil {
-				id = f.RouteID(st.ID)
+		out[i] = metrics.KVSource{Precise: k.p, Latency: k.tokLatency.snapshot, RouteID: func(key string) string {
+			if f == nil {
+				return ""
 			}
-			if id == "" || seen[id] {
-				continue // never label with an address; not routed yet
-			}
-			seen[id] = true
-			ch <- prometheus.MustNewConstMetric(kvFreshDesc, prometheus.GaugeValue, b2f(st.Fresh), id)
-			ch <- prometheus.MustNewConstMetric(kvCompleteDesc, prometheus.GaugeValue, b2f(st.Complete), id)
-			ch <- prometheus.MustNewConstMetric(kvConnectedDesc, prometheus.GaugeValue, b2f(st.Connected), id)
-			ch <- prometheus.MustNewConstMetric(kvHealthyDesc, prometheus.GaugeValue, b2f(st.Healthy), id)
-		}
+			return f.RouteID(key)
+		}}
 	}
-	gauge := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
-	counter := func(d *prometheus.Desc, v uint64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
-	}
-	gauge(kvEntriesDesc, float64(entries))
-	gauge(kvBytesDesc, float64(bytes))
-	gauge(kvPredictedDesc, float64(predicted))
-	counter(kvEventsDesc, events)
-	counter(kvDecodeErrDesc, decodeErr)
-	counter(kvGapsDesc, gaps)
-	counter(kvReplayedDesc, replayed)
-	counter(kvEvictionsDesc, evictions)
-	counter(kvOrphansDesc, orphans)
-	counter(kvUnknownRemovalsDesc, unknownRm)
-	counter(kvRemovedDesc, removed)
-	counter(kvSkippedDesc, skipped)
-	counter(kvSizeMismatchDesc, sizeMismatch)
-	counter(kvNonChainDesc, nonChain)
-	counter(kvReplayFailDesc, replayFail)
-	for i, why := range kvindex.FenceReasons {
-		counter(kvFencesDesc, fences[i], why.String())
-	}
-	counter(kvDecisionsDesc, precise, "precise")
-	counter(kvDecisionsDesc, approx, "approximate")
-	for i, reason := range kvindex.FallbackReasons {
-		counter(kvTokFallbackDesc, fallbacks[i], reason)
-	}
-	counter(kvTokCacheDesc, hits, "cache_hit")
-	counter(kvTokCacheDesc, misses, "sent")
-	counter(kvTokCacheDesc, shared, "shared")
-	ch <- prometheus.MustNewConstHistogram(kvTokLatencyDesc, count, sum, buckets)
-	if canaries {
-		acc, mae := 0.0, 0.0
-		if probes > 0 {
-			acc, mae = float64(exact)/float64(probes), absErr/float64(probes)
-		}
-		gauge(kvCanaryAccDesc, acc)
-		gauge(kvCanaryErrDesc, mae)
-		counter(kvCanaryProbesDesc, probes, "measured")
-		counter(kvCanaryProbesDesc, probeErrs, "failed")
-		counter(kvCanaryProbesDesc, unsupported, "unsupported")
-	}
+	return out
 }
 
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-var kvCollectorOnce = sync.OnceValue(func() prometheus.Collector { return kvCollector{} })
+// kvCollector is the kv collector, created once and registered into every
+// config's metrics registry.
+var kvCollector = sync.OnceValue(func() prometheus.Collector { return metrics.NewKVCollector(kvSources) })
 
 // registerKVMetrics registers the kv collector into the config's registry.
 func registerKVMetrics(ctx caddy.Context) error {
@@ -242,10 +47,5 @@ func registerKVMetrics(ctx caddy.Context) error {
 	if reg == nil {
 		return nil
 	}
-	err := reg.Register(kvCollectorOnce())
-	var are prometheus.AlreadyRegisteredError
-	if err != nil && !errors.As(err, &are) {
-		return err
-	}
-	return nil
+	return metrics.Register(reg, kvCollector())
 }

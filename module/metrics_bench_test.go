@@ -30,7 +30,7 @@ func BenchmarkObserverStream(b *testing.B) {
 			size += len(c)
 		}
 		b.Run(fmt.Sprintf("chunks=%d", n), func(b *testing.B) {
-			metrics().models.Add("m")
+			processMetrics().Models.Add("m")
 			h := http.Header{"Content-Type": {"text/event-stream"}}
 			chunks := make([][]byte, len(body))
 			for i, c := range body {

@@ -9,27 +9,25 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ramjet-llm/ramjet/fleetstate"
-	"github.com/ramjet-llm/ramjet/selection"
-	"github.com/ramjet-llm/ramjet/usage"
+	"github.com/ramjet-llm/ramjet/metrics"
 )
 
 // resetMetrics clears the process's request-path series, so that a test
 // sees only its own requests. Histograms without labels cannot be reset;
 // tests read their deltas.
 func resetMetrics() {
-	m := metrics()
-	for _, v := range []interface{ Reset() }{m.decisions, m.tieBreaks, m.requests, m.inflight,
-		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUsage, m.ttft, m.duration} {
+	m := processMetrics()
+	for _, v := range []interface{ Reset() }{m.Decisions, m.TieBreaks, m.Requests, m.Inflight,
+		m.PromptTokens, m.CachedTokens, m.OutputTokens, m.NoUsage, m.TTFT, m.Duration} {
 		v.Reset()
 	}
-	m.dash.Reset()
+	m.Dash.Reset()
 	recentDecisions.Reset()
 }
 
@@ -48,64 +46,6 @@ func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {
 		}
 	}
 	return n
-}
-
-func TestOutcomeOf(t *testing.T) {
-	tests := []struct {
-		name                string
-		status              int
-		canceled, noReplica bool
-		want                string
-	}{
-		{name: "ok", status: 200, want: OutcomeOK},
-		{name: "redirect", status: 307, want: OutcomeOK},
-		{name: "bad request", status: 400, want: OutcomeClientError},
-		{name: "not found", status: 404, want: OutcomeClientError},
-		{name: "engine error", status: 500, want: OutcomeUpstreamError},
-		{name: "bad gateway", status: 502, want: OutcomeUpstreamError},
-		{name: "nothing written", status: 0, want: OutcomeUpstreamError},
-		{name: "no replica", status: 503, noReplica: true, want: OutcomeNoReplica},
-		{name: "client went away", status: 200, canceled: true, want: OutcomeCanceled},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := outcomeOf(tt.status, tt.canceled, tt.noReplica); got != tt.want {
-				t.Errorf("outcomeOf(%d, %v, %v) = %q, want %q", tt.status, tt.canceled, tt.noReplica, got, tt.want)
-			}
-		})
-	}
-}
-
-// TestMetricsLint feeds a private metric set every kind of observation and
-// lints the result.
-func TestMetricsLint(t *testing.T) {
-	snap := func() []fleetstate.Snapshot {
-		return []fleetstate.Snapshot{{Key: "default", IndexEntries: 10, IndexBytes: 4096, IndexBudget: 1 << 20,
-			Replicas: []fleetstate.ReplicaSnapshot{{ID: "00aa", Inflight: 2, PendingPrefill: 300, Load: 2348, Known: true, Healthy: true, Available: true}}}}
-	}
-	m := newMetricSet(snap)
-	d := selection.Decision{Index: 0, Reason: selection.ReasonTieBreak, Tie: selection.TieRendezvous, Overlap: 128}
-	m.observeSelection("00aa", d, false, 20*time.Microsecond)
-	l := m.startRequest("m")
-	now := time.Now()
-	m.endRequest(l, &exchange{Upstream: "00aa", Model: "m", Status: 200, Stream: true, Start: now,
-		FirstByte: now.Add(50 * time.Millisecond), End: now.Add(time.Second),
-		Usage: usage.Usage{PromptTokens: 100, CachedTokens: 64, CompletionTokens: 5}, HasUsage: true})
-	probs, err := testutil.GatherAndLint(m.own)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range probs {
-		t.Errorf("lint: %s: %s", p.Metric, p.Text)
-	}
-	if n := testutil.CollectAndCount(m.fleet); n != 16 { // 5 fleet + 11 for its one replica
-		t.Errorf("fleet collector emitted %d series, want 16", n)
-	}
-	for _, mf := range mustGather(t, m.own) {
-		if !strings.HasPrefix(mf.GetName(), "ramjet_") {
-			t.Errorf("series %s is not ramjet_*", mf.GetName())
-		}
-	}
 }
 
 func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
@@ -157,9 +97,9 @@ func TestMetricsScriptedSequence(t *testing.T) {
 	es := startObsEngines(t, 2, 0, 0)
 	c := startObsCaddy(t, obsDials(es), obsOpts{})
 	resetMetrics()
-	m := metrics()
-	overlap0 := histCount(t, m.own, "ramjet_prefix_overlap_tokens")
-	select0 := histCount(t, m.own, "ramjet_selection_duration_seconds")
+	m := processMetrics()
+	overlap0 := histCount(t, m.Own, "ramjet_prefix_overlap_tokens")
+	select0 := histCount(t, m.Own, "ramjet_selection_duration_seconds")
 
 	sysA := obsText("alpha", 2000)
 	q1, a1, q2, a2, q3 := "first question", "first answer", "second question", "second answer", "third question"
@@ -233,29 +173,29 @@ func TestMetricsScriptedSequence(t *testing.T) {
 	fmt.Fprintf(&want, "# HELP ramjet_responses_without_usage_total Successful responses that carried no usage object (e.g. a stream without stream_options.include_usage), by upstream.\n# TYPE ramjet_responses_without_usage_total counter\nramjet_responses_without_usage_total{upstream=%q} 1\n", idD)
 
 	// The handler accounts a request just after its response went out.
-	obsEventually(t, "six requests accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 6 })
+	obsEventually(t, "six requests accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 6 })
 	names := []string{"ramjet_requests_total", "ramjet_routing_decisions_total", "ramjet_prompt_tokens_total",
 		"ramjet_cached_prompt_tokens_total", "ramjet_completion_tokens_total", "ramjet_responses_without_usage_total"}
-	if err := testutil.GatherAndCompare(m.own, strings.NewReader(want.String()), names...); err != nil {
+	if err := testutil.GatherAndCompare(m.Own, strings.NewReader(want.String()), names...); err != nil {
 		t.Fatalf("after the sequence: %v", err)
 	}
 	// Two streamed responses: two TTFT observations; six decisions.
-	if n := histCount(t, m.own, "ramjet_time_to_first_token_seconds"); n != 2 {
+	if n := histCount(t, m.Own, "ramjet_time_to_first_token_seconds"); n != 2 {
 		t.Errorf("TTFT observations = %d, want 2", n)
 	}
-	if n := histCount(t, m.own, "ramjet_request_duration_seconds"); n != 6 {
+	if n := histCount(t, m.Own, "ramjet_request_duration_seconds"); n != 6 {
 		t.Errorf("duration observations = %d, want 6", n)
 	}
-	if n := histCount(t, m.own, "ramjet_prefix_overlap_tokens") - overlap0; n != 6 {
+	if n := histCount(t, m.Own, "ramjet_prefix_overlap_tokens") - overlap0; n != 6 {
 		t.Errorf("overlap observations = %d, want 6", n)
 	}
-	if n := histCount(t, m.own, "ramjet_selection_duration_seconds") - select0; n != 6 {
+	if n := histCount(t, m.Own, "ramjet_selection_duration_seconds") - select0; n != 6 {
 		t.Errorf("selection latency observations = %d, want 6", n)
 	}
-	if v := testutil.ToFloat64(m.inflight.WithLabelValues("m")); v != 0 {
+	if v := testutil.ToFloat64(m.Inflight.WithLabelValues("m")); v != 0 {
 		t.Errorf("model in-flight after the sequence = %v, want 0", v)
 	}
-	probs, err := testutil.GatherAndLint(m.own)
+	probs, err := testutil.GatherAndLint(m.Own)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,14 +205,14 @@ func TestMetricsScriptedSequence(t *testing.T) {
 
 	// The fleet series: both replicas idle and healthy, the index holds
 	// the prompts.
-	entries := fleetGauge(t, m.own, "ramjet_index_entries")
+	entries := fleetGauge(t, m.Own, "ramjet_index_entries")
 	if entries <= 0 {
 		t.Fatalf("ramjet_index_entries = %v", entries)
 	}
-	if v := fleetGauge(t, m.own, "ramjet_upstream_inflight_requests"); v != 0 {
+	if v := fleetGauge(t, m.Own, "ramjet_upstream_inflight_requests"); v != 0 {
 		t.Errorf("in flight after the sequence = %v", v)
 	}
-	if v := fleetGauge(t, m.own, "ramjet_upstream_available"); v != 2 {
+	if v := fleetGauge(t, m.Own, "ramjet_upstream_available"); v != 2 {
 		t.Errorf("available replicas = %v, want 2", v)
 	}
 
@@ -293,21 +233,21 @@ func TestMetricsScriptedSequence(t *testing.T) {
 	if h := currentHistory(); h != h0 {
 		t.Errorf("the dashboard's history was replaced by the reload")
 	}
-	if err := testutil.GatherAndCompare(m.own, strings.NewReader(want.String()), names...); err != nil {
+	if err := testutil.GatherAndCompare(m.Own, strings.NewReader(want.String()), names...); err != nil {
 		t.Fatalf("after a reload: %v", err)
 	}
-	if v := fleetGauge(t, m.own, "ramjet_index_entries"); v != entries {
+	if v := fleetGauge(t, m.Own, "ramjet_index_entries"); v != entries {
 		t.Errorf("index entries after reload = %v, want %v", v, entries)
 	}
 	if id, _ := obsExchange(t, c, obsChat("m", false, sysA, q1, a1, q2, a2, q3), 200); id != idA {
 		t.Fatalf("after the reload the conversation went to %s, before to %s", id, idA)
 	}
 	wantOK := reqs[key{idA, "m", "ok"}] + 1
-	obsEventually(t, "seven requests accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 7 })
-	if got := testutil.ToFloat64(m.requests.WithLabelValues(idA, "m", "ok")); got != float64(wantOK) {
+	obsEventually(t, "seven requests accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 7 })
+	if got := testutil.ToFloat64(m.Requests.WithLabelValues(idA, "m", "ok")); got != float64(wantOK) {
 		t.Errorf("requests on %s after reload = %v, want %d", idA, got, wantOK)
 	}
-	if got := testutil.ToFloat64(m.decisions.WithLabelValues(idA, "affinity")); got != 3 {
+	if got := testutil.ToFloat64(m.Decisions.WithLabelValues(idA, "affinity")); got != 3 {
 		t.Errorf("affinity decisions after reload = %v, want 3", got)
 	}
 	resp, b := c.do(http.MethodGet, "http://"+c.ops+"/metrics", "")
@@ -343,9 +283,9 @@ func TestMetricsNoReplica(t *testing.T) {
 	c := startObsCaddy(t, obsDials(es), obsOpts{Health: true})
 	resetMetrics()
 	es[0].healthy.Store(false)
-	m := metrics()
+	m := processMetrics()
 	eventually(t, "the engine seen down", func() bool {
-		if fleetGauge(t, m.own, "ramjet_upstream_healthy") == 0 && fleetGauge(t, m.own, "ramjet_upstreams") == 1 {
+		if fleetGauge(t, m.Own, "ramjet_upstream_healthy") == 0 && fleetGauge(t, m.Own, "ramjet_upstreams") == 1 {
 			return true
 		}
 		// The fleet learns the pool on the first request.
@@ -357,40 +297,15 @@ func TestMetricsNoReplica(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status %d, want 503: %s", resp.StatusCode, b)
 	}
-	obsEventually(t, "the request accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 1 })
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("", "", OutcomeNoReplica)); got != 1 {
+	obsEventually(t, "the request accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 1 })
+	if got := testutil.ToFloat64(m.Requests.WithLabelValues("", "", metrics.OutcomeNoReplica)); got != 1 {
 		t.Errorf("no_replica requests = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.decisions.WithLabelValues("", "none")); got != 1 {
+	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("", "none")); got != 1 {
 		t.Errorf("none decisions = %v, want 1", got)
 	}
-	if v := fleetGauge(t, m.own, "ramjet_upstream_healthy"); v != 0 {
+	if v := fleetGauge(t, m.Own, "ramjet_upstream_healthy"); v != 0 {
 		t.Errorf("healthy gauge = %v, want 0", v)
-	}
-}
-
-func TestObserverTail(t *testing.T) {
-	tests := []struct {
-		name   string
-		chunks []string
-		want   bool
-	}{
-		{name: "done in one write", chunks: []string{"data: {\"x\":1}\n\ndata: [DONE]\n\n"}, want: true},
-		{name: "done split", chunks: []string{"data: {}\n\ndata: [DO", "NE]", "\n\n"}, want: true},
-		{name: "done byte by byte", chunks: strings.Split("data: [DONE]\n\n", ""), want: true},
-		{name: "cut mid-stream", chunks: []string{"data: {\"x\":1}\n\n", "data: {\"x\":"}, want: false},
-		{name: "nothing", want: false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var o metricsObserver
-			for _, c := range tt.chunks {
-				o.Write([]byte(c))
-			}
-			if got := o.complete(false); got != tt.want {
-				t.Errorf("complete = %v, want %v (tail %q)", got, tt.want, o.tail[:o.tailLen])
-			}
-		})
 	}
 }
 
@@ -400,7 +315,7 @@ func TestMetricsClientGoesAway(t *testing.T) {
 	es := startObsEngines(t, 1, 0, 0)
 	c := startObsCaddy(t, obsDials(es), obsOpts{})
 	resetMetrics()
-	m := metrics()
+	m := processMetrics()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+c.client+"/v1/chat/completions", strings.NewReader(obsChat("m", true, "sys", "q")))
 	req.Header.Set("X-Obs-Hold", "1")
 	resp, err := http.DefaultClient.Do(req)
@@ -411,28 +326,28 @@ func TestMetricsClientGoesAway(t *testing.T) {
 	if _, err := resp.Body.Read(one); err != nil {
 		t.Fatal(err)
 	}
-	if v := fleetGauge(t, m.own, "ramjet_model_inflight_requests"); v != 1 {
+	if v := fleetGauge(t, m.Own, "ramjet_model_inflight_requests"); v != 1 {
 		t.Errorf("in flight during the stream = %v, want 1", v)
 	}
 	resp.Body.Close() // the client goes away mid-stream
-	obsEventually(t, "the canceled request accounted", func() bool { return fleetGauge(t, m.own, "ramjet_requests_total") == 1 })
+	obsEventually(t, "the canceled request accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 1 })
 	id := resp.Header.Get(HeaderUpstream)
-	if got := testutil.ToFloat64(m.requests.WithLabelValues(id, m.models.Label("m"), OutcomeCanceled)); got != 1 {
+	if got := testutil.ToFloat64(m.Requests.WithLabelValues(id, m.Models.Label("m"), metrics.OutcomeCanceled)); got != 1 {
 		t.Errorf("canceled requests = %v, want 1", got)
 	}
-	if v := fleetGauge(t, m.own, "ramjet_model_inflight_requests"); v != 0 {
+	if v := fleetGauge(t, m.Own, "ramjet_model_inflight_requests"); v != 0 {
 		t.Errorf("model in flight after the client left = %v", v)
 	}
-	obsEventually(t, "the reservation released", func() bool { return fleetGauge(t, m.own, "ramjet_upstream_inflight_requests") == 0 })
+	obsEventually(t, "the reservation released", func() bool { return fleetGauge(t, m.Own, "ramjet_upstream_inflight_requests") == 0 })
 }
 
 // seriesNames lists every series name the metric set can emit.
 func seriesNames(t *testing.T) map[string]bool {
 	t.Helper()
-	m := newMetricSet(func() []fleetstate.Snapshot { return nil })
+	m := metrics.NewSet(func() []fleetstate.Snapshot { return nil }, modelNames)
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		for _, c := range m.collectors() {
+		for _, c := range m.Collectors() {
 			c.Describe(ch)
 		}
 		close(ch)
@@ -451,7 +366,7 @@ func seriesNames(t *testing.T) map[string]bool {
 func kvSeriesNames() map[string]bool {
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		kvCollector{}.Describe(ch)
+		kvCollector().Describe(ch)
 		close(ch)
 	}()
 	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/ramjet-llm/ramjet/observe"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -137,8 +138,8 @@ type outcomeObserver struct {
 	st *reqState
 }
 
-func init() {
-	addObserver(func(r *http.Request, st *reqState) observer { return &outcomeObserver{r: r, st: st} })
+func newOutcomeObserver(r *http.Request, st *reqState) observe.Observer {
+	return &outcomeObserver{r: r, st: st}
 }
 
 func (o *outcomeObserver) WriteHeader(int, http.Header) {}

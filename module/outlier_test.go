@@ -22,6 +22,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -202,7 +203,7 @@ http://{ADDR} {
 		}
 		// The metrics say so too.
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(&fleetCollector{snap: snapshotFleets})
+		reg.MustRegister(metrics.NewFleetCollector(snapshotFleets))
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)

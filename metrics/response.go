@@ -1,0 +1,103 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/usage"
+)
+
+// Response accounts one response as it streams to the client: its status,
+// whether it is a stream, the time of its first body byte, the usage the
+// engine reports in the body (read by a usage.Scanner as the body streams
+// past) and its last bytes, to see the SSE end marker. Its methods are
+// called on the request's goroutine; the zero value is ready, Reset makes
+// it so again (keeping the scanner's buffers).
+type Response struct {
+	// Status is the final status written, Stream reports a
+	// text/event-stream body, First the time of the first body byte (zero
+	// when none was written).
+	Status int
+	Stream bool
+	First  time.Time
+
+	scan  bool
+	usage usage.Scanner
+	// tail holds the last bytes of the body, to see the SSE end marker.
+	tail    [16]byte
+	tailLen int
+}
+
+// sseDone is the marker of a complete chat/completions stream.
+var sseDone = []byte("data: [DONE]")
+
+// WriteHeader records the final status and headers.
+func (o *Response) WriteHeader(status int, h http.Header) {
+	o.Status = status
+	o.Stream = strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
+	// Only an uncompressed successful body carries readable usage.
+	o.scan = status < 300 && h.Get("Content-Encoding") == ""
+}
+
+// Write reads one chunk of body (p is only read during the call).
+func (o *Response) Write(p []byte) {
+	if o.First.IsZero() && len(p) > 0 {
+		o.First = time.Now()
+	}
+	if o.scan {
+		o.usage.Write(p)
+	}
+	if len(p) >= len(o.tail) {
+		o.tailLen = copy(o.tail[:], p[len(p)-len(o.tail):])
+	} else {
+		keep := min(o.tailLen, len(o.tail)-len(p))
+		copy(o.tail[:], o.tail[o.tailLen-keep:o.tailLen])
+		o.tailLen = keep + copy(o.tail[keep:], p)
+	}
+}
+
+// Usage is the usage the body reported, if it was read and had one.
+func (o *Response) Usage() (usage.Usage, bool) {
+	if !o.scan {
+		return usage.Usage{}, false
+	}
+	return o.usage.Result()
+}
+
+// Complete reports that the body reached its end marker: the SSE [DONE],
+// or a usage object (the last chunk of a stream with include_usage, the
+// response.completed event, the end of a JSON body).
+func (o *Response) Complete(hasUsage bool) bool {
+	return hasUsage || bytes.Contains(o.tail[:o.tailLen], sseDone)
+}
+
+// StatusClientClosed is the status Caddy records when the client went
+// away before the response headers (nginx's 499).
+const StatusClientClosed = 499
+
+// Canceled reports that the client went away before the response ended.
+// status is the status the request ended with, err the handler chain's
+// error and clientGone that the request's context ended. Caddy records
+// 499 when that happens before the headers, and aborts the handler
+// (http.ErrAbortHandler) after them; a client that closes right after the
+// end marker got a complete response.
+func (o *Response) Canceled(status int, err error, clientGone, hasUsage bool) bool {
+	gone := clientGone || errors.Is(err, context.Canceled) || errors.Is(err, http.ErrAbortHandler)
+	switch {
+	case status == StatusClientClosed:
+		return true
+	case err != nil && gone:
+		return !(status < 300 && o.Complete(hasUsage))
+	}
+	return false
+}
+
+// Reset readies o for another response.
+func (o *Response) Reset() {
+	o.usage.Reset()
+	*o = Response{usage: o.usage}
+}

@@ -1,0 +1,315 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/dashboard"
+	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/usage"
+)
+
+// The ramjet_* series. Names are stable; labels are bounded sets:
+//
+//   - upstream: the replica's opaque route id (X-Ramjet-Upstream), at most
+//     selection.MaxReplicas per fleet; "" when no replica was chosen.
+//   - fleet: the state_key of the policy (operator-given).
+//   - model: a model name the fleet's engines have answered for (at most
+//     the catalog.Names bound), else "other".
+//   - outcome, reason, rule: the fixed sets below.
+//
+// Nothing a client controls becomes a label, and no address or prompt text
+// ever appears in a series.
+const namespace = "ramjet"
+
+// Outcomes of a request, the values of the outcome label.
+const (
+	OutcomeOK            = "ok"             // 1xx-3xx
+	OutcomeClientError   = "client_error"   // 4xx, from the engine or from ramjet
+	OutcomeUpstreamError = "upstream_error" // 5xx from the engine, or no answer
+	OutcomeNoReplica     = "no_replica"     // ramjet found no usable replica (503)
+	OutcomeCanceled      = "canceled"       // the client went away first
+)
+
+// Set holds the collectors ramjet updates on the request path. One set is
+// created per process and registered into every config's registry, so that
+// values survive config reloads. The collectors are exported for tests;
+// update them through the methods.
+type Set struct {
+	Decisions    *prometheus.CounterVec
+	TieBreaks    *prometheus.CounterVec
+	Overlap      prometheus.Histogram
+	SelectTime   prometheus.Histogram
+	Requests     *prometheus.CounterVec
+	Inflight     *prometheus.GaugeVec
+	PromptTokens *prometheus.CounterVec
+	CachedTokens *prometheus.CounterVec
+	OutputTokens *prometheus.CounterVec
+	NoUsage      *prometheus.CounterVec
+	TTFT         *prometheus.HistogramVec
+	Duration     *prometheus.HistogramVec
+
+	// Fleet reads the fleets' snapshots at scrape time.
+	Fleet prometheus.Collector
+	// Own is a registry holding only this set.
+	Own *prometheus.Registry
+	// Dash counts the same events for the dashboard, typed.
+	Dash *dashboard.Recorder
+
+	// Models names the model labels (a name joins once an engine answered
+	// a request for it successfully).
+	Models *catalog.Names
+	snap   func() []fleetstate.Snapshot
+}
+
+// NewSet returns a metric set whose fleet series read snap at scrape time
+// and whose model labels are the names of models.
+func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
+	m := &Set{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "routing_decisions_total",
+			Help: "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).",
+		}, []string{"upstream", "reason"}),
+		TieBreaks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "tie_breaks_total",
+			Help: "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).",
+		}, []string{"rule"}),
+		Overlap: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "prefix_overlap_tokens",
+			Help:    "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens.",
+			Buckets: []float64{0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768},
+		}),
+		SelectTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "selection_duration_seconds",
+			Help:    "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 9), // 1µs .. 65ms
+		}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "requests_total",
+			Help: "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).",
+		}, []string{"upstream", "model", "outcome"}),
+		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "model_inflight_requests",
+			Help: "Requests in flight through ramjet, by model.",
+		}, []string{"model"}),
+		PromptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "prompt_tokens_total",
+			Help: "Prompt tokens reported in the engines' response usage, by upstream and model.",
+		}, []string{"upstream", "model"}),
+		CachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "cached_prompt_tokens_total",
+			Help: "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model.",
+		}, []string{"upstream", "model"}),
+		OutputTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "completion_tokens_total",
+			Help: "Completion (output) tokens reported in the engines' response usage, by upstream and model.",
+		}, []string{"upstream", "model"}),
+		NoUsage: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "responses_without_usage_total",
+			Help: "Successful responses that carried no usage object (e.g. a stream without stream_options.include_usage), by upstream.",
+		}, []string{"upstream"}),
+		TTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "time_to_first_token_seconds",
+			Help:    "Time from the request reaching ramjet to the first byte of a streamed response, by upstream, in seconds.",
+			Buckets: dashboard.TTFTBounds,
+		}, []string{"upstream"}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "request_duration_seconds",
+			Help:    "Time from the request reaching ramjet to the end of its response, by upstream, in seconds.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"upstream"}),
+		Fleet:  NewFleetCollector(snap),
+		Own:    prometheus.NewPedanticRegistry(),
+		Dash:   dashboard.NewRecorder(),
+		Models: models,
+		snap:   snap,
+	}
+	m.Own.MustRegister(m.Collectors()...)
+	return m
+}
+
+// Collectors lists every collector of the set.
+func (m *Set) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Decisions, m.TieBreaks, m.Overlap, m.SelectTime,
+		m.Requests, m.Inflight, m.PromptTokens, m.CachedTokens, m.OutputTokens, m.NoUsage,
+		m.TTFT, m.Duration, m.Fleet}
+}
+
+// Register adds collectors to reg (a config's registry), tolerating
+// collectors that are already there (several ramjet modules in one
+// config).
+func Register(reg prometheus.Registerer, collectors ...prometheus.Collector) error {
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				continue
+			}
+			return fmt.Errorf("registering ramjet metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// OutcomeOf classifies a finished request.
+func OutcomeOf(status int, canceled, noReplica bool) string {
+	switch {
+	case noReplica:
+		return OutcomeNoReplica
+	case canceled:
+		return OutcomeCanceled
+	case status >= 500 || status == 0:
+		return OutcomeUpstreamError
+	case status >= 400:
+		return OutcomeClientError
+	}
+	return OutcomeOK
+}
+
+// ReasonLabel is the reason label of a decision.
+func ReasonLabel(d selection.Decision, fallback bool) string {
+	switch {
+	case fallback:
+		return "fallback"
+	case d.Index < 0:
+		return "none"
+	}
+	return d.Reason.String()
+}
+
+// ObserveSelection records one routing decision of the policy and the time
+// it took.
+func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
+	reason := ReasonLabel(d, fallback)
+	m.Decisions.WithLabelValues(upstream, reason).Inc()
+	m.Dash.Decision(upstream, reason)
+	if fallback || d.Index < 0 {
+		return
+	}
+	m.SelectTime.Observe(took.Seconds())
+	m.Overlap.Observe(float64(d.Overlap))
+	if d.Tie > selection.TieNone {
+		m.TieBreaks.WithLabelValues(d.Tie.String()).Inc()
+	}
+}
+
+// Exchange is what the metrics learn about one finished request.
+type Exchange struct {
+	Fleet    string
+	Upstream string // opaque route id, "" when none was chosen
+	Model    string // the request's model name, "" when unknown
+	Status   int
+	Canceled bool
+	// NoReplica: ramjet answered 503 because no replica was usable.
+	NoReplica bool
+	Stream    bool
+	Start     time.Time
+	FirstByte time.Time // zero when no body byte was written
+	End       time.Time
+	Usage     usage.Usage
+	HasUsage  bool
+
+	Decision selection.Decision
+	Fallback bool
+	Selected bool // a policy decision was made for the request
+}
+
+// StartRequest counts a request in flight for model and returns the label
+// to pass to EndRequest.
+func (m *Set) StartRequest(model string) string {
+	l := m.Models.Label(model)
+	m.Inflight.WithLabelValues(l).Inc()
+	m.Dash.Begin(l)
+	return l
+}
+
+// EndRequest records a finished request; inflightLabel is what
+// StartRequest returned.
+func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
+	m.Inflight.WithLabelValues(inflightLabel).Dec()
+	outcome := OutcomeOf(x.Status, x.Canceled, x.NoReplica)
+	var model string
+	if outcome == OutcomeOK {
+		model = m.Models.Add(x.Model)
+	} else {
+		model = m.Models.Label(x.Model)
+	}
+	dx := dashboard.Exchange{Upstream: x.Upstream, Model: model, Error: outcome != OutcomeOK, HasUsage: x.HasUsage,
+		Prompt: x.Usage.PromptTokens, Cached: x.Usage.CachedTokens, Output: x.Usage.CompletionTokens}
+	if x.Stream && !x.FirstByte.IsZero() {
+		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
+	}
+	defer m.Dash.End(inflightLabel, dx)
+	// The request counts last, so that a scrape that sees it sees its
+	// tokens too.
+	defer m.Requests.WithLabelValues(x.Upstream, model, outcome).Inc()
+	if x.Upstream == "" {
+		return
+	}
+	if x.HasUsage {
+		m.PromptTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.PromptTokens))
+		m.CachedTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.CachedTokens))
+		m.OutputTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.CompletionTokens))
+	} else if outcome == OutcomeOK {
+		m.NoUsage.WithLabelValues(x.Upstream).Inc()
+	}
+	if x.Stream && !x.FirstByte.IsZero() {
+		m.TTFT.WithLabelValues(x.Upstream).Observe(x.FirstByte.Sub(x.Start).Seconds())
+	}
+	if !x.End.IsZero() {
+		m.Duration.WithLabelValues(x.Upstream).Observe(x.End.Sub(x.Start).Seconds())
+	}
+}
+
+// Record is the dashboard's view of an exchange.
+func (m *Set) Record(x *Exchange) dashboard.Record {
+	d := x.Decision
+	rec := dashboard.Record{
+		Time: x.Start.UnixMilli(), Fleet: x.Fleet, Upstream: x.Upstream,
+		Model:  m.Models.Label(x.Model),
+		Reason: ReasonLabel(d, x.Fallback), Overlap: d.Overlap, BestOverlap: d.BestOverlap,
+		Load: d.Load, Usable: d.Usable, Outcome: OutcomeOf(x.Status, x.Canceled, x.NoReplica),
+		Status:      x.Status,
+		TotalMillis: float64(x.End.Sub(x.Start).Microseconds()) / 1000,
+	}
+	if !x.Fallback && d.Index >= 0 {
+		rec.Score = d.Score
+		if d.Tie > selection.TieNone {
+			rec.Tie = d.Tie.String()
+		}
+	}
+	if x.Stream && !x.FirstByte.IsZero() {
+		rec.TTFTMillis = float64(x.FirstByte.Sub(x.Start).Microseconds()) / 1000
+	}
+	if x.HasUsage {
+		rec.PromptTokens, rec.CachedTokens = x.Usage.PromptTokens, x.Usage.CachedTokens
+	}
+	return rec
+}
+
+// DashboardSample is the dashboard's view of m and the live fleets now
+// (a dashboard.Store's sampler).
+func (m *Set) DashboardSample(now time.Time) dashboard.Sample {
+	var g dashboard.Gauges
+	for _, f := range m.snap() {
+		g.Index.Bytes += float64(f.IndexBytes)
+		g.Index.Budget += float64(f.IndexBudget)
+		g.Index.Entries += float64(f.IndexEntries)
+		seen := make(map[string]bool, len(f.Replicas))
+		for _, r := range f.Replicas {
+			if r.ID == "" || seen[r.ID] {
+				continue
+			}
+			seen[r.ID] = true
+			g.Replicas = append(g.Replicas, dashboard.Replica{ID: r.ID, Fleet: f.Key,
+				Inflight: float64(r.Inflight), Pending: float64(r.PendingPrefill), Load: r.Load,
+				Healthy: r.Healthy, Available: r.Available, Quarantined: r.Quarantined})
+		}
+	}
+	return m.Dash.Sample(now, g)
+}

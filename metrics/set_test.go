@@ -1,0 +1,139 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/usage"
+)
+
+func TestOutcomeOf(t *testing.T) {
+	tests := []struct {
+		name                string
+		status              int
+		canceled, noReplica bool
+		want                string
+	}{
+		{name: "ok", status: 200, want: OutcomeOK},
+		{name: "redirect", status: 307, want: OutcomeOK},
+		{name: "bad request", status: 400, want: OutcomeClientError},
+		{name: "not found", status: 404, want: OutcomeClientError},
+		{name: "engine error", status: 500, want: OutcomeUpstreamError},
+		{name: "bad gateway", status: 502, want: OutcomeUpstreamError},
+		{name: "nothing written", status: 0, want: OutcomeUpstreamError},
+		{name: "no replica", status: 503, noReplica: true, want: OutcomeNoReplica},
+		{name: "client went away", status: 200, canceled: true, want: OutcomeCanceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := OutcomeOf(tt.status, tt.canceled, tt.noReplica); got != tt.want {
+				t.Errorf("OutcomeOf(%d, %v, %v) = %q, want %q", tt.status, tt.canceled, tt.noReplica, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestMetricsLint feeds a private metric set every kind of observation and
+// lints the result.
+func TestMetricsLint(t *testing.T) {
+	snap := func() []fleetstate.Snapshot {
+		return []fleetstate.Snapshot{{Key: "default", IndexEntries: 10, IndexBytes: 4096, IndexBudget: 1 << 20,
+			Replicas: []fleetstate.ReplicaSnapshot{{ID: "00aa", Inflight: 2, PendingPrefill: 300, Load: 2348, Known: true, Healthy: true, Available: true}}}}
+	}
+	m := NewSet(snap, catalog.NewNames(4))
+	d := selection.Decision{Index: 0, Reason: selection.ReasonTieBreak, Tie: selection.TieRendezvous, Overlap: 128}
+	m.ObserveSelection("00aa", d, false, 20*time.Microsecond)
+	l := m.StartRequest("m")
+	now := time.Now()
+	m.EndRequest(l, &Exchange{Upstream: "00aa", Model: "m", Status: 200, Stream: true, Start: now,
+		FirstByte: now.Add(50 * time.Millisecond), End: now.Add(time.Second),
+		Usage: usage.Usage{PromptTokens: 100, CachedTokens: 64, CompletionTokens: 5}, HasUsage: true})
+	probs, err := testutil.GatherAndLint(m.Own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range probs {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	if n := testutil.CollectAndCount(m.Fleet); n != 16 { // 5 fleet + 11 for its one replica
+		t.Errorf("fleet collector emitted %d series, want 16", n)
+	}
+	for _, mf := range mustGather(t, m.Own) {
+		if !strings.HasPrefix(mf.GetName(), "ramjet_") {
+			t.Errorf("series %s is not ramjet_*", mf.GetName())
+		}
+	}
+}
+
+func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+func TestResponseTail(t *testing.T) {
+	tests := []struct {
+		name   string
+		chunks []string
+		want   bool
+	}{
+		{name: "done in one write", chunks: []string{"data: {\"x\":1}\n\ndata: [DONE]\n\n"}, want: true},
+		{name: "done split", chunks: []string{"data: {}\n\ndata: [DO", "NE]", "\n\n"}, want: true},
+		{name: "done byte by byte", chunks: strings.Split("data: [DONE]\n\n", ""), want: true},
+		{name: "cut mid-stream", chunks: []string{"data: {\"x\":1}\n\n", "data: {\"x\":"}, want: false},
+		{name: "nothing", want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var o Response
+			for _, c := range tt.chunks {
+				o.Write([]byte(c))
+			}
+			if got := o.Complete(false); got != tt.want {
+				t.Errorf("complete = %v, want %v (tail %q)", got, tt.want, o.tail[:o.tailLen])
+			}
+		})
+	}
+}
+
+func TestResponseCanceled(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int
+		err        error
+		clientGone bool
+		body       string
+		want       bool
+	}{
+		{name: "closed before the headers", status: StatusClientClosed, want: true},
+		{name: "complete", status: 200},
+		{name: "aborted mid-stream", status: 200, err: http.ErrAbortHandler, body: "data: {}\n\n", want: true},
+		{name: "client left after the end marker", status: 200, err: context.Canceled, body: "data: [DONE]\n\n"},
+		{name: "client left after an error status", status: 502, err: errors.New("x"), clientGone: true, want: true},
+		{name: "upstream error, client still there", status: 502, err: errors.New("x")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var o Response
+			o.WriteHeader(tt.status, http.Header{"Content-Type": {"text/event-stream"}})
+			o.Write([]byte(tt.body))
+			if got := o.Canceled(tt.status, tt.err, tt.clientGone, false); got != tt.want {
+				t.Errorf("Canceled = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

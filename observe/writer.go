@@ -1,0 +1,126 @@
+package observe
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// Observer watches one response as it streams to the client. Its methods
+// are called on the request's goroutine, in order: WriteHeader for the
+// final status (once; h is the response header, still writable), Write for
+// each chunk of body (p is only valid during the call), End when the
+// handler chain returned (err is its error; status 0 when nothing was
+// written).
+type Observer interface {
+	WriteHeader(status int, h http.Header)
+	Write(p []byte)
+	End(status int, err error)
+}
+
+// Writer feeds its observers, in order, what is written through it. It
+// deliberately has no ReadFrom, so that every body byte goes through
+// Write.
+type Writer struct {
+	http.ResponseWriter
+	obs     []Observer
+	status  int
+	started bool
+	tail    [2]byte // the last two body bytes written
+}
+
+// NewWriter wraps w, feeding obs.
+func NewWriter(w http.ResponseWriter, obs ...Observer) *Writer {
+	return &Writer{ResponseWriter: w, obs: obs}
+}
+
+// Status is the final status written, 0 when none yet.
+func (w *Writer) Status() int { return w.status }
+
+// WriteHeader tells the observers the first final (non-1xx) status, then
+// writes it.
+func (w *Writer) WriteHeader(status int) {
+	if w.status == 0 && status >= 200 {
+		w.status = status
+		for _, o := range w.obs {
+			o.WriteHeader(status, w.Header())
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *Writer) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if len(p) > 0 {
+		w.started = true
+	}
+	for _, o := range w.obs {
+		o.Write(p)
+	}
+	if n := len(p); n >= 2 {
+		w.tail = [2]byte{p[n-2], p[n-1]}
+	} else if n == 1 {
+		w.tail = [2]byte{w.tail[1], p[0]}
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// End tells the observers that the response ended with err.
+func (w *Writer) End(err error) {
+	for _, o := range w.obs {
+		o.End(w.status, err)
+	}
+}
+
+// Flush sends buffered data to the client now (SSE).
+func (w *Writer) Flush() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// FlushError is Flush reporting errors (http.ResponseController).
+func (w *Writer) FlushError() error {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack passes connection hijacking (websockets) through.
+func (w *Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// StreamError writes event (a complete SSE event) when the response is an
+// SSE stream whose body has started (a stream that never started is
+// answered with an error status instead), and flushes it. Blank lines
+// first end an event the engine left half-written. The observers do not
+// see it.
+func (w *Writer) StreamError(event []byte) {
+	if !w.started || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+		return
+	}
+	if w.tail != [2]byte{'\n', '\n'} {
+		if _, err := w.ResponseWriter.Write([]byte("\n\n")); err != nil {
+			return
+		}
+	}
+	if _, err := w.ResponseWriter.Write(event); err != nil {
+		return
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the wrapped writer (http.ResponseController).
+func (w *Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Interface guards.
+var (
+	_ http.Flusher  = (*Writer)(nil)
+	_ http.Hijacker = (*Writer)(nil)
+)

@@ -1,0 +1,84 @@
+package observe
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// recorder records what a Writer fed it.
+type recorder struct {
+	status int
+	body   []byte
+	ended  int
+	endErr error
+}
+
+func (o *recorder) WriteHeader(status int, h http.Header) {
+	o.status = status
+	h.Set("X-Seen", "1") // the header is still writable
+}
+func (o *recorder) Write(p []byte) { o.body = append(o.body, p...) }
+func (o *recorder) End(status int, err error) {
+	o.ended, o.endErr = status, err
+}
+
+func TestWriterFeedsObservers(t *testing.T) {
+	rec := httptest.NewRecorder()
+	a, b := &recorder{}, &recorder{}
+	w := NewWriter(rec, a, b)
+	if w.Status() != 0 {
+		t.Fatalf("status %d before any write", w.Status())
+	}
+	w.Write([]byte("hello "))
+	w.WriteHeader(http.StatusTeapot) // too late: the first final status stays
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		t.Fatalf("flush through the writer: %v", err)
+	}
+	w.Write([]byte("world"))
+	want := errors.New("next failed")
+	w.End(want)
+	for _, o := range []*recorder{a, b} {
+		if o.status != 200 || string(o.body) != "hello world" || o.ended != 200 || o.endErr != want {
+			t.Errorf("observer saw %+v", o)
+		}
+	}
+	if !rec.Flushed || rec.Body.String() != "hello world" || rec.Result().Header.Get("X-Seen") != "1" {
+		t.Errorf("client got flushed=%v %q, X-Seen %q", rec.Flushed, rec.Body.String(), rec.Result().Header.Get("X-Seen"))
+	}
+}
+
+func TestWriterStreamError(t *testing.T) {
+	const event = "event: error\ndata: {}\n\n"
+	tests := []struct {
+		name   string
+		ctype  string
+		chunks []string
+		want   string
+	}{
+		{name: "cut mid-event", ctype: "text/event-stream", chunks: []string{"data: {\"x\":"}, want: "data: {\"x\":\n\n" + event},
+		{name: "cut between events", ctype: "text/event-stream", chunks: []string{"data: {}\n", "\n"}, want: "data: {}\n\n" + event},
+		{name: "not started", ctype: "text/event-stream", want: ""},
+		{name: "not a stream", ctype: "application/json", chunks: []string{"{"}, want: "{"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			o := &recorder{}
+			w := NewWriter(rec, o)
+			w.Header().Set("Content-Type", tt.ctype)
+			for _, c := range tt.chunks {
+				w.Write([]byte(c))
+			}
+			w.StreamError([]byte(event))
+			if got := rec.Body.String(); got != tt.want {
+				t.Errorf("client got %q, want %q", got, tt.want)
+			}
+			if want := strings.Join(tt.chunks, ""); string(o.body) != want {
+				t.Errorf("observer saw %q, want only the body %q", o.body, want)
+			}
+		})
+	}
+}
