@@ -137,30 +137,14 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			obs = append(obs, o)
 		}
 	}
-	rw := observe.NewWriter(w, obs...)
-	ended := false
-	defer func() {
-		if !ended {
-			// reverse_proxy aborts a response it cannot finish (the client
-			// or the upstream went away mid-body) with
-			// panic(http.ErrAbortHandler): end the observers and the
-			// request all the same; the panic goes on. A stream the
-			// client still reads first gets a final SSE error event, so
-			// that SDKs report an error rather than a silent end.
-			if r.Context().Err() == nil {
-				rw.StreamError(streamCutEvent)
-			}
-			rw.End(http.ErrAbortHandler)
-			st.finish()
-			st.stop()
-		}
-	}()
-	err := next.ServeHTTP(rw, r)
-	ended = true
-	rw.End(err)
+	return observe.Serve(w, r, next, streamCutEvent, st.end, obs...)
+}
+
+// end ends the request: its reservation is released now rather than when
+// its context ends.
+func (st *reqState) end() {
 	st.finish()
 	st.stop()
-	return err
 }
 
 // observerFactory returns an observer of one request's response, or nil

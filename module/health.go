@@ -142,11 +142,13 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 func (h *Health) Report() fleetstate.HealthReport {
 	reps := make([]fleetstate.ReplicaHealth, len(h.Upstreams))
 	proxy := h.findProxy()
-	ids := idsFor(proxy, h.Upstreams)
-	if ids == nil {
-		ids = h.ids
+	ids, f := h.ids, policyFleet(proxy)
+	var keys []string
+	if f != nil {
+		// The policy's ids (and secret), so that /health matches
+		// X-Ramjet-Upstream.
+		ids, keys = fleetstate.ReplicaIDs(f.Secret(), h.Upstreams), fleetstate.ReplicaKeys(h.Upstreams)
 	}
-	f, keys := ejectionSource(proxy, h.Upstreams)
 	for i := range h.Upstreams {
 		rh := fleetstate.ReplicaHealth{ID: ids[i]}
 		if proxy == nil {
@@ -169,17 +171,16 @@ func (h *Health) Report() fleetstate.HealthReport {
 	return fleetstate.NewHealthReport(reps)
 }
 
-// ejectionSource returns the fleet of the proxy's ramjet policy and the
-// replica keys of dials, or nil when the proxy does not use the policy.
-func ejectionSource(proxy *reverseproxy.Handler, dials []string) (*fleet, []string) {
+// policyFleet returns the fleet of the proxy's ramjet policy, or nil when
+// the proxy does not use the policy.
+func policyFleet(proxy *reverseproxy.Handler) *fleet {
 	if proxy == nil || proxy.LoadBalancing == nil {
-		return nil, nil
+		return nil
 	}
-	pol, ok := proxy.LoadBalancing.SelectionPolicy.(*RamjetSelection)
-	if !ok || pol.fleet == nil {
-		return nil, nil
+	if pol, ok := proxy.LoadBalancing.SelectionPolicy.(*RamjetSelection); ok {
+		return pol.fleet
 	}
-	return pol.fleet, fleetstate.ReplicaKeys(dials)
+	return nil
 }
 
 // outReason tells which of Caddy's health mechanisms holds u out.
@@ -286,17 +287,3 @@ var (
 	_ caddyhttp.MiddlewareHandler = (*Health)(nil)
 	_ caddyfile.Unmarshaler       = (*Health)(nil)
 )
-
-// idsFor returns the ids the proxy's ramjet policy gives these replicas (so
-// that /health matches X-Ramjet-Upstream, whatever the policy's secret), or
-// nil when the proxy does not use the ramjet policy.
-func idsFor(proxy *reverseproxy.Handler, dials []string) []string {
-	if proxy == nil || proxy.LoadBalancing == nil {
-		return nil
-	}
-	pol, ok := proxy.LoadBalancing.SelectionPolicy.(*RamjetSelection)
-	if !ok || pol.fleet == nil {
-		return nil
-	}
-	return fleetstate.ReplicaIDs(pol.fleet.Secret(), dials)
-}

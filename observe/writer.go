@@ -124,3 +124,36 @@ var (
 	_ http.Flusher  = (*Writer)(nil)
 	_ http.Hijacker = (*Writer)(nil)
 )
+
+// Handler is the next handler of a middleware (caddyhttp.Handler's method
+// set).
+type Handler interface {
+	ServeHTTP(http.ResponseWriter, *http.Request) error
+}
+
+// Serve calls next with w wrapped in a Writer feeding obs, then ends the
+// observers with next's error and runs done. A handler that aborts a
+// response it cannot finish (reverse_proxy does, with
+// panic(http.ErrAbortHandler), when the client or the upstream went away
+// mid-body) ends the observers with http.ErrAbortHandler and runs done all
+// the same, and the panic goes on; a stream the client still reads first
+// gets cut (StreamError), so that SDKs report an error rather than a
+// silent end.
+func Serve(w http.ResponseWriter, r *http.Request, next Handler, cut []byte, done func(), obs ...Observer) error {
+	rw := NewWriter(w, obs...)
+	ended := false
+	defer func() {
+		if !ended {
+			if r.Context().Err() == nil {
+				rw.StreamError(cut)
+			}
+			rw.End(http.ErrAbortHandler)
+			done()
+		}
+	}()
+	err := next.ServeHTTP(rw, r)
+	ended = true
+	rw.End(err)
+	done()
+	return err
+}

@@ -82,3 +82,42 @@ func TestWriterStreamError(t *testing.T) {
 		})
 	}
 }
+
+type handlerFunc func(http.ResponseWriter, *http.Request) error
+
+func (f handlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) error { return f(w, r) }
+
+// TestServeAbort: a handler that aborts mid-stream still ends the
+// observers and runs done, the client gets the cut event, and the panic
+// goes on.
+func TestServeAbort(t *testing.T) {
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	o := &recorder{}
+	done := 0
+	next := handlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: {}\n\n"))
+		panic(http.ErrAbortHandler)
+	})
+	func() {
+		defer func() {
+			if v := recover(); v != http.ErrAbortHandler {
+				t.Errorf("recovered %v, want the abort panic", v)
+			}
+		}()
+		_ = Serve(rec, r, next, []byte("event: error\n\n"), func() { done++ }, o)
+	}()
+	if o.endErr != http.ErrAbortHandler || o.ended != 200 || done != 1 {
+		t.Errorf("observer %+v, done %d", o, done)
+	}
+	if got := rec.Body.String(); got != "data: {}\n\nevent: error\n\n" {
+		t.Errorf("client got %q", got)
+	}
+	want := errors.New("next failed")
+	done = 0
+	err := Serve(httptest.NewRecorder(), r, handlerFunc(func(http.ResponseWriter, *http.Request) error { return want }), nil, func() { done++ }, o)
+	if err != want || o.endErr != want || done != 1 {
+		t.Errorf("Serve = %v, observer %+v, done %d", err, o, done)
+	}
+}
