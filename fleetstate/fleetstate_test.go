@@ -84,6 +84,10 @@ func TestLatest(t *testing.T) {
 	if diff := cmp.Diff([]string{"b"}, l.Keys()); diff != "" {
 		t.Errorf("Keys (-want +got):\n%s", diff)
 	}
+	l.Set("c", two)
+	if v := l.Values(); len(v) != 2 || v[0] != one || v[1] != two {
+		t.Errorf("Values = %v, want b's then c's", v)
+	}
 }
 
 func TestNewHealthReport(t *testing.T) {

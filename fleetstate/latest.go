@@ -55,14 +55,30 @@ func (l *Latest[T]) Get(key string) (T, bool) {
 
 // Keys lists the keys, sorted.
 func (l *Latest[T]) Keys() []string {
+	keys, _ := l.sorted()
+	return keys
+}
+
+// Values lists the values, by key.
+func (l *Latest[T]) Values() []T {
+	_, vals := l.sorted()
+	return vals
+}
+
+// sorted lists the keys, sorted, and their values, from one map.
+func (l *Latest[T]) sorted() ([]string, []T) {
 	m := l.m.Load()
 	if m == nil {
-		return nil
+		return nil, nil
 	}
 	keys := make([]string, 0, len(*m))
 	for k := range *m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	return keys
+	vals := make([]T, len(keys))
+	for i, k := range keys {
+		vals[i] = (*m)[k]
+	}
+	return keys, vals
 }

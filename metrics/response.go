@@ -96,6 +96,16 @@ func (o *Response) Canceled(status int, err error, clientGone, hasUsage bool) bo
 	return false
 }
 
+// Fill sets the response side of x: stream, first byte, status (the one
+// the request ended with), usage and whether the client went away first
+// (Canceled; err is the handler chain's error, clientGone that the
+// request's context ended).
+func (o *Response) Fill(x *Exchange, status int, err error, clientGone bool) {
+	x.Stream, x.FirstByte, x.Status = o.Stream, o.First, status
+	x.Usage, x.HasUsage = o.Usage()
+	x.Canceled = o.Canceled(status, err, clientGone, x.HasUsage)
+}
+
 // Reset readies o for another response.
 func (o *Response) Reset() {
 	o.usage.Reset()

@@ -58,8 +58,10 @@ type Set struct {
 	Fleet prometheus.Collector
 	// Own is a registry holding only this set.
 	Own *prometheus.Registry
-	// Dash counts the same events for the dashboard, typed.
-	Dash *dashboard.Recorder
+	// Dash counts the same events for the dashboard, typed; Recent keeps
+	// the last routed requests (Finish).
+	Dash   *dashboard.Recorder
+	Recent dashboard.Recent
 
 	// Models names the model labels (a name joins once an engine answered
 	// a request for it successfully).
@@ -263,6 +265,20 @@ func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
 	}
 	if !x.End.IsZero() {
 		m.Duration.WithLabelValues(x.Upstream).Observe(x.End.Sub(x.Start).Seconds())
+	}
+}
+
+// Finish records a finished request: a routed one (x.Selected) under
+// inflightLabel, what StartRequest returned, and in Recent; an LLM
+// request (llm) answered before any routing (malformed, unknown model,
+// too large) counts too, with no upstream.
+func (m *Set) Finish(x *Exchange, inflightLabel string, llm bool) {
+	switch {
+	case x.Selected:
+		m.EndRequest(inflightLabel, x)
+		m.Recent.Add(m.Record(x))
+	case llm:
+		m.EndRequest(m.StartRequest(x.Model), x)
 	}
 }
 

@@ -3,7 +3,7 @@ package module
 import (
 	"fmt"
 	"net/http"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -67,30 +67,13 @@ func (Dashboard) CaddyModule() caddy.ModuleInfo {
 //		sample_interval <duration>
 //	}
 func (d *Dashboard) UnmarshalCaddyfile(disp *caddyfile.Dispenser) error {
-	disp.Next()
-	if disp.NextArg() {
-		return disp.ArgErr()
-	}
-	for disp.NextBlock(0) {
-		switch disp.Val() {
-		case "sample_interval":
-			if d.SampleInterval != 0 {
-				return disp.Errf("sample_interval: option specified more than once")
-			}
-			v, err := oneArg(disp, "sample_interval")
-			if err != nil {
-				return err
-			}
+	return parseOptionBlock(disp, "ramjet_dashboard", map[string]func(string) error{
+		"sample_interval": func(v string) error {
 			iv, err := caddy.ParseDuration(v)
-			if err != nil {
-				return disp.Errf("sample_interval: %v", err)
-			}
 			d.SampleInterval = caddy.Duration(iv)
-		default:
-			return disp.Errf("unrecognized ramjet_dashboard option '%s'", disp.Val())
-		}
-	}
-	return nil
+			return err
+		},
+	})
 }
 
 func parseDashboardCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
@@ -147,10 +130,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhtt
 var histories = caddy.NewUsagePool()
 
 // liveHistory is the sampler most recently started, for the admin API.
-var liveHistory struct {
-	sync.Mutex
-	h *history
-}
+var liveHistory atomic.Pointer[history]
 
 // history is a dashboard.Store of the process's metric set, kept in the
 // histories pool.
@@ -162,16 +142,12 @@ func newHistory(m *metrics.Set, interval time.Duration, n int) *history {
 
 // data is the page's JSON now, with the recent decisions.
 func (h *history) data(now time.Time) dashboard.Data {
-	return h.Data(now, recentDecisions.List())
+	return h.Data(now, processMetrics().Recent.List())
 }
 
 // Destruct stops the sampler (the last dashboard using it was cleaned up).
 func (h *history) Destruct() error {
-	liveHistory.Lock()
-	if liveHistory.h == h {
-		liveHistory.h = nil
-	}
-	liveHistory.Unlock()
+	liveHistory.CompareAndSwap(h, nil)
 	return h.Close()
 }
 
@@ -186,21 +162,12 @@ func acquireHistory(interval time.Duration) (*history, string, error) {
 		return nil, "", err
 	}
 	h := v.(*history)
-	liveHistory.Lock()
-	liveHistory.h = h
-	liveHistory.Unlock()
+	liveHistory.Store(h)
 	return h, key, nil
 }
 
 // currentHistory is the live sampler or nil.
-func currentHistory() *history {
-	liveHistory.Lock()
-	defer liveHistory.Unlock()
-	return liveHistory.h
-}
-
-// recentDecisions are the last routed requests, for the dashboard.
-var recentDecisions dashboard.Recent
+func currentHistory() *history { return liveHistory.Load() }
 
 // Interface guards.
 var (

@@ -62,23 +62,36 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 //		state_key <name>
 //	}]
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return parseOptionBlock(d, "ramjet_observe", map[string]func(string) error{
+		"state_key": func(v string) error { h.StateKey = v; return nil },
+	})
+}
+
+// parseOptionBlock parses a directive that takes no arguments and a block
+// of options, each given at most once with one value: set[option] takes
+// the value (its error is reported under the option's name).
+func parseOptionBlock(d *caddyfile.Dispenser, directive string, set map[string]func(string) error) error {
 	d.Next()
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	seen := map[string]bool{}
 	for d.NextBlock(0) {
-		switch d.Val() {
-		case "state_key":
-			if h.StateKey != "" {
-				return d.Errf("state_key: option specified more than once")
-			}
-			v, err := stringArg(d, "state_key")
-			if err != nil {
-				return err
-			}
-			h.StateKey = v
-		default:
-			return d.Errf("unrecognized ramjet_observe option '%s'", d.Val())
+		opt := d.Val()
+		fn, ok := set[opt]
+		if !ok {
+			return d.Errf("unrecognized %s option '%s'", directive, opt)
+		}
+		if seen[opt] {
+			return d.Errf("%s: option specified more than once", opt)
+		}
+		seen[opt] = true
+		v, err := oneArg(d, opt)
+		if err != nil {
+			return err
+		}
+		if err := fn(v); err != nil {
+			return d.Errf("%s: %v", opt, err)
 		}
 	}
 	return nil

@@ -77,32 +77,20 @@ func observeSelect(r *http.Request, st *reqState, t0 time.Time) {
 }
 
 func (o *metricsObserver) End(status int, err error) {
-	now := time.Now()
 	st := o.st
 	x := metrics.Exchange{
-		Upstream: st.routeID, Model: st.model, Stream: o.Stream,
-		Start: o.start, FirstByte: o.First, End: now,
+		Upstream: st.routeID, Model: st.model, Start: o.start, End: time.Now(),
 		Decision: st.decision, Fallback: st.fallback, Selected: o.selected,
 	}
 	if st.fleet != nil {
 		x.Fleet = st.fleet.StateKey
 	}
-	x.Status = status
-	if x.Status == 0 {
-		x.Status = errStatus(err)
+	if status == 0 {
+		status = errStatus(err)
 	}
 	x.NoReplica = o.selected && !st.fallback && st.decision.Index < 0
-	x.Usage, x.HasUsage = o.Usage()
-	x.Canceled = o.Canceled(x.Status, err, o.r.Context().Err() != nil, x.HasUsage)
-	switch {
-	case o.selected:
-		o.m.EndRequest(o.modelLbl, &x)
-		recentDecisions.Add(o.m.Record(&x))
-	case o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown:
-		// An LLM request answered before any routing (malformed, unknown
-		// model, too large): it counts, with no upstream.
-		o.m.EndRequest(o.m.StartRequest(x.Model), &x)
-	}
+	o.Fill(&x, status, err, o.r.Context().Err() != nil)
+	o.m.Finish(&x, o.modelLbl, o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
 	if st.metrics == o {
 		st.metrics = nil
 	}

@@ -28,7 +28,7 @@ func resetMetrics() {
 		v.Reset()
 	}
 	m.Dash.Reset()
-	recentDecisions.Reset()
+	processMetrics().Recent.Reset()
 }
 
 func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {

@@ -148,12 +148,10 @@ func (f *fleet) snapshot() fleetstate.Snapshot { return f.Snapshot(f.replicas())
 
 // snapshotFleets reads every live fleet.
 func snapshotFleets() []fleetstate.Snapshot {
-	keys := current.Keys()
-	out := make([]fleetstate.Snapshot, 0, len(keys))
-	for _, k := range keys {
-		if f := lookupFleet(k); f != nil {
-			out = append(out, f.snapshot())
-		}
+	fs := current.Values()
+	out := make([]fleetstate.Snapshot, len(fs))
+	for i, f := range fs {
+		out[i] = f.snapshot()
 	}
 	return out
 }
