@@ -1,10 +1,12 @@
 // Package module is the Caddy glue of ramjet: the lb_policy, the request-body
 // matcher, handlers, metrics, admin routes and the state kept across reloads.
 // It is thin: routing decisions are made by package selection, which knows
-// nothing of Caddy; the dashboard's store (package dashboard), the model
-// catalogue (package catalog) and the response usage scanner (package
-// usage) are Caddy-free packages it feeds. Only the xcaddy command, bench
-// and tests import it.
+// nothing of Caddy; the fleet state, route ids, snapshots, explain and
+// /health report (package fleetstate), the Prometheus collectors (package
+// metrics), the response writer and observers (package observe), the
+// dashboard's store (package dashboard), the model catalogue (package
+// catalog) and the response usage scanner (package usage) are Caddy-free
+// packages it feeds. Only the xcaddy command, bench and tests import it.
 //
 // Modules:
 //
@@ -38,17 +40,21 @@
 //
 // Fleet state (state.go): lookupFleet(stateKey) returns the *fleet most
 // recently provisioned under a state_key ("" = "default"), or nil;
-// fleetKeys() lists them. On a fleet:
+// snapshotFleets() reads them all. A fleet is a *fleetstate.Fleet plus the
+// upstream pools of the live policies:
 //
-//	f.router()      the *selection.Router (Index(), Load(slot), Config(), Key(slot))
-//	f.replicas()    []Replica: key, opaque id, slot, rank, live reservations,
-//	                health (known once a policy routed a request)
-//	f.routeID(key)  the opaque X-Ramjet-Upstream id of a replica key
+//	f.Router()      the *selection.Router (Index(), Load(slot), Config(), Key(slot))
+//	f.replicas()    []fleetstate.Replica: key, opaque id, slot, rank, live
+//	                reservations, health (known once a policy routed a request)
+//	f.RouteID(key)  the opaque X-Ramjet-Upstream id of a replica key
+//	f.Detector()    the outlier detector
 //
 // Replicas are named by selection.ReplicaKey (dial, or dial#rank); model
 // names go through the one bounded registry modelNames (a catalog.Names).
 //
-// Responses (handler.go): addObserver(func(r, st) observer) registers a
-// per-request observer fed by the ramjet_observe handler with the status,
-// every body chunk and the end of the response (usage accounting, metrics).
+// Responses (handler.go): the ramjet_observe handler serves each request
+// through observe.Serve with an explicit list of observers, in order: the
+// stateObserver (X-Ramjet-Upstream, prefill done on the first byte), the
+// metricsObserver (metrics.go: status, usage, metrics and dashboard) and
+// the outcomeObserver (outlier.go: the outlier detector).
 package module
