@@ -2,6 +2,9 @@ package fleetstate
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -135,5 +138,48 @@ func TestStateJSON(t *testing.T) {
 	}
 	if got.Replicas == nil || len(got.Replicas) != 0 || got.Index.Used != 0.25 {
 		t.Errorf("State JSON = %s", b)
+	}
+}
+
+func TestFleetsOf(t *testing.T) {
+	snaps := []Snapshot{{Key: "a"}, {Key: "b"}}
+	if out, ok := FleetsOf(snaps, ""); !ok || len(out.Fleets) != 2 {
+		t.Errorf("all: %+v %v", out, ok)
+	}
+	if out, ok := FleetsOf(snaps, "b"); !ok || len(out.Fleets) != 1 || out.Fleets[0].Fleet != "b" {
+		t.Errorf("b: %+v %v", out, ok)
+	}
+	if out, ok := FleetsOf(snaps, "c"); ok || out.Fleets == nil {
+		t.Errorf("c: %+v %v", out, ok)
+	}
+	if out, ok := FleetsOf(nil, ""); !ok || out.Fleets == nil {
+		t.Errorf("none: %+v %v (want an empty list, not null)", out, ok)
+	}
+}
+
+func TestReadExplain(t *testing.T) {
+	tests := []struct {
+		name   string
+		url    string
+		body   string
+		want   selection.Endpoint
+		status int
+	}{
+		{name: "default path", url: "/ramjet/explain", body: "{}", want: selection.EndpointChat, status: 200},
+		{name: "completions", url: "/ramjet/explain?path=/v1/completions", body: "{}", want: selection.EndpointCompletions, status: 200},
+		{name: "not an LLM route", url: "/ramjet/explain?path=/v1/models", body: "{}", status: 400},
+		{name: "too large", url: "/ramjet/explain", body: strings.Repeat("x", 65), status: 413},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, tt.url, strings.NewReader(tt.body))
+			ep, body, status, err := ReadExplain(httptest.NewRecorder(), r, 64)
+			if status != tt.status || (err == nil) != (tt.status == 200) {
+				t.Fatalf("status %d, err %v; want %d", status, err, tt.status)
+			}
+			if err == nil && (ep != tt.want || string(body) != tt.body) {
+				t.Errorf("endpoint %v body %q", ep, body)
+			}
+		})
 	}
 }

@@ -2,16 +2,13 @@ package module
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/ramjet-llm/ramjet/fleetstate"
-	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func init() {
@@ -68,15 +65,8 @@ func (a *AdminAPI) handleFleet(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed", r.Method)}
 	}
 	want := r.URL.Query().Get("fleet")
-	out := struct {
-		Fleets []fleetstate.State `json:"fleets"`
-	}{Fleets: []fleetstate.State{}}
-	for _, s := range snapshotFleets() {
-		if want == "" || want == s.Key {
-			out.Fleets = append(out.Fleets, s.State())
-		}
-	}
-	if want != "" && len(out.Fleets) == 0 {
+	out, ok := fleetstate.FleetsOf(snapshotFleets(), want)
+	if !ok {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no live fleet %q", want)}
 	}
 	return writeAdminJSON(w, out)
@@ -86,26 +76,14 @@ func (a *AdminAPI) handleExplain(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed", r.Method)}
 	}
-	q := r.URL.Query()
-	f := lookupFleet(q.Get("fleet"))
+	name := r.URL.Query().Get("fleet")
+	f := lookupFleet(name)
 	if f == nil {
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no live fleet %q", q.Get("fleet"))}
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no live fleet %q", name)}
 	}
-	p := q.Get("path")
-	if p == "" {
-		p = "/v1/chat/completions"
-	}
-	ep := selection.EndpointForPath(p)
-	if ep == selection.EndpointUnknown {
-		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("path %q is not a chat, completions or responses route", p)}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
+	ep, body, status, err := fleetstate.ReadExplain(w, r, maxExplainBody)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: fmt.Errorf("request body larger than %d bytes", maxExplainBody)}
-		}
-		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("reading request body: %w", err)}
+		return caddy.APIError{HTTPStatus: status, Err: err}
 	}
 	ex, err := fleetstate.Explain(f.Router(), f.snapshot(), ep, body)
 	if err != nil {
