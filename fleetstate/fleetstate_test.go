@@ -183,3 +183,26 @@ func TestReadExplain(t *testing.T) {
 		})
 	}
 }
+
+func TestHealthReportWrite(t *testing.T) {
+	for _, tt := range []struct {
+		method string
+		rep    HealthReport
+		status int
+		body   bool
+	}{
+		{method: http.MethodGet, rep: NewHealthReport([]ReplicaHealth{{ID: "a", Healthy: true}}), status: 200, body: true},
+		{method: http.MethodGet, rep: NewHealthReport(nil), status: 503, body: true},
+		{method: http.MethodHead, rep: NewHealthReport(nil), status: 503},
+	} {
+		rec := httptest.NewRecorder()
+		if err := tt.rep.Write(rec, httptest.NewRequest(tt.method, "/health", nil)); err != nil {
+			t.Fatal(err)
+		}
+		var got HealthReport
+		if rec.Code != tt.status || rec.Header().Get("Cache-Control") != "no-store" ||
+			(json.Unmarshal(rec.Body.Bytes(), &got) == nil) != tt.body || (tt.body && got.Status != tt.rep.Status) {
+			t.Errorf("%s %s: %d %q", tt.method, tt.rep.Status, rec.Code, rec.Body.String())
+		}
+	}
+}

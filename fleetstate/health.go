@@ -1,5 +1,11 @@
 package fleetstate
 
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
 // ReplicaHealth is one replica in the /health answer.
 type ReplicaHealth struct {
 	ID      string `json:"id"`
@@ -35,6 +41,9 @@ const (
 // when every replica is usable, degraded when some are out and unhealthy
 // when none is (or there are none).
 func NewHealthReport(reps []ReplicaHealth) HealthReport {
+	if reps == nil {
+		reps = []ReplicaHealth{} // "replicas":[], never null
+	}
 	rep := HealthReport{Total: len(reps), Replicas: reps}
 	for _, rh := range reps {
 		if rh.Healthy {
@@ -50,4 +59,24 @@ func NewHealthReport(reps []ReplicaHealth) HealthReport {
 		rep.Status = StatusUnhealthy
 	}
 	return rep
+}
+
+// Write answers a GET or HEAD /health with rep as JSON (no body for
+// HEAD): 200, or 503 when no replica is usable.
+func (rep HealthReport) Write(w http.ResponseWriter, r *http.Request) error {
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return fmt.Errorf("encoding health: %w", err)
+	}
+	status := http.StatusOK
+	if rep.Status == StatusUnhealthy {
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(body)
+	}
+	return nil
 }

@@ -1,9 +1,7 @@
 package module
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"sort"
 	"sync"
@@ -120,20 +118,8 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 			"only GET is allowed on "+r.URL.Path))
 		return nil
 	}
-	rep := h.Report()
-	body, err := json.Marshal(rep)
-	if err != nil {
-		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("encoding health: %w", err))
-	}
-	status := http.StatusOK
-	if rep.Status == fleetstate.StatusUnhealthy {
-		status = http.StatusServiceUnavailable
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	if r.Method == http.MethodGet {
-		_, _ = w.Write(body)
+	if err := h.Report().Write(w, r); err != nil {
+		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
 	return nil
 }
