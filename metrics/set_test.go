@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/fleetstate"
@@ -69,20 +67,15 @@ func TestMetricsLint(t *testing.T) {
 	if n := testutil.CollectAndCount(m.Fleet); n != 16 { // 5 fleet + 11 for its one replica
 		t.Errorf("fleet collector emitted %d series, want 16", n)
 	}
-	for _, mf := range mustGather(t, m.Own) {
+	mfs, err := m.Own.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
 		if !strings.HasPrefix(mf.GetName(), "ramjet_") {
 			t.Errorf("series %s is not ramjet_*", mf.GetName())
 		}
 	}
-}
-
-func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mfs
 }
 
 func TestResponseTail(t *testing.T) {
