@@ -137,6 +137,9 @@ var resultNames = [numResults]string{"ok", "timeout", "error", "status", "too_la
 
 func (r Result) String() string { return resultNames[r] }
 
+// MarshalText makes a Result a JSON string.
+func (r Result) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
 // Local is this ramjet instance's own reservations on a replica, in
 // selection.Router's units (Router.Load, Router.Resident).
 type Local struct {
@@ -196,8 +199,11 @@ type Snapshot struct {
 	AttemptedAt time.Time `json:"attempted_at"`
 	// Duration is the last attempt's duration.
 	Duration time.Duration `json:"duration_ns"`
-	// Err is the last attempt's error ("" when it succeeded); Failures
-	// counts the consecutive failed attempts.
+	// Result classifies the last attempt (ResultParse also when the page
+	// lacks this replica's rank). Err is its error, "" when it succeeded:
+	// it may name the engine's address. Failures counts the consecutive
+	// failed attempts.
+	Result   Result `json:"result"`
 	Err      string `json:"error,omitempty"`
 	Failures int    `json:"consecutive_failures"`
 	// StaleAfter is how long a good scrape stays usable.
@@ -446,14 +452,15 @@ func (s *Scraper) scrape(ctx context.Context, t Target) {
 			continue // dropped by SetTargets meanwhile
 		}
 		sn.AttemptedAt, sn.Duration = end, end.Sub(start)
-		rerr := err
+		rerr, rres := err, res
 		var rm RankMetrics
 		if rerr == nil {
 			var ok bool
 			if rm, ok = m.Rank(r.Rank); !ok {
-				rerr = fmt.Errorf("rank %d not reported by the engine", r.Rank)
+				rerr, rres = fmt.Errorf("rank %d not reported by the engine", r.Rank), ResultParse
 			}
 		}
+		sn.Result = rres
 		if rerr != nil {
 			sn.Err = rerr.Error()
 			sn.Failures++
