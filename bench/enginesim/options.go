@@ -183,7 +183,7 @@ func (o *Options) validate() error {
 	case o.DefaultMaxTokens < 1:
 		return fmt.Errorf("DefaultMaxTokens must be positive")
 	case o.Metrics != MetricsVLLM && o.Metrics != MetricsSGLang:
-		return fmt.Errorf("Metrics must be %q or %q", MetricsVLLM, MetricsSGLang)
+		return fmt.Errorf("metrics dialect must be %q or %q", MetricsVLLM, MetricsSGLang)
 	case o.QueueFullStatus != 429 && o.QueueFullStatus != 503:
 		return fmt.Errorf("QueueFullStatus must be 429 or 503")
 	case o.KVEvents.Encoding != KVEncodingArray && o.KVEvents.Encoding != KVEncodingMap:
