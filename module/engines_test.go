@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
@@ -160,5 +163,39 @@ func TestEngineMetricsFleet(t *testing.T) {
 	raw, _ := json.Marshal(st)
 	if strings.Contains(string(raw), "127.0.0.1") {
 		t.Fatalf("fleet state leaks an address: %s", raw)
+	}
+}
+
+// engineSeriesNames lists the engine_metrics series (enginemetrics'
+// Collector).
+func engineSeriesNames() map[string]bool {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		engineCollector.Describe(ch)
+		close(ch)
+	}()
+	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
+	names := map[string]bool{}
+	for d := range ch {
+		if s := re.FindStringSubmatch(d.String()); s != nil {
+			names[s[1]] = true
+		}
+	}
+	return names
+}
+
+func TestEngineSeriesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("OBSERVABILITY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := engineSeriesNames()
+	if len(names) < 9 {
+		t.Fatalf("only %d engine series", len(names))
+	}
+	for n := range names {
+		if !strings.Contains(string(doc), "`"+n) {
+			t.Errorf("series %s is not documented in OBSERVABILITY.md", n)
+		}
 	}
 }
