@@ -199,3 +199,45 @@ func TestEngineSeriesDocumented(t *testing.T) {
 		}
 	}
 }
+
+// A reload with the same engine_metrics keeps the scraper (and what it
+// knows); a reload without it stops the scraper and /ramjet/fleet shows
+// no engines.
+func TestEngineMetricsReload(t *testing.T) {
+	ss := startSims(t, 2, enginesim.Options{})
+	with := obsOpts{Policy: map[string]any{"engine_metrics": map[string]any{"interval": "50ms"}}}
+	c := startObsCaddy(t, ss.dials(), with)
+	if resp, b := c.chat(chatBody("qwen3-8b", false, [2]string{"user", "hi"})); resp.StatusCode != 200 {
+		t.Fatalf("chat: %s: %s", resp.Status, b)
+	}
+	live := func() *engineState {
+		engineLive.Lock()
+		defer engineLive.Unlock()
+		return engineLive.m[DefaultStateKey]
+	}
+	eventually(t, "two replicas scraped", func() bool {
+		n := 0
+		for _, e := range c.fleetState().Engines {
+			if e.State == "ok" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	before := live()
+	c.reload(with)
+	if resp, b := c.chat(chatBody("qwen3-8b", false, [2]string{"user", "hi again"})); resp.StatusCode != 200 {
+		t.Fatalf("chat: %s: %s", resp.Status, b)
+	}
+	if after := live(); after != before {
+		t.Fatal("a reload with the same engine_metrics started a new scraper")
+	}
+	if got := len(c.fleetState().Engines); got != 2 {
+		t.Fatalf("%d engines after the reload", got)
+	}
+	c.reload(obsOpts{})
+	eventually(t, "the scraper stopped", func() bool { return live() == nil })
+	if got := c.fleetState().Engines; len(got) != 0 {
+		t.Fatalf("engines without engine_metrics: %+v", got)
+	}
+}
