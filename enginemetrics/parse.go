@@ -1,6 +1,7 @@
 package enginemetrics
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -149,12 +150,95 @@ type SpecDecode struct {
 // Malformed text, out-of-range values and pages without engine load
 // metrics are errors.
 func Parse(r io.Reader) (Metrics, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("reading metrics: %w", err)
+	}
+	return ParseBytes(b)
+}
+
+// ParseBytes is Parse of a page in memory. Only the lines of the series
+// it reads (their samples and their # HELP and # TYPE lines) go through
+// expfmt's parser: an engine's page is mostly histograms it does not use.
+func ParseBytes(page []byte) (Metrics, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(appendWanted(make([]byte, 0, 4096), page)))
 	if err != nil {
 		return Metrics{}, fmt.Errorf("parsing metrics: %w", err)
 	}
 	return FromFamilies(fams)
+}
+
+// wanted reports whether Parse reads the series named name.
+func wanted(name []byte) bool {
+	switch string(name) {
+	case VLLMRunning, VLLMWaiting, VLLMKVUsage, VLLMKVUsageLegacy, VLLMCacheConfig, VLLMSpecDrafts,
+		VLLMSpecDraftToks, VLLMSpecAccepted, VLLMSpecPerPos, SGLangRunning, SGLangWaiting, SGLangKVUsage,
+		SGLangUsedTokens, SGLangCapacity, SGLangAcceptRate, SGLangAcceptLength:
+		return true
+	}
+	return false
+}
+
+// appendWanted appends to dst the lines of page that belong to wanted
+// series: samples whose name is wanted and "# HELP" / "# TYPE" lines of
+// wanted names. Lines that are not Prometheus text at all are kept, so
+// that garbage still fails to parse.
+func appendWanted(dst, page []byte) []byte {
+	for len(page) > 0 {
+		line := page
+		if i := bytes.IndexByte(page, '\n'); i >= 0 {
+			line, page = page[:i+1], page[i+1:]
+		} else {
+			page = nil
+		}
+		l := bytes.TrimLeft(line, " \t")
+		if len(l) == 0 || l[0] == '\n' {
+			continue
+		}
+		var name []byte
+		if l[0] == '#' {
+			rest, ok := bytes.CutPrefix(l, []byte("# HELP "))
+			if !ok {
+				rest, ok = bytes.CutPrefix(l, []byte("# TYPE "))
+			}
+			if !ok {
+				continue // a comment
+			}
+			name = metricName(rest)
+		} else {
+			name = metricName(l)
+			if len(name) == 0 {
+				dst = append(dst, line...) // not a sample line: let the parser reject it
+				continue
+			}
+		}
+		if wanted(name) {
+			dst = append(dst, line...)
+			if line[len(line)-1] != '\n' {
+				dst = append(dst, '\n')
+			}
+		}
+	}
+	return dst
+}
+
+// metricName returns the leading metric name of b ([a-zA-Z_:][a-zA-Z0-9_:]*),
+// empty when b does not start with one followed by '{', a blank or the end.
+func metricName(b []byte) []byte {
+	i := 0
+	for i < len(b) {
+		c := b[i]
+		if c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9' {
+			i++
+			continue
+		}
+		break
+	}
+	if i == 0 || i < len(b) && b[i] != '{' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		return nil
+	}
+	return b[:i]
 }
 
 // FromFamilies extracts the engine's figures from parsed metric families

@@ -126,7 +126,8 @@ func TestParseCases(t *testing.T) {
 		{name: "rank too large", give: "vllm:num_requests_running{engine=\"100000\"} 1\n", wantErr: "is not a rank"},
 		{name: "position out of range", give: "vllm:num_requests_running 1\nvllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"99\"} 1\n", wantErr: "position"},
 		{name: "position missing", give: "vllm:num_requests_running 1\nvllm:spec_decode_num_accepted_tokens_per_pos_total 1\n", wantErr: "position"},
-		{name: "histogram where a gauge belongs", give: "# TYPE vllm:num_requests_running histogram\nvllm:num_requests_running_count 1\nvllm:num_requests_running_sum 1\nvllm:num_requests_running_bucket{le=\"+Inf\"} 1\n", wantErr: "not a gauge"},
+		{name: "histogram where a gauge belongs", give: "# TYPE vllm:num_requests_running histogram\nvllm:num_requests_running_count 1\nvllm:num_requests_running_sum 1\nvllm:num_requests_running_bucket{le=\"+Inf\"} 1\n", wantErr: ErrNoEngineMetrics.Error()},
+		{name: "summary where a gauge belongs", give: "# TYPE vllm:num_requests_running summary\nvllm:num_requests_running{quantile=\"0.5\"} 1\n", wantErr: "not a gauge"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -528,7 +528,7 @@ func (s *Scraper) fetch(ctx context.Context, t Target) (Metrics, Result, error) 
 	if n > s.cfg.MaxBodyBytes {
 		return Metrics{}, ResultTooLarge, fmt.Errorf("scraping metrics: body exceeds %d bytes", s.cfg.MaxBodyBytes)
 	}
-	m, err := Parse(bytes.NewReader(buf.Bytes()))
+	m, err := ParseBytes(buf.Bytes())
 	if err != nil {
 		return Metrics{}, ResultParse, err
 	}
