@@ -3,8 +3,12 @@ package module
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -239,5 +243,68 @@ func TestEngineMetricsReload(t *testing.T) {
 	eventually(t, "the scraper stopped", func() bool { return live() == nil })
 	if got := c.fleetState().Engines; len(got) != 0 {
 		t.Fatalf("engines without engine_metrics: %+v", got)
+	}
+}
+
+// An engine whose /metrics stalls and one whose /metrics is garbage: the
+// requests are served as before, and the scrapes are counted by result,
+// the replicas stale (routed by local reservations only).
+func TestEngineMetricsStallAndGarbage(t *testing.T) {
+	ss := startSims(t, 2, enginesim.Options{})
+	stop := make(chan struct{})
+	front := func(sim *enginesim.Server, metrics http.HandlerFunc) string {
+		u, _ := url.Parse(sim.URL())
+		proxy := httputil.NewSingleHostReverseProxy(u)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/metrics" {
+				metrics(w, r)
+				return
+			}
+			proxy.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	stalled := front(ss[0], func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	})
+	garbage := front(ss[1], func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("<html>upstream connect error</html>\n"))
+	})
+	defer close(stop)
+	c := startObsCaddy(t, []string{stalled, garbage},
+		obsOpts{Policy: map[string]any{"engine_metrics": map[string]any{"interval": "50ms", "timeout": "100ms", "stale_after": 1}}})
+	for i := range 8 {
+		if resp, b := c.chat(chatBody("qwen3-8b", false, [2]string{"user", fmt.Sprintf("request %d", i)})); resp.StatusCode != 200 {
+			t.Fatalf("chat %d: %s: %s", i, resp.Status, b)
+		}
+	}
+	eventually(t, "both replicas stale with their results", func() bool {
+		got := map[string]bool{}
+		for _, e := range c.fleetState().Engines {
+			if e.State == "stale" && !e.External.Fresh && e.ConsecutiveFailures > 0 {
+				got[e.Result] = true
+			}
+		}
+		return got["timeout"] && got["parse"]
+	})
+	_, b := c.do("GET", "http://"+c.ops+"/metrics", "")
+	for _, want := range []string{`ramjet_engine_fallback_replicas{fleet="default"} 2`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	for _, res := range []string{"timeout", "parse"} {
+		re := regexp.MustCompile(`ramjet_engine_scrapes_total\{fleet="default",result="` + res + `"\} ([0-9]+)`)
+		if m := re.FindStringSubmatch(string(b)); m == nil || m[1] == "0" {
+			t.Errorf("no %s scrapes counted: %v", res, m)
+		}
+	}
+	// Serving is unaffected.
+	if resp, b := c.chat(chatBody("qwen3-8b", true, [2]string{"user", "still served"})); resp.StatusCode != 200 {
+		t.Fatalf("chat: %s: %s", resp.Status, b)
 	}
 }
