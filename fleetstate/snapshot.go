@@ -78,6 +78,9 @@ type State struct {
 	Config   selection.Config  `json:"config"`
 	Index    IndexState        `json:"index"`
 	Replicas []ReplicaSnapshot `json:"replicas"`
+	// Engines are the replicas' engine-reported states when the policy's
+	// engine_metrics is on (module/engines.go).
+	Engines []EngineState `json:"engines,omitempty"`
 }
 
 // IndexState is the approximate index's size against its budget.

@@ -69,6 +69,9 @@ func (a *AdminAPI) handleFleet(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no live fleet %q", want)}
 	}
+	for i := range out.Fleets {
+		out.Fleets[i].Engines = engineStatesOf(out.Fleets[i].Fleet)
+	}
 	return writeAdminJSON(w, out)
 }
 
