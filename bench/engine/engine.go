@@ -110,7 +110,13 @@ type Stats struct {
 	// Speculative decoding: drafts (one per sequence per step), draft
 	// tokens proposed and accepted.
 	SpecDrafts, SpecDraftTokens, SpecAcceptedTokens uint64
+	// SpecAcceptedPerPos counts accepted draft tokens by draft position
+	// (vLLM's num_accepted_tokens_per_pos), for the first MaxSpecPositions.
+	SpecAcceptedPerPos [MaxSpecPositions]uint64
 }
+
+// MaxSpecPositions bounds the draft positions Stats counts one by one.
+const MaxSpecPositions = 8
 
 type seq struct {
 	req          Request
@@ -593,6 +599,9 @@ func (e *Engine) apply(dst []Event) []Event {
 				e.stats.SpecDrafts++
 				e.stats.SpecDraftTokens += uint64(it.spec)
 				e.stats.SpecAcceptedTokens += uint64(acc)
+				for p := 0; p < acc && p < MaxSpecPositions; p++ {
+					e.stats.SpecAcceptedPerPos[p]++
+				}
 			}
 			newTok = 1 + acc
 			s.computed += acc

@@ -45,6 +45,8 @@ type Options struct {
 	// KVEvents configures the KV cache event publisher; off unless
 	// KVEvents.Endpoint is set.
 	KVEvents KVEventsOptions
+	// Identity is the initial answer of GET /ramjet/identity (identity.go).
+	Identity IdentityOptions
 	// Faults are the initial faults (see SetFaults).
 	Faults Faults
 	// Seed seeds the fault draws (error rate). Default 1.
