@@ -51,7 +51,7 @@ type Config struct {
 	// Logger receives the admission and quarantine changes. Default: none.
 	Logger *zap.Logger
 	// OnChange is called (from the monitor's goroutine, never with a lock
-	// held) after a round changed any replica's Out.
+	// held) after every round, so that a reader of Out stays current.
 	OnChange func()
 }
 
@@ -399,9 +399,9 @@ func (m *Monitor) checkIdentities(ctx context.Context, pendingOnly bool) {
 		}
 		m.applyIdentity(r, res[i], now)
 	}
-	changed := m.publishLocked()
+	m.publishLocked()
 	m.mu.Unlock()
-	if changed && m.cfg.OnChange != nil {
+	if m.cfg.OnChange != nil {
 		m.cfg.OnChange()
 	}
 }
@@ -478,9 +478,9 @@ func (m *Monitor) scrapeSpec(ctx context.Context) {
 		}
 		m.applySpec(r, res[i])
 	}
-	changed := m.publishLocked()
+	m.publishLocked()
 	m.mu.Unlock()
-	if changed && m.cfg.OnChange != nil {
+	if m.cfg.OnChange != nil {
 		m.cfg.OnChange()
 	}
 }

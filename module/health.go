@@ -118,10 +118,16 @@ type ReplicaHealth struct {
 	// Reason says why an unhealthy replica is out: "active_check" (Caddy's
 	// active health check failed), "passive_failures" (recent failed
 	// requests reached max_fails), "ejected" (outlier detection: its
-	// recent answers failed), or "circuit_breaker"; "not_found" when
-	// no matching reverse_proxy is configured.
-	Reason   string `json:"reason,omitempty"`
-	InFlight int    `json:"in_flight"`
+	// recent answers failed), "integrity" (engine integrity holds it out:
+	// see Integrity), or "circuit_breaker"; "not_found" when no matching
+	// reverse_proxy is configured.
+	Reason string `json:"reason,omitempty"`
+	// Integrity is the engine-integrity reason when integrity is
+	// configured (pending, unreachable, bad_status, malformed, partial,
+	// model_mismatch, template_mismatch, tokenizer_mismatch,
+	// spec_collapse, fenced), also for a replica observe mode keeps in.
+	Integrity string `json:"integrity,omitempty"`
+	InFlight  int    `json:"in_flight"`
 	// Full is true when the replica is at its max_requests limit: usable
 	// again as soon as a request ends.
 	Full bool `json:"full,omitempty"`
@@ -192,6 +198,12 @@ func (h *Health) Report() HealthReport {
 			} else if f != nil {
 				if s, ok := f.rt.Lookup(keys[i]); ok && f.detector().Ejected(s) {
 					rh.Healthy, rh.Reason = false, "ejected"
+				}
+				if ir := integrityStatus(f, keys[i]); ir != nil { // integrity.go
+					rh.Integrity = ir.Reason
+					if ir.Out && rh.Healthy {
+						rh.Healthy, rh.Reason = false, "integrity"
+					}
 				}
 			}
 		}

@@ -314,6 +314,9 @@ type replicaSnapshot struct {
 	// its ejections by selection.FailureKinds.
 	Ejected   bool                                `json:"ejected"`
 	Ejections [len(selection.FailureKinds)]uint64 `json:"-"`
+	// Integrity is the engine-integrity state, when configured
+	// (integrity.go); an upstream it holds out is not Available.
+	Integrity *integrityReport `json:"integrity,omitempty"`
 }
 
 // fleetCollector reads every live fleet's Router at scrape time (as
@@ -416,6 +419,7 @@ func snapshotFleet(f *fleet) fleetSnapshot {
 		IndexBytes: idx.Bytes(), IndexBudget: idx.Budget(), IndexEvictions: idx.Evictions()}
 	od := f.detector()
 	for _, r := range f.replicas() {
+		ir := integrityStatus(f, r.Key)
 		var ej [len(selection.FailureKinds)]uint64
 		for i, k := range selection.FailureKinds {
 			ej[i] = od.Ejections(r.Slot, k)
@@ -427,7 +431,8 @@ func snapshotFleet(f *fleet) fleetSnapshot {
 			Load:        float64(r.Inflight*int64(cfg.RequestCost) + r.PendingPrefill),
 			Known:       r.Known,
 			Healthy:     r.Known && r.Healthy,
-			Available:   r.Known && r.Available,
+			Available:   r.Known && r.Available && (ir == nil || !ir.Out),
+			Integrity:   ir,
 			Quarantined: r.Known && !r.Healthy && r.Fails > 0,
 			Fails:       r.Fails,
 			Profile:     profileName(r.Profile),

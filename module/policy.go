@@ -2,6 +2,7 @@ package module
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -94,6 +95,11 @@ type RamjetSelection struct {
 	// default.
 	Outlier *OutlierSettings `json:"outlier,omitempty"`
 
+	// Integrity turns on engine integrity: admission against pinned
+	// digests and the speculative-decoding quarantine (see
+	// IntegrityConfig); off by default.
+	Integrity *IntegrityConfig `json:"integrity,omitempty"`
+
 	fallback reverseproxy.Selector
 	fleet    *fleet
 	rt       *selection.Router // the fleet's state with this policy's knobs
@@ -104,6 +110,8 @@ type RamjetSelection struct {
 	logger   *zap.Logger
 	kv       *kvState // precise index, when KV is set
 	kvKey    string
+	integ    *integState // engine integrity, when Integrity is set (integrity.go)
+	integKey string
 }
 
 // routeState is the part of a request's state that routing owns.
@@ -148,6 +156,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //			max_ejection         <duration>
 //			max_ejected_percent  <percent>
 //		}
+//		integrity { ... }  (see IntegrityConfig.unmarshalCaddyfile)
 //	}
 //
 // Sizes accept units (64MiB, 512KB). Every option may appear once, except
@@ -216,6 +225,9 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "outlier":
 			s.Outlier = new(OutlierSettings)
 			err = s.Outlier.unmarshalCaddyfile(d)
+		case "integrity":
+			s.Integrity = new(IntegrityConfig)
+			err = s.Integrity.unmarshalCaddyfile(d)
 		default:
 			var ok bool
 			if ok, err = s.unmarshalKVOption(d, opt); !ok {
@@ -342,6 +354,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		releaseFleet(key)
 		return err
 	}
+	if err := s.provisionIntegrity(ctx); err != nil {
+		_ = s.cleanupKV()
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -374,7 +392,7 @@ func (s *RamjetSelection) Cleanup() error {
 	if s.fleet == nil {
 		return nil
 	}
-	kerr := s.cleanupKV()
+	kerr := errors.Join(s.cleanupKV(), s.cleanupIntegrity())
 	s.fleet.dropView(s)
 	s.fleet = nil
 	if err := releaseFleet(s.poolKey); err != nil {
@@ -476,7 +494,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	od := s.fleet.detector()
 	usable, admitted := 0, 0
 	for i, up := range pool {
-		ok := v.slots[i] >= 0 && up.Available()
+		ok := v.slots[i] >= 0 && up.Available() && !s.integrityOut(v.slots[i])
 		if ok && !od.Usable(v.slots[i]) {
 			// Ejected by outlier detection: its recent answers failed.
 			ok = false
@@ -496,7 +514,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 		// again, and when none is admitted, the ejected ones (better a
 		// replica that may fail than certain failure).
 		for i, up := range pool {
-			ok := v.slots[i] >= 0 && up.Available()
+			ok := v.slots[i] >= 0 && up.Available() && !s.integrityOut(v.slots[i])
 			cands[i].Usable = ok && (admitted == 0 || od.Usable(v.slots[i]))
 		}
 	}
@@ -515,7 +533,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 // selectFallback routes a request without usable features with the
 // fallback policy, still reserving load on the replica it picks.
 func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter, st *reqState, v *poolView) *reverseproxy.Upstream {
-	up := s.fallback.Select(admittedPool(pool, v, s.fleet.detector()), r, w)
+	up := s.fallback.Select(s.integrityPool(admittedPool(pool, v, s.fleet.detector()), v), r, w)
 	if up == nil {
 		return nil
 	}
@@ -646,6 +664,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 		}
 	}
 	s.bindKV(v)
+	s.bindIntegrity(v)
 	s.view.Store(v)
 	s.fleet.setView(s, v)
 	return v
