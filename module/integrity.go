@@ -639,3 +639,97 @@ func (*integCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var _ prometheus.Collector = (*integCollector)(nil)
+
+// integrityDirectiveOptions are the ramjet directive's integrity options
+// (deploy/Caddyfile drives them from RJ_* settings). A value left empty (an
+// unset variable) keeps the default; integrity is on when a pin is given
+// or spec_decode is observe or enforce.
+var integrityDirectiveOptions = map[string]bool{
+	"integrity_model_sha256": true, "integrity_template_sha256": true, "integrity_tokenizer_sha256": true,
+	"integrity_interval": true, "integrity_timeout": true, "integrity_identity_path": true,
+	"spec_decode": true, "spec_decode_window": true, "spec_decode_windows": true, "spec_decode_position": true,
+	"integrity_state_file": true, "integrity_key": true,
+}
+
+// integrityDirective collects the ramjet directive's integrity options.
+type integrityDirective struct {
+	vals map[string]string
+}
+
+func (k *integrityDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
+	switch len(args) {
+	case 0:
+		return nil
+	case 1:
+	default:
+		return d.Errf("%s: want one value", name)
+	}
+	v := args[0]
+	var err error
+	switch name {
+	case "integrity_interval", "integrity_timeout", "spec_decode_window":
+		var dur time.Duration
+		if dur, err = caddy.ParseDuration(v); err == nil && dur <= 0 {
+			err = errors.New("must be positive")
+		}
+	case "spec_decode_windows":
+		_, err = parsePositive(v)
+	case "spec_decode_position":
+		if v != "overall" {
+			var n int
+			if n, err = strconv.Atoi(v); err == nil && (n < 0 || n >= integrity.MaxPositions) {
+				err = fmt.Errorf("want overall or 0-%d", integrity.MaxPositions-1)
+			}
+		}
+	case "spec_decode":
+		if v != "off" && v != "observe" && v != "enforce" {
+			err = errors.New("want off, observe or enforce")
+		}
+	}
+	if err != nil {
+		return d.Errf("%s %q: %v", name, v, err)
+	}
+	if k.vals == nil {
+		k.vals = map[string]string{}
+	}
+	k.vals[name] = v
+	return nil
+}
+
+// config is the policy's integrity configuration, nil when off. token and
+// scheme are the directive's upstream token and the engines' scheme.
+func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
+	v := k.vals
+	mode := v["spec_decode"]
+	c := &IntegrityConfig{ModelSHA256: v["integrity_model_sha256"], TemplateSHA256: v["integrity_template_sha256"],
+		TokenizerSHA256: v["integrity_tokenizer_sha256"], IdentityPath: v["integrity_identity_path"],
+		UpstreamToken: token, Scheme: scheme}
+	if !c.pins().Any() && (mode == "" || mode == "off") {
+		return nil
+	}
+	for name, dst := range map[string]*caddy.Duration{"integrity_interval": &c.Interval, "integrity_timeout": &c.Timeout} {
+		if s, ok := v[name]; ok {
+			dur, _ := caddy.ParseDuration(s)
+			*dst = caddy.Duration(dur)
+		}
+	}
+	if mode == "observe" || mode == "enforce" {
+		sd := &SpecDecodeConfig{Mode: mode}
+		if s, ok := v["spec_decode_window"]; ok {
+			dur, _ := caddy.ParseDuration(s)
+			sd.Window = caddy.Duration(dur)
+		}
+		if s, ok := v["spec_decode_windows"]; ok {
+			sd.Windows, _ = strconv.Atoi(s)
+		}
+		if s, ok := v["spec_decode_position"]; ok && s != "overall" {
+			n, _ := strconv.Atoi(s)
+			sd.Position = &n
+		}
+		if mode == "enforce" {
+			sd.StateFile, sd.CommitmentKey = v["integrity_state_file"], v["integrity_key"]
+		}
+		c.SpecDecode = sd
+	}
+	return c
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
@@ -530,5 +533,93 @@ func TestIntegrityOffIsFree(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { s.integrityOut(3) }); n != 0 {
 		t.Fatalf("%v allocs", n)
+	}
+}
+
+// TestIntegrityDeployCaddyfile: the production Caddyfile turns integrity
+// on from RJ_* settings; a simulator with other weights is out, the other
+// in; a bad RJ_SPEC_DECODE stops startup naming the setting.
+func TestIntegrityDeployCaddyfile(t *testing.T) {
+	ss := startSims(t, 2, enginesim.Options{Instant: true})
+	def := enginesim.DefaultIdentity("qwen3-8b")
+	if err := ss[1].SetIdentity(enginesim.Identity{ModelSHA256: enginesim.Digest("other")}); err != nil {
+		t.Fatal(err)
+	}
+	src := deployCaddyfile(t)
+	if _, err := loadCaddyfile(t, src, map[string]string{"RJ_UPSTREAM": strings.Join(ss.dials(), ","),
+		"RJ_SPEC_DECODE": "sometimes"}); err == nil || !strings.Contains(err.Error(), "spec_decode") {
+		t.Fatalf("bad RJ_SPEC_DECODE: %v", err)
+	}
+	p := mustLoad(t, src, map[string]string{
+		"RJ_UPSTREAM":               strings.Join(ss.dials(), ","),
+		"RJ_INTEGRITY_MODEL_SHA256": def.ModelSHA256,
+		"RJ_INTEGRITY_INTERVAL":     "50ms",
+		"RJ_SPEC_DECODE":            "observe",
+		"RJ_SPEC_DECODE_WINDOW":     "100ms",
+	})
+	var last []byte
+	defer func() {
+		if t.Failed() {
+			t.Logf("last /health: %s", last)
+		}
+	}()
+	eventually(t, "the replica with other weights out, the other in", func() bool {
+		resp, err := http.Get(p.base + "/health")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var rep HealthReport
+		last, _ = io.ReadAll(resp.Body)
+		if json.Unmarshal(last, &rep) != nil || len(rep.Replicas) != 2 {
+			return false
+		}
+		// /health lists the replicas in upstream order.
+		bad, good := rep.Replicas[1], rep.Replicas[0]
+		return bad.Reason == "integrity" && bad.Integrity == "model_mismatch" && good.Healthy && good.Integrity == ""
+	})
+}
+
+// integritySeriesNames lists engine integrity's series.
+func integritySeriesNames() map[string]bool {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		integCollectorOnce().Describe(ch)
+		close(ch)
+	}()
+	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
+	names := map[string]bool{}
+	for d := range ch {
+		if s := re.FindStringSubmatch(d.String()); s != nil {
+			names[s[1]] = true
+		}
+	}
+	return names
+}
+
+// TestIntegrityMetricsDocumented: every integrity series is in
+// OBSERVABILITY.md and module/README.md, and lints clean.
+func TestIntegrityMetricsDocumented(t *testing.T) {
+	names := integritySeriesNames()
+	if len(names) != 8 {
+		t.Fatalf("%d series", len(names))
+	}
+	for _, file := range []string{"OBSERVABILITY.md", "README.md"} {
+		doc, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := range names {
+			if !strings.Contains(string(doc), "`"+n+"`") {
+				t.Errorf("series %s is not documented in module/%s", n, file)
+			}
+		}
+	}
+	probs, err := testutil.CollectAndLint(integCollectorOnce())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range probs {
+		t.Errorf("lint %s: %s", p.Metric, p.Text)
 	}
 }
