@@ -2,6 +2,7 @@ package module
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -621,5 +623,84 @@ func TestIntegrityMetricsDocumented(t *testing.T) {
 	}
 	for _, p := range probs {
 		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestIntegrityAdmittedChangesNoDecision: the same traffic through a
+// policy without integrity and one with integrity on (every replica
+// admitted) gets the same decision every time; once a replica is out,
+// no decision names it.
+func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
+	ss := startSims(t, 4, enginesim.Options{Instant: true})
+	def := enginesim.DefaultIdentity("qwen3-8b")
+	poolOf := func() reverseproxy.UpstreamPool {
+		pool := make(reverseproxy.UpstreamPool, len(ss))
+		for i, s := range ss {
+			pool[i] = &reverseproxy.Upstream{Dial: s.Addr(), Host: new(reverseproxy.Host)}
+		}
+		return pool
+	}
+	plain := newTestPolicy(t, "integ-same-plain")
+	checked := &RamjetSelection{StateKey: "integ-same-checked",
+		Integrity: &IntegrityConfig{ModelSHA256: def.ModelSHA256, Interval: caddy.Duration(50 * time.Millisecond)}}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	if err := checked.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { checked.Cleanup(); cancel() })
+	poolA, poolB := poolOf(), poolOf()
+	checked.viewFor(poolB) // the policy sees its pool: checks start
+	eventually(t, "every replica admitted", func() bool {
+		for _, s := range ss {
+			if checked.integ.mon.Out(s.Addr()) {
+				return false
+			}
+		}
+		return true
+	})
+	checked.integ.refresh()
+
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	pick := func(p *RamjetSelection, pool reverseproxy.UpstreamPool, body []byte) int {
+		rctx, rcancel := context.WithCancel(context.Background())
+		cancels = append(cancels, rcancel) // held: load builds up alike in both
+		up := p.Select(pool, newTestRequest(rctx, body), nil)
+		for i := range pool {
+			if pool[i] == up {
+				return i
+			}
+		}
+		return -1
+	}
+	var gotA, gotB []int
+	for i := range 120 {
+		body := chatJSON(2048+512*(i%7), fmt.Sprintf("user %d", i%13))
+		gotA = append(gotA, pick(plain, poolA, body))
+		gotB = append(gotB, pick(checked, poolB, body))
+	}
+	if diff := cmp.Diff(gotA, gotB); diff != "" {
+		t.Fatalf("decisions differ with integrity on (-off +on):\n%s", diff)
+	}
+	spread := map[int]bool{}
+	for _, i := range gotA {
+		spread[i] = true
+	}
+	if len(spread) < 2 {
+		t.Fatalf("traffic went to %d replica(s) only: the comparison shows little", len(spread))
+	}
+
+	if err := ss[2].SetIdentity(enginesim.Identity{ModelSHA256: enginesim.Digest("other")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "replica 2 out", func() bool { return checked.integrityOut(checked.viewFor(poolB).slots[2]) })
+	for i := range 60 {
+		if got := pick(checked, poolB, chatJSON(2048+512*(i%7), fmt.Sprintf("user %d", i%13))); got == 2 || got < 0 {
+			t.Fatalf("request %d routed to %d", i, got)
+		}
 	}
 }
