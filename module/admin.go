@@ -130,6 +130,9 @@ type Explanation struct {
 	RequestCost int              `json:"request_cost"`
 	Decision    ExplainDecision  `json:"decision"`
 	Replicas    []ExplainReplica `json:"replicas"`
+	// Session is what a session-sticky policy would choose, when the
+	// policy has session_shadow and the request carries its header.
+	Session *ExplainSession `json:"session,omitempty"`
 }
 
 // ExplainDecision is the replica the policy would choose, and why.
@@ -196,6 +199,7 @@ func (a *AdminAPI) handleExplain(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err}
 	}
+	ex.Session = explainSession(f, r, ex.Decision.Upstream) // integrity.go
 	return writeAdminJSON(w, ex)
 }
 

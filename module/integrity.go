@@ -589,6 +589,8 @@ var (
 		"Consecutive complete windows with draft tokens and no accepted token.", replicaLabels, nil)
 	descSpecRatio = prometheus.NewDesc("ramjet_spec_decode_acceptance_ratio",
 		"Accepted over draft tokens in the upstream's last complete window with drafts.", replicaLabels, nil)
+	descShadowSessions = prometheus.NewDesc("ramjet_session_shadow_sessions",
+		"Sessions the session-sticky shadow remembers (bounded by max_sessions).", fleetLabels, nil)
 	descIntegWrites = prometheus.NewDesc("ramjet_integrity_state_writes_total",
 		"Durable writes of quarantine commitments to the state file, by result (ok, failed).", append(fleetLabels, "result"), nil)
 )
@@ -598,6 +600,11 @@ type integCollector struct{}
 var integCollectorOnce = sync.OnceValue(func() *integCollector { return &integCollector{} })
 
 func (*integCollector) Describe(ch chan<- *prometheus.Desc) {
+	m := shadowMetrics()
+	m.decisions.Describe(ch)
+	m.overlap.Describe(ch)
+	m.load.Describe(ch)
+	ch <- descShadowSessions
 	for _, d := range []*prometheus.Desc{descIntegOut, descIntegReason, descIntegChecks, descSpecQuarantined,
 		descSpecObserved, descSpecStreak, descSpecRatio, descIntegWrites} {
 		ch <- d
@@ -605,6 +612,14 @@ func (*integCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (*integCollector) Collect(ch chan<- prometheus.Metric) {
+	m := shadowMetrics()
+	m.decisions.Collect(ch)
+	m.overlap.Collect(ch)
+	m.load.Collect(ch)
+	shadowLive.Range(func(k, v any) bool {
+		ch <- prometheus.MustNewConstMetric(descShadowSessions, prometheus.GaugeValue, float64(v.(*shadowState).ss.Len()), k.(*fleet).stateKey)
+		return true
+	})
 	integLive.Range(func(k, v any) bool {
 		f, g := k.(*fleet), v.(*integState)
 		_, spec := g.mon.Mode()
@@ -732,4 +747,215 @@ func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
 		c.SpecDecode = sd
 	}
 	return c
+}
+
+// SessionShadowConfig turns on session-affinity shadow telemetry: for
+// requests carrying a session key in Header, ramjet records what a
+// session-sticky policy (each session stays on the replica it was first
+// placed on while that replica is usable) would have chosen next to its
+// own choice: the agreement rate, and for disagreements the overlap and
+// load of both choices. It never changes a decision. The session key is
+// hashed and never kept; the table is bounded.
+type SessionShadowConfig struct {
+	// Header carries the session key. Default "X-Session-ID".
+	Header string `json:"header,omitempty"`
+	// MaxSessions bounds the sessions remembered (least recently seen
+	// evicted). Default 65536.
+	MaxSessions int `json:"max_sessions,omitempty"`
+}
+
+// unmarshalCaddyfile parses
+//
+//	session_shadow [<header>] {
+//		max_sessions <n>
+//	}
+func (c *SessionShadowConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		c.Header = d.Val()
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch opt := d.Val(); opt {
+		case "max_sessions":
+			if c.MaxSessions != 0 {
+				return d.Errf("session_shadow max_sessions: option specified more than once")
+			}
+			v, err := oneArg(d, "session_shadow max_sessions")
+			if err != nil {
+				return err
+			}
+			if c.MaxSessions, err = parsePositive(v); err != nil {
+				return d.Errf("session_shadow max_sessions: %v", err)
+			}
+		default:
+			return d.Errf("unrecognized session_shadow option '%s'", opt)
+		}
+	}
+	return nil
+}
+
+// shadowState is one fleet's session shadow, kept across reloads.
+type shadowState struct {
+	ss     *integrity.SessionShadow
+	header string
+	f      *fleet
+}
+
+func (*shadowState) Destruct() error { return nil }
+
+var (
+	shadowStates = caddy.NewUsagePool()
+	shadowLive   sync.Map // *fleet -> *shadowState
+)
+
+// The shadow series, created once (integCollector describes and collects
+// them).
+var shadowMetrics = sync.OnceValue(func() (m struct {
+	decisions     *prometheus.CounterVec
+	overlap, load *prometheus.HistogramVec
+}) {
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNS, Name: "session_shadow_decisions_total",
+		Help: "Requests with a session key, by how a session-sticky policy's choice compares with ramjet's (new, agree, disagree, sticky_unavailable)."},
+		[]string{"fleet", "outcome"})
+	m.overlap = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNS, Name: "session_shadow_overlap_tokens",
+		Help:    "On a disagreement, the estimated prefix overlap of ramjet's and of the sticky policy's choice (choice: ramjet, sticky), in tokens.",
+		Buckets: []float64{0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768}}, []string{"fleet", "choice"})
+	m.load = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNS, Name: "session_shadow_load_tokens",
+		Help:    "On a disagreement, the live load of ramjet's and of the sticky policy's choice (choice: ramjet, sticky), in tokens.",
+		Buckets: prometheus.ExponentialBuckets(256, 4, 8)}, []string{"fleet", "choice"})
+	return m
+})
+
+func (s *RamjetSelection) provisionShadow(ctx caddy.Context) error {
+	c := s.SessionShadow
+	if c == nil {
+		return nil
+	}
+	if c.Header == "" {
+		c.Header = "X-Session-ID"
+	}
+	if c.MaxSessions < 0 {
+		return errors.New("session_shadow max_sessions must be positive")
+	}
+	if reg := ctx.GetMetricsRegistry(); reg != nil {
+		var are prometheus.AlreadyRegisteredError
+		if err := reg.Register(integCollectorOnce()); err != nil && !errors.As(err, &are) {
+			return fmt.Errorf("session shadow metrics: %w", err)
+		}
+	}
+	key := fmt.Sprintf("ramjet-shadow/%s/%s/%d", s.poolKey, c.Header, c.MaxSessions)
+	f := s.fleet
+	v, _, err := shadowStates.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return &shadowState{ss: integrity.NewSessionShadow(c.MaxSessions), header: http.CanonicalHeaderKey(c.Header), f: f}, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.shadow, s.shadowKey = v.(*shadowState), key
+	shadowLive.Store(f, s.shadow)
+	return nil
+}
+
+func (s *RamjetSelection) cleanupShadow() error {
+	if s.shadow == nil {
+		return nil
+	}
+	sh := s.shadow
+	s.shadow = nil
+	deleted, err := shadowStates.Delete(s.shadowKey)
+	if deleted {
+		shadowLive.CompareAndDelete(sh.f, sh)
+	}
+	return err
+}
+
+// observeShadow records the session-sticky policy's choice for a routed
+// request (after the decision: it can change nothing). On a disagreement
+// it scores the sticky replica with a read-only Pick.
+func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.UpstreamPool, v *poolView, feat *selection.Features, d selection.Decision) {
+	sh := s.shadow
+	if sh == nil || d.Index < 0 {
+		return
+	}
+	vals := r.Header[sh.header]
+	if len(vals) == 0 || vals[0] == "" {
+		return
+	}
+	od := s.fleet.detector()
+	index := func(slot int) int {
+		for i, sl := range v.slots {
+			if int(sl) == slot {
+				return i
+			}
+		}
+		return -1
+	}
+	usable := func(slot int) bool {
+		i := index(slot)
+		return i >= 0 && pool[i].Available() && !s.integrityOut(v.slots[i]) && od.Usable(v.slots[i])
+	}
+	out, sticky := sh.ss.Record(xxhash.Sum64String(vals[0]), int(d.Slot), usable)
+	m := shadowMetrics()
+	fl := s.fleet.stateKey
+	m.decisions.WithLabelValues(fl, out.String()).Inc()
+	if out != integrity.ShadowDisagree {
+		return
+	}
+	j := index(sticky)
+	if j < 0 {
+		return
+	}
+	cands := make([]selection.Candidate, len(pool))
+	for i := range pool {
+		cands[i] = selection.Candidate{Slot: v.slots[i], Usable: i == j, Profile: v.profiles[i]}
+	}
+	sc := selection.NewScratch(len(cands))
+	s.rt.Pick(feat, cands, sc)
+	m.overlap.WithLabelValues(fl, "ramjet").Observe(float64(d.Overlap))
+	m.overlap.WithLabelValues(fl, "sticky").Observe(float64(sc.Overlap[j]))
+	m.load.WithLabelValues(fl, "ramjet").Observe(d.Load)
+	m.load.WithLabelValues(fl, "sticky").Observe(sc.Load[j])
+}
+
+// ExplainSession is the session shadow's side of POST /ramjet/explain,
+// when the request carries the session header.
+type ExplainSession struct {
+	// Known: the session has been seen; StickyUpstream is the replica a
+	// session-sticky policy would route it to ("" when new).
+	Known          bool   `json:"known"`
+	StickyUpstream string `json:"sticky_upstream"`
+	// Agree: the sticky choice is the decision (a new session agrees).
+	Agree bool `json:"agree"`
+	// Counts are the fleet's outcomes so far.
+	Counts map[string]uint64 `json:"counts"`
+}
+
+// explainSession is the session part of an explanation of r (nil without
+// a session shadow or a session header).
+func explainSession(f *fleet, r *http.Request, decided string) *ExplainSession {
+	v, ok := shadowLive.Load(f)
+	if !ok {
+		return nil
+	}
+	sh := v.(*shadowState)
+	key := r.Header.Get(sh.header)
+	if key == "" {
+		return nil
+	}
+	es := &ExplainSession{Counts: map[string]uint64{}}
+	c := sh.ss.Counts()
+	for _, o := range integrity.ShadowOutcomes {
+		es.Counts[o.String()] = c[o]
+	}
+	slot, known := sh.ss.Sticky(xxhash.Sum64String(key))
+	es.Known = known
+	if known {
+		if ids := *f.ids.Load(); slot < len(ids) {
+			es.StickyUpstream = ids[slot]
+		}
+	}
+	es.Agree = !known || es.StickyUpstream == decided
+	return es
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +21,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/cespare/xxhash/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
@@ -603,7 +606,7 @@ func integritySeriesNames() map[string]bool {
 // OBSERVABILITY.md and module/README.md, and lints clean.
 func TestIntegrityMetricsDocumented(t *testing.T) {
 	names := integritySeriesNames()
-	if len(names) != 8 {
+	if len(names) != 12 {
 		t.Fatalf("%d series", len(names))
 	}
 	for _, file := range []string{"OBSERVABILITY.md", "README.md"} {
@@ -701,6 +704,137 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 	for i := range 60 {
 		if got := pick(checked, poolB, chatJSON(2048+512*(i%7), fmt.Sprintf("user %d", i%13))); got == 2 || got < 0 {
 			t.Fatalf("request %d routed to %d", i, got)
+		}
+	}
+}
+
+// TestSessionShadowChangesNoDecision: the same traffic (sessions whose
+// requests are held open, so that load overrides affinity now and then)
+// through a policy without and one with the session shadow gets the same
+// decision every time; the shadow accounts every request with a session
+// key, scores its disagreements, and explain reports the sticky choice.
+func TestSessionShadowChangesNoDecision(t *testing.T) {
+	plain := newTestPolicy(t, "shadow-plain")
+	shadowed := &RamjetSelection{StateKey: "shadow-on", SessionShadow: &SessionShadowConfig{MaxSessions: 64}}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	if err := shadowed.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shadowed.Cleanup(); cancel() })
+	poolA, poolB := newTestPool(4), newTestPool(4) // never dialled: Select only
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	pick := func(p *RamjetSelection, pool reverseproxy.UpstreamPool, body []byte, session string) int {
+		rctx, rcancel := context.WithCancel(context.Background())
+		cancels = append(cancels, rcancel)
+		r := newTestRequest(rctx, body)
+		if session != "" {
+			r.Header.Set("X-Session-ID", session)
+		}
+		up := p.Select(pool, r, nil)
+		for i := range pool {
+			if pool[i] == up {
+				return i
+			}
+		}
+		return -1
+	}
+	m := shadowMetrics()
+	before := map[string]float64{}
+	for _, o := range integrity.ShadowOutcomes {
+		before[o.String()] = testutil.ToFloat64(m.decisions.WithLabelValues("shadow-on", o.String()))
+	}
+	var gotA, gotB []int
+	const n = 160
+	withKey := 0
+	for i := range n {
+		sess := fmt.Sprintf("session-%d", i%9)
+		if i%10 == 9 {
+			sess = "" // some requests carry no session
+		} else {
+			withKey++
+		}
+		body := chatJSON(1024+2048*(i%9), fmt.Sprintf("turn %d", i/9))
+		gotA = append(gotA, pick(plain, poolA, body, sess))
+		gotB = append(gotB, pick(shadowed, poolB, body, sess))
+	}
+	if diff := cmp.Diff(gotA, gotB); diff != "" {
+		t.Fatalf("decisions differ with the session shadow (-off +on):\n%s", diff)
+	}
+	total, disagree := 0.0, 0.0
+	for _, o := range integrity.ShadowOutcomes {
+		d := testutil.ToFloat64(m.decisions.WithLabelValues("shadow-on", o.String())) - before[o.String()]
+		total += d
+		if o == integrity.ShadowDisagree {
+			disagree = d
+		}
+	}
+	if int(total) != withKey {
+		t.Fatalf("shadow accounted %v requests, %d carried a session key", total, withKey)
+	}
+	if c := shadowed.shadow.ss.Counts(); int(c[integrity.ShadowNew]) != 9 {
+		t.Fatalf("new sessions %d, want 9", c[integrity.ShadowNew])
+	}
+	if disagree == 0 {
+		t.Fatal("no disagreement: held load should move some sessions")
+	}
+	// Every disagreement was scored, for both choices.
+	h := &dto.Metric{}
+	if err := m.overlap.WithLabelValues("shadow-on", "sticky").(prometheus.Histogram).Write(h); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.GetHistogram().GetSampleCount(); float64(got) < disagree {
+		t.Fatalf("%d sticky overlaps observed for %v disagreements", got, disagree)
+	}
+
+	// explain: the sticky choice of a known session.
+	f := lookupFleet("shadow-on")
+	req := httptest.NewRequest(http.MethodPost, "/ramjet/explain?fleet=shadow-on", bytes.NewReader(chatJSON(1024, "turn 99")))
+	req.Header.Set("X-Session-ID", "session-0")
+	rec := httptest.NewRecorder()
+	if err := (&AdminAPI{}).handleExplain(rec, req); err != nil {
+		t.Fatal(err)
+	}
+	var ex Explanation
+	if err := json.Unmarshal(rec.Body.Bytes(), &ex); err != nil {
+		t.Fatal(err)
+	}
+	slot, _ := shadowed.shadow.ss.Sticky(xxhash.Sum64String("session-0"))
+	if ex.Session == nil || !ex.Session.Known || ex.Session.StickyUpstream != (*f.ids.Load())[slot] {
+		t.Fatalf("explain session %+v", ex.Session)
+	}
+}
+
+func TestSessionShadowCaddyfile(t *testing.T) {
+	tests := []struct {
+		give    string
+		want    *SessionShadowConfig
+		wantErr string
+	}{
+		{give: "session_shadow", want: &SessionShadowConfig{}},
+		{give: "session_shadow X-Conversation {\n max_sessions 100\n}", want: &SessionShadowConfig{Header: "X-Conversation", MaxSessions: 100}},
+		{give: "session_shadow {\n max_sessions 0\n}", wantErr: "positive integer"},
+		{give: "session_shadow {\n bogus 1\n}", wantErr: "unrecognized session_shadow option"},
+		{give: "session_shadow a b", wantErr: "wrong argument count"},
+	}
+	for _, tt := range tests {
+		var s RamjetSelection
+		err := s.UnmarshalCaddyfile(caddyfile.NewTestDispenser("ramjet {\n" + tt.give + "\n}"))
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q: error %v, want %q", tt.give, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tt.give, err)
+		}
+		if diff := cmp.Diff(tt.want, s.SessionShadow); diff != "" {
+			t.Errorf("%q (-want +got)\n%s", tt.give, diff)
 		}
 	}
 }

@@ -100,18 +100,24 @@ type RamjetSelection struct {
 	// IntegrityConfig); off by default.
 	Integrity *IntegrityConfig `json:"integrity,omitempty"`
 
-	fallback reverseproxy.Selector
-	fleet    *fleet
-	rt       *selection.Router // the fleet's state with this policy's knobs
-	poolKey  string
-	x        selection.Extractor
-	profiles map[string]selection.Profile
-	view     *atomic.Pointer[poolView] // set in Provision
-	logger   *zap.Logger
-	kv       *kvState // precise index, when KV is set
-	kvKey    string
-	integ    *integState // engine integrity, when Integrity is set (integrity.go)
-	integKey string
+	// SessionShadow turns on session-affinity shadow telemetry (see
+	// SessionShadowConfig); off by default. It never changes a decision.
+	SessionShadow *SessionShadowConfig `json:"session_shadow,omitempty"`
+
+	fallback  reverseproxy.Selector
+	fleet     *fleet
+	rt        *selection.Router // the fleet's state with this policy's knobs
+	poolKey   string
+	x         selection.Extractor
+	profiles  map[string]selection.Profile
+	view      *atomic.Pointer[poolView] // set in Provision
+	logger    *zap.Logger
+	kv        *kvState // precise index, when KV is set
+	kvKey     string
+	integ     *integState // engine integrity, when Integrity is set (integrity.go)
+	integKey  string
+	shadow    *shadowState // session shadow, when SessionShadow is set (integrity.go)
+	shadowKey string
 }
 
 // routeState is the part of a request's state that routing owns.
@@ -157,6 +163,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //			max_ejected_percent  <percent>
 //		}
 //		integrity { ... }  (see IntegrityConfig.unmarshalCaddyfile)
+//		session_shadow [<header>] { max_sessions <n> }
 //	}
 //
 // Sizes accept units (64MiB, 512KB). Every option may appear once, except
@@ -228,6 +235,9 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "integrity":
 			s.Integrity = new(IntegrityConfig)
 			err = s.Integrity.unmarshalCaddyfile(d)
+		case "session_shadow":
+			s.SessionShadow = new(SessionShadowConfig)
+			err = s.SessionShadow.unmarshalCaddyfile(d)
 		default:
 			var ok bool
 			if ok, err = s.unmarshalKVOption(d, opt); !ok {
@@ -360,6 +370,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		releaseFleet(key)
 		return err
 	}
+	if err := s.provisionShadow(ctx); err != nil {
+		_ = errors.Join(s.cleanupKV(), s.cleanupIntegrity())
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -392,7 +408,7 @@ func (s *RamjetSelection) Cleanup() error {
 	if s.fleet == nil {
 		return nil
 	}
-	kerr := errors.Join(s.cleanupKV(), s.cleanupIntegrity())
+	kerr := errors.Join(s.cleanupKV(), s.cleanupIntegrity(), s.cleanupShadow())
 	s.fleet.dropView(s)
 	s.fleet = nil
 	if err := releaseFleet(s.poolKey); err != nil {
@@ -464,6 +480,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st.markTried(d.Slot)
+	s.observeShadow(r, pool, v, feat, d) // integrity.go: records only, after the decision
 	st.model = modelNames.Intern(feat.Model)
 	body.release()
 
