@@ -373,13 +373,14 @@ func (g *integState) refresh() {
 // rank or -1) unless it is checked already.
 func (g *integState) track(key, dial string, rank int) {
 	g.mu.Lock()
-	if g.known[key] {
-		g.mu.Unlock()
-		return
-	}
+	added := !g.known[key]
 	g.known[key] = true
 	g.mu.Unlock()
-	g.mon.Add(integrity.Target{Key: key, BaseURL: g.scheme + "://" + dial, Rank: rank, Header: g.header})
+	if added {
+		g.mon.Add(integrity.Target{Key: key, BaseURL: g.scheme + "://" + dial, Rank: rank, Header: g.header})
+	}
+	// Also for a replica /health named before the policy registered its
+	// slot: the flag is set before the slot is first routed.
 	if s, ok := g.f.rt.Lookup(key); ok && int(s) < len(g.out) {
 		g.out[s].Store(g.mon.Out(key))
 	}
