@@ -24,6 +24,9 @@ type Explanation struct {
 	RequestCost int              `json:"request_cost"`
 	Decision    ExplainDecision  `json:"decision"`
 	Replicas    []ExplainReplica `json:"replicas"`
+	// Session is what a session-sticky policy would choose, when the
+	// policy has session_shadow and the request carries its header.
+	Session *ExplainSession `json:"session,omitempty"`
 }
 
 // ExplainDecision is the replica the policy would choose, and why.

@@ -189,6 +189,14 @@ func (f *Fleet) RouteID(key string) string {
 	return ""
 }
 
+// SlotID returns the opaque id of the replica in slot s, or "".
+func (f *Fleet) SlotID(s selection.Slot) string {
+	if ids := *f.ids.Load(); s >= 0 && int(s) < len(ids) {
+		return ids[s]
+	}
+	return ""
+}
+
 // RouteID is the X-Ramjet-Upstream value of a replica key: the first 8
 // bytes of HMAC-SHA256(secret, key), as 16 hex characters. It reveals
 // nothing about the address without the secret.
@@ -253,6 +261,9 @@ type Replica struct {
 	Fails, Requests int
 	// Profile is the replica's engine profile.
 	Profile selection.Profile
+	// Integrity is the engine-integrity state, when configured; nil
+	// without it.
+	Integrity *IntegrityReport
 }
 
 // Replicas returns every replica the fleet knows, by slot, with its id and

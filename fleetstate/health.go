@@ -13,10 +13,16 @@ type ReplicaHealth struct {
 	// Reason says why an unhealthy replica is out: "active_check" (Caddy's
 	// active health check failed), "passive_failures" (recent failed
 	// requests reached max_fails), "ejected" (outlier detection: its
-	// recent answers failed), or "circuit_breaker"; "not_found" when
-	// no matching reverse_proxy is configured.
-	Reason   string `json:"reason,omitempty"`
-	InFlight int    `json:"in_flight"`
+	// recent answers failed), "integrity" (engine integrity holds it out:
+	// see Integrity), or "circuit_breaker"; "not_found" when no matching
+	// reverse_proxy is configured.
+	Reason string `json:"reason,omitempty"`
+	// Integrity is the engine-integrity reason when integrity is
+	// configured (pending, unreachable, bad_status, malformed, partial,
+	// model_mismatch, template_mismatch, tokenizer_mismatch,
+	// spec_collapse, fenced), also for a replica observe mode keeps in.
+	Integrity string `json:"integrity,omitempty"`
+	InFlight  int    `json:"in_flight"`
 	// Full is true when the replica is at its max_requests limit: usable
 	// again as soon as a request ends.
 	Full bool `json:"full,omitempty"`

@@ -32,6 +32,9 @@ type ReplicaSnapshot struct {
 	// its ejections by selection.FailureKinds.
 	Ejected   bool                                `json:"ejected"`
 	Ejections [len(selection.FailureKinds)]uint64 `json:"-"`
+	// Integrity is the engine-integrity state, when configured; an
+	// upstream it holds out is not Available.
+	Integrity *IntegrityReport `json:"integrity,omitempty"`
 }
 
 // Snapshot reads the fleet: its Router's index and load, and reps (from
@@ -55,7 +58,8 @@ func (f *Fleet) Snapshot(reps []Replica) Snapshot {
 			Load:        float64(r.Inflight*int64(cfg.RequestCost) + r.PendingPrefill),
 			Known:       r.Known,
 			Healthy:     r.Known && r.Healthy,
-			Available:   r.Known && r.Available,
+			Available:   r.Known && r.Available && (r.Integrity == nil || !r.Integrity.Out),
+			Integrity:   r.Integrity,
 			Quarantined: r.Known && !r.Healthy && r.Fails > 0,
 			Fails:       r.Fails,
 			Profile:     ProfileName(r.Profile),

@@ -92,6 +92,7 @@ func (a *AdminAPI) handleExplain(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err}
 	}
+	ex.Session = explainSession(f, r, ex.Decision.Upstream) // integrity.go
 	return writeAdminJSON(w, ex)
 }
 

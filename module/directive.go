@@ -84,6 +84,8 @@ type ramjetDirective struct {
 	allowPaths        []string
 
 	kv kvDirective // the precise path's options (module/kv.go)
+
+	integ integrityDirective // engine integrity's options (module/integrity.go)
 }
 
 type upstreamAddr struct {
@@ -111,6 +113,13 @@ type upstreamAddr struct {
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
 //	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
 //	    tokenize_timeout <duration>     (the precise path, see module/kv.go)
+//	    integrity_model_sha256 | integrity_template_sha256 |
+//	    integrity_tokenizer_sha256 <hex> | integrity_interval |
+//	    integrity_timeout <duration> | integrity_identity_path <path> |
+//	    spec_decode off|observe|enforce | spec_decode_window <duration> |
+//	    spec_decode_windows <n> | spec_decode_position <n>|overall |
+//	    integrity_state_file <path> | integrity_key <key>
+//	                                    (engine integrity, see module/integrity.go)
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
 //	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
 //	    output_weight <value>
@@ -259,6 +268,19 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			args := d.RemainingArgs()
 			d.DeleteN(len(args) + 1)
 			if err := rd.kv.parse(d, name, args); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// Engine integrity's options (module/integrity.go).
+		if integrityDirectiveOptions[name] {
+			if seen[name] {
+				return nil, d.Errf("duplicate option %q", name)
+			}
+			seen[name] = true
+			args := d.RemainingArgs()
+			d.DeleteN(len(args) + 1)
+			if err := rd.integ.parse(d, name, args); err != nil {
 				return nil, err
 			}
 			continue
@@ -580,6 +602,7 @@ func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
 		return nil, err
 	}
 	p.KV = kv
+	p.Integrity = rd.integ.config(rd.token, rd.upstreams[0].scheme)
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {
 			if p.Profiles == nil {

@@ -150,6 +150,12 @@ func (h *Health) Report() fleetstate.HealthReport {
 				if s, ok := f.Base().Lookup(keys[i]); ok && f.Detector().Ejected(s) {
 					rh.Healthy, rh.Reason = false, "ejected"
 				}
+				if ir := integrityStatus(f, keys[i]); ir != nil { // integrity.go
+					rh.Integrity = ir.Reason
+					if ir.Out && rh.Healthy {
+						rh.Healthy, rh.Reason = false, "integrity"
+					}
+				}
 			}
 		}
 		reps[i] = rh

@@ -99,6 +99,15 @@ type RamjetSelection struct {
 	// EngineMetricsConfig, engines.go); off by default.
 	EngineMetrics *EngineMetricsConfig `json:"engine_metrics,omitempty"`
 
+	// Integrity turns on engine integrity: admission against pinned
+	// digests and the speculative-decoding quarantine (see
+	// IntegrityConfig); off by default.
+	Integrity *IntegrityConfig `json:"integrity,omitempty"`
+
+	// SessionShadow turns on session-affinity shadow telemetry (see
+	// SessionShadowConfig); off by default. It never changes a decision.
+	SessionShadow *SessionShadowConfig `json:"session_shadow,omitempty"`
+
 	fallback   reverseproxy.Selector
 	fleet      *fleet
 	rt         *selection.Router // the fleet's state with this policy's knobs
@@ -111,6 +120,10 @@ type RamjetSelection struct {
 	kvKey      string
 	engines    *engineState // engine metrics scraper, when EngineMetrics is set
 	enginesKey string
+	integ      *integState // engine integrity, when Integrity is set (integrity.go)
+	integKey   string
+	shadow     *shadowState // session shadow, when SessionShadow is set (integrity.go)
+	shadowKey  string
 }
 
 // routeState is the part of a request's state that routing owns.
@@ -156,6 +169,8 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //			max_ejection         <duration>
 //			max_ejected_percent  <percent>
 //		}
+//		integrity { ... }  (see IntegrityConfig.unmarshalCaddyfile)
+//		session_shadow [<header>] { max_sessions <n> }
 //	}
 //
 // Sizes accept units (64MiB, 512KB). Every option may appear once, except
@@ -227,6 +242,12 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "engine_metrics":
 			s.EngineMetrics = new(EngineMetricsConfig)
 			err = s.EngineMetrics.unmarshalEngineMetrics(d)
+		case "integrity":
+			s.Integrity = new(IntegrityConfig)
+			err = s.Integrity.unmarshalCaddyfile(d)
+		case "session_shadow":
+			s.SessionShadow = new(SessionShadowConfig)
+			err = s.SessionShadow.unmarshalCaddyfile(d)
 		default:
 			var ok bool
 			if ok, err = s.unmarshalKVOption(d, opt); !ok {
@@ -359,6 +380,18 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		releaseFleet(key)
 		return err
 	}
+	if err := s.provisionIntegrity(ctx); err != nil {
+		_ = errors.Join(s.cleanupKV(), s.cleanupEngines())
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
+	if err := s.provisionShadow(ctx); err != nil {
+		_ = errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity())
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -391,7 +424,7 @@ func (s *RamjetSelection) Cleanup() error {
 	if s.fleet == nil {
 		return nil
 	}
-	kerr := errors.Join(s.cleanupKV(), s.cleanupEngines())
+	kerr := errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow())
 	s.fleet.dropView(s)
 	s.fleet = nil
 	if err := releaseFleet(s.poolKey); err != nil {
@@ -463,6 +496,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st.markTried(d.Slot)
+	s.observeShadow(r, pool, v, feat, d) // integrity.go: records only, after the decision
 	st.model = modelNames.Intern(feat.Model)
 	body.release()
 
@@ -493,7 +527,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	od := s.fleet.Detector()
 	usable, admitted := 0, 0
 	for i, up := range pool {
-		ok := v.slots[i] >= 0 && up.Available()
+		ok := v.slots[i] >= 0 && up.Available() && !s.integrityOut(v.slots[i])
 		if ok && !od.Usable(v.slots[i]) {
 			// Ejected by outlier detection: its recent answers failed.
 			ok = false
@@ -513,7 +547,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 		// again, and when none is admitted, the ejected ones (better a
 		// replica that may fail than certain failure).
 		for i, up := range pool {
-			ok := v.slots[i] >= 0 && up.Available()
+			ok := v.slots[i] >= 0 && up.Available() && !s.integrityOut(v.slots[i])
 			cands[i].Usable = ok && (admitted == 0 || od.Usable(v.slots[i]))
 		}
 	}
@@ -532,7 +566,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 // selectFallback routes a request without usable features with the
 // fallback policy, still reserving load on the replica it picks.
 func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter, st *reqState, v *poolView) *reverseproxy.Upstream {
-	up := s.fallback.Select(admittedPool(pool, v, s.fleet.Detector()), r, w)
+	up := s.fallback.Select(s.integrityPool(admittedPool(pool, v, s.fleet.Detector()), v), r, w)
 	if up == nil {
 		return nil
 	}
@@ -663,6 +697,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 		}
 	}
 	s.bindKV(v)
+	s.bindIntegrity(v)
 	s.view.Store(v)
 	s.fleet.setView(s, v)
 	s.bindEngines() // engines.go: scrape the new pool's engines

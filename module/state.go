@@ -144,7 +144,13 @@ func (f *fleet) replicas() []fleetstate.Replica {
 }
 
 // snapshot reads the fleet with the health of its upstream pools.
-func (f *fleet) snapshot() fleetstate.Snapshot { return f.Snapshot(f.replicas()) }
+func (f *fleet) snapshot() fleetstate.Snapshot {
+	reps := f.replicas()
+	for i := range reps {
+		reps[i].Integrity = integrityStatus(f, reps[i].Key) // integrity.go
+	}
+	return f.Snapshot(reps)
+}
 
 // snapshotFleets reads every live fleet.
 func snapshotFleets() []fleetstate.Snapshot {

@@ -25,6 +25,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	mux.HandleFunc("GET /ramjet/identity", s.handleIdentity)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.adminRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -34,6 +35,7 @@ func (s *Server) routes() http.Handler {
 }
 
 func (s *Server) adminRoutes(mux *http.ServeMux) {
+	s.identityAdminRoutes(mux)
 	mux.HandleFunc("GET /sim/faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.Faults()) })
 	setFaults := func(w http.ResponseWriter, r *http.Request) {
 		var f Faults

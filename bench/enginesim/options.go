@@ -49,6 +49,9 @@ type Options struct {
 	// series) or MetricsSGLang (sglang:* series, SGLang's names and
 	// labels). The OpenAI surface is the same either way.
 	Metrics MetricsFlavor
+
+	// Identity is the initial answer of GET /ramjet/identity (identity.go).
+	Identity IdentityOptions
 	// Faults are the initial faults (see SetFaults).
 	Faults Faults
 	// Seed seeds the fault draws (error rate). Default 1.

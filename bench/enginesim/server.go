@@ -60,6 +60,7 @@ type Server struct {
 	wg      sync.WaitGroup
 	ids     atomic.Uint64
 	rr      atomic.Uint64
+	ident   identityState // identity.go
 
 	mu      sync.Mutex // guards the fields below
 	addr    string
@@ -128,6 +129,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		rng:    rand.New(rand.NewPCG(o.Seed, 0xfa17)),
 	}
 	s.initMetrics()
+	s.initIdentity()
 	for i := 0; i < o.DP; i++ {
 		r := &rank{s: s, idx: i, wake: make(chan struct{}, 1), reqs: make(map[uint64]*pending)}
 		if o.KVEvents.Endpoint != "" {
