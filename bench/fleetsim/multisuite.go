@@ -24,7 +24,8 @@ type MultiSuiteConfig struct {
 	// Policies are MultiPolicyNames entries.
 	Policies []string
 	// Routers are the instance counts (e.g. 1, 2, 4). A sync variant is
-	// not run with one instance (it is its base policy then).
+	// not run with one instance: that is its base policy, whose
+	// single-instance row is added when the policies do not list it.
 	Routers []int
 	// Front splits the traffic over the instances.
 	Front    Front
@@ -47,7 +48,8 @@ type MultiRow struct {
 	Routers int    `json:"routers"`
 	Front   string `json:"front"`
 	// VsOne holds median ratios against the base policy's one instance:
-	// cached share (>= 1 is no loss), TTFT p50/p99 and output tok/s.
+	// cached share (>= 1 is no loss), TTFT p50/p99 and output tok/s; 0
+	// when that row was not run (Routers without 1).
 	VsOne struct {
 		CachedShare float64 `json:"cached_share"`
 		TTFTp50     float64 `json:"ttft_p50"`
@@ -71,12 +73,20 @@ type multiRun struct {
 
 func (sc MultiSuiteConfig) runs() []multiRun {
 	var out []multiRun
+	seen := map[multiRun]bool{}
+	add := func(r multiRun) {
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
 	for _, p := range sc.Policies {
 		for _, k := range sc.Routers {
-			if k == 1 && strings.HasSuffix(p, SyncSuffix) {
+			if base, ok := strings.CutSuffix(p, SyncSuffix); ok && k == 1 {
+				add(multiRun{base, 1})
 				continue
 			}
-			out = append(out, multiRun{p, k})
+			add(multiRun{p, k})
 		}
 	}
 	return out
@@ -183,19 +193,29 @@ func RunMultiSeeds(sc MultiSuiteConfig, seeds []uint64) ([]MultiResult, error) {
 			base, _ := strings.CutSuffix(run.pol, SyncSuffix)
 			r := MultiRow{SeedSummary: agg[ri], Base: base, Routers: run.routers, Front: sc.Front.String(), Dispatched: disp[wi][ri]}
 			r.VsBest = nil
-			nan := math.NaN()
-			r.VsOne.CachedShare, r.VsOne.TTFTp50, r.VsOne.TTFTp99, r.VsOne.OutputTPS = nan, nan, nan, nan
 			if b, ok := one[base]; ok {
-				r.VsOne.CachedShare = ratioOf(r.CachedShare.Median, b.CachedShare.Median)
-				r.VsOne.TTFTp50 = ratioOf(r.TTFTp50.Median, b.TTFTp50.Median)
-				r.VsOne.TTFTp99 = ratioOf(r.TTFTp99.Median, b.TTFTp99.Median)
-				r.VsOne.OutputTPS = ratioOf(r.OutputTPS.Median, b.OutputTPS.Median)
+				r.VsOne.CachedShare = finiteRatio(r.CachedShare.Median, b.CachedShare.Median)
+				r.VsOne.TTFTp50 = finiteRatio(r.TTFTp50.Median, b.TTFTp50.Median)
+				r.VsOne.TTFTp99 = finiteRatio(r.TTFTp99.Median, b.TTFTp99.Median)
+				r.VsOne.OutputTPS = finiteRatio(r.OutputTPS.Median, b.OutputTPS.Median)
 			}
 			rows[ri] = r
 		}
 		out[wi] = MultiResult{Workload: ws[0][wi], Rows: rows}
 	}
 	return out, nil
+}
+
+// finiteRatio is a/b, 1 when both are 0 (e.g. no cached tokens either
+// way) and 0 (no figure) when only b is.
+func finiteRatio(a, b float64) float64 {
+	switch {
+	case b != 0:
+		return a / b
+	case a == 0:
+		return 1
+	}
+	return 0
 }
 
 // multiOf returns the Multi behind a NewMulti policy.
@@ -240,14 +260,14 @@ func WriteMultiTable(w io.Writer, title string, rows []MultiRow) {
 			strconv.FormatFloat(s.Min, 'f', prec, 64), strconv.FormatFloat(s.Max, 'f', prec, 64))
 	}
 	x := func(v float64) string {
-		if math.IsNaN(v) {
+		if v == 0 || math.IsNaN(v) {
 			return ""
 		}
 		return strconv.FormatFloat(v, 'f', 2, 64)
 	}
 	for _, r := range rows {
 		bar := ""
-		if r.Routers > 1 {
+		if r.Routers > 1 && r.VsOne.CachedShare != 0 {
 			bar = "no"
 			if r.Accepted() {
 				bar = "yes"
