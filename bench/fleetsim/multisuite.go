@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,11 +135,24 @@ func RunMultiSeeds(sc MultiSuiteConfig, seeds []uint64) ([]MultiResult, error) {
 	ec := sc.Engine
 	ec.SetDefaults()
 	type job struct{ w, s, r int }
+	// A sync variant's instances share one state, so it routes exactly
+	// as its base policy's one instance (TestMultiOneInstanceIsTheSingle
+	// proves it, record for record): its rows are that run's, not run
+	// again. synced[ri] is the base run's index, -1 for the others.
+	synced := make([]int, len(runs))
+	for ri, run := range runs {
+		synced[ri] = -1
+		if base, ok := strings.CutSuffix(run.pol, SyncSuffix); ok {
+			synced[ri] = slices.Index(runs, multiRun{base, 1})
+		}
+	}
 	var jobs []job
 	for wi := range nw {
 		for si := range seeds {
 			for ri := range runs {
-				jobs = append(jobs, job{wi, si, ri})
+				if synced[ri] < 0 {
+					jobs = append(jobs, job{wi, si, ri})
+				}
 			}
 		}
 	}
@@ -177,6 +191,19 @@ func RunMultiSeeds(sc MultiSuiteConfig, seeds []uint64) ([]MultiResult, error) {
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
+		}
+	}
+	for wi := range nw {
+		for ri, b := range synced {
+			if b < 0 {
+				continue
+			}
+			for si := range seeds {
+				s := sums[wi][si][b]
+				s.Policy = fmt.Sprintf("%s x%d %s", runs[ri].pol, runs[ri].routers, sc.Front)
+				sums[wi][si][ri] = s
+			}
+			disp[wi][ri] = nil
 		}
 	}
 	out := make([]MultiResult, nw)

@@ -42,8 +42,10 @@ func TestMultiRouters(t *testing.T) {
 	if strings.Join(got, ",") != want {
 		t.Fatalf("rows %q, want %q", strings.Join(got, ","), want)
 	}
-	if rows[0].VsOne.CachedShare != 1 || rows[0].VsOne.TTFTp99 != 1 {
-		t.Errorf("one instance against itself: %+v", rows[0].VsOne)
+	for _, i := range []int{0, 4} { // ramjet x1; dynamo-sync x4 (one shared state: dynamo x1)
+		if v := rows[i].VsOne; v.CachedShare != 1 || v.TTFTp50 != 1 || v.TTFTp99 != 1 || v.OutputTPS != 1 {
+			t.Errorf("%s against one instance: %+v", rows[i].Policy, v)
+		}
 	}
 }
 
