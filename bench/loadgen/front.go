@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -57,8 +58,10 @@ type Front struct {
 	next     atomic.Uint64
 	counts   []atomic.Int64
 
-	mu  sync.Mutex
-	rng *rand.Rand
+	mu      sync.Mutex
+	rng     *rand.Rand
+	errs    int64
+	lastErr string
 
 	done chan struct{}
 	err  error
@@ -100,8 +103,11 @@ func StartFront(backends []string, policy FrontPolicy, seed uint64) (*Front, err
 		Transport:     f.tr,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			f.noteErr(err.Error())
 			http.Error(w, "front: "+err.Error(), http.StatusBadGateway)
 		},
+		// What the proxy logs (a body copy cut short) is counted instead.
+		ErrorLog: log.New(errWriter{f}, "", 0),
 	}
 	f.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -126,6 +132,29 @@ func StartFront(backends []string, policy FrontPolicy, seed uint64) (*Front, err
 }
 
 type backendKey struct{}
+
+func (f *Front) noteErr(msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errs++
+	f.lastErr = msg
+}
+
+// errWriter counts the proxy's log lines as errors.
+type errWriter struct{ f *Front }
+
+func (w errWriter) Write(b []byte) (int, error) {
+	w.f.noteErr(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// Errors returns how many proxy errors (a backend unreachable, a response
+// cut short) the front saw, and the last one's message.
+func (f *Front) Errors() (int64, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.errs, f.lastErr
+}
 
 func (f *Front) pick() int {
 	if f.policy == FrontRandom {

@@ -140,6 +140,25 @@ func TestFrontRejectsBadBackends(t *testing.T) {
 			t.Errorf("%q: no error", b)
 		}
 	}
+	// A backend that is gone: the client gets a 502 and the front counts it.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	addr := gone.Listener.Addr().String()
+	gone.Close()
+	f, err := loadgen.StartFront([]string{addr}, loadgen.FrontRoundRobin, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cl := &http.Client{Transport: &http.Transport{}}
+	defer cl.CloseIdleConnections()
+	resp, err := cl.Get(f.URL() + "/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n, last := f.Errors(); resp.StatusCode != http.StatusBadGateway || n != 1 || last == "" {
+		t.Errorf("status %d, errors %d %q", resp.StatusCode, n, last)
+	}
 	if _, err := loadgen.ParseFrontPolicy("dns"); err == nil {
 		t.Error("ParseFrontPolicy(dns): no error")
 	}

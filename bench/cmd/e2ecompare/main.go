@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		for _, k := range routers {
 			fmt.Fprintf(stderr, "e2ecompare: %s with %d ramjet instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, front, len(w.Trace), n)
-			row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, progress)
+			row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, progress, stderr)
 			if err != nil {
 				return fmt.Errorf("%s/ramjet x%d: %w", w.Name, k, err)
 			}

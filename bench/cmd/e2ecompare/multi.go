@@ -40,7 +40,7 @@ func multiSites(k int, upstreams []string) []caddyrun.Site {
 // Caddy with separate state, see multiSites) behind a loadgen.Front with
 // policy front, in front of n fresh engine simulators.
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur time.Duration, progress io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, progress, logw io.Writer) (Row, error) {
 	const model = "sim"
 	var sims []*enginesim.Server
 	defer func() {
@@ -101,6 +101,12 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	if err != nil {
 		return Row{}, err
 	}
+	if n, last := fr.Errors(); n > 0 {
+		fmt.Fprintf(logw, "e2ecompare: %s: the front saw %d proxy errors, last: %s\n", label, n, last)
+	}
+	if rep.Failed > 0 || rep.NotSent > 0 {
+		fmt.Fprintf(logw, "e2ecompare: %s: %d failed, %d not sent: %v %q\n", label, rep.Failed, rep.NotSent, rep.Errors, rep.ErrorSamples)
+	}
 	used := 0
 	for up, c := range rep.Upstreams {
 		if c > 0 && up != "(none)" {
@@ -140,3 +146,4 @@ func parseRouters(routers, front string) ([]int, loadgen.FrontPolicy, error) {
 	}
 	return out, fp, nil
 }
+
