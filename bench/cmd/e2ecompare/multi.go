@@ -146,4 +146,3 @@ func parseRouters(routers, front string) ([]int, loadgen.FrontPolicy, error) {
 	}
 	return out, fp, nil
 }
-
