@@ -38,6 +38,8 @@ type MultiSuiteConfig struct {
 	Engine engine.Config
 	// Parallel bounds concurrent runs; 0 means GOMAXPROCS.
 	Parallel int
+	// Progress, when set, gets one line per finished run.
+	Progress io.Writer
 }
 
 // MultiRow is one (policy, instance count) row over seeds, with its
@@ -182,6 +184,9 @@ func RunMultiSeeds(sc MultiSuiteConfig, seeds []uint64) ([]MultiResult, error) {
 			s.OracleShare, _, _ = OracleShare(w, seed, ec.BlockSize)
 			s.PooledShare, _, _ = PooledOracleShare(w, seed, ec.BlockSize, n*ec.TotalBlocks())
 			sums[j.w][j.s][j.r] = s
+			if sc.Progress != nil {
+				fmt.Fprintf(sc.Progress, "fleetsim: %s on %s (%d replicas), seed %d: %.1fs\n", pol.Name(), w.Name, n, seed, res.Wall.Seconds())
+			}
 			if j.s == 0 {
 				disp[j.w][j.r] = multiOf(pol).Dispatched
 			}
@@ -277,8 +282,8 @@ func WriteMultiTable(w io.Writer, title string, rows []MultiRow) {
 	fmt.Fprintf(w, "### %s\n\n", title)
 	fmt.Fprintln(w, "Median over seeds (min-max); x1 = ratio to one instance of the same policy (cached share >= 0.95 and TTFT <= 1.10 meet issue 13's bar).")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| policy | instances | cached share | x1 | TTFT p50 (s) | x1 | TTFT p99 (s) | x1 | output tok/s | x1 | replicas used | max/mean load | bar |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Fprintln(w, "| policy | instances | cached share | x1 | TTFT p50 (s) | x1 | TTFT p99 (s) | x1 | output tok/s | x1 | replicas used | max/mean load | failed | bar |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	f := func(s Spread, prec int) string {
 		if s.Min == s.Max {
 			return strconv.FormatFloat(s.Median, 'f', prec, 64)
@@ -304,10 +309,10 @@ func WriteMultiTable(w io.Writer, title string, rows []MultiRow) {
 		if i := strings.Index(name, " x"); i >= 0 {
 			name = name[:i]
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s/%d | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s/%d | %s | %s | %s |\n",
 			name, r.Routers, f(r.CachedShare, 3), x(r.VsOne.CachedShare), f(r.TTFTp50, 3), x(r.VsOne.TTFTp50),
 			f(r.TTFTp99, 2), x(r.VsOne.TTFTp99), f(r.OutputTPS, 0), x(r.VsOne.OutputTPS),
-			f(r.ReplicasUsed, 0), r.Replicas, f(r.MaxMeanLoad, 2), bar)
+			f(r.ReplicasUsed, 0), r.Replicas, f(r.MaxMeanLoad, 2), f(r.Failed, 0), bar)
 	}
 	if len(rows) > 0 {
 		fmt.Fprintf(w, "\noracle cached share: infinite cache %s, pooled LRU of the fleet's KV %s\n", f(rows[0].OracleShare, 3), f(rows[0].PooledShare, 3))

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,7 @@ func runMulti(stdout io.Writer, a multiArgs) error {
 	out, err := fleetsim.RunMultiSeeds(fleetsim.MultiSuiteConfig{
 		Workloads: a.names, Traces: a.traces, Policies: pols, Routers: routers, Front: front,
 		Replicas: a.replicas, Scale: a.scale, Ramjet: a.rcfg, Engine: a.ecfg, Parallel: a.parallel,
+		Progress: os.Stderr,
 	}, a.seeds)
 	if err != nil {
 		return err
