@@ -1,9 +1,11 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"math/rand/v2"
 	"net"
@@ -111,6 +113,18 @@ func StartFront(backends []string, policy FrontPolicy, seed uint64) (*Front, err
 	}
 	f.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The body is read whole before proxying: an HTTP/1.x server may
+			// close the request body once the response starts, and a
+			// backend that answers before the proxy's transport has seen
+			// the body's EOF would then lose the connection mid-stream.
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxFrontBody))
+			if err != nil {
+				f.noteErr("reading the request body: " + err.Error())
+				http.Error(w, "front: "+err.Error(), http.StatusRequestEntityTooLarge)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
 			i := f.pick()
 			f.counts[i].Add(1)
 			proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), backendKey{}, i)))
@@ -132,6 +146,9 @@ func StartFront(backends []string, policy FrontPolicy, seed uint64) (*Front, err
 }
 
 type backendKey struct{}
+
+// MaxFrontBody bounds a request body through a Front.
+const MaxFrontBody = 64 << 20
 
 func (f *Front) noteErr(msg string) {
 	f.mu.Lock()
