@@ -53,14 +53,18 @@ type Row struct {
 	// bounded), the definition fleetsim uses, so the two tables compare.
 	TTFTp50   float64 `json:"ttft_p50_s"`
 	TTFTp95   float64 `json:"ttft_p95_s"`
+	TTFTp99   float64 `json:"ttft_p99_s"`
 	OutputTPS float64 `json:"output_tokens_per_s"`
 	// ReplicasUsed and MaxMeanLoad as the fleet simulation defines them.
 	ReplicasUsed int     `json:"replicas_used"`
 	MaxMeanLoad  float64 `json:"max_mean_load"`
 	// DensityDrift is the median prompt-token drift against the trace.
-	DensityDrift float64         `json:"density_median_drift"`
-	WallSeconds  float64         `json:"wall_s"`
-	Report       *loadgen.Report `json:"report"`
+	DensityDrift float64 `json:"density_median_drift"`
+	WallSeconds  float64 `json:"wall_s"`
+	// Front counts the requests the front balancer sent to each router
+	// instance (multi-router rows only, -routers).
+	Front  []int64         `json:"front,omitempty"`
+	Report *loadgen.Report `json:"report"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -78,6 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		maxDur    = fs.Duration("max-duration", 10*time.Minute, "wall-time limit of one run")
 		asJSON    = fs.Bool("json", false, "print JSON rows instead of a Markdown table")
 		kvCap     = fs.Int("kv-capacity", 0, "KV cache capacity per engine in tokens (0: default)")
+		routersS  = fs.String("routers", "", "also run ramjet as this many independent instances (comma-separated, e.g. 2,4) behind a front balancer: one row per count after each workload's policies")
+		frontS    = fs.String("front", "rr", "with -routers: the front balancer's policy (rr or random), per request")
 		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
 	)
 	var mo workload.MooncakeOptions
@@ -111,6 +117,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *replicas < 1 || *timeScale <= 0 {
 		return errors.New("-replicas and -time-scale must be positive")
 	}
+	routers, front, err := parseRouters(*routersS, *frontS)
+	if err != nil {
+		return err
+	}
 	var progress io.Writer
 	if f, ok := stderr.(*os.File); ok && loadgen.IsTerminal(f) {
 		progress = stderr
@@ -127,6 +137,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			row, err := runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, progress)
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", w.Name, pol, err)
+			}
+			rows = append(rows, row)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		for _, k := range routers {
+			fmt.Fprintf(stderr, "e2ecompare: %s with %d ramjet instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, front, len(w.Trace), n)
+			row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, progress, stderr)
+			if err != nil {
+				return fmt.Errorf("%s/ramjet x%d: %w", w.Name, k, err)
 			}
 			rows = append(rows, row)
 			if ctx.Err() != nil {
@@ -225,7 +246,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		Workload: w.Name, Policy: pol,
 		Requests: rep.Requests, OK: rep.Completed, Failed: rep.Failed, NotSent: rep.NotSent,
 		Cached:  rep.CachedShare,
-		TTFTp50: rep.TTFT.P50 / 1000 * ts, TTFTp95: rep.TTFT.P95 / 1000 * ts,
+		TTFTp50: rep.TTFT.P50 / 1000 * ts, TTFTp95: rep.TTFT.P95 / 1000 * ts, TTFTp99: rep.TTFT.P99 / 1000 * ts,
 		OutputTPS:    rep.OutputTokensPerSec / ts,
 		ReplicasUsed: used, MaxMeanLoad: rep.SpreadOver(n),
 		DensityDrift: rep.Density.MedianDrift,
@@ -236,11 +257,11 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 
 func markdown(rows []Row) string {
 	var sb strings.Builder
-	sb.WriteString("| workload | policy | completed | cached share | TTFT p50 s | TTFT p95 s | output tok/s | replicas used | max/mean load | prompt drift | wall s |\n")
-	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	sb.WriteString("| workload | policy | completed | cached share | TTFT p50 s | TTFT p95 s | TTFT p99 s | output tok/s | replicas used | max/mean load | prompt drift | wall s |\n")
+	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&sb, "| %s | %s | %d/%d | %.1f%% | %.2f | %.2f | %.0f | %d | %.2f | %+.2f%% | %.0f |\n",
-			r.Workload, r.Policy, r.OK, r.Requests, 100*r.Cached, r.TTFTp50, r.TTFTp95, r.OutputTPS,
+		fmt.Fprintf(&sb, "| %s | %s | %d/%d | %.1f%% | %.2f | %.2f | %.2f | %.0f | %d | %.2f | %+.2f%% | %.0f |\n",
+			r.Workload, r.Policy, r.OK, r.Requests, 100*r.Cached, r.TTFTp50, r.TTFTp95, r.TTFTp99, r.OutputTPS,
 			r.ReplicasUsed, r.MaxMeanLoad, 100*r.DensityDrift, r.WallSeconds)
 	}
 	return sb.String()

@@ -3,6 +3,7 @@
 //
 //	go run ./bench/cmd/fleetsim -workload all -replicas 8
 //	go run ./bench/cmd/fleetsim -trace conversation.jsonl -replicas 16
+//	go run ./bench/cmd/fleetsim -workload agent-fleet -routers 1,2,4 -front rr
 package main
 
 import (
@@ -57,6 +58,9 @@ func run(args []string, stdout io.Writer) error {
 		budget = fs.Int64("index-budget", 0, "ramjet index_budget in bytes (0: default)")
 		outW   = fs.Float64("output-weight", 0, "ramjet output_weight: score per requested output token on a replica whose engine profile fits (0: default)")
 		ctxW   = fs.Float64("context-weight", fleetsim.RamjetContextWeight, "the ramjet-context variant's weight per prompt token of an in-flight request")
+
+		routersS = fs.String("routers", "", "multi-router comparison: instance counts, comma-separated (e.g. 1,2,4); -policy then names "+strings.Join(fleetsim.MultiPolicyNames, ", ")+" (all: every one)")
+		front    = fs.String("front", "rr", "with -routers: the front balancer splitting traffic over the instances ("+strings.Join(fleetsim.FrontNames, ", ")+")")
 	)
 	var mo workload.MooncakeOptions
 	mo.RegisterFlags(fs)
@@ -113,6 +117,13 @@ func run(args []string, stdout io.Writer) error {
 		traces = append(traces, w)
 	}
 
+	if *routersS != "" {
+		return runMulti(stdout, multiArgs{
+			routers: *routersS, front: *front, policies: *policies, names: names, traces: traces,
+			replicas: *replicas, scale: *scale, parallel: *parallel, seeds: seeds, seedsS: *seedsS,
+			preset: *preset, rcfg: rcfg, ecfg: ecfg, jsonOut: *jsonOut,
+		})
+	}
 	if *sweep {
 		sp := "ramjet"
 		if *policies != "all" {

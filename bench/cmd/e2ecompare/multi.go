@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/engine"
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/bench/loadgen"
+	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
+	"github.com/ramjet-llm/ramjet/bench/workload"
+)
+
+// multiRouteIDSecret is the route-id secret every instance shares (as
+// several ramjet instances of one deployment must).
+const multiRouteIDSecret = "e2ecompare-multi"
+
+// multiSites returns k ramjet sites over upstreams, each an independent
+// instance: its own state_key (own index, own reservations, as a separate
+// Caddy process has), the same route-id secret, the observer handler of
+// its own state.
+func multiSites(k int, upstreams []string) []caddyrun.Site {
+	sites := make([]caddyrun.Site, k)
+	for i := range sites {
+		key := fmt.Sprintf("e2e-r%d", i)
+		sites[i] = caddyrun.Site{
+			Name: fmt.Sprintf("r%d", i), Policy: "ramjet", Upstreams: upstreams,
+			PolicyConfig: map[string]any{"state_key": key, "route_id_secret": multiRouteIDSecret},
+			Handlers:     []map[string]any{{"handler": "ramjet_observe", "state_key": key}},
+		}
+	}
+	return sites
+}
+
+// runMulti replays w through k ramjet instances (sites of one in-process
+// Caddy with separate state, see multiSites) behind a loadgen.Front with
+// policy front, in front of n fresh engine simulators.
+func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, progress, logw io.Writer) (Row, error) {
+	const model = "sim"
+	var sims []*enginesim.Server
+	defer func() {
+		for _, s := range sims {
+			s.Close()
+		}
+	}()
+	addrs := make([]string, 0, n)
+	for i := range n {
+		o := enginesim.Options{
+			Model: model, TimeScale: ts, Seed: uint64(i) + 1,
+			Engine: engine.Config{MaxModelLen: 131072, CapacityTokens: kvCapacity},
+		}
+		for _, sp := range w.Speculative {
+			if sp == i {
+				o.Engine.SpecTokens = 4
+			}
+		}
+		s, err := enginesim.Start(ctx, o)
+		if err != nil {
+			return Row{}, err
+		}
+		sims = append(sims, s)
+		addrs = append(addrs, s.Addr())
+	}
+	sites := multiSites(k, addrs)
+	running, err := caddyrun.Start(sites)
+	if err != nil {
+		return Row{}, err
+	}
+	defer caddyrun.Stop()
+	var backends []string
+	for _, s := range sites {
+		backends = append(backends, running.Addr[s.Name])
+	}
+	fr, err := loadgen.StartFront(backends, front, seed)
+	if err != nil {
+		return Row{}, err
+	}
+	defer fr.Close()
+
+	label := fmt.Sprintf("ramjet x%d %s", k, front)
+	client, err := loadgen.NewClient(loadgen.ClientConfig{
+		BaseURL: fr.URL(), Model: model, Timeout: timeout,
+		UpstreamHeader: caddyrun.SpreadHeader, IgnoreEOS: true,
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	defer client.Close()
+	start := time.Now()
+	rep, err := loadgen.Run(ctx, loadgen.RunConfig{
+		Label: w.Name + "/" + label, Trace: w.Trace, Client: client,
+		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
+		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
+		Progress: progress,
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	if n, last := fr.Errors(); n > 0 {
+		fmt.Fprintf(logw, "e2ecompare: %s: the front saw %d proxy errors, last: %s\n", label, n, last)
+	}
+	if rep.Failed > 0 || rep.NotSent > 0 {
+		fmt.Fprintf(logw, "e2ecompare: %s: %d failed, %d not sent: %v %q\n", label, rep.Failed, rep.NotSent, rep.Errors, rep.ErrorSamples)
+	}
+	used := 0
+	for up, c := range rep.Upstreams {
+		if c > 0 && up != "(none)" {
+			used++
+		}
+	}
+	return Row{
+		Workload: w.Name, Policy: label,
+		Requests: rep.Requests, OK: rep.Completed, Failed: rep.Failed, NotSent: rep.NotSent,
+		Cached:  rep.CachedShare,
+		TTFTp50: rep.TTFT.P50 / 1000 * ts, TTFTp95: rep.TTFT.P95 / 1000 * ts, TTFTp99: rep.TTFT.P99 / 1000 * ts,
+		OutputTPS:    rep.OutputTokensPerSec / ts,
+		ReplicasUsed: used, MaxMeanLoad: rep.SpreadOver(n),
+		DensityDrift: rep.Density.MedianDrift,
+		WallSeconds:  time.Since(start).Seconds(),
+		Front:        fr.Counts(),
+		Report:       rep,
+	}, nil
+}
+
+// parseRouters parses -routers and -front.
+func parseRouters(routers, front string) ([]int, loadgen.FrontPolicy, error) {
+	fp, err := loadgen.ParseFrontPolicy(front)
+	if err != nil {
+		return nil, 0, fmt.Errorf("-front: %w", err)
+	}
+	if routers == "" {
+		return nil, fp, nil
+	}
+	var out []int
+	for _, f := range strings.Split(routers, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 {
+			return nil, 0, fmt.Errorf("-routers %q: want positive counts, comma-separated", routers)
+		}
+		out = append(out, k)
+	}
+	return out, fp, nil
+}

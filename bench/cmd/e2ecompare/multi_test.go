@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+)
+
+// TestE2ECompareRouters replays one burst round through one ramjet and
+// through two independent ramjet instances behind the round-robin front:
+// every request completes, the front deals them evenly, and the engines
+// report cached tokens through both.
+func TestE2ECompareRouters(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-workload", "burst", "-scale", "0.125", "-policy", "ramjet",
+		"-routers", "2", "-front", "rr", "-replicas", "4", "-time-scale", "20", "-json"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var rows []Row
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rows) != 2 || rows[0].Policy != "ramjet" || rows[1].Policy != "ramjet x2 rr" {
+		t.Fatalf("rows: %+v", rows)
+	}
+	for _, r := range rows {
+		if r.OK != 12 || r.Failed != 0 || r.ReplicasUsed == 0 || r.TTFTp99 < r.TTFTp50 || r.TTFTp50 <= 0 {
+			t.Errorf("%s: %+v", r.Policy, r)
+		}
+		t.Logf("%s: replicas used %d of 4, cached %.3f, front %v", r.Policy, r.ReplicasUsed, r.Cached, r.Front)
+	}
+	if !slices.Equal(rows[1].Front, []int64{6, 6}) {
+		t.Errorf("front dealt %v, want [6 6]", rows[1].Front)
+	}
+	if rows[0].Front != nil {
+		t.Errorf("single-instance row has front counts %v", rows[0].Front)
+	}
+}
+
+func TestParseRouters(t *testing.T) {
+	got, fp, err := parseRouters("2, 4", "random")
+	if err != nil || !slices.Equal(got, []int{2, 4}) || fp.String() != "random" {
+		t.Errorf("parseRouters: %v %v %v", got, fp, err)
+	}
+	for _, bad := range [][2]string{{"0", "rr"}, {"x", "rr"}, {"2", "hash"}} {
+		if _, _, err := parseRouters(bad[0], bad[1]); err == nil {
+			t.Errorf("parseRouters(%q, %q): no error", bad[0], bad[1])
+		}
+	}
+}

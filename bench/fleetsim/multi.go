@@ -1,0 +1,237 @@
+package fleetsim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// Front is how a front balancer (a plain L4/L7 load balancer or a
+// Kubernetes Service) splits the client traffic over router instances.
+type Front int
+
+const (
+	// FrontRoundRobin deals the requests to the instances in turn.
+	FrontRoundRobin Front = iota
+	// FrontRandom sends each request to an instance drawn at random.
+	FrontRandom
+	// FrontClientHash sends every request of one session (one client
+	// conversation, one agent task) to the same instance, by a hash of the
+	// session id (session affinity, e.g. a Service's sessionAffinity or a
+	// consistent hash on a client header).
+	FrontClientHash
+)
+
+// FrontNames lists the front balancers by their flag names.
+var FrontNames = []string{"rr", "random", "client-hash"}
+
+// ParseFront parses a front balancer's flag name (FrontNames).
+func ParseFront(s string) (Front, error) {
+	for i, n := range FrontNames {
+		if s == n {
+			return Front(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown front %q (want one of %s)", s, strings.Join(FrontNames, ", "))
+}
+
+func (f Front) String() string {
+	if int(f) >= 0 && int(f) < len(FrontNames) {
+		return FrontNames[f]
+	}
+	return fmt.Sprintf("front(%d)", int(f))
+}
+
+// SyncSuffix marks a policy whose instances share one state (see
+// NewMulti): "dynamo-sync" is Dynamo with router replica sync.
+const SyncSuffix = "-sync"
+
+// MultiPolicyNames lists the policies NewMulti models with several
+// instances, each with its documented multi-router behaviour:
+//
+//   - ramjet: independent instances, no router-to-router traffic: each
+//     its own selection.Router (own index, own reservations) over the same
+//     replica keys, so the rendezvous placement of a cold prefix is the
+//     same on every instance;
+//   - sglang, sglang-tuned: the gateway without its mesh (no tree gossip):
+//     each instance learns its own radix trees from its own traffic and
+//     counts its own in-flight requests;
+//   - dynamo, dynamo-tuned: KV router replicas without replica sync: every
+//     instance reads the engines' KV events (the same cached blocks) but
+//     tracks the active blocks and queued prefill of its own requests only;
+//   - dynamo-sync, dynamo-tuned-sync: with router replica sync
+//     (--router-replica-sync), every request's lifecycle is broadcast to
+//     the other replicas, so all share one view; modelled as one shared
+//     state with no propagation delay (an upper bound for sync).
+var MultiPolicyNames = []string{"ramjet", "sglang", "sglang-tuned", "dynamo", "dynamo-tuned", "dynamo-sync", "dynamo-tuned-sync"}
+
+// Multi is several router instances of one policy in front of one fleet,
+// with the client traffic split by a front balancer. The instances do not
+// talk to each other: each sees the engines (their metrics, their KV
+// events) and only its own requests. In-flight and routed counts of the
+// fleet each instance reads are its own (what a router counts itself).
+type Multi struct {
+	label string
+	front Front
+	rng   *rand.Rand
+	next  int
+
+	inst []Policy
+	// shared marks one state for every instance (replica sync): the
+	// instances then read the fleet's own counts.
+	shared bool
+	views  [][]*Replica // per instance, its own counts over the shared engines
+	owner  map[int]owned
+
+	// Dispatched counts requests per instance.
+	Dispatched []int
+}
+
+type owned struct {
+	inst   int
+	routed bool
+}
+
+var _ Policy = (*Multi)(nil)
+
+// multiHashes is a Multi whose instances read the engines' KV events
+// (wantsEngineHashes).
+type multiHashes struct{ *Multi }
+
+func (multiHashes) wantsEngineHashes() {}
+
+// NewMulti returns routers instances of the named policy (MultiPolicyNames)
+// behind front. Instance k takes seed+k for its random choices (instance 0
+// the seed a single instance takes), ramjet instances cfg. With one
+// instance the result routes exactly as NewPolicy(name, seed, cfg).
+func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.Config) (Policy, error) {
+	if routers < 1 {
+		return nil, fmt.Errorf("multi %s: routers must be positive, got %d", name, routers)
+	}
+	known := false
+	for _, n := range MultiPolicyNames {
+		known = known || n == name
+	}
+	if !known {
+		return nil, fmt.Errorf("multi: policy %q has no multi-router model (want one of %s)", name, strings.Join(MultiPolicyNames, ", "))
+	}
+	base, shared := strings.CutSuffix(name, SyncSuffix)
+	m := &Multi{
+		label:      fmt.Sprintf("%s x%d %s", name, routers, front),
+		front:      front,
+		rng:        rand.New(rand.NewPCG(seed, 0x66726f6e74)),
+		shared:     shared,
+		owner:      make(map[int]owned),
+		Dispatched: make([]int, routers),
+	}
+	n := routers
+	if shared {
+		n = 1
+	}
+	hashes := false
+	for k := range n {
+		p, err := NewPolicy(base, seed+uint64(k), cfg)
+		if err != nil {
+			return nil, fmt.Errorf("multi %s instance %d: %w", name, k, err)
+		}
+		if _, ok := p.(kvFed); ok {
+			return nil, fmt.Errorf("multi: %s reads KV events through one engine hook per replica; not modelled with several instances", base)
+		}
+		_, h := p.(interface{ wantsEngineHashes() })
+		hashes = hashes || h
+		m.inst = append(m.inst, p)
+	}
+	for range routers - n {
+		m.inst = append(m.inst, m.inst[0])
+	}
+	m.views = make([][]*Replica, routers)
+	if hashes {
+		return multiHashes{m}, nil
+	}
+	return m, nil
+}
+
+// Name is the policy, the instance count and the front: "ramjet x4 rr".
+func (m *Multi) Name() string { return m.label }
+
+// Instances returns the instances' policies (one shared policy repeated
+// for a sync variant).
+func (m *Multi) Instances() []Policy { return m.inst }
+
+// instance is the front balancer's choice for r.
+func (m *Multi) instance(r *Request) int {
+	k := len(m.inst)
+	switch m.front {
+	case FrontRandom:
+		return m.rng.IntN(k)
+	case FrontClientHash:
+		var b [8]byte
+		s := uint64(r.Row.Session)
+		for i := range b {
+			b[i] = byte(s >> (8 * i))
+		}
+		return int(xxhash.Sum64(b[:]) % uint64(k))
+	}
+	i := m.next % k
+	m.next++
+	return i
+}
+
+// view returns instance k's view of fleet: the same engines and KV
+// events, its own in-flight and routed counts.
+func (m *Multi) view(k int, fleet []*Replica) []*Replica {
+	if m.shared {
+		return fleet
+	}
+	v := m.views[k]
+	for len(v) < len(fleet) {
+		f := fleet[len(v)]
+		v = append(v, &Replica{ID: f.ID, Speculative: f.Speculative, eng: f.eng, cached: f.cached})
+	}
+	m.views[k] = v
+	return v[:len(fleet)]
+}
+
+func (m *Multi) Pick(r *Request, fleet []*Replica) int {
+	k := m.instance(r)
+	m.Dispatched[k]++
+	m.owner[r.Row.ID] = owned{inst: k}
+	return m.inst[k].Pick(r, m.view(k, fleet))
+}
+
+func (m *Multi) Routed(r *Request, rep int) {
+	o, ok := m.owner[r.Row.ID]
+	if !ok {
+		return
+	}
+	o.routed = true
+	m.owner[r.Row.ID] = o
+	if !m.shared {
+		v := m.views[o.inst][rep]
+		v.InFlight++
+		v.Routed++
+	}
+	m.inst[o.inst].Routed(r, rep)
+}
+
+func (m *Multi) FirstToken(r *Request, rep int) {
+	if o, ok := m.owner[r.Row.ID]; ok {
+		m.inst[o.inst].FirstToken(r, rep)
+	}
+}
+
+func (m *Multi) Done(r *Request, rep int) {
+	o, ok := m.owner[r.Row.ID]
+	if !ok {
+		return
+	}
+	delete(m.owner, r.Row.ID)
+	if o.routed && !m.shared {
+		m.views[o.inst][rep].InFlight--
+	}
+	m.inst[o.inst].Done(r, rep)
+}
