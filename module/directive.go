@@ -156,12 +156,10 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	dials := rd.dials()
 
 	health := &Health{Upstreams: dials, RouteIDSecret: rd.secret}
-	models := &Models{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, ClientTokens: rd.clientKey,
-		Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
+	engines := Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, ClientTokens: rd.clientKey}
+	models := &Models{Engines: engines, Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
 	guard := &Guard{
-		Upstreams:         rd.baseURLs(),
-		UpstreamToken:     rd.token,
-		ClientTokens:      rd.clientKey,
+		Engines:           engines,
 		ForwardClientAuth: rd.forwardClientAuth,
 		MaxBodySize:       rd.maxBodySize,
 		ModelCheck:        rd.modelCheck,
@@ -630,53 +628,4 @@ func parseUpstream(s string) (upstreamAddr, error) {
 	}
 	u.dial = net.JoinHostPort(host, port)
 	return u, nil
-}
-
-// splitList splits arguments on commas and white space (one token may hold
-// a whole list, as {$RJ_UPSTREAM} does) and drops empty items.
-func splitList(args []string) []string {
-	var out []string
-	for _, a := range args {
-		out = append(out, strings.FieldsFunc(a, func(r rune) bool {
-			return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r'
-		})...)
-	}
-	return out
-}
-
-// optionalArg reads zero or one argument; zero (an unset environment
-// variable) means "keep the default".
-func optionalArg(d *caddyfile.Dispenser, args []string) (string, error) {
-	switch len(args) {
-	case 0:
-		return "", nil
-	case 1:
-		return args[0], nil
-	default:
-		return "", d.ArgErr()
-	}
-}
-
-func parseSizeArg(d *caddyfile.Dispenser, args []string) (int64, error) {
-	s, err := optionalArg(d, args)
-	if err != nil || s == "" {
-		return 0, err
-	}
-	v, err := parseSize(s)
-	if err != nil || v == 0 || v > 1<<40 {
-		return 0, d.Errf("not a size: %q", s)
-	}
-	return v, nil
-}
-
-func parseDurationArg(d *caddyfile.Dispenser, args []string) (caddy.Duration, error) {
-	s, err := optionalArg(d, args)
-	if err != nil || s == "" {
-		return 0, err
-	}
-	v, err := caddy.ParseDuration(s)
-	if err != nil || v <= 0 {
-		return 0, d.Errf("not a positive duration: %q", s)
-	}
-	return caddy.Duration(v), nil
 }

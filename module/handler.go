@@ -14,6 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/edge"
 )
 
 func init() {
@@ -272,10 +274,10 @@ func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // in an "error" event (the OpenAI SDKs turn a data object with an "error"
 // field into a stream error).
 var streamCutEvent = func() []byte {
-	e := newAPIError(http.StatusBadGateway, errTypeServer, errCodeUpstreamFailed, "",
+	e := edge.NewError(http.StatusBadGateway, edge.TypeServer, edge.CodeUpstreamFailed, "",
 		"the engine stopped before the end of the response")
 	b, _ := json.Marshal(struct {
-		Error *APIError `json:"error"`
+		Error *edge.Error `json:"error"`
 	}{e})
 	return []byte("event: error\ndata: " + string(b) + "\n\n")
 }()

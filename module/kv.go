@@ -569,7 +569,7 @@ func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extr
 	if b == nil {
 		return
 	}
-	defer b.release()
+	defer b.Release()
 	f := st.features(x, ep) // cached for Select: one parse per request
 	if f == nil {
 		return
@@ -577,10 +577,10 @@ func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extr
 	// The cache is keyed by the whole body: identical bodies (retries,
 	// repeated prompts) skip both the request build and the preflight;
 	// bodies that differ only outside the prompt merely miss.
-	key := xxhash.Sum64(b.buf)
+	key := xxhash.Sum64(b.Bytes())
 	toks, ok := k.tk.Cached(key)
 	if !ok {
-		req, err := tokenizeRequest(ep, b.buf, f)
+		req, err := tokenizeRequest(ep, b.Bytes(), f)
 		if err != nil {
 			return
 		}

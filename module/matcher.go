@@ -125,7 +125,7 @@ func (m BodyMatcher) MatchWithError(r *http.Request) (bool, error) {
 	if b == nil {
 		return false, nil
 	}
-	defer b.release()
+	defer b.Release()
 	f := st.features(sharedExtractor(), ep)
 	if f == nil {
 		return false, nil

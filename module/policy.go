@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -410,7 +411,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 
 	// Features: from the matcher's cache or from the body, read here.
 	var feat *selection.Features
-	var body *bodyBuf
+	var body *edge.Body
 	ep := selection.EndpointUnknown
 	if r.Method == http.MethodPost {
 		ep = selection.EndpointForPath(r.URL.Path)
@@ -425,7 +426,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	if feat == nil {
 		if body != nil {
-			body.release()
+			body.Release()
 		}
 		return s.selectFallback(pool, r, w, st, v)
 	}
@@ -436,7 +437,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	d, res := s.decide(pool, v, st, feat, storage)
 	if res == nil {
-		body.release()
+		body.Release()
 		if v.untracked {
 			// Upstreams past selection.MaxReplicas cannot be scored: the
 			// fallback policy may still find one of them.
@@ -447,7 +448,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	st.markTried(d.Slot)
 	st.model = modelNames.Intern(feat.Model)
-	body.release()
+	body.Release()
 
 	st.fallback = false
 	st.decision = d
@@ -581,19 +582,19 @@ func (s *RamjetSelection) restoreBody(r *http.Request, st *reqState) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
-	if br, ok := r.Body.(*bodyReader); ok && br.untouched() {
+	if br, ok := r.Body.(*edge.Reader); ok && br.Untouched() {
 		return
 	}
-	if st.attempts == 1 && st.origReader != nil && st.origReader.untouched() {
+	if st.attempts == 1 && st.origReader != nil && st.origReader.Untouched() {
 		// The body reaching Caddy's wrappers is still the matcher's reader,
 		// unread: leave Caddy's chain (trailers, close handling) intact.
 		return
 	}
-	if st.origReader != nil && st.origReader.untouched() {
+	if st.origReader != nil && st.origReader.Untouched() {
 		// Superseded: nobody will read it now.
 		st.origReader.Close()
 	}
-	r.Body = st.body.newReader()
+	r.Body = st.body.NewReader(nil)
 }
 
 // viewFor returns the cached view of pool, building it on a change.

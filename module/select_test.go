@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -91,7 +92,7 @@ func TestDecideAllocs(t *testing.T) {
 	var d selection.Decision
 	var storage selection.Reservation
 	allocs := testing.AllocsPerRun(1000, func() {
-		if !st.body.acquire() {
+		if !st.body.Acquire() {
 			t.Fatal("body released")
 		}
 		f := st.features(p.x, ep)
@@ -99,7 +100,7 @@ func TestDecideAllocs(t *testing.T) {
 		var res *selection.Reservation
 		d, res = p.decide(pool, v, st, f, &storage)
 		res.Release()
-		st.body.release()
+		st.body.Release()
 	})
 	if allocs != 0 {
 		t.Fatalf("decide allocates %v times per call, want 0", allocs)
@@ -164,7 +165,7 @@ func TestSelectOversizedBody(t *testing.T) {
 			t.Fatal("no upstream")
 		}
 		st := lookupRequest(r)
-		if !st.fallback || st.bodyErr != errBodyTooLarge {
+		if !st.fallback || st.bodyErr != edge.ErrTooLarge {
 			t.Fatalf("chunked=%v: fallback %v, body error %v", chunked, st.fallback, st.bodyErr)
 		}
 		got, err := io.ReadAll(r.Body)
