@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -214,11 +215,11 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 	// The settings first: a retired MD_UPSTREAM must be named as such, not
 	// reported as a missing upstream, and a typo'd RJ_* name must not be
 	// ignored.
-	known, ok := knownEnvNames(d.File())
+	known, ok := envcheck.Known(d.File(), deployEnvNames)
 	if !ok {
 		known = nil
 	}
-	if err := checkEnv(os.Environ(), known); err != nil {
+	if err := envcheck.Check(os.Environ(), known); err != nil {
 		return nil, d.Errf("%v", err)
 	}
 	file, line := d.File(), d.Line()
