@@ -73,7 +73,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if h.StateKey != "" {
 				return d.Errf("state_key: option specified more than once")
 			}
-			v, err := stringArg(d, "state_key")
+			v, err := oneArg(d, "state_key")
 			if err != nil {
 				return err
 			}

@@ -576,7 +576,7 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 					k.x.AppendReplicaStats(nil), k.x.Predicted(), pre.Index().AppendReplicaStats(nil), pre.Index().Predicted())
 			}
 			parse(body)
-			req, err := tokenizeRequest(selection.EndpointChat, []byte(body), feat)
+			req, err := kvindex.RequestFor(selection.EndpointChat, []byte(body), feat)
 			if err != nil {
 				t.Fatal(err)
 			}

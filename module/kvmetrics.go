@@ -149,7 +149,7 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 		hits += k.tk.CacheHits()
 		misses += k.tk.CacheMisses()
 		shared += k.tk.Shared()
-		b, s, c := k.tokLatency.snapshot()
+		b, s, c := k.tokLatency.Snapshot()
 		for le, n := range b {
 			buckets[le] += n
 		}

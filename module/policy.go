@@ -158,6 +158,21 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	t := map[string]blockOption{
+		"max_body_bytes":  argSize(&s.MaxBodyBytes),
+		"profile":         s.parseProfileOption,
+		"fallback":        s.parseFallback,
+		"state_key":       argString(&s.StateKey),
+		"route_id_secret": argString(&s.RouteIDSecret),
+		"outlier": func(d *caddyfile.Dispenser, _ string) error {
+			s.Outlier = new(OutlierSettings)
+			return s.Outlier.unmarshalCaddyfile(d)
+		},
+	}
+	for name := range routingKnobs {
+		t[name] = knobOption(&s.Config)
+	}
+	s.kvOptions(t)
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		opt := d.Val()
@@ -167,63 +182,77 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			seen[opt] = true
 		}
-		var err error
-		if isKnob(opt) {
-			if err = knobArg(d, &s.Config, opt); err != nil {
-				return err
-			}
-			continue
+		set, ok := t[opt]
+		if !ok {
+			return d.Errf("unrecognized ramjet option '%s'", opt)
 		}
-		switch opt {
-		case "max_body_bytes":
-			s.MaxBodyBytes, err = sizeArg(d, opt)
-		case "profile":
-			var up, prof string
-			if !d.Args(&up, &prof) || d.NextArg() {
-				return d.Errf("profile: want <upstream> speculative|standard")
-			}
-			if _, ok := parseProfile(prof); !ok {
-				return d.Errf("profile %s: unknown engine profile %q (want speculative or standard)", up, prof)
-			}
-			if _, dup := s.Profiles[up]; dup {
-				return d.Errf("profile %s: specified more than once", up)
-			}
-			if s.Profiles == nil {
-				s.Profiles = make(map[string]string)
-			}
-			s.Profiles[up] = prof
-		case "fallback":
-			if !d.NextArg() {
-				return d.Errf("fallback: want a policy name")
-			}
-			name := d.Val()
-			if name == "ramjet" {
-				return d.Errf("fallback: ramjet cannot be its own fallback")
-			}
-			modID := "http.reverse_proxy.selection_policies." + name
-			unm, uerr := caddyfile.UnmarshalModule(d, modID)
-			if uerr != nil {
-				return d.Errf("fallback: %v", uerr)
-			}
-			sel, ok := unm.(reverseproxy.Selector)
-			if !ok {
-				return d.Errf("fallback: module %s is not a selection policy", modID)
-			}
-			s.FallbackRaw = caddyconfig.JSONModuleObject(sel, "policy", name, nil)
-		case "state_key":
-			s.StateKey, err = stringArg(d, opt)
-		case "route_id_secret":
-			s.RouteIDSecret, err = stringArg(d, opt)
-		case "outlier":
-			s.Outlier = new(OutlierSettings)
-			err = s.Outlier.unmarshalCaddyfile(d)
-		default:
-			var ok bool
-			if ok, err = s.unmarshalKVOption(d, opt); !ok {
-				return d.Errf("unrecognized ramjet option '%s'", opt)
-			}
+		if err := set(d, opt); err != nil {
+			return err
 		}
-		if err != nil {
+	}
+	return nil
+}
+
+// parseProfileOption reads profile <upstream> speculative|standard.
+func (s *RamjetSelection) parseProfileOption(d *caddyfile.Dispenser, _ string) error {
+	var up, prof string
+	if !d.Args(&up, &prof) || d.NextArg() {
+		return d.Errf("profile: want <upstream> speculative|standard")
+	}
+	if _, ok := parseProfile(prof); !ok {
+		return d.Errf("profile %s: unknown engine profile %q (want speculative or standard)", up, prof)
+	}
+	if _, dup := s.Profiles[up]; dup {
+		return d.Errf("profile %s: specified more than once", up)
+	}
+	if s.Profiles == nil {
+		s.Profiles = make(map[string]string)
+	}
+	s.Profiles[up] = prof
+	return nil
+}
+
+// parseFallback reads fallback <policy> [{ <policy options> }].
+func (s *RamjetSelection) parseFallback(d *caddyfile.Dispenser, _ string) error {
+	if !d.NextArg() {
+		return d.Errf("fallback: want a policy name")
+	}
+	name := d.Val()
+	if name == "ramjet" {
+		return d.Errf("fallback: ramjet cannot be its own fallback")
+	}
+	modID := "http.reverse_proxy.selection_policies." + name
+	unm, err := caddyfile.UnmarshalModule(d, modID)
+	if err != nil {
+		return d.Errf("fallback: %v", err)
+	}
+	sel, ok := unm.(reverseproxy.Selector)
+	if !ok {
+		return d.Errf("fallback: module %s is not a selection policy", modID)
+	}
+	s.FallbackRaw = caddyconfig.JSONModuleObject(sel, "policy", name, nil)
+	return nil
+}
+
+// blockOption reads option opt of a policy block: its value on the line
+// (exactly one, for the argX helpers) or its nested block.
+type blockOption func(d *caddyfile.Dispenser, opt string) error
+
+// subBlock reads the nested block of option what through t: each option
+// once, none unknown.
+func subBlock(d *caddyfile.Dispenser, what string, t map[string]blockOption) error {
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		o := d.Val()
+		if seen[o] {
+			return d.Errf("%s: %s specified more than once", what, o)
+		}
+		seen[o] = true
+		set, ok := t[o]
+		if !ok {
+			return d.Errf("%s: unrecognized option '%s'", what, o)
+		}
+		if err := set(d, o); err != nil {
 			return err
 		}
 	}
@@ -244,42 +273,55 @@ func oneArg(d *caddyfile.Dispenser, opt string) (string, error) {
 	return v, nil
 }
 
-func stringArg(d *caddyfile.Dispenser, opt string) (string, error) { return oneArg(d, opt) }
-
-func intArg(d *caddyfile.Dispenser, opt string) (int, error) {
-	v, err := oneArg(d, opt)
-	if err != nil {
-		return 0, err
+// argValue reads the one value of an option into p with parse.
+func argValue[T any](p *T, parse func(string) (T, error)) blockOption {
+	return func(d *caddyfile.Dispenser, opt string) error {
+		v, err := oneArg(d, opt)
+		if err != nil {
+			return err
+		}
+		if *p, err = parse(v); err != nil {
+			return d.Errf("%s: %v", opt, err)
+		}
+		return nil
 	}
-	n, err := parseInt(v)
-	if err != nil {
-		return 0, d.Errf("%s: %v", opt, err)
-	}
-	return n, nil
 }
 
-func sizeArg(d *caddyfile.Dispenser, opt string) (int64, error) {
-	v, err := oneArg(d, opt)
-	if err != nil {
-		return 0, err
-	}
-	n, err := parseSize(v)
-	if err != nil {
-		return 0, d.Errf("%s: %v", opt, err)
-	}
-	return n, nil
+func argString(p *string) blockOption {
+	return argValue(p, func(v string) (string, error) { return v, nil })
 }
 
-// knobArg reads the one value of routing knob opt into c (knobs.go).
-func knobArg(d *caddyfile.Dispenser, c *selection.Config, opt string) error {
-	v, err := oneArg(d, opt)
-	if err != nil {
-		return err
+func argInt(p *int) blockOption { return argValue(p, parseInt) }
+
+func argSize(p *int64) blockOption { return argValue(p, parseSize) }
+
+func argDuration(p *caddy.Duration) blockOption {
+	return func(d *caddyfile.Dispenser, opt string) error {
+		v, err := oneArg(d, opt)
+		if err != nil {
+			return err
+		}
+		dur, err := caddy.ParseDuration(v)
+		if err != nil {
+			return d.Errf("%s: %q is not a duration", opt, v)
+		}
+		*p = caddy.Duration(dur)
+		return nil
 	}
-	if err := setKnob(c, opt, v); err != nil {
-		return d.Err(err.Error())
+}
+
+// knobOption reads the one value of a routing knob into c (knobs.go).
+func knobOption(c *selection.Config) blockOption {
+	return func(d *caddyfile.Dispenser, opt string) error {
+		v, err := oneArg(d, opt)
+		if err != nil {
+			return err
+		}
+		if err := setKnob(c, opt, v); err != nil {
+			return d.Err(err.Error())
+		}
+		return nil
 	}
-	return nil
 }
 
 func parseProfile(s string) (selection.Profile, bool) {
