@@ -28,9 +28,6 @@ var routingKnobs = map[string]func(c *selection.Config, v string) error{
 	"output_weight":      func(c *selection.Config, v string) (err error) { c.OutputWeight, err = parseFloat(v); return },
 }
 
-// isKnob reports whether name is a routing knob.
-func isKnob(name string) bool { _, ok := routingKnobs[name]; return ok }
-
 // setKnob parses v into knob name of c. A knob given is explicit: its
 // zero is kept (alpha 0 is pure affinity), where zero is a value of it.
 func setKnob(c *selection.Config, name, v string) error {

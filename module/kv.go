@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -488,112 +487,67 @@ var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "
 
 // kvDirective is the parsed precise-path options of the ramjet directive.
 type kvDirective struct {
-	events, replay, topics map[string]string // upstream -> value
-	bind, topic            string
-	blockSize              int
-	tokenizeTimeout        caddy.Duration
+	feeds           kvindex.FeedOptions
+	blockSize       int
+	tokenizeTimeout caddy.Duration
 }
 
 // parse reads one of kvDirectiveOptions.
 func (k *kvDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
 	args = splitList(args)
-	pairs := func() (map[string]string, error) {
-		m := map[string]string{}
-		for _, a := range args {
-			up, v, ok := strings.Cut(a, "=")
-			if !ok || up == "" || v == "" {
-				return nil, d.Errf("%s: want <upstream>=<value>, got %q", name, a)
-			}
-			if _, dup := m[up]; dup {
-				return nil, d.Errf("%s: upstream %s listed twice", name, up)
-			}
-			m[up] = v
-		}
-		return m, nil
-	}
-	one := func() (string, error) {
-		if len(args) > 1 {
-			return "", d.Errf("%s: want one value, got %d", name, len(args))
-		}
-		if len(args) == 0 {
-			return "", nil
-		}
-		return args[0], nil
+	var v string
+	if len(args) > 1 && name != "kv_events" && name != "kv_replay" && name != "kv_topics" {
+		return d.Errf("%s: want one value, got %d", name, len(args))
+	} else if len(args) == 1 {
+		v = args[0]
 	}
 	var err error
 	switch name {
 	case "kv_events":
-		k.events, err = pairs()
+		k.feeds.Events, err = kvindex.ParsePairs(name, args)
 	case "kv_replay":
-		k.replay, err = pairs()
+		k.feeds.Replay, err = kvindex.ParsePairs(name, args)
 	case "kv_topics":
-		k.topics, err = pairs()
+		k.feeds.Topics, err = kvindex.ParsePairs(name, args)
 	case "kv_bind":
-		k.bind, err = one()
+		k.feeds.Bind = v
 	case "kv_topic":
-		k.topic, err = one()
+		k.feeds.Topic = v
 	case "kv_block_size":
-		var v string
-		if v, err = one(); err == nil && v != "" {
+		if v != "" {
 			if k.blockSize, err = strconv.Atoi(v); err != nil || k.blockSize <= 0 {
-				err = d.Errf("kv_block_size must be a positive integer, got %q", v)
+				return d.Errf("kv_block_size must be a positive integer, got %q", v)
 			}
 		}
 	case "tokenize_timeout":
-		var v string
-		if v, err = one(); err == nil && v != "" {
+		if v != "" {
 			dur, perr := caddy.ParseDuration(v)
 			k.tokenizeTimeout = caddy.Duration(dur)
 			if perr != nil || dur <= 0 {
-				err = d.Errf("tokenize_timeout must be a positive duration, got %q", v)
+				return d.Errf("tokenize_timeout must be a positive duration, got %q", v)
 			}
 		}
 	}
-	return err
+	if err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
 }
 
 // config returns the policy's KVConfig for the upstreams (dial addresses,
 // schemes and ranks in upstream order), or nil when the precise path is
 // off.
 func (k *kvDirective) config(dials, schemes []string, ranks []int) (*KVConfig, error) {
-	if len(k.events) == 0 && k.bind == "" {
-		if len(k.replay)+len(k.topics) > 0 || k.blockSize != 0 || k.tokenizeTimeout != 0 || k.topic != "" {
+	f := k.feeds
+	if !f.On() {
+		if len(f.Replay)+len(f.Topics) > 0 || k.blockSize != 0 || k.tokenizeTimeout != 0 || f.Topic != "" {
 			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
 		}
 		return nil, nil
 	}
-	if len(k.events) > 0 && k.bind != "" {
-		return nil, fmt.Errorf("kv_events (dial) and kv_bind (bind) are exclusive: choose how the engines' PUB sockets connect")
+	engines, err := f.Feeds(dials, schemes, ranks)
+	if err != nil {
+		return nil, err
 	}
-	known := map[string]bool{}
-	for _, u := range dials {
-		known[u] = true
-	}
-	for _, m := range []map[string]string{k.events, k.replay, k.topics} {
-		for up := range m {
-			if !known[up] {
-				return nil, fmt.Errorf("kv: %s is not one of the upstreams (write it as in the upstream list, host:port)", up)
-			}
-		}
-	}
-	c := &KVConfig{Topic: k.topic, BlockSize: k.blockSize, TokenizeTimeout: k.tokenizeTimeout}
-	for i, up := range dials {
-		e := KVEngine{Upstream: up, Replay: k.replay[up], Topic: k.topics[up]}
-		if ranks[i] > 1 {
-			e.Ranks = ranks[i]
-		}
-		if schemes[i] == "https" {
-			e.Scheme = "https"
-		}
-		if k.bind != "" {
-			e.Events, e.Bind = k.bind, true
-			if e.Topic == "" && len(dials) > 1 {
-				return nil, fmt.Errorf("kv_bind: upstream %s needs its topic in kv_topics (engines sharing a bound socket are told apart by topic)", up)
-			}
-		} else if e.Events = k.events[up]; e.Events == "" {
-			continue // no feed: routed by the estimate
-		}
-		c.Engines = append(c.Engines, e)
-	}
-	return c, nil
+	return &KVConfig{Engines: engines, Topic: f.Topic, BlockSize: k.blockSize, TokenizeTimeout: k.tokenizeTimeout}, nil
 }

@@ -53,6 +53,14 @@ func optJoined(p *string) optSetter {
 	}
 }
 
+// optList reads a space- or comma-separated list into p.
+func optList(p *[]string) optSetter {
+	return func(_ *caddyfile.Dispenser, args []string) error {
+		*p = splitList(args)
+		return nil
+	}
+}
+
 // optFlag sets p; it takes no value.
 func optFlag(p *bool) optSetter {
 	return func(d *caddyfile.Dispenser, args []string) error {

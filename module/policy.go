@@ -20,6 +20,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 func init() {
@@ -655,19 +656,15 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 		idHdr:    make([][]string, n),
 		profiles: make([]selection.Profile, n),
 	}
-	count := make(map[string]int, n)
-	for _, up := range pool {
-		count[up.Dial]++
-	}
-	seen := make(map[string]int, n)
+	dials := make([]string, n)
 	for i, up := range pool {
-		key := up.Dial
-		v.ranks[i] = -1
-		if count[up.Dial] > 1 {
-			rank := seen[up.Dial]
-			seen[up.Dial]++
-			v.ranks[i] = rank
-			key = selection.ReplicaKey(up.Dial, rank)
+		dials[i] = up.Dial
+	}
+	for i, rank := range upstream.Ranks(dials) {
+		up := pool[i]
+		v.ranks[i] = rank
+		key := selection.ReplicaKey(up.Dial, rank)
+		if rank >= 0 {
 			v.rankHdr[i] = []string{strconv.Itoa(rank)}
 		}
 		v.keys[i] = key
