@@ -443,25 +443,12 @@ func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extr
 	if f == nil {
 		return
 	}
-	// The cache is keyed by the whole body: identical bodies (retries,
-	// repeated prompts) skip both the request build and the preflight;
-	// bodies that differ only outside the prompt merely miss.
-	key := xxhash.Sum64(b.Bytes())
-	toks, ok := k.tk.Cached(key)
-	if !ok {
-		req, err := kvindex.RequestFor(ep, b.Bytes(), f)
-		if err != nil {
-			return
+	toks, err := k.p.Preflight(r.Context(), ep, b.Bytes(), f, k.timeout)
+	if err != nil {
+		if c := logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
+			c.Write(zap.Error(err))
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), k.timeout)
-		toks, err = k.p.Tokenize(ctx, key, req)
-		cancel()
-		if err != nil {
-			if c := logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
-				c.Write(zap.Error(err))
-			}
-			return
-		}
+		return
 	}
 	st.route.tokens = toks
 }

@@ -1,11 +1,9 @@
 package module
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -180,37 +178,8 @@ func (m *Models) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 		edge.Write(w, ae)
 		return nil
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		edge.Write(w, edge.NewError(http.StatusMethodNotAllowed, edge.TypeInvalidRequest, "method_not_allowed", "",
-			"only GET is allowed on "+r.URL.Path))
-		return nil
-	}
-	list, err := m.fleet.Models(r.Context(), time.Duration(m.Cache), m.healthy())
-	if err != nil {
-		edge.Write(w, edge.NewError(http.StatusServiceUnavailable, edge.TypeServer, edge.CodeNoReplica, "",
-			"no inference engine answered with its model list; retry later"))
-		return nil
-	}
-	var body []byte
-	if id, ok := strings.CutPrefix(strings.TrimSuffix(r.URL.Path, "/"), "/v1/models/"); ok && id != "" {
-		card, found := list.Find(id)
-		if !found {
-			edge.Write(w, edge.ModelNotFound(id))
-			return nil
-		}
-		body, err = json.Marshal(card)
-	} else {
-		body, err = json.Marshal(list)
-	}
-	if err != nil {
-		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("encoding model list: %w", err))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	if r.Method == http.MethodGet {
-		_, _ = w.Write(body)
+	if err := m.fleet.Serve(w, r, time.Duration(m.Cache), m.healthy()); err != nil {
+		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
 	return nil
 }
