@@ -80,3 +80,36 @@ func (o FeedOptions) Feeds(dials, schemes []string, ranks []int) ([]FeedSpec, er
 	}
 	return out, nil
 }
+
+// Set reads option name of the ramjet directive's precise-path lines
+// (the arguments already split on commas and spaces): kv_events,
+// kv_replay and kv_topics take <upstream>=<value> pairs, kv_bind and
+// kv_topic one value; no value keeps the default. It reports false for
+// another name.
+func (o *FeedOptions) Set(name string, args []string) (bool, error) {
+	var err error
+	switch name {
+	case "kv_events":
+		o.Events, err = ParsePairs(name, args)
+	case "kv_replay":
+		o.Replay, err = ParsePairs(name, args)
+	case "kv_topics":
+		o.Topics, err = ParsePairs(name, args)
+	case "kv_bind", "kv_topic":
+		if len(args) > 1 {
+			return true, fmt.Errorf("%s: want one value, got %d", name, len(args))
+		}
+		v := ""
+		if len(args) == 1 {
+			v = args[0]
+		}
+		if name == "kv_bind" {
+			o.Bind = v
+		} else {
+			o.Topic = v
+		}
+	default:
+		return false, nil
+	}
+	return true, err
+}

@@ -482,41 +482,30 @@ type kvDirective struct {
 // parse reads one of kvDirectiveOptions.
 func (k *kvDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
 	args = splitList(args)
-	var v string
-	if len(args) > 1 && name != "kv_events" && name != "kv_replay" && name != "kv_topics" {
+	if ok, err := k.feeds.Set(name, args); ok {
+		if err != nil {
+			return d.Err(err.Error())
+		}
+		return nil
+	}
+	if len(args) > 1 {
 		return d.Errf("%s: want one value, got %d", name, len(args))
-	} else if len(args) == 1 {
-		v = args[0]
 	}
-	var err error
-	switch name {
-	case "kv_events":
-		k.feeds.Events, err = kvindex.ParsePairs(name, args)
-	case "kv_replay":
-		k.feeds.Replay, err = kvindex.ParsePairs(name, args)
-	case "kv_topics":
-		k.feeds.Topics, err = kvindex.ParsePairs(name, args)
-	case "kv_bind":
-		k.feeds.Bind = v
-	case "kv_topic":
-		k.feeds.Topic = v
-	case "kv_block_size":
-		if v != "" {
-			if k.blockSize, err = strconv.Atoi(v); err != nil || k.blockSize <= 0 {
-				return d.Errf("kv_block_size must be a positive integer, got %q", v)
-			}
-		}
-	case "tokenize_timeout":
-		if v != "" {
-			dur, perr := caddy.ParseDuration(v)
-			k.tokenizeTimeout = caddy.Duration(dur)
-			if perr != nil || dur <= 0 {
-				return d.Errf("tokenize_timeout must be a positive duration, got %q", v)
-			}
-		}
+	if len(args) == 0 {
+		return nil
 	}
-	if err != nil {
-		return d.Err(err.Error())
+	v := args[0]
+	if name == "kv_block_size" {
+		var err error
+		if k.blockSize, err = strconv.Atoi(v); err != nil || k.blockSize <= 0 {
+			return d.Errf("kv_block_size must be a positive integer, got %q", v)
+		}
+		return nil
+	}
+	dur, err := caddy.ParseDuration(v) // tokenize_timeout
+	k.tokenizeTimeout = caddy.Duration(dur)
+	if err != nil || dur <= 0 {
+		return d.Errf("tokenize_timeout must be a positive duration, got %q", v)
 	}
 	return nil
 }

@@ -516,34 +516,12 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 // usable.
 func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, res *selection.Reservation) (selection.Decision, *selection.Reservation) {
 	sc := scratchPool.Get().(*scratch)
-	cands := sc.cands[:0]
-	od := s.fleet.detector()
-	usable, admitted := 0, 0
-	for i, up := range pool {
-		ok := v.slots[i] >= 0 && up.Available()
-		if ok && !od.Usable(v.slots[i]) {
-			// Ejected by outlier detection: its recent answers failed.
-			ok = false
-		} else if ok {
-			admitted++
-		}
-		if ok && st.attempts > 1 && st.wasTried(v.slots[i]) {
-			ok = false
-		}
-		if ok {
-			usable++
-		}
-		cands = append(cands, selection.Candidate{Slot: v.slots[i], Usable: ok, Profile: v.profiles[i]})
+	var tried *selection.SlotSet
+	if st.attempts > 1 {
+		tried = &st.tried
 	}
-	if usable == 0 {
-		// Every untried admitted replica is out: try the earlier ones
-		// again, and when none is admitted, the ejected ones (better a
-		// replica that may fail than certain failure).
-		for i, up := range pool {
-			ok := v.slots[i] >= 0 && up.Available()
-			cands[i].Usable = ok && (admitted == 0 || od.Usable(v.slots[i]))
-		}
-	}
+	cands := selection.AppendCandidates(sc.cands[:0], v.slots, v.profiles,
+		func(i int) bool { return pool[i].Available() }, s.fleet.detector(), tried)
 	var a selection.Annotator
 	if s.kv != nil {
 		a = s.kv.p

@@ -103,8 +103,6 @@ func lookupRequest(r *http.Request) *reqState {
 
 func (st *reqState) markTried(s selection.Slot) { st.tried.Add(s) }
 
-func (st *reqState) wasTried(s selection.Slot) bool { return st.tried.Has(s) }
-
 // setReservation replaces the reservation, releasing the earlier one (a
 // retry). If the request already finished, the new one is released at once.
 func (st *reqState) setReservation(res *selection.Reservation) {
