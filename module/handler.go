@@ -105,9 +105,10 @@ func (h *Handler) Validate() error {
 // or abort panic).
 func observedState(r *http.Request) *reqState {
 	if st := lookupRequest(r); st != nil {
+		st.observed = true
 		return st
 	}
-	st := &reqState{slot: -1, stop: noStop}
+	st := &reqState{slot: -1, stop: noStop, observed: true}
 	caddyhttp.SetVar(r.Context(), VarRequest, st)
 	return st
 }

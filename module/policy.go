@@ -490,7 +490,10 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st.markTried(d.Slot)
-	st.model = modelNames.Intern(feat.Model)
+	if st.observed {
+		// Only the handler's observers read the model name.
+		st.model = modelNames.Intern(feat.Model)
+	}
 	body.Release()
 
 	st.fallback = false

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
@@ -28,7 +30,7 @@ const DefaultMaxBodyBytes = 16 << 20
 //
 // Concurrency: the fields without atomics are written and read only on the
 // request's own goroutine (matcher, handler, Select). finish may run on
-// another goroutine (context.AfterFunc when the client goes away), so the
+// another goroutine (the sweeper, when the request context ended), so the
 // reservation is an atomic pointer and the body is reference counted.
 type reqState struct {
 	// body holds the request body and its parsed features; nil until read.
@@ -49,6 +51,8 @@ type reqState struct {
 	// origReader is the reader the matcher put back into the original
 	// request, so that Select can tell whether it is still untouched.
 	origReader *edge.Reader
+	// reader is the storage of origReader (no allocation for it).
+	reader edge.Reader
 
 	// featErr is the parse error of the body (a *selection.RequestError for
 	// malformed JSON or a wrong field type); nil when the features are good.
@@ -61,7 +65,8 @@ type reqState struct {
 	replica    string            // replica key: "addr" or "addr#rank"
 	routeID    string            // opaque id sent in X-Ramjet-Upstream
 	routeIDHdr []string          // the same, as a shared header value; never modify
-	model      string            // interned model name ("" when unknown)
+	model      string            // interned model name ("" when unknown or not observed)
+	observed   bool              // the ramjet handler observes the response (handler.go)
 	fallback   bool              // the fallback policy chose (no usable features)
 	attempts   int               // Select calls for this request (1 + retries)
 	tried      selection.SlotSet // slots picked by earlier attempts
@@ -80,19 +85,109 @@ type reqState struct {
 
 	res  atomic.Pointer[selection.Reservation]
 	done atomic.Bool
-	stop func() bool // stops the context.AfterFunc
+	stop func() bool // the handler's; the sweeper needs no stopping
 }
 
-// requestState returns the request's reqState, creating it (and arranging
-// its release when the request context ends) on first use.
+// requestState returns the request's reqState, creating it (and handing
+// it to the sweeper, which finishes it when the request context ends) on
+// first use.
 func requestState(r *http.Request) *reqState {
 	if st, ok := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState); ok {
 		return st
 	}
-	st := &reqState{slot: -1}
-	st.stop = context.AfterFunc(r.Context(), st.finish)
+	st := &reqState{slot: -1, stop: noStop}
+	openStates.add(r.Context(), st)
 	caddyhttp.SetVar(r.Context(), VarRequest, st)
 	return st
+}
+
+// openStates holds the request states created without the ramjet handler
+// in front (a bare lb_policy ramjet, or the body matcher or guard first):
+// nothing but the end of their context ends them. It finishes each once
+// its context is done, and costs no allocation per request, where a
+// context.AfterFunc costs five.
+var openStates sweeper
+
+// sweeper finishes request states whose context ended. Its goroutine
+// runs while states are open, sweeping every sweepEvery plus
+// sweepPerState per open state (so that thousands of open streams cost a
+// sweep every few milliseconds, not a busy core): the delay from a
+// request's end to its release is bounded by that period. It lingers
+// sweepLinger empty sweeps (about a second) before it exits, so that a
+// steady trickle of requests does not start it again each time.
+type sweeper struct {
+	mu      sync.Mutex
+	open    []openState
+	running bool
+}
+
+type openState struct {
+	ctx context.Context
+	st  *reqState
+}
+
+const (
+	sweepEvery    = time.Millisecond
+	sweepPerState = time.Microsecond
+	sweepLinger   = 1000
+)
+
+func (s *sweeper) add(ctx context.Context, st *reqState) {
+	s.mu.Lock()
+	s.open = append(s.open, openState{ctx, st})
+	start := !s.running
+	s.running = true
+	s.mu.Unlock()
+	if start {
+		go s.run()
+	}
+}
+
+func (s *sweeper) run() {
+	t := time.NewTimer(sweepEvery)
+	defer t.Stop()
+	idle := 0
+	for range t.C {
+		n := s.sweep()
+		if n > 0 {
+			idle = 0
+		} else if idle++; idle >= sweepLinger && s.stopIfEmpty() {
+			return
+		}
+		t.Reset(sweepEvery + time.Duration(n)*sweepPerState)
+	}
+}
+
+// sweep finishes the states whose context ended and returns how many are
+// left open.
+func (s *sweeper) sweep() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	open := s.open[:0]
+	for _, o := range s.open {
+		if o.ctx.Err() != nil {
+			o.st.finish()
+		} else {
+			open = append(open, o)
+		}
+	}
+	clear(s.open[len(open):]) // drop the finished requests
+	s.open = open
+	if len(open) == 0 && cap(s.open) > 1024 {
+		s.open = nil // a burst is over: give its memory back
+	}
+	return len(open)
+}
+
+// stopIfEmpty marks the sweeper stopped when no state is open.
+func (s *sweeper) stopIfEmpty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.open) > 0 {
+		return false
+	}
+	s.running = false
+	return true
 }
 
 // lookupRequest returns the request's reqState or nil.
@@ -217,7 +312,7 @@ func (st *reqState) readBody(r *http.Request, limit int64) {
 		return
 	}
 	st.bodyRead = true
-	b, rd, err := edge.ReadBody(r, limit, nil)
+	b, rd, err := edge.ReadBody(r, limit, &st.reader)
 	if b == nil {
 		st.bodyErr = err
 		return
