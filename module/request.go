@@ -1,12 +1,9 @@
 package module
 
 import (
-	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
@@ -96,99 +93,19 @@ func requestState(r *http.Request) *reqState {
 		return st
 	}
 	st := &reqState{slot: -1, stop: noStop}
-	openStates.add(r.Context(), st)
+	openStates.Add(r.Context(), st)
 	caddyhttp.SetVar(r.Context(), VarRequest, st)
 	return st
 }
 
 // openStates holds the request states created without the ramjet handler
 // in front (a bare lb_policy ramjet, or the body matcher or guard first):
-// nothing but the end of their context ends them. It finishes each once
-// its context is done, and costs no allocation per request, where a
-// context.AfterFunc costs five.
-var openStates sweeper
+// nothing but the end of their context ends them, and the sweeper
+// finishes each once it has (no context.AfterFunc: no allocation).
+var openStates edge.Sweeper
 
-// sweeper finishes request states whose context ended. Its goroutine
-// runs while states are open, sweeping every sweepEvery plus
-// sweepPerState per open state (so that thousands of open streams cost a
-// sweep every few milliseconds, not a busy core): the delay from a
-// request's end to its release is bounded by that period. It lingers
-// sweepLinger empty sweeps (about a second) before it exits, so that a
-// steady trickle of requests does not start it again each time.
-type sweeper struct {
-	mu      sync.Mutex
-	open    []openState
-	running bool
-}
-
-type openState struct {
-	ctx context.Context
-	st  *reqState
-}
-
-const (
-	sweepEvery    = time.Millisecond
-	sweepPerState = time.Microsecond
-	sweepLinger   = 1000
-)
-
-func (s *sweeper) add(ctx context.Context, st *reqState) {
-	s.mu.Lock()
-	s.open = append(s.open, openState{ctx, st})
-	start := !s.running
-	s.running = true
-	s.mu.Unlock()
-	if start {
-		go s.run()
-	}
-}
-
-func (s *sweeper) run() {
-	t := time.NewTimer(sweepEvery)
-	defer t.Stop()
-	idle := 0
-	for range t.C {
-		n := s.sweep()
-		if n > 0 {
-			idle = 0
-		} else if idle++; idle >= sweepLinger && s.stopIfEmpty() {
-			return
-		}
-		t.Reset(sweepEvery + time.Duration(n)*sweepPerState)
-	}
-}
-
-// sweep finishes the states whose context ended and returns how many are
-// left open.
-func (s *sweeper) sweep() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	open := s.open[:0]
-	for _, o := range s.open {
-		if o.ctx.Err() != nil {
-			o.st.finish()
-		} else {
-			open = append(open, o)
-		}
-	}
-	clear(s.open[len(open):]) // drop the finished requests
-	s.open = open
-	if len(open) == 0 && cap(s.open) > 1024 {
-		s.open = nil // a burst is over: give its memory back
-	}
-	return len(open)
-}
-
-// stopIfEmpty marks the sweeper stopped when no state is open.
-func (s *sweeper) stopIfEmpty() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.open) > 0 {
-		return false
-	}
-	s.running = false
-	return true
-}
+// Finish ends the request (edge.Finisher, for the sweeper).
+func (st *reqState) Finish() { st.finish() }
 
 // lookupRequest returns the request's reqState or nil.
 func lookupRequest(r *http.Request) *reqState {

@@ -306,7 +306,7 @@ func TestSelectAllocsBare(t *testing.T) {
 		// The sweeper's pass, run here so that the body buffer returns to
 		// the pool as it does in steady state (a short run outpaces the
 		// sweeper's period); it allocates nothing itself.
-		openStates.sweep()
+		openStates.Sweep()
 		next++
 	})
 	for _, c := range cancels {
