@@ -1,11 +1,14 @@
 package edge
 
 import (
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
 	"path"
 	"strings"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // DefaultAllowedPaths are the client routes ramjet serves: the OpenAI API it
@@ -144,4 +147,37 @@ func IsJSONContent(ct string) bool {
 func UnsupportedMedia() *Error {
 	return NewError(http.StatusUnsupportedMediaType, TypeInvalidRequest, CodeUnsupportedMedia, "",
 		"the request body must be JSON: send Content-Type: application/json")
+}
+
+// ReadError is the error to answer for a body ReadBody could not take
+// (ErrTooLarge, or a MaxBytesReader's limit: 413 naming limit; any other
+// read error: 400), or nil for none.
+func ReadError(err error, limit int64) *Error {
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrTooLarge) || errors.As(err, &mbe):
+		return TooLarge(limit)
+	}
+	return NewError(http.StatusBadRequest, TypeInvalidRequest, "", "", "the request body could not be read")
+}
+
+// BodyRoute says whether the body of a request is validated by a parse,
+// and on which selection endpoint: POST bodies of the LLM routes always
+// (the policy fingerprints them whatever the content type), of the other
+// JSON routes when they say JSON. A default API route sent another
+// content type gets the 415 to answer.
+func BodyRoute(method, path, contentType string) (selection.Endpoint, bool, *Error) {
+	if method != http.MethodPost {
+		return selection.EndpointUnknown, false, nil
+	}
+	if IsAPIPOSTRoute(path) && !IsJSONContent(contentType) {
+		return selection.EndpointUnknown, false, UnsupportedMedia()
+	}
+	ep := selection.EndpointForPath(path)
+	if ep == selection.EndpointUnknown && (!IsJSONRoute(path) || !IsJSONContent(contentType)) {
+		return ep, false, nil
+	}
+	return ep, true, nil
 }

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ramjet-llm/ramjet/edge"
-	"github.com/ramjet-llm/ramjet/selection"
 )
 
 func init() {
@@ -220,27 +219,12 @@ func (g *Guard) readBody(r *http.Request) *edge.Error {
 	}
 	st := requestState(r)
 	st.readBody(r, g.MaxBodySize)
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.Is(st.bodyErr, edge.ErrTooLarge) || errors.As(st.bodyErr, &mbe):
-		return edge.TooLarge(g.MaxBodySize)
-	case st.bodyErr != nil:
-		return edge.NewError(http.StatusBadRequest, edge.TypeInvalidRequest, "", "",
-			"the request body could not be read")
-	case st.body == nil:
-		return nil
+	if ae := edge.ReadError(st.bodyErr, g.MaxBodySize); ae != nil || st.body == nil {
+		return ae
 	}
-	if r.Method != http.MethodPost {
-		return nil
-	}
-	if edge.IsAPIPOSTRoute(r.URL.Path) && !edge.IsJSONContent(r.Header.Get("Content-Type")) {
-		return edge.UnsupportedMedia()
-	}
-	// The LLM routes are always parsed (the policy fingerprints them
-	// whatever the content type); the other JSON routes when they say JSON.
-	ep := selection.EndpointForPath(r.URL.Path)
-	if ep == selection.EndpointUnknown && (!edge.IsJSONRoute(r.URL.Path) || !edge.IsJSONContent(r.Header.Get("Content-Type"))) {
-		return nil
+	ep, parse, ae := edge.BodyRoute(r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+	if !parse {
+		return ae
 	}
 	b := st.acquireBody()
 	if b == nil {
