@@ -237,7 +237,7 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	}
 	if !w.started && len(p) > 0 {
 		w.started = true
-		w.st.prefillDone()
+		w.st.hold.PrefillDone()
 	}
 	for _, o := range w.obs {
 		o.Write(p)

@@ -449,7 +449,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	if st.attempts > 1 {
 		reportRetried(st, retriedStatus(r))
 	}
-	st.releaseReservation()
+	st.hold.Release()
 	v := s.viewFor(pool)
 
 	// Features: from the matcher's cache or from the body, read here.
@@ -500,7 +500,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	st.decision = d
 	s.tag(r, w, st, v, d.Index)
 	picked(st, len(pool))
-	st.setReservation(res)
+	st.hold.Set(res)
 	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
 		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
 			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
@@ -559,7 +559,7 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 	st.decision.Slot = v.slots[idx]
 	s.tag(r, w, st, v, idx)
 	picked(st, len(pool))
-	st.setReservation(s.rt.Reserve(v.slots[idx], 0))
+	st.hold.Set(s.rt.Reserve(v.slots[idx], 0))
 	return up
 }
 

@@ -80,8 +80,7 @@ type reqState struct {
 	// reservation (policy.go).
 	route routeState
 
-	res  atomic.Pointer[selection.Reservation]
-	done atomic.Bool
+	hold selection.Hold // the current attempt's reservation
 	stop func() bool // the handler's; the sweeper needs no stopping
 }
 
@@ -115,40 +114,12 @@ func lookupRequest(r *http.Request) *reqState {
 
 func (st *reqState) markTried(s selection.Slot) { st.tried.Add(s) }
 
-// setReservation replaces the reservation, releasing the earlier one (a
-// retry). If the request already finished, the new one is released at once.
-func (st *reqState) setReservation(res *selection.Reservation) {
-	if old := st.res.Swap(res); old != nil {
-		old.Release()
-	}
-	if st.done.Load() {
-		if r := st.res.Swap(nil); r != nil {
-			r.Release()
-		}
-	}
-}
-
-// releaseReservation ends the current reservation, if any.
-func (st *reqState) releaseReservation() {
-	if r := st.res.Swap(nil); r != nil {
-		r.Release()
-	}
-}
-
-// prefillDone marks the current reservation's prompt as computed.
-func (st *reqState) prefillDone() {
-	if r := st.res.Load(); r != nil {
-		r.PrefillDone()
-	}
-}
-
 // finish ends the request: releases its reservation and its hold on the
 // body buffer. Safe to call more than once, from any goroutine.
 func (st *reqState) finish() {
-	if !st.done.CompareAndSwap(false, true) {
+	if !st.hold.End() {
 		return
 	}
-	st.releaseReservation()
 	if b := st.owner.Swap(nil); b != nil {
 		b.Release()
 	}
@@ -239,7 +210,7 @@ func (st *reqState) readBody(r *http.Request, limit int64) {
 	st.origReader = rd
 	st.body, st.bodyGen = b, b.Gen()
 	st.owner.Store(b)
-	if st.done.Load() && st.owner.CompareAndSwap(b, nil) {
+	if st.hold.Ended() && st.owner.CompareAndSwap(b, nil) {
 		// The request ended meanwhile and finish missed the buffer.
 		b.Release()
 	}

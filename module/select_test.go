@@ -143,7 +143,7 @@ func TestSelectReleases(t *testing.T) {
 	}
 	cancel()
 	eventually(t, "reservation released", func() bool { in, pend := rt.Load(st.slot); return in == 0 && pend == 0 })
-	if !st.done.Load() {
+	if !st.hold.Ended() {
 		t.Fatal("request state not finished")
 	}
 }
