@@ -81,7 +81,7 @@ type reqState struct {
 	route routeState
 
 	hold selection.Hold // the current attempt's reservation
-	stop func() bool // the handler's; the sweeper needs no stopping
+	stop func() bool    // the handler's; the sweeper needs no stopping
 }
 
 // requestState returns the request's reqState, creating it (and handing
