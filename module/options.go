@@ -72,20 +72,37 @@ func optFlag(p *bool) optSetter {
 	}
 }
 
-// optSize reads a size with an optional unit into p.
-func optSize(p *int64) optSetter {
-	return func(d *caddyfile.Dispenser, args []string) (err error) {
-		*p, err = parseSizeArg(d, args)
-		return err
+// optValue reads zero or one value into p with parse; a value parse
+// refuses is "not a <what>".
+func optValue[T any](p *T, what string, parse func(string) (T, bool)) optSetter {
+	return func(d *caddyfile.Dispenser, args []string) error {
+		s, err := optionalArg(d, args)
+		if err != nil || s == "" {
+			return err
+		}
+		v, ok := parse(s)
+		if !ok {
+			return d.Errf("not a %s: %q", what, s)
+		}
+		*p = v
+		return nil
 	}
+}
+
+// optSize reads a size with an optional unit (up to 1 TiB) into p.
+func optSize(p *int64) optSetter {
+	return optValue(p, "size", func(s string) (int64, bool) {
+		v, err := parseSize(s)
+		return v, err == nil && v > 0 && v <= 1<<40
+	})
 }
 
 // optDuration reads a positive duration into p.
 func optDuration(p *caddy.Duration) optSetter {
-	return func(d *caddyfile.Dispenser, args []string) (err error) {
-		*p, err = parseDurationArg(d, args)
-		return err
-	}
+	return optValue(p, "positive duration", func(s string) (caddy.Duration, bool) {
+		v, err := caddy.ParseDuration(s)
+		return caddy.Duration(v), err == nil && v > 0
+	})
 }
 
 // optAllowPaths reads allow_paths into p.
@@ -119,28 +136,4 @@ func optionalArg(d *caddyfile.Dispenser, args []string) (string, error) {
 	default:
 		return "", d.ArgErr()
 	}
-}
-
-func parseSizeArg(d *caddyfile.Dispenser, args []string) (int64, error) {
-	s, err := optionalArg(d, args)
-	if err != nil || s == "" {
-		return 0, err
-	}
-	v, err := parseSize(s)
-	if err != nil || v == 0 || v > 1<<40 {
-		return 0, d.Errf("not a size: %q", s)
-	}
-	return v, nil
-}
-
-func parseDurationArg(d *caddyfile.Dispenser, args []string) (caddy.Duration, error) {
-	s, err := optionalArg(d, args)
-	if err != nil || s == "" {
-		return 0, err
-	}
-	v, err := caddy.ParseDuration(s)
-	if err != nil || v <= 0 {
-		return 0, d.Errf("not a positive duration: %q", s)
-	}
-	return caddy.Duration(v), nil
 }
