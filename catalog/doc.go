@@ -6,6 +6,8 @@
 // serves the last good list while no engine answers. Names is the one
 // bounded registry of model names: the catalogue's listed models, the
 // guard's unknown-model check and the metrics' model labels all read it.
+// Serve answers GET /v1/models and /v1/models/{id} from the catalogue with
+// OpenAI-shaped errors (package edge).
 //
 // Package module serves it as the http.handlers.ramjet_models Caddy module
 // and the ramjet_guard's model check.

@@ -16,6 +16,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // Endpoint is one event feed: the ZMQ PUB socket of one engine (one data-
@@ -42,7 +44,7 @@ type Endpoint struct {
 
 // RankEndpoint returns the endpoint of data-parallel rank rank of an engine
 // whose rank-0 sockets are events and replay: vLLM offsets the TCP port of
-// both by the rank. The replica id becomes base + "#" + rank.
+// both by the rank. The replica id is selection.ReplicaKey(base, rank).
 func RankEndpoint(base, events, replay, topic string, rank int) (Endpoint, error) {
 	ev, err := offsetPort(events, rank)
 	if err != nil {
@@ -54,7 +56,7 @@ func RankEndpoint(base, events, replay, topic string, rank int) (Endpoint, error
 			return Endpoint{}, err
 		}
 	}
-	return Endpoint{Replica: base + "#" + strconv.Itoa(rank), Events: ev, Replay: rp, Topic: topic}, nil
+	return Endpoint{Replica: selection.ReplicaKey(base, rank), Events: ev, Replay: rp, Topic: topic}, nil
 }
 
 func offsetPort(ep string, rank int) (string, error) {

@@ -3,10 +3,8 @@ package module
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -17,7 +15,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 func init() {
@@ -68,7 +68,7 @@ var envDrivenProxyOptions = map[string]bool{
 
 // ramjetDirective is the parsed ramjet directive.
 type ramjetDirective struct {
-	upstreams []upstreamAddr
+	upstreams []upstream.Addr
 	ranks     []int    // per engine
 	profiles  []string // per engine
 	token     string
@@ -86,12 +86,6 @@ type ramjetDirective struct {
 	kv kvDirective // the precise path's options (module/kv.go)
 
 	integ integrityDirective // engine integrity's options (module/integrity.go)
-}
-
-type upstreamAddr struct {
-	raw    string // as written
-	scheme string // "http" or "https"
-	dial   string // host:port
 }
 
 // parseRamjet sets up the ramjet directive: a production-tuned reverse_proxy
@@ -165,12 +159,10 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	dials := rd.dials()
 
 	health := &Health{Upstreams: dials, RouteIDSecret: rd.secret}
-	models := &Models{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, ClientTokens: rd.clientKey,
-		Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
+	engines := Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, ClientTokens: rd.clientKey}
+	models := &Models{Engines: engines, Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
 	guard := &Guard{
-		Upstreams:         rd.baseURLs(),
-		UpstreamToken:     rd.token,
-		ClientTokens:      rd.clientKey,
+		Engines:           engines,
 		ForwardClientAuth: rd.forwardClientAuth,
 		MaxBodySize:       rd.maxBodySize,
 		ModelCheck:        rd.modelCheck,
@@ -225,11 +217,11 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 	// The settings first: a retired MD_UPSTREAM must be named as such, not
 	// reported as a missing upstream, and a typo'd RJ_* name must not be
 	// ignored.
-	known, ok := knownEnvNames(d.File())
+	known, ok := envcheck.Known(d.File(), deployEnvNames)
 	if !ok {
 		known = nil
 	}
-	if err := checkEnv(os.Environ(), known); err != nil {
+	if err := envcheck.Check(os.Environ(), known); err != nil {
 		return nil, d.Errf("%v", err)
 	}
 	file, line := d.File(), d.Line()
@@ -238,13 +230,14 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		d.DeleteN(len(args))
 	}
 	for _, a := range splitList(args) {
-		u, err := parseUpstream(a)
+		u, err := upstream.Parse(a)
 		if err != nil {
 			return nil, d.Errf("upstream %q: %v", a, err)
 		}
 		rd.upstreams = append(rd.upstreams, u)
 	}
 	var ranksArg, profilesArg []string
+	t := rd.options(&ranksArg, &profilesArg)
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		if d.Nesting() != 1 {
@@ -259,41 +252,13 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		} else if envDrivenProxyOptions[name] {
 			d.Prev()
 		}
-		// The precise path's options (kvDirectiveOptions, module/kv.go).
-		if kvDirectiveOptions[name] {
-			if seen[name] {
-				return nil, d.Errf("duplicate option %q", name)
-			}
-			seen[name] = true
-			args := d.RemainingArgs()
-			d.DeleteN(len(args) + 1)
-			if err := rd.kv.parse(d, name, args); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		// Engine integrity's options (module/integrity.go).
-		if integrityDirectiveOptions[name] {
-			if seen[name] {
-				return nil, d.Errf("duplicate option %q", name)
-			}
-			seen[name] = true
-			args := d.RemainingArgs()
-			d.DeleteN(len(args) + 1)
-			if err := rd.integ.parse(d, name, args); err != nil {
-				return nil, err
-			}
-			continue
-		}
 		switch name {
-		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
-			"max_body_size", "model_check", "models_cache", "models_timeout", "allow_paths":
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
-		default:
-			if !isKnob(name) {
-				continue // reverse_proxy syntax
-			}
+		}
+		set, ok := t[name]
+		if !ok {
+			continue // reverse_proxy syntax
 		}
 		if seen[name] {
 			return nil, d.Errf("duplicate option %q", name)
@@ -301,40 +266,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		seen[name] = true
 		args := d.RemainingArgs()
 		d.DeleteN(len(args) + 1)
-		var err error
-		switch name {
-		case "upstream_token":
-			rd.token, err = optionalArg(d, args)
-		case "route_id_secret":
-			rd.secret, err = optionalArg(d, args)
-		case "client_tokens":
-			rd.clientKey = strings.Join(args, ",")
-		case "dp_ranks":
-			ranksArg = splitList(args)
-		case "profiles":
-			profilesArg = splitList(args)
-		case "forward_client_auth":
-			if len(args) != 0 {
-				return nil, d.ArgErr()
-			}
-			rd.forwardClientAuth = true
-		case "max_body_size":
-			rd.maxBodySize, err = parseSizeArg(d, args)
-		case "model_check":
-			rd.modelCheck, err = optionalArg(d, args)
-			if err == nil && rd.modelCheck != "" && rd.modelCheck != "on" && rd.modelCheck != "off" {
-				err = d.Errf("model_check must be on or off, got %q", rd.modelCheck)
-			}
-		case "models_cache":
-			rd.modelsCache, err = parseDurationArg(d, args)
-		case "models_timeout":
-			rd.modelsTimeout, err = parseDurationArg(d, args)
-		case "allow_paths":
-			rd.allowPaths, err = parseAllowPaths(d, args)
-		default:
-			err = rd.parseKnob(d, name, args)
-		}
-		if err != nil {
+		if err := set(d, args); err != nil {
 			return nil, err
 		}
 	}
@@ -342,14 +274,62 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		// Cite the directive's line, not the block's closing brace.
 		return nil, fmt.Errorf("%s:%d - Error during parsing: ramjet needs at least one upstream (set RJ_UPSTREAM)", file, line)
 	}
-	var err error
-	if rd.ranks, err = perEngineInts(d, "dp_ranks", ranksArg, len(rd.upstreams)); err != nil {
-		return nil, err
+	ranks, err := upstream.PerEngine("dp_ranks", "value", ranksArg, len(rd.upstreams), "1")
+	if err != nil {
+		return nil, d.Errf("%v", err)
 	}
-	if rd.profiles, err = perEngineProfiles(d, profilesArg, len(rd.upstreams)); err != nil {
-		return nil, err
+	for _, v := range ranks {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxDPRanks {
+			return nil, d.Errf("dp_ranks: %q must be an integer from 1 to %d", v, MaxDPRanks)
+		}
+		rd.ranks = append(rd.ranks, n)
+	}
+	if rd.profiles, err = upstream.PerEngine("profiles", "profile", profilesArg, len(rd.upstreams), "standard"); err != nil {
+		return nil, d.Errf("%v", err)
+	}
+	for _, p := range rd.profiles {
+		if p != "standard" && p != "speculative" {
+			return nil, d.Errf("profiles: %q must be standard or speculative", p)
+		}
 	}
 	return rd, nil
+}
+
+// options is the table of the directive's own options: the engines',
+// the guard's and the model list's settings, the precise path's
+// (kvDirectiveOptions, module/kv.go) and the routing knobs (knobs.go).
+// dp_ranks and profiles are kept as given, to be spread over the engines.
+func (rd *ramjetDirective) options(ranks, profiles *[]string) options {
+	t := options{
+		"upstream_token":      optString(&rd.token),
+		"route_id_secret":     optString(&rd.secret),
+		"client_tokens":       optJoined(&rd.clientKey),
+		"dp_ranks":            optList(ranks),
+		"profiles":            optList(profiles),
+		"forward_client_auth": optFlag(&rd.forwardClientAuth),
+		"max_body_size":       optSize(&rd.maxBodySize),
+		"models_cache":        optDuration(&rd.modelsCache),
+		"models_timeout":      optDuration(&rd.modelsTimeout),
+		"allow_paths":         optAllowPaths(&rd.allowPaths),
+		"model_check": func(d *caddyfile.Dispenser, args []string) (err error) {
+			rd.modelCheck, err = optionalArg(d, args)
+			if err == nil && rd.modelCheck != "" && rd.modelCheck != "on" && rd.modelCheck != "off" {
+				err = d.Errf("model_check must be on or off, got %q", rd.modelCheck)
+			}
+			return err
+		},
+	}
+	for name := range kvDirectiveOptions {
+		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.kv.parse(d, name, args) }
+	}
+	for name := range integrityDirectiveOptions { // integrity.go
+		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.integ.parse(d, name, args) }
+	}
+	for name := range routingKnobs {
+		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.parseKnob(d, name, args) }
+	}
+	return t
 }
 
 // parseKnob reads routing knob name. No value (an unset environment
@@ -367,81 +347,13 @@ func (rd *ramjetDirective) parseKnob(d *caddyfile.Dispenser, name string, args [
 	return d.ArgErr()
 }
 
-// perEngineInts reads one count for every engine, or one per engine.
-func perEngineInts(d *caddyfile.Dispenser, name string, vals []string, n int) ([]int, error) {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = 1
-	}
-	if len(vals) == 0 {
-		return out, nil
-	}
-	if len(vals) != 1 && len(vals) != n {
-		return nil, d.Errf("%s: give one value for all %d upstreams or one per upstream, got %d", name, n, len(vals))
-	}
-	for i := range out {
-		s := vals[0]
-		if len(vals) == n {
-			s = vals[i]
-		}
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 || v > MaxDPRanks {
-			return nil, d.Errf("%s: %q must be an integer from 1 to %d", name, s, MaxDPRanks)
-		}
-		out[i] = v
-	}
-	return out, nil
-}
-
-func perEngineProfiles(d *caddyfile.Dispenser, vals []string, n int) ([]string, error) {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = "standard"
-	}
-	if len(vals) == 0 {
-		return out, nil
-	}
-	if len(vals) != 1 && len(vals) != n {
-		return nil, d.Errf("profiles: give one profile for all %d upstreams or one per upstream, got %d", n, len(vals))
-	}
-	for i := range out {
-		s := vals[0]
-		if len(vals) == n {
-			s = vals[i]
-		}
-		if s != "standard" && s != "speculative" {
-			return nil, d.Errf("profiles: %q must be standard or speculative", s)
-		}
-		out[i] = s
-	}
-	return out, nil
-}
-
 // dials is the reverse_proxy upstream list: each engine once per
 // data-parallel rank, in order.
-func (rd *ramjetDirective) dials() []string {
-	var out []string
-	for i, u := range rd.upstreams {
-		for range rd.ranks[i] {
-			out = append(out, u.dial)
-		}
-	}
-	return out
-}
+func (rd *ramjetDirective) dials() []string { return upstream.Dials(rd.upstreams, rd.ranks) }
 
 // baseURLs is each engine once, as the handlers that call engines
 // themselves (/v1/models) need it.
-func (rd *ramjetDirective) baseURLs() []string {
-	out := make([]string, len(rd.upstreams))
-	for i, u := range rd.upstreams {
-		if u.scheme == "https" {
-			out[i] = "https://" + u.dial
-		} else {
-			out[i] = u.dial
-		}
-	}
-	return out
-}
+func (rd *ramjetDirective) baseURLs() []string { return upstream.BaseURLs(rd.upstreams) }
 
 // tune sets the upstreams, the ramjet policy and the defaults of a
 // production LLM proxy on rp, wherever the block did not set them.
@@ -539,10 +451,10 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 		if err := json.Unmarshal(rp.TransportRaw, t); err != nil {
 			return h.Errf("ramjet: reading the transport block: %v", err)
 		}
-		if rd.usesTLS() && t.TLS == nil {
+		if upstream.UsesTLS(rd.upstreams) && t.TLS == nil {
 			return h.Err("ramjet: with https:// upstreams and a transport block, enable tls in the transport block")
 		}
-	} else if rd.usesTLS() {
+	} else if upstream.UsesTLS(rd.upstreams) {
 		t.TLS = new(reverseproxy.TLSConfig)
 	}
 	if t.DialTimeout == 0 {
@@ -574,15 +486,6 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 	return nil
 }
 
-func (rd *ramjetDirective) usesTLS() bool {
-	for _, u := range rd.upstreams {
-		if u.scheme == "https" {
-			return true
-		}
-	}
-	return false
-}
-
 // policy is the lb_policy ramjet configuration: the routing knobs, the
 // route-id secret, the body bound and one engine profile per speculative
 // engine.
@@ -595,111 +498,21 @@ func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
 	// The precise path (module/kv.go).
 	dials, schemes := make([]string, len(rd.upstreams)), make([]string, len(rd.upstreams))
 	for i, u := range rd.upstreams {
-		dials[i], schemes[i] = u.dial, u.scheme
+		dials[i], schemes[i] = u.Dial, u.Scheme
 	}
 	kv, err := rd.kv.config(dials, schemes, rd.ranks)
 	if err != nil {
 		return nil, err
 	}
 	p.KV = kv
-	p.Integrity = rd.integ.config(rd.token, rd.upstreams[0].scheme)
+	p.Integrity = rd.integ.config(rd.token, rd.upstreams[0].Scheme)
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {
 			if p.Profiles == nil {
 				p.Profiles = map[string]string{}
 			}
-			p.Profiles[u.dial] = "speculative"
+			p.Profiles[u.Dial] = "speculative"
 		}
 	}
 	return p, nil
-}
-
-// parseUpstream reads host:port or http(s)://host:port.
-func parseUpstream(s string) (upstreamAddr, error) {
-	u := upstreamAddr{raw: s, scheme: "http"}
-	rest := s
-	if scheme, after, ok := strings.Cut(s, "://"); ok {
-		switch scheme {
-		case "http", "https":
-			u.scheme = scheme
-		default:
-			return u, fmt.Errorf("unsupported scheme %s:// (use http:// or https://)", scheme)
-		}
-		rest = after
-	}
-	if i := strings.IndexByte(rest, '/'); i >= 0 {
-		if strings.Trim(rest[i:], "/") != "" {
-			return u, fmt.Errorf("an upstream is a host and port, without a path")
-		}
-		rest = rest[:i]
-	}
-	host, port, err := net.SplitHostPort(rest)
-	if err != nil {
-		if u.scheme == "https" {
-			host, port = rest, "443"
-		} else {
-			host, port = rest, "80"
-		}
-		if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
-			return u, fmt.Errorf("invalid address")
-		}
-		host = strings.Trim(host, "[]")
-	}
-	if host == "" {
-		return u, fmt.Errorf("missing host")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return u, fmt.Errorf("invalid port %q", port)
-	}
-	u.dial = net.JoinHostPort(host, port)
-	return u, nil
-}
-
-// splitList splits arguments on commas and white space (one token may hold
-// a whole list, as {$RJ_UPSTREAM} does) and drops empty items.
-func splitList(args []string) []string {
-	var out []string
-	for _, a := range args {
-		out = append(out, strings.FieldsFunc(a, func(r rune) bool {
-			return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r'
-		})...)
-	}
-	return out
-}
-
-// optionalArg reads zero or one argument; zero (an unset environment
-// variable) means "keep the default".
-func optionalArg(d *caddyfile.Dispenser, args []string) (string, error) {
-	switch len(args) {
-	case 0:
-		return "", nil
-	case 1:
-		return args[0], nil
-	default:
-		return "", d.ArgErr()
-	}
-}
-
-func parseSizeArg(d *caddyfile.Dispenser, args []string) (int64, error) {
-	s, err := optionalArg(d, args)
-	if err != nil || s == "" {
-		return 0, err
-	}
-	v, err := parseSize(s)
-	if err != nil || v == 0 || v > 1<<40 {
-		return 0, d.Errf("not a size: %q", s)
-	}
-	return v, nil
-}
-
-func parseDurationArg(d *caddyfile.Dispenser, args []string) (caddy.Duration, error) {
-	s, err := optionalArg(d, args)
-	if err != nil || s == "" {
-		return 0, err
-	}
-	v, err := caddy.ParseDuration(s)
-	if err != nil || v <= 0 {
-		return 0, d.Errf("not a positive duration: %q", s)
-	}
-	return caddy.Duration(v), nil
 }

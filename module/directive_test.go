@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -179,7 +180,7 @@ func TestDirectiveAdapt(t *testing.T) {
 // rewrites it) and provisions it.
 func TestDeployCaddyfileAdapt(t *testing.T) {
 	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, EnvPrefix) {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, envcheck.EnvPrefix) {
 			t.Setenv(name, "") // the golden file is made with defaults only
 		}
 	}

@@ -1,26 +1,34 @@
 // Package module is the Caddy glue of ramjet: the lb_policy, the request-body
 // matcher, handlers, metrics, admin routes and the state kept across reloads.
 // It is thin: routing decisions are made by package selection, which knows
-// nothing of Caddy; the fleet state, route ids, snapshots, explain and
-// /health report (package fleetstate), the Prometheus collectors (package
-// metrics), the response writer and observers (package observe), the
-// dashboard's store (package dashboard), the model catalogue (package
-// catalog) and the response usage scanner (package usage) are Caddy-free
-// packages it feeds. Only the xcaddy command, bench and tests import it.
+// nothing of Caddy; the precise index by package kvindex; the fleet state,
+// route ids, snapshots, explain and /health report (package fleetstate),
+// the Prometheus collectors (package metrics), the response writer and
+// observers (package observe), the client-facing edge (OpenAI errors,
+// client auth, header hygiene, allowed paths, the bounded pooled body and
+// the sweeper of ended requests) by package edge; the environment checks by
+// package envcheck; the engine addresses and per-engine settings by package
+// upstream; the dashboard's store (package dashboard), the model catalogue
+// (package catalog) and the response usage scanner (package usage) are
+// Caddy-free packages it feeds. Only the xcaddy command, bench and tests
+// import it.
 //
 // Modules:
 //
 //	http.reverse_proxy.selection_policies.ramjet  RamjetSelection (policy.go, knobs.go)
 //	http.matchers.ramjet_body                     BodyMatcher (matcher.go)
 //	http.handlers.ramjet_observe                  Handler (handler.go)
-//	http.handlers.ramjet_guard                    Guard (sanitize.go)
+//	http.handlers.ramjet_guard                    Guard (guard.go)
 //	http.handlers.ramjet_models                   Models (models.go)
 //	http.handlers.ramjet_health                   Health (health.go)
 //	http.handlers.ramjet_dashboard                Dashboard (dashboard.go)
 //	admin.api.ramjet                              AdminAPI (admin.go)
 //
 // The routing knobs have one table (knobs.go), read by lb_policy ramjet and
-// the ramjet directive (directive.go); an explicit zero of alpha,
+// the ramjet directive (directive.go); Caddyfile blocks are read through
+// option tables (options.go for the line-form options of the directive,
+// ramjet_guard and ramjet_models; blockOption and subBlock in policy.go
+// for the policy's block and its kv sub-blocks); an explicit zero of alpha,
 // request_cost, tie_epsilon or output_weight is a value
 // (selection.Config.Explicit).
 //
@@ -30,13 +38,18 @@
 // *reqState, kept in the Caddy vars under VarRequest and shared by the
 // matcher, the policy and the handler. After the matcher or Select ran:
 //
-//	st.readBody(r, limit)   read the body once, bounded; st.acquireBody() (then
-//	                        release), st.bodyErr
-//	                        (errBodyTooLarge) and a byte-exact r.Body
+//	st.readBody(r, limit)   read the body once, bounded (edge.ReadBody);
+//	                        st.acquireBody() (then Release), st.bodyErr
+//	                        (edge.ErrTooLarge) and a byte-exact r.Body
 //	st.features(x, ep)      parsed features (nil on error; st.featErr holds
 //	                        the *selection.RequestError for a 400)
-//	st.fleet, st.slot, st.replica, st.routeID, st.model, st.decision,
-//	st.fallback, st.attempts
+//	st.fleet, st.slot, st.replica, st.routeID, st.model (observed requests
+//	only), st.decision, st.fallback, st.attempts, st.hold (the
+//	reservation, a selection.Hold)
+//
+// A state created by the ramjet handler is ended by it; one created first
+// by the matcher, the guard or a bare policy is ended by the sweeper
+// (openStates, an edge.Sweeper) once the request context is done.
 //
 // Fleet state (state.go): lookupFleet(stateKey) returns the *fleet most
 // recently provisioned under a state_key ("" = "default"), or nil;

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ramjet-llm/ramjet/edge"
 )
 
 // recordingEngine is an OpenAI-compatible engine on 127.0.0.1 that records
@@ -75,25 +77,25 @@ func TestEdgeOnlyTheAPI(t *testing.T) {
 		wantParam                       string
 		wantPath                        string // what the engine saw; "" = nothing
 	}{
-		{"reset prefix cache", "POST", "/reset_prefix_cache", "", "", 404, errCodeUnknownURL, "", ""},
-		{"simulator faults", "PUT", "/sim/faults", "application/json", `{"fail":1}`, 404, errCodeUnknownURL, "", ""},
-		{"engine metrics", "GET", "/metrics", "", "", 404, errCodeUnknownURL, "", ""},
-		{"sglang flush", "POST", "/flush_cache", "", "", 404, errCodeUnknownURL, "", ""},
-		{"sleep", "POST", "/sleep", "", "", 404, errCodeUnknownURL, "", ""},
-		{"dot segments to metrics", "GET", "/v1/../metrics", "", "", 404, errCodeUnknownURL, "", ""},
-		{"api prefix is not the api", "POST", "/v1/chat/completions/../../../reset_prefix_cache", "", "", 404, errCodeUnknownURL, "", ""},
-		{"root", "GET", "/", "", "", 404, errCodeUnknownURL, "", ""},
+		{"reset prefix cache", "POST", "/reset_prefix_cache", "", "", 404, edge.CodeUnknownURL, "", ""},
+		{"simulator faults", "PUT", "/sim/faults", "application/json", `{"fail":1}`, 404, edge.CodeUnknownURL, "", ""},
+		{"engine metrics", "GET", "/metrics", "", "", 404, edge.CodeUnknownURL, "", ""},
+		{"sglang flush", "POST", "/flush_cache", "", "", 404, edge.CodeUnknownURL, "", ""},
+		{"sleep", "POST", "/sleep", "", "", 404, edge.CodeUnknownURL, "", ""},
+		{"dot segments to metrics", "GET", "/v1/../metrics", "", "", 404, edge.CodeUnknownURL, "", ""},
+		{"api prefix is not the api", "POST", "/v1/chat/completions/../../../reset_prefix_cache", "", "", 404, edge.CodeUnknownURL, "", ""},
+		{"root", "GET", "/", "", "", 404, edge.CodeUnknownURL, "", ""},
 		{"chat", "POST", "/v1/chat/completions", "application/json", okChat, 200, "", "", "/v1/chat/completions"},
 		{"double slash", "POST", "//v1/chat/completions", "application/json", okChat, 200, "", "", "/v1/chat/completions"},
 		{"dot segment", "POST", "/v1/x/../chat/completions", "application/json", okChat, 200, "", "", "/v1/chat/completions"},
 		{"upper case", "POST", "/V1/CHAT/COMPLETIONS", "application/json", okChat, 200, "", "", "/v1/chat/completions"},
 		{"trailing slash", "POST", "/v1/chat/completions/", "application/json", okChat, 200, "", "", "/v1/chat/completions"},
-		{"upper case not json", "POST", "/V1/CHAT/COMPLETIONS", "text/plain", okChat, 415, errCodeUnsupportedMedia, "", ""},
-		{"text/plain", "POST", "/v1/chat/completions", "text/plain", okChat, 415, errCodeUnsupportedMedia, "", ""},
-		{"multipart", "POST", "/v1/completions", "multipart/form-data; boundary=x", "--x--", 415, errCodeUnsupportedMedia, "", ""},
-		{"form", "POST", "/v1/embeddings", "application/x-www-form-urlencoded", `{"model":"m1","input":"x"}`, 415, errCodeUnsupportedMedia, "", ""},
-		{"messages as a string", "POST", "/v1/chat/completions", "application/json", `{"model":"m1","messages":"hi"}`, 400, errCodeInvalidType, "messages", ""},
-		{"double slash, bad model", "POST", "//v1/chat/completions", "application/json", `{"model":"nope","messages":[]}`, 404, errCodeModelNotFound, "model", ""},
+		{"upper case not json", "POST", "/V1/CHAT/COMPLETIONS", "text/plain", okChat, 415, edge.CodeUnsupportedMedia, "", ""},
+		{"text/plain", "POST", "/v1/chat/completions", "text/plain", okChat, 415, edge.CodeUnsupportedMedia, "", ""},
+		{"multipart", "POST", "/v1/completions", "multipart/form-data; boundary=x", "--x--", 415, edge.CodeUnsupportedMedia, "", ""},
+		{"form", "POST", "/v1/embeddings", "application/x-www-form-urlencoded", `{"model":"m1","input":"x"}`, 415, edge.CodeUnsupportedMedia, "", ""},
+		{"messages as a string", "POST", "/v1/chat/completions", "application/json", `{"model":"m1","messages":"hi"}`, 400, edge.CodeInvalidType, "messages", ""},
+		{"double slash, bad model", "POST", "//v1/chat/completions", "application/json", `{"model":"nope","messages":[]}`, 404, edge.CodeModelNotFound, "model", ""},
 		{"allowed extra path", "POST", "/tokenize", "application/json", `{"model":"m1","prompt":"x"}`, 200, "", "", "/tokenize"},
 		{"allowed extra prefix", "POST", "/v1/audio/transcriptions", "multipart/form-data; boundary=x", "--x--", 200, "", "", "/v1/audio/transcriptions"},
 	}

@@ -74,39 +74,23 @@ func (c *EngineMetricsConfig) unmarshalEngineMetrics(d *caddyfile.Dispenser) err
 		}
 		c.Interval = caddy.Duration(v)
 	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		o := d.Val()
-		if seen[o] {
-			return d.Errf("engine_metrics: %s specified more than once", o)
-		}
-		seen[o] = true
-		var err error
-		switch o {
-		case "path":
-			c.Path, err = stringArg(d, o)
-		case "timeout":
-			c.Timeout, err = durationArg(d, o)
-		case "scheme":
-			if c.Scheme, err = stringArg(d, o); err == nil && c.Scheme != "http" && c.Scheme != "https" {
+	return subBlock(d, "engine_metrics", map[string]blockOption{
+		"path":    argString(&c.Path),
+		"timeout": argDuration(&c.Timeout),
+		"scheme": func(d *caddyfile.Dispenser, o string) error {
+			if err := argString(&c.Scheme)(d, o); err != nil {
+				return err
+			}
+			if c.Scheme != "http" && c.Scheme != "https" {
 				return d.Errf("engine_metrics: scheme must be http or https")
 			}
-		case "upstream_token":
-			c.UpstreamToken, err = stringArg(d, o)
-		case "stale_after":
-			c.StaleAfter, err = intArg(d, o)
-		case "max_body_bytes":
-			c.MaxBodyBytes, err = sizeArg(d, o)
-		case "concurrency":
-			c.Concurrency, err = intArg(d, o)
-		default:
-			return d.Errf("engine_metrics: unrecognized option '%s'", o)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+			return nil
+		},
+		"upstream_token": argString(&c.UpstreamToken),
+		"stale_after":    argInt(&c.StaleAfter),
+		"max_body_bytes": argSize(&c.MaxBodyBytes),
+		"concurrency":    argInt(&c.Concurrency),
+	})
 }
 
 func (c *EngineMetricsConfig) setDefaults() {

@@ -10,39 +10,9 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/ramjet-llm/ramjet/deploy"
+	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/selection"
 )
-
-func TestCheckRetired(t *testing.T) {
-	tests := []struct {
-		name    string
-		give    []string
-		wantErr []string
-	}{
-		{"clean", []string{"RJ_UPSTREAM=a:1", "PATH=/bin", "XMD_FOO=1", "md_lower=1"}, nil},
-		{"one", []string{"RJ_UPSTREAM=a:1", "MD_UPSTREAM=a:1"}, []string{"MD_UPSTREAM", "RJ_UPSTREAM"}},
-		{"several sorted", []string{"MD_ZETA=", "MD_ALPHA=1"}, []string{"MD_ALPHA (rename it to RJ_ALPHA), MD_ZETA (rename it to RJ_ZETA)"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := checkRetired(tt.give)
-			if len(tt.wantErr) == 0 {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatal("want an error")
-			}
-			for _, w := range tt.wantErr {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-		})
-	}
-}
 
 func TestCheckRetiredEnv(t *testing.T) {
 	t.Setenv("MD_UPSTREAM_TOKEN", "x")
@@ -153,8 +123,8 @@ func TestClosestName(t *testing.T) {
 		{"RJ_COMPLETELY_DIFFERENT", ""},
 	}
 	for _, tt := range tests {
-		if got := closestName(tt.give, deployEnvNames); got != tt.want {
-			t.Errorf("closestName(%s) = %q, want %q", tt.give, got, tt.want)
+		if got := envcheck.Closest(tt.give, deployEnvNames); got != tt.want {
+			t.Errorf("Closest(%s) = %q, want %q", tt.give, got, tt.want)
 		}
 	}
 	for _, n := range []string{"RJ_UPSTREAM", "RJ_ALPHA", "RJ_LISTEN", "RJ_METRICS_LISTEN", "RJ_UPSTREAM_TOKEN", "RJ_ALLOW_PATHS"} {

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/google/go-cmp/cmp"
+
+	"github.com/ramjet-llm/ramjet/edge"
 )
 
 // wireError is the OpenAI error envelope as a client decodes it.
@@ -41,26 +41,6 @@ func decodeWireError(t *testing.T, body []byte) wireError {
 	return we
 }
 
-func TestWriteAPIError(t *testing.T) {
-	rec := httptest.NewRecorder()
-	rec.Header().Set("Content-Encoding", "gzip")
-	WriteAPIError(rec, newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeModelNotFound, "model", "The model `x` does not exist."))
-	if rec.Code != http.StatusNotFound {
-		t.Fatalf("status = %d, want 404", rec.Code)
-	}
-	if got := rec.Header().Get("Content-Type"); got != "application/json" {
-		t.Errorf("Content-Type = %q", got)
-	}
-	if got := rec.Header().Get("Content-Encoding"); got != "" {
-		t.Errorf("Content-Encoding kept: %q", got)
-	}
-	want := `{"error":{"message":"The model ` + "`x`" + ` does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}}` + "\n"
-	if diff := cmp.Diff(want, rec.Body.String()); diff != "" {
-		t.Errorf("body (-want +got):\n%s", diff)
-	}
-	decodeWireError(t, rec.Body.Bytes())
-}
-
 func TestAPIErrorFromHandler(t *testing.T) {
 	leak := errors.New("dial tcp 127.0.0.1:8123: connect: connection refused")
 	tests := []struct {
@@ -69,13 +49,13 @@ func TestAPIErrorFromHandler(t *testing.T) {
 		wantStatus int
 		wantCode   string
 	}{
-		{"no upstream", caddyhttp.Error(http.StatusServiceUnavailable, errors.New("no upstreams available")), 503, errCodeNoReplica},
-		{"dial failure", caddyhttp.Error(http.StatusBadGateway, leak), 502, errCodeUpstreamFailed},
-		{"timeout", caddyhttp.Error(http.StatusGatewayTimeout, leak), 504, errCodeUpstreamTimeout},
-		{"too large", caddyhttp.Error(http.StatusRequestEntityTooLarge, leak), 413, errCodeBodyTooLarge},
-		{"plain error", leak, 500, errCodeInternal},
+		{"no upstream", caddyhttp.Error(http.StatusServiceUnavailable, errors.New("no upstreams available")), 503, edge.CodeNoReplica},
+		{"dial failure", caddyhttp.Error(http.StatusBadGateway, leak), 502, edge.CodeUpstreamFailed},
+		{"timeout", caddyhttp.Error(http.StatusGatewayTimeout, leak), 504, edge.CodeUpstreamTimeout},
+		{"too large", caddyhttp.Error(http.StatusRequestEntityTooLarge, leak), 413, edge.CodeBodyTooLarge},
+		{"plain error", leak, 500, edge.CodeInternal},
 		{"client gone", caddyhttp.Error(499, leak), 499, "client_closed_request"},
-		{"wrapped api error", fmt.Errorf("x: %w", newAPIError(404, errTypeInvalidRequest, errCodeModelNotFound, "model", "m")), 404, errCodeModelNotFound},
+		{"wrapped api error", fmt.Errorf("x: %w", edge.NewError(404, edge.TypeInvalidRequest, edge.CodeModelNotFound, "model", "m")), 404, edge.CodeModelNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,26 +1,20 @@
 package module
 
 import (
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/ramjet-llm/ramjet/catalog"
-	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/edge"
 )
 
 func init() {
@@ -59,23 +53,10 @@ const DefaultMaxBodySize = DefaultMaxBodyBytes
 // addresses, and removes response headers that carry an upstream address.
 // Everything it accepts is forwarded byte for byte.
 type Guard struct {
-	// Upstreams are the dial addresses (host:port) of the engines behind
-	// this route. They are used to learn the fleet's models and to keep
-	// these addresses out of response headers.
-	Upstreams []string `json:"upstreams,omitempty"`
-
-	// UpstreamToken is the bearer token sent to the engines instead of the
-	// client's Authorization. Placeholders such as {env.RJ_UPSTREAM_TOKEN}
-	// are resolved once at provisioning, so the token need not appear in the
-	// stored config. Empty means no token.
-	UpstreamToken string `json:"upstream_token,omitempty"`
-
-	// ClientTokens, when set, are the API keys clients must present (as
-	// "Authorization: Bearer <key>" or "api-key: <key>"); other requests get
-	// 401. Comma- or space-separated; placeholders such as
-	// {env.RJ_CLIENT_TOKENS} are resolved at provisioning. Empty means
-	// ramjet does not authenticate clients.
-	ClientTokens string `json:"client_tokens,omitempty"`
+	// Engines are the engines behind this route (their dial addresses are
+	// kept out of response headers), the token sent to them and the
+	// client keys checked.
+	Engines
 
 	// ForwardClientAuth forwards the client's Authorization (and api-key)
 	// headers to the engines when no upstream token is configured. Off by
@@ -95,18 +76,13 @@ type Guard struct {
 	ModelsTimeout caddy.Duration `json:"models_timeout,omitempty"`
 
 	// AllowPaths are the paths served besides the OpenAI API
-	// (DefaultAllowedPaths): exact paths, or prefixes ending in "/*".
+	// (edge.DefaultAllowedPaths): exact paths, or prefixes ending in "/*".
 	// Every other path gets an OpenAI-shaped 404 and never reaches an
-	// engine. Paths are compared after normalisation (see normalizePath).
+	// engine. Paths are compared after normalisation (see edge.NormalizePath).
 	AllowPaths []string `json:"allow_paths,omitempty"`
 
-	allowExact  map[string]bool
-	allowPrefix []string
+	allow edge.AllowList
 
-	token   string
-	auth    clientAuth
-	fleet   *catalog.Catalog
-	fleetK  string
 	scrub   []string
 	logger  *zap.Logger
 	checkOn bool
@@ -137,49 +113,18 @@ func (Guard) CaddyModule() caddy.ModuleInfo {
 func (g *Guard) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	g.Upstreams = append(g.Upstreams, splitList(d.RemainingArgs())...)
-	seen := map[string]bool{}
-	for d.NextBlock(0) {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("duplicate option %q", name)
-		}
-		seen[name] = true
-		args := d.RemainingArgs()
-		var err error
-		switch name {
-		case "upstream_token":
-			g.UpstreamToken, err = optionalArg(d, args)
-		case "client_tokens":
-			g.ClientTokens = strings.Join(args, ",")
-		case "forward_client_auth":
-			if len(args) != 0 {
-				return d.ArgErr()
-			}
-			g.ForwardClientAuth = true
-		case "max_body_size":
-			g.MaxBodySize, err = parseSizeArg(d, args)
-		case "model_check":
-			g.ModelCheck, err = optionalArg(d, args)
-		case "models_timeout":
-			g.ModelsTimeout, err = parseDurationArg(d, args)
-		case "allow_paths":
-			g.AllowPaths, err = parseAllowPaths(d, args)
-		default:
-			return d.Errf("unknown ramjet_guard option %q", name)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return g.addOptions(options{
+		"forward_client_auth": optFlag(&g.ForwardClientAuth),
+		"max_body_size":       optSize(&g.MaxBodySize),
+		"model_check":         optString(&g.ModelCheck),
+		"models_timeout":      optDuration(&g.ModelsTimeout),
+		"allow_paths":         optAllowPaths(&g.AllowPaths),
+	}).parse(d, "ramjet_guard")
 }
 
 // Provision resolves the token, fills defaults and joins the shared model
 // list of this set of upstreams.
 func (g *Guard) Provision(ctx caddy.Context) error {
-	if err := CheckRetiredEnv(); err != nil {
-		return err
-	}
 	g.logger = ctx.Logger()
 	if g.MaxBodySize == 0 {
 		g.MaxBodySize = DefaultMaxBodySize
@@ -190,19 +135,10 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	if g.ModelsTimeout == 0 {
 		g.ModelsTimeout = caddy.Duration(DefaultModelsTimeout)
 	}
-	g.token = resolveSecret(g.UpstreamToken)
-	g.auth = newClientAuth(g.ClientTokens)
 	g.checkOn = g.ModelCheck == "on"
-	g.allowExact, g.allowPrefix = compileAllowPaths(g.AllowPaths)
-	g.scrub = scrubList(g.Upstreams)
-	if len(g.Upstreams) > 0 {
-		f, key, err := acquireModelList(g.Upstreams, g.token, time.Duration(g.ModelsTimeout))
-		if err != nil {
-			return err
-		}
-		g.fleet, g.fleetK = f, key
-	}
-	return nil
+	g.allow = edge.NewAllowList(g.AllowPaths)
+	g.scrub = edge.ScrubList(g.Upstreams)
+	return g.provision(time.Duration(g.ModelsTimeout), len(g.Upstreams) > 0)
 }
 
 // Validate rejects bad values, naming the field.
@@ -216,17 +152,9 @@ func (g *Guard) Validate() error {
 		return fmt.Errorf("models_timeout must be positive, got %v", g.ModelsTimeout)
 	}
 	for _, p := range g.AllowPaths {
-		if err := checkAllowPath(p); err != nil {
+		if err := edge.CheckAllowPath(p); err != nil {
 			return fmt.Errorf("allow_paths: %w", err)
 		}
-	}
-	return nil
-}
-
-// Cleanup releases the shared model list.
-func (g *Guard) Cleanup() error {
-	if g.fleet != nil {
-		_, _ = modelLists.Delete(g.fleetK)
 	}
 	return nil
 }
@@ -235,31 +163,22 @@ func (g *Guard) Cleanup() error {
 func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	// Only the API: the path is normalised first, so that no spelling of
 	// an engine-internal route (or of an API route) skips the checks below.
-	if !g.allow(r) {
-		WriteAPIError(w, notFoundRoute())
+	if !g.allow.Allow(r) {
+		edge.Write(w, edge.NotFoundRoute())
 		return nil
 	}
-	if ae := g.auth.check(r); ae != nil {
-		WriteAPIError(w, ae)
+	if ae := g.auth.Check(r); ae != nil {
+		edge.Write(w, ae)
 		return nil
 	}
-	stripRequestHeaders(r.Header)
-	switch {
-	case g.token != "":
-		r.Header.Set("Authorization", "Bearer "+g.token)
-		r.Header.Del("Api-Key")
-		r.Header.Del("X-Api-Key")
-	case !g.ForwardClientAuth:
-		r.Header.Del("Authorization")
-		r.Header.Del("Api-Key")
-		r.Header.Del("X-Api-Key")
-	}
+	edge.StripRequestHeaders(r.Header)
+	edge.SetUpstreamAuth(r.Header, g.token, g.ForwardClientAuth)
 
 	if ae := g.readBody(r); ae != nil {
 		if st := lookupRequest(r); st != nil {
 			st.finish() // nothing was routed: release the body at once
 		}
-		WriteAPIError(w, ae)
+		edge.Write(w, ae)
 		return nil
 	}
 	// Request trailers (read with the body) are never forwarded: they could
@@ -283,7 +202,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	if c := g.logger.Check(level, "request failed"); c != nil {
 		c.Write(zap.Int("status", ae.Status), zap.Error(err))
 	}
-	WriteAPIError(gw, ae)
+	edge.Write(gw, ae)
 	return nil
 }
 
@@ -291,205 +210,39 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 // (the policy then fingerprints the same bytes without reading again; the
 // proxy forwards them byte for byte and can replay them on a retry), and
 // validates it on JSON routes.
-func (g *Guard) readBody(r *http.Request) *APIError {
+func (g *Guard) readBody(r *http.Request) *edge.Error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
 	if r.ContentLength > g.MaxBodySize {
-		return tooLarge(g.MaxBodySize)
+		return edge.TooLarge(g.MaxBodySize)
 	}
 	st := requestState(r)
 	st.readBody(r, g.MaxBodySize)
-	switch {
-	case errors.Is(st.bodyErr, errBodyTooLarge):
-		return tooLarge(g.MaxBodySize)
-	case st.bodyErr != nil:
-		var mbe *http.MaxBytesError
-		if errors.As(st.bodyErr, &mbe) {
-			return tooLarge(g.MaxBodySize)
-		}
-		return newAPIError(http.StatusBadRequest, errTypeInvalidRequest, "", "",
-			"the request body could not be read")
-	case st.body == nil:
-		return nil
+	if ae := edge.ReadError(st.bodyErr, g.MaxBodySize); ae != nil || st.body == nil {
+		return ae
 	}
-	if r.Method != http.MethodPost {
-		return nil
-	}
-	if apiPOSTRoutes[r.URL.Path] && !isJSONContent(r.Header.Get("Content-Type")) {
-		return newAPIError(http.StatusUnsupportedMediaType, errTypeInvalidRequest, errCodeUnsupportedMedia, "",
-			"the request body must be JSON: send Content-Type: application/json")
-	}
-	// The LLM routes are always parsed (the policy fingerprints them
-	// whatever the content type); the other JSON routes when they say JSON.
-	ep := selection.EndpointForPath(r.URL.Path)
-	if ep == selection.EndpointUnknown && (!isJSONRoute(r.URL.Path) || !isJSONContent(r.Header.Get("Content-Type"))) {
-		return nil
+	ep, parse, ae := edge.BodyRoute(r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+	if !parse {
+		return ae
 	}
 	b := st.acquireBody()
 	if b == nil {
 		return nil // the request already ended
 	}
-	defer b.release()
+	defer b.Release()
 	// The one parse of this body: the matcher and the policy reuse it.
 	f, err := st.parse(sharedExtractor(), ep)
 	if err != nil {
-		return requestErrorAPI(err)
+		return edge.FromRequestError(err)
 	}
 	if len(f.Model) > 0 && g.checkOn && g.fleet != nil {
 		model := string(f.Model)
 		if known, listed := g.fleet.Knows(r.Context(), model); listed && !known {
-			return newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeModelNotFound, "model",
-				fmt.Sprintf("The model `%s` does not exist.", model))
+			return edge.ModelNotFound(model)
 		}
 	}
 	return nil
-}
-
-// clientAuth checks the API key a client presents against a fixed set.
-type clientAuth struct {
-	keys [][]byte
-}
-
-func newClientAuth(spec string) clientAuth {
-	var a clientAuth
-	for _, k := range splitList([]string{resolveSecret(spec)}) {
-		a.keys = append(a.keys, []byte(k))
-	}
-	return a
-}
-
-// check returns nil when no keys are configured or the request carries one
-// of them, else the 401 to send.
-func (a clientAuth) check(r *http.Request) *APIError {
-	if len(a.keys) == 0 {
-		return nil
-	}
-	key := r.Header.Get("Api-Key")
-	if key == "" {
-		key = r.Header.Get("X-Api-Key")
-	}
-	if v := r.Header.Get("Authorization"); v != "" {
-		if scheme, tok, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
-			key = strings.TrimSpace(tok)
-		}
-	}
-	if key != "" {
-		for _, k := range a.keys {
-			if subtle.ConstantTimeCompare([]byte(key), k) == 1 {
-				return nil
-			}
-		}
-	}
-	return newAPIError(http.StatusUnauthorized, errTypeInvalidRequest, "invalid_api_key", "",
-		"Incorrect or missing API key. Send it as Authorization: Bearer <key>.")
-}
-
-func tooLarge(limit int64) *APIError {
-	return newAPIError(http.StatusRequestEntityTooLarge, errTypeInvalidRequest, errCodeBodyTooLarge, "",
-		fmt.Sprintf("the request body is larger than the limit of %s", humanize.IBytes(uint64(limit))))
-}
-
-// jsonRoutes are the OpenAI (and vLLM/SGLang) POST routes whose body must be
-// a JSON object.
-var jsonRoutes = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
-	"/v1/responses":        true,
-	"/v1/embeddings":       true,
-	"/v1/moderations":      true,
-	"/v1/score":            true,
-	"/v1/rerank":           true,
-	"/v2/rerank":           true,
-	"/rerank":              true,
-	"/score":               true,
-	"/pooling":             true,
-	"/classify":            true,
-	"/tokenize":            true,
-	"/detokenize":          true,
-	"/generate":            true,
-}
-
-func isJSONRoute(path string) bool {
-	return jsonRoutes[strings.TrimSuffix(path, "/")]
-}
-
-// isJSONContent: a JSON or absent content type. Multipart uploads (audio)
-// are not JSON and are forwarded as they are.
-func isJSONContent(ct string) bool {
-	if ct == "" {
-		return true
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
-}
-
-// hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 and their
-// common non-standard relatives.
-var hopHeaders = []string{
-	"Connection",
-	"Proxy-Connection",
-	"Keep-Alive",
-	"Proxy-Authenticate",
-	"Proxy-Authorization",
-	"Te",
-	"Trailer",
-	"Transfer-Encoding",
-	"Upgrade",
-}
-
-// stripRequestHeaders removes what a client must not be able to send to an
-// engine: ramjet's own headers, the data-parallel rank (the policy sets it)
-// and hop-by-hop headers, including those named in Connection.
-func stripRequestHeaders(h http.Header) {
-	for _, v := range h.Values("Connection") {
-		for _, name := range strings.Split(v, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
-	for name := range h {
-		if strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
-			hasPrefixFold(name, "x-ramjet-") {
-			delete(h, name)
-		}
-	}
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-// scrubList is what must never appear in a response header: every upstream
-// host:port, and its host when that is an IP address or a dotted name.
-func scrubList(upstreams []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	add := func(s string) {
-		if s != "" && !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	for _, u := range upstreams {
-		if _, after, ok := strings.Cut(u, "://"); ok {
-			u = after
-		}
-		add(u)
-		if host, _, err := net.SplitHostPort(u); err == nil {
-			if net.ParseIP(host) != nil || strings.Contains(host, ".") {
-				add(host)
-			}
-		}
-	}
-	return out
 }
 
 // guardWriter notes whether the response has started and removes response
@@ -528,29 +281,7 @@ func (w *guardWriter) ReadFrom(r io.Reader) (int64, error) {
 	return w.ResponseWriterWrapper.ReadFrom(r)
 }
 
-func (w *guardWriter) scrubHeaders() {
-	if len(w.scrub) == 0 {
-		return
-	}
-	h := w.Header()
-	for name, vals := range h {
-		for _, v := range vals {
-			if containsAny(v, w.scrub) {
-				delete(h, name)
-				break
-			}
-		}
-	}
-}
-
-func containsAny(s string, subs []string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
-}
+func (w *guardWriter) scrubHeaders() { edge.ScrubHeaders(w.Header(), w.scrub) }
 
 // Interface guards.
 var (
@@ -561,104 +292,37 @@ var (
 	_ caddyfile.Unmarshaler       = (*Guard)(nil)
 )
 
-// DefaultAllowedPaths are the client routes ramjet serves: the OpenAI API it
-// routes and answers itself. Anything else (the engines' /metrics,
-// /reset_prefix_cache, /sleep, /flush_cache, ...) is a 404 unless allowed
-// with allow_paths.
-var DefaultAllowedPaths = []string{
-	"/v1/chat/completions",
-	"/v1/completions",
-	"/v1/responses",
-	"/v1/embeddings",
-	"/v1/models",
-	"/v1/models/*",
-	"/health",
-}
-
-// apiPOSTRoutes are the default routes whose POST body must be JSON (415
-// otherwise).
-var apiPOSTRoutes = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
-	"/v1/responses":        true,
-	"/v1/embeddings":       true,
-}
-
-// normalizePath is the form in which a client path is matched and then
-// forwarded: dot segments resolved, repeated slashes collapsed, a trailing
-// slash dropped and lower case (Caddy's path matcher is case-insensitive
-// too), so that //v1/chat/completions, /v1/x/../chat/completions and
-// /V1/CHAT/COMPLETIONS are all /v1/chat/completions.
-func normalizePath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	p = caddyhttp.CleanPath(p, true)
-	if len(p) > 1 {
-		p = strings.TrimSuffix(p, "/")
-	}
-	return strings.ToLower(p)
-}
-
-// allow normalises the request path and reports whether it is served. An
-// allowed request continues with the normalised path (the engine, the body
-// checks and the policy's affinity all see the canonical route).
-func (g *Guard) allow(r *http.Request) bool {
-	p := normalizePath(r.URL.Path)
-	ok := g.allowExact[p]
-	for _, pre := range g.allowPrefix {
-		if ok {
-			break
-		}
-		ok = strings.HasPrefix(p, pre)
-	}
-	if !ok {
-		return false
-	}
-	if p != r.URL.Path {
-		r.URL.Path, r.URL.RawPath = p, ""
-	}
-	return true
-}
-
-func compileAllowPaths(extra []string) (map[string]bool, []string) {
-	exact := map[string]bool{}
-	var prefix []string
-	for _, p := range append(append([]string(nil), DefaultAllowedPaths...), extra...) {
-		if pre, ok := strings.CutSuffix(p, "/*"); ok {
-			prefix = append(prefix, normalizePath(pre)+"/")
-			continue
-		}
-		exact[normalizePath(p)] = true
-	}
-	return exact, prefix
-}
-
-// checkAllowPath rejects an allow_paths entry that cannot match: it must be
-// an absolute path, with a "*" only as a final "/*".
-func checkAllowPath(p string) error {
-	if !strings.HasPrefix(p, "/") {
-		return fmt.Errorf("%q must start with /", p)
-	}
-	if i := strings.IndexByte(p, '*'); i >= 0 && (i != len(p)-1 || !strings.HasSuffix(p, "/*")) {
-		return fmt.Errorf("%q: a * may only end a path, as /prefix/*", p)
-	}
-	return nil
-}
-
 // parseAllowPaths reads allow_paths: space- or comma-separated paths; none
 // (an unset environment variable) keeps the default API only.
 func parseAllowPaths(d *caddyfile.Dispenser, args []string) ([]string, error) {
 	out := splitList(args)
 	for _, p := range out {
-		if err := checkAllowPath(p); err != nil {
+		if err := edge.CheckAllowPath(p); err != nil {
 			return nil, d.Errf("allow_paths: %v", err)
 		}
 	}
 	return out, nil
 }
 
-func notFoundRoute() *APIError {
-	return newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeUnknownURL, "",
-		"Unknown request URL. This server serves only the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models) and /health.")
+// newClientAuth is the client key check of spec: comma- or space-separated
+// keys, placeholders resolved.
+func newClientAuth(spec string) edge.ClientAuth {
+	return edge.NewClientAuth(splitList([]string{resolveSecret(spec)}))
+}
+
+// apiErrorFromHandler turns an error returned by the rest of the handler
+// chain (reverse_proxy and friends) into the OpenAI-shaped error the client
+// sees. The original error text is never shown: it may carry an upstream
+// address (Caddy's "dial tcp 10.0.0.5:8000: connection refused").
+func apiErrorFromHandler(err error) *edge.Error {
+	var ae *edge.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	status := http.StatusInternalServerError
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		status = he.StatusCode
+	}
+	return edge.FromStatus(status)
 }

@@ -28,7 +28,7 @@ func benchGuard(b *testing.B) *Guard {
 		_, _ = io.WriteString(w, `{"data":[{"id":"qwen3-32b"}]}`)
 	}))
 	b.Cleanup(engine.Close)
-	g := &Guard{Upstreams: []string{strings.TrimPrefix(engine.URL, "http://")}, UpstreamToken: "t"}
+	g := &Guard{Engines: Engines{Upstreams: []string{strings.TrimPrefix(engine.URL, "http://")}, UpstreamToken: "t"}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	b.Cleanup(cancel)
 	if err := g.Provision(ctx); err != nil {
@@ -105,7 +105,7 @@ func BenchmarkGuardOneParse(b *testing.B) {
 			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 				st := lookupRequest(r)
 				bb := st.acquireBody()
-				defer bb.release()
+				defer bb.Release()
 				if st.features(x, selection.EndpointChat) == nil {
 					b.Fatal("no features")
 				}

@@ -12,57 +12,13 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
 )
-
-func TestStripRequestHeaders(t *testing.T) {
-	h := http.Header{}
-	h.Set("X-Ramjet-Upstream", "forged")
-	h.Set("X-Ramjet-Debug", "1")
-	h["x-ramjet-lower"] = []string{"raw"}
-	h.Set("X-Data-Parallel-Rank", "3")
-	h.Set("Connection", "keep-alive, X-Private")
-	h.Set("X-Private", "secret")
-	h.Set("Keep-Alive", "timeout=5")
-	h.Set("Proxy-Authorization", "Basic abc")
-	h.Set("Te", "trailers")
-	h.Set("Upgrade", "h2c")
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Request-Id", "abc")
-	stripRequestHeaders(h)
-	want := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"abc"}}
-	if diff := cmp.Diff(want, h); diff != "" {
-		t.Errorf("headers (-want +got):\n%s", diff)
-	}
-}
-
-func TestIsJSONContent(t *testing.T) {
-	for give, want := range map[string]bool{
-		"":                                true,
-		"application/json":                true,
-		"application/json; charset=utf-8": true,
-		"application/vnd.api+json":        true,
-		"multipart/form-data; boundary=x": false,
-		"text/plain":                      false,
-	} {
-		if got := isJSONContent(give); got != want {
-			t.Errorf("isJSONContent(%q) = %v, want %v", give, got, want)
-		}
-	}
-}
-
-func TestScrubList(t *testing.T) {
-	got := scrubList([]string{"127.0.0.1:8005", "https://engine.internal:443", "vllm:8000", "127.0.0.1:8005"})
-	want := []string{"127.0.0.1:8005", "127.0.0.1", "engine.internal:443", "engine.internal", "vllm:8000"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("scrubList (-want +got):\n%s", diff)
-	}
-}
 
 // newTestGuard provisions a guard in front of one real engine listing
 // model "m1".
@@ -116,13 +72,13 @@ func TestGuardRejects(t *testing.T) {
 		wantCode   string
 	}{
 		{"ok", "/v1/chat/completions", `{"model":"m1"}`, "application/json", 200, ""},
-		{"malformed", "/v1/chat/completions", `{"model":`, "application/json", 400, errCodeInvalidJSON},
-		{"too large", "/v1/completions", `{"model":"m1","prompt":"` + strings.Repeat("x", 80) + `"}`, "application/json", 413, errCodeBodyTooLarge},
-		{"unknown model", "/v1/chat/completions", `{"model":"nope"}`, "application/json", 404, errCodeModelNotFound},
-		{"multipart to an LLM route", "/v1/chat/completions", `--x--`, "multipart/form-data; boundary=x", 415, errCodeUnsupportedMedia},
-		{"text to an LLM route", "/v1/completions", `{"model":"m1"}`, "text/plain", 415, errCodeUnsupportedMedia},
-		{"messages as a string", "/v1/chat/completions", `{"model":"m1","messages":"hi"}`, "application/json", 400, errCodeInvalidType},
-		{"engine route refused", "/reset_prefix_cache", ``, "application/json", 404, errCodeUnknownURL},
+		{"malformed", "/v1/chat/completions", `{"model":`, "application/json", 400, edge.CodeInvalidJSON},
+		{"too large", "/v1/completions", `{"model":"m1","prompt":"` + strings.Repeat("x", 80) + `"}`, "application/json", 413, edge.CodeBodyTooLarge},
+		{"unknown model", "/v1/chat/completions", `{"model":"nope"}`, "application/json", 404, edge.CodeModelNotFound},
+		{"multipart to an LLM route", "/v1/chat/completions", `--x--`, "multipart/form-data; boundary=x", 415, edge.CodeUnsupportedMedia},
+		{"text to an LLM route", "/v1/completions", `{"model":"m1"}`, "text/plain", 415, edge.CodeUnsupportedMedia},
+		{"messages as a string", "/v1/chat/completions", `{"model":"m1","messages":"hi"}`, "application/json", 400, edge.CodeInvalidType},
+		{"engine route refused", "/reset_prefix_cache", ``, "application/json", 404, edge.CodeUnknownURL},
 		{"multipart not parsed", "/v1/audio/transcriptions", `--x--`, "multipart/form-data; boundary=x", 200, ""},
 		{"other route not parsed", "/v1/audio/whatever", `not json`, "application/json", 200, ""},
 	}
@@ -171,7 +127,7 @@ func TestGuardForwardsBodyAndCredentials(t *testing.T) {
 		guard    *Guard
 		wantAuth string
 	}{
-		{"token replaces client auth", &Guard{UpstreamToken: "up-tok"}, "Bearer up-tok"},
+		{"token replaces client auth", &Guard{Engines: Engines{UpstreamToken: "up-tok"}}, "Bearer up-tok"},
 		{"client auth dropped by default", &Guard{}, ""},
 		{"client auth forwarded on request", &Guard{ForwardClientAuth: true}, "Bearer client"},
 	}
@@ -195,7 +151,7 @@ func TestGuardForwardsBodyAndCredentials(t *testing.T) {
 				}
 				// Read once into ramjet's request state (the policy reuses
 				// it), and forwarded byte for byte.
-				if st := lookupRequest(r); st == nil || st.body == nil || !bytes.Equal(st.body.buf, []byte(body)) {
+				if st := lookupRequest(r); st == nil || st.body == nil || !bytes.Equal(st.body.Bytes(), []byte(body)) {
 					t.Error("body not kept in the request state")
 				}
 				if got, _ := io.ReadAll(r.Body); string(got) != body {
@@ -265,18 +221,18 @@ func TestGuardParse(t *testing.T) {
 	}{
 		{"ok", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"hi"}]}`, 200, "", "", "", "m1"},
 		{"escaped key", "/v1/chat/completions", `{"\u006dodel":"m1","messages":[]}`, 200, "", "", "", "m1"},
-		{"escaped key, unknown model", "/v1/chat/completions", `{"\u006dodel":"nope"}`, 404, errCodeModelNotFound, "model", "nope", ""},
+		{"escaped key, unknown model", "/v1/chat/completions", `{"\u006dodel":"nope"}`, 404, edge.CodeModelNotFound, "model", "nope", ""},
 		{"escaped model", "/v1/chat/completions", `{"model":"m\u0031"}`, 200, "", "", "", "m1"},
 		{"null model", "/v1/chat/completions", `{"model":null,"messages":[]}`, 200, "", "", "", ""},
 		{"300 deep", "/v1/chat/completions", deep(300), 200, "", "", "", "m1"},
-		{"too deep", "/v1/chat/completions", deep(selection.MaxDepth), 400, errCodeInvalidJSON, "", "nesting too deep", ""},
-		{"malformed", "/v1/chat/completions", `{"model":"m1","messages":[`, 400, errCodeInvalidJSON, "messages", "not valid JSON", ""},
-		{"not an object", "/v1/chat/completions", `[1,2]`, 400, errCodeInvalidType, "", "must be a JSON object", ""},
-		{"model type", "/v1/embeddings", `{"model":7,"input":"x"}`, 400, errCodeInvalidType, "model", "model must be a string", ""},
-		{"messages type", "/v1/chat/completions", `{"model":"m1","messages":"hello"}`, 400, errCodeInvalidType, "messages", "messages must be an array", ""},
-		{"content type", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":5}]}`, 400, errCodeInvalidType, "messages.[0].content", "content must be", ""},
-		{"prompt type", "/v1/completions", `{"model":"m1","prompt":{}}`, 400, errCodeInvalidType, "prompt", "prompt must be", ""},
-		{"prefixed route", "/openai/v1/chat/completions", `{"model":"m1","messages":{}}`, 400, errCodeInvalidType, "messages", "", ""},
+		{"too deep", "/v1/chat/completions", deep(selection.MaxDepth), 400, edge.CodeInvalidJSON, "", "nesting too deep", ""},
+		{"malformed", "/v1/chat/completions", `{"model":"m1","messages":[`, 400, edge.CodeInvalidJSON, "messages", "not valid JSON", ""},
+		{"not an object", "/v1/chat/completions", `[1,2]`, 400, edge.CodeInvalidType, "", "must be a JSON object", ""},
+		{"model type", "/v1/embeddings", `{"model":7,"input":"x"}`, 400, edge.CodeInvalidType, "model", "model must be a string", ""},
+		{"messages type", "/v1/chat/completions", `{"model":"m1","messages":"hello"}`, 400, edge.CodeInvalidType, "messages", "messages must be an array", ""},
+		{"content type", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":5}]}`, 400, edge.CodeInvalidType, "messages.[0].content", "content must be", ""},
+		{"prompt type", "/v1/completions", `{"model":"m1","prompt":{}}`, 400, edge.CodeInvalidType, "prompt", "prompt must be", ""},
+		{"prefixed route", "/openai/v1/chat/completions", `{"model":"m1","messages":{}}`, 400, edge.CodeInvalidType, "messages", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,7 +273,7 @@ func TestGuardParse(t *testing.T) {
 			if we.Error.Param != nil {
 				param = *we.Error.Param
 			}
-			if param != tt.wantParam || !strings.Contains(we.Error.Message, tt.wantMsg) || we.Error.Type != errTypeInvalidRequest {
+			if param != tt.wantParam || !strings.Contains(we.Error.Message, tt.wantMsg) || we.Error.Type != edge.TypeInvalidRequest {
 				t.Errorf("error = %+v (param %q), want param %q and a message containing %q", we.Error, param, tt.wantParam, tt.wantMsg)
 			}
 		})
@@ -346,7 +302,7 @@ func TestClientAuth(t *testing.T) {
 			for k, v := range tt.header {
 				r.Header.Set(k, v)
 			}
-			ae := a.check(r)
+			ae := a.Check(r)
 			if (ae == nil) != tt.ok {
 				t.Fatalf("check = %v, want ok %v", ae, tt.ok)
 			}
@@ -355,7 +311,7 @@ func TestClientAuth(t *testing.T) {
 			}
 		})
 	}
-	if newClientAuth("{env.RJ_TEST_UNSET_KEYS}").check(httptest.NewRequest(http.MethodGet, "/", nil)) != nil {
+	if newClientAuth("{env.RJ_TEST_UNSET_KEYS}").Check(httptest.NewRequest(http.MethodGet, "/", nil)) != nil {
 		t.Error("no keys configured, yet a request was refused")
 	}
 }
@@ -399,9 +355,9 @@ http://{ADDR} {
 		{"escaped key", `{"\u006dodel":"org/m1",` + msgs + `}`, 200, ""},
 		{"escaped slash", `{"model":"org\u002fm1",` + msgs + `}`, 200, ""},
 		{"300 deep", `{"model":"org/m1",` + msgs + `,"metadata_x":` + nest(300) + `}`, 200, ""},
-		{"escaped key, other model", `{"\u006dodel":"org\u002fother",` + msgs + `}`, 404, errCodeModelNotFound},
-		{"too deep", `{"model":"org/m1",` + msgs + `,"x":` + nest(selection.MaxDepth) + `}`, 400, errCodeInvalidJSON},
-		{"messages as a string", `{"model":"org/m1","messages":"hi"}`, 400, errCodeInvalidType},
+		{"escaped key, other model", `{"\u006dodel":"org\u002fother",` + msgs + `}`, 404, edge.CodeModelNotFound},
+		{"too deep", `{"model":"org/m1",` + msgs + `,"x":` + nest(selection.MaxDepth) + `}`, 400, edge.CodeInvalidJSON},
+		{"messages as a string", `{"model":"org/m1","messages":"hi"}`, 400, edge.CodeInvalidType},
 	}
 	parses := bodyParses.Load()
 	ids := map[string]bool{}
@@ -478,7 +434,7 @@ func TestGuardNormalizesPaths(t *testing.T) {
 	for _, tt := range tests {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
 		req.URL.Path = tt.in
-		ok := g.allow(req)
+		ok := g.allow.Allow(req)
 		if ok != (tt.want != "") || (ok && req.URL.Path != tt.want) {
 			t.Errorf("%s: allowed %v, path %q; want %q", tt.in, ok, req.URL.Path, tt.want)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/observe"
 )
 
@@ -117,9 +118,10 @@ func (h *Handler) Validate() error {
 // or abort panic).
 func observedState(r *http.Request) *reqState {
 	if st := lookupRequest(r); st != nil {
+		st.observed = true
 		return st
 	}
-	st := &reqState{slot: -1, stop: noStop}
+	st := &reqState{slot: -1, stop: noStop, observed: true}
 	caddyhttp.SetVar(r.Context(), VarRequest, st)
 	return st
 }
@@ -184,7 +186,7 @@ func (o *stateObserver) WriteHeader(_ int, h http.Header) {
 func (o *stateObserver) Write(p []byte) {
 	if !o.started && len(p) > 0 {
 		o.started = true
-		o.st.prefillDone()
+		o.st.hold.PrefillDone()
 	}
 }
 
@@ -194,10 +196,10 @@ func (o *stateObserver) End(int, error) {}
 // in an "error" event (the OpenAI SDKs turn a data object with an "error"
 // field into a stream error).
 var streamCutEvent = func() []byte {
-	e := newAPIError(http.StatusBadGateway, errTypeServer, errCodeUpstreamFailed, "",
+	e := edge.NewError(http.StatusBadGateway, edge.TypeServer, edge.CodeUpstreamFailed, "",
 		"the engine stopped before the end of the response")
 	b, _ := json.Marshal(struct {
-		Error *APIError `json:"error"`
+		Error *edge.Error `json:"error"`
 	}{e})
 	return []byte("event: error\ndata: " + string(b) + "\n\n")
 }()

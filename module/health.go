@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 )
 
@@ -114,7 +115,7 @@ func (h *Health) Validate() error {
 func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		WriteAPIError(w, newAPIError(http.StatusMethodNotAllowed, errTypeInvalidRequest, "method_not_allowed", "",
+		edge.Write(w, edge.NewError(http.StatusMethodNotAllowed, edge.TypeInvalidRequest, "method_not_allowed", "",
 			"only GET is allowed on "+r.URL.Path))
 		return nil
 	}

@@ -28,9 +28,6 @@ var routingKnobs = map[string]func(c *selection.Config, v string) error{
 	"output_weight":      func(c *selection.Config, v string) (err error) { c.OutputWeight, err = parseFloat(v); return },
 }
 
-// isKnob reports whether name is a routing knob.
-func isKnob(name string) bool { _, ok := routingKnobs[name]; return ok }
-
 // setKnob parses v into knob name of c. A knob given is explicit: its
 // zero is kept (alpha 0 is pure affinity), where zero is a value of it.
 func setKnob(c *selection.Config, name, v string) error {
@@ -81,16 +78,9 @@ func (s *RamjetSelection) UnmarshalJSON(b []byte) error {
 	if err := dec.Decode((*plain)(s)); err != nil {
 		return err
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(b, &fields); err != nil {
-		return err
-	}
-	for name, v := range fields {
-		if k := selection.KnobNamed(name); k != 0 && string(v) != "null" {
-			s.Explicit |= k
-		}
-	}
-	return nil
+	k, err := selection.ExplicitInJSON(b)
+	s.Explicit |= k
+	return err
 }
 
 // MarshalJSON encodes the policy, writing the explicit zero knobs that
@@ -102,22 +92,5 @@ func (s *RamjetSelection) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	zeros := []struct {
-		name string
-		zero bool
-	}{
-		{"alpha", s.Alpha == 0}, {"request_cost", s.RequestCost == 0},
-		{"tie_epsilon", s.TieEpsilon == 0}, {"output_weight", s.OutputWeight == 0},
-	}
-	for _, z := range zeros {
-		if !z.zero || s.Explicit&selection.KnobNamed(z.name) == 0 {
-			continue
-		}
-		sep := ","
-		if bytes.Equal(b, []byte("{}")) {
-			sep = ""
-		}
-		b = append(append(b[:len(b)-1], sep+strconv.Quote(z.name)+":0"...), '}')
-	}
-	return b, nil
+	return s.Config.AppendExplicitZeros(b), nil
 }

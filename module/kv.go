@@ -3,11 +3,9 @@ package module
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,35 +90,8 @@ type KVCanary struct {
 	Blocks int `json:"blocks,omitempty"`
 }
 
-// KVEngine is one engine's event feed.
-type KVEngine struct {
-	// Upstream is the engine's dial address exactly as in the upstream
-	// list, e.g. "10.0.0.5:8000".
-	Upstream string `json:"upstream"`
-	// Events is the rank-0 PUB address, e.g. "tcp://10.0.0.5:5557"; rank r
-	// publishes on its port plus r, as vLLM does.
-	Events string `json:"events"`
-	// Replay is the rank-0 replay ROUTER address, e.g.
-	// "tcp://10.0.0.5:5558" (optional; strongly recommended).
-	Replay string `json:"replay,omitempty"`
-	// Ranks is the number of data-parallel ranks (the upstream is then
-	// listed that many times). Default: 1.
-	Ranks int `json:"ranks,omitempty"`
-	// Scheme is how the engine's HTTP API is reached for the tokenize
-	// preflight and the canary: "http" or "https" (as the reverse_proxy
-	// transport reaches it). Default: "http".
-	Scheme string `json:"scheme,omitempty"`
-	// Bind makes Events an address ramjet binds and the engine's PUB
-	// socket connects to (vLLM "endpoint": "tcp://<ramjet>:5557", llm-d's
-	// usual setup), instead of the engine's address ramjet dials (vLLM's
-	// default "tcp://*:5557"). Engines may share one bound address when
-	// each has its own Topic. Rank r binds the port plus r. Default: dial.
-	Bind bool `json:"bind,omitempty"`
-	// Topic is this engine's topic (vLLM "topic"), overriding the policy's
-	// kv_topic; required to tell apart engines sharing a bound address,
-	// e.g. "kv@10.0.0.5:8000@<model>".
-	Topic string `json:"topic,omitempty"`
-}
+// KVEngine is one engine's event feed (kvindex.FeedSpec).
+type KVEngine = kvindex.FeedSpec
 
 func (c *KVConfig) setDefaults() {
 	if c.BlockSize == 0 {
@@ -166,51 +137,13 @@ func (c *KVConfig) validate() error {
 	case c.Canary != nil && (c.Canary.Interval < 0 || c.Canary.Blocks < 0):
 		return fmt.Errorf("kv: canary interval and blocks must be positive")
 	}
-	seen := map[string]bool{}
-	for i, e := range c.Engines {
-		if e.Upstream == "" || e.Events == "" {
-			return fmt.Errorf("kv: engines[%d]: upstream and events are required", i)
-		}
-		if seen[e.Upstream] {
-			return fmt.Errorf("kv: engines[%d]: upstream %s listed twice", i, e.Upstream)
-		}
-		seen[e.Upstream] = true
-		if e.Scheme != "" && e.Scheme != "http" && e.Scheme != "https" {
-			return fmt.Errorf("kv: engines[%d]: scheme must be http or https, got %q", i, e.Scheme)
-		}
-		if e.Ranks < 0 || e.Ranks > kvindex.MaxReplicas {
-			return fmt.Errorf("kv: engines[%d]: ranks must be in [1,%d]", i, kvindex.MaxReplicas)
-		}
-		if _, err := e.endpoints(""); err != nil {
-			return fmt.Errorf("kv: engines[%d]: %w", i, err)
-		}
+	if err := kvindex.ValidateFeeds(c.Engines); err != nil {
+		return fmt.Errorf("kv: %w", err)
 	}
 	return nil
 }
 
-// endpoints returns the engine's feeds, one per rank, keyed like the
-// policy's replicas: the dial address, plus "#rank" when it has several.
-func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
-	ranks := max(e.Ranks, 1)
-	if e.Topic != "" {
-		topic = e.Topic
-	}
-	var eps []kvindex.Endpoint
-	for r := range ranks {
-		ep, err := kvindex.RankEndpoint(e.Upstream, e.Events, e.Replay, topic, r)
-		if err != nil {
-			return nil, err
-		}
-		if ranks == 1 {
-			ep.Replica = e.Upstream
-		}
-		ep.Bind = e.Bind
-		eps = append(eps, ep)
-	}
-	return eps, nil
-}
-
-// unmarshalKVOption parses the kv options of the policy's Caddyfile block:
+// kvOptions adds the kv options of the policy's Caddyfile block to t:
 //
 //	kv_events <upstream> [dial|bind] <events> [<replay>] [{
 //		ranks  <n>
@@ -236,147 +169,99 @@ func (e KVEngine) endpoints(topic string) ([]kvindex.Endpoint, error) {
 // kv_events may appear once per engine; it turns the precise index on.
 // "dial" (the default) connects to the engine's PUB socket; "bind" listens
 // on <events> for the engine's PUB socket to connect to.
-func (s *RamjetSelection) unmarshalKVOption(d *caddyfile.Dispenser, opt string) (bool, error) {
-	if !strings.HasPrefix(opt, "kv_") && opt != "tokenize" {
-		return false, nil
+func (s *RamjetSelection) kvOptions(t map[string]blockOption) {
+	kv := func(set func(kv *KVConfig) blockOption) blockOption {
+		return func(d *caddyfile.Dispenser, opt string) error {
+			if s.KV == nil {
+				s.KV = new(KVConfig)
+			}
+			return set(s.KV)(d, opt)
+		}
 	}
-	if s.KV == nil {
-		s.KV = new(KVConfig)
-	}
-	kv := s.KV
-	var err error
-	switch opt {
-	case "kv_events":
-		var e KVEngine
-		args := d.RemainingArgs()
-		if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
-			e.Bind = args[1] == "bind"
-			args = append(args[:1], args[2:]...)
-		}
-		if len(args) < 2 || len(args) > 3 {
-			return true, d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
-		}
-		e.Upstream, e.Events = args[0], args[1]
-		if len(args) == 3 {
-			e.Replay = args[2]
-		}
-		for nesting := d.Nesting(); d.NextBlock(nesting); {
-			switch d.Val() {
-			case "ranks":
-				if e.Ranks != 0 {
-					return true, d.Errf("kv_events: ranks specified more than once")
-				}
-				if e.Ranks, err = intArg(d, "ranks"); err != nil {
-					return true, err
-				}
-				if e.Ranks < 1 {
-					return true, d.Errf("kv_events: ranks must be positive")
-				}
-			case "scheme":
-				if e.Scheme != "" {
-					return true, d.Errf("kv_events: scheme specified more than once")
-				}
-				if e.Scheme, err = stringArg(d, "scheme"); err != nil {
-					return true, err
-				}
-				if e.Scheme != "http" && e.Scheme != "https" {
-					return true, d.Errf("kv_events: scheme must be http or https")
-				}
-			case "topic":
-				if e.Topic != "" {
-					return true, d.Errf("kv_events: topic specified more than once")
-				}
-				if e.Topic, err = stringArg(d, "topic"); err != nil {
-					return true, err
-				}
-			default:
-				return true, d.Errf("kv_events: unrecognized option '%s'", d.Val())
+	t["kv_events"] = kv(func(kv *KVConfig) blockOption { return kv.parseEvents })
+	t["kv_topic"] = kv(func(kv *KVConfig) blockOption { return argString(&kv.Topic) })
+	t["kv_upstream_token"] = kv(func(kv *KVConfig) blockOption { return argString(&kv.UpstreamToken) })
+	t["kv_block_size"] = kv(func(kv *KVConfig) blockOption { return argInt(&kv.BlockSize) })
+	t["kv_max_entries"] = kv(func(kv *KVConfig) blockOption { return argInt(&kv.MaxEntries) })
+	t["kv_predict_ttl"] = kv(func(kv *KVConfig) blockOption { return argDuration(&kv.PredictTTL) })
+	t["kv_canary"] = kv(func(kv *KVConfig) blockOption { return kv.parseCanary })
+	t["tokenize"] = kv(func(kv *KVConfig) blockOption {
+		return func(d *caddyfile.Dispenser, opt string) error {
+			if d.NextArg() {
+				return d.ArgErr()
 			}
+			return subBlock(d, opt, map[string]blockOption{
+				"timeout":        argDuration(&kv.TokenizeTimeout),
+				"max_concurrent": argInt(&kv.TokenizeConcurrency),
+				"cache_entries":  argInt(&kv.TokenizeCache),
+				"url":            argString(&kv.TokenizeURL),
+			})
 		}
-		for _, o := range kv.Engines {
-			if o.Upstream == e.Upstream {
-				return true, d.Errf("kv_events %s: specified more than once", e.Upstream)
-			}
-		}
-		kv.Engines = append(kv.Engines, e)
-	case "kv_topic":
-		kv.Topic, err = stringArg(d, opt)
-	case "kv_upstream_token":
-		kv.UpstreamToken, err = stringArg(d, opt)
-	case "kv_block_size":
-		kv.BlockSize, err = intArg(d, opt)
-	case "kv_max_entries":
-		kv.MaxEntries, err = intArg(d, opt)
-	case "kv_predict_ttl":
-		kv.PredictTTL, err = durationArg(d, opt)
-	case "kv_canary":
-		c := &KVCanary{}
-		if !d.Args(&c.Model) || d.NextArg() {
-			return true, d.Errf("kv_canary: want <model>")
-		}
-		seen := map[string]bool{}
-		for nesting := d.Nesting(); d.NextBlock(nesting); {
-			o := d.Val()
-			if seen[o] {
-				return true, d.Errf("kv_canary: %s specified more than once", o)
-			}
-			seen[o] = true
-			switch o {
-			case "interval":
-				c.Interval, err = durationArg(d, o)
-			case "blocks":
-				c.Blocks, err = intArg(d, o)
-			default:
-				return true, d.Errf("kv_canary: unrecognized option '%s'", o)
-			}
-			if err != nil {
-				return true, err
-			}
-		}
-		kv.Canary = c
-	case "tokenize":
-		if d.NextArg() {
-			return true, d.ArgErr()
-		}
-		seen := map[string]bool{}
-		for nesting := d.Nesting(); d.NextBlock(nesting); {
-			o := d.Val()
-			if seen[o] {
-				return true, d.Errf("tokenize: %s specified more than once", o)
-			}
-			seen[o] = true
-			switch o {
-			case "timeout":
-				kv.TokenizeTimeout, err = durationArg(d, o)
-			case "max_concurrent":
-				kv.TokenizeConcurrency, err = intArg(d, o)
-			case "cache_entries":
-				kv.TokenizeCache, err = intArg(d, o)
-			case "url":
-				kv.TokenizeURL, err = stringArg(d, o)
-			default:
-				return true, d.Errf("tokenize: unrecognized option '%s'", o)
-			}
-			if err != nil {
-				return true, err
-			}
-		}
-	default:
-		return true, d.Errf("unrecognized ramjet option '%s'", opt)
-	}
-	return true, err
+	})
 }
 
-func durationArg(d *caddyfile.Dispenser, opt string) (caddy.Duration, error) {
-	v, err := oneArg(d, opt)
-	if err != nil {
-		return 0, err
+// parseEvents reads one kv_events line and its block.
+func (kv *KVConfig) parseEvents(d *caddyfile.Dispenser, _ string) error {
+	var e KVEngine
+	args := d.RemainingArgs()
+	if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
+		e.Bind = args[1] == "bind"
+		args = append(args[:1], args[2:]...)
 	}
-	dur, err := caddy.ParseDuration(v)
-	if err != nil {
-		return 0, d.Errf("%s: %q is not a duration", opt, v)
+	if len(args) < 2 || len(args) > 3 {
+		return d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
 	}
-	return caddy.Duration(dur), nil
+	e.Upstream, e.Events = args[0], args[1]
+	if len(args) == 3 {
+		e.Replay = args[2]
+	}
+	err := subBlock(d, "kv_events", map[string]blockOption{
+		"ranks": func(d *caddyfile.Dispenser, o string) error {
+			if err := argInt(&e.Ranks)(d, o); err != nil {
+				return err
+			}
+			if e.Ranks < 1 {
+				return d.Errf("kv_events: ranks must be positive")
+			}
+			return nil
+		},
+		"scheme": func(d *caddyfile.Dispenser, o string) error {
+			if err := argString(&e.Scheme)(d, o); err != nil {
+				return err
+			}
+			if e.Scheme != "http" && e.Scheme != "https" {
+				return d.Errf("kv_events: scheme must be http or https")
+			}
+			return nil
+		},
+		"topic": argString(&e.Topic),
+	})
+	if err != nil {
+		return err
+	}
+	for _, o := range kv.Engines {
+		if o.Upstream == e.Upstream {
+			return d.Errf("kv_events %s: specified more than once", e.Upstream)
+		}
+	}
+	kv.Engines = append(kv.Engines, e)
+	return nil
+}
+
+// parseCanary reads kv_canary <model> and its block.
+func (kv *KVConfig) parseCanary(d *caddyfile.Dispenser, _ string) error {
+	c := &KVCanary{}
+	if !d.Args(&c.Model) || d.NextArg() {
+		return d.Errf("kv_canary: want <model>")
+	}
+	if err := subBlock(d, "kv_canary", map[string]blockOption{
+		"interval": argDuration(&c.Interval),
+		"blocks":   argInt(&c.Blocks),
+	}); err != nil {
+		return err
+	}
+	kv.Canary = c
+	return nil
 }
 
 // kvStates holds the precise-index state across config reloads, keyed by
@@ -397,7 +282,7 @@ type kvState struct {
 	// timeout bounds the whole preflight of one request (waiting for an
 	// identical one in flight included).
 	timeout    time.Duration
-	tokLatency *latencyHist
+	tokLatency *kvindex.LatencyHist
 
 	stateKey string
 	fleet    atomic.Pointer[fleet] // for route ids; the last provisioned
@@ -439,25 +324,9 @@ func (c *KVConfig) preciseConfig(logger *zap.Logger, latency func(time.Duration)
 	if cc := c.Canary; cc != nil {
 		pc.Canary = kvindex.CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}
 	}
-	for _, e := range c.Engines {
-		eps, err := e.endpoints(c.Topic)
-		if err != nil {
-			return pc, err
-		}
-		scheme := e.Scheme
-		if scheme == "" {
-			scheme = "http"
-		}
-		for rank, ep := range eps {
-			var hdr http.Header
-			if len(eps) > 1 {
-				hdr = http.Header{HeaderRank: {strconv.Itoa(rank)}}
-			}
-			pc.Engines = append(pc.Engines, kvindex.PreciseEngine{Feed: ep,
-				BaseURL: scheme + "://" + e.Upstream, Header: hdr})
-		}
-	}
-	return pc, nil
+	var err error
+	pc.Engines, err = kvindex.PreciseEngines(c.Engines, c.Topic, HeaderRank)
+	return pc, err
 }
 
 func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
@@ -476,8 +345,8 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	logger := s.logger.Named("kv")
 	v, _, err := kvStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		k := &kvState{key: key, timeout: time.Duration(s.KV.TokenizeTimeout),
-			tokLatency: newLatencyHist(), stateKey: s.StateKey}
-		pc, err := s.KV.preciseConfig(logger, k.tokLatency.observe)
+			tokLatency: kvindex.NewLatencyHist(), stateKey: s.StateKey}
+		pc, err := s.KV.preciseConfig(logger, k.tokLatency.Observe)
 		if err != nil {
 			return nil, err
 		}
@@ -569,93 +438,19 @@ func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extr
 	if b == nil {
 		return
 	}
-	defer b.release()
+	defer b.Release()
 	f := st.features(x, ep) // cached for Select: one parse per request
 	if f == nil {
 		return
 	}
-	// The cache is keyed by the whole body: identical bodies (retries,
-	// repeated prompts) skip both the request build and the preflight;
-	// bodies that differ only outside the prompt merely miss.
-	key := xxhash.Sum64(b.buf)
-	toks, ok := k.tk.Cached(key)
-	if !ok {
-		req, err := tokenizeRequest(ep, b.buf, f)
-		if err != nil {
-			return
+	toks, err := k.p.Preflight(r.Context(), ep, b.Bytes(), f, k.timeout)
+	if err != nil {
+		if c := logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
+			c.Write(zap.Error(err))
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), k.timeout)
-		toks, err = k.p.Tokenize(ctx, key, req)
-		cancel()
-		if err != nil {
-			if c := logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
-				c.Write(zap.Error(err))
-			}
-			return
-		}
+		return
 	}
 	st.route.tokens = toks
-}
-
-// tokenizeRequest builds the /tokenize request of a body from its one
-// parse: the decoded model and the raw messages and tools (chat) or prompt
-// (completions), sliced out of the body by the spans selection.Parse
-// recorded. Nothing is parsed again.
-func tokenizeRequest(ep selection.Endpoint, body []byte, f *selection.Features) (kvindex.TokenizeRequest, error) {
-	if f == nil {
-		return kvindex.TokenizeRequest{}, errors.New("tokenize request: body not parsed")
-	}
-	req := kvindex.TokenizeRequest{Model: string(f.Model)}
-	if ep == selection.EndpointChat {
-		req.Messages, req.Tools = f.Messages.Bytes(body), f.Tools.Bytes(body)
-		if req.Messages == nil {
-			return kvindex.TokenizeRequest{}, errors.New("tokenize request: no messages")
-		}
-		return req, nil
-	}
-	req.Prompt = f.Prompt.Bytes(body)
-	if req.Prompt == nil {
-		return kvindex.TokenizeRequest{}, errors.New("tokenize request: no prompt")
-	}
-	return req, nil
-}
-
-// latencyHist is a fixed-bucket histogram of preflight latencies, read by
-// the collector.
-type latencyHist struct {
-	mu      sync.Mutex
-	counts  []uint64
-	sum     float64
-	samples uint64
-}
-
-var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
-
-func newLatencyHist() *latencyHist {
-	return &latencyHist{counts: make([]uint64, len(latencyBuckets))}
-}
-
-func (h *latencyHist) observe(d time.Duration) {
-	sec := d.Seconds()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i, b := range latencyBuckets {
-		if sec <= b {
-			h.counts[i]++
-		}
-	}
-	h.sum += sec
-	h.samples++
-}
-
-func (h *latencyHist) snapshot() (map[float64]uint64, float64, uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := make(map[float64]uint64, len(latencyBuckets))
-	for i, b := range latencyBuckets {
-		m[b] = h.counts[i]
-	}
-	return m, h.sum, h.samples
 }
 
 // kvDirectiveOptions are the precise path's options of the ramjet
@@ -679,112 +474,56 @@ var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "
 
 // kvDirective is the parsed precise-path options of the ramjet directive.
 type kvDirective struct {
-	events, replay, topics map[string]string // upstream -> value
-	bind, topic            string
-	blockSize              int
-	tokenizeTimeout        caddy.Duration
+	feeds           kvindex.FeedOptions
+	blockSize       int
+	tokenizeTimeout caddy.Duration
 }
 
 // parse reads one of kvDirectiveOptions.
 func (k *kvDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
 	args = splitList(args)
-	pairs := func() (map[string]string, error) {
-		m := map[string]string{}
-		for _, a := range args {
-			up, v, ok := strings.Cut(a, "=")
-			if !ok || up == "" || v == "" {
-				return nil, d.Errf("%s: want <upstream>=<value>, got %q", name, a)
-			}
-			if _, dup := m[up]; dup {
-				return nil, d.Errf("%s: upstream %s listed twice", name, up)
-			}
-			m[up] = v
+	if ok, err := k.feeds.Set(name, args); ok {
+		if err != nil {
+			return d.Err(err.Error())
 		}
-		return m, nil
+		return nil
 	}
-	one := func() (string, error) {
-		if len(args) > 1 {
-			return "", d.Errf("%s: want one value, got %d", name, len(args))
-		}
-		if len(args) == 0 {
-			return "", nil
-		}
-		return args[0], nil
+	if len(args) > 1 {
+		return d.Errf("%s: want one value, got %d", name, len(args))
 	}
-	var err error
-	switch name {
-	case "kv_events":
-		k.events, err = pairs()
-	case "kv_replay":
-		k.replay, err = pairs()
-	case "kv_topics":
-		k.topics, err = pairs()
-	case "kv_bind":
-		k.bind, err = one()
-	case "kv_topic":
-		k.topic, err = one()
-	case "kv_block_size":
-		var v string
-		if v, err = one(); err == nil && v != "" {
-			if k.blockSize, err = strconv.Atoi(v); err != nil || k.blockSize <= 0 {
-				err = d.Errf("kv_block_size must be a positive integer, got %q", v)
-			}
-		}
-	case "tokenize_timeout":
-		var v string
-		if v, err = one(); err == nil && v != "" {
-			dur, perr := caddy.ParseDuration(v)
-			k.tokenizeTimeout = caddy.Duration(dur)
-			if perr != nil || dur <= 0 {
-				err = d.Errf("tokenize_timeout must be a positive duration, got %q", v)
-			}
-		}
+	if len(args) == 0 {
+		return nil
 	}
-	return err
+	v := args[0]
+	if name == "kv_block_size" {
+		var err error
+		if k.blockSize, err = strconv.Atoi(v); err != nil || k.blockSize <= 0 {
+			return d.Errf("kv_block_size must be a positive integer, got %q", v)
+		}
+		return nil
+	}
+	dur, err := caddy.ParseDuration(v) // tokenize_timeout
+	k.tokenizeTimeout = caddy.Duration(dur)
+	if err != nil || dur <= 0 {
+		return d.Errf("tokenize_timeout must be a positive duration, got %q", v)
+	}
+	return nil
 }
 
 // config returns the policy's KVConfig for the upstreams (dial addresses,
 // schemes and ranks in upstream order), or nil when the precise path is
 // off.
 func (k *kvDirective) config(dials, schemes []string, ranks []int) (*KVConfig, error) {
-	if len(k.events) == 0 && k.bind == "" {
-		if len(k.replay)+len(k.topics) > 0 || k.blockSize != 0 || k.tokenizeTimeout != 0 || k.topic != "" {
+	f := k.feeds
+	if !f.On() {
+		if len(f.Replay)+len(f.Topics) > 0 || k.blockSize != 0 || k.tokenizeTimeout != 0 || f.Topic != "" {
 			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
 		}
 		return nil, nil
 	}
-	if len(k.events) > 0 && k.bind != "" {
-		return nil, fmt.Errorf("kv_events (dial) and kv_bind (bind) are exclusive: choose how the engines' PUB sockets connect")
+	engines, err := f.Feeds(dials, schemes, ranks)
+	if err != nil {
+		return nil, err
 	}
-	known := map[string]bool{}
-	for _, u := range dials {
-		known[u] = true
-	}
-	for _, m := range []map[string]string{k.events, k.replay, k.topics} {
-		for up := range m {
-			if !known[up] {
-				return nil, fmt.Errorf("kv: %s is not one of the upstreams (write it as in the upstream list, host:port)", up)
-			}
-		}
-	}
-	c := &KVConfig{Topic: k.topic, BlockSize: k.blockSize, TokenizeTimeout: k.tokenizeTimeout}
-	for i, up := range dials {
-		e := KVEngine{Upstream: up, Replay: k.replay[up], Topic: k.topics[up]}
-		if ranks[i] > 1 {
-			e.Ranks = ranks[i]
-		}
-		if schemes[i] == "https" {
-			e.Scheme = "https"
-		}
-		if k.bind != "" {
-			e.Events, e.Bind = k.bind, true
-			if e.Topic == "" && len(dials) > 1 {
-				return nil, fmt.Errorf("kv_bind: upstream %s needs its topic in kv_topics (engines sharing a bound socket are told apart by topic)", up)
-			}
-		} else if e.Events = k.events[up]; e.Events == "" {
-			continue // no feed: routed by the estimate
-		}
-		c.Engines = append(c.Engines, e)
-	}
-	return c, nil
+	return &KVConfig{Engines: engines, Topic: f.Topic, BlockSize: k.blockSize, TokenizeTimeout: k.tokenizeTimeout}, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/fleetsim"
 	"github.com/ramjet-llm/ramjet/bench/workload"
+	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -575,7 +576,7 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 					k.x.AppendReplicaStats(nil), k.x.Predicted(), pre.Index().AppendReplicaStats(nil), pre.Index().Predicted())
 			}
 			parse(body)
-			req, err := tokenizeRequest(selection.EndpointChat, []byte(body), feat)
+			req, err := kvindex.RequestFor(selection.EndpointChat, []byte(body), feat)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -685,7 +686,7 @@ func TestKVPreciseConfig(t *testing.T) {
 // in both socket directions.
 func TestDeployCaddyfileKV(t *testing.T) {
 	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, EnvPrefix) {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, envcheck.EnvPrefix) {
 			t.Setenv(name, "")
 		}
 	}

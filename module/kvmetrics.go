@@ -27,7 +27,7 @@ func kvSources() []metrics.KVSource {
 	out := make([]metrics.KVSource, len(states))
 	for i, k := range states {
 		f := k.fleet.Load()
-		out[i] = metrics.KVSource{Precise: k.p, Latency: k.tokLatency.snapshot, RouteID: func(key string) string {
+		out[i] = metrics.KVSource{Precise: k.p, Latency: k.tokLatency.Snapshot, RouteID: func(key string) string {
 			if f == nil {
 				return ""
 			}

@@ -68,11 +68,9 @@ func (m *BodyMatcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("%s: option specified more than once", opt)
 				}
 				seen[opt] = true
-				n, err := sizeArg(d, opt)
-				if err != nil {
+				if err := argSize(&m.MaxBodyBytes)(d, opt); err != nil {
 					return err
 				}
-				m.MaxBodyBytes = n
 			default:
 				return d.Errf("unrecognized ramjet_body option '%s'", opt)
 			}
@@ -125,7 +123,7 @@ func (m BodyMatcher) MatchWithError(r *http.Request) (bool, error) {
 	if b == nil {
 		return false, nil
 	}
-	defer b.release()
+	defer b.Release()
 	f := st.features(sharedExtractor(), ep)
 	if f == nil {
 		return false, nil

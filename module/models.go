@@ -1,11 +1,9 @@
 package module
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/edge"
 )
 
 func init() {
@@ -45,17 +44,9 @@ const (
 // LoRA adapter's base). The merged list is cached briefly and shared with
 // the ramjet_guard of the same upstreams (its unknown-model check).
 type Models struct {
-	// Upstreams are the dial addresses (host:port) of the engines. A
-	// repeated address (a data-parallel rank) is asked once.
-	Upstreams []string `json:"upstreams,omitempty"`
-
-	// UpstreamToken is the bearer token sent to the engines; placeholders
-	// such as {env.RJ_UPSTREAM_TOKEN} are resolved at provisioning.
-	UpstreamToken string `json:"upstream_token,omitempty"`
-
-	// ClientTokens, when set, are the API keys clients must present; see
-	// ramjet_guard.
-	ClientTokens string `json:"client_tokens,omitempty"`
+	// Engines are the engines (a repeated address, a data-parallel rank,
+	// is asked once), the token sent to them and the client keys checked.
+	Engines
 
 	// Timeout bounds one fetch of all engines' lists. Default 2s.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
@@ -64,10 +55,70 @@ type Models struct {
 	// asked again. Default 5s.
 	Cache caddy.Duration `json:"cache,omitempty"`
 
+	finder *proxyFinder
+}
+
+// Engines is what ramjet_guard and ramjet_models share: the engines of a
+// route, the token sent to them, the API keys clients must present, and
+// the model catalogue of those engines (shared by every handler of the
+// same upstreams and token, released by Cleanup).
+type Engines struct {
+	// Upstreams are the dial addresses (host:port, or https://host:port)
+	// of the engines behind this route. They are used to learn the fleet's
+	// models and to keep these addresses out of response headers.
+	Upstreams []string `json:"upstreams,omitempty"`
+
+	// UpstreamToken is the bearer token sent to the engines instead of the
+	// client's Authorization. Placeholders such as {env.RJ_UPSTREAM_TOKEN}
+	// are resolved once at provisioning, so the token need not appear in the
+	// stored config. Empty means no token.
+	UpstreamToken string `json:"upstream_token,omitempty"`
+
+	// ClientTokens, when set, are the API keys clients must present (as
+	// "Authorization: Bearer <key>" or "api-key: <key>"); other requests get
+	// 401. Comma- or space-separated; placeholders such as
+	// {env.RJ_CLIENT_TOKENS} are resolved at provisioning. Empty means
+	// ramjet does not authenticate clients.
+	ClientTokens string `json:"client_tokens,omitempty"`
+
+	token  string
+	auth   edge.ClientAuth
 	fleet  *catalog.Catalog
 	fleetK string
-	auth   clientAuth
-	finder *proxyFinder
+}
+
+// addOptions puts the Caddyfile options of the shared fields into t.
+func (e *Engines) addOptions(t options) options {
+	t["upstream_token"] = optString(&e.UpstreamToken)
+	t["client_tokens"] = optJoined(&e.ClientTokens)
+	return t
+}
+
+// provision resolves the token and the client keys and, when catalogue
+// is set, joins the shared model catalogue of the upstreams.
+func (e *Engines) provision(timeout time.Duration, catalogue bool) error {
+	if err := CheckRetiredEnv(); err != nil {
+		return err
+	}
+	e.token = resolveSecret(e.UpstreamToken)
+	e.auth = newClientAuth(e.ClientTokens)
+	if !catalogue {
+		return nil
+	}
+	f, key, err := acquireModelList(e.Upstreams, e.token, timeout)
+	if err != nil {
+		return err
+	}
+	e.fleet, e.fleetK = f, key
+	return nil
+}
+
+// Cleanup releases the shared model catalogue.
+func (e *Engines) Cleanup() error {
+	if e.fleet != nil {
+		_, _ = modelLists.Delete(e.fleetK)
+	}
+	return nil
 }
 
 // CaddyModule returns the Caddy module information.
@@ -89,53 +140,22 @@ func (Models) CaddyModule() caddy.ModuleInfo {
 func (m *Models) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
 	m.Upstreams = append(m.Upstreams, splitList(d.RemainingArgs())...)
-	seen := map[string]bool{}
-	for d.NextBlock(0) {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("duplicate option %q", name)
-		}
-		seen[name] = true
-		args := d.RemainingArgs()
-		var err error
-		switch name {
-		case "upstream_token":
-			m.UpstreamToken, err = optionalArg(d, args)
-		case "client_tokens":
-			m.ClientTokens = strings.Join(args, ",")
-		case "timeout":
-			m.Timeout, err = parseDurationArg(d, args)
-		case "cache":
-			m.Cache, err = parseDurationArg(d, args)
-		default:
-			return d.Errf("unknown ramjet_models option %q", name)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return m.addOptions(options{
+		"timeout": optDuration(&m.Timeout),
+		"cache":   optDuration(&m.Cache),
+	}).parse(d, "ramjet_models")
 }
 
 // Provision fills defaults and joins the shared model list.
 func (m *Models) Provision(ctx caddy.Context) error {
-	if err := CheckRetiredEnv(); err != nil {
-		return err
-	}
 	if m.Timeout == 0 {
 		m.Timeout = caddy.Duration(DefaultModelsTimeout)
 	}
 	if m.Cache == 0 {
 		m.Cache = caddy.Duration(DefaultModelsCache)
 	}
-	m.auth = newClientAuth(m.ClientTokens)
 	m.finder = &proxyFinder{ctx: ctx}
-	f, key, err := acquireModelList(m.Upstreams, resolveSecret(m.UpstreamToken), time.Duration(m.Timeout))
-	if err != nil {
-		return err
-	}
-	m.fleet, m.fleetK = f, key
-	return nil
+	return m.provision(time.Duration(m.Timeout), true)
 }
 
 // Validate rejects bad values, naming the field.
@@ -151,53 +171,15 @@ func (m *Models) Validate() error {
 	return nil
 }
 
-// Cleanup releases the shared model list.
-func (m *Models) Cleanup() error {
-	if m.fleet != nil {
-		_, _ = modelLists.Delete(m.fleetK)
-	}
-	return nil
-}
-
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every request
 // it sees; the route in front of it should match GET /v1/models*.
 func (m *Models) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	if ae := m.auth.check(r); ae != nil {
-		WriteAPIError(w, ae)
+	if ae := m.auth.Check(r); ae != nil {
+		edge.Write(w, ae)
 		return nil
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		WriteAPIError(w, newAPIError(http.StatusMethodNotAllowed, errTypeInvalidRequest, "method_not_allowed", "",
-			"only GET is allowed on "+r.URL.Path))
-		return nil
-	}
-	list, err := m.fleet.Models(r.Context(), time.Duration(m.Cache), m.healthy())
-	if err != nil {
-		WriteAPIError(w, newAPIError(http.StatusServiceUnavailable, errTypeServer, errCodeNoReplica, "",
-			"no inference engine answered with its model list; retry later"))
-		return nil
-	}
-	var body []byte
-	if id, ok := strings.CutPrefix(strings.TrimSuffix(r.URL.Path, "/"), "/v1/models/"); ok && id != "" {
-		card, found := list.Find(id)
-		if !found {
-			WriteAPIError(w, newAPIError(http.StatusNotFound, errTypeInvalidRequest, errCodeModelNotFound, "model",
-				fmt.Sprintf("The model `%s` does not exist.", id)))
-			return nil
-		}
-		body, err = json.Marshal(card)
-	} else {
-		body, err = json.Marshal(list)
-	}
-	if err != nil {
-		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("encoding model list: %w", err))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	if r.Method == http.MethodGet {
-		_, _ = w.Write(body)
+	if err := m.fleet.Serve(w, r, time.Duration(m.Cache), m.healthy()); err != nil {
+		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
 	return nil
 }

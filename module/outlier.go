@@ -1,10 +1,7 @@
 package module
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
@@ -46,24 +43,11 @@ func (o OutlierSettings) config() selection.OutlierConfig {
 		MaxEjection:         time.Duration(o.MaxEjection),
 		MaxEjectedPercent:   o.MaxEjectedPercent,
 	}
-	if c.ConsecutiveFailures < -1 {
-		c.ConsecutiveFailures = -2 // rejected by validate
-	}
 	return c
 }
 
-// validate names the bad setting.
-func (o OutlierSettings) validate() error {
-	if o.ConsecutiveFailures < -1 {
-		return fmt.Errorf("outlier consecutive_failures must be positive or -1 (off), got %d", o.ConsecutiveFailures)
-	}
-	c := o.config()
-	c.SetDefaults()
-	if err := c.Validate(); err != nil {
-		return fmt.Errorf("outlier: %w", err)
-	}
-	return nil
-}
+// validate names the bad setting (selection.OutlierConfig.CheckSettings).
+func (o OutlierSettings) validate() error { return o.config().CheckSettings() }
 
 // unmarshalCaddyfile parses the outlier block of the policy:
 //
@@ -154,7 +138,7 @@ func (o *outcomeObserver) End(status int, err error) {
 	}
 	st.pending = false
 	od := st.fleet.Detector()
-	kind, failed := classifyOutcome(status, err, o.r.Context().Err() != nil)
+	kind, failed := selection.ClassifyOutcome(status, err, o.r.Context().Err() != nil)
 	if failed && kind == selection.FailConnect && responseStatus(o.r) >= 500 {
 		kind = selection.FailStatus // a 5xx answer Caddy retried until out of tries
 	}
@@ -189,36 +173,6 @@ func picked(st *reqState, poolSize int) {
 	st.pending = true
 	st.poolSize = poolSize
 	st.fleet.Detector().Picked(st.slot)
-}
-
-// classifyOutcome says whether an attempt's outcome counts against the
-// replica, and how. status is the status sent to the client (0: none), err
-// the handler chain's error (http.ErrAbortHandler: the stream was cut),
-// clientGone that the client's context ended.
-func classifyOutcome(status int, err error, clientGone bool) (selection.FailureKind, bool) {
-	if clientGone {
-		return 0, false
-	}
-	switch {
-	case errors.Is(err, http.ErrAbortHandler):
-		return selection.FailCut, true
-	case status >= 500:
-		return selection.FailStatus, true
-	case status == 0 && err != nil:
-		if isTimeout(err) {
-			return selection.FailTimeout, true
-		}
-		return selection.FailConnect, true
-	}
-	return 0, false
-}
-
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // admittedPool is pool without the replicas outlier detection ejected (the

@@ -452,28 +452,3 @@ func TestOutlierCaddyfile(t *testing.T) {
 		t.Errorf("Validate: %v, want max_ejection named", err)
 	}
 }
-
-func TestClassifyOutcome(t *testing.T) {
-	tests := []struct {
-		status     int
-		err        error
-		clientGone bool
-		kind       selection.FailureKind
-		failed     bool
-	}{
-		{200, nil, false, 0, false},
-		{404, nil, false, 0, false},
-		{500, nil, false, selection.FailStatus, true},
-		{503, nil, false, selection.FailStatus, true},
-		{200, http.ErrAbortHandler, false, selection.FailCut, true},
-		{200, http.ErrAbortHandler, true, 0, false}, // the client went away
-		{0, errors.New("dial tcp: connection refused"), false, selection.FailConnect, true},
-		{0, fmt.Errorf("round trip: %w", context.DeadlineExceeded), false, selection.FailTimeout, true},
-	}
-	for _, tc := range tests {
-		kind, failed := classifyOutcome(tc.status, tc.err, tc.clientGone)
-		if failed != tc.failed || (failed && kind != tc.kind) {
-			t.Errorf("classifyOutcome(%d, %v, %v) = %v, %v; want %v, %v", tc.status, tc.err, tc.clientGone, kind, failed, tc.kind, tc.failed)
-		}
-	}
-}

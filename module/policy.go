@@ -19,7 +19,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 func init() {
@@ -180,6 +182,33 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	t := map[string]blockOption{
+		"max_body_bytes":  argSize(&s.MaxBodyBytes),
+		"profile":         s.parseProfileOption,
+		"fallback":        s.parseFallback,
+		"state_key":       argString(&s.StateKey),
+		"route_id_secret": argString(&s.RouteIDSecret),
+		"outlier": func(d *caddyfile.Dispenser, _ string) error {
+			s.Outlier = new(OutlierSettings)
+			return s.Outlier.unmarshalCaddyfile(d)
+		},
+		"engine_metrics": func(d *caddyfile.Dispenser, _ string) error { // engines.go
+			s.EngineMetrics = new(EngineMetricsConfig)
+			return s.EngineMetrics.unmarshalEngineMetrics(d)
+		},
+		"integrity": func(d *caddyfile.Dispenser, _ string) error { // integrity.go
+			s.Integrity = new(IntegrityConfig)
+			return s.Integrity.unmarshalCaddyfile(d)
+		},
+		"session_shadow": func(d *caddyfile.Dispenser, _ string) error {
+			s.SessionShadow = new(SessionShadowConfig)
+			return s.SessionShadow.unmarshalCaddyfile(d)
+		},
+	}
+	for name := range routingKnobs {
+		t[name] = knobOption(&s.Config)
+	}
+	s.kvOptions(t)
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		opt := d.Val()
@@ -189,72 +218,77 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			seen[opt] = true
 		}
-		var err error
-		if isKnob(opt) {
-			if err = knobArg(d, &s.Config, opt); err != nil {
-				return err
-			}
-			continue
+		set, ok := t[opt]
+		if !ok {
+			return d.Errf("unrecognized ramjet option '%s'", opt)
 		}
-		switch opt {
-		case "max_body_bytes":
-			s.MaxBodyBytes, err = sizeArg(d, opt)
-		case "profile":
-			var up, prof string
-			if !d.Args(&up, &prof) || d.NextArg() {
-				return d.Errf("profile: want <upstream> speculative|standard")
-			}
-			if _, ok := parseProfile(prof); !ok {
-				return d.Errf("profile %s: unknown engine profile %q (want speculative or standard)", up, prof)
-			}
-			if _, dup := s.Profiles[up]; dup {
-				return d.Errf("profile %s: specified more than once", up)
-			}
-			if s.Profiles == nil {
-				s.Profiles = make(map[string]string)
-			}
-			s.Profiles[up] = prof
-		case "fallback":
-			if !d.NextArg() {
-				return d.Errf("fallback: want a policy name")
-			}
-			name := d.Val()
-			if name == "ramjet" {
-				return d.Errf("fallback: ramjet cannot be its own fallback")
-			}
-			modID := "http.reverse_proxy.selection_policies." + name
-			unm, uerr := caddyfile.UnmarshalModule(d, modID)
-			if uerr != nil {
-				return d.Errf("fallback: %v", uerr)
-			}
-			sel, ok := unm.(reverseproxy.Selector)
-			if !ok {
-				return d.Errf("fallback: module %s is not a selection policy", modID)
-			}
-			s.FallbackRaw = caddyconfig.JSONModuleObject(sel, "policy", name, nil)
-		case "state_key":
-			s.StateKey, err = stringArg(d, opt)
-		case "route_id_secret":
-			s.RouteIDSecret, err = stringArg(d, opt)
-		case "outlier":
-			s.Outlier = new(OutlierSettings)
-			err = s.Outlier.unmarshalCaddyfile(d)
-		case "engine_metrics":
-			s.EngineMetrics = new(EngineMetricsConfig)
-			err = s.EngineMetrics.unmarshalEngineMetrics(d)
-		case "integrity":
-			s.Integrity = new(IntegrityConfig)
-			err = s.Integrity.unmarshalCaddyfile(d)
-		case "session_shadow":
-			s.SessionShadow = new(SessionShadowConfig)
-			err = s.SessionShadow.unmarshalCaddyfile(d)
-		default:
-			var ok bool
-			if ok, err = s.unmarshalKVOption(d, opt); !ok {
-				return d.Errf("unrecognized ramjet option '%s'", opt)
-			}
+		if err := set(d, opt); err != nil {
+			return err
 		}
-		if err != nil {
+	}
+	return nil
+}
+
+// parseProfileOption reads profile <upstream> speculative|standard.
+func (s *RamjetSelection) parseProfileOption(d *caddyfile.Dispenser, _ string) error {
+	var up, prof string
+	if !d.Args(&up, &prof) || d.NextArg() {
+		return d.Errf("profile: want <upstream> speculative|standard")
+	}
+	if _, ok := parseProfile(prof); !ok {
+		return d.Errf("profile %s: unknown engine profile %q (want speculative or standard)", up, prof)
+	}
+	if _, dup := s.Profiles[up]; dup {
+		return d.Errf("profile %s: specified more than once", up)
+	}
+	if s.Profiles == nil {
+		s.Profiles = make(map[string]string)
+	}
+	s.Profiles[up] = prof
+	return nil
+}
+
+// parseFallback reads fallback <policy> [{ <policy options> }].
+func (s *RamjetSelection) parseFallback(d *caddyfile.Dispenser, _ string) error {
+	if !d.NextArg() {
+		return d.Errf("fallback: want a policy name")
+	}
+	name := d.Val()
+	if name == "ramjet" {
+		return d.Errf("fallback: ramjet cannot be its own fallback")
+	}
+	modID := "http.reverse_proxy.selection_policies." + name
+	unm, err := caddyfile.UnmarshalModule(d, modID)
+	if err != nil {
+		return d.Errf("fallback: %v", err)
+	}
+	sel, ok := unm.(reverseproxy.Selector)
+	if !ok {
+		return d.Errf("fallback: module %s is not a selection policy", modID)
+	}
+	s.FallbackRaw = caddyconfig.JSONModuleObject(sel, "policy", name, nil)
+	return nil
+}
+
+// blockOption reads option opt of a policy block: its value on the line
+// (exactly one, for the argX helpers) or its nested block.
+type blockOption func(d *caddyfile.Dispenser, opt string) error
+
+// subBlock reads the nested block of option what through t: each option
+// once, none unknown.
+func subBlock(d *caddyfile.Dispenser, what string, t map[string]blockOption) error {
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		o := d.Val()
+		if seen[o] {
+			return d.Errf("%s: %s specified more than once", what, o)
+		}
+		seen[o] = true
+		set, ok := t[o]
+		if !ok {
+			return d.Errf("%s: unrecognized option '%s'", what, o)
+		}
+		if err := set(d, o); err != nil {
 			return err
 		}
 	}
@@ -275,42 +309,55 @@ func oneArg(d *caddyfile.Dispenser, opt string) (string, error) {
 	return v, nil
 }
 
-func stringArg(d *caddyfile.Dispenser, opt string) (string, error) { return oneArg(d, opt) }
-
-func intArg(d *caddyfile.Dispenser, opt string) (int, error) {
-	v, err := oneArg(d, opt)
-	if err != nil {
-		return 0, err
+// argValue reads the one value of an option into p with parse.
+func argValue[T any](p *T, parse func(string) (T, error)) blockOption {
+	return func(d *caddyfile.Dispenser, opt string) error {
+		v, err := oneArg(d, opt)
+		if err != nil {
+			return err
+		}
+		if *p, err = parse(v); err != nil {
+			return d.Errf("%s: %v", opt, err)
+		}
+		return nil
 	}
-	n, err := parseInt(v)
-	if err != nil {
-		return 0, d.Errf("%s: %v", opt, err)
-	}
-	return n, nil
 }
 
-func sizeArg(d *caddyfile.Dispenser, opt string) (int64, error) {
-	v, err := oneArg(d, opt)
-	if err != nil {
-		return 0, err
-	}
-	n, err := parseSize(v)
-	if err != nil {
-		return 0, d.Errf("%s: %v", opt, err)
-	}
-	return n, nil
+func argString(p *string) blockOption {
+	return argValue(p, func(v string) (string, error) { return v, nil })
 }
 
-// knobArg reads the one value of routing knob opt into c (knobs.go).
-func knobArg(d *caddyfile.Dispenser, c *selection.Config, opt string) error {
-	v, err := oneArg(d, opt)
-	if err != nil {
-		return err
+func argInt(p *int) blockOption { return argValue(p, parseInt) }
+
+func argSize(p *int64) blockOption { return argValue(p, parseSize) }
+
+func argDuration(p *caddy.Duration) blockOption {
+	return func(d *caddyfile.Dispenser, opt string) error {
+		v, err := oneArg(d, opt)
+		if err != nil {
+			return err
+		}
+		dur, err := caddy.ParseDuration(v)
+		if err != nil {
+			return d.Errf("%s: %q is not a duration", opt, v)
+		}
+		*p = caddy.Duration(dur)
+		return nil
 	}
-	if err := setKnob(c, opt, v); err != nil {
-		return d.Err(err.Error())
+}
+
+// knobOption reads the one value of a routing knob into c (knobs.go).
+func knobOption(c *selection.Config) blockOption {
+	return func(d *caddyfile.Dispenser, opt string) error {
+		v, err := oneArg(d, opt)
+		if err != nil {
+			return err
+		}
+		if err := setKnob(c, opt, v); err != nil {
+			return d.Err(err.Error())
+		}
+		return nil
 	}
-	return nil
 }
 
 func parseProfile(s string) (selection.Profile, bool) {
@@ -455,12 +502,12 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	if st.attempts > 1 {
 		reportRetried(st, retriedStatus(r))
 	}
-	st.releaseReservation()
+	st.hold.Release()
 	v := s.viewFor(pool)
 
 	// Features: from the matcher's cache or from the body, read here.
 	var feat *selection.Features
-	var body *bodyBuf
+	var body *edge.Body
 	ep := selection.EndpointUnknown
 	if r.Method == http.MethodPost {
 		ep = selection.EndpointForPath(r.URL.Path)
@@ -475,7 +522,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	if feat == nil {
 		if body != nil {
-			body.release()
+			body.Release()
 		}
 		return s.selectFallback(pool, r, w, st, v)
 	}
@@ -486,7 +533,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	d, res := s.decide(pool, v, st, feat, storage)
 	if res == nil {
-		body.release()
+		body.Release()
 		if v.untracked {
 			// Upstreams past selection.MaxReplicas cannot be scored: the
 			// fallback policy may still find one of them.
@@ -497,14 +544,17 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	st.markTried(d.Slot)
 	s.observeShadow(r, pool, v, feat, d) // integrity.go: records only, after the decision
-	st.model = modelNames.Intern(feat.Model)
-	body.release()
+	if st.observed {
+		// Only the handler's observers read the model name.
+		st.model = modelNames.Intern(feat.Model)
+	}
+	body.Release()
 
 	st.fallback = false
 	st.decision = d
 	s.tag(r, w, st, v, d.Index)
 	picked(st, len(pool))
-	st.setReservation(res)
+	st.hold.Set(res)
 	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
 		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
 			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
@@ -523,34 +573,12 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 // usable.
 func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, res *selection.Reservation) (selection.Decision, *selection.Reservation) {
 	sc := scratchPool.Get().(*scratch)
-	cands := sc.cands[:0]
-	od := s.fleet.Detector()
-	usable, admitted := 0, 0
-	for i, up := range pool {
-		ok := v.slots[i] >= 0 && up.Available() && !s.integrityOut(v.slots[i])
-		if ok && !od.Usable(v.slots[i]) {
-			// Ejected by outlier detection: its recent answers failed.
-			ok = false
-		} else if ok {
-			admitted++
-		}
-		if ok && st.attempts > 1 && st.wasTried(v.slots[i]) {
-			ok = false
-		}
-		if ok {
-			usable++
-		}
-		cands = append(cands, selection.Candidate{Slot: v.slots[i], Usable: ok, Profile: v.profiles[i]})
+	var tried *selection.SlotSet
+	if st.attempts > 1 {
+		tried = &st.tried
 	}
-	if usable == 0 {
-		// Every untried admitted replica is out: try the earlier ones
-		// again, and when none is admitted, the ejected ones (better a
-		// replica that may fail than certain failure).
-		for i, up := range pool {
-			ok := v.slots[i] >= 0 && up.Available() && !s.integrityOut(v.slots[i])
-			cands[i].Usable = ok && (admitted == 0 || od.Usable(v.slots[i]))
-		}
-	}
+	cands := selection.AppendCandidates(sc.cands[:0], v.slots, v.profiles,
+		func(i int) bool { return pool[i].Available() && !s.integrityOut(v.slots[i]) }, s.fleet.Detector(), tried)
 	var a selection.Annotator
 	if s.kv != nil {
 		a = s.kv.p
@@ -585,7 +613,7 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 	st.decision.Slot = v.slots[idx]
 	s.tag(r, w, st, v, idx)
 	picked(st, len(pool))
-	st.setReservation(s.rt.Reserve(v.slots[idx], 0))
+	st.hold.Set(s.rt.Reserve(v.slots[idx], 0))
 	return up
 }
 
@@ -632,19 +660,19 @@ func (s *RamjetSelection) restoreBody(r *http.Request, st *reqState) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
-	if br, ok := r.Body.(*bodyReader); ok && br.untouched() {
+	if br, ok := r.Body.(*edge.Reader); ok && br.Untouched() {
 		return
 	}
-	if st.attempts == 1 && st.origReader != nil && st.origReader.untouched() {
+	if st.attempts == 1 && st.origReader != nil && st.origReader.Untouched() {
 		// The body reaching Caddy's wrappers is still the matcher's reader,
 		// unread: leave Caddy's chain (trailers, close handling) intact.
 		return
 	}
-	if st.origReader != nil && st.origReader.untouched() {
+	if st.origReader != nil && st.origReader.Untouched() {
 		// Superseded: nobody will read it now.
 		st.origReader.Close()
 	}
-	r.Body = st.body.newReader()
+	r.Body = st.body.NewReader(nil)
 }
 
 // viewFor returns the cached view of pool, building it on a change.
@@ -663,19 +691,15 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 		idHdr:    make([][]string, n),
 		profiles: make([]selection.Profile, n),
 	}
-	count := make(map[string]int, n)
-	for _, up := range pool {
-		count[up.Dial]++
-	}
-	seen := make(map[string]int, n)
+	dials := make([]string, n)
 	for i, up := range pool {
-		key := up.Dial
-		v.ranks[i] = -1
-		if count[up.Dial] > 1 {
-			rank := seen[up.Dial]
-			seen[up.Dial]++
-			v.ranks[i] = rank
-			key = selection.ReplicaKey(up.Dial, rank)
+		dials[i] = up.Dial
+	}
+	for i, rank := range upstream.Ranks(dials) {
+		up := pool[i]
+		v.ranks[i] = rank
+		key := selection.ReplicaKey(up.Dial, rank)
+		if rank >= 0 {
 			v.rankHdr[i] = []string{strconv.Itoa(rank)}
 		}
 		v.keys[i] = key

@@ -24,11 +24,11 @@ func BenchmarkDecide(b *testing.B) {
 			var storage selection.Reservation
 			b.ReportAllocs()
 			for b.Loop() {
-				st.body.acquire()
+				st.body.Acquire()
 				f := st.features(p.x, selection.EndpointChat)
 				_, res := p.decide(pool, p.viewFor(pool), st, f, &storage)
 				res.Release()
-				st.body.release()
+				st.body.Release()
 			}
 		})
 	}

@@ -1,0 +1,98 @@
+package edge
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestWrite(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Encoding", "gzip")
+	Write(rec, NewError(http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound, "model", "The model `x` does not exist."))
+	if rec.Code != http.StatusNotFound {
+		t.Fatalf("status = %d, want 404", rec.Code)
+	}
+	if got := rec.Header().Get("Content-Type"); got != "application/json" {
+		t.Errorf("Content-Type = %q", got)
+	}
+	if got := rec.Header().Get("Content-Encoding"); got != "" {
+		t.Errorf("Content-Encoding kept: %q", got)
+	}
+	want := `{"error":{"message":"The model ` + "`x`" + ` does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}}` + "\n"
+	if diff := cmp.Diff(want, rec.Body.String()); diff != "" {
+		t.Errorf("body (-want +got):\n%s", diff)
+	}
+	var we struct {
+		Error map[string]any `json:"error"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &we); err != nil || len(we.Error) != 4 {
+		t.Errorf("error body %s: %v", rec.Body.Bytes(), err)
+	}
+}
+
+func TestStripRequestHeaders(t *testing.T) {
+	h := http.Header{}
+	h.Set("X-Ramjet-Upstream", "forged")
+	h.Set("X-Ramjet-Debug", "1")
+	h["x-ramjet-lower"] = []string{"raw"}
+	h.Set("X-Data-Parallel-Rank", "3")
+	h.Set("Connection", "keep-alive, X-Private")
+	h.Set("X-Private", "secret")
+	h.Set("Keep-Alive", "timeout=5")
+	h.Set("Proxy-Authorization", "Basic abc")
+	h.Set("Te", "trailers")
+	h.Set("Upgrade", "h2c")
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Request-Id", "abc")
+	StripRequestHeaders(h)
+	want := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"abc"}}
+	if diff := cmp.Diff(want, h); diff != "" {
+		t.Errorf("headers (-want +got):\n%s", diff)
+	}
+}
+
+func TestIsJSONContent(t *testing.T) {
+	for give, want := range map[string]bool{
+		"":                                true,
+		"application/json":                true,
+		"application/json; charset=utf-8": true,
+		"application/vnd.api+json":        true,
+		"multipart/form-data; boundary=x": false,
+		"text/plain":                      false,
+	} {
+		if got := IsJSONContent(give); got != want {
+			t.Errorf("IsJSONContent(%q) = %v, want %v", give, got, want)
+		}
+	}
+}
+
+func TestScrubList(t *testing.T) {
+	got := ScrubList([]string{"127.0.0.1:8005", "https://engine.internal:443", "vllm:8000", "127.0.0.1:8005"})
+	want := []string{"127.0.0.1:8005", "127.0.0.1", "engine.internal:443", "engine.internal", "vllm:8000"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ScrubList (-want +got):\n%s", diff)
+	}
+}
+
+func TestNormalizePath(t *testing.T) {
+	for give, want := range map[string]string{
+		"":                             "/",
+		"/":                            "/",
+		"//":                           "/",
+		"//v1/chat/completions":        "/v1/chat/completions",
+		"/v1/x/../chat/completions":    "/v1/chat/completions",
+		"/V1/CHAT/COMPLETIONS/":        "/v1/chat/completions",
+		"/v1/./models//m1/":            "/v1/models/m1",
+		"/../../etc/passwd":            "/etc/passwd",
+		"v1/models":                    "v1/models",
+		"/v1/chat/completions/../../x": "/v1/x",
+	} {
+		if got := NormalizePath(give); got != want {
+			t.Errorf("NormalizePath(%q) = %q, want %q", give, got, want)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package edge
+
+import (
+	"net"
+	"net/http"
+	"strings"
+)
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 and their
+// common non-standard relatives.
+var hopHeaders = []string{
+	"Connection",
+	"Proxy-Connection",
+	"Keep-Alive",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer",
+	"Transfer-Encoding",
+	"Upgrade",
+}
+
+// StripRequestHeaders removes what a client must not be able to send to an
+// engine: ramjet's own X-Ramjet-* headers, the data-parallel rank (the
+// policy sets it) and hop-by-hop headers, including those named in
+// Connection.
+func StripRequestHeaders(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	for name := range h {
+		if strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
+			hasPrefixFold(name, "x-ramjet-") {
+			delete(h, name)
+		}
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// ScrubList is what must never appear in a response header: every upstream
+// host:port (a scheme:// prefix dropped), and its host when that is an IP
+// address or a dotted name.
+func ScrubList(upstreams []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(s string) {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	for _, u := range upstreams {
+		if _, after, ok := strings.Cut(u, "://"); ok {
+			u = after
+		}
+		add(u)
+		if host, _, err := net.SplitHostPort(u); err == nil {
+			if net.ParseIP(host) != nil || strings.Contains(host, ".") {
+				add(host)
+			}
+		}
+	}
+	return out
+}
+
+// ScrubHeaders removes from h every header with a value that contains one
+// of scrub (a ScrubList).
+func ScrubHeaders(h http.Header, scrub []string) {
+	if len(scrub) == 0 {
+		return
+	}
+	for name, vals := range h {
+		for _, v := range vals {
+			if containsAny(v, scrub) {
+				delete(h, name)
+				break
+			}
+		}
+	}
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,37 @@
+package selection
+
+// AppendCandidates appends to dst one candidate per replica of a pool, in
+// pool order: slots[i] is the replica's slot (negative: not routed by the
+// router), profiles[i] its profile, available(i) the proxy's own view of
+// it (health, request limits). A replica is usable when it has a slot, is
+// available, is not ejected by od and, with tried not nil (a retry), was
+// not tried by the request already. When none is usable, the tried ones
+// are offered again, and when none is admitted by od, the ejected ones
+// (better a replica that may fail than certain failure).
+func AppendCandidates(dst []Candidate, slots []Slot, profiles []Profile, available func(i int) bool, od *Outlier, tried *SlotSet) []Candidate {
+	start := len(dst)
+	usable, admitted := 0, 0
+	for i, slot := range slots {
+		ok := slot >= 0 && available(i)
+		if ok && !od.Usable(slot) {
+			// Ejected by outlier detection: its recent answers failed.
+			ok = false
+		} else if ok {
+			admitted++
+		}
+		if ok && tried != nil && tried.Has(slot) {
+			ok = false
+		}
+		if ok {
+			usable++
+		}
+		dst = append(dst, Candidate{Slot: slot, Usable: ok, Profile: profiles[i]})
+	}
+	if usable == 0 {
+		for i, slot := range slots {
+			ok := slot >= 0 && available(i)
+			dst[start+i].Usable = ok && (admitted == 0 || od.Usable(slot))
+		}
+	}
+	return dst
+}
