@@ -51,9 +51,16 @@ func (r TokenizeRequest) MarshalJSON() ([]byte, error) {
 
 // TokenizerConfig configures a Tokenizer. Zero values take the defaults.
 type TokenizerConfig struct {
-	// Timeout bounds one preflight, connection included. Default 100ms:
-	// past it routing falls back to the estimate.
+	// Timeout bounds how long a request waits for its preflight,
+	// connection included. Default 100ms: past it routing falls back to
+	// the estimate.
 	Timeout time.Duration
+	// LateTimeout bounds the preflight itself: one that missed Timeout
+	// goes on until LateTimeout (measured from its start) so that its
+	// answer still fills the cache and predicts the blocks of the replica
+	// the estimate chose (Precise.Preflight). Default 2s; never less than
+	// Timeout.
+	LateTimeout time.Duration
 	// MaxConcurrent bounds the preflights in flight; past it a request
 	// falls back at once instead of queueing. Default 64.
 	MaxConcurrent int
@@ -76,6 +83,9 @@ type TokenizerConfig struct {
 func (c *TokenizerConfig) setDefaults() {
 	if c.Timeout <= 0 {
 		c.Timeout = 100 * time.Millisecond
+	}
+	if c.LateTimeout <= 0 {
+		c.LateTimeout = 2 * time.Second
 	}
 	if c.MaxConcurrent <= 0 {
 		c.MaxConcurrent = 64
@@ -134,8 +144,9 @@ type tokEntry struct {
 
 type tokCall struct {
 	done   chan struct{}
-	tokens []uint32
+	tokens []uint32 // set before done closes
 	err    error
+	then   []func([]uint32, error) // guarded by Tokenizer.mu
 }
 
 // NewTokenizer returns a Tokenizer.
@@ -191,55 +202,107 @@ func FeaturesKey(f *selection.Features) uint64 {
 // Tokenize returns the token ids of req as the engine at base (e.g.
 // "http://10.0.0.5:8000") tokenizes it, from the cache when key was seen.
 // The returned slice is shared: do not modify it. On error the caller
-// falls back to the estimate; the reason is counted.
+// falls back to the estimate; the reason is counted. A preflight that
+// misses the timeout (or ctx) is not abandoned: it goes on for up to
+// LateTimeout and fills the cache (see Start for its answer).
 func (t *Tokenizer) Tokenize(ctx context.Context, base string, key uint64, req TokenizeRequest) ([]uint32, error) {
+	toks, c, err := t.Start(base, key, req)
+	if c == nil {
+		return toks, err
+	}
+	return t.Wait(ctx, c)
+}
+
+// Call is one preflight in flight, shared by every caller of the same key.
+type Call = tokCall
+
+// Start returns the cached tokens of key, or starts (or joins) the
+// preflight of req and returns its Call, or ErrBusy at MaxConcurrent. A
+// started preflight runs on its own goroutine, bounded by
+// max(Timeout, LateTimeout), whatever its callers do.
+func (t *Tokenizer) Start(base string, key uint64, req TokenizeRequest) ([]uint32, *Call, error) {
 	t.mu.Lock()
 	if el, ok := t.byKey[key]; ok {
 		t.lru.MoveToFront(el)
 		toks := el.Value.(*tokEntry).tokens
 		t.mu.Unlock()
 		t.hits.Add(1)
-		return toks, nil
+		return toks, nil, nil
 	}
 	if c, ok := t.inflight[key]; ok {
 		t.mu.Unlock()
 		t.shared.Add(1)
-		select {
-		case <-c.done:
-			if c.err != nil {
-				t.countFallback(c.err)
-			}
-			return c.tokens, c.err
-		case <-ctx.Done():
-			t.fallbacks[FallbackTimeout].Add(1)
-			return nil, ctx.Err()
-		}
+		return nil, c, nil
 	}
 	select {
 	case t.sem <- struct{}{}:
 	default:
 		t.mu.Unlock()
 		t.fallbacks[FallbackBusy].Add(1)
-		return nil, ErrBusy
+		return nil, nil, ErrBusy
 	}
 	c := &tokCall{done: make(chan struct{})}
 	t.inflight[key] = c
 	t.mu.Unlock()
 	t.misses.Add(1)
+	go t.run(c, base, key, req)
+	return nil, c, nil
+}
 
-	c.tokens, c.err = t.fetch(ctx, base, req)
+func (t *Tokenizer) run(c *tokCall, base string, key uint64, req TokenizeRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(t.cfg.Timeout, t.cfg.LateTimeout))
+	tokens, err := t.fetch(ctx, base, req)
+	cancel()
 	<-t.sem
 	t.mu.Lock()
 	delete(t.inflight, key)
-	if c.err == nil {
-		t.put(key, c.tokens)
+	if err == nil {
+		t.put(key, tokens)
 	}
-	t.mu.Unlock()
+	c.tokens, c.err = tokens, err
 	close(c.done)
-	if c.err != nil {
-		t.countFallback(c.err)
+	fns := c.then
+	c.then = nil
+	t.mu.Unlock()
+	for _, fn := range fns {
+		fn(tokens, err)
 	}
-	return c.tokens, c.err
+}
+
+// Wait waits for c, at most Timeout (or until ctx ends): the tokens, or
+// the error that makes the caller fall back (counted).
+func (t *Tokenizer) Wait(ctx context.Context, c *Call) ([]uint32, error) {
+	timer := time.NewTimer(t.cfg.Timeout)
+	defer timer.Stop()
+	select {
+	case <-c.done:
+		if c.err != nil {
+			t.countFallback(c.err)
+		}
+		return c.tokens, c.err
+	case <-ctx.Done():
+		t.countFallback(ctx.Err())
+		return nil, ctx.Err()
+	case <-timer.C:
+		t.fallbacks[FallbackTimeout].Add(1)
+		return nil, context.DeadlineExceeded
+	}
+}
+
+// Then calls fn with c's outcome once it is known: at once (on the calling
+// goroutine) when c is done, else on the preflight's goroutine when it
+// ends. fn must not block.
+func (t *Tokenizer) Then(c *Call, fn func([]uint32, error)) {
+	t.mu.Lock()
+	select {
+	case <-c.done:
+		t.mu.Unlock()
+		fn(c.tokens, c.err)
+		return
+	default:
+	}
+	c.then = append(c.then, fn)
+	t.mu.Unlock()
 }
 
 func (t *Tokenizer) countFallback(err error) {
@@ -283,8 +346,6 @@ func (t *Tokenizer) put(key uint64, tokens []uint32) {
 }
 
 func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest) ([]uint32, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
-	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize request: %w", err)

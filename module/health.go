@@ -125,6 +125,9 @@ type ReplicaHealth struct {
 	// Full is true when the replica is at its max_requests limit: usable
 	// again as soon as a request ends.
 	Full bool `json:"full,omitempty"`
+	// KV is the replica's KV-event feed when the precise path is on
+	// (kvhealth.go).
+	KV *KVFeedHealth `json:"kv,omitempty"`
 }
 
 // HealthReport is the /health answer.
@@ -178,8 +181,12 @@ func (h *Health) Report() HealthReport {
 		ids = h.ids
 	}
 	f, keys := ejectionSource(proxy, h.Upstreams)
+	feeds := kvFeeds(f)
 	for i := range h.Upstreams {
 		rh := ReplicaHealth{ID: ids[i]}
+		if feeds != nil {
+			rh.KV = feeds[keys[i]]
+		}
 		if proxy == nil {
 			rh.Reason = "not_found"
 		} else {

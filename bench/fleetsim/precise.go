@@ -14,9 +14,13 @@ const (
 	// DefaultKVEventDelay is how long a KV event takes from the engine to
 	// the index: the ZMQ hop plus decoding, in simulated time.
 	DefaultKVEventDelay = 5 * time.Millisecond
-	// DefaultPredictTTL is how long a routed, unconfirmed block counts for
-	// its replica's overlap: the module's kv_predict_ttl default.
-	DefaultPredictTTL = 2 * time.Second
+	// DefaultPredictTTL bounds how long a routed, unconfirmed block counts
+	// for its replica's overlap while its request runs: the module's
+	// kv_predict_ttl default (kvindex.DefaultPredictTTL).
+	DefaultPredictTTL = kvindex.DefaultPredictTTL
+	// DefaultPredictGrace is how long such a block still counts after its
+	// request ended (kvindex.DefaultPredictGrace).
+	DefaultPredictGrace = kvindex.DefaultPredictGrace
 )
 
 // PreciseConfig configures the precise index of "ramjet-precise". Zero
@@ -25,8 +29,13 @@ type PreciseConfig struct {
 	// Delay is the delivery delay of every KV event (DefaultKVEventDelay).
 	// Events reach the index Delay after the engine emitted them.
 	Delay time.Duration
-	// PredictTTL is the life of predicted entries (DefaultPredictTTL).
+	// PredictTTL bounds the life of predicted entries (DefaultPredictTTL).
+	// A prediction lives until its BlockStored is delivered, or until
+	// PredictGrace after its request ended (Done), at most PredictTTL.
 	PredictTTL time.Duration
+	// PredictGrace is the life of an unconfirmed prediction after its
+	// request ended (DefaultPredictGrace).
+	PredictGrace time.Duration
 	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
@@ -61,6 +70,11 @@ type RamjetPrecise struct {
 	queue []queuedKV // emitted, not yet delivered, in emission order
 	qhead int
 	batch kvindex.Batch
+
+	engines []*engine.Engine // by replica index, for their clocks
+	// held maps a request decided with the precise path (so holding
+	// predictions) to the candidate it was routed to, until Done.
+	held map[int]int
 
 	// EventsQueued counts the KV events received from the engines.
 	EventsQueued int
@@ -108,8 +122,8 @@ var epoch = time.Unix(0, 0)
 // configuration cfg (zero fields: selection defaults) and the index
 // configuration pc.
 func NewRamjetPrecise(cfg selection.Config, pc PreciseConfig) (*RamjetPrecise, error) {
-	if pc.Delay < 0 || pc.PredictTTL < 0 || pc.MaxEntries < 0 {
-		return nil, fmt.Errorf("ramjet-precise: delay, predict TTL and max entries must be >= 0")
+	if pc.Delay < 0 || pc.PredictTTL < 0 || pc.PredictGrace < 0 || pc.MaxEntries < 0 {
+		return nil, fmt.Errorf("ramjet-precise: delay, predict TTL, predict grace and max entries must be >= 0")
 	}
 	if pc.Delay == 0 {
 		pc.Delay = DefaultKVEventDelay
@@ -117,12 +131,15 @@ func NewRamjetPrecise(cfg selection.Config, pc PreciseConfig) (*RamjetPrecise, e
 	if pc.PredictTTL == 0 {
 		pc.PredictTTL = DefaultPredictTTL
 	}
+	if pc.PredictGrace == 0 {
+		pc.PredictGrace = DefaultPredictGrace
+	}
 	r, err := NewRamjet(cfg)
 	if err != nil {
 		return nil, err
 	}
 	r.label = "ramjet-precise"
-	return &RamjetPrecise{Ramjet: r, pc: pc}, nil
+	return &RamjetPrecise{Ramjet: r, pc: pc, held: map[int]int{}}, nil
 }
 
 // Index exposes the precise index (tests, statistics).
@@ -153,8 +170,9 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 				MaxEntries: budget,
 				Now:        func() time.Time { return epoch.Add(p.clock) },
 			},
-			Engines:    engines,
-			PredictTTL: p.pc.PredictTTL,
+			Engines:      engines,
+			PredictTTL:   p.pc.PredictTTL,
+			PredictGrace: p.pc.PredictGrace,
 		})
 		if err != nil {
 			panic(err) // a static configuration
@@ -171,6 +189,10 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 		}
 		p.reps = append(p.reps, h)
 	}
+	for len(p.engines) <= rep {
+		p.engines = append(p.engines, nil)
+	}
+	p.engines[rep] = e
 	e.SetKVEventHandler(func(ev engine.KVEvent) {
 		// Nothing emitted at ev.At can be seen before ev.At+Delay, and
 		// everything emitted up to ev.At-Delay is due: deliver it now, so
@@ -236,5 +258,26 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 	}
 	p.deliver(p.now)
 	p.clock = max(p.clock, p.now)
-	return p.Ramjet.Pick(r, fleet)
+	before := p.PreciseDecisions()
+	i := p.Ramjet.Pick(r, fleet)
+	if i >= 0 && p.PreciseDecisions() > before {
+		p.held[r.Row.ID] = i
+	}
+	return i
+}
+
+// Done ends the request's hold on its predictions (the module's
+// Precise.Ended at the request's end), at the engine's clock, then
+// releases its reservation.
+func (p *RamjetPrecise) Done(r *Request, rep int) {
+	if i, ok := p.held[r.Row.ID]; ok {
+		delete(p.held, r.Row.ID)
+		if rep < len(p.engines) && p.engines[rep] != nil {
+			t := p.engines[rep].Now()
+			p.deliver(t)
+			p.clock = max(p.clock, t)
+		}
+		p.pre.Ended(p.cands[i].Slot, r.Prompt)
+	}
+	p.Ramjet.Done(r, rep)
 }
