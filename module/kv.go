@@ -634,7 +634,7 @@ type latencyHist struct {
 	samples uint64
 }
 
-var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .075, .1, .15, .2, .25, .5, 1, 2}
 
 func newLatencyHist() *latencyHist {
 	return &latencyHist{counts: make([]uint64, len(latencyBuckets))}

@@ -72,6 +72,11 @@ var (
 		[]string{"result"}, nil)
 	kvTokLatencyDesc = prometheus.NewDesc("ramjet_tokenize_duration_seconds",
 		"Latency of the tokenize preflights sent to engines.", nil, nil)
+	kvPredDroppedDesc = prometheus.NewDesc("ramjet_kv_index_predictions_dropped_total",
+		"Predicted entries dropped before their request ended because max_predicted were live.", nil, nil)
+	kvTokLateDesc = prometheus.NewDesc("ramjet_tokenize_late_total",
+		"Tokenize preflights that missed the timeout, by outcome: predicted (their tokens predicted the chosen replica's blocks), after_end, failed, unrouted.",
+		[]string{"outcome"}, nil)
 	kvCanaryAccDesc = prometheus.NewDesc("ramjet_kv_canary_accuracy",
 		"Share of exact-placement canaries whose predicted cached tokens matched the engine's.", nil, nil)
 	kvCanaryErrDesc = prometheus.NewDesc("ramjet_kv_canary_abs_error_tokens",
@@ -87,7 +92,7 @@ func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
 		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
 		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
-		kvReplayFailDesc, kvHealthyDesc} {
+		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc} {
 		ch <- d
 	}
 }
@@ -109,7 +114,8 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var entries, bytes, predicted int64
 	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
-	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail uint64
+	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail, predDropped uint64
+	var late [len(kvindex.LateOutcomeNames)]uint64
 	fences := make([]uint64, len(kvindex.FenceReasons))
 	var fallbacks [len(kvindex.FallbackReasons)]uint64
 	var canaries bool
@@ -137,6 +143,10 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 		sizeMismatch += x.BlockSizeMismatches()
 		nonChain += x.NonChain()
 		replayFail += x.ReplayFailures()
+		predDropped += x.PredictionsDropped()
+		for i := range late {
+			late[i] += k.p.LateOutcomes(i)
+		}
 		for i, why := range kvindex.FenceReasons {
 			fences[i] += x.Fences(why)
 		}
@@ -202,6 +212,10 @@ func (kvCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(kvSizeMismatchDesc, sizeMismatch)
 	counter(kvNonChainDesc, nonChain)
 	counter(kvReplayFailDesc, replayFail)
+	counter(kvPredDroppedDesc, predDropped)
+	for i, o := range kvindex.LateOutcomeNames {
+		counter(kvTokLateDesc, late[i], o)
+	}
 	for i, why := range kvindex.FenceReasons {
 		counter(kvFencesDesc, fences[i], why.String())
 	}
