@@ -2,7 +2,11 @@ package kvindex
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,5 +172,55 @@ func TestLatePreflightPredicts(t *testing.T) {
 	eventually(t, "late answer after the end", func() bool { return p.LateOutcomes(LateAfterEnd) == 1 })
 	if p.Index().Predicted() != 0 || p.LateOutcomes(LatePredicted) != 1 {
 		t.Fatalf("predicted %d, late predicted %d after a late answer past the end", p.Index().Predicted(), p.LateOutcomes(LatePredicted))
+	}
+}
+
+// TestTokenizerStopsWaitingForSlowEngines: once most preflights miss the
+// timeout, requests stop waiting (ErrSlow at once) while the preflights go
+// on; when the engine answers in time again, waiting resumes.
+func TestTokenizerStopsWaitingForSlowEngines(t *testing.T) {
+	var delay atomic.Int64
+	delay.Store(int64(80 * time.Millisecond))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(time.Duration(delay.Load())):
+		case <-r.Context().Done():
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"tokens": []int{1, 2}, "count": 2})
+	}))
+	defer srv.Close()
+	tk := NewTokenizer(TokenizerConfig{Timeout: 20 * time.Millisecond, LateTimeout: 5 * time.Second})
+	ctx := context.Background()
+	key := uint64(0)
+	next := func() ([]uint32, error) {
+		key++
+		return tk.Tokenize(ctx, srv.URL, key, promptReq(fmt.Sprint(key)))
+	}
+	// Each call waits its 20 ms and misses; the breaker opens once the
+	// misses (80 ms each) have been measured.
+	eventually(t, "the breaker open", func() bool {
+		next()
+		return tk.Slow()
+	})
+	start := time.Now()
+	if _, err := next(); !errors.Is(err, ErrSlow) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("while slow: %v, want ErrSlow", err)
+	}
+	if d := time.Since(start); d > 10*tk.cfg.Timeout {
+		t.Errorf("ErrSlow after %v: waited", d)
+	}
+	if tk.Fallbacks(FallbackSlow) == 0 {
+		t.Error("no slow fallbacks counted")
+	}
+	// The engine is fast again: the preflights still sent measure it, and
+	// waiting resumes.
+	delay.Store(0)
+	eventually(t, "the breaker closed", func() bool {
+		next()
+		return !tk.Slow()
+	})
+	if toks, err := next(); err != nil || len(toks) != 2 {
+		t.Fatalf("after recovery: %v %v", toks, err)
 	}
 }

@@ -111,11 +111,25 @@ const (
 	FallbackTimeout = iota // the engine did not answer in time
 	FallbackBusy           // MaxConcurrent preflights already in flight
 	FallbackError          // transport error, bad status or bad response
+	FallbackSlow           // most recent preflights missed the timeout: not waited for
 	numFallbacks
 )
 
 // FallbackReasons names the fallback reasons, by index, for metric labels.
-var FallbackReasons = [numFallbacks]string{"timeout", "busy", "error"}
+var FallbackReasons = [numFallbacks]string{"timeout", "busy", "error", "slow"}
+
+// ErrSlow is returned, without waiting, while most recent preflights took
+// longer than the timeout (see Tokenizer.Slow); the preflight still runs.
+var ErrSlow = fmt.Errorf("kvindex: tokenize preflights slower than the timeout, not waited for: %w", context.DeadlineExceeded)
+
+// The slow-engine breaker: an exponentially weighted share of preflights
+// that missed the timeout (weight 1/16 each); past slowEnter requests stop
+// waiting, below slowLeave they wait again.
+const (
+	slowWeight = 1.0 / 16
+	slowEnter  = 0.5
+	slowLeave  = 0.25
+)
 
 // ErrBusy is returned when MaxConcurrent preflights are in flight.
 var ErrBusy = errors.New("kvindex: tokenize preflights at their limit")
@@ -135,6 +149,12 @@ type Tokenizer struct {
 
 	hits, misses, shared atomic.Uint64
 	fallbacks            [numFallbacks]atomic.Uint64
+
+	// missShare is the weighted share of recent preflights that missed
+	// the timeout, and slow whether requests stop waiting; both guarded
+	// by mu.
+	missShare float64
+	slow      atomic.Bool
 }
 
 type tokEntry struct {
@@ -251,10 +271,13 @@ func (t *Tokenizer) Start(base string, key uint64, req TokenizeRequest) ([]uint3
 
 func (t *Tokenizer) run(c *tokCall, base string, key uint64, req TokenizeRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(t.cfg.Timeout, t.cfg.LateTimeout))
+	start := time.Now()
 	tokens, err := t.fetch(ctx, base, req)
+	missed := err != nil || time.Since(start) > t.cfg.Timeout
 	cancel()
 	<-t.sem
 	t.mu.Lock()
+	t.noteOutcome(missed)
 	delete(t.inflight, key)
 	if err == nil {
 		t.put(key, tokens)
@@ -269,9 +292,40 @@ func (t *Tokenizer) run(c *tokCall, base string, key uint64, req TokenizeRequest
 	}
 }
 
+// noteOutcome updates the slow-engine breaker with one preflight's outcome.
+func (t *Tokenizer) noteOutcome(missed bool) {
+	v := 0.0
+	if missed {
+		v = 1
+	}
+	t.missShare += slowWeight * (v - t.missShare)
+	switch {
+	case t.missShare > slowEnter:
+		t.slow.Store(true)
+	case t.missShare < slowLeave:
+		t.slow.Store(false)
+	}
+}
+
+// Slow reports whether most recent preflights missed the timeout, so that
+// requests no longer wait for theirs (Wait returns ErrSlow at once while
+// the preflight goes on: its answer still predicts, see Precise.Preflight,
+// and its latency still counts, so waiting resumes once the engines answer
+// in time again).
+func (t *Tokenizer) Slow() bool { return t.slow.Load() }
+
 // Wait waits for c, at most Timeout (or until ctx ends): the tokens, or
-// the error that makes the caller fall back (counted).
+// the error that makes the caller fall back (counted). While Slow it does
+// not wait for a preflight still in flight.
 func (t *Tokenizer) Wait(ctx context.Context, c *Call) ([]uint32, error) {
+	if t.slow.Load() {
+		select {
+		case <-c.done:
+		default:
+			t.fallbacks[FallbackSlow].Add(1)
+			return nil, ErrSlow
+		}
+	}
 	timer := time.NewTimer(t.cfg.Timeout)
 	defer timer.Stop()
 	select {
