@@ -1,9 +1,12 @@
 package fleetsim
 
 import (
+	"flag"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/workload"
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -48,5 +51,60 @@ func TestRamjetPreciseMissedPreflights(t *testing.T) {
 	}
 	if _, err := NewRamjetPrecise(selection.Config{}, PreciseConfig{TokenizeMiss: 1.5}); err == nil {
 		t.Error("a tokenize miss share of 1.5 was accepted")
+	}
+}
+
+var preciseMissTable = flag.String("precise-miss-table", "", "TestRamjetPreciseMissTable: comma-separated workloads to run at full scale, seeds 1-3")
+
+// TestRamjetPreciseMissTable logs, per workload and seed (8 replicas, the
+// default engine), ramjet against ramjet-precise with every preflight in
+// time, with 22% of them missing the timeout as before kvindex.Late (their
+// answers dropped, predictions for 2 s), and with the misses' late answers
+// held until the request ends. Off unless -precise-miss-table names the
+// workloads.
+func TestRamjetPreciseMissTable(t *testing.T) {
+	if *preciseMissTable == "" {
+		t.Skip("set -precise-miss-table")
+	}
+	variants := []struct {
+		name string
+		pc   *PreciseConfig
+	}{
+		{"ramjet", nil},
+		{"precise, preflights in time", &PreciseConfig{}},
+		{"precise, 22% missed, before (answers dropped, 2 s TTL)", &PreciseConfig{TokenizeMiss: 0.22, NoLate: true, PredictTTL: 2 * time.Second}},
+		{"precise, 22% missed, late answers held", &PreciseConfig{TokenizeMiss: 0.22}},
+	}
+	t.Log("| workload | seed | variant | cached share | TTFT p50 s | TTFT p95 s | TTFT p99 s | output tok/s | misses | late holds |")
+	t.Log("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, name := range strings.Split(*preciseMissTable, ",") {
+		for _, seed := range []uint64{1, 2, 3} {
+			w := generate(t, name, workload.Options{Seed: seed, Replicas: 8, Scale: 1})
+			for _, v := range variants {
+				var pol Policy
+				var pre *RamjetPrecise
+				var err error
+				if v.pc == nil {
+					pol, err = NewRamjet(selection.Config{})
+				} else {
+					pre, err = NewRamjetPrecise(selection.Config{}, *v.pc)
+					pol = pre
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := Run(Config{Workload: w, Replicas: 8, Engine: engine.DefaultConfig(), Policy: pol, Salt: seed})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := Summarize(res)
+				misses, holds := 0, 0
+				if pre != nil {
+					misses, holds = pre.Misses, pre.LateHolds
+				}
+				t.Logf("| %s | %d | %s | %.3f | %.3f | %.2f | %.2f | %.0f | %d | %d |", name, seed, v.name,
+					s.CachedShare, s.TTFTp50, s.TTFTp95, s.TTFTp99, s.OutputTPS, misses, holds)
+			}
+		}
 	}
 }

@@ -65,6 +65,9 @@ type Row struct {
 	// Preflight is the precise path's record of its tokenize preflights
 	// (ramjet-precise only), read from the module in process.
 	Preflight *module.KVPreflightReport `json:"preflight,omitempty"`
+	// CPUSeconds is the process's CPU time (user + system) over the run:
+	// engines, Caddy and load generator together, all in this process.
+	CPUSeconds float64 `json:"cpu_s"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -129,10 +132,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, pol := range strings.Split(*policies, ",") {
 			pol = strings.TrimSpace(pol)
 			fmt.Fprintf(stderr, "e2ecompare: %s with %s (%d requests, %d replicas)\n", w.Name, pol, len(w.Trace), n)
+			cpu0 := cpuSeconds()
 			row, err := runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, progress)
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", w.Name, pol, err)
 			}
+			row.CPUSeconds = cpuSeconds() - cpu0
 			rows = append(rows, row)
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -248,6 +253,15 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		Report:       rep,
 		Preflight:    pre,
 	}, nil
+}
+
+// cpuSeconds is the process's CPU time so far (user + system).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func markdown(rows []Row) string {
