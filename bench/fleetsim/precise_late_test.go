@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,61 @@ func TestRamjetPreciseMissTable(t *testing.T) {
 				t.Logf("| %s | %d | %s | %.3f | %.3f | %.2f | %.2f | %.0f | %d | %d |", name, seed, v.name,
 					s.CachedShare, s.TTFTp50, s.TTFTp95, s.TTFTp99, s.OutputTPS, misses, holds)
 			}
+		}
+	}
+}
+
+var preciseDiverge = flag.String("precise-diverge", "", "TestRamjetPreciseDiverge: the workload (seed 3, 8 replicas) whose first decisions where ramjet and ramjet-precise differ are logged")
+
+// recordingPolicy records every decision's per-candidate overlap and load.
+type recordingPolicy struct {
+	Policy
+	rj   *Ramjet
+	pick map[int]int
+	recs map[int]string
+}
+
+func (p *recordingPolicy) Pick(r *Request, fleet []*Replica) int {
+	i := p.Policy.Pick(r, fleet)
+	p.pick[r.Row.ID] = i
+	p.recs[r.Row.ID] = fmt.Sprintf("overlap %v load %v", p.rj.s.Overlap, p.rj.s.Load)
+	return i
+}
+
+// recordingPrecise keeps the precise policy's simulated-time hooks.
+type recordingPrecise struct {
+	*recordingPolicy
+	p *RamjetPrecise
+}
+
+func (w recordingPrecise) attach(rep int, e *engine.Engine) { w.p.attach(rep, e) }
+func (w recordingPrecise) setNow(now time.Duration)         { w.p.setNow(now) }
+func (w recordingPrecise) Done(r *Request, rep int)         { w.p.Done(r, rep) }
+
+// TestRamjetPreciseDiverge logs the first five requests that ramjet and
+// ramjet-precise route differently, with every candidate's overlap (the
+// estimate's, or the exact one) and load: where the two indexes disagree.
+// Off unless -precise-diverge names a workload.
+func TestRamjetPreciseDiverge(t *testing.T) {
+	if *preciseDiverge == "" {
+		t.Skip("set -precise-diverge")
+	}
+	w := generate(t, *preciseDiverge, workload.Options{Seed: 3, Replicas: 8, Scale: 1})
+	a, _ := NewRamjet(selection.Config{})
+	b, _ := NewRamjetPrecise(selection.Config{}, PreciseConfig{})
+	ra := &recordingPolicy{Policy: a, rj: a, pick: map[int]int{}, recs: map[int]string{}}
+	rb := &recordingPolicy{Policy: b, rj: b.Ramjet, pick: map[int]int{}, recs: map[int]string{}}
+	for _, p := range []Policy{ra, recordingPrecise{rb, b}} {
+		if _, err := Run(Config{Workload: w, Replicas: 8, Engine: engine.DefaultConfig(), Policy: p, Salt: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for id := 0; id < len(w.Trace) && n < 5; id++ {
+		if ra.pick[id] != rb.pick[id] {
+			t.Logf("request %d (%d prompt tokens): ramjet -> %d, %s; ramjet-precise -> %d, %s",
+				id, w.Trace[id].Input, ra.pick[id], ra.recs[id], rb.pick[id], rb.recs[id])
+			n++
 		}
 	}
 }
