@@ -222,6 +222,7 @@ func (p *Precise) Close() error {
 	if p.sub != nil {
 		err = errors.Join(err, p.sub.Close())
 	}
+	p.tk.CloseIdle()
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -100,9 +101,21 @@ func (c *TokenizerConfig) setDefaults() {
 		c.MaxTokens = 1 << 18
 	}
 	if c.Client == nil {
-		c.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		}}
+		// Its own transport, keeping up to MaxConcurrent idle connections
+		// per engine: the default transport keeps 2, so a burst of
+		// preflights to one engine would dial (and tear down) a connection
+		// each, which an overloaded engine answers slowest of all.
+		c.Client = &http.Client{
+			Transport: &http.Transport{
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConnsPerHost: c.MaxConcurrent,
+				IdleConnTimeout:     90 * time.Second,
+				ForceAttemptHTTP2:   true,
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		}
 	}
 }
 
@@ -450,6 +463,9 @@ func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest)
 	}
 	return toks, nil
 }
+
+// CloseIdle closes the client's idle connections (Precise.Close calls it).
+func (t *Tokenizer) CloseIdle() { t.cfg.Client.CloseIdleConnections() }
 
 // CacheHits, CacheMisses and Shared count lookups answered from the cache,
 // preflights sent, and callers that waited on another's identical preflight.
