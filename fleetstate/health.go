@@ -26,6 +26,22 @@ type ReplicaHealth struct {
 	// Full is true when the replica is at its max_requests limit: usable
 	// again as soon as a request ends.
 	Full bool `json:"full,omitempty"`
+	// KV is the replica's KV-event feed when the precise path is on.
+	KV *KVFeedHealth `json:"kv,omitempty"`
+}
+
+// KVFeedHealth is a replica's KV-event feed in the /health answer (the
+// precise path on). A replica whose feed is unhealthy stays usable: it is
+// routed by the estimate until its stores land again.
+type KVFeedHealth struct {
+	// Healthy reports that the feed's stores land in the index and it is
+	// fresh (its replica is routed by the exact overlap).
+	Healthy bool `json:"healthy"`
+	// Reason says why not: "stores_not_landing: <detail>" (e.g. every
+	// store an orphan: the engine's parents or block size do not match
+	// the index's), or "not_fresh" (no event yet, or fenced after a
+	// sequence gap or reset).
+	Reason string `json:"reason,omitempty"`
 }
 
 // HealthReport is the /health answer.

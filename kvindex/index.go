@@ -354,7 +354,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 		rep.lastEvent = now
 		x.eventsApplied.Add(1)
 	}
-	x.pred.sweep(x, now)
+	x.pred.sweep(now)
 }
 
 func (x *Index) relevant(e *Event) bool {

@@ -7,7 +7,7 @@ import (
 
 // LatencyBuckets are the upper bounds, in seconds, of LatencyHist's
 // buckets.
-var LatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+var LatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .075, .1, .15, .2, .25, .5, 1, 2}
 
 // LatencyHist is a fixed-bucket histogram of latencies (the tokenize
 // preflight's: TokenizerConfig.OnLatency), read by a metrics collector.

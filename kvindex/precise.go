@@ -15,6 +15,12 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
+// Defaults of PreciseConfig.
+const (
+	DefaultPredictTTL   = 5 * time.Minute
+	DefaultPredictGrace = 2 * time.Second
+)
+
 // PreciseEngine is one replica of the precise path: its feed and the
 // engine's HTTP base for the tokenize preflight and the canary.
 type PreciseEngine struct {
@@ -40,9 +46,16 @@ type PreciseConfig struct {
 	// Token, when set, is sent as "Authorization: Bearer <Token>" with
 	// every tokenize preflight and canary probe (the upstream token).
 	Token string
-	// PredictTTL is how long a block routed to a replica counts as held
-	// there before the engine's event confirms it. Default 2s.
+	// PredictTTL bounds how long a block routed to a replica counts as
+	// held there when neither the engine's event confirms it nor the
+	// request's end is reported (Ended, Late.End). Default 5m: longer than
+	// any queue and prefill, so that a prediction lasts until the
+	// engine's events for its request arrive.
 	PredictTTL time.Duration
+	// PredictGrace is how long a prediction outlives the end of the last
+	// request that made it (the engine's BlockStored may still be on the
+	// wire). Default 2s.
+	PredictGrace time.Duration
 	// TokenizeURL, when set, is the base URL of the /tokenize endpoint;
 	// by default the BaseURL of a replica whose feed is fresh, in turn.
 	TokenizeURL string
@@ -79,6 +92,10 @@ type Precise struct {
 	bySlot [selection.MaxReplicas]atomic.Int32
 
 	precise, approx atomic.Uint64
+	// late counts preflights that missed their timeout by outcome (see
+	// LateOutcomes).
+	late [numLate]atomic.Uint64
+	keys sync.Pool // of *[]uint64, for Ended
 
 	mu      sync.Mutex
 	started bool
@@ -96,7 +113,10 @@ var _ selection.Annotator = (*Precise)(nil)
 // NewPrecise returns the service for cfg, not started.
 func NewPrecise(cfg PreciseConfig) (*Precise, error) {
 	if cfg.PredictTTL <= 0 {
-		cfg.PredictTTL = 2 * time.Second
+		cfg.PredictTTL = DefaultPredictTTL
+	}
+	if cfg.PredictGrace <= 0 {
+		cfg.PredictGrace = DefaultPredictGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -202,6 +222,7 @@ func (p *Precise) Close() error {
 	if p.sub != nil {
 		err = errors.Join(err, p.sub.Close())
 	}
+	p.tk.CloseIdle()
 	return err
 }
 
@@ -260,22 +281,28 @@ func (p *Precise) Tokenize(ctx context.Context, key uint64, req TokenizeRequest)
 	if toks, ok := p.tk.Cached(key); ok {
 		return toks, nil
 	}
-	base := p.cfg.TokenizeURL
-	if base == "" {
-		n := len(p.bases)
-		start := int(p.next.Add(1))
-		for i := range n {
-			b := p.bases[(start+i)%n]
-			if p.x.Fresh(b.r) {
-				base = b.url
-				break
-			}
-		}
-	}
-	if base == "" {
-		return nil, errors.New("kvindex: no fresh feed to tokenize at")
+	base, err := p.tokenizeBase(key)
+	if err != nil {
+		return nil, err
 	}
 	return p.tk.Tokenize(ctx, base, key, req)
+}
+
+// tokenizeBase is the engine base URL to tokenize at: TokenizeURL, or an
+// engine whose feed is fresh, in turn.
+func (p *Precise) tokenizeBase(uint64) (string, error) {
+	if p.cfg.TokenizeURL != "" {
+		return p.cfg.TokenizeURL, nil
+	}
+	n := len(p.bases)
+	start := int(p.next.Add(1))
+	for i := range n {
+		b := p.bases[(start+i)%n]
+		if p.x.Fresh(b.r) {
+			return b.url, nil
+		}
+	}
+	return "", errors.New("kvindex: no fresh feed to tokenize at")
 }
 
 // Decisions counts the routing decisions annotated with at least one
@@ -324,12 +351,31 @@ func (p *Precise) Annotate(_ *selection.Features, cands []selection.Candidate, s
 }
 
 // Decided implements selection.Annotator: the chosen replica's blocks
-// count as held there for PredictTTL, until its events confirm them.
+// count as held there until its events confirm them, or until the request
+// ends (Ended) and PredictGrace passes, at most PredictTTL.
 func (p *Precise) Decided(_ *selection.Features, cands []selection.Candidate, d selection.Decision, s *selection.Scratch) {
 	if d.Index < 0 || d.Index >= len(cands) {
 		return
 	}
 	if r := p.replicaOf(cands[d.Index].Slot); r >= 0 {
-		p.x.Predict(r, s.Keys, p.cfg.PredictTTL)
+		p.x.Hold(r, s.Keys, p.cfg.PredictTTL)
 	}
+}
+
+// Ended reports the end of a request that Route decided with the precise
+// path (Decision.Precise) on slot s from tokens: the predictions its
+// Decided made now live PredictGrace more unless confirmed. Call it once
+// per such decision, and for no other request.
+func (p *Precise) Ended(s selection.Slot, tokens []uint32) {
+	r := p.replicaOf(s)
+	if r < 0 || len(tokens) == 0 {
+		return
+	}
+	bp, _ := p.keys.Get().(*[]uint64)
+	if bp == nil {
+		bp = new([]uint64)
+	}
+	*bp = p.x.Keys((*bp)[:0], 0, tokens)
+	p.x.Release(r, *bp, p.cfg.PredictGrace)
+	p.keys.Put(bp)
 }

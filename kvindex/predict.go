@@ -4,13 +4,31 @@ import "time"
 
 // Predicted entries close the blind spot between a routing decision and the
 // engine's BlockStored event for it: without them a burst of requests with
-// the same new prefix would all see a cold fleet and scatter. The router
-// records the blocks it just sent to a replica with Predict; they count for
-// that replica's overlap until a BlockStored confirms them or they expire.
+// the same new prefix would all see a cold fleet and scatter, and under
+// load (a long queue, a long prefill) every request routed since the last
+// event would be invisible. The router records the blocks it just sent to a
+// replica; they count for that replica's overlap until a BlockStored
+// confirms them.
+//
+// A prediction made with Hold belongs to the requests that made it: it lives
+// until its BlockStored arrives, or until grace after the last of those
+// requests ends (Release: the engine has computed the prompt by then, so a
+// block still unconfirmed was not stored, or its event is in flight), or at
+// most its ttl if no request releases it (an upper bound for requests whose
+// end is never seen). A prediction made with Predict belongs to no request
+// and lives ttl. Config.MaxPredicted bounds them all: past it the oldest are
+// dropped before their time, counted by PredictionsDropped.
 
 type predID struct {
 	key uint64
 	r   Replica
+}
+
+// predEntry is one (replica, key) prediction: its expiry and the number of
+// requests holding it (Hold, not yet Released).
+type predEntry struct {
+	exp  int64
+	refs int32
 }
 
 type predSlot struct {
@@ -18,65 +36,92 @@ type predSlot struct {
 	exp int64
 }
 
-// predictions is a bounded FIFO of predicted (replica, key) entries with
-// their expiry, guarded by Index.mu.
-type predictions struct {
-	// exp[r][key] is the expiry of r's prediction of key (uint64-keyed
-	// maps take Go's fast path).
-	exp   []map[uint64]int64
-	bits  map[uint64]set
-	ring  []predSlot
+// predRing is a bounded FIFO of expiries. A slot whose entry's expiry
+// changed since (extended, or shortened by Release) is stale and ignored
+// when popped.
+type predRing struct {
+	slots []predSlot
 	head  int
 	count int
+}
+
+func (q *predRing) full() bool { return q.count == len(q.slots) }
+
+func (q *predRing) front() *predSlot { return &q.slots[q.head] }
+
+func (q *predRing) push(s predSlot) {
+	q.slots[(q.head+q.count)%len(q.slots)] = s
+	q.count++
+}
+
+func (q *predRing) pop() predSlot {
+	s := q.slots[q.head]
+	q.head = (q.head + 1) % len(q.slots)
+	q.count--
+	return s
+}
+
+// predictions is the set of predicted (replica, key) entries, guarded by
+// Index.mu. Two rings bound them: held carries the ttl expiries of Predict
+// and Hold, ended the grace expiries of Release (each ring's expiries are
+// nearly in order, so sweeping from the front finds the expired ones).
+type predictions struct {
+	// ent[r][key] is r's prediction of key (uint64-keyed maps take Go's
+	// fast path).
+	ent   []map[uint64]predEntry
+	bits  map[uint64]set
+	held  predRing
+	ended predRing
 	live  int
+	// dropped counts live entries dropped because a ring was full.
+	dropped uint64
 }
 
 func (p *predictions) init(max int) {
 	p.bits = map[uint64]set{}
-	p.ring = make([]predSlot, max)
+	p.held.slots = make([]predSlot, max)
+	p.ended.slots = make([]predSlot, max)
 }
 
-func (p *predictions) add(id predID, exp int64) {
-	if p.count == len(p.ring) {
-		p.pop()
+func (p *predictions) entry(r Replica, key uint64) (predEntry, bool) {
+	if int(r) >= len(p.ent) {
+		return predEntry{}, false
 	}
-	p.ring[(p.head+p.count)%len(p.ring)] = predSlot{id, exp}
-	p.count++
-	for int(id.r) >= len(p.exp) {
-		p.exp = append(p.exp, map[uint64]int64{})
+	e, ok := p.ent[r][key]
+	return e, ok
+}
+
+// push queues s on q, dropping q's oldest slot first when q is full.
+func (p *predictions) push(q *predRing, s predSlot, now int64) {
+	if q.full() {
+		old := q.pop()
+		if e, ok := p.entry(old.id.r, old.id.key); ok && e.exp == old.exp {
+			if old.exp > now {
+				p.dropped++
+			}
+			p.del(old.id)
+		}
 	}
-	m := p.exp[id.r]
+	q.push(s)
+}
+
+// set writes r's prediction of key, creating it when absent.
+func (p *predictions) set(id predID, e predEntry) {
+	for int(id.r) >= len(p.ent) {
+		p.ent = append(p.ent, map[uint64]predEntry{})
+	}
+	m := p.ent[id.r]
 	if _, ok := m[id.key]; !ok {
 		p.live++
 		s := p.bits[id.key]
 		s.add(id.r)
 		p.bits[id.key] = s
 	}
-	m[id.key] = exp
-}
-
-// expiry returns the expiry of r's prediction of key.
-func (p *predictions) expiry(r Replica, key uint64) (int64, bool) {
-	if int(r) >= len(p.exp) {
-		return 0, false
-	}
-	e, ok := p.exp[r][key]
-	return e, ok
-}
-
-// pop removes the oldest ring slot, and its entry unless a later Predict
-// extended it.
-func (p *predictions) pop() {
-	sl := p.ring[p.head]
-	p.head = (p.head + 1) % len(p.ring)
-	p.count--
-	if e, ok := p.expiry(sl.id.r, sl.id.key); ok && e == sl.exp {
-		p.del(sl.id)
-	}
+	m[id.key] = e
 }
 
 func (p *predictions) del(id predID) {
-	delete(p.exp[id.r], id.key)
+	delete(p.ent[id.r], id.key)
 	p.live--
 	s := p.bits[id.key]
 	s.del(id.r)
@@ -87,31 +132,71 @@ func (p *predictions) del(id predID) {
 	}
 }
 
+// predict records r's prediction of key until exp (and, with hold, one
+// more request holding it). An entry whose expiry is already past fresh is
+// left as it is (a hot prefix costs no ring writes per request).
+func (p *predictions) predict(id predID, exp, fresh, now int64, hold bool) {
+	e, ok := p.entry(id.r, id.key)
+	if hold {
+		e.refs++
+	}
+	if ok && e.exp > fresh {
+		p.ent[id.r][id.key] = e
+		return
+	}
+	e.exp = exp
+	p.set(id, e)
+	p.push(&p.held, predSlot{id, exp}, now)
+}
+
+// release drops one request's hold on r's prediction of key; the last one
+// shortens its life to exp.
+func (p *predictions) release(id predID, exp, now int64) {
+	e, ok := p.entry(id.r, id.key)
+	if !ok || e.refs <= 0 {
+		return
+	}
+	e.refs--
+	if e.refs > 0 || e.exp <= exp {
+		p.ent[id.r][id.key] = e
+		return
+	}
+	e.exp = exp
+	p.ent[id.r][id.key] = e
+	p.push(&p.ended, predSlot{id, exp}, now)
+}
+
 // confirm drops the prediction that r holds key: the engine reported it.
 func (p *predictions) confirm(r Replica, key uint64) {
 	if p.live == 0 {
 		return
 	}
-	if _, ok := p.expiry(r, key); ok {
+	if _, ok := p.entry(r, key); ok {
 		p.del(predID{key, r})
 	}
 }
 
 func (p *predictions) dropReplica(r Replica) {
-	if int(r) >= len(p.exp) {
+	if int(r) >= len(p.ent) {
 		return
 	}
-	for key := range p.exp[r] {
+	for key := range p.ent[r] {
 		p.del(predID{key, r})
 	}
 }
 
-// sweep pops expired slots from the front. TTLs vary, so a later slot may
-// expire first; holders checks expiry, and the ring bound caps the rest.
-func (p *predictions) sweep(x *Index, now time.Time) {
+// sweep pops expired slots from the front of both rings. Expiries vary a
+// little, so a later slot may expire first; holders checks expiry, and the
+// ring bound caps the rest.
+func (p *predictions) sweep(now time.Time) {
 	t := now.UnixNano()
-	for p.count > 0 && p.ring[p.head].exp <= t {
-		p.pop()
+	for _, q := range []*predRing{&p.held, &p.ended} {
+		for q.count > 0 && q.front().exp <= t {
+			s := q.pop()
+			if e, ok := p.entry(s.id.r, s.id.key); ok && e.exp == s.exp {
+				p.del(s.id)
+			}
+		}
 	}
 }
 
@@ -124,7 +209,7 @@ func (p *predictions) holders(key uint64, cand set, now int64) set {
 	s = s.and(cand)
 	var out set
 	s.each(func(r Replica) {
-		if e, _ := p.expiry(r, key); e > now {
+		if e, _ := p.entry(r, key); e.exp > now {
 			out.add(r)
 		}
 	})
@@ -137,26 +222,66 @@ func (p *predictions) holders(key uint64, cand set, now int64) set {
 // within the last half ttl are not extended (so a hot prefix costs no
 // writes per request; it expires at most ttl/2 early).
 func (x *Index) Predict(r Replica, keys []uint64, ttl time.Duration) {
+	x.predict(r, keys, ttl, false)
+}
+
+// Hold is Predict on behalf of one request: the predictions live until
+// their BlockStored arrives or until Release for that request (plus its
+// grace), at most ttl. Every Hold must be followed by one Release with
+// the same keys when the request ends.
+func (x *Index) Hold(r Replica, keys []uint64, ttl time.Duration) {
+	x.predict(r, keys, ttl, true)
+}
+
+func (x *Index) predict(r Replica, keys []uint64, ttl time.Duration, hold bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	now := x.cfg.Now()
-	x.pred.sweep(x, now)
+	x.pred.sweep(now)
+	t := now.UnixNano()
 	exp := now.Add(ttl).UnixNano()
 	fresh := exp - int64(ttl/2) // a prediction expiring after this is recent enough
 	for _, k := range keys {
 		if s := x.keys[k]; s.has(r) {
 			continue
 		}
-		if e, ok := x.pred.expiry(r, k); ok && e > fresh {
-			continue // predicted within the last half TTL: keep it as is
-		}
-		x.pred.add(predID{k, r}, exp)
+		x.pred.predict(predID{k, r}, exp, fresh, t, hold)
 	}
 }
 
-// Predicted is the number of live predicted entries.
+// Release ends one request's Hold of keys on r: a prediction no other
+// request holds expires grace from now unless its BlockStored arrives
+// first. Keys that were confirmed, expired or never held are skipped. A
+// prediction dropped and made again by another request since that
+// request's Hold loses that request's hold early (it then lives grace).
+func (x *Index) Release(r Replica, keys []uint64, grace time.Duration) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.pred.live == 0 {
+		return
+	}
+	now := x.cfg.Now()
+	x.pred.sweep(now)
+	t := now.UnixNano()
+	exp := now.Add(grace).UnixNano()
+	for _, k := range keys {
+		x.pred.release(predID{k, r}, exp, t)
+	}
+}
+
+// Predicted is the number of live predicted entries (expired ones are
+// swept first).
 func (x *Index) Predicted() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.pred.sweep(x.cfg.Now())
+	return x.pred.live
+}
+
+// PredictionsDropped counts predicted entries dropped before their time
+// because Config.MaxPredicted were live.
+func (x *Index) PredictionsDropped() uint64 {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.pred.live
+	return x.pred.dropped
 }

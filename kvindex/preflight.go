@@ -15,17 +15,19 @@ import (
 // (RequestFor) and bounded by timeout. The cache is keyed by the whole
 // body: identical bodies (retries, repeated prompts) skip both the request
 // build and the call; bodies that differ only outside the prompt merely
-// miss.
-func (p *Precise) Preflight(ctx context.Context, ep selection.Endpoint, body []byte, f *selection.Features, timeout time.Duration) ([]uint32, error) {
+// miss. A call past timeout keeps running in the background (Preflight):
+// probe reports the replica the request was routed to, so that its late
+// tokens still predict that replica's blocks.
+func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body []byte, f *selection.Features, timeout time.Duration, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
 	key := xxhash.Sum64(body)
 	if toks, ok := p.Tokenizer().Cached(key); ok {
-		return toks, nil
+		return toks, nil, nil
 	}
 	req, err := RequestFor(ep, body, f)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return p.Tokenize(ctx, key, req)
+	return p.Preflight(ctx, key, req, probe)
 }

@@ -68,6 +68,11 @@ func offsetPort(ep string, rank int) (string, error) {
 		return "", fmt.Errorf("kvindex: endpoint %q: %w", ep, err)
 	}
 	p, err := strconv.Atoi(port)
+	if err == nil && p == 0 {
+		// Port 0 (a bound endpoint on a port the system picks, see
+		// Subscriber.BoundAddr): every rank shares it, told apart by topic.
+		return ep, nil
+	}
 	if err != nil || p <= 0 || p+rank > 65535 {
 		return "", fmt.Errorf("kvindex: endpoint %q: bad port", ep)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -51,9 +52,16 @@ func (r TokenizeRequest) MarshalJSON() ([]byte, error) {
 
 // TokenizerConfig configures a Tokenizer. Zero values take the defaults.
 type TokenizerConfig struct {
-	// Timeout bounds one preflight, connection included. Default 100ms:
-	// past it routing falls back to the estimate.
+	// Timeout bounds how long a request waits for its preflight,
+	// connection included. Default 100ms: past it routing falls back to
+	// the estimate.
 	Timeout time.Duration
+	// LateTimeout bounds the preflight itself: one that missed Timeout
+	// goes on until LateTimeout (measured from its start) so that its
+	// answer still fills the cache and predicts the blocks of the replica
+	// the estimate chose (Precise.Preflight). Default 2s; never less than
+	// Timeout.
+	LateTimeout time.Duration
 	// MaxConcurrent bounds the preflights in flight; past it a request
 	// falls back at once instead of queueing. Default 64.
 	MaxConcurrent int
@@ -77,6 +85,9 @@ func (c *TokenizerConfig) setDefaults() {
 	if c.Timeout <= 0 {
 		c.Timeout = 100 * time.Millisecond
 	}
+	if c.LateTimeout <= 0 {
+		c.LateTimeout = 2 * time.Second
+	}
 	if c.MaxConcurrent <= 0 {
 		c.MaxConcurrent = 64
 	}
@@ -90,9 +101,21 @@ func (c *TokenizerConfig) setDefaults() {
 		c.MaxTokens = 1 << 18
 	}
 	if c.Client == nil {
-		c.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		}}
+		// Its own transport, keeping up to MaxConcurrent idle connections
+		// per engine: the default transport keeps 2, so a burst of
+		// preflights to one engine would dial (and tear down) a connection
+		// each, which an overloaded engine answers slowest of all.
+		c.Client = &http.Client{
+			Transport: &http.Transport{
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConnsPerHost: c.MaxConcurrent,
+				IdleConnTimeout:     90 * time.Second,
+				ForceAttemptHTTP2:   true,
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		}
 	}
 }
 
@@ -101,11 +124,25 @@ const (
 	FallbackTimeout = iota // the engine did not answer in time
 	FallbackBusy           // MaxConcurrent preflights already in flight
 	FallbackError          // transport error, bad status or bad response
+	FallbackSlow           // most recent preflights missed the timeout: not waited for
 	numFallbacks
 )
 
 // FallbackReasons names the fallback reasons, by index, for metric labels.
-var FallbackReasons = [numFallbacks]string{"timeout", "busy", "error"}
+var FallbackReasons = [numFallbacks]string{"timeout", "busy", "error", "slow"}
+
+// ErrSlow is returned, without waiting, while most recent preflights took
+// longer than the timeout (see Tokenizer.Slow); the preflight still runs.
+var ErrSlow = fmt.Errorf("kvindex: tokenize preflights slower than the timeout, not waited for: %w", context.DeadlineExceeded)
+
+// The slow-engine breaker: an exponentially weighted share of preflights
+// that missed the timeout (weight 1/16 each); past slowEnter requests stop
+// waiting, below slowLeave they wait again.
+const (
+	slowWeight = 1.0 / 16
+	slowEnter  = 0.5
+	slowLeave  = 0.25
+)
 
 // ErrBusy is returned when MaxConcurrent preflights are in flight.
 var ErrBusy = errors.New("kvindex: tokenize preflights at their limit")
@@ -125,6 +162,12 @@ type Tokenizer struct {
 
 	hits, misses, shared atomic.Uint64
 	fallbacks            [numFallbacks]atomic.Uint64
+
+	// missShare is the weighted share of recent preflights that missed
+	// the timeout, and slow whether requests stop waiting; both guarded
+	// by mu.
+	missShare float64
+	slow      atomic.Bool
 }
 
 type tokEntry struct {
@@ -134,8 +177,9 @@ type tokEntry struct {
 
 type tokCall struct {
 	done   chan struct{}
-	tokens []uint32
+	tokens []uint32 // set before done closes
 	err    error
+	then   []func([]uint32, error) // guarded by Tokenizer.mu
 }
 
 // NewTokenizer returns a Tokenizer.
@@ -191,55 +235,141 @@ func FeaturesKey(f *selection.Features) uint64 {
 // Tokenize returns the token ids of req as the engine at base (e.g.
 // "http://10.0.0.5:8000") tokenizes it, from the cache when key was seen.
 // The returned slice is shared: do not modify it. On error the caller
-// falls back to the estimate; the reason is counted.
+// falls back to the estimate; the reason is counted. A preflight that
+// misses the timeout (or ctx) is not abandoned: it goes on for up to
+// LateTimeout and fills the cache (see Start for its answer).
 func (t *Tokenizer) Tokenize(ctx context.Context, base string, key uint64, req TokenizeRequest) ([]uint32, error) {
+	toks, c, err := t.Start(base, key, req)
+	if c == nil {
+		return toks, err
+	}
+	return t.Wait(ctx, c)
+}
+
+// Call is one preflight in flight, shared by every caller of the same key.
+type Call = tokCall
+
+// Start returns the cached tokens of key, or starts (or joins) the
+// preflight of req and returns its Call, or ErrBusy at MaxConcurrent. A
+// started preflight runs on its own goroutine, bounded by
+// max(Timeout, LateTimeout), whatever its callers do.
+func (t *Tokenizer) Start(base string, key uint64, req TokenizeRequest) ([]uint32, *Call, error) {
 	t.mu.Lock()
 	if el, ok := t.byKey[key]; ok {
 		t.lru.MoveToFront(el)
 		toks := el.Value.(*tokEntry).tokens
 		t.mu.Unlock()
 		t.hits.Add(1)
-		return toks, nil
+		return toks, nil, nil
 	}
 	if c, ok := t.inflight[key]; ok {
 		t.mu.Unlock()
 		t.shared.Add(1)
-		select {
-		case <-c.done:
-			if c.err != nil {
-				t.countFallback(c.err)
-			}
-			return c.tokens, c.err
-		case <-ctx.Done():
-			t.fallbacks[FallbackTimeout].Add(1)
-			return nil, ctx.Err()
-		}
+		return nil, c, nil
 	}
 	select {
 	case t.sem <- struct{}{}:
 	default:
 		t.mu.Unlock()
 		t.fallbacks[FallbackBusy].Add(1)
-		return nil, ErrBusy
+		return nil, nil, ErrBusy
 	}
 	c := &tokCall{done: make(chan struct{})}
 	t.inflight[key] = c
 	t.mu.Unlock()
 	t.misses.Add(1)
+	go t.run(c, base, key, req)
+	return nil, c, nil
+}
 
-	c.tokens, c.err = t.fetch(ctx, base, req)
+func (t *Tokenizer) run(c *tokCall, base string, key uint64, req TokenizeRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(t.cfg.Timeout, t.cfg.LateTimeout))
+	start := time.Now()
+	tokens, err := t.fetch(ctx, base, req)
+	missed := err != nil || time.Since(start) > t.cfg.Timeout
+	cancel()
 	<-t.sem
 	t.mu.Lock()
+	t.noteOutcome(missed)
 	delete(t.inflight, key)
-	if c.err == nil {
-		t.put(key, c.tokens)
+	if err == nil {
+		t.put(key, tokens)
 	}
-	t.mu.Unlock()
+	c.tokens, c.err = tokens, err
 	close(c.done)
-	if c.err != nil {
-		t.countFallback(c.err)
+	fns := c.then
+	c.then = nil
+	t.mu.Unlock()
+	for _, fn := range fns {
+		fn(tokens, err)
 	}
-	return c.tokens, c.err
+}
+
+// noteOutcome updates the slow-engine breaker with one preflight's outcome.
+func (t *Tokenizer) noteOutcome(missed bool) {
+	v := 0.0
+	if missed {
+		v = 1
+	}
+	t.missShare += slowWeight * (v - t.missShare)
+	switch {
+	case t.missShare > slowEnter:
+		t.slow.Store(true)
+	case t.missShare < slowLeave:
+		t.slow.Store(false)
+	}
+}
+
+// Slow reports whether most recent preflights missed the timeout, so that
+// requests no longer wait for theirs (Wait returns ErrSlow at once while
+// the preflight goes on: its answer still predicts, see Precise.Preflight,
+// and its latency still counts, so waiting resumes once the engines answer
+// in time again).
+func (t *Tokenizer) Slow() bool { return t.slow.Load() }
+
+// Wait waits for c, at most Timeout (or until ctx ends): the tokens, or
+// the error that makes the caller fall back (counted). While Slow it does
+// not wait for a preflight still in flight.
+func (t *Tokenizer) Wait(ctx context.Context, c *Call) ([]uint32, error) {
+	if t.slow.Load() {
+		select {
+		case <-c.done:
+		default:
+			t.fallbacks[FallbackSlow].Add(1)
+			return nil, ErrSlow
+		}
+	}
+	timer := time.NewTimer(t.cfg.Timeout)
+	defer timer.Stop()
+	select {
+	case <-c.done:
+		if c.err != nil {
+			t.countFallback(c.err)
+		}
+		return c.tokens, c.err
+	case <-ctx.Done():
+		t.countFallback(ctx.Err())
+		return nil, ctx.Err()
+	case <-timer.C:
+		t.fallbacks[FallbackTimeout].Add(1)
+		return nil, context.DeadlineExceeded
+	}
+}
+
+// Then calls fn with c's outcome once it is known: at once (on the calling
+// goroutine) when c is done, else on the preflight's goroutine when it
+// ends. fn must not block.
+func (t *Tokenizer) Then(c *Call, fn func([]uint32, error)) {
+	t.mu.Lock()
+	select {
+	case <-c.done:
+		t.mu.Unlock()
+		fn(c.tokens, c.err)
+		return
+	default:
+	}
+	c.then = append(c.then, fn)
+	t.mu.Unlock()
 }
 
 func (t *Tokenizer) countFallback(err error) {
@@ -283,8 +413,6 @@ func (t *Tokenizer) put(key uint64, tokens []uint32) {
 }
 
 func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest) ([]uint32, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
-	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize request: %w", err)
@@ -335,6 +463,9 @@ func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest)
 	}
 	return toks, nil
 }
+
+// CloseIdle closes the client's idle connections (Precise.Close calls it).
+func (t *Tokenizer) CloseIdle() { t.cfg.Client.CloseIdleConnections() }
 
 // CacheHits, CacheMisses and Shared count lookups answered from the cache,
 // preflights sent, and callers that waited on another's identical preflight.

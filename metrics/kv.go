@@ -61,6 +61,11 @@ var (
 		"BlockStored events whose block size differs from the configured block_size.", nil, nil)
 	kvNonChainDesc = prometheus.NewDesc("ramjet_kv_index_non_chain_blocks_total",
 		"Blocks skipped because their BlockStored event was provably not one chain under its parent.", nil, nil)
+	kvPredDroppedDesc = prometheus.NewDesc("ramjet_kv_index_predictions_dropped_total",
+		"Predicted entries dropped before their request ended because max_predicted were live.", nil, nil)
+	kvTokLateDesc = prometheus.NewDesc("ramjet_tokenize_late_total",
+		"Tokenize preflights that missed the timeout, by outcome: predicted (their tokens predicted the chosen replica's blocks), after_end, failed, unrouted.",
+		[]string{"outcome"}, nil)
 	kvReplayFailDesc = prometheus.NewDesc("ramjet_kv_replay_failures_total",
 		"Replay requests that did not recover every missed KV event message.", nil, nil)
 	kvHealthyDesc = prometheus.NewDesc("ramjet_kv_feed_healthy",
@@ -103,7 +108,7 @@ func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
 		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
 		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
-		kvReplayFailDesc, kvHealthyDesc} {
+		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc} {
 		ch <- d
 	}
 }
@@ -115,7 +120,8 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var entries, bytes, predicted int64
 	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
-	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail uint64
+	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail, predDropped uint64
+	var late [len(kvindex.LateOutcomeNames)]uint64
 	fences := make([]uint64, len(kvindex.FenceReasons))
 	var fallbacks [len(kvindex.FallbackReasons)]uint64
 	var canaries bool
@@ -143,8 +149,12 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 		sizeMismatch += x.BlockSizeMismatches()
 		nonChain += x.NonChain()
 		replayFail += x.ReplayFailures()
+		predDropped += x.PredictionsDropped()
 		for i, why := range kvindex.FenceReasons {
 			fences[i] += x.Fences(why)
+		}
+		for i := range late {
+			late[i] += k.Precise.LateOutcomes(i)
 		}
 		pd, ad := k.Precise.Decisions()
 		precise += pd
@@ -204,6 +214,10 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(kvSizeMismatchDesc, sizeMismatch)
 	counter(kvNonChainDesc, nonChain)
 	counter(kvReplayFailDesc, replayFail)
+	counter(kvPredDroppedDesc, predDropped)
+	for i, o := range kvindex.LateOutcomeNames {
+		counter(kvTokLateDesc, late[i], o)
+	}
 	for i, why := range kvindex.FenceReasons {
 		counter(kvFencesDesc, fences[i], why.String())
 	}

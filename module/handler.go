@@ -147,6 +147,9 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		}
 	}
 	obs := []observe.Observer{&stateObserver{st: st}, newMetricsObserver(r, st), newOutcomeObserver(r, st)}
+	if st.route.kv != nil { // kvrequest.go: the request's predictions end with it
+		obs = append(obs, st.route.kv)
+	}
 	if h.extra != nil {
 		if o := h.extra(r, st); o != nil {
 			obs = append(obs, o)

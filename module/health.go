@@ -136,8 +136,12 @@ func (h *Health) Report() fleetstate.HealthReport {
 		// X-Ramjet-Upstream.
 		ids, keys = fleetstate.ReplicaIDs(f.Secret(), h.Upstreams), fleetstate.ReplicaKeys(h.Upstreams)
 	}
+	feeds := kvFeeds(f) // kvhealth.go
 	for i := range h.Upstreams {
 		rh := fleetstate.ReplicaHealth{ID: ids[i]}
+		if feeds != nil {
+			rh.KV = feeds[keys[i]]
+		}
 		if proxy == nil {
 			rh.Reason = "not_found"
 		} else {

@@ -45,8 +45,10 @@ type KVConfig struct {
 	// all replicas, about 160 bytes each. Default: 1048576.
 	MaxEntries int `json:"max_entries,omitempty"`
 
-	// PredictTTL is how long a block just routed to a replica counts as
-	// held there before the engine's event confirms it. Default: 2s.
+	// PredictTTL bounds how long a block just routed to a replica counts
+	// as held there: a prediction lives until the engine's event confirms
+	// it, or until 2s after its request ended, and at most this long.
+	// Default: 5m (longer than any queue and prefill).
 	PredictTTL caddy.Duration `json:"predict_ttl,omitempty"`
 
 	// TokenizeTimeout bounds the /tokenize preflight of one request; past
@@ -101,7 +103,7 @@ func (c *KVConfig) setDefaults() {
 		c.MaxEntries = 1 << 20
 	}
 	if c.PredictTTL == 0 {
-		c.PredictTTL = caddy.Duration(2 * time.Second)
+		c.PredictTTL = caddy.Duration(kvindex.DefaultPredictTTL)
 	}
 	if c.TokenizeTimeout == 0 {
 		c.TokenizeTimeout = caddy.Duration(100 * time.Millisecond)
@@ -443,14 +445,16 @@ func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extr
 	if f == nil {
 		return
 	}
-	toks, err := k.p.Preflight(r.Context(), ep, b.Bytes(), f, k.timeout)
+	toks, late, err := k.p.PreflightBody(r.Context(), ep, b.Bytes(), f, k.timeout, st.routedSlot)
 	if err != nil {
 		if c := logger.Check(zap.DebugLevel, "ramjet tokenize fallback"); c != nil {
 			c.Write(zap.Error(err))
 		}
-		return
 	}
 	st.route.tokens = toks
+	if toks != nil || late != nil {
+		st.route.kv = &kvRequest{p: k.p, st: st, late: late}
+	}
 }
 
 // kvDirectiveOptions are the precise path's options of the ramjet

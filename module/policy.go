@@ -136,6 +136,9 @@ type routeState struct {
 	// res is the first attempt's reservation, kept in the request's state
 	// so that Route allocates none.
 	res selection.Reservation
+	// kv ends the precise path's predictions with the request (kvrequest.go);
+	// nil when the preflight did not run.
+	kv *kvRequest
 }
 
 // CaddyModule returns the Caddy module information.

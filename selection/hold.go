@@ -49,3 +49,6 @@ func (h *Hold) End() bool {
 
 // Ended reports whether End was called.
 func (h *Hold) Ended() bool { return h.done.Load() }
+
+// Current returns the reservation held now, or nil.
+func (h *Hold) Current() *Reservation { return h.res.Load() }

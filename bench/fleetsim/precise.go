@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -14,9 +16,13 @@ const (
 	// DefaultKVEventDelay is how long a KV event takes from the engine to
 	// the index: the ZMQ hop plus decoding, in simulated time.
 	DefaultKVEventDelay = 5 * time.Millisecond
-	// DefaultPredictTTL is how long a routed, unconfirmed block counts for
-	// its replica's overlap: the module's kv_predict_ttl default.
-	DefaultPredictTTL = 2 * time.Second
+	// DefaultPredictTTL bounds how long a routed, unconfirmed block counts
+	// for its replica's overlap while its request runs: the module's
+	// kv_predict_ttl default (kvindex.DefaultPredictTTL).
+	DefaultPredictTTL = kvindex.DefaultPredictTTL
+	// DefaultPredictGrace is how long such a block still counts after its
+	// request ended (kvindex.DefaultPredictGrace).
+	DefaultPredictGrace = kvindex.DefaultPredictGrace
 )
 
 // PreciseConfig configures the precise index of "ramjet-precise". Zero
@@ -25,8 +31,26 @@ type PreciseConfig struct {
 	// Delay is the delivery delay of every KV event (DefaultKVEventDelay).
 	// Events reach the index Delay after the engine emitted them.
 	Delay time.Duration
-	// PredictTTL is the life of predicted entries (DefaultPredictTTL).
+	// PredictTTL bounds the life of predicted entries (DefaultPredictTTL).
+	// A prediction lives until its BlockStored is delivered, or until
+	// PredictGrace after its request ended (Done), at most PredictTTL.
 	PredictTTL time.Duration
+	// PredictGrace is the life of an unconfirmed prediction after its
+	// request ended (DefaultPredictGrace).
+	PredictGrace time.Duration
+	// TokenizeMiss is the share of decisions whose tokenize preflight
+	// misses its timeout (chosen per request by a hash of its id): the
+	// request is routed by the estimate alone, and its token ids come
+	// TokenizeLate after the decision. 0: every preflight answers in time.
+	// The preflight's wait itself is not modelled (requests are sent at
+	// once).
+	TokenizeMiss float64
+	// TokenizeLate is when a missed preflight's answer arrives after its
+	// decision (default 150ms): the chosen replica's blocks are then held
+	// as predicted entries until the request ends (kvindex.Late), unless
+	// NoLate drops the answer (the behaviour before kvindex.Late).
+	TokenizeLate time.Duration
+	NoLate       bool
 	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
@@ -61,6 +85,20 @@ type RamjetPrecise struct {
 	queue []queuedKV // emitted, not yet delivered, in emission order
 	qhead int
 	batch kvindex.Batch
+
+	engines []*engine.Engine // by replica index, for their clocks
+	// held maps a request decided with the precise path (so holding
+	// predictions) to the candidate it was routed to, until Done.
+	held map[int]int
+	// late are the missed preflights' answers still to come, in order;
+	// routed the requests routed and not yet done.
+	late   []lateAnswer
+	routed map[int]bool
+
+	// Misses counts decisions routed by the estimate because their
+	// preflight missed its timeout; LateHolds those whose late answer
+	// then predicted the chosen replica's blocks.
+	Misses, LateHolds int
 
 	// EventsQueued counts the KV events received from the engines.
 	EventsQueued int
@@ -108,8 +146,14 @@ var epoch = time.Unix(0, 0)
 // configuration cfg (zero fields: selection defaults) and the index
 // configuration pc.
 func NewRamjetPrecise(cfg selection.Config, pc PreciseConfig) (*RamjetPrecise, error) {
-	if pc.Delay < 0 || pc.PredictTTL < 0 || pc.MaxEntries < 0 {
-		return nil, fmt.Errorf("ramjet-precise: delay, predict TTL and max entries must be >= 0")
+	if pc.Delay < 0 || pc.PredictTTL < 0 || pc.PredictGrace < 0 || pc.MaxEntries < 0 || pc.TokenizeLate < 0 {
+		return nil, fmt.Errorf("ramjet-precise: delay, predict TTL, predict grace, tokenize late and max entries must be >= 0")
+	}
+	if pc.TokenizeMiss < 0 || pc.TokenizeMiss > 1 {
+		return nil, fmt.Errorf("ramjet-precise: tokenize miss must be in [0, 1]")
+	}
+	if pc.TokenizeLate == 0 {
+		pc.TokenizeLate = 150 * time.Millisecond
 	}
 	if pc.Delay == 0 {
 		pc.Delay = DefaultKVEventDelay
@@ -117,12 +161,15 @@ func NewRamjetPrecise(cfg selection.Config, pc PreciseConfig) (*RamjetPrecise, e
 	if pc.PredictTTL == 0 {
 		pc.PredictTTL = DefaultPredictTTL
 	}
+	if pc.PredictGrace == 0 {
+		pc.PredictGrace = DefaultPredictGrace
+	}
 	r, err := NewRamjet(cfg)
 	if err != nil {
 		return nil, err
 	}
 	r.label = "ramjet-precise"
-	return &RamjetPrecise{Ramjet: r, pc: pc}, nil
+	return &RamjetPrecise{Ramjet: r, pc: pc, held: map[int]int{}, routed: map[int]bool{}}, nil
 }
 
 // Index exposes the precise index (tests, statistics).
@@ -153,8 +200,9 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 				MaxEntries: budget,
 				Now:        func() time.Time { return epoch.Add(p.clock) },
 			},
-			Engines:    engines,
-			PredictTTL: p.pc.PredictTTL,
+			Engines:      engines,
+			PredictTTL:   p.pc.PredictTTL,
+			PredictGrace: p.pc.PredictGrace,
 		})
 		if err != nil {
 			panic(err) // a static configuration
@@ -171,6 +219,10 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 		}
 		p.reps = append(p.reps, h)
 	}
+	for len(p.engines) <= rep {
+		p.engines = append(p.engines, nil)
+	}
+	p.engines[rep] = e
 	e.SetKVEventHandler(func(ev engine.KVEvent) {
 		// Nothing emitted at ev.At can be seen before ev.At+Delay, and
 		// everything emitted up to ev.At-Delay is due: deliver it now, so
@@ -236,5 +288,92 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 	}
 	p.deliver(p.now)
 	p.clock = max(p.clock, p.now)
-	return p.Ramjet.Pick(r, fleet)
+	p.answers(p.now)
+	if p.missed(r) {
+		// Routed by the estimate: no token ids, so no annotation (stale
+		// Precise flags cleared) and no prediction now.
+		pre := p.pre
+		for j := range p.cands {
+			p.cands[j].Precise = false
+		}
+		p.Ramjet.pre = nil
+		i := p.Ramjet.Pick(r, fleet)
+		p.Ramjet.pre = pre
+		p.Misses++
+		if i >= 0 {
+			p.routed[r.Row.ID] = true
+			if !p.pc.NoLate {
+				p.late = append(p.late, lateAnswer{at: p.now + p.pc.TokenizeLate, id: r.Row.ID, cand: i, prompt: r.Prompt})
+			}
+		}
+		return i
+	}
+	before := p.PreciseDecisions()
+	i := p.Ramjet.Pick(r, fleet)
+	if i >= 0 {
+		p.routed[r.Row.ID] = true
+		if p.PreciseDecisions() > before {
+			p.held[r.Row.ID] = i
+		}
+	}
+	return i
+}
+
+// lateAnswer is a missed preflight's answer to come.
+type lateAnswer struct {
+	at     time.Duration
+	id     int
+	cand   int
+	prompt []uint32
+}
+
+// missed reports whether r's preflight misses its timeout: production
+// sends one only when some feed is fresh.
+func (p *RamjetPrecise) missed(r *Request) bool {
+	if p.pc.TokenizeMiss == 0 || !p.pre.Ready() {
+		return false
+	}
+	h := xxhash.Sum64String(fmt.Sprintf("tokenize-miss/%d", r.Row.ID))
+	return float64(h>>11)/(1<<53) < p.pc.TokenizeMiss
+}
+
+// answers applies the late answers due by t: a request still running
+// holds its blocks on the replica it was routed to, as kvindex.Late does.
+func (p *RamjetPrecise) answers(t time.Duration) {
+	n := 0
+	for n < len(p.late) && p.late[n].at <= t {
+		a := p.late[n]
+		n++
+		if !p.routed[a.id] {
+			continue // ended first: the engine's events have it
+		}
+		p.clock = max(p.clock, a.at)
+		keys := p.x.Keys(nil, 0, a.prompt)
+		if p.x.Fresh(p.reps[a.cand]) {
+			p.x.Hold(p.reps[a.cand], keys, p.pc.PredictTTL)
+			p.held[a.id] = a.cand
+			p.LateHolds++
+		}
+	}
+	if n > 0 {
+		p.late = append(p.late[:0], p.late[n:]...)
+	}
+}
+
+// Done ends the request's hold on its predictions (the module's
+// Precise.Ended at the request's end), at the engine's clock, then
+// releases its reservation.
+func (p *RamjetPrecise) Done(r *Request, rep int) {
+	if rep < len(p.engines) && p.engines[rep] != nil {
+		t := p.engines[rep].Now()
+		p.deliver(t)
+		p.answers(t)
+		p.clock = max(p.clock, t)
+	}
+	delete(p.routed, r.Row.ID)
+	if i, ok := p.held[r.Row.ID]; ok {
+		delete(p.held, r.Row.ID)
+		p.pre.Ended(p.cands[i].Slot, r.Prompt)
+	}
+	p.Ramjet.Done(r, rep)
 }

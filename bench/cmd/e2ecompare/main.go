@@ -27,6 +27,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
+	"github.com/ramjet-llm/ramjet/module"
 )
 
 func main() {
@@ -65,6 +66,12 @@ type Row struct {
 	// instance (multi-router rows only, -routers).
 	Front  []int64         `json:"front,omitempty"`
 	Report *loadgen.Report `json:"report"`
+	// Preflight is the precise path's record of its tokenize preflights
+	// (ramjet-precise only), read from the module in process.
+	Preflight *module.KVPreflightReport `json:"preflight,omitempty"`
+	// CPUSeconds is the process's CPU time (user + system) over the run:
+	// engines, Caddy and load generator together, all in this process.
+	CPUSeconds float64 `json:"cpu_s"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -84,6 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		kvCap     = fs.Int("kv-capacity", 0, "KV cache capacity per engine in tokens (0: default)")
 		routersS  = fs.String("routers", "", "also run ramjet as this many independent instances (comma-separated, e.g. 2,4) behind a front balancer: one row per count after each workload's policies")
 		frontS    = fs.String("front", "rr", "with -routers: the front balancer's policy (rr or random), per request")
+		tokTO     = fs.Duration("tokenize-timeout", 0, "ramjet-precise: the tokenize preflight's timeout (0: the module's default)")
 		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
 	)
 	var mo workload.MooncakeOptions
@@ -134,10 +142,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, pol := range strings.Split(*policies, ",") {
 			pol = strings.TrimSpace(pol)
 			fmt.Fprintf(stderr, "e2ecompare: %s with %s (%d requests, %d replicas)\n", w.Name, pol, len(w.Trace), n)
-			row, err := runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, progress)
+			cpu0 := cpuSeconds()
+			row, err := runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, progress)
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", w.Name, pol, err)
 			}
+			row.CPUSeconds = cpuSeconds() - cpu0
 			rows = append(rows, row)
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -169,7 +179,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // runOne replays w through Caddy with policy pol in front of n fresh
 // engine simulators.
 func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur time.Duration, progress io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, progress io.Writer) (Row, error) {
 	const model = "sim"
 	var sims []*enginesim.Server
 	defer func() {
@@ -210,7 +220,11 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		for i, s := range sims {
 			engines = append(engines, map[string]any{"upstream": addrs[i], "events": s.KVEndpoints()[0], "replay": s.KVReplayEndpoints()[0]})
 		}
-		site.PolicyConfig = map[string]any{"kv": map[string]any{"engines": engines, "block_size": 16}}
+		kv := map[string]any{"engines": engines, "block_size": 16}
+		if tokTO > 0 {
+			kv["tokenize_timeout"] = tokTO.String()
+		}
+		site.PolicyConfig = map[string]any{"kv": kv}
 	}
 	running, err := caddyrun.Start([]caddyrun.Site{site})
 	if err != nil {
@@ -236,6 +250,12 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	if err != nil {
 		return Row{}, err
 	}
+	var pre *module.KVPreflightReport
+	if pol == "ramjet-precise" {
+		if r, ok := module.KVPreflight(module.DefaultStateKey); ok {
+			pre = &r
+		}
+	}
 	used := 0
 	for up, c := range rep.Upstreams {
 		if c > 0 && up != "(none)" {
@@ -252,7 +272,17 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		DensityDrift: rep.Density.MedianDrift,
 		WallSeconds:  time.Since(start).Seconds(),
 		Report:       rep,
+		Preflight:    pre,
 	}, nil
+}
+
+// cpuSeconds is the process's CPU time so far (user + system).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func markdown(rows []Row) string {
@@ -263,6 +293,15 @@ func markdown(rows []Row) string {
 		fmt.Fprintf(&sb, "| %s | %s | %d/%d | %.1f%% | %.2f | %.2f | %.2f | %.0f | %d | %.2f | %+.2f%% | %.0f |\n",
 			r.Workload, r.Policy, r.OK, r.Requests, 100*r.Cached, r.TTFTp50, r.TTFTp95, r.TTFTp99, r.OutputTPS,
 			r.ReplicasUsed, r.MaxMeanLoad, 100*r.DensityDrift, r.WallSeconds)
+	}
+	for _, r := range rows {
+		p := r.Preflight
+		if p == nil || p.Sent == 0 {
+			continue
+		}
+		fmt.Fprintf(&sb, "\n%s/%s preflights: %d sent (wall time), mean %.0f ms, within 50 ms %.1f%%, 100 ms %.1f%%, 150 ms %.1f%%, 250 ms %.1f%%, 500 ms %.1f%%; fallbacks %v; late %v; decisions precise %d approximate %d; predicted %d, dropped %d\n",
+			r.Workload, r.Policy, p.Sent, 1000*p.Sum/float64(p.Sent), 100*p.Within(.05), 100*p.Within(.1), 100*p.Within(.15),
+			100*p.Within(.25), 100*p.Within(.5), p.Fallbacks, p.Late, p.Precise, p.Approx, p.Predicted, p.PredictionsDropped)
 	}
 	return sb.String()
 }

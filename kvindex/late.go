@@ -1,0 +1,153 @@
+package kvindex
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// Outcomes of preflights that missed their timeout (Precise.LateOutcomes).
+const (
+	// LatePredicted: the tokens came after the decision and the chosen
+	// replica's blocks were predicted from them.
+	LatePredicted = iota
+	// LateAfterEnd: the tokens came after the request ended (nothing to
+	// predict: the engine's own events have it).
+	LateAfterEnd
+	// LateFailed: the preflight failed or passed LateTimeout.
+	LateFailed
+	// LateUnrouted: the request ended without being routed to a replica
+	// with a feed.
+	LateUnrouted
+	numLate
+)
+
+// LateOutcomeNames names the late outcomes, by index, for metric labels.
+var LateOutcomeNames = [numLate]string{"predicted", "after_end", "failed", "unrouted"}
+
+// LateOutcomes counts the preflights that missed their timeout, by
+// outcome (LatePredicted, LateAfterEnd, LateFailed, LateUnrouted).
+func (p *Precise) LateOutcomes(outcome int) uint64 { return p.late[outcome].Load() }
+
+// Late is a preflight that missed its timeout: the request is routed by
+// the estimate, and when the token ids arrive later the replica it was
+// routed to gets its blocks predicted, as a precise decision would have
+// (so the precise index does not go blind to what it was sent). Report
+// the decision with Routed and the request's end with End. Safe for
+// concurrent use.
+type Late struct {
+	p *Precise
+
+	mu     sync.Mutex
+	tokens []uint32
+	done   bool // the preflight ended (tokens nil: failed)
+	slot   selection.Slot
+	routed bool
+	ended  bool
+	held   Replica // the replica Held for, -1 none
+	keys   []uint64
+	probe  func() (selection.Slot, bool)
+}
+
+// Preflight is Tokenize for one request on its way to Route: the tokens
+// when they come within the tokenizer's timeout (or ctx); else the error,
+// and, when the preflight goes on past the timeout, a Late handle whose
+// tokens will predict the chosen replica's blocks. probe, when set, tells
+// the handle the request's decision once it is made (it is asked when
+// the tokens arrive; Late.Routed tells it too).
+func (p *Precise) Preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
+	base, err := p.tokenizeBase(key)
+	if err != nil || base == "" {
+		return nil, nil, err
+	}
+	toks, c, err := p.tk.Start(base, key, req)
+	if c == nil {
+		return toks, nil, err
+	}
+	toks, err = p.tk.Wait(ctx, c)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return toks, nil, err
+	}
+	l := &Late{p: p, slot: -1, held: -1, probe: probe}
+	p.tk.Then(c, l.arrived)
+	return nil, l, err
+}
+
+// arrived is the preflight's outcome.
+func (l *Late) arrived(tokens []uint32, err error) {
+	var probe func() (selection.Slot, bool)
+	l.mu.Lock()
+	l.done, l.tokens = true, tokens
+	if err != nil {
+		l.tokens = nil
+		l.mu.Unlock()
+		l.p.late[LateFailed].Add(1)
+		return
+	}
+	if l.ended {
+		l.mu.Unlock()
+		l.p.late[LateAfterEnd].Add(1)
+		return
+	}
+	if !l.routed {
+		probe = l.probe
+	}
+	l.mu.Unlock()
+	if probe != nil {
+		if s, ok := probe(); ok {
+			l.Routed(s)
+			return
+		}
+	}
+	l.mu.Lock()
+	l.predictLocked()
+	l.mu.Unlock()
+}
+
+// Routed reports that the request was routed to slot s (by the estimate).
+// A second call (a retry elsewhere) is ignored.
+func (l *Late) Routed(s selection.Slot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.routed || l.ended {
+		return
+	}
+	l.routed, l.slot = true, s
+	l.predictLocked()
+}
+
+// predictLocked holds the routed replica's blocks once both the tokens and
+// the decision are known.
+func (l *Late) predictLocked() {
+	if !l.routed || !l.done || l.tokens == nil || l.ended || l.held >= 0 {
+		return
+	}
+	r := l.p.replicaOf(l.slot)
+	if r < 0 {
+		return
+	}
+	l.keys = l.p.x.Keys(nil, 0, l.tokens)
+	l.p.x.Hold(r, l.keys, l.p.cfg.PredictTTL)
+	l.held = r
+	l.p.late[LatePredicted].Add(1)
+}
+
+// End reports the request's end: the predictions the late tokens made
+// live PredictGrace more unless confirmed. Safe to call more than once.
+func (l *Late) End() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	l.ended = true
+	if l.held >= 0 {
+		l.p.x.Release(l.held, l.keys, l.p.cfg.PredictGrace)
+		return
+	}
+	if l.done && l.tokens != nil {
+		l.p.late[LateUnrouted].Add(1)
+	}
+}

@@ -1,0 +1,50 @@
+package module
+
+import (
+	"net/http"
+
+	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// kvRequest ties one request's precise-path predictions to its life: a
+// precise decision's predictions (Route's Decided) and a late preflight's
+// (kvindex.Late) are held until the engine's events confirm them or the
+// request ends, not for a fixed time. It is the request's observer, created
+// by the preflight (kvPreflight.preflight) and ended with the request.
+type kvRequest struct {
+	p    *kvindex.Precise
+	st   *reqState
+	late *kvindex.Late // the preflight missed its timeout; nil otherwise
+}
+
+// routedSlot is the request's current decision, once Select made it (a
+// late preflight's answer asks, from the tokenizer's goroutine).
+func (st *reqState) routedSlot() (selection.Slot, bool) {
+	if res := st.hold.Current(); res != nil {
+		return res.Slot(), true
+	}
+	return -1, false
+}
+
+// WriteHeader tells a late preflight where the request went (if its answer
+// did not come before Select finished).
+func (k *kvRequest) WriteHeader(int, http.Header) {
+	if k.late != nil && k.st.slot >= 0 {
+		k.late.Routed(k.st.slot)
+	}
+}
+
+func (k *kvRequest) Write([]byte) {}
+
+// End releases the request's predictions: those left unconfirmed live the
+// grace more.
+func (k *kvRequest) End(int, error) {
+	if k.late != nil {
+		k.late.End()
+		return
+	}
+	if k.st.decision.Precise && k.st.slot >= 0 {
+		k.p.Ended(k.st.slot, k.st.route.tokens)
+	}
+}
