@@ -5,10 +5,13 @@ import (
 	"math"
 )
 
-// MaxReplicas is the number of distinct replicas (dial address plus
-// data-parallel rank) one Router can track. Every entry of the approximate
-// index keeps one bit per replica.
-const MaxReplicas = 128
+// MaxReplicas is the number of replicas (dial address plus data-parallel
+// rank) one Router tracks at once. Router.Unregister frees a departed
+// replica's slot for a new one, so a fleet whose members come and go is
+// not limited by the replicas it has seen, only by the ones it has now.
+// The approximate index's holder sets are as wide as the highest slot in
+// use (one 64-bit word per 64 replicas), not MaxReplicas.
+const MaxReplicas = 1024
 
 // Defaults of every knob. They were chosen by the parameter sweep of the
 // fleet simulation; see bench/RESULTS.md for the command that reproduces it.

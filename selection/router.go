@@ -124,9 +124,10 @@ type Scratch struct {
 	Keys  []uint64
 	Exact []int
 
-	marg  []Candidate // the marginal variant's second candidate set
-	depth [MaxReplicas]int32
-	work  depthWork
+	marg     []Candidate // the marginal variant's second candidate set
+	depth    [MaxReplicas]int32
+	interest []uint64 // the slots Pick asks the index about
+	work     depthWork
 }
 
 // NewScratch returns a Scratch sized for n candidates.
@@ -148,12 +149,14 @@ func (s *Scratch) ensure(n int) {
 type loadCell struct {
 	inflight atomic.Int64
 	pending  atomic.Int64
-	resident atomic.Int64 // Options.ContextWeight's share, until release
-	_        [40]byte     // keep cells on separate cache lines
+	resident atomic.Int64  // Options.ContextWeight's share, until release
+	gen      atomic.Uint32 // bumped by Unregister: older reservations no longer count
+	_        [36]byte      // keep cells on separate cache lines
 }
 
-// ErrTooManyReplicas is returned by Register past MaxReplicas.
-var ErrTooManyReplicas = errors.New("selection: more than 128 distinct replicas")
+// ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
+// registered at once.
+var ErrTooManyReplicas = errors.New("selection: more than 1024 replicas registered at once")
 
 // Router makes routing decisions and keeps what they need across requests:
 // the approximate index, the live load of every replica, and the replica
@@ -204,7 +207,8 @@ type shared struct {
 	slots   map[string]Slot
 	keys    [MaxReplicas]string
 	keyHash [MaxReplicas]uint64
-	n       atomic.Int32
+	n       atomic.Int32 // slots ever used: 0..n-1
+	free    []Slot       // unregistered slots, reused first
 
 	loads [MaxReplicas]loadCell
 }
@@ -258,23 +262,66 @@ func (rt *Router) Extractor() Extractor { return rt.x }
 func (rt *Router) Index() *Index { return rt.idx }
 
 // Register returns the slot of the replica named key (its dial address,
-// plus "#rank" for a data-parallel rank), creating it on first use.
+// plus "#rank" for a data-parallel rank), creating it on first use. A slot
+// freed by Unregister is reused first, so slots stay dense.
 func (rt *Router) Register(key string) (Slot, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if s, ok := rt.slots[key]; ok {
 		return s, nil
 	}
-	n := rt.n.Load()
-	if n >= MaxReplicas {
-		return -1, ErrTooManyReplicas
+	var s Slot
+	if k := len(rt.free); k > 0 {
+		// The lowest free slot keeps the index's holder sets narrow.
+		lo := 0
+		for i := range rt.free {
+			if rt.free[i] < rt.free[lo] {
+				lo = i
+			}
+		}
+		s = rt.free[lo]
+		rt.free[lo] = rt.free[k-1]
+		rt.free = rt.free[:k-1]
+	} else {
+		n := rt.n.Load()
+		if n >= MaxReplicas {
+			return -1, ErrTooManyReplicas
+		}
+		s = Slot(n)
+		rt.n.Store(n + 1)
 	}
-	s := Slot(n)
 	rt.keys[s] = key
 	rt.keyHash[s] = xxhash.Sum64String(key)
 	rt.slots[key] = s
-	rt.n.Store(n + 1)
 	return s, nil
+}
+
+// Unregister forgets the replica named key (it left the fleet): its index
+// entries, capacity and horizon are dropped, its load is zeroed, and
+// reservations made on it before no longer count when they end. Its slot
+// is free for the next Register. It reports whether key was registered.
+//
+// Callers must stop offering the slot as a Candidate before calling it;
+// a Scratch or Candidate list naming the slot afterwards names whichever
+// replica registers next.
+func (rt *Router) Unregister(key string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s, ok := rt.slots[key]
+	if !ok {
+		return false
+	}
+	delete(rt.slots, key)
+	rt.keys[s] = ""
+	rt.keyHash[s] = 0
+	c := &rt.loads[s]
+	c.gen.Add(1)
+	c.inflight.Store(0)
+	c.pending.Store(0)
+	c.resident.Store(0)
+	rt.idx.release(s)
+	rt.free = append(rt.free, s)
+	return true
 }
 
 // Lookup returns the slot of key if it is registered.
@@ -285,15 +332,23 @@ func (rt *Router) Lookup(key string) (Slot, bool) {
 	return s, ok
 }
 
-// Key returns the replica key of slot s.
+// Key returns the replica key of slot s ("" for a free slot).
 func (rt *Router) Key(s Slot) string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	return rt.keys[s]
 }
 
-// Len is the number of registered replicas; their slots are 0..Len-1.
+// Len bounds the slots in use: every registered replica's slot is in
+// 0..Len-1 (a slot freed by Unregister has Key "" until reused).
 func (rt *Router) Len() int { return int(rt.n.Load()) }
+
+// Registered is the number of replicas registered now.
+func (rt *Router) Registered() int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return len(rt.slots)
+}
 
 // Load returns slot s's in-flight requests and pending prefill tokens.
 func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
@@ -336,15 +391,25 @@ func (rt *Router) Rendezvous(first uint64, s Slot) uint64 {
 // no state: call Reserve and Learn with the decision.
 func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	s.ensure(len(cands))
-	var interest mask
+	words := 0
+	for i := range cands {
+		if c := &cands[i]; c.Usable && !c.Precise {
+			words = max(words, int(c.Slot)/64+1)
+		}
+	}
+	interest := grow64(s.interest, words)
+	s.interest = interest
+	clear(interest)
 	for i := range cands {
 		c := &cands[i]
 		if c.Usable && !c.Precise {
-			interest.Add(c.Slot)
+			interest[c.Slot>>6] |= 1 << (uint(c.Slot) & 63)
 			s.depth[c.Slot] = 0
 		}
 	}
-	rt.idx.depths(f.Blocks, interest, &s.depth, &s.work)
+	if words > 0 {
+		rt.idx.depths(f.Blocks, interest, s.depth[:], &s.work)
+	}
 
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
@@ -455,6 +520,7 @@ func (rt *Router) prefer(cands []Candidate, s *Scratch, i, j int, want Profile, 
 type Reservation struct {
 	rt       *Router
 	slot     Slot
+	gen      uint32 // the slot's generation when reserved
 	prefill  int64
 	resident int64
 	state    atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
@@ -475,7 +541,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	if resident != 0 {
 		c.resident.Add(resident)
 	}
-	r.rt, r.slot, r.prefill, r.resident = rt, s, int64(prefill), resident
+	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, c.gen.Load(), int64(prefill), resident
 	r.state.Store(0)
 }
 
@@ -487,7 +553,9 @@ func (r *Reservation) Slot() Slot { return r.slot }
 // did it.
 func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
-		r.rt.loads[r.slot].pending.Add(-r.prefill)
+		if c := &r.rt.loads[r.slot]; c.gen.Load() == r.gen {
+			c.pending.Add(-r.prefill)
+		}
 		return true
 	}
 	return false
@@ -500,6 +568,9 @@ func (r *Reservation) Release() bool {
 		return false
 	}
 	c := &r.rt.loads[r.slot]
+	if c.gen.Load() != r.gen {
+		return true // the replica was unregistered since: its load was dropped
+	}
 	if old == 0 {
 		c.pending.Add(-r.prefill)
 	}

@@ -123,8 +123,7 @@ func TestIndexDepthsMatchesLinear(t *testing.T) {
 	for s := Slot(0); s < 100; s++ {
 		want := 0
 		for _, b := range fam {
-			m := x.get(b)
-			if !m.Has(s) {
+			if !x.holds(b, s) {
 				break
 			}
 			want++
@@ -141,8 +140,8 @@ func TestIndexEvictsOldestAndKeepsBudget(t *testing.T) {
 	for f := uint64(0); f < 200; f++ {
 		x.Learn(blocksOf(f+1, 100), Slot(f%8))
 	}
-	if got := x.Entries(); got != int64(max) {
-		t.Fatalf("entries = %d, want the budget's %d", got, max)
+	if got := x.Entries(); got < int64(max)*3/4 || got > int64(max) {
+		t.Fatalf("entries = %d, want about the budget's %d", got, max)
 	}
 	if x.Bytes() > x.Budget() {
 		t.Fatalf("bytes %d over budget %d", x.Bytes(), x.Budget())
