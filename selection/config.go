@@ -95,6 +95,12 @@ type Config struct {
 	// breaks ties. Default 4: a 1024-token output on a speculative engine
 	// is worth 4096 tokens of warm prefix.
 	OutputWeight float64 `json:"output_weight,omitempty"`
+	// KVCapacity is every replica's KV cache capacity in tokens, for the
+	// replicas whose capacity is not known otherwise (Router.SetCapacity,
+	// fed from the engine's own metrics). The approximate index then
+	// believes a replica holds at most this much of what ramjet sent it,
+	// the least recently sent presumed evicted first. Default 0: unbounded.
+	KVCapacity int64 `json:"kv_capacity,omitempty"`
 
 	// Explicit lists the knobs of ZeroKnobs that were given explicitly, so
 	// that SetDefaults keeps their zero: Config{Alpha: 0, Explicit:
@@ -165,6 +171,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tie_epsilon must be a finite number >= 0, got %v", c.TieEpsilon)
 	case !(c.OutputWeight >= 0) || math.IsInf(c.OutputWeight, 0):
 		return fmt.Errorf("output_weight must be a finite number >= 0, got %v", c.OutputWeight)
+	case c.KVCapacity < 0:
+		return fmt.Errorf("kv_capacity must be >= 0, got %d", c.KVCapacity)
 	}
 	return nil
 }

@@ -207,8 +207,9 @@ type shared struct {
 	slots   map[string]Slot
 	keys    [MaxReplicas]string
 	keyHash [MaxReplicas]uint64
-	n       atomic.Int32 // slots ever used: 0..n-1
-	free    []Slot       // unregistered slots, reused first
+	n       atomic.Int32       // slots ever used: 0..n-1
+	free    []Slot             // unregistered slots, reused first
+	kvcap   [MaxReplicas]int64 // SetCapacity's tokens per slot; 0: Config.KVCapacity
 
 	loads [MaxReplicas]loadCell
 }
@@ -249,7 +250,17 @@ func (rt *Router) Retune(cfg Config) (*Router, error) {
 	if cfg.IndexShape() != rt.cfg.IndexShape() {
 		return nil, errors.New("selection: retune cannot change block_tokens, prefix_tokens, chars_per_token or index_budget")
 	}
-	return &Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}, nil
+	nrt := &Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}
+	if cfg.KVCapacity != rt.cfg.KVCapacity {
+		rt.mu.Lock()
+		for s := range rt.Len() {
+			if rt.keys[s] != "" {
+				nrt.applyCapacity(Slot(s))
+			}
+		}
+		rt.mu.Unlock()
+	}
+	return nrt, nil
 }
 
 // Config returns the Router's configuration, defaults filled in.
@@ -293,7 +304,43 @@ func (rt *Router) Register(key string) (Slot, error) {
 	rt.keys[s] = key
 	rt.keyHash[s] = xxhash.Sum64String(key)
 	rt.slots[key] = s
+	rt.applyCapacity(s)
 	return s, nil
+}
+
+// SetCapacity sets slot s's KV cache capacity in tokens, as its engine
+// reports it (vLLM's vllm:cache_config_info num_gpu_blocks x block_size,
+// SGLang's max_total_num_tokens); 0 falls back to Config.KVCapacity. The
+// approximate index believes s holds at most that many tokens of what
+// ramjet sent it, the least recently sent presumed evicted first, so that
+// overlap decays as the engine's cache does.
+func (rt *Router) SetCapacity(s Slot, tokens int64) {
+	if s < 0 || s >= MaxReplicas {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.kvcap[s] = max(0, tokens)
+	rt.applyCapacity(s)
+}
+
+// Capacity is slot s's KV cache capacity in tokens as the index applies
+// it (0: unbounded).
+func (rt *Router) Capacity(s Slot) int64 {
+	return rt.idx.Capacity(s) * int64(rt.cfg.BlockTokens)
+}
+
+// applyCapacity hands slot s's capacity to the index (rt.mu held).
+func (rt *Router) applyCapacity(s Slot) {
+	tokens := rt.kvcap[s]
+	if tokens == 0 {
+		tokens = rt.cfg.KVCapacity
+	}
+	blocks := int64(0)
+	if tokens > 0 {
+		blocks = max(1, tokens/int64(rt.cfg.BlockTokens))
+	}
+	rt.idx.SetCapacity(s, blocks)
 }
 
 // Unregister forgets the replica named key (it left the fleet): its index
@@ -319,6 +366,7 @@ func (rt *Router) Unregister(key string) bool {
 	c.inflight.Store(0)
 	c.pending.Store(0)
 	c.resident.Store(0)
+	rt.kvcap[s] = 0
 	rt.idx.release(s)
 	rt.free = append(rt.free, s)
 	return true

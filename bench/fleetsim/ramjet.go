@@ -33,6 +33,8 @@ type Ramjet struct {
 
 	// pre is the precise path (ramjet-precise), nil otherwise.
 	pre *kvindex.Precise
+	// setup says which engine signals the policy uses.
+	setup RamjetSetup
 	// keys, when set, are the replica keys (UseReplicaKeys).
 	keys []string
 
@@ -46,6 +48,37 @@ func NewRamjet(cfg selection.Config) (*Ramjet, error) {
 	return newRamjet(cfg, selection.Options{}, "ramjet")
 }
 
+// RamjetSetup is how a ramjet policy is wired to the engines: the rule's
+// variant and which of the engines' signals it uses. The zero value is
+// ramjet as shipped with the module's scraper: each engine's KV capacity
+// known (SetCapacity, from vllm:cache_config_info).
+type RamjetSetup struct {
+	Options selection.Options
+	// NoCapacity leaves the engines' KV capacity unknown (no scraper, no
+	// kv_capacity setting): the index is bounded by its budget only.
+	NoCapacity bool
+}
+
+// ramjetVariants are the ramjet variants NewPolicy knows beside the
+// ones it names, in table order.
+var ramjetVariants = map[string]RamjetSetup{
+	"ramjet-nocap": {NoCapacity: true},
+}
+
+var ramjetVariantNames = []string{"ramjet-nocap"}
+
+func init() { Variants = append(Variants, ramjetVariantNames...) }
+
+// NewRamjetVariant returns the ramjet policy labelled label wired as setup.
+func NewRamjetVariant(cfg selection.Config, setup RamjetSetup, label string) (*Ramjet, error) {
+	p, err := newRamjet(cfg, setup.Options, label)
+	if err != nil {
+		return nil, err
+	}
+	p.setup = setup
+	return p, nil
+}
+
 func newRamjet(cfg selection.Config, opt selection.Options, label string) (*Ramjet, error) {
 	rt, err := selection.NewRouter(cfg)
 	if err != nil {
@@ -53,6 +86,7 @@ func newRamjet(cfg selection.Config, opt selection.Options, label string) (*Ramj
 	}
 	return &Ramjet{
 		rt:      rt.WithOptions(opt),
+		setup:   RamjetSetup{Options: opt},
 		f:       rt.Extractor().NewFeatures(),
 		s:       selection.NewScratch(0),
 		res:     make(map[int]*selection.Reservation),
@@ -125,6 +159,9 @@ func (p *Ramjet) ensure(fleet []*Replica) error {
 		}
 		if p.pre != nil {
 			p.pre.Bind(s, key)
+		}
+		if !p.setup.NoCapacity {
+			p.rt.SetCapacity(s, int64(fleet[i].KVCapacity))
 		}
 		prof := selection.ProfileStandard
 		if fleet[i].Speculative {

@@ -138,6 +138,7 @@ func Run(cfg Config) (*Result, error) {
 		if err := ec.Validate(); err != nil {
 			return nil, fmt.Errorf("fleetsim: engine config: %w", err)
 		}
+		rep.KVCapacity = ec.TotalBlocks() * ec.BlockSize
 		e := engine.New(ec)
 		rep.eng = e
 		if wantHashes {
