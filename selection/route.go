@@ -67,7 +67,12 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 		res = new(Reservation)
 	}
 	rt.reserveInto(res, d.Slot, prefill, resident)
-	rt.Learn(f, d.Slot)
+	predicted := 0
+	if !precise || !cands[d.Index].Precise {
+		predicted = min(d.Overlap/rt.cfg.BlockTokens, len(f.Blocks))
+	}
+	res.age = rt.idx.learn(f.Blocks, d.Slot, predicted)
+	res.predicted, res.prompt, res.precise = int32(predicted), int32(f.PromptTokens(rt.cfg)), precise && cands[d.Index].Precise
 	if precise {
 		a.Decided(f, cands, d, s)
 	}

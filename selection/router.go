@@ -572,6 +572,16 @@ type Reservation struct {
 	prefill  int64
 	resident int64
 	state    atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
+
+	// What the approximate index predicted, for Observe: the blocks it
+	// believed the replica held, the age (blocks touched on the replica
+	// since) of the deepest of them, the prompt's estimated tokens, and
+	// whether the precise path decided (Observe then learns nothing).
+	predicted int32
+	age       int64
+	prompt    int32
+	precise   bool
+	observed  atomic.Bool
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on
@@ -590,7 +600,9 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 		c.resident.Add(resident)
 	}
 	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, c.gen.Load(), int64(prefill), resident
+	r.predicted, r.age, r.prompt, r.precise = 0, -1, 0, false
 	r.state.Store(0)
+	r.observed.Store(false)
 }
 
 // Slot is the reserved replica.

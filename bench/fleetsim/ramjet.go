@@ -5,6 +5,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -57,15 +58,20 @@ type RamjetSetup struct {
 	// NoCapacity leaves the engines' KV capacity unknown (no scraper, no
 	// kv_capacity setting): the index is bounded by its budget only.
 	NoCapacity bool
+	// NoObserve does not feed the engines' cached-token counts back
+	// (Router.Observe).
+	NoObserve bool
 }
 
 // ramjetVariants are the ramjet variants NewPolicy knows beside the
 // ones it names, in table order.
 var ramjetVariants = map[string]RamjetSetup{
-	"ramjet-nocap": {NoCapacity: true},
+	"ramjet-nocap":       {NoCapacity: true},
+	"ramjet-noobserve":   {NoObserve: true},
+	"ramjet-nocap-noobs": {NoCapacity: true, NoObserve: true},
 }
 
-var ramjetVariantNames = []string{"ramjet-nocap"}
+var ramjetVariantNames = []string{"ramjet-nocap", "ramjet-noobserve", "ramjet-nocap-noobs"}
 
 func init() { Variants = append(Variants, ramjetVariantNames...) }
 
@@ -237,6 +243,17 @@ func (*Ramjet) Routed(*Request, int) {}
 func (p *Ramjet) FirstToken(r *Request, _ int) {
 	if res, ok := p.res[r.Row.ID]; ok {
 		res.PrefillDone()
+	}
+}
+
+// Observe feeds the engine's cached-token count of r's answer back
+// through Router.Observe, as the module does with each response's usage.
+func (p *Ramjet) Observe(r *Request, _ int, u engine.Usage) {
+	if p.setup.NoObserve {
+		return
+	}
+	if res, ok := p.res[r.Row.ID]; ok {
+		p.rt.Observe(res, u.PromptTokens, u.CachedTokens)
 	}
 }
 
