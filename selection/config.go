@@ -26,6 +26,7 @@ const (
 	DefaultLongOutputTokens = 1024
 	DefaultTieEpsilon       = 1.0
 	DefaultOutputWeight     = 4.0
+	DefaultContextWeight    = 0.25
 )
 
 // Knobs is a set of the knobs for which zero is a value of its own: alpha 0
@@ -40,9 +41,10 @@ const (
 	KnobRequestCost
 	KnobTieEpsilon
 	KnobOutputWeight
+	KnobContextWeight
 
 	// ZeroKnobs is every knob above.
-	ZeroKnobs = KnobAlpha | KnobRequestCost | KnobTieEpsilon | KnobOutputWeight
+	ZeroKnobs = KnobAlpha | KnobRequestCost | KnobTieEpsilon | KnobOutputWeight | KnobContextWeight
 )
 
 // KnobNamed returns the knob with JSON/Caddyfile name name, or 0 when
@@ -57,6 +59,8 @@ func KnobNamed(name string) Knobs {
 		return KnobTieEpsilon
 	case "output_weight":
 		return KnobOutputWeight
+	case "context_weight":
+		return KnobContextWeight
 	}
 	return 0
 }
@@ -75,6 +79,21 @@ type Config struct {
 	// RequestCost is the load, in tokens, that every in-flight request adds
 	// to its replica on top of its pending prefill.
 	RequestCost int `json:"request_cost,omitempty"`
+	// ContextWeight weighs the decode side of the work: the context that a
+	// replica's in-flight requests keep resident in KV (their prompt
+	// tokens, R) and read at every decode step, in the same token units as
+	// overlap, growing with the share of the replica's KV capacity (C,
+	// Router.SetCapacity or kv_capacity; 262,144 tokens when unknown) it
+	// fills:
+	//
+	//	load(r) = pending prefill + in-flight x request_cost + context_weight x R x R / C
+	//
+	// A few short conversations weigh next to nothing; a replica whose
+	// running agents fill its KV weighs as much as their context. So a
+	// fleet of long-context agents spreads over the replicas that exist
+	// rather than piling onto the few that hold their shared prefix.
+	// Default 0.25; 0 counts the decode side as request_cost only.
+	ContextWeight float64 `json:"context_weight,omitempty"`
 	// BlockTokens is the size of one fingerprint block, in tokens.
 	BlockTokens int `json:"block_tokens,omitempty"`
 	// PrefixTokens bounds how much of a prompt is fingerprinted, in tokens.
@@ -144,6 +163,9 @@ func (c *Config) SetDefaults() {
 	if c.OutputWeight == 0 && c.Explicit&KnobOutputWeight == 0 {
 		c.OutputWeight = DefaultOutputWeight
 	}
+	if c.ContextWeight == 0 && c.Explicit&KnobContextWeight == 0 {
+		c.ContextWeight = DefaultContextWeight
+	}
 }
 
 // Validate rejects values that cannot work, naming the field.
@@ -171,6 +193,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tie_epsilon must be a finite number >= 0, got %v", c.TieEpsilon)
 	case !(c.OutputWeight >= 0) || math.IsInf(c.OutputWeight, 0):
 		return fmt.Errorf("output_weight must be a finite number >= 0, got %v", c.OutputWeight)
+	case !(c.ContextWeight >= 0) || math.IsInf(c.ContextWeight, 0):
+		return fmt.Errorf("context_weight must be a finite number >= 0, got %v", c.ContextWeight)
 	case c.KVCapacity < 0:
 		return fmt.Errorf("kv_capacity must be >= 0, got %d", c.KVCapacity)
 	}

@@ -13,6 +13,7 @@ type block struct {
 	key        uint64
 	prev, next uint32 // global LRU list (slab index + 1, 0 none); next links the free list
 	pairs      int32  // replicas holding it; 0 for a free entry
+	hint       uint32 // one of its pairs (0 none): most blocks have one holder
 }
 
 // pair is one (block, replica) belief: the replica is presumed to hold the
@@ -283,6 +284,15 @@ func (x *Index) findBlock(key uint64) (uint64, uint32) {
 	}
 }
 
+// pairOf returns the pair (blk, s), 0 when s does not hold blk.
+func (x *Index) pairOf(blk uint32, s Slot) uint32 {
+	if e := x.blocks[blk-1].hint; e != 0 && x.pairs[e-1].slot == s {
+		return e
+	}
+	_, e := x.findPair(blk, s)
+	return e
+}
+
 func (x *Index) findPair(blk uint32, s Slot) (uint64, uint32) {
 	m := uint64(len(x.ptab) - 1)
 	for h := x.pslot(blk, s); ; h = (h + 1) & m {
@@ -395,6 +405,9 @@ func (x *Index) dropPair(e uint32) {
 	x.pfree = e
 	x.npairs.Add(-1)
 	b := &x.blocks[blk-1]
+	if b.hint == e {
+		b.hint = 0
+	}
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
 		bh, _ := x.findBlock(b.key)
@@ -411,7 +424,7 @@ func (x *Index) evictBlock(e uint32) {
 	for wi := 0; wi < x.w; wi++ {
 		for v := x.bits[base+wi]; v != 0; v &= v - 1 {
 			s := Slot(wi*64 + bits.TrailingZeros64(v))
-			if _, pe := x.findPair(e, s); pe != 0 {
+			if pe := x.pairOf(e, s); pe != 0 {
 				x.dropPair(pe)
 			}
 		}
@@ -474,7 +487,7 @@ func (x *Index) touch(key uint64, s Slot) bool {
 			x.pushBlock(e)
 		}
 		if hasBit(x.bits[int(e-1)*x.w:int(e)*x.w], s) {
-			_, pe := x.findPair(e, s)
+			pe := x.pairOf(e, s)
 			x.pairs[pe-1].stamp = r.clock
 			if r.head != pe {
 				x.unlinkPair(pe)
@@ -498,6 +511,9 @@ func (x *Index) touch(key uint64, s Slot) bool {
 		x.entries.Add(1)
 	}
 	x.blocks[e-1].pairs++
+	if x.blocks[e-1].hint == 0 {
+		x.blocks[e-1].hint = pe
+	}
 	x.bits[int(e-1)*x.w+int(s)>>6] |= 1 << (uint(s) & 63)
 	x.pairs[pe-1] = pair{blk: e, slot: s, stamp: r.clock}
 	h, _ := x.findPair(e, s)
@@ -540,7 +556,7 @@ func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
 	age := int64(-1)
 	if probe > 0 && probe <= len(blocks) {
 		if _, e := x.findBlock(blocks[probe-1]); e != 0 {
-			if _, pe := x.findPair(e, s); pe != 0 {
+			if pe := x.pairOf(e, s); pe != 0 {
 				age = x.reps[s].clock - x.pairs[pe-1].stamp
 			}
 		}

@@ -149,9 +149,10 @@ func (s *Scratch) ensure(n int) {
 type loadCell struct {
 	inflight atomic.Int64
 	pending  atomic.Int64
-	resident atomic.Int64  // Options.ContextWeight's share, until release
+	resident atomic.Int64  // prompt tokens of the in-flight requests, until release
+	kvtokens atomic.Int64  // the replica's KV capacity in tokens (0: unknown)
 	gen      atomic.Uint32 // bumped by Unregister: older reservations no longer count
-	_        [36]byte      // keep cells on separate cache lines
+	_        [28]byte      // keep cells on separate cache lines
 }
 
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
@@ -181,13 +182,10 @@ type Options struct {
 	//
 	// The reservation still counts the real prefill.
 	Marginal bool
-	// ContextWeight, when positive, makes every in-flight request also
-	// weigh ContextWeight x its prompt tokens until it is released, so that
-	// load(r) grows with the context the replica reads at every decode
-	// step:
-	//
-	//	load(r) = sum over in-flight (request_cost + ContextWeight x prompt) + pending prefill
-	ContextWeight float64
+	// FirstBlockTie makes the rendezvous tie-break hash the prompt's first
+	// block (the earlier rule) rather than the first block not every
+	// usable replica holds.
+	FirstBlockTie bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -341,6 +339,7 @@ func (rt *Router) applyCapacity(s Slot) {
 		blocks = max(1, tokens/int64(rt.cfg.BlockTokens))
 	}
 	rt.idx.SetCapacity(s, blocks)
+	rt.loads[s].kvtokens.Store(tokens)
 }
 
 // Unregister forgets the replica named key (it left the fleet): its index
@@ -405,13 +404,27 @@ func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
 }
 
 // Resident returns the context tokens slot s's in-flight requests weigh
-// under Options.ContextWeight.
+// under Config.ContextWeight.
 func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
+
+// AssumedKVTokens is the KV capacity the context load assumes of a replica
+// whose capacity is unknown: 262,144 tokens, about one H200's after the
+// weights of a 32B model (bench/engine's default deployment).
+const AssumedKVTokens = 1 << 18
 
 // load is load(r) of the rule, in tokens.
 func (rt *Router) load(s Slot) float64 {
 	c := &rt.loads[s]
-	return float64(c.inflight.Load()*int64(rt.cfg.RequestCost) + c.pending.Load() + c.resident.Load())
+	ld := float64(c.inflight.Load()*int64(rt.cfg.RequestCost) + c.pending.Load())
+	if r := c.resident.Load(); r > 0 && rt.cfg.ContextWeight > 0 {
+		kv := c.kvtokens.Load()
+		if kv <= 0 {
+			kv = AssumedKVTokens
+		}
+		res := float64(r)
+		ld += rt.cfg.ContextWeight * res * res / float64(kv)
+	}
+	return ld
 }
 
 // Learn records that slot s now holds f's prompt prefix.
@@ -428,10 +441,38 @@ func mix64(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// Rendezvous is the rendezvous weight of slot s for a prompt whose first
-// block is first: the highest weight wins a cold placement.
-func (rt *Router) Rendezvous(first uint64, s Slot) uint64 {
-	return mix64(first ^ rt.keyHash[s])
+// Rendezvous is the rendezvous weight of slot s for a prompt whose tie
+// key (TieKey) is key: the highest weight wins a tie.
+func (rt *Router) Rendezvous(key uint64, s Slot) uint64 {
+	return mix64(key ^ rt.keyHash[s])
+}
+
+// tieKey is the block the rendezvous tie-break hashes, once Pick has
+// filled s.Overlap: the first block of the prompt that not every usable
+// replica holds (the deepest block when all hold it all). A prefix that
+// every replica holds (a fleet-wide system prompt) then does not fix one
+// replica order for every request that begins with it, while requests
+// that share more than it (a conversation, a group's document) still agree
+// on where to go, and independent ramjet instances that know the same
+// fleet-wide prefix agree too. Options.FirstBlockTie hashes the first
+// block instead (the earlier rule).
+func (rt *Router) tieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
+	if rt.opt.FirstBlockTie || len(f.Blocks) == 0 {
+		return f.FirstBlock()
+	}
+	k := -1
+	for i := range cands {
+		if cands[i].Usable && (k < 0 || s.Overlap[i] < k) {
+			k = s.Overlap[i]
+		}
+	}
+	return f.Blocks[min(max(k, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
+}
+
+// TieKey is the block of f that the rendezvous tie-break hashes in Pick
+// over cands (s as Pick left it).
+func (rt *Router) TieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
+	return rt.tieKey(f, cands, s)
 }
 
 // Pick scores every usable candidate and returns the best one. It reads the
@@ -500,7 +541,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 
 	// Among the candidates within TieEpsilon of the best, apply the
 	// tie-breaks in order.
-	first := f.FirstBlock()
+	first := rt.tieKey(f, cands, s)
 	w := -1
 	ties := 0
 	for i := range cands {

@@ -2,6 +2,8 @@ package fleetsim
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -75,6 +77,56 @@ var ramjetVariantNames = []string{"ramjet-nocap", "ramjet-noobserve", "ramjet-no
 
 func init() { Variants = append(Variants, ramjetVariantNames...) }
 
+// ramjetNamed returns the ramjet variant name names: one of
+// ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
+// context_weight, rc request_cost, cap affinity_cap, alpha, eps
+// tie_epsilon; flags nocap, noobs, marginal, firsttie). ok is false when
+// name is neither. Keys are separated by "+" (-policy splits on commas).
+func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
+	if setup, found := ramjetVariants[name]; found {
+		p, err := NewRamjetVariant(cfg, setup, name)
+		return p, true, err
+	}
+	spec, found := strings.CutPrefix(name, "ramjet@")
+	if !found {
+		return nil, false, nil
+	}
+	var setup RamjetSetup
+	for _, kv := range strings.Split(spec, "+") {
+		k, v, hasV := strings.Cut(kv, "=")
+		var x float64
+		if hasV {
+			if x, err = strconv.ParseFloat(v, 64); err != nil {
+				return nil, true, fmt.Errorf("policy %s: %s: %w", name, k, err)
+			}
+		}
+		switch k {
+		case "cw":
+			cfg.ContextWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobContextWeight
+		case "rc":
+			cfg.RequestCost, cfg.Explicit = int(x), cfg.Explicit|selection.KnobRequestCost
+		case "cap":
+			cfg.AffinityCap = int(x)
+		case "alpha":
+			cfg.Alpha, cfg.Explicit = x, cfg.Explicit|selection.KnobAlpha
+		case "eps":
+			cfg.TieEpsilon, cfg.Explicit = x, cfg.Explicit|selection.KnobTieEpsilon
+		case "nocap":
+			setup.NoCapacity = true
+		case "noobs":
+			setup.NoObserve = true
+		case "marginal":
+			setup.Options.Marginal = true
+		case "firsttie":
+			setup.Options.FirstBlockTie = true
+		default:
+			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
+		}
+	}
+	p, err = NewRamjetVariant(cfg, setup, name)
+	return p, true, err
+}
+
 // NewRamjetVariant returns the ramjet policy labelled label wired as setup.
 func NewRamjetVariant(cfg selection.Config, setup RamjetSetup, label string) (*Ramjet, error) {
 	p, err := newRamjet(cfg, setup.Options, label)
@@ -121,7 +173,9 @@ func NewRamjetMarginal(cfg selection.Config) (*Ramjet, error) {
 //
 //	load(r) = sum over in-flight (RequestCost + weight x context) + pending prefill
 func NewRamjetContext(cfg selection.Config, weight float64) (*Ramjet, error) {
-	return newRamjet(cfg, selection.Options{ContextWeight: weight}, "ramjet-context")
+	cfg.ContextWeight = weight
+	cfg.Explicit |= selection.KnobContextWeight
+	return newRamjet(cfg, selection.Options{}, "ramjet-context")
 }
 
 func (p *Ramjet) Name() string { return p.label }
