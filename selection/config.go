@@ -26,7 +26,7 @@ const (
 	DefaultLongOutputTokens = 1024
 	DefaultTieEpsilon       = 1.0
 	DefaultOutputWeight     = 4.0
-	DefaultContextWeight    = 0.25
+	DefaultContextWeight    = 0.0
 )
 
 // Knobs is a set of the knobs for which zero is a value of its own: alpha 0
@@ -92,7 +92,11 @@ type Config struct {
 	// running agents fill its KV weighs as much as their context. So a
 	// fleet of long-context agents spreads over the replicas that exist
 	// rather than piling onto the few that hold their shared prefix.
-	// Default 0.25; 0 counts the decode side as request_cost only.
+	// Default 0 (the decode side counts as request_cost only): in the fleet
+	// simulation's sweep (bench/EXPERIMENTS.md) every positive weight cost
+	// more cached share and TTFT on the other workloads, and at 8 replicas
+	// on agent-fleet itself, than it gained on agent-fleet at 64 replicas;
+	// 0.25 to 1 suit a fleet of long-context agents with idle replicas.
 	ContextWeight float64 `json:"context_weight,omitempty"`
 	// BlockTokens is the size of one fingerprint block, in tokens.
 	BlockTokens int `json:"block_tokens,omitempty"`
