@@ -18,7 +18,7 @@ const MaxReplicas = 1024
 const (
 	DefaultAffinityCap      = 65536
 	DefaultAlpha            = 1.0
-	DefaultRequestCost      = 2048
+	DefaultRequestCost      = 512
 	DefaultBlockTokens      = 64
 	DefaultPrefixTokens     = 131072
 	DefaultCharsPerToken    = 4.0

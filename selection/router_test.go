@@ -371,8 +371,8 @@ func TestRetuneSharesState(t *testing.T) {
 	if d := tuned.Pick(f, cands, sc); d.BestOverlap != 640 || sc.Overlap[1] != 640 {
 		t.Fatalf("index not shared: %+v", d)
 	}
-	// The retuned knobs apply: load (2048+7) x alpha 0.5 outweighs 640.
-	if got, want := sc.Score[1], 640-0.5*(2048+7); got != want {
+	// The retuned knobs apply: load (request_cost+7) x alpha 0.5.
+	if got, want := sc.Score[1], 640-0.5*float64(DefaultRequestCost+7); got != want {
 		t.Fatalf("score %v, want %v", got, want)
 	}
 	r.Release()
