@@ -41,10 +41,9 @@ const (
 	KnobRequestCost
 	KnobTieEpsilon
 	KnobOutputWeight
-	KnobContextWeight
 
 	// ZeroKnobs is every knob above.
-	ZeroKnobs = KnobAlpha | KnobRequestCost | KnobTieEpsilon | KnobOutputWeight | KnobContextWeight
+	ZeroKnobs = KnobAlpha | KnobRequestCost | KnobTieEpsilon | KnobOutputWeight
 )
 
 // KnobNamed returns the knob with JSON/Caddyfile name name, or 0 when
@@ -59,8 +58,6 @@ func KnobNamed(name string) Knobs {
 		return KnobTieEpsilon
 	case "output_weight":
 		return KnobOutputWeight
-	case "context_weight":
-		return KnobContextWeight
 	}
 	return 0
 }
@@ -167,8 +164,8 @@ func (c *Config) SetDefaults() {
 	if c.OutputWeight == 0 && c.Explicit&KnobOutputWeight == 0 {
 		c.OutputWeight = DefaultOutputWeight
 	}
-	if c.ContextWeight == 0 && c.Explicit&KnobContextWeight == 0 {
-		c.ContextWeight = DefaultContextWeight
+	if c.ContextWeight == 0 {
+		c.ContextWeight = DefaultContextWeight // 0: zero is the default
 	}
 }
 

@@ -102,7 +102,7 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		}
 		switch k {
 		case "cw":
-			cfg.ContextWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobContextWeight
+			cfg.ContextWeight = x
 		case "rc":
 			cfg.RequestCost, cfg.Explicit = int(x), cfg.Explicit|selection.KnobRequestCost
 		case "cap":
@@ -174,7 +174,6 @@ func NewRamjetMarginal(cfg selection.Config) (*Ramjet, error) {
 //	load(r) = sum over in-flight (RequestCost + weight x context) + pending prefill
 func NewRamjetContext(cfg selection.Config, weight float64) (*Ramjet, error) {
 	cfg.ContextWeight = weight
-	cfg.Explicit |= selection.KnobContextWeight
 	return newRamjet(cfg, selection.Options{}, "ramjet-context")
 }
 
