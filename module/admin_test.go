@@ -61,7 +61,9 @@ func (c *obsCaddy) waitIdle(t *testing.T) {
 // cold placement, affinity and a load override.
 func TestExplainMatchesPolicy(t *testing.T) {
 	es := startObsEngines(t, 3, 0, 0)
-	c := startObsCaddy(t, obsDials(es), obsOpts{})
+	// request_cost 2048: one held request outweighs turn 2's 704 tokens of
+	// overlap, so that turn 2 is a load override.
+	c := startObsCaddy(t, obsDials(es), obsOpts{Policy: map[string]any{"request_cost": 2048}})
 	// The fleet learns its pool on the first request.
 	obsExchange(t, c, obsChat("m", false, obsText("warmup", 500), "hi"), 200)
 	c.waitIdle(t)

@@ -187,7 +187,7 @@ func TestDynamicSRVReplicasComeAndGo(t *testing.T) {
 	// A conversation stays on its replica across refreshes (the view is
 	// rebuilt from fresh Upstream values on every refresh).
 	// About 10k tokens: far more warm overlap than the load of a stray
-	// in-flight request (request_cost 2048), so only a lost replica
+	// in-flight request (request_cost 512), so only a lost replica
 	// identity could move the conversation.
 	sys := systemMsg(strings.Repeat("dynamic upstreams keep the prefix warm on one pod. ", 800))
 	first := chat(t, cl, nil, []openai.ChatCompletionMessageParamUnion{sys, userMsg("turn one")})

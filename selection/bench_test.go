@@ -61,7 +61,7 @@ func oneStringBody(n int) string {
 func BenchmarkPick(b *testing.B) {
 	for _, warm := range []string{"shared", "staggered"} {
 		for _, blocks := range []int{16, 1024} {
-			for _, n := range []int{2, 8, 64} {
+			for _, n := range []int{8, 64, 256, 1024} {
 				b.Run(fmt.Sprintf("warm=%s/blocks=%d/replicas=%d", warm, blocks, n), func(b *testing.B) {
 					rt, cands := newTestRouter(b, Config{BlockTokens: 16, PrefixTokens: 16 * 1024}, n)
 					prompt := blocksOf(1, blocks)

@@ -5,17 +5,20 @@ import (
 	"math"
 )
 
-// MaxReplicas is the number of distinct replicas (dial address plus
-// data-parallel rank) one Router can track. Every entry of the approximate
-// index keeps one bit per replica.
-const MaxReplicas = 128
+// MaxReplicas is the number of replicas (dial address plus data-parallel
+// rank) one Router tracks at once. Router.Unregister frees a departed
+// replica's slot for a new one, so a fleet whose members come and go is
+// not limited by the replicas it has seen, only by the ones it has now.
+// The approximate index's holder sets are as wide as the highest slot in
+// use (one 64-bit word per 64 replicas), not MaxReplicas.
+const MaxReplicas = 1024
 
 // Defaults of every knob. They were chosen by the parameter sweep of the
 // fleet simulation; see bench/RESULTS.md for the command that reproduces it.
 const (
 	DefaultAffinityCap      = 65536
 	DefaultAlpha            = 1.0
-	DefaultRequestCost      = 2048
+	DefaultRequestCost      = 512
 	DefaultBlockTokens      = 64
 	DefaultPrefixTokens     = 131072
 	DefaultCharsPerToken    = 4.0
@@ -23,6 +26,7 @@ const (
 	DefaultLongOutputTokens = 1024
 	DefaultTieEpsilon       = 1.0
 	DefaultOutputWeight     = 4.0
+	DefaultContextWeight    = 0.0
 )
 
 // Knobs is a set of the knobs for which zero is a value of its own: alpha 0
@@ -72,6 +76,25 @@ type Config struct {
 	// RequestCost is the load, in tokens, that every in-flight request adds
 	// to its replica on top of its pending prefill.
 	RequestCost int `json:"request_cost,omitempty"`
+	// ContextWeight weighs the decode side of the work: the context that a
+	// replica's in-flight requests keep resident in KV (their prompt
+	// tokens, R) and read at every decode step, in the same token units as
+	// overlap, growing with the share of the replica's KV capacity (C,
+	// Router.SetCapacity or kv_capacity; 262,144 tokens when unknown) it
+	// fills:
+	//
+	//	load(r) = pending prefill + in-flight x request_cost + context_weight x R x R / C
+	//
+	// A few short conversations weigh next to nothing; a replica whose
+	// running agents fill its KV weighs as much as their context. So a
+	// fleet of long-context agents spreads over the replicas that exist
+	// rather than piling onto the few that hold their shared prefix.
+	// Default 0 (the decode side counts as request_cost only): in the fleet
+	// simulation's sweep (bench/EXPERIMENTS.md) every positive weight cost
+	// more cached share and TTFT on the other workloads, and at 8 replicas
+	// on agent-fleet itself, than it gained on agent-fleet at 64 replicas;
+	// 0.25 to 1 suit a fleet of long-context agents with idle replicas.
+	ContextWeight float64 `json:"context_weight,omitempty"`
 	// BlockTokens is the size of one fingerprint block, in tokens.
 	BlockTokens int `json:"block_tokens,omitempty"`
 	// PrefixTokens bounds how much of a prompt is fingerprinted, in tokens.
@@ -92,6 +115,12 @@ type Config struct {
 	// breaks ties. Default 4: a 1024-token output on a speculative engine
 	// is worth 4096 tokens of warm prefix.
 	OutputWeight float64 `json:"output_weight,omitempty"`
+	// KVCapacity is every replica's KV cache capacity in tokens, for the
+	// replicas whose capacity is not known otherwise (Router.SetCapacity,
+	// fed from the engine's own metrics). The approximate index then
+	// believes a replica holds at most this much of what ramjet sent it,
+	// the least recently sent presumed evicted first. Default 0: unbounded.
+	KVCapacity int64 `json:"kv_capacity,omitempty"`
 
 	// Explicit lists the knobs of ZeroKnobs that were given explicitly, so
 	// that SetDefaults keeps their zero: Config{Alpha: 0, Explicit:
@@ -135,6 +164,9 @@ func (c *Config) SetDefaults() {
 	if c.OutputWeight == 0 && c.Explicit&KnobOutputWeight == 0 {
 		c.OutputWeight = DefaultOutputWeight
 	}
+	if c.ContextWeight == 0 {
+		c.ContextWeight = DefaultContextWeight // 0: zero is the default
+	}
 }
 
 // Validate rejects values that cannot work, naming the field.
@@ -162,6 +194,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tie_epsilon must be a finite number >= 0, got %v", c.TieEpsilon)
 	case !(c.OutputWeight >= 0) || math.IsInf(c.OutputWeight, 0):
 		return fmt.Errorf("output_weight must be a finite number >= 0, got %v", c.OutputWeight)
+	case !(c.ContextWeight >= 0) || math.IsInf(c.ContextWeight, 0):
+		return fmt.Errorf("context_weight must be a finite number >= 0, got %v", c.ContextWeight)
+	case c.KVCapacity < 0:
+		return fmt.Errorf("kv_capacity must be >= 0, got %d", c.KVCapacity)
 	}
 	return nil
 }

@@ -6,52 +6,101 @@ import (
 	"sync/atomic"
 )
 
-// entry is one block of the approximate index: which replicas are believed
-// to hold it, and its place in the LRU list.
-type entry struct {
+// block is one block hash of the approximate index: its place in the
+// global LRU list and how many replicas are believed to hold it. Which
+// replicas is the block's holder set, w words of Index.bits.
+type block struct {
 	key        uint64
-	bits       mask
-	prev, next uint32 // slab index + 1; 0 is none
+	prev, next uint32 // global LRU list (slab index + 1, 0 none); next links the free list
+	pairs      int32  // replicas holding it; 0 for a free entry
+	hint       uint32 // one of its pairs (0 none): most blocks have one holder
 }
 
-// entryBytes is the accounted size of one entry: the slab entry plus up to
-// four table slots (the table is kept between 1/4 and 1/2 full).
-const entryBytes = 32 + 4*4
+// pair is one (block, replica) belief: the replica is presumed to hold the
+// block. Pairs of one replica form its own LRU list, which models that
+// replica's prefix cache (capacity, horizon).
+type pair struct {
+	blk        uint32 // block slab index + 1; 0 for a free entry
+	slot       Slot
+	prev, next uint32 // the replica's LRU list (slab index + 1); next links the free list
+	stamp      int64  // the replica's clock at the last touch
+}
+
+// holder is one replica's view of its LRU list.
+type holder struct {
+	head, tail uint32
+	blocks     int64 // pairs on the list
+	clock      int64 // blocks ever touched for the replica
+	capacity   int64 // most blocks it holds (0: unbounded)
+	horizon    int64 // touches after which a block is presumed evicted (0: unbounded)
+}
+
+// Accounted sizes in bytes (slab entry; tables are counted by their size).
+const (
+	blockBytes  = 24
+	pairBytes   = 24
+	holderBytes = 48
+	// entryBytes is the accounted size of one block held by one replica,
+	// tables included (kept between 1/4 and 1/2 full): what MaxEntries
+	// divides the budget by.
+	entryBytes = blockBytes + 8 + 4*3 + pairBytes + 4*3
+	minSlab    = 256
+)
 
 // Index is the approximate affinity index: for every block hash, the set of
-// replicas that ramjet routed a prompt containing that block to. One memory
-// budget bounds it, whatever the traffic; the least recently routed blocks
-// are evicted first.
+// replicas that ramjet routed a prompt containing that block to, each
+// replica's beliefs kept as its own LRU list of (block, replica) pairs.
+//
+// Three bounds apply. One memory budget bounds the whole index, whatever
+// the traffic and the fleet size; the least recently routed blocks are
+// evicted first, from every replica. A replica's capacity (SetCapacity, in
+// blocks) bounds what it is believed to hold: what ramjet sent it beyond
+// its capacity is presumed evicted in LRU order, as the engine would. A
+// replica's horizon (SetHorizon, in blocks touched since) drops beliefs
+// older than what the engine was seen to keep (Router's Observe learns it).
 //
 // Blocks are chained, and Learn touches a prompt's blocks from last to
 // first, so a prefix's early blocks are always at least as recent as its
-// later ones and eviction removes prefixes from the end. The set of blocks
-// a replica holds along one chain is therefore prefix-closed, which lets
-// Overlap find every replica's depth by bisection in O(k log n) lookups.
+// later ones and each of the three evictions removes prefixes from the
+// end. The set of blocks a replica holds along one chain is therefore
+// prefix-closed, which lets Depths find every replica's depth by bisection
+// in O(k log n) lookups.
 //
-// Index is safe for concurrent use.
+// Holder sets are as wide as the highest slot used (one 64-bit word per 64
+// replicas), so a small fleet pays for a small one. Index is safe for
+// concurrent use.
 type Index struct {
-	mu         sync.RWMutex
-	table      []uint32 // open addressing, linear probing; slab index + 1
-	shift      uint
-	slab       []entry
-	head, tail uint32
-	maxEntries int
-	budget     int64
+	mu sync.RWMutex
 
-	evictions atomic.Uint64
-	entries   atomic.Int64
+	btab   []uint32 // block table: open addressing, linear probing; slab index + 1
+	bshift uint
+	blocks []block
+	bits   []uint64 // holder sets, w words per block entry
+	w      int
+	bfree  uint32
+	head   uint32 // global LRU: most recent
+	tail   uint32
+
+	ptab   []uint32 // pair table
+	pshift uint
+	pairs  []pair
+	pfree  uint32
+
+	reps   []holder
+	budget int64
+
+	evictions atomic.Uint64 // blocks evicted by the budget
+	dropped   atomic.Uint64 // pairs dropped by capacity or horizon
+	entries   atomic.Int64  // live blocks
+	npairs    atomic.Int64  // live pairs
 	bytes     atomic.Int64
 }
 
 // NewIndex returns an empty index bounded by budget bytes.
 func NewIndex(budget int64) *Index {
-	max := int(budget / entryBytes)
-	if max < 1024 {
-		max = 1024
-	}
-	x := &Index{maxEntries: max, budget: budget}
-	x.grow(min(max, 4096))
+	x := &Index{budget: budget, w: 1}
+	x.growBlocks(minSlab)
+	x.growPairs(minSlab)
 	return x
 }
 
@@ -64,114 +113,248 @@ func (x *Index) Bytes() int64 { return x.bytes.Load() }
 // Entries is the number of blocks the index holds.
 func (x *Index) Entries() int64 { return x.entries.Load() }
 
-// MaxEntries is the most blocks the budget allows.
-func (x *Index) MaxEntries() int { return x.maxEntries }
+// Pairs is the number of (block, replica) beliefs the index holds.
+func (x *Index) Pairs() int64 { return x.npairs.Load() }
+
+// MaxEntries is the most blocks the budget allows when each is on one
+// replica of a fleet of up to 64.
+func (x *Index) MaxEntries() int { return int(x.budget / entryBytes) }
 
 // Evictions counts blocks evicted to stay within the budget.
 func (x *Index) Evictions() uint64 { return x.evictions.Load() }
 
-func (x *Index) slot(key uint64) uint64 {
-	return (key * 0x9E3779B97F4A7C15) >> x.shift
+// Dropped counts (block, replica) beliefs dropped by a replica's capacity
+// or horizon.
+func (x *Index) Dropped() uint64 { return x.dropped.Load() }
+
+func (x *Index) accountBytes() {
+	x.bytes.Store(int64(cap(x.blocks))*blockBytes + int64(cap(x.bits))*8 + int64(len(x.btab))*4 +
+		int64(cap(x.pairs))*pairBytes + int64(len(x.ptab))*4 + int64(cap(x.reps))*holderBytes)
 }
 
-// grow resizes the slab capacity to n entries and rebuilds the table.
-func (x *Index) grow(n int) {
-	slab := make([]entry, len(x.slab), n)
-	copy(slab, x.slab)
-	x.slab = slab
+func tableSize(n int) int {
 	size := 1
 	for size < 2*n {
 		size <<= 1
 	}
-	x.table = make([]uint32, size)
-	x.shift = uint(64 - bits.TrailingZeros(uint(size)))
-	mask := uint64(size - 1)
-	for i := range x.slab {
-		h := x.slot(x.slab[i].key)
-		for x.table[h] != 0 {
-			h = (h + 1) & mask
-		}
-		x.table[h] = uint32(i + 1)
-	}
-	x.bytes.Store(int64(cap(x.slab))*32 + int64(len(x.table))*4)
+	return size
 }
 
-// find returns the table position of key and whether it is present; when
-// absent the position is the empty slot where it would go.
-func (x *Index) find(key uint64) (uint64, bool) {
-	m := uint64(len(x.table) - 1)
-	h := x.slot(key)
-	for {
-		e := x.table[h]
+func (x *Index) bslot(key uint64) uint64 { return (key * 0x9E3779B97F4A7C15) >> x.bshift }
+
+func pairKey(blk uint32, s Slot) uint64 { return uint64(blk)<<32 | uint64(uint32(s)) }
+
+func (x *Index) pslot(blk uint32, s Slot) uint64 {
+	return (mix64(pairKey(blk, s)) * 0x9E3779B97F4A7C15) >> x.pshift
+}
+
+// growBlocks resizes the block slab to capacity n and rebuilds its table.
+func (x *Index) growBlocks(n int) {
+	blocks := make([]block, len(x.blocks), n)
+	copy(blocks, x.blocks)
+	x.blocks = blocks
+	b := make([]uint64, len(x.bits), n*x.w)
+	copy(b, x.bits)
+	x.bits = b
+	size := tableSize(n)
+	x.btab = make([]uint32, size)
+	x.bshift = uint(64 - bits.TrailingZeros(uint(size)))
+	m := uint64(size - 1)
+	for i := range x.blocks {
+		if x.blocks[i].pairs == 0 {
+			continue
+		}
+		h := x.bslot(x.blocks[i].key)
+		for x.btab[h] != 0 {
+			h = (h + 1) & m
+		}
+		x.btab[h] = uint32(i + 1)
+	}
+	x.accountBytes()
+}
+
+// growPairs resizes the pair slab to capacity n and rebuilds its table.
+func (x *Index) growPairs(n int) {
+	pairs := make([]pair, len(x.pairs), n)
+	copy(pairs, x.pairs)
+	x.pairs = pairs
+	size := tableSize(n)
+	x.ptab = make([]uint32, size)
+	x.pshift = uint(64 - bits.TrailingZeros(uint(size)))
+	m := uint64(size - 1)
+	for i := range x.pairs {
+		p := &x.pairs[i]
+		if p.blk == 0 {
+			continue
+		}
+		h := x.pslot(p.blk, p.slot)
+		for x.ptab[h] != 0 {
+			h = (h + 1) & m
+		}
+		x.ptab[h] = uint32(i + 1)
+	}
+	x.accountBytes()
+}
+
+// widen makes holder sets wide enough for slot s (write lock held).
+func (x *Index) widen(s Slot) {
+	if int(s) >= len(x.reps) {
+		n := min(max(int(s)+1, 2*len(x.reps), 8), max(int(s)+1, MaxReplicas))
+		reps := make([]holder, n)
+		copy(reps, x.reps)
+		x.reps = reps
+		x.accountBytes()
+	}
+	w := int(s)/64 + 1
+	if w <= x.w {
+		return
+	}
+	b := make([]uint64, len(x.blocks)*w, cap(x.blocks)*w)
+	for i := range x.blocks {
+		copy(b[i*w:], x.bits[i*x.w:(i+1)*x.w])
+	}
+	x.bits, x.w = b, w
+	x.accountBytes()
+}
+
+// fits reports whether growing by extra bytes stays within the budget.
+func (x *Index) fits(extra int64) bool { return x.bytes.Load()+extra <= x.budget }
+
+// blockGrowth is how far the block slab may grow now, 0 when not at all.
+func (x *Index) blockGrowth() int {
+	c := cap(x.blocks)
+	for _, n := range [...]int{2 * c, c + c/2, c + c/4, c + c/8} {
+		extra := int64(n-c)*(blockBytes+int64(x.w)*8) + int64(tableSize(n)-len(x.btab))*4
+		if x.fits(extra) {
+			return n
+		}
+	}
+	return 0
+}
+
+func (x *Index) pairGrowth() int {
+	c := cap(x.pairs)
+	for _, n := range [...]int{2 * c, c + c/2, c + c/4, c + c/8} {
+		extra := int64(n-c)*pairBytes + int64(tableSize(n)-len(x.ptab))*4
+		if x.fits(extra) {
+			return n
+		}
+	}
+	return 0
+}
+
+// holders returns the holder set of key, nil when absent (read lock held).
+// It is the lookup path: one probe loop, the set read in place.
+func (x *Index) holders(key uint64) []uint64 {
+	tab, slab := x.btab, x.blocks
+	m := uint64(len(tab) - 1)
+	for h := x.bslot(key); ; h = (h + 1) & m {
+		e := tab[h]
 		if e == 0 {
-			return h, false
+			return nil
 		}
-		if x.slab[e-1].key == key {
-			return h, true
+		if slab[e-1].key == key {
+			i := int(e-1) * x.w
+			return x.bits[i : i+x.w : i+x.w]
 		}
-		h = (h + 1) & m
 	}
 }
 
-// get returns the replica set holding key (read lock held). It is find
-// specialised for the lookup path: one probe loop, the bits read in place.
-func (x *Index) get(key uint64) mask {
-	table, slab := x.table, x.slab
-	m := uint64(len(table) - 1)
-	for h := x.slot(key); ; h = (h + 1) & m {
-		e := table[h]
+// holds reports whether slot s is believed to hold key.
+func (x *Index) holds(key uint64, s Slot) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return hasBit(x.holders(key), s)
+}
+
+func hasBit(set []uint64, s Slot) bool {
+	w := int(s) >> 6
+	return w < len(set) && set[w]&(1<<(uint(s)&63)) != 0
+}
+
+// findBlock returns the table position of key and its entry (0 when
+// absent: the position is then the empty slot where it would go).
+func (x *Index) findBlock(key uint64) (uint64, uint32) {
+	m := uint64(len(x.btab) - 1)
+	for h := x.bslot(key); ; h = (h + 1) & m {
+		e := x.btab[h]
+		if e == 0 || x.blocks[e-1].key == key {
+			return h, e
+		}
+	}
+}
+
+// pairOf returns the pair (blk, s), 0 when s does not hold blk.
+func (x *Index) pairOf(blk uint32, s Slot) uint32 {
+	if e := x.blocks[blk-1].hint; e != 0 && x.pairs[e-1].slot == s {
+		return e
+	}
+	_, e := x.findPair(blk, s)
+	return e
+}
+
+func (x *Index) findPair(blk uint32, s Slot) (uint64, uint32) {
+	m := uint64(len(x.ptab) - 1)
+	for h := x.pslot(blk, s); ; h = (h + 1) & m {
+		e := x.ptab[h]
 		if e == 0 {
-			return mask{}
+			return h, 0
 		}
-		if en := &slab[e-1]; en.key == key {
-			return en.bits
+		if p := &x.pairs[e-1]; p.blk == blk && p.slot == s {
+			return h, e
 		}
 	}
 }
 
-// remove deletes the table slot at h with backward-shift deletion.
-func (x *Index) remove(h uint64) {
-	m := uint64(len(x.table) - 1)
-	i := h
-	j := h
+// removeAt deletes table position h with backward-shift deletion; home
+// gives an entry's home position.
+func removeAt(tab []uint32, h uint64, home func(uint32) uint64) {
+	m := uint64(len(tab) - 1)
+	i, j := h, h
 	for {
 		j = (j + 1) & m
-		e := x.table[j]
+		e := tab[j]
 		if e == 0 {
-			x.table[i] = 0
+			tab[i] = 0
 			return
 		}
-		k := x.slot(x.slab[e-1].key)
+		k := home(e)
 		// Leave e where it is if its home k lies cyclically in (i, j].
 		if (i <= j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
 			continue
 		}
-		x.table[i] = e
+		tab[i] = e
 		i = j
 	}
 }
 
-func (x *Index) unlink(e uint32) {
-	en := &x.slab[e-1]
-	if en.prev != 0 {
-		x.slab[en.prev-1].next = en.next
-	} else {
-		x.head = en.next
-	}
-	if en.next != 0 {
-		x.slab[en.next-1].prev = en.prev
-	} else {
-		x.tail = en.prev
-	}
-	en.prev, en.next = 0, 0
+func (x *Index) blockHome(e uint32) uint64 { return x.bslot(x.blocks[e-1].key) }
+
+func (x *Index) pairHome(e uint32) uint64 {
+	p := &x.pairs[e-1]
+	return x.pslot(p.blk, p.slot)
 }
 
-func (x *Index) pushFront(e uint32) {
-	en := &x.slab[e-1]
-	en.prev = 0
-	en.next = x.head
+func (x *Index) unlinkBlock(e uint32) {
+	b := &x.blocks[e-1]
+	if b.prev != 0 {
+		x.blocks[b.prev-1].next = b.next
+	} else {
+		x.head = b.next
+	}
+	if b.next != 0 {
+		x.blocks[b.next-1].prev = b.prev
+	} else {
+		x.tail = b.prev
+	}
+	b.prev, b.next = 0, 0
+}
+
+func (x *Index) pushBlock(e uint32) {
+	b := &x.blocks[e-1]
+	b.prev, b.next = 0, x.head
 	if x.head != 0 {
-		x.slab[x.head-1].prev = e
+		x.blocks[x.head-1].prev = e
 	}
 	x.head = e
 	if x.tail == 0 {
@@ -179,153 +362,428 @@ func (x *Index) pushFront(e uint32) {
 	}
 }
 
-// touch finds or inserts key, marks slot s as holding it and makes it the
-// most recently used entry (write lock held).
-func (x *Index) touch(key uint64, s Slot) {
-	h, ok := x.find(key)
-	if ok {
-		e := x.table[h]
-		x.slab[e-1].bits.Add(s)
-		if x.head != e {
-			x.unlink(e)
-			x.pushFront(e)
+func (x *Index) unlinkPair(e uint32) {
+	p := &x.pairs[e-1]
+	r := &x.reps[p.slot]
+	if p.prev != 0 {
+		x.pairs[p.prev-1].next = p.next
+	} else {
+		r.head = p.next
+	}
+	if p.next != 0 {
+		x.pairs[p.next-1].prev = p.prev
+	} else {
+		r.tail = p.prev
+	}
+	p.prev, p.next = 0, 0
+}
+
+func (x *Index) pushPair(e uint32) {
+	p := &x.pairs[e-1]
+	r := &x.reps[p.slot]
+	p.prev, p.next = 0, r.head
+	if r.head != 0 {
+		x.pairs[r.head-1].prev = e
+	}
+	r.head = e
+	if r.tail == 0 {
+		r.tail = e
+	}
+}
+
+// dropPair removes pair e: its replica no longer holds its block. The
+// block goes when no replica holds it.
+func (x *Index) dropPair(e uint32) {
+	p := &x.pairs[e-1]
+	blk, s := p.blk, p.slot
+	x.unlinkPair(e)
+	x.reps[s].blocks--
+	h, _ := x.findPair(blk, s)
+	removeAt(x.ptab, h, x.pairHome)
+	x.bits[int(blk-1)*x.w+int(s)>>6] &^= 1 << (uint(s) & 63)
+	*p = pair{next: x.pfree}
+	x.pfree = e
+	x.npairs.Add(-1)
+	b := &x.blocks[blk-1]
+	if b.hint == e {
+		b.hint = 0
+	}
+	if b.pairs--; b.pairs == 0 {
+		x.unlinkBlock(blk)
+		bh, _ := x.findBlock(b.key)
+		removeAt(x.btab, bh, x.blockHome)
+		*b = block{next: x.bfree}
+		x.bfree = blk
+		x.entries.Add(-1)
+	}
+}
+
+// evictBlock drops block e from every replica holding it.
+func (x *Index) evictBlock(e uint32) {
+	base := int(e-1) * x.w
+	for wi := 0; wi < x.w; wi++ {
+		for v := x.bits[base+wi]; v != 0; v &= v - 1 {
+			s := Slot(wi*64 + bits.TrailingZeros64(v))
+			if pe := x.pairOf(e, s); pe != 0 {
+				x.dropPair(pe)
+			}
 		}
-		return
 	}
-	var e uint32
-	switch {
-	case len(x.slab) < cap(x.slab):
-		x.slab = append(x.slab, entry{})
-		e = uint32(len(x.slab))
-		x.entries.Add(1)
-	case len(x.slab) < x.maxEntries:
-		x.grow(min(x.maxEntries, 2*cap(x.slab)))
-		x.slab = append(x.slab, entry{})
-		e = uint32(len(x.slab))
-		x.entries.Add(1)
-		h, _ = x.find(key)
-	default:
-		// Evict the least recently used block and reuse its entry.
-		e = x.tail
-		x.unlink(e)
-		eh, _ := x.find(x.slab[e-1].key)
-		x.remove(eh)
+}
+
+// allocBlock returns a free block entry, growing or evicting the least
+// recently used block to make room.
+func (x *Index) allocBlock() uint32 {
+	for {
+		if e := x.bfree; e != 0 {
+			x.bfree = x.blocks[e-1].next
+			x.blocks[e-1] = block{}
+			return e
+		}
+		if len(x.blocks) < cap(x.blocks) {
+			x.blocks = append(x.blocks, block{})
+			x.bits = x.bits[:len(x.blocks)*x.w]
+			return uint32(len(x.blocks))
+		}
+		if n := x.blockGrowth(); n > 0 {
+			x.growBlocks(n)
+			continue
+		}
+		x.evictBlock(x.tail)
 		x.evictions.Add(1)
-		h, _ = x.find(key)
 	}
-	x.slab[e-1] = entry{key: key}
-	x.slab[e-1].bits.Add(s)
-	x.table[h] = e
-	x.pushFront(e)
+}
+
+func (x *Index) allocPair() uint32 {
+	for {
+		if e := x.pfree; e != 0 {
+			x.pfree = x.pairs[e-1].next
+			x.pairs[e-1] = pair{}
+			return e
+		}
+		if len(x.pairs) < cap(x.pairs) {
+			x.pairs = append(x.pairs, pair{})
+			return uint32(len(x.pairs))
+		}
+		if n := x.pairGrowth(); n > 0 {
+			x.growPairs(n)
+			continue
+		}
+		x.evictBlock(x.tail)
+		x.evictions.Add(1)
+	}
+}
+
+// touch marks slot s as holding key and makes the pair the most recently
+// used of the index and of s (write lock held). It reports whether s was
+// not yet believed to hold key.
+func (x *Index) touch(key uint64, s Slot) bool {
+	r := &x.reps[s]
+	r.clock++
+	_, e := x.findBlock(key)
+	if e != 0 {
+		if x.head != e {
+			x.unlinkBlock(e)
+			x.pushBlock(e)
+		}
+		if hasBit(x.bits[int(e-1)*x.w:int(e)*x.w], s) {
+			pe := x.pairOf(e, s)
+			x.pairs[pe-1].stamp = r.clock
+			if r.head != pe {
+				x.unlinkPair(pe)
+				x.pushPair(pe)
+			}
+			return false
+		}
+	}
+	// Room first: making it may evict blocks, this one included.
+	pe := x.allocPair()
+	if e != 0 && x.blocks[e-1].pairs == 0 {
+		e = 0 // evicted while making room
+	}
+	if e == 0 {
+		e = x.allocBlock()
+		h, _ := x.findBlock(key)
+		x.blocks[e-1].key = key
+		clear(x.bits[int(e-1)*x.w : int(e)*x.w])
+		x.btab[h] = e
+		x.pushBlock(e)
+		x.entries.Add(1)
+	}
+	x.blocks[e-1].pairs++
+	if x.blocks[e-1].hint == 0 {
+		x.blocks[e-1].hint = pe
+	}
+	x.bits[int(e-1)*x.w+int(s)>>6] |= 1 << (uint(s) & 63)
+	x.pairs[pe-1] = pair{blk: e, slot: s, stamp: r.clock}
+	h, _ := x.findPair(e, s)
+	x.ptab[h] = pe
+	x.pushPair(pe)
+	r.blocks++
+	x.npairs.Add(1)
+	return true
+}
+
+// bound drops slot s's least recently used beliefs past its capacity and
+// horizon (write lock held).
+func (x *Index) bound(s Slot) {
+	r := &x.reps[s]
+	for r.capacity > 0 && r.blocks > r.capacity {
+		x.dropPair(r.tail)
+		x.dropped.Add(1)
+	}
+	for r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon {
+		x.dropPair(r.tail)
+		x.dropped.Add(1)
+	}
 }
 
 // Learn records that slot s now holds every block of blocks. Blocks are
 // touched from last to first so that a prefix's head stays the most recent.
 func (x *Index) Learn(blocks []uint64, s Slot) {
-	if len(blocks) == 0 {
-		return
+	x.learn(blocks, s, 0)
+}
+
+// learn is Learn that first reads the age (touches of s since) of the
+// pair (blocks[probe-1], s), -1 when absent or probe is 0.
+func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
+	if len(blocks) == 0 || s < 0 {
+		return -1
 	}
 	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.widen(s)
+	age := int64(-1)
+	if probe > 0 && probe <= len(blocks) {
+		if _, e := x.findBlock(blocks[probe-1]); e != 0 {
+			if pe := x.pairOf(e, s); pe != 0 {
+				age = x.reps[s].clock - x.pairs[pe-1].stamp
+			}
+		}
+	}
 	for i := len(blocks) - 1; i >= 0; i-- {
 		x.touch(blocks[i], s)
 	}
-	x.mu.Unlock()
+	x.bound(s)
+	return age
 }
 
-// Forget drops slot s from every entry: the replica is treated as cold.
+// Forget drops every belief about slot s: the replica is treated as cold.
+// Its capacity and horizon stay.
 func (x *Index) Forget(s Slot) {
 	x.mu.Lock()
-	for i := range x.slab {
-		x.slab[i].bits.Remove(s)
+	defer x.mu.Unlock()
+	x.forget(s)
+}
+
+func (x *Index) forget(s Slot) {
+	if int(s) >= len(x.reps) || s < 0 {
+		return
 	}
-	x.mu.Unlock()
+	for r := &x.reps[s]; r.head != 0; {
+		x.dropPair(r.head)
+	}
+}
+
+// release forgets slot s and clears its settings: the slot is free for a
+// new replica.
+func (x *Index) release(s Slot) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.forget(s)
+	if int(s) < len(x.reps) && s >= 0 {
+		x.reps[s] = holder{}
+	}
+}
+
+// SetCapacity bounds what slot s is believed to hold to blocks blocks
+// (0: unbounded), dropping its least recently used beliefs past it.
+func (x *Index) SetCapacity(s Slot, blocks int64) {
+	if s < 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.widen(s)
+	x.reps[s].capacity = max(0, blocks)
+	x.bound(s)
+}
+
+// Capacity is slot s's capacity in blocks (0: unbounded).
+func (x *Index) Capacity(s Slot) int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if int(s) >= len(x.reps) || s < 0 {
+		return 0
+	}
+	return x.reps[s].capacity
+}
+
+// SetHorizon drops slot s's beliefs once blocks more blocks were touched
+// for it since (0: never), dropping the ones already past it.
+func (x *Index) SetHorizon(s Slot, blocks int64) {
+	if s < 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.widen(s)
+	x.reps[s].horizon = max(0, blocks)
+	x.bound(s)
+}
+
+// Horizon is slot s's horizon in blocks (0: none).
+func (x *Index) Horizon(s Slot) int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if int(s) >= len(x.reps) || s < 0 {
+		return 0
+	}
+	return x.reps[s].horizon
+}
+
+// Held is how many blocks slot s is believed to hold.
+func (x *Index) Held(s Slot) int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if int(s) >= len(x.reps) || s < 0 {
+		return 0
+	}
+	return x.reps[s].blocks
 }
 
 // Depths sets depth[s] for every slot s in interest to the number of
 // leading blocks of blocks that s is believed to hold. Slots outside
-// interest are left untouched. It allocates nothing.
+// interest are left untouched.
+func (x *Index) Depths(blocks []uint64, interest SlotSet, depth *[MaxReplicas]int32) {
+	var w depthWork
+	x.depths(blocks, interest[:], depth[:], &w)
+}
+
+// span is an open interval of the bisection: its slots (mask m of the
+// level's arena) hold block lo and not block hi, so their boundary lies
+// inside. The spans of a level hold disjoint slots.
+type span struct{ lo, hi int32 }
+
+// depthWork is the bisection's working memory, kept in Scratch so that a
+// decision allocates nothing once it has grown to the fleet.
+type depthWork struct {
+	spans [2][]span
+	masks [2][]uint64
+	m0    []uint64
+}
+
+func grow64(b []uint64, n int) []uint64 {
+	if cap(b) < n {
+		return make([]uint64, n, n+n/2)
+	}
+	return b[:n]
+}
+
+// depths is Depths over an interest set of any width.
 //
 // The bisection runs breadth first: every open interval of a level is
 // probed before any is split, so the level's index lookups are independent
 // of each other and the processor overlaps their memory accesses (a depth
 // first bisection chains every lookup on the previous one).
-func (x *Index) Depths(blocks []uint64, interest mask, depth *[MaxReplicas]int32) {
-	var w depthWork
-	x.depths(blocks, interest, depth, &w)
-}
-
-// span is an open interval of the bisection: block lo is held by every
-// slot of mlo and block hi by every slot of mhi, so the slots of
-// mlo \ mhi have their boundary inside.
-type span struct {
-	lo, hi   int32
-	mlo, mhi mask
-}
-
-// depthWork is the bisection's working memory (kept in Scratch so that a
-// decision neither allocates nor clears it). Spans hold disjoint
-// boundaries, so at most MaxReplicas are open at once.
-type depthWork struct {
-	bufs   [2][MaxReplicas]span
-	probes [MaxReplicas]mask
-}
-
-func (x *Index) depths(blocks []uint64, interest mask, depth *[MaxReplicas]int32, w *depthWork) {
+func (x *Index) depths(blocks []uint64, interest []uint64, depth []int32, wk *depthWork) {
 	n := len(blocks)
-	if n == 0 || interest.zero() {
+	if n == 0 {
 		return
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	m0 := x.get(blocks[0]).and(interest)
-	if m0.zero() {
+	W := min(x.w, len(interest))
+	h0 := x.holders(blocks[0])
+	if h0 == nil {
 		return
 	}
-	mN := m0
+	m0 := grow64(wk.m0, W)
+	wk.m0 = m0
+	any := uint64(0)
+	for i := range m0 {
+		m0[i] = h0[i] & interest[i]
+		any |= m0[i]
+	}
+	if any == 0 {
+		return
+	}
+	// Slots holding the last block hold the whole prompt.
+	var hN []uint64
 	if n > 1 {
-		mN = x.get(blocks[n-1]).and(m0)
+		hN = x.holders(blocks[n-1])
 	}
-	setDepth(mN, int32(n), depth)
-
-	cur, next, probes := &w.bufs[0], &w.bufs[1], &w.probes
+	cur := grow64(wk.masks[0], W)
 	open := 0
-	if !m0.andNot(mN).zero() {
-		cur[0] = span{0, int32(n - 1), m0, mN}
-		open = 1
-	}
-	for open > 0 {
-		for i := range cur[:open] {
-			if sp := &cur[i]; sp.hi-sp.lo > 1 {
-				probes[i] = x.get(blocks[sp.lo+(sp.hi-sp.lo)/2])
+	rest := uint64(0)
+	for i := range m0 {
+		full := m0[i]
+		if n > 1 {
+			full = 0
+			if hN != nil {
+				full = m0[i] & hN[i]
 			}
 		}
-		split := 0
-		for i := range cur[:open] {
-			sp := &cur[i]
+		setDepthWord(full, i, int32(n), depth)
+		cur[i] = m0[i] &^ full
+		rest |= cur[i]
+	}
+	spans := wk.spans[0][:0]
+	if rest != 0 {
+		spans = append(spans, span{0, int32(n - 1)})
+		open = 1
+	}
+	nextSpans, next := wk.spans[1][:0], wk.masks[1]
+	for open > 0 {
+		nextSpans = nextSpans[:0]
+		next = grow64(next, 2*open*W)[:0]
+		for k := 0; k < open; k++ {
+			sp := spans[k]
+			m := cur[k*W : (k+1)*W]
 			if sp.hi-sp.lo <= 1 {
-				setDepth(sp.mlo.andNot(sp.mhi), sp.lo+1, depth)
+				for i, v := range m {
+					setDepthWord(v, i, sp.lo+1, depth)
+				}
 				continue
 			}
 			mid := sp.lo + (sp.hi-sp.lo)/2
-			mm := probes[i].and(sp.mlo).or(sp.mhi)
-			if !sp.mlo.andNot(mm).zero() {
-				next[split] = span{sp.lo, mid, sp.mlo, mm}
-				split++
+			hm := x.holders(blocks[mid])
+			left, right := uint64(0), uint64(0)
+			base := len(next)
+			next = next[:base+2*W]
+			l, r := next[base:base+W], next[base+W:base+2*W]
+			for i, v := range m {
+				in := uint64(0)
+				if hm != nil {
+					in = v & hm[i]
+				}
+				l[i], r[i] = v&^in, in
+				left |= l[i]
+				right |= r[i]
 			}
-			if !mm.andNot(sp.mhi).zero() {
-				next[split] = span{mid, sp.hi, mm, sp.mhi}
-				split++
+			switch {
+			case left != 0 && right != 0:
+				nextSpans = append(nextSpans, span{sp.lo, mid}, span{mid, sp.hi})
+			case left != 0:
+				nextSpans = append(nextSpans, span{sp.lo, mid})
+				next = next[:base+W]
+			default:
+				nextSpans = append(nextSpans, span{mid, sp.hi})
+				copy(l, r)
+				next = next[:base+W]
 			}
 		}
-		cur, next, open = next, cur, split
+		spans, nextSpans = nextSpans, spans
+		cur, next = next, cur
+		open = len(spans)
 	}
+	wk.spans[0], wk.spans[1] = spans[:0], nextSpans[:0]
+	wk.masks[0], wk.masks[1] = cur[:0], next[:0]
 }
 
-// setDepth sets depth[s] = d for every slot s in m.
-func setDepth(m mask, d int32, depth *[MaxReplicas]int32) {
-	for w := range m {
-		for v := m[w]; v != 0; v &= v - 1 {
-			depth[w*64+bits.TrailingZeros64(v)] = d
-		}
+// setDepthWord sets depth[s] = d for every slot s of word i of a set.
+func setDepthWord(v uint64, i int, d int32, depth []int32) {
+	for ; v != 0; v &= v - 1 {
+		depth[i*64+bits.TrailingZeros64(v)] = d
 	}
 }

@@ -29,9 +29,10 @@ type Annotator interface {
 // Route allocate one. Route allocates nothing once s has room for
 // len(cands) and res is given.
 //
-// The Router's Options apply: Marginal picks a second time over overlaps
-// relative to the least warm usable replica, ContextWeight adds the
-// prompt's context to the reservation until it is released.
+// The Router's Options apply (Marginal picks a second time over overlaps
+// relative to the least warm usable replica). The reservation keeps the
+// prompt's tokens resident on the replica until it is released (the
+// decode side of load(r), Config.ContextWeight).
 func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator, res *Reservation) (Decision, *Reservation) {
 	precise := false
 	if a != nil {
@@ -59,15 +60,17 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 		d.Precise = precise
 		prefill = max(0, d.Prefill-base)
 	}
-	var resident int64
-	if rt.opt.ContextWeight > 0 {
-		resident = int64(rt.opt.ContextWeight * float64(f.PromptTokens(rt.cfg)))
-	}
+	resident := int64(f.PromptTokens(rt.cfg))
 	if res == nil {
 		res = new(Reservation)
 	}
 	rt.reserveInto(res, d.Slot, prefill, resident)
-	rt.Learn(f, d.Slot)
+	predicted := 0
+	if !precise || !cands[d.Index].Precise {
+		predicted = min(d.Overlap/rt.cfg.BlockTokens, len(f.Blocks))
+	}
+	res.age = rt.idx.learn(f.Blocks, d.Slot, predicted)
+	res.predicted, res.prompt, res.precise = int32(predicted), int32(f.PromptTokens(rt.cfg)), precise && cands[d.Index].Precise
 	if precise {
 		a.Decided(f, cands, d, s)
 	}

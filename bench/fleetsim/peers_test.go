@@ -460,12 +460,12 @@ func TestRamjetContextWeighsInFlightContext(t *testing.T) {
 	long := req(1, 5, 0, 8000)
 	rep := p.Pick(long, fl)
 	p.FirstToken(long, rep)
-	// After the prefill: one in-flight reservation (1000) plus the context
-	// weight 0.5 x 8000 stay until completion.
+	// After the prefill: one in-flight reservation (1000) and its 8000
+	// resident context tokens stay until completion.
 	inflight, pending := p.Router().Load(selection.Slot(rep))
 	resident := p.Router().Resident(selection.Slot(rep))
-	if inflight != 1 || pending != 0 || resident < 3999 || resident > 4000 {
-		t.Fatalf("load after prefill: %d in flight, %d pending, %d resident; want 1, 0 and 4000", inflight, pending, resident)
+	if inflight != 1 || pending != 0 || resident != 8000 {
+		t.Fatalf("load after prefill: %d in flight, %d pending, %d resident; want 1, 0 and 8000", inflight, pending, resident)
 	}
 	// A short cold request avoids the replica holding the long context.
 	if got := p.Pick(req(2, 6, 0, 100), fl); got == rep {

@@ -118,6 +118,9 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 			Precise: true, Label: name, rng: rng,
 		}}, nil
 	}
+	if p, ok, err := ramjetNamed(name, cfg); ok {
+		return p, err
+	}
 	return nil, fmt.Errorf("unknown policy %q (want one of %s, %s)", name, strings.Join(PolicyNames, ", "), strings.Join(Variants, ", "))
 }
 

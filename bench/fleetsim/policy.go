@@ -48,6 +48,9 @@ type Replica struct {
 	InFlight int
 	// Routed counts every request routed to it.
 	Routed int
+	// KVCapacity is the engine's KV cache capacity in tokens, as vLLM
+	// publishes it (vllm:cache_config_info num_gpu_blocks x block_size).
+	KVCapacity int
 
 	eng engineView
 	// cached mirrors the engine's prefix cache from its KV events (the

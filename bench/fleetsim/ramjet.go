@@ -2,9 +2,12 @@ package fleetsim
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -33,6 +36,8 @@ type Ramjet struct {
 
 	// pre is the precise path (ramjet-precise), nil otherwise.
 	pre *kvindex.Precise
+	// setup says which engine signals the policy uses.
+	setup RamjetSetup
 	// keys, when set, are the replica keys (UseReplicaKeys).
 	keys []string
 
@@ -46,6 +51,92 @@ func NewRamjet(cfg selection.Config) (*Ramjet, error) {
 	return newRamjet(cfg, selection.Options{}, "ramjet")
 }
 
+// RamjetSetup is how a ramjet policy is wired to the engines: the rule's
+// variant and which of the engines' signals it uses. The zero value is
+// ramjet as shipped with the module's scraper: each engine's KV capacity
+// known (SetCapacity, from vllm:cache_config_info).
+type RamjetSetup struct {
+	Options selection.Options
+	// NoCapacity leaves the engines' KV capacity unknown (no scraper, no
+	// kv_capacity setting): the index is bounded by its budget only.
+	NoCapacity bool
+	// NoObserve does not feed the engines' cached-token counts back
+	// (Router.Observe).
+	NoObserve bool
+}
+
+// ramjetVariants are the ramjet variants NewPolicy knows beside the
+// ones it names, in table order.
+var ramjetVariants = map[string]RamjetSetup{
+	"ramjet-nocap":       {NoCapacity: true},
+	"ramjet-noobserve":   {NoObserve: true},
+	"ramjet-nocap-noobs": {NoCapacity: true, NoObserve: true},
+}
+
+var ramjetVariantNames = []string{"ramjet-nocap", "ramjet-noobserve", "ramjet-nocap-noobs"}
+
+func init() { Variants = append(Variants, ramjetVariantNames...) }
+
+// ramjetNamed returns the ramjet variant name names: one of
+// ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
+// context_weight, rc request_cost, cap affinity_cap, alpha, eps
+// tie_epsilon; flags nocap, noobs, marginal, firsttie). ok is false when
+// name is neither. Keys are separated by "+" (-policy splits on commas).
+func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
+	if setup, found := ramjetVariants[name]; found {
+		p, err := NewRamjetVariant(cfg, setup, name)
+		return p, true, err
+	}
+	spec, found := strings.CutPrefix(name, "ramjet@")
+	if !found {
+		return nil, false, nil
+	}
+	var setup RamjetSetup
+	for _, kv := range strings.Split(spec, "+") {
+		k, v, hasV := strings.Cut(kv, "=")
+		var x float64
+		if hasV {
+			if x, err = strconv.ParseFloat(v, 64); err != nil {
+				return nil, true, fmt.Errorf("policy %s: %s: %w", name, k, err)
+			}
+		}
+		switch k {
+		case "cw":
+			cfg.ContextWeight = x
+		case "rc":
+			cfg.RequestCost, cfg.Explicit = int(x), cfg.Explicit|selection.KnobRequestCost
+		case "cap":
+			cfg.AffinityCap = int(x)
+		case "alpha":
+			cfg.Alpha, cfg.Explicit = x, cfg.Explicit|selection.KnobAlpha
+		case "eps":
+			cfg.TieEpsilon, cfg.Explicit = x, cfg.Explicit|selection.KnobTieEpsilon
+		case "nocap":
+			setup.NoCapacity = true
+		case "noobs":
+			setup.NoObserve = true
+		case "marginal":
+			setup.Options.Marginal = true
+		case "firsttie":
+			setup.Options.FirstBlockTie = true
+		default:
+			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
+		}
+	}
+	p, err = NewRamjetVariant(cfg, setup, name)
+	return p, true, err
+}
+
+// NewRamjetVariant returns the ramjet policy labelled label wired as setup.
+func NewRamjetVariant(cfg selection.Config, setup RamjetSetup, label string) (*Ramjet, error) {
+	p, err := newRamjet(cfg, setup.Options, label)
+	if err != nil {
+		return nil, err
+	}
+	p.setup = setup
+	return p, nil
+}
+
 func newRamjet(cfg selection.Config, opt selection.Options, label string) (*Ramjet, error) {
 	rt, err := selection.NewRouter(cfg)
 	if err != nil {
@@ -53,6 +144,7 @@ func newRamjet(cfg selection.Config, opt selection.Options, label string) (*Ramj
 	}
 	return &Ramjet{
 		rt:      rt.WithOptions(opt),
+		setup:   RamjetSetup{Options: opt},
 		f:       rt.Extractor().NewFeatures(),
 		s:       selection.NewScratch(0),
 		res:     make(map[int]*selection.Reservation),
@@ -81,7 +173,8 @@ func NewRamjetMarginal(cfg selection.Config) (*Ramjet, error) {
 //
 //	load(r) = sum over in-flight (RequestCost + weight x context) + pending prefill
 func NewRamjetContext(cfg selection.Config, weight float64) (*Ramjet, error) {
-	return newRamjet(cfg, selection.Options{ContextWeight: weight}, "ramjet-context")
+	cfg.ContextWeight = weight
+	return newRamjet(cfg, selection.Options{}, "ramjet-context")
 }
 
 func (p *Ramjet) Name() string { return p.label }
@@ -125,6 +218,9 @@ func (p *Ramjet) ensure(fleet []*Replica) error {
 		}
 		if p.pre != nil {
 			p.pre.Bind(s, key)
+		}
+		if !p.setup.NoCapacity {
+			p.rt.SetCapacity(s, int64(fleet[i].KVCapacity))
 		}
 		prof := selection.ProfileStandard
 		if fleet[i].Speculative {
@@ -200,6 +296,17 @@ func (*Ramjet) Routed(*Request, int) {}
 func (p *Ramjet) FirstToken(r *Request, _ int) {
 	if res, ok := p.res[r.Row.ID]; ok {
 		res.PrefillDone()
+	}
+}
+
+// Observe feeds the engine's cached-token count of r's answer back
+// through Router.Observe, as the module does with each response's usage.
+func (p *Ramjet) Observe(r *Request, _ int, u engine.Usage) {
+	if p.setup.NoObserve {
+		return
+	}
+	if res, ok := p.res[r.Row.ID]; ok {
+		p.rt.Observe(res, u.PromptTokens, u.CachedTokens)
 	}
 }
 

@@ -138,6 +138,7 @@ func Run(cfg Config) (*Result, error) {
 		if err := ec.Validate(); err != nil {
 			return nil, fmt.Errorf("fleetsim: engine config: %w", err)
 		}
+		rep.KVCapacity = ec.TotalBlocks() * ec.BlockSize
 		e := engine.New(ec)
 		rep.eng = e
 		if wantHashes {
@@ -211,6 +212,9 @@ func Run(cfg Config) (*Result, error) {
 				case engine.EventFirstToken:
 					rec.First = ev.At.Seconds()
 					rec.Cached = ev.Usage.CachedTokens
+					if o, ok := cfg.Policy.(usageObserver); ok {
+						o.Observe(rq, which, ev.Usage)
+					}
 					cfg.Policy.FirstToken(rq, which)
 				case engine.EventFinished:
 					rec.Done = ev.At.Seconds()
@@ -265,6 +269,13 @@ func Run(cfg Config) (*Result, error) {
 	}
 	res.Wall = time.Since(start)
 	return res, nil
+}
+
+// usageObserver is a Policy that learns from the usage each answer
+// reports (usage.prompt_tokens and prompt_tokens_details.cached_tokens of
+// the first chunk), as the module reads them from responses.
+type usageObserver interface {
+	Observe(r *Request, rep int, u engine.Usage)
 }
 
 // engineHashes is the engine's chain of block hashes over the prompt, as

@@ -303,3 +303,19 @@ func TestSweepPicksAndRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Fleets past the old 128-replica limit run through the shipped Route
+// call: every request completes and a burst uses the whole fleet.
+func TestThousandReplicas(t *testing.T) {
+	for _, n := range []int{256, 1024} {
+		w := generate(t, "burst", workload.Options{Seed: 1, Scale: 0.1, Replicas: n})
+		res := runOne(t, w, "ramjet", n, 1)
+		s := Summarize(res)
+		if s.Failed > 0 || s.Requests != len(w.Trace) {
+			t.Fatalf("%d replicas: %d of %d requests, %d failed", n, s.Requests, len(w.Trace), s.Failed)
+		}
+		if used := s.ReplicasUsed; used < n*9/10 {
+			t.Fatalf("%d replicas: burst used %d", n, used)
+		}
+	}
+}

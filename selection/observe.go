@@ -1,0 +1,63 @@
+package selection
+
+// Observe feeds the engine's answer back into the approximate index: the
+// engine's own count of the request's prompt tokens (promptTokens, 0 when
+// unknown) and of those it served from its prefix cache (cachedTokens,
+// usage.prompt_tokens_details.cached_tokens of an OpenAI-compatible
+// response, or the first chunk's). res is the request's reservation from
+// Route, before or after its Release; each reservation is observed once.
+// It reports whether the answer changed what the index believes.
+//
+// Route recorded what the index predicted the replica held of the prompt
+// and how long ago (in blocks sent to the replica since) the deepest of
+// it was sent. The engine's count corrects the index where nothing else
+// tells ramjet about evictions (no KV events, no engine integration):
+//
+//   - Fewer cached tokens than predicted: the engine had evicted the
+//     prompt from the first uncached block on, although ramjet had sent it
+//     only that many blocks ago. That age is an upper bound on how long the
+//     replica keeps what ramjet sends it (its KV cache is shared with the
+//     running requests' context, with outputs, with other routers'
+//     traffic), so it becomes the replica's horizon: beliefs older than
+//     that are dropped, now and from then on (Index.SetHorizon). The
+//     prompt itself stays believed: the engine has just computed and cached
+//     it again.
+//   - More cached tokens than predicted: the engine kept what the index
+//     had dropped, so the index trusts it. The prompt is already believed
+//     (Route learned it); the replica's horizon, if any, is doubled so that
+//     it drops less from then on.
+//
+// Counts within one block of the prediction confirm it. promptTokens
+// scales cachedTokens to the index's estimated tokens (the index counts
+// tokens estimated from bytes, the engine real ones).
+func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens int) bool {
+	if res == nil || res.rt == nil || res.precise || cachedTokens < 0 || !res.observed.CompareAndSwap(false, true) {
+		return false
+	}
+	s := res.slot
+	if c := &rt.loads[s]; c.gen.Load() != res.gen {
+		return false // the replica left since
+	}
+	cached := int64(cachedTokens)
+	if promptTokens > 0 && res.prompt > 0 {
+		cached = cached * int64(res.prompt) / int64(promptTokens)
+	}
+	got := cached / int64(rt.cfg.BlockTokens)
+	want := int64(res.predicted)
+	switch {
+	case got+1 < want && res.age >= 0:
+		// The deepest predicted block was res.age blocks old; block got,
+		// the first one evicted, was sent want-1-got blocks after it.
+		age := max(1, res.age-(want-1-got))
+		if h := rt.idx.Horizon(s); h == 0 || age < h {
+			rt.idx.SetHorizon(s, age)
+			return true
+		}
+	case got > want+1:
+		if h := rt.idx.Horizon(s); h > 0 {
+			rt.idx.SetHorizon(s, 2*h)
+			return true
+		}
+	}
+	return false
+}
