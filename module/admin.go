@@ -69,6 +69,9 @@ type FleetState struct {
 	Config   selection.Config  `json:"config"`
 	Index    IndexState        `json:"index"`
 	Replicas []replicaSnapshot `json:"replicas"`
+	// Engines are the replicas' engine-reported states when the policy's
+	// engine_metrics is on (engines.go).
+	Engines []EngineState `json:"engines,omitempty"`
 }
 
 // IndexState is the approximate index's size against its budget.
@@ -91,7 +94,7 @@ func fleetState(s fleetSnapshot) FleetState {
 	}
 	return FleetState{Fleet: s.Key, Config: s.Config, Replicas: reps, Index: IndexState{
 		Entries: s.IndexEntries, Bytes: s.IndexBytes, BudgetBytes: s.IndexBudget,
-		Evictions: s.IndexEvictions, Used: used}}
+		Evictions: s.IndexEvictions, Used: used}, Engines: engineStatesOf(s.Key)}
 }
 
 func (a *AdminAPI) handleFleet(w http.ResponseWriter, r *http.Request) error {

@@ -2,6 +2,7 @@ package module
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -94,16 +95,22 @@ type RamjetSelection struct {
 	// default.
 	Outlier *OutlierSettings `json:"outlier,omitempty"`
 
-	fallback reverseproxy.Selector
-	fleet    *fleet
-	rt       *selection.Router // the fleet's state with this policy's knobs
-	poolKey  string
-	x        selection.Extractor
-	profiles map[string]selection.Profile
-	view     *atomic.Pointer[poolView] // set in Provision
-	logger   *zap.Logger
-	kv       *kvState // precise index, when KV is set
-	kvKey    string
+	// EngineMetrics turns on scraping of the engines' own metrics (see
+	// EngineMetricsConfig, engines.go); off by default.
+	EngineMetrics *EngineMetricsConfig `json:"engine_metrics,omitempty"`
+
+	fallback   reverseproxy.Selector
+	fleet      *fleet
+	rt         *selection.Router // the fleet's state with this policy's knobs
+	poolKey    string
+	x          selection.Extractor
+	profiles   map[string]selection.Profile
+	view       *atomic.Pointer[poolView] // set in Provision
+	logger     *zap.Logger
+	kv         *kvState // precise index, when KV is set
+	kvKey      string
+	engines    *engineState // engine metrics scraper, when EngineMetrics is set
+	enginesKey string
 }
 
 // routeState is the part of a request's state that routing owns.
@@ -142,6 +149,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		fallback           <policy> [{ <policy options> }]
 //		state_key          <name>
 //		route_id_secret    <secret>
+//		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency }]
 //		outlier {
 //			consecutive_failures <n>|off
 //			base_ejection        <duration>
@@ -216,6 +224,9 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "outlier":
 			s.Outlier = new(OutlierSettings)
 			err = s.Outlier.unmarshalCaddyfile(d)
+		case "engine_metrics":
+			s.EngineMetrics = new(EngineMetricsConfig)
+			err = s.EngineMetrics.unmarshalEngineMetrics(d)
 		default:
 			var ok bool
 			if ok, err = s.unmarshalKVOption(d, opt); !ok {
@@ -342,6 +353,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		releaseFleet(key)
 		return err
 	}
+	if err := s.provisionEngines(ctx); err != nil { // engines.go
+		_ = s.cleanupKV()
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -374,7 +391,7 @@ func (s *RamjetSelection) Cleanup() error {
 	if s.fleet == nil {
 		return nil
 	}
-	kerr := s.cleanupKV()
+	kerr := errors.Join(s.cleanupKV(), s.cleanupEngines())
 	s.fleet.dropView(s)
 	s.fleet = nil
 	if err := releaseFleet(s.poolKey); err != nil {
@@ -648,6 +665,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 	s.bindKV(v)
 	s.view.Store(v)
 	s.fleet.setView(s, v)
+	s.bindEngines() // engines.go: scrape the new pool's engines
 	return v
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -110,6 +111,11 @@ type Stats struct {
 	// Speculative decoding: drafts (one per sequence per step), draft
 	// tokens proposed and accepted.
 	SpecDrafts, SpecDraftTokens, SpecAcceptedTokens uint64
+	// SpecAcceptedPerPos[p] counts the drafts whose token at position p
+	// (0-based) was accepted, as vLLM's
+	// spec_decode_num_accepted_tokens_per_pos; nil without speculative
+	// decoding.
+	SpecAcceptedPerPos []uint64
 }
 
 type seq struct {
@@ -201,6 +207,7 @@ func (e *Engine) KVUsage() float64 {
 // Stats returns a snapshot of state and counters.
 func (e *Engine) Stats() Stats {
 	s := e.stats
+	s.SpecAcceptedPerPos = slices.Clone(e.stats.SpecAcceptedPerPos)
 	s.Now = e.clock
 	s.Running, s.Waiting = len(e.running), len(e.waiting)
 	s.UsedBlocks, s.CachedBlocks, s.TotalBlocks = e.cache.used, len(e.cache.cached), e.cache.total
@@ -593,6 +600,12 @@ func (e *Engine) apply(dst []Event) []Event {
 				e.stats.SpecDrafts++
 				e.stats.SpecDraftTokens += uint64(it.spec)
 				e.stats.SpecAcceptedTokens += uint64(acc)
+				for len(e.stats.SpecAcceptedPerPos) < it.spec {
+					e.stats.SpecAcceptedPerPos = append(e.stats.SpecAcceptedPerPos, 0)
+				}
+				for p := range acc {
+					e.stats.SpecAcceptedPerPos[p]++
+				}
 			}
 			newTok = 1 + acc
 			s.computed += acc

@@ -3,7 +3,8 @@
 // drives one bench/engine model in scaled real time (or instantly), and the
 // server exposes vLLM's HTTP surface (chat and completions with streaming,
 // tool calls, reasoning content and cached-token usage; /v1/models,
-// /health, /tokenize, /metrics with vllm:* series), KV cache events on
+// /health, /tokenize, /metrics with vllm:* series, or SGLang's sglang:*
+// series with Options.Metrics = MetricsSGLang), KV cache events on
 // ZMQ PUB sockets in vLLM's wire format, request recording for proxy tests
 // and fault injection.
 //

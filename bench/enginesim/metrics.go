@@ -39,22 +39,30 @@ var (
 		"Number of draft tokens.", labels, nil)
 	descAccepted = prometheus.NewDesc("vllm:spec_decode_num_accepted_tokens_total",
 		"Number of accepted tokens.", labels, nil)
+	descPerPos = prometheus.NewDesc("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+		"Accepted tokens per draft position.", append(append([]string(nil), labels...), "position"), nil)
 	descCacheCfg = prometheus.NewDesc("vllm:cache_config_info",
-		"Information of the LLMEngine CacheConfig.", []string{"block_size", "num_gpu_blocks", "enable_prefix_caching"}, nil)
+		"Information of the LLMEngine CacheConfig.", []string{"block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"}, nil)
 )
 
 func (s *Server) initMetrics() {
+	prefix, hl := "vllm:", labels
+	var c prometheus.Collector = rankCollector{s}
+	if s.opts.Metrics == MetricsSGLang {
+		prefix, hl = "sglang:", []string{"model_name", "dp_rank"}
+		c = newSGLangCollector(s)
+	}
 	s.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "vllm:time_to_first_token_seconds",
+		Name:    prefix + "time_to_first_token_seconds",
 		Help:    "Histogram of time to first token in seconds (simulated engine time).",
 		Buckets: ttftBuckets,
-	}, labels)
+	}, hl)
 	s.e2e = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "vllm:e2e_request_latency_seconds",
+		Name:    prefix + "e2e_request_latency_seconds",
 		Help:    "Histogram of e2e request latency in seconds (simulated engine time).",
 		Buckets: latencyBuckets,
-	}, labels)
-	s.reg.MustRegister(s.ttft, s.e2e, rankCollector{s})
+	}, hl)
+	s.reg.MustRegister(s.ttft, s.e2e, c)
 }
 
 var _ prometheus.Collector = rankCollector{}
@@ -64,7 +72,7 @@ type rankCollector struct{ s *Server }
 
 func (c rankCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descQueries, descHits,
-		descPrompt, descGen, descSuccess, descPreempt, descDrafts, descDraftTok, descAccepted, descCacheCfg} {
+		descPrompt, descGen, descSuccess, descPreempt, descDrafts, descDraftTok, descAccepted, descPerPos, descCacheCfg} {
 		ch <- d
 	}
 }
@@ -72,10 +80,11 @@ func (c rankCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c rankCollector) Collect(ch chan<- prometheus.Metric) {
 	model := c.s.opts.Model
 	cfg := c.s.opts.Engine
-	ch <- prometheus.MustNewConstMetric(descCacheCfg, prometheus.GaugeValue, 1,
-		itoa(cfg.BlockSize), itoa(cfg.TotalBlocks()), "True")
 	for _, st := range c.s.Stats() {
 		e, lv := st.Engine, []string{model, itoa(st.Rank)}
+		// As vLLM v1: one info series per engine (data-parallel rank).
+		ch <- prometheus.MustNewConstMetric(descCacheCfg, prometheus.GaugeValue, 1,
+			itoa(cfg.BlockSize), itoa(cfg.TotalBlocks()), "True", itoa(st.Rank))
 		g := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
 		}
@@ -94,5 +103,95 @@ func (c rankCollector) Collect(ch chan<- prometheus.Metric) {
 		cnt(descDrafts, e.SpecDrafts)
 		cnt(descDraftTok, e.SpecDraftTokens)
 		cnt(descAccepted, e.SpecAcceptedTokens)
+		if cfg.SpecTokens > 0 {
+			for p := range cfg.SpecTokens {
+				var v uint64
+				if p < len(e.SpecAcceptedPerPos) {
+					v = e.SpecAcceptedPerPos[p]
+				}
+				ch <- prometheus.MustNewConstMetric(descPerPos, prometheus.CounterValue, float64(v), model, itoa(st.Rank), itoa(p))
+			}
+		}
+	}
+}
+
+// sglangCollector exposes the simulated engines under SGLang's names
+// (python/sglang/srt/metrics/collector.py) and labels: model_name,
+// engine_type, tp_rank, pp_rank, moe_ep_rank, plus dp_rank with several
+// ranks. Speculative decoding is reported as SGLang does, by gauges: the
+// acceptance rate (accepted / draft tokens) and length (tokens per verify
+// step, the bonus token included), here over the engine's whole run.
+type sglangCollector struct {
+	s                                                       *Server
+	running, queue, usage, used, capacity, hitRate          *prometheus.Desc
+	acceptRate, acceptLen, promptTok, genTok, requestsTotal *prometheus.Desc
+}
+
+func newSGLangCollector(s *Server) sglangCollector {
+	l := []string{"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"}
+	if s.opts.DP > 1 {
+		l = append(l, "dp_rank")
+	}
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc("sglang:"+name, help, l, nil) }
+	return sglangCollector{s: s,
+		running:       d("num_running_reqs", "The number of running requests."),
+		queue:         d("num_queue_reqs", "The number of requests in the waiting queue."),
+		usage:         d("token_usage", "The token usage."),
+		used:          d("num_used_tokens", "The number of used tokens."),
+		capacity:      d("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."),
+		hitRate:       d("cache_hit_rate", "The prefix cache hit rate."),
+		acceptRate:    d("spec_accept_rate", "The average acceptance rate of speculative decoding."),
+		acceptLen:     d("spec_accept_length", "The average acceptance length of speculative decoding."),
+		promptTok:     d("prompt_tokens_total", "Number of prefill tokens processed."),
+		genTok:        d("generation_tokens_total", "Number of generation tokens processed."),
+		requestsTotal: d("num_requests_total", "Number of requests processed."),
+	}
+}
+
+func (c sglangCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.running, c.queue, c.usage, c.used, c.capacity, c.hitRate,
+		c.acceptRate, c.acceptLen, c.promptTok, c.genTok, c.requestsTotal} {
+		ch <- d
+	}
+}
+
+func (c sglangCollector) Collect(ch chan<- prometheus.Metric) {
+	cfg := c.s.opts.Engine
+	for _, st := range c.s.Stats() {
+		e := st.Engine
+		lv := []string{c.s.opts.Model, "unified", "0", "0", "0"}
+		if c.s.opts.DP > 1 {
+			lv = append(lv, itoa(st.Rank))
+		}
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
+		}
+		cnt := func(d *prometheus.Desc, v uint64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), lv...)
+		}
+		g(c.running, float64(e.Running))
+		g(c.queue, float64(e.Waiting))
+		g(c.usage, e.KVUsage)
+		g(c.used, float64(e.UsedBlocks*cfg.BlockSize))
+		g(c.capacity, float64(e.TotalBlocks*cfg.BlockSize))
+		hit := 0.0
+		if e.PrefixQueries > 0 {
+			hit = float64(e.PrefixHits) / float64(e.PrefixQueries)
+		}
+		g(c.hitRate, hit)
+		if cfg.SpecTokens > 0 {
+			rate, length := 0.0, 0.0
+			if e.SpecDraftTokens > 0 {
+				rate = float64(e.SpecAcceptedTokens) / float64(e.SpecDraftTokens)
+			}
+			if e.SpecDrafts > 0 {
+				length = 1 + float64(e.SpecAcceptedTokens)/float64(e.SpecDrafts)
+			}
+			g(c.acceptRate, rate)
+			g(c.acceptLen, length)
+		}
+		cnt(c.promptTok, e.PromptTokens)
+		cnt(c.genTok, e.GenerationTokens)
+		cnt(c.requestsTotal, e.Finished)
 	}
 }

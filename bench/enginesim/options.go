@@ -45,6 +45,10 @@ type Options struct {
 	// KVEvents configures the KV cache event publisher; off unless
 	// KVEvents.Endpoint is set.
 	KVEvents KVEventsOptions
+	// Metrics is the /metrics dialect: MetricsVLLM (default, vllm:*
+	// series) or MetricsSGLang (sglang:* series, SGLang's names and
+	// labels). The OpenAI surface is the same either way.
+	Metrics MetricsFlavor
 	// Faults are the initial faults (see SetFaults).
 	Faults Faults
 	// Seed seeds the fault draws (error rate). Default 1.
@@ -54,6 +58,16 @@ type Options struct {
 	// faults), so proxy tests can assert exactly what arrived.
 	OnRequest func(Recorded)
 }
+
+// MetricsFlavor names the engine whose /metrics series the simulator
+// exposes.
+type MetricsFlavor string
+
+// The /metrics dialects.
+const (
+	MetricsVLLM   MetricsFlavor = "vllm"
+	MetricsSGLang MetricsFlavor = "sglang"
+)
 
 // KVEventsOptions configures the ZMQ publisher of KV cache events.
 type KVEventsOptions struct {
@@ -135,6 +149,9 @@ func (o *Options) setDefaults() {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
 	}
+	if o.Metrics == "" {
+		o.Metrics = MetricsVLLM
+	}
 	if o.QueueFullStatus == 0 {
 		o.QueueFullStatus = 429
 	}
@@ -165,6 +182,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("TimeScale must be in (0,10000]; use Instant for more")
 	case o.DefaultMaxTokens < 1:
 		return fmt.Errorf("DefaultMaxTokens must be positive")
+	case o.Metrics != MetricsVLLM && o.Metrics != MetricsSGLang:
+		return fmt.Errorf("metrics dialect must be %q or %q", MetricsVLLM, MetricsSGLang)
 	case o.QueueFullStatus != 429 && o.QueueFullStatus != 503:
 		return fmt.Errorf("QueueFullStatus must be 429 or 503")
 	case o.KVEvents.Encoding != KVEncodingArray && o.KVEvents.Encoding != KVEncodingMap:

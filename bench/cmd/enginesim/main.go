@@ -56,6 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body (413 past it)")
 	fs.IntVar(&o.QueueFullStatus, "queue-full-status", 429, "status when the waiting queue is full: 429 or 503")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of fault draws")
+	metricsFlavor := fs.String("metrics", "vllm", "/metrics dialect: vllm (vllm:* series) or sglang (sglang:* series)")
 
 	fs.IntVar(&e.BlockSize, "block-size", e.BlockSize, "tokens per KV block")
 	fs.IntVar(&e.CapacityTokens, "capacity-tokens", e.CapacityTokens, "KV cache capacity in tokens")
@@ -101,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if *specFault >= 0 {
 		f.SpecAcceptance = specFault
 	}
+	o.Metrics = enginesim.MetricsFlavor(*metricsFlavor)
 	o.Engine = e
 	return c, nil
 }
