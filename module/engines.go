@@ -22,9 +22,12 @@ import (
 // Prometheus metrics (vLLM's vllm:* or SGLang's sglang:* series, package
 // enginemetrics): running and waiting requests, KV-cache usage and
 // capacity, speculative-decoding counters. Each replica's snapshot, fused
-// with this instance's own reservations, is shown in the admin API's
-// /ramjet/fleet; the scrapes are counted in ramjet_engine_* metrics. Off
-// by default; with it off nothing is scraped.
+// with this instance's own reservations, is added to the routing load
+// (the requests others sent it count as this instance's own do; a stale
+// replica counts local reservations only), sets the index's KV capacity
+// of the replica, and is shown in the admin API's /ramjet/fleet; the
+// scrapes are counted in ramjet_engine_* metrics. Off by default; with
+// it off nothing is scraped.
 type EngineMetricsConfig struct {
 	// Interval is the time between two scrapes of each engine.
 	// Default: 1s.
@@ -180,7 +183,31 @@ func (e *engineState) local(key string) enginemetrics.Local {
 		return enginemetrics.Local{}
 	}
 	in, pend := f.rt.Load(s)
-	return enginemetrics.Local{Inflight: in, PendingPrefill: pend}
+	return enginemetrics.Local{Inflight: in, PendingPrefill: pend, ResidentTokens: f.rt.Resident(s)}
+}
+
+// push hands a replica's new snapshot to the fleet's router: the load
+// that this instance did not reserve (enginemetrics.Fuse; zeros when
+// stale, so that routing falls back to local reservations) and the
+// engine's KV capacity, when it reports one.
+func (e *engineState) push(sn enginemetrics.Snapshot) {
+	f := e.fleet.Load()
+	if f == nil {
+		return
+	}
+	s, ok := f.rt.Lookup(sn.Key)
+	if !ok {
+		return
+	}
+	ext := enginemetrics.Fuse(sn, time.Now())
+	f.rt.SetExternalLoad(s, ext.Running, ext.Waiting, ext.KVUsedTokens)
+	if c := ext.KVCapacityTokens; c > 0 {
+		// The index applies whole blocks; set it only when it changed.
+		bt := int64(f.rt.Config().BlockTokens)
+		if max(1, c/bt)*bt != f.rt.Capacity(s) {
+			f.rt.SetCapacity(s, c)
+		}
+	}
 }
 
 func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
@@ -203,7 +230,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	v, _, err := engineStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		e := &engineState{stateKey: s.StateKey, cfg: *c}
 		sc := c.scraperConfig()
-		sc.Local = e.local
+		sc.Local, sc.OnSnapshot = e.local, e.push
 		var err error
 		if e.sc, err = enginemetrics.New(sc); err != nil {
 			return nil, err
