@@ -57,6 +57,7 @@ func run(args []string, stdout io.Writer) error {
 		budget = fs.Int64("index-budget", 0, "ramjet index_budget in bytes (0: default)")
 		outW   = fs.Float64("output-weight", 0, "ramjet output_weight: score per requested output token on a replica whose engine profile fits (0: default)")
 		ctxW   = fs.Float64("context-weight", fleetsim.RamjetContextWeight, "the ramjet-context variant's weight per prompt token of an in-flight request")
+		engLd  = fs.Duration("engine-load", 0, "ramjet policies scrape each simulated engine's running/waiting/KV at this interval and add the load they did not reserve (the module's engine_metrics; 0: off)")
 	)
 	var mo workload.MooncakeOptions
 	mo.RegisterFlags(fs)
@@ -69,6 +70,7 @@ func run(args []string, stdout io.Writer) error {
 		*scale = 0.1
 	}
 	fleetsim.RamjetContextWeight = *ctxW
+	fleetsim.RamjetEngineLoad = *engLd
 	names := workload.Names
 	switch {
 	case *traceF != "" && !set["workload"]:
