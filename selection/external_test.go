@@ -119,3 +119,27 @@ func TestSetExternalLoadAllocs(t *testing.T) {
 		t.Fatalf("SetExternalLoad + Pick: %v allocs, want 0", n)
 	}
 }
+
+// SetExternalLoad from a scraper goroutine while Pick and Route run: run
+// under -race.
+func TestSetExternalLoadConcurrent(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 8)
+	f := features(rt.Config(), blocksOf(1, 32), 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range int64(2000) {
+			rt.SetExternalLoad(cands[i%8].Slot, i%7, i%3, i)
+		}
+	}()
+	s := NewScratch(len(cands))
+	var res Reservation
+	for range 2000 {
+		d, r := rt.Route(f, cands, s, nil, &res)
+		if d.Index < 0 || d.Index >= len(cands) {
+			t.Fatalf("picked index %d", d.Index)
+		}
+		r.Release()
+	}
+	<-done
+}

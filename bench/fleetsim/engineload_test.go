@@ -98,3 +98,96 @@ func TestEngineLoadScrapesOthersRequests(t *testing.T) {
 		t.Fatalf("scrapes %d, external seen %d; want 2, 3", p.Scrapes(), p.ExternalSeen())
 	}
 }
+
+// dealtRamjets is two ramjet instances in front of one fleet, requests
+// dealt in turn, each with its own view of the in-flight counts: the
+// shape of issue 13's multi-router run, enough to check what each
+// instance's scrapes find.
+type dealtRamjets struct {
+	t     *testing.T
+	inst  [2]*Ramjet
+	views [2][]*Replica
+	owner map[int]int
+	next  int
+	// checked counts scrapes where an instance's external load was
+	// compared with the other's reservations.
+	checked int
+}
+
+func (d *dealtRamjets) Name() string { return "ramjet x2" }
+
+func (d *dealtRamjets) view(k int, fleet []*Replica) []*Replica {
+	for len(d.views[k]) < len(fleet) {
+		f := fleet[len(d.views[k])]
+		d.views[k] = append(d.views[k], &Replica{ID: f.ID, Speculative: f.Speculative, KVCapacity: f.KVCapacity, eng: f.eng})
+	}
+	return d.views[k]
+}
+
+func (d *dealtRamjets) Pick(r *Request, fleet []*Replica) int {
+	k := d.next % 2
+	d.next++
+	d.owner[r.Row.ID] = k
+	return d.inst[k].Pick(r, d.view(k, fleet))
+}
+
+func (d *dealtRamjets) Routed(r *Request, rep int) {
+	d.views[d.owner[r.Row.ID]][rep].InFlight++
+	d.inst[d.owner[r.Row.ID]].Routed(r, rep)
+}
+
+func (d *dealtRamjets) FirstToken(r *Request, rep int) { d.inst[d.owner[r.Row.ID]].FirstToken(r, rep) }
+
+func (d *dealtRamjets) Done(r *Request, rep int) {
+	k := d.owner[r.Row.ID]
+	delete(d.owner, r.Row.ID)
+	d.inst[k].Done(r, rep)
+}
+
+// ScrapeEngines scrapes for both instances. Every request an engine holds
+// was reserved by one of them, so each instance's external requests on a
+// replica are exactly the other's reservations there.
+func (d *dealtRamjets) ScrapeEngines(now time.Duration, fleet []*Replica) {
+	for k, p := range d.inst {
+		before := p.Scrapes()
+		p.ScrapeEngines(now, d.view(k, fleet))
+		if p.Scrapes() == before {
+			continue
+		}
+		o := d.inst[1-k]
+		for i := range fleet {
+			if i >= len(o.cands) {
+				continue
+			}
+			r, w, _ := p.Router().ExternalLoad(p.cands[i].Slot)
+			theirs, _ := o.Router().Load(o.cands[i].Slot)
+			if r+w != theirs {
+				d.t.Fatalf("at %v instance %d sees %d external requests on replica %d, the other holds %d", now, k, r+w, i, theirs)
+			}
+			d.checked++
+		}
+	}
+}
+
+func TestEngineLoadTwoInstancesSeeEachOther(t *testing.T) {
+	w := generate(t, "agent-fleet", workload.Options{Seed: 1, Scale: 0.1})
+	d := &dealtRamjets{t: t, owner: map[int]int{}}
+	for k := range d.inst {
+		p, err := NewRamjetVariant(selection.Config{}, RamjetSetup{EngineLoad: 250 * time.Millisecond}, "ramjet-el")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.inst[k] = p
+	}
+	if _, err := Run(Config{Workload: w, Replicas: 8, Policy: d, Salt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if d.checked < 100 {
+		t.Fatalf("%d replica scrapes compared", d.checked)
+	}
+	for k, p := range d.inst {
+		if p.ExternalSeen() == 0 {
+			t.Fatalf("instance %d never saw the other's requests", k)
+		}
+	}
+}
