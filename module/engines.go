@@ -23,9 +23,12 @@ import (
 // Prometheus metrics (vLLM's vllm:* or SGLang's sglang:* series, package
 // enginemetrics): running and waiting requests, KV-cache usage and
 // capacity, speculative-decoding counters. Each replica's snapshot, fused
-// with this instance's own reservations, is shown in the admin API's
-// /ramjet/fleet; the scrapes are counted in ramjet_engine_* metrics. Off
-// by default; with it off nothing is scraped.
+// with this instance's own reservations, is added to the routing load
+// (the requests others sent it count as this instance's own do; a stale
+// replica counts local reservations only), sets the index's KV capacity
+// of the replica, and is shown in the admin API's /ramjet/fleet; the
+// scrapes are counted in ramjet_engine_* metrics. Off by default; with
+// it off nothing is scraped.
 type EngineMetricsConfig struct {
 	// Interval is the time between two scrapes of each engine.
 	// Default: 1s.
@@ -165,7 +168,31 @@ func (e *engineState) local(key string) enginemetrics.Local {
 		return enginemetrics.Local{}
 	}
 	in, pend := f.Base().Load(s)
-	return enginemetrics.Local{Inflight: in, PendingPrefill: pend}
+	return enginemetrics.Local{Inflight: in, PendingPrefill: pend, ResidentTokens: f.Base().Resident(s)}
+}
+
+// push hands a replica's new snapshot to the fleet's router: the load
+// that this instance did not reserve (enginemetrics.Fuse; zeros when
+// stale, so that routing falls back to local reservations) and the
+// engine's KV capacity, when it reports one.
+func (e *engineState) push(sn enginemetrics.Snapshot) {
+	f := e.fleet.Load()
+	if f == nil {
+		return
+	}
+	s, ok := f.Base().Lookup(sn.Key)
+	if !ok {
+		return
+	}
+	ext := enginemetrics.Fuse(sn, time.Now())
+	f.Base().SetExternalLoad(s, ext.Running, ext.Waiting, ext.KVUsedTokens)
+	if c := ext.KVCapacityTokens; c > 0 {
+		// The index applies whole blocks; set it only when it changed.
+		bt := int64(f.Base().Config().BlockTokens)
+		if max(1, c/bt)*bt != f.Base().Capacity(s) {
+			f.Base().SetCapacity(s, c)
+		}
+	}
 }
 
 func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
@@ -188,7 +215,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	v, _, err := engineStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		e := &engineState{stateKey: s.StateKey, cfg: *c}
 		sc := c.scraperConfig()
-		sc.Local = e.local
+		sc.Local, sc.OnSnapshot = e.local, e.push
 		var err error
 		if e.sc, err = enginemetrics.New(sc); err != nil {
 			return nil, err

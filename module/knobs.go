@@ -26,6 +26,12 @@ var routingKnobs = map[string]func(c *selection.Config, v string) error{
 	"long_output_tokens": func(c *selection.Config, v string) (err error) { c.LongOutputTokens, err = parseInt(v); return },
 	"tie_epsilon":        func(c *selection.Config, v string) (err error) { c.TieEpsilon, err = parseFloat(v); return },
 	"output_weight":      func(c *selection.Config, v string) (err error) { c.OutputWeight, err = parseFloat(v); return },
+	"context_weight":     func(c *selection.Config, v string) (err error) { c.ContextWeight, err = parseFloat(v); return },
+	"kv_capacity": func(c *selection.Config, v string) (err error) {
+		n, err := parseInt(v)
+		c.KVCapacity = int64(n)
+		return err
+	},
 }
 
 // setKnob parses v into knob name of c. A knob given is explicit: its

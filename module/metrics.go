@@ -90,6 +90,11 @@ func (o *metricsObserver) End(status int, err error) {
 	}
 	x.NoReplica = o.selected && !st.fallback && st.decision.Index < 0
 	o.Fill(&x, status, err, o.r.Context().Err() != nil)
+	if x.HasUsage && st.learned != nil && st.fleet != nil {
+		// Learn from the answer: the engine's own count of cached prompt
+		// tokens corrects the index for what it evicted (selection.Observe).
+		st.fleet.Router().Observe(st.learned, int(x.Usage.PromptTokens), int(x.Usage.CachedTokens))
+	}
 	o.m.Finish(&x, o.modelLbl, o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
 	if st.metrics == o {
 		st.metrics = nil

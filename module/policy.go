@@ -558,6 +558,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	s.tag(r, w, st, v, d.Index)
 	picked(st, len(pool))
 	st.hold.Set(res)
+	st.learned = res
 	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
 		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
 			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
@@ -609,6 +610,7 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 		}
 	}
 	st.fallback = true
+	st.learned = nil
 	st.decision = selection.Decision{Index: idx, Slot: -1}
 	if idx < 0 || v.slots[idx] < 0 {
 		return up
@@ -617,6 +619,7 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 	s.tag(r, w, st, v, idx)
 	picked(st, len(pool))
 	st.hold.Set(s.rt.Reserve(v.slots[idx], 0))
+	st.learned = nil // a fallback pick predicted nothing to correct
 	return up
 }
 

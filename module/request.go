@@ -81,6 +81,11 @@ type reqState struct {
 	route routeState
 
 	hold selection.Hold // the current attempt's reservation
+	// learned is the reservation of the last ramjet decision: the engine's
+	// cached-token count in its answer is fed back to the index through it
+	// (Router.Observe, metricsObserver.End); it stays readable after its
+	// release.
+	learned *selection.Reservation
 	stop func() bool    // the handler's; the sweeper needs no stopping
 }
 

@@ -151,8 +151,9 @@ type loadCell struct {
 	pending  atomic.Int64
 	resident atomic.Int64  // prompt tokens of the in-flight requests, until release
 	kvtokens atomic.Int64  // the replica's KV capacity in tokens (0: unknown)
+	ext      extCell       // engine-reported load of others (SetExternalLoad)
 	gen      atomic.Uint32 // bumped by Unregister: older reservations no longer count
-	_        [28]byte      // keep cells on separate cache lines
+	_        [4]byte       // keep cells on separate cache lines
 }
 
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
@@ -365,6 +366,7 @@ func (rt *Router) Unregister(key string) bool {
 	c.inflight.Store(0)
 	c.pending.Store(0)
 	c.resident.Store(0)
+	c.resetExternal()
 	rt.kvcap[s] = 0
 	rt.idx.release(s)
 	rt.free = append(rt.free, s)
@@ -415,8 +417,8 @@ const AssumedKVTokens = 1 << 18
 // load is load(r) of the rule, in tokens.
 func (rt *Router) load(s Slot) float64 {
 	c := &rt.loads[s]
-	ld := float64(c.inflight.Load()*int64(rt.cfg.RequestCost) + c.pending.Load())
-	if r := c.resident.Load(); r > 0 && rt.cfg.ContextWeight > 0 {
+	ld := float64((c.inflight.Load()+c.extRequests())*int64(rt.cfg.RequestCost) + c.pending.Load())
+	if r := c.resident.Load() + c.extKV(); r > 0 && rt.cfg.ContextWeight > 0 {
 		kv := c.kvtokens.Load()
 		if kv <= 0 {
 			kv = AssumedKVTokens

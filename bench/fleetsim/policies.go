@@ -78,7 +78,7 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x706f6c696379))
 	switch name {
 	case "ramjet":
-		return NewRamjet(cfg)
+		return NewRamjetVariant(cfg, RamjetSetup{EngineLoad: RamjetEngineLoad}, name)
 	case "ramjet-marginal":
 		return NewRamjetMarginal(cfg)
 	case "ramjet-context":

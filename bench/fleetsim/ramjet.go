@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -40,6 +41,11 @@ type Ramjet struct {
 	setup RamjetSetup
 	// keys, when set, are the replica keys (UseReplicaKeys).
 	keys []string
+	// nextScrape is when the next engine scrape is due (EngineLoad);
+	// extSeen sums the external requests the scrapes found.
+	nextScrape time.Duration
+	extSeen    int64
+	scrapes    int
 
 	// Reasons counts decisions by reason.
 	Reasons map[string]int
@@ -63,6 +69,11 @@ type RamjetSetup struct {
 	// NoObserve does not feed the engines' cached-token counts back
 	// (Router.Observe).
 	NoObserve bool
+	// EngineLoad, when positive, scrapes every engine's running and
+	// waiting requests and KV usage at this interval and adds the load
+	// this policy did not reserve to the router's (ScrapeEngines), as the
+	// module's engine_metrics does.
+	EngineLoad time.Duration
 }
 
 // ramjetVariants are the ramjet variants NewPolicy knows beside the
@@ -80,10 +91,12 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // ramjetNamed returns the ramjet variant name names: one of
 // ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
 // context_weight, rc request_cost, cap affinity_cap, alpha, eps
-// tie_epsilon; flags nocap, noobs, marginal, firsttie). ok is false when
+// tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
+// nocap, noobs, marginal, firsttie). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
 func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	if setup, found := ramjetVariants[name]; found {
+		setup.EngineLoad = RamjetEngineLoad
 		p, err := NewRamjetVariant(cfg, setup, name)
 		return p, true, err
 	}
@@ -91,7 +104,7 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 	if !found {
 		return nil, false, nil
 	}
-	var setup RamjetSetup
+	setup := RamjetSetup{EngineLoad: RamjetEngineLoad}
 	for _, kv := range strings.Split(spec, "+") {
 		k, v, hasV := strings.Cut(kv, "=")
 		var x float64
@@ -119,6 +132,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.Marginal = true
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
+		case "el":
+			setup.EngineLoad = seconds(x)
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}

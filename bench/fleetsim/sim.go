@@ -176,6 +176,7 @@ func Run(cfg Config) (*Result, error) {
 	live := make(map[int]*Request)
 	var evs []engine.Event
 	now := time.Duration(0)
+	scraper, _ := cfg.Policy.(engineScraper)
 
 	complete := func(id int, at time.Duration) {
 		for _, c := range children[id] {
@@ -199,6 +200,9 @@ func Run(cfg Config) (*Result, error) {
 		}
 		if which < 0 && len(pending) == 0 {
 			break
+		}
+		if scraper != nil {
+			scraper.ScrapeEngines(min(nextE, nextA), fleet)
 		}
 		if which >= 0 && nextE <= nextA {
 			now = nextE

@@ -61,6 +61,7 @@ func run(args []string, stdout io.Writer) error {
 
 		routersS = fs.String("routers", "", "multi-router comparison: instance counts, comma-separated (e.g. 1,2,4); -policy then names "+strings.Join(fleetsim.MultiPolicyNames, ", ")+" (all: every one)")
 		front    = fs.String("front", "rr", "with -routers: the front balancer splitting traffic over the instances ("+strings.Join(fleetsim.FrontNames, ", ")+")")
+		engLd    = fs.Duration("engine-load", 0, "ramjet policies scrape each simulated engine's running/waiting/KV at this interval and add the load they did not reserve (the module's engine_metrics; 0: off)")
 	)
 	var mo workload.MooncakeOptions
 	mo.RegisterFlags(fs)
@@ -73,6 +74,7 @@ func run(args []string, stdout io.Writer) error {
 		*scale = 0.1
 	}
 	fleetsim.RamjetContextWeight = *ctxW
+	fleetsim.RamjetEngineLoad = *engLd
 	names := workload.Names
 	switch {
 	case *traceF != "" && !set["workload"]:
