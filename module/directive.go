@@ -51,6 +51,12 @@ const (
 	DefaultMaxIdleConnsPerHost = 1024
 	// DefaultIdleConnTimeout is how long an idle engine connection is kept.
 	DefaultIdleConnTimeout = 2 * time.Minute
+	// DefaultEngineTimeout is the longest an engine may stay silent on a
+	// request: before its response (a whole non-streaming generation) and
+	// between two reads of a stream. A hung engine's attempt fails after it
+	// (retried elsewhere when nothing reached the client) and counts
+	// against the engine (outlier detection).
+	DefaultEngineTimeout = 5 * time.Minute
 	// MaxDPRanks bounds the data-parallel ranks of one engine.
 	MaxDPRanks = 64
 )
@@ -81,6 +87,7 @@ type ramjetDirective struct {
 	modelCheck        string
 	modelsCache       caddy.Duration
 	modelsTimeout     caddy.Duration
+	engineTimeout     caddy.Duration
 	allowPaths        []string
 
 	kv kvDirective // the precise path's options (module/kv.go)
@@ -107,6 +114,7 @@ type upstreamAddr struct {
 //	    model_check         on|off
 //	    models_cache        <duration>
 //	    models_timeout      <duration>
+//	    engine_timeout      <duration>
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
 //	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
@@ -265,7 +273,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 		switch name {
 		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
-			"max_body_size", "model_check", "models_cache", "models_timeout", "allow_paths":
+			"max_body_size", "model_check", "models_cache", "models_timeout", "allow_paths", "engine_timeout":
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
 		default:
@@ -307,6 +315,8 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			rd.modelsCache, err = parseDurationArg(d, args)
 		case "models_timeout":
 			rd.modelsTimeout, err = parseDurationArg(d, args)
+		case "engine_timeout":
+			rd.engineTimeout, err = parseDurationArg(d, args)
 		case "allow_paths":
 			rd.allowPaths, err = parseAllowPaths(d, args)
 		default:
@@ -527,7 +537,14 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 		t.DialTimeout = caddy.Duration(DefaultDialTimeout)
 	}
 	// No response header timeout is set: a long prefill may take minutes
-	// before the first byte.
+	// before the first byte. The read timeout bounds every silence of the
+	// engine instead (engine_timeout).
+	if t.ReadTimeout == 0 {
+		t.ReadTimeout = caddy.Duration(DefaultEngineTimeout)
+		if rd.engineTimeout > 0 {
+			t.ReadTimeout = rd.engineTimeout
+		}
+	}
 	if t.Compression == nil {
 		off := false
 		t.Compression = &off // SSE must not wait on a gzip buffer
