@@ -88,6 +88,7 @@ type ramjetDirective struct {
 	modelsCache       caddy.Duration
 	modelsTimeout     caddy.Duration
 	engineTimeout     caddy.Duration
+	bodyTimeout       caddy.Duration
 	allowPaths        []string
 
 	kv kvDirective // the precise path's options (module/kv.go)
@@ -115,6 +116,7 @@ type upstreamAddr struct {
 //	    models_cache        <duration>
 //	    models_timeout      <duration>
 //	    engine_timeout      <duration>
+//	    body_timeout        <duration>
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
 //	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
@@ -174,6 +176,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		MaxBodySize:       rd.maxBodySize,
 		ModelCheck:        rd.modelCheck,
 		ModelsTimeout:     rd.modelsTimeout,
+		BodyTimeout:       rd.bodyTimeout,
 		AllowPaths:        rd.allowPaths,
 	}
 
@@ -273,7 +276,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 		switch name {
 		case "upstream_token", "dp_ranks", "profiles", "route_id_secret", "forward_client_auth", "client_tokens",
-			"max_body_size", "model_check", "models_cache", "models_timeout", "allow_paths", "engine_timeout":
+			"max_body_size", "model_check", "models_cache", "models_timeout", "allow_paths", "engine_timeout", "body_timeout":
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
 		default:
@@ -317,6 +320,8 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 			rd.modelsTimeout, err = parseDurationArg(d, args)
 		case "engine_timeout":
 			rd.engineTimeout, err = parseDurationArg(d, args)
+		case "body_timeout":
+			rd.bodyTimeout, err = parseDurationArg(d, args)
 		case "allow_paths":
 			rd.allowPaths, err = parseAllowPaths(d, args)
 		default:

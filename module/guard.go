@@ -94,6 +94,11 @@ type Guard struct {
 	// ModelsTimeout bounds one fetch of the engines' model lists. Default 2s.
 	ModelsTimeout caddy.Duration `json:"models_timeout,omitempty"`
 
+	// BodyTimeout bounds the reading of one request body; a client that
+	// has not sent all of it by then gets 408 (slow or trickled uploads).
+	// Default 60s.
+	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
+
 	// AllowPaths are the paths served besides the OpenAI API
 	// (DefaultAllowedPaths): exact paths, or prefixes ending in "/*".
 	// Every other path gets an OpenAI-shaped 404 and never reaches an
@@ -190,6 +195,9 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	if g.ModelsTimeout == 0 {
 		g.ModelsTimeout = caddy.Duration(DefaultModelsTimeout)
 	}
+	if g.BodyTimeout == 0 {
+		g.BodyTimeout = caddy.Duration(DefaultBodyTimeout)
+	}
 	g.token = resolveSecret(g.UpstreamToken)
 	g.auth = newClientAuth(g.ClientTokens)
 	g.checkOn = g.ModelCheck == "on"
@@ -255,7 +263,10 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		r.Header.Del("X-Api-Key")
 	}
 
-	if ae := g.readBody(r); ae != nil {
+	lift := bodyDeadline(w, r, time.Duration(g.BodyTimeout)) // slowclient.go
+	bodyErr := g.readBody(r)
+	lift()
+	if ae := bodyErr; ae != nil {
 		if st := lookupRequest(r); st != nil {
 			st.finish() // nothing was routed: release the body at once
 		}
@@ -303,6 +314,8 @@ func (g *Guard) readBody(r *http.Request) *APIError {
 	switch {
 	case errors.Is(st.bodyErr, errBodyTooLarge):
 		return tooLarge(g.MaxBodySize)
+	case bodyTimedOut(st.bodyErr):
+		return bodyTimeoutError()
 	case st.bodyErr != nil:
 		var mbe *http.MaxBytesError
 		if errors.As(st.bodyErr, &mbe) {
