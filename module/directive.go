@@ -196,6 +196,14 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 			HandlersRaw: []json.RawMessage{caddyconfig.JSONModuleObject(models, "handler", "ramjet_models", nil)},
 		},
 		{
+			// Any other method on the two routes ramjet answers itself: an
+			// OpenAI-shaped 405 (never forwarded to an engine).
+			MatcherSetsRaw: []caddy.ModuleMap{{
+				"path": h.JSON(caddyhttp.MatchPath{"/health", "/v1/models", "/v1/models/*"}),
+			}},
+			HandlersRaw: []json.RawMessage{caddyconfig.JSONModuleObject(methodNotAllowed(), "handler", "static_response", nil)},
+		},
+		{
 			HandlersRaw: []json.RawMessage{
 				// The ramjet handler observes responses (prefill done,
 				// release, metrics); in front of the guard so that the
@@ -217,6 +225,19 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		}}, nil
 	}
 	return []httpcaddyfile.ConfigValue{{Class: "route", Value: subroute}}, nil
+}
+
+// methodNotAllowed is the 405 of /health and /v1/models for a method
+// other than GET or HEAD.
+func methodNotAllowed() *caddyhttp.StaticResponse {
+	return &caddyhttp.StaticResponse{
+		StatusCode: caddyhttp.WeakString("405"),
+		Headers: map[string][]string{
+			"Allow":        {"GET, HEAD"},
+			"Content-Type": {"application/json"},
+		},
+		Body: `{"error":{"message":"Only GET and HEAD are allowed on this path.","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}`,
+	}
 }
 
 // parseRamjetTokens reads the upstreams and the ramjet options, deleting

@@ -90,3 +90,46 @@ trickle:
 		t.Errorf("a request answered after the body timeout: %v", err)
 	}
 }
+
+// TestMethodNotAllowed: /health and /v1/models answer other methods than
+// GET and HEAD with an OpenAI-shaped 405 themselves; the engine sees
+// nothing. Issue 15 (POST /health and /v1/models reached an engine).
+func TestMethodNotAllowed(t *testing.T) {
+	eng := startRecordingEngine(t)
+	p := mustLoad(t, deployCaddyfile(t), map[string]string{"RJ_UPSTREAM": eng.dial()})
+	for _, tt := range []struct{ method, path string }{
+		{"POST", "/health"}, {"PUT", "/health"}, {"POST", "/v1/models"}, {"DELETE", "/v1/models/m1"},
+		{"POST", "//v1/models/"},
+	} {
+		t.Run(tt.method+tt.path, func(t *testing.T) {
+			eng.take()
+			req, err := http.NewRequest(tt.method, p.base+tt.path, strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sb strings.Builder
+			_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+				t.Fatalf("status %d Allow %q, want 405 with Allow: GET, HEAD; body %s", resp.StatusCode, resp.Header.Get("Allow"), sb.String())
+			}
+			if we := decodeWireError(t, []byte(sb.String())); we.Error.Code == nil || *we.Error.Code != "method_not_allowed" {
+				t.Errorf("body %s, want code method_not_allowed", sb.String())
+			}
+			if got := eng.take(); len(got) != 0 {
+				t.Errorf("the engine received %s %s", got[0].method, got[0].path)
+			}
+		})
+	}
+	// GET still answers.
+	if resp, err := http.Get(p.base + "/v1/models"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/models: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
