@@ -51,6 +51,12 @@ const (
 	DefaultMaxIdleConnsPerHost = 1024
 	// DefaultIdleConnTimeout is how long an idle engine connection is kept.
 	DefaultIdleConnTimeout = 2 * time.Minute
+	// DefaultEngineTimeout is the longest an engine may stay silent on a
+	// request: before its response (a whole non-streaming generation) and
+	// between two reads of a stream. A hung engine's attempt fails after it
+	// (retried elsewhere when nothing reached the client) and counts
+	// against the engine (outlier detection).
+	DefaultEngineTimeout = 5 * time.Minute
 	// MaxDPRanks bounds the data-parallel ranks of one engine.
 	MaxDPRanks = 64
 )
@@ -81,6 +87,8 @@ type ramjetDirective struct {
 	modelCheck        string
 	modelsCache       caddy.Duration
 	modelsTimeout     caddy.Duration
+	engineTimeout     caddy.Duration
+	bodyTimeout       caddy.Duration
 	allowPaths        []string
 
 	kv kvDirective // the precise path's options (module/kv.go)
@@ -103,6 +111,8 @@ type ramjetDirective struct {
 //	    model_check         on|off
 //	    models_cache        <duration>
 //	    models_timeout      <duration>
+//	    engine_timeout      <duration>
+//	    body_timeout        <duration>
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
 //	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
@@ -167,6 +177,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		MaxBodySize:       rd.maxBodySize,
 		ModelCheck:        rd.modelCheck,
 		ModelsTimeout:     rd.modelsTimeout,
+		BodyTimeout:       rd.bodyTimeout,
 		AllowPaths:        rd.allowPaths,
 	}
 
@@ -184,6 +195,14 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 				"path":   h.JSON(caddyhttp.MatchPath{"/v1/models", "/v1/models/*"}),
 			}},
 			HandlersRaw: []json.RawMessage{caddyconfig.JSONModuleObject(models, "handler", "ramjet_models", nil)},
+		},
+		{
+			// Any other method on the two routes ramjet answers itself: an
+			// OpenAI-shaped 405 (never forwarded to an engine).
+			MatcherSetsRaw: []caddy.ModuleMap{{
+				"path": h.JSON(caddyhttp.MatchPath{"/health", "/v1/models", "/v1/models/*"}),
+			}},
+			HandlersRaw: []json.RawMessage{caddyconfig.JSONModuleObject(methodNotAllowed(), "handler", "static_response", nil)},
 		},
 		{
 			HandlersRaw: []json.RawMessage{
@@ -207,6 +226,19 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		}}, nil
 	}
 	return []httpcaddyfile.ConfigValue{{Class: "route", Value: subroute}}, nil
+}
+
+// methodNotAllowed is the 405 of /health and /v1/models for a method
+// other than GET or HEAD.
+func methodNotAllowed() *caddyhttp.StaticResponse {
+	return &caddyhttp.StaticResponse{
+		StatusCode: caddyhttp.WeakString("405"),
+		Headers: map[string][]string{
+			"Allow":        {"GET, HEAD"},
+			"Content-Type": {"application/json"},
+		},
+		Body: `{"error":{"message":"Only GET and HEAD are allowed on this path.","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}`,
+	}
 }
 
 // parseRamjetTokens reads the upstreams and the ramjet options, deleting
@@ -311,6 +343,8 @@ func (rd *ramjetDirective) options(ranks, profiles *[]string) options {
 		"max_body_size":       optSize(&rd.maxBodySize),
 		"models_cache":        optDuration(&rd.modelsCache),
 		"models_timeout":      optDuration(&rd.modelsTimeout),
+		"engine_timeout":      optDuration(&rd.engineTimeout),
+		"body_timeout":        optDuration(&rd.bodyTimeout),
 		"allow_paths":         optAllowPaths(&rd.allowPaths),
 		"model_check": func(d *caddyfile.Dispenser, args []string) (err error) {
 			rd.modelCheck, err = optionalArg(d, args)
@@ -461,7 +495,14 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 		t.DialTimeout = caddy.Duration(DefaultDialTimeout)
 	}
 	// No response header timeout is set: a long prefill may take minutes
-	// before the first byte.
+	// before the first byte. The read timeout bounds every silence of the
+	// engine instead (engine_timeout).
+	if t.ReadTimeout == 0 {
+		t.ReadTimeout = caddy.Duration(DefaultEngineTimeout)
+		if rd.engineTimeout > 0 {
+			t.ReadTimeout = rd.engineTimeout
+		}
+	}
 	if t.Compression == nil {
 		off := false
 		t.Compression = &off // SSE must not wait on a gzip buffer

@@ -75,6 +75,11 @@ type Guard struct {
 	// ModelsTimeout bounds one fetch of the engines' model lists. Default 2s.
 	ModelsTimeout caddy.Duration `json:"models_timeout,omitempty"`
 
+	// BodyTimeout bounds the reading of one request body; a client that
+	// has not sent all of it by then gets 408 (slow or trickled uploads).
+	// Default 60s.
+	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
+
 	// AllowPaths are the paths served besides the OpenAI API
 	// (edge.DefaultAllowedPaths): exact paths, or prefixes ending in "/*".
 	// Every other path gets an OpenAI-shaped 404 and never reaches an
@@ -135,6 +140,9 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	if g.ModelsTimeout == 0 {
 		g.ModelsTimeout = caddy.Duration(DefaultModelsTimeout)
 	}
+	if g.BodyTimeout == 0 {
+		g.BodyTimeout = caddy.Duration(DefaultBodyTimeout)
+	}
 	g.checkOn = g.ModelCheck == "on"
 	g.allow = edge.NewAllowList(g.AllowPaths)
 	g.scrub = edge.ScrubList(g.Upstreams)
@@ -174,7 +182,10 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	edge.StripRequestHeaders(r.Header)
 	edge.SetUpstreamAuth(r.Header, g.token, g.ForwardClientAuth)
 
-	if ae := g.readBody(r); ae != nil {
+	lift := bodyDeadline(w, r, time.Duration(g.BodyTimeout)) // slowclient.go
+	bodyErr := g.readBody(r)
+	lift()
+	if ae := bodyErr; ae != nil {
 		if st := lookupRequest(r); st != nil {
 			st.finish() // nothing was routed: release the body at once
 		}
@@ -219,6 +230,9 @@ func (g *Guard) readBody(r *http.Request) *edge.Error {
 	}
 	st := requestState(r)
 	st.readBody(r, g.MaxBodySize)
+	if bodyTimedOut(st.bodyErr) {
+		return bodyTimeoutError()
+	}
 	if ae := edge.ReadError(st.bodyErr, g.MaxBodySize); ae != nil || st.body == nil {
 		return ae
 	}

@@ -114,6 +114,7 @@ type RamjetSelection struct {
 	fleet      *fleet
 	rt         *selection.Router // the fleet's state with this policy's knobs
 	poolKey    string
+	cleaned    bool // Cleanup ran (Caddy calls it once, never concurrently)
 	x          selection.Extractor
 	profiles   map[string]selection.Profile
 	view       *atomic.Pointer[poolView] // set in Provision
@@ -471,12 +472,15 @@ func (s *RamjetSelection) Validate() error {
 
 // Cleanup drops the policy's reference on the shared state.
 func (s *RamjetSelection) Cleanup() error {
-	if s.fleet == nil {
+	// The fleet stays set: requests of this config still in flight (a
+	// retry's Select, a request read as the reload began) route and
+	// release into it after Cleanup.
+	if s.fleet == nil || s.cleaned {
 		return nil
 	}
+	s.cleaned = true
 	kerr := errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow())
 	s.fleet.dropView(s)
-	s.fleet = nil
 	if err := releaseFleet(s.poolKey); err != nil {
 		return err
 	}

@@ -86,7 +86,7 @@ type reqState struct {
 	// (Router.Observe, metricsObserver.End); it stays readable after its
 	// release.
 	learned *selection.Reservation
-	stop func() bool    // the handler's; the sweeper needs no stopping
+	stop    func() bool // the handler's; the sweeper needs no stopping
 }
 
 // requestState returns the request's reqState, creating it (and handing

@@ -179,3 +179,29 @@ func TestFaultCollapsedSpecAcceptance(t *testing.T) {
 		t.Error("metrics lack spec decode counters")
 	}
 }
+
+func TestFaultStallMidStream(t *testing.T) {
+	s := startSim(t, Options{Faults: Faults{StallAfterTokens: 3}})
+	c := client(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	stream := c.Chat.Completions.NewStreaming(ctx, chatParams(s, "tell me more", 50))
+	chunks := 0
+	for stream.Next() {
+		chunks++
+	}
+	if !errors.Is(stream.Err(), context.DeadlineExceeded) {
+		t.Fatalf("stalled stream ended with %v, want the client's deadline", stream.Err())
+	}
+	if chunks == 0 {
+		t.Error("no chunk before the stall")
+	}
+	// The engine let go of the stalled request when the client left.
+	poll(20*time.Second, func() bool { st := s.Stats()[0].Engine; return st.Running == 0 && st.UsedBlocks == 0 })
+	if st := s.Stats()[0].Engine; st.Running != 0 || st.UsedBlocks != 0 {
+		t.Errorf("engine still busy after the stalled client left: %+v", st)
+	}
+	if err := s.SetFaults(Faults{StallAfterTokens: -1}); err == nil {
+		t.Error("stall_after_tokens -1 accepted")
+	}
+}

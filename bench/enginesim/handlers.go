@@ -238,6 +238,7 @@ type genCall struct {
 	rank    *rank
 	engID   uint64
 	die     int
+	stall   int
 }
 
 func (s *Server) handleGen(w http.ResponseWriter, r *http.Request, chat bool) {
@@ -276,7 +277,7 @@ func (s *Server) handleGen(w http.ResponseWriter, r *http.Request, chat bool) {
 			return
 		}
 	}
-	c := &genCall{s: s, w: w, chat: chat, created: time.Now().Unix(), die: faults.DieAfterTokens}
+	c := &genCall{s: s, w: w, chat: chat, created: time.Now().Unix(), die: faults.DieAfterTokens, stall: faults.StallAfterTokens}
 	if err := json.Unmarshal(body, &c.req); err != nil {
 		writeError(w, badRequest("", "malformed JSON: %v", err))
 		return
@@ -390,6 +391,20 @@ func (c *genCall) await(ctx context.Context, p *pending, fn func(st pending) err
 					f.Flush()
 				}
 				panic(http.ErrAbortHandler) // drop the connection mid-response
+			}
+			if c.stall > 0 && st.generated >= c.stall {
+				c.rank.abort(c.engID)
+				st.generated, st.done = c.stall, false
+				_ = fn(st) // deliver exactly stall tokens, then go silent
+				if f, ok := c.w.(http.Flusher); ok {
+					f.Flush()
+				}
+				select {
+				case <-ctx.Done():
+					return st, ctx.Err()
+				case <-c.s.ctx.Done():
+					return st, errClosed
+				}
 			}
 			if err := fn(st); err != nil {
 				c.rank.abort(c.engID)

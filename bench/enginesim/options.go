@@ -121,6 +121,11 @@ type Faults struct {
 	// tokens were generated (mid-stream for streams; no response at all
 	// otherwise).
 	DieAfterTokens int `json:"die_after_tokens"`
+	// StallAfterTokens, when positive, stops sending once that many
+	// tokens were generated, holding the connection open and silent until
+	// the client gives up or the server closes (a hung engine mid-stream;
+	// no response at all for a non-streaming request).
+	StallAfterTokens int `json:"stall_after_tokens"`
 	// RefuseConnections closes the listener (connections are refused)
 	// until it is cleared.
 	RefuseConnections bool `json:"refuse_connections"`
@@ -212,6 +217,8 @@ func (f Faults) validate() error {
 		return fmt.Errorf("latency must not be negative")
 	case f.DieAfterTokens < 0:
 		return fmt.Errorf("die_after_tokens must not be negative")
+	case f.StallAfterTokens < 0:
+		return fmt.Errorf("stall_after_tokens must not be negative")
 	case f.SpecAcceptance != nil && (*f.SpecAcceptance < 0 || *f.SpecAcceptance > 1):
 		return fmt.Errorf("spec_acceptance must be in [0,1]")
 	}
