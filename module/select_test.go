@@ -40,7 +40,7 @@ func newTestPolicy(tb testing.TB, key string) *RamjetSelection {
 func newTestPool(n int) reverseproxy.UpstreamPool {
 	pool := make(reverseproxy.UpstreamPool, n)
 	for i := range pool {
-		pool[i] = &reverseproxy.Upstream{Dial: "10.0.0." + strconv.Itoa(i+1) + ":8000", Host: new(reverseproxy.Host)}
+		pool[i] = &reverseproxy.Upstream{Dial: "127.0.0.1:" + strconv.Itoa(8001+i), Host: new(reverseproxy.Host)}
 	}
 	return pool
 }

@@ -91,7 +91,7 @@ func TestUnregisterResetsExternalLoad(t *testing.T) {
 	if !rt.Unregister(rt.Key(sl)) {
 		t.Fatal("Unregister: not registered")
 	}
-	again, err := rt.Register("10.0.0.9:8000")
+	again, err := rt.Register("127.0.0.1:8009")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,10 +59,10 @@ func TestUnregisterFreesSlot(t *testing.T) {
 	f := features(rt.Config(), prompt, 0)
 	rt.Learn(f, cands[1].Slot)
 	res := rt.Reserve(cands[1].Slot, 500)
-	if !rt.Unregister("10.0.0.1:8000") {
+	if !rt.Unregister("127.0.0.1:8001") {
 		t.Fatal("Unregister of a registered key reported false")
 	}
-	if rt.Unregister("10.0.0.1:8000") {
+	if rt.Unregister("127.0.0.1:8001") {
 		t.Fatal("second Unregister reported true")
 	}
 	if got := rt.Index().Entries(); got != 0 {
@@ -71,11 +71,11 @@ func TestUnregisterFreesSlot(t *testing.T) {
 	if in, pend := rt.Load(cands[1].Slot); in != 0 || pend != 0 {
 		t.Fatalf("departed replica's load %d/%d, want 0/0", in, pend)
 	}
-	s, err := rt.Register("10.0.0.9:8000")
+	s, err := rt.Register("127.0.0.1:8009")
 	if err != nil || s != cands[1].Slot {
 		t.Fatalf("Register after Unregister: slot %d, %v; want the freed slot %d", s, err, cands[1].Slot)
 	}
-	if rt.Key(s) != "10.0.0.9:8000" || rt.Registered() != 3 || rt.Len() != 3 {
+	if rt.Key(s) != "127.0.0.1:8009" || rt.Registered() != 3 || rt.Len() != 3 {
 		t.Fatalf("key %q, registered %d, len %d", rt.Key(s), rt.Registered(), rt.Len())
 	}
 	res2 := rt.Reserve(s, 100)

@@ -20,7 +20,7 @@ func newTestRouter(t testing.TB, c Config, n int) (*Router, []Candidate) {
 	}
 	cands := make([]Candidate, n)
 	for i := range cands {
-		s, err := rt.Register(fmt.Sprintf("10.0.0.%d:8000", i))
+		s, err := rt.Register(fmt.Sprintf("127.0.0.1:%d", 8000+i))
 		if err != nil {
 			t.Fatal(err)
 		}
