@@ -227,14 +227,14 @@ func (c *IntegrityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "upstream_token":
 			c.UpstreamToken = v
 		case "interval", "timeout":
-			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur <= 0 {
-				return d.Errf("integrity %s: want a positive duration, got %q", opt, v)
+			dur, err := positiveDuration(d, "integrity "+opt, v)
+			if err != nil {
+				return err
 			}
 			if opt == "interval" {
-				c.Interval = caddy.Duration(dur)
+				c.Interval = dur
 			} else {
-				c.Timeout = caddy.Duration(dur)
+				c.Timeout = dur
 			}
 		default:
 			return d.Errf("unrecognized integrity option '%s'", opt)
@@ -266,11 +266,9 @@ func (sd *SpecDecodeConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		switch opt {
 		case "window":
-			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur <= 0 {
-				return d.Errf("integrity spec_decode window: want a positive duration, got %q", v)
+			if sd.Window, err = positiveDuration(d, "integrity spec_decode window", v); err != nil {
+				return err
 			}
-			sd.Window = caddy.Duration(dur)
 		case "windows":
 			n, err := parsePositive(v)
 			if err != nil {

@@ -90,20 +90,30 @@ func (o *OutlierSettings) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			o.MaxEjectedPercent = n
 		case "base_ejection", "max_ejection":
-			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur <= 0 {
-				return d.Errf("outlier %s: want a positive duration, got %q", opt, v)
+			dur, err := positiveDuration(d, "outlier "+opt, v)
+			if err != nil {
+				return err
 			}
 			if opt == "base_ejection" {
-				o.BaseEjection = caddy.Duration(dur)
+				o.BaseEjection = dur
 			} else {
-				o.MaxEjection = caddy.Duration(dur)
+				o.MaxEjection = dur
 			}
 		default:
 			return d.Errf("unrecognized outlier option '%s'", opt)
 		}
 	}
 	return nil
+}
+
+// positiveDuration parses v, the value of option what, as a duration
+// greater than zero.
+func positiveDuration(d *caddyfile.Dispenser, what, v string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err != nil || dur <= 0 {
+		return 0, d.Errf("%s: want a positive duration, got %q", what, v)
+	}
+	return caddy.Duration(dur), nil
 }
 
 func parsePositive(v string) (int, error) {
