@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,10 +132,7 @@ var engineCollector = enginemetrics.NewCollector()
 
 // engineLive maps each state_key to its scraper provisioned last, for
 // /ramjet/fleet.
-var engineLive struct {
-	sync.Mutex
-	m map[string]*engineState
-}
+var engineLive fleetstate.Latest[*engineState]
 
 // engineState is one fleet's scraper, kept across reloads.
 type engineState struct {
@@ -148,11 +144,7 @@ type engineState struct {
 
 // Destruct stops the scraper: the last policy using it was cleaned up.
 func (e *engineState) Destruct() error {
-	engineLive.Lock()
-	if engineLive.m[e.stateKey] == e {
-		delete(engineLive.m, e.stateKey)
-	}
-	engineLive.Unlock()
+	engineLive.Drop(e.stateKey, e)
 	engineCollector.Remove(e.sc)
 	return e.sc.Close()
 }
@@ -231,12 +223,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	}
 	s.engines, s.enginesKey = v.(*engineState), key
 	s.engines.fleet.Store(s.fleet)
-	engineLive.Lock()
-	if engineLive.m == nil {
-		engineLive.m = make(map[string]*engineState)
-	}
-	engineLive.m[s.StateKey] = s.engines
-	engineLive.Unlock()
+	engineLive.Set(s.StateKey, s.engines)
 	s.engines.retarget()
 	return nil
 }
@@ -298,9 +285,7 @@ func (e *engineState) retarget() {
 // engineStatesOf returns the engine states of fleet stateKey's replicas,
 // by upstream id; nil when engine_metrics is off.
 func engineStatesOf(stateKey string) []fleetstate.EngineState {
-	engineLive.Lock()
-	e := engineLive.m[stateKey]
-	engineLive.Unlock()
+	e, _ := engineLive.Get(stateKey)
 	if e == nil {
 		return nil
 	}

@@ -217,9 +217,8 @@ func TestEngineMetricsReload(t *testing.T) {
 		t.Fatalf("chat: %s: %s", resp.Status, b)
 	}
 	live := func() *engineState {
-		engineLive.Lock()
-		defer engineLive.Unlock()
-		return engineLive.m[DefaultStateKey]
+		e, _ := engineLive.Get(DefaultStateKey)
+		return e
 	}
 	eventually(t, "two replicas scraped", func() bool {
 		n := 0
