@@ -1,7 +1,6 @@
 package module
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,17 +8,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/cespare/xxhash/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -93,78 +91,23 @@ type SpecDecodeConfig struct {
 	CommitmentKey string `json:"commitment_key,omitempty"`
 }
 
-func (c *IntegrityConfig) setDefaults() {
-	if c.IdentityPath == "" {
-		c.IdentityPath = integrity.DefaultIdentityPath
-	}
-	if c.Interval == 0 {
-		c.Interval = caddy.Duration(10 * time.Second)
-	}
-	if c.Timeout == 0 {
-		c.Timeout = caddy.Duration(2 * time.Second)
-	}
-	if c.Scheme == "" {
-		c.Scheme = "http"
-	}
+// settings is c typed, with the defaults filled (package integrity).
+func (c *IntegrityConfig) settings() integrity.Settings {
+	s := integrity.Settings{Pins: c.pins(), IdentityPath: c.IdentityPath, Interval: time.Duration(c.Interval),
+		Timeout: time.Duration(c.Timeout), Scheme: c.Scheme, Token: resolveSecret(c.UpstreamToken)}
 	if sd := c.SpecDecode; sd != nil {
-		if sd.Mode == "" {
-			sd.Mode = "observe"
-		}
-		if sd.Window == 0 {
-			sd.Window = caddy.Duration(10 * time.Second)
-		}
-		if sd.Windows == 0 {
-			sd.Windows = 3
-		}
-		if sd.MetricsPath == "" {
-			sd.MetricsPath = "/metrics"
-		}
+		s.Spec = &integrity.SpecSettings{Mode: sd.Mode, Window: time.Duration(sd.Window), Windows: sd.Windows,
+			Position: sd.Position, MetricsPath: sd.MetricsPath, StateFile: sd.StateFile,
+			Key: []byte(resolveSecret(sd.CommitmentKey))}
 	}
+	s.Defaults()
+	return s
 }
 
 // validate names the bad setting.
 func (c *IntegrityConfig) validate() error {
-	if err := c.pins().Validate(); err != nil {
-		return fmt.Errorf("integrity: %w", err)
-	}
-	switch {
-	case c.Interval < 0:
-		return errors.New("integrity interval must be positive")
-	case c.Timeout < 0:
-		return errors.New("integrity timeout must be positive")
-	case c.Scheme != "http" && c.Scheme != "https":
-		return fmt.Errorf("integrity scheme must be http or https, got %q", c.Scheme)
-	case c.IdentityPath[0] != '/':
-		return fmt.Errorf("integrity identity_path must start with '/', got %q", c.IdentityPath)
-	}
-	sd := c.SpecDecode
-	if sd == nil {
-		if !c.pins().Any() {
-			return errors.New("integrity: set at least one pin or spec_decode")
-		}
-		return nil
-	}
-	switch {
-	case sd.Mode != "observe" && sd.Mode != "enforce":
-		return fmt.Errorf("integrity spec_decode mode must be observe or enforce, got %q", sd.Mode)
-	case sd.Window < 0:
-		return errors.New("integrity spec_decode window must be positive")
-	case sd.Windows < 0:
-		return errors.New("integrity spec_decode windows must be positive")
-	case sd.Position != nil && (*sd.Position < 0 || *sd.Position >= integrity.MaxPositions):
-		return fmt.Errorf("integrity spec_decode position must be in [0,%d), got %d", integrity.MaxPositions, *sd.Position)
-	case sd.MetricsPath[0] != '/':
-		return fmt.Errorf("integrity spec_decode metrics_path must start with '/', got %q", sd.MetricsPath)
-	}
-	if sd.Mode == "enforce" {
-		if sd.StateFile == "" {
-			return errors.New("integrity spec_decode enforce needs state_file")
-		}
-		if len(resolveSecret(sd.CommitmentKey)) < integrity.MinKeyBytes {
-			return fmt.Errorf("integrity spec_decode enforce needs a commitment_key of at least %d bytes", integrity.MinKeyBytes)
-		}
-	}
-	return nil
+	s := c.settings()
+	return s.Validate()
 }
 
 func (c *IntegrityConfig) pins() integrity.Pins {
@@ -315,27 +258,18 @@ type storeRef struct {
 
 func (storeRef) Destruct() error { return nil }
 
-// integState is one fleet's integrity service: the monitor, and the
-// per-slot verdict the request path reads without a lock.
+// integState is one fleet's integrity service (integrity.Service) kept in
+// the integStates pool.
 type integState struct {
-	key      string
+	*integrity.Service
 	storeKey string // integStores key, "" without a store
-	mon      *integrity.Monitor
 	f        *fleet
-	scheme   string
-	header   http.Header
-
-	// out[slot]: integrity holds the replica out.
-	out [selection.MaxReplicas]atomic.Bool
-
-	mu    sync.Mutex
-	known map[string]bool // replica keys added to the monitor
 }
 
-// Destruct stops the monitor: the last policy using it was cleaned up.
+// Destruct stops the checks: the last policy using them was cleaned up.
 func (g *integState) Destruct() error {
-	integLive.CompareAndDelete(g.f, g)
-	err := g.mon.Close()
+	integLive.Drop(g.f.PoolKey, g)
+	err := g.Close()
 	if g.storeKey != "" {
 		if _, derr := integStores.Delete(g.storeKey); derr != nil && err == nil {
 			err = derr
@@ -344,114 +278,88 @@ func (g *integState) Destruct() error {
 	return err
 }
 
-// integLive maps each live fleet to its integrity state, for /health,
-// /ramjet/fleet and the metrics.
-var integLive sync.Map // *fleet -> *integState
+// integLive maps each live fleet (by pool key) to its integrity state, for
+// /health, /ramjet/fleet and the metrics.
+var integLive fleetstate.Latest[*integState]
 
 func integrityOf(f *fleet) *integState {
 	if f == nil {
 		return nil
 	}
-	v, ok := integLive.Load(f)
-	if !ok {
-		return nil
-	}
-	return v.(*integState)
+	g, _ := integLive.Get(f.PoolKey)
+	return g
 }
 
-// refresh publishes the monitor's verdicts to the per-slot flags.
-func (g *integState) refresh() {
-	for _, st := range g.mon.Statuses() {
-		if s, ok := g.f.Base().Lookup(st.Key); ok && int(s) < len(g.out) {
-			g.out[s].Store(st.Out)
+// integCollector exports the integrity and session shadow series of every
+// live fleet; created once, registered into every config's registry.
+var integCollector = sync.OnceValue(func() *metrics.IntegrityCollector {
+	return metrics.NewIntegrityCollector(func() []metrics.IntegritySource {
+		gs := integLive.Values()
+		out := make([]metrics.IntegritySource, len(gs))
+		for i, g := range gs {
+			out[i] = metrics.IntegritySource{Fleet: g.f.StateKey, Monitor: g.Monitor(), RouteID: g.f.RouteID}
 		}
-	}
-}
+		return out
+	}, func() []metrics.ShadowSource {
+		ss := shadowLive.Values()
+		out := make([]metrics.ShadowSource, len(ss))
+		for i, sh := range ss {
+			out[i] = metrics.ShadowSource{Fleet: sh.f.StateKey, Shadow: sh.ss}
+		}
+		return out
+	})
+})
 
-// track starts checking the replica key (dial address, data-parallel
-// rank or -1) unless it is checked already.
-func (g *integState) track(key, dial string, rank int) {
-	g.mu.Lock()
-	added := !g.known[key]
-	g.known[key] = true
-	g.mu.Unlock()
-	if added {
-		g.mon.Add(integrity.Target{Key: key, BaseURL: g.scheme + "://" + dial, Rank: rank, Header: g.header})
+func registerIntegrityMetrics(ctx caddy.Context) error {
+	if reg := ctx.GetMetricsRegistry(); reg != nil {
+		return metrics.Register(reg, integCollector())
 	}
-	// Also for a replica /health named before the policy registered its
-	// slot: the flag is set before the slot is first routed.
-	if s, ok := g.f.Base().Lookup(key); ok && int(s) < len(g.out) {
-		g.out[s].Store(g.mon.Out(key))
-	}
+	return nil
 }
 
 func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
-	c := s.Integrity
-	if c == nil {
+	if s.Integrity == nil {
 		return nil
 	}
-	c.setDefaults()
-	if err := c.validate(); err != nil {
+	set := s.Integrity.settings()
+	if err := set.Validate(); err != nil {
 		return err
 	}
-	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		var are prometheus.AlreadyRegisteredError
-		if err := reg.Register(integCollectorOnce()); err != nil && !errors.As(err, &are) {
-			return fmt.Errorf("integrity metrics: %w", err)
-		}
+	if err := registerIntegrityMetrics(ctx); err != nil {
+		return fmt.Errorf("integrity metrics: %w", err)
 	}
-	b, _ := json.Marshal(c)
+	b, _ := json.Marshal(set)
 	key := fmt.Sprintf("ramjet-integrity/%s/%016x", s.poolKey, xxhash.Sum64(b))
 	logger := s.logger.Named("integrity")
 	f := s.fleet
 	v, _, err := integStates.LoadOrNew(key, func() (caddy.Destructor, error) {
-		g := &integState{key: key, f: f, scheme: c.Scheme, known: map[string]bool{}}
-		if tok := resolveSecret(c.UpstreamToken); tok != "" {
-			g.header = http.Header{"Authorization": {"Bearer " + tok}}
-		}
-		timeout := time.Duration(c.Timeout)
-		client := &http.Client{Timeout: 2 * timeout}
-		cfg := integrity.Config{Pins: c.pins(), IdentityPath: c.IdentityPath, Interval: time.Duration(c.Interval),
-			Timeout: timeout, Client: client, Logger: logger, OnChange: func() { g.refresh() }}
-		if sd := c.SpecDecode; sd != nil {
-			sc := &integrity.SpecConfig{Window: time.Duration(sd.Window),
-				WindowConfig: integrity.WindowConfig{Windows: sd.Windows, Position: -1},
-				Source:       &integrity.MetricsSource{Client: client, Path: sd.MetricsPath, Timeout: timeout}}
-			if sd.Position != nil {
-				sc.Position = *sd.Position
+		g := &integState{f: f}
+		var store *integrity.Store
+		if set.Enforce() {
+			st, skey, err := acquireStore(set.Spec.StateFile, set.Spec.Key)
+			if err != nil {
+				return nil, err
 			}
-			if sd.Mode == "enforce" {
-				sc.Mode = integrity.ModeEnforce
-				sc.Key = []byte(resolveSecret(sd.CommitmentKey))
-				st, skey, err := acquireStore(sd.StateFile, sc.Key)
-				if err != nil {
-					return nil, err
-				}
-				sc.Store, g.storeKey = st, skey
-				if st.Dirty() {
-					logger.Warn("integrity state file had an unresolved dirty marker: its engine instances start fenced")
-				}
-			}
-			cfg.Spec = sc
+			store, g.storeKey = st, skey
 		}
-		mon, err := integrity.NewMonitor(cfg)
+		svc, err := integrity.NewService(set, store, f.Base().Lookup, logger)
 		if err != nil {
 			if g.storeKey != "" {
 				_, _ = integStores.Delete(g.storeKey)
 			}
 			return nil, err
 		}
-		g.mon = mon
+		g.Service = svc
 		// The checks outlive this config (a reload keeps them): they stop
-		// in Destruct, not with the provisioning context.
-		mon.Start(context.Background())
+		// in Destruct.
+		svc.Start()
 		return g, nil
 	})
 	if err != nil {
 		return fmt.Errorf("integrity: %w", err)
 	}
 	s.integ, s.integKey = v.(*integState), key
-	integLive.Store(f, s.integ)
+	integLive.Set(f.PoolKey, s.integ)
 	return nil
 }
 
@@ -496,7 +404,7 @@ func (s *RamjetSelection) bindIntegrity(v *poolView) {
 	}
 	for i, key := range v.keys {
 		if v.slots[i] >= 0 {
-			s.integ.track(key, v.pool[i].Dial, v.ranks[i])
+			s.integ.Track(key, v.pool[i].Dial, v.ranks[i])
 		}
 	}
 }
@@ -504,7 +412,7 @@ func (s *RamjetSelection) bindIntegrity(v *poolView) {
 // integrityOut reports whether integrity holds the replica in slot out.
 // Without integrity configured it is one nil check.
 func (s *RamjetSelection) integrityOut(slot selection.Slot) bool {
-	return s.integ != nil && slot >= 0 && int(slot) < selection.MaxReplicas && s.integ.out[slot].Load()
+	return s.integ != nil && s.integ.Out(slot)
 }
 
 // integrityPool is pool (a sub-pool of v's) without the replicas integrity
@@ -536,111 +444,8 @@ func integrityStatus(f *fleet, key string) *fleetstate.IntegrityReport {
 	if g == nil {
 		return nil
 	}
-	st, ok := g.mon.Status(key)
-	if !ok {
-		dial, rank := splitReplicaKey(key)
-		g.track(key, dial, rank)
-		st, _ = g.mon.Status(key)
-	}
-	return &fleetstate.IntegrityReport{Out: st.Out, Reason: string(st.Reason), Attested: st.Attested,
-		Quarantined: st.Quarantined, Durable: st.Durable, Observed: st.Observed, Streak: st.Streak, Ratio: st.Ratio}
+	return fleetstate.NewIntegrityReport(g.Status(key))
 }
-
-// splitReplicaKey inverts selection.ReplicaKey.
-func splitReplicaKey(key string) (string, int) {
-	for i := len(key) - 1; i >= 0; i-- {
-		if key[i] == '#' {
-			if n, err := strconv.Atoi(key[i+1:]); err == nil {
-				return key[:i], n
-			}
-			break
-		}
-	}
-	return key, -1
-}
-
-// The integrity series (labels as every ramjet series: fleet, the opaque
-// upstream id, and fixed sets).
-var (
-	descIntegOut = prometheus.NewDesc("ramjet_integrity_out",
-		"1 when engine integrity holds the upstream out of routing (admission failed, or quarantined in enforce mode), else 0.", integReplicaLabels, nil)
-	descIntegReason = prometheus.NewDesc("ramjet_integrity_reason",
-		"1 for the upstream's current integrity reason (pending, unreachable, bad_status, malformed, partial, model_mismatch, template_mismatch, tokenizer_mismatch, spec_collapse, fenced); absent when none.", append(integReplicaLabels, "reason"), nil)
-	descIntegChecks = prometheus.NewDesc("ramjet_integrity_checks_total",
-		"Identity checks of the upstream, by result (ok: complete and matching every pin; failed).", append(integReplicaLabels, "result"), nil)
-	descSpecQuarantined = prometheus.NewDesc("ramjet_spec_decode_quarantined",
-		"1 when enforce mode quarantines the upstream for speculative acceptance collapse (or a fenced instance), else 0.", integReplicaLabels, nil)
-	descSpecObserved = prometheus.NewDesc("ramjet_spec_decode_collapse_observed",
-		"1 when observe mode sees the upstream's speculative acceptance collapsed, else 0.", integReplicaLabels, nil)
-	descSpecStreak = prometheus.NewDesc("ramjet_spec_decode_zero_acceptance_windows",
-		"Consecutive complete windows with draft tokens and no accepted token.", integReplicaLabels, nil)
-	descSpecRatio = prometheus.NewDesc("ramjet_spec_decode_acceptance_ratio",
-		"Accepted over draft tokens in the upstream's last complete window with drafts.", integReplicaLabels, nil)
-	descShadowSessions = prometheus.NewDesc("ramjet_session_shadow_sessions",
-		"Sessions the session-sticky shadow remembers (bounded by max_sessions).", integFleetLabels, nil)
-	descIntegWrites = prometheus.NewDesc("ramjet_integrity_state_writes_total",
-		"Durable writes of quarantine commitments to the state file, by result (ok, failed).", append(integFleetLabels, "result"), nil)
-)
-
-type integCollector struct{}
-
-var integCollectorOnce = sync.OnceValue(func() *integCollector { return &integCollector{} })
-
-func (*integCollector) Describe(ch chan<- *prometheus.Desc) {
-	m := shadowMetrics()
-	m.decisions.Describe(ch)
-	m.overlap.Describe(ch)
-	m.load.Describe(ch)
-	ch <- descShadowSessions
-	for _, d := range []*prometheus.Desc{descIntegOut, descIntegReason, descIntegChecks, descSpecQuarantined,
-		descSpecObserved, descSpecStreak, descSpecRatio, descIntegWrites} {
-		ch <- d
-	}
-}
-
-func (*integCollector) Collect(ch chan<- prometheus.Metric) {
-	m := shadowMetrics()
-	m.decisions.Collect(ch)
-	m.overlap.Collect(ch)
-	m.load.Collect(ch)
-	shadowLive.Range(func(k, v any) bool {
-		ch <- prometheus.MustNewConstMetric(descShadowSessions, prometheus.GaugeValue, float64(v.(*shadowState).ss.Len()), k.(*fleet).StateKey)
-		return true
-	})
-	integLive.Range(func(k, v any) bool {
-		f, g := k.(*fleet), v.(*integState)
-		_, spec := g.mon.Mode()
-		if spec {
-			ok, failed := g.mon.Writes()
-			ch <- prometheus.MustNewConstMetric(descIntegWrites, prometheus.CounterValue, float64(ok), f.StateKey, "ok")
-			ch <- prometheus.MustNewConstMetric(descIntegWrites, prometheus.CounterValue, float64(failed), f.StateKey, "failed")
-		}
-		for _, st := range g.mon.Statuses() {
-			id := f.RouteID(st.Key)
-			if id == "" {
-				continue
-			}
-			lv := []string{f.StateKey, id}
-			ch <- prometheus.MustNewConstMetric(descIntegOut, prometheus.GaugeValue, boolGauge(st.Out), lv...)
-			if st.Reason != "" {
-				ch <- prometheus.MustNewConstMetric(descIntegReason, prometheus.GaugeValue, 1, f.StateKey, id, string(st.Reason))
-			}
-			ch <- prometheus.MustNewConstMetric(descIntegChecks, prometheus.CounterValue, float64(st.ChecksOK), f.StateKey, id, "ok")
-			ch <- prometheus.MustNewConstMetric(descIntegChecks, prometheus.CounterValue, float64(st.ChecksFailed), f.StateKey, id, "failed")
-			if spec {
-				ch <- prometheus.MustNewConstMetric(descSpecQuarantined, prometheus.GaugeValue, boolGauge(st.Quarantined), lv...)
-				ch <- prometheus.MustNewConstMetric(descSpecObserved, prometheus.GaugeValue, boolGauge(st.Observed), lv...)
-				ch <- prometheus.MustNewConstMetric(descSpecStreak, prometheus.GaugeValue, float64(st.Streak), lv...)
-				if st.Ratio >= 0 {
-					ch <- prometheus.MustNewConstMetric(descSpecRatio, prometheus.GaugeValue, st.Ratio, lv...)
-				}
-			}
-		}
-		return true
-	})
-}
-
-var _ prometheus.Collector = (*integCollector)(nil)
 
 // integrityDirectiveOptions are the ramjet directive's integrity options
 // (deploy/Caddyfile drives them from RJ_* settings). A value left empty (an
@@ -794,26 +599,8 @@ func (*shadowState) Destruct() error { return nil }
 
 var (
 	shadowStates = caddy.NewUsagePool()
-	shadowLive   sync.Map // *fleet -> *shadowState
+	shadowLive   fleetstate.Latest[*shadowState] // by the fleet's pool key
 )
-
-// The shadow series, created once (integCollector describes and collects
-// them).
-var shadowMetrics = sync.OnceValue(func() (m struct {
-	decisions     *prometheus.CounterVec
-	overlap, load *prometheus.HistogramVec
-}) {
-	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ramjet", Name: "session_shadow_decisions_total",
-		Help: "Requests with a session key, by how a session-sticky policy's choice compares with ramjet's (new, agree, disagree, sticky_unavailable)."},
-		[]string{"fleet", "outcome"})
-	m.overlap = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ramjet", Name: "session_shadow_overlap_tokens",
-		Help:    "On a disagreement, the estimated prefix overlap of ramjet's and of the sticky policy's choice (choice: ramjet, sticky), in tokens.",
-		Buckets: []float64{0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768}}, []string{"fleet", "choice"})
-	m.load = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ramjet", Name: "session_shadow_load_tokens",
-		Help:    "On a disagreement, the live load of ramjet's and of the sticky policy's choice (choice: ramjet, sticky), in tokens.",
-		Buckets: prometheus.ExponentialBuckets(256, 4, 8)}, []string{"fleet", "choice"})
-	return m
-})
 
 func (s *RamjetSelection) provisionShadow(ctx caddy.Context) error {
 	c := s.SessionShadow
@@ -826,11 +613,8 @@ func (s *RamjetSelection) provisionShadow(ctx caddy.Context) error {
 	if c.MaxSessions < 0 {
 		return errors.New("session_shadow max_sessions must be positive")
 	}
-	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		var are prometheus.AlreadyRegisteredError
-		if err := reg.Register(integCollectorOnce()); err != nil && !errors.As(err, &are) {
-			return fmt.Errorf("session shadow metrics: %w", err)
-		}
+	if err := registerIntegrityMetrics(ctx); err != nil {
+		return fmt.Errorf("session shadow metrics: %w", err)
 	}
 	key := fmt.Sprintf("ramjet-shadow/%s/%s/%d", s.poolKey, c.Header, c.MaxSessions)
 	f := s.fleet
@@ -841,7 +625,7 @@ func (s *RamjetSelection) provisionShadow(ctx caddy.Context) error {
 		return err
 	}
 	s.shadow, s.shadowKey = v.(*shadowState), key
-	shadowLive.Store(f, s.shadow)
+	shadowLive.Set(f.PoolKey, s.shadow)
 	return nil
 }
 
@@ -853,7 +637,7 @@ func (s *RamjetSelection) cleanupShadow() error {
 	s.shadow = nil
 	deleted, err := shadowStates.Delete(s.shadowKey)
 	if deleted {
-		shadowLive.CompareAndDelete(sh.f, sh)
+		shadowLive.Drop(sh.f.PoolKey, sh)
 	}
 	return err
 }
@@ -884,9 +668,8 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 		return i >= 0 && pool[i].Available() && !s.integrityOut(v.slots[i]) && od.Usable(v.slots[i])
 	}
 	out, sticky := sh.ss.Record(xxhash.Sum64String(vals[0]), int(d.Slot), usable)
-	m := shadowMetrics()
-	fl := s.fleet.StateKey
-	m.decisions.WithLabelValues(fl, out.String()).Inc()
+	m := integCollector().Shadow
+	m.Decisions.WithLabelValues(s.fleet.StateKey, out.String()).Inc()
 	if out != integrity.ShadowDisagree {
 		return
 	}
@@ -900,47 +683,19 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 	}
 	sc := selection.NewScratch(len(cands))
 	s.rt.Pick(feat, cands, sc)
-	m.overlap.WithLabelValues(fl, "ramjet").Observe(float64(d.Overlap))
-	m.overlap.WithLabelValues(fl, "sticky").Observe(float64(sc.Overlap[j]))
-	m.load.WithLabelValues(fl, "ramjet").Observe(d.Load)
-	m.load.WithLabelValues(fl, "sticky").Observe(sc.Load[j])
+	m.Disagree(s.fleet.StateKey, d.Overlap, sc.Overlap[j], d.Load, sc.Load[j])
 }
 
 // explainSession is the session part of an explanation of r (nil without
 // a session shadow or a session header).
 func explainSession(f *fleet, r *http.Request, decided string) *fleetstate.ExplainSession {
-	v, ok := shadowLive.Load(f)
+	sh, ok := shadowLive.Get(f.PoolKey)
 	if !ok {
 		return nil
 	}
-	sh := v.(*shadowState)
 	key := r.Header.Get(sh.header)
 	if key == "" {
 		return nil
 	}
-	es := &fleetstate.ExplainSession{Counts: map[string]uint64{}}
-	c := sh.ss.Counts()
-	for _, o := range integrity.ShadowOutcomes {
-		es.Counts[o.String()] = c[o]
-	}
-	slot, known := sh.ss.Sticky(xxhash.Sum64String(key))
-	es.Known = known
-	if known {
-		es.StickyUpstream = f.SlotID(selection.Slot(slot))
-	}
-	es.Agree = !known || es.StickyUpstream == decided
-	return es
-}
-
-// The label sets of the integrity series, as the fleet series (package metrics).
-var (
-	integFleetLabels   = []string{"fleet"}
-	integReplicaLabels = []string{"fleet", "upstream"}
-)
-
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+	return fleetstate.NewExplainSession(sh.ss, key, f.SlotID, decided)
 }

@@ -518,7 +518,6 @@ func TestIntegrityValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := tt.give
-			c.setDefaults()
 			err := c.validate()
 			if tt.wantErr == "" {
 				if err != nil {
@@ -593,7 +592,7 @@ func TestIntegrityDeployCaddyfile(t *testing.T) {
 func integritySeriesNames() map[string]bool {
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		integCollectorOnce().Describe(ch)
+		integCollector().Describe(ch)
 		close(ch)
 	}()
 	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
@@ -624,7 +623,7 @@ func TestIntegrityMetricsDocumented(t *testing.T) {
 			}
 		}
 	}
-	probs, err := testutil.CollectAndLint(integCollectorOnce())
+	probs, err := testutil.CollectAndLint(integCollector())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -659,13 +658,13 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 	checked.viewFor(poolB) // the policy sees its pool: checks start
 	eventually(t, "every replica admitted", func() bool {
 		for _, s := range ss {
-			if checked.integ.mon.Out(s.Addr()) {
+			if checked.integ.Monitor().Out(s.Addr()) {
 				return false
 			}
 		}
 		return true
 	})
-	checked.integ.refresh()
+	checked.integ.Refresh()
 
 	var cancels []context.CancelFunc
 	defer func() {
@@ -747,10 +746,10 @@ func TestSessionShadowChangesNoDecision(t *testing.T) {
 		}
 		return -1
 	}
-	m := shadowMetrics()
+	m := integCollector().Shadow
 	before := map[string]float64{}
 	for _, o := range integrity.ShadowOutcomes {
-		before[o.String()] = testutil.ToFloat64(m.decisions.WithLabelValues("shadow-on", o.String()))
+		before[o.String()] = testutil.ToFloat64(m.Decisions.WithLabelValues("shadow-on", o.String()))
 	}
 	var gotA, gotB []int
 	const n = 160
@@ -771,7 +770,7 @@ func TestSessionShadowChangesNoDecision(t *testing.T) {
 	}
 	total, disagree := 0.0, 0.0
 	for _, o := range integrity.ShadowOutcomes {
-		d := testutil.ToFloat64(m.decisions.WithLabelValues("shadow-on", o.String())) - before[o.String()]
+		d := testutil.ToFloat64(m.Decisions.WithLabelValues("shadow-on", o.String())) - before[o.String()]
 		total += d
 		if o == integrity.ShadowDisagree {
 			disagree = d
@@ -788,7 +787,7 @@ func TestSessionShadowChangesNoDecision(t *testing.T) {
 	}
 	// Every disagreement was scored, for both choices.
 	h := &dto.Metric{}
-	if err := m.overlap.WithLabelValues("shadow-on", "sticky").(prometheus.Histogram).Write(h); err != nil {
+	if err := m.Overlap.WithLabelValues("shadow-on", "sticky").(prometheus.Histogram).Write(h); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.GetHistogram().GetSampleCount(); float64(got) < disagree {
