@@ -100,7 +100,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for i, r := range Results {
 			ch <- prometheus.MustNewConstMetric(descScrapes, prometheus.CounterValue, float64(res[i]), e.fleet, r.String())
 		}
-		b, sum, n := e.s.dur.snapshot()
+		b, sum, n := e.s.dur.Snapshot()
 		ch <- prometheus.MustNewConstHistogram(descDuration, n, sum, b, e.fleet)
 		fallback := 0
 		for _, sn := range e.s.Snapshots() {

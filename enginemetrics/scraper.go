@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ramjet-llm/ramjet/latency"
 )
 
 // Defaults of Config's zero fields.
@@ -240,7 +242,7 @@ type Scraper struct {
 	snaps   map[string]*Snapshot
 
 	results [numResults]atomic.Uint64
-	dur     durationHist
+	dur     *latency.Hist
 
 	start   sync.Once
 	cancel  context.CancelFunc
@@ -255,7 +257,7 @@ func New(cfg Config) (*Scraper, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	s := &Scraper{cfg: cfg, client: cfg.Client, snaps: map[string]*Snapshot{}}
+	s := &Scraper{cfg: cfg, client: cfg.Client, snaps: map[string]*Snapshot{}, dur: latency.New(durationBuckets)}
 	if s.client == nil {
 		s.transport = &http.Transport{
 			Proxy:                 nil, // engines are dialed directly
@@ -442,7 +444,7 @@ func (s *Scraper) scrape(ctx context.Context, t Target) {
 		return // shutting down: not the engine's fault
 	}
 	s.results[res].Add(1)
-	s.dur.observe(end.Sub(start))
+	s.dur.Observe(end.Sub(start))
 
 	updated := make([]Snapshot, 0, len(t.Replicas))
 	s.mu.Lock()
@@ -544,36 +546,5 @@ func classify(ctx context.Context, err error) Result {
 	return ResultError
 }
 
-// durationHist is a fixed-bucket histogram of scrape durations.
-type durationHist struct {
-	mu      sync.Mutex
-	counts  [len(durationBuckets)]uint64
-	sum     float64
-	samples uint64
-}
-
 // durationBuckets are the scrape-duration histogram's upper bounds (s).
-var durationBuckets = [...]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
-
-func (h *durationHist) observe(d time.Duration) {
-	v := d.Seconds()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i, le := range durationBuckets {
-		if v <= le {
-			h.counts[i]++
-		}
-	}
-	h.sum += v
-	h.samples++
-}
-
-func (h *durationHist) snapshot() (map[float64]uint64, float64, uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	b := make(map[float64]uint64, len(durationBuckets))
-	for i, le := range durationBuckets {
-		b[le] = h.counts[i]
-	}
-	return b, h.sum, h.samples
-}
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}

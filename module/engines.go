@@ -3,19 +3,17 @@ package module
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"sort"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/cespare/xxhash/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/enginemetrics"
 	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/metrics"
 )
 
 // EngineMetricsConfig turns on scraping of every upstream engine's
@@ -134,12 +132,14 @@ var engineCollector = enginemetrics.NewCollector()
 // /ramjet/fleet.
 var engineLive fleetstate.Latest[*engineState]
 
-// engineState is one fleet's scraper, kept across reloads.
+// engineState is one fleet's scraper, kept across reloads, fed by the
+// router of the fleet provisioned last.
 type engineState struct {
 	stateKey string
 	cfg      EngineMetricsConfig
 	sc       *enginemetrics.Scraper
-	fleet    atomic.Pointer[fleet] // the last provisioned; for targets and local load
+	feed     enginemetrics.RouterFeed
+	fleet    atomic.Pointer[fleet] // the last provisioned; for targets
 }
 
 // Destruct stops the scraper: the last policy using it was cleaned up.
@@ -147,44 +147,6 @@ func (e *engineState) Destruct() error {
 	engineLive.Drop(e.stateKey, e)
 	engineCollector.Remove(e.sc)
 	return e.sc.Close()
-}
-
-// local is the scraper's view of this instance's reservations.
-func (e *engineState) local(key string) enginemetrics.Local {
-	f := e.fleet.Load()
-	if f == nil {
-		return enginemetrics.Local{}
-	}
-	s, ok := f.Base().Lookup(key)
-	if !ok {
-		return enginemetrics.Local{}
-	}
-	in, pend := f.Base().Load(s)
-	return enginemetrics.Local{Inflight: in, PendingPrefill: pend, ResidentTokens: f.Base().Resident(s)}
-}
-
-// push hands a replica's new snapshot to the fleet's router: the load
-// that this instance did not reserve (enginemetrics.Fuse; zeros when
-// stale, so that routing falls back to local reservations) and the
-// engine's KV capacity, when it reports one.
-func (e *engineState) push(sn enginemetrics.Snapshot) {
-	f := e.fleet.Load()
-	if f == nil {
-		return
-	}
-	s, ok := f.Base().Lookup(sn.Key)
-	if !ok {
-		return
-	}
-	ext := enginemetrics.Fuse(sn, time.Now())
-	f.Base().SetExternalLoad(s, ext.Running, ext.Waiting, ext.KVUsedTokens)
-	if c := ext.KVCapacityTokens; c > 0 {
-		// The index applies whole blocks; set it only when it changed.
-		bt := int64(f.Base().Config().BlockTokens)
-		if max(1, c/bt)*bt != f.Base().Capacity(s) {
-			f.Base().SetCapacity(s, c)
-		}
-	}
 }
 
 func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
@@ -197,8 +159,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 		return err
 	}
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		var are prometheus.AlreadyRegisteredError
-		if err := reg.Register(engineCollector); err != nil && !errors.As(err, &are) {
+		if err := metrics.Register(reg, engineCollector); err != nil {
 			return fmt.Errorf("engine metrics: %w", err)
 		}
 	}
@@ -207,7 +168,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	v, _, err := engineStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		e := &engineState{stateKey: s.StateKey, cfg: *c}
 		sc := c.scraperConfig()
-		sc.Local, sc.OnSnapshot = e.local, e.push
+		sc.Local, sc.OnSnapshot = e.feed.Local, e.feed.Push
 		var err error
 		if e.sc, err = enginemetrics.New(sc); err != nil {
 			return nil, err
@@ -223,6 +184,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	}
 	s.engines, s.enginesKey = v.(*engineState), key
 	s.engines.fleet.Store(s.fleet)
+	s.engines.feed.Set(s.fleet.Base())
 	engineLive.Set(s.StateKey, s.engines)
 	s.engines.retarget()
 	return nil
@@ -250,36 +212,24 @@ func (s *RamjetSelection) bindEngines() {
 }
 
 // retarget sets the scraper's targets from the upstream pools of the
-// fleet's live policies: one target per dial address; a dial listed once
-// is one replica (the whole engine), listed k times k data-parallel ranks.
+// fleet's live policies (enginemetrics.TargetsFor).
 func (e *engineState) retarget() {
 	f := e.fleet.Load()
 	if f == nil {
 		return
 	}
-	byDial := map[string][]enginemetrics.ReplicaRef{}
-	seen := map[string]bool{}
+	var reps []enginemetrics.DialReplica
 	f.mu.Lock()
 	for _, v := range f.views {
 		for i, up := range v.pool {
-			if v.slots[i] < 0 || seen[v.keys[i]] {
-				continue
+			if v.slots[i] >= 0 {
+				reps = append(reps, enginemetrics.DialReplica{Dial: up.Dial,
+					ReplicaRef: enginemetrics.ReplicaRef{Key: v.keys[i], ID: v.ids[i], Rank: v.ranks[i]}})
 			}
-			seen[v.keys[i]] = true
-			byDial[up.Dial] = append(byDial[up.Dial], enginemetrics.ReplicaRef{Key: v.keys[i], ID: v.ids[i], Rank: v.ranks[i]})
 		}
 	}
 	f.mu.Unlock()
-	dials := make([]string, 0, len(byDial))
-	for d := range byDial {
-		dials = append(dials, d)
-	}
-	sort.Strings(dials)
-	ts := make([]enginemetrics.Target, 0, len(dials))
-	for _, d := range dials {
-		ts = append(ts, enginemetrics.Target{URL: e.cfg.Scheme + "://" + d + e.cfg.Path, Replicas: byDial[d]})
-	}
-	e.sc.SetTargets(ts)
+	e.sc.SetTargets(enginemetrics.TargetsFor(e.cfg.Scheme, e.cfg.Path, reps))
 }
 
 // engineStatesOf returns the engine states of fleet stateKey's replicas,
@@ -289,25 +239,5 @@ func engineStatesOf(stateKey string) []fleetstate.EngineState {
 	if e == nil {
 		return nil
 	}
-	now := time.Now()
-	snaps := e.sc.Snapshots()
-	out := make([]fleetstate.EngineState, 0, len(snaps))
-	for _, sn := range snaps {
-		if sn.ID == "" {
-			continue
-		}
-		es := fleetstate.EngineState{Upstream: sn.ID, State: sn.State(now).String(), Result: sn.Result.String(),
-			Engine: sn.Engine.String(), Metrics: sn.Metrics, ConsecutiveFailures: sn.Failures,
-			Local: sn.Local, External: enginemetrics.Fuse(sn, now)}
-		if sn.AttemptedAt.IsZero() {
-			es.Result = ""
-		}
-		if !sn.ScrapedAt.IsZero() {
-			t := sn.ScrapedAt
-			es.ScrapedAt, es.AgeSeconds = &t, now.Sub(t).Seconds()
-		}
-		out = append(out, es)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Upstream < out[j].Upstream })
-	return out
+	return fleetstate.EngineStates(e.sc.Snapshots(), time.Now())
 }

@@ -1,0 +1,91 @@
+package enginemetrics
+
+import (
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// RouterFeed connects a Scraper to a fleet's selection.Router: Local (the
+// Scraper's Config.Local) reads the router's reservations, Push (its
+// Config.OnSnapshot) hands each new snapshot to the router. The router is
+// set with Set (the fleet provisioned last); without one both do nothing.
+// Safe for concurrent use.
+type RouterFeed struct {
+	rt atomic.Pointer[selection.Router]
+}
+
+// Set points the feed at rt.
+func (f *RouterFeed) Set(rt *selection.Router) { f.rt.Store(rt) }
+
+// Local is this instance's reservations on the replica named key.
+func (f *RouterFeed) Local(key string) Local {
+	rt := f.rt.Load()
+	if rt == nil {
+		return Local{}
+	}
+	s, ok := rt.Lookup(key)
+	if !ok {
+		return Local{}
+	}
+	in, pend := rt.Load(s)
+	return Local{Inflight: in, PendingPrefill: pend, ResidentTokens: rt.Resident(s)}
+}
+
+// Push hands a replica's new snapshot to the router: the load that this
+// instance did not reserve (Fuse; zeros when stale, so that routing falls
+// back to local reservations) and the engine's KV capacity, when it
+// reports one.
+func (f *RouterFeed) Push(sn Snapshot) {
+	rt := f.rt.Load()
+	if rt == nil {
+		return
+	}
+	s, ok := rt.Lookup(sn.Key)
+	if !ok {
+		return
+	}
+	ext := Fuse(sn, time.Now())
+	rt.SetExternalLoad(s, ext.Running, ext.Waiting, ext.KVUsedTokens)
+	if c := ext.KVCapacityTokens; c > 0 {
+		// The index applies whole blocks; set it only when it changed.
+		bt := int64(rt.Config().BlockTokens)
+		if max(1, c/bt)*bt != rt.Capacity(s) {
+			rt.SetCapacity(s, c)
+		}
+	}
+}
+
+// DialReplica is one routed replica and the dial address of its engine.
+type DialReplica struct {
+	Dial string
+	ReplicaRef
+}
+
+// TargetsFor groups replicas by engine: one target per dial address (its
+// metrics at scheme://dial+path), sorted by dial; a dial listed once is
+// one replica (the whole engine), listed k times k data-parallel ranks.
+// A replica key listed twice counts once.
+func TargetsFor(scheme, path string, reps []DialReplica) []Target {
+	byDial := map[string][]ReplicaRef{}
+	seen := map[string]bool{}
+	for _, r := range reps {
+		if seen[r.Key] {
+			continue
+		}
+		seen[r.Key] = true
+		byDial[r.Dial] = append(byDial[r.Dial], r.ReplicaRef)
+	}
+	dials := make([]string, 0, len(byDial))
+	for d := range byDial {
+		dials = append(dials, d)
+	}
+	sort.Strings(dials)
+	ts := make([]Target, 0, len(dials))
+	for _, d := range dials {
+		ts = append(ts, Target{URL: scheme + "://" + d + path, Replicas: byDial[d]})
+	}
+	return ts
+}

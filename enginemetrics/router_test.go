@@ -1,0 +1,55 @@
+package enginemetrics
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+func TestTargetsFor(t *testing.T) {
+	ref := func(key, id string, rank int) ReplicaRef { return ReplicaRef{Key: key, ID: id, Rank: rank} }
+	got := TargetsFor("https", "/metrics", []DialReplica{
+		{Dial: "127.0.0.1:8002", ReplicaRef: ref("127.0.0.1:8002#0", "b0", 0)},
+		{Dial: "127.0.0.1:8001", ReplicaRef: ref("127.0.0.1:8001", "a", -1)},
+		{Dial: "127.0.0.1:8002", ReplicaRef: ref("127.0.0.1:8002#1", "b1", 1)},
+		{Dial: "127.0.0.1:8001", ReplicaRef: ref("127.0.0.1:8001", "a", -1)}, // a second pool's view
+	})
+	want := []Target{
+		{URL: "https://127.0.0.1:8001/metrics", Replicas: []ReplicaRef{ref("127.0.0.1:8001", "a", -1)}},
+		{URL: "https://127.0.0.1:8002/metrics", Replicas: []ReplicaRef{ref("127.0.0.1:8002#0", "b0", 0), ref("127.0.0.1:8002#1", "b1", 1)}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestRouterFeed(t *testing.T) {
+	var f RouterFeed
+	if got := f.Local("127.0.0.1:8001"); got != (Local{}) {
+		t.Fatalf("no router: %+v", got)
+	}
+	f.Push(Snapshot{Key: "127.0.0.1:8001"}) // no router: nothing to do
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rt.Register("127.0.0.1:8001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Set(rt)
+	res := rt.Reserve(s, 100)
+	defer res.Release()
+	if got := f.Local("127.0.0.1:8001"); got.Inflight != 1 || got.PendingPrefill != 100 {
+		t.Fatalf("local %+v, want 1 in flight, 100 pending", got)
+	}
+	now := time.Now()
+	f.Push(Snapshot{Key: "127.0.0.1:8001", ScrapedAt: now, AttemptedAt: now,
+		Metrics: RankMetrics{Running: 3, Waiting: 2, KVCapacityTokens: 4096}})
+	if got := rt.Capacity(s); got != 4096 {
+		t.Fatalf("capacity %d, want 4096", got)
+	}
+}
