@@ -138,52 +138,20 @@ func (c *IntegrityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		if seen[opt] {
-			return d.Errf("integrity %s: option specified more than once", opt)
-		}
-		seen[opt] = true
-		if opt == "spec_decode" {
+	return subBlock(d, "integrity", map[string]blockOption{
+		"model_sha256":         argString(&c.ModelSHA256),
+		"chat_template_sha256": argString(&c.TemplateSHA256),
+		"tokenizer_sha256":     argString(&c.TokenizerSHA256),
+		"identity_path":        argString(&c.IdentityPath),
+		"scheme":               argString(&c.Scheme),
+		"upstream_token":       argString(&c.UpstreamToken),
+		"interval":             argValue(&c.Interval, parsePositiveDuration),
+		"timeout":              argValue(&c.Timeout, parsePositiveDuration),
+		"spec_decode": func(d *caddyfile.Dispenser, _ string) error {
 			c.SpecDecode = new(SpecDecodeConfig)
-			if err := c.SpecDecode.unmarshalCaddyfile(d); err != nil {
-				return err
-			}
-			continue
-		}
-		v, err := oneArg(d, "integrity "+opt)
-		if err != nil {
-			return err
-		}
-		switch opt {
-		case "model_sha256":
-			c.ModelSHA256 = v
-		case "chat_template_sha256":
-			c.TemplateSHA256 = v
-		case "tokenizer_sha256":
-			c.TokenizerSHA256 = v
-		case "identity_path":
-			c.IdentityPath = v
-		case "scheme":
-			c.Scheme = v
-		case "upstream_token":
-			c.UpstreamToken = v
-		case "interval", "timeout":
-			dur, err := positiveDuration(d, "integrity "+opt, v)
-			if err != nil {
-				return err
-			}
-			if opt == "interval" {
-				c.Interval = dur
-			} else {
-				c.Timeout = dur
-			}
-		default:
-			return d.Errf("unrecognized integrity option '%s'", opt)
-		}
-	}
-	return nil
+			return c.SpecDecode.unmarshalCaddyfile(d)
+		},
+	})
 }
 
 func (sd *SpecDecodeConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -196,49 +164,27 @@ func (sd *SpecDecodeConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		if seen[opt] {
-			return d.Errf("integrity spec_decode %s: option specified more than once", opt)
-		}
-		seen[opt] = true
-		v, err := oneArg(d, "integrity spec_decode "+opt)
-		if err != nil {
-			return err
-		}
-		switch opt {
-		case "window":
-			if sd.Window, err = positiveDuration(d, "integrity spec_decode window", v); err != nil {
-				return err
-			}
-		case "windows":
-			n, err := parsePositive(v)
-			if err != nil {
-				return d.Errf("integrity spec_decode windows: %v", err)
-			}
-			sd.Windows = n
-		case "position":
-			if v == "overall" {
-				sd.Position = nil
-				continue
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n >= integrity.MaxPositions {
-				return d.Errf("integrity spec_decode position: want overall or 0-%d, got %q", integrity.MaxPositions-1, v)
-			}
-			sd.Position = &n
-		case "metrics_path":
-			sd.MetricsPath = v
-		case "state_file":
-			sd.StateFile = v
-		case "commitment_key":
-			sd.CommitmentKey = v
-		default:
-			return d.Errf("unrecognized integrity spec_decode option '%s'", opt)
-		}
+	return subBlock(d, "integrity spec_decode", map[string]blockOption{
+		"window":         argValue(&sd.Window, parsePositiveDuration),
+		"windows":        argValue(&sd.Windows, parsePositive),
+		"position":       argValue(&sd.Position, parsePosition),
+		"metrics_path":   argString(&sd.MetricsPath),
+		"state_file":     argString(&sd.StateFile),
+		"commitment_key": argString(&sd.CommitmentKey),
+	})
+}
+
+// parsePosition reads a spec_decode position: a draft position, or
+// "overall" (nil).
+func parsePosition(v string) (*int, error) {
+	if v == "overall" {
+		return nil, nil
 	}
-	return nil
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n >= integrity.MaxPositions {
+		return nil, fmt.Errorf("want overall or 0-%d, got %q", integrity.MaxPositions-1, v)
+	}
+	return &n, nil
 }
 
 // integStates holds the integrity state across config reloads, keyed by
@@ -464,37 +410,24 @@ type integrityDirective struct {
 }
 
 func (k *integrityDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
-	switch len(args) {
-	case 0:
-		return nil
-	case 1:
-	default:
-		return d.Errf("%s: want one value", name)
+	v, err := optionalArg(d, args)
+	if err != nil || v == "" {
+		return err
 	}
-	v := args[0]
-	var err error
 	switch name {
 	case "integrity_interval", "integrity_timeout", "spec_decode_window":
-		var dur time.Duration
-		if dur, err = caddy.ParseDuration(v); err == nil && dur <= 0 {
-			err = errors.New("must be positive")
-		}
+		_, err = parsePositiveDuration(v)
 	case "spec_decode_windows":
 		_, err = parsePositive(v)
 	case "spec_decode_position":
-		if v != "overall" {
-			var n int
-			if n, err = strconv.Atoi(v); err == nil && (n < 0 || n >= integrity.MaxPositions) {
-				err = fmt.Errorf("want overall or 0-%d", integrity.MaxPositions-1)
-			}
-		}
+		_, err = parsePosition(v)
 	case "spec_decode":
 		if v != "off" && v != "observe" && v != "enforce" {
-			err = errors.New("want off, observe or enforce")
+			err = fmt.Errorf("want off, observe or enforce, got %q", v)
 		}
 	}
 	if err != nil {
-		return d.Errf("%s %q: %v", name, v, err)
+		return d.Errf("%s: %v", name, err)
 	}
 	if k.vals == nil {
 		k.vals = map[string]string{}
@@ -504,7 +437,8 @@ func (k *integrityDirective) parse(d *caddyfile.Dispenser, name string, args []s
 }
 
 // config is the policy's integrity configuration, nil when off. token and
-// scheme are the directive's upstream token and the engines' scheme.
+// scheme are the directive's upstream token and the engines' scheme. The
+// values were checked by parse.
 func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
 	v := k.vals
 	mode := v["spec_decode"]
@@ -514,25 +448,13 @@ func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
 	if !c.pins().Any() && (mode == "" || mode == "off") {
 		return nil
 	}
-	for name, dst := range map[string]*caddy.Duration{"integrity_interval": &c.Interval, "integrity_timeout": &c.Timeout} {
-		if s, ok := v[name]; ok {
-			dur, _ := caddy.ParseDuration(s)
-			*dst = caddy.Duration(dur)
-		}
-	}
+	c.Interval, _ = parsePositiveDuration(v["integrity_interval"])
+	c.Timeout, _ = parsePositiveDuration(v["integrity_timeout"])
 	if mode == "observe" || mode == "enforce" {
 		sd := &SpecDecodeConfig{Mode: mode}
-		if s, ok := v["spec_decode_window"]; ok {
-			dur, _ := caddy.ParseDuration(s)
-			sd.Window = caddy.Duration(dur)
-		}
-		if s, ok := v["spec_decode_windows"]; ok {
-			sd.Windows, _ = strconv.Atoi(s)
-		}
-		if s, ok := v["spec_decode_position"]; ok && s != "overall" {
-			n, _ := strconv.Atoi(s)
-			sd.Position = &n
-		}
+		sd.Window, _ = parsePositiveDuration(v["spec_decode_window"])
+		sd.Windows, _ = parsePositive(v["spec_decode_windows"])
+		sd.Position, _ = parsePosition(v["spec_decode_position"])
 		if mode == "enforce" {
 			sd.StateFile, sd.CommitmentKey = v["integrity_state_file"], v["integrity_key"]
 		}
@@ -568,24 +490,7 @@ func (c *SessionShadowConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch opt := d.Val(); opt {
-		case "max_sessions":
-			if c.MaxSessions != 0 {
-				return d.Errf("session_shadow max_sessions: option specified more than once")
-			}
-			v, err := oneArg(d, "session_shadow max_sessions")
-			if err != nil {
-				return err
-			}
-			if c.MaxSessions, err = parsePositive(v); err != nil {
-				return d.Errf("session_shadow max_sessions: %v", err)
-			}
-		default:
-			return d.Errf("unrecognized session_shadow option '%s'", opt)
-		}
-	}
-	return nil
+	return subBlock(d, "session_shadow", map[string]blockOption{"max_sessions": argValue(&c.MaxSessions, parsePositive)})
 }
 
 // shadowState is one fleet's session shadow, kept across reloads.

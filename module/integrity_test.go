@@ -463,7 +463,7 @@ func TestIntegrityCaddyfile(t *testing.T) {
 		}`, want: &IntegrityConfig{SpecDecode: &SpecDecodeConfig{}}},
 		{name: "unknown", give: `integrity {
 			bogus 1
-		}`, wantErr: "unrecognized integrity option 'bogus'"},
+		}`, wantErr: "integrity: unrecognized option 'bogus'"},
 		{name: "duplicate", give: `integrity {
 			interval 1s
 			interval 2s
@@ -821,7 +821,7 @@ func TestSessionShadowCaddyfile(t *testing.T) {
 		{give: "session_shadow", want: &SessionShadowConfig{}},
 		{give: "session_shadow X-Conversation {\n max_sessions 100\n}", want: &SessionShadowConfig{Header: "X-Conversation", MaxSessions: 100}},
 		{give: "session_shadow {\n max_sessions 0\n}", wantErr: "positive integer"},
-		{give: "session_shadow {\n bogus 1\n}", wantErr: "unrecognized session_shadow option"},
+		{give: "session_shadow {\n bogus 1\n}", wantErr: "session_shadow: unrecognized option"},
 		{give: "session_shadow a b", wantErr: "wrong argument count"},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package module
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -28,7 +29,7 @@ func (t options) parse(d *caddyfile.Dispenser, what string) error {
 		seen[name] = true
 		set, ok := t[name]
 		if !ok {
-			return d.Errf("unknown %s optSetter %q", what, name)
+			return d.Errf("unknown %s option %q", what, name)
 		}
 		if err := set(d, d.RemainingArgs()); err != nil {
 			return err
@@ -72,17 +73,17 @@ func optFlag(p *bool) optSetter {
 	}
 }
 
-// optValue reads zero or one value into p with parse; a value parse
-// refuses is "not a <what>".
-func optValue[T any](p *T, what string, parse func(string) (T, bool)) optSetter {
+// optValue reads zero or one value into p with parse (the line-form
+// arity of argValue; the same value parsers serve both).
+func optValue[T any](p *T, parse func(string) (T, error)) optSetter {
 	return func(d *caddyfile.Dispenser, args []string) error {
 		s, err := optionalArg(d, args)
 		if err != nil || s == "" {
 			return err
 		}
-		v, ok := parse(s)
-		if !ok {
-			return d.Errf("not a %s: %q", what, s)
+		v, err := parse(s)
+		if err != nil {
+			return d.Err(err.Error())
 		}
 		*p = v
 		return nil
@@ -91,18 +92,34 @@ func optValue[T any](p *T, what string, parse func(string) (T, bool)) optSetter 
 
 // optSize reads a size with an optional unit (up to 1 TiB) into p.
 func optSize(p *int64) optSetter {
-	return optValue(p, "size", func(s string) (int64, bool) {
+	return optValue(p, func(s string) (int64, error) {
 		v, err := parseSize(s)
-		return v, err == nil && v > 0 && v <= 1<<40
+		if err != nil || v <= 0 || v > 1<<40 {
+			return 0, fmt.Errorf("%q is not a size up to 1TiB", s)
+		}
+		return v, nil
 	})
 }
 
 // optDuration reads a positive duration into p.
-func optDuration(p *caddy.Duration) optSetter {
-	return optValue(p, "positive duration", func(s string) (caddy.Duration, bool) {
-		v, err := caddy.ParseDuration(s)
-		return caddy.Duration(v), err == nil && v > 0
-	})
+func optDuration(p *caddy.Duration) optSetter { return optValue(p, parsePositiveDuration) }
+
+// parseDuration reads a duration (Caddy's syntax: 500ms, 2h, 1d).
+func parseDuration(v string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration", v)
+	}
+	return caddy.Duration(dur), nil
+}
+
+// parsePositiveDuration reads a duration above zero.
+func parsePositiveDuration(v string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err != nil || dur <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration", v)
+	}
+	return caddy.Duration(dur), nil
 }
 
 // optAllowPaths reads allow_paths into p.

@@ -313,7 +313,8 @@ func oneArg(d *caddyfile.Dispenser, opt string) (string, error) {
 	return v, nil
 }
 
-// argValue reads the one value of an option into p with parse.
+// argValue reads the one value of an option into p with parse (the block
+// arity; optValue is the line form over the same value parsers).
 func argValue[T any](p *T, parse func(string) (T, error)) blockOption {
 	return func(d *caddyfile.Dispenser, opt string) error {
 		v, err := oneArg(d, opt)
@@ -335,20 +336,7 @@ func argInt(p *int) blockOption { return argValue(p, parseInt) }
 
 func argSize(p *int64) blockOption { return argValue(p, parseSize) }
 
-func argDuration(p *caddy.Duration) blockOption {
-	return func(d *caddyfile.Dispenser, opt string) error {
-		v, err := oneArg(d, opt)
-		if err != nil {
-			return err
-		}
-		dur, err := caddy.ParseDuration(v)
-		if err != nil {
-			return d.Errf("%s: %q is not a duration", opt, v)
-		}
-		*p = caddy.Duration(dur)
-		return nil
-	}
-}
+func argDuration(p *caddy.Duration) blockOption { return argValue(p, parseDuration) }
 
 // knobOption reads the one value of a routing knob into c (knobs.go).
 func knobOption(c *selection.Config) blockOption {
