@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -292,20 +292,13 @@ type kvState struct {
 
 // Destruct stops the feeds: the last policy using them was cleaned up.
 func (k *kvState) Destruct() error {
-	kvLive.Lock()
-	if kvLive.m[k.stateKey] == k {
-		delete(kvLive.m, k.stateKey)
-	}
-	kvLive.Unlock()
+	kvLive.Drop(k.stateKey, k)
 	return k.p.Close()
 }
 
 // kvLive maps each state_key to its kv state provisioned last, for the
-// metrics collector.
-var kvLive struct {
-	sync.Mutex
-	m map[string]*kvState
-}
+// metrics collector and KVPreflight.
+var kvLive fleetstate.Latest[*kvState]
 
 // preciseConfig is the kvindex.Precise configuration of c.
 func (c *KVConfig) preciseConfig(logger *zap.Logger, latency func(time.Duration)) (kvindex.PreciseConfig, error) {
@@ -367,12 +360,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	s.kv, s.kvKey = v.(*kvState), key
 	s.kv.fleet.Store(s.fleet)
 	s.fleet.kv.Store(&kvPreflight{kv: s.kv, maxBody: s.MaxBodyBytes, owner: s})
-	kvLive.Lock()
-	if kvLive.m == nil {
-		kvLive.m = make(map[string]*kvState)
-	}
-	kvLive.m[s.StateKey] = s.kv
-	kvLive.Unlock()
+	kvLive.Set(s.StateKey, s.kv)
 	return nil
 }
 

@@ -228,9 +228,7 @@ func kvChat(t *testing.T, cl openai.Client, model string, msgs []openai.ChatComp
 
 func liveKV(t *testing.T) *kvState {
 	t.Helper()
-	kvLive.Lock()
-	defer kvLive.Unlock()
-	k := kvLive.m[DefaultStateKey]
+	k, _ := kvLive.Get(DefaultStateKey)
 	if k == nil {
 		t.Fatal("no live kv state")
 	}

@@ -1,9 +1,6 @@
 package module
 
-import (
-	"github.com/ramjet-llm/ramjet/fleetstate"
-	"github.com/ramjet-llm/ramjet/kvindex"
-)
+import "github.com/ramjet-llm/ramjet/fleetstate"
 
 // kvFeeds returns the feed health of every replica key of f's precise
 // path, or nil when it is off.
@@ -15,21 +12,5 @@ func kvFeeds(f *fleet) map[string]*fleetstate.KVFeedHealth {
 	if pf == nil {
 		return nil
 	}
-	stats := pf.kv.x.AppendReplicaStats(nil)
-	out := make(map[string]*fleetstate.KVFeedHealth, len(stats))
-	for _, st := range stats {
-		out[st.ID] = feedHealth(st)
-	}
-	return out
-}
-
-func feedHealth(st kvindex.ReplicaStats) *fleetstate.KVFeedHealth {
-	h := &fleetstate.KVFeedHealth{Healthy: st.Healthy && st.Fresh}
-	switch {
-	case !st.Healthy:
-		h.Reason = "stores_not_landing: " + st.Unhealthy
-	case !st.Fresh:
-		h.Reason = "not_fresh"
-	}
-	return h
+	return fleetstate.KVFeeds(pf.kv.x.AppendReplicaStats(nil))
 }

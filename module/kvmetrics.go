@@ -1,7 +1,6 @@
 package module
 
 import (
-	"sort"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
@@ -13,17 +12,7 @@ import (
 // kvSources lists every live precise index (kvLive), by state_key, for
 // the kv collector.
 func kvSources() []metrics.KVSource {
-	kvLive.Lock()
-	keys := make([]string, 0, len(kvLive.m))
-	for k := range kvLive.m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	states := make([]*kvState, len(keys))
-	for i, k := range keys {
-		states[i] = kvLive.m[k]
-	}
-	kvLive.Unlock()
+	states := kvLive.Values()
 	out := make([]metrics.KVSource, len(states))
 	for i, k := range states {
 		f := k.fleet.Load()

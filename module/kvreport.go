@@ -1,74 +1,17 @@
 package module
 
-import (
-	"sort"
-
-	"github.com/ramjet-llm/ramjet/kvindex"
-)
+import "github.com/ramjet-llm/ramjet/kvindex"
 
 // KVPreflightReport is what the precise path of one state key recorded of
-// its tokenize preflights and predictions, for the bench commands
-// (e2ecompare) that run the module in process.
-type KVPreflightReport struct {
-	// Sent counts preflights sent; Buckets[i] how many of them took at
-	// most Bounds[i] seconds (cumulative); Sum their total seconds.
-	Sent    uint64    `json:"sent"`
-	Bounds  []float64 `json:"bounds_s"`
-	Buckets []uint64  `json:"buckets"`
-	Sum     float64   `json:"sum_s"`
-	// Fallbacks by kvindex.FallbackReasons; Late by
-	// kvindex.LateOutcomeNames.
-	Fallbacks map[string]uint64 `json:"fallbacks"`
-	Late      map[string]uint64 `json:"late"`
-	CacheHits uint64            `json:"cache_hits"`
-	// Precise and Approx count the decisions by mode.
-	Precise uint64 `json:"precise_decisions"`
-	Approx  uint64 `json:"approx_decisions"`
-	// Predicted is the live predicted entries; PredictionsDropped those
-	// dropped at the bound.
-	Predicted          int    `json:"predicted"`
-	PredictionsDropped uint64 `json:"predictions_dropped"`
-}
+// its tokenize preflights and predictions (kvindex.PreflightReport).
+type KVPreflightReport = kvindex.PreflightReport
 
 // KVPreflight returns the report of the precise path provisioned last for
 // stateKey, and false when it has none.
 func KVPreflight(stateKey string) (KVPreflightReport, bool) {
-	kvLive.Lock()
-	k := kvLive.m[stateKey]
-	kvLive.Unlock()
+	k, _ := kvLive.Get(stateKey)
 	if k == nil {
 		return KVPreflightReport{}, false
 	}
-	b, sum, n := k.tokLatency.Snapshot()
-	rep := KVPreflightReport{Sent: n, Sum: sum, Fallbacks: map[string]uint64{}, Late: map[string]uint64{},
-		CacheHits: k.tk.CacheHits(), Predicted: k.x.Predicted(), PredictionsDropped: k.x.PredictionsDropped()}
-	for le := range b {
-		rep.Bounds = append(rep.Bounds, le)
-	}
-	sort.Float64s(rep.Bounds)
-	for _, le := range rep.Bounds {
-		rep.Buckets = append(rep.Buckets, b[le])
-	}
-	for i, r := range kvindex.FallbackReasons {
-		rep.Fallbacks[r] = k.tk.Fallbacks(i)
-	}
-	for i, o := range kvindex.LateOutcomeNames {
-		rep.Late[o] = k.p.LateOutcomes(i)
-	}
-	rep.Precise, rep.Approx = k.p.Decisions()
-	return rep, true
-}
-
-// Within is the share of preflights that took at most sec seconds (sec
-// one of Bounds), or -1 when sec is not a bound or none was sent.
-func (r KVPreflightReport) Within(sec float64) float64 {
-	if r.Sent == 0 {
-		return -1
-	}
-	for i, le := range r.Bounds {
-		if le == sec {
-			return float64(r.Buckets[i]) / float64(r.Sent)
-		}
-	}
-	return -1
+	return kvindex.NewPreflightReport(k.p, k.tokLatency), true
 }
