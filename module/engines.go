@@ -14,6 +14,7 @@ import (
 	"github.com/ramjet-llm/ramjet/enginemetrics"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/metrics"
+	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 // EngineMetricsConfig turns on scraping of every upstream engine's
@@ -34,13 +35,11 @@ type EngineMetricsConfig struct {
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 	// Path is the metrics path on each upstream. Default: "/metrics".
 	Path string `json:"path,omitempty"`
-	// Scheme is how the engines' metrics are reached: "http" or "https".
-	// Default: "http".
-	Scheme string `json:"scheme,omitempty"`
-	// UpstreamToken is sent to the engines as "Authorization: Bearer
-	// <token>"; placeholders such as {env.RJ_UPSTREAM_TOKEN} are
-	// resolved. Default: none.
-	UpstreamToken string `json:"upstream_token,omitempty"`
+	// Access is how the engines' metrics are reached: scheme ("http" or
+	// "https", default "http") and upstream_token (sent as
+	// "Authorization: Bearer <token>", placeholders resolved; default
+	// none).
+	upstream.Access
 	// StaleAfter is how many intervals a replica's last good scrape stays
 	// usable while later scrapes fail; past it the replica counts as
 	// stale (local reservations only). Default: 3.
@@ -75,17 +74,9 @@ func (c *EngineMetricsConfig) unmarshalEngineMetrics(d *caddyfile.Dispenser) err
 		c.Interval = caddy.Duration(v)
 	}
 	return subBlock(d, "engine_metrics", map[string]blockOption{
-		"path":    argString(&c.Path),
-		"timeout": argDuration(&c.Timeout),
-		"scheme": func(d *caddyfile.Dispenser, o string) error {
-			if err := argString(&c.Scheme)(d, o); err != nil {
-				return err
-			}
-			if c.Scheme != "http" && c.Scheme != "https" {
-				return d.Errf("engine_metrics: scheme must be http or https")
-			}
-			return nil
-		},
+		"path":           argString(&c.Path),
+		"timeout":        argDuration(&c.Timeout),
+		"scheme":         argValue(&c.Scheme, upstream.ParseScheme),
 		"upstream_token": argString(&c.UpstreamToken),
 		"stale_after":    argInt(&c.StaleAfter),
 		"max_body_bytes": argSize(&c.MaxBodyBytes),
@@ -97,17 +88,15 @@ func (c *EngineMetricsConfig) setDefaults() {
 	if c.Path == "" {
 		c.Path = "/metrics"
 	}
-	if c.Scheme == "" {
-		c.Scheme = "http"
-	}
+	c.Access.SetDefaults()
 }
 
 func (c *EngineMetricsConfig) validate() error {
-	switch {
-	case c.Path[0] != '/':
+	if c.Path[0] != '/' {
 		return fmt.Errorf("engine_metrics: path must start with '/', got %q", c.Path)
-	case c.Scheme != "http" && c.Scheme != "https":
-		return fmt.Errorf("engine_metrics: scheme must be http or https, got %q", c.Scheme)
+	}
+	if err := c.Access.Validate("engine_metrics"); err != nil {
+		return err
 	}
 	if err := c.scraperConfig().Validate(); err != nil {
 		return fmt.Errorf("engine_metrics: %w", err)

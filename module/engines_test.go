@@ -22,6 +22,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 func TestEngineMetricsCaddyfile(t *testing.T) {
@@ -34,11 +35,11 @@ func TestEngineMetricsCaddyfile(t *testing.T) {
 		{name: "bare", give: "engine_metrics", want: &EngineMetricsConfig{}},
 		{name: "interval", give: "engine_metrics 250ms", want: &EngineMetricsConfig{Interval: 250e6}},
 		{name: "block", give: "engine_metrics 2s {\npath /m\ntimeout 1s\nscheme https\nupstream_token t\nstale_after 5\nmax_body_bytes 1MiB\nconcurrency 3\n}",
-			want: &EngineMetricsConfig{Interval: 2e9, Path: "/m", Timeout: 1e9, Scheme: "https", UpstreamToken: "t",
+			want: &EngineMetricsConfig{Interval: 2e9, Path: "/m", Timeout: 1e9, Access: upstream.Access{Scheme: "https", UpstreamToken: "t"},
 				StaleAfter: 5, MaxBodyBytes: 1 << 20, Concurrency: 3}},
 		{name: "two intervals", give: "engine_metrics 1s 2s", wantErr: "at most one interval"},
 		{name: "bad interval", give: "engine_metrics soon", wantErr: "not a duration"},
-		{name: "bad scheme", give: "engine_metrics {\nscheme ftp\n}", wantErr: "scheme must be http or https"},
+		{name: "bad scheme", give: "engine_metrics {\nscheme ftp\n}", wantErr: "must be http or https"},
 		{name: "unknown", give: "engine_metrics {\nfoo 1\n}", wantErr: "unrecognized option 'foo'"},
 		{name: "duplicate", give: "engine_metrics {\npath /a\npath /b\n}", wantErr: "path specified more than once"},
 	}
@@ -61,7 +62,7 @@ func TestEngineMetricsCaddyfile(t *testing.T) {
 			}
 		})
 	}
-	for _, c := range []EngineMetricsConfig{{Path: "metrics"}, {Scheme: "gopher"}, {StaleAfter: -1}, {Interval: -1}} {
+	for _, c := range []EngineMetricsConfig{{Path: "metrics"}, {Access: upstream.Access{Scheme: "gopher"}}, {StaleAfter: -1}, {Interval: -1}} {
 		c.setDefaults()
 		if err := c.validate(); err == nil {
 			t.Errorf("validate(%+v) accepted", c)

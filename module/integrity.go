@@ -19,6 +19,7 @@ import (
 	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 // IntegrityConfig turns on engine integrity for the ramjet policy (package
@@ -48,13 +49,11 @@ type IntegrityConfig struct {
 	Interval caddy.Duration `json:"interval,omitempty"`
 	// Timeout bounds one identity fetch or metrics scrape. Default 2s.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
-	// Scheme is how the engines are reached for the checks: "http" or
-	// "https". Default "http".
-	Scheme string `json:"scheme,omitempty"`
-	// UpstreamToken is sent with every check ("Authorization: Bearer
-	// <token>"); placeholders such as {env.RJ_UPSTREAM_TOKEN} are
-	// resolved. Default: none.
-	UpstreamToken string `json:"upstream_token,omitempty"`
+	// Access is how the engines are reached for the checks: scheme
+	// ("http" or "https", default "http") and upstream_token (sent with
+	// every check as "Authorization: Bearer <token>", placeholders
+	// resolved; default none).
+	upstream.Access
 	// SpecDecode turns on the acceptance-collapse quarantine; nil: off.
 	SpecDecode *SpecDecodeConfig `json:"spec_decode,omitempty"`
 }
@@ -143,7 +142,7 @@ func (c *IntegrityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"chat_template_sha256": argString(&c.TemplateSHA256),
 		"tokenizer_sha256":     argString(&c.TokenizerSHA256),
 		"identity_path":        argString(&c.IdentityPath),
-		"scheme":               argString(&c.Scheme),
+		"scheme":               argValue(&c.Scheme, upstream.ParseScheme),
 		"upstream_token":       argString(&c.UpstreamToken),
 		"interval":             argValue(&c.Interval, parsePositiveDuration),
 		"timeout":              argValue(&c.Timeout, parsePositiveDuration),
@@ -444,7 +443,7 @@ func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
 	mode := v["spec_decode"]
 	c := &IntegrityConfig{ModelSHA256: v["integrity_model_sha256"], TemplateSHA256: v["integrity_template_sha256"],
 		TokenizerSHA256: v["integrity_tokenizer_sha256"], IdentityPath: v["integrity_identity_path"],
-		UpstreamToken: token, Scheme: scheme}
+		Access: upstream.Access{UpstreamToken: token, Scheme: scheme}}
 	if !c.pins().Any() && (mode == "" || mode == "off") {
 		return nil
 	}

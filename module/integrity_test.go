@@ -34,6 +34,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/integrity"
+	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 // integrityCaddyfile is a Caddyfile with GET /health and the ramjet policy
@@ -442,8 +443,8 @@ func TestIntegrityCaddyfile(t *testing.T) {
 			identity_path /id
 			upstream_token {env.RJ_UPSTREAM_TOKEN}
 		}`, want: &IntegrityConfig{ModelSHA256: pin, TemplateSHA256: pin, TokenizerSHA256: pin,
-			Interval: caddy.Duration(5 * time.Second), Timeout: caddy.Duration(time.Second), Scheme: "https", IdentityPath: "/id",
-			UpstreamToken: "{env.RJ_UPSTREAM_TOKEN}"}},
+			Interval: caddy.Duration(5 * time.Second), Timeout: caddy.Duration(time.Second), IdentityPath: "/id",
+			Access: upstream.Access{Scheme: "https", UpstreamToken: "{env.RJ_UPSTREAM_TOKEN}"}}},
 		{name: "spec", give: `integrity {
 			spec_decode enforce {
 				window 30s
@@ -510,7 +511,7 @@ func TestIntegrityValidate(t *testing.T) {
 	}{
 		{"nothing", IntegrityConfig{}, "at least one pin or spec_decode"},
 		{"bad pin", IntegrityConfig{ModelSHA256: "xyz"}, "model_sha256"},
-		{"scheme", IntegrityConfig{ModelSHA256: pin, Scheme: "ftp"}, "scheme"},
+		{"scheme", IntegrityConfig{ModelSHA256: pin, Access: upstream.Access{Scheme: "ftp"}}, "scheme"},
 		{"enforce without file", IntegrityConfig{SpecDecode: &SpecDecodeConfig{Mode: "enforce", CommitmentKey: strings.Repeat("k", 32)}}, "state_file"},
 		{"enforce short key", IntegrityConfig{SpecDecode: &SpecDecodeConfig{Mode: "enforce", StateFile: "/tmp/x", CommitmentKey: "short"}}, "commitment_key"},
 		{"ok", IntegrityConfig{ModelSHA256: pin, SpecDecode: &SpecDecodeConfig{}}, ""},

@@ -17,6 +17,7 @@ import (
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 // KVConfig turns on the precise index (package kvindex) for the ramjet
@@ -227,16 +228,8 @@ func (kv *KVConfig) parseEvents(d *caddyfile.Dispenser, _ string) error {
 			}
 			return nil
 		},
-		"scheme": func(d *caddyfile.Dispenser, o string) error {
-			if err := argString(&e.Scheme)(d, o); err != nil {
-				return err
-			}
-			if e.Scheme != "http" && e.Scheme != "https" {
-				return d.Errf("kv_events: scheme must be http or https")
-			}
-			return nil
-		},
-		"topic": argString(&e.Topic),
+		"scheme": argValue(&e.Scheme, upstream.ParseScheme),
+		"topic":  argString(&e.Topic),
 	})
 	if err != nil {
 		return err

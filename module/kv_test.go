@@ -111,7 +111,7 @@ func TestKVCaddyfile(t *testing.T) {
 				UpstreamToken: "{env.RJ_UPSTREAM_TOKEN}",
 			},
 		},
-		{name: "bad scheme", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme ftp\n }\n}", wantErr: "scheme must be http or https"},
+		{name: "bad scheme", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme ftp\n }\n}", wantErr: "must be http or https"},
 		{name: "scheme twice", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme http\n scheme https\n }\n}", wantErr: "scheme specified more than once"},
 		{name: "token twice", give: "ramjet {\n kv_upstream_token a\n kv_upstream_token b\n}", wantErr: "specified more than once"},
 	}

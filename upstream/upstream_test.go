@@ -70,3 +70,15 @@ func TestDialsRanks(t *testing.T) {
 		t.Error("UsesTLS")
 	}
 }
+
+func TestAccess(t *testing.T) {
+	var a Access
+	a.SetDefaults()
+	if a.Scheme != "http" || a.Validate("x") != nil {
+		t.Fatalf("default %+v: %v", a, a.Validate("x"))
+	}
+	a.Scheme = "ftp"
+	if err := a.Validate("engine_metrics"); err == nil || err.Error() != `engine_metrics: scheme must be http or https, got "ftp"` {
+		t.Fatalf("ftp: %v", err)
+	}
+}
