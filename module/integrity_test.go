@@ -502,34 +502,27 @@ func TestIntegrityCaddyfile(t *testing.T) {
 	}
 }
 
-func TestIntegrityValidate(t *testing.T) {
-	pin := strings.Repeat("ab", 32)
-	tests := []struct {
-		name    string
-		give    IntegrityConfig
-		wantErr string
-	}{
-		{"nothing", IntegrityConfig{}, "at least one pin or spec_decode"},
-		{"bad pin", IntegrityConfig{ModelSHA256: "xyz"}, "model_sha256"},
-		{"scheme", IntegrityConfig{ModelSHA256: pin, Access: upstream.Access{Scheme: "ftp"}}, "scheme"},
-		{"enforce without file", IntegrityConfig{SpecDecode: &SpecDecodeConfig{Mode: "enforce", CommitmentKey: strings.Repeat("k", 32)}}, "state_file"},
-		{"enforce short key", IntegrityConfig{SpecDecode: &SpecDecodeConfig{Mode: "enforce", StateFile: "/tmp/x", CommitmentKey: "short"}}, "commitment_key"},
-		{"ok", IntegrityConfig{ModelSHA256: pin, SpecDecode: &SpecDecodeConfig{}}, ""},
+// TestIntegritySettings: the module's configuration becomes the typed
+// integrity.Settings with the defaults filled and the secrets resolved
+// (integrity.TestSettings covers the validation itself).
+func TestIntegritySettings(t *testing.T) {
+	t.Setenv("TEST_INTEGRITY_COMMITMENT_KEY", strings.Repeat("k", 32))
+	pos := 2
+	c := IntegrityConfig{ModelSHA256: strings.Repeat("ab", 32), Timeout: caddy.Duration(time.Second),
+		Access:     upstream.Access{UpstreamToken: "tok"},
+		SpecDecode: &SpecDecodeConfig{Mode: "enforce", Position: &pos, StateFile: "/tmp/x", CommitmentKey: "{env.TEST_INTEGRITY_COMMITMENT_KEY}"}}
+	want := integrity.Settings{Pins: integrity.Pins{ModelSHA256: c.ModelSHA256}, IdentityPath: integrity.DefaultIdentityPath,
+		Interval: 10 * time.Second, Timeout: time.Second, Scheme: "http", Token: "tok",
+		Spec: &integrity.SpecSettings{Mode: "enforce", Window: 10 * time.Second, Windows: 3, Position: &pos,
+			MetricsPath: "/metrics", StateFile: "/tmp/x", Key: []byte(strings.Repeat("k", 32))}}
+	if diff := cmp.Diff(want, c.settings()); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := tt.give
-			err := c.validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("error %v, want %q", err, tt.wantErr)
-			}
-		})
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&IntegrityConfig{}).validate(); err == nil || !strings.Contains(err.Error(), "at least one pin") {
+		t.Fatalf("no pin: %v", err)
 	}
 }
 
