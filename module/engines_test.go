@@ -18,7 +18,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
@@ -173,30 +172,12 @@ func TestEngineMetricsFleet(t *testing.T) {
 	}
 }
 
-// engineSeriesNames lists the engine_metrics series (enginemetrics'
-// Collector).
-func engineSeriesNames() map[string]bool {
-	ch := make(chan *prometheus.Desc, 64)
-	go func() {
-		engineCollector.Describe(ch)
-		close(ch)
-	}()
-	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
-	names := map[string]bool{}
-	for d := range ch {
-		if s := re.FindStringSubmatch(d.String()); s != nil {
-			names[s[1]] = true
-		}
-	}
-	return names
-}
-
 func TestEngineSeriesDocumented(t *testing.T) {
 	doc, err := os.ReadFile("OBSERVABILITY.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := engineSeriesNames()
+	names := describedNames(engineCollector)
 	if len(names) < 9 {
 		t.Fatalf("only %d engine series", len(names))
 	}

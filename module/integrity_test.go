@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -582,27 +581,10 @@ func TestIntegrityDeployCaddyfile(t *testing.T) {
 	})
 }
 
-// integritySeriesNames lists engine integrity's series.
-func integritySeriesNames() map[string]bool {
-	ch := make(chan *prometheus.Desc, 64)
-	go func() {
-		integCollector().Describe(ch)
-		close(ch)
-	}()
-	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
-	names := map[string]bool{}
-	for d := range ch {
-		if s := re.FindStringSubmatch(d.String()); s != nil {
-			names[s[1]] = true
-		}
-	}
-	return names
-}
-
 // TestIntegrityMetricsDocumented: every integrity series is in
 // OBSERVABILITY.md and module/README.md, and lints clean.
 func TestIntegrityMetricsDocumented(t *testing.T) {
-	names := integritySeriesNames()
+	names := describedNames(integCollector())
 	if len(names) != 12 {
 		t.Fatalf("%d series", len(names))
 	}

@@ -345,28 +345,16 @@ func TestMetricsClientGoesAway(t *testing.T) {
 func seriesNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := metrics.NewSet(func() []fleetstate.Snapshot { return nil }, modelNames)
-	ch := make(chan *prometheus.Desc, 64)
-	go func() {
-		for _, c := range m.Collectors() {
-			c.Describe(ch)
-		}
-		close(ch)
-	}()
-	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
-	names := map[string]bool{}
-	for d := range ch {
-		if s := re.FindStringSubmatch(d.String()); s != nil {
-			names[s[1]] = true
-		}
-	}
-	return names
+	return describedNames(m.Collectors()...)
 }
 
-// kvSeriesNames lists the precise index's series (kvmetrics.go).
-func kvSeriesNames() map[string]bool {
+// describedNames lists the series names the collectors describe.
+func describedNames(cs ...prometheus.Collector) map[string]bool {
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		kvCollector().Describe(ch)
+		for _, c := range cs {
+			c.Describe(ch)
+		}
 		close(ch)
 	}()
 	re := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
@@ -386,11 +374,11 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 	if len(names) < 20 {
 		t.Fatalf("only %d series described", len(names))
 	}
-	kv := kvSeriesNames()
-	for n := range engineSeriesNames() { // engines_test.go: documented, not charted
+	kv := describedNames(kvCollector())
+	for n := range describedNames(engineCollector) { // engines_test.go: documented, not charted
 		kv[n] = true
 	}
-	for n := range integritySeriesNames() { // integrity.go, documented as the kv series
+	for n := range describedNames(integCollector()) { // integrity.go, documented as the kv series
 		kv[n] = true
 	}
 	ref := regexp.MustCompile(`ramjet_[a-z_]+`)
