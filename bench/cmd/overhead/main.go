@@ -1,10 +1,3 @@
-// Command overhead measures what a proxy costs: with simulated engines that
-// answer instantly (bench/enginesim Instant mode), it measures in one run,
-// interleaved, (a) direct to one engine, (b) Caddy reverse_proxy with
-// round_robin and (c) Caddy with lb_policy ramjet, for small prompts, long
-// (256 KiB) prompts and streaming responses, and reports throughput, p50
-// and p99 latency and the ratios c/b and c/a. Caddy and the engines run
-// in-process on 127.0.0.1. See bench/loadgen/README.md.
 package main
 
 import (
