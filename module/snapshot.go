@@ -20,7 +20,7 @@ import (
 )
 
 // DefaultSnapshotKey is where the snapshot key is read by default.
-const DefaultSnapshotKey = "{env.RAMJET_SNAPSHOT_KEY}"
+const DefaultSnapshotKey = "{env.RJ_SNAPSHOT_KEY}"
 
 // SnapshotConfig turns on authenticated snapshots of the approximate
 // index, off by default. Every Interval, and when the last policy using
@@ -47,7 +47,7 @@ type SnapshotConfig struct {
 	// secret: route ids are sent to every client and their secret is
 	// optional (random per process by default), while this key vouches
 	// for a file ramjet trusts at start. Default
-	// "{env.RAMJET_SNAPSHOT_KEY}".
+	// "{env.RJ_SNAPSHOT_KEY}".
 	Key string `json:"key,omitempty"`
 	// MaxAge refuses older snapshots (the engines' caches have likely
 	// moved on). Default 1h.
@@ -84,8 +84,6 @@ func (c *SnapshotConfig) validate() error {
 		return errors.New("snapshot max_age must be positive")
 	case c.MaxBytes < 1<<10:
 		return fmt.Errorf("snapshot max_bytes must be at least 1KiB, got %d", c.MaxBytes)
-	case len(resolveSecret(c.Key)) < snapshot.MinKeyBytes:
-		return fmt.Errorf("snapshot key %s must resolve to at least %d bytes", c.Key, snapshot.MinKeyBytes)
 	}
 	return nil
 }
@@ -142,10 +140,13 @@ type snapState struct {
 	logger   *zap.Logger
 
 	mu sync.Mutex // serialises writes and the import
-	// pending is the verified snapshot waiting for the first pool; while
-	// it waits, nothing is written (it would replace the snapshot with an
-	// empty index).
+	// pending is the verified snapshot waiting for the first pool.
 	pending atomic.Pointer[snapshot.Snapshot]
+	// seen: a policy has seen its pool (and pending was applied). Until
+	// then nothing is written: a config that never routed (caddy
+	// validate, a start without traffic) must not replace the snapshot
+	// with an empty index.
+	seen atomic.Bool
 
 	stop, done chan struct{}
 }
@@ -172,12 +173,11 @@ func (g *snapState) run() {
 	}
 }
 
-// write writes the fleet's index now, unless a verified snapshot still
-// waits to be applied.
+// write writes the fleet's index now, once a policy has seen its pool.
 func (g *snapState) write(why string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.pending.Load() != nil {
+	if !g.seen.Load() {
 		return nil
 	}
 	m := snapMetrics()
@@ -241,11 +241,12 @@ func (g *snapState) load(maxAge time.Duration) {
 // bind applies the pending snapshot to the replicas of pool (replica keys,
 // "" for an untracked upstream) the first time the policy sees one.
 func (g *snapState) bind(pool []string) {
-	if g.pending.Load() == nil {
+	if g.seen.Load() {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	defer g.seen.Store(true)
 	s := g.pending.Swap(nil)
 	if s == nil {
 		return
@@ -280,15 +281,24 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 			return fmt.Errorf("snapshot metrics: %w", err)
 		}
 	}
+	key := []byte(resolveSecret(c.Key))
+	if len(key) < snapshot.MinKeyBytes {
+		// Fail closed, and never stop serving for it: no snapshot is
+		// trusted or written without the key.
+		snapMetrics().loads.WithLabelValues(noKey).Inc()
+		s.logger.Named("snapshot").Error("ramjet snapshots off: the snapshot key is unset or too short, starting cold",
+			zap.String("key", c.Key), zap.Int("min_bytes", snapshot.MinKeyBytes))
+		return nil
+	}
 	abs, err := filepath.Abs(c.Path)
 	if err != nil {
 		return fmt.Errorf("snapshot path: %w", err)
 	}
 	b, _ := json.Marshal(c)
-	key := fmt.Sprintf("ramjet-snapshot/%s/%016x", s.poolKey, xxhash.Sum64(b))
+	pk := fmt.Sprintf("ramjet-snapshot/%s/%016x", s.poolKey, xxhash.Sum64(b))
 	rt, logger := s.rt, s.logger.Named("snapshot")
-	v, _, err := snapStates.LoadOrNew(key, func() (caddy.Destructor, error) {
-		g := &snapState{rt: rt, path: abs, key: []byte(resolveSecret(c.Key)), shape: snapshot.ShapeOf(rt.Config()),
+	v, _, err := snapStates.LoadOrNew(pk, func() (caddy.Destructor, error) {
+		g := &snapState{rt: rt, path: abs, key: key, shape: snapshot.ShapeOf(rt.Config()),
 			interval: time.Duration(c.Interval), maxBytes: c.MaxBytes, logger: logger,
 			stop: make(chan struct{}), done: make(chan struct{})}
 		g.load(time.Duration(c.MaxAge))
@@ -300,7 +310,7 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	s.snap, s.snapKey = v.(*snapState), key
+	s.snap, s.snapKey = v.(*snapState), pk
 	return nil
 }
 
@@ -338,10 +348,13 @@ type snapCollector struct {
 	bytes     prometheus.Gauge
 }
 
+// noKey is the load outcome of a policy whose snapshot key is missing.
+const noKey = "no_key"
+
 var snapMetrics = sync.OnceValue(func() *snapCollector {
 	m := &snapCollector{
 		loads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ramjet_snapshot_loads_total",
-			Help: "Index snapshots read at start, by outcome: loaded, or why ramjet started cold (missing, tampered, shape_mismatch, too_old, too_large, unreadable)."},
+			Help: "Index snapshots read at start, by outcome: loaded, or why ramjet started cold (missing, tampered, shape_mismatch, too_old, too_large, unreadable, no_key)."},
 			[]string{"outcome"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ramjet_snapshot_writes_total",
 			Help: "Index snapshots written, by outcome (ok, error)."}, []string{"outcome"}),
@@ -355,6 +368,7 @@ var snapMetrics = sync.OnceValue(func() *snapCollector {
 			Help: "Size of the last snapshot written, in bytes."}),
 	}
 	m.loads.WithLabelValues("loaded")
+	m.loads.WithLabelValues(noKey)
 	for _, r := range snapshot.Reasons {
 		m.loads.WithLabelValues(string(r))
 	}
