@@ -9,11 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/snapshot"
 )
 
@@ -341,5 +346,43 @@ func TestSnapshotWithoutKeyServes(t *testing.T) {
 	stopCaddy(t)
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("a snapshot was written without a key: %v", err)
+	}
+}
+
+// TestDeployCaddyfileSnapshot: the production Caddyfile turns snapshots on
+// from RJ_SNAPSHOT_PATH and leaves them off without it.
+func TestDeployCaddyfileSnapshot(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, envcheck.EnvPrefix) {
+			t.Setenv(name, "")
+		}
+	}
+	src := []byte(deployCaddyfile(t))
+	adapt := func() *SnapshotConfig {
+		out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "deploy/Caddyfile"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := bytes.Index(out, []byte(`"snapshot":`))
+		if i < 0 {
+			return nil
+		}
+		var c SnapshotConfig
+		if err := json.NewDecoder(bytes.NewReader(out[i+len(`"snapshot":`):])).Decode(&c); err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	t.Setenv("RJ_UPSTREAM", "127.0.0.1:8100,127.0.0.1:8200")
+	if c := adapt(); c != nil {
+		t.Fatalf("snapshot on without RJ_SNAPSHOT_PATH: %+v", c)
+	}
+	t.Setenv("RJ_SNAPSHOT_PATH", "/var/lib/ramjet/index.snap")
+	t.Setenv("RJ_SNAPSHOT_INTERVAL", "30s")
+	t.Setenv("RJ_SNAPSHOT_MAX_AGE", "2h")
+	want := &SnapshotConfig{Path: "/var/lib/ramjet/index.snap", Interval: caddy.Duration(30 * time.Second),
+		MaxAge: caddy.Duration(2 * time.Hour), Key: "{env.RJ_SNAPSHOT_KEY}"}
+	if diff := cmp.Diff(want, adapt()); diff != "" {
+		t.Errorf("snapshot (-want +got):\n%s", diff)
 	}
 }
