@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/snapshot"
 )
@@ -276,9 +277,8 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 		return err
 	}
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		var are prometheus.AlreadyRegisteredError
-		if err := reg.Register(snapMetrics()); err != nil && !errors.As(err, &are) {
-			return fmt.Errorf("snapshot metrics: %w", err)
+		if err := metrics.Register(reg, snapMetrics().collectors()...); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
 		}
 	}
 	key := []byte(resolveSecret(c.Key))
@@ -338,7 +338,7 @@ func (s *RamjetSelection) bindSnapshot(v *poolView) {
 }
 
 // snapCollector holds the snapshot metrics, created once and registered
-// into every reload's registry.
+// into every config's registry.
 type snapCollector struct {
 	loads     *prometheus.CounterVec
 	writes    *prometheus.CounterVec
@@ -379,18 +379,6 @@ var snapMetrics = sync.OnceValue(func() *snapCollector {
 
 func (m *snapCollector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.loads, m.writes, m.dropped, m.loaded, m.lastWrite, m.bytes}
-}
-
-func (m *snapCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.collectors() {
-		c.Describe(ch)
-	}
-}
-
-func (m *snapCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.collectors() {
-		c.Collect(ch)
-	}
 }
 
 // snapshotDirectiveOptions are the ramjet directive's snapshot options
