@@ -25,8 +25,8 @@ const DefaultSnapshotKey = "{env.RJ_SNAPSHOT_KEY}"
 
 // SnapshotConfig turns on authenticated snapshots of the approximate
 // index, off by default. Every Interval, and when the last policy using
-// the fleet is cleaned up (a clean shutdown; not a reload, which keeps the
-// index in memory), ramjet writes what it believes each replica holds
+// the fleet is cleaned up (a clean shutdown; not a reload that keeps these
+// settings, which keeps the index in memory), ramjet writes what it believes each replica holds
 // (block hashes, per replica a keyed hash of its replica key: no text, no
 // address) to Path, and beside it Path + ".hmac", an HMAC-SHA256 over the
 // snapshot under Key. On start the snapshot is loaded only when the

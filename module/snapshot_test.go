@@ -29,14 +29,21 @@ const snapTestKeyEnv = "RAMJET_TEST_SNAPSHOT_KEY"
 // and up) going to the file logs.
 func startSnapCaddy(t *testing.T, dials []string, snap map[string]any, extra map[string]any, logs string) *testCaddy {
 	t.Helper()
+	c := &testCaddy{t: t, client: listenLocal(t), admin: listenLocal(t), ups: dials}
+	c.load(c.snapConfig(snap, extra, logs))
+	return c
+}
+
+// snapConfig is startSnapCaddy's config.
+func (c *testCaddy) snapConfig(snap map[string]any, extra map[string]any, logs string) []byte {
+	c.t.Helper()
 	pol := map[string]any{"route_id_secret": "snapshot-test-route-ids", "snapshot": snap}
 	for k, v := range extra {
 		pol[k] = v
 	}
-	c := &testCaddy{t: t, client: listenLocal(t), admin: listenLocal(t), ups: dials}
 	var cfg map[string]any
 	if err := json.Unmarshal(c.config(proxyOpts{Policy: pol}), &cfg); err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
 	cfg["logging"] = map[string]any{"logs": map[string]any{
 		"default": map[string]any{"level": "ERROR", "exclude": []string{"http.reverse_proxy.selection_policies.ramjet.snapshot"}},
@@ -45,10 +52,9 @@ func startSnapCaddy(t *testing.T, dials []string, snap map[string]any, extra map
 	}}
 	b, err := json.Marshal(cfg)
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
-	c.load(b)
-	return c
+	return b
 }
 
 // snapConv is conversation i's first turn: a long system prompt of its
@@ -384,5 +390,60 @@ func TestDeployCaddyfileSnapshot(t *testing.T) {
 		MaxAge: caddy.Duration(2 * time.Hour), Key: "{env.RJ_SNAPSHOT_KEY}"}
 	if diff := cmp.Diff(want, adapt()); diff != "" {
 		t.Errorf("snapshot (-want +got):\n%s", diff)
+	}
+}
+
+// TestSnapshotReloadKeepsIndex: a config reload keeps the fleet's index in
+// memory: the snapshot is neither read again nor written.
+func TestSnapshotReloadKeepsIndex(t *testing.T) {
+	t.Setenv(snapTestKeyEnv, "snapshot-test-key-0123456789")
+	ss := startSims(t, 2, enginesim.Options{})
+	snap := map[string]any{"path": filepath.Join(t.TempDir(), "index.snap"), "interval": "1h", "key": "{env." + snapTestKeyEnv + "}"}
+	logs := filepath.Join(t.TempDir(), "run.log")
+	c := startSnapCaddy(t, ss.dials(), snap, nil, logs)
+	resp, _ := c.chat(snapConv(0))
+	id := resp.Header.Get(HeaderUpstream)
+	outcomes := append([]string{"loaded", noKey}, func() (r []string) {
+		for _, x := range snapshot.Reasons {
+			r = append(r, string(x))
+		}
+		return r
+	}()...)
+	sum := func() (n float64) {
+		for _, o := range outcomes {
+			n += loadsOf(o)
+		}
+		return n
+	}
+	loads, writes := sum(), testutil.ToFloat64(snapMetrics().writes.WithLabelValues("ok"))
+	postLoad(t, c.admin, c.snapConfig(snap, map[string]any{"alpha": 2}, logs)) // a knob retuned in place
+	if !poll(30*time.Second, func() bool { return shutdownStacks() == "" }) {
+		t.Fatalf("the old config's servers still shutting down:\n%s", shutdownStacks())
+	}
+	http.DefaultClient.CloseIdleConnections()
+	// The new config's policy sees its pool.
+	if resp, b := c.chat(snapConv(1)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the reload: %s: %s", resp.Status, b)
+	}
+	if got := sum() - loads; got != 0 {
+		t.Errorf("a reload read the snapshot (%v loads)", got)
+	}
+	if got := testutil.ToFloat64(snapMetrics().writes.WithLabelValues("ok")) - writes; got != 0 {
+		t.Errorf("a reload wrote %v snapshots", got)
+	}
+	if up, overlap := c.explainOf(snapConv(0)); up != id || overlap == 0 {
+		t.Errorf("after the reload: explain picks %s with overlap %d, want %s with overlap > 0", up, overlap, id)
+	}
+}
+
+func TestSnapshotMetricsLint(t *testing.T) {
+	for _, c := range snapMetrics().collectors() {
+		problems, err := testutil.CollectAndLint(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("%s: %s", p.Metric, p.Text)
+		}
 	}
 }
