@@ -252,7 +252,24 @@ func (s *Store) step(st Step) error {
 // rename, fsync of the directory; first is the step of the write (the
 // following steps are first+1..first+3).
 func (s *Store) writeSealed(name, kind string, list []string, first Step) error {
-	b := s.seal(kind, list)
+	return writeAtomic(name, s.seal(kind, list), s.step, first)
+}
+
+// WriteFile replaces name with b durably and atomically: b goes to a
+// temporary file in name's directory, which is fsynced and renamed over
+// name, then the directory is fsynced. A reader sees the old content or
+// all of b, never part of it; after a crash a temporary file may remain
+// (named "."+base(name)+".tmp-*").
+func WriteFile(name string, b []byte) error {
+	return writeAtomic(name, b, nil, 0)
+}
+
+// writeAtomic is WriteFile with the crash hook step (nil: none) run before
+// each step, first being the step of the write.
+func writeAtomic(name string, b []byte, step func(Step) error, first Step) error {
+	if step == nil {
+		step = func(Step) error { return nil }
+	}
 	dir := filepath.Dir(name)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
 	if err != nil {
@@ -264,7 +281,7 @@ func (s *Store) writeSealed(name, kind string, list []string, first Step) error 
 		os.Remove(tmp)
 		return err
 	}
-	if err := s.step(first); err != nil {
+	if err := step(first); err != nil {
 		_, _ = f.Write(b[:len(b)/2]) // a torn write: the crash leaves it behind
 		f.Close()
 		return err
@@ -272,7 +289,7 @@ func (s *Store) writeSealed(name, kind string, list []string, first Step) error 
 	if _, err := f.Write(b); err != nil {
 		return fail(fmt.Errorf("writing %s: %w", tmp, err))
 	}
-	if err := s.step(first + 1); err != nil {
+	if err := step(first + 1); err != nil {
 		f.Close()
 		return err
 	}
@@ -283,14 +300,14 @@ func (s *Store) writeSealed(name, kind string, list []string, first Step) error 
 		os.Remove(tmp)
 		return fmt.Errorf("closing %s: %w", tmp, err)
 	}
-	if err := s.step(first + 2); err != nil {
+	if err := step(first + 2); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, name); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("renaming into %s: %w", name, err)
 	}
-	if err := s.step(first + 3); err != nil {
+	if err := step(first + 3); err != nil {
 		return err
 	}
 	return syncDir(dir)

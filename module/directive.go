@@ -94,6 +94,8 @@ type ramjetDirective struct {
 	kv kvDirective // the precise path's options (module/kv.go)
 
 	integ integrityDirective // engine integrity's options (module/integrity.go)
+
+	snap snapshotDirective // index snapshots' options (module/snapshot.go)
 }
 
 // parseRamjet sets up the ramjet directive: a production-tuned reverse_proxy
@@ -124,6 +126,8 @@ type ramjetDirective struct {
 //	    spec_decode_windows <n> | spec_decode_position <n>|overall |
 //	    integrity_state_file <path> | integrity_key <key>
 //	                                    (engine integrity, see module/integrity.go)
+//	    snapshot_path <path> | snapshot_interval | snapshot_max_age <duration> |
+//	    snapshot_key <key>              (index snapshots, see module/snapshot.go)
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
 //	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
 //	    output_weight <value>
@@ -360,6 +364,9 @@ func (rd *ramjetDirective) options(ranks, profiles *[]string) options {
 	for name := range integrityDirectiveOptions { // integrity.go
 		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.integ.parse(d, name, args) }
 	}
+	for name := range snapshotDirectiveOptions { // snapshot.go
+		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.snap.parse(d, name, args) }
+	}
 	for name := range routingKnobs {
 		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.parseKnob(d, name, args) }
 	}
@@ -547,6 +554,7 @@ func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
 	}
 	p.KV = kv
 	p.Integrity = rd.integ.config(rd.token, rd.upstreams[0].Scheme)
+	p.Snapshot = rd.snap.config() // snapshot.go
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {
 			if p.Profiles == nil {

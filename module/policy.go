@@ -110,6 +110,10 @@ type RamjetSelection struct {
 	// SessionShadowConfig); off by default. It never changes a decision.
 	SessionShadow *SessionShadowConfig `json:"session_shadow,omitempty"`
 
+	// Snapshot turns on authenticated snapshots of the approximate index
+	// (see SnapshotConfig, snapshot.go); off by default.
+	Snapshot *SnapshotConfig `json:"snapshot,omitempty"`
+
 	fallback   reverseproxy.Selector
 	fleet      *fleet
 	rt         *selection.Router // the fleet's state with this policy's knobs
@@ -127,6 +131,8 @@ type RamjetSelection struct {
 	integKey   string
 	shadow     *shadowState // session shadow, when SessionShadow is set (integrity.go)
 	shadowKey  string
+	snap       *snapState // index snapshots, when Snapshot is set (snapshot.go)
+	snapKey    string
 }
 
 // routeState is the part of a request's state that routing owns.
@@ -177,6 +183,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		}
 //		integrity { ... }  (see IntegrityConfig.unmarshalCaddyfile)
 //		session_shadow [<header>] { max_sessions <n> }
+//		snapshot [<path>] { ... }  (see SnapshotConfig.unmarshalCaddyfile)
 //	}
 //
 // Sizes accept units (64MiB, 512KB). Every option may appear once, except
@@ -207,6 +214,10 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"session_shadow": func(d *caddyfile.Dispenser, _ string) error {
 			s.SessionShadow = new(SessionShadowConfig)
 			return s.SessionShadow.unmarshalCaddyfile(d)
+		},
+		"snapshot": func(d *caddyfile.Dispenser, _ string) error { // snapshot.go
+			s.Snapshot = new(SnapshotConfig)
+			return s.Snapshot.unmarshalCaddyfile(d)
 		},
 	}
 	for name := range routingKnobs {
@@ -431,6 +442,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		releaseFleet(key)
 		return err
 	}
+	if err := s.provisionSnapshot(ctx); err != nil { // snapshot.go
+		_ = errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow())
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -467,7 +484,7 @@ func (s *RamjetSelection) Cleanup() error {
 		return nil
 	}
 	s.cleaned = true
-	kerr := errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow())
+	kerr := errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow(), s.cleanupSnapshot())
 	s.fleet.dropView(s)
 	if err := releaseFleet(s.poolKey); err != nil {
 		return err
@@ -720,6 +737,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 	}
 	s.bindKV(v)
 	s.bindIntegrity(v)
+	s.bindSnapshot(v) // snapshot.go: a snapshot read at start, applied once
 	s.view.Store(v)
 	s.fleet.setView(s, v)
 	s.bindEngines() // engines.go: scrape the new pool's engines
