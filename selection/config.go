@@ -95,6 +95,25 @@ type Config struct {
 	// on agent-fleet itself, than it gained on agent-fleet at 64 replicas;
 	// 0.25 to 1 suit a fleet of long-context agents with idle replicas.
 	ContextWeight float64 `json:"context_weight,omitempty"`
+	// PairWeight weighs the decode work a request and a replica's
+	// in-flight requests impose on each other: the request's share of the
+	// replica's KV capacity times the context resident there,
+	//
+	//	load(r) += pair_weight x P x R / C
+	//
+	// (P the request's prompt tokens, R and C as for context_weight).
+	// Small requests barely feel it, so cache groups keep together; a
+	// long-context request avoids replicas whose running requests are long
+	// too. Default 0.
+	PairWeight float64 `json:"pair_weight,omitempty"`
+	// OverflowWeight weighs the KV a replica lacks to run the request
+	// beside its in-flight ones: past its capacity the engine must queue or
+	// preempt (and recompute) someone,
+	//
+	//	load(r) += overflow_weight x max(0, R + P - C)
+	//
+	// Default 0.
+	OverflowWeight float64 `json:"overflow_weight,omitempty"`
 	// BlockTokens is the size of one fingerprint block, in tokens.
 	BlockTokens int `json:"block_tokens,omitempty"`
 	// PrefixTokens bounds how much of a prompt is fingerprinted, in tokens.
@@ -196,6 +215,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("output_weight must be a finite number >= 0, got %v", c.OutputWeight)
 	case !(c.ContextWeight >= 0) || math.IsInf(c.ContextWeight, 0):
 		return fmt.Errorf("context_weight must be a finite number >= 0, got %v", c.ContextWeight)
+	case !(c.PairWeight >= 0) || math.IsInf(c.PairWeight, 0):
+		return fmt.Errorf("pair_weight must be a finite number >= 0, got %v", c.PairWeight)
+	case !(c.OverflowWeight >= 0) || math.IsInf(c.OverflowWeight, 0):
+		return fmt.Errorf("overflow_weight must be a finite number >= 0, got %v", c.OverflowWeight)
 	case c.KVCapacity < 0:
 		return fmt.Errorf("kv_capacity must be >= 0, got %d", c.KVCapacity)
 	}

@@ -414,17 +414,28 @@ func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
 // weights of a 32B model (bench/engine's default deployment).
 const AssumedKVTokens = 1 << 18
 
-// load is load(r) of the rule, in tokens.
-func (rt *Router) load(s Slot) float64 {
+// load is load(r) of the rule, in tokens, for a request of prompt
+// tokens: the reservations (in-flight x request_cost + pending prefill),
+// the engine-reported load of others, and the decode side
+// (Config.ContextWeight, Config.PairWeight, Config.OverflowWeight).
+func (rt *Router) load(s Slot, prompt int) float64 {
 	c := &rt.loads[s]
-	ld := float64((c.inflight.Load()+c.extRequests())*int64(rt.cfg.RequestCost) + c.pending.Load())
-	if r := c.resident.Load() + c.extKV(); r > 0 && rt.cfg.ContextWeight > 0 {
-		kv := c.kvtokens.Load()
-		if kv <= 0 {
-			kv = AssumedKVTokens
-		}
-		res := float64(r)
-		ld += rt.cfg.ContextWeight * res * res / float64(kv)
+	cfg := &rt.cfg
+	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load())
+	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && cfg.OverflowWeight == 0 {
+		return ld
+	}
+	r := c.resident.Load() + c.extKV()
+	kv := c.kvtokens.Load()
+	if kv <= 0 {
+		kv = AssumedKVTokens
+	}
+	res, p, capa := float64(r), float64(prompt), float64(kv)
+	if r > 0 {
+		ld += cfg.ContextWeight*res*res/capa + cfg.PairWeight*p*res/capa
+	}
+	if over := res + p - capa; over > 0 {
+		ld += cfg.OverflowWeight * over
 	}
 	return ld
 }
@@ -505,6 +516,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
+	prompt := f.PromptTokens(rt.cfg)
 	want, wantSet := ProfileStandard, f.MaxTokens > 0
 	if f.MaxTokens >= cfg.LongOutputTokens {
 		want = ProfileSpeculative
@@ -523,7 +535,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if !c.Precise {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
 		}
-		ld := rt.load(c.Slot)
+		ld := rt.load(c.Slot, prompt)
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
 		if wantSet && c.Profile == want {
 			sc += bonus

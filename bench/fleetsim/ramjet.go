@@ -90,7 +90,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 
 // ramjetNamed returns the ramjet variant name names: one of
 // ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
-// context_weight, rc request_cost, cap affinity_cap, alpha, eps
+// context_weight, pw pair_weight, ow overflow_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
@@ -116,6 +116,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		switch k {
 		case "cw":
 			cfg.ContextWeight = x
+		case "pw":
+			cfg.PairWeight = x
+		case "ow":
+			cfg.OverflowWeight = x
 		case "rc":
 			cfg.RequestCost, cfg.Explicit = int(x), cfg.Explicit|selection.KnobRequestCost
 		case "cap":
