@@ -95,7 +95,7 @@ func TestPolicyJSONKnobs(t *testing.T) {
 		{give: `{}`},
 		{give: `{"alpha":0}`, want: selection.KnobAlpha},
 		{give: `{"alpha":null,"affinity_cap":0}`},
-		{give: `{"request_cost":0,"tie_epsilon":0,"output_weight":0,"alpha":2}`, want: selection.ZeroKnobs},
+		{give: `{"request_cost":0,"tie_epsilon":0,"output_weight":0,"pair_weight":0,"alpha":2}`, want: selection.ZeroKnobs},
 		{give: `{"alpah":0}`, wantErr: "unknown field"},
 	}
 	for _, tt := range tests {

@@ -38,7 +38,8 @@ func TestPairWeightLoad(t *testing.T) {
 }
 
 func TestOverflowWeightLoad(t *testing.T) {
-	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, OverflowWeight: 3}, 2)
+	rt0, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, Explicit: KnobPairWeight}, 2)
+	rt := rt0.WithOptions(Options{OverflowWeight: 3})
 	sl := cands[0].Slot
 	rt.SetCapacity(sl, 10_000)
 	res := routeResident(t, rt, cands, 0, 1, 500) // 8,000 tokens resident
@@ -61,36 +62,61 @@ func TestOverflowWeightLoad(t *testing.T) {
 	}
 }
 
-// A long-context request leaves a replica whose running requests are long
-// too, for one that holds less of its prompt; a short request sharing the
-// same warm prefix stays: the pair term weighs request by request.
+// A long request that shares only a common prefix with the warm
+// replicas goes where the resident context is short, an idle cold replica
+// included; a conversation stays on its home (the only replica holding
+// its context) however long the context resident there; a short request
+// barely feels the term.
 func TestPairWeightSpreadsLongContexts(t *testing.T) {
-	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 4}, 2)
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 4}, 3)
 	for _, c := range cands {
 		rt.SetCapacity(c.Slot, 256_000)
 	}
 	shared := blocksOf(7, 1250) // a 20,000-token shared prefix
 	rt.Learn(&Features{Blocks: shared}, cands[0].Slot)
+	rt.Learn(&Features{Blocks: shared}, cands[1].Slot)
 	var held []*Reservation
 	for fam := uint64(10); fam < 13; fam++ {
 		held = append(held, routeResident(t, rt, cands, 0, fam, 1000)) // 3 x 16,000 tokens
+	}
+	for fam := uint64(13); fam < 15; fam++ {
+		held = append(held, routeResident(t, rt, cands, 1, fam, 1000)) // 2 x 16,000 tokens
 	}
 	defer func() {
 		for _, r := range held {
 			r.Release()
 		}
 	}()
-	s := NewScratch(2)
+	s := NewScratch(3)
 
-	long := append(append([]uint64(nil), shared...), blocksOf(20, 2500)...) // 60,000 tokens
-	d := rt.Pick(features(rt.Config(), long, 0), cands, s)
-	if d.Index != 1 {
+	// 60,000 tokens, 20,000 warm on replicas 0 and 1: pair terms 4 x 60,000
+	// x 48,000 / 256,000 = 45,000 and 30,000 against 20,000 of overlap.
+	long := append(append([]uint64(nil), shared...), blocksOf(20, 2500)...)
+	if d := rt.Pick(features(rt.Config(), long, 0), cands, s); d.Index != 2 {
 		t.Fatalf("long request: %+v (loads %v), want the idle replica", d, s.Load)
 	}
-	// 60,000 x 4 x 48,000 / 256,000 = 45,000 of load against 20,000 of
-	// overlap; a 992-token prompt, all of it warm, weighs 744 + 3.
+	off, err := rt.Retune(Config{BlockTokens: 16, RequestCost: 10, Explicit: KnobPairWeight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := off.Pick(features(rt.Config(), long, 0), cands, s); d.Index != 1 {
+		t.Fatalf("long request without the pair term: %+v, want replica 1 (warm, least loaded)", d)
+	}
+
+	// The same prompt, its whole context held by replica 0 only: home.
+	rt.Learn(&Features{Blocks: long}, cands[0].Slot)
+	if d := rt.Pick(features(rt.Config(), long, 0), cands, s); d.Index != 0 || s.Load[0] != 3 {
+		t.Fatalf("conversation at home: %+v (loads %v), want replica 0 with load 3", d, s.Load)
+	}
+	every := rt.WithOptions(Options{PairEverywhere: true})
+	if every.Pick(features(rt.Config(), long, 0), cands, s); s.Load[0] != 3+45_000 {
+		t.Fatalf("PairEverywhere: home load %v, want 45,003", s.Load[0])
+	}
+
+	// 992 tokens, all warm on replicas 0 and 1: 4 x 992 x 48,000 / 256,000
+	// = 744 and 496 of load against 992 of overlap.
 	small := shared[:62]
-	if d := rt.Pick(features(rt.Config(), small, 0), cands, s); d.Index != 0 {
-		t.Fatalf("small request: %+v (loads %v), want the warm replica", d, s.Load)
+	if d := rt.Pick(features(rt.Config(), small, 0), cands, s); d.Index != 1 || d.Overlap != 992 {
+		t.Fatalf("small request: %+v (loads %v), want warm replica 1", d, s.Load)
 	}
 }
