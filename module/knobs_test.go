@@ -27,6 +27,7 @@ func TestKnobsZeroIsAValue(t *testing.T) {
 		{"request_cost", func(c selection.Config) float64 { return float64(c.RequestCost) }, selection.DefaultRequestCost, "-5"},
 		{"tie_epsilon", func(c selection.Config) float64 { return c.TieEpsilon }, selection.DefaultTieEpsilon, "-0.5"},
 		{"output_weight", func(c selection.Config) float64 { return c.OutputWeight }, selection.DefaultOutputWeight, "-2"},
+		{"pair_weight", func(c selection.Config) float64 { return c.PairWeight }, selection.DefaultPairWeight, "-1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
