@@ -120,3 +120,18 @@ func TestPairWeightSpreadsLongContexts(t *testing.T) {
 		t.Fatalf("small request: %+v (loads %v), want warm replica 1", d, s.Load)
 	}
 }
+
+// The home's exemption is from the pair term only: context_weight still
+// counts there.
+func TestHomeKeepsContextWeight(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 4, ContextWeight: 1}, 2)
+	rt.SetCapacity(cands[0].Slot, 16_000)
+	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
+	defer res.Release()
+	if got, want := rt.loadPair(cands[0].Slot, 8000, false), 1+4000.0*4000/16000; got != want {
+		t.Fatalf("home load = %v, want %v (request_cost + context term)", got, want)
+	}
+	if got, want := rt.loadPair(cands[0].Slot, 8000, true), 1+4000.0*4000/16000+4*8000.0*4000/16000; got != want {
+		t.Fatalf("load = %v, want %v", got, want)
+	}
+}

@@ -439,7 +439,8 @@ const AssumedKVTokens = 1 << 18
 // (Config.ContextWeight, Config.PairWeight, Options.OverflowWeight).
 func (rt *Router) load(s Slot, prompt int) float64 { return rt.loadPair(s, prompt, true) }
 
-// loadPair is load with the pair_weight term left out unless pair.
+// loadPair is load with the pair_weight term left out unless pairOn (the
+// request's home is exempt from it).
 func (rt *Router) loadPair(s Slot, prompt int, pairOn bool) float64 {
 	c := &rt.loads[s]
 	cfg := &rt.cfg
@@ -453,6 +454,9 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool) float64 {
 		kv = AssumedKVTokens
 	}
 	res, p, capa := float64(r), float64(prompt), float64(kv)
+	if r > 0 {
+		ld += cfg.ContextWeight * res * res / capa
+	}
 	if r > 0 && pairOn {
 		pres := res
 		if rt.opt.PairSat {
@@ -465,7 +469,7 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool) float64 {
 		if rt.opt.PairShare {
 			pair *= p / capa
 		}
-		ld += cfg.ContextWeight*res*res/capa + pair
+		ld += pair
 	}
 	if over := res + p - capa; over > 0 {
 		ld += rt.opt.OverflowWeight * over
