@@ -48,7 +48,7 @@ func TestParseRamjetTokens(t *testing.T) {
 			wantDials: []string{"a:1"}, wantProfiles: []string{"standard"}, wantKnobs: &selection.Config{}},
 		{name: "knobs", give: "ramjet a:1 {\n affinity_cap 4096\n alpha 0.25\n index_budget 128MiB\n}",
 			wantDials: []string{"a:1"}, wantKnobs: &selection.Config{AffinityCap: 4096, Alpha: 0.25, IndexBudget: 128 << 20, Explicit: selection.KnobAlpha}},
-		{name: "explicit zeros", give: "ramjet a:1 {\n alpha 0\n request_cost 0\n tie_epsilon 0\n output_weight 0\n}",
+		{name: "explicit zeros", give: "ramjet a:1 {\n alpha 0\n request_cost 0\n tie_epsilon 0\n output_weight 0\n pair_weight 0\n}",
 			wantDials: []string{"a:1"}, wantKnobs: &selection.Config{Explicit: selection.ZeroKnobs}},
 		{name: "reverse_proxy syntax left alone", give: "ramjet a:1 {\n health_interval 1s\n}", wantDials: []string{"a:1"}},
 		{name: "empty reverse_proxy options dropped", give: "ramjet a:1 {\n health_interval\n max_fails\n lb_retries 3\n}", wantDials: []string{"a:1"}},

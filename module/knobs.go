@@ -27,6 +27,7 @@ var routingKnobs = map[string]func(c *selection.Config, v string) error{
 	"tie_epsilon":        func(c *selection.Config, v string) (err error) { c.TieEpsilon, err = parseFloat(v); return },
 	"output_weight":      func(c *selection.Config, v string) (err error) { c.OutputWeight, err = parseFloat(v); return },
 	"context_weight":     func(c *selection.Config, v string) (err error) { c.ContextWeight, err = parseFloat(v); return },
+	"pair_weight":        func(c *selection.Config, v string) (err error) { c.PairWeight, err = parseFloat(v); return },
 	"kv_capacity": func(c *selection.Config, v string) (err error) {
 		n, err := parseInt(v)
 		c.KVCapacity = int64(n)

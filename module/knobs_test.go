@@ -27,6 +27,7 @@ func TestKnobsZeroIsAValue(t *testing.T) {
 		{"request_cost", func(c selection.Config) float64 { return float64(c.RequestCost) }, selection.DefaultRequestCost, "-5"},
 		{"tie_epsilon", func(c selection.Config) float64 { return c.TieEpsilon }, selection.DefaultTieEpsilon, "-0.5"},
 		{"output_weight", func(c selection.Config) float64 { return c.OutputWeight }, selection.DefaultOutputWeight, "-2"},
+		{"pair_weight", func(c selection.Config) float64 { return c.PairWeight }, selection.DefaultPairWeight, "-1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,7 +96,7 @@ func TestPolicyJSONKnobs(t *testing.T) {
 		{give: `{}`},
 		{give: `{"alpha":0}`, want: selection.KnobAlpha},
 		{give: `{"alpha":null,"affinity_cap":0}`},
-		{give: `{"request_cost":0,"tie_epsilon":0,"output_weight":0,"alpha":2}`, want: selection.ZeroKnobs},
+		{give: `{"request_cost":0,"tie_epsilon":0,"output_weight":0,"pair_weight":0,"alpha":2}`, want: selection.ZeroKnobs},
 		{give: `{"alpah":0}`, wantErr: "unknown field"},
 	}
 	for _, tt := range tests {

@@ -27,6 +27,7 @@ const (
 	DefaultTieEpsilon       = 1.0
 	DefaultOutputWeight     = 4.0
 	DefaultContextWeight    = 0.0
+	DefaultPairWeight       = 12.0
 )
 
 // Knobs is a set of the knobs for which zero is a value of its own: alpha 0
@@ -41,9 +42,10 @@ const (
 	KnobRequestCost
 	KnobTieEpsilon
 	KnobOutputWeight
+	KnobPairWeight
 
 	// ZeroKnobs is every knob above.
-	ZeroKnobs = KnobAlpha | KnobRequestCost | KnobTieEpsilon | KnobOutputWeight
+	ZeroKnobs = KnobAlpha | KnobRequestCost | KnobTieEpsilon | KnobOutputWeight | KnobPairWeight
 )
 
 // KnobNamed returns the knob with JSON/Caddyfile name name, or 0 when
@@ -58,6 +60,8 @@ func KnobNamed(name string) Knobs {
 		return KnobTieEpsilon
 	case "output_weight":
 		return KnobOutputWeight
+	case "pair_weight":
+		return KnobPairWeight
 	}
 	return 0
 }
@@ -95,6 +99,24 @@ type Config struct {
 	// on agent-fleet itself, than it gained on agent-fleet at 64 replicas;
 	// 0.25 to 1 suit a fleet of long-context agents with idle replicas.
 	ContextWeight float64 `json:"context_weight,omitempty"`
+	// PairWeight weighs the decode work a request and a replica's
+	// in-flight requests impose on each other (every decode step reads the
+	// context of every running sequence; past its KV capacity the engine
+	// preempts and recomputes): the request's share of the replica's KV
+	// capacity times the context resident there,
+	//
+	//	load(r) += pair_weight x P x R / C
+	//
+	// (P the request's prompt tokens, R and C as for context_weight),
+	// except on the request's home: the one replica that holds strictly
+	// more of its prompt than any other. So a long context is never moved
+	// away from the only replica that holds it, while requests that share
+	// only a common prefix (the first turns of agents behind one system
+	// prompt, a burst of one app) spread over the replicas that hold it and
+	// the idle ones, in proportion to how long they are. Default 12 (the
+	// fleet simulation's sweep, bench/EXPERIMENTS.md section 7); 0 turns
+	// it off.
+	PairWeight float64 `json:"pair_weight,omitempty"`
 	// BlockTokens is the size of one fingerprint block, in tokens.
 	BlockTokens int `json:"block_tokens,omitempty"`
 	// PrefixTokens bounds how much of a prompt is fingerprinted, in tokens.
@@ -167,6 +189,9 @@ func (c *Config) SetDefaults() {
 	if c.ContextWeight == 0 {
 		c.ContextWeight = DefaultContextWeight // 0: zero is the default
 	}
+	if c.PairWeight == 0 && c.Explicit&KnobPairWeight == 0 {
+		c.PairWeight = DefaultPairWeight
+	}
 }
 
 // Validate rejects values that cannot work, naming the field.
@@ -196,6 +221,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("output_weight must be a finite number >= 0, got %v", c.OutputWeight)
 	case !(c.ContextWeight >= 0) || math.IsInf(c.ContextWeight, 0):
 		return fmt.Errorf("context_weight must be a finite number >= 0, got %v", c.ContextWeight)
+	case !(c.PairWeight >= 0) || math.IsInf(c.PairWeight, 0):
+		return fmt.Errorf("pair_weight must be a finite number >= 0, got %v", c.PairWeight)
 	case c.KVCapacity < 0:
 		return fmt.Errorf("kv_capacity must be >= 0, got %d", c.KVCapacity)
 	}

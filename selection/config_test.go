@@ -27,6 +27,8 @@ func TestConfigZeroKnobs(t *testing.T) {
 			DefaultTieEpsilon, []float64{-0.5, math.NaN(), math.Inf(1)}},
 		{"output_weight", KnobOutputWeight, func(c Config) float64 { return c.OutputWeight }, func(c *Config, v float64) { c.OutputWeight = v },
 			DefaultOutputWeight, []float64{-2, math.NaN(), math.Inf(1)}},
+		{"pair_weight", KnobPairWeight, func(c Config) float64 { return c.PairWeight }, func(c *Config, v float64) { c.PairWeight = v },
+			DefaultPairWeight, []float64{-1, math.NaN(), math.Inf(1)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -56,7 +56,7 @@ func TestSetExternalLoadClamps(t *testing.T) {
 	if r != maxExternalRequests || w != maxExternalRequests || kv != maxExternalKV {
 		t.Fatalf("huge figures stored as %d, %d, %d", r, w, kv)
 	}
-	if ld := rt.load(sl); !(ld > 0) || ld > 1<<53 {
+	if ld := rt.load(sl, 0); !(ld > 0) || ld > 1<<53 {
 		t.Fatalf("load with huge figures = %v", ld)
 	}
 	// Out-of-range slots are ignored.
@@ -73,13 +73,13 @@ func TestExternalKVUnderContextWeight(t *testing.T) {
 	rt.SetCapacity(sl, 1000)
 	rt.SetExternalLoad(sl, 0, 0, 100)
 	// 2 x 100^2 / 1000
-	if got := rt.load(sl); got != 20 {
+	if got := rt.load(sl, 0); got != 20 {
 		t.Fatalf("load with 100 external KV tokens of 1000 = %v, want 20", got)
 	}
 	// Without a context weight the KV figure does not count.
 	rt0, c0 := newTestRouter(t, Config{}, 1)
 	rt0.SetExternalLoad(c0[0].Slot, 0, 0, 1_000_000)
-	if got := rt0.load(c0[0].Slot); got != 0 {
+	if got := rt0.load(c0[0].Slot, 0); got != 0 {
 		t.Fatalf("load with context_weight 0 = %v, want 0", got)
 	}
 }
@@ -101,7 +101,7 @@ func TestUnregisterResetsExternalLoad(t *testing.T) {
 	if r, w, kv := rt.ExternalLoad(again); r != 0 || w != 0 || kv != 0 {
 		t.Fatalf("new replica on the freed slot inherits external load %d, %d, %d", r, w, kv)
 	}
-	if ld := rt.load(again); ld != 0 {
+	if ld := rt.load(again, 0); ld != 0 {
 		t.Fatalf("new replica's load = %v, want 0", ld)
 	}
 }

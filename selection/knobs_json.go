@@ -34,6 +34,7 @@ func (c Config) AppendExplicitZeros(b []byte) []byte {
 	}{
 		{"alpha", c.Alpha == 0}, {"request_cost", c.RequestCost == 0},
 		{"tie_epsilon", c.TieEpsilon == 0}, {"output_weight", c.OutputWeight == 0},
+		{"pair_weight", c.PairWeight == 0},
 	}
 	for _, z := range zeros {
 		if !z.zero || c.Explicit&KnobNamed(z.name) == 0 {

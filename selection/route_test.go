@@ -131,24 +131,24 @@ func TestRouteOptions(t *testing.T) {
 	d, res = cw.Route(f, cands, s, nil, nil)
 	pt := float64(f.PromptTokens(rt.Config()))
 	want := float64(rt.Config().RequestCost) + float64(d.Prefill) + 0.5*pt*pt/AssumedKVTokens
-	if got := cw.load(d.Slot); got != want {
+	if got := cw.load(d.Slot, 0); got != want {
 		t.Fatalf("context weight: load %v, want %v", got, want)
 	}
 	res.PrefillDone()
-	if got := cw.load(d.Slot); got != want-float64(d.Prefill) {
+	if got := cw.load(d.Slot, 0); got != want-float64(d.Prefill) {
 		t.Fatalf("context weight after prefill: load %v, want %v", got, want-float64(d.Prefill))
 	}
 	// With the replica's capacity known, the context weighs by the share
 	// of it that it fills.
 	cw.SetCapacity(d.Slot, 2048)
-	if got, w := cw.load(d.Slot), float64(rt.Config().RequestCost)+0.5*pt*pt/2048; got != w {
+	if got, w := cw.load(d.Slot, 0), float64(rt.Config().RequestCost)+0.5*pt*pt/2048; got != w {
 		t.Fatalf("context weight with a 2048-token KV: load %v, want %v", got, w)
 	}
 	if rt.Resident(d.Slot) != int64(pt) {
 		t.Fatalf("resident %d, want the prompt's %v tokens", rt.Resident(d.Slot), pt)
 	}
 	res.Release()
-	if got := cw.load(d.Slot); got != 0 {
+	if got := cw.load(d.Slot, 0); got != 0 {
 		t.Fatalf("context weight after release: load %v", got)
 	}
 }

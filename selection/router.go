@@ -187,6 +187,25 @@ type Options struct {
 	// block (the earlier rule) rather than the first block not every
 	// usable replica holds.
 	FirstBlockTie bool
+	// PairShare multiplies the pair_weight term by the request's own share
+	// of the replica's KV (P/C): pair_weight x P x P x R / (C x C).
+	PairShare bool
+	// PairSqrt makes the pair_weight term concave in the resident context:
+	// pair_weight x P x sqrt(R / C).
+	PairSqrt bool
+	// PairSat caps the resident context the pair_weight term counts at the
+	// replica's KV capacity: replicas that are all full weigh the same.
+	PairSat bool
+	// PairEverywhere applies the pair_weight term to the request's home
+	// too (the one replica that holds strictly more of its prompt than
+	// any other), which the rule exempts (Config.PairWeight).
+	PairEverywhere bool
+	// OverflowWeight adds, per token of KV a replica lacks to run the
+	// request beside its in-flight ones (past its capacity the engine
+	// must queue or preempt and recompute),
+	//
+	//	load(r) += overflow_weight x max(0, R + P - C)
+	OverflowWeight float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -414,17 +433,46 @@ func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
 // weights of a 32B model (bench/engine's default deployment).
 const AssumedKVTokens = 1 << 18
 
-// load is load(r) of the rule, in tokens.
-func (rt *Router) load(s Slot) float64 {
+// load is load(r) of the rule, in tokens, for a request of prompt
+// tokens: the reservations (in-flight x request_cost + pending prefill),
+// the engine-reported load of others, and the decode side
+// (Config.ContextWeight, Config.PairWeight, Options.OverflowWeight).
+func (rt *Router) load(s Slot, prompt int) float64 { return rt.loadPair(s, prompt, true) }
+
+// loadPair is load with the pair_weight term left out unless pairOn (the
+// request's home is exempt from it).
+func (rt *Router) loadPair(s Slot, prompt int, pairOn bool) float64 {
 	c := &rt.loads[s]
-	ld := float64((c.inflight.Load()+c.extRequests())*int64(rt.cfg.RequestCost) + c.pending.Load())
-	if r := c.resident.Load() + c.extKV(); r > 0 && rt.cfg.ContextWeight > 0 {
-		kv := c.kvtokens.Load()
-		if kv <= 0 {
-			kv = AssumedKVTokens
+	cfg := &rt.cfg
+	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load())
+	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && rt.opt.OverflowWeight == 0 {
+		return ld
+	}
+	r := c.resident.Load() + c.extKV()
+	kv := c.kvtokens.Load()
+	if kv <= 0 {
+		kv = AssumedKVTokens
+	}
+	res, p, capa := float64(r), float64(prompt), float64(kv)
+	if r > 0 {
+		ld += cfg.ContextWeight * res * res / capa
+	}
+	if r > 0 && pairOn {
+		pres := res
+		if rt.opt.PairSat {
+			pres = min(res, capa)
 		}
-		res := float64(r)
-		ld += rt.cfg.ContextWeight * res * res / float64(kv)
+		pair := cfg.PairWeight * p * pres / capa
+		if rt.opt.PairSqrt {
+			pair = cfg.PairWeight * p * math.Sqrt(res/capa)
+		}
+		if rt.opt.PairShare {
+			pair *= p / capa
+		}
+		ld += pair
+	}
+	if over := res + p - capa; over > 0 {
+		ld += rt.opt.OverflowWeight * over
 	}
 	return ld
 }
@@ -505,6 +553,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
+	prompt := f.PromptTokens(rt.cfg)
 	want, wantSet := ProfileStandard, f.MaxTokens > 0
 	if f.MaxTokens >= cfg.LongOutputTokens {
 		want = ProfileSpeculative
@@ -513,17 +562,34 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	if wantSet {
 		bonus = cfg.OutputWeight * float64(f.MaxTokens)
 	}
+	// The deepest and second deepest overlaps (equal when two replicas
+	// share the deepest): the request's home, if it has one, is the
+	// replica with strictly the deepest, exempt from the pair term.
+	top1, top2 := -1, -1
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
-			s.Overlap[i], s.Load[i], s.Score[i] = 0, 0, math.NaN()
 			continue
 		}
 		ov := c.Overlap
 		if !c.Precise {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
 		}
-		ld := rt.load(c.Slot)
+		s.Overlap[i] = ov
+		if ov > top1 {
+			top1, top2 = ov, top1
+		} else if ov > top2 {
+			top2 = ov
+		}
+	}
+	for i := range cands {
+		c := &cands[i]
+		if !c.Usable {
+			s.Overlap[i], s.Load[i], s.Score[i] = 0, 0, math.NaN()
+			continue
+		}
+		ov := s.Overlap[i]
+		ld := rt.loadPair(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0)
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
 		if wantSet && c.Profile == want {
 			sc += bonus

@@ -90,9 +90,10 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 
 // ramjetNamed returns the ramjet variant name names: one of
 // ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
-// context_weight, rc request_cost, cap affinity_cap, alpha, eps
+// context_weight, pw pair_weight, ow overflow_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
-// nocap, noobs, marginal, firsttie). ok is false when
+// nocap, noobs, marginal, firsttie, and the pair term's forms
+// paireverywhere, pairshare, pairsqrt, pairsat). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
 func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	if setup, found := ramjetVariants[name]; found {
@@ -116,6 +117,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		switch k {
 		case "cw":
 			cfg.ContextWeight = x
+		case "pw":
+			cfg.PairWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobPairWeight
+		case "ow":
+			setup.Options.OverflowWeight = x
 		case "rc":
 			cfg.RequestCost, cfg.Explicit = int(x), cfg.Explicit|selection.KnobRequestCost
 		case "cap":
@@ -130,6 +135,14 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.NoObserve = true
 		case "marginal":
 			setup.Options.Marginal = true
+		case "pairshare":
+			setup.Options.PairShare = true
+		case "pairsqrt":
+			setup.Options.PairSqrt = true
+		case "pairsat":
+			setup.Options.PairSat = true
+		case "paireverywhere":
+			setup.Options.PairEverywhere = true
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":

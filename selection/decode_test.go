@@ -1,0 +1,137 @@
+package selection
+
+import "testing"
+
+// routeResident routes a prompt of n blocks of family fam to the only
+// usable candidate i, so that its tokens stay resident there until res is
+// released.
+func routeResident(t *testing.T, rt *Router, cands []Candidate, i int, fam uint64, n int) *Reservation {
+	t.Helper()
+	only := make([]Candidate, len(cands))
+	copy(only, cands)
+	for k := range only {
+		only[k].Usable = k == i
+	}
+	d, res := rt.Route(features(rt.Config(), blocksOf(fam, n), 0), only, NewScratch(len(only)), nil, nil)
+	if d.Index != i || res == nil {
+		t.Fatalf("routing to candidate %d: %+v", i, d)
+	}
+	res.PrefillDone()
+	return res
+}
+
+func TestPairWeightLoad(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	sl := cands[0].Slot
+	rt.SetCapacity(sl, 16_000)
+	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
+	defer res.Release()
+	// request_cost + 2 x P x 4,000 / 16,000
+	for _, tt := range []struct {
+		prompt int
+		want   float64
+	}{{0, 1}, {100, 1 + 50}, {8000, 1 + 4000}} {
+		if got := rt.load(sl, tt.prompt); got != tt.want {
+			t.Errorf("load for a %d-token prompt = %v, want %v", tt.prompt, got, tt.want)
+		}
+	}
+}
+
+func TestOverflowWeightLoad(t *testing.T) {
+	rt0, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, Explicit: KnobPairWeight}, 2)
+	rt := rt0.WithOptions(Options{OverflowWeight: 3})
+	sl := cands[0].Slot
+	rt.SetCapacity(sl, 10_000)
+	res := routeResident(t, rt, cands, 0, 1, 500) // 8,000 tokens resident
+	// Below the capacity nothing is added; past it, 3 per missing token.
+	if got := rt.load(sl, 2000); got != 1 {
+		t.Errorf("load for a prompt that fits = %v, want 1", got)
+	}
+	if got := rt.load(sl, 2500); got != 1+3*500 {
+		t.Errorf("load for a prompt 500 tokens past the capacity = %v, want %v", got, 1+3*500)
+	}
+	// Engine-reported KV of others counts as resident.
+	rt.SetExternalLoad(sl, 0, 0, 1000)
+	if got := rt.load(sl, 2000); got != 1+3*1000 {
+		t.Errorf("load with 1,000 external KV tokens = %v, want %v", got, 1+3*1000)
+	}
+	rt.SetExternalLoad(sl, 0, 0, 0)
+	res.Release()
+	if got := rt.load(sl, 9000); got != 0 {
+		t.Errorf("load after release = %v, want 0", got)
+	}
+}
+
+// A long request that shares only a common prefix with the warm
+// replicas goes where the resident context is short, an idle cold replica
+// included; a conversation stays on its home (the only replica holding
+// its context) however long the context resident there; a short request
+// barely feels the term.
+func TestPairWeightSpreadsLongContexts(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 4}, 3)
+	for _, c := range cands {
+		rt.SetCapacity(c.Slot, 256_000)
+	}
+	shared := blocksOf(7, 1250) // a 20,000-token shared prefix
+	rt.Learn(&Features{Blocks: shared}, cands[0].Slot)
+	rt.Learn(&Features{Blocks: shared}, cands[1].Slot)
+	var held []*Reservation
+	for fam := uint64(10); fam < 13; fam++ {
+		held = append(held, routeResident(t, rt, cands, 0, fam, 1000)) // 3 x 16,000 tokens
+	}
+	for fam := uint64(13); fam < 15; fam++ {
+		held = append(held, routeResident(t, rt, cands, 1, fam, 1000)) // 2 x 16,000 tokens
+	}
+	defer func() {
+		for _, r := range held {
+			r.Release()
+		}
+	}()
+	s := NewScratch(3)
+
+	// 60,000 tokens, 20,000 warm on replicas 0 and 1: pair terms 4 x 60,000
+	// x 48,000 / 256,000 = 45,000 and 30,000 against 20,000 of overlap.
+	long := append(append([]uint64(nil), shared...), blocksOf(20, 2500)...)
+	if d := rt.Pick(features(rt.Config(), long, 0), cands, s); d.Index != 2 {
+		t.Fatalf("long request: %+v (loads %v), want the idle replica", d, s.Load)
+	}
+	off, err := rt.Retune(Config{BlockTokens: 16, RequestCost: 10, Explicit: KnobPairWeight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := off.Pick(features(rt.Config(), long, 0), cands, s); d.Index != 1 {
+		t.Fatalf("long request without the pair term: %+v, want replica 1 (warm, least loaded)", d)
+	}
+
+	// The same prompt, its whole context held by replica 0 only: home.
+	rt.Learn(&Features{Blocks: long}, cands[0].Slot)
+	if d := rt.Pick(features(rt.Config(), long, 0), cands, s); d.Index != 0 || s.Load[0] != 3 {
+		t.Fatalf("conversation at home: %+v (loads %v), want replica 0 with load 3", d, s.Load)
+	}
+	every := rt.WithOptions(Options{PairEverywhere: true})
+	if every.Pick(features(rt.Config(), long, 0), cands, s); s.Load[0] != 3+45_000 {
+		t.Fatalf("PairEverywhere: home load %v, want 45,003", s.Load[0])
+	}
+
+	// 992 tokens, all warm on replicas 0 and 1: 4 x 992 x 48,000 / 256,000
+	// = 744 and 496 of load against 992 of overlap.
+	small := shared[:62]
+	if d := rt.Pick(features(rt.Config(), small, 0), cands, s); d.Index != 1 || d.Overlap != 992 {
+		t.Fatalf("small request: %+v (loads %v), want warm replica 1", d, s.Load)
+	}
+}
+
+// The home's exemption is from the pair term only: context_weight still
+// counts there.
+func TestHomeKeepsContextWeight(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 4, ContextWeight: 1}, 2)
+	rt.SetCapacity(cands[0].Slot, 16_000)
+	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
+	defer res.Release()
+	if got, want := rt.loadPair(cands[0].Slot, 8000, false), 1+4000.0*4000/16000; got != want {
+		t.Fatalf("home load = %v, want %v (request_cost + context term)", got, want)
+	}
+	if got, want := rt.loadPair(cands[0].Slot, 8000, true), 1+4000.0*4000/16000+4*8000.0*4000/16000; got != want {
+		t.Fatalf("load = %v, want %v", got, want)
+	}
+}
