@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -67,6 +69,9 @@ const SyncSuffix = "-sync"
 //     (--router-replica-sync), every request's lifecycle is broadcast to
 //     the other replicas, so all share one view; modelled as one shared
 //     state with no propagation delay (an upper bound for sync).
+//
+// The ramjet experiment variants ("ramjet@k=v+...", e.g. "ramjet@el=1"
+// scraping the engines every second) are independent instances too.
 var MultiPolicyNames = []string{"ramjet", "sglang", "sglang-tuned", "dynamo", "dynamo-tuned", "dynamo-sync", "dynamo-tuned-sync"}
 
 // Multi is several router instances of one policy in front of one fleet,
@@ -96,7 +101,11 @@ type owned struct {
 	routed bool
 }
 
-var _ Policy = (*Multi)(nil)
+var (
+	_ Policy        = (*Multi)(nil)
+	_ engineScraper = (*Multi)(nil)
+	_ usageObserver = (*Multi)(nil)
+)
 
 // multiHashes is a Multi whose instances read the engines' KV events
 // (wantsEngineHashes).
@@ -112,7 +121,7 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 	if routers < 1 {
 		return nil, fmt.Errorf("multi %s: routers must be positive, got %d", name, routers)
 	}
-	known := false
+	known := strings.HasPrefix(name, "ramjet@")
 	for _, n := range MultiPolicyNames {
 		known = known || n == name
 	}
@@ -190,7 +199,7 @@ func (m *Multi) view(k int, fleet []*Replica) []*Replica {
 	v := m.views[k]
 	for len(v) < len(fleet) {
 		f := fleet[len(v)]
-		v = append(v, &Replica{ID: f.ID, Speculative: f.Speculative, eng: f.eng, cached: f.cached})
+		v = append(v, &Replica{ID: f.ID, Speculative: f.Speculative, KVCapacity: f.KVCapacity, eng: f.eng, cached: f.cached})
 	}
 	m.views[k] = v
 	return v[:len(fleet)]
@@ -234,4 +243,32 @@ func (m *Multi) Done(r *Request, rep int) {
 		m.views[o.inst][rep].InFlight--
 	}
 	m.inst[o.inst].Done(r, rep)
+}
+
+// ScrapeEngines lets every instance that scrapes the engines
+// (engineScraper, e.g. ramjet with -engine-load) read them through its own
+// view: the same engines, its own counts, so that what the engines report
+// beyond its own reservations is the other instances' traffic. A shared
+// (sync) state scrapes once.
+func (m *Multi) ScrapeEngines(now time.Duration, fleet []*Replica) {
+	for k, p := range m.inst {
+		if m.shared && k > 0 {
+			break
+		}
+		if sc, ok := p.(engineScraper); ok {
+			sc.ScrapeEngines(now, m.view(k, fleet))
+		}
+	}
+}
+
+// Observe hands an answer's usage (its cached-token count) to the
+// instance that routed it, as each router reads the answers it proxies.
+func (m *Multi) Observe(r *Request, rep int, u engine.Usage) {
+	o, ok := m.owner[r.Row.ID]
+	if !ok {
+		return
+	}
+	if uo, ok := m.inst[o.inst].(usageObserver); ok {
+		uo.Observe(r, rep, u)
+	}
 }
