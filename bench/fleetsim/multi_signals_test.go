@@ -23,7 +23,9 @@ func (*signalSpy) Pick(*Request, []*Replica) int { return 0 }
 func (s *signalSpy) ScrapeEngines(_ time.Duration, fleet []*Replica) {
 	s.scraped = append(s.scraped, fleet)
 }
-func (s *signalSpy) Observe(r *Request, _ int, _ engine.Usage) { s.observed = append(s.observed, r.Row.ID) }
+func (s *signalSpy) Observe(r *Request, _ int, _ engine.Usage) {
+	s.observed = append(s.observed, r.Row.ID)
+}
 
 // Multi hands every instance the scrape through its own view (the
 // engines' KV capacity in it) and each answer's usage to the instance
