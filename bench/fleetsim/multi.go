@@ -74,6 +74,37 @@ const SyncSuffix = "-sync"
 // scraping the engines every second) are independent instances too.
 var MultiPolicyNames = []string{"ramjet", "sglang", "sglang-tuned", "dynamo", "dynamo-tuned", "dynamo-sync", "dynamo-tuned-sync"}
 
+// SpillSep separates a multi-router policy name from the ramjet
+// instances' ids (selection.Router.SetInstance): "ramjet~same" gives every
+// instance position 0 (the shared spill order, the rule before
+// instance-aware spill), "ramjet~inst=<id>" names instance 0 <id> and
+// instance k <id>/k (hashed positions, as hostnames give). Without it,
+// instance k is named k: ordinals, positions 0, 0.618, 0.236, ...
+const SpillSep = "~"
+
+// instanceIDs are the ramjet instances' ids for the spill spec after
+// SpillSep (see SpillSep).
+func instanceIDs(spec string, given bool, routers int) ([]string, error) {
+	ids := make([]string, routers)
+	switch id, named := strings.CutPrefix(spec, "inst="); {
+	case !given:
+		for k := range ids {
+			ids[k] = fmt.Sprint(k)
+		}
+	case spec == "same":
+	case named && id != "":
+		for k := range ids {
+			ids[k] = id
+			if k > 0 {
+				ids[k] = fmt.Sprintf("%s/%d", id, k)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("spill %q: want %ssame or %sinst=<id>", spec, SpillSep, SpillSep)
+	}
+	return ids, nil
+}
+
 // Multi is several router instances of one policy in front of one fleet,
 // with the client traffic split by a front balancer. The instances do not
 // talk to each other: each sees the engines (their metrics, their KV
@@ -121,14 +152,19 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 	if routers < 1 {
 		return nil, fmt.Errorf("multi %s: routers must be positive, got %d", name, routers)
 	}
-	known := strings.HasPrefix(name, "ramjet@")
+	pname, spill, hasSpill := strings.Cut(name, SpillSep)
+	known := strings.HasPrefix(pname, "ramjet@")
 	for _, n := range MultiPolicyNames {
-		known = known || n == name
+		known = known || n == pname
 	}
 	if !known {
-		return nil, fmt.Errorf("multi: policy %q has no multi-router model (want one of %s)", name, strings.Join(MultiPolicyNames, ", "))
+		return nil, fmt.Errorf("multi: policy %q has no multi-router model (want one of %s)", pname, strings.Join(MultiPolicyNames, ", "))
 	}
-	base, shared := strings.CutSuffix(name, SyncSuffix)
+	inst, err := instanceIDs(spill, hasSpill, routers)
+	if err != nil {
+		return nil, fmt.Errorf("multi %s: %w", name, err)
+	}
+	base, shared := strings.CutSuffix(pname, SyncSuffix)
 	m := &Multi{
 		label:      fmt.Sprintf("%s x%d %s", name, routers, front),
 		front:      front,
@@ -146,6 +182,9 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		p, err := NewPolicy(base, seed+uint64(k), cfg)
 		if err != nil {
 			return nil, fmt.Errorf("multi %s instance %d: %w", name, k, err)
+		}
+		if rj, ok := p.(*Ramjet); ok {
+			rj.Router().SetInstance(inst[k])
 		}
 		if _, ok := p.(kvFed); ok {
 			return nil, fmt.Errorf("multi: %s reads KV events through one engine hook per replica; not modelled with several instances", base)
