@@ -71,7 +71,9 @@ const SyncSuffix = "-sync"
 //     state with no propagation delay (an upper bound for sync).
 //
 // The ramjet experiment variants ("ramjet@k=v+...", e.g. "ramjet@el=1"
-// scraping the engines every second) are independent instances too.
+// scraping the engines every second) and ramjet-precise (each instance
+// its own kvindex fed by every engine's KV events, as each instance's
+// subscribers are) are independent instances too.
 var MultiPolicyNames = []string{"ramjet", "sglang", "sglang-tuned", "dynamo", "dynamo-tuned", "dynamo-sync", "dynamo-tuned-sync"}
 
 // SpillSep separates a multi-router policy name from the ramjet
@@ -136,6 +138,7 @@ var (
 	_ Policy        = (*Multi)(nil)
 	_ engineScraper = (*Multi)(nil)
 	_ usageObserver = (*Multi)(nil)
+	_ kvFed         = (*Multi)(nil)
 )
 
 // multiHashes is a Multi whose instances read the engines' KV events
@@ -153,7 +156,7 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		return nil, fmt.Errorf("multi %s: routers must be positive, got %d", name, routers)
 	}
 	pname, spill, hasSpill := strings.Cut(name, SpillSep)
-	known := strings.HasPrefix(pname, "ramjet@")
+	known := strings.HasPrefix(pname, "ramjet@") || pname == "ramjet-precise"
 	for _, n := range MultiPolicyNames {
 		known = known || n == pname
 	}
@@ -183,11 +186,13 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		if err != nil {
 			return nil, fmt.Errorf("multi %s instance %d: %w", name, k, err)
 		}
-		if rj, ok := p.(*Ramjet); ok {
+		if rj, ok := p.(interface{ Router() *selection.Router }); ok {
 			rj.Router().SetInstance(inst[k])
 		}
-		if _, ok := p.(kvFed); ok {
-			return nil, fmt.Errorf("multi: %s reads KV events through one engine hook per replica; not modelled with several instances", base)
+		if _, ok := p.(kvFed); ok && !shared {
+			if _, ok := p.(*RamjetPrecise); !ok {
+				return nil, fmt.Errorf("multi: %s reads KV events through one engine hook per replica; not modelled with several instances", base)
+			}
 		}
 		_, h := p.(interface{ wantsEngineHashes() })
 		hashes = hashes || h
@@ -309,5 +314,43 @@ func (m *Multi) Observe(r *Request, rep int, u engine.Usage) {
 	}
 	if uo, ok := m.inst[o.inst].(usageObserver); ok {
 		uo.Observe(r, rep, u)
+	}
+}
+
+// attach hands every instance that reads the engines' KV events
+// (ramjet-precise: each its own kvindex) engine rep's events: one handler
+// on the engine, fanning each event out to every instance in turn.
+func (m *Multi) attach(rep int, e *engine.Engine) {
+	var hs []func(engine.KVEvent)
+	for k, p := range m.inst {
+		if m.shared && k > 0 {
+			break
+		}
+		if rp, ok := p.(*RamjetPrecise); ok {
+			rp.attach(rep, e)
+			hs = append(hs, rp.kvHandler(rep))
+		} else if kf, ok := p.(kvFed); ok {
+			kf.attach(rep, e) // one instance's hook (NewMulti allows no other)
+			return
+		}
+	}
+	if len(hs) > 0 {
+		e.SetKVEventHandler(func(ev engine.KVEvent) {
+			for _, h := range hs {
+				h(ev)
+			}
+		})
+	}
+}
+
+// setNow hands the simulated time to every KV-fed instance.
+func (m *Multi) setNow(now time.Duration) {
+	for k, p := range m.inst {
+		if m.shared && k > 0 {
+			break
+		}
+		if kf, ok := p.(kvFed); ok {
+			kf.setNow(now)
+		}
 	}
 }

@@ -104,3 +104,29 @@ func TestMultiRamjetEngineLoad(t *testing.T) {
 		}
 	}
 }
+
+// ramjet-precise instances each read every engine's KV events into their
+// own index: one instance behind Multi is the single policy, and with two
+// each index mirrors the engines (both receive every event).
+func TestMultiRamjetPrecise(t *testing.T) {
+	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.1})
+	single, err := NewPolicy("ramjet-precise", 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runPolicy(t, w, single, 4, 1)
+	got := runPolicy(t, w, newMulti(t, "ramjet-precise", 1, FrontRoundRobin, 1), 4, 1)
+	if diff := cmp.Diff(want.Records, got.Records); diff != "" {
+		t.Fatalf("records differ (-single +multi x1):\n%s", diff)
+	}
+	p := newMulti(t, "ramjet-precise", 2, FrontRoundRobin, 1)
+	runPolicy(t, w, p, 4, 1)
+	insts := multiOf(p).inst
+	a, b := insts[0].(*RamjetPrecise), insts[1].(*RamjetPrecise)
+	if a.EventsQueued == 0 || a.EventsQueued != b.EventsQueued {
+		t.Fatalf("events received %d and %d, want every event by both", a.EventsQueued, b.EventsQueued)
+	}
+	if a.PreciseDecisions() == 0 || b.PreciseDecisions() == 0 {
+		t.Fatalf("precise decisions %d and %d", a.PreciseDecisions(), b.PreciseDecisions())
+	}
+}
