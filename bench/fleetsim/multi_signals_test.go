@@ -79,15 +79,7 @@ func TestMultiForwardsScrapeAndObserve(t *testing.T) {
 // instances each scrape finds the other's requests on the engines.
 func TestMultiRamjetEngineLoad(t *testing.T) {
 	w := generate(t, "agent-fleet", workload.Options{Seed: 1, Scale: 0.1})
-	single, err := NewPolicy("ramjet@el=0.25", 1, selection.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := runPolicy(t, w, single, 8, 1)
-	got := runPolicy(t, w, newMulti(t, "ramjet@el=0.25", 1, FrontRoundRobin, 1), 8, 1)
-	if diff := cmp.Diff(want.Records, got.Records); diff != "" {
-		t.Fatalf("records differ (-single +multi x1):\n%s", diff)
-	}
+	oneIsTheSingle(t, w, "ramjet@el=0.25", 8)
 
 	p := newMulti(t, "ramjet@el=0.25", 2, FrontRoundRobin, 1)
 	runPolicy(t, w, p, 8, 1)
@@ -110,15 +102,7 @@ func TestMultiRamjetEngineLoad(t *testing.T) {
 // each index mirrors the engines (both receive every event).
 func TestMultiRamjetPrecise(t *testing.T) {
 	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.1})
-	single, err := NewPolicy("ramjet-precise", 1, selection.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := runPolicy(t, w, single, 4, 1)
-	got := runPolicy(t, w, newMulti(t, "ramjet-precise", 1, FrontRoundRobin, 1), 4, 1)
-	if diff := cmp.Diff(want.Records, got.Records); diff != "" {
-		t.Fatalf("records differ (-single +multi x1):\n%s", diff)
-	}
+	oneIsTheSingle(t, w, "ramjet-precise", 4)
 	p := newMulti(t, "ramjet-precise", 2, FrontRoundRobin, 1)
 	runPolicy(t, w, p, 4, 1)
 	insts := multiOf(p).inst
@@ -128,5 +112,20 @@ func TestMultiRamjetPrecise(t *testing.T) {
 	}
 	if a.PreciseDecisions() == 0 || b.PreciseDecisions() == 0 {
 		t.Fatalf("precise decisions %d and %d", a.PreciseDecisions(), b.PreciseDecisions())
+	}
+}
+
+// oneIsTheSingle checks that one instance of policy behind Multi routes w
+// exactly as the policy alone, record for record.
+func oneIsTheSingle(t *testing.T, w *workload.Workload, policy string, replicas int) {
+	t.Helper()
+	single, err := NewPolicy(policy, 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runPolicy(t, w, single, replicas, 1)
+	got := runPolicy(t, w, newMulti(t, policy, 1, FrontRoundRobin, 1), replicas, 1)
+	if diff := cmp.Diff(want.Records, got.Records); diff != "" {
+		t.Fatalf("%s: records differ (-single +multi x1):\n%s", policy, diff)
 	}
 }
