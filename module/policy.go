@@ -89,6 +89,16 @@ type RamjetSelection struct {
 	// per-process secret is used.
 	RouteIDSecret string `json:"route_id_secret,omitempty"`
 
+	// InstanceID names this ramjet instance among several in front of the
+	// same engines (no traffic between them): it sets where the instance
+	// spills a request when the replicas holding its prefix are too
+	// loaded (selection.Router.SetInstance), so that instances agree on a
+	// cold prefix's replica but not on the spills. An id ending in an
+	// ordinal ("ramjet-0", "ramjet-1", a StatefulSet's pod names) spreads
+	// instances best. Accepts placeholders ({env.HOSTNAME}). Default: the
+	// host name (set it when several instances share a host).
+	InstanceID string `json:"instance_id,omitempty"`
+
 	// KV turns on the precise index from the engines' KV-cache events
 	// (see KVConfig); off by default.
 	KV *KVConfig `json:"kv,omitempty"`
@@ -174,6 +184,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		fallback           <policy> [{ <policy options> }]
 //		state_key          <name>
 //		route_id_secret    <secret>
+//		instance_id        <id>
 //		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency }]
 //		outlier {
 //			consecutive_failures <n>|off
@@ -199,6 +210,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"fallback":        s.parseFallback,
 		"state_key":       argString(&s.StateKey),
 		"route_id_secret": argString(&s.RouteIDSecret),
+		"instance_id":     argString(&s.InstanceID),
 		"outlier": func(d *caddyfile.Dispenser, _ string) error {
 			s.Outlier = new(OutlierSettings)
 			return s.Outlier.unmarshalCaddyfile(d)
@@ -413,6 +425,7 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("ramjet state %q: %w", s.StateKey, err)
 	}
 	s.fleet, s.rt, s.poolKey = f, rt, key
+	rt.SetInstance(instanceID(s.InstanceID)) // instance.go
 	var od OutlierSettings
 	if s.Outlier != nil {
 		od = *s.Outlier

@@ -125,6 +125,7 @@ type Scratch struct {
 	Exact []int
 
 	marg     []Candidate // the marginal variant's second candidate set
+	spill    []uint64    // the instance-aware spill's ranking (spill.go)
 	depth    [MaxReplicas]int32
 	interest []uint64 // the slots Pick asks the index about
 	work     depthWork
@@ -230,6 +231,8 @@ type shared struct {
 	kvcap   [MaxReplicas]int64 // SetCapacity's tokens per slot; 0: Config.KVCapacity
 
 	loads [MaxReplicas]loadCell
+
+	spread atomic.Uint64 // this instance's spill position (SetInstance)
 }
 
 // NewRouter returns a Router for cfg, with defaults filled in.
@@ -624,6 +627,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if beats, _ := rt.prefer(cands, s, i, w, want, wantSet, first); beats {
 			w = i
 		}
+	}
+	if pos := rt.spread.Load(); pos != 0 && ties > 1 && s.Overlap[w] < d.BestOverlap {
+		w = rt.spill(cands, s, w, best, wantSet, first, pos)
 	}
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -67,7 +69,43 @@ const SyncSuffix = "-sync"
 //     (--router-replica-sync), every request's lifecycle is broadcast to
 //     the other replicas, so all share one view; modelled as one shared
 //     state with no propagation delay (an upper bound for sync).
+//
+// The ramjet experiment variants ("ramjet@k=v+...", e.g. "ramjet@el=1"
+// scraping the engines every second) and ramjet-precise (each instance
+// its own kvindex fed by every engine's KV events, as each instance's
+// subscribers are) are independent instances too.
 var MultiPolicyNames = []string{"ramjet", "sglang", "sglang-tuned", "dynamo", "dynamo-tuned", "dynamo-sync", "dynamo-tuned-sync"}
+
+// SpillSep separates a multi-router policy name from the ramjet
+// instances' ids (selection.Router.SetInstance): "ramjet~same" gives every
+// instance position 0 (the shared spill order, the rule before
+// instance-aware spill), "ramjet~inst=<id>" names instance 0 <id> and
+// instance k <id>/k (hashed positions, as hostnames give). Without it,
+// instance k is named k: ordinals, positions 0, 0.618, 0.236, ...
+const SpillSep = "~"
+
+// instanceIDs are the ramjet instances' ids for the spill spec after
+// SpillSep (see SpillSep).
+func instanceIDs(spec string, given bool, routers int) ([]string, error) {
+	ids := make([]string, routers)
+	switch id, named := strings.CutPrefix(spec, "inst="); {
+	case !given:
+		for k := range ids {
+			ids[k] = fmt.Sprint(k)
+		}
+	case spec == "same":
+	case named && id != "":
+		for k := range ids {
+			ids[k] = id
+			if k > 0 {
+				ids[k] = fmt.Sprintf("%s/%d", id, k)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("spill %q: want %ssame or %sinst=<id>", spec, SpillSep, SpillSep)
+	}
+	return ids, nil
+}
 
 // Multi is several router instances of one policy in front of one fleet,
 // with the client traffic split by a front balancer. The instances do not
@@ -96,7 +134,12 @@ type owned struct {
 	routed bool
 }
 
-var _ Policy = (*Multi)(nil)
+var (
+	_ Policy        = (*Multi)(nil)
+	_ engineScraper = (*Multi)(nil)
+	_ usageObserver = (*Multi)(nil)
+	_ kvFed         = (*Multi)(nil)
+)
 
 // multiHashes is a Multi whose instances read the engines' KV events
 // (wantsEngineHashes).
@@ -112,14 +155,19 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 	if routers < 1 {
 		return nil, fmt.Errorf("multi %s: routers must be positive, got %d", name, routers)
 	}
-	known := false
+	pname, spill, hasSpill := strings.Cut(name, SpillSep)
+	known := strings.HasPrefix(pname, "ramjet@") || pname == "ramjet-precise"
 	for _, n := range MultiPolicyNames {
-		known = known || n == name
+		known = known || n == pname
 	}
 	if !known {
-		return nil, fmt.Errorf("multi: policy %q has no multi-router model (want one of %s)", name, strings.Join(MultiPolicyNames, ", "))
+		return nil, fmt.Errorf("multi: policy %q has no multi-router model (want one of %s)", pname, strings.Join(MultiPolicyNames, ", "))
 	}
-	base, shared := strings.CutSuffix(name, SyncSuffix)
+	inst, err := instanceIDs(spill, hasSpill, routers)
+	if err != nil {
+		return nil, fmt.Errorf("multi %s: %w", name, err)
+	}
+	base, shared := strings.CutSuffix(pname, SyncSuffix)
 	m := &Multi{
 		label:      fmt.Sprintf("%s x%d %s", name, routers, front),
 		front:      front,
@@ -138,8 +186,13 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		if err != nil {
 			return nil, fmt.Errorf("multi %s instance %d: %w", name, k, err)
 		}
-		if _, ok := p.(kvFed); ok {
-			return nil, fmt.Errorf("multi: %s reads KV events through one engine hook per replica; not modelled with several instances", base)
+		if rj, ok := p.(interface{ Router() *selection.Router }); ok {
+			rj.Router().SetInstance(inst[k])
+		}
+		if _, ok := p.(kvFed); ok && !shared {
+			if _, ok := p.(*RamjetPrecise); !ok {
+				return nil, fmt.Errorf("multi: %s reads KV events through one engine hook per replica; not modelled with several instances", base)
+			}
 		}
 		_, h := p.(interface{ wantsEngineHashes() })
 		hashes = hashes || h
@@ -190,7 +243,7 @@ func (m *Multi) view(k int, fleet []*Replica) []*Replica {
 	v := m.views[k]
 	for len(v) < len(fleet) {
 		f := fleet[len(v)]
-		v = append(v, &Replica{ID: f.ID, Speculative: f.Speculative, eng: f.eng, cached: f.cached})
+		v = append(v, &Replica{ID: f.ID, Speculative: f.Speculative, KVCapacity: f.KVCapacity, eng: f.eng, cached: f.cached})
 	}
 	m.views[k] = v
 	return v[:len(fleet)]
@@ -234,4 +287,70 @@ func (m *Multi) Done(r *Request, rep int) {
 		m.views[o.inst][rep].InFlight--
 	}
 	m.inst[o.inst].Done(r, rep)
+}
+
+// ScrapeEngines lets every instance that scrapes the engines
+// (engineScraper, e.g. ramjet with -engine-load) read them through its own
+// view: the same engines, its own counts, so that what the engines report
+// beyond its own reservations is the other instances' traffic. A shared
+// (sync) state scrapes once.
+func (m *Multi) ScrapeEngines(now time.Duration, fleet []*Replica) {
+	for k, p := range m.inst {
+		if m.shared && k > 0 {
+			break
+		}
+		if sc, ok := p.(engineScraper); ok {
+			sc.ScrapeEngines(now, m.view(k, fleet))
+		}
+	}
+}
+
+// Observe hands an answer's usage (its cached-token count) to the
+// instance that routed it, as each router reads the answers it proxies.
+func (m *Multi) Observe(r *Request, rep int, u engine.Usage) {
+	o, ok := m.owner[r.Row.ID]
+	if !ok {
+		return
+	}
+	if uo, ok := m.inst[o.inst].(usageObserver); ok {
+		uo.Observe(r, rep, u)
+	}
+}
+
+// attach hands every instance that reads the engines' KV events
+// (ramjet-precise: each its own kvindex) engine rep's events: one handler
+// on the engine, fanning each event out to every instance in turn.
+func (m *Multi) attach(rep int, e *engine.Engine) {
+	var hs []func(engine.KVEvent)
+	for k, p := range m.inst {
+		if m.shared && k > 0 {
+			break
+		}
+		if rp, ok := p.(*RamjetPrecise); ok {
+			rp.attach(rep, e)
+			hs = append(hs, rp.kvHandler(rep))
+		} else if kf, ok := p.(kvFed); ok {
+			kf.attach(rep, e) // one instance's hook (NewMulti allows no other)
+			return
+		}
+	}
+	if len(hs) > 0 {
+		e.SetKVEventHandler(func(ev engine.KVEvent) {
+			for _, h := range hs {
+				h(ev)
+			}
+		})
+	}
+}
+
+// setNow hands the simulated time to every KV-fed instance.
+func (m *Multi) setNow(now time.Duration) {
+	for k, p := range m.inst {
+		if m.shared && k > 0 {
+			break
+		}
+		if kf, ok := p.(kvFed); ok {
+			kf.setNow(now)
+		}
+	}
 }

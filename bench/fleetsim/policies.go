@@ -84,7 +84,11 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 	case "ramjet-context":
 		return NewRamjetContext(cfg, RamjetContextWeight)
 	case "ramjet-precise":
-		return NewRamjetPrecise(cfg, PreciseConfig{})
+		p, err := NewRamjetPrecise(cfg, PreciseConfig{})
+		if err == nil {
+			p.setup.EngineLoad = RamjetEngineLoad // -engine-load, as for ramjet
+		}
+		return p, err
 	case "round-robin":
 		return &RoundRobin{}, nil
 	case "least-inflight":

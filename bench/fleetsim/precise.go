@@ -223,14 +223,21 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 		p.engines = append(p.engines, nil)
 	}
 	p.engines[rep] = e
-	e.SetKVEventHandler(func(ev engine.KVEvent) {
+	e.SetKVEventHandler(p.kvHandler(rep))
+}
+
+// kvHandler is what attach hands engine rep as its KV event handler (Multi
+// fans one engine's events out to several instances' handlers). It only
+// reads the events.
+func (p *RamjetPrecise) kvHandler(rep int) func(engine.KVEvent) {
+	return func(ev engine.KVEvent) {
 		// Nothing emitted at ev.At can be seen before ev.At+Delay, and
 		// everything emitted up to ev.At-Delay is due: deliver it now, so
 		// that the queue holds at most Delay of events.
 		p.deliver(ev.At)
 		p.queue = append(p.queue, queuedKV{rep: rep, ev: ev})
 		p.EventsQueued++
-	})
+	}
 }
 
 func (p *RamjetPrecise) setNow(now time.Duration) { p.now = now }

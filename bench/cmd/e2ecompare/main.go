@@ -83,6 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		kvCap     = fs.Int("kv-capacity", 0, "KV cache capacity per engine in tokens (0: default)")
 		routersS  = fs.String("routers", "", "also run ramjet as this many independent instances (comma-separated, e.g. 2,4) behind a front balancer: one row per count after each workload's policies")
 		frontS    = fs.String("front", "rr", "with -routers: the front balancer's policy (rr or random), per request")
+		procsBin  = fs.String("procs", "", "with -routers: run each instance as its own Caddy process of this binary (go build -o caddy ./xcaddy) instead of a site of the in-process Caddy")
 		tokTO     = fs.Duration("tokenize-timeout", 0, "ramjet-precise: the tokenize preflight's timeout (0: the module's default)")
 		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
 	)
@@ -147,7 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		for _, k := range routers {
 			fmt.Fprintf(stderr, "e2ecompare: %s with %d ramjet instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, front, len(w.Trace), n)
-			row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, progress, stderr)
+			row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *procsBin, progress, stderr)
 			if err != nil {
 				return fmt.Errorf("%s/ramjet x%d: %w", w.Name, k, err)
 			}

@@ -29,8 +29,10 @@ func multiSites(k int, upstreams []string) []caddyrun.Site {
 		key := fmt.Sprintf("e2e-r%d", i)
 		sites[i] = caddyrun.Site{
 			Name: fmt.Sprintf("r%d", i), Policy: "ramjet", Upstreams: upstreams,
-			PolicyConfig: map[string]any{"state_key": key, "route_id_secret": multiRouteIDSecret},
-			Handlers:     []map[string]any{{"handler": "ramjet_observe", "state_key": key}},
+			PolicyConfig: map[string]any{"state_key": key, "route_id_secret": multiRouteIDSecret,
+				// The instances share a host: name them (spill positions).
+				"instance_id": fmt.Sprintf("ramjet-%d", i)},
+			Handlers: []map[string]any{{"handler": "ramjet_observe", "state_key": key}},
 		}
 	}
 	return sites
@@ -39,8 +41,11 @@ func multiSites(k int, upstreams []string) []caddyrun.Site {
 // runMulti replays w through k ramjet instances (sites of one in-process
 // Caddy with separate state, see multiSites) behind a loadgen.Front with
 // policy front, in front of n fresh engine simulators.
+//
+// With bin set (-procs), the instances are separate Caddy processes of
+// that binary instead (startProcs).
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur time.Duration, progress, logw io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, progress, logw io.Writer) (Row, error) {
 	const model = "sim"
 	var sims []*enginesim.Server
 	defer func() {
@@ -67,14 +72,29 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		addrs = append(addrs, s.Addr())
 	}
 	sites := multiSites(k, addrs)
-	running, err := caddyrun.Start(sites)
-	if err != nil {
-		return Row{}, err
-	}
-	defer caddyrun.Stop()
 	var backends []string
-	for _, s := range sites {
-		backends = append(backends, running.Addr[s.Name])
+	label := fmt.Sprintf("ramjet x%d %s", k, front)
+	if bin != "" {
+		ps, err := startProcs(ctx, bin, sites)
+		if err != nil {
+			return Row{}, err
+		}
+		defer func() {
+			if err := ps.stop(); err != nil {
+				fmt.Fprintf(logw, "e2ecompare: %s: %v\n", label, err)
+			}
+		}()
+		backends = ps.addrs
+		label = fmt.Sprintf("ramjet x%d procs %s", k, front)
+	} else {
+		running, err := caddyrun.Start(sites)
+		if err != nil {
+			return Row{}, err
+		}
+		defer caddyrun.Stop()
+		for _, s := range sites {
+			backends = append(backends, running.Addr[s.Name])
+		}
 	}
 	fr, err := loadgen.StartFront(backends, front, seed)
 	if err != nil {
@@ -82,7 +102,6 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	}
 	defer fr.Close()
 
-	label := fmt.Sprintf("ramjet x%d %s", k, front)
 	client, err := loadgen.NewClient(loadgen.ClientConfig{
 		BaseURL: fr.URL(), Model: model, Timeout: timeout,
 		UpstreamHeader: caddyrun.SpreadHeader, IgnoreEOS: true,
