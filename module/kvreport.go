@@ -28,6 +28,10 @@ type KVPreflightReport struct {
 	// dropped at the bound.
 	Predicted          int    `json:"predicted"`
 	PredictionsDropped uint64 `json:"predictions_dropped"`
+	// Waited counts the requests that waited for their preflight;
+	// WaitSum is the seconds they waited in all (kvindex Precise.Waited).
+	Waited  uint64  `json:"waited"`
+	WaitSum float64 `json:"wait_sum_s"`
 }
 
 // KVPreflight returns the report of the precise path provisioned last for
@@ -40,8 +44,10 @@ func KVPreflight(stateKey string) (KVPreflightReport, bool) {
 		return KVPreflightReport{}, false
 	}
 	b, sum, n := k.tokLatency.Snapshot()
+	waited, wait := k.p.Waited()
 	rep := KVPreflightReport{Sent: n, Sum: sum, Fallbacks: map[string]uint64{}, Late: map[string]uint64{},
-		CacheHits: k.tk.CacheHits(), Predicted: k.x.Predicted(), PredictionsDropped: k.x.PredictionsDropped()}
+		CacheHits: k.tk.CacheHits(), Predicted: k.x.Predicted(), PredictionsDropped: k.x.PredictionsDropped(),
+		Waited: waited, WaitSum: wait.Seconds()}
 	for le := range b {
 		rep.Bounds = append(rep.Bounds, le)
 	}
