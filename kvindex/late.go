@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -66,7 +67,10 @@ func (p *Precise) Preflight(ctx context.Context, key uint64, req TokenizeRequest
 	if c == nil {
 		return toks, nil, err
 	}
+	t0 := time.Now()
 	toks, err = p.tk.Wait(ctx, c)
+	p.waitNanos.Add(int64(time.Since(t0)))
+	p.waited.Add(1)
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		return toks, nil, err
 	}

@@ -95,7 +95,11 @@ type Precise struct {
 	// late counts preflights that missed their timeout by outcome (see
 	// LateOutcomes).
 	late [numLate]atomic.Uint64
-	keys sync.Pool // of *[]uint64, for Ended
+	// waited and waitNanos count the preflights a request waited for
+	// (not answered from the cache) and the time requests spent waiting.
+	waited    atomic.Uint64
+	waitNanos atomic.Int64
+	keys      sync.Pool // of *[]uint64, for Ended
 
 	mu      sync.Mutex
 	started bool
@@ -303,6 +307,13 @@ func (p *Precise) tokenizeBase(uint64) (string, error) {
 		}
 	}
 	return "", errors.New("kvindex: no fresh feed to tokenize at")
+}
+
+// Waited reports how many requests waited for a preflight in flight
+// (Preflight: not answered from the cache) and the time they spent
+// waiting in all: the latency the precise path adds ahead of routing.
+func (p *Precise) Waited() (n uint64, total time.Duration) {
+	return p.waited.Load(), time.Duration(p.waitNanos.Load())
 }
 
 // Decisions counts the routing decisions annotated with at least one

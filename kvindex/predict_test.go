@@ -138,6 +138,9 @@ func TestLatePreflightPredicts(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || toks != nil || late == nil {
 		t.Fatalf("preflight past its timeout: tokens %v late %v err %v", toks, late, err)
 	}
+	if n, d := p.Waited(); n != 1 || d < 20*time.Millisecond {
+		t.Fatalf("waited %d preflights for %v, want 1 for at least the 20ms timeout", n, d)
+	}
 	routed.Store(true) // the estimate chose b
 	srv.gate <- struct{}{}
 	eventually(t, "late tokens predicted on b", func() bool { return p.LateOutcomes(LatePredicted) == 1 })

@@ -23,6 +23,10 @@ type PreflightReport struct {
 	// dropped at the bound.
 	Predicted          int    `json:"predicted"`
 	PredictionsDropped uint64 `json:"predictions_dropped"`
+	// Waited counts the requests that waited for their preflight;
+	// WaitSum is the seconds they waited in all (Precise.Waited).
+	Waited  uint64  `json:"waited"`
+	WaitSum float64 `json:"wait_sum_s"`
 }
 
 // NewPreflightReport reads p's counters and the preflights' latencies.
@@ -45,6 +49,8 @@ func NewPreflightReport(p *Precise, latency *LatencyHist) PreflightReport {
 		rep.Late[o] = p.LateOutcomes(i)
 	}
 	rep.Precise, rep.Approx = p.Decisions()
+	waited, wait := p.Waited()
+	rep.Waited, rep.WaitSum = waited, wait.Seconds()
 	return rep
 }
 

@@ -440,29 +440,28 @@ func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest)
 	}
 	// A token id takes at most 11 bytes of JSON; allow some slack.
 	limit := int64(t.cfg.MaxTokens)*12 + 4096
-	var out struct {
-		Tokens []int64 `json:"tokens"`
-		Count  *int    `json:"count"`
-	}
-	lr := &io.LimitedReader{R: resp.Body, N: limit + 1}
-	if err := json.NewDecoder(lr).Decode(&out); err != nil {
+	buf := respBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledResp {
+			buf.Reset()
+			respBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
 		return nil, fmt.Errorf("tokenize response: %w", err)
 	}
-	if lr.N <= 0 || len(out.Tokens) > t.cfg.MaxTokens {
+	if int64(buf.Len()) > limit {
 		return nil, fmt.Errorf("tokenize response: more than %d tokens", t.cfg.MaxTokens)
 	}
-	if out.Count != nil && *out.Count != len(out.Tokens) {
-		return nil, fmt.Errorf("tokenize response: count %d for %d tokens", *out.Count, len(out.Tokens))
-	}
-	toks := make([]uint32, len(out.Tokens))
-	for i, v := range out.Tokens {
-		if v < 0 || v > 1<<32-1 {
-			return nil, fmt.Errorf("tokenize response: token id %d out of range", v)
-		}
-		toks[i] = uint32(v)
-	}
-	return toks, nil
+	return decodeTokenizeResponse(buf.Bytes(), t.cfg.MaxTokens)
 }
+
+// respBufs pools the buffers tokenize responses are read into; buffers
+// past maxPooledResp are left to the collector.
+var respBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledResp = 1 << 20
 
 // CloseIdle closes the client's idle connections (Precise.Close calls it).
 func (t *Tokenizer) CloseIdle() { t.cfg.Client.CloseIdleConnections() }

@@ -44,7 +44,23 @@ func (k *kvRequest) End(int, error) {
 		k.late.End()
 		return
 	}
-	if k.st.decision.Precise && k.st.slot >= 0 {
+	k.releaseAttempt()
+}
+
+// retried releases the predictions of the attempt a retry replaces (Select
+// calls it before picking again), so that the earlier replica's blocks live
+// only the grace more instead of until the PredictTTL bound.
+func (st *reqState) retried() {
+	if k := st.route.kv; k != nil && k.late == nil {
+		k.releaseAttempt()
+		st.decision.Precise = false // released: the next decision replaces it
+	}
+}
+
+// releaseAttempt ends the holds of the current attempt's precise decision
+// (a decision that picked no replica, Index < 0, held nothing).
+func (k *kvRequest) releaseAttempt() {
+	if k.st.decision.Precise && k.st.decision.Index >= 0 && k.st.slot >= 0 {
 		k.p.Ended(k.st.slot, k.st.route.tokens)
 	}
 }

@@ -526,6 +526,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	st.attempts++
 	if st.attempts > 1 {
 		reportRetried(st, retriedStatus(r))
+		st.retried() // kvrequest.go: the earlier attempt's predictions end
 	}
 	st.hold.Release()
 	v := s.viewFor(pool)

@@ -53,15 +53,28 @@ const KVMedium = "GPU"
 // EncodeKVBatch encodes one event batch as vLLM's KVEventBatch payload
 // (the third frame of a published message).
 func EncodeKVBatch(enc KVEncoding, hashes HashEncoding, ts float64, events []engine.KVEvent, dpRank int) ([]byte, error) {
-	return encodeKVBatch(enc, hashes, false, ts, events, dpRank)
+	return encodeKVBatch(enc, hashes, parentConvention{}, ts, events, dpRank)
 }
 
-// encodeKVBatch is EncodeKVBatch; parentZero writes a chain start's
-// parent_block_hash as 0 instead of nil (some emulators' convention).
-func encodeKVBatch(enc KVEncoding, hashes HashEncoding, parentZero bool, ts float64, events []engine.KVEvent, dpRank int) ([]byte, error) {
+// parentConvention is how a publisher writes parent_block_hash.
+type parentConvention struct {
+	// zero writes a chain start's parent as 0 instead of nil (some
+	// emulators' convention).
+	zero bool
+	// orphan writes every parent as a hash no block has (see
+	// KVEventsOptions.OrphanParents).
+	orphan bool
+}
+
+// orphanMask turns a real hash into one no block has (with overwhelming
+// probability).
+const orphanMask = 0x9e3779b97f4a7c15
+
+// encodeKVBatch is EncodeKVBatch with the publisher's parent convention.
+func encodeKVBatch(enc KVEncoding, hashes HashEncoding, pc parentConvention, ts float64, events []engine.KVEvent, dpRank int) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	w := &kvWriter{e: e, hashes: hashes, parentZero: parentZero}
+	w := &kvWriter{e: e, hashes: hashes, parent: pc}
 	if enc == KVEncodingMap {
 		w.mapLen(3)
 		w.str("ts")
@@ -86,10 +99,10 @@ func encodeKVBatch(enc KVEncoding, hashes HashEncoding, parentZero bool, ts floa
 }
 
 type kvWriter struct {
-	e          *msgpack.Encoder
-	hashes     HashEncoding
-	parentZero bool
-	err        error
+	e      *msgpack.Encoder
+	hashes HashEncoding
+	parent parentConvention
+	err    error
 }
 
 func (w *kvWriter) err1(err error) {
@@ -146,9 +159,11 @@ func (w *kvWriter) event(enc KVEncoding, ev engine.KVEvent) {
 		w.hashList(ev.BlockHashes)
 		w.key(enc, "parent_block_hash")
 		switch {
+		case w.parent.orphan && len(ev.BlockHashes) > 0:
+			w.hash(ev.BlockHashes[0] ^ orphanMask)
 		case ev.HasParent:
 			w.hash(ev.ParentHash)
-		case w.parentZero:
+		case w.parent.zero:
 			w.uint(0)
 		default:
 			w.nil_()
@@ -287,7 +302,7 @@ func (p *kvPublisher) ReplayEndpoint() string {
 // publish sends one batch as three frames: topic, 8-byte big-endian
 // sequence number, msgpack payload.
 func (p *kvPublisher) publish(ts float64, events []engine.KVEvent) error {
-	payload, err := encodeKVBatch(p.enc, p.hashes, p.o.ParentZero, ts, events, p.rank)
+	payload, err := encodeKVBatch(p.enc, p.hashes, parentConvention{zero: p.o.ParentZero, orphan: p.o.OrphanParents}, ts, events, p.rank)
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,11 @@ type KVEventsOptions struct {
 	ParentZero  bool
 	SeqFromOne  bool
 	ReplayTopic bool
+	// OrphanParents writes every BlockStored's parent_block_hash as a hash
+	// no block has, chain starts included: a publisher whose chains a
+	// subscriber cannot resolve (issue 17's emulator, whose parent 0 was
+	// taken for a real block), so every store is an orphan.
+	OrphanParents bool
 }
 
 // Faults are injected failures; change them at run time with

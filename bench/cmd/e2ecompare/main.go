@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -85,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		frontS    = fs.String("front", "rr", "with -routers: the front balancer's policy (rr or random), per request")
 		procsBin  = fs.String("procs", "", "with -routers: run each instance as its own Caddy process of this binary (go build -o caddy ./xcaddy) instead of a site of the in-process Caddy")
 		tokTO     = fs.Duration("tokenize-timeout", 0, "ramjet-precise: the tokenize preflight's timeout (0: the module's default)")
+		kvEvents  = fs.String("kv-events", "all", "which runs' engines publish KV events over ZMQ: all (every policy's engines publish, only ramjet-precise subscribes: the arms differ only in the router) or precise (ramjet-precise's engines only)")
+		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of each run (engines, Caddy and load generator: one process) to <prefix>-<n>-<workload>-<policy>.pprof")
 		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
 	)
 	var mo workload.MooncakeOptions
@@ -118,6 +121,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *replicas < 1 || *timeScale <= 0 {
 		return errors.New("-replicas and -time-scale must be positive")
 	}
+	if *kvEvents != "all" && *kvEvents != "precise" {
+		return fmt.Errorf("-kv-events %q: want all or precise", *kvEvents)
+	}
 	routers, front, err := parseRouters(*routersS, *frontS)
 	if err != nil {
 		return err
@@ -135,12 +141,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, pol := range strings.Split(*policies, ",") {
 			pol = strings.TrimSpace(pol)
 			fmt.Fprintf(stderr, "e2ecompare: %s with %s (%d requests, %d replicas)\n", w.Name, pol, len(w.Trace), n)
+			stopProf, err := startProfile(*cpuProf, len(rows), w.Name, pol)
+			if err != nil {
+				return err
+			}
 			cpu0 := cpuSeconds()
-			row, err := runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, progress)
+			publish := *kvEvents == "all" || pol == "ramjet-precise"
+			row, err := runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress)
+			row.CPUSeconds = cpuSeconds() - cpu0
+			if perr := stopProf(); err == nil {
+				err = perr
+			}
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", w.Name, pol, err)
 			}
-			row.CPUSeconds = cpuSeconds() - cpu0
 			rows = append(rows, row)
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -170,9 +184,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // runOne replays w through Caddy with policy pol in front of n fresh
-// engine simulators.
+// engine simulators, whose PUB and replay sockets are on when publish.
 func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, progress io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer) (Row, error) {
 	const model = "sim"
 	var sims []*enginesim.Server
 	defer func() {
@@ -193,7 +207,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 				o.Engine.SpecTokens = 4
 			}
 		}
-		if pol == "ramjet-precise" {
+		if publish {
 			o.KVEvents = enginesim.KVEventsOptions{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
 		}
 		s, err := enginesim.Start(ctx, o)
@@ -269,6 +283,28 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	}, nil
 }
 
+// startProfile starts a CPU profile of run n into
+// <prefix>-<n>-<workload>-<policy>.pprof; the returned func stops it and
+// closes the file. No prefix: nothing.
+func startProfile(prefix string, n int, wl, pol string) (func() error, error) {
+	if prefix == "" {
+		return func() error { return nil }, nil
+	}
+	name := fmt.Sprintf("%s-%d-%s-%s.pprof", prefix, n, strings.NewReplacer("/", "_", ":", "_").Replace(wl), pol)
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
 // cpuSeconds is the process's CPU time so far (user + system).
 func cpuSeconds() float64 {
 	var ru syscall.Rusage
@@ -292,9 +328,10 @@ func markdown(rows []Row) string {
 		if p == nil || p.Sent == 0 {
 			continue
 		}
-		fmt.Fprintf(&sb, "\n%s/%s preflights: %d sent (wall time), mean %.0f ms, within 50 ms %.1f%%, 100 ms %.1f%%, 150 ms %.1f%%, 250 ms %.1f%%, 500 ms %.1f%%; fallbacks %v; late %v; decisions precise %d approximate %d; predicted %d, dropped %d\n",
+		fmt.Fprintf(&sb, "\n%s/%s preflights: %d sent (wall time), mean %.0f ms, within 50 ms %.1f%%, 100 ms %.1f%%, 150 ms %.1f%%, 250 ms %.1f%%, 500 ms %.1f%%; fallbacks %v; late %v; decisions precise %d approximate %d; predicted %d, dropped %d; %d requests waited, mean %.0f ms (wall)\n",
 			r.Workload, r.Policy, p.Sent, 1000*p.Sum/float64(p.Sent), 100*p.Within(.05), 100*p.Within(.1), 100*p.Within(.15),
-			100*p.Within(.25), 100*p.Within(.5), p.Fallbacks, p.Late, p.Precise, p.Approx, p.Predicted, p.PredictionsDropped)
+			100*p.Within(.25), 100*p.Within(.5), p.Fallbacks, p.Late, p.Precise, p.Approx, p.Predicted, p.PredictionsDropped,
+			p.Waited, 1000*p.WaitSum/float64(max(p.Waited, 1)))
 	}
 	return sb.String()
 }

@@ -1,0 +1,238 @@
+package kvindex
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/engine"
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// cutProxy forwards TCP connections from its own listener (127.0.0.1:0) to
+// target. cut closes every forwarded connection and refuses new ones until
+// restore: a network path that breaks and comes back, on the same address.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	conns []net.Conn
+	down  bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) addr() string { return "tcp://" + p.ln.Addr().String() }
+
+func (p *cutProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			c.Close()
+			continue
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, u)
+		p.mu.Unlock()
+		for _, pair := range [][2]net.Conn{{c, u}, {u, c}} {
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				_, _ = io.Copy(pair[0], pair[1])
+				pair[0].Close()
+				pair[1].Close()
+			}()
+		}
+	}
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+// warmUp sends completions to sim until one of them lands in x for r (ZMQ
+// drops what is published before the subscription arrives).
+func warmUp(t *testing.T, x *Index, r Replica, sim *enginesim.Server, seed uint64) {
+	t.Helper()
+	for i := 0; ; i++ {
+		p := engine.SyntheticTokens(nil, seed+uint64(i), 40)
+		complete(t, sim, p)
+		for range 50 {
+			if overlapOf(x, r, p) == 32 {
+				return
+			}
+			eventuallyTick()
+		}
+		if i == 100 {
+			t.Fatalf("no store landed: %+v", x.Stats(r))
+		}
+	}
+}
+
+// TestInteropReconnectReplays: the engine simulator in both replay
+// framings (vLLM's [identity, "", seq, payload], and with a topic frame),
+// its event connection cut and restored on the same address. The lost
+// feed is fenced; the blocks the engine stored while it was down reach the
+// index through the replay after the reconnect, and the index agrees with
+// the engine's cached_tokens again.
+func TestInteropReconnectReplays(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		seqFromOne, replayTopic bool
+		enc                     enginesim.KVEncoding
+	}{
+		{name: "vllm-array", enc: enginesim.KVEncodingArray},
+		{name: "map-seq1-replaytopic", seqFromOne: true, replayTopic: true, enc: enginesim.KVEncodingMap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const topic = "kv@127.0.0.1:8000@qwen3-32b"
+			x := New(Config{BlockSize: 16})
+			sim, err := enginesim.Start(context.Background(), enginesim.Options{Instant: true,
+				Engine: engine.Config{BlockSize: 16, CapacityTokens: 1024 * 16},
+				KVEvents: enginesim.KVEventsOptions{Topic: topic, Encoding: tc.enc, SeqFromOne: tc.seqFromOne,
+					ReplayTopic: tc.replayTopic, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sim.Close() })
+			px := newCutProxy(t, strings.TrimPrefix(sim.KVEndpoints()[0], "tcp://"))
+			startSub(t, x, Endpoint{Replica: "e", Events: px.addr(), Replay: sim.KVReplayEndpoints()[0], Topic: topic})
+			r, _ := x.Lookup("e")
+			warmUp(t, x, r, sim, 1000)
+
+			px.cut()
+			eventually(t, "the lost feed fenced", func() bool { return x.Fences(FenceReconnect) >= 1 && !x.Fresh(r) })
+			// Stored by the engine while the feed is down.
+			var missed [][]uint32
+			for i := range 4 {
+				p := engine.SyntheticTokens(nil, uint64(5000+i), 48)
+				complete(t, sim, p)
+				missed = append(missed, p)
+			}
+			replaysBefore := x.Stats(r).Replayed
+			px.restore()
+			// The subscriber redials; the first message it receives is past
+			// the sequence it knows, so it asks the replay socket for the
+			// engine's buffer. New requests make the engine publish.
+			eventually(t, "the missed stores replayed", func() bool {
+				complete(t, sim, engine.SyntheticTokens(nil, uint64(time.Now().UnixNano()), 20))
+				for _, p := range missed {
+					if overlapOf(x, r, p) != 48 {
+						return false
+					}
+				}
+				return x.Fresh(r)
+			})
+			if st := x.Stats(r); st.Replayed <= replaysBefore || x.ReplayFailures() != 0 {
+				t.Errorf("replayed %d (before the reconnect %d), replay failures %d", st.Replayed, replaysBefore, x.ReplayFailures())
+			}
+			// A later turn of a missed prompt: the index agrees with the
+			// engine's cached_tokens.
+			p := append(append([]uint32(nil), missed[0]...), engine.SyntheticTokens(nil, 77, 20)...)
+			if want, got := overlapOf(x, r, p), complete(t, sim, p); got != want || got != 48 {
+				t.Errorf("after the reconnect: engine cached %d, index %d, want 48", got, want)
+			}
+		})
+	}
+}
+
+// TestInteropOrphanFeedFallsBack: an engine whose every BlockStored names a
+// parent no block has (enginesim OrphanParents) delivers events, none of
+// which land. Its feed is flagged unhealthy within seconds, its replica
+// falls back to the estimate (no precise annotation), and nothing is
+// indexed; the healthy engine beside it stays precise.
+func TestInteropOrphanFeedFallsBack(t *testing.T) {
+	x := New(Config{BlockSize: 16})
+	var sims []*enginesim.Server
+	for _, orphan := range []bool{true, false} {
+		sim, err := enginesim.Start(context.Background(), enginesim.Options{Instant: true,
+			Engine:   engine.Config{BlockSize: 16, CapacityTokens: 1024 * 16},
+			KVEvents: enginesim.KVEventsOptions{Endpoint: "tcp://127.0.0.1:0", OrphanParents: orphan}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sim.Close() })
+		sims = append(sims, sim)
+	}
+	startSub(t, x, Endpoint{Replica: "orphans", Events: sims[0].KVEndpoints()[0]},
+		Endpoint{Replica: "good", Events: sims[1].KVEndpoints()[0]})
+	bad, _ := x.Lookup("orphans")
+	good, _ := x.Lookup("good")
+	warmUp(t, x, good, sims[1], 1000)
+
+	start := time.Now()
+	var flagged time.Duration
+	for i := 0; flagged == 0; i++ {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("orphan feed not flagged after %d requests: %+v", i, x.Stats(bad))
+		}
+		complete(t, sims[0], engine.SyntheticTokens(nil, uint64(2000+i), 48))
+		if st := x.Stats(bad); st.Messages > 0 && !st.Healthy {
+			flagged = time.Since(start)
+		}
+	}
+	st := x.Stats(bad)
+	if st.Fresh || st.Entries != 0 || x.Orphans() == 0 {
+		t.Fatalf("orphan feed: %+v, orphans %d", st, x.Orphans())
+	}
+	if flagged > 10*time.Second {
+		t.Errorf("flagged after %v", flagged)
+	}
+	// Its replica is routed by the estimate; the healthy one precisely.
+	p := engine.SyntheticTokens(nil, 3000, 48)
+	complete(t, sims[0], p)
+	complete(t, sims[1], p)
+	eventually(t, "the healthy engine's store indexed", func() bool { return overlapOf(x, good, p) == 48 })
+	cands := make([]selection.Candidate, 2)
+	x.Annotate(x.Keys(nil, 0, p), []Replica{bad, good}, cands, make([]int, 2))
+	if cands[0].Precise || !cands[1].Precise || cands[1].Overlap != 48 {
+		t.Fatalf("annotation %+v: want the orphan feed's replica not precise, the healthy one precise with 48", cands)
+	}
+	t.Logf("flagged after %v (%d orphans); stats %+v", flagged, x.Orphans(), st)
+}
