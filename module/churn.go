@@ -30,7 +30,8 @@ const DefaultDepartAfter = fleetstate.DefaultDepartAfter
 // routing over it and the goroutine that sweeps.
 type churnState struct {
 	f      *fleet
-	grace  atomic.Int64 // depart_after of the policy provisioned last
+	grace  atomic.Int64  // depart_after of the policy provisioned last
+	sweeps atomic.Uint64 // sweeps run (tests wait on it)
 	logger atomic.Pointer[zap.Logger]
 	remove func() // the fleet's unregister hook
 
@@ -141,6 +142,7 @@ func (c *churnState) interval() time.Duration {
 // hands it to Select): a reload's new config that lists the same replicas
 // must not lose their warm index for want of traffic.
 func (c *churnState) sweep(now time.Time) {
+	defer c.sweeps.Add(1)
 	listed, ok := c.listed()
 	if !ok {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -74,6 +75,7 @@ func (s *dnsStub) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
+	m.Compress = true // many SRV targets must fit the resolver's UDP size
 	s.mu.Lock()
 	for _, q := range r.Question {
 		name := strings.ToLower(q.Name)
@@ -365,10 +367,12 @@ http://%s {
 // ramjet_upstream_departures_total counts every earlier pod.
 func TestDynamicChurnPastMaxReplicas(t *testing.T) {
 	const (
-		srvName = "_http._tcp.engines.test."
-		perGen  = 16
-		gens    = selection.MaxReplicas/perGen + 2 // 1056 distinct addresses
+		perGen = 16
+		gens   = selection.MaxReplicas/perGen + 2 // 1056 distinct addresses
 	)
+	// A name of its own: Caddy caches SRV answers process-wide, across
+	// configs, and an earlier test's would name its closed simulators.
+	srvName := fmt.Sprintf("_http._tcp.churn%d.engines.test.", time.Now().UnixNano())
 	ss := startSims(t, 1, enginesim.Options{})
 	port := srvPort(t, ss[0])
 	stub := startDNSStub(t, srvName, "")
@@ -441,9 +445,10 @@ http://%s {
 			if err != nil {
 				t.Fatalf("generation %d: %v", g, err)
 			}
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != 200 {
-				t.Fatalf("generation %d: %s", g, resp.Status)
+				t.Fatalf("generation %d: %s: %s", g, resp.Status, b)
 			}
 			id := resp.Header.Get(HeaderUpstream)
 			if id == "" {
