@@ -18,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -100,22 +101,21 @@ func (c *churnCaddy) dynamicA(t *testing.T, s *enginesim.Server) string {
 }
 
 // overlapOf is the approximate index's overlap (tokens) of a chat body on
-// the replica key, -1 when the key is not registered.
+// the replica key, as POST /ramjet/explain reports it; -1 when the fleet
+// does not list the key.
 func overlapOf(t *testing.T, f *fleet, key, body string) int {
 	t.Helper()
-	rt := f.Router()
-	s, ok := rt.Lookup(key)
-	if !ok {
-		return -1
-	}
-	x := rt.Extractor()
-	feat := x.NewFeatures()
-	if err := x.Parse(selection.EndpointChat, []byte(body), feat); err != nil {
+	ex, err := fleetstate.Explain(f.Router(), f.snapshot(), selection.EndpointChat, []byte(body))
+	if err != nil {
 		t.Fatal(err)
 	}
-	sc := selection.NewScratch(1)
-	rt.Pick(feat, []selection.Candidate{{Slot: s, Usable: true}}, sc)
-	return sc.Overlap[0]
+	id := f.RouteID(key)
+	for _, r := range ex.Replicas {
+		if id != "" && r.Upstream == id {
+			return r.Overlap
+		}
+	}
+	return -1
 }
 
 // TestReloadChangedUpstreamsLosesNoRequest: admin-API reloads that change

@@ -393,11 +393,10 @@ func TestDynamicChurnPastMaxReplicas(t *testing.T) {
 		stub.setTargets(m)
 	}
 	gen(0)
-	c := &testCaddy{t: t, client: listenLocal(t), admin: listenLocal(t)}
-	cf := fmt.Sprintf(`{
-	admin %s
+	c := startCaddyfile(t, fmt.Sprintf(`{
+	admin {ADMIN}
 }
-http://%s {
+http://{ADDR} {
 	reverse_proxy {
 		dynamic srv %s {
 			refresh 20ms
@@ -410,15 +409,7 @@ http://%s {
 			resolvers %s
 		}
 	}
-}`, c.admin, c.client, srvName, stub.addr, stub.addr)
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg, err = handOver(cfg, c.client, c.admin); err != nil {
-		t.Fatal(err)
-	}
-	c.load(cfg)
+}`, srvName, stub.addr, stub.addr))
 	keysOf := func(g int) []string {
 		out := names(g)
 		for j, n := range out {
