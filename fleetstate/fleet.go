@@ -32,11 +32,24 @@ type Fleet struct {
 
 	rt *selection.Router
 
+	// mu serialises registration, unregistration (and its hooks), secret
+	// and detector changes: a slot freed by Unregister is reused only
+	// after everything keyed by it was reset.
 	mu     sync.Mutex
 	secret []byte
-	// ids[slot] is the opaque route id of each registered replica, under
-	// the current secret; replaced (copy on write) on registration.
-	ids atomic.Pointer[[]string]
+	// ids[slot] is the replica key and opaque route id of each registered
+	// replica, under the current secret; replaced (copy on write) on
+	// registration and unregistration. An entry whose key is not the
+	// replica's (a reused slot) is never returned.
+	ids atomic.Pointer[[]slotID]
+
+	// seen[slot] is when a live pool last listed the slot's replica (Unix
+	// ns): Register and Depart set it, Depart reads it. Under mu.
+	seen [selection.MaxReplicas]int64
+	// hooks run on Unregister, under mu (OnUnregister).
+	hooks    map[uint64]func(selection.Slot, string)
+	hookSeq  uint64
+	departed atomic.Uint64
 
 	// tuned is the Router with the knobs of the most recently provisioned
 	// policy (sharing rt's index, registry and load): what explain and the
@@ -55,7 +68,7 @@ func New(stateKey, poolKey string, cfg selection.Config) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{StateKey: stateKey, PoolKey: poolKey, rt: rt, Created: time.Now()}
-	empty := []string{}
+	empty := []slotID{}
 	f.ids.Store(&empty)
 	f.outlier.Store(selection.NewOutlier(selection.OutlierConfig{}, nil))
 	return f, nil
@@ -138,9 +151,11 @@ func (f *Fleet) SetSecret(secret []byte) {
 	}
 	f.secret = append([]byte(nil), secret...)
 	n := f.rt.Len()
-	ids := make([]string, n)
+	ids := make([]slotID, n)
 	for s := range n {
-		ids[s] = RouteID(f.secret, f.rt.Key(selection.Slot(s)))
+		if key := f.rt.Key(selection.Slot(s)); key != "" {
+			ids[s] = slotID{key: key, id: RouteID(f.secret, key)}
+		}
 	}
 	f.ids.Store(&ids)
 }
@@ -152,29 +167,29 @@ func (f *Fleet) Secret() []byte {
 	return f.secret
 }
 
-// Register returns the slot and route id of a replica key.
+// slotID is a slot's replica key and route id.
+type slotID struct{ key, id string }
+
+// Register returns the slot and route id of a replica key, registering it
+// when it is new (a slot freed by Unregister is reused first, with a fresh
+// id). It counts as the pools listing key now (Depart).
 func (f *Fleet) Register(key string) (selection.Slot, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	s, err := f.rt.Register(key)
 	if err != nil {
 		return -1, "", err
 	}
-	if ids := *f.ids.Load(); int(s) < len(ids) {
-		return s, ids[s], nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.seen[s] = time.Now().UnixNano()
 	old := *f.ids.Load()
-	if int(s) < len(old) {
-		return s, old[s], nil
+	if int(s) < len(old) && old[s].key == key {
+		return s, old[s].id, nil
 	}
-	n := f.rt.Len()
-	ids := make([]string, n)
+	ids := make([]slotID, max(len(old), int(s)+1))
 	copy(ids, old)
-	for i := len(old); i < n; i++ {
-		ids[i] = RouteID(f.secret, f.rt.Key(selection.Slot(i)))
-	}
+	ids[s] = slotID{key: key, id: RouteID(f.secret, key)}
 	f.ids.Store(&ids)
-	return s, ids[s], nil
+	return s, ids[s].id, nil
 }
 
 // RouteID returns the opaque id of a registered replica key, or "".
@@ -183,16 +198,17 @@ func (f *Fleet) RouteID(key string) string {
 	if !ok {
 		return ""
 	}
-	if ids := *f.ids.Load(); int(s) < len(ids) {
-		return ids[s]
+	if ids := *f.ids.Load(); int(s) < len(ids) && ids[s].key == key {
+		return ids[s].id
 	}
 	return ""
 }
 
-// SlotID returns the opaque id of the replica in slot s, or "".
+// SlotID returns the opaque id of the replica in slot s, or "" (a free
+// slot).
 func (f *Fleet) SlotID(s selection.Slot) string {
 	if ids := *f.ids.Load(); s >= 0 && int(s) < len(ids) {
-		return ids[s]
+		return ids[s].id
 	}
 	return ""
 }
@@ -266,9 +282,10 @@ type Replica struct {
 	Integrity *IntegrityReport
 }
 
-// Replicas returns every replica the fleet knows, by slot, with its id and
-// live reservations; the health fields are left for the caller, who knows
-// the upstream pools, to fill.
+// Replicas returns every slot the fleet has used, by slot, with its
+// replica's key, id and live reservations; a slot freed by Unregister has
+// Key and ID "" (Snapshot leaves it out). The health fields are left for
+// the caller, who knows the upstream pools, to fill.
 func (f *Fleet) Replicas() []Replica {
 	n := f.rt.Len()
 	ids := *f.ids.Load()
@@ -277,8 +294,8 @@ func (f *Fleet) Replicas() []Replica {
 		sl := selection.Slot(s)
 		in, pend := f.rt.Load(sl)
 		out[s] = Replica{Key: f.rt.Key(sl), Slot: sl, Rank: -1, Inflight: in, PendingPrefill: pend}
-		if s < len(ids) {
-			out[s].ID = ids[s]
+		if s < len(ids) && ids[s].key == out[s].Key {
+			out[s].ID = ids[s].id
 		}
 	}
 	return out

@@ -47,6 +47,9 @@ func (f *Fleet) Snapshot(reps []Replica) Snapshot {
 		IndexBytes: idx.Bytes(), IndexBudget: idx.Budget(), IndexEvictions: idx.Evictions()}
 	od := f.Detector()
 	for _, r := range reps {
+		if r.Key == "" {
+			continue // a slot freed by Unregister: its replica left
+		}
 		var ej [len(selection.FailureKinds)]uint64
 		for i, k := range selection.FailureKinds {
 			ej[i] = od.Ejections(r.Slot, k)

@@ -2,10 +2,13 @@ package module
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,11 +16,15 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/google/go-cmp/cmp"
 	"github.com/miekg/dns"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // The dynamic-upstream tests run deploy/k8s/base/Caddyfile (reverse_proxy
@@ -68,6 +75,7 @@ func (s *dnsStub) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
+	m.Compress = true // many SRV targets must fit the resolver's UDP size
 	s.mu.Lock()
 	for _, q := range r.Question {
 		name := strings.ToLower(q.Name)
@@ -349,50 +357,156 @@ http://%s {
 	}
 }
 
-// TestDynamicChurnPastMaxReplicas documents a limit of the policy with
-// dynamic upstreams: replica keys (dial addresses) are registered for the
-// life of the process and never forgotten (selection.Router.Register, up to
-// selection.MaxReplicas = 128), so once 128 distinct pod addresses have been
-// seen, e.g. after enough engine pod replacements in Kubernetes, every new
-// pod is untracked: the ramjet rule no longer scores it, requests go to the
-// fallback policy (no prefix affinity, no X-Ramjet-Upstream). Nothing
-// fails; routing silently degrades to least_conn.
-//
-// It asserts the wanted behaviour (replicas that left the answer are
-// forgotten, so a churning fleet of 2 stays routed by ramjet) and therefore
-// fails on the current module; it runs only with RAMJET_TEST_KNOWN_LIMITS=1
-// until the module frees the slots of departed replicas.
+// TestDynamicChurnPastMaxReplicas: a `dynamic srv` fleet of 16 whose pods
+// are all replaced, generation after generation, by pods with new
+// addresses, until more distinct addresses than selection.MaxReplicas were
+// seen: every request is still routed by the ramjet rule (it carries
+// X-Ramjet-Upstream) and succeeds, because replicas that left the answer
+// are forgotten after depart_after and their slots reused. In the end only
+// the last generation is registered, /ramjet/fleet lists only it, and
+// ramjet_upstream_departures_total counts every earlier pod.
 func TestDynamicChurnPastMaxReplicas(t *testing.T) {
-	if os.Getenv("RAMJET_TEST_KNOWN_LIMITS") != "1" {
-		t.Skip("known limit (slots of departed dynamic upstreams are never freed): set RAMJET_TEST_KNOWN_LIMITS=1 to run")
-	}
-	const srvName = "_http._tcp.engines.test."
+	const (
+		perGen = 16
+		gens   = selection.MaxReplicas/perGen + 2 // 1056 distinct addresses
+	)
+	// A name of its own: Caddy caches SRV answers process-wide, across
+	// configs, and an earlier test's would name its closed simulators.
+	srvName := fmt.Sprintf("_http._tcp.churn%d.engines.test.", time.Now().UnixNano())
 	ss := startSims(t, 1, enginesim.Options{})
 	port := srvPort(t, ss[0])
 	stub := startDNSStub(t, srvName, "")
-	// Two pod names at a time, each generation new (as replaced pods get
-	// new addresses); all resolve to the one simulator.
+	// perGen pod names a generation, each generation new (as replaced pods
+	// get new addresses); all resolve to the one simulator.
+	names := func(g int) []string {
+		out := make([]string, perGen)
+		for j := range out {
+			out[j] = fmt.Sprintf("g%dp%d.engines.test.", g, j)
+		}
+		return out
+	}
 	gen := func(g int) {
-		stub.setTargets(map[string]uint16{fmt.Sprintf("g%da.engines.test.", g): port, fmt.Sprintf("g%db.engines.test.", g): port})
+		m := map[string]uint16{}
+		for _, n := range names(g) {
+			m[n] = port
+		}
+		stub.setTargets(m)
 	}
 	gen(0)
-	c := startK8sCaddy(t, stub, srvName)
-	for g := 0; g < 70; g++ { // 140 distinct addresses
+	c := startCaddyfile(t, fmt.Sprintf(`{
+	admin {ADMIN}
+}
+http://{ADDR} {
+	reverse_proxy {
+		dynamic srv %s {
+			refresh 20ms
+			resolvers %s
+		}
+		lb_policy ramjet {
+			depart_after 100ms
+		}
+		transport http {
+			resolvers %s
+		}
+	}
+}`, srvName, stub.addr, stub.addr))
+	keysOf := func(g int) []string {
+		out := names(g)
+		for j, n := range out {
+			out[j] = fmt.Sprintf("%s:%d", n, port)
+		}
+		return out
+	}
+	inGen := func(g int, id string) bool {
+		f := lookupFleet("")
+		for _, k := range keysOf(g) {
+			if f != nil && f.RouteID(k) == id {
+				return true
+			}
+		}
+		return false
+	}
+	for g := 0; g < gens; g++ {
 		gen(g)
-		q := stub.srvQueries.Load()
-		for stub.srvQueries.Load() == q {
+		// Requests until one lands on the new generation (the pool
+		// refreshed); every one must be routed by ramjet and succeed.
+		eventually(t, fmt.Sprintf("a request routed to generation %d", g), func() bool {
 			resp, err := http.Post(c.url("/v1/chat/completions"), "application/json",
 				strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"generation `+fmt.Sprint(g)+`"}],"max_tokens":1}`))
 			if err != nil {
 				t.Fatalf("generation %d: %v", g, err)
 			}
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != 200 {
-				t.Fatalf("generation %d: %s", g, resp.Status)
+				t.Fatalf("generation %d: %s: %s", g, resp.Status, b)
 			}
-			if resp.Header.Get(HeaderUpstream) == "" && stub.srvQueries.Load() > q {
-				t.Fatalf("generation %d (%d distinct addresses seen): routed by the fallback policy, not ramjet (no %s)", g, 2*(g+1), HeaderUpstream)
+			id := resp.Header.Get(HeaderUpstream)
+			if id == "" {
+				t.Fatalf("generation %d (%d distinct addresses seen): routed by the fallback policy, not ramjet (no %s)", g, perGen*(g+1), HeaderUpstream)
+			}
+			return inGen(g, id)
+		})
+	}
+	f := lookupFleet("")
+	eventually(t, "only the last generation registered", func() bool { return f.Base().Registered() == perGen })
+	if n := f.Base().Len(); n > selection.MaxReplicas/4 {
+		t.Errorf("%d slots used for %d addresses, %d at a time: slots are not reused", n, gens*perGen, perGen)
+	}
+	var want []string
+	for _, k := range keysOf(gens - 1) {
+		want = append(want, f.RouteID(k))
+	}
+	sort.Strings(want)
+	if diff := cmp.Diff(want, adminFleetIDs(t, c)); diff != "" {
+		t.Errorf("/ramjet/fleet replicas (-want +got):\n%s", diff)
+	}
+	if got, wantN := departures(t, DefaultStateKey), float64((gens-1)*perGen); got != wantN {
+		t.Errorf("ramjet_upstream_departures_total = %v, want %v", got, wantN)
+	}
+}
+
+// adminFleetIDs returns the route ids GET /ramjet/fleet lists for the
+// default fleet, sorted.
+func adminFleetIDs(t *testing.T, c *testCaddy) []string {
+	t.Helper()
+	resp, b := c.do(http.MethodGet, "http://"+c.admin+"/ramjet/fleet?fleet="+DefaultStateKey, "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /ramjet/fleet: %s: %s", resp.Status, b)
+	}
+	var out fleetstate.Fleets
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("decoding /ramjet/fleet: %v", err)
+	}
+	if len(out.Fleets) != 1 {
+		t.Fatalf("/ramjet/fleet lists %d fleets", len(out.Fleets))
+	}
+	ids := []string{}
+	for _, r := range out.Fleets[0].Replicas {
+		ids = append(ids, r.ID)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// departures reads ramjet_upstream_departures_total of fleet from the
+// collector ramjet registers.
+func departures(t *testing.T, fleet string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(departuresCollector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "fleet" && l.GetValue() == fleet {
+					return m.GetCounter().GetValue()
+				}
 			}
 		}
 	}
+	return 0
 }

@@ -124,6 +124,13 @@ type RamjetSelection struct {
 	// (see SnapshotConfig, snapshot.go); off by default.
 	Snapshot *SnapshotConfig `json:"snapshot,omitempty"`
 
+	// DepartAfter is how long a replica must be missing from every live
+	// ramjet policy's upstream pool (dynamic upstreams, a reload), with no
+	// request in flight on it, before the fleet forgets it: its index
+	// entries, load and slot are freed and a replica that appears later
+	// starts cold (churn.go). Default: 30s.
+	DepartAfter caddy.Duration `json:"depart_after,omitempty"`
+
 	fallback   reverseproxy.Selector
 	fleet      *fleet
 	rt         *selection.Router // the fleet's state with this policy's knobs
@@ -195,6 +202,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		integrity { ... }  (see IntegrityConfig.unmarshalCaddyfile)
 //		session_shadow [<header>] { max_sessions <n> }
 //		snapshot [<path>] { ... }  (see SnapshotConfig.unmarshalCaddyfile)
+//		depart_after       <duration>
 //	}
 //
 // Sizes accept units (64MiB, 512KB). Every option may appear once, except
@@ -211,6 +219,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"state_key":       argString(&s.StateKey),
 		"route_id_secret": argString(&s.RouteIDSecret),
 		"instance_id":     argString(&s.InstanceID),
+		"depart_after":    argDuration(&s.DepartAfter), // churn.go
 		"outlier": func(d *caddyfile.Dispenser, _ string) error {
 			s.Outlier = new(OutlierSettings)
 			return s.Outlier.unmarshalCaddyfile(d)
@@ -461,6 +470,12 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		releaseFleet(key)
 		return err
 	}
+	if err := s.provisionChurn(ctx); err != nil { // churn.go
+		_ = errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow(), s.cleanupSnapshot())
+		s.fleet = nil
+		releaseFleet(key)
+		return err
+	}
 	return nil
 }
 
@@ -497,6 +512,7 @@ func (s *RamjetSelection) Cleanup() error {
 		return nil
 	}
 	s.cleaned = true
+	s.cleanupChurn() // churn.go
 	kerr := errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow(), s.cleanupSnapshot())
 	s.fleet.dropView(s)
 	if err := releaseFleet(s.poolKey); err != nil {

@@ -1,6 +1,9 @@
 package selection
 
-import "strconv"
+import (
+	"strconv"
+	"sync/atomic"
+)
 
 // SlotSet is a set of replica slots, one bit each: the replicas an entry
 // of the approximate index is believed to be on, the replicas a request
@@ -31,4 +34,27 @@ func ReplicaKey(dial string, rank int) string {
 		return dial
 	}
 	return dial + "#" + strconv.Itoa(rank)
+}
+
+// Forget resets everything the detector keeps about slot s (its replica
+// left the fleet; the slot's next replica starts admitted, with no failure
+// history): what Unregister's callers (fleetstate.Fleet) do for the
+// detector before the slot is reused.
+func (o *Outlier) Forget(s Slot) {
+	if s < 0 || s >= MaxReplicas {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.until[s].Load() != 0 {
+		o.ejected--
+	}
+	o.until[s].Store(0)
+	o.probing[s].Store(0)
+	atomic.StoreInt32(&o.consec[s], 0)
+	o.times[s] = 0
+	o.back[s] = 0
+	for k := range o.total[s] {
+		o.total[s][k].Store(0)
+	}
 }
