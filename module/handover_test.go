@@ -46,6 +46,7 @@ func loadDeployAdmin(t *testing.T, src string, env map[string]string) *deployWit
 	for k, v := range all {
 		t.Setenv(k, v)
 	}
+	setListenPorts(t)
 	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
 	if err != nil {
 		t.Fatalf("adapting: %v", err)
