@@ -22,7 +22,8 @@ var envMu sync.Mutex
 // RJ_* settings. Caddyfile environment placeholders ({$RJ_*}) are read from
 // the process environment when the file is parsed, so the settings are set
 // there for the duration of the call (and left set: {env.*} placeholders
-// are read again at run time).
+// are read again at run time), with the listen ports derived from them
+// (SetListenPorts).
 func Adapt(settings map[string]string) ([]byte, error) {
 	envMu.Lock()
 	defer envMu.Unlock()
@@ -30,6 +31,9 @@ func Adapt(settings map[string]string) ([]byte, error) {
 		if err := os.Setenv(k, v); err != nil {
 			return nil, fmt.Errorf("setting %s: %w", k, err)
 		}
+	}
+	if err := SetListenPorts(); err != nil {
+		return nil, err
 	}
 	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(Caddyfile, map[string]any{"filename": "deploy/Caddyfile"})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/deploy"
 	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/upstream"
@@ -258,6 +259,9 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		known = nil
 	}
 	if err := envcheck.Check(os.Environ(), known); err != nil {
+		return nil, d.Errf("%v", err)
+	}
+	if err := deploy.CheckListenPorts(d.File(), os.LookupEnv); err != nil {
 		return nil, d.Errf("%v", err)
 	}
 	file, line := d.File(), d.Line()

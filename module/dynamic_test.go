@@ -123,6 +123,7 @@ func startK8sCaddy(t *testing.T, stub *dnsStub, srvName string) *testCaddy {
 	t.Setenv("RJ_LISTEN", c.client)
 	t.Setenv("RJ_METRICS_LISTEN", metrics)
 	t.Setenv("RJ_ADMIN_LISTEN", c.admin)
+	setListenPorts(t)
 	cfg, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), map[string]any{"filename": "deploy/k8s/base/Caddyfile"})
 	if err != nil {
 		t.Fatalf("adapting deploy/k8s/base/Caddyfile: %v", err)

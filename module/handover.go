@@ -28,7 +28,11 @@ func init() { caddy.RegisterModule(Handover{}) }
 //
 // Only plain-text HTTP/1.1 connections that are between two requests
 // (nothing read since the last response byte) are handed over, and only
-// while a newer server on the same socket accepts; TLS connections, a
+// while a newer server on the same socket accepts. A connection the old
+// server closes at the end of a response while a newer server is on the
+// socket waits (up to a second) for the old listener to close first: net/http
+// marks a server as shutting down before it closes its listener, and closes
+// connections that finish a response in between; TLS connections, a
 // connection with a partly read request, and every close outside a
 // shutdown are closed as before. HTTP/2 connections need none of this
 // (their shutdown sends GOAWAY).
@@ -408,9 +412,16 @@ func (c *handoverConn) Close() error {
 	c.gone = true
 	var next *handoverListener
 	intact := !c.tainted && !c.over && !c.bulkBefore && (c.boundary || len(c.peeked) == 0)
-	if intact && c.boundary && len(c.seq) > 0 && !c.ln.closed() {
-		// A request read and dropped unanswered: only a server that
-		// began its shutdown does that, and closes its listener next.
+	if intact && c.boundary && !c.ln.closed() && (len(c.seq) > 0 || handovers.successor(c.ln) != nil) {
+		// net/http's Shutdown marks the server as shutting down before
+		// it closes its listener. In between, the server drops a request
+		// it reads unanswered (only a shutdown does that), and closes a
+		// connection at the end of a response that did not say
+		// "Connection: close" (net/http: "such is life with HTTP/1.1"),
+		// whose client then sends its next request into a closed socket.
+		// Under machine load that window is wide. A newer server on the
+		// same socket means a reload is under way and this listener
+		// closes next: wait for that, then hand the connection over.
 		c.ln.awaitClose(time.Second)
 	}
 	if c.ln.closed() && intact && !caddy.Exiting() {

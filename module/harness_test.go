@@ -580,6 +580,7 @@ func loadCaddyfile(t *testing.T, src string, env map[string]string) (*proxy, err
 	for k, v := range all {
 		t.Setenv(k, v)
 	}
+	setListenPorts(t)
 	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
 	if err != nil {
 		return nil, fmt.Errorf("adapting: %w", err)

@@ -12,6 +12,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	// The ramjet modules.
+	"github.com/ramjet-llm/ramjet/deploy"
 	_ "github.com/ramjet-llm/ramjet/module"
 	"github.com/ramjet-llm/ramjet/version"
 )
@@ -21,6 +22,11 @@ func main() {
 	// is answered before Caddy's command line takes over.
 	if len(os.Args) > 1 && os.Args[1] == "version" {
 		os.Exit(printVersion(os.Stdout, os.Args[2:]))
+	}
+	// deploy/Caddyfile binds RJ_LISTEN's host and needs its port apart.
+	if err := deploy.SetListenPorts(); err != nil {
+		fmt.Fprintln(os.Stderr, "ramjet:", err)
+		os.Exit(1)
 	}
 	caddycmd.Main()
 }

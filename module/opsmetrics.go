@@ -1,0 +1,120 @@
+package module
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+)
+
+func init() {
+	caddy.RegisterModule(OpsMetrics{})
+	httpcaddyfile.RegisterHandlerDirective("ramjet_metrics", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		m := new(OpsMetrics)
+		err := m.UnmarshalCaddyfile(h.Dispenser)
+		return m, err
+	})
+	httpcaddyfile.RegisterDirectiveOrder("ramjet_metrics", httpcaddyfile.Before, "metrics")
+}
+
+// OpsMetrics serves the config's Prometheus registry as Caddy's `metrics`
+// handler does, minus the series that name engine addresses: Caddy's
+// reverse-proxy families (`caddy_reverse_proxy_*`, today
+// `caddy_reverse_proxy_upstreams_healthy{upstream="<dial address>"}`).
+// The same health state is in `ramjet_upstream_healthy`, labelled with
+// route ids. Everything else (the ramjet_* series, Caddy's HTTP, admin,
+// process and Go series) is served unchanged.
+//
+// Caddyfile:
+//
+//	ramjet_metrics [<matcher>] {
+//	    disable_openmetrics
+//	}
+type OpsMetrics struct {
+	// Disable OpenMetrics negotiation (enabled by default), as in Caddy's
+	// metrics handler.
+	DisableOpenMetrics bool `json:"disable_openmetrics,omitempty"`
+
+	handler http.Handler
+}
+
+// CaddyModule returns the Caddy module information.
+func (OpsMetrics) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.ramjet_metrics",
+		New: func() caddy.Module { return new(OpsMetrics) },
+	}
+}
+
+// UnmarshalCaddyfile reads `ramjet_metrics [{ disable_openmetrics }]`.
+func (m *OpsMetrics) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "disable_openmetrics":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			m.DisableOpenMetrics = true
+		default:
+			return d.Errf("unrecognized ramjet_metrics option %q", d.Val())
+		}
+	}
+	return nil
+}
+
+// Provision builds the handler over the config's metrics registry.
+func (m *OpsMetrics) Provision(ctx caddy.Context) error {
+	registry := ctx.GetMetricsRegistry()
+	if registry == nil {
+		return errors.New("ramjet_metrics: no metrics registry")
+	}
+	m.handler = promhttp.InstrumentMetricHandler(registry, promhttp.HandlerFor(withoutAddresses{registry}, promhttp.HandlerOpts{
+		ErrorLog:          zap.NewStdLog(ctx.Logger()),
+		EnableOpenMetrics: !m.DisableOpenMetrics,
+	}))
+	return nil
+}
+
+// ServeHTTP answers the scrape.
+func (m *OpsMetrics) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	m.handler.ServeHTTP(w, r)
+	return nil
+}
+
+// addressFamilies is the prefix of the metric families that label series
+// with engine addresses.
+const addressFamilies = "caddy_reverse_proxy_"
+
+// withoutAddresses gathers g without the families named by addressFamilies.
+type withoutAddresses struct{ g prometheus.Gatherer }
+
+func (w withoutAddresses) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := w.g.Gather()
+	out := mfs[:0]
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), addressFamilies) {
+			out = append(out, mf)
+		}
+	}
+	return out, err
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*OpsMetrics)(nil)
+	_ caddyhttp.MiddlewareHandler = (*OpsMetrics)(nil)
+	_ caddyfile.Unmarshaler       = (*OpsMetrics)(nil)
+	_ prometheus.Gatherer         = withoutAddresses{}
+)
