@@ -194,11 +194,5 @@ func (c *churnState) forget(s selection.Slot, key string) {
 	if g == nil {
 		return
 	}
-	g.mu.Lock()
-	delete(g.known, key)
-	g.mu.Unlock()
-	g.mon.Remove(key)
-	if s >= 0 && int(s) < len(g.out) {
-		g.out[s].Store(false)
-	}
+	g.Forget(s, key)
 }
