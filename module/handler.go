@@ -146,7 +146,14 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			pf.preflight(r, st, f.Router().Extractor(), logger)
 		}
 	}
-	obs := []observe.Observer{&stateObserver{st: st}, newMetricsObserver(r, st), newOutcomeObserver(r, st)}
+	p := &st.obsv
+	if p.inUse {
+		p = new(observedParts)
+	}
+	p.inUse = true
+	p.state = stateObserver{st: st}
+	p.outcome = outcomeObserver{r: r, st: st}
+	obs := append(p.list[:0], &p.state, newMetricsObserver(r, st), &p.outcome)
 	if st.route.kv != nil { // kvrequest.go: the request's predictions end with it
 		obs = append(obs, st.route.kv)
 	}
@@ -155,8 +162,13 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			obs = append(obs, o)
 		}
 	}
-	return observe.Serve(w, r, next, streamCutEvent, st.end, obs...)
+	p.w.Init(w, obs)
+	return p.w.Serve(r, next, streamCutEvent, st)
 }
+
+// ResponseDone ends the request once the handler's response ended
+// (observe.Doner).
+func (st *reqState) ResponseDone() { st.end() }
 
 // end ends the request: its reservation is released now rather than when
 // its context ends.

@@ -9,7 +9,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
-	"github.com/ramjet-llm/ramjet/observe"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -130,10 +129,6 @@ func parsePositive(v string) (int, error) {
 type outcomeObserver struct {
 	r  *http.Request
 	st *reqState
-}
-
-func newOutcomeObserver(r *http.Request, st *reqState) observe.Observer {
-	return &outcomeObserver{r: r, st: st}
 }
 
 func (o *outcomeObserver) WriteHeader(int, http.Header) {}

@@ -35,6 +35,13 @@ func NewWriter(w http.ResponseWriter, obs ...Observer) *Writer {
 	return &Writer{ResponseWriter: w, obs: obs}
 }
 
+// Init sets up w, a Writer the caller keeps (for example inside its own
+// per-request state, so that observing a response costs no allocation of
+// its own), to wrap rw and feed obs, as NewWriter does.
+func (w *Writer) Init(rw http.ResponseWriter, obs []Observer) {
+	*w = Writer{ResponseWriter: rw, obs: obs}
+}
+
 // Status is the final status written, 0 when none yet.
 func (w *Writer) Status() int { return w.status }
 
@@ -140,7 +147,21 @@ type Handler interface {
 // gets cut (StreamError), so that SDKs report an error rather than a
 // silent end.
 func Serve(w http.ResponseWriter, r *http.Request, next Handler, cut []byte, done func(), obs ...Observer) error {
-	rw := NewWriter(w, obs...)
+	return NewWriter(w, obs...).Serve(r, next, cut, doneFunc(done))
+}
+
+// Doner is what runs once a response served by Writer.Serve ended.
+type Doner interface{ ResponseDone() }
+
+type doneFunc func()
+
+func (f doneFunc) ResponseDone() { f() }
+
+// Serve is the package's Serve with rw as the Writer (set up by Init) and
+// done's ResponseDone as what runs at the end (an interface, so that a
+// caller's per-request state can be it without a method value's
+// allocation).
+func (rw *Writer) Serve(r *http.Request, next Handler, cut []byte, done Doner) error {
 	ended := false
 	defer func() {
 		if !ended {
@@ -148,12 +169,12 @@ func Serve(w http.ResponseWriter, r *http.Request, next Handler, cut []byte, don
 				rw.StreamError(cut)
 			}
 			rw.End(http.ErrAbortHandler)
-			done()
+			done.ResponseDone()
 		}
 	}()
 	err := next.ServeHTTP(rw, r)
 	ended = true
 	rw.End(err)
-	done()
+	done.ResponseDone()
 	return err
 }
