@@ -182,9 +182,18 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	edge.StripRequestHeaders(r.Header)
 	edge.SetUpstreamAuth(r.Header, g.token, g.ForwardClientAuth)
 
-	lift := bodyDeadline(w, r, time.Duration(g.BodyTimeout)) // slowclient.go
+	if r.Body != nil && r.Body != http.NoBody {
+		// The guard wraps the whole chain: a request state it creates ends
+		// when it returns (no sweeper registration).
+		if st, created := ownedState(r); created {
+			defer st.finish()
+		}
+	}
+	noDeadline := bodyDeadline(w, r, time.Duration(g.BodyTimeout)) // slowclient.go
 	bodyErr := g.readBody(r)
-	lift()
+	if !noDeadline {
+		liftBodyDeadline(w)
+	}
 	if ae := bodyErr; ae != nil {
 		if st := lookupRequest(r); st != nil {
 			st.finish() // nothing was routed: release the body at once
@@ -196,7 +205,9 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// carry what stripRequestHeaders removes from the headers.
 	r.Trailer = nil
 
-	gw := &guardWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, scrub: g.scrub}
+	gw := &guardWriter{scrub: g.scrub}
+	gw.wrapper.ResponseWriter = w
+	gw.ResponseWriterWrapper = &gw.wrapper // one allocation for both
 	err := next.ServeHTTP(gw, r)
 	if err == nil {
 		return nil
@@ -228,7 +239,7 @@ func (g *Guard) readBody(r *http.Request) *edge.Error {
 	if r.ContentLength > g.MaxBodySize {
 		return edge.TooLarge(g.MaxBodySize)
 	}
-	st := requestState(r)
+	st := requestState(r) // ServeHTTP created it
 	st.readBody(r, g.MaxBodySize)
 	if bodyTimedOut(st.bodyErr) {
 		return bodyTimeoutError()
@@ -263,6 +274,7 @@ func (g *Guard) readBody(r *http.Request) *edge.Error {
 // headers that carry an upstream address.
 type guardWriter struct {
 	*caddyhttp.ResponseWriterWrapper
+	wrapper     caddyhttp.ResponseWriterWrapper // what ResponseWriterWrapper points to
 	scrub       []string
 	wroteHeader bool
 }

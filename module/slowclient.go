@@ -17,23 +17,28 @@ import (
 const DefaultBodyTimeout = 60 * time.Second
 
 // bodyDeadline sets a read deadline of d on the client connection for the
-// reading of r's body and returns the function that lifts it again (so
-// that a long stream is never cut by it). Where the connection takes no
-// deadline (HTTP/2 and HTTP/3 take theirs per stream in Go's servers too;
-// a writer that hides its connection), it does nothing.
-func bodyDeadline(w http.ResponseWriter, r *http.Request, d time.Duration) func() {
+// reading of r's body; liftBodyDeadline lifts it again (so that a long
+// stream is never cut by it). It reports whether there is nothing to lift:
+// no deadline, no body, or a connection that takes no deadline (HTTP/2 and
+// HTTP/3 take theirs per stream in Go's servers too; a writer that hides
+// its connection). It allocates nothing.
+func bodyDeadline(w http.ResponseWriter, r *http.Request, d time.Duration) (none bool) {
 	if d <= 0 || r.Body == nil || r.Body == http.NoBody {
-		return func() {}
+		return true
 	}
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
-		return func() {}
-	}
-	return func() { _ = rc.SetReadDeadline(time.Time{}) }
+	return http.NewResponseController(w).SetReadDeadline(time.Now().Add(d)) != nil
+}
+
+// liftBodyDeadline lifts bodyDeadline's deadline.
+func liftBodyDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
 // bodyTimedOut reports whether a body read ended on the read deadline.
 func bodyTimedOut(err error) bool {
+	if err == nil {
+		return false
+	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
