@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		scenarios = fs.String("scenarios", "small,long-256KiB,stream-64", "scenarios to run")
 		policy    = fs.String("ramjet-policy", "ramjet", "selection policy of target (c)")
 		engineK   = fs.String("engine", "sim", "instant engines: sim (bench/enginesim Instant mode) or echo (an OpenAI-shaped responder that models nothing)")
+		only      = fs.String("targets", "direct,round_robin,ramjet", "targets to measure (a subset for profiling one of them: -targets ramjet -cpuprofile cpu.out)")
 		asJSON    = fs.Bool("json", false, "print the rows as JSON instead of a Markdown table")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the whole process (proxies, engines and clients) over the measured rounds to this file")
 		memProf   = fs.String("memprofile", "", "write an allocation profile (alloc_space/alloc_objects since the start) to this file at the end")
@@ -152,12 +154,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var all []row
 	for i, conc := range concs {
+		var targets []target
+		for _, t := range []target{
+			{nameDirect, sims[0].URL() + "/v1"},
+			{nameRR, run.URL(nameRR)},
+			{nameRamjet, run.URL(nameRamjet)},
+		} {
+			if slices.Contains(strings.Split(*only, ","), t.name) {
+				targets = append(targets, t)
+			}
+		}
+		if len(targets) == 0 {
+			return fmt.Errorf("-targets %q: want a subset of direct,round_robin,ramjet", *only)
+		}
 		b := &bench{
-			targets: []target{
-				{nameDirect, sims[0].URL() + "/v1"},
-				{nameRR, run.URL(nameRR)},
-				{nameRamjet, run.URL(nameRamjet)},
-			},
+			targets:   targets,
 			scenarios: scs, concurrency: conc, rounds: *rounds, round: *roundDur,
 			bodies: *bodies, model: model, client: newHTTPClient(conc),
 		}
