@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
@@ -152,3 +153,35 @@ func (w *chainWriter) WriteHeader(s int)           { w.status = s }
 // SetReadDeadline takes the guard's body deadline, as Caddy's writer does
 // (http.ResponseController).
 func (w *chainWriter) SetReadDeadline(time.Time) error { return nil }
+
+// SetWriteDeadline takes ramjet_observe's write deadline.
+func (w *chainWriter) SetWriteDeadline(time.Time) error { return nil }
+
+// TestEdgeChainAllocs pins what guard and observe allocate per request
+// (BenchmarkEdgeChain's chain, Select aside), over the harness's own
+// allocations: the request state (which holds the observe writer and
+// its observers), the guard's writer, the model name, the upstream
+// Authorization value and the usage decode of the answer (encoding/json).
+// It was 31 before the observer parts moved into the request state.
+func TestEdgeChainAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	g := benchGuard(t)
+	var h Handler
+	h.WriteTimeout = caddy.Duration(DefaultWriteTimeout)
+	cr := newChainRequest(benchBody(1 << 10))
+	w := &chainWriter{h: http.Header{}}
+	harness := testing.AllocsPerRun(200, func() {
+		cancel := cr.start()
+		clear(w.h)
+		_ = chainEngine.ServeHTTP(w, cr.r)
+		cancel()
+	})
+	chain := testing.AllocsPerRun(200, func() { serveChain(t, g, h, cr, w) })
+	const budget = 13
+	if got := chain - harness; got > budget {
+		t.Errorf("guard + observe allocate %.0f times per request, want at most %d", got, budget)
+	}
+	t.Logf("guard + observe: %.0f allocations per request (harness %.0f)", chain-harness, harness)
+}

@@ -2,11 +2,16 @@ package module
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/metrics"
 )
 
 // DefaultBodyTimeout bounds the reading of one request body (the guard's
@@ -15,6 +20,42 @@ import (
 // as long as it likes. Go's server-wide read timeout cannot do this: it
 // would also cancel every stream that outlives it.
 const DefaultBodyTimeout = 60 * time.Second
+
+// DefaultWriteTimeout bounds one write of a response to the client without
+// progress (ramjet_observe's write_timeout): a client that stopped reading
+// a stream is cut after it.
+const DefaultWriteTimeout = 60 * time.Second
+
+// parseWriteTimeout reads write_timeout: a positive duration or "off".
+func parseWriteTimeout(v string) (caddy.Duration, error) {
+	if v == "off" {
+		return -1, nil
+	}
+	d, err := caddy.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("want a positive duration or off, got %q", v)
+	}
+	return caddy.Duration(d), nil
+}
+
+// slowReaderCuts counts the responses cut because the client stopped
+// reading (write_timeout); process-wide, registered into every config's
+// registry.
+var slowReaderCuts = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "ramjet_slow_reader_cuts_total",
+	Help: "Responses cut because the client made no progress reading them for write_timeout.",
+})
+
+func countSlowReader() { slowReaderCuts.Inc() }
+
+// registerSlowClientMetrics registers the slow-client counters into a
+// config's registry (nil: none).
+func registerSlowClientMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	return metrics.Register(reg, slowReaderCuts)
+}
 
 // bodyDeadline sets a read deadline of d on the client connection for the
 // reading of r's body; liftBodyDeadline lifts it again (so that a long
