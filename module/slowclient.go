@@ -3,6 +3,7 @@ package module
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -59,15 +60,68 @@ func registerSlowClientMetrics(reg *prometheus.Registry) error {
 
 // bodyDeadline sets a read deadline of d on the client connection for the
 // reading of r's body; liftBodyDeadline lifts it again (so that a long
-// stream is never cut by it). It reports whether there is nothing to lift:
-// no deadline, no body, or a connection that takes no deadline (HTTP/2 and
-// HTTP/3 take theirs per stream in Go's servers too; a writer that hides
-// its connection). It allocates nothing.
-func bodyDeadline(w http.ResponseWriter, r *http.Request, d time.Duration) (none bool) {
-	if d <= 0 || r.Body == nil || r.Body == http.NoBody {
+// stream is never cut by it). With minRate > 0 (bytes per second) the
+// body must also arrive at that average rate after a grace of
+// minRateGrace: r.Body is wrapped so that every read pushes the deadline
+// to start + minRateGrace + received/minRate (never past the total
+// deadline). It reports whether there is nothing to lift: no deadline, no
+// body, or a connection that takes no deadline (HTTP/2 and HTTP/3 take
+// theirs per stream in Go's servers too; a writer that hides its
+// connection). Without minRate it allocates nothing.
+func bodyDeadline(w http.ResponseWriter, r *http.Request, d time.Duration, minRate int64) (none bool) {
+	if (d <= 0 && minRate <= 0) || r.Body == nil || r.Body == http.NoBody {
 		return true
 	}
-	return http.NewResponseController(w).SetReadDeadline(time.Now().Add(d)) != nil
+	now := time.Now()
+	var hard time.Time
+	if d > 0 {
+		hard = now.Add(d)
+	}
+	first := hard
+	if minRate > 0 {
+		if g := now.Add(minRateGrace); hard.IsZero() || g.Before(hard) {
+			first = g
+		}
+	}
+	if http.NewResponseController(w).SetReadDeadline(first) != nil {
+		return true
+	}
+	if minRate > 0 {
+		r.Body = &minRateBody{ReadCloser: r.Body, w: w, rate: minRate, start: now, hard: hard, set: first}
+	}
+	return false
+}
+
+// minRateGrace is how long a body may take before body_min_rate applies:
+// the first bytes of an upload (TCP slow start, the client's own
+// encoding) are not held to the rate.
+const minRateGrace = time.Second
+
+// minRateBody pushes the read deadline forward as the body arrives
+// (bodyDeadline with a minimum rate).
+type minRateBody struct {
+	io.ReadCloser
+	w     http.ResponseWriter
+	rate  int64 // bytes per second
+	start time.Time
+	hard  time.Time // the total deadline (zero: none)
+	n     int64     // bytes received
+	set   time.Time // the deadline set last
+}
+
+func (b *minRateBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.n += int64(n)
+		d := b.start.Add(minRateGrace + time.Duration(b.n*int64(time.Second)/b.rate))
+		if !b.hard.IsZero() && d.After(b.hard) {
+			d = b.hard
+		}
+		if d.Sub(b.set) >= 10*time.Millisecond && http.NewResponseController(b.w).SetReadDeadline(d) == nil {
+			b.set = d
+		}
+	}
+	return n, err
 }
 
 // liftBodyDeadline lifts bodyDeadline's deadline.
