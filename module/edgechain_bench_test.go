@@ -162,7 +162,7 @@ func (w *chainWriter) SetWriteDeadline(time.Time) error { return nil }
 // allocations: the request state (which holds the observe writer and
 // its observers), the guard's writer, the model name, the upstream
 // Authorization value and the usage decode of the answer (encoding/json).
-// It was 31 before the observer parts moved into the request state.
+// It was 26 before the observer parts moved into the request state.
 func TestEdgeChainAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under the race detector")
