@@ -1,13 +1,8 @@
 package module
 
 import (
-	"bufio"
-	"fmt"
-	"net"
 	"net/http"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 )
@@ -40,54 +35,7 @@ http://{ADDR} {
 	}
 }
 `)
-	conn, err := net.Dial("tcp", c.client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{", c.client)
-	start := time.Now()
-	answered := make(chan *http.Response, 1)
-	go func() {
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			close(answered)
-			return
-		}
-		answered <- resp
-	}()
-	// The client's own pace (not a synchronisation): one byte per tick
-	// until the proxy answers or 20s pass.
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var resp *http.Response
-trickle:
-	for {
-		select {
-		case r, ok := <-answered:
-			if !ok {
-				t.Fatal("the connection closed without an answer")
-			}
-			resp = r
-			break trickle
-		case <-tick.C:
-			if time.Since(start) > 20*time.Second {
-				t.Fatal("the trickled upload was not cut within 20s")
-			}
-			_, _ = conn.Write([]byte(" "))
-		}
-	}
-	took := time.Since(start)
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestTimeout {
-		t.Fatalf("status %d, want 408", resp.StatusCode)
-	}
-	var sb strings.Builder
-	_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
-	we := decodeWireError(t, []byte(sb.String()))
-	if we.Error.Code == nil || *we.Error.Code != "request_timeout" {
-		t.Errorf("error body %s, want code request_timeout", sb.String())
-	}
+	took := trickledUpload(t, c.client) // slowclient_test.go: a 408 request_timeout
 	if took < minRateGrace {
 		t.Errorf("cut after %v, within the %v grace", took, minRateGrace)
 	}
