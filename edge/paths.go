@@ -133,8 +133,8 @@ func IsJSONRoute(path string) bool {
 // IsJSONContent reports a JSON or absent content type. Multipart uploads
 // (audio) are not JSON and are forwarded as they are.
 func IsJSONContent(ct string) bool {
-	if ct == "" {
-		return true
+	if ct == "" || ct == "application/json" || ct == "application/json; charset=utf-8" {
+		return true // what clients send, without mime's allocations
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
@@ -153,10 +153,11 @@ func UnsupportedMedia() *Error {
 // (ErrTooLarge, or a MaxBytesReader's limit: 413 naming limit; any other
 // read error: 400), or nil for none.
 func ReadError(err error, limit int64) *Error {
+	if err == nil {
+		return nil
+	}
 	var mbe *http.MaxBytesError
 	switch {
-	case err == nil:
-		return nil
 	case errors.Is(err, ErrTooLarge) || errors.As(err, &mbe):
 		return TooLarge(limit)
 	}

@@ -80,6 +80,12 @@ type Guard struct {
 	// Default 60s.
 	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
 
+	// BodyMinRate is the lowest average rate, in bytes per second, at
+	// which a request body must arrive after its first second; a client
+	// trickling it slower gets 408 then, before body_timeout. Default 0
+	// (off: only body_timeout bounds an upload).
+	BodyMinRate int64 `json:"body_min_rate,omitempty"`
+
 	// AllowPaths are the paths served besides the OpenAI API
 	// (edge.DefaultAllowedPaths): exact paths, or prefixes ending in "/*".
 	// Every other path gets an OpenAI-shaped 404 and never reaches an
@@ -110,6 +116,7 @@ func (Guard) CaddyModule() caddy.ModuleInfo {
 //	    max_body_size       <size>
 //	    model_check         on|off
 //	    models_timeout      <duration>
+//	    body_min_rate       <size per second>
 //	    allow_paths         <paths...>
 //	}
 //
@@ -123,6 +130,7 @@ func (g *Guard) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"max_body_size":       optSize(&g.MaxBodySize),
 		"model_check":         optString(&g.ModelCheck),
 		"models_timeout":      optDuration(&g.ModelsTimeout),
+		"body_min_rate":       optSize(&g.BodyMinRate),
 		"allow_paths":         optAllowPaths(&g.AllowPaths),
 	}).parse(d, "ramjet_guard")
 }
@@ -158,6 +166,8 @@ func (g *Guard) Validate() error {
 		return fmt.Errorf("model_check must be on or off, got %q", g.ModelCheck)
 	case g.ModelsTimeout < 0:
 		return fmt.Errorf("models_timeout must be positive, got %v", g.ModelsTimeout)
+	case g.BodyMinRate < 0:
+		return fmt.Errorf("body_min_rate must be positive, got %d", g.BodyMinRate)
 	}
 	for _, p := range g.AllowPaths {
 		if err := edge.CheckAllowPath(p); err != nil {
@@ -182,9 +192,18 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	edge.StripRequestHeaders(r.Header)
 	edge.SetUpstreamAuth(r.Header, g.token, g.ForwardClientAuth)
 
-	lift := bodyDeadline(w, r, time.Duration(g.BodyTimeout)) // slowclient.go
+	if r.Body != nil && r.Body != http.NoBody {
+		// The guard wraps the whole chain: a request state it creates ends
+		// when it returns (no sweeper registration).
+		if st, created := ownedState(r); created {
+			defer st.finish()
+		}
+	}
+	noDeadline := bodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate) // slowclient.go
 	bodyErr := g.readBody(r)
-	lift()
+	if !noDeadline {
+		liftBodyDeadline(w)
+	}
 	if ae := bodyErr; ae != nil {
 		if st := lookupRequest(r); st != nil {
 			st.finish() // nothing was routed: release the body at once
@@ -196,7 +215,9 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// carry what stripRequestHeaders removes from the headers.
 	r.Trailer = nil
 
-	gw := &guardWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, scrub: g.scrub}
+	gw := &guardWriter{scrub: g.scrub}
+	gw.wrapper.ResponseWriter = w
+	gw.ResponseWriterWrapper = &gw.wrapper // one allocation for both
 	err := next.ServeHTTP(gw, r)
 	if err == nil {
 		return nil
@@ -228,7 +249,7 @@ func (g *Guard) readBody(r *http.Request) *edge.Error {
 	if r.ContentLength > g.MaxBodySize {
 		return edge.TooLarge(g.MaxBodySize)
 	}
-	st := requestState(r)
+	st := requestState(r) // ServeHTTP created it
 	st.readBody(r, g.MaxBodySize)
 	if bodyTimedOut(st.bodyErr) {
 		return bodyTimeoutError()
@@ -263,6 +284,7 @@ func (g *Guard) readBody(r *http.Request) *edge.Error {
 // headers that carry an upstream address.
 type guardWriter struct {
 	*caddyhttp.ResponseWriterWrapper
+	wrapper     caddyhttp.ResponseWriterWrapper // what ResponseWriterWrapper points to
 	scrub       []string
 	wroteHeader bool
 }

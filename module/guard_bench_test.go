@@ -23,7 +23,7 @@ func benchBody(size int) []byte {
 		strings.Repeat("You are a helpful assistant. ", size/29) + `"},{"role":"user","content":"hi"}],"max_tokens":64}`)
 }
 
-func benchGuard(b *testing.B) *Guard {
+func benchGuard(b testing.TB) *Guard {
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"data":[{"id":"qwen3-32b"}]}`)
 	}))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -44,6 +45,14 @@ type Handler struct {
 	// handler serves (the policy's state_key). Default: "default".
 	StateKey string `json:"state_key,omitempty"`
 
+	// WriteTimeout bounds every write of a response to the client: a
+	// client that stops reading (an SSE stream it no longer consumes) is
+	// cut after this long without progress, instead of holding the
+	// proxy's goroutine and an engine slot for as long as it keeps the
+	// connection open. It bounds no progress, not the stream's length.
+	// Default 60s; -1 (Caddyfile: off) turns it off.
+	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
+
 	logger *zap.Logger
 	// extra adds an observer to each request's (tests).
 	extra observerFactory
@@ -60,11 +69,17 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // UnmarshalCaddyfile sets up the handler. Syntax:
 //
 //	ramjet_observe [{
-//		state_key <name>
+//		state_key     <name>
+//		write_timeout <duration>|off
 //	}]
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return parseOptionBlock(d, "ramjet_observe", map[string]func(string) error{
 		"state_key": func(v string) error { h.StateKey = v; return nil },
+		"write_timeout": func(v string) error {
+			t, err := parseWriteTimeout(v)
+			h.WriteTimeout = t
+			return err
+		},
 	})
 }
 
@@ -98,14 +113,21 @@ func parseOptionBlock(d *caddyfile.Dispenser, directive string, set map[string]f
 	return nil
 }
 
-// Provision takes the logger.
+// Provision takes the logger, fills the default write_timeout and
+// registers the slow reader counter.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	return nil
+	if h.WriteTimeout == 0 {
+		h.WriteTimeout = caddy.Duration(DefaultWriteTimeout)
+	}
+	return registerSlowClientMetrics(ctx.GetMetricsRegistry())
 }
 
-// Validate checks state_key.
+// Validate checks state_key and write_timeout.
 func (h *Handler) Validate() error {
+	if h.WriteTimeout < -1 {
+		return fmt.Errorf("write_timeout must be positive or -1 (off), got %v", time.Duration(h.WriteTimeout))
+	}
 	if h.StateKey != "" && !stateKeyRE.MatchString(h.StateKey) {
 		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", h.StateKey)
 	}
@@ -146,7 +168,14 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			pf.preflight(r, st, f.Router().Extractor(), logger)
 		}
 	}
-	obs := []observe.Observer{&stateObserver{st: st}, newMetricsObserver(r, st), newOutcomeObserver(r, st)}
+	p := &st.obsv
+	if p.inUse {
+		p = new(observedParts)
+	}
+	p.inUse = true
+	p.state = stateObserver{st: st}
+	p.outcome = outcomeObserver{r: r, st: st}
+	obs := append(p.list[:0], &p.state, newMetricsObserver(r, st), &p.outcome)
 	if st.route.kv != nil { // kvrequest.go: the request's predictions end with it
 		obs = append(obs, st.route.kv)
 	}
@@ -155,8 +184,16 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			obs = append(obs, o)
 		}
 	}
-	return observe.Serve(w, r, next, streamCutEvent, st.end, obs...)
+	p.w.Init(w, obs)
+	if h.WriteTimeout > 0 {
+		p.w.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader) // slowclient.go
+	}
+	return p.w.Serve(r, next, streamCutEvent, st)
 }
+
+// ResponseDone ends the request once the handler's response ended
+// (observe.Doner).
+func (st *reqState) ResponseDone() { st.end() }
 
 // end ends the request: its reservation is released now rather than when
 // its context ends.

@@ -9,7 +9,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
-	"github.com/ramjet-llm/ramjet/observe"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -23,6 +22,10 @@ type OutlierSettings struct {
 	// ConsecutiveFailures ejects a replica after this many failed attempts
 	// in a row. Default 5; -1 turns outlier detection off.
 	ConsecutiveFailures int `json:"consecutive_failures,omitempty"`
+	// ConsecutiveCuts ejects a replica after this many streams in a row
+	// that it cut after they started (the client sees those: they cannot
+	// be retried). Default 2 (at most consecutive_failures).
+	ConsecutiveCuts int `json:"consecutive_cuts,omitempty"`
 	// BaseEjection is how long the first ejection lasts; the n-th
 	// ejection in a row lasts n times as long. After it, one request
 	// probes the replica: success re-admits it, failure ejects it again.
@@ -39,6 +42,7 @@ type OutlierSettings struct {
 func (o OutlierSettings) config() selection.OutlierConfig {
 	c := selection.OutlierConfig{
 		ConsecutiveFailures: o.ConsecutiveFailures,
+		ConsecutiveCuts:     o.ConsecutiveCuts,
 		BaseEjection:        time.Duration(o.BaseEjection),
 		MaxEjection:         time.Duration(o.MaxEjection),
 		MaxEjectedPercent:   o.MaxEjectedPercent,
@@ -53,6 +57,7 @@ func (o OutlierSettings) validate() error { return o.config().CheckSettings() }
 //
 //	outlier {
 //		consecutive_failures <n>|off
+//		consecutive_cuts     <n>
 //		base_ejection        <duration>
 //		max_ejection         <duration>
 //		max_ejected_percent  <percent>
@@ -83,6 +88,12 @@ func (o *OutlierSettings) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("outlier consecutive_failures: %v", err)
 			}
 			o.ConsecutiveFailures = n
+		case "consecutive_cuts":
+			n, err := parsePositive(v)
+			if err != nil {
+				return d.Errf("outlier consecutive_cuts: %v", err)
+			}
+			o.ConsecutiveCuts = n
 		case "max_ejected_percent":
 			n, err := parsePositive(v)
 			if err != nil || n > 100 {
@@ -130,10 +141,6 @@ func parsePositive(v string) (int, error) {
 type outcomeObserver struct {
 	r  *http.Request
 	st *reqState
-}
-
-func newOutcomeObserver(r *http.Request, st *reqState) observe.Observer {
-	return &outcomeObserver{r: r, st: st}
 }
 
 func (o *outcomeObserver) WriteHeader(int, http.Header) {}

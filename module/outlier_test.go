@@ -257,8 +257,8 @@ func TestOutlierCutStreamEngine(t *testing.T) {
 	if bad*100 >= total*5 {
 		t.Errorf("cutting engine got %d attempts, want under 5%% of %d requests", bad, total)
 	}
-	if failed > selection.DefaultConsecutiveFailures+conc+2 {
-		t.Errorf("%d streams failed, want at most the ejection threshold plus those in flight (%d)", failed, selection.DefaultConsecutiveFailures+conc+2)
+	if failed > selection.DefaultConsecutiveCuts+conc+2 {
+		t.Errorf("%d streams failed, want at most the cut ejection threshold plus those in flight (%d)", failed, selection.DefaultConsecutiveCuts+conc+2)
 	}
 	f := lookupFleet("")
 	s, _ := f.Base().Lookup(ss[0].Addr())
@@ -423,6 +423,8 @@ func TestOutlierCaddyfile(t *testing.T) {
 		{src: "ramjet {\n outlier {\n consecutive_failures 3\n base_ejection 2s\n max_ejection 1m\n max_ejected_percent 25\n }\n}",
 			want: OutlierSettings{ConsecutiveFailures: 3, BaseEjection: caddy.Duration(2 * time.Second), MaxEjection: caddy.Duration(time.Minute), MaxEjectedPercent: 25}},
 		{src: "ramjet {\n outlier {\n consecutive_failures off\n }\n}", want: OutlierSettings{ConsecutiveFailures: -1}},
+		{src: "ramjet {\n outlier {\n consecutive_cuts 1\n }\n}", want: OutlierSettings{ConsecutiveCuts: 1}},
+		{src: "ramjet {\n outlier {\n consecutive_cuts 0\n }\n}", err: "positive integer"},
 		{src: "ramjet {\n outlier {\n consecutive_failures 0\n }\n}", err: "positive integer"},
 		{src: "ramjet {\n outlier {\n max_ejected_percent 101\n }\n}", err: "1-100"},
 		{src: "ramjet {\n outlier {\n base_ejection soon\n }\n}", err: "positive duration"},

@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/observe"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -87,6 +88,23 @@ type reqState struct {
 	// release.
 	learned *selection.Reservation
 	stop    func() bool // the handler's; the sweeper needs no stopping
+
+	// observed holds the ramjet handler's writer and observers of this
+	// request (handler.go), allocated with the state.
+	obsv observedParts
+}
+
+// observedParts are what the ramjet handler wraps a response in: the
+// observe.Writer, the state and outcome observers and the list of
+// observers, kept in the request's state so that observing a response
+// allocates nothing besides it. inUse: a second ramjet handler on the same
+// request (a nested route) allocates its own.
+type observedParts struct {
+	w       observe.Writer
+	state   stateObserver
+	outcome outcomeObserver
+	list    [5]observe.Observer
+	inUse   bool
 }
 
 // requestState returns the request's reqState, creating it (and handing
@@ -100,6 +118,20 @@ func requestState(r *http.Request) *reqState {
 	openStates.Add(r.Context(), st)
 	caddyhttp.SetVar(r.Context(), VarRequest, st)
 	return st
+}
+
+// ownedState returns the request's reqState and whether the caller
+// created it. A state it creates is not handed to the sweeper: the caller
+// must finish it when the request ends (the guard, which wraps the whole
+// chain, does on return), which saves the sweeper's registration and its
+// timer while requests are open.
+func ownedState(r *http.Request) (st *reqState, created bool) {
+	if st, ok := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState); ok {
+		return st, false
+	}
+	st = &reqState{slot: -1, stop: noStop}
+	caddyhttp.SetVar(r.Context(), VarRequest, st)
+	return st, true
 }
 
 // openStates holds the request states created without the ramjet handler

@@ -2,11 +2,17 @@ package module
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/metrics"
 )
 
 // DefaultBodyTimeout bounds the reading of one request body (the guard's
@@ -16,24 +22,118 @@ import (
 // would also cancel every stream that outlives it.
 const DefaultBodyTimeout = 60 * time.Second
 
+// DefaultWriteTimeout bounds one write of a response to the client without
+// progress (ramjet_observe's write_timeout): a client that stopped reading
+// a stream is cut after it.
+const DefaultWriteTimeout = 60 * time.Second
+
+// parseWriteTimeout reads write_timeout: a positive duration or "off".
+func parseWriteTimeout(v string) (caddy.Duration, error) {
+	if v == "off" {
+		return -1, nil
+	}
+	d, err := caddy.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("want a positive duration or off, got %q", v)
+	}
+	return caddy.Duration(d), nil
+}
+
+// slowReaderCuts counts the responses cut because the client stopped
+// reading (write_timeout); process-wide, registered into every config's
+// registry.
+var slowReaderCuts = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "ramjet_slow_reader_cuts_total",
+	Help: "Responses cut because the client made no progress reading them for write_timeout.",
+})
+
+func countSlowReader() { slowReaderCuts.Inc() }
+
+// registerSlowClientMetrics registers the slow-client counters into a
+// config's registry (nil: none).
+func registerSlowClientMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	return metrics.Register(reg, slowReaderCuts)
+}
+
 // bodyDeadline sets a read deadline of d on the client connection for the
-// reading of r's body and returns the function that lifts it again (so
-// that a long stream is never cut by it). Where the connection takes no
-// deadline (HTTP/2 and HTTP/3 take theirs per stream in Go's servers too;
-// a writer that hides its connection), it does nothing.
-func bodyDeadline(w http.ResponseWriter, r *http.Request, d time.Duration) func() {
-	if d <= 0 || r.Body == nil || r.Body == http.NoBody {
-		return func() {}
+// reading of r's body; liftBodyDeadline lifts it again (so that a long
+// stream is never cut by it). With minRate > 0 (bytes per second) the
+// body must also arrive at that average rate after a grace of
+// minRateGrace: r.Body is wrapped so that every read pushes the deadline
+// to start + minRateGrace + received/minRate (never past the total
+// deadline). It reports whether there is nothing to lift: no deadline, no
+// body, or a connection that takes no deadline (HTTP/2 and HTTP/3 take
+// theirs per stream in Go's servers too; a writer that hides its
+// connection). Without minRate it allocates nothing.
+func bodyDeadline(w http.ResponseWriter, r *http.Request, d time.Duration, minRate int64) (none bool) {
+	if (d <= 0 && minRate <= 0) || r.Body == nil || r.Body == http.NoBody {
+		return true
 	}
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
-		return func() {}
+	now := time.Now()
+	var hard time.Time
+	if d > 0 {
+		hard = now.Add(d)
 	}
-	return func() { _ = rc.SetReadDeadline(time.Time{}) }
+	first := hard
+	if minRate > 0 {
+		if g := now.Add(minRateGrace); hard.IsZero() || g.Before(hard) {
+			first = g
+		}
+	}
+	if http.NewResponseController(w).SetReadDeadline(first) != nil {
+		return true
+	}
+	if minRate > 0 {
+		r.Body = &minRateBody{ReadCloser: r.Body, w: w, rate: minRate, start: now, hard: hard, set: first}
+	}
+	return false
+}
+
+// minRateGrace is how long a body may take before body_min_rate applies:
+// the first bytes of an upload (TCP slow start, the client's own
+// encoding) are not held to the rate.
+const minRateGrace = time.Second
+
+// minRateBody pushes the read deadline forward as the body arrives
+// (bodyDeadline with a minimum rate).
+type minRateBody struct {
+	io.ReadCloser
+	w     http.ResponseWriter
+	rate  int64 // bytes per second
+	start time.Time
+	hard  time.Time // the total deadline (zero: none)
+	n     int64     // bytes received
+	set   time.Time // the deadline set last
+}
+
+func (b *minRateBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.n += int64(n)
+		d := b.start.Add(minRateGrace + time.Duration(b.n*int64(time.Second)/b.rate))
+		if !b.hard.IsZero() && d.After(b.hard) {
+			d = b.hard
+		}
+		if d.Sub(b.set) >= 10*time.Millisecond && http.NewResponseController(b.w).SetReadDeadline(d) == nil {
+			b.set = d
+		}
+	}
+	return n, err
+}
+
+// liftBodyDeadline lifts bodyDeadline's deadline.
+func liftBodyDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
 // bodyTimedOut reports whether a body read ended on the read deadline.
 func bodyTimedOut(err error) bool {
+	if err == nil {
+		return false
+	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -23,12 +23,39 @@ func TestSlowUploadCut(t *testing.T) {
 		"RJ_UPSTREAM":     ss[0].Addr(),
 		"RJ_BODY_TIMEOUT": "1s",
 	})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(p.base, "http://"))
+	took := trickledUpload(t, strings.TrimPrefix(p.base, "http://"))
+	if took < time.Second {
+		t.Errorf("cut after %v, before the 1s body timeout", took)
+	}
+	if n := ss.requests()[0]; n != 0 {
+		t.Errorf("the engine received %d requests", n)
+	}
+	t.Logf("trickled upload cut after %v", took)
+
+	// A request whose answer takes 1.5s (longer than the body timeout):
+	// the deadline was lifted once the body was read.
+	if err := ss[0].SetFaults(enginesim.Faults{Latency: 1500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	defer c.CloseIdleConnections()
+	if err := chatOnce(c, p.base, ss[0].Model(), "slow answer"); err != nil {
+		t.Errorf("a request answered after the body timeout: %v", err)
+	}
+}
+
+// trickledUpload sends a chat request promising a 4096-byte body and then
+// trickles it (one byte every 100ms) until the proxy answers, and checks
+// the answer is the OpenAI-shaped 408 request_timeout. It returns how long
+// the answer took. The test fails when none comes within 20s.
+func trickledUpload(t *testing.T, addr string) time.Duration {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{", strings.TrimPrefix(p.base, "http://"))
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{", addr)
 	start := time.Now()
 	answered := make(chan *http.Response, 1)
 	go func() {
@@ -71,24 +98,7 @@ trickle:
 	if we.Error.Code == nil || *we.Error.Code != "request_timeout" {
 		t.Errorf("error body %s, want code request_timeout", sb.String())
 	}
-	if took < time.Second {
-		t.Errorf("cut after %v, before the 1s body timeout", took)
-	}
-	if n := ss.requests()[0]; n != 0 {
-		t.Errorf("the engine received %d requests", n)
-	}
-	t.Logf("trickled upload cut after %v", took)
-
-	// A request whose answer takes 1.5s (longer than the body timeout):
-	// the deadline was lifted once the body was read.
-	if err := ss[0].SetFaults(enginesim.Faults{Latency: 1500 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	c := &http.Client{Timeout: 30 * time.Second}
-	defer c.CloseIdleConnections()
-	if err := chatOnce(c, p.base, ss[0].Model(), "slow answer"); err != nil {
-		t.Errorf("a request answered after the body timeout: %v", err)
-	}
+	return took
 }
 
 // TestMethodNotAllowed: /health and /v1/models answer other methods than

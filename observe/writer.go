@@ -2,9 +2,11 @@ package observe
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Observer watches one response as it streams to the client. Its methods
@@ -28,11 +30,92 @@ type Writer struct {
 	status  int
 	started bool
 	tail    [2]byte // the last two body bytes written
+
+	// The write deadline (SetWriteTimeout).
+	writeTimeout time.Duration
+	armedAt      time.Time // when the deadline was last pushed; zero: never
+	onTimeout    func()
+	timedOut     bool
+	flushed      bool // a flush was asked for (a stream)
 }
 
 // NewWriter wraps w, feeding obs.
 func NewWriter(w http.ResponseWriter, obs ...Observer) *Writer {
 	return &Writer{ResponseWriter: w, obs: obs}
+}
+
+// Init sets up w, a Writer the caller keeps (for example inside its own
+// per-request state, so that observing a response costs no allocation of
+// its own), to wrap rw and feed obs, as NewWriter does.
+func (w *Writer) Init(rw http.ResponseWriter, obs []Observer) {
+	*w = Writer{ResponseWriter: rw, obs: obs}
+}
+
+// SetWriteTimeout bounds every write and flush to the client: one that
+// makes no progress for d (a client that stopped reading a stream while
+// the socket buffers are full) fails with a timeout, so that the handler
+// writing (reverse_proxy) gives up instead of blocking its goroutine for
+// as long as the client keeps the connection open. The connection's write
+// deadline is pushed to now+d before a write or flush when more than d/8
+// passed since the last push, so a write may time out after 7/8 d of no
+// progress at the earliest; it is lifted again when Serve ends. onTimeout
+// (may be nil) runs once, on the first write or flush that timed out. Where
+// the connection takes no deadline (a writer hiding it) nothing is
+// bounded. It replaces the server's own write timeout, if any, for the
+// rest of the response.
+func (w *Writer) SetWriteTimeout(d time.Duration, onTimeout func()) {
+	w.writeTimeout, w.onTimeout = d, onTimeout
+}
+
+// WriteTimedOut reports that a write or flush hit the write deadline.
+func (w *Writer) WriteTimedOut() bool { return w.timedOut }
+
+// armWrite pushes the write deadline before a write or flush.
+func (w *Writer) armWrite() {
+	if w.writeTimeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if !w.armedAt.IsZero() && now.Sub(w.armedAt) < w.writeTimeout/8 {
+		return
+	}
+	if http.NewResponseController(w.ResponseWriter).SetWriteDeadline(now.Add(w.writeTimeout)) != nil {
+		w.writeTimeout = 0 // the connection takes no deadline: stop trying
+		return
+	}
+	w.armedAt = now
+}
+
+// wrote notes a write or flush error that is the write deadline's.
+func (w *Writer) wrote(err error) {
+	if err == nil || w.writeTimeout <= 0 || w.timedOut {
+		return
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		w.timedOut = true
+		if w.onTimeout != nil {
+			w.onTimeout()
+		}
+	}
+}
+
+// disarm lifts the write deadline at the end of the response, so that it
+// does not outlive it on a kept-alive connection. A stream is flushed
+// first, under the deadline, so that only the server's few closing bytes
+// (the last chunk) are written without it.
+func (w *Writer) disarm() {
+	if w.armedAt.IsZero() || w.timedOut {
+		return
+	}
+	if w.flushed {
+		_ = w.FlushError()
+		if w.timedOut {
+			return
+		}
+	}
+	_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Time{})
+	w.armedAt = time.Time{}
 }
 
 // Status is the final status written, 0 when none yet.
@@ -65,7 +148,10 @@ func (w *Writer) Write(p []byte) (int, error) {
 	} else if n == 1 {
 		w.tail = [2]byte{w.tail[1], p[0]}
 	}
-	return w.ResponseWriter.Write(p)
+	w.armWrite()
+	n, err := w.ResponseWriter.Write(p)
+	w.wrote(err)
+	return n, err
 }
 
 // End tells the observers that the response ended with err.
@@ -76,19 +162,18 @@ func (w *Writer) End(err error) {
 }
 
 // Flush sends buffered data to the client now (SSE).
-func (w *Writer) Flush() {
-	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
-	}
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
-}
+func (w *Writer) Flush() { _ = w.FlushError() }
 
 // FlushError is Flush reporting errors (http.ResponseController).
 func (w *Writer) FlushError() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
-	return http.NewResponseController(w.ResponseWriter).Flush()
+	w.flushed = true
+	w.armWrite()
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	w.wrote(err)
+	return err
 }
 
 // Hijack passes connection hijacking (websockets) through.
@@ -102,7 +187,7 @@ func (w *Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // first end an event the engine left half-written. The observers do not
 // see it.
 func (w *Writer) StreamError(event []byte) {
-	if !w.started || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+	if !w.started || w.timedOut || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
 		return
 	}
 	if w.tail != [2]byte{'\n', '\n'} {
@@ -140,20 +225,36 @@ type Handler interface {
 // gets cut (StreamError), so that SDKs report an error rather than a
 // silent end.
 func Serve(w http.ResponseWriter, r *http.Request, next Handler, cut []byte, done func(), obs ...Observer) error {
-	rw := NewWriter(w, obs...)
+	return NewWriter(w, obs...).Serve(r, next, cut, doneFunc(done))
+}
+
+// Doner is what runs once a response served by Writer.Serve ended.
+type Doner interface{ ResponseDone() }
+
+type doneFunc func()
+
+func (f doneFunc) ResponseDone() { f() }
+
+// Serve is the package's Serve with rw as the Writer (set up by Init) and
+// done's ResponseDone as what runs at the end (an interface, so that a
+// caller's per-request state can be it without a method value's
+// allocation).
+func (rw *Writer) Serve(r *http.Request, next Handler, cut []byte, done Doner) error {
 	ended := false
 	defer func() {
 		if !ended {
 			if r.Context().Err() == nil {
 				rw.StreamError(cut)
 			}
+			rw.disarm()
 			rw.End(http.ErrAbortHandler)
-			done()
+			done.ResponseDone()
 		}
 	}()
 	err := next.ServeHTTP(rw, r)
 	ended = true
+	rw.disarm()
 	rw.End(err)
-	done()
+	done.ResponseDone()
 	return err
 }

@@ -53,6 +53,13 @@ type OutlierConfig struct {
 	// ConsecutiveFailures ejects a replica after this many failed
 	// attempts in a row. Default 5; negative turns ejection off.
 	ConsecutiveFailures int
+	// ConsecutiveCuts ejects a replica after this many streams in a row
+	// that it cut after their first bytes reached the client. Such a
+	// failure cannot be retried (the client sees it), so it weighs more:
+	// in a mixed run of failures each cut counts as
+	// ConsecutiveFailures/ConsecutiveCuts failures. Default 2; at most
+	// ConsecutiveFailures.
+	ConsecutiveCuts int
 	// BaseEjection is the first ejection time; the n-th ejection in a row
 	// lasts n times as long. Default 10s.
 	BaseEjection time.Duration
@@ -66,6 +73,7 @@ type OutlierConfig struct {
 // Outlier defaults.
 const (
 	DefaultConsecutiveFailures = 5
+	DefaultConsecutiveCuts     = 2
 	DefaultBaseEjection        = 10 * time.Second
 	DefaultMaxEjection         = 5 * time.Minute
 	DefaultMaxEjectedPercent   = 50
@@ -75,6 +83,9 @@ const (
 func (c *OutlierConfig) SetDefaults() {
 	if c.ConsecutiveFailures == 0 {
 		c.ConsecutiveFailures = DefaultConsecutiveFailures
+	}
+	if c.ConsecutiveCuts == 0 {
+		c.ConsecutiveCuts = min(DefaultConsecutiveCuts, max(1, c.ConsecutiveFailures))
 	}
 	if c.BaseEjection == 0 {
 		c.BaseEjection = DefaultBaseEjection
@@ -89,6 +100,9 @@ func (c *OutlierConfig) SetDefaults() {
 
 // Validate rejects values that cannot work, naming the setting.
 func (c OutlierConfig) Validate() error {
+	if c.ConsecutiveCuts < 0 || (c.ConsecutiveFailures > 0 && c.ConsecutiveCuts > c.ConsecutiveFailures) {
+		return fmt.Errorf("outlier_consecutive_cuts must be 1 to consecutive_failures (%d), got %d", c.ConsecutiveFailures, c.ConsecutiveCuts)
+	}
 	if c.BaseEjection < 0 {
 		return fmt.Errorf("outlier_base_ejection must be positive, got %v", c.BaseEjection)
 	}
@@ -115,7 +129,10 @@ type Outlier struct {
 	until   [MaxReplicas]atomic.Int64
 	probing [MaxReplicas]atomic.Int64
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// consec[s] is s's run of failures, in units: a failure adds
+	// ConsecutiveCuts, a cut ConsecutiveFailures; ejection at their
+	// product (so ConsecutiveFailures failures, or ConsecutiveCuts cuts).
 	consec  [MaxReplicas]int32
 	times   [MaxReplicas]int32 // ejections in a row (the multiplier)
 	back    [MaxReplicas]int64 // when s was last re-admitted (Unix ns)
@@ -202,7 +219,11 @@ func (o *Outlier) Failure(s Slot, kind FailureKind, fleet int) bool {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := atomic.AddInt32(&o.consec[s], 1)
+	step := o.cfg.ConsecutiveCuts
+	if kind == FailCut {
+		step = o.cfg.ConsecutiveFailures
+	}
+	n := atomic.AddInt32(&o.consec[s], int32(step))
 	now := o.now().UnixNano()
 	if u := o.until[s].Load(); u != 0 {
 		if now < u && o.probing[s].Load() == 0 {
@@ -214,9 +235,11 @@ func (o *Outlier) Failure(s Slot, kind FailureKind, fleet int) bool {
 		o.total[s][kind].Add(1)
 		return true
 	}
-	if int(n) < o.cfg.ConsecutiveFailures {
+	thr := o.cfg.ConsecutiveFailures * o.cfg.ConsecutiveCuts
+	if int(n) < thr {
 		return false
 	}
+	atomic.StoreInt32(&o.consec[s], int32(thr)) // a run held back by the cap stays bounded
 	limit := fleet * o.cfg.MaxEjectedPercent / 100
 	if limit < 1 {
 		limit = 1

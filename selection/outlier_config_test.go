@@ -43,6 +43,10 @@ func TestCheckSettings(t *testing.T) {
 		{OutlierConfig{ConsecutiveFailures: -1}, ""},
 		{OutlierConfig{ConsecutiveFailures: -2}, "positive or -1"},
 		{OutlierConfig{BaseEjection: 60e9, MaxEjection: 1e9}, "max_ejection"},
+		{OutlierConfig{ConsecutiveFailures: 1}, ""}, // cuts default to 1 then
+		{OutlierConfig{ConsecutiveCuts: 5}, ""},
+		{OutlierConfig{ConsecutiveCuts: 6}, "consecutive_cuts"},
+		{OutlierConfig{ConsecutiveCuts: -1}, "consecutive_cuts"},
 	} {
 		err := tc.give.CheckSettings()
 		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {

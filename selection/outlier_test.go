@@ -72,6 +72,20 @@ func TestOutlierSteps(t *testing.T) {
 			{op: "fail", slot: 0, n: 5, usable: map[Slot]bool{0: false}},
 			{op: "wait", d: 10 * time.Second, usable: map[Slot]bool{0: true}},
 		}},
+		{"cut streams eject after ConsecutiveCuts", 4, []step{
+			{op: "cut", slot: 0, n: 1, usable: map[Slot]bool{0: true}},
+			{op: "cut", slot: 0, n: 1, usable: map[Slot]bool{0: false, 1: true}},
+		}},
+		{"a cut weighs ConsecutiveFailures/ConsecutiveCuts failures", 4, []step{
+			{op: "cut", slot: 0, n: 1},
+			{op: "fail", slot: 0, n: 1, usable: map[Slot]bool{0: true}}, // 1.5 + 1 of 3
+			{op: "fail", slot: 0, n: 1, usable: map[Slot]bool{0: false}},
+		}},
+		{"success resets a run of cuts", 4, []step{
+			{op: "cut", slot: 0, n: 1},
+			{op: "ok", slot: 0},
+			{op: "cut", slot: 0, n: 1, usable: map[Slot]bool{0: true}},
+		}},
 		{"cap on ejected share", 4, []step{
 			{op: "fail", slot: 0, n: 3},
 			{op: "fail", slot: 1, n: 3},
@@ -97,6 +111,10 @@ func TestOutlierSteps(t *testing.T) {
 				switch st.op {
 				case "fail":
 					fail(o, st.slot, st.n, tc.fleet)
+				case "cut":
+					for range st.n {
+						o.Failure(st.slot, FailCut, tc.fleet)
+					}
 				case "ok":
 					o.Success(st.slot)
 				case "pick":

@@ -174,19 +174,25 @@ func (s *Scanner) step(p []byte) int {
 	return len(p)
 }
 
-// usageJSON is both usage shapes.
+// usageJSON is both usage shapes. Absent counts stay at absent (-1):
+// value fields, not pointers, so that the decode allocates nothing for
+// them.
 type usageJSON struct {
-	PromptTokens     *int64 `json:"prompt_tokens"`
-	CompletionTokens *int64 `json:"completion_tokens"`
-	PromptDetails    *struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	PromptDetails    struct {
 		CachedTokens int64 `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
-	InputTokens  *int64 `json:"input_tokens"`
-	OutputTokens *int64 `json:"output_tokens"`
-	InputDetails *struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	InputDetails struct {
 		CachedTokens int64 `json:"cached_tokens"`
 	} `json:"input_tokens_details"`
 }
+
+// absent marks a count the usage object did not have (a real count is
+// never negative: a negative one is rejected below all the same).
+const absent = -1 << 62
 
 // Result parses the last usage object seen. ok is false when the body had
 // none (or none that parses with a prompt token count).
@@ -194,27 +200,25 @@ func (s *Scanner) Result() (u Usage, ok bool) {
 	if len(s.last) == 0 {
 		return Usage{}, false
 	}
-	var j usageJSON
+	j := usageJSON{PromptTokens: absent, CompletionTokens: absent, InputTokens: absent, OutputTokens: absent}
 	if err := json.Unmarshal(s.last, &j); err != nil {
 		return Usage{}, false
 	}
+	orZero := func(n int64) int64 {
+		if n == absent {
+			return 0
+		}
+		return n
+	}
 	switch {
-	case j.PromptTokens != nil:
-		u.PromptTokens = *j.PromptTokens
-		if j.CompletionTokens != nil {
-			u.CompletionTokens = *j.CompletionTokens
-		}
-		if j.PromptDetails != nil {
-			u.CachedTokens = j.PromptDetails.CachedTokens
-		}
-	case j.InputTokens != nil:
-		u.PromptTokens = *j.InputTokens
-		if j.OutputTokens != nil {
-			u.CompletionTokens = *j.OutputTokens
-		}
-		if j.InputDetails != nil {
-			u.CachedTokens = j.InputDetails.CachedTokens
-		}
+	case j.PromptTokens != absent:
+		u.PromptTokens = j.PromptTokens
+		u.CompletionTokens = orZero(j.CompletionTokens)
+		u.CachedTokens = j.PromptDetails.CachedTokens
+	case j.InputTokens != absent:
+		u.PromptTokens = j.InputTokens
+		u.CompletionTokens = orZero(j.OutputTokens)
+		u.CachedTokens = j.InputDetails.CachedTokens
 	default:
 		return Usage{}, false
 	}

@@ -3,6 +3,11 @@
 // interleaved, (a) direct to one engine, (b) Caddy reverse_proxy with
 // round_robin and (c) Caddy with lb_policy ramjet, for small prompts, long
 // (256 KiB) prompts and streaming responses, and reports throughput, p50
-// and p99 latency and the ratios c/b and c/a. Caddy and the engines run
-// in-process on 127.0.0.1. See bench/loadgen/README.md.
+// and p99 latency, the process CPU time per request and the ratios c/b
+// and c/a. Caddy and the engines run in-process on 127.0.0.1. See
+// bench/loadgen/README.md. The issue 11 measurement in one command:
+//
+//	go run ./bench/cmd/overhead -engine echo -concurrency 1,16,32 -rounds 4 -round 1s -scenarios small,long-256KiB
+//
+// -cpuprofile and -memprofile profile the whole process over the rounds.
 package main

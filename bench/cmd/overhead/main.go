@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,19 +44,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		engines   = fs.Int("engines", 8, "instant engine simulators behind the proxies")
-		conc      = fs.Int("concurrency", 16, "closed-loop clients per measurement")
+		concList  = fs.String("concurrency", "16", "closed-loop clients per measurement; a comma-separated list (1,16,32) measures each in turn, in one process")
 		rounds    = fs.Int("rounds", 5, "interleaved rounds (every scenario x target once per round)")
 		roundDur  = fs.Duration("round", 2*time.Second, "duration of one (scenario, target) measurement in a round")
 		bodies    = fs.Int("bodies", 64, "distinct request bodies per scenario (distinct prefixes)")
 		scenarios = fs.String("scenarios", "small,long-256KiB,stream-64", "scenarios to run")
 		policy    = fs.String("ramjet-policy", "ramjet", "selection policy of target (c)")
 		engineK   = fs.String("engine", "sim", "instant engines: sim (bench/enginesim Instant mode) or echo (an OpenAI-shaped responder that models nothing)")
+		only      = fs.String("targets", "direct,round_robin,ramjet", "targets to measure (a subset for profiling one of them: -targets ramjet -cpuprofile cpu.out)")
 		asJSON    = fs.Bool("json", false, "print the rows as JSON instead of a Markdown table")
+		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the whole process (proxies, engines and clients) over the measured rounds to this file")
+		memProf   = fs.String("memprofile", "", "write an allocation profile (alloc_space/alloc_objects since the start) to this file at the end")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *engines < 1 || *conc < 1 || *rounds < 1 || *roundDur <= 0 || *bodies < 1 {
+	var concs []int
+	for _, f := range strings.Split(*concList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-concurrency %q: want positive integers separated by commas", *concList)
+		}
+		concs = append(concs, n)
+	}
+	if *engines < 1 || *rounds < 1 || *roundDur <= 0 || *bodies < 1 {
 		return errors.New("-engines, -concurrency, -rounds, -round and -bodies must be positive")
 	}
 	var scs []scenario
@@ -119,37 +132,66 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer caddyrun.Stop()
 
-	b := &bench{
-		targets: []target{
-			{nameDirect, sims[0].URL() + "/v1"},
-			{nameRR, run.URL(nameRR)},
-			{nameRamjet, run.URL(nameRamjet)},
-		},
-		scenarios: scs, concurrency: *conc, rounds: *rounds, round: *roundDur,
-		bodies: *bodies, model: model, client: newHTTPClient(*conc),
-	}
 	var progress io.Writer
 	if f, ok := stderr.(*os.File); ok && loadgen.IsTerminal(f) {
 		progress = stderr
 	}
-	if err := b.run(ctx, progress); err != nil {
+	stopProfile, err := startProfiles(*cpuProf, *memProf)
+	if err != nil {
 		return err
 	}
-	rows := b.rows(nameDirect, nameRR, nameRamjet)
+	var all []row
+	for i, conc := range concs {
+		var targets []target
+		for _, t := range []target{
+			{nameDirect, sims[0].URL() + "/v1"},
+			{nameRR, run.URL(nameRR)},
+			{nameRamjet, run.URL(nameRamjet)},
+		} {
+			if slices.Contains(strings.Split(*only, ","), t.name) {
+				targets = append(targets, t)
+			}
+		}
+		if len(targets) == 0 {
+			return fmt.Errorf("-targets %q: want a subset of direct,round_robin,ramjet", *only)
+		}
+		b := &bench{
+			targets:   targets,
+			scenarios: scs, concurrency: conc, rounds: *rounds, round: *roundDur,
+			bodies: *bodies, model: model, client: newHTTPClient(conc),
+		}
+		if err = b.run(ctx, progress); err != nil {
+			break
+		}
+		rows := b.rows(nameDirect, nameRR, nameRamjet)
+		all = append(all, rows...)
+		if *asJSON {
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		fmt.Fprintf(stdout, "engines=%d (%s, instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
+			*engines, *engineK, conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
+		fmt.Fprint(stdout, markdown(rows, [3]string{nameDirect, nameRR, nameRamjet}))
+		for _, r := range rows {
+			for n, m := range r.Targets {
+				if m.Errors > 0 {
+					fmt.Fprintf(stdout, "\n%s via %s: %d errors, e.g. %s\n", r.Scenario, n, m.Errors, m.Sample)
+				}
+			}
+		}
+	}
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
+	if err != nil {
+		return err
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	}
-	fmt.Fprintf(stdout, "engines=%d (%s, instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
-		*engines, *engineK, *conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
-	fmt.Fprint(stdout, markdown(rows, [3]string{nameDirect, nameRR, nameRamjet}))
-	for _, r := range rows {
-		for n, m := range r.Targets {
-			if m.Errors > 0 {
-				fmt.Fprintf(stdout, "\n%s via %s: %d errors, e.g. %s\n", r.Scenario, n, m.Errors, m.Sample)
-			}
-		}
+		return enc.Encode(all)
 	}
 	return nil
 }

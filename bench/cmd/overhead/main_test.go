@@ -31,11 +31,11 @@ func overheadSmoke(t *testing.T, eng string) {
 	for _, r := range rows {
 		for _, name := range []string{"direct", "round_robin", "ramjet"} {
 			m := r.Targets[name]
-			if m.Requests == 0 || m.Errors != 0 || m.P50 <= 0 || m.P99 < m.P50 {
+			if m.Requests == 0 || m.Errors != 0 || m.P50 <= 0 || m.P99 < m.P50 || m.CPUPerReq <= 0 {
 				t.Errorf("%s via %s: %+v", r.Scenario, name, m)
 			}
 		}
-		if r.RPSCB <= 0 || r.P50CA <= 0 {
+		if r.RPSCB <= 0 || r.P50CA <= 0 || r.CPUCB <= 0 {
 			t.Errorf("%s: ratios not computed: %+v", r.Scenario, r)
 		}
 	}
