@@ -90,7 +90,11 @@ type ramjetDirective struct {
 	modelsTimeout     caddy.Duration
 	engineTimeout     caddy.Duration
 	bodyTimeout       caddy.Duration
+	bodyMinRate       int64
+	writeTimeout      caddy.Duration
 	allowPaths        []string
+	instanceID        string
+	departAfter       caddy.Duration
 
 	kv kvDirective // the precise path's options (module/kv.go)
 
@@ -116,6 +120,10 @@ type ramjetDirective struct {
 //	    models_timeout      <duration>
 //	    engine_timeout      <duration>
 //	    body_timeout        <duration>
+//	    body_min_rate       <size per second>
+//	    write_timeout       <duration>|off
+//	    instance_id         <id>
+//	    depart_after        <duration>
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
 //	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
@@ -131,7 +139,7 @@ type ramjetDirective struct {
 //	    snapshot_key <key>              (index snapshots, see module/snapshot.go)
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
 //	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
-//	    output_weight <value>
+//	    output_weight | context_weight | pair_weight | kv_capacity <value>
 //
 //	    # any reverse_proxy subdirective, e.g.
 //	    health_interval 2s
@@ -183,8 +191,10 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		ModelCheck:        rd.modelCheck,
 		ModelsTimeout:     rd.modelsTimeout,
 		BodyTimeout:       rd.bodyTimeout,
+		BodyMinRate:       rd.bodyMinRate,
 		AllowPaths:        rd.allowPaths,
 	}
+	observe := &Handler{WriteTimeout: rd.writeTimeout}
 
 	routes := caddyhttp.RouteList{
 		{
@@ -214,7 +224,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 				// The ramjet handler observes responses (prefill done,
 				// release, metrics); in front of the guard so that the
 				// requests the guard rejects are counted too.
-				json.RawMessage(`{"handler":"ramjet_observe"}`),
+				caddyconfig.JSONModuleObject(observe, "handler", "ramjet_observe", nil),
 				caddyconfig.JSONModuleObject(guard, "handler", "ramjet_guard", nil),
 				caddyconfig.JSONModuleObject(rp, "handler", "reverse_proxy", nil),
 			},
@@ -353,6 +363,10 @@ func (rd *ramjetDirective) options(ranks, profiles *[]string) options {
 		"models_timeout":      optDuration(&rd.modelsTimeout),
 		"engine_timeout":      optDuration(&rd.engineTimeout),
 		"body_timeout":        optDuration(&rd.bodyTimeout),
+		"body_min_rate":       optSize(&rd.bodyMinRate),
+		"write_timeout":       optValue(&rd.writeTimeout, parseWriteTimeout),
+		"instance_id":         optString(&rd.instanceID),
+		"depart_after":        optDuration(&rd.departAfter),
 		"allow_paths":         optAllowPaths(&rd.allowPaths),
 		"model_check": func(d *caddyfile.Dispenser, args []string) (err error) {
 			rd.modelCheck, err = optionalArg(d, args)
@@ -542,7 +556,7 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 // route-id secret, the body bound and one engine profile per speculative
 // engine.
 func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
-	p := &RamjetSelection{Config: rd.knobs, RouteIDSecret: rd.secret}
+	p := &RamjetSelection{Config: rd.knobs, RouteIDSecret: rd.secret, InstanceID: rd.instanceID, DepartAfter: rd.departAfter}
 	if rd.maxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.maxBodySize

@@ -42,6 +42,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 				long_output_tokens 2048
 				tie_epsilon 2
 				output_weight 8
+				pair_weight 6
 				max_body_bytes 4MB
 				profile 127.0.0.1:8001 speculative
 				profile 127.0.0.1:8002#1 standard
@@ -52,7 +53,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 			want: RamjetSelection{
 				Config: selection.Config{AffinityCap: 8192, Alpha: 0.5, RequestCost: 512, BlockTokens: 32,
 					PrefixTokens: 16384, CharsPerToken: 3.5, IndexBudget: 32 << 20, LongOutputTokens: 2048, TieEpsilon: 2, OutputWeight: 8,
-					Explicit: selection.ZeroKnobs},
+					PairWeight: 6, Explicit: selection.ZeroKnobs},
 				MaxBodyBytes:  4000000,
 				Profiles:      map[string]string{"127.0.0.1:8001": "speculative", "127.0.0.1:8002#1": "standard"},
 				FallbackRaw:   json.RawMessage(`{"policy":"round_robin"}`),
