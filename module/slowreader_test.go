@@ -2,6 +2,7 @@ package module
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -112,8 +113,24 @@ func observeWriteTimeout(t *testing.T, cfg []byte, d string) []byte {
 // ramjet_slow_reader_cuts_total counts it. A stream that lasts longer
 // than write_timeout but whose client reads it is not cut.
 func TestSlowReaderCut(t *testing.T) {
+	// One engine for both streams (no reload between them): a prompt
+	// saying "hello again" gets the slow finite stream, any other the
+	// endless one.
 	endless := &streamingEngine{endless: true, total: time.Hour}
-	eng := httptest.NewServer(endless)
+	slow := &streamingEngine{tick: 200 * time.Millisecond, total: 2500 * time.Millisecond}
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		if bytes.Contains(b, []byte("hello again")) {
+			slow.ServeHTTP(w, r)
+			return
+		}
+		endless.ServeHTTP(w, r)
+	}))
 	defer eng.Close()
 	c := &testCaddy{t: t, client: listenLocal(t), admin: listenLocal(t), ups: []string{strings.TrimPrefix(eng.URL, "http://")}}
 	c.load(observeWriteTimeout(t, c.config(proxyOpts{}), "1s"))
@@ -150,11 +167,6 @@ func TestSlowReaderCut(t *testing.T) {
 	t.Logf("a stream its client stopped reading was cut after %v", took)
 
 	// A reading client's stream outlasts write_timeout: not cut.
-	slow := &streamingEngine{tick: 200 * time.Millisecond, total: 2500 * time.Millisecond}
-	eng2 := httptest.NewServer(slow)
-	defer eng2.Close()
-	c.ups = []string{strings.TrimPrefix(eng2.URL, "http://")}
-	c.load(observeWriteTimeout(t, c.config(proxyOpts{}), "1s"))
 	t0 := time.Now()
 	r2, data := c.chat(chatBody("m", true, [2]string{"user", "hello again"}))
 	if r2.StatusCode != http.StatusOK || !strings.HasSuffix(string(data), "data: [DONE]\n\n") {
