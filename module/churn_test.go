@@ -264,12 +264,14 @@ func TestReloadChangedUpstreamsLosesNoRequest(t *testing.T) {
 	if n := failed.Load(); n != 0 {
 		t.Errorf("%d of %d requests failed; first: %v", n, sent.Load(), firstErr.Load())
 	}
-	// Known limit (issue 15, reloads): about 1 request in 130 gets EOF,
-	// no response, on a fresh connection within ~50ms of a POST /load that
-	// changes the upstream list, with nothing in Caddy's logs (even at
-	// DEBUG). Caddy's own round_robin does the same (5 of 1246 requests
-	// over 48 such reloads; 0 of 1550 over 60 reloads of an unchanged
-	// list): not the ramjet policy's. Strict only with
+	// No request may go unanswered either. A connection the old config's
+	// server accepted as its listener closed used to be lost (about 1 in
+	// 130 fresh connections within ~50ms of a POST /load): the shared
+	// test listener (harness_test.go) now hands it to the next server, as
+	// ramjet_handover does in production. What remains (known limit,
+	// issue 15): under machine load about one run in 15 still loses one
+	// request, a connection net/http's Serve had accepted but not yet
+	// tracked when Shutdown found the old server idle. Strict only with
 	// RAMJET_TEST_KNOWN_LIMITS=1.
 	if n := connFailed.Load(); n != 0 {
 		msg := fmt.Sprintf("%d of %d requests got no response (connection closed under a reload); first: %v", n, sent.Load(), firstConnErr.Load())

@@ -149,6 +149,14 @@ func (l *handoverListener) Accept() (net.Conn, error) {
 		if r.err != nil {
 			return nil, r.err
 		}
+		if l.closed() {
+			// Close raced this select: the server is shutting down and
+			// may already have found itself idle, so a connection given
+			// to it now could be served under a cancelled config. The
+			// next server takes it.
+			l.passOn(r.c)
+			return nil, net.ErrClosed
+		}
 		if _, ok := r.c.(*tls.Conn); ok {
 			return r.c, nil // TLS state cannot move to another server
 		}

@@ -18,7 +18,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,7 +26,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,53 +112,75 @@ func listenLocal(t testing.TB) string {
 func caddyAddr(addr string) string { return testNetwork + "/" + addr }
 
 // sharedTestListener is one bound socket that several Caddy servers (the
-// old and the new config during a reload) accept on.
+// old and the new config during a reload) accept on. One goroutine
+// accepts on the socket and queues each connection; the open views take
+// them from the queue. A connection a view takes after it was closed goes
+// back to the queue for the next server, so that no connection is handed
+// to a server that is shutting down (as ramjet_handover does in
+// production; a plain shared Accept loses such a connection when the old
+// server's Shutdown has already found it idle-free).
 type sharedTestListener struct {
-	ln *net.TCPListener
-	mu sync.Mutex // serialises deadline pokes
+	ln    *net.TCPListener
+	start sync.Once
+	conns chan net.Conn // accepted, not yet taken by a view
+	done  chan struct{} // closed when the socket's Accept failed for good
+	err   error         // that failure, read after done
 }
 
-func (s *sharedTestListener) view() net.Listener { return &testListenerView{s: s} }
+func (s *sharedTestListener) view() net.Listener {
+	s.start.Do(func() {
+		s.conns, s.done = make(chan net.Conn, 64), make(chan struct{})
+		go s.acceptLoop()
+	})
+	return &testListenerView{s: s, closing: make(chan struct{})}
+}
+
+func (s *sharedTestListener) acceptLoop() {
+	defer close(s.done)
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			s.err = err
+			return
+		}
+		s.conns <- c
+	}
+}
 
 // testListenerView is one server's handle: Close stops its Accept without
 // closing the socket (like Caddy's fakeCloseListener).
 type testListenerView struct {
-	s      *sharedTestListener
-	closed atomic.Bool
+	s       *sharedTestListener
+	once    sync.Once
+	closing chan struct{}
 }
 
 func (v *testListenerView) Accept() (net.Conn, error) {
-	for {
-		if v.closed.Load() {
+	select {
+	case <-v.closing:
+		return nil, net.ErrClosed
+	default:
+	}
+	select {
+	case c := <-v.s.conns:
+		select {
+		case <-v.closing:
+			// Closed while the connection was on its way: the next
+			// server takes it.
+			v.s.conns <- c
 			return nil, net.ErrClosed
-		}
-		c, err := v.s.ln.Accept()
-		if err == nil {
+		default:
 			return c, nil
 		}
-		if v.closed.Load() {
-			return nil, net.ErrClosed
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			// A sibling view's Close woke every Accept; this one is
-			// still open.
-			v.s.mu.Lock()
-			v.s.ln.SetDeadline(time.Time{})
-			v.s.mu.Unlock()
-			continue
-		}
-		return nil, err
+	case <-v.closing:
+		return nil, net.ErrClosed
+	case <-v.s.done:
+		return nil, v.s.err
 	}
 }
 
 func (v *testListenerView) Close() error {
-	if v.closed.CompareAndSwap(false, true) {
-		// Wake the Accept blocked on the shared socket.
-		v.s.mu.Lock()
-		v.s.ln.SetDeadline(time.Now())
-		v.s.mu.Unlock()
-	}
+	v.once.Do(func() { close(v.closing) })
 	return nil
 }
 
