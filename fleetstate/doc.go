@@ -11,6 +11,10 @@
 // decision (POST /ramjet/explain), the /health report, and Latest, the
 // lock-free map from a state_key to the state provisioned last under it.
 //
+// Replicas leave a fleet through Depart, which a Sweeper runs periodically
+// over the union of the live policies' upstream pools (Sweepers keeps one
+// per fleet from its first policy to its last).
+//
 // Package module keeps a Fleet per state_key across config reloads (in a
 // caddy.UsagePool) and adds the health that Caddy's upstream pools report;
 // package metrics reads the snapshots. No address ever leaves a snapshot:

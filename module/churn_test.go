@@ -341,8 +341,8 @@ func TestDepartureWaitsForInflight(t *testing.T) {
 	// Two sweeps that start past depart_after from now.
 	past := time.Now().Add(200 * time.Millisecond)
 	eventually(t, "depart_after to pass", func() bool { return time.Now().After(past) })
-	n := cs.sweeps.Load()
-	eventually(t, "two sweeps past depart_after", func() bool { return cs.sweeps.Load() >= n+2 })
+	n := cs.Sweeps()
+	eventually(t, "two sweeps past depart_after", func() bool { return cs.Sweeps() >= n+2 })
 	if _, ok := f.Base().Lookup(ss[0].Addr()); !ok {
 		t.Fatal("engine 0 was forgotten while a stream held a reservation on it")
 	}
@@ -366,8 +366,6 @@ func mustSlot(t *testing.T, f *fleet, key string) selection.Slot {
 }
 
 // churnOf returns the departure sweeper of f, nil when none runs.
-func churnOf(f *fleet) *churnState {
-	churns.Lock()
-	defer churns.Unlock()
-	return churns.m[f]
+func churnOf(f *fleet) *fleetstate.Sweeper[*RamjetSelection] {
+	return churns.Get(f)
 }

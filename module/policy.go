@@ -21,6 +21,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/snapshot"
 	"github.com/ramjet-llm/ramjet/upstream"
 )
 
@@ -148,7 +149,7 @@ type RamjetSelection struct {
 	integKey   string
 	shadow     *shadowState // session shadow, when SessionShadow is set (integrity.go)
 	shadowKey  string
-	snap       *snapState // index snapshots, when Snapshot is set (snapshot.go)
+	snap       *snapshot.Writer // index snapshots, when Snapshot is set (snapshot.go)
 	snapKey    string
 }
 

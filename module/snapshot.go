@@ -5,18 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/cespare/xxhash/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/ramjet-llm/ramjet/metrics"
-	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/snapshot"
 )
 
@@ -129,143 +125,12 @@ func argPositiveDuration(p *caddy.Duration) blockOption {
 // across reloads.
 var snapStates = caddy.NewUsagePool()
 
-// snapState writes one fleet's snapshots and applies the one read at
-// start.
-type snapState struct {
-	rt       *selection.Router // any Router of the fleet: they share the index
-	path     string
-	key      []byte
-	shape    snapshot.Shape
-	interval time.Duration
-	maxBytes int64
-	logger   *zap.Logger
-
-	mu sync.Mutex // serialises writes and the import
-	// pending is the verified snapshot waiting for the first pool.
-	pending atomic.Pointer[snapshot.Snapshot]
-	// seen: a policy has seen its pool (and pending was applied). Until
-	// then nothing is written: a config that never routed (caddy
-	// validate, a start without traffic) must not replace the snapshot
-	// with an empty index.
-	seen atomic.Bool
-
-	stop, done chan struct{}
-}
+// snapState is a fleet's snapshot.Writer in snapStates.
+type snapState struct{ *snapshot.Writer }
 
 // Destruct stops the periodic writes and writes the last snapshot: the
 // last policy using the fleet was cleaned up.
-func (g *snapState) Destruct() error {
-	close(g.stop)
-	<-g.done
-	return g.write("shutdown")
-}
-
-func (g *snapState) run() {
-	defer close(g.done)
-	t := time.NewTicker(g.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.stop:
-			return
-		case <-t.C:
-			_ = g.write("interval") // logged and counted in write
-		}
-	}
-}
-
-// write writes the fleet's index now, once a policy has seen its pool.
-func (g *snapState) write(why string) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.seen.Load() {
-		return nil
-	}
-	m := snapMetrics()
-	start := time.Now()
-	// The bound leaves room for the header and every replica's entry.
-	maxBlocks := int((g.maxBytes - 64 - int64(selection.MaxReplicas)*(snapshot.IDBytes+4)) / 8)
-	s := &snapshot.Snapshot{Shape: g.shape, Written: start,
-		Replicas: snapshot.FromBeliefs(g.key, g.rt.ExportIndex(max(1, maxBlocks)))}
-	n, err := snapshot.Write(g.path, g.key, s)
-	if err != nil {
-		m.writes.WithLabelValues("error").Inc()
-		g.logger.Warn("ramjet snapshot not written", zap.String("trigger", why), zap.Error(err))
-		return err
-	}
-	m.writes.WithLabelValues("ok").Inc()
-	m.lastWrite.Set(float64(start.UnixNano()) / 1e9)
-	m.bytes.Set(float64(n))
-	if c := g.logger.Check(zap.DebugLevel, "ramjet snapshot written"); c != nil || why == "shutdown" {
-		fields := []zap.Field{zap.String("trigger", why), zap.Int("replicas", len(s.Replicas)),
-			zap.Int("blocks", s.Blocks()), zap.Int("bytes", n), zap.Duration("took", time.Since(start))}
-		if c != nil {
-			c.Write(fields...)
-		} else {
-			g.logger.Info("ramjet snapshot written", fields...)
-		}
-	}
-	return nil
-}
-
-// refuse reports a snapshot that is not loaded: ramjet starts cold.
-func (g *snapState) refuse(reason snapshot.Reason, err error) {
-	snapMetrics().loads.WithLabelValues(string(reason)).Inc()
-	lvl := zap.WarnLevel
-	if reason == snapshot.Missing {
-		lvl = zap.InfoLevel // the first start, or a fresh volume
-	}
-	if c := g.logger.Check(lvl, "ramjet snapshot refused, starting cold"); c != nil {
-		c.Write(zap.String("reason", string(reason)), zap.String("path", g.path), zap.Error(err))
-	}
-}
-
-// load reads the snapshot at start; a verified one waits for the pool.
-func (g *snapState) load(maxAge time.Duration) {
-	if g.rt.Index().Pairs() > 0 {
-		// The fleet outlived a config change: what it holds is newer.
-		g.logger.Info("ramjet snapshot not read: the fleet already holds an index", zap.String("path", g.path))
-		return
-	}
-	s, err := snapshot.Read(g.path, snapshot.ReadOptions{Key: g.key, Shape: g.shape, MaxAge: maxAge, MaxBytes: g.maxBytes})
-	if err != nil {
-		var e *snapshot.Error
-		if !errors.As(err, &e) {
-			e = &snapshot.Error{Reason: snapshot.Unreadable, Err: err}
-		}
-		g.refuse(e.Reason, e.Err)
-		return
-	}
-	g.pending.Store(s)
-}
-
-// bind applies the pending snapshot to the replicas of pool (replica keys,
-// "" for an untracked upstream) the first time the policy sees one.
-func (g *snapState) bind(pool []string) {
-	if g.seen.Load() {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	defer g.seen.Store(true)
-	s := g.pending.Swap(nil)
-	if s == nil {
-		return
-	}
-	bs, dropped := s.Beliefs(g.key, pool)
-	m := snapMetrics()
-	m.dropped.Add(float64(dropped))
-	if len(bs) == 0 {
-		g.refuse(snapshot.ShapeMismatch, fmt.Errorf("none of the snapshot's %d replicas is in the pool of %d (another replica set, or another key)",
-			len(s.Replicas), len(pool)))
-		return
-	}
-	reps, blocks := g.rt.ImportIndex(bs)
-	m.loads.WithLabelValues("loaded").Inc()
-	m.loaded.Set(float64(blocks))
-	g.logger.Info("ramjet snapshot loaded", zap.String("path", g.path), zap.Int("replicas", reps),
-		zap.Int("blocks", blocks), zap.Int("dropped_replicas", dropped), zap.Duration("age", time.Since(s.Written)))
-}
+func (g snapState) Destruct() error { return g.Close() }
 
 func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 	c := s.Snapshot
@@ -277,7 +142,7 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 		return err
 	}
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		if err := metrics.Register(reg, snapMetrics().collectors()...); err != nil {
+		if err := metrics.Register(reg, metrics.Snapshot().Collectors()...); err != nil {
 			return fmt.Errorf("snapshot: %w", err)
 		}
 	}
@@ -285,7 +150,7 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 	if len(key) < snapshot.MinKeyBytes {
 		// Fail closed, and never stop serving for it: no snapshot is
 		// trusted or written without the key.
-		snapMetrics().loads.WithLabelValues(noKey).Inc()
+		metrics.Snapshot().Loads.WithLabelValues(string(snapshot.NoKey)).Inc()
 		s.logger.Named("snapshot").Error("ramjet snapshots off: the snapshot key is unset or too short, starting cold",
 			zap.String("key", c.Key), zap.Int("min_bytes", snapshot.MinKeyBytes))
 		return nil
@@ -298,19 +163,16 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 	pk := fmt.Sprintf("ramjet-snapshot/%s/%016x", s.poolKey, xxhash.Sum64(b))
 	rt, logger := s.rt, s.logger.Named("snapshot")
 	v, _, err := snapStates.LoadOrNew(pk, func() (caddy.Destructor, error) {
-		g := &snapState{rt: rt, path: abs, key: key, shape: snapshot.ShapeOf(rt.Config()),
-			interval: time.Duration(c.Interval), maxBytes: c.MaxBytes, logger: logger,
-			stop: make(chan struct{}), done: make(chan struct{})}
-		g.load(time.Duration(c.MaxAge))
 		// The writes outlive this config (a reload keeps them): they stop
 		// in Destruct.
-		go g.run()
-		return g, nil
+		return snapState{snapshot.StartWriter(snapshot.WriterOptions{Router: rt, Path: abs, Key: key,
+			Interval: time.Duration(c.Interval), MaxAge: time.Duration(c.MaxAge), MaxBytes: c.MaxBytes,
+			Logger: logger, Metrics: metrics.Snapshot()})}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	s.snap, s.snapKey = v.(*snapState), pk
+	s.snap, s.snapKey = v.(snapState).Writer, pk
 	return nil
 }
 
@@ -334,51 +196,7 @@ func (s *RamjetSelection) bindSnapshot(v *poolView) {
 			keys = append(keys, k)
 		}
 	}
-	s.snap.bind(keys)
-}
-
-// snapCollector holds the snapshot metrics, created once and registered
-// into every config's registry.
-type snapCollector struct {
-	loads     *prometheus.CounterVec
-	writes    *prometheus.CounterVec
-	dropped   prometheus.Counter
-	loaded    prometheus.Gauge
-	lastWrite prometheus.Gauge
-	bytes     prometheus.Gauge
-}
-
-// noKey is the load outcome of a policy whose snapshot key is missing.
-const noKey = "no_key"
-
-var snapMetrics = sync.OnceValue(func() *snapCollector {
-	m := &snapCollector{
-		loads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ramjet_snapshot_loads_total",
-			Help: "Index snapshots read at start, by outcome: loaded, or why ramjet started cold (missing, tampered, shape_mismatch, too_old, too_large, unreadable, no_key)."},
-			[]string{"outcome"}),
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ramjet_snapshot_writes_total",
-			Help: "Index snapshots written, by outcome (ok, error)."}, []string{"outcome"}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ramjet_snapshot_dropped_replicas_total",
-			Help: "Replicas of a loaded snapshot left out because they are not in the upstream pool."}),
-		loaded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ramjet_snapshot_loaded_blocks",
-			Help: "(block, replica) beliefs the last loaded snapshot restored."}),
-		lastWrite: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ramjet_snapshot_last_write_timestamp_seconds",
-			Help: "When the last snapshot was written, in seconds since the epoch."}),
-		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ramjet_snapshot_bytes",
-			Help: "Size of the last snapshot written, in bytes."}),
-	}
-	m.loads.WithLabelValues("loaded")
-	m.loads.WithLabelValues(noKey)
-	for _, r := range snapshot.Reasons {
-		m.loads.WithLabelValues(string(r))
-	}
-	m.writes.WithLabelValues("ok")
-	m.writes.WithLabelValues("error")
-	return m
-})
-
-func (m *snapCollector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.loads, m.writes, m.dropped, m.loaded, m.lastWrite, m.bytes}
+	s.snap.Bind(keys)
 }
 
 // snapshotDirectiveOptions are the ramjet directive's snapshot options

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/envcheck"
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/snapshot"
 )
 
@@ -100,7 +101,7 @@ func cachedTokens(t *testing.T, b []byte) int {
 }
 
 func loadsOf(outcome string) float64 {
-	return testutil.ToFloat64(snapMetrics().loads.WithLabelValues(outcome))
+	return testutil.ToFloat64(metrics.Snapshot().Loads.WithLabelValues(outcome))
 }
 
 const snapConvs = 6
@@ -110,7 +111,7 @@ const snapConvs = 6
 // snapshot). It returns each conversation's route id.
 func warmSnapshot(t *testing.T, ss sims, path string) []string {
 	t.Helper()
-	writes := testutil.ToFloat64(snapMetrics().writes.WithLabelValues("ok"))
+	writes := testutil.ToFloat64(metrics.Snapshot().Writes.WithLabelValues("ok"))
 	c := startSnapCaddy(t, ss.dials(), map[string]any{"path": path, "interval": "1h", "key": "{env." + snapTestKeyEnv + "}"}, nil,
 		filepath.Join(t.TempDir(), "warm.log"))
 	ids := make([]string, snapConvs)
@@ -122,7 +123,7 @@ func warmSnapshot(t *testing.T, ss sims, path string) []string {
 		ids[i] = resp.Header.Get(HeaderUpstream)
 	}
 	stopCaddy(t)
-	if got := testutil.ToFloat64(snapMetrics().writes.WithLabelValues("ok")) - writes; got != 1 {
+	if got := testutil.ToFloat64(metrics.Snapshot().Writes.WithLabelValues("ok")) - writes; got != 1 {
 		t.Fatalf("%v snapshots written at shutdown, want 1", got)
 	}
 	for _, p := range []string{path, snapshot.CompanionPath(path)} {
@@ -340,10 +341,10 @@ func TestSnapshotWithoutKeyServes(t *testing.T) {
 	t.Setenv(snapTestKeyEnv, "short")
 	ss := startSims(t, 2, enginesim.Options{})
 	path := filepath.Join(t.TempDir(), "index.snap")
-	before := loadsOf(noKey)
+	before := loadsOf(string(snapshot.NoKey))
 	c := startSnapCaddy(t, ss.dials(), map[string]any{"path": path, "key": "{env." + snapTestKeyEnv + "}"}, nil,
 		filepath.Join(t.TempDir(), "run.log"))
-	if got := loadsOf(noKey) - before; got != 1 {
+	if got := loadsOf(string(snapshot.NoKey)) - before; got != 1 {
 		t.Errorf("ramjet_snapshot_loads_total{outcome=no_key} rose by %v, want 1", got)
 	}
 	if resp, b := c.chat(snapConv(0)); resp.StatusCode != http.StatusOK {
@@ -403,7 +404,7 @@ func TestSnapshotReloadKeepsIndex(t *testing.T) {
 	c := startSnapCaddy(t, ss.dials(), snap, nil, logs)
 	resp, _ := c.chat(snapConv(0))
 	id := resp.Header.Get(HeaderUpstream)
-	outcomes := append([]string{"loaded", noKey}, func() (r []string) {
+	outcomes := append([]string{snapshot.Loaded, string(snapshot.NoKey)}, func() (r []string) {
 		for _, x := range snapshot.Reasons {
 			r = append(r, string(x))
 		}
@@ -415,7 +416,7 @@ func TestSnapshotReloadKeepsIndex(t *testing.T) {
 		}
 		return n
 	}
-	loads, writes := sum(), testutil.ToFloat64(snapMetrics().writes.WithLabelValues("ok"))
+	loads, writes := sum(), testutil.ToFloat64(metrics.Snapshot().Writes.WithLabelValues("ok"))
 	postLoad(t, c.admin, c.snapConfig(snap, map[string]any{"alpha": 2}, logs)) // a knob retuned in place
 	if !poll(30*time.Second, func() bool { return shutdownStacks() == "" }) {
 		t.Fatalf("the old config's servers still shutting down:\n%s", shutdownStacks())
@@ -428,22 +429,10 @@ func TestSnapshotReloadKeepsIndex(t *testing.T) {
 	if got := sum() - loads; got != 0 {
 		t.Errorf("a reload read the snapshot (%v loads)", got)
 	}
-	if got := testutil.ToFloat64(snapMetrics().writes.WithLabelValues("ok")) - writes; got != 0 {
+	if got := testutil.ToFloat64(metrics.Snapshot().Writes.WithLabelValues("ok")) - writes; got != 0 {
 		t.Errorf("a reload wrote %v snapshots", got)
 	}
 	if up, overlap := c.explainOf(snapConv(0)); up != id || overlap == 0 {
 		t.Errorf("after the reload: explain picks %s with overlap %d, want %s with overlap > 0", up, overlap, id)
-	}
-}
-
-func TestSnapshotMetricsLint(t *testing.T) {
-	for _, c := range snapMetrics().collectors() {
-		problems, err := testutil.CollectAndLint(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range problems {
-			t.Errorf("%s: %s", p.Metric, p.Text)
-		}
 	}
 }

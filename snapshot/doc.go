@@ -17,6 +17,11 @@
 // Replicas of the snapshot that are not in the current pool are dropped
 // (Beliefs).
 //
-// snapshot knows nothing of Caddy; package module runs it for the ramjet
-// policy (module/snapshot.go).
+// A Writer runs them for one fleet: it reads the snapshot at start,
+// applies it when a policy first sees its pool (Bind), writes the index
+// periodically and at Close, and logs and counts each outcome (Metrics;
+// package metrics creates the ramjet_snapshot_* collectors).
+//
+// snapshot knows nothing of Caddy; package module configures a Writer for
+// the ramjet policy and keeps it across reloads (module/snapshot.go).
 package snapshot
