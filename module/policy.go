@@ -442,42 +442,48 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	f.SetOutlier(od.config())
 	s.x = rt.Extractor()
-	if err := s.provisionKV(ctx); err != nil {
-		s.fleet = nil
-		releaseFleet(key)
-		return err
-	}
-	if err := s.provisionEngines(ctx); err != nil { // engines.go
-		_ = s.cleanupKV()
-		s.fleet = nil
-		releaseFleet(key)
-		return err
-	}
-	if err := s.provisionIntegrity(ctx); err != nil {
-		_ = errors.Join(s.cleanupKV(), s.cleanupEngines())
-		s.fleet = nil
-		releaseFleet(key)
-		return err
-	}
-	if err := s.provisionShadow(ctx); err != nil {
-		_ = errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity())
-		s.fleet = nil
-		releaseFleet(key)
-		return err
-	}
-	if err := s.provisionSnapshot(ctx); err != nil { // snapshot.go
-		_ = errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow())
-		s.fleet = nil
-		releaseFleet(key)
-		return err
-	}
-	if err := s.provisionChurn(ctx); err != nil { // churn.go
-		_ = errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow(), s.cleanupSnapshot())
-		s.fleet = nil
-		releaseFleet(key)
-		return err
+	parts := s.parts()
+	for i, p := range parts {
+		if err := p.provision(ctx); err != nil {
+			_ = cleanupParts(parts[:i])
+			s.fleet = nil
+			releaseFleet(key)
+			return err
+		}
 	}
 	return nil
+}
+
+// part is one optional part of the policy, provisioned after the fleet is
+// acquired and cleaned up before it is released.
+type part struct {
+	provision func(caddy.Context) error
+	cleanup   func() error
+}
+
+// parts are the policy's optional parts in provisioning order: the
+// precise path (kv.go), engine metrics (engines.go), integrity and the
+// session shadow (integrity.go), index snapshots (snapshot.go) and the
+// departure sweeper (churn.go).
+func (s *RamjetSelection) parts() []part {
+	return []part{
+		{s.provisionKV, s.cleanupKV},
+		{s.provisionEngines, s.cleanupEngines},
+		{s.provisionIntegrity, s.cleanupIntegrity},
+		{s.provisionShadow, s.cleanupShadow},
+		{s.provisionSnapshot, s.cleanupSnapshot},
+		{s.provisionChurn, func() error { s.cleanupChurn(); return nil }},
+	}
+}
+
+// cleanupParts cleans up parts in reverse order (the departure sweeper
+// stops first) and joins their errors.
+func cleanupParts(parts []part) error {
+	errs := make([]error, 0, len(parts))
+	for i := len(parts) - 1; i >= 0; i-- {
+		errs = append(errs, parts[i].cleanup())
+	}
+	return errors.Join(errs...)
 }
 
 // Validate rejects settings that cannot work, naming the option.
@@ -513,8 +519,7 @@ func (s *RamjetSelection) Cleanup() error {
 		return nil
 	}
 	s.cleaned = true
-	s.cleanupChurn() // churn.go
-	kerr := errors.Join(s.cleanupKV(), s.cleanupEngines(), s.cleanupIntegrity(), s.cleanupShadow(), s.cleanupSnapshot())
+	kerr := cleanupParts(s.parts())
 	s.fleet.dropView(s)
 	if err := releaseFleet(s.poolKey); err != nil {
 		return err
