@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -183,39 +184,54 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// runOne replays w through Caddy with policy pol in front of n fresh
-// engine simulators, whose PUB and replay sockets are on when publish.
-func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer) (Row, error) {
-	const model = "sim"
-	var sims []*enginesim.Server
-	defer func() {
-		for _, s := range sims {
-			s.Close()
-		}
-	}()
+// engineModel is the model name every simulated engine serves.
+const engineModel = "sim"
+
+// startEngines starts n engine simulators for w (the speculative replicas
+// w names draft 4 tokens), whose PUB and replay sockets are on when
+// publish, and returns them with their addresses; on an error the ones
+// started are returned too, for closeEngines.
+func startEngines(ctx context.Context, w *workload.Workload, n, kvCapacity int, ts float64, publish bool) ([]*enginesim.Server, []string, error) {
+	sims := make([]*enginesim.Server, 0, n)
 	addrs := make([]string, 0, n)
 	for i := range n {
 		o := enginesim.Options{
-			Model: model, TimeScale: ts, Seed: uint64(i) + 1,
+			Model: engineModel, TimeScale: ts, Seed: uint64(i) + 1,
 			// The fleet simulation's context limit (fleetsim.DefaultMaxModelLen),
 			// so that agent contexts may pass 100k tokens as there.
 			Engine: engine.Config{MaxModelLen: 131072, CapacityTokens: kvCapacity},
 		}
-		for _, sp := range w.Speculative {
-			if sp == i {
-				o.Engine.SpecTokens = 4
-			}
+		if slices.Contains(w.Speculative, i) {
+			o.Engine.SpecTokens = 4
 		}
 		if publish {
 			o.KVEvents = enginesim.KVEventsOptions{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
 		}
 		s, err := enginesim.Start(ctx, o)
 		if err != nil {
-			return Row{}, err
+			return sims, addrs, err
 		}
 		sims = append(sims, s)
 		addrs = append(addrs, s.Addr())
+	}
+	return sims, addrs, nil
+}
+
+// closeEngines stops the simulators startEngines started.
+func closeEngines(sims []*enginesim.Server) {
+	for _, s := range sims {
+		s.Close()
+	}
+}
+
+// runOne replays w through Caddy with policy pol in front of n fresh
+// engine simulators, whose PUB and replay sockets are on when publish.
+func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
+	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer) (Row, error) {
+	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, publish)
+	defer closeEngines(sims)
+	if err != nil {
+		return Row{}, err
 	}
 	site := caddyrun.Site{Name: "lb", Policy: pol, Upstreams: addrs}
 	if pol == "ramjet" {
@@ -240,7 +256,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	defer caddyrun.Stop()
 
 	client, err := loadgen.NewClient(loadgen.ClientConfig{
-		BaseURL: running.URL("lb"), Model: model, Timeout: timeout,
+		BaseURL: running.URL("lb"), Model: engineModel, Timeout: timeout,
 		UpstreamHeader: caddyrun.SpreadHeader, IgnoreEOS: true,
 	})
 	if err != nil {

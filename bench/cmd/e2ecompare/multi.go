@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ramjet-llm/ramjet/bench/engine"
-	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
@@ -46,30 +44,10 @@ func multiSites(k int, upstreams []string) []caddyrun.Site {
 // that binary instead (startProcs).
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
 	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, progress, logw io.Writer) (Row, error) {
-	const model = "sim"
-	var sims []*enginesim.Server
-	defer func() {
-		for _, s := range sims {
-			s.Close()
-		}
-	}()
-	addrs := make([]string, 0, n)
-	for i := range n {
-		o := enginesim.Options{
-			Model: model, TimeScale: ts, Seed: uint64(i) + 1,
-			Engine: engine.Config{MaxModelLen: 131072, CapacityTokens: kvCapacity},
-		}
-		for _, sp := range w.Speculative {
-			if sp == i {
-				o.Engine.SpecTokens = 4
-			}
-		}
-		s, err := enginesim.Start(ctx, o)
-		if err != nil {
-			return Row{}, err
-		}
-		sims = append(sims, s)
-		addrs = append(addrs, s.Addr())
+	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, false)
+	defer closeEngines(sims)
+	if err != nil {
+		return Row{}, err
 	}
 	sites := multiSites(k, addrs)
 	var backends []string
@@ -103,7 +81,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	defer fr.Close()
 
 	client, err := loadgen.NewClient(loadgen.ClientConfig{
-		BaseURL: fr.URL(), Model: model, Timeout: timeout,
+		BaseURL: fr.URL(), Model: engineModel, Timeout: timeout,
 		UpstreamHeader: caddyrun.SpreadHeader, IgnoreEOS: true,
 	})
 	if err != nil {
