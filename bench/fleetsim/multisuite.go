@@ -284,13 +284,7 @@ func WriteMultiTable(w io.Writer, title string, rows []MultiRow) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| policy | instances | cached share | x1 | TTFT p50 (s) | x1 | TTFT p99 (s) | x1 | output tok/s | x1 | replicas used | max/mean load | failed | bar |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-	f := func(s Spread, prec int) string {
-		if s.Min == s.Max {
-			return strconv.FormatFloat(s.Median, 'f', prec, 64)
-		}
-		return fmt.Sprintf("%s (%s-%s)", strconv.FormatFloat(s.Median, 'f', prec, 64),
-			strconv.FormatFloat(s.Min, 'f', prec, 64), strconv.FormatFloat(s.Max, 'f', prec, 64))
-	}
+	f := Spread.Format
 	x := func(v float64) string {
 		if v == 0 || math.IsNaN(v) {
 			return ""

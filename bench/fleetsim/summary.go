@@ -197,6 +197,16 @@ type Spread struct {
 	Max    float64 `json:"max"`
 }
 
+// Format renders s as its median with prec decimals, followed by
+// "(min-max)" when the seeds differ.
+func (s Spread) Format(prec int) string {
+	if s.Min == s.Max {
+		return strconv.FormatFloat(s.Median, 'f', prec, 64)
+	}
+	return fmt.Sprintf("%s (%s-%s)", strconv.FormatFloat(s.Median, 'f', prec, 64),
+		strconv.FormatFloat(s.Min, 'f', prec, 64), strconv.FormatFloat(s.Max, 'f', prec, 64))
+}
+
 func spreadOf(xs []float64) Spread {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -291,13 +301,7 @@ func WriteSeedTable(w io.Writer, title string, rows []SeedSummary) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| policy | cached share | / oracle | / pooled | TTFT p50 (s) | TTFT p95 (s) | TTFT p99 (s) | output tok/s | replicas used | max/mean load | failed |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	f := func(s Spread, prec int) string {
-		if s.Min == s.Max {
-			return strconv.FormatFloat(s.Median, 'f', prec, 64)
-		}
-		return fmt.Sprintf("%s (%s-%s)", strconv.FormatFloat(s.Median, 'f', prec, 64),
-			strconv.FormatFloat(s.Min, 'f', prec, 64), strconv.FormatFloat(s.Max, 'f', prec, 64))
-	}
+	f := Spread.Format
 	for _, r := range rows {
 		if r.Policy == Oracle {
 			fmt.Fprintf(w, "| %s (infinite cache) | %s | | | | | | | | | |\n", r.Policy, f(r.OracleShare, 3))
