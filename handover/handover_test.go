@@ -1,0 +1,152 @@
+package handover
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// eventually polls cond every 10ms until it holds, and fails the test
+// after 20s (generous: the suite must pass on a loaded machine; a passing
+// condition returns at once).
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// keepOpenListener is a listener whose Close leaves the socket open, as
+// Caddy's listener pool does for the servers of an old config.
+type keepOpenListener struct{ net.Listener }
+
+func (keepOpenListener) Close() error { return nil }
+
+// TestHandoverCloseBeforeListenerClose: net/http's Shutdown marks the
+// server as shutting down before it closes its listener, and a connection
+// that finishes a response in between is closed at once, without
+// "Connection: close". With a newer server on the socket (a reload), the
+// connection waits for the old listener to close and moves to the new
+// server, so the client's next request is answered there.
+func TestHandoverCloseBeforeListenerClose(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	var h Handover
+	old := h.WrapListener(keepOpenListener{inner})
+	defer old.Close()
+	client, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := old.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sc.(*handoverConn)
+	// The old server answers a request and reaches the boundary.
+	if _, err := c.Write([]byte("answer 1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetWriteDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(client)
+	if line, err := br.ReadString('\n'); err != nil || line != "answer 1\n" {
+		t.Fatalf("first answer: %q, %v", line, err)
+	}
+	// The reload: the new server is on the socket, the old one begins its
+	// shutdown and closes the idle connection before its listener.
+	next := h.WrapListener(keepOpenListener{inner})
+	defer next.Close()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	var closeErr error
+	closeReturned := false
+	eventually(t, "the old server's close to wait for its listener or return", func() bool {
+		select {
+		case closeErr = <-closed:
+			closeReturned = true
+			return true
+		default:
+		}
+		if c.mu.TryLock() {
+			c.mu.Unlock()
+			return false
+		}
+		return true // Close holds the connection while it waits
+	})
+	if closeReturned {
+		t.Fatalf("the old server's close (%v) did not wait for its listener: the connection is gone under its client", closeErr)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Write([]byte("request 2\n")); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := next.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := <-closed; err != nil {
+		t.Fatalf("old server's close: %v", err)
+	}
+	got, err := bufio.NewReader(nc).ReadString('\n')
+	if err != nil || got != "request 2\n" {
+		t.Fatalf("new server read %q, %v; want the client's next request", got, err)
+	}
+	if _, err := nc.Write([]byte("answer 2\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "answer 2\n" {
+		t.Fatalf("second answer: %q, %v", line, err)
+	}
+}
+
+// TestHandoverCloseWithoutReload: with no newer server on the socket, a
+// close is a close: the client sees EOF at once.
+func TestHandoverCloseWithoutReload(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	var h Handover
+	ln := h.WrapListener(keepOpenListener{inner})
+	defer ln.Close()
+	client, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Write([]byte("answer\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.SetWriteDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(client)
+	if err != nil || string(b) != "answer\n" {
+		t.Fatalf("client read %q, %v; want the answer then EOF", b, err)
+	}
+}
