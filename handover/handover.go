@@ -3,6 +3,7 @@ package handover
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -26,25 +27,45 @@ func init() { caddy.RegisterModule(Handover{}) }
 // the same socket, which reads the next request from it: the client never
 // sees the reload.
 //
-// Only plain-text HTTP/1.1 connections that are between two requests
-// (nothing read since the last response byte) are handed over, and only
-// while a newer server on the same socket accepts. A connection the old
-// server closes at the end of a response while a newer server is on the
-// socket waits (up to a second) for the old listener to close first: net/http
-// marks a server as shutting down before it closes its listener, and closes
-// connections that finish a response in between; TLS connections, a
-// connection with a partly read request, and every close outside a
-// shutdown are closed as before. HTTP/2 connections need none of this
-// (their shutdown sends GOAWAY).
+// Only HTTP/1.1 connections that are between two requests (nothing read
+// since the last response byte), or whose next request the old server
+// began to read, are handed over, and only while a newer server on the
+// same socket accepts. A connection the old server closes at the end of a
+// response while a newer server is on the socket waits (up to a second)
+// for the old listener to close first: net/http marks a server as
+// shutting down before it closes its listener, and closes connections that
+// finish a response in between. A connection with a partly read request
+// body and every close outside a shutdown are closed as before.
+//
+// TLS: Caddy wraps listeners after its TLS listener, so this wrapper sees
+// *tls.Conn. It completes each handshake itself (in a goroutine per
+// connection, bounded by handshake_timeout) before the server accepts the
+// connection. A connection that negotiated http/1.1 (or no ALPN) is handed
+// over like a plain one: the *tls.Conn itself moves, in a view whose
+// ConnectionState lets the server fill r.TLS. A connection that negotiated
+// h2 is given to the server as the bare *tls.Conn (net/http serves h2 only
+// on that): HTTP/2 needs no handover, a shutdown sends GOAWAY and clients
+// retry the streams the server did not process on a new connection. A
+// failed handshake is given to the server as is, which reports it as
+// net/http does.
 //
 // Caddyfile, in the global options:
 //
 //	servers {
 //	    listener_wrappers {
-//	        ramjet_handover
+//	        ramjet_handover [{
+//	            handshake_timeout <duration>
+//	        }]
 //	    }
 //	}
-type Handover struct{}
+type Handover struct {
+	// HandshakeTimeout bounds a TLS handshake, which the wrapper completes
+	// before the server accepts the connection. Default: 10s.
+	HandshakeTimeout caddy.Duration `json:"handshake_timeout,omitempty"`
+}
+
+// defaultHandshakeTimeout is HandshakeTimeout's default.
+const defaultHandshakeTimeout = 10 * time.Second
 
 // CaddyModule returns the Caddy module information.
 func (Handover) CaddyModule() caddy.ModuleInfo {
@@ -54,23 +75,57 @@ func (Handover) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// UnmarshalCaddyfile reads `ramjet_handover` (no options).
-func (*Handover) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+// UnmarshalCaddyfile reads `ramjet_handover [{ handshake_timeout <d> }]`.
+func (h *Handover) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
-	if d.NextArg() || d.NextBlock(0) {
-		return d.Err("ramjet_handover takes no options")
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "handshake_timeout":
+			if h.HandshakeTimeout != 0 {
+				return d.Err("duplicate handshake_timeout")
+			}
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			v, err := caddy.ParseDuration(d.Val())
+			if err != nil {
+				return d.Errf("handshake_timeout: %v", err)
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.HandshakeTimeout = caddy.Duration(v)
+		default:
+			return d.Errf("unknown ramjet_handover option %q", d.Val())
+		}
+	}
+	return nil
+}
+
+// Validate rejects a negative handshake_timeout.
+func (h *Handover) Validate() error {
+	if h.HandshakeTimeout < 0 {
+		return fmt.Errorf("handshake_timeout must not be negative")
 	}
 	return nil
 }
 
 // WrapListener wraps ln and registers it as the successor of the
 // listeners on the same socket.
-func (*Handover) WrapListener(ln net.Listener) net.Listener {
+func (h *Handover) WrapListener(ln net.Listener) net.Listener {
+	timeout := time.Duration(h.HandshakeTimeout)
+	if timeout == 0 {
+		timeout = defaultHandshakeTimeout
+	}
 	l := &handoverListener{
 		inner:    ln,
 		key:      ln.Addr().Network() + "/" + ln.Addr().String(),
+		timeout:  timeout,
 		accepted: make(chan acceptResult),
-		injected: make(chan net.Conn),
+		injected: make(chan pending),
 		done:     make(chan struct{}),
 	}
 	handovers.add(l)
@@ -127,53 +182,73 @@ type acceptResult struct {
 	err error
 }
 
+// pending is a connection on its way to a server: accepted, handshaken,
+// or handed over by an older server.
+type pending struct {
+	c      net.Conn // the socket, or the *tls.Conn over it
+	prefix []byte   // bytes the server reads before the connection's
+	bare   bool     // give c to the server as is (h2, failed handshake)
+}
+
 // handoverListener is one server's listener. Its accept loop goroutine
 // (started by the first Accept, stopped by Close) feeds Accept together
-// with the connections handed over by older servers.
+// with the connections handed over by older servers and the TLS
+// connections whose handshake finished.
 type handoverListener struct {
 	inner    net.Listener
 	key      string
+	timeout  time.Duration // of a TLS handshake
 	start    sync.Once
 	accepted chan acceptResult
-	injected chan net.Conn
+	injected chan pending
 	done     chan struct{}
 	close    sync.Once
 }
 
 func (l *handoverListener) Accept() (net.Conn, error) {
 	l.start.Do(func() { go l.acceptLoop() })
+	var p pending
 	select {
-	case c := <-l.injected:
-		return c, nil
+	case p = <-l.injected:
 	case r := <-l.accepted:
 		if r.err != nil {
 			return nil, r.err
 		}
-		if l.closed() {
-			// Close raced this select: the server is shutting down and
-			// may already have found itself idle, so a connection given
-			// to it now could be served under a cancelled config. The
-			// next server takes it.
-			l.passOn(r.c)
-			return nil, net.ErrClosed
-		}
-		if _, ok := r.c.(*tls.Conn); ok {
-			return r.c, nil // TLS state cannot move to another server
-		}
-		return newHandoverConn(r.c, l, nil), nil
+		p = pending{c: r.c}
 	case <-l.done:
 		return nil, net.ErrClosed
 	}
+	if l.closed() {
+		// Close raced this select: the server is shutting down and may
+		// already have found itself idle, so a connection given to it now
+		// could be served under a cancelled config. The next server takes
+		// it.
+		l.passOn(p)
+		return nil, net.ErrClosed
+	}
+	return l.view(p), nil
+}
+
+// view is what l's server is given of p.
+func (l *handoverListener) view(p pending) net.Conn {
+	if p.bare {
+		return p.c
+	}
+	return newHandoverConn(p.c, l, p.prefix)
 }
 
 func (l *handoverListener) acceptLoop() {
 	for {
 		c, err := l.inner.Accept()
+		if tc, ok := c.(*tls.Conn); ok && err == nil {
+			go l.handshake(tc)
+			continue
+		}
 		select {
 		case l.accepted <- acceptResult{c, err}:
 		case <-l.done:
 			if c != nil {
-				l.passOn(c)
+				l.passOn(pending{c: c})
 			}
 			return
 		}
@@ -184,6 +259,29 @@ func (l *handoverListener) acceptLoop() {
 			}
 			return
 		}
+	}
+}
+
+// handshake completes tc's TLS handshake within l's handshake timeout and
+// gives the connection to l's server (or the next one if l closed
+// meanwhile): one that negotiated HTTP/1.1 in a handover view, any other
+// as the bare *tls.Conn. A failed handshake leaves its error in tc, which
+// the server's own handshake call returns and reports.
+func (l *handoverListener) handshake(tc *tls.Conn) {
+	p := pending{c: tc, bare: true}
+	_ = tc.SetDeadline(time.Now().Add(l.timeout))
+	err := tc.Handshake()
+	_ = tc.SetDeadline(time.Time{})
+	if err == nil {
+		switch tc.ConnectionState().NegotiatedProtocol {
+		case "", "http/1.1":
+			p.bare = false
+		}
+	}
+	select {
+	case l.injected <- p:
+	case <-l.done:
+		l.passOn(p)
 	}
 }
 
@@ -209,20 +307,13 @@ func (l *handoverListener) closed() bool {
 	}
 }
 
-// passOn gives a connection accepted as l closed to the next server on
-// the socket (closing it if there is none): its client already sent, or
-// is about to send, its first request.
-func (l *handoverListener) passOn(c net.Conn) {
+// passOn gives a connection that reached l as l closed to the next server
+// on the socket (closing it if there is none): its client already sent,
+// or is about to send, its first request.
+func (l *handoverListener) passOn(p pending) {
 	next := handovers.successor(l)
-	if next == nil || caddy.Exiting() {
-		c.Close()
-		return
-	}
-	if _, ok := c.(*tls.Conn); !ok {
-		c = newHandoverConn(c, next, nil)
-	}
-	if !next.inject(c) {
-		c.Close()
+	if next == nil || caddy.Exiting() || !next.inject(p) {
+		p.c.Close()
 	}
 }
 
@@ -236,231 +327,19 @@ func (l *handoverListener) awaitClose(d time.Duration) {
 	}
 }
 
-// inject hands c to l's server; false if l closed meanwhile.
-func (l *handoverListener) inject(c net.Conn) bool {
+// inject hands p to l's server; false if l closed meanwhile.
+func (l *handoverListener) inject(p pending) bool {
 	select {
-	case l.injected <- c:
+	case l.injected <- p:
 		return true
 	case <-l.done:
 		return false
 	}
 }
 
-// maxReplay bounds the bytes of a request kept for a replay on the next
-// server: net/http reads a request's head (at most the server's header
-// limit plus one buffer) before it drops a request that arrived during
-// its shutdown.
-const maxReplay = 1<<20 + 64<<10
-
-// handoverConn is a server's view of one plain-text connection. It tracks
-// what the server read since its last response, so that at a shutdown it
-// knows whether the connection can move to the next server without losing
-// a byte:
-//
-//   - after the last response byte, net/http's background read (one-byte
-//     reads) may hold the first byte of the next request (peeked), or the
-//     server drains an unread request body (bulkBefore: never moved);
-//   - net/http then clears the write deadline (the boundary); whatever it
-//     reads from there on is the next request (seq), which a server
-//     shutting down drops unanswered; the next server reads it again.
-type handoverConn struct {
-	net.Conn
-	ln *handoverListener
-
-	mu         sync.Mutex
-	idle       *sync.Cond // signalled when a Read returns
-	reading    bool       // a Read is in the underlying connection
-	gone       bool       // handed over or closed: this view is done
-	tainted    bool       // a Read or Write failed, or the write side closed
-	boundary   bool       // past the end of the last response's handling
-	peeked     []byte     // one-byte reads between the last Write and the boundary
-	bulkBefore bool       // other reads there (a drained request body)
-	seq        []byte     // bytes read since the boundary
-	over       bool       // seq outgrew maxReplay
-	prefix     []byte     // bytes for this view to serve before the socket's
-	carry      []byte     // bytes read after the handover began
-}
-
-func newHandoverConn(conn net.Conn, ln *handoverListener, prefix []byte) *handoverConn {
-	c := &handoverConn{Conn: conn, ln: ln, prefix: prefix, boundary: true}
-	c.idle = sync.NewCond(&c.mu)
-	return c
-}
-
-// got records the bytes p of a Read into a buffer of size (c.mu held).
-func (c *handoverConn) got(p []byte, size int) {
-	switch {
-	case len(p) == 0:
-	case c.boundary:
-		if len(c.seq)+len(p) > maxReplay {
-			c.seq, c.over = nil, true
-		} else if !c.over {
-			c.seq = append(c.seq, p...)
-		}
-	case size == 1 && len(c.peeked) < 8:
-		c.peeked = append(c.peeked, p[0])
-	default:
-		c.bulkBefore = true
-	}
-}
-
-func (c *handoverConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	if c.gone {
-		c.mu.Unlock()
-		return 0, net.ErrClosed
-	}
-	if len(c.prefix) > 0 {
-		n := copy(p, c.prefix)
-		c.prefix = c.prefix[n:]
-		c.got(p[:n], len(p))
-		c.mu.Unlock()
-		return n, nil
-	}
-	c.reading = true
-	c.mu.Unlock()
-	n, err := c.Conn.Read(p)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reading = false
-	c.idle.Broadcast()
-	if c.gone {
-		// Handed over while this Read waited: what it got belongs to
-		// the next server.
-		c.carry = append(c.carry, p[:n]...)
-		return 0, net.ErrClosed
-	}
-	c.got(p[:n], len(p))
-	var ne net.Error
-	timeout := errors.As(err, &ne) && ne.Timeout()
-	if err != nil && (!timeout || c.boundary && len(c.seq) > 0) {
-		// A timeout is net/http ending its background read after a
-		// handler, or an idle timeout (followed by a close outside a
-		// shutdown). Anything else ends the connection, a request head's
-		// read timeout included.
-		c.tainted = true
-	}
-	return n, err
-}
-
-func (c *handoverConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	if c.gone {
-		c.mu.Unlock()
-		return 0, net.ErrClosed
-	}
-	c.boundary, c.seq, c.over = false, nil, false
-	c.peeked, c.bulkBefore = c.peeked[:0], false
-	c.mu.Unlock()
-	n, err := c.Conn.Write(p)
-	if err != nil {
-		c.mu.Lock()
-		c.tainted = true
-		c.mu.Unlock()
-	}
-	return n, err
-}
-
-// CloseWrite half-closes the connection (net/http's closeWriteAndWait);
-// such a connection is never handed over.
-func (c *handoverConn) CloseWrite() error {
-	c.mu.Lock()
-	c.tainted = true
-	c.mu.Unlock()
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
-func (c *handoverConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gone {
-		return nil // the connection belongs to the next server now
-	}
-	return c.Conn.SetDeadline(t)
-}
-
-func (c *handoverConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gone {
-		return nil
-	}
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *handoverConn) SetWriteDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gone {
-		return nil
-	}
-	if t.IsZero() {
-		// net/http clears the write deadline once a response and its
-		// request are done with: the boundary.
-		c.boundary = true
-	}
-	return c.Conn.SetWriteDeadline(t)
-}
-
-// Close closes the connection, or, when the server is shutting down,
-// hands it to the newest server on the same socket if nothing of it is
-// lost that way (see handoverConn): a connection between two requests, or
-// one whose next request the shutting-down server began to read (net/http
-// drops a request read during its shutdown), which the next server is
-// given from its first byte.
-func (c *handoverConn) Close() error {
-	c.mu.Lock()
-	if c.gone {
-		c.mu.Unlock()
-		return nil
-	}
-	c.gone = true
-	var next *handoverListener
-	intact := !c.tainted && !c.over && !c.bulkBefore && (c.boundary || len(c.peeked) == 0)
-	if intact && c.boundary && !c.ln.closed() && (len(c.seq) > 0 || handovers.successor(c.ln) != nil) {
-		// net/http's Shutdown marks the server as shutting down before
-		// it closes its listener. In between, the server drops a request
-		// it reads unanswered (only a shutdown does that), and closes a
-		// connection at the end of a response that did not say
-		// "Connection: close" (net/http: "such is life with HTTP/1.1"),
-		// whose client then sends its next request into a closed socket.
-		// Under machine load that window is wide. A newer server on the
-		// same socket means a reload is under way and this listener
-		// closes next: wait for that, then hand the connection over.
-		c.ln.awaitClose(time.Second)
-	}
-	if c.ln.closed() && intact && !caddy.Exiting() {
-		next = handovers.successor(c.ln)
-	}
-	if next == nil {
-		c.mu.Unlock()
-		return c.Conn.Close()
-	}
-	// Wake a Read waiting for the next request; what it gets is kept.
-	if c.reading {
-		_ = c.Conn.SetReadDeadline(time.Now())
-		for c.reading {
-			c.idle.Wait()
-		}
-	}
-	prefix := make([]byte, 0, len(c.peeked)+len(c.seq)+len(c.prefix)+len(c.carry))
-	prefix = append(append(append(append(prefix, c.peeked...), c.seq...), c.prefix...), c.carry...)
-	c.peeked, c.seq, c.prefix, c.carry = nil, nil, nil, nil
-	c.mu.Unlock()
-	if err := c.Conn.SetDeadline(time.Time{}); err != nil {
-		return c.Conn.Close()
-	}
-	if !next.inject(newHandoverConn(c.Conn, next, prefix)) {
-		return c.Conn.Close()
-	}
-	return nil
-}
-
 // Interface guards
 var (
 	_ caddy.ListenerWrapper = (*Handover)(nil)
+	_ caddy.Validator       = (*Handover)(nil)
 	_ caddyfile.Unmarshaler = (*Handover)(nil)
 )
