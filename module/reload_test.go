@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,6 +33,13 @@ type deployWithAdmin struct {
 // endpoint on a handed-over listener.
 func loadDeployAdmin(t *testing.T, src string, env map[string]string) *deployWithAdmin {
 	t.Helper()
+	return loadAdmin(t, src, env, nil)
+}
+
+// loadAdmin is loadDeployAdmin; edit, when not nil, changes the adapted
+// config (after the listeners were handed over) before it is loaded.
+func loadAdmin(t *testing.T, src string, env map[string]string, edit func(cfg map[string]any)) *deployWithAdmin {
+	t.Helper()
 	listen, mlisten, admin := listenLocal(t), listenLocal(t), listenLocal(t)
 	all := map[string]string{
 		"RJ_LISTEN":         listen,
@@ -40,7 +48,7 @@ func loadDeployAdmin(t *testing.T, src string, env map[string]string) *deployWit
 		"RJ_GRACE_PERIOD":   "5s",
 	}
 	for k, v := range env {
-		all[k] = v
+		all[k] = strings.ReplaceAll(v, "{LISTEN_PORT}", listen[strings.LastIndexByte(listen, ':')+1:])
 	}
 	for k, v := range all {
 		t.Setenv(k, v)
@@ -52,6 +60,16 @@ func loadDeployAdmin(t *testing.T, src string, env map[string]string) *deployWit
 	}
 	if cfg, err = handOver(cfg, listen, mlisten, admin); err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		var m map[string]any
+		if err := json.Unmarshal(cfg, &m); err != nil {
+			t.Fatal(err)
+		}
+		edit(m)
+		if cfg, err = json.Marshal(m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := caddy.Load(cfg, true); err != nil {
 		stopCaddy(t)
@@ -151,19 +169,47 @@ func streamOnce(ctx context.Context, c *http.Client, base, model, prompt string)
 // called; stop waits for them and returns each client's request count.
 func runStreamers(t *testing.T, n int, base, model string, st *trafficStats) (counts func() []int64, stop func()) {
 	t.Helper()
+	return runClients(t, n, st, func(i int) streamClient {
+		tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}
+		return httpStreamer(i, tr, base, model)
+	})
+}
+
+// streamClient is one client of runClients: stream sends its k-th request
+// and checks the answer; close releases its connections.
+type streamClient struct {
+	stream func(ctx context.Context, k int) error
+	close  func()
+}
+
+// httpStreamer is client i, streaming with streamOnce over tr.
+func httpStreamer(i int, tr *http.Transport, base, model string) streamClient {
+	c := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	return streamClient{
+		stream: func(ctx context.Context, k int) error {
+			return streamOnce(ctx, c, base, model, fmt.Sprintf("client %d request %d", i, k))
+		},
+		close: tr.CloseIdleConnections,
+	}
+}
+
+// runClients starts n clients made by client(i), each streaming one
+// request after the other until stop is called; stop waits for them and
+// releases their connections. counts returns each client's finished
+// requests.
+func runClients(t *testing.T, n int, st *trafficStats, client func(i int) streamClient) (counts func() []int64, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	done := make([]atomic.Int64, n)
-	transports := make([]*http.Transport, n)
+	clients := make([]streamClient, n)
 	for i := range n {
-		tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}
-		transports[i] = tr
-		c := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+		clients[i] = client(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for k := 0; ctx.Err() == nil; k++ {
-				err := streamOnce(ctx, c, base, model, fmt.Sprintf("client %d request %d", i, k))
+				err := clients[i].stream(ctx, k)
 				if ctx.Err() != nil {
 					return
 				}
@@ -183,12 +229,15 @@ func runStreamers(t *testing.T, n int, base, model string, st *trafficStats) (co
 		}
 		return out
 	}
+	var once sync.Once
 	stop = func() {
-		cancel()
-		wg.Wait()
-		for _, tr := range transports {
-			tr.CloseIdleConnections()
-		}
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			for _, c := range clients {
+				c.close()
+			}
+		})
 	}
 	return counts, stop
 }
