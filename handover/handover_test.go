@@ -4,8 +4,12 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 // eventually polls cond every 10ms until it holds, and fails the test
@@ -148,5 +152,45 @@ func TestHandoverCloseWithoutReload(t *testing.T) {
 	b, err := io.ReadAll(client)
 	if err != nil || string(b) != "answer\n" {
 		t.Fatalf("client read %q, %v; want the answer then EOF", b, err)
+	}
+}
+
+// TestHandoverUnmarshalCaddyfile: the Caddyfile form, its one option and
+// the mistakes it refuses.
+func TestHandoverUnmarshalCaddyfile(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    string
+		want    Handover
+		wantErr string
+	}{
+		{name: "bare", give: "ramjet_handover"},
+		{name: "timeout", give: "ramjet_handover {\n handshake_timeout 3s\n}", want: Handover{HandshakeTimeout: caddy.Duration(3 * time.Second)}},
+		{name: "argument", give: "ramjet_handover on", wantErr: "wrong argument count"},
+		{name: "unknown", give: "ramjet_handover {\n idle 3s\n}", wantErr: `unknown ramjet_handover option "idle"`},
+		{name: "duplicate", give: "ramjet_handover {\n handshake_timeout 3s\n handshake_timeout 4s\n}", wantErr: "duplicate handshake_timeout"},
+		{name: "bad duration", give: "ramjet_handover {\n handshake_timeout soon\n}", wantErr: "handshake_timeout:"},
+		{name: "missing value", give: "ramjet_handover {\n handshake_timeout\n}", wantErr: "wrong argument count"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got Handover
+			err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.give))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	if err := (&Handover{HandshakeTimeout: -1}).Validate(); err == nil {
+		t.Error("a negative handshake_timeout validated")
 	}
 }
