@@ -10,6 +10,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 )
 
+// h2Preface opens every HTTP/2 connection.
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
 // maxReplay bounds the bytes of a request kept for a replay on the next
 // server: net/http reads a request's head (at most the server's header
 // limit plus one buffer) before it drops a request that arrived during
@@ -37,7 +40,8 @@ type handoverConn struct {
 	idle       *sync.Cond // signalled when a Read returns
 	reading    bool       // a Read is in the underlying connection
 	gone       bool       // handed over or closed: this view is done
-	tainted    bool       // a Read or Write failed, or the write side closed
+	tainted    bool       // a Read or Write failed, the write side closed, or h2c
+	read       bool       // anything was read on this connection (by any server)
 	boundary   bool       // past the end of the last response's handling
 	peeked     []byte     // one-byte reads between the last Write and the boundary
 	bulkBefore bool       // other reads there (a drained request body)
@@ -50,8 +54,8 @@ type handoverConn struct {
 // newHandoverConn is ln's server's view of conn, which serves prefix
 // before conn's own bytes: a *handoverConn, or a *tlsHandoverConn when conn
 // is a *tls.Conn.
-func newHandoverConn(conn net.Conn, ln *handoverListener, prefix []byte) net.Conn {
-	c := &handoverConn{Conn: conn, ln: ln, prefix: prefix, boundary: true}
+func newHandoverConn(conn net.Conn, ln *handoverListener, prefix []byte, read bool) net.Conn {
+	c := &handoverConn{Conn: conn, ln: ln, prefix: prefix, boundary: true, read: read}
 	c.idle = sync.NewCond(&c.mu)
 	if tc, ok := conn.(*tls.Conn); ok {
 		return &tlsHandoverConn{handoverConn: c, tls: tc}
@@ -73,6 +77,14 @@ func (c *tlsHandoverConn) ConnectionState() tls.ConnectionState { return c.tls.C
 
 // got records the bytes p of a Read into a buffer of size (c.mu held).
 func (c *handoverConn) got(p []byte, size int) {
+	if len(p) > 0 && !c.read {
+		c.read = true
+		if n := min(len(p), len(h2Preface)); string(p[:n]) == h2Preface[:n] {
+			// HTTP/2 with prior knowledge (h2c): its shutdown sends
+			// GOAWAY; the connection never moves to an HTTP/1 server.
+			c.tainted = true
+		}
+	}
 	switch {
 	case len(p) == 0:
 	case c.boundary:
@@ -237,7 +249,7 @@ func (c *handoverConn) Close() error {
 	if err := c.Conn.SetDeadline(time.Time{}); err != nil {
 		return c.Conn.Close()
 	}
-	if !next.inject(pending{c: c.Conn, prefix: prefix}) {
+	if !next.inject(pending{c: c.Conn, prefix: prefix, read: true}) {
 		return c.Conn.Close()
 	}
 	return nil

@@ -188,6 +188,7 @@ type pending struct {
 	c      net.Conn // the socket, or the *tls.Conn over it
 	prefix []byte   // bytes the server reads before the connection's
 	bare   bool     // give c to the server as is (h2, failed handshake)
+	read   bool     // an older server read from c (handed over)
 }
 
 // handoverListener is one server's listener. Its accept loop goroutine
@@ -234,7 +235,7 @@ func (l *handoverListener) view(p pending) net.Conn {
 	if p.bare {
 		return p.c
 	}
-	return newHandoverConn(p.c, l, p.prefix)
+	return newHandoverConn(p.c, l, p.prefix, p.read)
 }
 
 func (l *handoverListener) acceptLoop() {

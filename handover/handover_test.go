@@ -194,3 +194,55 @@ func TestHandoverUnmarshalCaddyfile(t *testing.T) {
 		t.Error("a negative handshake_timeout validated")
 	}
 }
+
+// TestHandoverNeverMovesH2C: a connection that opened with the HTTP/2
+// preface (h2c with prior knowledge) is closed at a shutdown, never handed
+// to the next server, which would read HTTP/2 frames as HTTP/1.1 (its
+// shutdown sent GOAWAY, which the client acts on).
+func TestHandoverNeverMovesH2C(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	var h Handover
+	old := h.WrapListener(keepOpenListener{inner})
+	next := h.WrapListener(keepOpenListener{inner})
+	defer next.Close()
+	client, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := io.WriteString(client, h2Preface); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := old.Accept() // next's accept loop is not started: old takes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	if n, err := io.ReadAtLeast(sc, buf, len(h2Preface)); err != nil || string(buf[:n]) != h2Preface {
+		t.Fatalf("server read %q, %v", buf[:n], err)
+	}
+	if err := sc.SetWriteDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- sc.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the h2c connection's close waits for the next server to take it")
+	}
+	_ = client.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if b, err := io.ReadAll(client); err != nil || len(b) != 0 {
+		t.Fatalf("client read %q, %v; want EOF", b, err)
+	}
+}
