@@ -28,6 +28,32 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// socket binds 127.0.0.1:0 for the test.
+func socket(t *testing.T) net.Listener {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inner.Close() })
+	return inner
+}
+
+// dialAccept connects a client to inner and returns it with the
+// connection ln's server accepted.
+func dialAccept(t *testing.T, inner, ln net.Listener) (client, sc net.Conn) {
+	t.Helper()
+	client, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	if sc, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	return client, sc
+}
+
 // keepOpenListener is a listener whose Close leaves the socket open, as
 // Caddy's listener pool does for the servers of an old config.
 type keepOpenListener struct{ net.Listener }
@@ -41,23 +67,11 @@ func (keepOpenListener) Close() error { return nil }
 // connection waits for the old listener to close and moves to the new
 // server, so the client's next request is answered there.
 func TestHandoverCloseBeforeListenerClose(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
+	inner := socket(t)
 	var h Handover
 	old := h.WrapListener(keepOpenListener{inner})
 	defer old.Close()
-	client, err := net.Dial("tcp", inner.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	sc, err := old.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, sc := dialAccept(t, inner, old)
 	c := sc.(*handoverConn)
 	// The old server answers a request and reaches the boundary.
 	if _, err := c.Write([]byte("answer 1\n")); err != nil {
@@ -123,23 +137,11 @@ func TestHandoverCloseBeforeListenerClose(t *testing.T) {
 // TestHandoverCloseWithoutReload: with no newer server on the socket, a
 // close is a close: the client sees EOF at once.
 func TestHandoverCloseWithoutReload(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
+	inner := socket(t)
 	var h Handover
 	ln := h.WrapListener(keepOpenListener{inner})
 	defer ln.Close()
-	client, err := net.Dial("tcp", inner.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, sc := dialAccept(t, inner, ln)
 	if _, err := sc.Write([]byte("answer\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -200,25 +202,13 @@ func TestHandoverUnmarshalCaddyfile(t *testing.T) {
 // to the next server, which would read HTTP/2 frames as HTTP/1.1 (its
 // shutdown sent GOAWAY, which the client acts on).
 func TestHandoverNeverMovesH2C(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
+	inner := socket(t)
 	var h Handover
 	old := h.WrapListener(keepOpenListener{inner})
 	next := h.WrapListener(keepOpenListener{inner})
 	defer next.Close()
-	client, err := net.Dial("tcp", inner.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client, sc := dialAccept(t, inner, old) // next's accept loop is not started: old takes it
 	if _, err := io.WriteString(client, h2Preface); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := old.Accept() // next's accept loop is not started: old takes it
-	if err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 4096)

@@ -119,11 +119,7 @@ func requestDuringShutdown(t *testing.T, addr string, srv *http.Server, g *gateL
 // (TestHandoverReplaysRequestReadDuringShutdown). If this test fails, Go
 // changed that behaviour.
 func TestShutdownDropsRequestReadDuringShutdown(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
+	inner := socket(t)
 	g := newGateListener(inner)
 	srv := &http.Server{Handler: named("old")}
 	go srv.Serve(g)
@@ -137,11 +133,7 @@ func TestShutdownDropsRequestReadDuringShutdown(t *testing.T) {
 // answered by the newer server: the wrapper hands it the connection with
 // the bytes the old server read and dropped.
 func TestHandoverReplaysRequestReadDuringShutdown(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
+	inner := socket(t)
 	var h Handover
 	g := newGateListener(keepOpenListener{inner})
 	old := &http.Server{Handler: named("old")}

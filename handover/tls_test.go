@@ -65,12 +65,7 @@ type tlsServers struct {
 
 func newTLSServers(t *testing.T, cert tls.Certificate) *tlsServers {
 	t.Helper()
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { inner.Close() })
-	return &tlsServers{t: t, inner: inner, cfg: &tls.Config{
+	return &tlsServers{t: t, inner: socket(t), cfg: &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		NextProtos:   []string{"h2", "http/1.1"},
 	}}

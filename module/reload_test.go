@@ -265,7 +265,15 @@ func TestReloadUnderStreamingLoad(t *testing.T) {
 	var st trafficStats
 	counts, stop := runStreamers(t, 16, d.base, ss[0].Model(), &st)
 	defer stop()
-	everyClientAdvanced(t, counts, make([]int64, 16), 3)
+	reloadsUnderLoad(t, d, &st, 16, counts, stop)
+}
+
+// reloadsUnderLoad reloads d 6 times while the n clients of a runClients
+// run stream (each reload once every client finished 3 more requests),
+// stops them and fails the test if any request failed.
+func reloadsUnderLoad(t *testing.T, d *deployWithAdmin, st *trafficStats, n int, counts func() []int64, stop func()) {
+	t.Helper()
+	everyClientAdvanced(t, counts, make([]int64, n), 3)
 	const reloads = 6
 	for range reloads {
 		before := counts()

@@ -161,18 +161,7 @@ func TestReloadTLSUnderStreamingLoad(t *testing.T) {
 				return sdkStreamer(i, h.transport(proto), h.base, ss[0].Model())
 			})
 			defer stop()
-			everyClientAdvanced(t, counts, make([]int64, n), 3)
-			const reloads = 6
-			for range reloads {
-				before := counts()
-				h.forceReload(t)
-				everyClientAdvanced(t, counts, before, 3)
-			}
-			stop()
-			t.Logf("%s, %d reloads: %d requests ok, %d failed", proto, reloads, st.ok.Load(), st.failed.Load())
-			if n := st.failed.Load(); n > 0 {
-				t.Errorf("%d of %d requests failed across %d reloads; first: %s", n, n+st.ok.Load(), reloads, strings.Join(st.errs, "; "))
-			}
+			reloadsUnderLoad(t, h.deployWithAdmin, &st, n, counts, stop)
 		})
 	}
 }
