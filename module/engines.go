@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/ramjet-llm/ramjet/enginemetrics"
@@ -29,8 +28,8 @@ import (
 // it off nothing is scraped.
 type EngineMetricsConfig struct {
 	// Interval is the time between two scrapes of each engine.
-	// Default: 1s.
-	Interval caddy.Duration `json:"interval,omitempty"`
+	// Default: 1s. In the Caddyfile: engine_metrics [<interval>] { ... }.
+	Interval caddy.Duration `json:"interval,omitempty" caddyfile:"arg"`
 	// Timeout bounds one scrape. Default: the interval, at most 5s.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 	// Path is the metrics path on each upstream. Default: "/metrics".
@@ -48,40 +47,6 @@ type EngineMetricsConfig struct {
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
 	// Concurrency bounds the scrapes in flight. Default: 8.
 	Concurrency int `json:"concurrency,omitempty"`
-}
-
-// unmarshalEngineMetrics parses the policy's engine_metrics option:
-//
-//	engine_metrics [<interval>] [{
-//		path           <path>
-//		timeout        <duration>
-//		scheme         http|https
-//		upstream_token <token>
-//		stale_after    <intervals>
-//		max_body_bytes <size>
-//		concurrency    <n>
-//	}]
-func (c *EngineMetricsConfig) unmarshalEngineMetrics(d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) > 1 {
-		return d.Errf("engine_metrics: want at most one interval")
-	}
-	if len(args) == 1 {
-		v, err := caddy.ParseDuration(args[0])
-		if err != nil {
-			return d.Errf("engine_metrics: %q is not a duration", args[0])
-		}
-		c.Interval = caddy.Duration(v)
-	}
-	return subBlock(d, "engine_metrics", map[string]blockOption{
-		"path":           argString(&c.Path),
-		"timeout":        argDuration(&c.Timeout),
-		"scheme":         argValue(&c.Scheme, upstream.ParseScheme),
-		"upstream_token": argString(&c.UpstreamToken),
-		"stale_after":    argInt(&c.StaleAfter),
-		"max_body_bytes": argSize(&c.MaxBodyBytes),
-		"concurrency":    argInt(&c.Concurrency),
-	})
 }
 
 func (c *EngineMetricsConfig) setDefaults() {

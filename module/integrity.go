@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/metrics"
@@ -68,7 +69,7 @@ type SpecDecodeConfig struct {
 	// engine instance to StateFile, then hold the replica out until a
 	// different attested instance answers at that address). Default
 	// "observe".
-	Mode string `json:"mode,omitempty"`
+	Mode string `json:"mode,omitempty" caddyfile:"arg"`
 	// Window is the length of one window (one scrape per window).
 	// Default 10s.
 	Window caddy.Duration `json:"window,omitempty"`
@@ -113,77 +114,12 @@ func (c *IntegrityConfig) pins() integrity.Pins {
 	return integrity.Pins{ModelSHA256: c.ModelSHA256, TemplateSHA256: c.TemplateSHA256, TokenizerSHA256: c.TokenizerSHA256}
 }
 
-// unmarshalCaddyfile parses the integrity block of the policy:
-//
-//	integrity {
-//		model_sha256         <hex>
-//		chat_template_sha256 <hex>
-//		tokenizer_sha256     <hex>
-//		identity_path        <path>
-//		interval             <duration>
-//		timeout              <duration>
-//		scheme               http|https
-//		upstream_token       <token>
-//		spec_decode          observe|enforce {
-//			window         <duration>
-//			windows        <n>
-//			position       <n>|overall
-//			metrics_path   <path>
-//			state_file     <path>
-//			commitment_key <key>
-//		}
-//	}
-func (c *IntegrityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		return d.ArgErr()
+// parseSpecMode reads a spec_decode mode.
+func parseSpecMode(v string) (string, error) {
+	if v != "observe" && v != "enforce" {
+		return "", fmt.Errorf("want observe or enforce, got %q", v)
 	}
-	return subBlock(d, "integrity", map[string]blockOption{
-		"model_sha256":         argString(&c.ModelSHA256),
-		"chat_template_sha256": argString(&c.TemplateSHA256),
-		"tokenizer_sha256":     argString(&c.TokenizerSHA256),
-		"identity_path":        argString(&c.IdentityPath),
-		"scheme":               argValue(&c.Scheme, upstream.ParseScheme),
-		"upstream_token":       argString(&c.UpstreamToken),
-		"interval":             argValue(&c.Interval, parsePositiveDuration),
-		"timeout":              argValue(&c.Timeout, parsePositiveDuration),
-		"spec_decode": func(d *caddyfile.Dispenser, _ string) error {
-			c.SpecDecode = new(SpecDecodeConfig)
-			return c.SpecDecode.unmarshalCaddyfile(d)
-		},
-	})
-}
-
-func (sd *SpecDecodeConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		sd.Mode = d.Val()
-		if sd.Mode != "observe" && sd.Mode != "enforce" {
-			return d.Errf("integrity spec_decode: want observe or enforce, got %q", sd.Mode)
-		}
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return subBlock(d, "integrity spec_decode", map[string]blockOption{
-		"window":         argValue(&sd.Window, parsePositiveDuration),
-		"windows":        argValue(&sd.Windows, parsePositive),
-		"position":       argValue(&sd.Position, parsePosition),
-		"metrics_path":   argString(&sd.MetricsPath),
-		"state_file":     argString(&sd.StateFile),
-		"commitment_key": argString(&sd.CommitmentKey),
-	})
-}
-
-// parsePosition reads a spec_decode position: a draft position, or
-// "overall" (nil).
-func parsePosition(v string) (*int, error) {
-	if v == "overall" {
-		return nil, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n >= integrity.MaxPositions {
-		return nil, fmt.Errorf("want overall or 0-%d, got %q", integrity.MaxPositions-1, v)
-	}
-	return &n, nil
+	return v, nil
 }
 
 // integStates holds the integrity state across config reloads, keyed by
@@ -393,73 +329,50 @@ func integrityStatus(f *fleet, key string) *fleetstate.IntegrityReport {
 }
 
 // integrityDirectiveOptions are the ramjet directive's integrity options
-// (deploy/Caddyfile drives them from RJ_* settings). A value left empty (an
-// unset variable) keeps the default; integrity is on when a pin is given
-// or spec_decode is observe or enforce.
-var integrityDirectiveOptions = map[string]bool{
-	"integrity_model_sha256": true, "integrity_template_sha256": true, "integrity_tokenizer_sha256": true,
-	"integrity_interval": true, "integrity_timeout": true, "integrity_identity_path": true,
-	"spec_decode": true, "spec_decode_window": true, "spec_decode_windows": true, "spec_decode_position": true,
-	"integrity_state_file": true, "integrity_key": true,
+// (deploy/Caddyfile drives them from RJ_* settings), each the field of
+// IntegrityConfig (or of its SpecDecodeConfig: "spec_decode <field>") of
+// that JSON name. A value left empty (an unset variable) keeps the
+// default; integrity is on when a pin is given or spec_decode is observe
+// or enforce.
+var integrityDirectiveOptions = map[string]string{
+	"integrity_model_sha256": "model_sha256", "integrity_template_sha256": "chat_template_sha256",
+	"integrity_tokenizer_sha256": "tokenizer_sha256", "integrity_interval": "interval",
+	"integrity_timeout": "timeout", "integrity_identity_path": "identity_path",
+	"spec_decode": "spec_decode mode", "spec_decode_window": "spec_decode window",
+	"spec_decode_windows": "spec_decode windows", "spec_decode_position": "spec_decode position",
+	"integrity_state_file": "spec_decode state_file", "integrity_key": "spec_decode commitment_key",
 }
 
 // integrityDirective collects the ramjet directive's integrity options.
 type integrityDirective struct {
-	vals map[string]string
+	c  IntegrityConfig
+	sd SpecDecodeConfig
 }
 
-func (k *integrityDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
-	v, err := optionalArg(d, args)
-	if err != nil || v == "" {
-		return err
+// read reads option name (field of integrityDirectiveOptions) at d.
+func (k *integrityDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name, field string) error {
+	if f, ok := strings.CutPrefix(field, "spec_decode "); ok {
+		return b.Option(d, name, &k.sd, f)
 	}
-	switch name {
-	case "integrity_interval", "integrity_timeout", "spec_decode_window":
-		_, err = parsePositiveDuration(v)
-	case "spec_decode_windows":
-		_, err = parsePositive(v)
-	case "spec_decode_position":
-		_, err = parsePosition(v)
-	case "spec_decode":
-		if v != "off" && v != "observe" && v != "enforce" {
-			err = fmt.Errorf("want off, observe or enforce, got %q", v)
-		}
-	}
-	if err != nil {
-		return d.Errf("%s: %v", name, err)
-	}
-	if k.vals == nil {
-		k.vals = map[string]string{}
-	}
-	k.vals[name] = v
-	return nil
+	return b.Option(d, name, &k.c, field)
 }
 
 // config is the policy's integrity configuration, nil when off. token and
-// scheme are the directive's upstream token and the engines' scheme. The
-// values were checked by parse.
+// scheme are the directive's upstream token and the engines' scheme.
 func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
-	v := k.vals
-	mode := v["spec_decode"]
-	c := &IntegrityConfig{ModelSHA256: v["integrity_model_sha256"], TemplateSHA256: v["integrity_template_sha256"],
-		TokenizerSHA256: v["integrity_tokenizer_sha256"], IdentityPath: v["integrity_identity_path"],
-		Access: upstream.Access{UpstreamToken: token, Scheme: scheme}}
-	if !c.pins().Any() && (mode == "" || mode == "off") {
+	if !k.c.pins().Any() && k.sd.Mode == "" {
 		return nil
 	}
-	c.Interval, _ = parsePositiveDuration(v["integrity_interval"])
-	c.Timeout, _ = parsePositiveDuration(v["integrity_timeout"])
-	if mode == "observe" || mode == "enforce" {
-		sd := &SpecDecodeConfig{Mode: mode}
-		sd.Window, _ = parsePositiveDuration(v["spec_decode_window"])
-		sd.Windows, _ = parsePositive(v["spec_decode_windows"])
-		sd.Position, _ = parsePosition(v["spec_decode_position"])
-		if mode == "enforce" {
-			sd.StateFile, sd.CommitmentKey = v["integrity_state_file"], v["integrity_key"]
+	c := k.c
+	c.Access = upstream.Access{UpstreamToken: token, Scheme: scheme}
+	if k.sd.Mode != "" {
+		sd := k.sd
+		if sd.Mode != "enforce" {
+			sd.StateFile, sd.CommitmentKey = "", ""
 		}
-		c.SpecDecode = sd
+		c.SpecDecode = &sd
 	}
-	return c
+	return &c
 }
 
 // SessionShadowConfig turns on session-affinity shadow telemetry: for
@@ -471,25 +384,11 @@ func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
 // hashed and never kept; the table is bounded.
 type SessionShadowConfig struct {
 	// Header carries the session key. Default "X-Session-ID".
-	Header string `json:"header,omitempty"`
+	// In the Caddyfile: session_shadow [<header>] { max_sessions <n> }.
+	Header string `json:"header,omitempty" caddyfile:"arg"`
 	// MaxSessions bounds the sessions remembered (least recently seen
 	// evicted). Default 65536.
 	MaxSessions int `json:"max_sessions,omitempty"`
-}
-
-// unmarshalCaddyfile parses
-//
-//	session_shadow [<header>] {
-//		max_sessions <n>
-//	}
-func (c *SessionShadowConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		c.Header = d.Val()
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return subBlock(d, "session_shadow", map[string]blockOption{"max_sessions": argValue(&c.MaxSessions, parsePositive)})
 }
 
 // shadowState is one fleet's session shadow, kept across reloads.

@@ -798,7 +798,7 @@ func TestSessionShadowCaddyfile(t *testing.T) {
 		{give: "session_shadow X-Conversation {\n max_sessions 100\n}", want: &SessionShadowConfig{Header: "X-Conversation", MaxSessions: 100}},
 		{give: "session_shadow {\n max_sessions 0\n}", wantErr: "positive integer"},
 		{give: "session_shadow {\n bogus 1\n}", wantErr: "session_shadow: unrecognized option"},
-		{give: "session_shadow a b", wantErr: "wrong argument count"},
+		{give: "session_shadow a b", wantErr: "session_shadow: too many values"},
 	}
 	for _, tt := range tests {
 		var s RamjetSelection

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -14,10 +13,10 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
-	"github.com/ramjet-llm/ramjet/upstream"
 )
 
 // KVConfig turns on the precise index (package kvindex) for the ramjet
@@ -86,7 +85,7 @@ type KVConfig struct {
 // KVCanary configures the exact-placement canaries.
 type KVCanary struct {
 	// Model is the model name the probes ask for. Required.
-	Model string `json:"model"`
+	Model string `json:"model" caddyfile:"arg"`
 	// Interval is the time between two probes. Default: 30s.
 	Interval caddy.Duration `json:"interval,omitempty"`
 	// Blocks is the probe prompt's length in blocks. Default: 4.
@@ -146,7 +145,9 @@ func (c *KVConfig) validate() error {
 	return nil
 }
 
-// kvOptions adds the kv options of the policy's Caddyfile block to t:
+// kvOptions adds the kv options of the policy's Caddyfile block to b
+// (kv_<name> is KVConfig's field <name>; tokenize's options are its
+// tokenize_* fields):
 //
 //	kv_events <upstream> [dial|bind] <events> [<replay>] [{
 //		ranks  <n>
@@ -172,91 +173,49 @@ func (c *KVConfig) validate() error {
 // kv_events may appear once per engine; it turns the precise index on.
 // "dial" (the default) connects to the engine's PUB socket; "bind" listens
 // on <events> for the engine's PUB socket to connect to.
-func (s *RamjetSelection) kvOptions(t map[string]blockOption) {
-	kv := func(set func(kv *KVConfig) blockOption) blockOption {
-		return func(d *caddyfile.Dispenser, opt string) error {
-			if s.KV == nil {
-				s.KV = new(KVConfig)
-			}
-			return set(s.KV)(d, opt)
+func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
+	kv := func() *KVConfig {
+		if s.KV == nil {
+			s.KV = new(KVConfig)
 		}
+		return s.KV
 	}
-	t["kv_events"] = kv(func(kv *KVConfig) blockOption { return kv.parseEvents })
-	t["kv_topic"] = kv(func(kv *KVConfig) blockOption { return argString(&kv.Topic) })
-	t["kv_upstream_token"] = kv(func(kv *KVConfig) blockOption { return argString(&kv.UpstreamToken) })
-	t["kv_block_size"] = kv(func(kv *KVConfig) blockOption { return argInt(&kv.BlockSize) })
-	t["kv_max_entries"] = kv(func(kv *KVConfig) blockOption { return argInt(&kv.MaxEntries) })
-	t["kv_predict_ttl"] = kv(func(kv *KVConfig) blockOption { return argDuration(&kv.PredictTTL) })
-	t["kv_canary"] = kv(func(kv *KVConfig) blockOption { return kv.parseCanary })
-	t["tokenize"] = kv(func(kv *KVConfig) blockOption {
-		return func(d *caddyfile.Dispenser, opt string) error {
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			return subBlock(d, opt, map[string]blockOption{
-				"timeout":        argDuration(&kv.TokenizeTimeout),
-				"max_concurrent": argInt(&kv.TokenizeConcurrency),
-				"cache_entries":  argInt(&kv.TokenizeCache),
-				"url":            argString(&kv.TokenizeURL),
-			})
+	for _, name := range []string{"topic", "upstream_token", "block_size", "max_entries", "predict_ttl", "canary"} {
+		b.Custom["kv_"+name] = func(d *caddyfile.Dispenser) error { return b.Option(d, "kv_"+name, kv(), name) }
+	}
+	b.Custom["tokenize"] = func(d *caddyfile.Dispenser) error {
+		if d.NextArg() {
+			return d.ArgErr()
 		}
-	})
-}
-
-// parseEvents reads one kv_events line and its block.
-func (kv *KVConfig) parseEvents(d *caddyfile.Dispenser, _ string) error {
-	var e KVEngine
-	args := d.RemainingArgs()
-	if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
-		e.Bind = args[1] == "bind"
-		args = append(args[:1], args[2:]...)
+		return b.Sub(d, "tokenize", kv(), map[string]string{"timeout": "tokenize_timeout",
+			"max_concurrent": "tokenize_concurrency", "cache_entries": "tokenize_cache", "url": "tokenize_url"})
 	}
-	if len(args) < 2 || len(args) > 3 {
-		return d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
-	}
-	e.Upstream, e.Events = args[0], args[1]
-	if len(args) == 3 {
-		e.Replay = args[2]
-	}
-	err := subBlock(d, "kv_events", map[string]blockOption{
-		"ranks": func(d *caddyfile.Dispenser, o string) error {
-			if err := argInt(&e.Ranks)(d, o); err != nil {
-				return err
-			}
-			if e.Ranks < 1 {
-				return d.Errf("kv_events: ranks must be positive")
-			}
-			return nil
-		},
-		"scheme": argValue(&e.Scheme, upstream.ParseScheme),
-		"topic":  argString(&e.Topic),
-	})
-	if err != nil {
-		return err
-	}
-	for _, o := range kv.Engines {
-		if o.Upstream == e.Upstream {
-			return d.Errf("kv_events %s: specified more than once", e.Upstream)
+	b.Custom["kv_events"] = func(d *caddyfile.Dispenser) error {
+		var e KVEngine
+		args := d.RemainingArgs()
+		if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
+			e.Bind = args[1] == "bind"
+			args = append(args[:1], args[2:]...)
 		}
+		if len(args) < 2 || len(args) > 3 {
+			return d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
+		}
+		e.Upstream, e.Events = args[0], args[1]
+		if len(args) == 3 {
+			e.Replay = args[2]
+		}
+		if err := b.Sub(d, "kv_events", &e, map[string]string{"ranks": "ranks", "scheme": "scheme", "topic": "topic"}); err != nil {
+			return err
+		}
+		c := kv()
+		for _, o := range c.Engines {
+			if o.Upstream == e.Upstream {
+				return d.Errf("kv_events %s: specified more than once", e.Upstream)
+			}
+		}
+		c.Engines = append(c.Engines, e)
+		return nil
 	}
-	kv.Engines = append(kv.Engines, e)
-	return nil
-}
-
-// parseCanary reads kv_canary <model> and its block.
-func (kv *KVConfig) parseCanary(d *caddyfile.Dispenser, _ string) error {
-	c := &KVCanary{}
-	if !d.Args(&c.Model) || d.NextArg() {
-		return d.Errf("kv_canary: want <model>")
-	}
-	if err := subBlock(d, "kv_canary", map[string]blockOption{
-		"interval": argDuration(&c.Interval),
-		"blocks":   argInt(&c.Blocks),
-	}); err != nil {
-		return err
-	}
-	kv.Canary = c
-	return nil
 }
 
 // kvStates holds the precise-index state across config reloads, keyed by
@@ -460,37 +419,18 @@ var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "
 // kvDirective is the parsed precise-path options of the ramjet directive.
 type kvDirective struct {
 	feeds           kvindex.FeedOptions
-	blockSize       int
-	tokenizeTimeout caddy.Duration
+	BlockSize       int            `json:"kv_block_size"`
+	TokenizeTimeout caddy.Duration `json:"tokenize_timeout"`
 }
 
-// parse reads one of kvDirectiveOptions.
-func (k *kvDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
-	args = splitList(args)
-	if ok, err := k.feeds.Set(name, args); ok {
-		if err != nil {
-			return d.Err(err.Error())
-		}
-		return nil
+// read reads option name of kvDirectiveOptions at d.
+func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name string) error {
+	if name == "kv_block_size" || name == "tokenize_timeout" {
+		return b.Option(d, name, k, name)
 	}
-	if len(args) > 1 {
-		return d.Errf("%s: want one value, got %d", name, len(args))
-	}
-	if len(args) == 0 {
-		return nil
-	}
-	v := args[0]
-	if name == "kv_block_size" {
-		var err error
-		if k.blockSize, err = strconv.Atoi(v); err != nil || k.blockSize <= 0 {
-			return d.Errf("kv_block_size must be a positive integer, got %q", v)
-		}
-		return nil
-	}
-	dur, err := caddy.ParseDuration(v) // tokenize_timeout
-	k.tokenizeTimeout = caddy.Duration(dur)
-	if err != nil || dur <= 0 {
-		return d.Errf("tokenize_timeout must be a positive duration, got %q", v)
+	args := caddyblock.SplitList(d.RemainingArgs())
+	if _, err := k.feeds.Set(name, args); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }
@@ -501,7 +441,7 @@ func (k *kvDirective) parse(d *caddyfile.Dispenser, name string, args []string) 
 func (k *kvDirective) config(dials, schemes []string, ranks []int) (*KVConfig, error) {
 	f := k.feeds
 	if !f.On() {
-		if len(f.Replay)+len(f.Topics) > 0 || k.blockSize != 0 || k.tokenizeTimeout != 0 || f.Topic != "" {
+		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || f.Topic != "" {
 			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
 		}
 		return nil, nil
@@ -510,5 +450,5 @@ func (k *kvDirective) config(dials, schemes []string, ranks []int) (*KVConfig, e
 	if err != nil {
 		return nil, err
 	}
-	return &KVConfig{Engines: engines, Topic: f.Topic, BlockSize: k.blockSize, TokenizeTimeout: k.tokenizeTimeout}, nil
+	return &KVConfig{Engines: engines, Topic: f.Topic, BlockSize: k.BlockSize, TokenizeTimeout: k.TokenizeTimeout}, nil
 }
