@@ -10,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
+
+	"github.com/ramjet-llm/ramjet/duration"
 )
 
 // Block says how a block is read beyond what the struct's fields say.
@@ -196,7 +198,7 @@ func (b *Block) nested(d *caddyfile.Dispenser, path string, v reflect.Value) err
 	return b.block(d, path, v, nil)
 }
 
-var durationType = reflect.TypeOf(caddy.Duration(0))
+var durationTypes = map[reflect.Type]bool{reflect.TypeOf(caddy.Duration(0)): true, reflect.TypeOf(duration.Duration(0)): true}
 
 // scalar parses s into f by f's type.
 func (b *Block) scalar(path, name, s string, f reflect.Value) error {
@@ -218,7 +220,7 @@ func (b *Block) scalar(path, name, s string, f reflect.Value) error {
 	}
 	zero := b.Zero != nil && b.Zero(path)
 	switch {
-	case f.Type() == durationType:
+	case durationTypes[f.Type()]:
 		dur, err := caddy.ParseDuration(s)
 		if err != nil || dur <= 0 {
 			return fmt.Errorf("%q is not a positive duration", s)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/snapshot"
 	"github.com/ramjet-llm/ramjet/upstream"
@@ -102,8 +103,8 @@ type RamjetSelection struct {
 	InstanceID string `json:"instance_id,omitempty"`
 
 	// KV turns on the precise index from the engines' KV-cache events
-	// (see KVConfig); off by default.
-	KV *KVConfig `json:"kv,omitempty"`
+	// (see kvindex.Settings); off by default.
+	KV *kvindex.Settings `json:"kv,omitempty"`
 
 	// Outlier tunes outlier detection (see OutlierSettings); on by
 	// default.
