@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -22,97 +21,6 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/upstream"
 )
-
-// IntegrityConfig turns on engine integrity for the ramjet policy (package
-// integrity), off by default: compatibility admission against SHA-256 pins
-// read from each engine's identity contract (docs/identity.md), and the
-// speculative-decoding acceptance-collapse quarantine. A replica that
-// integrity holds out is never offered to selection nor to the fallback
-// policy (fail closed, per replica: when every replica is out the request
-// gets 503). Checks start when the policy first sees its upstream pool (its
-// first request) and when /health names the replica; until a replica's
-// first identity answer it is out with reason "pending".
-type IntegrityConfig struct {
-	// ModelSHA256 pins the weights: the SHA-256 of the weights' manifest
-	// (docs/identity.md), 64 lowercase hex digits. Default: not pinned.
-	ModelSHA256 string `json:"model_sha256,omitempty"`
-	// TemplateSHA256 pins the chat template (SHA-256 of its UTF-8 text).
-	// Default: not pinned.
-	TemplateSHA256 string `json:"chat_template_sha256,omitempty"`
-	// TokenizerSHA256 pins the tokenizer (SHA-256 of tokenizer.json).
-	// Default: not pinned.
-	TokenizerSHA256 string `json:"tokenizer_sha256,omitempty"`
-	// IdentityPath is the contract's path on every engine. Default
-	// "/ramjet/identity".
-	IdentityPath string `json:"identity_path,omitempty"`
-	// Interval is the time between two identity checks of a replica.
-	// Default 10s.
-	Interval caddy.Duration `json:"interval,omitempty"`
-	// Timeout bounds one identity fetch or metrics scrape. Default 2s.
-	Timeout caddy.Duration `json:"timeout,omitempty"`
-	// Access is how the engines are reached for the checks: scheme
-	// ("http" or "https", default "http") and upstream_token (sent with
-	// every check as "Authorization: Bearer <token>", placeholders
-	// resolved; default none).
-	upstream.Access
-	// SpecDecode turns on the acceptance-collapse quarantine; nil: off.
-	SpecDecode *SpecDecodeConfig `json:"spec_decode,omitempty"`
-}
-
-// SpecDecodeConfig configures the speculative-decoding acceptance-collapse
-// quarantine: each engine's vllm:spec_decode_* counters are scraped once per
-// window; N consecutive complete windows with draft tokens but no accepted
-// token (overall, or at Position) make a collapse.
-type SpecDecodeConfig struct {
-	// Mode is "observe" (report the collapse: metrics, /health,
-	// /ramjet/fleet, a log line; keep routing) or "enforce" (commit the
-	// engine instance to StateFile, then hold the replica out until a
-	// different attested instance answers at that address). Default
-	// "observe".
-	Mode string `json:"mode,omitempty" caddyfile:"arg"`
-	// Window is the length of one window (one scrape per window).
-	// Default 10s.
-	Window caddy.Duration `json:"window,omitempty"`
-	// Windows is N. Default 3.
-	Windows int `json:"windows,omitempty"`
-	// Position watches the acceptance at this draft position (0-based,
-	// vllm:spec_decode_num_accepted_tokens_per_pos_total) instead of the
-	// overall acceptance. Default: overall.
-	Position *int `json:"position,omitempty"`
-	// MetricsPath is the engines' metrics path. Default "/metrics".
-	MetricsPath string `json:"metrics_path,omitempty"`
-	// StateFile is where enforce mode keeps its commitments (keyed hashes
-	// of engine identities: no address, no prompt). Required for
-	// enforce.
-	StateFile string `json:"state_file,omitempty"`
-	// CommitmentKey keys the commitments and seals the state file, at
-	// least 16 bytes; use a placeholder such as {env.RJ_INTEGRITY_KEY}.
-	// Required for enforce; it must stay the same across restarts.
-	CommitmentKey string `json:"commitment_key,omitempty"`
-}
-
-// settings is c typed, with the defaults filled (package integrity).
-func (c *IntegrityConfig) settings() integrity.Settings {
-	s := integrity.Settings{Pins: c.pins(), IdentityPath: c.IdentityPath, Interval: time.Duration(c.Interval),
-		Timeout: time.Duration(c.Timeout), Scheme: c.Scheme, Token: resolveSecret(c.UpstreamToken)}
-	if sd := c.SpecDecode; sd != nil {
-		s.Spec = &integrity.SpecSettings{Mode: sd.Mode, Window: time.Duration(sd.Window), Windows: sd.Windows,
-			Position: sd.Position, MetricsPath: sd.MetricsPath, StateFile: sd.StateFile,
-			Key: []byte(resolveSecret(sd.CommitmentKey))}
-	}
-	s.Defaults()
-	return s
-}
-
-// validate names the bad setting.
-func (c *IntegrityConfig) validate() error {
-	s := c.settings()
-	return s.Validate()
-}
-
-func (c *IntegrityConfig) pins() integrity.Pins {
-	return integrity.Pins{ModelSHA256: c.ModelSHA256, TemplateSHA256: c.TemplateSHA256, TokenizerSHA256: c.TokenizerSHA256}
-}
 
 // parseSpecMode reads a spec_decode mode.
 func parseSpecMode(v string) (string, error) {
@@ -202,14 +110,20 @@ func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	if s.Integrity == nil {
 		return nil
 	}
-	set := s.Integrity.settings()
+	set := resolved(*s.Integrity)
 	if err := set.Validate(); err != nil {
 		return err
 	}
 	if err := registerIntegrityMetrics(ctx); err != nil {
 		return fmt.Errorf("integrity metrics: %w", err)
 	}
-	b, _ := json.Marshal(set)
+	// Keyed by the settings and the resolved secrets (shared while both
+	// stay the same).
+	b, _ := json.Marshal(struct {
+		S     integrity.Settings
+		Token string
+		Key   []byte
+	}{set, set.Token, specKey(set.Spec)})
 	key := fmt.Sprintf("ramjet-integrity/%s/%016x", s.poolKey, xxhash.Sum64(b))
 	logger := s.logger.Named("integrity")
 	f := s.fleet
@@ -242,6 +156,25 @@ func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	s.integ, s.integKey = v.(*integState), key
 	integLive.Set(f.PoolKey, s.integ)
 	return nil
+}
+
+// resolved is set with its secrets resolved and the defaults filled.
+func resolved(set integrity.Settings) integrity.Settings {
+	set.Token = resolveSecret(set.UpstreamToken)
+	if set.Spec != nil {
+		sd := *set.Spec
+		sd.Key = []byte(resolveSecret(sd.CommitmentKey))
+		set.Spec = &sd
+	}
+	set.Defaults()
+	return set
+}
+
+func specKey(sd *integrity.SpecSettings) []byte {
+	if sd == nil {
+		return nil
+	}
+	return sd.Key
 }
 
 // acquireStore opens (or shares) the store of path.
@@ -345,8 +278,8 @@ var integrityDirectiveOptions = map[string]string{
 
 // integrityDirective collects the ramjet directive's integrity options.
 type integrityDirective struct {
-	c  IntegrityConfig
-	sd SpecDecodeConfig
+	c  integrity.Settings
+	sd integrity.SpecSettings
 }
 
 // read reads option name (field of integrityDirectiveOptions) at d.
@@ -359,8 +292,8 @@ func (k *integrityDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, n
 
 // config is the policy's integrity configuration, nil when off. token and
 // scheme are the directive's upstream token and the engines' scheme.
-func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
-	if !k.c.pins().Any() && k.sd.Mode == "" {
+func (k *integrityDirective) config(token, scheme string) *integrity.Settings {
+	if !k.c.Pins.Any() && k.sd.Mode == "" {
 		return nil
 	}
 	c := k.c
@@ -370,7 +303,7 @@ func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
 		if sd.Mode != "enforce" {
 			sd.StateFile, sd.CommitmentKey = "", ""
 		}
-		c.SpecDecode = &sd
+		c.Spec = &sd
 	}
 	return &c
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/snapshot"
@@ -116,8 +117,8 @@ type RamjetSelection struct {
 
 	// Integrity turns on engine integrity: admission against pinned
 	// digests and the speculative-decoding quarantine (see
-	// IntegrityConfig); off by default.
-	Integrity *IntegrityConfig `json:"integrity,omitempty"`
+	// integrity.Settings); off by default.
+	Integrity *integrity.Settings `json:"integrity,omitempty"`
 
 	// SessionShadow turns on session-affinity shadow telemetry (see
 	// SessionShadowConfig); off by default. It never changes a decision.
@@ -202,7 +203,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //			max_ejection         <duration>
 //			max_ejected_percent  <percent>
 //		}
-//		integrity { <IntegrityConfig's fields> }
+//		integrity { <integrity.Settings' fields> }
 //		session_shadow [<header>] { max_sessions <n> }
 //		snapshot [<path>] { <SnapshotConfig's fields> }
 //		depart_after       <duration>
