@@ -21,6 +21,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/enginemetrics"
 	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -112,8 +113,8 @@ type RamjetSelection struct {
 	Outlier *OutlierSettings `json:"outlier,omitempty"`
 
 	// EngineMetrics turns on scraping of the engines' own metrics (see
-	// EngineMetricsConfig, engines.go); off by default.
-	EngineMetrics *EngineMetricsConfig `json:"engine_metrics,omitempty"`
+	// enginemetrics.Settings, engines.go); off by default.
+	EngineMetrics *enginemetrics.Settings `json:"engine_metrics,omitempty"`
 
 	// Integrity turns on engine integrity: admission against pinned
 	// digests and the speculative-decoding quarantine (see
