@@ -2,7 +2,6 @@ package module
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -308,22 +307,6 @@ func (k *integrityDirective) config(token, scheme string) *integrity.Settings {
 	return &c
 }
 
-// SessionShadowConfig turns on session-affinity shadow telemetry: for
-// requests carrying a session key in Header, ramjet records what a
-// session-sticky policy (each session stays on the replica it was first
-// placed on while that replica is usable) would have chosen next to its
-// own choice: the agreement rate, and for disagreements the overlap and
-// load of both choices. It never changes a decision. The session key is
-// hashed and never kept; the table is bounded.
-type SessionShadowConfig struct {
-	// Header carries the session key. Default "X-Session-ID".
-	// In the Caddyfile: session_shadow [<header>] { max_sessions <n> }.
-	Header string `json:"header,omitempty" caddyfile:"arg"`
-	// MaxSessions bounds the sessions remembered (least recently seen
-	// evicted). Default 65536.
-	MaxSessions int `json:"max_sessions,omitempty"`
-}
-
 // shadowState is one fleet's session shadow, kept across reloads.
 type shadowState struct {
 	ss     *integrity.SessionShadow
@@ -343,11 +326,9 @@ func (s *RamjetSelection) provisionShadow(ctx caddy.Context) error {
 	if c == nil {
 		return nil
 	}
-	if c.Header == "" {
-		c.Header = "X-Session-ID"
-	}
-	if c.MaxSessions < 0 {
-		return errors.New("session_shadow max_sessions must be positive")
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return err
 	}
 	if err := registerIntegrityMetrics(ctx); err != nil {
 		return fmt.Errorf("session shadow metrics: %w", err)

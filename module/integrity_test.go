@@ -698,7 +698,7 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 // key, scores its disagreements, and explain reports the sticky choice.
 func TestSessionShadowChangesNoDecision(t *testing.T) {
 	plain := newTestPolicy(t, "shadow-plain")
-	shadowed := &RamjetSelection{StateKey: "shadow-on", SessionShadow: &SessionShadowConfig{MaxSessions: 64}}
+	shadowed := &RamjetSelection{StateKey: "shadow-on", SessionShadow: &integrity.ShadowSettings{MaxSessions: 64}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := shadowed.Provision(ctx); err != nil {
 		t.Fatal(err)
@@ -795,11 +795,11 @@ func TestSessionShadowChangesNoDecision(t *testing.T) {
 func TestSessionShadowCaddyfile(t *testing.T) {
 	tests := []struct {
 		give    string
-		want    *SessionShadowConfig
+		want    *integrity.ShadowSettings
 		wantErr string
 	}{
-		{give: "session_shadow", want: &SessionShadowConfig{}},
-		{give: "session_shadow X-Conversation {\n max_sessions 100\n}", want: &SessionShadowConfig{Header: "X-Conversation", MaxSessions: 100}},
+		{give: "session_shadow", want: &integrity.ShadowSettings{}},
+		{give: "session_shadow X-Conversation {\n max_sessions 100\n}", want: &integrity.ShadowSettings{Header: "X-Conversation", MaxSessions: 100}},
 		{give: "session_shadow {\n max_sessions 0\n}", wantErr: "positive integer"},
 		{give: "session_shadow {\n bogus 1\n}", wantErr: "session_shadow: unrecognized option"},
 		{give: "session_shadow a b", wantErr: "session_shadow: too many values"},

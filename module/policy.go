@@ -122,8 +122,9 @@ type RamjetSelection struct {
 	Integrity *integrity.Settings `json:"integrity,omitempty"`
 
 	// SessionShadow turns on session-affinity shadow telemetry (see
-	// SessionShadowConfig); off by default. It never changes a decision.
-	SessionShadow *SessionShadowConfig `json:"session_shadow,omitempty"`
+	// integrity.ShadowSettings); off by default. It never changes a
+	// decision.
+	SessionShadow *integrity.ShadowSettings `json:"session_shadow,omitempty"`
 
 	// Snapshot turns on authenticated snapshots of the approximate index
 	// (see SnapshotConfig, snapshot.go); off by default.
