@@ -87,8 +87,9 @@ func TestAdaptBadOptions(t *testing.T) {
 		give    string // inside reverse_proxy { lb_policy ramjet { ... } }
 		wantErr string
 	}{
-		{"unknown", "alhpa 1", "unrecognized ramjet option 'alhpa'"},
-		{"duplicate", "alpha 1\nalpha 2", "alpha: option specified more than once"},
+		{"unknown", "alhpa 1", "ramjet: unrecognized option 'alhpa'"},
+		{"duplicate", "alpha 1\nalpha 2", "ramjet: alpha specified more than once"},
+		{"negative", "affinity_cap -5", `affinity_cap: "-5" is not a positive integer`},
 		{"alpha", "alpha fast", `alpha: "fast" is not a number`},
 		{"affinity_cap", "affinity_cap", "affinity_cap: missing value"},
 		{"block_tokens", "block_tokens 1 2", "block_tokens: too many values"},
@@ -113,7 +114,7 @@ func TestAdaptBadOptions(t *testing.T) {
 		give    string
 		wantErr string
 	}{
-		{"affinity_cap", "affinity_cap -5", "affinity_cap must be positive"},
+		{"alpha", "alpha -1", "alpha must be"},
 		{"prefix_tokens", "block_tokens 64\nprefix_tokens 16", "prefix_tokens must be at least block_tokens"},
 		{"chars_per_token", "chars_per_token 0.1", "chars_per_token must be between"},
 		{"state_key", "state_key has/slash", "state_key must be"},
@@ -138,7 +139,7 @@ func TestAdaptBadOptions(t *testing.T) {
 
 	// The matcher too.
 	src := ":8000 {\n\t@m ramjet_body {\n\t\tmodle x\n\t}\n\trespond @m 200\n}\n"
-	if _, err := adapt(t, "Caddyfile", []byte(src)); err == nil || !strings.Contains(err.Error(), "unrecognized ramjet_body option 'modle'") {
+	if _, err := adapt(t, "Caddyfile", []byte(src)); err == nil || !strings.Contains(err.Error(), "ramjet_body: unrecognized option 'modle'") {
 		t.Fatalf("matcher: error = %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -37,12 +38,13 @@ func NewService(s Settings, store *Store, lookup func(string) (selection.Slot, b
 	if s.Token != "" {
 		g.header = http.Header{"Authorization": {"Bearer " + s.Token}}
 	}
-	client := &http.Client{Timeout: 2 * s.Timeout}
-	cfg := Config{Pins: s.Pins, IdentityPath: s.IdentityPath, Interval: s.Interval,
-		Timeout: s.Timeout, Client: client, Logger: logger, OnChange: g.Refresh}
+	timeout := time.Duration(s.Timeout)
+	client := &http.Client{Timeout: 2 * timeout}
+	cfg := Config{Pins: s.Pins, IdentityPath: s.IdentityPath, Interval: time.Duration(s.Interval),
+		Timeout: timeout, Client: client, Logger: logger, OnChange: g.Refresh}
 	if sd := s.Spec; sd != nil {
-		sc := &SpecConfig{Window: sd.Window, WindowConfig: WindowConfig{Windows: sd.Windows, Position: -1},
-			Source: &MetricsSource{Client: client, Path: sd.MetricsPath, Timeout: s.Timeout}}
+		sc := &SpecConfig{Window: time.Duration(sd.Window), WindowConfig: WindowConfig{Windows: sd.Windows, Position: -1},
+			Source: &MetricsSource{Client: client, Path: sd.MetricsPath, Timeout: timeout}}
 		if sd.Position != nil {
 			sc.Position = *sd.Position
 		}

@@ -1,6 +1,7 @@
 package integrity
 
 import (
+	"github.com/ramjet-llm/ramjet/upstream"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func TestSettings(t *testing.T) {
 	}{
 		{"nothing", Settings{}, "at least one pin or spec_decode"},
 		{"pin", Settings{Pins: Pins{ModelSHA256: pin}}, ""},
-		{"scheme", Settings{Pins: Pins{ModelSHA256: pin}, Scheme: "ftp"}, "scheme"},
+		{"scheme", Settings{Pins: Pins{ModelSHA256: pin}, Access: upstream.Access{Scheme: "ftp"}}, "scheme"},
 		{"path", Settings{Pins: Pins{ModelSHA256: pin}, IdentityPath: "id"}, "identity_path"},
 		{"spec observe", Settings{Spec: &SpecSettings{}}, ""},
 		{"position", Settings{Spec: &SpecSettings{Position: &pos}}, "position"},
@@ -42,8 +43,8 @@ func TestSettings(t *testing.T) {
 	var s Settings
 	s.Spec = &SpecSettings{}
 	s.Defaults()
-	if s.Interval != 10*time.Second || s.Timeout != 2*time.Second || s.Scheme != "http" || s.IdentityPath != DefaultIdentityPath ||
-		s.Spec.Mode != "observe" || s.Spec.Window != 10*time.Second || s.Spec.Windows != 3 || s.Spec.MetricsPath != "/metrics" {
+	if time.Duration(s.Interval) != 10*time.Second || time.Duration(s.Timeout) != 2*time.Second || s.Scheme != "http" || s.IdentityPath != DefaultIdentityPath ||
+		s.Spec.Mode != "observe" || time.Duration(s.Spec.Window) != 10*time.Second || s.Spec.Windows != 3 || s.Spec.MetricsPath != "/metrics" {
 		t.Fatalf("defaults %+v %+v", s, *s.Spec)
 	}
 }

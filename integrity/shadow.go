@@ -2,6 +2,7 @@ package integrity
 
 import (
 	"container/list"
+	"errors"
 	"sync"
 )
 
@@ -127,4 +128,36 @@ func (s *SessionShadow) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lru.Len()
+}
+
+// ShadowSettings is the JSON configuration of the session shadow (the
+// ramjet policy's "session_shadow"), session-affinity shadow telemetry: for
+// requests carrying a session key in Header, ramjet records what a
+// session-sticky policy (each session stays on the replica it was first
+// placed on while that replica is usable) would have chosen next to its
+// own choice: the agreement rate, and for disagreements the overlap and
+// load of both choices. It never changes a decision. The session key is
+// hashed and never kept; the table is bounded.
+type ShadowSettings struct {
+	// Header carries the session key. Default "X-Session-ID".
+	// In the Caddyfile: session_shadow [<header>] { max_sessions <n> }.
+	Header string `json:"header,omitempty" caddyfile:"arg"`
+	// MaxSessions bounds the sessions remembered (least recently seen
+	// evicted). Default 65536.
+	MaxSessions int `json:"max_sessions,omitempty"`
+}
+
+// SetDefaults fills the default header.
+func (c *ShadowSettings) SetDefaults() {
+	if c.Header == "" {
+		c.Header = "X-Session-ID"
+	}
+}
+
+// Validate names the bad setting.
+func (c *ShadowSettings) Validate() error {
+	if c.MaxSessions < 0 {
+		return errors.New("session_shadow max_sessions must be positive")
+	}
+	return nil
 }

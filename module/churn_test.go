@@ -31,7 +31,7 @@ func TestDepartAfterCaddyfile(t *testing.T) {
 		{name: "set", give: "ramjet {\n depart_after 2m\n}", want: 2 * time.Minute},
 		{name: "unset", give: "ramjet", want: 0},
 		{name: "twice", give: "ramjet {\n depart_after 1s\n depart_after 2s\n}", wantErr: "more than once"},
-		{name: "not a duration", give: "ramjet {\n depart_after soon\n}", wantErr: "not a duration"},
+		{name: "not a duration", give: "ramjet {\n depart_after soon\n}", wantErr: "not a positive duration"},
 		{name: "no value", give: "ramjet {\n depart_after\n}", wantErr: "missing value"},
 	}
 	for _, tt := range tests {

@@ -67,13 +67,7 @@ func (Dashboard) CaddyModule() caddy.ModuleInfo {
 //		sample_interval <duration>
 //	}
 func (d *Dashboard) UnmarshalCaddyfile(disp *caddyfile.Dispenser) error {
-	return parseOptionBlock(disp, "ramjet_dashboard", map[string]func(string) error{
-		"sample_interval": func(v string) error {
-			iv, err := caddy.ParseDuration(v)
-			d.SampleInterval = caddy.Duration(iv)
-			return err
-		},
-	})
+	return optionBlock(disp, "ramjet_dashboard", d, nil)
 }
 
 func parseDashboardCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {

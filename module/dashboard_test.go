@@ -397,7 +397,7 @@ func TestDashboardCaddyfile(t *testing.T) {
 		{name: "bare", give: "ramjet_dashboard"},
 		{name: "interval", give: "ramjet_dashboard {\n sample_interval 500ms\n}", want: Dashboard{SampleInterval: caddy.Duration(500 * time.Millisecond)}},
 		{name: "argument", give: "ramjet_dashboard /x", wantErr: "wrong argument count"},
-		{name: "unknown option", give: "ramjet_dashboard {\n colour blue\n}", wantErr: "unrecognized ramjet_dashboard option 'colour'"},
+		{name: "unknown option", give: "ramjet_dashboard {\n colour blue\n}", wantErr: "ramjet_dashboard: unrecognized option 'colour'"},
 		{name: "duplicate", give: "ramjet_dashboard {\n sample_interval 1s\n sample_interval 2s\n}", wantErr: "specified more than once"},
 		{name: "missing value", give: "ramjet_dashboard {\n sample_interval\n}", wantErr: "missing value"},
 		{name: "bad duration", give: "ramjet_dashboard {\n sample_interval soon\n}", wantErr: "sample_interval"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -14,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/deploy"
 	"github.com/ramjet-llm/ramjet/envcheck"
@@ -73,34 +75,40 @@ var envDrivenProxyOptions = map[string]bool{
 	"flush_interval": true, "stream_timeout": true, "stream_close_delay": true,
 }
 
-// ramjetDirective is the parsed ramjet directive.
+// ramjetDirective is the parsed ramjet directive. Its own options are
+// its tagged fields (package caddyblock, line-form: an option without a
+// value keeps its default), the routing knobs (selection.Config) and the
+// precise path's, integrity's and snapshots' options (kv.go,
+// integrity.go, snapshot.go).
 type ramjetDirective struct {
 	upstreams []upstream.Addr
 	ranks     []int    // per engine
 	profiles  []string // per engine
-	token     string
-	secret    string
-	clientKey string
-	knobs     selection.Config // the routing knobs given
 
-	forwardClientAuth bool
-	maxBodySize       int64
-	modelCheck        string
-	modelsCache       caddy.Duration
-	modelsTimeout     caddy.Duration
-	engineTimeout     caddy.Duration
-	bodyTimeout       caddy.Duration
-	bodyMinRate       int64
-	writeTimeout      caddy.Duration
-	allowPaths        []string
-	instanceID        string
-	departAfter       caddy.Duration
+	Token        string   `json:"upstream_token"`
+	Secret       string   `json:"route_id_secret"`
+	ClientTokens []string `json:"client_tokens"`
+	// DPRanks and Profiles are kept as given, to be spread over the
+	// engines.
+	DPRanks           []string       `json:"dp_ranks"`
+	Profiles          []string       `json:"profiles"`
+	ForwardClientAuth bool           `json:"forward_client_auth"`
+	MaxBodySize       int64          `json:"max_body_size"`
+	ModelCheck        string         `json:"model_check"`
+	ModelsCache       caddy.Duration `json:"models_cache"`
+	ModelsTimeout     caddy.Duration `json:"models_timeout"`
+	EngineTimeout     caddy.Duration `json:"engine_timeout"`
+	BodyTimeout       caddy.Duration `json:"body_timeout"`
+	BodyMinRate       int64          `json:"body_min_rate"`
+	WriteTimeout      caddy.Duration `json:"write_timeout"`
+	AllowPaths        []string       `json:"allow_paths"`
+	InstanceID        string         `json:"instance_id"`
+	DepartAfter       caddy.Duration `json:"depart_after"`
+	selection.Config                 // the routing knobs given
 
-	kv kvDirective // the precise path's options (module/kv.go)
-
+	kv    kvDirective        // the precise path's options (module/kv.go)
 	integ integrityDirective // engine integrity's options (module/integrity.go)
-
-	snap snapshotDirective // index snapshots' options (module/snapshot.go)
+	snap  snapshotDirective  // index snapshots' options (module/snapshot.go)
 }
 
 // parseRamjet sets up the ramjet directive: a production-tuned reverse_proxy
@@ -181,20 +189,20 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	}
 	dials := rd.dials()
 
-	health := &Health{Upstreams: dials, RouteIDSecret: rd.secret}
-	engines := Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.token, ClientTokens: rd.clientKey}
-	models := &Models{Engines: engines, Cache: rd.modelsCache, Timeout: rd.modelsTimeout}
+	health := &Health{Upstreams: dials, RouteIDSecret: rd.Secret}
+	engines := Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.Token, ClientTokens: strings.Join(rd.ClientTokens, ",")}
+	models := &Models{Engines: engines, Cache: rd.ModelsCache, Timeout: rd.ModelsTimeout}
 	guard := &Guard{
 		Engines:           engines,
-		ForwardClientAuth: rd.forwardClientAuth,
-		MaxBodySize:       rd.maxBodySize,
-		ModelCheck:        rd.modelCheck,
-		ModelsTimeout:     rd.modelsTimeout,
-		BodyTimeout:       rd.bodyTimeout,
-		BodyMinRate:       rd.bodyMinRate,
-		AllowPaths:        rd.allowPaths,
+		ForwardClientAuth: rd.ForwardClientAuth,
+		MaxBodySize:       rd.MaxBodySize,
+		ModelCheck:        rd.ModelCheck,
+		ModelsTimeout:     rd.ModelsTimeout,
+		BodyTimeout:       rd.BodyTimeout,
+		BodyMinRate:       rd.BodyMinRate,
+		AllowPaths:        rd.AllowPaths,
 	}
-	observe := &Handler{WriteTimeout: rd.writeTimeout}
+	observe := &Handler{WriteTimeout: rd.WriteTimeout}
 
 	routes := caddyhttp.RouteList{
 		{
@@ -279,15 +287,14 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 	if len(args) > 0 {
 		d.DeleteN(len(args))
 	}
-	for _, a := range splitList(args) {
+	for _, a := range caddyblock.SplitList(args) {
 		u, err := upstream.Parse(a)
 		if err != nil {
 			return nil, d.Errf("upstream %q: %v", a, err)
 		}
 		rd.upstreams = append(rd.upstreams, u)
 	}
-	var ranksArg, profilesArg []string
-	t := rd.options(&ranksArg, &profilesArg)
+	b := rd.block()
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		if d.Nesting() != 1 {
@@ -306,17 +313,23 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		case "to", "lb_policy", "dynamic":
 			return nil, d.Errf("ramjet sets %s itself; to write the proxy out, use reverse_proxy { lb_policy ramjet }", name)
 		}
-		set, ok := t[name]
-		if !ok {
+		if !b.Known(rd, name) {
 			continue // reverse_proxy syntax
 		}
 		if seen[name] {
-			return nil, d.Errf("duplicate option %q", name)
+			return nil, d.Errf("ramjet: %s specified more than once", name)
 		}
 		seen[name] = true
-		args := d.RemainingArgs()
-		d.DeleteN(len(args) + 1)
-		if err := set(d, args); err != nil {
+		// Read the option's line, then delete it: what is left of the
+		// block is reverse_proxy's.
+		toks := []caddyfile.Token{d.Token()}
+		for d.NextArg() {
+			toks = append(toks, d.Token())
+		}
+		d.DeleteN(len(toks))
+		line := caddyfile.NewDispenser(toks)
+		line.Next()
+		if err := b.Read(line, rd); err != nil {
 			return nil, err
 		}
 	}
@@ -324,7 +337,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		// Cite the directive's line, not the block's closing brace.
 		return nil, fmt.Errorf("%s:%d - Error during parsing: ramjet needs at least one upstream (set RJ_UPSTREAM)", file, line)
 	}
-	ranks, err := upstream.PerEngine("dp_ranks", "value", ranksArg, len(rd.upstreams), "1")
+	ranks, err := upstream.PerEngine("dp_ranks", "value", rd.DPRanks, len(rd.upstreams), "1")
 	if err != nil {
 		return nil, d.Errf("%v", err)
 	}
@@ -335,7 +348,7 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 		}
 		rd.ranks = append(rd.ranks, n)
 	}
-	if rd.profiles, err = upstream.PerEngine("profiles", "profile", profilesArg, len(rd.upstreams), "standard"); err != nil {
+	if rd.profiles, err = upstream.PerEngine("profiles", "profile", rd.Profiles, len(rd.upstreams), "standard"); err != nil {
 		return nil, d.Errf("%v", err)
 	}
 	for _, p := range rd.profiles {
@@ -346,64 +359,30 @@ func parseRamjetTokens(d *caddyfile.Dispenser) (*ramjetDirective, error) {
 	return rd, nil
 }
 
-// options is the table of the directive's own options: the engines',
-// the guard's and the model list's settings, the precise path's
-// (kvDirectiveOptions, module/kv.go) and the routing knobs (knobs.go).
-// dp_ranks and profiles are kept as given, to be spread over the engines.
-func (rd *ramjetDirective) options(ranks, profiles *[]string) options {
-	t := options{
-		"upstream_token":      optString(&rd.token),
-		"route_id_secret":     optString(&rd.secret),
-		"client_tokens":       optJoined(&rd.clientKey),
-		"dp_ranks":            optList(ranks),
-		"profiles":            optList(profiles),
-		"forward_client_auth": optFlag(&rd.forwardClientAuth),
-		"max_body_size":       optSize(&rd.maxBodySize),
-		"models_cache":        optDuration(&rd.modelsCache),
-		"models_timeout":      optDuration(&rd.modelsTimeout),
-		"engine_timeout":      optDuration(&rd.engineTimeout),
-		"body_timeout":        optDuration(&rd.bodyTimeout),
-		"body_min_rate":       optSize(&rd.bodyMinRate),
-		"write_timeout":       optValue(&rd.writeTimeout, parseWriteTimeout),
-		"instance_id":         optString(&rd.instanceID),
-		"depart_after":        optDuration(&rd.departAfter),
-		"allow_paths":         optAllowPaths(&rd.allowPaths),
-		"model_check": func(d *caddyfile.Dispenser, args []string) (err error) {
-			rd.modelCheck, err = optionalArg(d, args)
-			if err == nil && rd.modelCheck != "" && rd.modelCheck != "on" && rd.modelCheck != "off" {
-				err = d.Errf("model_check must be on or off, got %q", rd.modelCheck)
-			}
-			return err
-		},
+// block reads the directive's options: its fields, the routing knobs
+// (an explicit zero kept), and the precise path's, integrity's and
+// snapshots' options into their parts.
+func (rd *ramjetDirective) block() *caddyblock.Block {
+	b := &caddyblock.Block{Name: "ramjet", Line: true,
+		Custom: map[string]func(*caddyfile.Dispenser) error{},
+		Zero:   func(path string) bool { return selection.KnobNamed(path) != 0 || path == "spec_decode_position" },
+		Set:    func(path string) { rd.Explicit |= selection.KnobNamed(path) },
+		Check:  map[string]func(string) (string, error){"model_check": parseModelCheck, "mode": parseSpecMode},
+		Words: map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
+			"spec_decode_position": {"overall": nil}},
 	}
-	for name := range kvDirectiveOptions {
-		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.kv.parse(d, name, args) }
+	for name := range kvDirectiveOptions { // kv.go
+		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.kv.read(b, d, name) }
 	}
-	for name := range integrityDirectiveOptions { // integrity.go
-		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.integ.parse(d, name, args) }
+	for name, field := range integrityDirectiveOptions { // integrity.go
+		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.integ.read(b, d, name, field) }
 	}
 	for name := range snapshotDirectiveOptions { // snapshot.go
-		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.snap.parse(d, name, args) }
-	}
-	for name := range routingKnobs {
-		t[name] = func(d *caddyfile.Dispenser, args []string) error { return rd.parseKnob(d, name, args) }
-	}
-	return t
-}
-
-// parseKnob reads routing knob name. No value (an unset environment
-// variable) keeps the default; a value given, zero included, is explicit.
-func (rd *ramjetDirective) parseKnob(d *caddyfile.Dispenser, name string, args []string) error {
-	switch len(args) {
-	case 0:
-		return nil
-	case 1:
-		if err := setKnob(&rd.knobs, name, args[0]); err != nil {
-			return d.Err(err.Error())
+		b.Custom[name] = func(d *caddyfile.Dispenser) error {
+			return b.Option(d, name, &rd.snap.c, strings.TrimPrefix(name, "snapshot_"))
 		}
-		return nil
 	}
-	return d.ArgErr()
+	return b
 }
 
 // dials is the reverse_proxy upstream list: each engine once per
@@ -469,11 +448,11 @@ func (rd *ramjetDirective) tune(rp *reverseproxy.Handler, h httpcaddyfile.Helper
 	if a.MaxSize == 0 {
 		a.MaxSize = catalog.MaxBody
 	}
-	if rd.token != "" && a.Headers.Get("Authorization") == "" {
+	if rd.Token != "" && a.Headers.Get("Authorization") == "" {
 		if a.Headers == nil {
 			a.Headers = make(map[string][]string)
 		}
-		a.Headers.Set("Authorization", "Bearer "+rd.token)
+		a.Headers.Set("Authorization", "Bearer "+rd.Token)
 	}
 	if hc.Passive == nil {
 		hc.Passive = new(reverseproxy.PassiveHealthChecks)
@@ -524,8 +503,8 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 	// engine instead (engine_timeout).
 	if t.ReadTimeout == 0 {
 		t.ReadTimeout = caddy.Duration(DefaultEngineTimeout)
-		if rd.engineTimeout > 0 {
-			t.ReadTimeout = rd.engineTimeout
+		if rd.EngineTimeout > 0 {
+			t.ReadTimeout = rd.EngineTimeout
 		}
 	}
 	if t.Compression == nil {
@@ -556,10 +535,10 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 // route-id secret, the body bound and one engine profile per speculative
 // engine.
 func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
-	p := &RamjetSelection{Config: rd.knobs, RouteIDSecret: rd.secret, InstanceID: rd.instanceID, DepartAfter: rd.departAfter}
-	if rd.maxBodySize > 0 {
+	p := &RamjetSelection{Config: rd.Config, RouteIDSecret: rd.Secret, InstanceID: rd.InstanceID, DepartAfter: rd.DepartAfter}
+	if rd.MaxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
-		p.MaxBodyBytes = rd.maxBodySize
+		p.MaxBodyBytes = rd.MaxBodySize
 	}
 	// The precise path (module/kv.go).
 	dials, schemes := make([]string, len(rd.upstreams)), make([]string, len(rd.upstreams))
@@ -571,7 +550,7 @@ func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
 		return nil, err
 	}
 	p.KV = kv
-	p.Integrity = rd.integ.config(rd.token, rd.upstreams[0].Scheme)
+	p.Integrity = rd.integ.config(rd.Token, rd.upstreams[0].Scheme)
 	p.Snapshot = rd.snap.config() // snapshot.go
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {

@@ -64,10 +64,10 @@ func TestParseRamjetTokens(t *testing.T) {
 		{name: "NaN knob", give: "ramjet a:1 {\n tie_epsilon NaN\n}", wantErr: `tie_epsilon: "NaN" is not a number`},
 		{name: "bad int knob", give: "ramjet a:1 {\n request_cost 1.5\n}", wantErr: `request_cost: "1.5" is not an integer`},
 		{name: "bad size knob", give: "ramjet a:1 {\n index_budget lots\n}", wantErr: `index_budget: "lots" is not a size`},
-		{name: "duplicate", give: "ramjet a:1 {\n alpha 1\n alpha 2\n}", wantErr: "duplicate option"},
+		{name: "duplicate", give: "ramjet a:1 {\n alpha 1\n alpha 2\n}", wantErr: "ramjet: alpha specified more than once"},
 		{name: "lb_policy refused", give: "ramjet a:1 {\n lb_policy round_robin\n}", wantErr: "ramjet sets lb_policy itself"},
 		{name: "to refused", give: "ramjet a:1 {\n to b:2\n}", wantErr: "ramjet sets to itself"},
-		{name: "model_check value", give: "ramjet a:1 {\n model_check maybe\n}", wantErr: "model_check must be on or off"},
+		{name: "model_check value", give: "ramjet a:1 {\n model_check maybe\n}", wantErr: "model_check: must be on or off"},
 		{name: "bad size", give: "ramjet a:1 {\n max_body_size huge\n}", wantErr: "not a size"},
 		{name: "bad duration", give: "ramjet a:1 {\n models_cache -1s\n}", wantErr: "not a positive duration"},
 	}
@@ -97,18 +97,11 @@ func TestParseRamjetTokens(t *testing.T) {
 				}
 			}
 			if tt.wantKnobs != nil {
-				if diff := cmp.Diff(*tt.wantKnobs, rd.knobs); diff != "" {
+				if diff := cmp.Diff(*tt.wantKnobs, rd.Config); diff != "" {
 					t.Errorf("knobs (-want +got):\n%s", diff)
 				}
 			}
 		})
-	}
-}
-
-func TestSplitList(t *testing.T) {
-	got := splitList([]string{"a:1, b:2", "c:3\td:4", ",", "e:5"})
-	if diff := cmp.Diff([]string{"a:1", "b:2", "c:3", "d:4", "e:5"}, got); diff != "" {
-		t.Errorf("splitList (-want +got):\n%s", diff)
 	}
 }
 

@@ -8,107 +8,12 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/ramjet-llm/ramjet/enginemetrics"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/metrics"
-	"github.com/ramjet-llm/ramjet/upstream"
 )
-
-// EngineMetricsConfig turns on scraping of every upstream engine's
-// Prometheus metrics (vLLM's vllm:* or SGLang's sglang:* series, package
-// enginemetrics): running and waiting requests, KV-cache usage and
-// capacity, speculative-decoding counters. Each replica's snapshot, fused
-// with this instance's own reservations, is added to the routing load
-// (the requests others sent it count as this instance's own do; a stale
-// replica counts local reservations only), sets the index's KV capacity
-// of the replica, and is shown in the admin API's /ramjet/fleet; the
-// scrapes are counted in ramjet_engine_* metrics. Off by default; with
-// it off nothing is scraped.
-type EngineMetricsConfig struct {
-	// Interval is the time between two scrapes of each engine.
-	// Default: 1s.
-	Interval caddy.Duration `json:"interval,omitempty"`
-	// Timeout bounds one scrape. Default: the interval, at most 5s.
-	Timeout caddy.Duration `json:"timeout,omitempty"`
-	// Path is the metrics path on each upstream. Default: "/metrics".
-	Path string `json:"path,omitempty"`
-	// Access is how the engines' metrics are reached: scheme ("http" or
-	// "https", default "http") and upstream_token (sent as
-	// "Authorization: Bearer <token>", placeholders resolved; default
-	// none).
-	upstream.Access
-	// StaleAfter is how many intervals a replica's last good scrape stays
-	// usable while later scrapes fail; past it the replica counts as
-	// stale (local reservations only). Default: 3.
-	StaleAfter int `json:"stale_after,omitempty"`
-	// MaxBodyBytes bounds one metrics page, in bytes. Default: 4 MiB.
-	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
-	// Concurrency bounds the scrapes in flight. Default: 8.
-	Concurrency int `json:"concurrency,omitempty"`
-}
-
-// unmarshalEngineMetrics parses the policy's engine_metrics option:
-//
-//	engine_metrics [<interval>] [{
-//		path           <path>
-//		timeout        <duration>
-//		scheme         http|https
-//		upstream_token <token>
-//		stale_after    <intervals>
-//		max_body_bytes <size>
-//		concurrency    <n>
-//	}]
-func (c *EngineMetricsConfig) unmarshalEngineMetrics(d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) > 1 {
-		return d.Errf("engine_metrics: want at most one interval")
-	}
-	if len(args) == 1 {
-		v, err := caddy.ParseDuration(args[0])
-		if err != nil {
-			return d.Errf("engine_metrics: %q is not a duration", args[0])
-		}
-		c.Interval = caddy.Duration(v)
-	}
-	return subBlock(d, "engine_metrics", map[string]blockOption{
-		"path":           argString(&c.Path),
-		"timeout":        argDuration(&c.Timeout),
-		"scheme":         argValue(&c.Scheme, upstream.ParseScheme),
-		"upstream_token": argString(&c.UpstreamToken),
-		"stale_after":    argInt(&c.StaleAfter),
-		"max_body_bytes": argSize(&c.MaxBodyBytes),
-		"concurrency":    argInt(&c.Concurrency),
-	})
-}
-
-func (c *EngineMetricsConfig) setDefaults() {
-	if c.Path == "" {
-		c.Path = "/metrics"
-	}
-	c.Access.SetDefaults()
-}
-
-func (c *EngineMetricsConfig) validate() error {
-	if c.Path[0] != '/' {
-		return fmt.Errorf("engine_metrics: path must start with '/', got %q", c.Path)
-	}
-	if err := c.Access.Validate("engine_metrics"); err != nil {
-		return err
-	}
-	if err := c.scraperConfig().Validate(); err != nil {
-		return fmt.Errorf("engine_metrics: %w", err)
-	}
-	return nil
-}
-
-func (c *EngineMetricsConfig) scraperConfig() enginemetrics.Config {
-	return enginemetrics.Config{Interval: time.Duration(c.Interval), Timeout: time.Duration(c.Timeout),
-		MaxBodyBytes: c.MaxBodyBytes, Concurrency: c.Concurrency, StaleAfter: c.StaleAfter,
-		Token: resolveSecret(c.UpstreamToken)}
-}
 
 // engineStates holds the scrapers across config reloads, keyed by
 // state_key and the engine_metrics configuration.
@@ -125,7 +30,7 @@ var engineLive fleetstate.Latest[*engineState]
 // router of the fleet provisioned last.
 type engineState struct {
 	stateKey string
-	cfg      EngineMetricsConfig
+	cfg      enginemetrics.Settings
 	sc       *enginemetrics.Scraper
 	feed     enginemetrics.RouterFeed
 	fleet    atomic.Pointer[fleet] // the last provisioned; for targets
@@ -143,8 +48,8 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	if c == nil {
 		return nil
 	}
-	c.setDefaults()
-	if err := c.validate(); err != nil {
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
@@ -156,7 +61,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	key := fmt.Sprintf("ramjet-engines/%s/%016x", s.StateKey, xxhash.Sum64(b))
 	v, _, err := engineStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		e := &engineState{stateKey: s.StateKey, cfg: *c}
-		sc := c.scraperConfig()
+		sc := c.Config(resolveSecret(c.UpstreamToken))
 		sc.Local, sc.OnSnapshot = e.feed.Local, e.feed.Push
 		var err error
 		if e.sc, err = enginemetrics.New(sc); err != nil {

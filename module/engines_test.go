@@ -1,6 +1,7 @@
 package module
 
 import (
+	"github.com/ramjet-llm/ramjet/enginemetrics"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 
 	"context"
@@ -28,16 +29,16 @@ func TestEngineMetricsCaddyfile(t *testing.T) {
 	tests := []struct {
 		name    string
 		give    string
-		want    *EngineMetricsConfig
+		want    *enginemetrics.Settings
 		wantErr string
 	}{
-		{name: "bare", give: "engine_metrics", want: &EngineMetricsConfig{}},
-		{name: "interval", give: "engine_metrics 250ms", want: &EngineMetricsConfig{Interval: 250e6}},
+		{name: "bare", give: "engine_metrics", want: &enginemetrics.Settings{}},
+		{name: "interval", give: "engine_metrics 250ms", want: &enginemetrics.Settings{Interval: 250e6}},
 		{name: "block", give: "engine_metrics 2s {\npath /m\ntimeout 1s\nscheme https\nupstream_token t\nstale_after 5\nmax_body_bytes 1MiB\nconcurrency 3\n}",
-			want: &EngineMetricsConfig{Interval: 2e9, Path: "/m", Timeout: 1e9, Access: upstream.Access{Scheme: "https", UpstreamToken: "t"},
+			want: &enginemetrics.Settings{Interval: 2e9, Path: "/m", Timeout: 1e9, Access: upstream.Access{Scheme: "https", UpstreamToken: "t"},
 				StaleAfter: 5, MaxBodyBytes: 1 << 20, Concurrency: 3}},
-		{name: "two intervals", give: "engine_metrics 1s 2s", wantErr: "at most one interval"},
-		{name: "bad interval", give: "engine_metrics soon", wantErr: "not a duration"},
+		{name: "two intervals", give: "engine_metrics 1s 2s", wantErr: "engine_metrics: too many values"},
+		{name: "bad interval", give: "engine_metrics soon", wantErr: `engine_metrics: "soon" is not a positive duration`},
 		{name: "bad scheme", give: "engine_metrics {\nscheme ftp\n}", wantErr: "must be http or https"},
 		{name: "unknown", give: "engine_metrics {\nfoo 1\n}", wantErr: "unrecognized option 'foo'"},
 		{name: "duplicate", give: "engine_metrics {\npath /a\npath /b\n}", wantErr: "path specified more than once"},
@@ -61,9 +62,9 @@ func TestEngineMetricsCaddyfile(t *testing.T) {
 			}
 		})
 	}
-	for _, c := range []EngineMetricsConfig{{Path: "metrics"}, {Access: upstream.Access{Scheme: "gopher"}}, {StaleAfter: -1}, {Interval: -1}} {
-		c.setDefaults()
-		if err := c.validate(); err == nil {
+	for _, c := range []enginemetrics.Settings{{Path: "metrics"}, {Access: upstream.Access{Scheme: "gopher"}}, {StaleAfter: -1}, {Interval: -1}} {
+		c.SetDefaults()
+		if err := c.Validate(); err == nil {
 			t.Errorf("validate(%+v) accepted", c)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
 )
 
@@ -123,16 +124,7 @@ func (Guard) CaddyModule() caddy.ModuleInfo {
 // Upstreams may be space- or comma-separated. An option given without a
 // value (an unset {$ENV}) keeps its default.
 func (g *Guard) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // directive name
-	g.Upstreams = append(g.Upstreams, splitList(d.RemainingArgs())...)
-	return g.addOptions(options{
-		"forward_client_auth": optFlag(&g.ForwardClientAuth),
-		"max_body_size":       optSize(&g.MaxBodySize),
-		"model_check":         optString(&g.ModelCheck),
-		"models_timeout":      optDuration(&g.ModelsTimeout),
-		"body_min_rate":       optSize(&g.BodyMinRate),
-		"allow_paths":         optAllowPaths(&g.AllowPaths),
-	}).parse(d, "ramjet_guard")
+	return g.parse(d, "ramjet_guard", g)
 }
 
 // Provision resolves the token, fills defaults and joins the shared model
@@ -328,22 +320,10 @@ var (
 	_ caddyfile.Unmarshaler       = (*Guard)(nil)
 )
 
-// parseAllowPaths reads allow_paths: space- or comma-separated paths; none
-// (an unset environment variable) keeps the default API only.
-func parseAllowPaths(d *caddyfile.Dispenser, args []string) ([]string, error) {
-	out := splitList(args)
-	for _, p := range out {
-		if err := edge.CheckAllowPath(p); err != nil {
-			return nil, d.Errf("allow_paths: %v", err)
-		}
-	}
-	return out, nil
-}
-
 // newClientAuth is the client key check of spec: comma- or space-separated
 // keys, placeholders resolved.
 func newClientAuth(spec string) edge.ClientAuth {
-	return edge.NewClientAuth(splitList([]string{resolveSecret(spec)}))
+	return edge.NewClientAuth(caddyblock.SplitList([]string{resolveSecret(spec)}))
 }
 
 // apiErrorFromHandler turns an error returned by the rest of the handler

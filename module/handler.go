@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/observe"
 )
@@ -73,44 +74,19 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 //		write_timeout <duration>|off
 //	}]
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return parseOptionBlock(d, "ramjet_observe", map[string]func(string) error{
-		"state_key": func(v string) error { h.StateKey = v; return nil },
-		"write_timeout": func(v string) error {
-			t, err := parseWriteTimeout(v)
-			h.WriteTimeout = t
-			return err
-		},
-	})
+	return optionBlock(d, "ramjet_observe", h, map[string]map[string]any{"write_timeout": {"off": -1}})
 }
 
-// parseOptionBlock parses a directive that takes no arguments and a block
-// of options, each given at most once with one value: set[option] takes
-// the value (its error is reported under the option's name).
-func parseOptionBlock(d *caddyfile.Dispenser, directive string, set map[string]func(string) error) error {
+// optionBlock parses a directive that takes no arguments and a block of
+// v's options (package caddyblock), each given at most once with one
+// value; words are the keywords of options besides their values.
+func optionBlock(d *caddyfile.Dispenser, directive string, v any, words map[string]map[string]any) error {
 	d.Next()
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
-	for d.NextBlock(0) {
-		opt := d.Val()
-		fn, ok := set[opt]
-		if !ok {
-			return d.Errf("unrecognized %s option '%s'", directive, opt)
-		}
-		if seen[opt] {
-			return d.Errf("%s: option specified more than once", opt)
-		}
-		seen[opt] = true
-		v, err := oneArg(d, opt)
-		if err != nil {
-			return err
-		}
-		if err := fn(v); err != nil {
-			return d.Errf("%s: %v", opt, err)
-		}
-	}
-	return nil
+	b := &caddyblock.Block{Name: directive, Words: words}
+	return b.Parse(d, v)
 }
 
 // Provision takes the logger, fills the default write_timeout and

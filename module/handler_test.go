@@ -104,7 +104,7 @@ func TestHandlerUnmarshalCaddyfile(t *testing.T) {
 		{name: "bare", give: "ramjet_observe"},
 		{name: "state key", give: "ramjet_observe {\n state_key fleet-a\n}", want: "fleet-a"},
 		{name: "twice", give: "ramjet_observe {\n state_key a\n state_key b\n}", wantErr: "more than once"},
-		{name: "unknown", give: "ramjet_observe {\n color blue\n}", wantErr: "unrecognized ramjet_observe option"},
+		{name: "unknown", give: "ramjet_observe {\n color blue\n}", wantErr: "ramjet_observe: unrecognized option 'color'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

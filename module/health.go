@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 )
@@ -75,20 +76,9 @@ func (Health) CaddyModule() caddy.ModuleInfo {
 //	}
 func (h *Health) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
-	h.Upstreams = append(h.Upstreams, splitList(d.RemainingArgs())...)
-	for d.NextBlock(0) {
-		switch d.Val() {
-		case "route_id_secret":
-			v, err := optionalArg(d, d.RemainingArgs())
-			if err != nil {
-				return err
-			}
-			h.RouteIDSecret = v
-		default:
-			return d.Errf("unknown ramjet_health option %q", d.Val())
-		}
-	}
-	return nil
+	h.Upstreams = append(h.Upstreams, caddyblock.SplitList(d.RemainingArgs())...)
+	b := &caddyblock.Block{Name: "ramjet_health", Line: true}
+	return b.Parse(d, h)
 }
 
 // Provision computes the replica ids.

@@ -2,19 +2,18 @@ package module
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/metrics"
@@ -22,168 +21,12 @@ import (
 	"github.com/ramjet-llm/ramjet/upstream"
 )
 
-// IntegrityConfig turns on engine integrity for the ramjet policy (package
-// integrity), off by default: compatibility admission against SHA-256 pins
-// read from each engine's identity contract (docs/identity.md), and the
-// speculative-decoding acceptance-collapse quarantine. A replica that
-// integrity holds out is never offered to selection nor to the fallback
-// policy (fail closed, per replica: when every replica is out the request
-// gets 503). Checks start when the policy first sees its upstream pool (its
-// first request) and when /health names the replica; until a replica's
-// first identity answer it is out with reason "pending".
-type IntegrityConfig struct {
-	// ModelSHA256 pins the weights: the SHA-256 of the weights' manifest
-	// (docs/identity.md), 64 lowercase hex digits. Default: not pinned.
-	ModelSHA256 string `json:"model_sha256,omitempty"`
-	// TemplateSHA256 pins the chat template (SHA-256 of its UTF-8 text).
-	// Default: not pinned.
-	TemplateSHA256 string `json:"chat_template_sha256,omitempty"`
-	// TokenizerSHA256 pins the tokenizer (SHA-256 of tokenizer.json).
-	// Default: not pinned.
-	TokenizerSHA256 string `json:"tokenizer_sha256,omitempty"`
-	// IdentityPath is the contract's path on every engine. Default
-	// "/ramjet/identity".
-	IdentityPath string `json:"identity_path,omitempty"`
-	// Interval is the time between two identity checks of a replica.
-	// Default 10s.
-	Interval caddy.Duration `json:"interval,omitempty"`
-	// Timeout bounds one identity fetch or metrics scrape. Default 2s.
-	Timeout caddy.Duration `json:"timeout,omitempty"`
-	// Access is how the engines are reached for the checks: scheme
-	// ("http" or "https", default "http") and upstream_token (sent with
-	// every check as "Authorization: Bearer <token>", placeholders
-	// resolved; default none).
-	upstream.Access
-	// SpecDecode turns on the acceptance-collapse quarantine; nil: off.
-	SpecDecode *SpecDecodeConfig `json:"spec_decode,omitempty"`
-}
-
-// SpecDecodeConfig configures the speculative-decoding acceptance-collapse
-// quarantine: each engine's vllm:spec_decode_* counters are scraped once per
-// window; N consecutive complete windows with draft tokens but no accepted
-// token (overall, or at Position) make a collapse.
-type SpecDecodeConfig struct {
-	// Mode is "observe" (report the collapse: metrics, /health,
-	// /ramjet/fleet, a log line; keep routing) or "enforce" (commit the
-	// engine instance to StateFile, then hold the replica out until a
-	// different attested instance answers at that address). Default
-	// "observe".
-	Mode string `json:"mode,omitempty"`
-	// Window is the length of one window (one scrape per window).
-	// Default 10s.
-	Window caddy.Duration `json:"window,omitempty"`
-	// Windows is N. Default 3.
-	Windows int `json:"windows,omitempty"`
-	// Position watches the acceptance at this draft position (0-based,
-	// vllm:spec_decode_num_accepted_tokens_per_pos_total) instead of the
-	// overall acceptance. Default: overall.
-	Position *int `json:"position,omitempty"`
-	// MetricsPath is the engines' metrics path. Default "/metrics".
-	MetricsPath string `json:"metrics_path,omitempty"`
-	// StateFile is where enforce mode keeps its commitments (keyed hashes
-	// of engine identities: no address, no prompt). Required for
-	// enforce.
-	StateFile string `json:"state_file,omitempty"`
-	// CommitmentKey keys the commitments and seals the state file, at
-	// least 16 bytes; use a placeholder such as {env.RJ_INTEGRITY_KEY}.
-	// Required for enforce; it must stay the same across restarts.
-	CommitmentKey string `json:"commitment_key,omitempty"`
-}
-
-// settings is c typed, with the defaults filled (package integrity).
-func (c *IntegrityConfig) settings() integrity.Settings {
-	s := integrity.Settings{Pins: c.pins(), IdentityPath: c.IdentityPath, Interval: time.Duration(c.Interval),
-		Timeout: time.Duration(c.Timeout), Scheme: c.Scheme, Token: resolveSecret(c.UpstreamToken)}
-	if sd := c.SpecDecode; sd != nil {
-		s.Spec = &integrity.SpecSettings{Mode: sd.Mode, Window: time.Duration(sd.Window), Windows: sd.Windows,
-			Position: sd.Position, MetricsPath: sd.MetricsPath, StateFile: sd.StateFile,
-			Key: []byte(resolveSecret(sd.CommitmentKey))}
+// parseSpecMode reads a spec_decode mode.
+func parseSpecMode(v string) (string, error) {
+	if v != "observe" && v != "enforce" {
+		return "", fmt.Errorf("want observe or enforce, got %q", v)
 	}
-	s.Defaults()
-	return s
-}
-
-// validate names the bad setting.
-func (c *IntegrityConfig) validate() error {
-	s := c.settings()
-	return s.Validate()
-}
-
-func (c *IntegrityConfig) pins() integrity.Pins {
-	return integrity.Pins{ModelSHA256: c.ModelSHA256, TemplateSHA256: c.TemplateSHA256, TokenizerSHA256: c.TokenizerSHA256}
-}
-
-// unmarshalCaddyfile parses the integrity block of the policy:
-//
-//	integrity {
-//		model_sha256         <hex>
-//		chat_template_sha256 <hex>
-//		tokenizer_sha256     <hex>
-//		identity_path        <path>
-//		interval             <duration>
-//		timeout              <duration>
-//		scheme               http|https
-//		upstream_token       <token>
-//		spec_decode          observe|enforce {
-//			window         <duration>
-//			windows        <n>
-//			position       <n>|overall
-//			metrics_path   <path>
-//			state_file     <path>
-//			commitment_key <key>
-//		}
-//	}
-func (c *IntegrityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return subBlock(d, "integrity", map[string]blockOption{
-		"model_sha256":         argString(&c.ModelSHA256),
-		"chat_template_sha256": argString(&c.TemplateSHA256),
-		"tokenizer_sha256":     argString(&c.TokenizerSHA256),
-		"identity_path":        argString(&c.IdentityPath),
-		"scheme":               argValue(&c.Scheme, upstream.ParseScheme),
-		"upstream_token":       argString(&c.UpstreamToken),
-		"interval":             argValue(&c.Interval, parsePositiveDuration),
-		"timeout":              argValue(&c.Timeout, parsePositiveDuration),
-		"spec_decode": func(d *caddyfile.Dispenser, _ string) error {
-			c.SpecDecode = new(SpecDecodeConfig)
-			return c.SpecDecode.unmarshalCaddyfile(d)
-		},
-	})
-}
-
-func (sd *SpecDecodeConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		sd.Mode = d.Val()
-		if sd.Mode != "observe" && sd.Mode != "enforce" {
-			return d.Errf("integrity spec_decode: want observe or enforce, got %q", sd.Mode)
-		}
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return subBlock(d, "integrity spec_decode", map[string]blockOption{
-		"window":         argValue(&sd.Window, parsePositiveDuration),
-		"windows":        argValue(&sd.Windows, parsePositive),
-		"position":       argValue(&sd.Position, parsePosition),
-		"metrics_path":   argString(&sd.MetricsPath),
-		"state_file":     argString(&sd.StateFile),
-		"commitment_key": argString(&sd.CommitmentKey),
-	})
-}
-
-// parsePosition reads a spec_decode position: a draft position, or
-// "overall" (nil).
-func parsePosition(v string) (*int, error) {
-	if v == "overall" {
-		return nil, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n >= integrity.MaxPositions {
-		return nil, fmt.Errorf("want overall or 0-%d, got %q", integrity.MaxPositions-1, v)
-	}
-	return &n, nil
+	return v, nil
 }
 
 // integStates holds the integrity state across config reloads, keyed by
@@ -266,14 +109,20 @@ func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	if s.Integrity == nil {
 		return nil
 	}
-	set := s.Integrity.settings()
+	set := resolved(*s.Integrity)
 	if err := set.Validate(); err != nil {
 		return err
 	}
 	if err := registerIntegrityMetrics(ctx); err != nil {
 		return fmt.Errorf("integrity metrics: %w", err)
 	}
-	b, _ := json.Marshal(set)
+	// Keyed by the settings and the resolved secrets (shared while both
+	// stay the same).
+	b, _ := json.Marshal(struct {
+		S     integrity.Settings
+		Token string
+		Key   []byte
+	}{set, set.Token, specKey(set.Spec)})
 	key := fmt.Sprintf("ramjet-integrity/%s/%016x", s.poolKey, xxhash.Sum64(b))
 	logger := s.logger.Named("integrity")
 	f := s.fleet
@@ -306,6 +155,25 @@ func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	s.integ, s.integKey = v.(*integState), key
 	integLive.Set(f.PoolKey, s.integ)
 	return nil
+}
+
+// resolved is set with its secrets resolved and the defaults filled.
+func resolved(set integrity.Settings) integrity.Settings {
+	set.Token = resolveSecret(set.UpstreamToken)
+	if set.Spec != nil {
+		sd := *set.Spec
+		sd.Key = []byte(resolveSecret(sd.CommitmentKey))
+		set.Spec = &sd
+	}
+	set.Defaults()
+	return set
+}
+
+func specKey(sd *integrity.SpecSettings) []byte {
+	if sd == nil {
+		return nil
+	}
+	return sd.Key
 }
 
 // acquireStore opens (or shares) the store of path.
@@ -393,103 +261,50 @@ func integrityStatus(f *fleet, key string) *fleetstate.IntegrityReport {
 }
 
 // integrityDirectiveOptions are the ramjet directive's integrity options
-// (deploy/Caddyfile drives them from RJ_* settings). A value left empty (an
-// unset variable) keeps the default; integrity is on when a pin is given
-// or spec_decode is observe or enforce.
-var integrityDirectiveOptions = map[string]bool{
-	"integrity_model_sha256": true, "integrity_template_sha256": true, "integrity_tokenizer_sha256": true,
-	"integrity_interval": true, "integrity_timeout": true, "integrity_identity_path": true,
-	"spec_decode": true, "spec_decode_window": true, "spec_decode_windows": true, "spec_decode_position": true,
-	"integrity_state_file": true, "integrity_key": true,
+// (deploy/Caddyfile drives them from RJ_* settings), each the field of
+// IntegrityConfig (or of its SpecDecodeConfig: "spec_decode <field>") of
+// that JSON name. A value left empty (an unset variable) keeps the
+// default; integrity is on when a pin is given or spec_decode is observe
+// or enforce.
+var integrityDirectiveOptions = map[string]string{
+	"integrity_model_sha256": "model_sha256", "integrity_template_sha256": "chat_template_sha256",
+	"integrity_tokenizer_sha256": "tokenizer_sha256", "integrity_interval": "interval",
+	"integrity_timeout": "timeout", "integrity_identity_path": "identity_path",
+	"spec_decode": "spec_decode mode", "spec_decode_window": "spec_decode window",
+	"spec_decode_windows": "spec_decode windows", "spec_decode_position": "spec_decode position",
+	"integrity_state_file": "spec_decode state_file", "integrity_key": "spec_decode commitment_key",
 }
 
 // integrityDirective collects the ramjet directive's integrity options.
 type integrityDirective struct {
-	vals map[string]string
+	c  integrity.Settings
+	sd integrity.SpecSettings
 }
 
-func (k *integrityDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
-	v, err := optionalArg(d, args)
-	if err != nil || v == "" {
-		return err
+// read reads option name (field of integrityDirectiveOptions) at d.
+func (k *integrityDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name, field string) error {
+	if f, ok := strings.CutPrefix(field, "spec_decode "); ok {
+		return b.Option(d, name, &k.sd, f)
 	}
-	switch name {
-	case "integrity_interval", "integrity_timeout", "spec_decode_window":
-		_, err = parsePositiveDuration(v)
-	case "spec_decode_windows":
-		_, err = parsePositive(v)
-	case "spec_decode_position":
-		_, err = parsePosition(v)
-	case "spec_decode":
-		if v != "off" && v != "observe" && v != "enforce" {
-			err = fmt.Errorf("want off, observe or enforce, got %q", v)
-		}
-	}
-	if err != nil {
-		return d.Errf("%s: %v", name, err)
-	}
-	if k.vals == nil {
-		k.vals = map[string]string{}
-	}
-	k.vals[name] = v
-	return nil
+	return b.Option(d, name, &k.c, field)
 }
 
 // config is the policy's integrity configuration, nil when off. token and
-// scheme are the directive's upstream token and the engines' scheme. The
-// values were checked by parse.
-func (k *integrityDirective) config(token, scheme string) *IntegrityConfig {
-	v := k.vals
-	mode := v["spec_decode"]
-	c := &IntegrityConfig{ModelSHA256: v["integrity_model_sha256"], TemplateSHA256: v["integrity_template_sha256"],
-		TokenizerSHA256: v["integrity_tokenizer_sha256"], IdentityPath: v["integrity_identity_path"],
-		Access: upstream.Access{UpstreamToken: token, Scheme: scheme}}
-	if !c.pins().Any() && (mode == "" || mode == "off") {
+// scheme are the directive's upstream token and the engines' scheme.
+func (k *integrityDirective) config(token, scheme string) *integrity.Settings {
+	if !k.c.Pins.Any() && k.sd.Mode == "" {
 		return nil
 	}
-	c.Interval, _ = parsePositiveDuration(v["integrity_interval"])
-	c.Timeout, _ = parsePositiveDuration(v["integrity_timeout"])
-	if mode == "observe" || mode == "enforce" {
-		sd := &SpecDecodeConfig{Mode: mode}
-		sd.Window, _ = parsePositiveDuration(v["spec_decode_window"])
-		sd.Windows, _ = parsePositive(v["spec_decode_windows"])
-		sd.Position, _ = parsePosition(v["spec_decode_position"])
-		if mode == "enforce" {
-			sd.StateFile, sd.CommitmentKey = v["integrity_state_file"], v["integrity_key"]
+	c := k.c
+	c.Access = upstream.Access{UpstreamToken: token, Scheme: scheme}
+	if k.sd.Mode != "" {
+		sd := k.sd
+		if sd.Mode != "enforce" {
+			sd.StateFile, sd.CommitmentKey = "", ""
 		}
-		c.SpecDecode = sd
+		c.Spec = &sd
 	}
-	return c
-}
-
-// SessionShadowConfig turns on session-affinity shadow telemetry: for
-// requests carrying a session key in Header, ramjet records what a
-// session-sticky policy (each session stays on the replica it was first
-// placed on while that replica is usable) would have chosen next to its
-// own choice: the agreement rate, and for disagreements the overlap and
-// load of both choices. It never changes a decision. The session key is
-// hashed and never kept; the table is bounded.
-type SessionShadowConfig struct {
-	// Header carries the session key. Default "X-Session-ID".
-	Header string `json:"header,omitempty"`
-	// MaxSessions bounds the sessions remembered (least recently seen
-	// evicted). Default 65536.
-	MaxSessions int `json:"max_sessions,omitempty"`
-}
-
-// unmarshalCaddyfile parses
-//
-//	session_shadow [<header>] {
-//		max_sessions <n>
-//	}
-func (c *SessionShadowConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		c.Header = d.Val()
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return subBlock(d, "session_shadow", map[string]blockOption{"max_sessions": argValue(&c.MaxSessions, parsePositive)})
+	return &c
 }
 
 // shadowState is one fleet's session shadow, kept across reloads.
@@ -511,11 +326,9 @@ func (s *RamjetSelection) provisionShadow(ctx caddy.Context) error {
 	if c == nil {
 		return nil
 	}
-	if c.Header == "" {
-		c.Header = "X-Session-ID"
-	}
-	if c.MaxSessions < 0 {
-		return errors.New("session_shadow max_sessions must be positive")
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return err
 	}
 	if err := registerIntegrityMetrics(ctx); err != nil {
 		return fmt.Errorf("session shadow metrics: %w", err)

@@ -3,6 +3,7 @@ package module
 import (
 	"github.com/ramjet-llm/ramjet/selection"
 
+	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 
 	"bytes"
@@ -429,7 +430,7 @@ func TestIntegrityCaddyfile(t *testing.T) {
 	tests := []struct {
 		name    string
 		give    string
-		want    *IntegrityConfig
+		want    *integrity.Settings
 		wantErr string
 	}{
 		{name: "pins", give: `integrity {
@@ -441,8 +442,8 @@ func TestIntegrityCaddyfile(t *testing.T) {
 			scheme https
 			identity_path /id
 			upstream_token {env.RJ_UPSTREAM_TOKEN}
-		}`, want: &IntegrityConfig{ModelSHA256: pin, TemplateSHA256: pin, TokenizerSHA256: pin,
-			Interval: caddy.Duration(5 * time.Second), Timeout: caddy.Duration(time.Second), IdentityPath: "/id",
+		}`, want: &integrity.Settings{Pins: integrity.Pins{ModelSHA256: pin, TemplateSHA256: pin, TokenizerSHA256: pin},
+			Interval: duration.Duration(5 * time.Second), Timeout: duration.Duration(time.Second), IdentityPath: "/id",
 			Access: upstream.Access{Scheme: "https", UpstreamToken: "{env.RJ_UPSTREAM_TOKEN}"}}},
 		{name: "spec", give: `integrity {
 			spec_decode enforce {
@@ -453,14 +454,14 @@ func TestIntegrityCaddyfile(t *testing.T) {
 				state_file /var/lib/ramjet/integrity.state
 				commitment_key {env.RJ_INTEGRITY_KEY}
 			}
-		}`, want: &IntegrityConfig{SpecDecode: &SpecDecodeConfig{Mode: "enforce", Window: caddy.Duration(30 * time.Second),
+		}`, want: &integrity.Settings{Spec: &integrity.SpecSettings{Mode: "enforce", Window: duration.Duration(30 * time.Second),
 			Windows: 4, Position: &pos, MetricsPath: "/m", StateFile: "/var/lib/ramjet/integrity.state",
 			CommitmentKey: "{env.RJ_INTEGRITY_KEY}"}}},
 		{name: "spec overall", give: `integrity {
 			spec_decode {
 				position overall
 			}
-		}`, want: &IntegrityConfig{SpecDecode: &SpecDecodeConfig{}}},
+		}`, want: &integrity.Settings{Spec: &integrity.SpecSettings{}}},
 		{name: "unknown", give: `integrity {
 			bogus 1
 		}`, wantErr: "integrity: unrecognized option 'bogus'"},
@@ -501,27 +502,30 @@ func TestIntegrityCaddyfile(t *testing.T) {
 	}
 }
 
-// TestIntegritySettings: the module's configuration becomes the typed
-// integrity.Settings with the defaults filled and the secrets resolved
-// (integrity.TestSettings covers the validation itself).
+// TestIntegritySettings: the policy's integrity settings are provisioned
+// with the secrets resolved and the defaults filled (integrity.TestSettings
+// covers the validation itself).
 func TestIntegritySettings(t *testing.T) {
 	t.Setenv("TEST_INTEGRITY_COMMITMENT_KEY", strings.Repeat("k", 32))
 	pos := 2
-	c := IntegrityConfig{ModelSHA256: strings.Repeat("ab", 32), Timeout: caddy.Duration(time.Second),
-		Access:     upstream.Access{UpstreamToken: "tok"},
-		SpecDecode: &SpecDecodeConfig{Mode: "enforce", Position: &pos, StateFile: "/tmp/x", CommitmentKey: "{env.TEST_INTEGRITY_COMMITMENT_KEY}"}}
-	want := integrity.Settings{Pins: integrity.Pins{ModelSHA256: c.ModelSHA256}, IdentityPath: integrity.DefaultIdentityPath,
-		Interval: 10 * time.Second, Timeout: time.Second, Scheme: "http", Token: "tok",
-		Spec: &integrity.SpecSettings{Mode: "enforce", Window: 10 * time.Second, Windows: 3, Position: &pos,
-			MetricsPath: "/metrics", StateFile: "/tmp/x", Key: []byte(strings.Repeat("k", 32))}}
-	if diff := cmp.Diff(want, c.settings()); diff != "" {
+	c := integrity.Settings{Pins: integrity.Pins{ModelSHA256: strings.Repeat("ab", 32)}, Timeout: duration.Duration(time.Second),
+		Access: upstream.Access{UpstreamToken: "tok"},
+		Spec:   &integrity.SpecSettings{Mode: "enforce", Position: &pos, StateFile: "/tmp/x", CommitmentKey: "{env.TEST_INTEGRITY_COMMITMENT_KEY}"}}
+	want := integrity.Settings{Pins: c.Pins, IdentityPath: integrity.DefaultIdentityPath,
+		Interval: duration.Duration(10 * time.Second), Timeout: duration.Duration(time.Second),
+		Access: upstream.Access{Scheme: "http", UpstreamToken: "tok"}, Token: "tok",
+		Spec: &integrity.SpecSettings{Mode: "enforce", Window: duration.Duration(10 * time.Second), Windows: 3, Position: &pos,
+			MetricsPath: "/metrics", StateFile: "/tmp/x", CommitmentKey: "{env.TEST_INTEGRITY_COMMITMENT_KEY}",
+			Key: []byte(strings.Repeat("k", 32))}}
+	got := resolved(c)
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
-	if err := c.validate(); err != nil {
-		t.Fatal(err)
+	if c.Spec.Key != nil {
+		t.Error("resolved changed its argument's spec_decode")
 	}
-	if err := (&IntegrityConfig{}).validate(); err == nil || !strings.Contains(err.Error(), "at least one pin") {
-		t.Fatalf("no pin: %v", err)
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -624,7 +628,7 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 	}
 	plain := newTestPolicy(t, "integ-same-plain")
 	checked := &RamjetSelection{StateKey: "integ-same-checked",
-		Integrity: &IntegrityConfig{ModelSHA256: def.ModelSHA256, Interval: caddy.Duration(50 * time.Millisecond)}}
+		Integrity: &integrity.Settings{Pins: integrity.Pins{ModelSHA256: def.ModelSHA256}, Interval: duration.Duration(50 * time.Millisecond)}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := checked.Provision(ctx); err != nil {
 		t.Fatal(err)
@@ -694,7 +698,7 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 // key, scores its disagreements, and explain reports the sticky choice.
 func TestSessionShadowChangesNoDecision(t *testing.T) {
 	plain := newTestPolicy(t, "shadow-plain")
-	shadowed := &RamjetSelection{StateKey: "shadow-on", SessionShadow: &SessionShadowConfig{MaxSessions: 64}}
+	shadowed := &RamjetSelection{StateKey: "shadow-on", SessionShadow: &integrity.ShadowSettings{MaxSessions: 64}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := shadowed.Provision(ctx); err != nil {
 		t.Fatal(err)
@@ -791,14 +795,14 @@ func TestSessionShadowChangesNoDecision(t *testing.T) {
 func TestSessionShadowCaddyfile(t *testing.T) {
 	tests := []struct {
 		give    string
-		want    *SessionShadowConfig
+		want    *integrity.ShadowSettings
 		wantErr string
 	}{
-		{give: "session_shadow", want: &SessionShadowConfig{}},
-		{give: "session_shadow X-Conversation {\n max_sessions 100\n}", want: &SessionShadowConfig{Header: "X-Conversation", MaxSessions: 100}},
+		{give: "session_shadow", want: &integrity.ShadowSettings{}},
+		{give: "session_shadow X-Conversation {\n max_sessions 100\n}", want: &integrity.ShadowSettings{Header: "X-Conversation", MaxSessions: 100}},
 		{give: "session_shadow {\n max_sessions 0\n}", wantErr: "positive integer"},
 		{give: "session_shadow {\n bogus 1\n}", wantErr: "session_shadow: unrecognized option"},
-		{give: "session_shadow a b", wantErr: "wrong argument count"},
+		{give: "session_shadow a b", wantErr: "session_shadow: too many values"},
 	}
 	for _, tt := range tests {
 		var s RamjetSelection

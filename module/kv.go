@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -14,139 +13,16 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
+	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
-	"github.com/ramjet-llm/ramjet/upstream"
 )
 
-// KVConfig turns on the precise index (package kvindex) for the ramjet
-// policy: the engines' own KV-cache events say which replica holds which
-// blocks, a /tokenize preflight turns each request into token ids, and the
-// exact overlap replaces the estimate for every replica whose event feed is
-// healthy. Replicas without a healthy feed, and requests the preflight
-// cannot tokenize in time, are routed by the estimate as before.
-//
-// The preflight runs in the ramjet handler (ramjet_observe, ahead of
-// reverse_proxy, with the policy's state_key), before selection: without
-// the handler in the chain every decision uses the estimate.
-type KVConfig struct {
-	// Engines lists the event feeds, one entry per engine.
-	Engines []KVEngine `json:"engines,omitempty"`
-
-	// Topic is the subscription prefix of every feed (vLLM's "topic");
-	// empty subscribes to every message.
-	Topic string `json:"topic,omitempty"`
-
-	// BlockSize is the engines' KV-cache block size in tokens (vLLM
-	// --block-size). Default: 16.
-	BlockSize int `json:"block_size,omitempty"`
-
-	// MaxEntries bounds the precise index: (replica, block) entries over
-	// all replicas, about 160 bytes each. Default: 1048576.
-	MaxEntries int `json:"max_entries,omitempty"`
-
-	// PredictTTL bounds how long a block just routed to a replica counts
-	// as held there: a prediction lives until the engine's event confirms
-	// it, or until 2s after its request ended, and at most this long.
-	// Default: 5m (longer than any queue and prefill).
-	PredictTTL caddy.Duration `json:"predict_ttl,omitempty"`
-
-	// TokenizeTimeout bounds the /tokenize preflight of one request; past
-	// it the request is routed by the estimate. Default: 100ms.
-	TokenizeTimeout caddy.Duration `json:"tokenize_timeout,omitempty"`
-
-	// TokenizeConcurrency bounds the preflights in flight; past it
-	// requests are routed by the estimate at once. Default: 64.
-	TokenizeConcurrency int `json:"tokenize_concurrency,omitempty"`
-
-	// TokenizeCache bounds the cached tokenizations. Default: 4096.
-	TokenizeCache int `json:"tokenize_cache,omitempty"`
-
-	// TokenizeURL is the base URL of the /tokenize endpoint, e.g.
-	// "http://10.0.0.5:8000". Default: the scheme and dial address of an
-	// engine whose feed is healthy, in turn.
-	TokenizeURL string `json:"tokenize_url,omitempty"`
-
-	// UpstreamToken is the bearer token sent to the engines with every
-	// tokenize preflight and canary probe ("Authorization: Bearer
-	// <token>"), as the guard sends it with proxied requests.
-	// Placeholders such as {env.RJ_UPSTREAM_TOKEN} are resolved. Default:
-	// none.
-	UpstreamToken string `json:"upstream_token,omitempty"`
-
-	// Canary, when set, turns on exact-placement canaries: periodically a
-	// one-token completion of a known prompt goes to one replica in turn,
-	// and the engine's cached_tokens is compared with the index's
-	// prediction (ramjet_kv_canary_accuracy). Engines must report
-	// usage.prompt_tokens_details (vLLM --enable-prompt-tokens-details).
-	Canary *KVCanary `json:"canary,omitempty"`
-}
-
-// KVCanary configures the exact-placement canaries.
-type KVCanary struct {
-	// Model is the model name the probes ask for. Required.
-	Model string `json:"model"`
-	// Interval is the time between two probes. Default: 30s.
-	Interval caddy.Duration `json:"interval,omitempty"`
-	// Blocks is the probe prompt's length in blocks. Default: 4.
-	Blocks int `json:"blocks,omitempty"`
-}
-
-// KVEngine is one engine's event feed (kvindex.FeedSpec).
-type KVEngine = kvindex.FeedSpec
-
-func (c *KVConfig) setDefaults() {
-	if c.BlockSize == 0 {
-		c.BlockSize = 16
-	}
-	if c.MaxEntries == 0 {
-		c.MaxEntries = 1 << 20
-	}
-	if c.PredictTTL == 0 {
-		c.PredictTTL = caddy.Duration(kvindex.DefaultPredictTTL)
-	}
-	if c.TokenizeTimeout == 0 {
-		c.TokenizeTimeout = caddy.Duration(100 * time.Millisecond)
-	}
-	if c.TokenizeConcurrency == 0 {
-		c.TokenizeConcurrency = 64
-	}
-	if c.TokenizeCache == 0 {
-		c.TokenizeCache = 4096
-	}
-	for i := range c.Engines {
-		if c.Engines[i].Ranks == 0 {
-			c.Engines[i].Ranks = 1
-		}
-	}
-}
-
-// validate rejects unusable settings, naming the field.
-func (c *KVConfig) validate() error {
-	switch {
-	case len(c.Engines) == 0:
-		return fmt.Errorf("kv: engines must list at least one event feed")
-	case c.BlockSize < 0:
-		return fmt.Errorf("kv: block_size must be positive, got %d", c.BlockSize)
-	case c.MaxEntries < 0:
-		return fmt.Errorf("kv: max_entries must be positive, got %d", c.MaxEntries)
-	case c.PredictTTL < 0 || c.TokenizeTimeout < 0:
-		return fmt.Errorf("kv: predict_ttl and tokenize_timeout must not be negative")
-	case c.TokenizeConcurrency < 0 || c.TokenizeCache < 0:
-		return fmt.Errorf("kv: tokenize_concurrency and tokenize_cache must be positive")
-	case c.Canary != nil && c.Canary.Model == "":
-		return fmt.Errorf("kv: canary.model is required")
-	case c.Canary != nil && (c.Canary.Interval < 0 || c.Canary.Blocks < 0):
-		return fmt.Errorf("kv: canary interval and blocks must be positive")
-	}
-	if err := kvindex.ValidateFeeds(c.Engines); err != nil {
-		return fmt.Errorf("kv: %w", err)
-	}
-	return nil
-}
-
-// kvOptions adds the kv options of the policy's Caddyfile block to t:
+// kvOptions adds the kv options of the policy's Caddyfile block to b
+// (kv_<name> is kvindex.Settings' field <name>; tokenize's options are its
+// tokenize_* fields):
 //
 //	kv_events <upstream> [dial|bind] <events> [<replay>] [{
 //		ranks  <n>
@@ -172,91 +48,49 @@ func (c *KVConfig) validate() error {
 // kv_events may appear once per engine; it turns the precise index on.
 // "dial" (the default) connects to the engine's PUB socket; "bind" listens
 // on <events> for the engine's PUB socket to connect to.
-func (s *RamjetSelection) kvOptions(t map[string]blockOption) {
-	kv := func(set func(kv *KVConfig) blockOption) blockOption {
-		return func(d *caddyfile.Dispenser, opt string) error {
-			if s.KV == nil {
-				s.KV = new(KVConfig)
-			}
-			return set(s.KV)(d, opt)
+func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
+	kv := func() *kvindex.Settings {
+		if s.KV == nil {
+			s.KV = new(kvindex.Settings)
 		}
+		return s.KV
 	}
-	t["kv_events"] = kv(func(kv *KVConfig) blockOption { return kv.parseEvents })
-	t["kv_topic"] = kv(func(kv *KVConfig) blockOption { return argString(&kv.Topic) })
-	t["kv_upstream_token"] = kv(func(kv *KVConfig) blockOption { return argString(&kv.UpstreamToken) })
-	t["kv_block_size"] = kv(func(kv *KVConfig) blockOption { return argInt(&kv.BlockSize) })
-	t["kv_max_entries"] = kv(func(kv *KVConfig) blockOption { return argInt(&kv.MaxEntries) })
-	t["kv_predict_ttl"] = kv(func(kv *KVConfig) blockOption { return argDuration(&kv.PredictTTL) })
-	t["kv_canary"] = kv(func(kv *KVConfig) blockOption { return kv.parseCanary })
-	t["tokenize"] = kv(func(kv *KVConfig) blockOption {
-		return func(d *caddyfile.Dispenser, opt string) error {
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			return subBlock(d, opt, map[string]blockOption{
-				"timeout":        argDuration(&kv.TokenizeTimeout),
-				"max_concurrent": argInt(&kv.TokenizeConcurrency),
-				"cache_entries":  argInt(&kv.TokenizeCache),
-				"url":            argString(&kv.TokenizeURL),
-			})
+	for _, name := range []string{"topic", "upstream_token", "block_size", "max_entries", "predict_ttl", "canary"} {
+		b.Custom["kv_"+name] = func(d *caddyfile.Dispenser) error { return b.Option(d, "kv_"+name, kv(), name) }
+	}
+	b.Custom["tokenize"] = func(d *caddyfile.Dispenser) error {
+		if d.NextArg() {
+			return d.ArgErr()
 		}
-	})
-}
-
-// parseEvents reads one kv_events line and its block.
-func (kv *KVConfig) parseEvents(d *caddyfile.Dispenser, _ string) error {
-	var e KVEngine
-	args := d.RemainingArgs()
-	if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
-		e.Bind = args[1] == "bind"
-		args = append(args[:1], args[2:]...)
+		return b.Sub(d, "tokenize", kv(), map[string]string{"timeout": "tokenize_timeout",
+			"max_concurrent": "tokenize_concurrency", "cache_entries": "tokenize_cache", "url": "tokenize_url"})
 	}
-	if len(args) < 2 || len(args) > 3 {
-		return d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
-	}
-	e.Upstream, e.Events = args[0], args[1]
-	if len(args) == 3 {
-		e.Replay = args[2]
-	}
-	err := subBlock(d, "kv_events", map[string]blockOption{
-		"ranks": func(d *caddyfile.Dispenser, o string) error {
-			if err := argInt(&e.Ranks)(d, o); err != nil {
-				return err
-			}
-			if e.Ranks < 1 {
-				return d.Errf("kv_events: ranks must be positive")
-			}
-			return nil
-		},
-		"scheme": argValue(&e.Scheme, upstream.ParseScheme),
-		"topic":  argString(&e.Topic),
-	})
-	if err != nil {
-		return err
-	}
-	for _, o := range kv.Engines {
-		if o.Upstream == e.Upstream {
-			return d.Errf("kv_events %s: specified more than once", e.Upstream)
+	b.Custom["kv_events"] = func(d *caddyfile.Dispenser) error {
+		var e kvindex.FeedSpec
+		args := d.RemainingArgs()
+		if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
+			e.Bind = args[1] == "bind"
+			args = append(args[:1], args[2:]...)
 		}
+		if len(args) < 2 || len(args) > 3 {
+			return d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
+		}
+		e.Upstream, e.Events = args[0], args[1]
+		if len(args) == 3 {
+			e.Replay = args[2]
+		}
+		if err := b.Sub(d, "kv_events", &e, map[string]string{"ranks": "ranks", "scheme": "scheme", "topic": "topic"}); err != nil {
+			return err
+		}
+		c := kv()
+		for _, o := range c.Engines {
+			if o.Upstream == e.Upstream {
+				return d.Errf("kv_events %s: specified more than once", e.Upstream)
+			}
+		}
+		c.Engines = append(c.Engines, e)
+		return nil
 	}
-	kv.Engines = append(kv.Engines, e)
-	return nil
-}
-
-// parseCanary reads kv_canary <model> and its block.
-func (kv *KVConfig) parseCanary(d *caddyfile.Dispenser, _ string) error {
-	c := &KVCanary{}
-	if !d.Args(&c.Model) || d.NextArg() {
-		return d.Errf("kv_canary: want <model>")
-	}
-	if err := subBlock(d, "kv_canary", map[string]blockOption{
-		"interval": argDuration(&c.Interval),
-		"blocks":   argInt(&c.Blocks),
-	}); err != nil {
-		return err
-	}
-	kv.Canary = c
-	return nil
 }
 
 // kvStates holds the precise-index state across config reloads, keyed by
@@ -293,36 +127,12 @@ func (k *kvState) Destruct() error {
 // metrics collector and KVPreflight.
 var kvLive fleetstate.Latest[*kvState]
 
-// preciseConfig is the kvindex.Precise configuration of c.
-func (c *KVConfig) preciseConfig(logger *zap.Logger, latency func(time.Duration)) (kvindex.PreciseConfig, error) {
-	pc := kvindex.PreciseConfig{
-		Index:       kvindex.Config{BlockSize: c.BlockSize, MaxEntries: c.MaxEntries},
-		Token:       resolveSecret(c.UpstreamToken),
-		PredictTTL:  time.Duration(c.PredictTTL),
-		TokenizeURL: c.TokenizeURL,
-		Tokenizer: kvindex.TokenizerConfig{
-			Timeout:       time.Duration(c.TokenizeTimeout),
-			MaxConcurrent: c.TokenizeConcurrency,
-			CacheEntries:  c.TokenizeCache,
-			OnLatency:     latency,
-		},
-		Subscriber: kvindex.SubscriberConfig{Logger: logger},
-		Logger:     logger,
-	}
-	if cc := c.Canary; cc != nil {
-		pc.Canary = kvindex.CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}
-	}
-	var err error
-	pc.Engines, err = kvindex.PreciseEngines(c.Engines, c.Topic, HeaderRank)
-	return pc, err
-}
-
 func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	if s.KV == nil {
 		return nil
 	}
-	s.KV.setDefaults()
-	if err := s.KV.validate(); err != nil {
+	s.KV.SetDefaults()
+	if err := s.KV.Validate(); err != nil {
 		return err
 	}
 	if err := registerKVMetrics(ctx); err != nil {
@@ -334,7 +144,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	v, _, err := kvStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		k := &kvState{key: key, timeout: time.Duration(s.KV.TokenizeTimeout),
 			tokLatency: kvindex.NewLatencyHist(), stateKey: s.StateKey}
-		pc, err := s.KV.preciseConfig(logger, k.tokLatency.Observe)
+		pc, err := s.KV.Precise(resolveSecret(s.KV.UpstreamToken), HeaderRank, logger, k.tokLatency.Observe)
 		if err != nil {
 			return nil, err
 		}
@@ -460,48 +270,29 @@ var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "
 // kvDirective is the parsed precise-path options of the ramjet directive.
 type kvDirective struct {
 	feeds           kvindex.FeedOptions
-	blockSize       int
-	tokenizeTimeout caddy.Duration
+	BlockSize       int               `json:"kv_block_size"`
+	TokenizeTimeout duration.Duration `json:"tokenize_timeout"`
 }
 
-// parse reads one of kvDirectiveOptions.
-func (k *kvDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
-	args = splitList(args)
-	if ok, err := k.feeds.Set(name, args); ok {
-		if err != nil {
-			return d.Err(err.Error())
-		}
-		return nil
+// read reads option name of kvDirectiveOptions at d.
+func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name string) error {
+	if name == "kv_block_size" || name == "tokenize_timeout" {
+		return b.Option(d, name, k, name)
 	}
-	if len(args) > 1 {
-		return d.Errf("%s: want one value, got %d", name, len(args))
-	}
-	if len(args) == 0 {
-		return nil
-	}
-	v := args[0]
-	if name == "kv_block_size" {
-		var err error
-		if k.blockSize, err = strconv.Atoi(v); err != nil || k.blockSize <= 0 {
-			return d.Errf("kv_block_size must be a positive integer, got %q", v)
-		}
-		return nil
-	}
-	dur, err := caddy.ParseDuration(v) // tokenize_timeout
-	k.tokenizeTimeout = caddy.Duration(dur)
-	if err != nil || dur <= 0 {
-		return d.Errf("tokenize_timeout must be a positive duration, got %q", v)
+	args := caddyblock.SplitList(d.RemainingArgs())
+	if _, err := k.feeds.Set(name, args); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }
 
-// config returns the policy's KVConfig for the upstreams (dial addresses,
+// config returns the policy's kv settings for the upstreams (dial addresses,
 // schemes and ranks in upstream order), or nil when the precise path is
 // off.
-func (k *kvDirective) config(dials, schemes []string, ranks []int) (*KVConfig, error) {
+func (k *kvDirective) config(dials, schemes []string, ranks []int) (*kvindex.Settings, error) {
 	f := k.feeds
 	if !f.On() {
-		if len(f.Replay)+len(f.Topics) > 0 || k.blockSize != 0 || k.tokenizeTimeout != 0 || f.Topic != "" {
+		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || f.Topic != "" {
 			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
 		}
 		return nil, nil
@@ -510,5 +301,5 @@ func (k *kvDirective) config(dials, schemes []string, ranks []int) (*KVConfig, e
 	if err != nil {
 		return nil, err
 	}
-	return &KVConfig{Engines: engines, Topic: f.Topic, BlockSize: k.blockSize, TokenizeTimeout: k.tokenizeTimeout}, nil
+	return &kvindex.Settings{Engines: engines, Topic: f.Topic, BlockSize: k.BlockSize, TokenizeTimeout: k.TokenizeTimeout}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/kvindex"
 )
 
@@ -39,11 +40,11 @@ func BenchmarkSelectKV(b *testing.B) {
 			}))
 			defer tok.Close()
 			pool := newTestPool(n)
-			kv := &KVConfig{TokenizeURL: tok.URL, TokenizeTimeout: caddy.Duration(5 * time.Second)}
+			kv := &kvindex.Settings{TokenizeURL: tok.URL, TokenizeTimeout: duration.Duration(5 * time.Second)}
 			for _, up := range pool {
 				// Nothing publishes there: the feeds stay down and the
 				// index is filled directly below.
-				kv.Engines = append(kv.Engines, KVEngine{Upstream: up.Dial, Events: "tcp://127.0.0.1:1"})
+				kv.Engines = append(kv.Engines, kvindex.FeedSpec{Upstream: up.Dial, Events: "tcp://127.0.0.1:1"})
 			}
 			p := &RamjetSelection{StateKey: "bench-kv-" + strconv.Itoa(size), KV: kv}
 			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})

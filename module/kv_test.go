@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/google/go-cmp/cmp"
@@ -25,6 +24,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/fleetsim"
 	"github.com/ramjet-llm/ramjet/bench/workload"
+	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -34,7 +34,7 @@ func TestKVCaddyfile(t *testing.T) {
 	tests := []struct {
 		name    string
 		give    string
-		want    *KVConfig
+		want    *kvindex.Settings
 		wantErr string
 	}{
 		{
@@ -59,21 +59,21 @@ func TestKVCaddyfile(t *testing.T) {
 					url http://127.0.0.1:8005
 				}
 			}`,
-			want: &KVConfig{
-				Engines: []KVEngine{
+			want: &kvindex.Settings{
+				Engines: []kvindex.FeedSpec{
 					{Upstream: "127.0.0.1:8005", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558", Ranks: 2},
 					{Upstream: "127.0.0.1:8006", Events: "tcp://127.0.0.1:5567"},
 				},
 				Topic: "kv-events", BlockSize: 32, MaxEntries: 5000,
-				PredictTTL: caddy.Duration(3 * time.Second), TokenizeTimeout: caddy.Duration(200 * time.Millisecond),
+				PredictTTL: duration.Duration(3 * time.Second), TokenizeTimeout: duration.Duration(200 * time.Millisecond),
 				TokenizeConcurrency: 8, TokenizeCache: 100, TokenizeURL: "http://127.0.0.1:8005",
-				Canary: &KVCanary{Model: "qwen3-32b", Interval: caddy.Duration(10 * time.Second), Blocks: 2},
+				Canary: &kvindex.CanarySettings{Model: "qwen3-32b", Interval: duration.Duration(10 * time.Second), Blocks: 2},
 			},
 		},
 		{name: "no kv", give: `ramjet {
 				alpha 2
 			}`},
-		{name: "tokenize alone", give: "ramjet {\n tokenize\n}", want: &KVConfig{}},
+		{name: "tokenize alone", give: "ramjet {\n tokenize\n}", want: &kvindex.Settings{}},
 		{name: "kv_events args", give: "ramjet {\n kv_events 127.0.0.1:8005\n}", wantErr: "want <upstream> [dial|bind] <events>"},
 		{
 			name: "bind and dial",
@@ -86,7 +86,7 @@ func TestKVCaddyfile(t *testing.T) {
 				}
 				kv_events 127.0.0.1:8007 dial tcp://127.0.0.1:5567
 			}`,
-			want: &KVConfig{Engines: []KVEngine{
+			want: &kvindex.Settings{Engines: []kvindex.FeedSpec{
 				{Upstream: "127.0.0.1:8005", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558", Bind: true, Topic: "kv@127.0.0.1:8005@m"},
 				{Upstream: "127.0.0.1:8006", Events: "tcp://127.0.0.1:5557", Bind: true, Topic: "kv@127.0.0.1:8006@m"},
 				{Upstream: "127.0.0.1:8007", Events: "tcp://127.0.0.1:5567"},
@@ -95,19 +95,18 @@ func TestKVCaddyfile(t *testing.T) {
 		{name: "engine topic twice", give: "ramjet {\n kv_events a:1 bind tcp://a:2 {\n topic x\n topic y\n }\n}", wantErr: "topic specified more than once"},
 		{name: "kv_events twice", give: "ramjet {\n kv_events a:1 tcp://a:2\n kv_events a:1 tcp://a:3\n}",
 			wantErr: "specified more than once"},
-		{name: "ranks zero", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n ranks 0\n }\n}", wantErr: "ranks must be positive"},
+		{name: "ranks zero", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n ranks 0\n }\n}", wantErr: `kv_events ranks: "0" is not a positive integer`},
 		{name: "ranks unknown", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n rank 2\n }\n}", wantErr: "unrecognized option 'rank'"},
 		{name: "topic twice", give: "ramjet {\n kv_topic a\n kv_topic b\n}", wantErr: "specified more than once"},
-		{name: "bad ttl", give: "ramjet {\n kv_predict_ttl soon\n}", wantErr: "not a duration"},
+		{name: "bad ttl", give: "ramjet {\n kv_predict_ttl soon\n}", wantErr: `kv_predict_ttl: "soon" is not a positive duration`},
 		{name: "tokenize unknown", give: "ramjet {\n tokenize {\n retries 3\n }\n}", wantErr: "unrecognized option 'retries'"},
-		{name: "canary without model", give: "ramjet {\n kv_canary\n}", wantErr: "want <model>"},
 		{name: "canary unknown", give: "ramjet {\n kv_canary m {\n every 1s\n }\n}", wantErr: "unrecognized option 'every'"},
-		{name: "unknown kv option", give: "ramjet {\n kv_everything 1\n}", wantErr: "unrecognized ramjet option 'kv_everything'"},
+		{name: "unknown kv option", give: "ramjet {\n kv_everything 1\n}", wantErr: "ramjet: unrecognized option 'kv_everything'"},
 		{
 			name: "https engine with upstream token",
 			give: "ramjet {\n kv_events 127.0.0.1:8443 tcp://127.0.0.1:5557 {\n scheme https\n }\n kv_upstream_token {env.RJ_UPSTREAM_TOKEN}\n}",
-			want: &KVConfig{
-				Engines:       []KVEngine{{Upstream: "127.0.0.1:8443", Events: "tcp://127.0.0.1:5557", Scheme: "https"}},
+			want: &kvindex.Settings{
+				Engines:       []kvindex.FeedSpec{{Upstream: "127.0.0.1:8443", Events: "tcp://127.0.0.1:5557", Scheme: "https"}},
 				UpstreamToken: "{env.RJ_UPSTREAM_TOKEN}",
 			},
 		},
@@ -130,38 +129,6 @@ func TestKVCaddyfile(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, s.KV); diff != "" {
 				t.Errorf("kv (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestKVConfigValidate(t *testing.T) {
-	tests := []struct {
-		name    string
-		give    KVConfig
-		wantErr string
-	}{
-		{"ok", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "tcp://a:2"}}}, ""},
-		{"no engines", KVConfig{}, "engines must list"},
-		{"no events", KVConfig{Engines: []KVEngine{{Upstream: "a:1"}}}, "upstream and events are required"},
-		{"bad events", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "ipc:///x"}}}, "want tcp://host:port"},
-		{"twice", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "tcp://a:2"}, {Upstream: "a:1", Events: "tcp://a:3"}}}, "listed twice"},
-		{"canary model", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "tcp://a:2"}}, Canary: &KVCanary{}}, "canary.model is required"},
-		{"negative ttl", KVConfig{Engines: []KVEngine{{Upstream: "a:1", Events: "tcp://a:2"}}, PredictTTL: -1}, "must not be negative"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := tt.give
-			c.setDefaults()
-			err := c.validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("err = %v, want %q", err, tt.wantErr)
 			}
 		})
 	}
@@ -645,15 +612,15 @@ func TestE2EKVNoPreflightInSelect(t *testing.T) {
 // the rank header, and the resolved upstream token.
 func TestKVPreciseConfig(t *testing.T) {
 	t.Setenv("RJ_TEST_UPSTREAM_TOKEN", "tok")
-	c := &KVConfig{UpstreamToken: "{env.RJ_TEST_UPSTREAM_TOKEN}", Engines: []KVEngine{
+	c := &kvindex.Settings{UpstreamToken: "{env.RJ_TEST_UPSTREAM_TOKEN}", Engines: []kvindex.FeedSpec{
 		{Upstream: "127.0.0.1:8443", Events: "tcp://127.0.0.1:5557", Ranks: 2, Scheme: "https"},
 		{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:6557"},
 	}}
-	c.setDefaults()
-	if err := c.validate(); err != nil {
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	pc, err := c.preciseConfig(zap.NewNop(), nil)
+	pc, err := c.Precise(resolveSecret(c.UpstreamToken), HeaderRank, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,7 +659,7 @@ func TestDeployCaddyfileKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	adapt := func(env map[string]string) (*KVConfig, error) {
+	adapt := func(env map[string]string) (*kvindex.Settings, error) {
 		for k, v := range env {
 			t.Setenv(k, v)
 		}
@@ -704,7 +671,7 @@ func TestDeployCaddyfileKV(t *testing.T) {
 		if i < 0 {
 			return nil, nil
 		}
-		var kv KVConfig
+		var kv kvindex.Settings
 		dec := json.NewDecoder(bytes.NewReader(out[i+len(`"kv":`):]))
 		return &kv, dec.Decode(&kv)
 	}
@@ -715,10 +682,10 @@ func TestDeployCaddyfileKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &KVConfig{Engines: []KVEngine{
+	want := &kvindex.Settings{Engines: []kvindex.FeedSpec{
 		{Upstream: "127.0.0.1:8100", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558"},
 		{Upstream: "127.0.0.1:8200", Events: "tcp://127.0.0.1:5567"},
-	}, TokenizeTimeout: caddy.Duration(250 * time.Millisecond)}
+	}, TokenizeTimeout: duration.Duration(250 * time.Millisecond)}
 	if diff := cmp.Diff(want, kv); diff != "" {
 		t.Errorf("dial (-want +got):\n%s", diff)
 	}

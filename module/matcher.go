@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -51,29 +52,19 @@ func (BodyMatcher) CaddyModule() caddy.ModuleInfo {
 //
 // model may be repeated; the globs add up.
 func (m *BodyMatcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	seen := map[string]bool{}
+	b := &caddyblock.Block{Name: "ramjet_body", Repeat: map[string]bool{"model": true},
+		Custom: map[string]func(*caddyfile.Dispenser) error{"model": func(d *caddyfile.Dispenser) error {
+			globs := d.RemainingArgs()
+			if len(globs) == 0 {
+				return d.Errf("model: want at least one glob")
+			}
+			m.Models = append(m.Models, globs...)
+			return nil
+		}}}
 	for d.Next() {
 		m.Models = append(m.Models, d.RemainingArgs()...)
-		for d.NextBlock(0) {
-			opt := d.Val()
-			switch opt {
-			case "model":
-				globs := d.RemainingArgs()
-				if len(globs) == 0 {
-					return d.Errf("model: want at least one glob")
-				}
-				m.Models = append(m.Models, globs...)
-			case "max_body_bytes":
-				if seen[opt] {
-					return d.Errf("%s: option specified more than once", opt)
-				}
-				seen[opt] = true
-				if err := argSize(&m.MaxBodyBytes)(d, opt); err != nil {
-					return err
-				}
-			default:
-				return d.Errf("unrecognized ramjet_body option '%s'", opt)
-			}
+		if err := b.Parse(d, m); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -12,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/edge"
 )
@@ -87,11 +89,28 @@ type Engines struct {
 	fleetK string
 }
 
-// addOptions puts the Caddyfile options of the shared fields into t.
-func (e *Engines) addOptions(t options) options {
-	t["upstream_token"] = optString(&e.UpstreamToken)
-	t["client_tokens"] = optJoined(&e.ClientTokens)
-	return t
+// parse reads the Caddyfile of a handler of the engines (ramjet_guard,
+// ramjet_models: v embeds e): its upstreams, then its block of v's
+// options, line-form (an option without a value keeps its default).
+// client_tokens takes several keys (comma-joined).
+func (e *Engines) parse(d *caddyfile.Dispenser, directive string, v any) error {
+	d.Next() // directive name
+	e.Upstreams = append(e.Upstreams, caddyblock.SplitList(d.RemainingArgs())...)
+	b := &caddyblock.Block{Name: directive, Line: true,
+		Check: map[string]func(string) (string, error){"model_check": parseModelCheck},
+		Custom: map[string]func(*caddyfile.Dispenser) error{"client_tokens": func(d *caddyfile.Dispenser) error {
+			e.ClientTokens = strings.Join(d.RemainingArgs(), ",")
+			return nil
+		}}}
+	return b.Parse(d, v)
+}
+
+// parseModelCheck reads model_check: on or off.
+func parseModelCheck(v string) (string, error) {
+	if v != "on" && v != "off" {
+		return "", fmt.Errorf("must be on or off, got %q", v)
+	}
+	return v, nil
 }
 
 // provision resolves the token and the client keys and, when catalogue
@@ -138,12 +157,7 @@ func (Models) CaddyModule() caddy.ModuleInfo {
 //	    cache          <duration>
 //	}
 func (m *Models) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next()
-	m.Upstreams = append(m.Upstreams, splitList(d.RemainingArgs())...)
-	return m.addOptions(options{
-		"timeout": optDuration(&m.Timeout),
-		"cache":   optDuration(&m.Cache),
-	}).parse(d, "ramjet_models")
+	return m.parse(d, "ramjet_models", m)
 }
 
 // Provision fills defaults and joins the shared model list.

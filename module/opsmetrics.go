@@ -56,22 +56,7 @@ func (OpsMetrics) CaddyModule() caddy.ModuleInfo {
 
 // UnmarshalCaddyfile reads `ramjet_metrics [{ disable_openmetrics }]`.
 func (m *OpsMetrics) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		switch d.Val() {
-		case "disable_openmetrics":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			m.DisableOpenMetrics = true
-		default:
-			return d.Errf("unrecognized ramjet_metrics option %q", d.Val())
-		}
-	}
-	return nil
+	return optionBlock(d, "ramjet_metrics", m, nil)
 }
 
 // Provision builds the handler over the config's metrics registry.

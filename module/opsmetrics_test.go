@@ -75,8 +75,8 @@ func TestOpsMetricsUnmarshalCaddyfile(t *testing.T) {
 		{"bare", "ramjet_metrics", "", false},
 		{"openmetrics off", "ramjet_metrics {\n disable_openmetrics\n}", "", true},
 		{"argument", "ramjet_metrics x", "wrong argument count", false},
-		{"unknown option", "ramjet_metrics {\n nope\n}", `unrecognized ramjet_metrics option "nope"`, false},
-		{"option argument", "ramjet_metrics {\n disable_openmetrics yes\n}", "wrong argument count", false},
+		{"unknown option", "ramjet_metrics {\n nope\n}", `ramjet_metrics: unrecognized option 'nope'`, false},
+		{"option argument", "ramjet_metrics {\n disable_openmetrics yes\n}", `disable_openmetrics: "yes" is not a boolean`, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var m OpsMetrics

@@ -1,12 +1,10 @@
 package module
 
 import (
-	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/ramjet-llm/ramjet/selection"
@@ -52,88 +50,6 @@ func (o OutlierSettings) config() selection.OutlierConfig {
 
 // validate names the bad setting (selection.OutlierConfig.CheckSettings).
 func (o OutlierSettings) validate() error { return o.config().CheckSettings() }
-
-// unmarshalCaddyfile parses the outlier block of the policy:
-//
-//	outlier {
-//		consecutive_failures <n>|off
-//		consecutive_cuts     <n>
-//		base_ejection        <duration>
-//		max_ejection         <duration>
-//		max_ejected_percent  <percent>
-//	}
-func (o *OutlierSettings) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		if seen[opt] {
-			return d.Errf("outlier %s: option specified more than once", opt)
-		}
-		seen[opt] = true
-		v, err := oneArg(d, "outlier "+opt)
-		if err != nil {
-			return err
-		}
-		switch opt {
-		case "consecutive_failures":
-			if v == "off" {
-				o.ConsecutiveFailures = -1
-				continue
-			}
-			n, err := parsePositive(v)
-			if err != nil {
-				return d.Errf("outlier consecutive_failures: %v", err)
-			}
-			o.ConsecutiveFailures = n
-		case "consecutive_cuts":
-			n, err := parsePositive(v)
-			if err != nil {
-				return d.Errf("outlier consecutive_cuts: %v", err)
-			}
-			o.ConsecutiveCuts = n
-		case "max_ejected_percent":
-			n, err := parsePositive(v)
-			if err != nil || n > 100 {
-				return d.Errf("outlier max_ejected_percent: want 1-100, got %q", v)
-			}
-			o.MaxEjectedPercent = n
-		case "base_ejection", "max_ejection":
-			dur, err := positiveDuration(d, "outlier "+opt, v)
-			if err != nil {
-				return err
-			}
-			if opt == "base_ejection" {
-				o.BaseEjection = dur
-			} else {
-				o.MaxEjection = dur
-			}
-		default:
-			return d.Errf("unrecognized outlier option '%s'", opt)
-		}
-	}
-	return nil
-}
-
-// positiveDuration parses v, the value of option what, as a duration
-// greater than zero.
-func positiveDuration(d *caddyfile.Dispenser, what, v string) (caddy.Duration, error) {
-	dur, err := caddy.ParseDuration(v)
-	if err != nil || dur <= 0 {
-		return 0, d.Errf("%s: want a positive duration, got %q", what, v)
-	}
-	return caddy.Duration(dur), nil
-}
-
-func parsePositive(v string) (int, error) {
-	var n int
-	if _, err := fmt.Sscanf(v, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != v {
-		return 0, fmt.Errorf("want a positive integer, got %q", v)
-	}
-	return n, nil
-}
 
 // outcomeObserver reports the final attempt's outcome of a routed request
 // to the fleet's outlier detector. Earlier attempts (retried) are

@@ -19,7 +19,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/enginemetrics"
+	"github.com/ramjet-llm/ramjet/integrity"
+	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/snapshot"
 	"github.com/ramjet-llm/ramjet/upstream"
@@ -101,25 +105,26 @@ type RamjetSelection struct {
 	InstanceID string `json:"instance_id,omitempty"`
 
 	// KV turns on the precise index from the engines' KV-cache events
-	// (see KVConfig); off by default.
-	KV *KVConfig `json:"kv,omitempty"`
+	// (see kvindex.Settings); off by default.
+	KV *kvindex.Settings `json:"kv,omitempty"`
 
 	// Outlier tunes outlier detection (see OutlierSettings); on by
 	// default.
 	Outlier *OutlierSettings `json:"outlier,omitempty"`
 
 	// EngineMetrics turns on scraping of the engines' own metrics (see
-	// EngineMetricsConfig, engines.go); off by default.
-	EngineMetrics *EngineMetricsConfig `json:"engine_metrics,omitempty"`
+	// enginemetrics.Settings, engines.go); off by default.
+	EngineMetrics *enginemetrics.Settings `json:"engine_metrics,omitempty"`
 
 	// Integrity turns on engine integrity: admission against pinned
 	// digests and the speculative-decoding quarantine (see
-	// IntegrityConfig); off by default.
-	Integrity *IntegrityConfig `json:"integrity,omitempty"`
+	// integrity.Settings); off by default.
+	Integrity *integrity.Settings `json:"integrity,omitempty"`
 
 	// SessionShadow turns on session-affinity shadow telemetry (see
-	// SessionShadowConfig); off by default. It never changes a decision.
-	SessionShadow *SessionShadowConfig `json:"session_shadow,omitempty"`
+	// integrity.ShadowSettings); off by default. It never changes a
+	// decision.
+	SessionShadow *integrity.ShadowSettings `json:"session_shadow,omitempty"`
 
 	// Snapshot turns on authenticated snapshots of the approximate index
 	// (see SnapshotConfig, snapshot.go); off by default.
@@ -200,74 +205,41 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //			max_ejection         <duration>
 //			max_ejected_percent  <percent>
 //		}
-//		integrity { ... }  (see IntegrityConfig.unmarshalCaddyfile)
+//		integrity { <integrity.Settings' fields> }
 //		session_shadow [<header>] { max_sessions <n> }
-//		snapshot [<path>] { ... }  (see SnapshotConfig.unmarshalCaddyfile)
+//		snapshot [<path>] { <SnapshotConfig's fields> }
 //		depart_after       <duration>
 //	}
 //
-// Sizes accept units (64MiB, 512KB). Every option may appear once, except
-// profile, once per upstream.
+// Each option is the JSON field of that name, read by its type (package
+// caddyblock): sizes accept units (64MiB, 512KB), durations Caddy's syntax.
+// Every option may appear once, except profile (once per upstream) and
+// kv_events (once per engine).
 func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // policy name
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	t := map[string]blockOption{
-		"max_body_bytes":  argSize(&s.MaxBodyBytes),
-		"profile":         s.parseProfileOption,
-		"fallback":        s.parseFallback,
-		"state_key":       argString(&s.StateKey),
-		"route_id_secret": argString(&s.RouteIDSecret),
-		"instance_id":     argString(&s.InstanceID),
-		"depart_after":    argDuration(&s.DepartAfter), // churn.go
-		"outlier": func(d *caddyfile.Dispenser, _ string) error {
-			s.Outlier = new(OutlierSettings)
-			return s.Outlier.unmarshalCaddyfile(d)
+	b := &caddyblock.Block{
+		Name:   "ramjet",
+		Custom: map[string]func(*caddyfile.Dispenser) error{"profile": s.parseProfileOption, "fallback": s.parseFallback},
+		Repeat: map[string]bool{"profile": true, "kv_events": true},
+		Zero: func(path string) bool {
+			return selection.KnobNamed(path) != 0 || path == "integrity spec_decode position"
 		},
-		"engine_metrics": func(d *caddyfile.Dispenser, _ string) error { // engines.go
-			s.EngineMetrics = new(EngineMetricsConfig)
-			return s.EngineMetrics.unmarshalEngineMetrics(d)
-		},
-		"integrity": func(d *caddyfile.Dispenser, _ string) error { // integrity.go
-			s.Integrity = new(IntegrityConfig)
-			return s.Integrity.unmarshalCaddyfile(d)
-		},
-		"session_shadow": func(d *caddyfile.Dispenser, _ string) error {
-			s.SessionShadow = new(SessionShadowConfig)
-			return s.SessionShadow.unmarshalCaddyfile(d)
-		},
-		"snapshot": func(d *caddyfile.Dispenser, _ string) error { // snapshot.go
-			s.Snapshot = new(SnapshotConfig)
-			return s.Snapshot.unmarshalCaddyfile(d)
+		Set:   func(path string) { s.Explicit |= selection.KnobNamed(path) },
+		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": parseSpecMode},
+		Words: map[string]map[string]any{
+			"outlier consecutive_failures":   {"off": -1},
+			"integrity spec_decode position": {"overall": nil},
 		},
 	}
-	for name := range routingKnobs {
-		t[name] = knobOption(&s.Config)
-	}
-	s.kvOptions(t)
-	seen := map[string]bool{}
-	for d.NextBlock(0) {
-		opt := d.Val()
-		if opt != "profile" && opt != "kv_events" {
-			if seen[opt] {
-				return d.Errf("%s: option specified more than once", opt)
-			}
-			seen[opt] = true
-		}
-		set, ok := t[opt]
-		if !ok {
-			return d.Errf("unrecognized ramjet option '%s'", opt)
-		}
-		if err := set(d, opt); err != nil {
-			return err
-		}
-	}
-	return nil
+	s.kvOptions(b) // kv.go
+	return b.Parse(d, s)
 }
 
 // parseProfileOption reads profile <upstream> speculative|standard.
-func (s *RamjetSelection) parseProfileOption(d *caddyfile.Dispenser, _ string) error {
+func (s *RamjetSelection) parseProfileOption(d *caddyfile.Dispenser) error {
 	var up, prof string
 	if !d.Args(&up, &prof) || d.NextArg() {
 		return d.Errf("profile: want <upstream> speculative|standard")
@@ -286,7 +258,7 @@ func (s *RamjetSelection) parseProfileOption(d *caddyfile.Dispenser, _ string) e
 }
 
 // parseFallback reads fallback <policy> [{ <policy options> }].
-func (s *RamjetSelection) parseFallback(d *caddyfile.Dispenser, _ string) error {
+func (s *RamjetSelection) parseFallback(d *caddyfile.Dispenser) error {
 	if !d.NextArg() {
 		return d.Errf("fallback: want a policy name")
 	}
@@ -305,84 +277,6 @@ func (s *RamjetSelection) parseFallback(d *caddyfile.Dispenser, _ string) error 
 	}
 	s.FallbackRaw = caddyconfig.JSONModuleObject(sel, "policy", name, nil)
 	return nil
-}
-
-// blockOption reads option opt of a policy block: its value on the line
-// (exactly one, for the argX helpers) or its nested block.
-type blockOption func(d *caddyfile.Dispenser, opt string) error
-
-// subBlock reads the nested block of option what through t: each option
-// once, none unknown.
-func subBlock(d *caddyfile.Dispenser, what string, t map[string]blockOption) error {
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		o := d.Val()
-		if seen[o] {
-			return d.Errf("%s: %s specified more than once", what, o)
-		}
-		seen[o] = true
-		set, ok := t[o]
-		if !ok {
-			return d.Errf("%s: unrecognized option '%s'", what, o)
-		}
-		if err := set(d, o); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func oneArg(d *caddyfile.Dispenser, opt string) (string, error) {
-	if !d.NextArg() {
-		return "", d.Errf("%s: missing value", opt)
-	}
-	v := d.Val()
-	if d.NextArg() {
-		return "", d.Errf("%s: too many values", opt)
-	}
-	if d.NextBlock(d.Nesting()) {
-		return "", d.Errf("%s: takes no block", opt)
-	}
-	return v, nil
-}
-
-// argValue reads the one value of an option into p with parse (the block
-// arity; optValue is the line form over the same value parsers).
-func argValue[T any](p *T, parse func(string) (T, error)) blockOption {
-	return func(d *caddyfile.Dispenser, opt string) error {
-		v, err := oneArg(d, opt)
-		if err != nil {
-			return err
-		}
-		if *p, err = parse(v); err != nil {
-			return d.Errf("%s: %v", opt, err)
-		}
-		return nil
-	}
-}
-
-func argString(p *string) blockOption {
-	return argValue(p, func(v string) (string, error) { return v, nil })
-}
-
-func argInt(p *int) blockOption { return argValue(p, parseInt) }
-
-func argSize(p *int64) blockOption { return argValue(p, parseSize) }
-
-func argDuration(p *caddy.Duration) blockOption { return argValue(p, parseDuration) }
-
-// knobOption reads the one value of a routing knob into c (knobs.go).
-func knobOption(c *selection.Config) blockOption {
-	return func(d *caddyfile.Dispenser, opt string) error {
-		v, err := oneArg(d, opt)
-		if err != nil {
-			return err
-		}
-		if err := setKnob(c, opt, v); err != nil {
-			return d.Err(err.Error())
-		}
-		return nil
-	}
 }
 
 func parseProfile(s string) (selection.Profile, bool) {

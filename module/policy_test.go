@@ -71,8 +71,8 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 			want: RamjetSelection{FallbackRaw: json.RawMessage(`{"fallback":{"policy":"random"},"field":"X-User","policy":"header"}`)},
 		},
 		{name: "argument", give: `ramjet foo`, wantErr: "wrong argument count"},
-		{name: "unknown option", give: "ramjet {\n bogus 1\n}", wantErr: "unrecognized ramjet option 'bogus'"},
-		{name: "duplicate", give: "ramjet {\n alpha 1\n alpha 2\n}", wantErr: "alpha: option specified more than once"},
+		{name: "unknown option", give: "ramjet {\n bogus 1\n}", wantErr: "ramjet: unrecognized option 'bogus'"},
+		{name: "duplicate", give: "ramjet {\n alpha 1\n alpha 2\n}", wantErr: "ramjet: alpha specified more than once"},
 		{name: "missing value", give: "ramjet {\n affinity_cap\n}", wantErr: "affinity_cap: missing value"},
 		{name: "too many values", give: "ramjet {\n block_tokens 1 2\n}", wantErr: "block_tokens: too many values"},
 		{name: "not an integer", give: "ramjet {\n request_cost lots\n}", wantErr: `request_cost: "lots" is not an integer`},
@@ -85,7 +85,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 		{name: "fallback missing", give: "ramjet {\n fallback\n}", wantErr: "fallback: want a policy name"},
 		{name: "fallback unknown", give: "ramjet {\n fallback nosuch\n}", wantErr: "fallback:"},
 		{name: "fallback self", give: "ramjet {\n fallback ramjet\n}", wantErr: "fallback: ramjet cannot be its own fallback"},
-		{name: "duplicate fallback", give: "ramjet {\n fallback random\n fallback first\n}", wantErr: "fallback: option specified more than once"},
+		{name: "duplicate fallback", give: "ramjet {\n fallback random\n fallback first\n}", wantErr: "ramjet: fallback specified more than once"},
 		{name: "block on option", give: "ramjet {\n state_key a {\n x\n }\n}", wantErr: "state_key: takes no block"},
 	}
 	for _, tt := range tests {
@@ -209,9 +209,9 @@ func TestMatcherUnmarshalCaddyfile(t *testing.T) {
 		{name: "inline", give: `ramjet_body qwen3-* llama-?`, want: BodyMatcher{Models: []string{"qwen3-*", "llama-?"}}},
 		{name: "block", give: "ramjet_body {\n model qwen3-*\n model gpt-oss-*\n max_body_bytes 1MiB\n}",
 			want: BodyMatcher{Models: []string{"qwen3-*", "gpt-oss-*"}, MaxBodyBytes: 1 << 20}},
-		{name: "unknown", give: "ramjet_body {\n modle x\n}", wantErr: "unrecognized ramjet_body option 'modle'"},
+		{name: "unknown", give: "ramjet_body {\n modle x\n}", wantErr: "ramjet_body: unrecognized option 'modle'"},
 		{name: "model empty", give: "ramjet_body {\n model\n}", wantErr: "model: want at least one glob"},
-		{name: "duplicate size", give: "ramjet_body {\n max_body_bytes 1\n max_body_bytes 2\n}", wantErr: "max_body_bytes: option specified more than once"},
+		{name: "duplicate size", give: "ramjet_body {\n max_body_bytes 1\n max_body_bytes 2\n}", wantErr: "ramjet_body: max_body_bytes specified more than once"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

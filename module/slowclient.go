@@ -2,13 +2,11 @@ package module
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/edge"
@@ -26,18 +24,6 @@ const DefaultBodyTimeout = 60 * time.Second
 // progress (ramjet_observe's write_timeout): a client that stopped reading
 // a stream is cut after it.
 const DefaultWriteTimeout = 60 * time.Second
-
-// parseWriteTimeout reads write_timeout: a positive duration or "off".
-func parseWriteTimeout(v string) (caddy.Duration, error) {
-	if v == "off" {
-		return -1, nil
-	}
-	d, err := caddy.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("want a positive duration or off, got %q", v)
-	}
-	return caddy.Duration(d), nil
-}
 
 // slowReaderCuts counts the responses cut because the client stopped
 // reading (write_timeout); process-wide, registered into every config's

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
@@ -34,8 +33,8 @@ const DefaultSnapshotKey = "{env.RJ_SNAPSHOT_KEY}"
 // warning naming the reason and ramjet_snapshot_loads_total{outcome}.
 type SnapshotConfig struct {
 	// Path is the snapshot file, on a volume that survives restarts.
-	// Required.
-	Path string `json:"path,omitempty"`
+	// Required. In the Caddyfile: snapshot [<path>] { ... }.
+	Path string `json:"path,omitempty" caddyfile:"arg"`
 	// Interval is the time between two periodic writes. Default 1m.
 	Interval caddy.Duration `json:"interval,omitempty"`
 	// Key authenticates the snapshot (HMAC-SHA256) and keys the replica
@@ -83,42 +82,6 @@ func (c *SnapshotConfig) validate() error {
 		return fmt.Errorf("snapshot max_bytes must be at least 1KiB, got %d", c.MaxBytes)
 	}
 	return nil
-}
-
-// unmarshalCaddyfile parses the snapshot option of the policy:
-//
-//	snapshot [<path>] {
-//		path      <path>
-//		interval  <duration>
-//		key       <key>
-//		max_age   <duration>
-//		max_bytes <size>
-//	}
-func (c *SnapshotConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		c.Path = d.Val()
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return subBlock(d, "snapshot", map[string]blockOption{
-		"path":      argString(&c.Path),
-		"interval":  argPositiveDuration(&c.Interval),
-		"key":       argString(&c.Key),
-		"max_age":   argPositiveDuration(&c.MaxAge),
-		"max_bytes": argSize(&c.MaxBytes),
-	})
-}
-
-func argPositiveDuration(p *caddy.Duration) blockOption {
-	return func(d *caddyfile.Dispenser, opt string) error {
-		v, err := oneArg(d, opt)
-		if err != nil {
-			return err
-		}
-		*p, err = positiveDuration(d, "snapshot "+opt, v)
-		return err
-	}
 }
 
 // snapStates holds one snapshot writer per fleet and configuration,
@@ -199,8 +162,9 @@ func (s *RamjetSelection) bindSnapshot(v *poolView) {
 	s.snap.Bind(keys)
 }
 
-// snapshotDirectiveOptions are the ramjet directive's snapshot options
-// (deploy/Caddyfile drives them from RJ_* settings); snapshots are on when
+// snapshotDirectiveOptions are the ramjet directive's snapshot options,
+// snapshot_<field> is SnapshotConfig's <field> (deploy/Caddyfile drives
+// them from RJ_* settings); snapshots are on when
 // snapshot_path is given. A value left empty keeps the default.
 var snapshotDirectiveOptions = map[string]bool{
 	"snapshot_path": true, "snapshot_interval": true, "snapshot_max_age": true, "snapshot_key": true,
@@ -209,29 +173,6 @@ var snapshotDirectiveOptions = map[string]bool{
 // snapshotDirective collects the ramjet directive's snapshot options.
 type snapshotDirective struct {
 	c SnapshotConfig
-}
-
-func (k *snapshotDirective) parse(d *caddyfile.Dispenser, name string, args []string) error {
-	switch len(args) {
-	case 0:
-		return nil
-	case 1:
-	default:
-		return d.Errf("%s: want one value", name)
-	}
-	v := args[0]
-	var err error
-	switch name {
-	case "snapshot_path":
-		k.c.Path = v
-	case "snapshot_key":
-		k.c.Key = v
-	case "snapshot_interval":
-		k.c.Interval, err = positiveDuration(d, name, v)
-	case "snapshot_max_age":
-		k.c.MaxAge, err = positiveDuration(d, name, v)
-	}
-	return err
 }
 
 // config is the policy's snapshot configuration, nil when off.

@@ -295,8 +295,8 @@ func TestSnapshotCaddyfile(t *testing.T) {
 		}`, want: SnapshotConfig{Path: "/s", Interval: 30e9, Key: "{env.K}", MaxAge: 7200e9, MaxBytes: 1 << 20}},
 		{name: "unknown", give: "snapshot /s {\n bogus 1\n}", wantErr: "unrecognized option 'bogus'"},
 		{name: "twice", give: "snapshot /s {\n interval 1s\n interval 2s\n}", wantErr: "interval specified more than once"},
-		{name: "bad duration", give: "snapshot /s {\n interval soon\n}", wantErr: "want a positive duration"},
-		{name: "two paths", give: "snapshot /a /b", wantErr: "wrong argument count"},
+		{name: "bad duration", give: "snapshot /s {\n interval soon\n}", wantErr: `snapshot interval: "soon" is not a positive duration`},
+		{name: "two paths", give: "snapshot /a /b", wantErr: "snapshot: too many values"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,73 @@
+package enginemetrics
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/duration"
+	"github.com/ramjet-llm/ramjet/upstream"
+)
+
+// Settings is the JSON configuration of the scraper (the ramjet policy's
+// "engine_metrics", module.RamjetSelection.EngineMetrics): it turns on
+// scraping of every upstream engine's Prometheus metrics (vLLM's vllm:*
+// or SGLang's sglang:* series): running and waiting requests, KV-cache usage and
+// capacity, speculative-decoding counters. Each replica's snapshot, fused
+// with this instance's own reservations, is added to the routing load
+// (the requests others sent it count as this instance's own do; a stale
+// replica counts local reservations only), sets the index's KV capacity
+// of the replica, and is shown in the admin API's /ramjet/fleet; the
+// scrapes are counted in ramjet_engine_* metrics. Off by default; with
+// it off nothing is scraped.
+type Settings struct {
+	// Interval is the time between two scrapes of each engine.
+	// Default: 1s. In the Caddyfile: engine_metrics [<interval>] { ... }.
+	Interval duration.Duration `json:"interval,omitempty" caddyfile:"arg"`
+	// Timeout bounds one scrape. Default: the interval, at most 5s.
+	Timeout duration.Duration `json:"timeout,omitempty"`
+	// Path is the metrics path on each upstream. Default: "/metrics".
+	Path string `json:"path,omitempty"`
+	// Access is how the engines' metrics are reached: scheme ("http" or
+	// "https", default "http") and upstream_token (sent as
+	// "Authorization: Bearer <token>", placeholders resolved; default
+	// none).
+	upstream.Access
+	// StaleAfter is how many intervals a replica's last good scrape stays
+	// usable while later scrapes fail; past it the replica counts as
+	// stale (local reservations only). Default: 3.
+	StaleAfter int `json:"stale_after,omitempty"`
+	// MaxBodyBytes bounds one metrics page, in bytes. Default: 4 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// Concurrency bounds the scrapes in flight. Default: 8.
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// SetDefaults fills the zero path and scheme (the scraper fills the rest).
+func (c *Settings) SetDefaults() {
+	if c.Path == "" {
+		c.Path = "/metrics"
+	}
+	c.Access.SetDefaults()
+}
+
+// Validate names the bad setting.
+func (c *Settings) Validate() error {
+	if c.Path[0] != '/' {
+		return fmt.Errorf("engine_metrics: path must start with '/', got %q", c.Path)
+	}
+	if err := c.Access.Validate("engine_metrics"); err != nil {
+		return err
+	}
+	if err := c.Config("").Validate(); err != nil {
+		return fmt.Errorf("engine_metrics: %w", err)
+	}
+	return nil
+}
+
+// Config is the scraper configuration of c; token is the resolved
+// upstream_token.
+func (c *Settings) Config(token string) Config {
+	return Config{Interval: time.Duration(c.Interval), Timeout: time.Duration(c.Timeout),
+		MaxBodyBytes: c.MaxBodyBytes, Concurrency: c.Concurrency, StaleAfter: c.StaleAfter,
+		Token: token}
+}

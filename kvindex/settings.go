@@ -1,0 +1,160 @@
+package kvindex
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/duration"
+)
+
+// Settings is the JSON configuration of the precise path (the ramjet
+// policy's "kv"; module.RamjetSelection.KV), off unless set: the engines' own KV-cache events say which replica holds which
+// blocks, a /tokenize preflight turns each request into token ids, and the
+// exact overlap replaces the estimate for every replica whose event feed is
+// healthy. Replicas without a healthy feed, and requests the preflight
+// cannot tokenize in time, are routed by the estimate as before.
+//
+// The preflight runs in the ramjet handler (module: ramjet_observe, ahead
+// of reverse_proxy, with the policy's state_key), before selection:
+// without the handler in the chain every decision uses the estimate.
+type Settings struct {
+	// Engines lists the event feeds, one entry per engine.
+	Engines []FeedSpec `json:"engines,omitempty"`
+
+	// Topic is the subscription prefix of every feed (vLLM's "topic");
+	// empty subscribes to every message.
+	Topic string `json:"topic,omitempty"`
+
+	// BlockSize is the engines' KV-cache block size in tokens (vLLM
+	// --block-size). Default: 16.
+	BlockSize int `json:"block_size,omitempty"`
+
+	// MaxEntries bounds the precise index: (replica, block) entries over
+	// all replicas, about 160 bytes each. Default: 1048576.
+	MaxEntries int `json:"max_entries,omitempty"`
+
+	// PredictTTL bounds how long a block just routed to a replica counts
+	// as held there: a prediction lives until the engine's event confirms
+	// it, or until 2s after its request ended, and at most this long.
+	// Default: 5m (longer than any queue and prefill).
+	PredictTTL duration.Duration `json:"predict_ttl,omitempty"`
+
+	// TokenizeTimeout bounds the /tokenize preflight of one request; past
+	// it the request is routed by the estimate. Default: 100ms.
+	TokenizeTimeout duration.Duration `json:"tokenize_timeout,omitempty"`
+
+	// TokenizeConcurrency bounds the preflights in flight; past it
+	// requests are routed by the estimate at once. Default: 64.
+	TokenizeConcurrency int `json:"tokenize_concurrency,omitempty"`
+
+	// TokenizeCache bounds the cached tokenizations. Default: 4096.
+	TokenizeCache int `json:"tokenize_cache,omitempty"`
+
+	// TokenizeURL is the base URL of the /tokenize endpoint, e.g.
+	// "http://10.0.0.5:8000". Default: the scheme and dial address of an
+	// engine whose feed is healthy, in turn.
+	TokenizeURL string `json:"tokenize_url,omitempty"`
+
+	// UpstreamToken is the bearer token sent to the engines with every
+	// tokenize preflight and canary probe ("Authorization: Bearer
+	// <token>"), as the guard sends it with proxied requests.
+	// Placeholders such as {env.RJ_UPSTREAM_TOKEN} are resolved. Default:
+	// none.
+	UpstreamToken string `json:"upstream_token,omitempty"`
+
+	// Canary, when set, turns on exact-placement canaries: periodically a
+	// one-token completion of a known prompt goes to one replica in turn,
+	// and the engine's cached_tokens is compared with the index's
+	// prediction (ramjet_kv_canary_accuracy). Engines must report
+	// usage.prompt_tokens_details (vLLM --enable-prompt-tokens-details).
+	Canary *CanarySettings `json:"canary,omitempty"`
+}
+
+// CanarySettings configures the exact-placement canaries.
+type CanarySettings struct {
+	// Model is the model name the probes ask for. Required.
+	Model string `json:"model" caddyfile:"arg"`
+	// Interval is the time between two probes. Default: 30s.
+	Interval duration.Duration `json:"interval,omitempty"`
+	// Blocks is the probe prompt's length in blocks. Default: 4.
+	Blocks int `json:"blocks,omitempty"`
+}
+
+// SetDefaults fills the zero values.
+func (c *Settings) SetDefaults() {
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if c.MaxEntries == 0 {
+		c.MaxEntries = 1 << 20
+	}
+	if c.PredictTTL == 0 {
+		c.PredictTTL = duration.Duration(DefaultPredictTTL)
+	}
+	if c.TokenizeTimeout == 0 {
+		c.TokenizeTimeout = duration.Duration(100 * time.Millisecond)
+	}
+	if c.TokenizeConcurrency == 0 {
+		c.TokenizeConcurrency = 64
+	}
+	if c.TokenizeCache == 0 {
+		c.TokenizeCache = 4096
+	}
+	for i := range c.Engines {
+		if c.Engines[i].Ranks == 0 {
+			c.Engines[i].Ranks = 1
+		}
+	}
+}
+
+// validate rejects unusable settings, naming the field.
+func (c *Settings) Validate() error {
+	switch {
+	case len(c.Engines) == 0:
+		return fmt.Errorf("kv: engines must list at least one event feed")
+	case c.BlockSize < 0:
+		return fmt.Errorf("kv: block_size must be positive, got %d", c.BlockSize)
+	case c.MaxEntries < 0:
+		return fmt.Errorf("kv: max_entries must be positive, got %d", c.MaxEntries)
+	case c.PredictTTL < 0 || c.TokenizeTimeout < 0:
+		return fmt.Errorf("kv: predict_ttl and tokenize_timeout must not be negative")
+	case c.TokenizeConcurrency < 0 || c.TokenizeCache < 0:
+		return fmt.Errorf("kv: tokenize_concurrency and tokenize_cache must be positive")
+	case c.Canary != nil && c.Canary.Model == "":
+		return fmt.Errorf("kv: canary.model is required")
+	case c.Canary != nil && (c.Canary.Interval < 0 || c.Canary.Blocks < 0):
+		return fmt.Errorf("kv: canary interval and blocks must be positive")
+	}
+	if err := ValidateFeeds(c.Engines); err != nil {
+		return fmt.Errorf("kv: %w", err)
+	}
+	return nil
+}
+
+// Precise is the Precise configuration of c: token is the resolved
+// upstream_token, rankHeader the data-parallel rank header, latency
+// observes each tokenize preflight.
+func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency func(time.Duration)) (PreciseConfig, error) {
+	pc := PreciseConfig{
+		Index:       Config{BlockSize: c.BlockSize, MaxEntries: c.MaxEntries},
+		Token:       token,
+		PredictTTL:  time.Duration(c.PredictTTL),
+		TokenizeURL: c.TokenizeURL,
+		Tokenizer: TokenizerConfig{
+			Timeout:       time.Duration(c.TokenizeTimeout),
+			MaxConcurrent: c.TokenizeConcurrency,
+			CacheEntries:  c.TokenizeCache,
+			OnLatency:     latency,
+		},
+		Subscriber: SubscriberConfig{Logger: logger},
+		Logger:     logger,
+	}
+	if cc := c.Canary; cc != nil {
+		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}
+	}
+	var err error
+	pc.Engines, err = PreciseEngines(c.Engines, c.Topic, rankHeader)
+	return pc, err
+}

@@ -1,0 +1,38 @@
+package kvindex
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSettingsValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    Settings
+		wantErr string
+	}{
+		{"ok", Settings{Engines: []FeedSpec{{Upstream: "a:1", Events: "tcp://a:2"}}}, ""},
+		{"no engines", Settings{}, "engines must list"},
+		{"no events", Settings{Engines: []FeedSpec{{Upstream: "a:1"}}}, "upstream and events are required"},
+		{"bad events", Settings{Engines: []FeedSpec{{Upstream: "a:1", Events: "ipc:///x"}}}, "want tcp://host:port"},
+		{"twice", Settings{Engines: []FeedSpec{{Upstream: "a:1", Events: "tcp://a:2"}, {Upstream: "a:1", Events: "tcp://a:3"}}}, "listed twice"},
+		{"canary model", Settings{Engines: []FeedSpec{{Upstream: "a:1", Events: "tcp://a:2"}}, Canary: &CanarySettings{}}, "canary.model is required"},
+		{"negative ttl", Settings{Engines: []FeedSpec{{Upstream: "a:1", Events: "tcp://a:2"}}, PredictTTL: -1}, "must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.give
+			c.SetDefaults()
+			err := c.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
