@@ -61,20 +61,28 @@ func (rt *Router) ExportIndex(maxBlocks int) []Beliefs {
 	return out
 }
 
+// importChunk is how many beliefs ImportIndex adds per hold of the
+// index's write lock (a few milliseconds): between two chunks routing
+// reads the index and learning writes to it.
+const importChunk = 2048
+
 // ImportIndex adds the beliefs of bs to the approximate index, for the
 // replicas registered now; the beliefs of a key that is not registered
-// are dropped. Each replica's blocks are touched in their order (least
-// recent first), the replicas interleaved in proportion, so that each
-// replica's eviction order is the exported one and the index's global
-// order mixes them evenly. Capacity, horizon and the memory budget apply
-// as to learned blocks. It returns the replicas and blocks imported.
+// (or unregistered during the import) are dropped. Each replica's blocks
+// are touched in their order (least recent first), the replicas
+// interleaved in proportion, so that each replica's eviction order is the
+// exported one and the index's global order mixes them evenly. Capacity,
+// horizon and the memory budget apply as to learned blocks. The index
+// stays usable meanwhile: the write lock is held for importChunk beliefs
+// at a time, so that a full index (about 0.5 s of CPU) never stalls a
+// request for longer than one chunk. It returns the replicas and blocks
+// imported.
 func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	type item struct{ b, j int32 } // bs[b].Blocks[j]
 	slot := make([]Slot, len(bs))
 	var items []item
 	top := Slot(-1)
+	rt.mu.Lock()
 	for i, b := range bs {
 		s, ok := rt.slots[b.Key]
 		slot[i] = -1
@@ -88,6 +96,7 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 			items = append(items, item{int32(i), int32(j)})
 		}
 	}
+	rt.mu.Unlock()
 	if top < 0 {
 		return 0, 0
 	}
@@ -97,16 +106,32 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 		return cmp.Compare(int64(p.j+1)*int64(len(bs[q.b].Blocks)), int64(q.j+1)*int64(len(bs[p.b].Blocks)))
 	})
 	x := rt.idx
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.widen(top)
-	for _, it := range items {
-		x.touch(bs[it.b].Blocks[it.j], slot[it.b])
-	}
-	for _, s := range slot {
-		if s >= 0 {
-			x.bound(s)
+	for len(items) > 0 {
+		chunk := items[:min(importChunk, len(items))]
+		items = items[len(chunk):]
+		// Registration first (the lock order of ExportIndex): a slot
+		// whose replica left meanwhile takes no more of its beliefs.
+		rt.mu.Lock()
+		for i, s := range slot {
+			if s >= 0 && rt.keys[s] != bs[i].Key {
+				slot[i] = -1
+			}
 		}
+		x.mu.Lock()
+		x.widen(top)
+		for _, it := range chunk {
+			if s := slot[it.b]; s >= 0 {
+				x.touch(bs[it.b].Blocks[it.j], s)
+				blocks++
+			}
+		}
+		for _, s := range slot {
+			if s >= 0 {
+				x.bound(s)
+			}
+		}
+		x.mu.Unlock()
+		rt.mu.Unlock()
 	}
-	return replicas, len(items)
+	return replicas, blocks
 }

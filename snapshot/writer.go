@@ -50,7 +50,9 @@ type Writer struct {
 	logger   *zap.Logger
 	m        fleetMetrics
 
-	mu sync.Mutex // serialises writes and the import
+	mu sync.Mutex // serialises writes and the import (held by the import goroutine)
+	// imports is the import goroutine Bind starts, for Close to wait on.
+	imports sync.WaitGroup
 	// pending is the verified snapshot waiting for the first pool.
 	pending atomic.Pointer[Snapshot]
 	// seen: a policy has seen its pool (and pending was applied). Until
@@ -78,7 +80,9 @@ func StartWriter(o WriterOptions) *Writer {
 func (g *Writer) Close() error {
 	close(g.stop)
 	<-g.done
-	return g.write("shutdown")
+	err := g.write("shutdown") // after the import: it holds mu
+	g.imports.Wait()
+	return err
 }
 
 func (g *Writer) run() {
@@ -162,15 +166,22 @@ func (g *Writer) load(maxAge time.Duration) {
 
 // Bind applies the pending snapshot to the replicas of pool (replica
 // keys) the first time a policy sees one; until then nothing is written.
+// The import runs in the background (Router.ImportIndex: the index stays
+// usable, so the request that triggered Bind does not wait for it);
+// writes wait for it to end.
 func (g *Writer) Bind(pool []string) {
 	if g.seen.Load() {
 		return
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	defer g.seen.Store(true)
+	if g.seen.Load() {
+		g.mu.Unlock()
+		return
+	}
+	g.seen.Store(true)
 	s := g.pending.Swap(nil)
 	if s == nil {
+		g.mu.Unlock()
 		return
 	}
 	bs, dropped := s.Beliefs(g.key, pool)
@@ -179,11 +190,24 @@ func (g *Writer) Bind(pool []string) {
 	if len(bs) == 0 {
 		g.refuse(ShapeMismatch, fmt.Errorf("none of the snapshot's %d replicas is in the pool of %d (another replica set, or another key)",
 			len(s.Replicas), len(pool)))
+		g.mu.Unlock()
 		return
 	}
-	reps, blocks := g.rt.ImportIndex(bs)
-	m.loads.WithLabelValues(Loaded).Inc()
-	m.loaded.Set(float64(blocks))
-	g.logger.Info("ramjet snapshot loaded", zap.String("path", g.path), zap.Int("replicas", reps),
-		zap.Int("blocks", blocks), zap.Int("dropped_replicas", dropped), zap.Duration("age", time.Since(s.Written)))
+	g.imports.Add(1)
+	go func() { // owns mu until the import ended
+		defer g.imports.Done()
+		defer g.mu.Unlock()
+		start := time.Now()
+		reps, blocks := g.rt.ImportIndex(bs)
+		m.loads.WithLabelValues(Loaded).Inc()
+		m.loaded.Set(float64(blocks))
+		g.logger.Info("ramjet snapshot loaded", zap.String("path", g.path), zap.Int("replicas", reps),
+			zap.Int("blocks", blocks), zap.Int("dropped_replicas", dropped), zap.Duration("age", time.Since(s.Written)),
+			zap.Duration("took", time.Since(start)))
+	}()
+}
+
+// Wait waits for the import Bind started, if any.
+func (g *Writer) Wait() {
+	g.imports.Wait()
 }

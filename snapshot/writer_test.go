@@ -100,6 +100,7 @@ func TestWriterRoundTrip(t *testing.T) {
 		t.Errorf("refusal of a missing snapshot logged %+v, want one info line", e)
 	}
 	w.Bind(reps)
+	w.Wait()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +125,7 @@ func TestWriterRoundTrip(t *testing.T) {
 		t.Fatalf("%d beliefs before Bind, want 0", n)
 	}
 	w2.Bind(reps[:2])
+	w2.Wait()
 	if got := testutil.ToFloat64(m2.Loads.WithLabelValues(testFleet, Loaded)); got != 1 {
 		t.Errorf("loads{loaded} = %v, want 1", got)
 	}
@@ -141,6 +143,7 @@ func TestWriterRoundTrip(t *testing.T) {
 	}
 	// A second pool changes nothing: the snapshot applies once.
 	w2.Bind(reps[:1])
+	w2.Wait()
 	if got := testutil.ToFloat64(m2.Loads.WithLabelValues(testFleet, Loaded)); got != 1 {
 		t.Errorf("loads{loaded} = %v after a second Bind, want 1", got)
 	}
@@ -166,6 +169,7 @@ func TestWriterReplicaSetChanged(t *testing.T) {
 	w, _ := startTestWriter(t, src, path, testMetrics())
 	learnBlocks(t, src, reps[:2])
 	w.Bind(reps[:2])
+	w.Wait()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +178,7 @@ func TestWriterReplicaSetChanged(t *testing.T) {
 	w2, logs := startTestWriter(t, dst, path, m)
 	defer w2.Close()
 	w2.Bind(reps[2:])
+	w2.Wait()
 	if got := testutil.ToFloat64(m.Loads.WithLabelValues(testFleet, string(ShapeMismatch))); got != 1 {
 		t.Errorf("loads{shape_mismatch} = %v, want 1", got)
 	}

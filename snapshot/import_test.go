@@ -1,0 +1,167 @@
+package snapshot
+
+import (
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// bigSnapshot is a snapshot of 8 replicas holding pairs beliefs in all,
+// the router it was taken from and the replicas' keys.
+func bigSnapshot(tb testing.TB, pairs int) (*Snapshot, []string) {
+	tb.Helper()
+	reps := pool(8)
+	rt, err := selection.NewRouter(selection.Config{IndexBudget: 256 << 20})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, k := range reps {
+		if _, err := rt.Register(k); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for p := 0; p*64 < pairs; p++ {
+		blocks := make([]uint64, 64)
+		for j := range blocks {
+			blocks[j] = uint64(p)<<20 | uint64(j+1)
+		}
+		rt.Index().Learn(blocks, selection.Slot(p%8))
+	}
+	return &Snapshot{Shape: ShapeOf(rt.Config()), Written: time.Now(), Replicas: FromBeliefs(testKey, rt.ExportIndex(0))}, reps
+}
+
+// pendingWriter is a writer over a fresh router of reps with s pending,
+// as StartWriter leaves it after reading a verified snapshot.
+func pendingWriter(t *testing.T, s *Snapshot, reps []string, m *Metrics) (*Writer, *selection.Router) {
+	t.Helper()
+	rt, err := selection.NewRouter(selection.Config{IndexBudget: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range reps {
+		if _, err := rt.Register(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, _ := startTestWriter(t, rt, filepath.Join(t.TempDir(), "index.snap"), m)
+	w.pending.Store(s)
+	return w, rt
+}
+
+// TestBindImportsInTheBackground: Bind returns before the import ended
+// and the index answers reads while it runs (partly imported); a write
+// waits for the import, so the snapshot written at Close holds all of it.
+func TestBindImportsInTheBackground(t *testing.T) {
+	s, reps := bigSnapshot(t, 256<<10)
+	m := testMetrics()
+	w, rt := pendingWriter(t, s, reps, m)
+	total := int64(s.Blocks())
+
+	// Replica 0's first block is imported in the first chunk, its last
+	// block in the last: one read (one hold of the read lock) that finds
+	// the first and not the last saw the index partly imported.
+	first, last := s.Replicas[0].Blocks[0], s.Replicas[0].Blocks[len(s.Replicas[0].Blocks)-1]
+	var partial, reads atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var depth [selection.MaxReplicas]int32
+		var slot0 selection.SlotSet
+		slot0.Add(0)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			depth[0] = 0
+			rt.Index().Depths([]uint64{first, last}, slot0, &depth)
+			if depth[0] == 1 {
+				partial.Add(1)
+			}
+			reads.Add(1)
+		}
+	}()
+	w.Bind(reps)
+	w.Wait()
+	close(stop)
+	<-done
+	if got := rt.Index().Pairs(); got != total {
+		t.Fatalf("%d beliefs after the import, want %d", got, total)
+	}
+	if partial.Load() == 0 {
+		t.Errorf("no read of the index during the import (%d reads): the import held it throughout", reads.Load())
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkBindFullIndex measures what the request that shows the policy
+// its pool waits for, with a snapshot of a full default index (about 840Ki
+// beliefs fit 64MiB; 512Ki here): "sync" imports on the request (the
+// previous behaviour), "background" is Bind. import-ms is the import's
+// wall time, read-wait-max-ms the longest index read while it ran.
+func BenchmarkBindFullIndex(b *testing.B) {
+	s, reps := bigSnapshot(b, 512<<10)
+	for _, mode := range []string{"sync", "background"} {
+		b.Run(mode, func(b *testing.B) {
+			var request, imp, worst time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				bs, _ := s.Beliefs(testKey, reps)
+				rt, err := selection.NewRouter(selection.Config{IndexBudget: 256 << 20})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range reps {
+					rt.Register(k)
+				}
+				g := &Writer{rt: rt, m: testMetrics().fleet(testFleet), logger: zap.NewNop()}
+				g.pending.Store(s)
+				stop, done := make(chan struct{}), make(chan time.Duration)
+				go func() { // a request reading the index meanwhile
+					var depth [selection.MaxReplicas]int32
+					var all selection.SlotSet
+					all.Add(0)
+					longest := time.Duration(0)
+					for {
+						select {
+						case <-stop:
+							done <- longest
+							return
+						default:
+						}
+						t0 := time.Now()
+						rt.Index().Depths([]uint64{1}, all, &depth)
+						longest = max(longest, time.Since(t0))
+					}
+				}()
+				b.StartTimer()
+				t0 := time.Now()
+				if mode == "sync" {
+					rt.ImportIndex(bs)
+				} else {
+					g.Bind(reps)
+				}
+				request += time.Since(t0)
+				g.Wait()
+				imp += time.Since(t0)
+				b.StopTimer()
+				close(stop)
+				worst = max(worst, <-done)
+				b.StartTimer()
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(request.Microseconds())/n, "request-wait-µs")
+			b.ReportMetric(float64(imp.Milliseconds())/n, "import-ms")
+			b.ReportMetric(float64(worst.Microseconds())/1000, "read-wait-max-ms")
+		})
+	}
+}
