@@ -17,15 +17,7 @@ import (
 func bigSnapshot(tb testing.TB, pairs int) (*Snapshot, []string) {
 	tb.Helper()
 	reps := pool(8)
-	rt, err := selection.NewRouter(selection.Config{IndexBudget: 256 << 20})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, k := range reps {
-		if _, err := rt.Register(k); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	rt := writerRouter(tb, reps, false)
 	for p := 0; p*64 < pairs; p++ {
 		blocks := make([]uint64, 64)
 		for j := range blocks {
@@ -40,15 +32,7 @@ func bigSnapshot(tb testing.TB, pairs int) (*Snapshot, []string) {
 // as StartWriter leaves it after reading a verified snapshot.
 func pendingWriter(t *testing.T, s *Snapshot, reps []string, m *Metrics) (*Writer, *selection.Router) {
 	t.Helper()
-	rt, err := selection.NewRouter(selection.Config{IndexBudget: 256 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range reps {
-		if _, err := rt.Register(k); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rt := writerRouter(t, reps, false)
 	w, _ := startTestWriter(t, rt, filepath.Join(t.TempDir(), "index.snap"), m)
 	w.pending.Store(s)
 	return w, rt
@@ -123,13 +107,7 @@ func BenchmarkBindFullIndex(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				bs, _ := s.Beliefs(testKey, reps)
-				rt, err := selection.NewRouter(selection.Config{IndexBudget: 256 << 20})
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, k := range reps {
-					rt.Register(k)
-				}
+				rt := writerRouter(b, reps, false)
 				g := &Writer{rt: rt, key: testKey, m: testMetrics().fleet(testFleet), logger: zap.NewNop()}
 				g.pending.Store(s)
 				var stop atomic.Bool

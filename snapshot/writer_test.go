@@ -34,7 +34,7 @@ const testFleet = "test"
 
 // writerRouter is a router over replicas, each holding 8 blocks of its
 // own when learn is set.
-func writerRouter(t *testing.T, replicas []string, learn bool) *selection.Router {
+func writerRouter(t testing.TB, replicas []string, learn bool) *selection.Router {
 	t.Helper()
 	rt, err := selection.NewRouter(selection.Config{})
 	if err != nil {
@@ -52,7 +52,7 @@ func writerRouter(t *testing.T, replicas []string, learn bool) *selection.Router
 }
 
 // learnBlocks has every replica learn 8 blocks of its own.
-func learnBlocks(t *testing.T, rt *selection.Router, replicas []string) {
+func learnBlocks(t testing.TB, rt *selection.Router, replicas []string) {
 	t.Helper()
 	for i, k := range replicas {
 		s, ok := rt.Lookup(k)
