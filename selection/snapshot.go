@@ -66,6 +66,9 @@ func (rt *Router) ExportIndex(maxBlocks int) []Beliefs {
 // reads the index and learning writes to it.
 const importChunk = 2048
 
+// hotImport bounds ImportIndex's first pass.
+const hotImport = 4 * importChunk
+
 // ImportIndex adds the beliefs of bs to the approximate index, for the
 // replicas registered now; the beliefs of a key that is not registered
 // (or unregistered during the import) are dropped. Each replica's blocks
@@ -75,8 +78,11 @@ const importChunk = 2048
 // horizon and the memory budget apply as to learned blocks. The index
 // stays usable meanwhile: the write lock is held for importChunk beliefs
 // at a time, so that a full index (about 0.5 s of CPU) never stalls a
-// request for longer than one chunk. It returns the replicas and blocks
-// imported.
+// request for longer than one chunk. Since the most recent beliefs come
+// last in that order and are the ones requests need, a first pass adds
+// the most recent quarter (at most hotImport beliefs) before the import
+// proper, which touches them again in their place. It returns the
+// replicas and blocks imported.
 func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 	type item struct{ b, j int32 } // bs[b].Blocks[j]
 	slot := make([]Slot, len(bs))
@@ -106,9 +112,16 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 		return cmp.Compare(int64(p.j+1)*int64(len(bs[q.b].Blocks)), int64(q.j+1)*int64(len(bs[p.b].Blocks)))
 	})
 	x := rt.idx
-	for len(items) > 0 {
-		chunk := items[:min(importChunk, len(items))]
-		items = items[len(chunk):]
+	hot := 0
+	if len(items) > importChunk {
+		hot = min(len(items)/4, hotImport)
+	}
+	// The first pass's beliefs are touched again by the second, so that
+	// the final order is the one above.
+	passes := append(items[len(items)-hot:len(items):len(items)], items...)
+	for len(passes) > 0 {
+		chunk := passes[:min(importChunk, len(passes))]
+		passes = passes[len(chunk):]
 		// Registration first (the lock order of ExportIndex): a slot
 		// whose replica left meanwhile takes no more of its beliefs.
 		rt.mu.Lock()
@@ -122,7 +135,6 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 		for _, it := range chunk {
 			if s := slot[it.b]; s >= 0 {
 				x.touch(bs[it.b].Blocks[it.j], s)
-				blocks++
 			}
 		}
 		for _, s := range slot {
@@ -132,6 +144,11 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 		}
 		x.mu.Unlock()
 		rt.mu.Unlock()
+	}
+	for _, it := range items {
+		if slot[it.b] >= 0 {
+			blocks++
+		}
 	}
 	return replicas, blocks
 }

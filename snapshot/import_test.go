@@ -38,19 +38,20 @@ func pendingWriter(t *testing.T, s *Snapshot, reps []string, m *Metrics) (*Write
 	return w, rt
 }
 
-// TestBindImportsInTheBackground: Bind returns before the import ended
-// and the index answers reads while it runs (partly imported); a write
-// waits for the import, so the snapshot written at Close holds all of it.
+// TestBindImportsInTheBackground: the index answers reads while the import
+// Bind started runs, partly imported, the most recent beliefs first.
 func TestBindImportsInTheBackground(t *testing.T) {
 	s, reps := bigSnapshot(t, 256<<10)
 	m := testMetrics()
 	w, rt := pendingWriter(t, s, reps, m)
 	total := int64(s.Blocks())
 
-	// Replica 0's first block is imported in the first chunk, its last
-	// block in the last: one read (one hold of the read lock) that finds
-	// the first and not the last saw the index partly imported.
-	first, last := s.Replicas[0].Blocks[0], s.Replicas[0].Blocks[len(s.Replicas[0].Blocks)-1]
+	// Replica 0's most recent block is imported in the first pass, the
+	// block in the middle of its order halfway through the second: one
+	// read (one hold of the read lock) that finds the first and not the
+	// second saw the index partly imported, the most recent part first.
+	blocks := s.Replicas[0].Blocks
+	recent, middle := blocks[len(blocks)-1], blocks[len(blocks)/2]
 	var partial, reads atomic.Int64
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -66,7 +67,7 @@ func TestBindImportsInTheBackground(t *testing.T) {
 			default:
 			}
 			depth[0] = 0
-			rt.Index().Depths([]uint64{first, last}, slot0, &depth)
+			rt.Index().Depths([]uint64{recent, middle}, slot0, &depth)
 			if depth[0] == 1 {
 				partial.Add(1)
 			}
