@@ -68,6 +68,11 @@ type Row struct {
 	Loaded        bool  `json:"snapshot_loaded,omitempty"`
 	// FirstError is the first failure in the window.
 	FirstError string `json:"first_error,omitempty"`
+	// After is the cached share over the window's requests sent after
+	// the new Caddy was up (the requests held during the restart left
+	// out: they reach it at once, a burst "none" does not have).
+	After      float64 `json:"cached_share_after_resume"`
+	AfterCount int     `json:"requests_after_resume"`
 	// Before is the cached share over everything sent before RestartAt.
 	Before float64 `json:"cached_share_before"`
 }
@@ -261,6 +266,7 @@ func runArm(ctx context.Context, w *workload.Workload, arm string, seed uint64, 
 		return Row{}, fmt.Errorf("the run ended before the restart (%v)", r.err)
 	}
 	p := time.Since(start)
+	resumed := p
 	row.RestartAt = p.Seconds() * o.ts
 	loads0 := snapshotLoads()
 	if arm != armNone {
@@ -284,7 +290,8 @@ func runArm(ctx context.Context, w *workload.Workload, arm string, seed uint64, 
 		if restartErr != nil {
 			sw.Resume(running.Addr["lb"]) // let the held requests fail rather than hang
 		}
-		row.Downtime = (time.Since(start) - p).Seconds()
+		resumed = time.Since(start)
+		row.Downtime = (resumed - p).Seconds()
 	}
 	end := p + wall(o.window)
 	var r result
@@ -303,7 +310,7 @@ func runArm(ctx context.Context, w *workload.Workload, arm string, seed uint64, 
 	row.Loaded = snapshotLoads() > loads0 // applied at the new Caddy's first request
 	mu.Lock()
 	defer mu.Unlock()
-	var prompt, cached, bp, bc int
+	var prompt, cached, bp, bc, ap, ac int
 	for _, s := range got {
 		switch {
 		case s.at < p && s.ok:
@@ -313,6 +320,11 @@ func runArm(ctx context.Context, w *workload.Workload, arm string, seed uint64, 
 			row.Requests++
 			prompt += s.prompt
 			cached += s.cached
+			if s.at >= resumed {
+				row.AfterCount++
+				ap += s.prompt
+				ac += s.cached
+			}
 		case s.at >= p && s.at < end:
 			row.Failed++
 			if row.Failed == 1 {
@@ -322,6 +334,7 @@ func runArm(ctx context.Context, w *workload.Workload, arm string, seed uint64, 
 	}
 	row.Share = ratio(cached, prompt)
 	row.Before = ratio(bc, bp)
+	row.After = ratio(ac, ap)
 	return row, nil
 }
 
@@ -336,11 +349,11 @@ func ratio(a, b int) float64 {
 // per workload and arm.
 func markdown(rows []Row, armList []string) string {
 	var b strings.Builder
-	b.WriteString("| workload | seed | arm | restart at (sim s) | downtime (wall s) | requests in the window | failed | cached share before | cached share in the window | snapshot bytes | loaded |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| workload | seed | arm | restart at (sim s) | downtime (wall s) | requests in the window | failed | cached share before | cached share in the window | of them sent after the restart: requests, cached share | snapshot bytes | loaded |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %s | %.1f | %.2f | %d | %d | %.3f | %.3f | %d | %t |\n",
-			r.Workload, r.Seed, r.Arm, r.RestartAt, r.Downtime, r.Requests, r.Failed, r.Before, r.Share, r.SnapshotBytes, r.Loaded)
+		fmt.Fprintf(&b, "| %s | %d | %s | %.1f | %.2f | %d | %d | %.3f | %.3f | %d, %.3f | %d | %t |\n",
+			r.Workload, r.Seed, r.Arm, r.RestartAt, r.Downtime, r.Requests, r.Failed, r.Before, r.Share, r.AfterCount, r.After, r.SnapshotBytes, r.Loaded)
 	}
 	b.WriteString("\nMedian (min-max) over the seeds, cached share of the window:\n\n| workload |")
 	for _, a := range armList {
@@ -353,18 +366,24 @@ func markdown(rows []Row, armList []string) string {
 			names = append(names, r.Workload)
 		}
 	}
-	for _, n := range names {
-		fmt.Fprintf(&b, "| %s |", n)
-		for _, a := range armList {
-			var xs []float64
-			for _, r := range rows {
-				if r.Workload == n && r.Arm == a {
-					xs = append(xs, r.Share)
-				}
+	for _, after := range []bool{false, true} {
+		for _, n := range names {
+			label := n
+			if after {
+				label += ", sent after the restart"
 			}
-			fmt.Fprintf(&b, " %s |", fleetsim.SpreadOf(xs).Format(3))
+			fmt.Fprintf(&b, "| %s |", label)
+			for _, a := range armList {
+				var xs []float64
+				for _, r := range rows {
+					if r.Workload == n && r.Arm == a {
+						xs = append(xs, map[bool]float64{false: r.Share, true: r.After}[after])
+					}
+				}
+				fmt.Fprintf(&b, " %s |", fleetsim.SpreadOf(xs).Format(3))
+			}
+			b.WriteString("\n")
 		}
-		b.WriteString("\n")
 	}
 	return b.String()
 }
