@@ -264,6 +264,18 @@ func WriteFile(name string, b []byte) error {
 	return writeAtomic(name, b, nil, 0)
 }
 
+// WriteFileSteps is WriteFile with hook (nil: none) run before each of
+// its steps: the write (0), the fsync (1), the rename (2) and the fsync
+// of the directory (3). An error from hook stops it there as a crash
+// would (at the write, half of b is left in the temporary file). For
+// crash tests of files written with WriteFile.
+func WriteFileSteps(name string, b []byte, hook func(step int) error) error {
+	if hook == nil {
+		return writeAtomic(name, b, nil, 0)
+	}
+	return writeAtomic(name, b, func(st Step) error { return hook(int(st)) }, 0)
+}
+
 // writeAtomic is WriteFile with the crash hook step (nil: none) run before
 // each step, first being the step of the write.
 func writeAtomic(name string, b []byte, step func(Step) error, first Step) error {

@@ -2,7 +2,6 @@ package module
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -16,7 +15,7 @@ import (
 )
 
 // DefaultSnapshotKey is where the snapshot key is read by default.
-const DefaultSnapshotKey = "{env.RJ_SNAPSHOT_KEY}"
+const DefaultSnapshotKey = snapshot.DefaultKey
 
 // SnapshotConfig turns on authenticated snapshots of the approximate
 // index, off by default. Every Interval, and when the last policy using
@@ -54,34 +53,12 @@ type SnapshotConfig struct {
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
 
-func (c *SnapshotConfig) setDefaults() {
-	if c.Interval == 0 {
-		c.Interval = caddy.Duration(time.Minute)
-	}
-	if c.Key == "" {
-		c.Key = DefaultSnapshotKey
-	}
-	if c.MaxAge == 0 {
-		c.MaxAge = caddy.Duration(time.Hour)
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = snapshot.DefaultMaxBytes
-	}
-}
-
-// validate names the bad setting.
-func (c *SnapshotConfig) validate() error {
-	switch {
-	case c.Path == "":
-		return errors.New("snapshot path is required")
-	case c.Interval < 0:
-		return errors.New("snapshot interval must be positive")
-	case c.MaxAge < 0:
-		return errors.New("snapshot max_age must be positive")
-	case c.MaxBytes < 1<<10:
-		return fmt.Errorf("snapshot max_bytes must be at least 1KiB, got %d", c.MaxBytes)
-	}
-	return nil
+// settings are c typed, defaults filled (snapshot.Settings).
+func (c *SnapshotConfig) settings() snapshot.Settings {
+	st := snapshot.Settings{Path: c.Path, Interval: time.Duration(c.Interval), Key: c.Key,
+		MaxAge: time.Duration(c.MaxAge), MaxBytes: c.MaxBytes}
+	st.Defaults()
+	return st
 }
 
 // snapStates holds one snapshot writer per fleet and configuration,
@@ -96,12 +73,11 @@ type snapState struct{ *snapshot.Writer }
 func (g snapState) Destruct() error { return g.Close() }
 
 func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
-	c := s.Snapshot
-	if c == nil {
+	if s.Snapshot == nil {
 		return nil
 	}
-	c.setDefaults()
-	if err := c.validate(); err != nil {
+	c := s.Snapshot.settings()
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
@@ -113,7 +89,7 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 	if len(key) < snapshot.MinKeyBytes {
 		// Fail closed, and never stop serving for it: no snapshot is
 		// trusted or written without the key.
-		metrics.Snapshot().Loads.WithLabelValues(string(snapshot.NoKey)).Inc()
+		metrics.Snapshot().NoKey(s.fleet.StateKey)
 		s.logger.Named("snapshot").Error("ramjet snapshots off: the snapshot key is unset or too short, starting cold",
 			zap.String("key", c.Key), zap.Int("min_bytes", snapshot.MinKeyBytes))
 		return nil
@@ -124,13 +100,12 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 	}
 	b, _ := json.Marshal(c)
 	pk := fmt.Sprintf("ramjet-snapshot/%s/%016x", s.poolKey, xxhash.Sum64(b))
-	rt, logger := s.rt, s.logger.Named("snapshot")
+	rt, fleet, logger := s.rt, s.fleet.StateKey, s.logger.Named("snapshot")
 	v, _, err := snapStates.LoadOrNew(pk, func() (caddy.Destructor, error) {
 		// The writes outlive this config (a reload keeps them): they stop
 		// in Destruct.
-		return snapState{snapshot.StartWriter(snapshot.WriterOptions{Router: rt, Path: abs, Key: key,
-			Interval: time.Duration(c.Interval), MaxAge: time.Duration(c.MaxAge), MaxBytes: c.MaxBytes,
-			Logger: logger, Metrics: metrics.Snapshot()})}, nil
+		return snapState{snapshot.StartWriter(snapshot.WriterOptions{Router: rt, Fleet: fleet, Path: abs, Key: key,
+			Interval: c.Interval, MaxAge: c.MaxAge, MaxBytes: c.MaxBytes, Logger: logger, Metrics: metrics.Snapshot()})}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)

@@ -61,20 +61,34 @@ func (rt *Router) ExportIndex(maxBlocks int) []Beliefs {
 	return out
 }
 
+// importChunk is how many beliefs ImportIndex adds per hold of the
+// index's write lock (a few milliseconds): between two chunks routing
+// reads the index and learning writes to it.
+const importChunk = 2048
+
+// hotImport bounds ImportIndex's first pass.
+const hotImport = 4 * importChunk
+
 // ImportIndex adds the beliefs of bs to the approximate index, for the
 // replicas registered now; the beliefs of a key that is not registered
-// are dropped. Each replica's blocks are touched in their order (least
-// recent first), the replicas interleaved in proportion, so that each
-// replica's eviction order is the exported one and the index's global
-// order mixes them evenly. Capacity, horizon and the memory budget apply
-// as to learned blocks. It returns the replicas and blocks imported.
+// (or unregistered during the import) are dropped. Each replica's blocks
+// are touched in their order (least recent first), the replicas
+// interleaved in proportion, so that each replica's eviction order is the
+// exported one and the index's global order mixes them evenly. Capacity,
+// horizon and the memory budget apply as to learned blocks. The index
+// stays usable meanwhile: the write lock is held for importChunk beliefs
+// at a time, so that a full index (about 0.5 s of CPU) never stalls a
+// request for longer than one chunk. Since the most recent beliefs come
+// last in that order and are the ones requests need, a first pass adds
+// the most recent quarter (at most hotImport beliefs) before the import
+// proper, which touches them again in their place. It returns the
+// replicas and blocks imported.
 func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	type item struct{ b, j int32 } // bs[b].Blocks[j]
 	slot := make([]Slot, len(bs))
 	var items []item
 	top := Slot(-1)
+	rt.mu.Lock()
 	for i, b := range bs {
 		s, ok := rt.slots[b.Key]
 		slot[i] = -1
@@ -88,6 +102,7 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 			items = append(items, item{int32(i), int32(j)})
 		}
 	}
+	rt.mu.Unlock()
 	if top < 0 {
 		return 0, 0
 	}
@@ -97,16 +112,43 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 		return cmp.Compare(int64(p.j+1)*int64(len(bs[q.b].Blocks)), int64(q.j+1)*int64(len(bs[p.b].Blocks)))
 	})
 	x := rt.idx
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.widen(top)
-	for _, it := range items {
-		x.touch(bs[it.b].Blocks[it.j], slot[it.b])
+	hot := 0
+	if len(items) > importChunk {
+		hot = min(len(items)/4, hotImport)
 	}
-	for _, s := range slot {
-		if s >= 0 {
-			x.bound(s)
+	// The first pass's beliefs are touched again by the second, so that
+	// the final order is the one above.
+	passes := append(items[len(items)-hot:len(items):len(items)], items...)
+	for len(passes) > 0 {
+		chunk := passes[:min(importChunk, len(passes))]
+		passes = passes[len(chunk):]
+		// Registration first (the lock order of ExportIndex): a slot
+		// whose replica left meanwhile takes no more of its beliefs.
+		rt.mu.Lock()
+		for i, s := range slot {
+			if s >= 0 && rt.keys[s] != bs[i].Key {
+				slot[i] = -1
+			}
+		}
+		x.mu.Lock()
+		x.widen(top)
+		for _, it := range chunk {
+			if s := slot[it.b]; s >= 0 {
+				x.touch(bs[it.b].Blocks[it.j], s)
+			}
+		}
+		for _, s := range slot {
+			if s >= 0 {
+				x.bound(s)
+			}
+		}
+		x.mu.Unlock()
+		rt.mu.Unlock()
+	}
+	for _, it := range items {
+		if slot[it.b] >= 0 {
+			blocks++
 		}
 	}
-	return replicas, len(items)
+	return replicas, blocks
 }

@@ -132,3 +132,30 @@ func TestImportIndexAppliesCapacity(t *testing.T) {
 		t.Fatalf("depth %d, want the 10 most recent (leading) blocks", d[sb])
 	}
 }
+
+// TestImportIndexInChunksKeepsOrder: an import of many chunks (its most
+// recent beliefs added first, then all in order) ends with each replica's
+// exported order, and a capacity keeps the most recent ones.
+func TestImportIndexInChunksKeepsOrder(t *testing.T) {
+	keys := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}
+	a := snapshotRouter(t, keys...)
+	for p := range 4 * 3000 / 16 {
+		s, _ := a.Lookup(keys[p%len(keys)])
+		a.Index().Learn(chain(uint64(p)<<20, 16), s)
+	}
+	exp := a.ExportIndex(0)
+	if n := len(exp) * len(exp[0].Blocks); n <= 4*importChunk {
+		t.Fatalf("%d beliefs: not enough chunks to test", n)
+	}
+	b := snapshotRouter(t, keys...)
+	s3, _ := b.Lookup(keys[3])
+	b.Index().SetCapacity(s3, 1000)
+	if reps, blocks := b.ImportIndex(exp); reps != 4 || blocks != 12000 {
+		t.Fatalf("imported %d replicas, %d blocks, want 4, 12000", reps, blocks)
+	}
+	want := exp
+	want[3].Blocks = want[3].Blocks[len(want[3].Blocks)-1000:]
+	if diff := cmp.Diff(want, b.ExportIndex(0)); diff != "" {
+		t.Fatalf("re-export (-want +got):\n%s", diff)
+	}
+}

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -20,8 +21,9 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// Version is the snapshot format version.
-const Version = 1
+// Version is the snapshot format version (2: the header and the
+// companion carry the write id).
+const Version = 2
 
 // MinKeyBytes is the shortest key accepted.
 const MinKeyBytes = 16
@@ -37,9 +39,12 @@ const IDBytes = 16
 
 var magic = [8]byte{'R', 'J', 'S', 'N', 'A', 'P', 0, '\n'}
 
-// headerBytes: magic, version, block_tokens, prefix_tokens,
+// WriteIDBytes is the length of a write id.
+const WriteIDBytes = 16
+
+// headerBytes: magic, version, write id, block_tokens, prefix_tokens,
 // chars_per_token, probe, written, replica count.
-const headerBytes = 8 + 4 + 4 + 4 + 8 + 8 + 8 + 4
+const headerBytes = 8 + 4 + WriteIDBytes + 4 + 4 + 8 + 8 + 8 + 4
 
 // Shape is what a snapshot's block hashes depend on. Two configurations
 // of one shape fingerprint every request alike.
@@ -83,8 +88,13 @@ type Replica struct {
 
 // Snapshot is the approximate index at one time.
 type Snapshot struct {
-	Shape    Shape
-	Written  time.Time
+	Shape   Shape
+	Written time.Time
+	// WriteID names one write of the pair: the snapshot's header and its
+	// companion both carry it, so that a snapshot and a companion of
+	// two different writes are told apart from an altered pair. Write
+	// draws it.
+	WriteID  [WriteIDBytes]byte
 	Replicas []Replica
 }
 
@@ -141,6 +151,7 @@ func Encode(s *Snapshot) []byte {
 	b := make([]byte, 0, headerBytes+len(s.Replicas)*(IDBytes+4)+8*s.Blocks())
 	b = append(b, magic[:]...)
 	b = binary.LittleEndian.AppendUint32(b, Version)
+	b = append(b, s.WriteID[:]...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(s.Shape.BlockTokens))
 	b = binary.LittleEndian.AppendUint32(b, uint32(s.Shape.PrefixTokens))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.Shape.CharsPerToken))
@@ -170,13 +181,15 @@ func Decode(b []byte) (*Snapshot, error) {
 	if v := le.Uint32(b[8:]); v != Version {
 		return nil, fmt.Errorf("format version %d, want %d: %w", v, Version, errVersion)
 	}
+	const o = 12 + WriteIDBytes
 	s := &Snapshot{Shape: Shape{
-		BlockTokens:   int(le.Uint32(b[12:])),
-		PrefixTokens:  int(le.Uint32(b[16:])),
-		CharsPerToken: math.Float64frombits(le.Uint64(b[20:])),
-		Probe:         le.Uint64(b[28:]),
-	}, Written: time.Unix(0, int64(le.Uint64(b[36:])))}
-	n := int(le.Uint32(b[44:]))
+		BlockTokens:   int(le.Uint32(b[o:])),
+		PrefixTokens:  int(le.Uint32(b[o+4:])),
+		CharsPerToken: math.Float64frombits(le.Uint64(b[o+8:])),
+		Probe:         le.Uint64(b[o+16:]),
+	}, Written: time.Unix(0, int64(le.Uint64(b[o+24:])))}
+	copy(s.WriteID[:], b[12:])
+	n := int(le.Uint32(b[o+32:]))
 	b = b[headerBytes:]
 	if n > len(b)/(IDBytes+4) {
 		return nil, fmt.Errorf("%d replicas in %d bytes", n, len(b))
@@ -205,10 +218,12 @@ func Decode(b []byte) (*Snapshot, error) {
 	return s, nil
 }
 
-// companion is the companion file: the snapshot's size and its HMAC.
+// companion is the companion file: the write it vouches for (the
+// snapshot's write id and size) and the HMAC over the snapshot.
 type companion struct {
 	Version int    `json:"version"`
 	Alg     string `json:"alg"`
+	WriteID string `json:"write_id"`
 	Size    int    `json:"size"`
 	MAC     string `json:"mac"`
 }
@@ -226,19 +241,38 @@ func mac(key, b []byte) []byte {
 func CompanionPath(path string) string { return path + ".hmac" }
 
 // Write writes s to path and its companion under key, each atomically
-// (integrity.WriteFile): the snapshot first, then the companion. A crash
-// between the two leaves a pair that does not verify: Read refuses it and
-// ramjet starts cold. It returns the snapshot's size in bytes.
+// (integrity.WriteFile): the snapshot first, then the companion, both
+// naming a fresh write id. A crash between the two leaves the new
+// snapshot beside the previous write's companion (or none): Read refuses
+// the pair as Incomplete and ramjet starts cold. It returns the
+// snapshot's size in bytes.
 func Write(path string, key []byte, s *Snapshot) (int, error) {
+	return write(path, key, s, nil)
+}
+
+// write is Write with a crash hook (tests; nil: none) run before each of
+// the pair's steps: the snapshot's write, fsync, rename and directory
+// fsync (0-3), then the companion's (4-7); an error stops it there.
+func write(path string, key []byte, s *Snapshot, hook func(step int) error) (int, error) {
 	if len(key) < MinKeyBytes {
 		return 0, fmt.Errorf("snapshot key must be at least %d bytes", MinKeyBytes)
 	}
-	b := Encode(s)
-	c, _ := json.Marshal(companion{Version: Version, Alg: alg, Size: len(b), MAC: hex.EncodeToString(mac(key, b))})
-	if err := integrity.WriteFile(path, b); err != nil {
+	w := *s
+	if _, err := rand.Read(w.WriteID[:]); err != nil {
+		return 0, fmt.Errorf("snapshot write id: %w", err)
+	}
+	b := Encode(&w)
+	c, _ := json.Marshal(companion{Version: Version, Alg: alg, WriteID: hex.EncodeToString(w.WriteID[:]),
+		Size: len(b), MAC: hex.EncodeToString(mac(key, b))})
+	var h1, h2 func(int) error
+	if hook != nil {
+		h1 = hook
+		h2 = func(st int) error { return hook(st + 4) }
+	}
+	if err := integrity.WriteFileSteps(path, b, h1); err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
 	}
-	if err := integrity.WriteFile(CompanionPath(path), append(c, '\n')); err != nil {
+	if err := integrity.WriteFileSteps(CompanionPath(path), append(c, '\n'), h2); err != nil {
 		return 0, fmt.Errorf("snapshot companion: %w", err)
 	}
 	return len(b), nil
@@ -251,8 +285,12 @@ type Reason string
 // The reasons Read refuses a snapshot, and the replica-set mismatch the
 // caller finds when no replica of it is in the pool.
 const (
-	Missing       Reason = "missing"        // no snapshot file
-	Tampered      Reason = "tampered"       // the companion is missing, malformed or does not verify
+	Missing Reason = "missing" // no snapshot file
+	// Incomplete: the companion is missing or vouches for another write
+	// (write id, size) than the snapshot's: a write interrupted between
+	// the two files, or a file removed or replaced.
+	Incomplete    Reason = "incomplete"
+	Tampered      Reason = "tampered"       // the companion is malformed, or vouches for this write and does not verify
 	ShapeMismatch Reason = "shape_mismatch" // another format version, index shape or replica set
 	TooOld        Reason = "too_old"        // written longer ago than the maximum age
 	TooLarge      Reason = "too_large"      // past the size bound
@@ -260,7 +298,7 @@ const (
 )
 
 // Reasons are every Reason, for metrics.
-var Reasons = []Reason{Missing, Tampered, ShapeMismatch, TooOld, TooLarge, Unreadable}
+var Reasons = []Reason{Missing, Incomplete, Tampered, ShapeMismatch, TooOld, TooLarge, Unreadable}
 
 // Error is Read's error: why the snapshot was refused.
 type Error struct {
@@ -305,19 +343,36 @@ func Read(path string, o ReadOptions) (*Snapshot, error) {
 	cb, err := readBounded(CompanionPath(path), maxCompanionBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, refuse(Tampered, "companion %s is missing", CompanionPath(path))
+		return nil, refuse(Incomplete, "companion %s is missing (a write interrupted before it, or the file removed)", CompanionPath(path))
 	case errors.Is(err, errTooLarge):
 		return nil, refuse(Tampered, "companion %s is larger than %d bytes", CompanionPath(path), maxCompanionBytes)
 	case err != nil:
 		return nil, &Error{Reason: Unreadable, Err: err}
 	}
 	var c companion
-	if err := json.Unmarshal(cb, &c); err != nil || c.Version != Version || c.Alg != alg {
-		return nil, refuse(Tampered, "companion %s is not a version %d %s companion", CompanionPath(path), Version, alg)
+	if err := json.Unmarshal(cb, &c); err != nil || c.Alg != alg {
+		return nil, refuse(Tampered, "companion %s is not a %s companion", CompanionPath(path), alg)
+	}
+	if c.Version != Version {
+		return nil, refuse(ShapeMismatch, "companion %s has format version %d, want %d", CompanionPath(path), c.Version, Version)
+	}
+	if len(b) < headerBytes || !bytes.Equal(b[:8], magic[:]) {
+		return nil, refuse(Tampered, "%s is not a ramjet snapshot", path)
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != Version {
+		return nil, refuse(ShapeMismatch, "%s has format version %d, want %d", path, v, Version)
+	}
+	// The pair must belong together before the MAC can say anything: a
+	// companion of another write is an interrupted write, not an
+	// alteration. (Both fields are outside the MAC's proof; forging them
+	// only turns a refusal into another refusal.)
+	if id := hex.EncodeToString(b[12 : 12+WriteIDBytes]); c.WriteID != id || c.Size != len(b) {
+		return nil, refuse(Incomplete, "companion %s vouches for write %.8s of %d bytes, the snapshot is write %.8s of %d bytes (a write interrupted between the two files, or one of them replaced)",
+			CompanionPath(path), c.WriteID, c.Size, id, len(b))
 	}
 	want, err := hex.DecodeString(c.MAC)
-	if err != nil || c.Size != len(b) || !hmac.Equal(want, mac(o.Key, b)) {
-		return nil, refuse(Tampered, "companion %s does not verify the snapshot (altered, another key, or a write interrupted between the two files)", CompanionPath(path))
+	if err != nil || !hmac.Equal(want, mac(o.Key, b)) {
+		return nil, refuse(Tampered, "companion %s does not verify the snapshot it vouches for (altered, or another key)", CompanionPath(path))
 	}
 	s, err := Decode(b)
 	if errors.Is(err, errVersion) {

@@ -35,7 +35,8 @@ func reseal(t *testing.T, path string, b []byte) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := json.Marshal(companion{Version: Version, Alg: alg, Size: len(b), MAC: hex.EncodeToString(mac(testKey, b))})
+	c, _ := json.Marshal(companion{Version: Version, Alg: alg, WriteID: hex.EncodeToString(b[12 : 12+WriteIDBytes]),
+		Size: len(b), MAC: hex.EncodeToString(mac(testKey, b))})
 	if err := os.WriteFile(CompanionPath(path), c, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,24 @@ func TestWriteRead(t *testing.T) {
 	}{
 		{name: "verifies", alter: func(*testing.T, string) {}},
 		{name: "missing", alter: func(t *testing.T, p string) { os.Remove(p); os.Remove(CompanionPath(p)) }, want: Missing},
-		{name: "companion missing", alter: func(t *testing.T, p string) { os.Remove(CompanionPath(p)) }, want: Tampered},
+		{name: "companion missing", alter: func(t *testing.T, p string) { os.Remove(CompanionPath(p)) }, want: Incomplete},
+		{name: "companion of another write", alter: func(t *testing.T, p string) {
+			c, _ := os.ReadFile(CompanionPath(p))
+			if _, err := Write(p, testKey, testSnapshot(now)); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(CompanionPath(p), c, 0o600)
+		}, want: Incomplete},
+		{name: "write id altered", alter: func(t *testing.T, p string) {
+			b, _ := os.ReadFile(p)
+			b[12] ^= 1
+			os.WriteFile(p, b, 0o600)
+		}, want: Incomplete},
+		{name: "header altered", alter: func(t *testing.T, p string) {
+			b, _ := os.ReadFile(p)
+			b[12+WriteIDBytes] ^= 1 // block_tokens
+			os.WriteFile(p, b, 0o600)
+		}, want: Tampered},
 		{name: "snapshot byte flipped", alter: func(t *testing.T, p string) {
 			b, _ := os.ReadFile(p)
 			b[len(b)-3] ^= 1
@@ -141,7 +159,7 @@ func TestShapeOfFollowsTheFingerprint(t *testing.T) {
 
 func TestDecodeBoundsCounts(t *testing.T) {
 	b := Encode(testSnapshot(time.Now()))
-	binary.LittleEndian.PutUint32(b[44:], 1<<30) // replica count
+	binary.LittleEndian.PutUint32(b[headerBytes-4:], 1<<30) // replica count
 	if _, err := Decode(b); err == nil {
 		t.Fatal("a replica count past the bytes present decodes")
 	}
@@ -171,4 +189,67 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded %d bytes differ from the %d decoded", len(got), len(b))
 		}
 	})
+}
+
+// TestWriteCrashAtEveryStep interrupts a write of the pair at each of its
+// steps (the snapshot's write, fsync, rename and directory fsync, then the
+// companion's), over a verified pair of an earlier write and over none,
+// and reads what a restart finds: the earlier snapshot, the new one, or a
+// refusal that says the pair is incomplete. It never loads a pair that
+// does not belong together, and never calls an interrupted write
+// tampered.
+func TestWriteCrashAtEveryStep(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	old, cur := testSnapshot(now.Add(-time.Minute)), testSnapshot(now)
+	cur.Replicas[0].Blocks = []uint64{7, 8, 9, 10}
+	opts := ReadOptions{Key: testKey, Shape: old.Shape, Now: now}
+	crash := errors.New("simulated crash")
+	const steps = 8
+	for _, prior := range []bool{true, false} {
+		for at := range steps + 1 { // steps: no crash
+			path := filepath.Join(t.TempDir(), "index.snap")
+			if prior {
+				if _, err := Write(path, testKey, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := write(path, testKey, cur, func(st int) error {
+				if st == at {
+					return crash
+				}
+				return nil
+			})
+			if at < steps && !errors.Is(err, crash) {
+				t.Fatalf("prior %t, crash at step %d: write = %v, want the crash", prior, at, err)
+			}
+			got, err := Read(path, opts)
+			// The snapshot is in place from its rename on (step 2 done, at
+			// >= 3), the companion from its rename on (at >= 7).
+			var want *Snapshot
+			var reason Reason
+			switch {
+			case at >= 7:
+				want = cur
+			case at >= 3:
+				reason = Incomplete
+			case prior:
+				want = old
+			default:
+				reason = Missing
+			}
+			if want != nil {
+				if err != nil {
+					t.Fatalf("prior %t, crash at step %d: %v, want the %s snapshot", prior, at, err, map[bool]string{true: "new", false: "earlier"}[want == cur])
+				}
+				if diff := cmp.Diff(want.Replicas, got.Replicas); diff != "" || !got.Written.Equal(want.Written) {
+					t.Fatalf("prior %t, crash at step %d: loaded (-want +got):\n%s", prior, at, diff)
+				}
+				continue
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Reason != reason {
+				t.Fatalf("prior %t, crash at step %d: Read = %v, want reason %s", prior, at, err, reason)
+			}
+		}
+	}
 }

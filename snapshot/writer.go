@@ -23,6 +23,8 @@ const Loaded = "loaded"
 type WriterOptions struct {
 	// Router is any Router of the fleet: they share the index.
 	Router *selection.Router
+	// Fleet names the fleet in the metrics and logs (its state key).
+	Fleet string
 	// Path is the snapshot file (absolute), Key its key (at least
 	// MinKeyBytes).
 	Path string
@@ -46,9 +48,11 @@ type Writer struct {
 	interval time.Duration
 	maxBytes int64
 	logger   *zap.Logger
-	m        *Metrics
+	m        fleetMetrics
 
-	mu sync.Mutex // serialises writes and the import
+	mu sync.Mutex // serialises writes and the import (held by the import goroutine)
+	// imports is the import goroutine Bind starts, for Close to wait on.
+	imports sync.WaitGroup
 	// pending is the verified snapshot waiting for the first pool.
 	pending atomic.Pointer[Snapshot]
 	// seen: a policy has seen its pool (and pending was applied). Until
@@ -64,7 +68,7 @@ type Writer struct {
 // Bind) and starts the periodic writes, which run until Close.
 func StartWriter(o WriterOptions) *Writer {
 	g := &Writer{rt: o.Router, path: o.Path, key: o.Key, shape: ShapeOf(o.Router.Config()),
-		interval: o.Interval, maxBytes: o.MaxBytes, logger: o.Logger, m: o.Metrics,
+		interval: o.Interval, maxBytes: o.MaxBytes, logger: o.Logger.With(zap.String("fleet", o.Fleet)), m: o.Metrics.fleet(o.Fleet),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	g.load(o.MaxAge)
 	go g.run()
@@ -76,7 +80,9 @@ func StartWriter(o WriterOptions) *Writer {
 func (g *Writer) Close() error {
 	close(g.stop)
 	<-g.done
-	return g.write("shutdown")
+	err := g.write("shutdown") // after the import: it holds mu
+	g.imports.Wait()
+	return err
 }
 
 func (g *Writer) run() {
@@ -108,13 +114,13 @@ func (g *Writer) write(why string) error {
 		Replicas: FromBeliefs(g.key, g.rt.ExportIndex(max(1, maxBlocks)))}
 	n, err := Write(g.path, g.key, s)
 	if err != nil {
-		m.Writes.WithLabelValues("error").Inc()
+		m.writes.WithLabelValues("error").Inc()
 		g.logger.Warn("ramjet snapshot not written", zap.String("trigger", why), zap.Error(err))
 		return err
 	}
-	m.Writes.WithLabelValues("ok").Inc()
-	m.LastWrite.Set(float64(start.UnixNano()) / 1e9)
-	m.Bytes.Set(float64(n))
+	m.writes.WithLabelValues("ok").Inc()
+	m.lastWrite.Set(float64(start.UnixNano()) / 1e9)
+	m.bytesNow.Set(float64(n))
 	if c := g.logger.Check(zap.DebugLevel, "ramjet snapshot written"); c != nil || why == "shutdown" {
 		fields := []zap.Field{zap.String("trigger", why), zap.Int("replicas", len(s.Replicas)),
 			zap.Int("blocks", s.Blocks()), zap.Int("bytes", n), zap.Duration("took", time.Since(start))}
@@ -129,7 +135,7 @@ func (g *Writer) write(why string) error {
 
 // refuse reports a snapshot that is not loaded: ramjet starts cold.
 func (g *Writer) refuse(reason Reason, err error) {
-	g.m.Loads.WithLabelValues(string(reason)).Inc()
+	g.m.loads.WithLabelValues(string(reason)).Inc()
 	lvl := zap.WarnLevel
 	if reason == Missing {
 		lvl = zap.InfoLevel // the first start, or a fresh volume
@@ -160,28 +166,48 @@ func (g *Writer) load(maxAge time.Duration) {
 
 // Bind applies the pending snapshot to the replicas of pool (replica
 // keys) the first time a policy sees one; until then nothing is written.
+// The import runs in the background (Router.ImportIndex: the index stays
+// usable, so the request that triggered Bind does not wait for it);
+// writes wait for it to end.
 func (g *Writer) Bind(pool []string) {
 	if g.seen.Load() {
 		return
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	defer g.seen.Store(true)
+	if g.seen.Load() {
+		g.mu.Unlock()
+		return
+	}
+	g.seen.Store(true)
 	s := g.pending.Swap(nil)
 	if s == nil {
+		g.mu.Unlock()
 		return
 	}
 	bs, dropped := s.Beliefs(g.key, pool)
 	m := g.m
-	m.Dropped.Add(float64(dropped))
+	m.dropped.Add(float64(dropped))
 	if len(bs) == 0 {
 		g.refuse(ShapeMismatch, fmt.Errorf("none of the snapshot's %d replicas is in the pool of %d (another replica set, or another key)",
 			len(s.Replicas), len(pool)))
+		g.mu.Unlock()
 		return
 	}
-	reps, blocks := g.rt.ImportIndex(bs)
-	m.Loads.WithLabelValues(Loaded).Inc()
-	m.Loaded.Set(float64(blocks))
-	g.logger.Info("ramjet snapshot loaded", zap.String("path", g.path), zap.Int("replicas", reps),
-		zap.Int("blocks", blocks), zap.Int("dropped_replicas", dropped), zap.Duration("age", time.Since(s.Written)))
+	g.imports.Add(1)
+	go func() { // owns mu until the import ended
+		defer g.imports.Done()
+		defer g.mu.Unlock()
+		start := time.Now()
+		reps, blocks := g.rt.ImportIndex(bs)
+		m.loads.WithLabelValues(Loaded).Inc()
+		m.loaded.Set(float64(blocks))
+		g.logger.Info("ramjet snapshot loaded", zap.String("path", g.path), zap.Int("replicas", reps),
+			zap.Int("blocks", blocks), zap.Int("dropped_replicas", dropped), zap.Duration("age", time.Since(s.Written)),
+			zap.Duration("took", time.Since(start)))
+	}()
+}
+
+// Wait waits for the import Bind started, if any.
+func (g *Writer) Wait() {
+	g.imports.Wait()
 }

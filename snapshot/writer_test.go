@@ -18,19 +18,23 @@ import (
 // testMetrics are fresh, unregistered Writer metrics (package metrics
 // builds the real ones; it imports this package).
 func testMetrics() *Metrics {
+	fleet, outcome := []string{"fleet"}, []string{"fleet", "outcome"}
 	return &Metrics{
-		Loads:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loads"}, []string{"outcome"}),
-		Writes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "writes"}, []string{"outcome"}),
-		Dropped:   prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"}),
-		Loaded:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "loaded"}),
-		LastWrite: prometheus.NewGauge(prometheus.GaugeOpts{Name: "last_write"}),
-		Bytes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "bytes"}),
+		Loads:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loads"}, outcome),
+		Writes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "writes"}, outcome),
+		Dropped:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dropped"}, fleet),
+		Loaded:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "loaded"}, fleet),
+		LastWrite: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "last_write"}, fleet),
+		Bytes:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bytes"}, fleet),
 	}
 }
 
+// testFleet is the fleet of the test writers.
+const testFleet = "test"
+
 // writerRouter is a router over replicas, each holding 8 blocks of its
 // own when learn is set.
-func writerRouter(t *testing.T, replicas []string, learn bool) *selection.Router {
+func writerRouter(t testing.TB, replicas []string, learn bool) *selection.Router {
 	t.Helper()
 	rt, err := selection.NewRouter(selection.Config{})
 	if err != nil {
@@ -48,7 +52,7 @@ func writerRouter(t *testing.T, replicas []string, learn bool) *selection.Router
 }
 
 // learnBlocks has every replica learn 8 blocks of its own.
-func learnBlocks(t *testing.T, rt *selection.Router, replicas []string) {
+func learnBlocks(t testing.TB, rt *selection.Router, replicas []string) {
 	t.Helper()
 	for i, k := range replicas {
 		s, ok := rt.Lookup(k)
@@ -66,7 +70,7 @@ func learnBlocks(t *testing.T, rt *selection.Router, replicas []string) {
 func startTestWriter(t *testing.T, rt *selection.Router, path string, m *Metrics) (*Writer, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zapcore.InfoLevel)
-	w := StartWriter(WriterOptions{Router: rt, Path: path, Key: testKey, Interval: 1 << 62, MaxAge: 0,
+	w := StartWriter(WriterOptions{Router: rt, Fleet: testFleet, Path: path, Key: testKey, Interval: 1 << 62, MaxAge: 0,
 		MaxBytes: DefaultMaxBytes, Logger: zap.New(core), Metrics: m})
 	return w, logs
 }
@@ -89,17 +93,18 @@ func TestWriterRoundTrip(t *testing.T) {
 	m := testMetrics()
 	w, logs := startTestWriter(t, src, path, m)
 	learnBlocks(t, src, reps)
-	if got := testutil.ToFloat64(m.Loads.WithLabelValues(string(Missing))); got != 1 {
+	if got := testutil.ToFloat64(m.Loads.WithLabelValues(testFleet, string(Missing))); got != 1 {
 		t.Errorf("loads{missing} = %v, want 1", got)
 	}
 	if e := logs.FilterMessage("ramjet snapshot refused, starting cold").All(); len(e) != 1 || e[0].Level != zapcore.InfoLevel {
 		t.Errorf("refusal of a missing snapshot logged %+v, want one info line", e)
 	}
 	w.Bind(reps)
+	w.Wait()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.Writes.WithLabelValues("ok")); got != 1 {
+	if got := testutil.ToFloat64(m.Writes.WithLabelValues(testFleet, "ok")); got != 1 {
 		t.Fatalf("writes{ok} = %v, want 1", got)
 	}
 	if e := logs.FilterMessage("ramjet snapshot written").All(); len(e) != 1 || e[0].ContextMap()["trigger"] != "shutdown" {
@@ -109,7 +114,7 @@ func TestWriterRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.Bytes); got != float64(fi.Size()) {
+	if got := testutil.ToFloat64(m.Bytes.WithLabelValues(testFleet)); got != float64(fi.Size()) {
 		t.Errorf("bytes gauge %v, file is %d bytes", got, fi.Size())
 	}
 
@@ -120,13 +125,14 @@ func TestWriterRoundTrip(t *testing.T) {
 		t.Fatalf("%d beliefs before Bind, want 0", n)
 	}
 	w2.Bind(reps[:2])
-	if got := testutil.ToFloat64(m2.Loads.WithLabelValues(Loaded)); got != 1 {
+	w2.Wait()
+	if got := testutil.ToFloat64(m2.Loads.WithLabelValues(testFleet, Loaded)); got != 1 {
 		t.Errorf("loads{loaded} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m2.Dropped); got != 1 {
+	if got := testutil.ToFloat64(m2.Dropped.WithLabelValues(testFleet)); got != 1 {
 		t.Errorf("dropped = %v, want 1 (the replica not in the pool)", got)
 	}
-	if got, want := testutil.ToFloat64(m2.Loaded), 16.0; got != want {
+	if got, want := testutil.ToFloat64(m2.Loaded.WithLabelValues(testFleet)), 16.0; got != want {
 		t.Errorf("loaded blocks = %v, want %v", got, want)
 	}
 	if n := dst.Index().Pairs(); n != 16 {
@@ -137,7 +143,8 @@ func TestWriterRoundTrip(t *testing.T) {
 	}
 	// A second pool changes nothing: the snapshot applies once.
 	w2.Bind(reps[:1])
-	if got := testutil.ToFloat64(m2.Loads.WithLabelValues(Loaded)); got != 1 {
+	w2.Wait()
+	if got := testutil.ToFloat64(m2.Loads.WithLabelValues(testFleet, Loaded)); got != 1 {
 		t.Errorf("loads{loaded} = %v after a second Bind, want 1", got)
 	}
 	// Close after the policy never sees a pool writes nothing.
@@ -162,6 +169,7 @@ func TestWriterReplicaSetChanged(t *testing.T) {
 	w, _ := startTestWriter(t, src, path, testMetrics())
 	learnBlocks(t, src, reps[:2])
 	w.Bind(reps[:2])
+	w.Wait()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -170,10 +178,11 @@ func TestWriterReplicaSetChanged(t *testing.T) {
 	w2, logs := startTestWriter(t, dst, path, m)
 	defer w2.Close()
 	w2.Bind(reps[2:])
-	if got := testutil.ToFloat64(m.Loads.WithLabelValues(string(ShapeMismatch))); got != 1 {
+	w2.Wait()
+	if got := testutil.ToFloat64(m.Loads.WithLabelValues(testFleet, string(ShapeMismatch))); got != 1 {
 		t.Errorf("loads{shape_mismatch} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.Dropped); got != 2 {
+	if got := testutil.ToFloat64(m.Dropped.WithLabelValues(testFleet)); got != 2 {
 		t.Errorf("dropped = %v, want 2", got)
 	}
 	e := logs.FilterMessage("ramjet snapshot refused, starting cold").All()
@@ -192,8 +201,10 @@ func TestWriterKeepsHeldIndex(t *testing.T) {
 	m := testMetrics()
 	w, logs := startTestWriter(t, writerRouter(t, pool(2), true), path, m)
 	defer w.Close()
-	if got := testutil.CollectAndCount(m.Loads); got != 0 {
-		t.Errorf("%d load outcomes counted, want none", got)
+	for _, o := range Outcomes() {
+		if got := testutil.ToFloat64(m.Loads.WithLabelValues(testFleet, o)); got != 0 {
+			t.Errorf("loads{%s} = %v, want 0", o, got)
+		}
 	}
 	if e := logs.FilterMessage("ramjet snapshot not read: the fleet already holds an index").All(); len(e) != 1 {
 		t.Errorf("logged %d lines for a held index, want 1", len(e))

@@ -145,3 +145,6 @@ func CachedShare(res *Result, from, to float64) (share float64, n int) {
 	}
 	return float64(cached) / float64(prompt), n
 }
+
+// SpreadOf is the median, minimum and maximum of xs (NaN for none).
+func SpreadOf(xs []float64) Spread { return spreadOf(xs) }
