@@ -111,7 +111,7 @@ func (l *Late) arrived(tokens []uint32, err error) {
 }
 
 // Routed reports that the request was routed to slot s (by the estimate).
-// A second call (a retry elsewhere) is ignored.
+// A second call is ignored unless Retried came between (a retry elsewhere).
 func (l *Late) Routed(s selection.Slot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,6 +120,24 @@ func (l *Late) Routed(s selection.Slot) {
 	}
 	l.routed, l.slot = true, s
 	l.predictLocked()
+}
+
+// Retried reports that the request is being routed again (a retry): the
+// predictions the late tokens made for the earlier attempt's replica live
+// PredictGrace more unless confirmed, as at the end of a request, and the
+// next Routed (or the probe, when the tokens come later) predicts for the
+// new attempt's replica.
+func (l *Late) Retried() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	if l.held >= 0 {
+		l.p.x.Release(l.held, l.keys, l.p.cfg.PredictGrace)
+		l.held = -1
+	}
+	l.routed, l.slot = false, -1
 }
 
 // predictLocked holds the routed replica's blocks once both the tokens and
