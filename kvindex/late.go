@@ -59,13 +59,38 @@ type Late struct {
 // the handle the request's decision once it is made (it is asked when
 // the tokens arrive; Late.Routed tells it too).
 func (p *Precise) Preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
+	return p.preflight(ctx, key, req, probe, msgPrefix{}, false)
+}
+
+// preflight is Preflight that also teaches the message-prefix cache (m:
+// what it knew of req's messages) with the tokens, and, with now, does
+// not wait: a preflight in flight comes back as a Late handle at once.
+func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix, now bool) ([]uint32, *Late, error) {
 	base, err := p.tokenizeBase(key)
 	if err != nil || base == "" {
 		return nil, nil, err
 	}
 	toks, c, err := p.tk.Start(base, key, req)
+	if m.n > 0 {
+		p.barePrefix(base, m, req)
+	}
 	if c == nil {
+		if toks != nil {
+			p.learned(m, toks)
+		}
 		return toks, nil, err
+	}
+	if m.n > 0 {
+		p.tk.Then(c, func(toks []uint32, err error) {
+			if err == nil {
+				p.learned(m, toks)
+			}
+		})
+	}
+	if now {
+		l := &Late{p: p, slot: -1, held: -1, probe: probe}
+		p.tk.Then(c, l.arrived)
+		return nil, l, nil
 	}
 	t0 := time.Now()
 	toks, err = p.tk.Wait(ctx, c)
