@@ -445,11 +445,28 @@ func (t *Tokenizer) put(key uint64, tokens []uint32) {
 	}
 }
 
-func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest) ([]uint32, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize request: %w", err)
+// appendJSON appends the body MarshalJSON builds, with the raw fields
+// copied as they are instead of validated and compacted (twice, by
+// encoding/json): they are spans of a body the router parsed. A field that
+// is not JSON makes the engine refuse the call (a fallback).
+func (r TokenizeRequest) appendJSON(dst []byte) []byte {
+	model, _ := json.Marshal(r.Model) // a string always marshals
+	dst = append(append(append(dst, `{"model":`...), model...), ',')
+	if len(r.Messages) == 0 {
+		return append(append(append(dst, `"prompt":`...), r.Prompt...), '}')
 	}
+	dst = append(append(dst, `"messages":`...), r.Messages...)
+	if len(r.Tools) > 0 {
+		dst = append(append(dst, `,"tools":`...), r.Tools...)
+	}
+	if r.NoGenerationPrompt {
+		return append(dst, `,"add_generation_prompt":false}`...)
+	}
+	return append(dst, `,"add_generation_prompt":true}`...)
+}
+
+func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest) ([]uint32, error) {
+	body := req.appendJSON(make([]byte, 0, len(req.Model)+len(req.Messages)+len(req.Tools)+len(req.Prompt)+64))
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/tokenize", bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("tokenize request: %w", err)
