@@ -59,13 +59,38 @@ type Late struct {
 // the handle the request's decision once it is made (it is asked when
 // the tokens arrive; Late.Routed tells it too).
 func (p *Precise) Preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
+	return p.preflight(ctx, key, req, probe, msgPrefix{}, false)
+}
+
+// preflight is Preflight that also teaches the message-prefix cache (m:
+// what it knew of req's messages) with the tokens, and, with now, does
+// not wait: a preflight in flight comes back as a Late handle at once.
+func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix, now bool) ([]uint32, *Late, error) {
 	base, err := p.tokenizeBase(key)
 	if err != nil || base == "" {
 		return nil, nil, err
 	}
 	toks, c, err := p.tk.Start(base, key, req)
+	if m.n > 0 {
+		p.barePrefix(base, m, req)
+	}
 	if c == nil {
+		if toks != nil {
+			p.learned(m, toks)
+		}
 		return toks, nil, err
+	}
+	if m.n > 0 {
+		p.tk.Then(c, func(toks []uint32, err error) {
+			if err == nil {
+				p.learned(m, toks)
+			}
+		})
+	}
+	if now {
+		l := &Late{p: p, slot: -1, held: -1, probe: probe}
+		p.tk.Then(c, l.arrived)
+		return nil, l, nil
 	}
 	t0 := time.Now()
 	toks, err = p.tk.Wait(ctx, c)
@@ -111,7 +136,7 @@ func (l *Late) arrived(tokens []uint32, err error) {
 }
 
 // Routed reports that the request was routed to slot s (by the estimate).
-// A second call (a retry elsewhere) is ignored.
+// A second call is ignored unless Retried came between (a retry elsewhere).
 func (l *Late) Routed(s selection.Slot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,6 +145,24 @@ func (l *Late) Routed(s selection.Slot) {
 	}
 	l.routed, l.slot = true, s
 	l.predictLocked()
+}
+
+// Retried reports that the request is being routed again (a retry): the
+// predictions the late tokens made for the earlier attempt's replica live
+// PredictGrace more unless confirmed, as at the end of a request, and the
+// next Routed (or the probe, when the tokens come later) predicts for the
+// new attempt's replica.
+func (l *Late) Retried() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	if l.held >= 0 {
+		l.p.x.Release(l.held, l.keys, l.p.cfg.PredictGrace)
+		l.held = -1
+	}
+	l.routed, l.slot = false, -1
 }
 
 // predictLocked holds the routed replica's blocks once both the tokens and

@@ -100,6 +100,7 @@ type Precise struct {
 	waited    atomic.Uint64
 	waitNanos atomic.Int64
 	keys      sync.Pool // of *[]uint64, for Ended
+	pfx       prefixTrust
 
 	mu      sync.Mutex
 	started bool

@@ -154,10 +154,28 @@ func TestLatePreflightPredicts(t *testing.T) {
 	if want := []int{0, len(toksGot)}; !cmp.Equal(out, want) {
 		t.Fatalf("overlap after the late prediction: %v, want %v", out, want)
 	}
-	// Later Routed calls (a retry) change nothing; the end starts grace.
+	// A second Routed without a retry changes nothing.
 	late.Routed(sa)
+	p.Index().Overlap(all, out)
+	if want := []int{0, len(toksGot)}; !cmp.Equal(out, want) {
+		t.Fatalf("overlap after a second Routed: %v, want %v", out, want)
+	}
+	// A retry moves the prediction: b's lives the grace, a's until the end.
+	late.Retried()
+	late.Routed(sa)
+	p.Index().Overlap(all, out)
+	if want := []int{len(toksGot), len(toksGot)}; !cmp.Equal(out, want) {
+		t.Fatalf("overlap right after the retry to a: %v, want %v", out, want)
+	}
+	clock.Add(int64(3 * time.Second))
+	p.Index().Overlap(all, out)
+	if want := []int{len(toksGot), 0}; !cmp.Equal(out, want) {
+		t.Fatalf("overlap past grace after the retry: %v, want %v (the first replica still predicted)", out, want)
+	}
+	// The end starts a's grace.
 	late.End()
 	late.End()
+	late.Retried() // after the end: nothing
 	clock.Add(int64(3 * time.Second))
 	p.Index().Overlap(all, out)
 	if want := []int{0, 0}; !cmp.Equal(out, want) {
@@ -173,7 +191,7 @@ func TestLatePreflightPredicts(t *testing.T) {
 	late2.End()
 	srv.gate <- struct{}{}
 	eventually(t, "late answer after the end", func() bool { return p.LateOutcomes(LateAfterEnd) == 1 })
-	if p.Index().Predicted() != 0 || p.LateOutcomes(LatePredicted) != 1 {
+	if p.Index().Predicted() != 0 || p.LateOutcomes(LatePredicted) != 2 { // b, then a after the retry
 		t.Fatalf("predicted %d, late predicted %d after a late answer past the end", p.Index().Predicted(), p.LateOutcomes(LatePredicted))
 	}
 }

@@ -18,6 +18,11 @@ import (
 // miss. A call past timeout keeps running in the background (Preflight):
 // probe reports the replica the request was routed to, so that its late
 // tokens still predict that replica's blocks.
+//
+// A chat whose first messages were tokenized before (the message-prefix
+// cache, prefix.go) does not wait once cached prefixes proved to be the
+// engine's: it returns the prefix's tokens at once, to route on, with the
+// Late handle of its own preflight.
 func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body []byte, f *selection.Features, timeout time.Duration, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
 	key := xxhash.Sum64(body)
 	if toks, ok := p.Tokenizer().Cached(key); ok {
@@ -27,7 +32,22 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 	if err != nil {
 		return nil, nil, err
 	}
+	var m msgPrefix
+	if ep == selection.EndpointChat {
+		m = p.lookupPrefix(req)
+		if m.k > 0 && m.k == m.n {
+			return m.tokens, nil, nil // the same messages, model and tools
+		}
+		if m.k > 0 && p.pfx.trusted.Load() {
+			toks, late, err := p.preflight(ctx, key, req, probe, m, true)
+			if toks != nil {
+				return toks, nil, nil
+			}
+			p.pfx.routed.Add(1)
+			return m.tokens, late, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return p.Preflight(ctx, key, req, probe)
+	return p.preflight(ctx, key, req, probe, m, false)
 }

@@ -27,6 +27,12 @@ type PreflightReport struct {
 	// WaitSum is the seconds they waited in all (Precise.Waited).
 	Waited  uint64  `json:"waited"`
 	WaitSum float64 `json:"wait_sum_s"`
+	// PrefixRouted counts the requests routed on a cached message prefix
+	// without waiting; PrefixAgreed and PrefixDisagreed the comparisons of
+	// cached prefixes with full tokenizations (Precise.PrefixStats).
+	PrefixRouted    uint64 `json:"prefix_routed"`
+	PrefixAgreed    uint64 `json:"prefix_agreed"`
+	PrefixDisagreed uint64 `json:"prefix_disagreed"`
 }
 
 // NewPreflightReport reads p's counters and the preflights' latencies.
@@ -51,6 +57,7 @@ func NewPreflightReport(p *Precise, latency *LatencyHist) PreflightReport {
 	rep.Precise, rep.Approx = p.Decisions()
 	waited, wait := p.Waited()
 	rep.Waited, rep.WaitSum = waited, wait.Seconds()
+	rep.PrefixRouted, rep.PrefixAgreed, rep.PrefixDisagreed = p.PrefixStats()
 	return rep
 }
 

@@ -29,10 +29,15 @@ type TokenizeRequest struct {
 	Messages json.RawMessage
 	Tools    json.RawMessage
 	Prompt   json.RawMessage
+	// NoGenerationPrompt renders a chat without the assistant header that
+	// would open the reply (add_generation_prompt false): the tokens of a
+	// conversation prefix (the message-prefix cache).
+	NoGenerationPrompt bool
 }
 
 // MarshalJSON builds vLLM's /tokenize body: {"model","messages","tools",
-// "add_generation_prompt":true} for a chat, {"model","prompt"} otherwise.
+// "add_generation_prompt":true} for a chat (false with
+// NoGenerationPrompt), {"model","prompt"} otherwise.
 func (r TokenizeRequest) MarshalJSON() ([]byte, error) {
 	type chat struct {
 		Model               string          `json:"model"`
@@ -45,7 +50,7 @@ func (r TokenizeRequest) MarshalJSON() ([]byte, error) {
 		Prompt json.RawMessage `json:"prompt"`
 	}
 	if len(r.Messages) > 0 {
-		return json.Marshal(chat{r.Model, r.Messages, r.Tools, true})
+		return json.Marshal(chat{r.Model, r.Messages, r.Tools, !r.NoGenerationPrompt})
 	}
 	return json.Marshal(prompt{r.Model, r.Prompt})
 }
@@ -200,6 +205,9 @@ func RequestKey(r TokenizeRequest) uint64 {
 		binary.LittleEndian.PutUint64(n[:], uint64(len(p)))
 		d.Write(n[:])
 		d.Write(p)
+	}
+	if r.NoGenerationPrompt {
+		d.Write([]byte{1})
 	}
 	return d.Sum64()
 }
@@ -397,9 +405,34 @@ func (t *Tokenizer) Cached(key uint64) ([]uint32, bool) {
 	return el.Value.(*tokEntry).tokens, true
 }
 
+// peek is Cached without counting a hit (the message-prefix lookups).
+func (t *Tokenizer) peek(key uint64) ([]uint32, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	el, ok := t.byKey[key]
+	if !ok {
+		return nil, false
+	}
+	t.lru.MoveToFront(el)
+	return el.Value.(*tokEntry).tokens, true
+}
+
+// keep caches tokens under key unless key is cached already.
+func (t *Tokenizer) keep(key uint64, tokens []uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.byKey[key]; !ok {
+		t.put(key, tokens)
+	}
+}
+
 func (t *Tokenizer) put(key uint64, tokens []uint32) {
 	if len(tokens) > t.cfg.CacheTokens {
 		return
+	}
+	if el, ok := t.byKey[key]; ok { // a message prefix kept while its call ran
+		t.lru.Remove(el)
+		t.tokens -= len(el.Value.(*tokEntry).tokens)
 	}
 	t.byKey[key] = t.lru.PushFront(&tokEntry{key, tokens})
 	t.tokens += len(tokens)
@@ -412,11 +445,28 @@ func (t *Tokenizer) put(key uint64, tokens []uint32) {
 	}
 }
 
-func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest) ([]uint32, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize request: %w", err)
+// appendJSON appends the body MarshalJSON builds, with the raw fields
+// copied as they are instead of validated and compacted (twice, by
+// encoding/json): they are spans of a body the router parsed. A field that
+// is not JSON makes the engine refuse the call (a fallback).
+func (r TokenizeRequest) appendJSON(dst []byte) []byte {
+	model, _ := json.Marshal(r.Model) // a string always marshals
+	dst = append(append(append(dst, `{"model":`...), model...), ',')
+	if len(r.Messages) == 0 {
+		return append(append(append(dst, `"prompt":`...), r.Prompt...), '}')
 	}
+	dst = append(append(dst, `"messages":`...), r.Messages...)
+	if len(r.Tools) > 0 {
+		dst = append(append(dst, `,"tools":`...), r.Tools...)
+	}
+	if r.NoGenerationPrompt {
+		return append(dst, `,"add_generation_prompt":false}`...)
+	}
+	return append(dst, `,"add_generation_prompt":true}`...)
+}
+
+func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest) ([]uint32, error) {
+	body := req.appendJSON(make([]byte, 0, len(req.Model)+len(req.Messages)+len(req.Tools)+len(req.Prompt)+64))
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/tokenize", bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("tokenize request: %w", err)

@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -312,4 +313,49 @@ func BenchmarkPreciseDecision(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestTokenizeRequestAppendJSON: the body fetch sends is, compacted, what
+// encoding/json makes of the request.
+func TestTokenizeRequestAppendJSON(t *testing.T) {
+	for _, r := range []TokenizeRequest{
+		{Model: "m", Messages: json.RawMessage(`[ {"role":"user", "content":"a\u00e9\"b"} ]`)},
+		{Model: "q\"<&>\u2028", Messages: json.RawMessage(`[{"role":"system","content":"s"}]`), Tools: json.RawMessage(`[{"type":"function"}]`)},
+		{Model: "m", Messages: json.RawMessage(`[{"role":"user","content":"x"}]`), NoGenerationPrompt: true},
+		{Model: "m", Prompt: json.RawMessage(`"a prompt"`)},
+		{Model: "", Prompt: json.RawMessage(`[1, 2, 3]`)},
+	} {
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if err := json.Compact(&got, r.appendJSON(nil)); err != nil {
+			t.Fatalf("%+v: appendJSON is not JSON: %v", r, err)
+		}
+		if got.String() != string(want) {
+			t.Errorf("%+v:\n got %s\nwant %s", r, got.String(), want)
+		}
+	}
+}
+
+func BenchmarkTokenizeRequestBody(b *testing.B) {
+	msgs := json.RawMessage(`[{"role":"system","content":"` + strings.Repeat("a shared system prompt ", 5000) + `"},{"role":"user","content":"q"}]`)
+	r := TokenizeRequest{Model: "m", Messages: msgs}
+	b.Run("append", func(b *testing.B) {
+		b.SetBytes(int64(len(msgs)))
+		b.ReportAllocs()
+		for range b.N {
+			_ = r.appendJSON(make([]byte, 0, len(msgs)+64))
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(msgs)))
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := json.Marshal(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -42,19 +42,25 @@ func (k *kvRequest) Write([]byte) {}
 func (k *kvRequest) End(int, error) {
 	if k.late != nil {
 		k.late.End()
-		return
 	}
 	k.releaseAttempt()
 }
 
 // retried releases the predictions of the attempt a retry replaces (Select
 // calls it before picking again), so that the earlier replica's blocks live
-// only the grace more instead of until the PredictTTL bound.
+// only the grace more instead of until the PredictTTL bound, whether a
+// precise decision or a late preflight's tokens made them; a late
+// preflight then predicts for the retry's replica.
 func (st *reqState) retried() {
-	if k := st.route.kv; k != nil && k.late == nil {
-		k.releaseAttempt()
-		st.decision.Precise = false // released: the next decision replaces it
+	k := st.route.kv
+	if k == nil {
+		return
 	}
+	if k.late != nil {
+		k.late.Retried()
+	}
+	k.releaseAttempt()
+	st.decision.Precise = false // released: the next decision replaces it
 }
 
 // releaseAttempt ends the holds of the current attempt's precise decision

@@ -344,10 +344,10 @@ func markdown(rows []Row) string {
 		if p == nil || p.Sent == 0 {
 			continue
 		}
-		fmt.Fprintf(&sb, "\n%s/%s preflights: %d sent (wall time), mean %.0f ms, within 50 ms %.1f%%, 100 ms %.1f%%, 150 ms %.1f%%, 250 ms %.1f%%, 500 ms %.1f%%; fallbacks %v; late %v; decisions precise %d approximate %d; predicted %d, dropped %d; %d requests waited, mean %.0f ms (wall)\n",
+		fmt.Fprintf(&sb, "\n%s/%s preflights: %d sent (wall time), mean %.0f ms, within 50 ms %.1f%%, 100 ms %.1f%%, 150 ms %.1f%%, 250 ms %.1f%%, 500 ms %.1f%%; fallbacks %v; late %v; decisions precise %d approximate %d; predicted %d, dropped %d; %d requests waited, mean %.0f ms (wall); routed on a cached message prefix %d, prefix checks agreed %d disagreed %d\n",
 			r.Workload, r.Policy, p.Sent, 1000*p.Sum/float64(p.Sent), 100*p.Within(.05), 100*p.Within(.1), 100*p.Within(.15),
 			100*p.Within(.25), 100*p.Within(.5), p.Fallbacks, p.Late, p.Precise, p.Approx, p.Predicted, p.PredictionsDropped,
-			p.Waited, 1000*p.WaitSum/float64(max(p.Waited, 1)))
+			p.Waited, 1000*p.WaitSum/float64(max(p.Waited, 1)), p.PrefixRouted, p.PrefixAgreed, p.PrefixDisagreed)
 	}
 	return sb.String()
 }
