@@ -13,7 +13,11 @@ type block struct {
 	key        uint64
 	prev, next uint32 // global LRU list (slab index + 1, 0 none); next links the free list
 	pairs      int32  // replicas holding it; 0 for a free entry
-	hint       uint32 // one of its pairs (0 none): most blocks have one holder
+	// hint is one of its pairs (0 none): most blocks have one holder. The
+	// hint pair is found through it and is not in the pair table, so that
+	// a block held by one replica costs no pair-table probe to add, find
+	// or drop.
+	hint uint32
 }
 
 // pair is one (block, replica) belief: the replica is presumed to hold the
@@ -184,8 +188,8 @@ func (x *Index) growPairs(n int) {
 	m := uint64(size - 1)
 	for i := range x.pairs {
 		p := &x.pairs[i]
-		if p.blk == 0 {
-			continue
+		if p.blk == 0 || x.blocks[p.blk-1].hint == uint32(i+1) {
+			continue // free, or found through its block's hint
 		}
 		h := x.pslot(p.blk, p.slot)
 		for x.ptab[h] != 0 {
@@ -284,10 +288,18 @@ func (x *Index) findBlock(key uint64) (uint64, uint32) {
 	}
 }
 
-// pairOf returns the pair (blk, s), 0 when s does not hold blk.
+// pairOf returns the pair (blk, s), 0 when s does not hold blk: the
+// block's hint, else from the pair table (which holds every pair but the
+// hints).
 func (x *Index) pairOf(blk uint32, s Slot) uint32 {
-	if e := x.blocks[blk-1].hint; e != 0 && x.pairs[e-1].slot == s {
-		return e
+	b := &x.blocks[blk-1]
+	if e := b.hint; e != 0 {
+		if x.pairs[e-1].slot == s {
+			return e
+		}
+		if b.pairs == 1 {
+			return 0 // its one pair is the hint
+		}
 	}
 	_, e := x.findPair(blk, s)
 	return e
@@ -398,16 +410,17 @@ func (x *Index) dropPair(e uint32) {
 	blk, s := p.blk, p.slot
 	x.unlinkPair(e)
 	x.reps[s].blocks--
-	h, _ := x.findPair(blk, s)
-	removeAt(x.ptab, h, x.pairHome)
+	b := &x.blocks[blk-1]
+	if b.hint == e {
+		b.hint = 0 // not in the pair table
+	} else {
+		h, _ := x.findPair(blk, s)
+		removeAt(x.ptab, h, x.pairHome)
+	}
 	x.bits[int(blk-1)*x.w+int(s)>>6] &^= 1 << (uint(s) & 63)
 	*p = pair{next: x.pfree}
 	x.pfree = e
 	x.npairs.Add(-1)
-	b := &x.blocks[blk-1]
-	if b.hint == e {
-		b.hint = 0
-	}
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
 		bh, _ := x.findBlock(b.key)
@@ -480,7 +493,7 @@ func (x *Index) allocPair() uint32 {
 func (x *Index) touch(key uint64, s Slot) bool {
 	r := &x.reps[s]
 	r.clock++
-	_, e := x.findBlock(key)
+	h, e := x.findBlock(key)
 	if e != 0 {
 		if x.head != e {
 			x.unlinkBlock(e)
@@ -496,28 +509,34 @@ func (x *Index) touch(key uint64, s Slot) bool {
 			return false
 		}
 	}
-	// Room first: making it may evict blocks, this one included.
+	// Room first: making it may evict blocks, this one included, and
+	// move entries of the block table (h is then looked up again).
+	ev, tab := x.evictions.Load(), len(x.btab)
 	pe := x.allocPair()
 	if e != 0 && x.blocks[e-1].pairs == 0 {
 		e = 0 // evicted while making room
 	}
 	if e == 0 {
 		e = x.allocBlock()
-		h, _ := x.findBlock(key)
+		if x.evictions.Load() != ev || len(x.btab) != tab {
+			h, _ = x.findBlock(key)
+		}
 		x.blocks[e-1].key = key
 		clear(x.bits[int(e-1)*x.w : int(e)*x.w])
 		x.btab[h] = e
 		x.pushBlock(e)
 		x.entries.Add(1)
 	}
-	x.blocks[e-1].pairs++
-	if x.blocks[e-1].hint == 0 {
-		x.blocks[e-1].hint = pe
-	}
+	b := &x.blocks[e-1]
+	b.pairs++
 	x.bits[int(e-1)*x.w+int(s)>>6] |= 1 << (uint(s) & 63)
 	x.pairs[pe-1] = pair{blk: e, slot: s, stamp: r.clock}
-	h, _ := x.findPair(e, s)
-	x.ptab[h] = pe
+	if b.hint == 0 {
+		b.hint = pe // found through the block, not the pair table
+	} else {
+		ph, _ := x.findPair(e, s)
+		x.ptab[ph] = pe
+	}
 	x.pushPair(pe)
 	r.blocks++
 	x.npairs.Add(1)
