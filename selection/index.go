@@ -76,8 +76,9 @@ const (
 type Index struct {
 	mu sync.RWMutex
 
-	btab   []uint32 // block table: open addressing, linear probing; slab index + 1
+	btab   []uint32 // block table: open addressing, linear probing; see bentry
 	bshift uint
+	bmask  uint32 // the slab index bits of a btab entry: idxMask, or all when untagged
 	blocks []block
 	bits   []uint64 // holder sets, w words per block entry
 	w      int
@@ -92,6 +93,8 @@ type Index struct {
 
 	reps   []holder
 	budget int64
+
+	warmSink uint32 // keeps warm's loads
 
 	evictions atomic.Uint64 // blocks evicted by the budget
 	dropped   atomic.Uint64 // pairs dropped by capacity or horizon
@@ -152,6 +155,35 @@ func (x *Index) pslot(blk uint32, s Slot) uint64 {
 	return (mix64(pairKey(blk, s)) * 0x9E3779B97F4A7C15) >> x.pshift
 }
 
+// A block-table entry is the slab index + 1 of its block (0: empty) and,
+// in its top 8 bits, its displacement: how far past its home position (the
+// key's bslot) it lies, farDisp when that is farDisp or more. Lookups skip
+// the entries whose displacement says they belong to another home, and
+// deletion moves entries back without reading their keys from the slab:
+// both would otherwise cost a cache miss per entry. A slab of idxMask
+// entries or more (a budget of over a GiB) leaves the entries untagged:
+// all 32 bits are the index and every displacement is read from the slab.
+const (
+	tagShift = 24
+	idxMask  = 1<<tagShift - 1
+	farDisp  = 1<<(32-tagShift) - 1
+)
+
+// bentry is the table entry of slab index + 1 e at displacement d.
+func (x *Index) bentry(e uint32, d uint64) uint32 {
+	if x.bmask != idxMask {
+		return e
+	}
+	return e | uint32(min(d, farDisp))<<tagShift
+}
+
+// elsewhere reports that table entry v, met d positions past a key's home,
+// cannot be that key's: its displacement is known and another.
+func (x *Index) elsewhere(v uint32, d uint64) bool {
+	t := v >> tagShift
+	return x.bmask == idxMask && t != farDisp && uint64(t) != d
+}
+
 // growBlocks resizes the block slab to capacity n and rebuilds its table.
 func (x *Index) growBlocks(n int) {
 	blocks := make([]block, len(x.blocks), n)
@@ -163,16 +195,21 @@ func (x *Index) growBlocks(n int) {
 	size := tableSize(n)
 	x.btab = make([]uint32, size)
 	x.bshift = uint(64 - bits.TrailingZeros(uint(size)))
+	x.bmask = idxMask
+	if n >= idxMask {
+		x.bmask = ^uint32(0)
+	}
 	m := uint64(size - 1)
 	for i := range x.blocks {
 		if x.blocks[i].pairs == 0 {
 			continue
 		}
-		h := x.bslot(x.blocks[i].key)
-		for x.btab[h] != 0 {
-			h = (h + 1) & m
+		h0 := x.bslot(x.blocks[i].key)
+		d := uint64(0)
+		for x.btab[(h0+d)&m] != 0 {
+			d++
 		}
-		x.btab[h] = uint32(i + 1)
+		x.btab[(h0+d)&m] = x.bentry(uint32(i+1), d)
 	}
 	x.accountBytes()
 }
@@ -252,12 +289,16 @@ func (x *Index) pairGrowth() int {
 func (x *Index) holders(key uint64) []uint64 {
 	tab, slab := x.btab, x.blocks
 	m := uint64(len(tab) - 1)
-	for h := x.bslot(key); ; h = (h + 1) & m {
-		e := tab[h]
-		if e == 0 {
+	h0 := x.bslot(key)
+	for d := uint64(0); ; d++ {
+		v := tab[(h0+d)&m]
+		if v == 0 {
 			return nil
 		}
-		if slab[e-1].key == key {
+		if x.elsewhere(v, d) {
+			continue
+		}
+		if e := v & x.bmask; slab[e-1].key == key {
 			i := int(e-1) * x.w
 			return x.bits[i : i+x.w : i+x.w]
 		}
@@ -280,11 +321,47 @@ func hasBit(set []uint64, s Slot) bool {
 // absent: the position is then the empty slot where it would go).
 func (x *Index) findBlock(key uint64) (uint64, uint32) {
 	m := uint64(len(x.btab) - 1)
-	for h := x.bslot(key); ; h = (h + 1) & m {
-		e := x.btab[h]
-		if e == 0 || x.blocks[e-1].key == key {
+	h0 := x.bslot(key)
+	for d := uint64(0); ; d++ {
+		h := (h0 + d) & m
+		v := x.btab[h]
+		if v == 0 {
+			return h, 0
+		}
+		if x.elsewhere(v, d) {
+			continue
+		}
+		if e := v & x.bmask; x.blocks[e-1].key == key {
 			return h, e
 		}
+	}
+}
+
+// removeBlockAt deletes block-table position h (removeAt with the
+// displacements of the entries it moves).
+func (x *Index) removeBlockAt(h uint64) {
+	tab := x.btab
+	m := uint64(len(tab) - 1)
+	i, j := h, h
+	for {
+		j = (j + 1) & m
+		v := tab[j]
+		if v == 0 {
+			tab[i] = 0
+			return
+		}
+		e := v & x.bmask
+		d := uint64(v >> tagShift)
+		if x.bmask != idxMask || d == farDisp {
+			d = (j - x.bslot(x.blocks[e-1].key)) & m
+		}
+		// Leave e where it is if its home lies cyclically in (i, j].
+		if gap := (j - i) & m; d < gap {
+			continue
+		} else {
+			tab[i] = x.bentry(e, d-gap)
+		}
+		i = j
 	}
 }
 
@@ -339,8 +416,6 @@ func removeAt(tab []uint32, h uint64, home func(uint32) uint64) {
 		i = j
 	}
 }
-
-func (x *Index) blockHome(e uint32) uint64 { return x.bslot(x.blocks[e-1].key) }
 
 func (x *Index) pairHome(e uint32) uint64 {
 	p := &x.pairs[e-1]
@@ -424,7 +499,7 @@ func (x *Index) dropPair(e uint32) {
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
 		bh, _ := x.findBlock(b.key)
-		removeAt(x.btab, bh, x.blockHome)
+		x.removeBlockAt(bh)
 		*b = block{next: x.bfree}
 		x.bfree = blk
 		x.entries.Add(-1)
@@ -523,7 +598,7 @@ func (x *Index) touch(key uint64, s Slot) bool {
 		}
 		x.blocks[e-1].key = key
 		clear(x.bits[int(e-1)*x.w : int(e)*x.w])
-		x.btab[h] = e
+		x.btab[h] = x.bentry(e, (h-x.bslot(key))&uint64(len(x.btab)-1))
 		x.pushBlock(e)
 		x.entries.Add(1)
 	}
@@ -547,14 +622,32 @@ func (x *Index) touch(key uint64, s Slot) bool {
 // horizon (write lock held).
 func (x *Index) bound(s Slot) {
 	r := &x.reps[s]
-	for r.capacity > 0 && r.blocks > r.capacity {
+	for n := 0; r.capacity > 0 && r.blocks > r.capacity; n++ {
+		if n%warmRun == 0 {
+			x.warmTail(r)
+		}
 		x.dropPair(r.tail)
 		x.dropped.Add(1)
 	}
-	for r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon {
+	for n := 0; r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon; n++ {
+		if n%warmRun == 0 {
+			x.warmTail(r)
+		}
 		x.dropPair(r.tail)
 		x.dropped.Add(1)
 	}
+}
+
+// warmTail is warm for the blocks of the warmRun least recent pairs of r,
+// the next ones bound drops.
+func (x *Index) warmTail(r *holder) {
+	var keys [warmRun]uint64
+	n := 0
+	for e := r.tail; e != 0 && n < warmRun; e = x.pairs[e-1].prev {
+		keys[n] = x.blocks[x.pairs[e-1].blk-1].key
+		n++
+	}
+	x.warm(keys[:n])
 }
 
 // Learn records that slot s now holds every block of blocks. Blocks are
@@ -580,11 +673,34 @@ func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
 			}
 		}
 	}
-	for i := len(blocks) - 1; i >= 0; i-- {
-		x.touch(blocks[i], s)
+	for i := len(blocks); i > 0; {
+		j := max(0, i-warmRun)
+		x.warm(blocks[j:i])
+		for i > j {
+			i--
+			x.touch(blocks[i], s)
+		}
 	}
 	x.bound(s)
 	return age
+}
+
+// warmRun is how many blocks learn looks up ahead of touching them.
+const warmRun = 32
+
+// warm loads the block-table entries of keys and the blocks they find,
+// ahead of touch: the lookups do not depend on each other, so the
+// processor overlaps their cache misses, where touch's chain of lookups
+// and list updates would wait for each in turn.
+func (x *Index) warm(keys []uint64) {
+	tab, slab := x.btab, x.blocks
+	acc := uint32(0)
+	for _, k := range keys {
+		if e := tab[x.bslot(k)] & x.bmask; e != 0 && int(e) <= len(slab) {
+			acc += slab[e-1].hint
+		}
+	}
+	x.warmSink = acc
 }
 
 // Forget drops every belief about slot s: the replica is treated as cold.

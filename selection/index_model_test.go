@@ -154,6 +154,17 @@ func (x *Index) checkTables() error {
 			return fmt.Errorf("block %x: hint %d is another block's pair", b.key, b.hint)
 		}
 	}
+	m := uint64(len(x.btab) - 1)
+	for h, v := range x.btab {
+		if v == 0 {
+			continue
+		}
+		e := v & x.bmask
+		d := (uint64(h) - x.bslot(x.blocks[e-1].key)) & m
+		if want := x.bentry(e, d); v != want {
+			return fmt.Errorf("table position %d: entry %#x, want %#x (displacement %d)", h, v, want, d)
+		}
+	}
 	for i := range x.pairs {
 		p := &x.pairs[i]
 		if p.blk == 0 {
@@ -190,6 +201,12 @@ func TestIndexMatchesModel(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 7))
 			x := NewIndex(1 << 30)
+			untagged := seed > 4
+			if untagged {
+				// The table of a slab too large for tagged entries.
+				x.growBlocks(1 << 16)
+				x.bmask = ^uint32(0)
+			}
 			m := newIndexModel()
 			const slots = 70
 			var prompts [][]uint64
@@ -263,6 +280,9 @@ func TestIndexMatchesModel(t *testing.T) {
 			}
 			if err := x.checkTables(); err != nil {
 				t.Fatal(err)
+			}
+			if untagged && x.bmask != ^uint32(0) {
+				t.Fatal("the slab grew: the untagged table was not exercised to the end")
 			}
 		})
 	}
