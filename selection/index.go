@@ -673,6 +673,32 @@ func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
 			}
 		}
 	}
+	// A prompt sent to s before (a resent or extended conversation) is
+	// often a run of consecutive pairs of s's list already, in the order
+	// the touches would leave it: those are moved as one (touchRun).
+	run, _, _ := x.runOf(blocks, s)
+	if run < minRun {
+		run = 0
+	}
+	x.touchEach(blocks[run:], s)
+	if run > 0 {
+		// The touches of the rest may have moved or evicted pairs of the
+		// run: look again.
+		if m, first, last := x.runOf(blocks[:run], s); m == run {
+			x.touchRun(s, first, last, run)
+		} else {
+			x.touchEach(blocks[:run], s)
+		}
+	}
+	x.bound(s)
+	return age
+}
+
+// minRun is the shortest run of blocks learn moves as one.
+const minRun = 4
+
+// touchEach touches blocks from last to first (write lock held).
+func (x *Index) touchEach(blocks []uint64, s Slot) {
 	for i := len(blocks); i > 0; {
 		j := max(0, i-warmRun)
 		x.warm(blocks[j:i])
@@ -681,8 +707,103 @@ func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
 			x.touch(blocks[i], s)
 		}
 	}
-	x.bound(s)
-	return age
+}
+
+// runOf returns how many leading blocks of blocks s holds as consecutive
+// pairs of its LRU list, blocks[0]'s nearest the head, and the first and
+// last of those pairs (0 when s does not hold blocks[0]).
+func (x *Index) runOf(blocks []uint64, s Slot) (n int, first, last uint32) {
+	if len(blocks) == 0 {
+		return 0, 0, 0
+	}
+	_, e := x.findBlock(blocks[0])
+	if e == 0 {
+		return 0, 0, 0
+	}
+	first = x.pairOf(e, s)
+	if first == 0 {
+		return 0, 0, 0
+	}
+	last, n = first, 1
+	for n < len(blocks) {
+		q := x.pairs[last-1].next
+		if q == 0 || x.blocks[x.pairs[q-1].blk-1].key != blocks[n] {
+			break
+		}
+		last = q
+		n++
+	}
+	return n, first, last
+}
+
+// touchRun is touch of the n blocks of the run of s's pairs first..last
+// (runOf), from last to first, done as one move: the pairs get the stamps
+// the touches would give them and go to the head of s's list in one
+// splice; their blocks go to the head of the global list in one splice
+// when they are consecutive there too, else one by one, without a lookup
+// (write lock held).
+func (x *Index) touchRun(s Slot, first, last uint32, n int) {
+	r := &x.reps[s]
+	c := r.clock
+	r.clock += int64(n)
+	// Stamps, and whether the blocks are consecutive in the global list.
+	inOrder := true
+	prevBlk := uint32(0)
+	i := 0
+	for p := first; ; p = x.pairs[p-1].next {
+		pp := &x.pairs[p-1]
+		pp.stamp = c + int64(n-i)
+		if prevBlk != 0 && x.blocks[prevBlk-1].next != pp.blk {
+			inOrder = false
+		}
+		prevBlk = pp.blk
+		i++
+		if p == last {
+			break
+		}
+	}
+	// The global list.
+	b0, bl := x.pairs[first-1].blk, x.pairs[last-1].blk
+	switch {
+	case inOrder && x.head == b0:
+	case inOrder:
+		before, after := x.blocks[b0-1].prev, x.blocks[bl-1].next
+		x.blocks[before-1].next = after // before != 0: b0 is not the head
+		if after != 0 {
+			x.blocks[after-1].prev = before
+		} else {
+			x.tail = before
+		}
+		x.blocks[b0-1].prev = 0
+		x.blocks[bl-1].next = x.head
+		x.blocks[x.head-1].prev = bl
+		x.head = b0
+	default:
+		for p := last; ; p = x.pairs[p-1].prev {
+			if e := x.pairs[p-1].blk; x.head != e {
+				x.unlinkBlock(e)
+				x.pushBlock(e)
+			}
+			if p == first {
+				break
+			}
+		}
+	}
+	// s's list.
+	if r.head == first {
+		return
+	}
+	before, after := x.pairs[first-1].prev, x.pairs[last-1].next
+	x.pairs[before-1].next = after // before != 0: first is not the head
+	if after != 0 {
+		x.pairs[after-1].prev = before
+	} else {
+		r.tail = before
+	}
+	x.pairs[first-1].prev = 0
+	x.pairs[last-1].next = r.head
+	x.pairs[r.head-1].prev = last
+	r.head = first
 }
 
 // warmRun is how many blocks learn looks up ahead of touching them.

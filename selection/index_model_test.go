@@ -210,6 +210,7 @@ func TestIndexMatchesModel(t *testing.T) {
 			m := newIndexModel()
 			const slots = 70
 			var prompts [][]uint64
+			var lastSlot Slot
 			for op := 0; op < 3000; op++ {
 				s := Slot(r.IntN(slots))
 				if seed%2 == 0 {
@@ -229,6 +230,12 @@ func TestIndexMatchesModel(t *testing.T) {
 				case k < 7:
 					x.Forget(s)
 					m.forget(s)
+				case k < 10 && len(prompts) > 0:
+					// The last prompt again, on the slot it went to.
+					p := prompts[len(prompts)-1]
+					if got, want := x.learn(p, lastSlot, 1), m.learn(p, lastSlot, 1); got != want {
+						t.Fatalf("op %d: learn age %d, model %d", op, got, want)
+					}
 				default:
 					var p []uint64
 					switch {
@@ -247,6 +254,7 @@ func TestIndexMatchesModel(t *testing.T) {
 						}
 					}
 					prompts = append(prompts, p)
+					lastSlot = s
 					probe := r.IntN(len(p) + 2)
 					got, want := x.learn(p, s, probe), m.learn(p, s, probe)
 					if got != want {
