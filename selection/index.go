@@ -10,9 +10,9 @@ import (
 // global LRU list and how many replicas are believed to hold it. Which
 // replicas is the block's holder set, w words of Index.bits.
 type block struct {
-	key        uint64
-	prev, next uint32 // global LRU list (slab index + 1, 0 none); next links the free list
-	pairs      int32  // replicas holding it; 0 for a free entry
+	key   uint64
+	links       // global LRU list; next links the free list
+	pairs int32 // replicas holding it; 0 for a free entry
 	// hint is one of its pairs (0 none): most blocks have one holder. The
 	// hint pair is found through it and is not in the pair table, so that
 	// a block held by one replica costs no pair-table probe to add, find
@@ -24,11 +24,38 @@ type block struct {
 // block. Pairs of one replica form its own LRU list, which models that
 // replica's prefix cache (capacity, horizon).
 type pair struct {
-	blk        uint32 // block slab index + 1; 0 for a free entry
-	slot       Slot
-	prev, next uint32 // the replica's LRU list (slab index + 1); next links the free list
-	stamp      int64  // the replica's clock at the last touch
+	blk   uint32 // block slab index + 1; 0 for a free entry
+	slot  Slot
+	links       // the replica's LRU list; next links the free list
+	stamp int64 // the replica's clock at the last touch
 }
+
+// links places a block or a pair in a doubly linked list of slab entries
+// (slab index + 1, 0 none).
+type links struct{ prev, next uint32 }
+
+// spliceFront moves the run first..last (consecutive along next) of the
+// list head..tail to its front; node gives an entry's links.
+func spliceFront(node func(uint32) *links, head, tail *uint32, first, last uint32) {
+	if *head == first {
+		return
+	}
+	f, l := node(first), node(last)
+	before, after := f.prev, l.next
+	node(before).next = after // before != 0: first is not the head
+	if after != 0 {
+		node(after).prev = before
+	} else {
+		*tail = before
+	}
+	f.prev = 0
+	l.next = *head
+	node(*head).prev = last
+	*head = first
+}
+
+func (x *Index) blockLinks(e uint32) *links { return &x.blocks[e-1].links }
+func (x *Index) pairLinks(e uint32) *links  { return &x.pairs[e-1].links }
 
 // holder is one replica's view of its LRU list.
 type holder struct {
@@ -337,34 +364,6 @@ func (x *Index) findBlock(key uint64) (uint64, uint32) {
 	}
 }
 
-// removeBlockAt deletes block-table position h (removeAt with the
-// displacements of the entries it moves).
-func (x *Index) removeBlockAt(h uint64) {
-	tab := x.btab
-	m := uint64(len(tab) - 1)
-	i, j := h, h
-	for {
-		j = (j + 1) & m
-		v := tab[j]
-		if v == 0 {
-			tab[i] = 0
-			return
-		}
-		e := v & x.bmask
-		d := uint64(v >> tagShift)
-		if x.bmask != idxMask || d == farDisp {
-			d = (j - x.bslot(x.blocks[e-1].key)) & m
-		}
-		// Leave e where it is if its home lies cyclically in (i, j].
-		if gap := (j - i) & m; d < gap {
-			continue
-		} else {
-			tab[i] = x.bentry(e, d-gap)
-		}
-		i = j
-	}
-}
-
 // pairOf returns the pair (blk, s), 0 when s does not hold blk: the
 // block's hint, else from the pair table (which holds every pair but the
 // hints).
@@ -395,32 +394,46 @@ func (x *Index) findPair(blk uint32, s Slot) (uint64, uint32) {
 	}
 }
 
-// removeAt deletes table position h with backward-shift deletion; home
-// gives an entry's home position.
-func removeAt(tab []uint32, h uint64, home func(uint32) uint64) {
+// removeAt deletes table position h with backward-shift deletion. disp
+// gives the displacement from its home of the entry v met at position j;
+// moved is entry v at its new displacement d.
+func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, moved func(v uint32, d uint64) uint32) {
 	m := uint64(len(tab) - 1)
 	i, j := h, h
 	for {
 		j = (j + 1) & m
-		e := tab[j]
-		if e == 0 {
+		v := tab[j]
+		if v == 0 {
 			tab[i] = 0
 			return
 		}
-		k := home(e)
-		// Leave e where it is if its home k lies cyclically in (i, j].
-		if (i <= j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
+		// Leave v where it is if its home lies cyclically in (i, j].
+		d, gap := disp(v, j), (j-i)&m
+		if d < gap {
 			continue
 		}
-		tab[i] = e
+		tab[i] = moved(v, d-gap)
 		i = j
 	}
 }
 
-func (x *Index) pairHome(e uint32) uint64 {
-	p := &x.pairs[e-1]
-	return x.pslot(p.blk, p.slot)
+// blockDisp is removeAt's disp for the block table: the entry's tag, else
+// read from the slab.
+func (x *Index) blockDisp(v uint32, j uint64) uint64 {
+	if d := uint64(v >> tagShift); x.bmask == idxMask && d != farDisp {
+		return d
+	}
+	return (j - x.bslot(x.blocks[v&x.bmask-1].key)) & uint64(len(x.btab)-1)
 }
+
+func (x *Index) blockMoved(v uint32, d uint64) uint32 { return x.bentry(v&x.bmask, d) }
+
+func (x *Index) pairDisp(e uint32, j uint64) uint64 {
+	p := &x.pairs[e-1]
+	return (j - x.pslot(p.blk, p.slot)) & uint64(len(x.ptab)-1)
+}
+
+func pairMoved(e uint32, _ uint64) uint32 { return e }
 
 func (x *Index) unlinkBlock(e uint32) {
 	b := &x.blocks[e-1]
@@ -490,17 +503,17 @@ func (x *Index) dropPair(e uint32) {
 		b.hint = 0 // not in the pair table
 	} else {
 		h, _ := x.findPair(blk, s)
-		removeAt(x.ptab, h, x.pairHome)
+		removeAt(x.ptab, h, x.pairDisp, pairMoved)
 	}
 	x.bits[int(blk-1)*x.w+int(s)>>6] &^= 1 << (uint(s) & 63)
-	*p = pair{next: x.pfree}
+	*p = pair{links: links{next: x.pfree}}
 	x.pfree = e
 	x.npairs.Add(-1)
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
 		bh, _ := x.findBlock(b.key)
-		x.removeBlockAt(bh)
-		*b = block{next: x.bfree}
+		removeAt(x.btab, bh, x.blockDisp, x.blockMoved)
+		*b = block{links: links{next: x.bfree}}
 		x.bfree = blk
 		x.entries.Add(-1)
 	}
@@ -765,19 +778,8 @@ func (x *Index) touchRun(s Slot, first, last uint32, n int) {
 	// The global list.
 	b0, bl := x.pairs[first-1].blk, x.pairs[last-1].blk
 	switch {
-	case inOrder && x.head == b0:
 	case inOrder:
-		before, after := x.blocks[b0-1].prev, x.blocks[bl-1].next
-		x.blocks[before-1].next = after // before != 0: b0 is not the head
-		if after != 0 {
-			x.blocks[after-1].prev = before
-		} else {
-			x.tail = before
-		}
-		x.blocks[b0-1].prev = 0
-		x.blocks[bl-1].next = x.head
-		x.blocks[x.head-1].prev = bl
-		x.head = b0
+		spliceFront(x.blockLinks, &x.head, &x.tail, b0, bl)
 	default:
 		for p := last; ; p = x.pairs[p-1].prev {
 			if e := x.pairs[p-1].blk; x.head != e {
@@ -789,21 +791,7 @@ func (x *Index) touchRun(s Slot, first, last uint32, n int) {
 			}
 		}
 	}
-	// s's list.
-	if r.head == first {
-		return
-	}
-	before, after := x.pairs[first-1].prev, x.pairs[last-1].next
-	x.pairs[before-1].next = after // before != 0: first is not the head
-	if after != 0 {
-		x.pairs[after-1].prev = before
-	} else {
-		r.tail = before
-	}
-	x.pairs[first-1].prev = 0
-	x.pairs[last-1].next = r.head
-	x.pairs[r.head-1].prev = last
-	r.head = first
+	spliceFront(x.pairLinks, &r.head, &r.tail, first, last)
 }
 
 // warmRun is how many blocks learn looks up ahead of touching them.
