@@ -599,14 +599,15 @@ func (x *Index) touch(key uint64, s Slot) bool {
 	}
 	// Room first: making it may evict blocks, this one included, and
 	// move entries of the block table (h is then looked up again).
-	ev, tab := x.evictions.Load(), len(x.btab)
+	ev, slab := x.evictions.Load(), cap(x.blocks)
 	pe := x.allocPair()
 	if e != 0 && x.blocks[e-1].pairs == 0 {
 		e = 0 // evicted while making room
 	}
 	if e == 0 {
 		e = x.allocBlock()
-		if x.evictions.Load() != ev || len(x.btab) != tab {
+		if x.evictions.Load() != ev || cap(x.blocks) != slab {
+			// Evictions moved entries, or growBlocks rebuilt the table.
 			h, _ = x.findBlock(key)
 		}
 		x.blocks[e-1].key = key
