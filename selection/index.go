@@ -10,21 +10,52 @@ import (
 // global LRU list and how many replicas are believed to hold it. Which
 // replicas is the block's holder set, w words of Index.bits.
 type block struct {
-	key        uint64
-	prev, next uint32 // global LRU list (slab index + 1, 0 none); next links the free list
-	pairs      int32  // replicas holding it; 0 for a free entry
-	hint       uint32 // one of its pairs (0 none): most blocks have one holder
+	key   uint64
+	links       // global LRU list; next links the free list
+	pairs int32 // replicas holding it; 0 for a free entry
+	// hint is one of its pairs (0 none): most blocks have one holder. The
+	// hint pair is found through it and is not in the pair table, so that
+	// a block held by one replica costs no pair-table probe to add, find
+	// or drop.
+	hint uint32
 }
 
 // pair is one (block, replica) belief: the replica is presumed to hold the
 // block. Pairs of one replica form its own LRU list, which models that
 // replica's prefix cache (capacity, horizon).
 type pair struct {
-	blk        uint32 // block slab index + 1; 0 for a free entry
-	slot       Slot
-	prev, next uint32 // the replica's LRU list (slab index + 1); next links the free list
-	stamp      int64  // the replica's clock at the last touch
+	blk   uint32 // block slab index + 1; 0 for a free entry
+	slot  Slot
+	links       // the replica's LRU list; next links the free list
+	stamp int64 // the replica's clock at the last touch
 }
+
+// links places a block or a pair in a doubly linked list of slab entries
+// (slab index + 1, 0 none).
+type links struct{ prev, next uint32 }
+
+// spliceFront moves the run first..last (consecutive along next) of the
+// list head..tail to its front; node gives an entry's links.
+func spliceFront(node func(uint32) *links, head, tail *uint32, first, last uint32) {
+	if *head == first {
+		return
+	}
+	f, l := node(first), node(last)
+	before, after := f.prev, l.next
+	node(before).next = after // before != 0: first is not the head
+	if after != 0 {
+		node(after).prev = before
+	} else {
+		*tail = before
+	}
+	f.prev = 0
+	l.next = *head
+	node(*head).prev = last
+	*head = first
+}
+
+func (x *Index) blockLinks(e uint32) *links { return &x.blocks[e-1].links }
+func (x *Index) pairLinks(e uint32) *links  { return &x.pairs[e-1].links }
 
 // holder is one replica's view of its LRU list.
 type holder struct {
@@ -72,8 +103,9 @@ const (
 type Index struct {
 	mu sync.RWMutex
 
-	btab   []uint32 // block table: open addressing, linear probing; slab index + 1
+	btab   []uint32 // block table: open addressing, linear probing; see bentry
 	bshift uint
+	bmask  uint32 // the slab index bits of a btab entry: idxMask, or all when untagged
 	blocks []block
 	bits   []uint64 // holder sets, w words per block entry
 	w      int
@@ -88,6 +120,8 @@ type Index struct {
 
 	reps   []holder
 	budget int64
+
+	warmSink uint32 // keeps warm's loads
 
 	evictions atomic.Uint64 // blocks evicted by the budget
 	dropped   atomic.Uint64 // pairs dropped by capacity or horizon
@@ -148,6 +182,35 @@ func (x *Index) pslot(blk uint32, s Slot) uint64 {
 	return (mix64(pairKey(blk, s)) * 0x9E3779B97F4A7C15) >> x.pshift
 }
 
+// A block-table entry is the slab index + 1 of its block (0: empty) and,
+// in its top 8 bits, its displacement: how far past its home position (the
+// key's bslot) it lies, farDisp when that is farDisp or more. Lookups skip
+// the entries whose displacement says they belong to another home, and
+// deletion moves entries back without reading their keys from the slab:
+// both would otherwise cost a cache miss per entry. A slab of idxMask
+// entries or more (a budget of over a GiB) leaves the entries untagged:
+// all 32 bits are the index and every displacement is read from the slab.
+const (
+	tagShift = 24
+	idxMask  = 1<<tagShift - 1
+	farDisp  = 1<<(32-tagShift) - 1
+)
+
+// bentry is the table entry of slab index + 1 e at displacement d.
+func (x *Index) bentry(e uint32, d uint64) uint32 {
+	if x.bmask != idxMask {
+		return e
+	}
+	return e | uint32(min(d, farDisp))<<tagShift
+}
+
+// elsewhere reports that table entry v, met d positions past a key's home,
+// cannot be that key's: its displacement is known and another.
+func (x *Index) elsewhere(v uint32, d uint64) bool {
+	t := v >> tagShift
+	return x.bmask == idxMask && t != farDisp && uint64(t) != d
+}
+
 // growBlocks resizes the block slab to capacity n and rebuilds its table.
 func (x *Index) growBlocks(n int) {
 	blocks := make([]block, len(x.blocks), n)
@@ -159,16 +222,21 @@ func (x *Index) growBlocks(n int) {
 	size := tableSize(n)
 	x.btab = make([]uint32, size)
 	x.bshift = uint(64 - bits.TrailingZeros(uint(size)))
+	x.bmask = idxMask
+	if n >= idxMask {
+		x.bmask = ^uint32(0)
+	}
 	m := uint64(size - 1)
 	for i := range x.blocks {
 		if x.blocks[i].pairs == 0 {
 			continue
 		}
-		h := x.bslot(x.blocks[i].key)
-		for x.btab[h] != 0 {
-			h = (h + 1) & m
+		h0 := x.bslot(x.blocks[i].key)
+		d := uint64(0)
+		for x.btab[(h0+d)&m] != 0 {
+			d++
 		}
-		x.btab[h] = uint32(i + 1)
+		x.btab[(h0+d)&m] = x.bentry(uint32(i+1), d)
 	}
 	x.accountBytes()
 }
@@ -184,8 +252,8 @@ func (x *Index) growPairs(n int) {
 	m := uint64(size - 1)
 	for i := range x.pairs {
 		p := &x.pairs[i]
-		if p.blk == 0 {
-			continue
+		if p.blk == 0 || x.blocks[p.blk-1].hint == uint32(i+1) {
+			continue // free, or found through its block's hint
 		}
 		h := x.pslot(p.blk, p.slot)
 		for x.ptab[h] != 0 {
@@ -248,12 +316,16 @@ func (x *Index) pairGrowth() int {
 func (x *Index) holders(key uint64) []uint64 {
 	tab, slab := x.btab, x.blocks
 	m := uint64(len(tab) - 1)
-	for h := x.bslot(key); ; h = (h + 1) & m {
-		e := tab[h]
-		if e == 0 {
+	h0 := x.bslot(key)
+	for d := uint64(0); ; d++ {
+		v := tab[(h0+d)&m]
+		if v == 0 {
 			return nil
 		}
-		if slab[e-1].key == key {
+		if x.elsewhere(v, d) {
+			continue
+		}
+		if e := v & x.bmask; slab[e-1].key == key {
 			i := int(e-1) * x.w
 			return x.bits[i : i+x.w : i+x.w]
 		}
@@ -276,18 +348,34 @@ func hasBit(set []uint64, s Slot) bool {
 // absent: the position is then the empty slot where it would go).
 func (x *Index) findBlock(key uint64) (uint64, uint32) {
 	m := uint64(len(x.btab) - 1)
-	for h := x.bslot(key); ; h = (h + 1) & m {
-		e := x.btab[h]
-		if e == 0 || x.blocks[e-1].key == key {
+	h0 := x.bslot(key)
+	for d := uint64(0); ; d++ {
+		h := (h0 + d) & m
+		v := x.btab[h]
+		if v == 0 {
+			return h, 0
+		}
+		if x.elsewhere(v, d) {
+			continue
+		}
+		if e := v & x.bmask; x.blocks[e-1].key == key {
 			return h, e
 		}
 	}
 }
 
-// pairOf returns the pair (blk, s), 0 when s does not hold blk.
+// pairOf returns the pair (blk, s), 0 when s does not hold blk: the
+// block's hint, else from the pair table (which holds every pair but the
+// hints).
 func (x *Index) pairOf(blk uint32, s Slot) uint32 {
-	if e := x.blocks[blk-1].hint; e != 0 && x.pairs[e-1].slot == s {
-		return e
+	b := &x.blocks[blk-1]
+	if e := b.hint; e != 0 {
+		if x.pairs[e-1].slot == s {
+			return e
+		}
+		if b.pairs == 1 {
+			return 0 // its one pair is the hint
+		}
 	}
 	_, e := x.findPair(blk, s)
 	return e
@@ -306,34 +394,46 @@ func (x *Index) findPair(blk uint32, s Slot) (uint64, uint32) {
 	}
 }
 
-// removeAt deletes table position h with backward-shift deletion; home
-// gives an entry's home position.
-func removeAt(tab []uint32, h uint64, home func(uint32) uint64) {
+// removeAt deletes table position h with backward-shift deletion. disp
+// gives the displacement from its home of the entry v met at position j;
+// moved is entry v at its new displacement d.
+func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, moved func(v uint32, d uint64) uint32) {
 	m := uint64(len(tab) - 1)
 	i, j := h, h
 	for {
 		j = (j + 1) & m
-		e := tab[j]
-		if e == 0 {
+		v := tab[j]
+		if v == 0 {
 			tab[i] = 0
 			return
 		}
-		k := home(e)
-		// Leave e where it is if its home k lies cyclically in (i, j].
-		if (i <= j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
+		// Leave v where it is if its home lies cyclically in (i, j].
+		d, gap := disp(v, j), (j-i)&m
+		if d < gap {
 			continue
 		}
-		tab[i] = e
+		tab[i] = moved(v, d-gap)
 		i = j
 	}
 }
 
-func (x *Index) blockHome(e uint32) uint64 { return x.bslot(x.blocks[e-1].key) }
-
-func (x *Index) pairHome(e uint32) uint64 {
-	p := &x.pairs[e-1]
-	return x.pslot(p.blk, p.slot)
+// blockDisp is removeAt's disp for the block table: the entry's tag, else
+// read from the slab.
+func (x *Index) blockDisp(v uint32, j uint64) uint64 {
+	if d := uint64(v >> tagShift); x.bmask == idxMask && d != farDisp {
+		return d
+	}
+	return (j - x.bslot(x.blocks[v&x.bmask-1].key)) & uint64(len(x.btab)-1)
 }
+
+func (x *Index) blockMoved(v uint32, d uint64) uint32 { return x.bentry(v&x.bmask, d) }
+
+func (x *Index) pairDisp(e uint32, j uint64) uint64 {
+	p := &x.pairs[e-1]
+	return (j - x.pslot(p.blk, p.slot)) & uint64(len(x.ptab)-1)
+}
+
+func pairMoved(e uint32, _ uint64) uint32 { return e }
 
 func (x *Index) unlinkBlock(e uint32) {
 	b := &x.blocks[e-1]
@@ -398,21 +498,22 @@ func (x *Index) dropPair(e uint32) {
 	blk, s := p.blk, p.slot
 	x.unlinkPair(e)
 	x.reps[s].blocks--
-	h, _ := x.findPair(blk, s)
-	removeAt(x.ptab, h, x.pairHome)
-	x.bits[int(blk-1)*x.w+int(s)>>6] &^= 1 << (uint(s) & 63)
-	*p = pair{next: x.pfree}
-	x.pfree = e
-	x.npairs.Add(-1)
 	b := &x.blocks[blk-1]
 	if b.hint == e {
-		b.hint = 0
+		b.hint = 0 // not in the pair table
+	} else {
+		h, _ := x.findPair(blk, s)
+		removeAt(x.ptab, h, x.pairDisp, pairMoved)
 	}
+	x.bits[int(blk-1)*x.w+int(s)>>6] &^= 1 << (uint(s) & 63)
+	*p = pair{links: links{next: x.pfree}}
+	x.pfree = e
+	x.npairs.Add(-1)
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
 		bh, _ := x.findBlock(b.key)
-		removeAt(x.btab, bh, x.blockHome)
-		*b = block{next: x.bfree}
+		removeAt(x.btab, bh, x.blockDisp, x.blockMoved)
+		*b = block{links: links{next: x.bfree}}
 		x.bfree = blk
 		x.entries.Add(-1)
 	}
@@ -480,7 +581,7 @@ func (x *Index) allocPair() uint32 {
 func (x *Index) touch(key uint64, s Slot) bool {
 	r := &x.reps[s]
 	r.clock++
-	_, e := x.findBlock(key)
+	h, e := x.findBlock(key)
 	if e != 0 {
 		if x.head != e {
 			x.unlinkBlock(e)
@@ -496,28 +597,35 @@ func (x *Index) touch(key uint64, s Slot) bool {
 			return false
 		}
 	}
-	// Room first: making it may evict blocks, this one included.
+	// Room first: making it may evict blocks, this one included, and
+	// move entries of the block table (h is then looked up again).
+	ev, slab := x.evictions.Load(), cap(x.blocks)
 	pe := x.allocPair()
 	if e != 0 && x.blocks[e-1].pairs == 0 {
 		e = 0 // evicted while making room
 	}
 	if e == 0 {
 		e = x.allocBlock()
-		h, _ := x.findBlock(key)
+		if x.evictions.Load() != ev || cap(x.blocks) != slab {
+			// Evictions moved entries, or growBlocks rebuilt the table.
+			h, _ = x.findBlock(key)
+		}
 		x.blocks[e-1].key = key
 		clear(x.bits[int(e-1)*x.w : int(e)*x.w])
-		x.btab[h] = e
+		x.btab[h] = x.bentry(e, (h-x.bslot(key))&uint64(len(x.btab)-1))
 		x.pushBlock(e)
 		x.entries.Add(1)
 	}
-	x.blocks[e-1].pairs++
-	if x.blocks[e-1].hint == 0 {
-		x.blocks[e-1].hint = pe
-	}
+	b := &x.blocks[e-1]
+	b.pairs++
 	x.bits[int(e-1)*x.w+int(s)>>6] |= 1 << (uint(s) & 63)
 	x.pairs[pe-1] = pair{blk: e, slot: s, stamp: r.clock}
-	h, _ := x.findPair(e, s)
-	x.ptab[h] = pe
+	if b.hint == 0 {
+		b.hint = pe // found through the block, not the pair table
+	} else {
+		ph, _ := x.findPair(e, s)
+		x.ptab[ph] = pe
+	}
 	x.pushPair(pe)
 	r.blocks++
 	x.npairs.Add(1)
@@ -528,14 +636,32 @@ func (x *Index) touch(key uint64, s Slot) bool {
 // horizon (write lock held).
 func (x *Index) bound(s Slot) {
 	r := &x.reps[s]
-	for r.capacity > 0 && r.blocks > r.capacity {
+	for n := 0; r.capacity > 0 && r.blocks > r.capacity; n++ {
+		if n%warmRun == 0 {
+			x.warmTail(r)
+		}
 		x.dropPair(r.tail)
 		x.dropped.Add(1)
 	}
-	for r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon {
+	for n := 0; r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon; n++ {
+		if n%warmRun == 0 {
+			x.warmTail(r)
+		}
 		x.dropPair(r.tail)
 		x.dropped.Add(1)
 	}
+}
+
+// warmTail is warm for the blocks of the warmRun least recent pairs of r,
+// the next ones bound drops.
+func (x *Index) warmTail(r *holder) {
+	var keys [warmRun]uint64
+	n := 0
+	for e := r.tail; e != 0 && n < warmRun; e = x.pairs[e-1].prev {
+		keys[n] = x.blocks[x.pairs[e-1].blk-1].key
+		n++
+	}
+	x.warm(keys[:n])
 }
 
 // Learn records that slot s now holds every block of blocks. Blocks are
@@ -561,11 +687,130 @@ func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
 			}
 		}
 	}
-	for i := len(blocks) - 1; i >= 0; i-- {
-		x.touch(blocks[i], s)
+	// A prompt sent to s before (a resent or extended conversation) is
+	// often a run of consecutive pairs of s's list already, in the order
+	// the touches would leave it: those are moved as one (touchRun).
+	run, _, _ := x.runOf(blocks, s)
+	if run < minRun {
+		run = 0
+	}
+	x.touchEach(blocks[run:], s)
+	if run > 0 {
+		// The touches of the rest may have moved or evicted pairs of the
+		// run: look again.
+		if m, first, last := x.runOf(blocks[:run], s); m == run {
+			x.touchRun(s, first, last, run)
+		} else {
+			x.touchEach(blocks[:run], s)
+		}
 	}
 	x.bound(s)
 	return age
+}
+
+// minRun is the shortest run of blocks learn moves as one.
+const minRun = 4
+
+// touchEach touches blocks from last to first (write lock held).
+func (x *Index) touchEach(blocks []uint64, s Slot) {
+	for i := len(blocks); i > 0; {
+		j := max(0, i-warmRun)
+		x.warm(blocks[j:i])
+		for i > j {
+			i--
+			x.touch(blocks[i], s)
+		}
+	}
+}
+
+// runOf returns how many leading blocks of blocks s holds as consecutive
+// pairs of its LRU list, blocks[0]'s nearest the head, and the first and
+// last of those pairs (0 when s does not hold blocks[0]).
+func (x *Index) runOf(blocks []uint64, s Slot) (n int, first, last uint32) {
+	if len(blocks) == 0 {
+		return 0, 0, 0
+	}
+	_, e := x.findBlock(blocks[0])
+	if e == 0 {
+		return 0, 0, 0
+	}
+	first = x.pairOf(e, s)
+	if first == 0 {
+		return 0, 0, 0
+	}
+	last, n = first, 1
+	for n < len(blocks) {
+		q := x.pairs[last-1].next
+		if q == 0 || x.blocks[x.pairs[q-1].blk-1].key != blocks[n] {
+			break
+		}
+		last = q
+		n++
+	}
+	return n, first, last
+}
+
+// touchRun is touch of the n blocks of the run of s's pairs first..last
+// (runOf), from last to first, done as one move: the pairs get the stamps
+// the touches would give them and go to the head of s's list in one
+// splice; their blocks go to the head of the global list in one splice
+// when they are consecutive there too, else one by one, without a lookup
+// (write lock held).
+func (x *Index) touchRun(s Slot, first, last uint32, n int) {
+	r := &x.reps[s]
+	c := r.clock
+	r.clock += int64(n)
+	// Stamps, and whether the blocks are consecutive in the global list.
+	inOrder := true
+	prevBlk := uint32(0)
+	i := 0
+	for p := first; ; p = x.pairs[p-1].next {
+		pp := &x.pairs[p-1]
+		pp.stamp = c + int64(n-i)
+		if prevBlk != 0 && x.blocks[prevBlk-1].next != pp.blk {
+			inOrder = false
+		}
+		prevBlk = pp.blk
+		i++
+		if p == last {
+			break
+		}
+	}
+	// The global list.
+	b0, bl := x.pairs[first-1].blk, x.pairs[last-1].blk
+	switch {
+	case inOrder:
+		spliceFront(x.blockLinks, &x.head, &x.tail, b0, bl)
+	default:
+		for p := last; ; p = x.pairs[p-1].prev {
+			if e := x.pairs[p-1].blk; x.head != e {
+				x.unlinkBlock(e)
+				x.pushBlock(e)
+			}
+			if p == first {
+				break
+			}
+		}
+	}
+	spliceFront(x.pairLinks, &r.head, &r.tail, first, last)
+}
+
+// warmRun is how many blocks learn looks up ahead of touching them.
+const warmRun = 32
+
+// warm loads the block-table entries of keys and the blocks they find,
+// ahead of touch: the lookups do not depend on each other, so the
+// processor overlaps their cache misses, where touch's chain of lookups
+// and list updates would wait for each in turn.
+func (x *Index) warm(keys []uint64) {
+	tab, slab := x.btab, x.blocks
+	acc := uint32(0)
+	for _, k := range keys {
+		if e := tab[x.bslot(k)] & x.bmask; e != 0 && int(e) <= len(slab) {
+			acc += slab[e-1].hint
+		}
+	}
+	x.warmSink = acc
 }
 
 // Forget drops every belief about slot s: the replica is treated as cold.

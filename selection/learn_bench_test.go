@@ -1,0 +1,59 @@
+package selection
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkLearnPrompts measures Index.learn as the overhead benchmark
+// drives it: 64 distinct prompts of 512 blocks, each sent to its own one of
+// 8 replicas, round after round. horizon=0 is the warm case (every prompt
+// already believed where it goes); a short horizon is what an engine that
+// reports no cached tokens teaches the index (Router.Observe): each learn
+// then touches 512 blocks of which all but the first few are dropped at
+// once.
+func BenchmarkLearnPrompts(b *testing.B) {
+	prompts := make([][]uint64, 64)
+	for i := range prompts {
+		prompts[i] = blocksOf(uint64(i+1), 512)
+	}
+	for _, horizon := range []int64{0, 2, 64} {
+		b.Run(fmt.Sprintf("horizon=%d", horizon), func(b *testing.B) {
+			x := NewIndex(256 << 20)
+			for s := range Slot(8) {
+				x.SetHorizon(s, horizon)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				x.learn(prompts[i%64], Slot(i%8), 1)
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkRouteUncached is one request of the overhead benchmark's
+// long-256KiB scenario as the router sees it: Route of one of 64 distinct
+// 512-block prompts over 8 replicas (default knobs), then Observe of an
+// engine that reports no cached tokens (the echo engine), then Release.
+// The index soon learns that nothing is kept: every Route learns 512 new
+// blocks and drops as many old ones.
+func BenchmarkRouteUncached(b *testing.B) {
+	rt, cands := newTestRouter(b, Config{}, 8)
+	prompts := make([]*Features, 64)
+	for i := range prompts {
+		prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), 512), 1)
+	}
+	s := NewScratch(8)
+	var res Reservation
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
+		rt.Observe(r, 0, 0)
+		r.Release()
+		res = Reservation{}
+		i++
+	}
+}
