@@ -37,6 +37,46 @@ func TestPairWeightLoad(t *testing.T) {
 	}
 }
 
+// A released request's context keeps counting in the pair term until a
+// request at least as long is reserved on the replica (a closed-loop agent
+// between turns); its own next turn takes it off, and NoLinger is the rule
+// before.
+func TestPairWeightLingers(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	sl := cands[0].Slot
+	rt.SetCapacity(sl, 16_000)
+	routeResident(t, rt, cands, 0, 1, 250).Release() // 4,000 tokens, ended
+	if got, want := rt.load(sl, 8000), 2*8000*4000/16000.0; got != want {
+		t.Errorf("load after release = %v, want %v (the context lingers)", got, want)
+	}
+	// A 1,600-token request takes 1,600 of the 4,000 off while it runs.
+	res := routeResident(t, rt, cands, 0, 2, 100)
+	if got, want := rt.load(sl, 8000), 1+2*8000*(1600+2400)/16000.0; got != want {
+		t.Errorf("load with a short request in flight = %v, want %v", got, want)
+	}
+	res.Release()
+	// The next turn (longer than what lingers) takes it all off.
+	res = routeResident(t, rt, cands, 0, 1, 300)
+	if got, want := rt.load(sl, 8000), 1+2*8000*4800/16000.0; got != want {
+		t.Errorf("load with the next turn in flight = %v, want %v", got, want)
+	}
+	res.Release()
+	// Lingering context is capped at the replica's capacity.
+	for range 5 {
+		routeResident(t, rt, cands, 0, 3, 1000).Release() // 16,000 tokens each
+	}
+	if got, want := rt.load(sl, 8000), 2*8000.0; got != want {
+		t.Errorf("load with more than the capacity released = %v, want %v", got, want)
+	}
+
+	before, cands2 := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	before = before.WithOptions(Options{NoLinger: true})
+	routeResident(t, before, cands2, 0, 1, 250).Release()
+	if got := before.load(cands2[0].Slot, 8000); got != 0 {
+		t.Errorf("NoLinger: load after release = %v, want 0", got)
+	}
+}
+
 func TestOverflowWeightLoad(t *testing.T) {
 	rt0, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, Explicit: KnobPairWeight}, 2)
 	rt := rt0.WithOptions(Options{OverflowWeight: 3})

@@ -154,7 +154,7 @@ type loadCell struct {
 	kvtokens atomic.Int64  // the replica's KV capacity in tokens (0: unknown)
 	ext      extCell       // engine-reported load of others (SetExternalLoad)
 	gen      atomic.Uint32 // bumped by Unregister: older reservations no longer count
-	_        [4]byte       // keep cells on separate cache lines
+	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
@@ -201,6 +201,9 @@ type Options struct {
 	// too (the one replica that holds strictly more of its prompt than
 	// any other), which the rule exempts (Config.PairWeight).
 	PairEverywhere bool
+	// NoLinger leaves released contexts out of the pair_weight term's
+	// resident tokens (the rule before: in-flight requests only).
+	NoLinger bool
 	// OverflowWeight adds, per token of KV a replica lacks to run the
 	// request beside its in-flight ones (past its capacity the engine
 	// must queue or preempt and recompute),
@@ -388,6 +391,7 @@ func (rt *Router) Unregister(key string) bool {
 	c.inflight.Store(0)
 	c.pending.Store(0)
 	c.resident.Store(0)
+	c.linger.Store(0)
 	c.resetExternal()
 	rt.kvcap[s] = 0
 	rt.idx.release(s)
@@ -460,14 +464,16 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool) float64 {
 	if r > 0 {
 		ld += cfg.ContextWeight * res * res / capa
 	}
-	if r > 0 && pairOn {
-		pres := res
+	// The pair term also counts the context of requests that ended on r
+	// and whose successor has not come yet (c.linger): a closed-loop agent
+	// between turns still holds its context there and will be back.
+	if pres := res + float64(c.linger.Load()); pres > 0 && pairOn {
 		if rt.opt.PairSat {
-			pres = min(res, capa)
+			pres = min(pres, capa)
 		}
 		pair := cfg.PairWeight * p * pres / capa
 		if rt.opt.PairSqrt {
-			pair = cfg.PairWeight * p * math.Sqrt(res/capa)
+			pair = cfg.PairWeight * p * math.Sqrt(pres/capa)
 		}
 		if rt.opt.PairShare {
 			pair *= p / capa
@@ -713,6 +719,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	c.pending.Add(int64(prefill))
 	if resident != 0 {
 		c.resident.Add(resident)
+		subFloor(&c.linger, int32(min(resident, math.MaxInt32)))
 	}
 	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, c.gen.Load(), int64(prefill), resident
 	r.predicted, r.age, r.prompt, r.precise = 0, -1, 0, false
@@ -751,7 +758,35 @@ func (r *Reservation) Release() bool {
 	}
 	if r.resident != 0 {
 		c.resident.Add(-r.resident)
+		if !r.rt.opt.NoLinger {
+			kv := c.kvtokens.Load()
+			if kv <= 0 {
+				kv = AssumedKVTokens
+			}
+			addCap(&c.linger, int32(min(r.resident, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
+		}
 	}
 	c.inflight.Add(-1)
 	return true
+}
+
+// subFloor subtracts d from v, never below zero.
+func subFloor(v *atomic.Int32, d int32) {
+	for {
+		old := v.Load()
+		if old == 0 || v.CompareAndSwap(old, max(0, old-d)) {
+			return
+		}
+	}
+}
+
+// addCap adds d to v (both at most limit), never above limit.
+func addCap(v *atomic.Int32, d, limit int32) {
+	for {
+		old := v.Load()
+		n := min(int64(old)+int64(d), int64(limit))
+		if v.CompareAndSwap(old, int32(n)) {
+			return
+		}
+	}
 }

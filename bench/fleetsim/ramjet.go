@@ -93,7 +93,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // context_weight, pw pair_weight, ow overflow_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, and the pair term's forms
-// paireverywhere, pairshare, pairsqrt, pairsat). ok is false when
+// paireverywhere, pairshare, pairsqrt, pairsat, nolinger). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
 func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	if setup, found := ramjetVariants[name]; found {
@@ -143,6 +143,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.PairSat = true
 		case "paireverywhere":
 			setup.Options.PairEverywhere = true
+		case "nolinger":
+			setup.Options.NoLinger = true
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
