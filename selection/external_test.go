@@ -143,3 +143,63 @@ func TestSetExternalLoadConcurrent(t *testing.T) {
 	}
 	<-done
 }
+
+func TestSetExternalMirror(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{}, 2)
+	sl := cands[0].Slot
+	cost := float64(rt.Config().RequestCost)
+	a := rt.Reserve(sl, 0)
+	rt.SetExternalLoad(sl, 4, 2, 0) // 6 others' at the scrape, 1 own in flight
+	if got := rt.ExternalRequests(sl); got != 6 {
+		t.Fatalf("no mirror: external %d, want 6", got)
+	}
+	rt.SetExternalMirror(sl, 3) // three others' per own request
+	if got := rt.ExternalRequests(sl); got != 6 {
+		t.Fatalf("mirror, no growth since the scrape: external %d, want 6", got)
+	}
+	b, c := rt.Reserve(sl, 0), rt.Reserve(sl, 0)
+	if got := rt.ExternalRequests(sl); got != 12 {
+		t.Fatalf("two own since the scrape x 3: external %d, want 12", got)
+	}
+	if got := rt.load(sl, 0); got != (3+12)*cost {
+		t.Fatalf("load = %v, want %v", got, (3+12)*cost)
+	}
+	a.Release()
+	b.Release()
+	c.Release()
+	if got := rt.ExternalRequests(sl); got != 3 {
+		t.Fatalf("one own fewer than at the scrape x 3: external %d, want 3", got)
+	}
+	rt.SetExternalLoad(sl, 1, 0, 0) // new scrape, no own in flight: the new base
+	if got := rt.ExternalRequests(sl); got != 1 {
+		t.Fatalf("after a new scrape: external %d, want 1", got)
+	}
+	d := rt.Reserve(sl, 0)
+	if got := rt.ExternalRequests(sl); got != 4 {
+		t.Fatalf("one own since the new scrape x 3: external %d, want 4", got)
+	}
+	if r, w, _ := rt.ExternalLoad(sl); r != 1 || w != 0 {
+		t.Fatalf("ExternalLoad = %d, %d: want the scrape's 1, 0 (no mirror)", r, w)
+	}
+	// Never below zero; a negative ratio is none; the other slot untouched.
+	rt.SetExternalLoad(sl, 0, 0, 0)
+	d.Release()
+	if got := rt.ExternalRequests(sl); got != 0 {
+		t.Fatalf("shrinking below zero: %d", got)
+	}
+	rt.SetExternalMirror(sl, -2)
+	e := rt.Reserve(sl, 0)
+	defer e.Release()
+	if got := rt.ExternalRequests(sl); got != 0 {
+		t.Fatalf("negative ratio: external %d, want 0", got)
+	}
+	if got := rt.ExternalRequests(cands[1].Slot); got != 0 {
+		t.Fatalf("other slot: %d", got)
+	}
+	if !rt.Unregister(rt.Key(sl)) {
+		t.Fatal("Unregister")
+	}
+	if again, _ := rt.Register("127.0.0.1:8009"); rt.ExternalRequests(again) != 0 {
+		t.Fatal("mirror survives Unregister")
+	}
+}
