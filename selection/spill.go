@@ -85,3 +85,68 @@ func (rt *Router) spill(cands []Candidate, s *Scratch, w int, best float64, want
 	rank, _ := bits.Mul64(pos, uint64(len(e)))
 	return int(e[len(e)-1-int(rank)] & (1<<spillIndexBits - 1))
 }
+
+// Conversation homes (SetHome): with a round-robin or random front, each
+// instance's approximate index learns only the turns it routed itself, so
+// a conversation's next turn dealt to another instance finds no overlap
+// beyond the prefix the whole fleet holds, and goes wherever that
+// instance's load says. A home is a placement every instance computes
+// alike without talking: once an instance believes every usable replica
+// holds the request's leading blocks (a fleet-wide prefix), the first
+// block past them (the tie key, the same block for every turn of one
+// conversation) picks one replica by rendezvous, and that replica scores
+// as if it held the whole fingerprinted prompt. A new conversation then
+// goes to its home unless load says otherwise, as does every later turn
+// on every instance, so the turns meet where the first one went.
+//
+// The bonus is in the score only: the decision's overlap, the
+// reservation's prefill and what Observe compares the engine's cached
+// tokens with stay what the index believes. A prompt no replica is
+// believed to hold a block of keeps the shared order (no home: a
+// fleet-wide prefix is not yet known, and a hash home would pull every
+// request of one prefix onto one replica), and so do exact (precise)
+// candidates.
+
+// SetHome turns conversation homes on or off for every Router that shares
+// rt's state. Safe to call concurrently with Pick.
+func (rt *Router) SetHome(on bool) { rt.home.Store(on) }
+
+// Home reports whether SetHome turned conversation homes on.
+func (rt *Router) Home() bool { return rt.home.Load() }
+
+// homeBonus returns the index of the request's home among cands and the
+// score it gets on top of its own capped overlap (s.Overlap as Pick
+// filled it), or -1 when there is none (SetHome off, no fleet-wide prefix
+// believed, the home already believed to hold the whole prompt, or an
+// exact overlap).
+func (rt *Router) homeBonus(f *Features, cands []Candidate, s *Scratch) (int, float64) {
+	if !rt.home.Load() || len(f.Blocks) == 0 {
+		return -1, 0
+	}
+	lo := -1
+	for i := range cands {
+		if cands[i].Usable && (lo < 0 || s.Overlap[i] < lo) {
+			lo = s.Overlap[i]
+		}
+	}
+	bt := rt.cfg.BlockTokens
+	if lo < bt {
+		return -1, 0
+	}
+	key := f.Blocks[min(lo/bt, len(f.Blocks)-1)]
+	h, hw := -1, uint64(0)
+	for i := range cands {
+		if !cands[i].Usable {
+			continue
+		}
+		if w := rt.Rendezvous(key, cands[i].Slot); h < 0 || w > hw {
+			h, hw = i, w
+		}
+	}
+	capTok := rt.cfg.AffinityCap
+	full, own := min(len(f.Blocks)*bt, capTok), min(s.Overlap[h], capTok)
+	if cands[h].Precise || full <= own {
+		return -1, 0
+	}
+	return h, float64(full - own)
+}
