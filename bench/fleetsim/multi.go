@@ -82,31 +82,12 @@ var MultiPolicyNames = []string{"ramjet", "sglang", "sglang-tuned", "dynamo", "d
 // instance-aware spill), "ramjet~inst=<id>" names instance 0 <id> and
 // instance k <id>/k (hashed positions, as hostnames give). Without it,
 // instance k is named k: ordinals, positions 0, 0.618, 0.236, ...
-// "home" and "mirror" (alone, "ramjet~home", or joined to another spec
-// by "+", "ramjet~same+home+mirror") also turn conversation homes
-// (selection.Router.SetHome) and the engine load's mirror
-// (selection.Router.SetExternalMirror) on in every instance.
 const SpillSep = "~"
 
 // instanceIDs are the ramjet instances' ids for the spill spec after
-// SpillSep (see SpillSep), and the options it turns on.
-func instanceIDs(spec string, given bool, routers int) (ids []string, o instanceOpts, err error) {
-	ids = make([]string, routers)
-	var rest []string
-	for _, w := range strings.Split(spec, "+") {
-		switch w {
-		case "home":
-			o.home = true
-		case "mirror":
-			o.mirror = true
-		default:
-			rest = append(rest, w)
-		}
-	}
-	spec = strings.Join(rest, "+")
-	if spec == "" {
-		given = false
-	}
+// SpillSep (see SpillSep).
+func instanceIDs(spec string, given bool, routers int) ([]string, error) {
+	ids := make([]string, routers)
 	switch id, named := strings.CutPrefix(spec, "inst="); {
 	case !given:
 		for k := range ids {
@@ -121,15 +102,10 @@ func instanceIDs(spec string, given bool, routers int) (ids []string, o instance
 			}
 		}
 	default:
-		return nil, o, fmt.Errorf("spill %q: want %ssame or %sinst=<id>, and/or home, mirror (joined by +)", spec, SpillSep, SpillSep)
+		return nil, fmt.Errorf("spill %q: want %ssame or %sinst=<id>", spec, SpillSep, SpillSep)
 	}
-	return ids, o, nil
+	return ids, nil
 }
-
-// instanceOpts are the ramjet instances' options a spill spec turns on:
-// conversation homes (selection.Router.SetHome) and the external load's
-// mirror (selection.Router.SetExternalMirror, measured at every scrape).
-type instanceOpts struct{ home, mirror bool }
 
 // Multi is several router instances of one policy in front of one fleet,
 // with the client traffic split by a front balancer. The instances do not
@@ -147,13 +123,7 @@ type Multi struct {
 	// instances then read the fleet's own counts.
 	shared bool
 	views  [][]*Replica // per instance, its own counts over the shared engines
-	// mirror measures, after every scrape of an instance, the others'
-	// requests per own one and sets it as the instance's mirror; ratio
-	// keeps each instance's last measure (for a scrape with none in flight).
-	mirror  bool
-	ratio   []float64
-	scrapes []int // each instance's Scrapes at its last setMirror
-	owner   map[int]owned
+	owner  map[int]owned
 
 	// Dispatched counts requests per instance.
 	Dispatched []int
@@ -193,7 +163,7 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 	if !known {
 		return nil, fmt.Errorf("multi: policy %q has no multi-router model (want one of %s)", pname, strings.Join(MultiPolicyNames, ", "))
 	}
-	inst, opts, err := instanceIDs(spill, hasSpill, routers)
+	inst, err := instanceIDs(spill, hasSpill, routers)
 	if err != nil {
 		return nil, fmt.Errorf("multi %s: %w", name, err)
 	}
@@ -203,7 +173,6 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		front:      front,
 		rng:        rand.New(rand.NewPCG(seed, 0x66726f6e74)),
 		shared:     shared,
-		mirror:     opts.mirror,
 		owner:      make(map[int]owned),
 		Dispatched: make([]int, routers),
 	}
@@ -219,7 +188,6 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		}
 		if rj, ok := p.(interface{ Router() *selection.Router }); ok {
 			rj.Router().SetInstance(inst[k])
-			rj.Router().SetHome(opts.home)
 		}
 		if _, ok := p.(kvFed); ok && !shared {
 			if _, ok := p.(*RamjetPrecise); !ok {
@@ -333,45 +301,7 @@ func (m *Multi) ScrapeEngines(now time.Duration, fleet []*Replica) {
 		}
 		if sc, ok := p.(engineScraper); ok {
 			sc.ScrapeEngines(now, m.view(k, fleet))
-			if m.mirror {
-				m.setMirror(k, p)
-			}
 		}
-	}
-}
-
-// setMirror sets instance k's mirror (selection.Router.SetExternalMirror)
-// after a scrape: the others' requests per own in-flight one over the
-// fleet, as the scrape found them (the last measure when none of its own
-// were in flight).
-func (m *Multi) setMirror(k int, p Policy) {
-	var rj *Ramjet
-	switch q := p.(type) {
-	case *Ramjet:
-		rj = q
-	case *RamjetPrecise:
-		rj = q.Ramjet
-	default:
-		return
-	}
-	if m.ratio == nil {
-		m.ratio, m.scrapes = make([]float64, len(m.inst)), make([]int, len(m.inst))
-	}
-	if rj.Scrapes() == m.scrapes[k] {
-		return // no new scrape since
-	}
-	m.scrapes[k] = rj.Scrapes()
-	var others, own int64
-	for _, c := range rj.cands {
-		r, w, _ := rj.rt.ExternalLoad(c.Slot)
-		in, _ := rj.rt.Load(c.Slot)
-		others, own = others+r+w, own+in
-	}
-	if own > 0 {
-		m.ratio[k] = float64(others) / float64(own)
-	}
-	for _, c := range rj.cands {
-		rj.rt.SetExternalMirror(c.Slot, m.ratio[k])
 	}
 }
 
