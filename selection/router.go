@@ -233,7 +233,6 @@ type shared struct {
 	loads [MaxReplicas]loadCell
 
 	spread atomic.Uint64 // this instance's spill position (SetInstance)
-	home   atomic.Bool   // conversation homes (SetHome, spill.go)
 }
 
 // NewRouter returns a Router for cfg, with defaults filled in.
@@ -586,7 +585,6 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			top2 = ov
 		}
 	}
-	hm, hb := rt.homeBonus(f, cands, s) // -1 unless SetHome (spill.go)
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -596,9 +594,6 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		ov := s.Overlap[i]
 		ld := rt.loadPair(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0)
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
-		if i == hm {
-			sc += hb
-		}
 		if wantSet && c.Profile == want {
 			sc += bonus
 		}
