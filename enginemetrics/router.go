@@ -48,7 +48,7 @@ func (f *RouterFeed) Push(sn Snapshot) {
 		return
 	}
 	ext := Fuse(sn, time.Now())
-	rt.SetExternalLoad(s, ext.Running, ext.Waiting, ext.KVUsedTokens)
+	ext.Apply(rt, s)
 	if c := ext.KVCapacityTokens; c > 0 {
 		// The index applies whole blocks; set it only when it changed.
 		bt := int64(rt.Config().BlockTokens)
@@ -56,6 +56,23 @@ func (f *RouterFeed) Push(sn Snapshot) {
 			rt.SetCapacity(s, c)
 		}
 	}
+}
+
+// Apply hands e to slot s of rt (selection.Router.SetExternalLoad): the
+// other instances' running and waiting requests count in load(r) as this
+// instance's own reservations do; their KV tokens (e.KVUsedTokens) do not.
+// The engine's KV usage is in the engine's units (a prefix shared by many
+// requests held once, outputs included), this instance's resident context
+// in the router's (every in-flight request's whole prompt), so with
+// several instances the difference is not the others' context in the
+// router's units: it made a replica warm with one shared prefix look
+// loaded to every instance at once, and each one's spill off it a new
+// cold copy (fleet simulation, shared-prefix with 4 instances on the
+// precise path: TTFT p99 1.80x one instance's with the KV figure, 1.04x
+// without; bench/RESULTS.md, "Several instances, engine load without the
+// engines' KV figure"). The KV figure stays in the snapshot (ops JSON).
+func (e External) Apply(rt *selection.Router, s selection.Slot) {
+	rt.SetExternalLoad(s, e.Running, e.Waiting, 0)
 }
 
 // DialReplica is one routed replica and the dial address of its engine.

@@ -52,4 +52,19 @@ func TestRouterFeed(t *testing.T) {
 	if got := rt.Capacity(s); got != 4096 {
 		t.Fatalf("capacity %d, want 4096", got)
 	}
+	// The others' requests (5 on the engine, 1 of ours) reach the router,
+	// split in the engine's proportion; the engine's KV figure does not
+	// (External.Apply).
+	f.Push(Snapshot{Key: "127.0.0.1:8001", ScrapedAt: now, AttemptedAt: now, StaleAfter: time.Hour, Local: f.Local("127.0.0.1:8001"),
+		Metrics: RankMetrics{Running: 3, Waiting: 2, KVUsedTokens: 3000, KVCapacityTokens: 4096}})
+	if r, w, kv := rt.ExternalLoad(s); r+w != 4 || w != 2 || kv != 0 {
+		t.Fatalf("external load %d, %d, %d; want 4 requests (2 waiting), no KV", r, w, kv)
+	}
+	// A stale snapshot: local reservations only.
+	old := now.Add(-time.Hour)
+	f.Push(Snapshot{Key: "127.0.0.1:8001", ScrapedAt: old, AttemptedAt: old, StaleAfter: time.Second,
+		Metrics: RankMetrics{Running: 9, KVCapacityTokens: 4096}})
+	if r, w, kv := rt.ExternalLoad(s); r+w+kv != 0 {
+		t.Fatalf("stale snapshot: external load %d, %d, %d", r, w, kv)
+	}
 }

@@ -30,7 +30,7 @@ var simEpoch = time.Unix(0, 0)
 // engine's running and waiting requests, KV usage and capacity (what
 // vLLM's /metrics reports) and this policy's own reservations become an
 // enginemetrics.Snapshot at that boundary, fused (enginemetrics.Fuse) and
-// handed to the router (SetExternalLoad), as module/engines.go does after
+// handed to the router (External.Apply), as module/engines.go does after
 // each scrape. A no-op unless RamjetSetup.EngineLoad is set. Several
 // ramjet instances in front of one fleet (each its own Ramjet) call it
 // with the same fleet: each then sees the others' requests.
@@ -55,7 +55,7 @@ func (p *Ramjet) ScrapeEngines(now time.Duration, fleet []*Replica) {
 			Result: enginemetrics.ResultOK, StaleAfter: 3 * iv,
 			Local: enginemetrics.Local{Inflight: in, PendingPrefill: pend, ResidentTokens: p.rt.Resident(s)}}
 		ext := enginemetrics.Fuse(sn, simEpoch.Add(now))
-		p.rt.SetExternalLoad(s, ext.Running, ext.Waiting, ext.KVUsedTokens)
+		ext.Apply(p.rt, s)
 		p.extSeen += ext.Requests()
 	}
 	p.scrapes++
