@@ -500,6 +500,7 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 		}
 	}
 
+	var warmScratch selection.Scratch
 	// Warm-up until both indexes follow both feeds: the module decides,
 	// and the simulation's approximate index learns the same choices.
 	for i := 0; !(allFresh() && poll(2*time.Second, synced)); i++ {
@@ -518,7 +519,13 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 			pol.Done(rq, 0)
 			slot, _ = pol.Router().Lookup(got)
 		}
-		pol.Router().Learn(feat, slot)
+		// The simulation's router replays the module's decision whole
+		// (learn, reserve, first token, release), so that what a released
+		// request leaves on its replica (the pair term's lingering context)
+		// is on the same replica in both.
+		_, res := pol.Router().Route(feat, []selection.Candidate{{Slot: slot, Usable: true}}, &warmScratch, nil, nil)
+		res.PrefillDone()
+		res.Release()
 		poll(2*time.Second, func() bool { return totalInflight(f) == 0 })
 	}
 
