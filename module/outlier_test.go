@@ -295,7 +295,7 @@ http://{ADDR} {
 		}
 		lb_retries 1
 		lb_retry_match path *
-		lb_retry_match `+"`"+RetryStatusExpression+"`"+`
+		lb_retry_match `+"`{http.reverse_proxy.status_code} >= 500`"+`
 		flush_interval -1
 	}
 }

@@ -228,7 +228,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return selection.KnobNamed(path) != 0 || path == "integrity spec_decode position"
 		},
 		Set:   func(path string) { s.Explicit |= selection.KnobNamed(path) },
-		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": parseSpecMode},
+		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": integrity.ParseSpecMode},
 		Words: map[string]map[string]any{
 			"outlier consecutive_failures":   {"off": -1},
 			"integrity spec_decode position": {"overall": nil},

@@ -1,4 +1,4 @@
-package module
+package directive
 
 import (
 	"encoding/json"
@@ -18,7 +18,11 @@ import (
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/deploy"
+	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/envcheck"
+	"github.com/ramjet-llm/ramjet/integrity"
+	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/module"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/upstream"
 )
@@ -189,10 +193,10 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	}
 	dials := rd.dials()
 
-	health := &Health{Upstreams: dials, RouteIDSecret: rd.Secret}
-	engines := Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.Token, ClientTokens: strings.Join(rd.ClientTokens, ",")}
-	models := &Models{Engines: engines, Cache: rd.ModelsCache, Timeout: rd.ModelsTimeout}
-	guard := &Guard{
+	health := &module.Health{Upstreams: dials, RouteIDSecret: rd.Secret}
+	engines := module.Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.Token, ClientTokens: strings.Join(rd.ClientTokens, ",")}
+	models := &module.Models{Engines: engines, Cache: rd.ModelsCache, Timeout: rd.ModelsTimeout}
+	guard := &module.Guard{
 		Engines:           engines,
 		ForwardClientAuth: rd.ForwardClientAuth,
 		MaxBodySize:       rd.MaxBodySize,
@@ -202,7 +206,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		BodyMinRate:       rd.BodyMinRate,
 		AllowPaths:        rd.AllowPaths,
 	}
-	observe := &Handler{WriteTimeout: rd.WriteTimeout}
+	observe := &module.Handler{WriteTimeout: rd.WriteTimeout}
 
 	routes := caddyhttp.RouteList{
 		{
@@ -367,7 +371,7 @@ func (rd *ramjetDirective) block() *caddyblock.Block {
 		Custom: map[string]func(*caddyfile.Dispenser) error{},
 		Zero:   func(path string) bool { return selection.KnobNamed(path) != 0 || path == "spec_decode_position" },
 		Set:    func(path string) { rd.Explicit |= selection.KnobNamed(path) },
-		Check:  map[string]func(string) (string, error){"model_check": parseModelCheck, "mode": parseSpecMode},
+		Check:  map[string]func(string) (string, error){"model_check": catalog.ParseModelCheck, "mode": integrity.ParseSpecMode},
 		Words: map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
 			"spec_decode_position": {"overall": nil}},
 	}
@@ -534,8 +538,8 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 // policy is the lb_policy ramjet configuration: the routing knobs, the
 // route-id secret, the body bound and one engine profile per speculative
 // engine.
-func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
-	p := &RamjetSelection{Config: rd.Config, RouteIDSecret: rd.Secret, InstanceID: rd.InstanceID, DepartAfter: rd.DepartAfter}
+func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
+	p := &module.RamjetSelection{Config: rd.Config, RouteIDSecret: rd.Secret, InstanceID: rd.InstanceID, DepartAfter: rd.DepartAfter}
 	if rd.MaxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.MaxBodySize
@@ -562,3 +566,132 @@ func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
 	}
 	return p, nil
 }
+
+// kvDirectiveOptions are the precise path's options of the ramjet
+// directive, each one line so that an environment variable can carry it:
+//
+//	kv_events    <upstream>=<tcp://events> ...   dial each engine's PUB socket
+//	kv_replay    <upstream>=<tcp://replay> ...   each engine's replay ROUTER socket
+//	kv_bind      <tcp://addr>                    or bind one SUB for every engine
+//	kv_topics    <upstream>=<topic> ...          each engine's topic (required with
+//	                                             kv_bind for more than one engine)
+//	kv_topic     <topic>                         the topic of every engine otherwise
+//	kv_block_size <tokens>                       the engines' KV block size
+//	tokenize_timeout <duration>                  the /tokenize preflight's timeout
+//
+// Lists are space- or comma-separated; an empty value (an unset
+// environment variable) keeps the default, and without kv_events or
+// kv_bind the precise path stays off. dp_ranks and the upstream's scheme
+// apply to the feeds too.
+var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "kv_bind": true,
+	"kv_topics": true, "kv_topic": true, "kv_block_size": true, "tokenize_timeout": true}
+
+// kvDirective is the parsed precise-path options of the ramjet directive.
+type kvDirective struct {
+	feeds           kvindex.FeedOptions
+	BlockSize       int               `json:"kv_block_size"`
+	TokenizeTimeout duration.Duration `json:"tokenize_timeout"`
+}
+
+// read reads option name of kvDirectiveOptions at d.
+func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name string) error {
+	if name == "kv_block_size" || name == "tokenize_timeout" {
+		return b.Option(d, name, k, name)
+	}
+	args := caddyblock.SplitList(d.RemainingArgs())
+	if _, err := k.feeds.Set(name, args); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// config returns the policy's kv settings for the upstreams (dial addresses,
+// schemes and ranks in upstream order), or nil when the precise path is
+// off.
+func (k *kvDirective) config(dials, schemes []string, ranks []int) (*kvindex.Settings, error) {
+	f := k.feeds
+	if !f.On() {
+		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || f.Topic != "" {
+			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
+		}
+		return nil, nil
+	}
+	engines, err := f.Feeds(dials, schemes, ranks)
+	if err != nil {
+		return nil, err
+	}
+	return &kvindex.Settings{Engines: engines, Topic: f.Topic, BlockSize: k.BlockSize, TokenizeTimeout: k.TokenizeTimeout}, nil
+}
+
+// integrityDirectiveOptions are the ramjet directive's integrity options
+// (deploy/Caddyfile drives them from RJ_* settings), each the field of
+// IntegrityConfig (or of its SpecDecodeConfig: "spec_decode <field>") of
+// that JSON name. A value left empty (an unset variable) keeps the
+// default; integrity is on when a pin is given or spec_decode is observe
+// or enforce.
+var integrityDirectiveOptions = map[string]string{
+	"integrity_model_sha256": "model_sha256", "integrity_template_sha256": "chat_template_sha256",
+	"integrity_tokenizer_sha256": "tokenizer_sha256", "integrity_interval": "interval",
+	"integrity_timeout": "timeout", "integrity_identity_path": "identity_path",
+	"spec_decode": "spec_decode mode", "spec_decode_window": "spec_decode window",
+	"spec_decode_windows": "spec_decode windows", "spec_decode_position": "spec_decode position",
+	"integrity_state_file": "spec_decode state_file", "integrity_key": "spec_decode commitment_key",
+}
+
+// integrityDirective collects the ramjet directive's integrity options.
+type integrityDirective struct {
+	c  integrity.Settings
+	sd integrity.SpecSettings
+}
+
+// read reads option name (field of integrityDirectiveOptions) at d.
+func (k *integrityDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name, field string) error {
+	if f, ok := strings.CutPrefix(field, "spec_decode "); ok {
+		return b.Option(d, name, &k.sd, f)
+	}
+	return b.Option(d, name, &k.c, field)
+}
+
+// config is the policy's integrity configuration, nil when off. token and
+// scheme are the directive's upstream token and the engines' scheme.
+func (k *integrityDirective) config(token, scheme string) *integrity.Settings {
+	if !k.c.Pins.Any() && k.sd.Mode == "" {
+		return nil
+	}
+	c := k.c
+	c.Access = upstream.Access{UpstreamToken: token, Scheme: scheme}
+	if k.sd.Mode != "" {
+		sd := k.sd
+		if sd.Mode != "enforce" {
+			sd.StateFile, sd.CommitmentKey = "", ""
+		}
+		c.Spec = &sd
+	}
+	return &c
+}
+
+// snapshotDirectiveOptions are the ramjet directive's snapshot options,
+// snapshot_<field> is SnapshotConfig's <field> (deploy/Caddyfile drives
+// them from RJ_* settings); snapshots are on when
+// snapshot_path is given. A value left empty keeps the default.
+var snapshotDirectiveOptions = map[string]bool{
+	"snapshot_path": true, "snapshot_interval": true, "snapshot_max_age": true, "snapshot_key": true,
+}
+
+// snapshotDirective collects the ramjet directive's snapshot options.
+type snapshotDirective struct {
+	c module.SnapshotConfig
+}
+
+// config is the policy's snapshot configuration, nil when off.
+func (k *snapshotDirective) config() *module.SnapshotConfig {
+	if k.c.Path == "" {
+		return nil
+	}
+	c := k.c
+	return &c
+}
+
+// deployEnvNames are the settings of the production configuration, read
+// from the embedded deploy/Caddyfile so that the list cannot drift from it.
+var deployEnvNames = envcheck.Names(deploy.Caddyfile)
