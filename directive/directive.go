@@ -82,8 +82,7 @@ var envDrivenProxyOptions = map[string]bool{
 // ramjetDirective is the parsed ramjet directive. Its own options are
 // its tagged fields (package caddyblock, line-form: an option without a
 // value keeps its default), the routing knobs (selection.Config) and the
-// precise path's, integrity's and snapshots' options (kv.go,
-// integrity.go, snapshot.go).
+// precise path's, integrity's and snapshots' options (below).
 type ramjetDirective struct {
 	upstreams []upstream.Addr
 	ranks     []int    // per engine
@@ -110,9 +109,9 @@ type ramjetDirective struct {
 	DepartAfter       caddy.Duration `json:"depart_after"`
 	selection.Config                 // the routing knobs given
 
-	kv    kvDirective        // the precise path's options (module/kv.go)
-	integ integrityDirective // engine integrity's options (module/integrity.go)
-	snap  snapshotDirective  // index snapshots' options (module/snapshot.go)
+	kv    kvDirective        // the precise path's options
+	integ integrityDirective // engine integrity's options
+	snap  snapshotDirective  // index snapshots' options
 }
 
 // parseRamjet sets up the ramjet directive: a production-tuned reverse_proxy
@@ -139,16 +138,16 @@ type ramjetDirective struct {
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
 //	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
-//	    tokenize_timeout <duration>     (the precise path, see module/kv.go)
+//	    tokenize_timeout <duration>     (the precise path, kvDirectiveOptions)
 //	    integrity_model_sha256 | integrity_template_sha256 |
 //	    integrity_tokenizer_sha256 <hex> | integrity_interval |
 //	    integrity_timeout <duration> | integrity_identity_path <path> |
 //	    spec_decode off|observe|enforce | spec_decode_window <duration> |
 //	    spec_decode_windows <n> | spec_decode_position <n>|overall |
 //	    integrity_state_file <path> | integrity_key <key>
-//	                                    (engine integrity, see module/integrity.go)
+//	                                    (engine integrity, integrityDirectiveOptions)
 //	    snapshot_path <path> | snapshot_interval | snapshot_max_age <duration> |
-//	    snapshot_key <key>              (index snapshots, see module/snapshot.go)
+//	    snapshot_key <key>              (index snapshots, snapshotDirectiveOptions)
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
 //	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
 //	    output_weight | context_weight | pair_weight | kv_capacity <value>
@@ -375,13 +374,13 @@ func (rd *ramjetDirective) block() *caddyblock.Block {
 		Words: map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
 			"spec_decode_position": {"overall": nil}},
 	}
-	for name := range kvDirectiveOptions { // kv.go
+	for name := range kvDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.kv.read(b, d, name) }
 	}
-	for name, field := range integrityDirectiveOptions { // integrity.go
+	for name, field := range integrityDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.integ.read(b, d, name, field) }
 	}
-	for name := range snapshotDirectiveOptions { // snapshot.go
+	for name := range snapshotDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error {
 			return b.Option(d, name, &rd.snap.c, strings.TrimPrefix(name, "snapshot_"))
 		}
@@ -544,7 +543,7 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.MaxBodySize
 	}
-	// The precise path (module/kv.go).
+	// The precise path (module/kv.go, kvindex.Settings).
 	dials, schemes := make([]string, len(rd.upstreams)), make([]string, len(rd.upstreams))
 	for i, u := range rd.upstreams {
 		dials[i], schemes[i] = u.Dial, u.Scheme
@@ -555,7 +554,7 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 	}
 	p.KV = kv
 	p.Integrity = rd.integ.config(rd.Token, rd.upstreams[0].Scheme)
-	p.Snapshot = rd.snap.config() // snapshot.go
+	p.Snapshot = rd.snap.config()
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {
 			if p.Profiles == nil {
