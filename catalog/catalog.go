@@ -351,3 +351,11 @@ func upstreamURL(dial string) string {
 	}
 	return "http://" + dial
 }
+
+// ParseModelCheck reads model_check: on or off.
+func ParseModelCheck(v string) (string, error) {
+	if v != "on" && v != "off" {
+		return "", fmt.Errorf("must be on or off, got %q", v)
+	}
+	return v, nil
+}

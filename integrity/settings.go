@@ -160,3 +160,11 @@ func (s *Settings) Validate() error {
 
 // Enforce reports whether the settings commit collapses to a state file.
 func (s *Settings) Enforce() bool { return s.Spec != nil && s.Spec.Mode == "enforce" }
+
+// ParseSpecMode reads a spec_decode mode: observe or enforce.
+func ParseSpecMode(v string) (string, error) {
+	if v != "observe" && v != "enforce" {
+		return "", fmt.Errorf("want observe or enforce, got %q", v)
+	}
+	return v, nil
+}

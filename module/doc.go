@@ -24,13 +24,10 @@
 //	http.handlers.ramjet_dashboard                Dashboard (dashboard.go)
 //	admin.api.ramjet                              AdminAPI (admin.go)
 //
-// The routing knobs have one table (knobs.go), read by lb_policy ramjet and
-// the ramjet directive (directive.go); Caddyfile blocks are read through
-// option tables (options.go for the line-form options of the directive,
-// ramjet_guard and ramjet_models; blockOption and subBlock in policy.go
-// for the policy's block and its kv sub-blocks); an explicit zero of alpha,
-// request_cost, tie_epsilon or output_weight is a value
-// (selection.Config.Explicit).
+// The ramjet Caddyfile directive, a shorthand expanding into these
+// modules' JSON, is package directive. Caddyfile blocks are read by their
+// JSON tags (package caddyblock); an explicit zero of alpha, request_cost,
+// tie_epsilon or output_weight is a value (selection.Config.Explicit).
 //
 // # Internal API for the rest of the package
 //

@@ -6,7 +6,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/ramjet-llm/ramjet/deploy"
 	"github.com/ramjet-llm/ramjet/envcheck"
 )
 
@@ -26,7 +25,3 @@ func resolveSecret(s string) string {
 	}
 	return strings.TrimSpace(caddy.NewReplacer().ReplaceAll(s, ""))
 }
-
-// deployEnvNames are the settings of the production configuration, read
-// from the embedded deploy/Caddyfile so that the list cannot drift from it.
-var deployEnvNames = envcheck.Names(deploy.Caddyfile)

@@ -10,7 +10,6 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/ramjet-llm/ramjet/deploy"
-	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -111,26 +110,6 @@ func TestDeployDefaultsMatchSelection(t *testing.T) {
 	}
 	if found != len(want) {
 		t.Errorf("found %d of the %d routing defaults in the README table", found, len(want))
-	}
-}
-
-func TestClosestName(t *testing.T) {
-	tests := []struct{ give, want string }{
-		{"RJ_ALHPA", "RJ_ALPHA"},
-		{"RJ_UPSTREM", "RJ_UPSTREAM"},
-		{"RJ_UPSTREAM_TOKENS", "RJ_UPSTREAM_TOKEN"},
-		{"RJ_CLIENT_TOKEN", "RJ_CLIENT_TOKENS"},
-		{"RJ_COMPLETELY_DIFFERENT", ""},
-	}
-	for _, tt := range tests {
-		if got := envcheck.Closest(tt.give, deployEnvNames); got != tt.want {
-			t.Errorf("Closest(%s) = %q, want %q", tt.give, got, tt.want)
-		}
-	}
-	for _, n := range []string{"RJ_UPSTREAM", "RJ_ALPHA", "RJ_LISTEN", "RJ_METRICS_LISTEN", "RJ_UPSTREAM_TOKEN", "RJ_ALLOW_PATHS"} {
-		if !deployEnvNames[n] {
-			t.Errorf("%s is not among the names read from deploy/Caddyfile", n)
-		}
 	}
 }
 

@@ -5,29 +5,17 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
-	"github.com/ramjet-llm/ramjet/upstream"
 )
-
-// parseSpecMode reads a spec_decode mode.
-func parseSpecMode(v string) (string, error) {
-	if v != "observe" && v != "enforce" {
-		return "", fmt.Errorf("want observe or enforce, got %q", v)
-	}
-	return v, nil
-}
 
 // integStates holds the integrity state across config reloads, keyed by
 // the fleet and the integrity configuration.
@@ -258,53 +246,6 @@ func integrityStatus(f *fleet, key string) *fleetstate.IntegrityReport {
 		return nil
 	}
 	return fleetstate.NewIntegrityReport(g.Status(key))
-}
-
-// integrityDirectiveOptions are the ramjet directive's integrity options
-// (deploy/Caddyfile drives them from RJ_* settings), each the field of
-// IntegrityConfig (or of its SpecDecodeConfig: "spec_decode <field>") of
-// that JSON name. A value left empty (an unset variable) keeps the
-// default; integrity is on when a pin is given or spec_decode is observe
-// or enforce.
-var integrityDirectiveOptions = map[string]string{
-	"integrity_model_sha256": "model_sha256", "integrity_template_sha256": "chat_template_sha256",
-	"integrity_tokenizer_sha256": "tokenizer_sha256", "integrity_interval": "interval",
-	"integrity_timeout": "timeout", "integrity_identity_path": "identity_path",
-	"spec_decode": "spec_decode mode", "spec_decode_window": "spec_decode window",
-	"spec_decode_windows": "spec_decode windows", "spec_decode_position": "spec_decode position",
-	"integrity_state_file": "spec_decode state_file", "integrity_key": "spec_decode commitment_key",
-}
-
-// integrityDirective collects the ramjet directive's integrity options.
-type integrityDirective struct {
-	c  integrity.Settings
-	sd integrity.SpecSettings
-}
-
-// read reads option name (field of integrityDirectiveOptions) at d.
-func (k *integrityDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name, field string) error {
-	if f, ok := strings.CutPrefix(field, "spec_decode "); ok {
-		return b.Option(d, name, &k.sd, f)
-	}
-	return b.Option(d, name, &k.c, field)
-}
-
-// config is the policy's integrity configuration, nil when off. token and
-// scheme are the directive's upstream token and the engines' scheme.
-func (k *integrityDirective) config(token, scheme string) *integrity.Settings {
-	if !k.c.Pins.Any() && k.sd.Mode == "" {
-		return nil
-	}
-	c := k.c
-	c.Access = upstream.Access{UpstreamToken: token, Scheme: scheme}
-	if k.sd.Mode != "" {
-		sd := k.sd
-		if sd.Mode != "enforce" {
-			sd.StateFile, sd.CommitmentKey = "", ""
-		}
-		c.Spec = &sd
-	}
-	return &c
 }
 
 // shadowState is one fleet's session shadow, kept across reloads.

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
-	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -246,60 +245,4 @@ func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extr
 	if toks != nil || late != nil {
 		st.route.kv = &kvRequest{p: k.p, st: st, late: late}
 	}
-}
-
-// kvDirectiveOptions are the precise path's options of the ramjet
-// directive, each one line so that an environment variable can carry it:
-//
-//	kv_events    <upstream>=<tcp://events> ...   dial each engine's PUB socket
-//	kv_replay    <upstream>=<tcp://replay> ...   each engine's replay ROUTER socket
-//	kv_bind      <tcp://addr>                    or bind one SUB for every engine
-//	kv_topics    <upstream>=<topic> ...          each engine's topic (required with
-//	                                             kv_bind for more than one engine)
-//	kv_topic     <topic>                         the topic of every engine otherwise
-//	kv_block_size <tokens>                       the engines' KV block size
-//	tokenize_timeout <duration>                  the /tokenize preflight's timeout
-//
-// Lists are space- or comma-separated; an empty value (an unset
-// environment variable) keeps the default, and without kv_events or
-// kv_bind the precise path stays off. dp_ranks and the upstream's scheme
-// apply to the feeds too.
-var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "kv_bind": true,
-	"kv_topics": true, "kv_topic": true, "kv_block_size": true, "tokenize_timeout": true}
-
-// kvDirective is the parsed precise-path options of the ramjet directive.
-type kvDirective struct {
-	feeds           kvindex.FeedOptions
-	BlockSize       int               `json:"kv_block_size"`
-	TokenizeTimeout duration.Duration `json:"tokenize_timeout"`
-}
-
-// read reads option name of kvDirectiveOptions at d.
-func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name string) error {
-	if name == "kv_block_size" || name == "tokenize_timeout" {
-		return b.Option(d, name, k, name)
-	}
-	args := caddyblock.SplitList(d.RemainingArgs())
-	if _, err := k.feeds.Set(name, args); err != nil {
-		return d.Err(err.Error())
-	}
-	return nil
-}
-
-// config returns the policy's kv settings for the upstreams (dial addresses,
-// schemes and ranks in upstream order), or nil when the precise path is
-// off.
-func (k *kvDirective) config(dials, schemes []string, ranks []int) (*kvindex.Settings, error) {
-	f := k.feeds
-	if !f.On() {
-		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || f.Topic != "" {
-			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
-		}
-		return nil, nil
-	}
-	engines, err := f.Feeds(dials, schemes, ranks)
-	if err != nil {
-		return nil, err
-	}
-	return &kvindex.Settings{Engines: engines, Topic: f.Topic, BlockSize: k.BlockSize, TokenizeTimeout: k.TokenizeTimeout}, nil
 }

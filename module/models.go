@@ -97,20 +97,12 @@ func (e *Engines) parse(d *caddyfile.Dispenser, directive string, v any) error {
 	d.Next() // directive name
 	e.Upstreams = append(e.Upstreams, caddyblock.SplitList(d.RemainingArgs())...)
 	b := &caddyblock.Block{Name: directive, Line: true,
-		Check: map[string]func(string) (string, error){"model_check": parseModelCheck},
+		Check: map[string]func(string) (string, error){"model_check": catalog.ParseModelCheck},
 		Custom: map[string]func(*caddyfile.Dispenser) error{"client_tokens": func(d *caddyfile.Dispenser) error {
 			e.ClientTokens = strings.Join(d.RemainingArgs(), ",")
 			return nil
 		}}}
 	return b.Parse(d, v)
-}
-
-// parseModelCheck reads model_check: on or off.
-func parseModelCheck(v string) (string, error) {
-	if v != "on" && v != "off" {
-		return "", fmt.Errorf("must be on or off, got %q", v)
-	}
-	return v, nil
 }
 
 // provision resolves the token and the client keys and, when catalogue

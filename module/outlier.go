@@ -2,54 +2,12 @@ package module
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/ramjet-llm/ramjet/selection"
 )
-
-// OutlierSettings tune outlier detection: the outcome of every attempt
-// (a 5xx answer, a connection failure, a stream cut before its end, a
-// first-token timeout count against the replica; any other answer for it)
-// feeds a per-replica detector shared by the fleet (selection.Outlier). An
-// ejected replica is not offered to selection, so that a replica whose
-// answers fail never wins on load.
-type OutlierSettings struct {
-	// ConsecutiveFailures ejects a replica after this many failed attempts
-	// in a row. Default 5; -1 turns outlier detection off.
-	ConsecutiveFailures int `json:"consecutive_failures,omitempty"`
-	// ConsecutiveCuts ejects a replica after this many streams in a row
-	// that it cut after they started (the client sees those: they cannot
-	// be retried). Default 2 (at most consecutive_failures).
-	ConsecutiveCuts int `json:"consecutive_cuts,omitempty"`
-	// BaseEjection is how long the first ejection lasts; the n-th
-	// ejection in a row lasts n times as long. After it, one request
-	// probes the replica: success re-admits it, failure ejects it again.
-	// Default 10s.
-	BaseEjection caddy.Duration `json:"base_ejection,omitempty"`
-	// MaxEjection caps an ejection. Default 5m.
-	MaxEjection caddy.Duration `json:"max_ejection,omitempty"`
-	// MaxEjectedPercent caps the share of the replicas ejected at once, in
-	// percent; one replica may always be ejected. Default 50.
-	MaxEjectedPercent int `json:"max_ejected_percent,omitempty"`
-}
-
-// config returns the detector settings (zero values: the defaults).
-func (o OutlierSettings) config() selection.OutlierConfig {
-	c := selection.OutlierConfig{
-		ConsecutiveFailures: o.ConsecutiveFailures,
-		ConsecutiveCuts:     o.ConsecutiveCuts,
-		BaseEjection:        time.Duration(o.BaseEjection),
-		MaxEjection:         time.Duration(o.MaxEjection),
-		MaxEjectedPercent:   o.MaxEjectedPercent,
-	}
-	return c
-}
-
-// validate names the bad setting (selection.OutlierConfig.CheckSettings).
-func (o OutlierSettings) validate() error { return o.config().CheckSettings() }
 
 // outcomeObserver reports the final attempt's outcome of a routed request
 // to the fleet's outlier detector. Earlier attempts (retried) are

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -295,7 +295,7 @@ http://{ADDR} {
 		}
 		lb_retries 1
 		lb_retry_match path *
-		lb_retry_match `+"`"+RetryStatusExpression+"`"+`
+		lb_retry_match `+"`{http.reverse_proxy.status_code} >= 500`"+`
 		flush_interval -1
 	}
 }
@@ -417,13 +417,13 @@ func TestStreamCutSSEError(t *testing.T) {
 func TestOutlierCaddyfile(t *testing.T) {
 	tests := []struct {
 		src  string
-		want OutlierSettings
+		want selection.OutlierSettings
 		err  string
 	}{
 		{src: "ramjet {\n outlier {\n consecutive_failures 3\n base_ejection 2s\n max_ejection 1m\n max_ejected_percent 25\n }\n}",
-			want: OutlierSettings{ConsecutiveFailures: 3, BaseEjection: caddy.Duration(2 * time.Second), MaxEjection: caddy.Duration(time.Minute), MaxEjectedPercent: 25}},
-		{src: "ramjet {\n outlier {\n consecutive_failures off\n }\n}", want: OutlierSettings{ConsecutiveFailures: -1}},
-		{src: "ramjet {\n outlier {\n consecutive_cuts 1\n }\n}", want: OutlierSettings{ConsecutiveCuts: 1}},
+			want: selection.OutlierSettings{ConsecutiveFailures: 3, BaseEjection: duration.Duration(2 * time.Second), MaxEjection: duration.Duration(time.Minute), MaxEjectedPercent: 25}},
+		{src: "ramjet {\n outlier {\n consecutive_failures off\n }\n}", want: selection.OutlierSettings{ConsecutiveFailures: -1}},
+		{src: "ramjet {\n outlier {\n consecutive_cuts 1\n }\n}", want: selection.OutlierSettings{ConsecutiveCuts: 1}},
 		{src: "ramjet {\n outlier {\n consecutive_cuts 0\n }\n}", err: "positive integer"},
 		{src: "ramjet {\n outlier {\n consecutive_failures 0\n }\n}", err: "positive integer"},
 		{src: "ramjet {\n outlier {\n base_ejection soon\n }\n}", err: "positive duration"},
@@ -447,7 +447,7 @@ func TestOutlierCaddyfile(t *testing.T) {
 			t.Errorf("%q: got %+v, want %+v", tc.src, s.Outlier, tc.want)
 		}
 	}
-	bad := RamjetSelection{Outlier: &OutlierSettings{BaseEjection: caddy.Duration(time.Minute), MaxEjection: caddy.Duration(time.Second)}}
+	bad := RamjetSelection{Outlier: &selection.OutlierSettings{BaseEjection: duration.Duration(time.Minute), MaxEjection: duration.Duration(time.Second)}}
 	bad.Config.SetDefaults()
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "max_ejection") {
 		t.Errorf("Validate: %v, want max_ejection named", err)

@@ -108,9 +108,9 @@ type RamjetSelection struct {
 	// (see kvindex.Settings); off by default.
 	KV *kvindex.Settings `json:"kv,omitempty"`
 
-	// Outlier tunes outlier detection (see OutlierSettings); on by
+	// Outlier tunes outlier detection (see selection.OutlierSettings); on by
 	// default.
-	Outlier *OutlierSettings `json:"outlier,omitempty"`
+	Outlier *selection.OutlierSettings `json:"outlier,omitempty"`
 
 	// EngineMetrics turns on scraping of the engines' own metrics (see
 	// enginemetrics.Settings, engines.go); off by default.
@@ -228,7 +228,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return selection.KnobNamed(path) != 0 || path == "integrity spec_decode position"
 		},
 		Set:   func(path string) { s.Explicit |= selection.KnobNamed(path) },
-		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": parseSpecMode},
+		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": integrity.ParseSpecMode},
 		Words: map[string]map[string]any{
 			"outlier consecutive_failures":   {"off": -1},
 			"integrity spec_decode position": {"overall": nil},
@@ -330,11 +330,11 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.fleet, s.rt, s.poolKey = f, rt, key
 	rt.SetInstance(instanceID(s.InstanceID)) // instance.go
-	var od OutlierSettings
+	var od selection.OutlierSettings
 	if s.Outlier != nil {
 		od = *s.Outlier
 	}
-	f.SetOutlier(od.config())
+	f.SetOutlier(od.Config())
 	s.x = rt.Extractor()
 	parts := s.parts()
 	for i, p := range parts {
@@ -397,7 +397,7 @@ func (s *RamjetSelection) Validate() error {
 		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", s.StateKey)
 	}
 	if s.Outlier != nil {
-		if err := s.Outlier.validate(); err != nil {
+		if err := s.Outlier.Validate(); err != nil {
 			return err
 		}
 	}

@@ -136,25 +136,3 @@ func (s *RamjetSelection) bindSnapshot(v *poolView) {
 	}
 	s.snap.Bind(keys)
 }
-
-// snapshotDirectiveOptions are the ramjet directive's snapshot options,
-// snapshot_<field> is SnapshotConfig's <field> (deploy/Caddyfile drives
-// them from RJ_* settings); snapshots are on when
-// snapshot_path is given. A value left empty keeps the default.
-var snapshotDirectiveOptions = map[string]bool{
-	"snapshot_path": true, "snapshot_interval": true, "snapshot_max_age": true, "snapshot_key": true,
-}
-
-// snapshotDirective collects the ramjet directive's snapshot options.
-type snapshotDirective struct {
-	c SnapshotConfig
-}
-
-// config is the policy's snapshot configuration, nil when off.
-func (k *snapshotDirective) config() *SnapshotConfig {
-	if k.c.Path == "" {
-		return nil
-	}
-	c := k.c
-	return &c
-}

@@ -6,7 +6,51 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/duration"
 )
+
+// OutlierSettings tune outlier detection: the outcome of every attempt
+// (a 5xx answer, a connection failure, a stream cut before its end, a
+// first-token timeout count against the replica; any other answer for it)
+// feeds a per-replica detector shared by the fleet (Outlier). An
+// ejected replica is not offered to selection, so that a replica whose
+// answers fail never wins on load.
+type OutlierSettings struct {
+	// ConsecutiveFailures ejects a replica after this many failed attempts
+	// in a row. Default 5; -1 turns outlier detection off.
+	ConsecutiveFailures int `json:"consecutive_failures,omitempty"`
+	// ConsecutiveCuts ejects a replica after this many streams in a row
+	// that it cut after they started (the client sees those: they cannot
+	// be retried). Default 2 (at most consecutive_failures).
+	ConsecutiveCuts int `json:"consecutive_cuts,omitempty"`
+	// BaseEjection is how long the first ejection lasts; the n-th
+	// ejection in a row lasts n times as long. After it, one request
+	// probes the replica: success re-admits it, failure ejects it again.
+	// Default 10s.
+	BaseEjection duration.Duration `json:"base_ejection,omitempty"`
+	// MaxEjection caps an ejection. Default 5m.
+	MaxEjection duration.Duration `json:"max_ejection,omitempty"`
+	// MaxEjectedPercent caps the share of the replicas ejected at once, in
+	// percent; one replica may always be ejected. Default 50.
+	MaxEjectedPercent int `json:"max_ejected_percent,omitempty"`
+}
+
+// Config returns the detector settings (zero values: the defaults).
+func (o OutlierSettings) Config() OutlierConfig {
+	c := OutlierConfig{
+		ConsecutiveFailures: o.ConsecutiveFailures,
+		ConsecutiveCuts:     o.ConsecutiveCuts,
+		BaseEjection:        time.Duration(o.BaseEjection),
+		MaxEjection:         time.Duration(o.MaxEjection),
+		MaxEjectedPercent:   o.MaxEjectedPercent,
+	}
+	return c
+}
+
+// Validate names the bad setting (OutlierConfig.CheckSettings).
+func (o OutlierSettings) Validate() error { return o.Config().CheckSettings() }
 
 // CheckSettings validates outlier settings as an operator gives them: zero
 // fields take the defaults, ConsecutiveFailures -1 turns detection off and

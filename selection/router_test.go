@@ -522,14 +522,17 @@ func chatBodyOfSize(n int) string {
 }
 
 // selection must never import Caddy, ZMQ or anything beyond the standard
-// library and xxhash.
+// library, xxhash and package duration (itself standard library only: its
+// dependencies are listed here too).
 func TestImportsOnlyStdlibAndXXHash(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
 	if err != nil {
 		t.Skipf("go list unavailable: %v", err)
 	}
 	for _, p := range strings.Fields(string(out)) {
-		if p != "github.com/ramjet-llm/ramjet/selection" && p != "github.com/cespare/xxhash/v2" {
+		switch p {
+		case "github.com/ramjet-llm/ramjet/selection", "github.com/cespare/xxhash/v2", "github.com/ramjet-llm/ramjet/duration":
+		default:
 			t.Errorf("selection depends on %s", p)
 		}
 	}

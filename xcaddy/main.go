@@ -13,6 +13,7 @@ import (
 
 	// The ramjet modules.
 	"github.com/ramjet-llm/ramjet/deploy"
+	_ "github.com/ramjet-llm/ramjet/directive"
 	_ "github.com/ramjet-llm/ramjet/module"
 	"github.com/ramjet-llm/ramjet/version"
 )

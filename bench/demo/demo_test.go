@@ -9,6 +9,7 @@ import (
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
+	_ "github.com/ramjet-llm/ramjet/directive"
 	_ "github.com/ramjet-llm/ramjet/module"
 )
 

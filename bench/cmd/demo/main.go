@@ -12,6 +12,7 @@ import (
 
 	// The standard Caddy modules and ramjet's.
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	_ "github.com/ramjet-llm/ramjet/directive"
 	_ "github.com/ramjet-llm/ramjet/module"
 )
 

@@ -1,4 +1,4 @@
-package module
+package directive
 
 import (
 	"encoding/json"
@@ -18,7 +18,11 @@ import (
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/deploy"
+	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/envcheck"
+	"github.com/ramjet-llm/ramjet/integrity"
+	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/module"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/upstream"
 )
@@ -78,8 +82,7 @@ var envDrivenProxyOptions = map[string]bool{
 // ramjetDirective is the parsed ramjet directive. Its own options are
 // its tagged fields (package caddyblock, line-form: an option without a
 // value keeps its default), the routing knobs (selection.Config) and the
-// precise path's, integrity's and snapshots' options (kv.go,
-// integrity.go, snapshot.go).
+// precise path's, integrity's and snapshots' options (below).
 type ramjetDirective struct {
 	upstreams []upstream.Addr
 	ranks     []int    // per engine
@@ -106,9 +109,9 @@ type ramjetDirective struct {
 	DepartAfter       caddy.Duration `json:"depart_after"`
 	selection.Config                 // the routing knobs given
 
-	kv    kvDirective        // the precise path's options (module/kv.go)
-	integ integrityDirective // engine integrity's options (module/integrity.go)
-	snap  snapshotDirective  // index snapshots' options (module/snapshot.go)
+	kv    kvDirective        // the precise path's options
+	integ integrityDirective // engine integrity's options
+	snap  snapshotDirective  // index snapshots' options
 }
 
 // parseRamjet sets up the ramjet directive: a production-tuned reverse_proxy
@@ -135,16 +138,16 @@ type ramjetDirective struct {
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
 //	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
-//	    tokenize_timeout <duration>     (the precise path, see module/kv.go)
+//	    tokenize_timeout <duration>     (the precise path, kvDirectiveOptions)
 //	    integrity_model_sha256 | integrity_template_sha256 |
 //	    integrity_tokenizer_sha256 <hex> | integrity_interval |
 //	    integrity_timeout <duration> | integrity_identity_path <path> |
 //	    spec_decode off|observe|enforce | spec_decode_window <duration> |
 //	    spec_decode_windows <n> | spec_decode_position <n>|overall |
 //	    integrity_state_file <path> | integrity_key <key>
-//	                                    (engine integrity, see module/integrity.go)
+//	                                    (engine integrity, integrityDirectiveOptions)
 //	    snapshot_path <path> | snapshot_interval | snapshot_max_age <duration> |
-//	    snapshot_key <key>              (index snapshots, see module/snapshot.go)
+//	    snapshot_key <key>              (index snapshots, snapshotDirectiveOptions)
 //	    affinity_cap | alpha | request_cost | block_tokens | prefix_tokens |
 //	    chars_per_token | index_budget | long_output_tokens | tie_epsilon |
 //	    output_weight | context_weight | pair_weight | kv_capacity <value>
@@ -189,10 +192,10 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	}
 	dials := rd.dials()
 
-	health := &Health{Upstreams: dials, RouteIDSecret: rd.Secret}
-	engines := Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.Token, ClientTokens: strings.Join(rd.ClientTokens, ",")}
-	models := &Models{Engines: engines, Cache: rd.ModelsCache, Timeout: rd.ModelsTimeout}
-	guard := &Guard{
+	health := &module.Health{Upstreams: dials, RouteIDSecret: rd.Secret}
+	engines := module.Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.Token, ClientTokens: strings.Join(rd.ClientTokens, ",")}
+	models := &module.Models{Engines: engines, Cache: rd.ModelsCache, Timeout: rd.ModelsTimeout}
+	guard := &module.Guard{
 		Engines:           engines,
 		ForwardClientAuth: rd.ForwardClientAuth,
 		MaxBodySize:       rd.MaxBodySize,
@@ -202,7 +205,7 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		BodyMinRate:       rd.BodyMinRate,
 		AllowPaths:        rd.AllowPaths,
 	}
-	observe := &Handler{WriteTimeout: rd.WriteTimeout}
+	observe := &module.Handler{WriteTimeout: rd.WriteTimeout}
 
 	routes := caddyhttp.RouteList{
 		{
@@ -367,17 +370,17 @@ func (rd *ramjetDirective) block() *caddyblock.Block {
 		Custom: map[string]func(*caddyfile.Dispenser) error{},
 		Zero:   func(path string) bool { return selection.KnobNamed(path) != 0 || path == "spec_decode_position" },
 		Set:    func(path string) { rd.Explicit |= selection.KnobNamed(path) },
-		Check:  map[string]func(string) (string, error){"model_check": parseModelCheck, "mode": parseSpecMode},
+		Check:  map[string]func(string) (string, error){"model_check": catalog.ParseModelCheck, "mode": integrity.ParseSpecMode},
 		Words: map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
 			"spec_decode_position": {"overall": nil}},
 	}
-	for name := range kvDirectiveOptions { // kv.go
+	for name := range kvDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.kv.read(b, d, name) }
 	}
-	for name, field := range integrityDirectiveOptions { // integrity.go
+	for name, field := range integrityDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.integ.read(b, d, name, field) }
 	}
-	for name := range snapshotDirectiveOptions { // snapshot.go
+	for name := range snapshotDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error {
 			return b.Option(d, name, &rd.snap.c, strings.TrimPrefix(name, "snapshot_"))
 		}
@@ -534,13 +537,13 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 // policy is the lb_policy ramjet configuration: the routing knobs, the
 // route-id secret, the body bound and one engine profile per speculative
 // engine.
-func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
-	p := &RamjetSelection{Config: rd.Config, RouteIDSecret: rd.Secret, InstanceID: rd.InstanceID, DepartAfter: rd.DepartAfter}
+func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
+	p := &module.RamjetSelection{Config: rd.Config, RouteIDSecret: rd.Secret, InstanceID: rd.InstanceID, DepartAfter: rd.DepartAfter}
 	if rd.MaxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.MaxBodySize
 	}
-	// The precise path (module/kv.go).
+	// The precise path (module/kv.go, kvindex.Settings).
 	dials, schemes := make([]string, len(rd.upstreams)), make([]string, len(rd.upstreams))
 	for i, u := range rd.upstreams {
 		dials[i], schemes[i] = u.Dial, u.Scheme
@@ -551,7 +554,7 @@ func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
 	}
 	p.KV = kv
 	p.Integrity = rd.integ.config(rd.Token, rd.upstreams[0].Scheme)
-	p.Snapshot = rd.snap.config() // snapshot.go
+	p.Snapshot = rd.snap.config()
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {
 			if p.Profiles == nil {
@@ -562,3 +565,132 @@ func (rd *ramjetDirective) policy() (*RamjetSelection, error) {
 	}
 	return p, nil
 }
+
+// kvDirectiveOptions are the precise path's options of the ramjet
+// directive, each one line so that an environment variable can carry it:
+//
+//	kv_events    <upstream>=<tcp://events> ...   dial each engine's PUB socket
+//	kv_replay    <upstream>=<tcp://replay> ...   each engine's replay ROUTER socket
+//	kv_bind      <tcp://addr>                    or bind one SUB for every engine
+//	kv_topics    <upstream>=<topic> ...          each engine's topic (required with
+//	                                             kv_bind for more than one engine)
+//	kv_topic     <topic>                         the topic of every engine otherwise
+//	kv_block_size <tokens>                       the engines' KV block size
+//	tokenize_timeout <duration>                  the /tokenize preflight's timeout
+//
+// Lists are space- or comma-separated; an empty value (an unset
+// environment variable) keeps the default, and without kv_events or
+// kv_bind the precise path stays off. dp_ranks and the upstream's scheme
+// apply to the feeds too.
+var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "kv_bind": true,
+	"kv_topics": true, "kv_topic": true, "kv_block_size": true, "tokenize_timeout": true}
+
+// kvDirective is the parsed precise-path options of the ramjet directive.
+type kvDirective struct {
+	feeds           kvindex.FeedOptions
+	BlockSize       int               `json:"kv_block_size"`
+	TokenizeTimeout duration.Duration `json:"tokenize_timeout"`
+}
+
+// read reads option name of kvDirectiveOptions at d.
+func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name string) error {
+	if name == "kv_block_size" || name == "tokenize_timeout" {
+		return b.Option(d, name, k, name)
+	}
+	args := caddyblock.SplitList(d.RemainingArgs())
+	if _, err := k.feeds.Set(name, args); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// config returns the policy's kv settings for the upstreams (dial addresses,
+// schemes and ranks in upstream order), or nil when the precise path is
+// off.
+func (k *kvDirective) config(dials, schemes []string, ranks []int) (*kvindex.Settings, error) {
+	f := k.feeds
+	if !f.On() {
+		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || f.Topic != "" {
+			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
+		}
+		return nil, nil
+	}
+	engines, err := f.Feeds(dials, schemes, ranks)
+	if err != nil {
+		return nil, err
+	}
+	return &kvindex.Settings{Engines: engines, Topic: f.Topic, BlockSize: k.BlockSize, TokenizeTimeout: k.TokenizeTimeout}, nil
+}
+
+// integrityDirectiveOptions are the ramjet directive's integrity options
+// (deploy/Caddyfile drives them from RJ_* settings), each the field of
+// IntegrityConfig (or of its SpecDecodeConfig: "spec_decode <field>") of
+// that JSON name. A value left empty (an unset variable) keeps the
+// default; integrity is on when a pin is given or spec_decode is observe
+// or enforce.
+var integrityDirectiveOptions = map[string]string{
+	"integrity_model_sha256": "model_sha256", "integrity_template_sha256": "chat_template_sha256",
+	"integrity_tokenizer_sha256": "tokenizer_sha256", "integrity_interval": "interval",
+	"integrity_timeout": "timeout", "integrity_identity_path": "identity_path",
+	"spec_decode": "spec_decode mode", "spec_decode_window": "spec_decode window",
+	"spec_decode_windows": "spec_decode windows", "spec_decode_position": "spec_decode position",
+	"integrity_state_file": "spec_decode state_file", "integrity_key": "spec_decode commitment_key",
+}
+
+// integrityDirective collects the ramjet directive's integrity options.
+type integrityDirective struct {
+	c  integrity.Settings
+	sd integrity.SpecSettings
+}
+
+// read reads option name (field of integrityDirectiveOptions) at d.
+func (k *integrityDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name, field string) error {
+	if f, ok := strings.CutPrefix(field, "spec_decode "); ok {
+		return b.Option(d, name, &k.sd, f)
+	}
+	return b.Option(d, name, &k.c, field)
+}
+
+// config is the policy's integrity configuration, nil when off. token and
+// scheme are the directive's upstream token and the engines' scheme.
+func (k *integrityDirective) config(token, scheme string) *integrity.Settings {
+	if !k.c.Pins.Any() && k.sd.Mode == "" {
+		return nil
+	}
+	c := k.c
+	c.Access = upstream.Access{UpstreamToken: token, Scheme: scheme}
+	if k.sd.Mode != "" {
+		sd := k.sd
+		if sd.Mode != "enforce" {
+			sd.StateFile, sd.CommitmentKey = "", ""
+		}
+		c.Spec = &sd
+	}
+	return &c
+}
+
+// snapshotDirectiveOptions are the ramjet directive's snapshot options,
+// snapshot_<field> is SnapshotConfig's <field> (deploy/Caddyfile drives
+// them from RJ_* settings); snapshots are on when
+// snapshot_path is given. A value left empty keeps the default.
+var snapshotDirectiveOptions = map[string]bool{
+	"snapshot_path": true, "snapshot_interval": true, "snapshot_max_age": true, "snapshot_key": true,
+}
+
+// snapshotDirective collects the ramjet directive's snapshot options.
+type snapshotDirective struct {
+	c module.SnapshotConfig
+}
+
+// config is the policy's snapshot configuration, nil when off.
+func (k *snapshotDirective) config() *module.SnapshotConfig {
+	if k.c.Path == "" {
+		return nil
+	}
+	c := k.c
+	return &c
+}
+
+// deployEnvNames are the settings of the production configuration, read
+// from the embedded deploy/Caddyfile so that the list cannot drift from it.
+var deployEnvNames = envcheck.Names(deploy.Caddyfile)

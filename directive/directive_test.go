@@ -1,4 +1,4 @@
-package module
+package directive
 
 import (
 	"bytes"
@@ -218,5 +218,25 @@ func TestDeployCaddyfileAdapt(t *testing.T) {
 	}
 	if err := caddy.Validate(&cfg); err != nil {
 		t.Fatalf("provisioning deploy/Caddyfile: %v", err)
+	}
+}
+
+func TestClosestName(t *testing.T) {
+	tests := []struct{ give, want string }{
+		{"RJ_ALHPA", "RJ_ALPHA"},
+		{"RJ_UPSTREM", "RJ_UPSTREAM"},
+		{"RJ_UPSTREAM_TOKENS", "RJ_UPSTREAM_TOKEN"},
+		{"RJ_CLIENT_TOKEN", "RJ_CLIENT_TOKENS"},
+		{"RJ_COMPLETELY_DIFFERENT", ""},
+	}
+	for _, tt := range tests {
+		if got := envcheck.Closest(tt.give, deployEnvNames); got != tt.want {
+			t.Errorf("Closest(%s) = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+	for _, n := range []string{"RJ_UPSTREAM", "RJ_ALPHA", "RJ_LISTEN", "RJ_METRICS_LISTEN", "RJ_UPSTREAM_TOKEN", "RJ_ALLOW_PATHS"} {
+		if !deployEnvNames[n] {
+			t.Errorf("%s is not among the names read from deploy/Caddyfile", n)
+		}
 	}
 }
