@@ -107,7 +107,10 @@ type ramjetDirective struct {
 	AllowPaths        []string       `json:"allow_paths"`
 	InstanceID        string         `json:"instance_id"`
 	DepartAfter       caddy.Duration `json:"depart_after"`
-	selection.Config                 // the routing knobs given
+	// SessionShadow is the session key header of the session-affinity
+	// shadow telemetry (integrity.ShadowSettings); empty keeps it off.
+	SessionShadow    string `json:"session_shadow"`
+	selection.Config        // the routing knobs given
 
 	kv    kvDirective        // the precise path's options
 	integ integrityDirective // engine integrity's options
@@ -135,6 +138,7 @@ type ramjetDirective struct {
 //	    write_timeout       <duration>|off
 //	    instance_id         <id>
 //	    depart_after        <duration>
+//	    session_shadow      <header>    (shadow telemetry, off when empty)
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
 //	    kv_bind <tcp://addr> | kv_topic <topic> | kv_block_size <tokens> |
@@ -555,6 +559,9 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 	p.KV = kv
 	p.Integrity = rd.integ.config(rd.Token, rd.upstreams[0].Scheme)
 	p.Snapshot = rd.snap.config()
+	if rd.SessionShadow != "" {
+		p.SessionShadow = &integrity.ShadowSettings{Header: rd.SessionShadow}
+	}
 	for i, u := range rd.upstreams {
 		if rd.profiles[i] == "speculative" {
 			if p.Profiles == nil {
