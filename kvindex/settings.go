@@ -109,7 +109,7 @@ func (c *Settings) SetDefaults() {
 	}
 }
 
-// validate rejects unusable settings, naming the field.
+// Validate rejects unusable settings, naming the field.
 func (c *Settings) Validate() error {
 	switch {
 	case len(c.Engines) == 0:
