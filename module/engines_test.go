@@ -1,9 +1,7 @@
 package module
 
 import (
-	"github.com/ramjet-llm/ramjet/enginemetrics"
-	"github.com/ramjet-llm/ramjet/fleetstate"
-
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +20,8 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/enginemetrics"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/upstream"
 )
 
@@ -244,6 +244,18 @@ func TestEngineMetricsStallAndGarbage(t *testing.T) {
 				metrics(w, r)
 				return
 			}
+			// The body is read whole first: the HTTP/1.x server closes the
+			// request body once the response starts, and the proxy's
+			// transport, still reading it for its EOF when the engine
+			// answers a stream, would then close its connection mid-stream
+			// (the test's stream ended in "unexpected EOF" about 1 run in 100).
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
 			proxy.ServeHTTP(w, r)
 		}))
 		t.Cleanup(srv.Close)

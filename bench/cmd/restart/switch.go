@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/module"
 	"github.com/ramjet-llm/ramjet/snapshot"
@@ -42,6 +46,22 @@ func startSwitch(addr string) (*switchFront, error) {
 		FlushInterval: -1,
 	}
 	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The body is read whole before proxying: an HTTP/1.x server closes
+		// the request body once the response starts, and the transport,
+		// still reading it for its EOF when the engine answers a stream,
+		// would then drop the connection mid-stream (bench/loadgen's front
+		// does the same).
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, loadgen.MaxFrontBody))
+		if err != nil {
+			code := http.StatusBadRequest
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				code = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, "switch: "+err.Error(), code)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
 		s.gate.RLock()
 		defer s.gate.RUnlock()
 		rp.ServeHTTP(w, r)
