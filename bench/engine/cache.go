@@ -93,11 +93,11 @@ type prefixCache struct {
 	lruLen int
 	head   *block // oldest
 	tail   *block
-	cached map[uint64]*block
+	cached blockTable
 }
 
 func newPrefixCache(total int) *prefixCache {
-	return &prefixCache{total: total, cached: make(map[uint64]*block)}
+	return &prefixCache{total: total}
 }
 
 func (c *prefixCache) free() int { return c.total - c.used - c.lruLen }
@@ -155,7 +155,7 @@ func (c *prefixCache) alloc(n int, removed []uint64) []uint64 {
 	for c.free() < n && c.head != nil {
 		b := c.head
 		c.lruRemove(b)
-		delete(c.cached, b.hash)
+		c.cached.del(b.hash)
 		removed = append(removed, b.hash)
 	}
 	c.used += n
@@ -164,6 +164,6 @@ func (c *prefixCache) alloc(n int, removed []uint64) []uint64 {
 
 // clear drops every cached block; sequences must hold none.
 func (c *prefixCache) clear() {
-	clear(c.cached)
+	c.cached.reset()
 	c.head, c.tail, c.lruLen = nil, nil, 0
 }

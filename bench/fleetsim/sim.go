@@ -186,13 +186,14 @@ func Run(cfg Config) (*Result, error) {
 		delete(children, id)
 	}
 
+	steps := newStepQueue(n)
+	nextStep := func(r int) (time.Duration, bool) { return engines[r].NextEventTime() }
 	for {
-		// The next engine step end, lowest replica first on ties.
-		nextE, which := time.Duration(math.MaxInt64), -1
-		for i, e := range engines {
-			if t, ok := e.NextEventTime(); ok && t < nextE {
-				nextE, which = t, i
-			}
+		// The next engine step end, lowest replica first on ties. Only
+		// the engines touched since the last event can have moved.
+		nextE, which := steps.refresh(nextStep)
+		if which < 0 {
+			nextE = time.Duration(math.MaxInt64)
 		}
 		nextA := time.Duration(math.MaxInt64)
 		if len(pending) > 0 {
@@ -208,6 +209,7 @@ func Run(cfg Config) (*Result, error) {
 			now = nextE
 			e := engines[which]
 			evs = e.AdvanceTo(now, evs[:0])
+			steps.touch(which)
 			for _, ev := range evs {
 				id := int(ev.ID)
 				rq := live[id]
@@ -251,6 +253,7 @@ func Run(cfg Config) (*Result, error) {
 		*rec = Record{ID: a.id, Replica: rep, Sent: now.Seconds(), Prompt: row.Input, Output: row.Output}
 		e := engines[rep]
 		e.AdvanceTo(now, nil) // an idle engine's clock catches up; a busy one's step ends later
+		steps.touch(rep)
 		err := e.Submit(engine.Request{ID: uint64(a.id), Prompt: rq.Prompt, MaxTokens: row.Output, Output: rq.Output})
 		fleet[rep].Routed++
 		res.Routed[rep]++
