@@ -94,10 +94,23 @@ type prefixCache struct {
 	head   *block // oldest
 	tail   *block
 	cached blockTable
+	spare  *block // evicted blocks for reuse, linked through next
 }
 
 func newPrefixCache(total int) *prefixCache {
-	return &prefixCache{total: total}
+	return &prefixCache{total: total, cached: blockTable{first: sizeFor(total)}}
+}
+
+// newBlock returns a cached block of hash h with one reference, reusing
+// an evicted one when there is one.
+func (c *prefixCache) newBlock(h uint64) *block {
+	b := c.spare
+	if b == nil {
+		return &block{hash: h, refs: 1}
+	}
+	c.spare = b.next
+	*b = block{hash: h, refs: 1}
+	return b
 }
 
 func (c *prefixCache) free() int { return c.total - c.used - c.lruLen }
@@ -157,6 +170,8 @@ func (c *prefixCache) alloc(n int, removed []uint64) []uint64 {
 		c.lruRemove(b)
 		c.cached.del(b.hash)
 		removed = append(removed, b.hash)
+		// Unreferenced (it was in the LRU list): no sequence holds it.
+		b.next, c.spare = c.spare, b
 	}
 	c.used += n
 	return removed

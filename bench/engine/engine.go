@@ -667,7 +667,7 @@ func (e *Engine) cacheFull(s *seq, now time.Duration) {
 			flush()
 			continue
 		}
-		b := &block{hash: h, refs: 1}
+		b := e.cache.newBlock(h)
 		e.cache.cached.put(h, b)
 		s.blocks[i] = b
 		if e.sink == nil {
