@@ -12,6 +12,11 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
+// synthBudget bounds the tokens a run keeps of the streams it synthesised
+// (4 bytes each: 64 MiB), so that a session's later turns copy their
+// context instead of recomputing it.
+const synthBudget = 1 << 24
+
 // Defaults of a run's fleet.
 const (
 	// DefaultMaxModelLen lets agent contexts pass 100k tokens (Qwen3-32B
@@ -154,7 +159,7 @@ func Run(cfg Config) (*Result, error) {
 	hashSeed := engines[0].Config().HashSeed
 
 	tr := w.Trace
-	synth := workload.Synth{Salt: cfg.Salt}
+	synth := workload.NewSynthCache(workload.Synth{Salt: cfg.Salt}, synthBudget)
 	children := make(map[int][]int)
 	var pending arrivals
 	for _, r := range tr {
