@@ -14,27 +14,13 @@ type blockTable struct {
 	vals []*block // nil: empty slot
 	n    int
 	mask uint64
-	// first is the size of the first allocation (a power of two), so
-	// that a cache that fills does not rehash its way up.
-	first int
 }
 
-// Bounds of a table's first allocation: 64 slots, up to 32,768 (512 KiB,
-// the slots 16,384 blocks need at half load: a 259,136-token cache of
-// 16-token blocks is 16,196).
-const (
-	blockTableMin   = 64
-	blockTableFirst = 1 << 15
-)
-
-// sizeFor returns the first allocation of a table for up to total blocks.
-func sizeFor(total int) int {
-	size := blockTableMin
-	for size < 2*total && size < blockTableFirst {
-		size *= 2
-	}
-	return size
-}
+// blockTableMin is a table's first size. Tables grow by doubling: sizing
+// them for the whole cache up front cost more (zeroing and scanning 512
+// KiB per replica at 256 replicas, most of them far from full) than the
+// rehashes it saved.
+const blockTableMin = 64
 
 // slot is the home slot of h. Chain hashes are xxhash outputs; the
 // multiplication spreads any regularity of other callers' keys as well.
@@ -106,7 +92,7 @@ func (t *blockTable) del(h uint64) {
 }
 
 func (t *blockTable) grow() {
-	size := max(blockTableMin, t.first, 2*len(t.vals))
+	size := max(blockTableMin, 2*len(t.vals))
 	keys, vals := t.keys, t.vals
 	t.keys, t.vals, t.n, t.mask = make([]uint64, size), make([]*block, size), 0, uint64(size-1)
 	for i, b := range vals {

@@ -98,7 +98,7 @@ type prefixCache struct {
 }
 
 func newPrefixCache(total int) *prefixCache {
-	return &prefixCache{total: total, cached: blockTable{first: sizeFor(total)}}
+	return &prefixCache{total: total}
 }
 
 // newBlock returns a cached block of hash h with one reference, reusing
