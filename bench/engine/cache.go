@@ -93,11 +93,24 @@ type prefixCache struct {
 	lruLen int
 	head   *block // oldest
 	tail   *block
-	cached map[uint64]*block
+	cached blockTable
+	spare  *block // evicted blocks for reuse, linked through next
 }
 
 func newPrefixCache(total int) *prefixCache {
-	return &prefixCache{total: total, cached: make(map[uint64]*block)}
+	return &prefixCache{total: total}
+}
+
+// newBlock returns a cached block of hash h with one reference, reusing
+// an evicted one when there is one.
+func (c *prefixCache) newBlock(h uint64) *block {
+	b := c.spare
+	if b == nil {
+		return &block{hash: h, refs: 1}
+	}
+	c.spare = b.next
+	*b = block{hash: h, refs: 1}
+	return b
 }
 
 func (c *prefixCache) free() int { return c.total - c.used - c.lruLen }
@@ -155,8 +168,10 @@ func (c *prefixCache) alloc(n int, removed []uint64) []uint64 {
 	for c.free() < n && c.head != nil {
 		b := c.head
 		c.lruRemove(b)
-		delete(c.cached, b.hash)
+		c.cached.del(b.hash)
 		removed = append(removed, b.hash)
+		// Unreferenced (it was in the LRU list): no sequence holds it.
+		b.next, c.spare = c.spare, b
 	}
 	c.used += n
 	return removed
@@ -164,6 +179,6 @@ func (c *prefixCache) alloc(n int, removed []uint64) []uint64 {
 
 // clear drops every cached block; sequences must hold none.
 func (c *prefixCache) clear() {
-	clear(c.cached)
+	c.cached.reset()
 	c.head, c.tail, c.lruLen = nil, nil, 0
 }

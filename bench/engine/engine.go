@@ -210,7 +210,7 @@ func (e *Engine) Stats() Stats {
 	s.SpecAcceptedPerPos = slices.Clone(e.stats.SpecAcceptedPerPos)
 	s.Now = e.clock
 	s.Running, s.Waiting = len(e.running), len(e.waiting)
-	s.UsedBlocks, s.CachedBlocks, s.TotalBlocks = e.cache.used, len(e.cache.cached), e.cache.total
+	s.UsedBlocks, s.CachedBlocks, s.TotalBlocks = e.cache.used, e.cache.cached.len(), e.cache.total
 	s.KVUsage = e.KVUsage()
 	for _, q := range [2][]*seq{e.waiting, e.running} {
 		for _, x := range q {
@@ -294,7 +294,7 @@ func (e *Engine) CachedPrefix(prompt []uint32) int {
 	n := 0
 	for i := 0; (i+1)*bs <= len(prompt)-1; i++ {
 		h := HashBlock(e.cfg.HashSeed, parent, prompt[i*bs:(i+1)*bs])
-		if _, ok := e.cache.cached[h]; !ok {
+		if e.cache.cached.get(h) == nil {
 			break
 		}
 		parent = h
@@ -522,8 +522,8 @@ func (e *Engine) admit(s *seq, budget int) bool {
 	bs := e.cfg.BlockSize
 	hits, inLRU := 0, 0
 	for ; (hits+1)*bs <= s.numTokens-1; hits++ {
-		b, ok := e.cache.cached[e.hashAt(s, hits)]
-		if !ok {
+		b := e.cache.cached.get(e.hashAt(s, hits))
+		if b == nil {
 			break
 		}
 		if b.refs == 0 {
@@ -537,7 +537,7 @@ func (e *Engine) admit(s *seq, budget int) bool {
 	}
 	s.blocks = s.blocks[:0]
 	for i := 0; i < hits; i++ {
-		b := e.cache.cached[s.hashes[i]]
+		b := e.cache.cached.get(s.hashes[i])
 		e.cache.ref(b)
 		s.blocks = append(s.blocks, b)
 	}
@@ -663,12 +663,12 @@ func (e *Engine) cacheFull(s *seq, now time.Duration) {
 	}
 	for i := s.nCached; i < full; i++ {
 		h := e.hashAt(s, i)
-		if _, dup := e.cache.cached[h]; dup || s.blocks[i] != nil {
+		if e.cache.cached.get(h) != nil || s.blocks[i] != nil {
 			flush()
 			continue
 		}
-		b := &block{hash: h, refs: 1}
-		e.cache.cached[h] = b
+		b := e.cache.newBlock(h)
+		e.cache.cached.put(h, b)
 		s.blocks[i] = b
 		if e.sink == nil {
 			continue

@@ -12,6 +12,11 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
+// synthBudget bounds the tokens a run keeps of the streams it synthesised
+// (4 bytes each: 64 MiB), so that a session's later turns copy their
+// context instead of recomputing it.
+const synthBudget = 1 << 24
+
 // Defaults of a run's fleet.
 const (
 	// DefaultMaxModelLen lets agent contexts pass 100k tokens (Qwen3-32B
@@ -154,7 +159,7 @@ func Run(cfg Config) (*Result, error) {
 	hashSeed := engines[0].Config().HashSeed
 
 	tr := w.Trace
-	synth := workload.Synth{Salt: cfg.Salt}
+	synth := workload.NewSynthCache(workload.Synth{Salt: cfg.Salt}, synthBudget)
 	children := make(map[int][]int)
 	var pending arrivals
 	for _, r := range tr {
@@ -186,13 +191,14 @@ func Run(cfg Config) (*Result, error) {
 		delete(children, id)
 	}
 
+	steps := newStepQueue(n)
+	nextStep := func(r int) (time.Duration, bool) { return engines[r].NextEventTime() }
 	for {
-		// The next engine step end, lowest replica first on ties.
-		nextE, which := time.Duration(math.MaxInt64), -1
-		for i, e := range engines {
-			if t, ok := e.NextEventTime(); ok && t < nextE {
-				nextE, which = t, i
-			}
+		// The next engine step end, lowest replica first on ties. Only
+		// the engines touched since the last event can have moved.
+		nextE, which := steps.refresh(nextStep)
+		if which < 0 {
+			nextE = time.Duration(math.MaxInt64)
 		}
 		nextA := time.Duration(math.MaxInt64)
 		if len(pending) > 0 {
@@ -208,6 +214,7 @@ func Run(cfg Config) (*Result, error) {
 			now = nextE
 			e := engines[which]
 			evs = e.AdvanceTo(now, evs[:0])
+			steps.touch(which)
 			for _, ev := range evs {
 				id := int(ev.ID)
 				rq := live[id]
@@ -251,6 +258,7 @@ func Run(cfg Config) (*Result, error) {
 		*rec = Record{ID: a.id, Replica: rep, Sent: now.Seconds(), Prompt: row.Input, Output: row.Output}
 		e := engines[rep]
 		e.AdvanceTo(now, nil) // an idle engine's clock catches up; a busy one's step ends later
+		steps.touch(rep)
 		err := e.Submit(engine.Request{ID: uint64(a.id), Prompt: rq.Prompt, MaxTokens: row.Output, Output: rq.Output})
 		fleet[rep].Routed++
 		res.Routed[rep]++

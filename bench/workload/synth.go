@@ -72,21 +72,31 @@ func (s Synth) BlockTokens(dst []uint32, id int64, n int) []uint32 {
 // Prompt appends r's prompt: r.Prefix group tokens (or, for a HashIDs row,
 // the tokens of each whole block), then the rest from its session's
 // stream.
-func (s Synth) Prompt(dst []uint32, r Request) []uint32 {
-	if len(r.HashIDs) > 0 {
-		for _, id := range r.HashIDs[:r.fullBlocks()] {
-			dst = s.BlockTokens(dst, id, r.BlockTokens)
-		}
-	} else {
-		dst = s.GroupTokens(dst, r.Group, 0, r.Prefix)
-	}
-	return s.SessionTokens(dst, r.Session, 0, r.ownTokens())
-}
+func (s Synth) Prompt(dst []uint32, r Request) []uint32 { return prompt(s, dst, r) }
 
 // Completion appends r's output: the r.Output session tokens that follow
 // its prompt.
-func (s Synth) Completion(dst []uint32, r Request) []uint32 {
-	return s.SessionTokens(dst, r.Session, r.ownTokens(), r.Output)
+func (s Synth) Completion(dst []uint32, r Request) []uint32 { return completion(s, dst, r) }
+
+// streamer appends tokens [off, off+n) of the stream of (kind, id): a
+// Synth computes them, a SynthCache copies what it computed before.
+type streamer interface {
+	stream64(dst []uint32, kind, id uint64, off, n int) []uint32
+}
+
+func prompt(s streamer, dst []uint32, r Request) []uint32 {
+	if len(r.HashIDs) > 0 {
+		for _, id := range r.HashIDs[:r.fullBlocks()] {
+			dst = s.stream64(dst, streamBlock, uint64(id), 0, r.BlockTokens)
+		}
+	} else {
+		dst = s.stream64(dst, streamGroup, uint64(r.Group), 0, r.Prefix)
+	}
+	return s.stream64(dst, streamSession, uint64(r.Session), 0, r.ownTokens())
+}
+
+func completion(s streamer, dst []uint32, r Request) []uint32 {
+	return s.stream64(dst, streamSession, uint64(r.Session), r.ownTokens(), r.Output)
 }
 
 // Role is who speaks a Segment.

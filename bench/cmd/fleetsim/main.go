@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -56,11 +57,26 @@ func run(args []string, stdout io.Writer) error {
 		routersS = fs.String("routers", "", "multi-router comparison: instance counts, comma-separated (e.g. 1,2,4); -policy then names "+strings.Join(fleetsim.MultiPolicyNames, ", ")+" (all: every one)")
 		front    = fs.String("front", "rr", "with -routers: the front balancer splitting traffic over the instances ("+strings.Join(fleetsim.FrontNames, ", ")+")")
 		engLd    = fs.Duration("engine-load", 0, "ramjet policies scrape each simulated engine's running/waiting/KV at this interval and add the load they did not reserve (the module's engine_metrics; 0: off)")
+		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	)
 	var mo workload.MooncakeOptions
 	mo.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return fmt.Errorf("cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
