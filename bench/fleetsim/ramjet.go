@@ -65,8 +65,8 @@ type Ramjet struct {
 func (p *Ramjet) SetTrace(w io.Writer) { p.trace = w }
 
 func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replica) {
-	fmt.Fprintf(p.trace, "id=%d at=%.3f sess=%d turn=%d group=%d in=%d out=%d -> %d %s/%s ov=%d best=%d |",
-		r.Row.ID, r.Row.At, r.Row.Session, r.Row.Turn, r.Row.Group, r.Row.Input, r.Row.Output,
+	fmt.Fprintf(p.trace, "id=%d now=%.3f at=%.3f sess=%d turn=%d group=%d in=%d out=%d -> %d %s/%s ov=%d best=%d |",
+		r.Row.ID, p.now.Seconds(), r.Row.At, r.Row.Session, r.Row.Turn, r.Row.Group, r.Row.Input, r.Row.Output,
 		d.Index, d.Reason, d.Tie, d.Overlap, d.BestOverlap)
 	for i := range p.s.Score {
 		if p.s.Score[i] != p.s.Score[i] {
@@ -368,7 +368,10 @@ func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int 
 
 func (*Ramjet) Routed(*Request, int) {}
 
-func (p *Ramjet) FirstToken(r *Request, _ int) {
+func (p *Ramjet) FirstToken(r *Request, rep int) {
+	if p.trace != nil {
+		fmt.Fprintf(p.trace, "first id=%d now=%.3f rep=%d\n", r.Row.ID, p.now.Seconds(), rep)
+	}
 	if res, ok := p.res[r.Row.ID]; ok {
 		res.PrefillDone()
 	}
