@@ -1,6 +1,9 @@
 package selection
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // routeResident routes a prompt of n blocks of family fam to the only
 // usable candidate i, so that its tokens stay resident there until res is
@@ -74,6 +77,52 @@ func TestPairWeightLingers(t *testing.T) {
 	routeResident(t, before, cands2, 0, 1, 250).Release()
 	if got := before.load(cands2[0].Slot, 8000); got != 0 {
 		t.Errorf("NoLinger: load after release = %v, want 0", got)
+	}
+}
+
+// Released context stops counting once nothing was released on its
+// replica for the linger TTL (the rounds of a burst are done; an agent
+// between turns is back within seconds), and a release after that starts
+// the count over; a negative TTL never expires.
+func TestPairWeightLingerExpires(t *testing.T) {
+	var now time.Duration
+	clock := func() time.Duration { return now }
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	rt.SetClock(clock)
+	sl := cands[0].Slot
+	rt.SetCapacity(sl, 16_000)
+	routeResident(t, rt, cands, 0, 1, 250).Release() // 4,000 tokens, ended at 0
+	now = DefaultLingerTTL - time.Millisecond
+	if got, want := rt.load(sl, 8000), 2*8000*4000/16000.0; got != want {
+		t.Errorf("load just before the TTL = %v, want %v (the context lingers)", got, want)
+	}
+	now = DefaultLingerTTL
+	if got := rt.load(sl, 8000); got != 0 {
+		t.Errorf("load at the TTL = %v, want 0 (the context expired)", got)
+	}
+	// A release past the TTL starts over: only its own context lingers.
+	routeResident(t, rt, cands, 0, 2, 100).Release() // 1,600 tokens
+	if got, want := rt.load(sl, 8000), 2*8000*1600/16000.0; got != want {
+		t.Errorf("load after a release past the TTL = %v, want %v", got, want)
+	}
+	// A release within the TTL refreshes what lingers on the replica (the
+	// reservation took its 1,600 tokens off, its release put them back).
+	now += DefaultLingerTTL / 2
+	routeResident(t, rt, cands, 0, 3, 100).Release()
+	now += DefaultLingerTTL/2 + time.Millisecond
+	if got, want := rt.load(sl, 8000), 2*8000*1600/16000.0; got != want {
+		t.Errorf("load after a refreshing release = %v, want %v", got, want)
+	}
+
+	forever, cands2 := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	forever = forever.WithOptions(Options{LingerTTL: -1})
+	forever.SetClock(clock)
+	forever.SetCapacity(cands2[0].Slot, 16_000)
+	now = 0
+	routeResident(t, forever, cands2, 0, 1, 250).Release()
+	now = time.Hour
+	if got, want := forever.load(cands2[0].Slot, 8000), 2*8000*4000/16000.0; got != want {
+		t.Errorf("LingerTTL < 0: load an hour after release = %v, want %v", got, want)
 	}
 }
 
@@ -168,10 +217,10 @@ func TestHomeKeepsContextWeight(t *testing.T) {
 	rt.SetCapacity(cands[0].Slot, 16_000)
 	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
 	defer res.Release()
-	if got, want := rt.loadPair(cands[0].Slot, 8000, false), 1+4000.0*4000/16000; got != want {
+	if got, want := rt.loadPair(cands[0].Slot, 8000, false, rt.lingerNow()), 1+4000.0*4000/16000; got != want {
 		t.Fatalf("home load = %v, want %v (request_cost + context term)", got, want)
 	}
-	if got, want := rt.loadPair(cands[0].Slot, 8000, true), 1+4000.0*4000/16000+4*8000.0*4000/16000; got != want {
+	if got, want := rt.loadPair(cands[0].Slot, 8000, true, rt.lingerNow()), 1+4000.0*4000/16000+4*8000.0*4000/16000; got != want {
 		t.Fatalf("load = %v, want %v", got, want)
 	}
 }

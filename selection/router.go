@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -151,11 +152,21 @@ type loadCell struct {
 	inflight atomic.Int64
 	pending  atomic.Int64
 	resident atomic.Int64  // prompt tokens of the in-flight requests, until release
-	kvtokens atomic.Int64  // the replica's KV capacity in tokens (0: unknown)
+	kvtokens atomic.Int32  // the replica's KV capacity in tokens (0: unknown), at most MaxInt32
+	lingerAt atomic.Uint32 // the router's clock (ms, wrapping) at the last release that added to linger
 	ext      extCell       // engine-reported load of others (SetExternalLoad)
 	gen      atomic.Uint32 // bumped by Unregister: older reservations no longer count
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
+
+// DefaultLingerTTL is how long released context keeps counting in the pair
+// term after the replica's last release (Options.LingerTTL): a closed-loop
+// agent or a conversation comes back within seconds (tool calls, think
+// time); context whose owner has not been back for that long is presumed
+// done, as the rounds of a burst are, and no longer pushes new requests
+// off an idle replica. Chosen in the fleet simulation (bench/EXPERIMENTS.md
+// section 9).
+const DefaultLingerTTL = 20 * time.Second
 
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
 // registered at once.
@@ -204,6 +215,10 @@ type Options struct {
 	// NoLinger leaves released contexts out of the pair_weight term's
 	// resident tokens (the rule before: in-flight requests only).
 	NoLinger bool
+	// LingerTTL is how long released context counts after the replica's
+	// last release: 0 is DefaultLingerTTL, negative forever (until new
+	// requests take it off: the rule of the 2026-12-02 04:00 session).
+	LingerTTL time.Duration
 	// OverflowWeight adds, per token of KV a replica lacks to run the
 	// request beside its in-flight ones (past its capacity the engine
 	// must queue or preempt and recompute),
@@ -236,6 +251,10 @@ type shared struct {
 	loads [MaxReplicas]loadCell
 
 	spread atomic.Uint64 // this instance's spill position (SetInstance)
+
+	// clock is the time since the Router was made (SetClock), read by
+	// the pair term's lingering context.
+	clock func() time.Duration
 }
 
 // NewRouter returns a Router for cfg, with defaults filled in.
@@ -244,14 +263,41 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	return &Router{
 		cfg: cfg,
 		x:   NewExtractor(cfg),
 		shared: &shared{
 			idx:   NewIndex(cfg.IndexBudget),
 			slots: make(map[string]Slot),
+			clock: func() time.Duration { return time.Since(start) },
 		},
 	}, nil
+}
+
+// SetClock replaces the Router's clock (default: the monotonic time since
+// NewRouter) with now, e.g. a simulation's virtual time. Call it before
+// the Router is used; Routers retuned from one another share it.
+func (rt *Router) SetClock(now func() time.Duration) { rt.clock = now }
+
+// clockMS is the Router's clock in milliseconds, wrapping at 2^32 (about
+// 49 days): lingering context compares ages, never absolute times.
+func (rt *Router) clockMS() uint32 { return uint32(rt.clock() / time.Millisecond) }
+
+// lingerOn reports whether released context counts in the pair term, and
+// its time to live in ms (0: forever).
+func (rt *Router) lingerOn() (bool, uint32) {
+	if rt.opt.NoLinger || rt.cfg.PairWeight == 0 {
+		return false, 0
+	}
+	switch ttl := rt.opt.LingerTTL; {
+	case ttl < 0:
+		return true, 0
+	case ttl == 0:
+		return true, uint32(DefaultLingerTTL / time.Millisecond)
+	default:
+		return true, uint32(min(ttl/time.Millisecond, math.MaxUint32))
+	}
 }
 
 // IndexShape is the part of c that the index and the fingerprints depend
@@ -365,7 +411,7 @@ func (rt *Router) applyCapacity(s Slot) {
 		blocks = max(1, tokens/int64(rt.cfg.BlockTokens))
 	}
 	rt.idx.SetCapacity(s, blocks)
-	rt.loads[s].kvtokens.Store(tokens)
+	rt.loads[s].kvtokens.Store(int32(min(tokens, math.MaxInt32)))
 }
 
 // Unregister forgets the replica named key (it left the fleet): its index
@@ -444,11 +490,22 @@ const AssumedKVTokens = 1 << 18
 // tokens: the reservations (in-flight x request_cost + pending prefill),
 // the engine-reported load of others, and the decode side
 // (Config.ContextWeight, Config.PairWeight, Options.OverflowWeight).
-func (rt *Router) load(s Slot, prompt int) float64 { return rt.loadPair(s, prompt, true) }
+func (rt *Router) load(s Slot, prompt int) float64 {
+	return rt.loadPair(s, prompt, true, rt.lingerNow())
+}
+
+// lingerNow is the clock reading loadPair takes (any value when released
+// context does not count).
+func (rt *Router) lingerNow() uint32 {
+	if on, ttl := rt.lingerOn(); on && ttl > 0 {
+		return rt.clockMS()
+	}
+	return 0
+}
 
 // loadPair is load with the pair_weight term left out unless pairOn (the
-// request's home is exempt from it).
-func (rt *Router) loadPair(s Slot, prompt int, pairOn bool) float64 {
+// request's home is exempt from it); now is lingerNow's reading.
+func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32) float64 {
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load())
@@ -456,7 +513,7 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool) float64 {
 		return ld
 	}
 	r := c.resident.Load() + c.extKV()
-	kv := c.kvtokens.Load()
+	kv := int64(c.kvtokens.Load())
 	if kv <= 0 {
 		kv = AssumedKVTokens
 	}
@@ -466,8 +523,15 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool) float64 {
 	}
 	// The pair term also counts the context of requests that ended on r
 	// and whose successor has not come yet (c.linger): a closed-loop agent
-	// between turns still holds its context there and will be back.
-	if pres := res + float64(c.linger.Load()); pres > 0 && pairOn {
+	// between turns still holds its context there and will be back. Once
+	// nothing was released on r for the linger TTL, it is presumed done.
+	pres := res
+	if on, ttl := rt.lingerOn(); on && pairOn {
+		if lg := c.linger.Load(); lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
+			pres += float64(lg)
+		}
+	}
+	if pres > 0 && pairOn {
 		if rt.opt.PairSat {
 			pres = min(pres, capa)
 		}
@@ -562,6 +626,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
+	now := rt.lingerNow()
 	prompt := f.PromptTokens(rt.cfg)
 	want, wantSet := ProfileStandard, f.MaxTokens > 0
 	if f.MaxTokens >= cfg.LongOutputTokens {
@@ -598,7 +663,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			continue
 		}
 		ov := s.Overlap[i]
-		ld := rt.loadPair(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0)
+		ld := rt.loadPair(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now)
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
 		if wantSet && c.Profile == want {
 			sc += bonus
@@ -758,10 +823,18 @@ func (r *Reservation) Release() bool {
 	}
 	if r.resident != 0 {
 		c.resident.Add(-r.resident)
-		if !r.rt.opt.NoLinger {
-			kv := c.kvtokens.Load()
+		if on, ttl := r.rt.lingerOn(); on {
+			kv := int64(c.kvtokens.Load())
 			if kv <= 0 {
 				kv = AssumedKVTokens
+			}
+			if ttl > 0 {
+				// What lingered past the TTL is done: start over.
+				now := r.rt.clockMS()
+				if now-c.lingerAt.Load() >= ttl {
+					c.linger.Store(0)
+				}
+				c.lingerAt.Store(now)
 			}
 			addCap(&c.linger, int32(min(r.resident, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
 		}

@@ -35,6 +35,7 @@ var simEpoch = time.Unix(0, 0)
 // ramjet instances in front of one fleet (each its own Ramjet) call it
 // with the same fleet: each then sees the others' requests.
 func (p *Ramjet) ScrapeEngines(now time.Duration, fleet []*Replica) {
+	p.now = now // the router's clock (lingering context)
 	iv := p.setup.EngineLoad
 	if iv <= 0 || now < p.nextScrape {
 		return

@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -45,10 +46,37 @@ type Ramjet struct {
 	// extSeen sums the external requests the scrapes found.
 	nextScrape time.Duration
 	extSeen    int64
-	scrapes    int
+	// now is the simulated time of the event being handled (ScrapeEngines
+	// hears it before every event): the router's clock.
+	now     time.Duration
+	scrapes int
 
 	// Reasons counts decisions by reason.
 	Reasons map[string]int
+
+	// trace, when set, receives one line per decision (SetTrace).
+	trace io.Writer
+}
+
+// SetTrace makes the policy write one line per decision to w: the
+// request, the chosen replica and reason, and every usable candidate's
+// overlap, load and score (explain's figures), for finding where a rule
+// sends what. nil turns it off.
+func (p *Ramjet) SetTrace(w io.Writer) { p.trace = w }
+
+func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replica) {
+	fmt.Fprintf(p.trace, "id=%d now=%.3f at=%.3f sess=%d turn=%d group=%d in=%d out=%d -> %d %s/%s ov=%d best=%d |",
+		r.Row.ID, p.now.Seconds(), r.Row.At, r.Row.Session, r.Row.Turn, r.Row.Group, r.Row.Input, r.Row.Output,
+		d.Index, d.Reason, d.Tie, d.Overlap, d.BestOverlap)
+	for i := range p.s.Score {
+		if p.s.Score[i] != p.s.Score[i] {
+			continue
+		}
+		inf, pend := p.rt.Load(p.cands[i].Slot)
+		fmt.Fprintf(p.trace, " %d:ov%d/ld%.0f/sc%.0f/n%d/p%d/run%d/wait%d", i, p.s.Overlap[i], p.s.Load[i], p.s.Score[i],
+			inf, pend, fleet[i].Running(), fleet[i].Waiting())
+	}
+	fmt.Fprintln(p.trace)
 }
 
 // NewRamjet returns a ramjet policy with cfg (zero fields take the
@@ -93,7 +121,8 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // context_weight, pw pair_weight, ow overflow_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, and the pair term's forms
-// paireverywhere, pairshare, pairsqrt, pairsat, nolinger). ok is false when
+// paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
+// TTL in seconds, negative: forever). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
 func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	if setup, found := ramjetVariants[name]; found {
@@ -145,6 +174,11 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.PairEverywhere = true
 		case "nolinger":
 			setup.Options.NoLinger = true
+		case "lt":
+			setup.Options.LingerTTL = seconds(x)
+			if x < 0 {
+				setup.Options.LingerTTL = -1
+			}
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
@@ -172,7 +206,7 @@ func newRamjet(cfg selection.Config, opt selection.Options, label string) (*Ramj
 	if err != nil {
 		return nil, fmt.Errorf("%s policy: %w", label, err)
 	}
-	return &Ramjet{
+	p := &Ramjet{
 		rt:      rt.WithOptions(opt),
 		setup:   RamjetSetup{Options: opt},
 		f:       rt.Extractor().NewFeatures(),
@@ -181,8 +215,16 @@ func newRamjet(cfg selection.Config, opt selection.Options, label string) (*Ramj
 		seed:    xxhash.Sum64String("model\x00"),
 		label:   label,
 		Reasons: make(map[string]int),
-	}, nil
+		trace:   RamjetTrace,
+	}
+	rt.SetClock(func() time.Duration { return p.now })
+	return p, nil
 }
+
+// RamjetTrace, when set, receives every ramjet policy's decision lines
+// (Ramjet.SetTrace); fleetsim's -decisions sets it (with -parallel 1, so
+// that runs do not interleave).
+var RamjetTrace io.Writer
 
 // NewRamjetMarginal returns the "ramjet-marginal" variant: a proposal,
 // not ramjet's rule. It is Route with selection.Options.Marginal:
@@ -316,6 +358,9 @@ func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int 
 	}
 	d, res := p.rt.Route(f, cands, p.s, a, nil)
 	p.s.Tokens = nil
+	if p.trace != nil {
+		p.traceDecision(r, d, fleet)
+	}
 	p.Reasons[d.Reason.String()]++
 	p.res[r.Row.ID] = res
 	return d.Index
@@ -323,7 +368,10 @@ func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int 
 
 func (*Ramjet) Routed(*Request, int) {}
 
-func (p *Ramjet) FirstToken(r *Request, _ int) {
+func (p *Ramjet) FirstToken(r *Request, rep int) {
+	if p.trace != nil {
+		fmt.Fprintf(p.trace, "first id=%d now=%.3f rep=%d\n", r.Row.ID, p.now.Seconds(), rep)
+	}
 	if res, ok := p.res[r.Row.ID]; ok {
 		res.PrefillDone()
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -56,6 +57,7 @@ func run(args []string, stdout io.Writer) error {
 
 		routersS = fs.String("routers", "", "multi-router comparison: instance counts, comma-separated (e.g. 1,2,4); -policy then names "+strings.Join(fleetsim.MultiPolicyNames, ", ")+" (all: every one)")
 		front    = fs.String("front", "rr", "with -routers: the front balancer splitting traffic over the instances ("+strings.Join(fleetsim.FrontNames, ", ")+")")
+		decide   = fs.String("decisions", "", "write every ramjet decision (request, choice, each replica's overlap/load/score) to this file; forces -parallel 1")
 		engLd    = fs.Duration("engine-load", 0, "ramjet policies scrape each simulated engine's running/waiting/KV at this interval and add the load they did not reserve (the module's engine_metrics; 0: off)")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	)
@@ -85,6 +87,18 @@ func run(args []string, stdout io.Writer) error {
 	}
 	fleetsim.RamjetContextWeight = *ctxW
 	fleetsim.RamjetEngineLoad = *engLd
+	if *decide != "" {
+		f, err := os.Create(*decide)
+		if err != nil {
+			return fmt.Errorf("decisions: %w", err)
+		}
+		defer f.Close()
+		bw := bufio.NewWriter(f)
+		defer bw.Flush()
+		fleetsim.RamjetTrace = bw
+		defer func() { fleetsim.RamjetTrace = nil }()
+		*parallel = 1
+	}
 	names := workload.Names
 	switch {
 	case *traceF != "" && !set["workload"]:
