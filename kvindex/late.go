@@ -1,7 +1,6 @@
 package kvindex
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -188,10 +187,10 @@ func (l *Late) predictLocked() {
 // tokenizes on the CPUs its serving shares, a /tokenize of the same long
 // prompt at the same moment delays the request's own first token, and
 // the precise decision that routed the request already holds its
-// prefix's blocks. req's raw fields are copied (the body's buffer is the
-// request's).
+// prefix's blocks. The call's body is built now (req slices the client's
+// body, whose buffer is the request's).
 func (p *Precise) deferLate(key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix) *Late {
-	req.Messages, req.Tools = bytes.Clone(req.Messages), bytes.Clone(req.Tools)
+	body := req.body()
 	l := &Late{p: p, slot: -1, held: -1, probe: probe}
 	l.start = func() {
 		base, err := p.tokenizeBase(key)
@@ -199,7 +198,7 @@ func (p *Precise) deferLate(key uint64, req TokenizeRequest, probe func() (selec
 			l.arrived(nil, err)
 			return
 		}
-		toks, c, err := p.tk.Start(base, key, req)
+		toks, c, err := p.tk.start(base, key, func() []byte { return body })
 		if c == nil {
 			if toks != nil {
 				p.learned(m, toks)
@@ -218,15 +217,15 @@ func (p *Precise) deferLate(key uint64, req TokenizeRequest, probe func() (selec
 }
 
 // FirstByte reports that the request's response began: a tokenization
-// deferred until then (deferLate) is sent. Safe to call more than once
-// and from any goroutine.
+// deferred until then (deferLate) is sent, from its own goroutine (not
+// the response's). Safe to call more than once and from any goroutine.
 func (l *Late) FirstByte() {
 	l.mu.Lock()
 	start := l.start
 	l.start = nil
 	l.mu.Unlock()
 	if start != nil {
-		start()
+		go start()
 	}
 }
 

@@ -262,6 +262,12 @@ type Call = tokCall
 // started preflight runs on its own goroutine, bounded by
 // max(Timeout, LateTimeout), whatever its callers do.
 func (t *Tokenizer) Start(base string, key uint64, req TokenizeRequest) ([]uint32, *Call, error) {
+	return t.start(base, key, req.body)
+}
+
+// start is Start with the request's body built by body, only when a call
+// is sent.
+func (t *Tokenizer) start(base string, key uint64, body func() []byte) ([]uint32, *Call, error) {
 	t.mu.Lock()
 	if el, ok := t.byKey[key]; ok {
 		t.lru.MoveToFront(el)
@@ -286,10 +292,10 @@ func (t *Tokenizer) Start(base string, key uint64, req TokenizeRequest) ([]uint3
 	t.inflight[key] = c
 	t.mu.Unlock()
 	t.misses.Add(1)
-	// The body is built here, not in the goroutine: req slices the
-	// client's body, whose buffer is the request's and may be recycled
-	// once it ends, while the call may outlive it.
-	go t.run(c, base, key, req.body())
+	// The body is built here, not in the goroutine: a request's fields
+	// slice the client's body, whose buffer is the request's and may be
+	// recycled once it ends, while the call may outlive it.
+	go t.run(c, base, key, body())
 	return nil, c, nil
 }
 
