@@ -275,24 +275,9 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 			pre = &r
 		}
 	}
-	used := 0
-	for up, c := range rep.Upstreams {
-		if c > 0 && up != "(none)" {
-			used++
-		}
-	}
-	return Row{
-		Workload: w.Name, Policy: pol,
-		Requests: rep.Requests, OK: rep.Completed, Failed: rep.Failed, NotSent: rep.NotSent,
-		Cached:  rep.CachedShare,
-		TTFTp50: rep.TTFT.P50 / 1000 * ts, TTFTp95: rep.TTFT.P95 / 1000 * ts, TTFTp99: rep.TTFT.P99 / 1000 * ts,
-		OutputTPS:    rep.OutputTokensPerSec / ts,
-		ReplicasUsed: used, MaxMeanLoad: rep.SpreadOver(n),
-		DensityDrift: rep.Density.MedianDrift,
-		WallSeconds:  time.Since(start).Seconds(),
-		Report:       rep,
-		Preflight:    pre,
-	}, nil
+	row := reportRow(w.Name, pol, n, ts, rep, time.Since(start))
+	row.Preflight = pre
+	return row, nil
 }
 
 // siteFor is the Caddy site "lb" of policy pol over the engines sims at

@@ -136,6 +136,14 @@ func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacit
 	if st := ps.cmds[0].ProcessState; st != nil {
 		caddyCPU = (st.UserTime() + st.SystemTime()).Seconds()
 	}
+	row := reportRow(w.Name, pol+" (caddy process)", n, ts, rep, wall)
+	row.CaddyCPUSeconds = caddyCPU
+	return row, nil
+}
+
+// reportRow is the row of a run of w labelled policy over n replicas at
+// time scale ts: the report's figures in simulated time.
+func reportRow(wl, policy string, n int, ts float64, rep *loadgen.Report, wall time.Duration) Row {
 	used := 0
 	for up, c := range rep.Upstreams {
 		if c > 0 && up != "(none)" {
@@ -143,17 +151,16 @@ func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacit
 		}
 	}
 	return Row{
-		Workload: w.Name, Policy: pol + " (caddy process)",
+		Workload: wl, Policy: policy,
 		Requests: rep.Requests, OK: rep.Completed, Failed: rep.Failed, NotSent: rep.NotSent,
 		Cached:  rep.CachedShare,
 		TTFTp50: rep.TTFT.P50 / 1000 * ts, TTFTp95: rep.TTFT.P95 / 1000 * ts, TTFTp99: rep.TTFT.P99 / 1000 * ts,
 		OutputTPS:    rep.OutputTokensPerSec / ts,
 		ReplicasUsed: used, MaxMeanLoad: rep.SpreadOver(n),
-		DensityDrift:    rep.Density.MedianDrift,
-		WallSeconds:     wall.Seconds(),
-		Report:          rep,
-		CaddyCPUSeconds: caddyCPU,
-	}, nil
+		DensityDrift: rep.Density.MedianDrift,
+		WallSeconds:  wall.Seconds(),
+		Report:       rep,
+	}
 }
 
 // profileChunks fetches CPU profiles of chunk length from the admin
