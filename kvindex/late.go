@@ -50,6 +50,10 @@ type Late struct {
 	held   Replica // the replica Held for, -1 none
 	keys   []uint64
 	probe  func() (selection.Slot, bool)
+	// start, set on a request routed on a cached message prefix
+	// (deferLate), sends its tokenization: at its first response byte
+	// (FirstByte) or its end, whichever comes first.
+	start func()
 }
 
 // Preflight is Tokenize for one request on its way to Route: the tokens
@@ -59,13 +63,12 @@ type Late struct {
 // the handle the request's decision once it is made (it is asked when
 // the tokens arrive; Late.Routed tells it too).
 func (p *Precise) Preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
-	return p.preflight(ctx, key, req, probe, msgPrefix{}, false)
+	return p.preflight(ctx, key, req, probe, msgPrefix{})
 }
 
 // preflight is Preflight that also teaches the message-prefix cache (m:
-// what it knew of req's messages) with the tokens, and, with now, does
-// not wait: a preflight in flight comes back as a Late handle at once.
-func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix, now bool) ([]uint32, *Late, error) {
+// what it knew of req's messages) with the tokens.
+func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix) ([]uint32, *Late, error) {
 	base, err := p.tokenizeBase(key)
 	if err != nil || base == "" {
 		return nil, nil, err
@@ -86,11 +89,6 @@ func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest
 				p.learned(m, toks)
 			}
 		})
-	}
-	if now {
-		l := &Late{p: p, slot: -1, held: -1, probe: probe}
-		p.tk.Then(c, l.arrived)
-		return nil, l, nil
 	}
 	t0 := time.Now()
 	toks, err = p.tk.Wait(ctx, c)
@@ -181,9 +179,61 @@ func (l *Late) predictLocked() {
 	l.p.late[LatePredicted].Add(1)
 }
 
+// deferLate is the Late handle of a request routed on a cached message
+// prefix m without waiting: its own tokenization (which teaches the cache
+// the tokens of its messages, for the next turn, and checks the prefix)
+// is sent only once the request's first response byte came (FirstByte) or
+// it ended, not while the engine computes its prompt: on an engine that
+// tokenizes on the CPUs its serving shares, a /tokenize of the same long
+// prompt at the same moment delays the request's own first token, and
+// the precise decision that routed the request already holds its
+// prefix's blocks. The call's body is built now (req slices the client's
+// body, whose buffer is the request's).
+func (p *Precise) deferLate(key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix) *Late {
+	body := req.body()
+	l := &Late{p: p, slot: -1, held: -1, probe: probe}
+	l.start = func() {
+		base, err := p.tokenizeBase(key)
+		if err != nil {
+			l.arrived(nil, err)
+			return
+		}
+		toks, c, err := p.tk.start(base, key, func() []byte { return body })
+		if c == nil {
+			if toks != nil {
+				p.learned(m, toks)
+			}
+			l.arrived(toks, err)
+			return
+		}
+		p.tk.Then(c, func(toks []uint32, err error) {
+			if err == nil {
+				p.learned(m, toks)
+			}
+		})
+		p.tk.Then(c, l.arrived)
+	}
+	return l
+}
+
+// FirstByte reports that the request's response began: a tokenization
+// deferred until then (deferLate) is sent, from its own goroutine (not
+// the response's). Safe to call more than once and from any goroutine.
+func (l *Late) FirstByte() {
+	l.mu.Lock()
+	start := l.start
+	l.start = nil
+	l.mu.Unlock()
+	if start != nil {
+		go start()
+	}
+}
+
 // End reports the request's end: the predictions the late tokens made
-// live PredictGrace more unless confirmed. Safe to call more than once.
+// live PredictGrace more unless confirmed, and a tokenization still
+// deferred is sent (to teach the cache). Safe to call more than once.
 func (l *Late) End() {
+	l.FirstByte()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended {

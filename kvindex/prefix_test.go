@@ -159,8 +159,9 @@ func chatBody(msgs ...string) []byte {
 // tokenization, each conversation's from its own); once four of them
 // agreed with their full tokenizations, a new question under the prompt,
 // and a conversation's next turn, are routed on their cached prefix at
-// once while the engine has not answered yet. Under a template that keeps
-// no prefix the comparisons disagree and requests keep waiting.
+// once while the engine has not answered yet, their own preflights sent
+// only when their responses begin. Under a template that keeps no prefix
+// the comparisons disagree and requests keep waiting.
 func TestPreflightMessagePrefix(t *testing.T) {
 	for _, reversed := range []bool{false, true} {
 		t.Run("reversed="+strconv.FormatBool(reversed), func(t *testing.T) {
@@ -244,6 +245,14 @@ func TestPreflightMessagePrefix(t *testing.T) {
 			if routed, _, _ := p.PrefixStats(); routed != 2 {
 				t.Fatalf("routed by a prefix: %d, want 2", routed)
 			}
+			// Their own preflights wait for the responses to begin (the
+			// first token), off the engine's way to it.
+			if got := srv.calls.Load(); got != calls {
+				t.Fatalf("%d preflights sent before the responses began, want 0", got-calls)
+			}
+			late.FirstByte()
+			late2.FirstByte()
+			late2.FirstByte() // once
 			eventually(t, "both preflights sent", func() bool { return srv.calls.Load() == calls+2 })
 			close(gate)
 			// Their answers teach the cache: the next turn's own tokens
@@ -251,11 +260,16 @@ func TestPreflightMessagePrefix(t *testing.T) {
 			eventually(t, "late answers learned", func() bool { _, agreed, _ := p.PrefixStats(); return agreed == prefixTrustChecks+2 })
 			late.End()
 			late2.End()
+			calls = srv.calls.Load()
 			toks, late, err = preflight(time.Minute, sys, "q1", "the reply", "and then?", "more", "last")
-			if want := withReply(sys, "q1", "the reply", "and then?"); err != nil || !slices.Equal(toks, want) {
+			if want := withReply(sys, "q1", "the reply", "and then?"); err != nil || late == nil || !slices.Equal(toks, want) {
 				t.Fatalf("third turn: tokens %v, late %v, err %v; want the second turn's %v", toks, late, err, want)
 			}
+			// A request that ends before any response byte still sends
+			// its deferred preflight, which teaches the cache its turn.
 			late.End()
+			eventually(t, "deferred preflight sent at the end", func() bool { return srv.calls.Load() == calls+1 })
+			eventually(t, "third turn learned", func() bool { _, agreed, _ := p.PrefixStats(); return agreed == prefixTrustChecks+3 })
 		})
 	}
 }

@@ -22,7 +22,8 @@ import (
 // A chat whose first messages were tokenized before (the message-prefix
 // cache, prefix.go) does not wait once cached prefixes proved to be the
 // engine's: it returns the prefix's tokens at once, to route on, with the
-// Late handle of its own preflight.
+// Late handle of its own preflight, which is sent once the request's
+// response begins (Late.FirstByte) or it ends (deferLate).
 func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body []byte, f *selection.Features, timeout time.Duration, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
 	key := xxhash.Sum64(body)
 	if toks, ok := p.Tokenizer().Cached(key); ok {
@@ -39,15 +40,14 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 			return m.tokens, nil, nil // the same messages, model and tools
 		}
 		if m.k > 0 && p.pfx.trusted.Load() {
-			toks, late, err := p.preflight(ctx, key, req, probe, m, true)
-			if toks != nil {
-				return toks, nil, nil
+			if _, err := p.tokenizeBase(key); err != nil {
+				return nil, nil, err
 			}
 			p.pfx.routed.Add(1)
-			return m.tokens, late, err
+			return m.tokens, p.deferLate(key, req, probe, m), nil
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return p.preflight(ctx, key, req, probe, m, false)
+	return p.preflight(ctx, key, req, probe, m)
 }

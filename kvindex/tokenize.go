@@ -262,6 +262,12 @@ type Call = tokCall
 // started preflight runs on its own goroutine, bounded by
 // max(Timeout, LateTimeout), whatever its callers do.
 func (t *Tokenizer) Start(base string, key uint64, req TokenizeRequest) ([]uint32, *Call, error) {
+	return t.start(base, key, req.body)
+}
+
+// start is Start with the request's body built by body, only when a call
+// is sent.
+func (t *Tokenizer) start(base string, key uint64, body func() []byte) ([]uint32, *Call, error) {
 	t.mu.Lock()
 	if el, ok := t.byKey[key]; ok {
 		t.lru.MoveToFront(el)
@@ -286,14 +292,17 @@ func (t *Tokenizer) Start(base string, key uint64, req TokenizeRequest) ([]uint3
 	t.inflight[key] = c
 	t.mu.Unlock()
 	t.misses.Add(1)
-	go t.run(c, base, key, req)
+	// The body is built here, not in the goroutine: a request's fields
+	// slice the client's body, whose buffer is the request's and may be
+	// recycled once it ends, while the call may outlive it.
+	go t.run(c, base, key, body())
 	return nil, c, nil
 }
 
-func (t *Tokenizer) run(c *tokCall, base string, key uint64, req TokenizeRequest) {
+func (t *Tokenizer) run(c *tokCall, base string, key uint64, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(t.cfg.Timeout, t.cfg.LateTimeout))
 	start := time.Now()
-	tokens, err := t.fetch(ctx, base, req)
+	tokens, err := t.fetch(ctx, base, body)
 	missed := err != nil || time.Since(start) > t.cfg.Timeout
 	cancel()
 	<-t.sem
@@ -465,8 +474,12 @@ func (r TokenizeRequest) appendJSON(dst []byte) []byte {
 	return append(dst, `,"add_generation_prompt":true}`...)
 }
 
-func (t *Tokenizer) fetch(ctx context.Context, base string, req TokenizeRequest) ([]uint32, error) {
-	body := req.appendJSON(make([]byte, 0, len(req.Model)+len(req.Messages)+len(req.Tools)+len(req.Prompt)+64))
+// body is the /tokenize request body of r (appendJSON).
+func (r TokenizeRequest) body() []byte {
+	return r.appendJSON(make([]byte, 0, len(r.Model)+len(r.Messages)+len(r.Tools)+len(r.Prompt)+64))
+}
+
+func (t *Tokenizer) fetch(ctx context.Context, base string, body []byte) ([]uint32, error) {
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/tokenize", bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("tokenize request: %w", err)

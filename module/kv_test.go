@@ -263,6 +263,14 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 	if hits != turnsAfterFirst {
 		t.Errorf("%d of %d later turns found cached tokens", hits, turnsAfterFirst)
 	}
+	// Later requests were routed on a cached message prefix at once; each
+	// sent its own preflight once its response began (or it ended), and
+	// every one of them was compared with the prefix it had.
+	routed, _, disagreed := k.p.PrefixStats()
+	if routed == 0 || disagreed != 0 {
+		t.Errorf("routed on a cached prefix %d, prefix checks disagreed %d; want some, 0", routed, disagreed)
+	}
+	eventually(t, "every deferred preflight compared", func() bool { _, agreed, _ := k.p.PrefixStats(); return agreed >= routed })
 	t.Logf("precise decisions %d, later turns with cached tokens %d/%d, index entries %d, tokenize cache hits %d",
 		k.preciseN()-before, hits, turnsAfterFirst, k.x.Entries(), k.tk.CacheHits())
 	if n := k.tk.Fallbacks(kvindex.FallbackTimeout) + k.tk.Fallbacks(kvindex.FallbackError); n != 0 {

@@ -15,7 +15,8 @@ import (
 type kvRequest struct {
 	p    *kvindex.Precise
 	st   *reqState
-	late *kvindex.Late // the preflight missed its timeout; nil otherwise
+	late *kvindex.Late // the preflight missed its timeout or was deferred; nil otherwise
+	body bool          // the response's first body byte was written
 }
 
 // routedSlot is the request's current decision, once Select made it (a
@@ -35,7 +36,14 @@ func (k *kvRequest) WriteHeader(int, http.Header) {
 	}
 }
 
-func (k *kvRequest) Write([]byte) {}
+// Write sends, at the response's first body byte (the first token of a
+// stream), a preflight deferred until the prompt was computed.
+func (k *kvRequest) Write(p []byte) {
+	if k.late != nil && !k.body && len(p) > 0 {
+		k.body = true
+		k.late.FirstByte()
+	}
+}
 
 // End releases the request's predictions: those left unconfirmed live the
 // grace more.

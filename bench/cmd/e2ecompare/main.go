@@ -66,6 +66,10 @@ type Row struct {
 	// CPUSeconds is the process's CPU time (user + system) over the run:
 	// engines, Caddy and load generator together, all in this process.
 	CPUSeconds float64 `json:"cpu_s"`
+	// CaddyCPUSeconds is the Caddy process's CPU time (user + system)
+	// when it ran apart (-caddy-bin, solo.go); CPUSeconds is then the
+	// engines' and load generator's.
+	CaddyCPUSeconds float64 `json:"caddy_cpu_s,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -91,6 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of each run (engines, Caddy and load generator: one process) to <prefix>-<n>-<workload>-<policy>.pprof")
 		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
 	)
+	solo := registerSolo(fs)
 	var mo workload.MooncakeOptions
 	mo.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -148,7 +153,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			cpu0 := cpuSeconds()
 			publish := *kvEvents == "all" || pol == "ramjet-precise"
-			row, err := runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress)
+			var row Row
+			if *solo.bin != "" {
+				row, err = runSolo(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress,
+					solo, profileName(*cpuProf, len(rows), w.Name, pol+"-router"), stderr)
+			} else {
+				row, err = runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress)
+			}
 			row.CPUSeconds = cpuSeconds() - cpu0
 			if perr := stopProf(); err == nil {
 				err = perr
@@ -233,22 +244,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	if err != nil {
 		return Row{}, err
 	}
-	site := caddyrun.Site{Name: "lb", Policy: pol, Upstreams: addrs}
-	if pol == "ramjet" {
-		site = caddyrun.RamjetSite("lb", pol, addrs)
-	}
-	if pol == "ramjet-precise" {
-		site = caddyrun.RamjetSite("lb", "ramjet", addrs)
-		var engines []map[string]any
-		for i, s := range sims {
-			engines = append(engines, map[string]any{"upstream": addrs[i], "events": s.KVEndpoints()[0], "replay": s.KVReplayEndpoints()[0]})
-		}
-		kv := map[string]any{"engines": engines, "block_size": 16}
-		if tokTO > 0 {
-			kv["tokenize_timeout"] = tokTO.String()
-		}
-		site.PolicyConfig = map[string]any{"kv": kv}
-	}
+	site := siteFor(pol, addrs, sims, tokTO)
 	running, err := caddyrun.Start([]caddyrun.Site{site})
 	if err != nil {
 		return Row{}, err
@@ -279,24 +275,41 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 			pre = &r
 		}
 	}
-	used := 0
-	for up, c := range rep.Upstreams {
-		if c > 0 && up != "(none)" {
-			used++
+	row := reportRow(w.Name, pol, n, ts, rep, time.Since(start))
+	row.Preflight = pre
+	return row, nil
+}
+
+// siteFor is the Caddy site "lb" of policy pol over the engines sims at
+// addrs; ramjet-precise is lb_policy ramjet subscribed to their KV events,
+// with the tokenize timeout tokTO (0: the module's default).
+func siteFor(pol string, addrs []string, sims []*enginesim.Server, tokTO time.Duration) caddyrun.Site {
+	switch pol {
+	case "ramjet":
+		return caddyrun.RamjetSite("lb", pol, addrs)
+	case "ramjet-precise":
+		site := caddyrun.RamjetSite("lb", "ramjet", addrs)
+		var engines []map[string]any
+		for i, s := range sims {
+			engines = append(engines, map[string]any{"upstream": addrs[i], "events": s.KVEndpoints()[0], "replay": s.KVReplayEndpoints()[0]})
 		}
+		kv := map[string]any{"engines": engines, "block_size": 16}
+		if tokTO > 0 {
+			kv["tokenize_timeout"] = tokTO.String()
+		}
+		site.PolicyConfig = map[string]any{"kv": kv}
+		return site
 	}
-	return Row{
-		Workload: w.Name, Policy: pol,
-		Requests: rep.Requests, OK: rep.Completed, Failed: rep.Failed, NotSent: rep.NotSent,
-		Cached:  rep.CachedShare,
-		TTFTp50: rep.TTFT.P50 / 1000 * ts, TTFTp95: rep.TTFT.P95 / 1000 * ts, TTFTp99: rep.TTFT.P99 / 1000 * ts,
-		OutputTPS:    rep.OutputTokensPerSec / ts,
-		ReplicasUsed: used, MaxMeanLoad: rep.SpreadOver(n),
-		DensityDrift: rep.Density.MedianDrift,
-		WallSeconds:  time.Since(start).Seconds(),
-		Report:       rep,
-		Preflight:    pre,
-	}, nil
+	return caddyrun.Site{Name: "lb", Policy: pol, Upstreams: addrs}
+}
+
+// profileName is run n's profile file name without extension, "" without
+// a prefix.
+func profileName(prefix string, n int, wl, pol string) string {
+	if prefix == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s-%d-%s-%s", prefix, n, strings.NewReplacer("/", "_", ":", "_").Replace(wl), pol)
 }
 
 // startProfile starts a CPU profile of run n into
@@ -306,8 +319,7 @@ func startProfile(prefix string, n int, wl, pol string) (func() error, error) {
 	if prefix == "" {
 		return func() error { return nil }, nil
 	}
-	name := fmt.Sprintf("%s-%d-%s-%s.pprof", prefix, n, strings.NewReplacer("/", "_", ":", "_").Replace(wl), pol)
-	f, err := os.Create(name)
+	f, err := os.Create(profileName(prefix, n, wl, pol) + ".pprof")
 	if err != nil {
 		return nil, fmt.Errorf("cpuprofile: %w", err)
 	}

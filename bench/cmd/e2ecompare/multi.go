@@ -104,24 +104,9 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	if rep.Failed > 0 || rep.NotSent > 0 {
 		fmt.Fprintf(logw, "e2ecompare: %s: %d failed, %d not sent: %v %q\n", label, rep.Failed, rep.NotSent, rep.Errors, rep.ErrorSamples)
 	}
-	used := 0
-	for up, c := range rep.Upstreams {
-		if c > 0 && up != "(none)" {
-			used++
-		}
-	}
-	return Row{
-		Workload: w.Name, Policy: label,
-		Requests: rep.Requests, OK: rep.Completed, Failed: rep.Failed, NotSent: rep.NotSent,
-		Cached:  rep.CachedShare,
-		TTFTp50: rep.TTFT.P50 / 1000 * ts, TTFTp95: rep.TTFT.P95 / 1000 * ts, TTFTp99: rep.TTFT.P99 / 1000 * ts,
-		OutputTPS:    rep.OutputTokensPerSec / ts,
-		ReplicasUsed: used, MaxMeanLoad: rep.SpreadOver(n),
-		DensityDrift: rep.Density.MedianDrift,
-		WallSeconds:  time.Since(start).Seconds(),
-		Front:        fr.Counts(),
-		Report:       rep,
-	}, nil
+	row := reportRow(w.Name, label, n, ts, rep, time.Since(start))
+	row.Front = fr.Counts()
+	return row, nil
 }
 
 // parseRouters parses -routers and -front.

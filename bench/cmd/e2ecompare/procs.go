@@ -19,10 +19,12 @@ import (
 // each its own Go runtime, its own reverse-proxy transport and its own
 // ramjet state, the way several ramjet pods run behind a Service.
 type procs struct {
-	cmds  []*exec.Cmd
-	done  []chan struct{}
-	addrs []string
-	dir   string
+	cmds   []*exec.Cmd
+	done   []chan struct{}
+	addrs  []string
+	dir    string
+	admin  bool     // admin endpoints on (startProcsAdmin)
+	admins []string // their addresses, by instance
 }
 
 // startProcs starts one Caddy process of bin (a caddy built with the
@@ -33,11 +35,19 @@ type procs struct {
 // instance answers HTTP, or the first error; logs go to files in a temp
 // directory whose path errors name.
 func startProcs(ctx context.Context, bin string, sites []caddyrun.Site) (*procs, error) {
+	return startProcsAdmin(ctx, bin, sites, false)
+}
+
+// startProcsAdmin is startProcs with, when admin, every instance's admin
+// endpoint on a second 127.0.0.1 listener (port chosen by the kernel)
+// handed over as file descriptor 4 (withAdmin), its address in
+// procs.admins.
+func startProcsAdmin(ctx context.Context, bin string, sites []caddyrun.Site, admin bool) (*procs, error) {
 	dir, err := os.MkdirTemp("", "e2ecompare-procs-")
 	if err != nil {
 		return nil, fmt.Errorf("procs: %w", err)
 	}
-	p := &procs{dir: dir}
+	p := &procs{dir: dir, admin: admin}
 	for i, s := range sites {
 		if err := p.start(bin, i, s); err != nil {
 			p.stop()
@@ -87,8 +97,21 @@ func (p *procs) start(bin string, i int, s caddyrun.Site) error {
 	}
 	defer f.Close()
 	cfg, err := caddyrun.Config([]caddyrun.Site{s}, map[string]string{s.Name: "fd/3"})
+	if err == nil && p.admin {
+		cfg, err = withAdmin(cfg, "fd/4")
+	}
 	if err != nil {
 		return err
+	}
+	files := []*os.File{f}
+	if p.admin {
+		af, addr, err := adminListener()
+		if err != nil {
+			return fmt.Errorf("procs: instance %d: %w", i, err)
+		}
+		defer af.Close()
+		files = append(files, af)
+		p.admins = append(p.admins, addr)
 	}
 	path := filepath.Join(p.dir, fmt.Sprintf("r%d.json", i))
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
@@ -100,7 +123,7 @@ func (p *procs) start(bin string, i int, s caddyrun.Site) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "run", "--config", path)
-	cmd.ExtraFiles = []*os.File{f}
+	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "HOME="+p.dir, "XDG_DATA_HOME="+p.dir, "XDG_CONFIG_HOME="+p.dir)
 	if err := cmd.Start(); err != nil {
