@@ -34,7 +34,8 @@ type echoEngine struct {
 	details bool
 }
 
-func startEcho(details bool) (*echoEngine, error) {
+// startEcho starts an echo engine listing model (details: see echoEngine).
+func startEcho(model string, details bool) (*echoEngine, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("echo engine: %w", err)
@@ -43,6 +44,13 @@ func startEcho(details bool) (*echoEngine, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", e.chat)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	// The model list every OpenAI-compatible engine serves: ramjet's guard
+	// checks request models against it, and asks again (once a second, on
+	// the request path) while no engine has listed any.
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[{"id":"`+model+`","object":"model","created":0,"owned_by":"echo"}]}`)
+	})
 	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	e.wg.Add(1)
 	go func() {

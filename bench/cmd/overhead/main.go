@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				Engine: engine.Config{MaxModelLen: 1 << 17, MaxBatchedTokens: 1 << 17},
 			})
 		case "echo":
-			s, err = startEcho(*echoUsage == "cached-zero")
+			s, err = startEcho(model, *echoUsage == "cached-zero")
 		default:
 			return fmt.Errorf("-engine %q: want sim or echo", *engineK)
 		}
