@@ -175,8 +175,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
+		engineDesc := *engineK
+		if *engineK == "echo" {
+			engineDesc += ", usage " + *echoUsage
+		}
 		fmt.Fprintf(stdout, "engines=%d (%s, instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
-			*engines, *engineK, conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
+			*engines, engineDesc, conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
 		fmt.Fprint(stdout, markdown(rows, [3]string{nameDirect, nameRR, nameRamjet}))
 		for _, r := range rows {
 			for n, m := range r.Targets {
