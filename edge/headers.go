@@ -25,15 +25,17 @@ var hopHeaders = []string{
 // policy sets it) and hop-by-hop headers, including those named in
 // Connection.
 func StripRequestHeaders(h http.Header) {
-	for _, v := range h.Values("Connection") {
-		for _, name := range strings.Split(v, ",") {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
 				h.Del(name)
 			}
 		}
 	}
+	// hopHeaders are in canonical form, the form of every key Go's server
+	// stores: delete skips Del's canonicalisation of each name.
 	for _, name := range hopHeaders {
-		h.Del(name)
+		delete(h, name)
 	}
 	for name := range h {
 		if strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||

@@ -686,3 +686,122 @@ func laxSkip(b []byte, i int) int {
 	}
 	return i
 }
+
+// IntField names one integer member for IntFields: Name at the top level
+// of the object, or, with Parent set, Name inside the top-level object
+// member Parent.
+type IntField struct{ Parent, Name string }
+
+// IntFields reads the integer members fields of the JSON object b into out
+// (len(out) == len(fields)) as json.Unmarshal reads them into int64 fields
+// of a struct (and of its struct-valued members): a key matches a name as
+// encoding/json matches a field name (bytes.EqualFold), the last occurrence
+// wins, and a null or absent member leaves out[i] as it is. It is the
+// allocation-free fast path of such a decode (the engines' usage objects):
+// decided reports that b is one valid JSON object (whitespace around it
+// allowed) which json.Unmarshal would decode without error into exactly
+// out. It is false, with out partly written, for anything it leaves to
+// encoding/json: malformed JSON, an escaped key, a field holding something
+// other than an integer that fits int64 (or, for a parent, an object), so
+// that the caller decodes b with encoding/json then and gets its answer
+// to the last detail.
+func IntFields(b []byte, fields []IntField, out []int64) (decided bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	end, ok := intMembers(b, i, 1, "", fields, out)
+	if !ok {
+		return false
+	}
+	return skipWS(b, end) == len(b)
+}
+
+// intMembers walks the object at b[i] == '{' whose members are at depth,
+// reading the fields of parent (top level: ""), and returns the index
+// past it.
+func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []int64) (int, bool) {
+	it := newObjectIter(b, i, depth)
+	for it.next() {
+		if it.esc {
+			return 0, false
+		}
+		matched := false
+		for k, f := range fields {
+			if f.Parent == parent && bytes.EqualFold(it.key, []byte(f.Name)) {
+				end, ok := intValue(b, it.val, &out[k])
+				if !ok {
+					return 0, false
+				}
+				it.i, matched = end, true
+				break
+			}
+			if parent == "" && f.Parent != "" && bytes.EqualFold(it.key, []byte(f.Parent)) {
+				switch b[it.val] {
+				case 'n':
+					it.skip() // null: the struct stays as it is
+				case '{':
+					end, ok := intMembers(b, it.val, depth+1, f.Parent, fields, out)
+					if !ok {
+						return 0, false
+					}
+					it.i = end
+				default:
+					return 0, false
+				}
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			it.skip()
+		}
+	}
+	if it.err != nil {
+		return 0, false
+	}
+	return it.end, true
+}
+
+// intValue reads the integer or null at b[i] into *dst (null: left as is)
+// and returns the index past it; ok is false for any other value, or a
+// number that is not an integer within int64 (encoding/json's
+// strconv.ParseInt).
+func intValue(b []byte, i int, dst *int64) (int, bool) {
+	if b[i] == 'n' {
+		end, err := literal(b, i, "null")
+		return end, err == nil
+	}
+	if b[i] != '-' && (b[i] < '0' || b[i] > '9') {
+		return 0, false
+	}
+	end, err := scanNumber(b, i)
+	if err != nil {
+		return 0, false
+	}
+	neg := b[i] == '-'
+	j := i
+	if neg {
+		j++
+	}
+	var n uint64
+	for ; j < end; j++ {
+		c := b[j]
+		if c < '0' || c > '9' {
+			return 0, false // a fraction or an exponent
+		}
+		if n > (1<<63)/10 {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	switch {
+	case !neg && n > 1<<63-1, neg && n > 1<<63:
+		return 0, false
+	case neg:
+		*dst = -int64(n)
+	default:
+		*dst = int64(n)
+	}
+	return end, true
+}

@@ -3,6 +3,8 @@ package usage
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // maxUsageBytes bounds the one "usage" object the scanner keeps: an OpenAI
@@ -190,6 +192,40 @@ type usageJSON struct {
 	} `json:"input_tokens_details"`
 }
 
+// usageFields are usageJSON's fields for selection.IntFields, in the order
+// of fast's out.
+var usageFields = []selection.IntField{
+	{Name: "prompt_tokens"}, {Name: "completion_tokens"},
+	{Parent: "prompt_tokens_details", Name: "cached_tokens"},
+	{Name: "input_tokens"}, {Name: "output_tokens"},
+	{Parent: "input_tokens_details", Name: "cached_tokens"},
+}
+
+// fast decodes b into j with selection.IntFields, which reads the common
+// usage object without encoding/json's reflection; false leaves the decode
+// to json.Unmarshal (j partly written).
+func (j *usageJSON) fast(b []byte) bool {
+	out := [6]int64{j.PromptTokens, j.CompletionTokens, j.PromptDetails.CachedTokens, j.InputTokens, j.OutputTokens, j.InputDetails.CachedTokens}
+	if !selection.IntFields(b, usageFields, out[:]) {
+		return false
+	}
+	j.PromptTokens, j.CompletionTokens, j.PromptDetails.CachedTokens = out[0], out[1], out[2]
+	j.InputTokens, j.OutputTokens, j.InputDetails.CachedTokens = out[3], out[4], out[5]
+	return true
+}
+
+// slow decodes b into j with encoding/json (what fast does not decide),
+// from the absent state; false on a decode error. Its own copy escapes to
+// the heap, j does not.
+func (j *usageJSON) slow(b []byte) bool {
+	v := &usageJSON{PromptTokens: absent, CompletionTokens: absent, InputTokens: absent, OutputTokens: absent}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false
+	}
+	*j = *v
+	return true
+}
+
 // absent marks a count the usage object did not have (a real count is
 // never negative: a negative one is rejected below all the same).
 const absent = -1 << 62
@@ -201,7 +237,7 @@ func (s *Scanner) Result() (u Usage, ok bool) {
 		return Usage{}, false
 	}
 	j := usageJSON{PromptTokens: absent, CompletionTokens: absent, InputTokens: absent, OutputTokens: absent}
-	if err := json.Unmarshal(s.last, &j); err != nil {
+	if !j.fast(s.last) && !j.slow(s.last) {
 		return Usage{}, false
 	}
 	orZero := func(n int64) int64 {

@@ -19,21 +19,38 @@ import (
 // It measures the proxy with an engine that costs almost nothing, where the
 // engine simulator's instant mode still pays for tokenizing and caching a
 // 256 KiB prompt.
+//
+// Its usage object reports "prompt_tokens_details":{"cached_tokens":0}
+// (details true): an engine that holds nothing of any prompt, which makes
+// ramjet's index drop what it believed the replica held and learn it again
+// on every request (selection.Router.Observe). Without details it omits
+// prompt_tokens_details, as vLLM and SGLang do by default (vLLM's
+// --enable-prompt-tokens-details, SGLang's --enable-cache-report turn it
+// on), so ramjet learns nothing from it.
 type echoEngine struct {
-	srv  *http.Server
-	addr string
-	wg   sync.WaitGroup
+	srv     *http.Server
+	addr    string
+	wg      sync.WaitGroup
+	details bool
 }
 
-func startEcho() (*echoEngine, error) {
+// startEcho starts an echo engine listing model (details: see echoEngine).
+func startEcho(model string, details bool) (*echoEngine, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("echo engine: %w", err)
 	}
-	e := &echoEngine{addr: ln.Addr().String()}
+	e := &echoEngine{addr: ln.Addr().String(), details: details}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", e.chat)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	// The model list every OpenAI-compatible engine serves: ramjet's guard
+	// checks request models against it, and asks again (once a second, on
+	// the request path) while no engine has listed any.
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[{"id":"`+model+`","object":"model","created":0,"owned_by":"echo"}]}`)
+	})
 	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	e.wg.Add(1)
 	go func() {
@@ -77,7 +94,11 @@ func (e *echoEngine) chat(w http.ResponseWriter, r *http.Request) {
 	n := max(1, req.MaxTokens)
 	prompt := len(body) / 4
 	usage := `{"prompt_tokens":` + strconv.Itoa(prompt) + `,"completion_tokens":` + strconv.Itoa(n) +
-		`,"total_tokens":` + strconv.Itoa(prompt+n) + `,"prompt_tokens_details":{"cached_tokens":0}}`
+		`,"total_tokens":` + strconv.Itoa(prompt+n)
+	if e.details {
+		usage += `,"prompt_tokens_details":{"cached_tokens":0}`
+	}
+	usage += "}"
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		content := make([]byte, 0, 4*n)

@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		scenarios = fs.String("scenarios", "small,long-256KiB,stream-64", "scenarios to run")
 		policy    = fs.String("ramjet-policy", "ramjet", "selection policy of target (c)")
 		engineK   = fs.String("engine", "sim", "instant engines: sim (bench/enginesim Instant mode) or echo (an OpenAI-shaped responder that models nothing)")
+		echoUsage = fs.String("echo-usage", "cached-zero", "the echo engine's usage object: cached-zero (prompt_tokens_details.cached_tokens 0 on every answer: ramjet's index relearns every prompt) or no-details (no prompt_tokens_details, vLLM's and SGLang's default)")
 		only      = fs.String("targets", "direct,round_robin,ramjet", "targets to measure (a subset for profiling one of them: -targets ramjet -cpuprofile cpu.out)")
 		asJSON    = fs.Bool("json", false, "print the rows as JSON instead of a Markdown table")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the whole process (proxies, engines and clients) over the measured rounds to this file")
@@ -66,6 +67,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("-concurrency %q: want positive integers separated by commas", *concList)
 		}
 		concs = append(concs, n)
+	}
+	if *echoUsage != "cached-zero" && *echoUsage != "no-details" {
+		return fmt.Errorf("-echo-usage %q: want cached-zero or no-details", *echoUsage)
 	}
 	if *engines < 1 || *rounds < 1 || *roundDur <= 0 || *bodies < 1 {
 		return errors.New("-engines, -concurrency, -rounds, -round and -bodies must be positive")
@@ -108,7 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				Engine: engine.Config{MaxModelLen: 1 << 17, MaxBatchedTokens: 1 << 17},
 			})
 		case "echo":
-			s, err = startEcho()
+			s, err = startEcho(model, *echoUsage == "cached-zero")
 		default:
 			return fmt.Errorf("-engine %q: want sim or echo", *engineK)
 		}
@@ -171,8 +175,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
+		engineDesc := *engineK
+		if *engineK == "echo" {
+			engineDesc += ", usage " + *echoUsage
+		}
 		fmt.Fprintf(stdout, "engines=%d (%s, instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
-			*engines, *engineK, conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
+			*engines, engineDesc, conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
 		fmt.Fprint(stdout, markdown(rows, [3]string{nameDirect, nameRR, nameRamjet}))
 		for _, r := range rows {
 			for n, m := range r.Targets {

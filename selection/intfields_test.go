@@ -1,0 +1,144 @@
+package selection
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// intFieldsTest are the fields of intFieldsRef, the struct that
+// json.Unmarshal decodes into as IntFields' reference.
+var intFieldsTest = []IntField{
+	{Name: "prompt_tokens"}, {Name: "completion_tokens"},
+	{Parent: "prompt_tokens_details", Name: "cached_tokens"},
+	{Name: "input_tokens"},
+	{Parent: "input_tokens_details", Name: "cached_tokens"},
+}
+
+type intFieldsRef struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	PromptDetails    struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputTokens  int64 `json:"input_tokens"`
+	InputDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+}
+
+const intUnset = -7 // what out starts at: a field left as it is keeps it
+
+// refIntFields decodes b with encoding/json.
+func refIntFields(b []byte) ([]int64, error) {
+	r := intFieldsRef{PromptTokens: intUnset, CompletionTokens: intUnset, InputTokens: intUnset}
+	r.PromptDetails.CachedTokens, r.InputDetails.CachedTokens = intUnset, intUnset
+	err := json.Unmarshal(b, &r)
+	return []int64{r.PromptTokens, r.CompletionTokens, r.PromptDetails.CachedTokens, r.InputTokens, r.InputDetails.CachedTokens}, err
+}
+
+func runIntFields(b []byte) ([]int64, bool) {
+	out := []int64{intUnset, intUnset, intUnset, intUnset, intUnset}
+	ok := IntFields(b, intFieldsTest, out)
+	return out, ok
+}
+
+func TestIntFields(t *testing.T) {
+	tests := []struct {
+		name        string
+		give        string
+		wantDecided bool
+	}{
+		{name: "vllm usage", give: `{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}`, wantDecided: true},
+		{name: "details null", give: `{"prompt_tokens":12,"total_tokens":13,"prompt_tokens_details":null}`, wantDecided: true},
+		{name: "responses api", give: `{"input_tokens":900,"input_tokens_details":{"cached_tokens":512},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":0}}`, wantDecided: true},
+		{name: "whitespace and nesting in other members", give: " {\n \"x\" : [1, {\"y\": [true, false, null, \"s\\u00e9\"]}, -0.5e+3] , \"prompt_tokens\" : -0 }\t", wantDecided: true},
+		{name: "case folded and duplicate keys, last wins", give: `{"Prompt_Tokens":1,"PROMPT_TOKENS":2,"prompt_tokens_details":{"cached_tokens":3},"prompt_tokens_details":{"CACHED_TOKENS":4}}`, wantDecided: true},
+		{name: "kelvin sign folds to k", give: "{\"prompt_to\u212aens\":5}", wantDecided: true},
+		{name: "int64 bounds", give: `{"prompt_tokens":9223372036854775807,"completion_tokens":-9223372036854775808}`, wantDecided: true},
+		{name: "null field", give: `{"prompt_tokens":null}`, wantDecided: true},
+		{name: "empty object", give: `{}`, wantDecided: true},
+		// Left to encoding/json (which rejects or decodes them itself).
+		{name: "escaped key", give: `{"prompt\u005ftokens":5}`},
+		{name: "overflow", give: `{"prompt_tokens":9223372036854775808}`},
+		{name: "fraction", give: `{"prompt_tokens":1.0}`},
+		{name: "exponent", give: `{"prompt_tokens":1e2}`},
+		{name: "string count", give: `{"prompt_tokens":"5"}`},
+		{name: "bool count", give: `{"prompt_tokens":true}`},
+		{name: "details not an object", give: `{"prompt_tokens_details":[1]}`},
+		{name: "trailing comma", give: `{"prompt_tokens":1,}`},
+		{name: "trailing data", give: `{"prompt_tokens":1} x`},
+		{name: "not an object", give: `[1]`},
+		{name: "unterminated", give: `{"prompt_tokens":1`},
+		{name: "leading zero", give: `{"x":01}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, decided := runIntFields([]byte(tt.give))
+			if decided != tt.wantDecided {
+				t.Fatalf("decided = %v, want %v", decided, tt.wantDecided)
+			}
+			want, err := refIntFields([]byte(tt.give))
+			if decided {
+				if err != nil {
+					t.Fatalf("decided a body encoding/json rejects: %v", err)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("values differ from encoding/json (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
+func TestIntFieldsAllocs(t *testing.T) {
+	b := []byte(`{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}`)
+	out := make([]int64, len(intFieldsTest))
+	if n := testing.AllocsPerRun(100, func() { IntFields(b, intFieldsTest, out) }); n != 0 {
+		t.Fatalf("IntFields allocates %v times", n)
+	}
+}
+
+// FuzzIntFields holds IntFields to encoding/json: whatever it decides,
+// json.Unmarshal accepts with the same values.
+func FuzzIntFields(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}`,
+		`{"input_tokens":900,"input_tokens_details":{"cached_tokens":512},"output_tokens":4}`,
+		`{"Prompt_Tokens":1,"prompt_tokens_details":null,"x":[{"a":"\u00e9"}]}`,
+		`{"prompt_tokens":-9223372036854775808}`, `{"prompt_tokens":1e2}`, `{"a":}`, ` { } `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, decided := runIntFields(b)
+		if !decided {
+			return
+		}
+		want, err := refIntFields(b)
+		if err != nil {
+			t.Fatalf("IntFields decided %q, which encoding/json rejects: %v", b, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("%q: values differ from encoding/json (-want +got):\n%s", b, diff)
+		}
+	})
+}
+
+func BenchmarkIntFields(b *testing.B) {
+	body := []byte(`{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}`)
+	out := make([]int64, len(intFieldsTest))
+	b.Run("IntFields", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			IntFields(body, intFieldsTest, out)
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = refIntFields(body)
+		}
+	})
+}
