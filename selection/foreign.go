@@ -18,9 +18,11 @@ import (
 // Without it, an instance sees a replica that another instance has just
 // started to warm with a long shared prefix (the engine's chunked prefill
 // announces the prefix block run by block run) as warm and unloaded, and
-// sends its own request to queue behind that prefill: the agent-fleet tail
-// with 4 instances (bench/RESULTS.md, "Several instances agree ... the
-// others' prefill").
+// sends its own request to share that prefill. Measured in the fleet
+// simulation (fleetsim's "~fp" variant, bench/EXPERIMENTS.md section 9) it
+// does not help: the first run is announced a chunk (about a second) after
+// the other instance's decision, when the joins have happened. It is an
+// experiment, not part of the rule.
 //
 // Only runs of at least MinBlocks blocks count: a decoding request stores
 // one block at a time, a prefill chunk many. This instance's own requests
