@@ -7,6 +7,7 @@ import "sync/atomic"
 const (
 	maxExternalRequests = 1 << 30
 	maxExternalKV       = 1 << 50
+	maxExternalPrefill  = 1 << 30
 )
 
 // extCell is a replica's engine-reported load that this instance did not
@@ -15,7 +16,8 @@ const (
 // cache line as the local load that Pick reads with it.
 type extCell struct {
 	requests atomic.Int64 // running + waiting
-	waiting  atomic.Int64
+	waiting  atomic.Int32 // at most maxExternalRequests
+	prefill  atomic.Int32 // others' prefill tokens (SetExternalPrefill), at most maxExternalPrefill
 	kv       atomic.Int64 // KV tokens used
 }
 
@@ -38,7 +40,7 @@ func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) 
 	running = min(max(running, 0), maxExternalRequests)
 	waiting = min(max(waiting, 0), maxExternalRequests)
 	e := &rt.loads[s].ext
-	e.waiting.Store(waiting)
+	e.waiting.Store(int32(waiting))
 	e.requests.Store(running + waiting)
 	e.kv.Store(min(max(kvUsedTokens, 0), maxExternalKV))
 }
@@ -50,9 +52,34 @@ func (rt *Router) ExternalLoad(s Slot) (running, waiting, kvUsedTokens int64) {
 		return 0, 0, 0
 	}
 	e := &rt.loads[s].ext
-	req, w := e.requests.Load(), e.waiting.Load()
+	req, w := e.requests.Load(), int64(e.waiting.Load())
 	return max(req-w, 0), w, e.kv.Load()
 }
+
+// SetExternalPrefill sets the prompt tokens that other routers' requests
+// are believed to have pending on slot s (ForeignPrefill's estimate from
+// the engine's KV events). They count in load(r) as this instance's own
+// pending prefill does, until the next call; 0 means none. Negative
+// figures count as zero. It does not allocate and is safe to call
+// concurrently with Pick; Unregister resets it.
+func (rt *Router) SetExternalPrefill(s Slot, tokens int64) {
+	if s < 0 || s >= MaxReplicas {
+		return
+	}
+	rt.loads[s].ext.prefill.Store(int32(min(max(tokens, 0), maxExternalPrefill)))
+}
+
+// ExternalPrefill returns slot s's external pending prefill as last set
+// by SetExternalPrefill.
+func (rt *Router) ExternalPrefill(s Slot) int64 {
+	if s < 0 || s >= MaxReplicas {
+		return 0
+	}
+	return int64(rt.loads[s].ext.prefill.Load())
+}
+
+// extPrefill is slot s's external pending prefill tokens.
+func (c *loadCell) extPrefill() int64 { return int64(c.ext.prefill.Load()) }
 
 // extRequests is slot s's external running + waiting requests.
 func (c *loadCell) extRequests() int64 { return c.ext.requests.Load() }
@@ -64,5 +91,6 @@ func (c *loadCell) extKV() int64 { return c.ext.kv.Load() }
 func (c *loadCell) resetExternal() {
 	c.ext.requests.Store(0)
 	c.ext.waiting.Store(0)
+	c.ext.prefill.Store(0)
 	c.ext.kv.Store(0)
 }

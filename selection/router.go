@@ -225,6 +225,13 @@ type Options struct {
 	//
 	//	load(r) += overflow_weight x max(0, R + P - C)
 	OverflowWeight float64
+	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
+	// prefix too: several instances that all learn every replica's blocks
+	// (the precise path) need not agree on where a cold prefix goes.
+	ColdSpill bool
+	// SpillBand, when positive, widens the instance-aware spill to every
+	// candidate scoring within SpillBand of the best (band.go).
+	SpillBand float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -508,7 +515,7 @@ func (rt *Router) lingerNow() uint32 {
 func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32) float64 {
 	c := &rt.loads[s]
 	cfg := &rt.cfg
-	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load())
+	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
 	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && rt.opt.OverflowWeight == 0 {
 		return ld
 	}
@@ -699,8 +706,11 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = i
 		}
 	}
-	if pos := rt.spread.Load(); pos != 0 && ties > 1 && s.Overlap[w] < d.BestOverlap {
+	if pos := rt.spread.Load(); pos != 0 && ties > 1 && (s.Overlap[w] < d.BestOverlap || rt.opt.ColdSpill && d.BestOverlap == 0) {
 		w = rt.spill(cands, s, w, best, wantSet, first, pos)
+	}
+	if pos := rt.spread.Load(); pos != 0 && rt.opt.SpillBand > 0 && (s.Overlap[w] < d.BestOverlap || rt.opt.ColdSpill && d.BestOverlap == 0) {
+		w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
 	}
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.

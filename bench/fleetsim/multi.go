@@ -124,6 +124,10 @@ type Multi struct {
 	shared bool
 	views  [][]*Replica // per instance, its own counts over the shared engines
 	owner  map[int]owned
+	// foreign, when set (ForeignSpec), is every instance's estimate of
+	// the others' prefill; now is the simulated time of the next Pick.
+	foreign []*foreignState
+	now     time.Duration
 
 	// Dispatched counts requests per instance.
 	Dispatched []int
@@ -156,6 +160,13 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		return nil, fmt.Errorf("multi %s: routers must be positive, got %d", name, routers)
 	}
 	pname, spill, hasSpill := strings.Cut(name, SpillSep)
+	ps, precise, err := parsePreciseSpec(spill)
+	if err != nil {
+		return nil, fmt.Errorf("multi %s: %w", name, err)
+	}
+	if precise {
+		hasSpill = false
+	}
 	known := strings.HasPrefix(pname, "ramjet@") || pname == "ramjet-precise"
 	for _, n := range MultiPolicyNames {
 		known = known || n == pname
@@ -202,6 +213,11 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		m.inst = append(m.inst, m.inst[0])
 	}
 	m.views = make([][]*Replica, routers)
+	if precise && routers > 1 {
+		if err := m.enablePrecise(ps); err != nil {
+			return nil, fmt.Errorf("multi %s: %w", name, err)
+		}
+	}
 	if hashes {
 		return multiHashes{m}, nil
 	}
@@ -253,7 +269,11 @@ func (m *Multi) Pick(r *Request, fleet []*Replica) int {
 	k := m.instance(r)
 	m.Dispatched[k]++
 	m.owner[r.Row.ID] = owned{inst: k}
-	return m.inst[k].Pick(r, m.view(k, fleet))
+	v := m.view(k, fleet)
+	m.foreignBefore(k, v)
+	i := m.inst[k].Pick(r, v)
+	m.foreignRouted(k, r, i)
+	return i
 }
 
 func (m *Multi) Routed(r *Request, rep int) {
@@ -273,6 +293,7 @@ func (m *Multi) Routed(r *Request, rep int) {
 
 func (m *Multi) FirstToken(r *Request, rep int) {
 	if o, ok := m.owner[r.Row.ID]; ok {
+		m.foreignFirst(o.inst, rep)
 		m.inst[o.inst].FirstToken(r, rep)
 	}
 }
@@ -328,7 +349,7 @@ func (m *Multi) attach(rep int, e *engine.Engine) {
 		}
 		if rp, ok := p.(*RamjetPrecise); ok {
 			rp.attach(rep, e)
-			hs = append(hs, rp.kvHandler(rep))
+			hs = append(hs, m.foreignHandler(k, rep, rp.kvHandler(rep)))
 		} else if kf, ok := p.(kvFed); ok {
 			kf.attach(rep, e) // one instance's hook (NewMulti allows no other)
 			return
@@ -345,6 +366,7 @@ func (m *Multi) attach(rep int, e *engine.Engine) {
 
 // setNow hands the simulated time to every KV-fed instance.
 func (m *Multi) setNow(now time.Duration) {
+	m.now = now
 	for k, p := range m.inst {
 		if m.shared && k > 0 {
 			break

@@ -89,6 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		kvCap     = fs.Int("kv-capacity", 0, "KV cache capacity per engine in tokens (0: default)")
 		routersS  = fs.String("routers", "", "also run ramjet as this many independent instances (comma-separated, e.g. 2,4) behind a front balancer: one row per count after each workload's policies")
 		frontS    = fs.String("front", "rr", "with -routers: the front balancer's policy (rr or random), per request")
+		routerPol = fs.String("routers-policy", "ramjet", "with -routers: the instances' policy, comma-separated: ramjet (each its own approximate index) or ramjet-precise (each subscribed to every engine's KV events)")
 		procsBin  = fs.String("procs", "", "with -routers: run each instance as its own Caddy process of this binary (go build -o caddy ./xcaddy) instead of a site of the in-process Caddy")
 		tokTO     = fs.Duration("tokenize-timeout", 0, "ramjet-precise: the tokenize preflight's timeout (0: the module's default)")
 		kvEvents  = fs.String("kv-events", "all", "which runs' engines publish KV events over ZMQ: all (every policy's engines publish, only ramjet-precise subscribes: the arms differ only in the router) or precise (ramjet-precise's engines only)")
@@ -172,15 +173,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return ctx.Err()
 			}
 		}
-		for _, k := range routers {
-			fmt.Fprintf(stderr, "e2ecompare: %s with %d ramjet instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, front, len(w.Trace), n)
-			row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *procsBin, progress, stderr)
-			if err != nil {
-				return fmt.Errorf("%s/ramjet x%d: %w", w.Name, k, err)
+		for _, rpol := range strings.Split(*routerPol, ",") {
+			precise := strings.TrimSpace(rpol) == "ramjet-precise"
+			if !precise && strings.TrimSpace(rpol) != "ramjet" {
+				return fmt.Errorf("-routers-policy %q: want ramjet or ramjet-precise", rpol)
 			}
-			rows = append(rows, row)
-			if ctx.Err() != nil {
-				return ctx.Err()
+			for _, k := range routers {
+				fmt.Fprintf(stderr, "e2ecompare: %s with %d %s instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, rpol, front, len(w.Trace), n)
+				row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *procsBin, precise, progress, stderr)
+				if err != nil {
+					return fmt.Errorf("%s/%s x%d: %w", w.Name, rpol, k, err)
+				}
+				rows = append(rows, row)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 			}
 		}
 	}
@@ -233,6 +240,20 @@ func closeEngines(sims []*enginesim.Server) {
 	for _, s := range sims {
 		s.Close()
 	}
+}
+
+// kvConfig is the precise path's kv settings over sims (their KV event
+// and replay sockets) at addrs.
+func kvConfig(sims []*enginesim.Server, addrs []string, tokTO time.Duration) map[string]any {
+	var engines []map[string]any
+	for i, s := range sims {
+		engines = append(engines, map[string]any{"upstream": addrs[i], "events": s.KVEndpoints()[0], "replay": s.KVReplayEndpoints()[0]})
+	}
+	kv := map[string]any{"engines": engines, "block_size": 16}
+	if tokTO > 0 {
+		kv["tokenize_timeout"] = tokTO.String()
+	}
+	return kv
 }
 
 // runOne replays w through Caddy with policy pol in front of n fresh
@@ -289,15 +310,7 @@ func siteFor(pol string, addrs []string, sims []*enginesim.Server, tokTO time.Du
 		return caddyrun.RamjetSite("lb", pol, addrs)
 	case "ramjet-precise":
 		site := caddyrun.RamjetSite("lb", "ramjet", addrs)
-		var engines []map[string]any
-		for i, s := range sims {
-			engines = append(engines, map[string]any{"upstream": addrs[i], "events": s.KVEndpoints()[0], "replay": s.KVReplayEndpoints()[0]})
-		}
-		kv := map[string]any{"engines": engines, "block_size": 16}
-		if tokTO > 0 {
-			kv["tokenize_timeout"] = tokTO.String()
-		}
-		site.PolicyConfig = map[string]any{"kv": kv}
+		site.PolicyConfig = map[string]any{"kv": kvConfig(sims, addrs, tokTO)}
 		return site
 	}
 	return caddyrun.Site{Name: "lb", Policy: pol, Upstreams: addrs}

@@ -21,7 +21,7 @@ const multiRouteIDSecret = "e2ecompare-multi"
 // instance: its own state_key (own index, own reservations, as a separate
 // Caddy process has), the same route-id secret, the observer handler of
 // its own state.
-func multiSites(k int, upstreams []string) []caddyrun.Site {
+func multiSites(k int, upstreams []string, kv map[string]any) []caddyrun.Site {
 	sites := make([]caddyrun.Site, k)
 	for i := range sites {
 		key := fmt.Sprintf("e2e-r%d", i)
@@ -32,6 +32,9 @@ func multiSites(k int, upstreams []string) []caddyrun.Site {
 				"instance_id": fmt.Sprintf("ramjet-%d", i)},
 			Handlers: []map[string]any{{"handler": "ramjet_observe", "state_key": key}},
 		}
+		if kv != nil {
+			sites[i].PolicyConfig["kv"] = kv
+		}
 	}
 	return sites
 }
@@ -41,17 +44,23 @@ func multiSites(k int, upstreams []string) []caddyrun.Site {
 // policy front, in front of n fresh engine simulators.
 //
 // With bin set (-procs), the instances are separate Caddy processes of
-// that binary instead (startProcs).
+// that binary instead (startProcs). With precise, every instance
+// subscribes to every engine's KV events (the precise path).
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, progress, logw io.Writer) (Row, error) {
-	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, false)
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, progress, logw io.Writer) (Row, error) {
+	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, precise)
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
 	}
-	sites := multiSites(k, addrs)
+	var kv map[string]any
+	pol := "ramjet"
+	if precise {
+		kv, pol = kvConfig(sims, addrs, 0), "ramjet-precise"
+	}
+	sites := multiSites(k, addrs, kv)
 	var backends []string
-	label := fmt.Sprintf("ramjet x%d %s", k, front)
+	label := fmt.Sprintf("%s x%d %s", pol, k, front)
 	if bin != "" {
 		ps, err := startProcs(ctx, bin, sites)
 		if err != nil {
@@ -63,7 +72,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 			}
 		}()
 		backends = ps.addrs
-		label = fmt.Sprintf("ramjet x%d procs %s", k, front)
+		label = fmt.Sprintf("%s x%d procs %s", pol, k, front)
 	} else {
 		running, err := caddyrun.Start(sites)
 		if err != nil {

@@ -1,0 +1,80 @@
+package fleetsim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/workload"
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+func TestParsePreciseSpec(t *testing.T) {
+	tests := []struct {
+		give    string
+		want    preciseSpec
+		ok      bool
+		wantErr bool
+	}{
+		{"", preciseSpec{}, false, false},
+		{"same", preciseSpec{}, false, false},
+		{"inst=a", preciseSpec{}, false, false},
+		{"cs", preciseSpec{cold: true}, true, false},
+		{"fp", preciseSpec{foreign: true, tau: selection.DefaultForeignTau}, true, false},
+		{"fp=0.5", preciseSpec{foreign: true, tau: 500 * time.Millisecond}, true, false},
+		{"cs+band=1024+fp", preciseSpec{cold: true, band: 1024, foreign: true, tau: selection.DefaultForeignTau}, true, false},
+		{"band=0", preciseSpec{}, true, true},
+		{"fp=x", preciseSpec{}, true, true},
+		{"cs+same", preciseSpec{}, false, false},
+	}
+	for _, tt := range tests {
+		got, ok, err := parsePreciseSpec(tt.give)
+		if (err != nil) != tt.wantErr || ok != tt.ok || (!tt.wantErr && got != tt.want) {
+			t.Errorf("parsePreciseSpec(%q) = %+v, %v, %v; want %+v, %v, error %v", tt.give, got, ok, err, tt.want, tt.ok, tt.wantErr)
+		}
+	}
+	if _, err := NewMulti("ramjet~cs", 2, FrontRoundRobin, 1, selection.Config{}); err == nil {
+		t.Error("NewMulti(ramjet~cs): no error (the variants need the precise path)")
+	}
+}
+
+// The precise variants change nothing for one instance: routing is the
+// single policy's, record for record.
+func TestMultiPreciseVariantsOneInstance(t *testing.T) {
+	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.1})
+	single, err := NewPolicy("ramjet-precise", 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runPolicy(t, w, single, 4, 1)
+	got := runPolicy(t, w, newMulti(t, "ramjet-precise~cs+band=1024+fp", 1, FrontRoundRobin, 1), 4, 1)
+	if len(want.Records) != len(got.Records) {
+		t.Fatalf("%d records, want %d", len(got.Records), len(want.Records))
+	}
+	for i := range want.Records {
+		if want.Records[i] != got.Records[i] {
+			t.Fatalf("record %d differs: single %+v, variant x1 %+v", i, want.Records[i], got.Records[i])
+		}
+	}
+}
+
+// With several instances, the foreign prefill estimate sees the other
+// instances' prefill (each instance's router is handed some), and the
+// variant's instances each spread the 12-request burst over at least 7 of
+// 8 replicas.
+func TestMultiPreciseVariantsSeveral(t *testing.T) {
+	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.1})
+	p := newMulti(t, "ramjet-precise~cs+band=1024+fp", 4, FrontRoundRobin, 1)
+	runPolicy(t, w, p, 4, 1)
+	m := multiOf(p)
+	for k, fs := range m.foreign {
+		if fs == nil {
+			t.Fatalf("instance %d has no estimate", k)
+		}
+		if o := fs.rp.rt.Options(); !o.ColdSpill || o.SpillBand != 1024 {
+			t.Fatalf("instance %d options %+v", k, o)
+		}
+	}
+	if used := burstSpreadOf(t, "ramjet-precise~cs+band=1024", 4); used < 7 {
+		t.Errorf("4 precise instances with the band: burst over %d of 8 replicas, want >= 7", used)
+	}
+}

@@ -1,0 +1,76 @@
+package selection
+
+import "testing"
+
+func TestSetExternalPrefillCountsInLoad(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
+	f := features(rt.Config(), blocksOf(1, 8), 100)
+	s := NewScratch(len(cands))
+	rt.SetExternalPrefill(cands[0].Slot, 3000)
+	if got := rt.ExternalPrefill(cands[0].Slot); got != 3000 {
+		t.Fatalf("ExternalPrefill = %d, want 3000", got)
+	}
+	d := rt.Pick(f, cands, s)
+	if s.Load[0] != 3000 || s.Load[1] != 0 {
+		t.Fatalf("loads = %v, want [3000 0]", s.Load)
+	}
+	if d.Slot != cands[1].Slot {
+		t.Fatalf("picked slot %d, want the unloaded %d", d.Slot, cands[1].Slot)
+	}
+	rt.SetExternalPrefill(cands[0].Slot, -5)
+	if got := rt.ExternalPrefill(cands[0].Slot); got != 0 {
+		t.Fatalf("negative prefill stored as %d", got)
+	}
+	rt.SetExternalPrefill(cands[0].Slot, 1<<40)
+	if got := rt.ExternalPrefill(cands[0].Slot); got != maxExternalPrefill {
+		t.Fatalf("huge prefill stored as %d, want %d", got, maxExternalPrefill)
+	}
+	// The external load setter leaves it alone; Unregister drops it.
+	rt.SetExternalLoad(cands[0].Slot, 1, 1, 0)
+	if got := rt.ExternalPrefill(cands[0].Slot); got != maxExternalPrefill {
+		t.Fatalf("SetExternalLoad changed the prefill to %d", got)
+	}
+	rt.Unregister(rt.Key(cands[0].Slot))
+	if got := rt.ExternalPrefill(cands[0].Slot); got != 0 {
+		t.Fatalf("prefill after Unregister = %d", got)
+	}
+}
+
+// With SpillBand, instances named apart spread a spill over the
+// candidates within the band of the best; position 0 (one instance) keeps
+// the plain rule's choice.
+func TestSpillBand(t *testing.T) {
+	c := Config{BlockTokens: 16}
+	rt0, cands := newTestRouter(t, c, 4)
+	f := features(rt0.Config(), blocksOf(3, 32), 100)
+	// Replica 0 holds the prompt but is loaded; 1-3 are cold, with
+	// slightly different loads (a stale scrape): the plain rule takes the
+	// least loaded.
+	rt0.Learn(f, cands[0].Slot)
+	rt0.SetExternalPrefill(cands[0].Slot, 10000)
+	rt0.SetExternalPrefill(cands[2].Slot, 100)
+	rt0.SetExternalPrefill(cands[3].Slot, 200)
+	s := NewScratch(len(cands))
+	plain := rt0.Pick(f, cands, s)
+	if plain.Slot != cands[1].Slot {
+		t.Fatalf("plain rule picked %d, want the least loaded %d", plain.Slot, cands[1].Slot)
+	}
+	banded := rt0.WithOptions(Options{SpillBand: 512})
+	if d := banded.Pick(f, cands, s); d.Slot != plain.Slot {
+		t.Fatalf("position 0 with a band picked %d, want %d", d.Slot, plain.Slot)
+	}
+	used := map[Slot]bool{}
+	for k, id := range []string{"r-0", "r-1", "r-2", "r-3"} {
+		rt := banded.WithOptions(Options{SpillBand: 512})
+		rt.SetInstance(id)
+		d := rt.Pick(f, cands, s)
+		if d.Slot == cands[0].Slot {
+			t.Fatalf("instance %d picked the loaded warm replica", k)
+		}
+		used[d.Slot] = true
+		rt.SetInstance("")
+	}
+	if len(used) < 2 {
+		t.Fatalf("4 instances with a band used %d replica(s), want them spread", len(used))
+	}
+}

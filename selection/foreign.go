@@ -1,0 +1,159 @@
+package selection
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// ForeignPrefill estimates, per replica, the prefill work that other
+// routers' requests are putting on it, from the engine's own KV events:
+// several ramjet instances on the precise path each subscribe to every
+// engine, so each sees every block any of them caused to be stored. A
+// block run stored beyond what this instance's own pending requests
+// explain is another instance's prompt being computed; it counts in
+// load(r) (Router.SetExternalPrefill) as this instance's own pending
+// prefill does, decaying with the time constant Tau once stored.
+//
+// Without it, an instance sees a replica that another instance has just
+// started to warm with a long shared prefix (the engine's chunked prefill
+// announces the prefix block run by block run) as warm and unloaded, and
+// sends its own request to share that prefill. Measured in the fleet
+// simulation (fleetsim's "~fp" variant, bench/EXPERIMENTS.md section 9) it
+// does not help: the first run is announced a chunk (about a second) after
+// the other instance's decision, when the joins have happened. It is an
+// experiment, not part of the rule.
+//
+// Only runs of at least MinBlocks blocks count: a decoding request stores
+// one block at a time, a prefill chunk many. This instance's own requests
+// are credited with their expected prefill (Routed) and their stored
+// blocks are not foreign; a credit is dropped once this instance has no
+// prefill pending on the replica and Grace has passed since its last own
+// first token (the events of its last chunk can trail the first token).
+// Safe for concurrent use; memory is fixed (one cell per slot).
+type ForeignPrefill struct {
+	// Tau is the decay time constant of a stored foreign run's weight.
+	Tau time.Duration
+	// MinBlocks is the smallest stored run (in blocks) counted as prefill.
+	MinBlocks int
+	// Grace is how long after this instance's last first token on a
+	// replica its leftover credit still absorbs stored runs.
+	Grace time.Duration
+
+	mu    sync.Mutex
+	cells [MaxReplicas]foreignCell
+}
+
+type foreignCell struct {
+	credit    int64     // own prefill tokens expected to be stored
+	v         float64   // decayed foreign stored tokens, as of at
+	at        time.Time // when v was last updated
+	lastFirst time.Time // this instance's last first token here
+}
+
+// Default ForeignPrefill settings.
+const (
+	DefaultForeignTau       = time.Second
+	DefaultForeignMinBlocks = 4
+	DefaultForeignGrace     = 100 * time.Millisecond
+)
+
+// NewForeignPrefill returns a ForeignPrefill with the default settings.
+func NewForeignPrefill() *ForeignPrefill {
+	return &ForeignPrefill{Tau: DefaultForeignTau, MinBlocks: DefaultForeignMinBlocks, Grace: DefaultForeignGrace}
+}
+
+// Routed credits slot s with the prefill tokens of a request this
+// instance just sent there (Decision.Prefill).
+func (f *ForeignPrefill) Routed(s Slot, prefill int) {
+	if s < 0 || s >= MaxReplicas || prefill <= 0 {
+		return
+	}
+	f.mu.Lock()
+	f.cells[s].credit += int64(prefill)
+	f.mu.Unlock()
+}
+
+// FirstToken records that one of this instance's requests on slot s got
+// its first token at t (its prefill is done).
+func (f *ForeignPrefill) FirstToken(s Slot, t time.Time) {
+	if s < 0 || s >= MaxReplicas {
+		return
+	}
+	f.mu.Lock()
+	f.cells[s].lastFirst = t
+	f.mu.Unlock()
+}
+
+// Stored takes a BlockStored run of blocks blocks of blockTokens tokens
+// on slot s, delivered at t; ownPending is this instance's prefill still
+// reserved on s (Router.Load). It reports the tokens counted as foreign.
+func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int64, t time.Time) int64 {
+	if s < 0 || s >= MaxReplicas || blocks < max(f.MinBlocks, 1) || blockTokens <= 0 {
+		return 0
+	}
+	n := int64(blocks) * int64(blockTokens)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := &f.cells[s]
+	if ownPending <= 0 && t.Sub(c.lastFirst) > f.Grace {
+		c.credit = 0
+	}
+	own := min(n, c.credit)
+	c.credit -= own
+	foreign := n - own
+	if foreign > 0 {
+		c.v = c.decayed(t, f.Tau) + float64(foreign)
+		c.at = t
+	}
+	return foreign
+}
+
+// Pending is slot s's foreign prefill estimate at now, in tokens.
+func (f *ForeignPrefill) Pending(s Slot, now time.Time) int64 {
+	if s < 0 || s >= MaxReplicas {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return int64(math.Round(f.cells[s].decayed(now, f.Tau)))
+}
+
+// Apply hands slot s's estimate at now to rt (Router.SetExternalPrefill).
+func (f *ForeignPrefill) Apply(rt *Router, s Slot, now time.Time) {
+	rt.SetExternalPrefill(s, f.Pending(s, now))
+}
+
+// Reset drops slot s's state (the replica left the fleet).
+func (f *ForeignPrefill) Reset(s Slot) {
+	if s < 0 || s >= MaxReplicas {
+		return
+	}
+	f.mu.Lock()
+	f.cells[s] = foreignCell{}
+	f.mu.Unlock()
+}
+
+// decayed is v at now: exp(-(now-at)/tau) of it (all of it at or before
+// at, none with tau <= 0).
+func (c *foreignCell) decayed(now time.Time, tau time.Duration) float64 {
+	if c.v == 0 {
+		return 0
+	}
+	d := now.Sub(c.at)
+	if d <= 0 {
+		return c.v
+	}
+	if tau <= 0 {
+		return 0
+	}
+	v := c.v * math.Exp(-float64(d)/float64(tau))
+	if v < 1 {
+		return 0
+	}
+	return v
+}
+
+// Prefill is the prefill tokens r reserved (Decision.Prefill at Reserve):
+// what a ForeignPrefill credits with Routed.
+func (r *Reservation) Prefill() int64 { return r.prefill }
