@@ -20,10 +20,12 @@ import (
 	"github.com/ramjet-llm/ramjet/deploy"
 	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/envcheck"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/module"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/snapshot"
 	"github.com/ramjet-llm/ramjet/upstream"
 )
 
@@ -542,7 +544,8 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 // route-id secret, the body bound and one engine profile per speculative
 // engine.
 func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
-	p := &module.RamjetSelection{Config: rd.Config, RouteIDSecret: rd.Secret, InstanceID: rd.InstanceID, DepartAfter: rd.DepartAfter}
+	p := &module.RamjetSelection{PolicySettings: fleetstate.PolicySettings{Config: rd.Config, RouteIDSecret: rd.Secret,
+		InstanceID: rd.InstanceID, DepartAfter: duration.Duration(rd.DepartAfter)}}
 	if rd.MaxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.MaxBodySize
@@ -677,7 +680,7 @@ func (k *integrityDirective) config(token, scheme string) *integrity.Settings {
 }
 
 // snapshotDirectiveOptions are the ramjet directive's snapshot options,
-// snapshot_<field> is SnapshotConfig's <field> (deploy/Caddyfile drives
+// snapshot_<field> is snapshot.Settings' <field> (deploy/Caddyfile drives
 // them from RJ_* settings); snapshots are on when
 // snapshot_path is given. A value left empty keeps the default.
 var snapshotDirectiveOptions = map[string]bool{
@@ -686,11 +689,11 @@ var snapshotDirectiveOptions = map[string]bool{
 
 // snapshotDirective collects the ramjet directive's snapshot options.
 type snapshotDirective struct {
-	c module.SnapshotConfig
+	c snapshot.Settings
 }
 
 // config is the policy's snapshot configuration, nil when off.
-func (k *snapshotDirective) config() *module.SnapshotConfig {
+func (k *snapshotDirective) config() *snapshot.Settings {
 	if k.c.Path == "" {
 		return nil
 	}

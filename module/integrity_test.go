@@ -627,8 +627,8 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 		return pool
 	}
 	plain := newTestPolicy(t, "integ-same-plain")
-	checked := &RamjetSelection{StateKey: "integ-same-checked",
-		Integrity: &integrity.Settings{Pins: integrity.Pins{ModelSHA256: def.ModelSHA256}, Interval: duration.Duration(50 * time.Millisecond)}}
+	checked := &RamjetSelection{PolicySettings: fleetstate.PolicySettings{StateKey: "integ-same-checked",
+		Integrity: &integrity.Settings{Pins: integrity.Pins{ModelSHA256: def.ModelSHA256}, Interval: duration.Duration(50 * time.Millisecond)}}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := checked.Provision(ctx); err != nil {
 		t.Fatal(err)
@@ -698,7 +698,7 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 // key, scores its disagreements, and explain reports the sticky choice.
 func TestSessionShadowChangesNoDecision(t *testing.T) {
 	plain := newTestPolicy(t, "shadow-plain")
-	shadowed := &RamjetSelection{StateKey: "shadow-on", SessionShadow: &integrity.ShadowSettings{MaxSessions: 64}}
+	shadowed := &RamjetSelection{PolicySettings: fleetstate.PolicySettings{StateKey: "shadow-on", SessionShadow: &integrity.ShadowSettings{MaxSessions: 64}}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := shadowed.Provision(ctx); err != nil {
 		t.Fatal(err)

@@ -1,13 +1,10 @@
 package module
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,9 +18,8 @@ import (
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
-	"github.com/ramjet-llm/ramjet/enginemetrics"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
-	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/snapshot"
 	"github.com/ramjet-llm/ramjet/upstream"
@@ -43,6 +39,10 @@ const (
 	HeaderRank = "X-data-parallel-rank"
 )
 
+// DefaultMaxBodyBytes bounds how much of a request body ramjet reads to
+// fingerprint it: 16 MiB.
+const DefaultMaxBodyBytes = fleetstate.DefaultMaxBodyBytes
+
 // RamjetSelection is the ramjet load-balancing policy: it sends each LLM
 // request to the replica whose prefix cache most likely holds the start of
 // its prompt, unless live load on that replica outweighs the warm cache:
@@ -60,82 +60,9 @@ const (
 // engine, each routed as its own replica with the X-data-parallel-rank
 // request header.
 type RamjetSelection struct {
-	// The routing knobs: affinity_cap, alpha, request_cost, block_tokens,
-	// prefix_tokens, chars_per_token, index_budget, long_output_tokens,
-	// tie_epsilon and output_weight. Unset means the default (see package
-	// selection); an explicit 0 of alpha, request_cost, tie_epsilon or
-	// output_weight is a value (alpha 0: pure affinity).
-	selection.Config
-
-	// MaxBodyBytes bounds how much of a request body is read to
-	// fingerprint it, in bytes. Larger bodies are forwarded untouched and
-	// routed by the fallback policy. Default: 16 MiB.
-	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
-
-	// Profiles maps an upstream dial address (or "address#rank") to its
-	// engine profile, "speculative" or "standard" (the default). When cache
-	// and load tie, requests asking for at least long_output_tokens prefer
-	// speculative engines and shorter ones standard engines.
-	Profiles map[string]string `json:"profiles,omitempty"`
-
-	// FallbackRaw is the policy for requests that cannot be fingerprinted.
-	// Default: least_conn.
-	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
-
-	// StateKey names the routing state (index, load reservations) this
-	// policy shares with every other ramjet policy of the same name. It
-	// survives config reloads as long as the index-relevant settings stay
-	// the same. Default: "default".
-	StateKey string `json:"state_key,omitempty"`
-
-	// RouteIDSecret keys the opaque X-Ramjet-Upstream ids. Set it (it
-	// accepts placeholders such as {env.RJ_ROUTE_ID_SECRET}) to keep ids
-	// stable across restarts and ramjet instances; by default a random
-	// per-process secret is used.
-	RouteIDSecret string `json:"route_id_secret,omitempty"`
-
-	// InstanceID names this ramjet instance among several in front of the
-	// same engines (no traffic between them): it sets where the instance
-	// spills a request when the replicas holding its prefix are too
-	// loaded (selection.Router.SetInstance), so that instances agree on a
-	// cold prefix's replica but not on the spills. An id ending in an
-	// ordinal ("ramjet-0", "ramjet-1", a StatefulSet's pod names) spreads
-	// instances best. Accepts placeholders ({env.HOSTNAME}). Default: the
-	// host name (set it when several instances share a host).
-	InstanceID string `json:"instance_id,omitempty"`
-
-	// KV turns on the precise index from the engines' KV-cache events
-	// (see kvindex.Settings); off by default.
-	KV *kvindex.Settings `json:"kv,omitempty"`
-
-	// Outlier tunes outlier detection (see selection.OutlierSettings); on by
-	// default.
-	Outlier *selection.OutlierSettings `json:"outlier,omitempty"`
-
-	// EngineMetrics turns on scraping of the engines' own metrics (see
-	// enginemetrics.Settings, engines.go); off by default.
-	EngineMetrics *enginemetrics.Settings `json:"engine_metrics,omitempty"`
-
-	// Integrity turns on engine integrity: admission against pinned
-	// digests and the speculative-decoding quarantine (see
-	// integrity.Settings); off by default.
-	Integrity *integrity.Settings `json:"integrity,omitempty"`
-
-	// SessionShadow turns on session-affinity shadow telemetry (see
-	// integrity.ShadowSettings); off by default. It never changes a
-	// decision.
-	SessionShadow *integrity.ShadowSettings `json:"session_shadow,omitempty"`
-
-	// Snapshot turns on authenticated snapshots of the approximate index
-	// (see SnapshotConfig, snapshot.go); off by default.
-	Snapshot *SnapshotConfig `json:"snapshot,omitempty"`
-
-	// DepartAfter is how long a replica must be missing from every live
-	// ramjet policy's upstream pool (dynamic upstreams, a reload), with no
-	// request in flight on it, before the fleet forgets it: its index
-	// entries, load and slot are freed and a replica that appears later
-	// starts cold (churn.go). Default: 30s.
-	DepartAfter caddy.Duration `json:"depart_after,omitempty"`
+	// The policy's JSON: the knobs, the fleet's name and secrets, the
+	// optional parts (see fleetstate.PolicySettings).
+	fleetstate.PolicySettings
 
 	fallback   reverseproxy.Selector
 	fleet      *fleet
@@ -207,7 +134,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		}
 //		integrity { <integrity.Settings' fields> }
 //		session_shadow [<header>] { max_sessions <n> }
-//		snapshot [<path>] { <SnapshotConfig's fields> }
+//		snapshot [<path>] { <snapshot.Settings' fields> }
 //		depart_after       <duration>
 //	}
 //
@@ -244,7 +171,7 @@ func (s *RamjetSelection) parseProfileOption(d *caddyfile.Dispenser) error {
 	if !d.Args(&up, &prof) || d.NextArg() {
 		return d.Errf("profile: want <upstream> speculative|standard")
 	}
-	if _, ok := parseProfile(prof); !ok {
+	if _, ok := fleetstate.ParseProfile(prof); !ok {
 		return d.Errf("profile %s: unknown engine profile %q (want speculative or standard)", up, prof)
 	}
 	if _, dup := s.Profiles[up]; dup {
@@ -279,18 +206,6 @@ func (s *RamjetSelection) parseFallback(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func parseProfile(s string) (selection.Profile, bool) {
-	switch strings.ToLower(s) {
-	case "speculative":
-		return selection.ProfileSpeculative, true
-	case "standard", "":
-		return selection.ProfileStandard, true
-	}
-	return 0, false
-}
-
-var stateKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
 // Provision fills defaults, loads the fallback policy and takes (or
 // creates) the shared fleet state.
 func (s *RamjetSelection) Provision(ctx caddy.Context) error {
@@ -299,21 +214,11 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.logger = ctx.Logger()
 	s.view = new(atomic.Pointer[poolView])
-	s.Config.SetDefaults()
-	if s.MaxBodyBytes == 0 {
-		s.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if s.StateKey == "" {
-		s.StateKey = DefaultStateKey
-	}
+	s.SetDefaults()
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	s.profiles = make(map[string]selection.Profile, len(s.Profiles))
-	for up, name := range s.Profiles {
-		p, _ := parseProfile(name)
-		s.profiles[up] = p
-	}
+	s.profiles = s.ProfileMap()
 	if s.FallbackRaw == nil {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.LeastConnSelection{}, "policy", "least_conn", nil)
 	}
@@ -330,11 +235,7 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.fleet, s.rt, s.poolKey = f, rt, key
 	rt.SetInstance(instanceID(s.InstanceID)) // instance.go
-	var od selection.OutlierSettings
-	if s.Outlier != nil {
-		od = *s.Outlier
-	}
-	f.SetOutlier(od.Config())
+	f.SetOutlier(s.OutlierConfig())
 	s.x = rt.Extractor()
 	parts := s.parts()
 	for i, p := range parts {
@@ -378,30 +279,6 @@ func cleanupParts(parts []part) error {
 		errs = append(errs, parts[i].cleanup())
 	}
 	return errors.Join(errs...)
-}
-
-// Validate rejects settings that cannot work, naming the option.
-func (s *RamjetSelection) Validate() error {
-	if err := s.Config.Validate(); err != nil {
-		return err
-	}
-	if s.MaxBodyBytes < 0 {
-		return fmt.Errorf("max_body_bytes must be positive, got %d", s.MaxBodyBytes)
-	}
-	for up, p := range s.Profiles {
-		if _, ok := parseProfile(p); !ok {
-			return fmt.Errorf("profiles[%s]: unknown engine profile %q (want speculative or standard)", up, p)
-		}
-	}
-	if s.StateKey != "" && !stateKeyRE.MatchString(s.StateKey) {
-		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", s.StateKey)
-	}
-	if s.Outlier != nil {
-		if err := s.Outlier.Validate(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Cleanup drops the policy's reference on the shared state.
