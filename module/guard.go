@@ -141,7 +141,7 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 		g.ModelsTimeout = caddy.Duration(DefaultModelsTimeout)
 	}
 	if g.BodyTimeout == 0 {
-		g.BodyTimeout = caddy.Duration(DefaultBodyTimeout)
+		g.BodyTimeout = caddy.Duration(edge.DefaultBodyTimeout)
 	}
 	g.checkOn = g.ModelCheck == "on"
 	g.allow = edge.NewAllowList(g.AllowPaths)
@@ -191,10 +191,10 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 			defer st.finish()
 		}
 	}
-	noDeadline := bodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate) // slowclient.go
+	noDeadline := edge.BodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate)
 	bodyErr := g.readBody(r)
 	if !noDeadline {
-		liftBodyDeadline(w)
+		edge.LiftBodyDeadline(w)
 	}
 	if ae := bodyErr; ae != nil {
 		if st := lookupRequest(r); st != nil {
@@ -243,8 +243,8 @@ func (g *Guard) readBody(r *http.Request) *edge.Error {
 	}
 	st := requestState(r) // ServeHTTP created it
 	st.readBody(r, g.MaxBodySize)
-	if bodyTimedOut(st.bodyErr) {
-		return bodyTimeoutError()
+	if edge.BodyTimedOut(st.bodyErr) {
+		return edge.BodyTimeout()
 	}
 	if ae := edge.ReadError(st.bodyErr, g.MaxBodySize); ae != nil || st.body == nil {
 		return ae
