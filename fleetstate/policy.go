@@ -1,6 +1,7 @@
 package fleetstate
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -101,6 +102,35 @@ type PolicySettings struct {
 	// entries, load and slot are freed and a replica that appears later
 	// starts cold (Fleet.Depart). Default: 30s.
 	DepartAfter duration.Duration `json:"depart_after,omitempty"`
+}
+
+// UnmarshalJSON decodes the settings as Caddy does (unknown fields are an
+// error) and marks the routing knobs present in the JSON as explicit, so
+// that "alpha": 0 means pure affinity while a missing alpha means the
+// default. Caddy's module decoding reaches it through the module struct
+// that embeds PolicySettings.
+func (s *PolicySettings) UnmarshalJSON(b []byte) error {
+	type plain PolicySettings // without these methods
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode((*plain)(s)); err != nil {
+		return err
+	}
+	k, err := selection.ExplicitInJSON(b)
+	s.Explicit |= k
+	return err
+}
+
+// MarshalJSON encodes the settings, writing the explicit zero knobs that
+// omitempty would drop, so that a Caddyfile's alpha 0 survives the
+// Caddyfile -> JSON adaptation.
+func (s *PolicySettings) MarshalJSON() ([]byte, error) {
+	type plain PolicySettings
+	b, err := json.Marshal((*plain)(s))
+	if err != nil {
+		return nil, err
+	}
+	return s.Config.AppendExplicitZeros(b), nil
 }
 
 // SetDefaults fills the zero fields of the knobs, the body bound, the

@@ -88,7 +88,7 @@ func TestPolicySettingsProfiles(t *testing.T) {
 // TestPolicySettingsJSON: the JSON names and their order are the policy's
 // (the Caddyfile goldens are byte-identical through them).
 func TestPolicySettingsJSON(t *testing.T) {
-	s := PolicySettings{Config: selection.Config{Alpha: 0.5}, MaxBodyBytes: 1, Profiles: map[string]string{"a:1": "speculative"},
+	s := PolicySettings{Config: selection.Config{Alpha: 0.5, Explicit: selection.KnobAlpha}, MaxBodyBytes: 1, Profiles: map[string]string{"a:1": "speculative"},
 		FallbackRaw: json.RawMessage(`{"policy":"random"}`), StateKey: "s", RouteIDSecret: "r", InstanceID: "i",
 		Outlier: &selection.OutlierSettings{}, Snapshot: &snapshot.Settings{Path: "/p", Interval: duration.Duration(time.Second)},
 		DepartAfter: duration.Duration(time.Minute)}
@@ -107,5 +107,50 @@ func TestPolicySettingsJSON(t *testing.T) {
 	}
 	if diff := cmp.Diff(s, back, cmp.Transformer("json", func(m json.RawMessage) string { return string(m) })); diff != "" {
 		t.Errorf("round trip (-want +got)\n%s", diff)
+	}
+}
+
+// TestPolicySettingsExplicitKnobs: a knob whose zero is a value is marked
+// explicit when the JSON has it, and its zero is written out again.
+func TestPolicySettingsExplicitKnobs(t *testing.T) {
+	tests := []struct {
+		give    string
+		want    selection.Knobs
+		wantErr string
+	}{
+		{give: `{}`},
+		{give: `{"alpha":0}`, want: selection.KnobAlpha},
+		{give: `{"alpha":null,"affinity_cap":0}`},
+		{give: `{"request_cost":0,"tie_epsilon":0,"output_weight":0,"pair_weight":0,"alpha":2}`, want: selection.ZeroKnobs},
+		{give: `{"alpah":0}`, wantErr: "unknown field"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			var s PolicySettings
+			err := json.Unmarshal([]byte(tt.give), &s)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Explicit != tt.want {
+				t.Errorf("explicit = %b, want %b", s.Explicit, tt.want)
+			}
+			b, err := json.Marshal(&s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back PolicySettings
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Fatal(err)
+			}
+			if back.Explicit != tt.want || back.Config != s.Config {
+				t.Errorf("round trip %s: %+v, want %+v", b, back.Config, s.Config)
+			}
+		})
 	}
 }

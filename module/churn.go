@@ -69,10 +69,8 @@ func (f *fleet) listed(live []*RamjetSelection) (map[string]bool, bool) {
 		if !ok {
 			return nil, false
 		}
-		for i, k := range v.keys {
-			if v.slots[i] >= 0 {
-				keys[k] = true
-			}
+		for _, k := range v.Tracked() {
+			keys[k] = true
 		}
 	}
 	return keys, true

@@ -203,9 +203,9 @@ func (s *RamjetSelection) bindIntegrity(v *poolView) {
 	if s.integ == nil {
 		return
 	}
-	for i, key := range v.keys {
-		if v.slots[i] >= 0 {
-			s.integ.Track(key, v.pool[i].Dial, v.ranks[i])
+	for i, key := range v.Keys {
+		if v.Slots[i] >= 0 {
+			s.integ.Track(key, v.pool[i].Dial, v.Ranks[i])
 		}
 	}
 }
@@ -227,7 +227,7 @@ func (s *RamjetSelection) integrityPool(pool reverseproxy.UpstreamPool, v *poolV
 	for _, up := range pool {
 		for j, vu := range v.pool {
 			if vu == up {
-				if !s.integrityOut(v.slots[j]) {
+				if !s.integrityOut(v.Slots[j]) {
 					sub = append(sub, up)
 				}
 				break
@@ -314,7 +314,7 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 	}
 	od := s.fleet.Detector()
 	index := func(slot int) int {
-		for i, sl := range v.slots {
+		for i, sl := range v.Slots {
 			if int(sl) == slot {
 				return i
 			}
@@ -323,7 +323,7 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 	}
 	usable := func(slot int) bool {
 		i := index(slot)
-		return i >= 0 && pool[i].Available() && !s.integrityOut(v.slots[i]) && od.Usable(v.slots[i])
+		return i >= 0 && pool[i].Available() && !s.integrityOut(v.Slots[i]) && od.Usable(v.Slots[i])
 	}
 	out, sticky := sh.ss.Record(xxhash.Sum64String(vals[0]), int(d.Slot), usable)
 	m := integCollector().Shadow
@@ -337,7 +337,7 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 	}
 	cands := make([]selection.Candidate, len(pool))
 	for i := range pool {
-		cands[i] = selection.Candidate{Slot: v.slots[i], Usable: i == j, Profile: v.profiles[i]}
+		cands[i] = selection.Candidate{Slot: v.Slots[i], Usable: i == j, Profile: v.Profiles[i]}
 	}
 	sc := selection.NewScratch(len(cands))
 	s.rt.Pick(feat, cands, sc)

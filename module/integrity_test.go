@@ -683,7 +683,7 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 	if err := ss[2].SetIdentity(enginesim.Identity{ModelSHA256: enginesim.Digest("other")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 2 out", func() bool { return checked.integrityOut(checked.viewFor(poolB).slots[2]) })
+	eventually(t, "replica 2 out", func() bool { return checked.integrityOut(checked.viewFor(poolB).Slots[2]) })
 	for i := range 60 {
 		if got := pick(checked, poolB, chatJSON(2048+512*(i%7), fmt.Sprintf("user %d", i%13))); got == 2 || got < 0 {
 			t.Fatalf("request %d routed to %d", i, got)

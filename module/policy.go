@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -353,7 +352,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	d, res := s.decide(pool, v, st, feat, storage)
 	if res == nil {
 		body.Release()
-		if v.untracked {
+		if v.Untracked {
 			// Upstreams past selection.MaxReplicas cannot be scored: the
 			// fallback policy may still find one of them.
 			return s.selectFallback(pool, r, w, st, v)
@@ -397,8 +396,8 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	if st.attempts > 1 {
 		tried = &st.tried
 	}
-	cands := selection.AppendCandidates(sc.cands[:0], v.slots, v.profiles,
-		func(i int) bool { return pool[i].Available() && !s.integrityOut(v.slots[i]) }, s.fleet.Detector(), tried)
+	cands := selection.AppendCandidates(sc.cands[:0], v.Slots, v.Profiles,
+		func(i int) bool { return pool[i].Available() && !s.integrityOut(v.Slots[i]) }, s.fleet.Detector(), tried)
 	var a selection.Annotator
 	if s.kv != nil {
 		a = s.kv.p
@@ -428,13 +427,13 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 	st.fallback = true
 	st.learned = nil
 	st.decision = selection.Decision{Index: idx, Slot: -1}
-	if idx < 0 || v.slots[idx] < 0 {
+	if idx < 0 || v.Slots[idx] < 0 {
 		return up
 	}
-	st.decision.Slot = v.slots[idx]
+	st.decision.Slot = v.Slots[idx]
 	s.tag(r, w, st, v, idx)
 	picked(st, len(pool))
-	st.hold.Set(s.rt.Reserve(v.slots[idx], 0))
+	st.hold.Set(s.rt.Reserve(v.Slots[idx], 0))
 	st.learned = nil // a fallback pick predicted nothing to correct
 	return up
 }
@@ -443,12 +442,12 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 // request's data-parallel rank header.
 func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqState, v *poolView, i int) {
 	st.fleet = s.fleet
-	st.slot = v.slots[i]
-	st.replica = v.keys[i]
-	st.routeID = v.ids[i]
-	st.routeIDHdr = v.idHdr[i]
+	st.slot = v.Slots[i]
+	st.replica = v.Keys[i]
+	st.routeID = v.IDs[i]
+	st.routeIDHdr = v.IDHdr[i]
 	if w != nil {
-		w.Header()[HeaderUpstream] = v.idHdr[i]
+		w.Header()[HeaderUpstream] = v.IDHdr[i]
 	}
 	// On the first attempt r.Header is the map Caddy copies the request
 	// headers from on every attempt when header operations are configured;
@@ -457,8 +456,8 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	if st.attempts == 1 {
 		st.baseHeader = r.Header
 	}
-	setRank(r.Header, v.rankHdr[i])
-	setRank(st.baseHeader, v.rankHdr[i])
+	setRank(r.Header, v.RankHdr[i])
+	setRank(st.baseHeader, v.RankHdr[i])
 }
 
 // setRank sets or removes the data-parallel rank header.
@@ -502,46 +501,16 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 	if v := s.view.Load(); v != nil && v.same(pool) {
 		return v
 	}
-	n := len(pool)
-	v := &poolView{
-		pool:     append(reverseproxy.UpstreamPool(nil), pool...),
-		keys:     make([]string, n),
-		slots:    make([]selection.Slot, n),
-		ranks:    make([]int, n),
-		rankHdr:  make([][]string, n),
-		ids:      make([]string, n),
-		idHdr:    make([][]string, n),
-		profiles: make([]selection.Profile, n),
-	}
-	dials := make([]string, n)
+	dials := make([]string, len(pool))
 	for i, up := range pool {
 		dials[i] = up.Dial
 	}
-	for i, rank := range upstream.Ranks(dials) {
-		up := pool[i]
-		v.ranks[i] = rank
-		key := selection.ReplicaKey(up.Dial, rank)
-		if rank >= 0 {
-			v.rankHdr[i] = []string{strconv.Itoa(rank)}
+	v := &poolView{pool: append(reverseproxy.UpstreamPool(nil), pool...)}
+	v.View = s.fleet.NewView(dials, s.profiles, func(err error) {
+		if c := s.logger.Check(zapcore.WarnLevel, "replica not routed by ramjet"); c != nil {
+			c.Write(zap.Error(err))
 		}
-		v.keys[i] = key
-		slot, id, err := s.fleet.Register(key)
-		if err != nil {
-			if c := s.logger.Check(zapcore.WarnLevel, "replica not routed by ramjet"); c != nil {
-				c.Write(zap.Error(err))
-			}
-		}
-		v.slots[i], v.ids[i] = slot, id
-		if slot < 0 {
-			v.untracked = true
-		}
-		v.idHdr[i] = []string{id}
-		if p, ok := s.profiles[key]; ok {
-			v.profiles[i] = p
-		} else if p, ok := s.profiles[up.Dial]; ok {
-			v.profiles[i] = p
-		}
-	}
+	})
 	s.bindKV(v)
 	s.bindIntegrity(v)
 	s.bindSnapshot(v) // snapshot.go: a snapshot read at start, applied once

@@ -82,11 +82,5 @@ func (s *RamjetSelection) bindSnapshot(v *poolView) {
 	if s.snap == nil {
 		return
 	}
-	keys := make([]string, 0, len(v.keys))
-	for i, k := range v.keys {
-		if v.slots[i] >= 0 {
-			keys = append(keys, k)
-		}
-	}
-	s.snap.Bind(keys)
+	s.snap.Bind(v.Tracked())
 }
