@@ -19,6 +19,7 @@ import (
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/deploy"
 	"github.com/ramjet-llm/ramjet/duration"
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
@@ -200,17 +201,17 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 
 	health := &module.Health{Upstreams: dials, RouteIDSecret: rd.Secret}
 	engines := module.Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.Token, ClientTokens: strings.Join(rd.ClientTokens, ",")}
-	models := &module.Models{Engines: engines, Cache: rd.ModelsCache, Timeout: rd.ModelsTimeout}
-	guard := &module.Guard{
-		Engines:           engines,
+	models := &module.Models{Engines: engines,
+		Settings: catalog.Settings{Cache: duration.Duration(rd.ModelsCache), Timeout: duration.Duration(rd.ModelsTimeout)}}
+	guard := &module.Guard{Engines: engines, GuardSettings: edge.GuardSettings{
 		ForwardClientAuth: rd.ForwardClientAuth,
 		MaxBodySize:       rd.MaxBodySize,
 		ModelCheck:        rd.ModelCheck,
-		ModelsTimeout:     rd.ModelsTimeout,
-		BodyTimeout:       rd.BodyTimeout,
+		ModelsTimeout:     duration.Duration(rd.ModelsTimeout),
+		BodyTimeout:       duration.Duration(rd.BodyTimeout),
 		BodyMinRate:       rd.BodyMinRate,
 		AllowPaths:        rd.AllowPaths,
-	}
+	}}
 	observe := &module.Handler{WriteTimeout: rd.WriteTimeout}
 
 	routes := caddyhttp.RouteList{

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ramjet-llm/ramjet/duration"
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/enginemetrics"
 	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/kvindex"
@@ -17,8 +18,9 @@ import (
 )
 
 // DefaultMaxBodyBytes bounds how much of a request body ramjet reads to
-// fingerprint it: 16 MiB.
-const DefaultMaxBodyBytes = 16 << 20
+// fingerprint it: 16 MiB, the guard's default body bound (so that every
+// body the guard accepts is also fingerprinted).
+const DefaultMaxBodyBytes = edge.DefaultMaxBodySize
 
 // PolicySettings are the settings of the ramjet lb_policy (the JSON of
 // module.RamjetSelection, which embeds them): the routing knobs, the

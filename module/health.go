@@ -3,6 +3,7 @@ package module
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 
@@ -185,7 +186,7 @@ func outReason(proxy *reverseproxy.Handler, u *reverseproxy.Upstream) string {
 // findProxy finds the reverse_proxy handler whose upstream list equals
 // ours (once per config).
 func (h *Health) findProxy() *reverseproxy.Handler {
-	return h.finder.find(func(ups reverseproxy.UpstreamPool) bool { return sameDials(ups, h.Upstreams) })
+	return h.finder.find(func(ups reverseproxy.UpstreamPool) bool { return slices.Equal(dialsOf(ups), h.Upstreams) })
 }
 
 // proxyFinder finds, once per config, a provisioned reverse_proxy handler in
@@ -253,18 +254,6 @@ func findProxyIn(routes caddyhttp.RouteList, match func(reverseproxy.UpstreamPoo
 		}
 	}
 	return nil
-}
-
-func sameDials(ups reverseproxy.UpstreamPool, dials []string) bool {
-	if len(ups) != len(dials) {
-		return false
-	}
-	for i, u := range ups {
-		if u.Dial != dials[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Interface guards.

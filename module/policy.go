@@ -501,12 +501,8 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 	if v := s.view.Load(); v != nil && v.same(pool) {
 		return v
 	}
-	dials := make([]string, len(pool))
-	for i, up := range pool {
-		dials[i] = up.Dial
-	}
 	v := &poolView{pool: append(reverseproxy.UpstreamPool(nil), pool...)}
-	v.View = s.fleet.NewView(dials, s.profiles, func(err error) {
+	v.View = s.fleet.NewView(dialsOf(pool), s.profiles, func(err error) {
 		if c := s.logger.Check(zapcore.WarnLevel, "replica not routed by ramjet"); c != nil {
 			c.Write(zap.Error(err))
 		}
@@ -518,6 +514,15 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 	s.fleet.setView(s, v)
 	s.bindEngines() // engines.go: scrape the new pool's engines
 	return v
+}
+
+// dialsOf lists the pool's dial addresses, in order.
+func dialsOf(pool reverseproxy.UpstreamPool) []string {
+	dials := make([]string, len(pool))
+	for i, up := range pool {
+		dials[i] = up.Dial
+	}
+	return dials
 }
 
 // Interface guards.
