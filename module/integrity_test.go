@@ -517,7 +517,7 @@ func TestIntegritySettings(t *testing.T) {
 		Spec: &integrity.SpecSettings{Mode: "enforce", Window: duration.Duration(10 * time.Second), Windows: 3, Position: &pos,
 			MetricsPath: "/metrics", StateFile: "/tmp/x", CommitmentKey: "{env.TEST_INTEGRITY_COMMITMENT_KEY}",
 			Key: []byte(strings.Repeat("k", 32))}}
-	got := resolved(c)
+	got := c.Resolved(resolveSecret)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
