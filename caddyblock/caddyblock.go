@@ -29,8 +29,8 @@ type Block struct {
 	Custom map[string]func(d *caddyfile.Dispenser) error
 	// Repeat are the options that may be given more than once.
 	Repeat map[string]bool
-	// Zero reports whether 0 is a value of an integer option (else
-	// integers and sizes must be positive: their zero is the default).
+	// Zero reports whether 0 is a value of an integer, size or duration
+	// option (else they must be positive: their zero is the default).
 	Zero func(path string) bool
 	// Set is called after a field option was read.
 	Set func(path string)
@@ -222,7 +222,7 @@ func (b *Block) scalar(path, name, s string, f reflect.Value) error {
 	switch {
 	case durationTypes[f.Type()]:
 		dur, err := caddy.ParseDuration(s)
-		if err != nil || dur <= 0 {
+		if err != nil || dur < 0 || dur == 0 && !zero {
 			return fmt.Errorf("%q is not a positive duration", s)
 		}
 		f.SetInt(int64(dur))

@@ -36,7 +36,7 @@ type config struct {
 func block(set *[]string) *Block {
 	return &Block{
 		Name: "test",
-		Zero: func(p string) bool { return p == "x" || p == "inner position" },
+		Zero: func(p string) bool { return p == "x" || p == "inner position" || p == "inner window" },
 		Set:  func(p string) { *set = append(*set, p) },
 		Check: map[string]func(string) (string, error){"scheme": func(v string) (string, error) {
 			if v != "http" && v != "https" {
@@ -71,6 +71,8 @@ func TestParse(t *testing.T) {
 		{name: "nested", give: "inner observe {\nwindow 2s\nposition 0\n}",
 			want:    config{Inner: &inner{Mode: "observe", Window: caddy.Duration(2 * time.Second), Pos: &zero}},
 			wantSet: []string{"inner window", "inner position", "inner"}},
+		{name: "zero duration allowed", give: "inner {\nwindow 0s\n}", want: config{Inner: &inner{}},
+			wantSet: []string{"inner window", "inner"}},
 		{name: "nested word", give: "inner {\nposition overall\n}", want: config{Inner: &inner{}},
 			wantSet: []string{"inner position", "inner"}},
 		{name: "unknown", give: "bogus 1", wantErr: "test: unrecognized option 'bogus'"},
@@ -89,6 +91,7 @@ func TestParse(t *testing.T) {
 		{name: "NaN", give: "x NaN", wantErr: `x: "NaN" is not a number`},
 		{name: "duration", give: "wait soon", wantErr: `wait: "soon" is not a positive duration`},
 		{name: "zero duration", give: "wait 0s", wantErr: `wait: "0s" is not a positive duration`},
+		{name: "negative duration allowed zero", give: "inner {\nwindow -1s\n}", wantErr: `inner window: "-1s" is not a positive duration`},
 		{name: "check", give: "scheme ftp", wantErr: "scheme: must be http or https"},
 		{name: "bool", give: "on maybe", wantErr: `on: "maybe" is not a boolean`},
 	}

@@ -4,10 +4,10 @@
 // duration, flag, list; a nested block for a struct field). It is the one
 // Caddyfile option parser of ramjet's modules (lb_policy ramjet and its
 // nested blocks, ramjet_guard, ramjet_models, ramjet_health,
-// ramjet_observe, ramjet_body, ramjet_metrics, ramjet_dashboard), so that
-// each option is written once, in its struct, and duplicate and unknown
-// options are rejected the same way everywhere.
+// ramjet_observe, ramjet_body, ramjet_metrics, ramjet_dashboard,
+// ramjet_handover), so that each option is written once, in its struct,
+// and duplicate and unknown options are rejected the same way everywhere.
 //
-// It runs at config time only. Package module uses it; it knows nothing
-// of the modules.
+// It runs at config time only. Packages module, directive and handover
+// use it; it knows nothing of the modules.
 package caddyblock

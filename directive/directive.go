@@ -19,11 +19,14 @@ import (
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/deploy"
 	"github.com/ramjet-llm/ramjet/duration"
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/envcheck"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
 	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/module"
 	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/snapshot"
 	"github.com/ramjet-llm/ramjet/upstream"
 )
 
@@ -198,17 +201,17 @@ func parseRamjet(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 
 	health := &module.Health{Upstreams: dials, RouteIDSecret: rd.Secret}
 	engines := module.Engines{Upstreams: rd.baseURLs(), UpstreamToken: rd.Token, ClientTokens: strings.Join(rd.ClientTokens, ",")}
-	models := &module.Models{Engines: engines, Cache: rd.ModelsCache, Timeout: rd.ModelsTimeout}
-	guard := &module.Guard{
-		Engines:           engines,
+	models := &module.Models{Engines: engines,
+		Settings: catalog.Settings{Cache: duration.Duration(rd.ModelsCache), Timeout: duration.Duration(rd.ModelsTimeout)}}
+	guard := &module.Guard{Engines: engines, GuardSettings: edge.GuardSettings{
 		ForwardClientAuth: rd.ForwardClientAuth,
 		MaxBodySize:       rd.MaxBodySize,
 		ModelCheck:        rd.ModelCheck,
-		ModelsTimeout:     rd.ModelsTimeout,
-		BodyTimeout:       rd.BodyTimeout,
+		ModelsTimeout:     duration.Duration(rd.ModelsTimeout),
+		BodyTimeout:       duration.Duration(rd.BodyTimeout),
 		BodyMinRate:       rd.BodyMinRate,
 		AllowPaths:        rd.AllowPaths,
-	}
+	}}
 	observe := &module.Handler{WriteTimeout: rd.WriteTimeout}
 
 	routes := caddyhttp.RouteList{
@@ -542,7 +545,8 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 // route-id secret, the body bound and one engine profile per speculative
 // engine.
 func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
-	p := &module.RamjetSelection{Config: rd.Config, RouteIDSecret: rd.Secret, InstanceID: rd.InstanceID, DepartAfter: rd.DepartAfter}
+	p := &module.RamjetSelection{PolicySettings: fleetstate.PolicySettings{Config: rd.Config, RouteIDSecret: rd.Secret,
+		InstanceID: rd.InstanceID, DepartAfter: duration.Duration(rd.DepartAfter)}}
 	if rd.MaxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.MaxBodySize
@@ -677,7 +681,7 @@ func (k *integrityDirective) config(token, scheme string) *integrity.Settings {
 }
 
 // snapshotDirectiveOptions are the ramjet directive's snapshot options,
-// snapshot_<field> is SnapshotConfig's <field> (deploy/Caddyfile drives
+// snapshot_<field> is snapshot.Settings' <field> (deploy/Caddyfile drives
 // them from RJ_* settings); snapshots are on when
 // snapshot_path is given. A value left empty keeps the default.
 var snapshotDirectiveOptions = map[string]bool{
@@ -686,11 +690,11 @@ var snapshotDirectiveOptions = map[string]bool{
 
 // snapshotDirective collects the ramjet directive's snapshot options.
 type snapshotDirective struct {
-	c module.SnapshotConfig
+	c snapshot.Settings
 }
 
 // config is the policy's snapshot configuration, nil when off.
-func (k *snapshotDirective) config() *module.SnapshotConfig {
+func (k *snapshotDirective) config() *snapshot.Settings {
 	if k.c.Path == "" {
 		return nil
 	}

@@ -6,7 +6,8 @@
 // (ScrubList, ScrubHeaders), the allowed client paths (AllowList,
 // NormalizePath) and the JSON route and content-type checks, and the
 // request body read once, bounded, into a pooled reference-counted buffer
-// that also caches the body's one parse (Body, ReadBody, Reader).
+// that also caches the body's one parse (Body, ReadBody, Reader), under a
+// read deadline and a minimum upload rate (BodyDeadline, 408 BodyTimeout).
 //
 // Package module drives these from its Caddy handlers (ramjet_guard,
 // ramjet_models, ramjet_health, ramjet_observe), the body matcher and the

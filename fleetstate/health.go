@@ -102,3 +102,61 @@ func (rep HealthReport) Write(w http.ResponseWriter, r *http.Request) error {
 	}
 	return nil
 }
+
+// UpstreamHealth is what the proxy says of one upstream of a /health
+// list.
+type UpstreamHealth struct {
+	Healthy  bool
+	InFlight int
+	Full     bool
+	// Out says why the proxy holds an unhealthy upstream out
+	// (ReplicaHealth.Reason: active_check, passive_failures,
+	// circuit_breaker).
+	Out string
+}
+
+// HealthOf is the /health answer for the upstream list dials. ups is the
+// proxy's view of each entry, nil when no reverse_proxy over dials is
+// configured (every replica "not_found"). With f (the fleet of the
+// proxy's ramjet policy, nil when the proxy does not use it) replicas are
+// named by f's route ids, so that /health matches X-Ramjet-Upstream; a
+// replica the proxy holds usable is still out when outlier detection
+// ejected it or integrity (integ, by replica key; nil report: integrity
+// off) holds it out; feeds (by replica key, nil: the precise path off)
+// adds each kv feed's health. Without f, ids name the replicas.
+func HealthOf(dials, ids []string, ups []UpstreamHealth, f *Fleet,
+	integ func(key string) *IntegrityReport, feeds map[string]*KVFeedHealth) HealthReport {
+	var keys []string
+	if f != nil {
+		ids, keys = ReplicaIDs(f.Secret(), dials), ReplicaKeys(dials)
+	}
+	reps := make([]ReplicaHealth, len(dials))
+	for i := range dials {
+		rh := ReplicaHealth{ID: ids[i]}
+		if feeds != nil {
+			rh.KV = feeds[keys[i]]
+		}
+		switch {
+		case ups == nil:
+			rh.Reason = "not_found"
+		case !ups[i].Healthy:
+			rh.InFlight, rh.Full, rh.Reason = ups[i].InFlight, ups[i].Full, ups[i].Out
+		default:
+			rh.Healthy, rh.InFlight, rh.Full = true, ups[i].InFlight, ups[i].Full
+			if f == nil {
+				break
+			}
+			if s, ok := f.Base().Lookup(keys[i]); ok && f.Detector().Ejected(s) {
+				rh.Healthy, rh.Reason = false, "ejected"
+			}
+			if ir := integ(keys[i]); ir != nil {
+				rh.Integrity = ir.Reason
+				if ir.Out && rh.Healthy {
+					rh.Healthy, rh.Reason = false, "integrity"
+				}
+			}
+		}
+		reps[i] = rh
+	}
+	return NewHealthReport(reps)
+}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/ramjet-llm/ramjet/caddyblock"
 )
 
 func init() { caddy.RegisterModule(Handover{}) }
@@ -75,34 +77,16 @@ func (Handover) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// UnmarshalCaddyfile reads `ramjet_handover [{ handshake_timeout <d> }]`.
+// UnmarshalCaddyfile reads `ramjet_handover [{ handshake_timeout <d> }]`
+// (caddyblock: unknown and repeated options are refused; 0 is accepted and
+// means the default, as in JSON).
 func (h *Handover) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	for d.NextBlock(0) {
-		switch d.Val() {
-		case "handshake_timeout":
-			if h.HandshakeTimeout != 0 {
-				return d.Err("duplicate handshake_timeout")
-			}
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			v, err := caddy.ParseDuration(d.Val())
-			if err != nil {
-				return d.Errf("handshake_timeout: %v", err)
-			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			h.HandshakeTimeout = caddy.Duration(v)
-		default:
-			return d.Errf("unknown ramjet_handover option %q", d.Val())
-		}
-	}
-	return nil
+	b := &caddyblock.Block{Name: "ramjet_handover", Zero: func(path string) bool { return path == "handshake_timeout" }}
+	return b.Parse(d, h)
 }
 
 // Validate rejects a negative handshake_timeout.

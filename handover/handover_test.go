@@ -169,10 +169,13 @@ func TestHandoverUnmarshalCaddyfile(t *testing.T) {
 		{name: "bare", give: "ramjet_handover"},
 		{name: "timeout", give: "ramjet_handover {\n handshake_timeout 3s\n}", want: Handover{HandshakeTimeout: caddy.Duration(3 * time.Second)}},
 		{name: "argument", give: "ramjet_handover on", wantErr: "wrong argument count"},
-		{name: "unknown", give: "ramjet_handover {\n idle 3s\n}", wantErr: `unknown ramjet_handover option "idle"`},
-		{name: "duplicate", give: "ramjet_handover {\n handshake_timeout 3s\n handshake_timeout 4s\n}", wantErr: "duplicate handshake_timeout"},
-		{name: "bad duration", give: "ramjet_handover {\n handshake_timeout soon\n}", wantErr: "handshake_timeout:"},
-		{name: "missing value", give: "ramjet_handover {\n handshake_timeout\n}", wantErr: "wrong argument count"},
+		{name: "zero is the default", give: "ramjet_handover {\n handshake_timeout 0\n}"},
+		{name: "unknown", give: "ramjet_handover {\n idle 3s\n}", wantErr: "ramjet_handover: unrecognized option 'idle'"},
+		{name: "duplicate", give: "ramjet_handover {\n handshake_timeout 3s\n handshake_timeout 4s\n}", wantErr: "ramjet_handover: handshake_timeout specified more than once"},
+		{name: "bad duration", give: "ramjet_handover {\n handshake_timeout soon\n}", wantErr: `handshake_timeout: "soon" is not a positive duration`},
+		{name: "negative", give: "ramjet_handover {\n handshake_timeout -1s\n}", wantErr: `handshake_timeout: "-1s" is not a positive duration`},
+		{name: "missing value", give: "ramjet_handover {\n handshake_timeout\n}", wantErr: "handshake_timeout: missing value"},
+		{name: "too many values", give: "ramjet_handover {\n handshake_timeout 1s 2s\n}", wantErr: "handshake_timeout: too many values"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,6 +21,9 @@
 //     Close: per-replica admission with a reason, re-checked on an
 //     interval, failing closed per replica; the quarantine in observe or
 //     enforce mode, sticky until a different attested instance appears.
+//   - shared.go: what a config reload shares: the settings with their
+//     secrets resolved (Resolved) and their Fingerprint, and one Store per
+//     state file among the services using it (AcquireStore).
 //
 // integrity knows nothing of Caddy (package module wires a Monitor into the
 // ramjet policy's filters, /health, /ramjet/fleet and the metrics). Nothing

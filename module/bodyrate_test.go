@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/edge"
 )
 
 // TestBodyMinRateCut: with body_min_rate 4KiB (per second) and the default
@@ -36,8 +37,8 @@ http://{ADDR} {
 }
 `)
 	took := trickledUpload(t, c.client) // slowclient_test.go: a 408 request_timeout
-	if took < minRateGrace {
-		t.Errorf("cut after %v, within the %v grace", took, minRateGrace)
+	if took < edge.MinRateGrace {
+		t.Errorf("cut after %v, within the %v grace", took, edge.MinRateGrace)
 	}
 	if n := ss.requests()[0]; n != 0 {
 		t.Errorf("the engine received %d requests", n)

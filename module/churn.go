@@ -1,7 +1,6 @@
 package module
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
@@ -21,9 +20,6 @@ import (
 // load, route id, outlier and integrity state are dropped and its slot is
 // reused by the next replica, which starts cold.
 
-// DefaultDepartAfter is depart_after's default.
-const DefaultDepartAfter = fleetstate.DefaultDepartAfter
-
 // churns holds the departure sweeper (fleetstate.Sweeper) of every fleet
 // with a live policy.
 var churns fleetstate.Sweepers[*fleet, *RamjetSelection]
@@ -41,15 +37,9 @@ var departuresCollector = sync.OnceValue(func() prometheus.Collector {
 	})
 })
 
-// provisionChurn fills and checks depart_after and joins the policy to its
+// provisionChurn joins the policy to its
 // fleet's sweeper, starting it for a new fleet.
 func (s *RamjetSelection) provisionChurn(ctx caddy.Context) error {
-	if s.DepartAfter == 0 {
-		s.DepartAfter = caddy.Duration(DefaultDepartAfter)
-	}
-	if s.DepartAfter < 0 {
-		return fmt.Errorf("depart_after must be positive, got %v", time.Duration(s.DepartAfter))
-	}
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
 		if err := metrics.Register(reg, departuresCollector()); err != nil {
 			return err
@@ -79,10 +69,8 @@ func (f *fleet) listed(live []*RamjetSelection) (map[string]bool, bool) {
 		if !ok {
 			return nil, false
 		}
-		for i, k := range v.keys {
-			if v.slots[i] >= 0 {
-				keys[k] = true
-			}
+		for _, k := range v.Tracked() {
+			keys[k] = true
 		}
 	}
 	return keys, true

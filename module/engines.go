@@ -116,9 +116,9 @@ func (e *engineState) retarget() {
 	f.mu.Lock()
 	for _, v := range f.views {
 		for i, up := range v.pool {
-			if v.slots[i] >= 0 {
+			if v.Slots[i] >= 0 {
 				reps = append(reps, enginemetrics.DialReplica{Dial: up.Dial,
-					ReplicaRef: enginemetrics.ReplicaRef{Key: v.keys[i], ID: v.ids[i], Rank: v.ranks[i]}})
+					ReplicaRef: enginemetrics.ReplicaRef{Key: v.Keys[i], ID: v.IDs[i], Rank: v.Ranks[i]}})
 			}
 		}
 	}

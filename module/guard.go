@@ -2,7 +2,6 @@ package module
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -29,9 +28,8 @@ func init() {
 }
 
 // DefaultMaxBodySize is the largest request body the guard accepts by
-// default: the policy's DefaultMaxBodyBytes (16 MiB), so that every accepted
-// body is also fingerprinted.
-const DefaultMaxBodySize = DefaultMaxBodyBytes
+// default (edge.DefaultMaxBodySize, also the policy's DefaultMaxBodyBytes).
+const DefaultMaxBodySize = edge.DefaultMaxBodySize
 
 // Guard is the client-facing edge of a ramjet route (module
 // http.handlers.ramjet_guard). Before the request is proxied it:
@@ -59,39 +57,10 @@ type Guard struct {
 	// client keys checked.
 	Engines
 
-	// ForwardClientAuth forwards the client's Authorization (and api-key)
-	// headers to the engines when no upstream token is configured. Off by
-	// default: client credentials stay at the edge.
-	ForwardClientAuth bool `json:"forward_client_auth,omitempty"`
-
-	// MaxBodySize is the largest accepted request body, in bytes. Default
-	// 16 MiB. Larger bodies get 413.
-	MaxBodySize int64 `json:"max_body_size,omitempty"`
-
-	// ModelCheck controls the 404 for models the fleet does not serve:
-	// "on" (default) rejects them once at least one engine has listed its
-	// models; "off" forwards every model name.
-	ModelCheck string `json:"model_check,omitempty"`
-
-	// ModelsTimeout bounds one fetch of the engines' model lists. Default 2s.
-	ModelsTimeout caddy.Duration `json:"models_timeout,omitempty"`
-
-	// BodyTimeout bounds the reading of one request body; a client that
-	// has not sent all of it by then gets 408 (slow or trickled uploads).
-	// Default 60s.
-	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
-
-	// BodyMinRate is the lowest average rate, in bytes per second, at
-	// which a request body must arrive after its first second; a client
-	// trickling it slower gets 408 then, before body_timeout. Default 0
-	// (off: only body_timeout bounds an upload).
-	BodyMinRate int64 `json:"body_min_rate,omitempty"`
-
-	// AllowPaths are the paths served besides the OpenAI API
-	// (edge.DefaultAllowedPaths): exact paths, or prefixes ending in "/*".
-	// Every other path gets an OpenAI-shaped 404 and never reaches an
-	// engine. Paths are compared after normalisation (see edge.NormalizePath).
-	AllowPaths []string `json:"allow_paths,omitempty"`
+	// The guard's own settings: forward_client_auth, max_body_size,
+	// model_check, models_timeout, body_timeout, body_min_rate and
+	// allow_paths (see edge.GuardSettings).
+	edge.GuardSettings
 
 	allow edge.AllowList
 
@@ -131,42 +100,11 @@ func (g *Guard) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // list of this set of upstreams.
 func (g *Guard) Provision(ctx caddy.Context) error {
 	g.logger = ctx.Logger()
-	if g.MaxBodySize == 0 {
-		g.MaxBodySize = DefaultMaxBodySize
-	}
-	if g.ModelCheck == "" {
-		g.ModelCheck = "on"
-	}
-	if g.ModelsTimeout == 0 {
-		g.ModelsTimeout = caddy.Duration(DefaultModelsTimeout)
-	}
-	if g.BodyTimeout == 0 {
-		g.BodyTimeout = caddy.Duration(DefaultBodyTimeout)
-	}
+	g.SetDefaults()
 	g.checkOn = g.ModelCheck == "on"
 	g.allow = edge.NewAllowList(g.AllowPaths)
 	g.scrub = edge.ScrubList(g.Upstreams)
 	return g.provision(time.Duration(g.ModelsTimeout), len(g.Upstreams) > 0)
-}
-
-// Validate rejects bad values, naming the field.
-func (g *Guard) Validate() error {
-	switch {
-	case g.MaxBodySize < 0:
-		return fmt.Errorf("max_body_size must be positive, got %d", g.MaxBodySize)
-	case g.ModelCheck != "on" && g.ModelCheck != "off":
-		return fmt.Errorf("model_check must be on or off, got %q", g.ModelCheck)
-	case g.ModelsTimeout < 0:
-		return fmt.Errorf("models_timeout must be positive, got %v", g.ModelsTimeout)
-	case g.BodyMinRate < 0:
-		return fmt.Errorf("body_min_rate must be positive, got %d", g.BodyMinRate)
-	}
-	for _, p := range g.AllowPaths {
-		if err := edge.CheckAllowPath(p); err != nil {
-			return fmt.Errorf("allow_paths: %w", err)
-		}
-	}
-	return nil
 }
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
@@ -191,10 +129,10 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 			defer st.finish()
 		}
 	}
-	noDeadline := bodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate) // slowclient.go
+	noDeadline := edge.BodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate)
 	bodyErr := g.readBody(r)
 	if !noDeadline {
-		liftBodyDeadline(w)
+		edge.LiftBodyDeadline(w)
 	}
 	if ae := bodyErr; ae != nil {
 		if st := lookupRequest(r); st != nil {
@@ -243,8 +181,8 @@ func (g *Guard) readBody(r *http.Request) *edge.Error {
 	}
 	st := requestState(r) // ServeHTTP created it
 	st.readBody(r, g.MaxBodySize)
-	if bodyTimedOut(st.bodyErr) {
-		return bodyTimeoutError()
+	if edge.BodyTimedOut(st.bodyErr) {
+		return edge.BodyTimeout()
 	}
 	if ae := edge.ReadError(st.bodyErr, g.MaxBodySize); ae != nil || st.body == nil {
 		return ae
@@ -314,7 +252,7 @@ func (w *guardWriter) scrubHeaders() { edge.ScrubHeaders(w.Header(), w.scrub) }
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Guard)(nil)
-	_ caddy.Validator             = (*Guard)(nil)
+	_ caddy.Validator             = (*Guard)(nil) // edge.GuardSettings.Validate
 	_ caddy.CleanerUpper          = (*Guard)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Guard)(nil)
 	_ caddyfile.Unmarshaler       = (*Guard)(nil)

@@ -57,7 +57,7 @@ func serveGuard(t *testing.T, g *Guard, req *http.Request, next caddyhttp.Handle
 }
 
 func TestGuardRejects(t *testing.T) {
-	g := newTestGuard(t, &Guard{MaxBodySize: 64, AllowPaths: []string{"/v1/audio/*"}})
+	g := newTestGuard(t, &Guard{GuardSettings: edge.GuardSettings{MaxBodySize: 64, AllowPaths: []string{"/v1/audio/*"}}})
 	forwarded := 0
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 		forwarded++
@@ -109,7 +109,7 @@ func TestGuardRejects(t *testing.T) {
 }
 
 func TestGuardChunkedTooLarge(t *testing.T) {
-	g := newTestGuard(t, &Guard{MaxBodySize: 16})
+	g := newTestGuard(t, &Guard{GuardSettings: edge.GuardSettings{MaxBodySize: 16}})
 	req := httptest.NewRequest(http.MethodPost, "/v1/completions", io.MultiReader(strings.NewReader(strings.Repeat("y", 40))))
 	req.ContentLength = -1
 	rec := serveGuard(t, g, req, func(http.ResponseWriter, *http.Request) error {
@@ -129,7 +129,7 @@ func TestGuardForwardsBodyAndCredentials(t *testing.T) {
 	}{
 		{"token replaces client auth", &Guard{Engines: Engines{UpstreamToken: "up-tok"}}, "Bearer up-tok"},
 		{"client auth dropped by default", &Guard{}, ""},
-		{"client auth forwarded on request", &Guard{ForwardClientAuth: true}, "Bearer client"},
+		{"client auth forwarded on request", &Guard{GuardSettings: edge.GuardSettings{ForwardClientAuth: true}}, "Bearer client"},
 	}
 	body := `{"model":"m1","messages":[{"role":"user","content":"hi"}]}`
 	for _, tt := range tests {
@@ -207,7 +207,7 @@ func TestGuardRewritesChainErrors(t *testing.T) {
 // model name, and leaves the one parse in the request state for the
 // matcher and the policy.
 func TestGuardParse(t *testing.T) {
-	g := newTestGuard(t, &Guard{AllowPaths: []string{"/openai/*"}})
+	g := newTestGuard(t, &Guard{GuardSettings: edge.GuardSettings{AllowPaths: []string{"/openai/*"}}})
 	deep := func(n int) string {
 		return `{"model":"m1","messages":[{"role":"user","content":"hi"}],"x":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`
 	}
@@ -412,7 +412,7 @@ func enginesimOptions(model string) enginesim.Options {
 }
 
 func TestGuardNormalizesPaths(t *testing.T) {
-	g := newTestGuard(t, &Guard{AllowPaths: []string{"/tokenize", "/v1/audio/*"}})
+	g := newTestGuard(t, &Guard{GuardSettings: edge.GuardSettings{AllowPaths: []string{"/tokenize", "/v1/audio/*"}}})
 	tests := []struct {
 		in, want string // want "" = refused
 	}{
@@ -439,10 +439,10 @@ func TestGuardNormalizesPaths(t *testing.T) {
 			t.Errorf("%s: allowed %v, path %q; want %q", tt.in, ok, req.URL.Path, tt.want)
 		}
 	}
-	if err := (&Guard{AllowPaths: []string{"/a*"}}).Validate(); err == nil {
+	if err := (&Guard{GuardSettings: edge.GuardSettings{AllowPaths: []string{"/a*"}}}).Validate(); err == nil {
 		t.Error("allow_paths /a* accepted")
 	}
-	if err := (&Guard{AllowPaths: []string{"tokenize"}}).Validate(); err == nil {
+	if err := (&Guard{GuardSettings: edge.GuardSettings{AllowPaths: []string{"tokenize"}}}).Validate(); err == nil {
 		t.Error("allow_paths without a leading / accepted")
 	}
 }

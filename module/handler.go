@@ -14,6 +14,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/observe"
 )
 
@@ -104,10 +105,7 @@ func (h *Handler) Validate() error {
 	if h.WriteTimeout < -1 {
 		return fmt.Errorf("write_timeout must be positive or -1 (off), got %v", time.Duration(h.WriteTimeout))
 	}
-	if h.StateKey != "" && !stateKeyRE.MatchString(h.StateKey) {
-		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", h.StateKey)
-	}
-	return nil
+	return fleetstate.CheckStateKey(h.StateKey)
 }
 
 // observedState returns the request's reqState, creating it when the

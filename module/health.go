@@ -3,6 +3,7 @@ package module
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 
@@ -115,47 +116,27 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 	return nil
 }
 
-// Report builds the health answer from the live Upstream values.
+// Report builds the health answer from the live Upstream values
+// (fleetstate.HealthOf).
 func (h *Health) Report() fleetstate.HealthReport {
-	reps := make([]fleetstate.ReplicaHealth, len(h.Upstreams))
 	proxy := h.findProxy()
-	ids, f := h.ids, policyFleet(proxy)
-	var keys []string
-	if f != nil {
-		// The policy's ids (and secret), so that /health matches
-		// X-Ramjet-Upstream.
-		ids, keys = fleetstate.ReplicaIDs(f.Secret(), h.Upstreams), fleetstate.ReplicaKeys(h.Upstreams)
-	}
-	feeds := kvFeeds(f) // kvhealth.go
-	for i := range h.Upstreams {
-		rh := fleetstate.ReplicaHealth{ID: ids[i]}
-		if feeds != nil {
-			rh.KV = feeds[keys[i]]
-		}
-		if proxy == nil {
-			rh.Reason = "not_found"
-		} else {
-			u := proxy.Upstreams[i]
-			rh.Healthy = u.Healthy()
-			rh.InFlight = u.NumRequests()
-			rh.Full = u.Full()
-			if !rh.Healthy {
-				rh.Reason = outReason(proxy, u)
-			} else if f != nil {
-				if s, ok := f.Base().Lookup(keys[i]); ok && f.Detector().Ejected(s) {
-					rh.Healthy, rh.Reason = false, "ejected"
-				}
-				if ir := integrityStatus(f, keys[i]); ir != nil { // integrity.go
-					rh.Integrity = ir.Reason
-					if ir.Out && rh.Healthy {
-						rh.Healthy, rh.Reason = false, "integrity"
-					}
-				}
+	var ups []fleetstate.UpstreamHealth
+	if proxy != nil {
+		ups = make([]fleetstate.UpstreamHealth, len(proxy.Upstreams))
+		for i, u := range proxy.Upstreams {
+			ups[i] = fleetstate.UpstreamHealth{Healthy: u.Healthy(), InFlight: u.NumRequests(), Full: u.Full()}
+			if !ups[i].Healthy {
+				ups[i].Out = outReason(proxy, u)
 			}
 		}
-		reps[i] = rh
 	}
-	return fleetstate.NewHealthReport(reps)
+	f := policyFleet(proxy)
+	var base *fleetstate.Fleet
+	if f != nil {
+		base = f.Fleet
+	}
+	integ := func(key string) *fleetstate.IntegrityReport { return integrityStatus(f, key) } // integrity.go
+	return fleetstate.HealthOf(h.Upstreams, h.ids, ups, base, integ, kvFeeds(f))             // kvhealth.go
 }
 
 // policyFleet returns the fleet of the proxy's ramjet policy, or nil when
@@ -185,7 +166,7 @@ func outReason(proxy *reverseproxy.Handler, u *reverseproxy.Upstream) string {
 // findProxy finds the reverse_proxy handler whose upstream list equals
 // ours (once per config).
 func (h *Health) findProxy() *reverseproxy.Handler {
-	return h.finder.find(func(ups reverseproxy.UpstreamPool) bool { return sameDials(ups, h.Upstreams) })
+	return h.finder.find(func(ups reverseproxy.UpstreamPool) bool { return slices.Equal(dialsOf(ups), h.Upstreams) })
 }
 
 // proxyFinder finds, once per config, a provisioned reverse_proxy handler in
@@ -253,18 +234,6 @@ func findProxyIn(routes caddyhttp.RouteList, match func(reverseproxy.UpstreamPoo
 		}
 	}
 	return nil
-}
-
-func sameDials(ups reverseproxy.UpstreamPool, dials []string) bool {
-	if len(ups) != len(dials) {
-		return false
-	}
-	for i, u := range ups {
-		if u.Dial != dials[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Interface guards.

@@ -1,10 +1,8 @@
 package module
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
@@ -21,35 +19,20 @@ import (
 // the fleet and the integrity configuration.
 var integStates = caddy.NewUsagePool()
 
-// integStores shares one integrity.Store per state file path among the
-// states using it (a reload provisions the new config before the old one
-// is cleaned up: two writers of one file would drop each other's
-// commitments).
-var integStores = caddy.NewUsagePool()
-
-type storeRef struct {
-	s   *integrity.Store
-	key string
-}
-
-func (storeRef) Destruct() error { return nil }
-
 // integState is one fleet's integrity service (integrity.Service) kept in
 // the integStates pool.
 type integState struct {
 	*integrity.Service
-	storeKey string // integStores key, "" without a store
-	f        *fleet
+	release func() // drops the shared state file store; nil without one
+	f       *fleet
 }
 
 // Destruct stops the checks: the last policy using them was cleaned up.
 func (g *integState) Destruct() error {
 	integLive.Drop(g.f.PoolKey, g)
 	err := g.Close()
-	if g.storeKey != "" {
-		if _, derr := integStores.Delete(g.storeKey); derr != nil && err == nil {
-			err = derr
-		}
+	if g.release != nil {
+		g.release()
 	}
 	return err
 }
@@ -97,7 +80,7 @@ func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	if s.Integrity == nil {
 		return nil
 	}
-	set := resolved(*s.Integrity)
+	set := s.Integrity.Resolved(resolveSecret)
 	if err := set.Validate(); err != nil {
 		return err
 	}
@@ -106,28 +89,23 @@ func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	}
 	// Keyed by the settings and the resolved secrets (shared while both
 	// stay the same).
-	b, _ := json.Marshal(struct {
-		S     integrity.Settings
-		Token string
-		Key   []byte
-	}{set, set.Token, specKey(set.Spec)})
-	key := fmt.Sprintf("ramjet-integrity/%s/%016x", s.poolKey, xxhash.Sum64(b))
+	key := fmt.Sprintf("ramjet-integrity/%s/%016x", s.poolKey, set.Fingerprint())
 	logger := s.logger.Named("integrity")
 	f := s.fleet
 	v, _, err := integStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		g := &integState{f: f}
 		var store *integrity.Store
 		if set.Enforce() {
-			st, skey, err := acquireStore(set.Spec.StateFile, set.Spec.Key)
+			st, release, err := integrity.AcquireStore(set.Spec.StateFile, set.Spec.Key)
 			if err != nil {
 				return nil, err
 			}
-			store, g.storeKey = st, skey
+			store, g.release = st, release
 		}
 		svc, err := integrity.NewService(set, store, f.Base().Lookup, logger)
 		if err != nil {
-			if g.storeKey != "" {
-				_, _ = integStores.Delete(g.storeKey)
+			if g.release != nil {
+				g.release()
 			}
 			return nil, err
 		}
@@ -145,50 +123,6 @@ func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	return nil
 }
 
-// resolved is set with its secrets resolved and the defaults filled.
-func resolved(set integrity.Settings) integrity.Settings {
-	set.Token = resolveSecret(set.UpstreamToken)
-	if set.Spec != nil {
-		sd := *set.Spec
-		sd.Key = []byte(resolveSecret(sd.CommitmentKey))
-		set.Spec = &sd
-	}
-	set.Defaults()
-	return set
-}
-
-func specKey(sd *integrity.SpecSettings) []byte {
-	if sd == nil {
-		return nil
-	}
-	return sd.Key
-}
-
-// acquireStore opens (or shares) the store of path.
-func acquireStore(path string, key []byte) (*integrity.Store, string, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, "", fmt.Errorf("state_file: %w", err)
-	}
-	pk := "ramjet-integrity-store/" + abs
-	v, _, err := integStores.LoadOrNew(pk, func() (caddy.Destructor, error) {
-		st, err := integrity.OpenStore(abs, key)
-		if err != nil {
-			return nil, err
-		}
-		return storeRef{s: st, key: string(key)}, nil
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	ref := v.(storeRef)
-	if ref.key != string(key) {
-		_, _ = integStores.Delete(pk)
-		return nil, "", fmt.Errorf("state_file %s is in use under another commitment_key", abs)
-	}
-	return ref.s, pk, nil
-}
-
 func (s *RamjetSelection) cleanupIntegrity() error {
 	if s.integ == nil {
 		return nil
@@ -203,9 +137,9 @@ func (s *RamjetSelection) bindIntegrity(v *poolView) {
 	if s.integ == nil {
 		return
 	}
-	for i, key := range v.keys {
-		if v.slots[i] >= 0 {
-			s.integ.Track(key, v.pool[i].Dial, v.ranks[i])
+	for i, key := range v.Keys {
+		if v.Slots[i] >= 0 {
+			s.integ.Track(key, v.pool[i].Dial, v.Ranks[i])
 		}
 	}
 }
@@ -227,7 +161,7 @@ func (s *RamjetSelection) integrityPool(pool reverseproxy.UpstreamPool, v *poolV
 	for _, up := range pool {
 		for j, vu := range v.pool {
 			if vu == up {
-				if !s.integrityOut(v.slots[j]) {
+				if !s.integrityOut(v.Slots[j]) {
 					sub = append(sub, up)
 				}
 				break
@@ -314,7 +248,7 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 	}
 	od := s.fleet.Detector()
 	index := func(slot int) int {
-		for i, sl := range v.slots {
+		for i, sl := range v.Slots {
 			if int(sl) == slot {
 				return i
 			}
@@ -323,7 +257,7 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 	}
 	usable := func(slot int) bool {
 		i := index(slot)
-		return i >= 0 && pool[i].Available() && !s.integrityOut(v.slots[i]) && od.Usable(v.slots[i])
+		return i >= 0 && pool[i].Available() && !s.integrityOut(v.Slots[i]) && od.Usable(v.Slots[i])
 	}
 	out, sticky := sh.ss.Record(xxhash.Sum64String(vals[0]), int(d.Slot), usable)
 	m := integCollector().Shadow
@@ -337,7 +271,7 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 	}
 	cands := make([]selection.Candidate, len(pool))
 	for i := range pool {
-		cands[i] = selection.Candidate{Slot: v.slots[i], Usable: i == j, Profile: v.profiles[i]}
+		cands[i] = selection.Candidate{Slot: v.Slots[i], Usable: i == j, Profile: v.Profiles[i]}
 	}
 	sc := selection.NewScratch(len(cands))
 	s.rt.Pick(feat, cands, sc)

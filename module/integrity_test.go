@@ -517,7 +517,7 @@ func TestIntegritySettings(t *testing.T) {
 		Spec: &integrity.SpecSettings{Mode: "enforce", Window: duration.Duration(10 * time.Second), Windows: 3, Position: &pos,
 			MetricsPath: "/metrics", StateFile: "/tmp/x", CommitmentKey: "{env.TEST_INTEGRITY_COMMITMENT_KEY}",
 			Key: []byte(strings.Repeat("k", 32))}}
-	got := resolved(c)
+	got := c.Resolved(resolveSecret)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
@@ -627,8 +627,8 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 		return pool
 	}
 	plain := newTestPolicy(t, "integ-same-plain")
-	checked := &RamjetSelection{StateKey: "integ-same-checked",
-		Integrity: &integrity.Settings{Pins: integrity.Pins{ModelSHA256: def.ModelSHA256}, Interval: duration.Duration(50 * time.Millisecond)}}
+	checked := &RamjetSelection{PolicySettings: fleetstate.PolicySettings{StateKey: "integ-same-checked",
+		Integrity: &integrity.Settings{Pins: integrity.Pins{ModelSHA256: def.ModelSHA256}, Interval: duration.Duration(50 * time.Millisecond)}}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := checked.Provision(ctx); err != nil {
 		t.Fatal(err)
@@ -683,7 +683,7 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 	if err := ss[2].SetIdentity(enginesim.Identity{ModelSHA256: enginesim.Digest("other")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 2 out", func() bool { return checked.integrityOut(checked.viewFor(poolB).slots[2]) })
+	eventually(t, "replica 2 out", func() bool { return checked.integrityOut(checked.viewFor(poolB).Slots[2]) })
 	for i := range 60 {
 		if got := pick(checked, poolB, chatJSON(2048+512*(i%7), fmt.Sprintf("user %d", i%13))); got == 2 || got < 0 {
 			t.Fatalf("request %d routed to %d", i, got)
@@ -698,7 +698,7 @@ func TestIntegrityAdmittedChangesNoDecision(t *testing.T) {
 // key, scores its disagreements, and explain reports the sticky choice.
 func TestSessionShadowChangesNoDecision(t *testing.T) {
 	plain := newTestPolicy(t, "shadow-plain")
-	shadowed := &RamjetSelection{StateKey: "shadow-on", SessionShadow: &integrity.ShadowSettings{MaxSessions: 64}}
+	shadowed := &RamjetSelection{PolicySettings: fleetstate.PolicySettings{StateKey: "shadow-on", SessionShadow: &integrity.ShadowSettings{MaxSessions: 64}}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := shadowed.Provision(ctx); err != nil {
 		t.Fatal(err)

@@ -185,8 +185,8 @@ func (s *RamjetSelection) bindKV(v *poolView) {
 	if s.kv == nil {
 		return
 	}
-	for i, key := range v.keys {
-		if s.kv.p.Bind(v.slots[i], key) {
+	for i, key := range v.Keys {
+		if s.kv.p.Bind(v.Slots[i], key) {
 			continue
 		}
 		for _, e := range s.KV.Engines {

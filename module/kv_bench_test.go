@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ramjet-llm/ramjet/duration"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/kvindex"
 )
 
@@ -46,7 +47,7 @@ func BenchmarkSelectKV(b *testing.B) {
 				// index is filled directly below.
 				kv.Engines = append(kv.Engines, kvindex.FeedSpec{Upstream: up.Dial, Events: "tcp://127.0.0.1:1"})
 			}
-			p := &RamjetSelection{StateKey: "bench-kv-" + strconv.Itoa(size), KV: kv}
+			p := &RamjetSelection{PolicySettings: fleetstate.PolicySettings{StateKey: "bench-kv-" + strconv.Itoa(size), KV: kv}}
 			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 			defer cancel()
 			if err := p.Provision(ctx); err != nil {

@@ -28,15 +28,6 @@ func init() {
 	httpcaddyfile.RegisterDirectiveOrder("ramjet_models", httpcaddyfile.Before, "reverse_proxy")
 }
 
-// Defaults of the model list.
-const (
-	// DefaultModelsTimeout bounds one fetch of all engines' model lists.
-	DefaultModelsTimeout = 2 * time.Second
-	// DefaultModelsCache is how long a merged model list is served before
-	// the engines are asked again.
-	DefaultModelsCache = 5 * time.Second
-)
-
 // Models answers GET /v1/models (and GET /v1/models/{id}) for a ramjet route
 // (module http.handlers.ramjet_models): it asks every engine for its model
 // list, in parallel and with a timeout, merges and de-duplicates them, and
@@ -50,12 +41,9 @@ type Models struct {
 	// is asked once), the token sent to them and the client keys checked.
 	Engines
 
-	// Timeout bounds one fetch of all engines' lists. Default 2s.
-	Timeout caddy.Duration `json:"timeout,omitempty"`
-
-	// Cache is how long a merged list is served before the engines are
-	// asked again. Default 5s.
-	Cache caddy.Duration `json:"cache,omitempty"`
+	// The handler's own settings: timeout and cache (see
+	// catalog.Settings).
+	catalog.Settings
 
 	finder *proxyFinder
 }
@@ -154,27 +142,17 @@ func (m *Models) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // Provision fills defaults and joins the shared model list.
 func (m *Models) Provision(ctx caddy.Context) error {
-	if m.Timeout == 0 {
-		m.Timeout = caddy.Duration(DefaultModelsTimeout)
-	}
-	if m.Cache == 0 {
-		m.Cache = caddy.Duration(DefaultModelsCache)
-	}
+	m.SetDefaults()
 	m.finder = &proxyFinder{ctx: ctx}
 	return m.provision(time.Duration(m.Timeout), true)
 }
 
 // Validate rejects bad values, naming the field.
 func (m *Models) Validate() error {
-	switch {
-	case len(m.Upstreams) == 0:
+	if len(m.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")
-	case m.Timeout < 0:
-		return fmt.Errorf("timeout must be positive, got %v", m.Timeout)
-	case m.Cache < 0:
-		return fmt.Errorf("cache must be >= 0, got %v", m.Cache)
 	}
-	return nil
+	return m.Settings.Validate()
 }
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every request
@@ -194,20 +172,7 @@ func (m *Models) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.H
 // reverse_proxy over the same engines, or nil (ask every engine) when there
 // is no such proxy or none is usable.
 func (m *Models) healthy() map[string]bool {
-	want := map[string]bool{}
-	for _, u := range m.Upstreams {
-		want[catalog.DialOf(u)] = true
-	}
-	proxy := m.finder.find(func(ups reverseproxy.UpstreamPool) bool {
-		seen := map[string]bool{}
-		for _, u := range ups {
-			if !want[u.Dial] {
-				return false
-			}
-			seen[u.Dial] = true
-		}
-		return len(seen) == len(want)
-	})
+	proxy := m.finder.find(func(ups reverseproxy.UpstreamPool) bool { return catalog.Covers(m.Upstreams, dialsOf(ups)) })
 	if proxy == nil {
 		return nil
 	}

@@ -72,7 +72,7 @@ func picked(st *reqState, poolSize int) {
 func admittedPool(pool reverseproxy.UpstreamPool, v *poolView, od *selection.Outlier) reverseproxy.UpstreamPool {
 	out := -1
 	for i := range pool {
-		if !od.Usable(v.slots[i]) {
+		if !od.Usable(v.Slots[i]) {
 			out = i
 			break
 		}
@@ -82,7 +82,7 @@ func admittedPool(pool reverseproxy.UpstreamPool, v *poolView, od *selection.Out
 	}
 	sub := make(reverseproxy.UpstreamPool, 0, len(pool)-1)
 	for i, up := range pool {
-		if od.Usable(v.slots[i]) {
+		if od.Usable(v.Slots[i]) {
 			sub = append(sub, up)
 		}
 	}

@@ -447,7 +447,7 @@ func TestOutlierCaddyfile(t *testing.T) {
 			t.Errorf("%q: got %+v, want %+v", tc.src, s.Outlier, tc.want)
 		}
 	}
-	bad := RamjetSelection{Outlier: &selection.OutlierSettings{BaseEjection: duration.Duration(time.Minute), MaxEjection: duration.Duration(time.Second)}}
+	bad := RamjetSelection{PolicySettings: fleetstate.PolicySettings{Outlier: &selection.OutlierSettings{BaseEjection: duration.Duration(time.Minute), MaxEjection: duration.Duration(time.Second)}}}
 	bad.Config.SetDefaults()
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "max_ejection") {
 		t.Errorf("Validate: %v, want max_ejection named", err)

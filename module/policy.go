@@ -1,13 +1,9 @@
 package module
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,9 +17,8 @@ import (
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
-	"github.com/ramjet-llm/ramjet/enginemetrics"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
-	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/snapshot"
 	"github.com/ramjet-llm/ramjet/upstream"
@@ -43,6 +38,10 @@ const (
 	HeaderRank = "X-data-parallel-rank"
 )
 
+// DefaultMaxBodyBytes bounds how much of a request body ramjet reads to
+// fingerprint it: 16 MiB.
+const DefaultMaxBodyBytes = fleetstate.DefaultMaxBodyBytes
+
 // RamjetSelection is the ramjet load-balancing policy: it sends each LLM
 // request to the replica whose prefix cache most likely holds the start of
 // its prompt, unless live load on that replica outweighs the warm cache:
@@ -60,82 +59,9 @@ const (
 // engine, each routed as its own replica with the X-data-parallel-rank
 // request header.
 type RamjetSelection struct {
-	// The routing knobs: affinity_cap, alpha, request_cost, block_tokens,
-	// prefix_tokens, chars_per_token, index_budget, long_output_tokens,
-	// tie_epsilon and output_weight. Unset means the default (see package
-	// selection); an explicit 0 of alpha, request_cost, tie_epsilon or
-	// output_weight is a value (alpha 0: pure affinity).
-	selection.Config
-
-	// MaxBodyBytes bounds how much of a request body is read to
-	// fingerprint it, in bytes. Larger bodies are forwarded untouched and
-	// routed by the fallback policy. Default: 16 MiB.
-	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
-
-	// Profiles maps an upstream dial address (or "address#rank") to its
-	// engine profile, "speculative" or "standard" (the default). When cache
-	// and load tie, requests asking for at least long_output_tokens prefer
-	// speculative engines and shorter ones standard engines.
-	Profiles map[string]string `json:"profiles,omitempty"`
-
-	// FallbackRaw is the policy for requests that cannot be fingerprinted.
-	// Default: least_conn.
-	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
-
-	// StateKey names the routing state (index, load reservations) this
-	// policy shares with every other ramjet policy of the same name. It
-	// survives config reloads as long as the index-relevant settings stay
-	// the same. Default: "default".
-	StateKey string `json:"state_key,omitempty"`
-
-	// RouteIDSecret keys the opaque X-Ramjet-Upstream ids. Set it (it
-	// accepts placeholders such as {env.RJ_ROUTE_ID_SECRET}) to keep ids
-	// stable across restarts and ramjet instances; by default a random
-	// per-process secret is used.
-	RouteIDSecret string `json:"route_id_secret,omitempty"`
-
-	// InstanceID names this ramjet instance among several in front of the
-	// same engines (no traffic between them): it sets where the instance
-	// spills a request when the replicas holding its prefix are too
-	// loaded (selection.Router.SetInstance), so that instances agree on a
-	// cold prefix's replica but not on the spills. An id ending in an
-	// ordinal ("ramjet-0", "ramjet-1", a StatefulSet's pod names) spreads
-	// instances best. Accepts placeholders ({env.HOSTNAME}). Default: the
-	// host name (set it when several instances share a host).
-	InstanceID string `json:"instance_id,omitempty"`
-
-	// KV turns on the precise index from the engines' KV-cache events
-	// (see kvindex.Settings); off by default.
-	KV *kvindex.Settings `json:"kv,omitempty"`
-
-	// Outlier tunes outlier detection (see selection.OutlierSettings); on by
-	// default.
-	Outlier *selection.OutlierSettings `json:"outlier,omitempty"`
-
-	// EngineMetrics turns on scraping of the engines' own metrics (see
-	// enginemetrics.Settings, engines.go); off by default.
-	EngineMetrics *enginemetrics.Settings `json:"engine_metrics,omitempty"`
-
-	// Integrity turns on engine integrity: admission against pinned
-	// digests and the speculative-decoding quarantine (see
-	// integrity.Settings); off by default.
-	Integrity *integrity.Settings `json:"integrity,omitempty"`
-
-	// SessionShadow turns on session-affinity shadow telemetry (see
-	// integrity.ShadowSettings); off by default. It never changes a
-	// decision.
-	SessionShadow *integrity.ShadowSettings `json:"session_shadow,omitempty"`
-
-	// Snapshot turns on authenticated snapshots of the approximate index
-	// (see SnapshotConfig, snapshot.go); off by default.
-	Snapshot *SnapshotConfig `json:"snapshot,omitempty"`
-
-	// DepartAfter is how long a replica must be missing from every live
-	// ramjet policy's upstream pool (dynamic upstreams, a reload), with no
-	// request in flight on it, before the fleet forgets it: its index
-	// entries, load and slot are freed and a replica that appears later
-	// starts cold (churn.go). Default: 30s.
-	DepartAfter caddy.Duration `json:"depart_after,omitempty"`
+	// The policy's JSON: the knobs, the fleet's name and secrets, the
+	// optional parts (see fleetstate.PolicySettings).
+	fleetstate.PolicySettings
 
 	fallback   reverseproxy.Selector
 	fleet      *fleet
@@ -207,7 +133,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		}
 //		integrity { <integrity.Settings' fields> }
 //		session_shadow [<header>] { max_sessions <n> }
-//		snapshot [<path>] { <SnapshotConfig's fields> }
+//		snapshot [<path>] { <snapshot.Settings' fields> }
 //		depart_after       <duration>
 //	}
 //
@@ -244,7 +170,7 @@ func (s *RamjetSelection) parseProfileOption(d *caddyfile.Dispenser) error {
 	if !d.Args(&up, &prof) || d.NextArg() {
 		return d.Errf("profile: want <upstream> speculative|standard")
 	}
-	if _, ok := parseProfile(prof); !ok {
+	if _, ok := fleetstate.ParseProfile(prof); !ok {
 		return d.Errf("profile %s: unknown engine profile %q (want speculative or standard)", up, prof)
 	}
 	if _, dup := s.Profiles[up]; dup {
@@ -279,18 +205,6 @@ func (s *RamjetSelection) parseFallback(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func parseProfile(s string) (selection.Profile, bool) {
-	switch strings.ToLower(s) {
-	case "speculative":
-		return selection.ProfileSpeculative, true
-	case "standard", "":
-		return selection.ProfileStandard, true
-	}
-	return 0, false
-}
-
-var stateKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
 // Provision fills defaults, loads the fallback policy and takes (or
 // creates) the shared fleet state.
 func (s *RamjetSelection) Provision(ctx caddy.Context) error {
@@ -299,21 +213,11 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.logger = ctx.Logger()
 	s.view = new(atomic.Pointer[poolView])
-	s.Config.SetDefaults()
-	if s.MaxBodyBytes == 0 {
-		s.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if s.StateKey == "" {
-		s.StateKey = DefaultStateKey
-	}
+	s.SetDefaults()
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	s.profiles = make(map[string]selection.Profile, len(s.Profiles))
-	for up, name := range s.Profiles {
-		p, _ := parseProfile(name)
-		s.profiles[up] = p
-	}
+	s.profiles = s.ProfileMap()
 	if s.FallbackRaw == nil {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.LeastConnSelection{}, "policy", "least_conn", nil)
 	}
@@ -330,11 +234,7 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	}
 	s.fleet, s.rt, s.poolKey = f, rt, key
 	rt.SetInstance(instanceID(s.InstanceID)) // instance.go
-	var od selection.OutlierSettings
-	if s.Outlier != nil {
-		od = *s.Outlier
-	}
-	f.SetOutlier(od.Config())
+	f.SetOutlier(s.OutlierConfig())
 	s.x = rt.Extractor()
 	parts := s.parts()
 	for i, p := range parts {
@@ -378,30 +278,6 @@ func cleanupParts(parts []part) error {
 		errs = append(errs, parts[i].cleanup())
 	}
 	return errors.Join(errs...)
-}
-
-// Validate rejects settings that cannot work, naming the option.
-func (s *RamjetSelection) Validate() error {
-	if err := s.Config.Validate(); err != nil {
-		return err
-	}
-	if s.MaxBodyBytes < 0 {
-		return fmt.Errorf("max_body_bytes must be positive, got %d", s.MaxBodyBytes)
-	}
-	for up, p := range s.Profiles {
-		if _, ok := parseProfile(p); !ok {
-			return fmt.Errorf("profiles[%s]: unknown engine profile %q (want speculative or standard)", up, p)
-		}
-	}
-	if s.StateKey != "" && !stateKeyRE.MatchString(s.StateKey) {
-		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", s.StateKey)
-	}
-	if s.Outlier != nil {
-		if err := s.Outlier.Validate(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Cleanup drops the policy's reference on the shared state.
@@ -476,7 +352,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	d, res := s.decide(pool, v, st, feat, storage)
 	if res == nil {
 		body.Release()
-		if v.untracked {
+		if v.Untracked {
 			// Upstreams past selection.MaxReplicas cannot be scored: the
 			// fallback policy may still find one of them.
 			return s.selectFallback(pool, r, w, st, v)
@@ -520,8 +396,8 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	if st.attempts > 1 {
 		tried = &st.tried
 	}
-	cands := selection.AppendCandidates(sc.cands[:0], v.slots, v.profiles,
-		func(i int) bool { return pool[i].Available() && !s.integrityOut(v.slots[i]) }, s.fleet.Detector(), tried)
+	cands := selection.AppendCandidates(sc.cands[:0], v.Slots, v.Profiles,
+		func(i int) bool { return pool[i].Available() && !s.integrityOut(v.Slots[i]) }, s.fleet.Detector(), tried)
 	var a selection.Annotator
 	if s.kv != nil {
 		a = s.kv.p
@@ -551,13 +427,13 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 	st.fallback = true
 	st.learned = nil
 	st.decision = selection.Decision{Index: idx, Slot: -1}
-	if idx < 0 || v.slots[idx] < 0 {
+	if idx < 0 || v.Slots[idx] < 0 {
 		return up
 	}
-	st.decision.Slot = v.slots[idx]
+	st.decision.Slot = v.Slots[idx]
 	s.tag(r, w, st, v, idx)
 	picked(st, len(pool))
-	st.hold.Set(s.rt.Reserve(v.slots[idx], 0))
+	st.hold.Set(s.rt.Reserve(v.Slots[idx], 0))
 	st.learned = nil // a fallback pick predicted nothing to correct
 	return up
 }
@@ -566,12 +442,12 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 // request's data-parallel rank header.
 func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqState, v *poolView, i int) {
 	st.fleet = s.fleet
-	st.slot = v.slots[i]
-	st.replica = v.keys[i]
-	st.routeID = v.ids[i]
-	st.routeIDHdr = v.idHdr[i]
+	st.slot = v.Slots[i]
+	st.replica = v.Keys[i]
+	st.routeID = v.IDs[i]
+	st.routeIDHdr = v.IDHdr[i]
 	if w != nil {
-		w.Header()[HeaderUpstream] = v.idHdr[i]
+		w.Header()[HeaderUpstream] = v.IDHdr[i]
 	}
 	// On the first attempt r.Header is the map Caddy copies the request
 	// headers from on every attempt when header operations are configured;
@@ -580,8 +456,8 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	if st.attempts == 1 {
 		st.baseHeader = r.Header
 	}
-	setRank(r.Header, v.rankHdr[i])
-	setRank(st.baseHeader, v.rankHdr[i])
+	setRank(r.Header, v.RankHdr[i])
+	setRank(st.baseHeader, v.RankHdr[i])
 }
 
 // setRank sets or removes the data-parallel rank header.
@@ -625,46 +501,12 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 	if v := s.view.Load(); v != nil && v.same(pool) {
 		return v
 	}
-	n := len(pool)
-	v := &poolView{
-		pool:     append(reverseproxy.UpstreamPool(nil), pool...),
-		keys:     make([]string, n),
-		slots:    make([]selection.Slot, n),
-		ranks:    make([]int, n),
-		rankHdr:  make([][]string, n),
-		ids:      make([]string, n),
-		idHdr:    make([][]string, n),
-		profiles: make([]selection.Profile, n),
-	}
-	dials := make([]string, n)
-	for i, up := range pool {
-		dials[i] = up.Dial
-	}
-	for i, rank := range upstream.Ranks(dials) {
-		up := pool[i]
-		v.ranks[i] = rank
-		key := selection.ReplicaKey(up.Dial, rank)
-		if rank >= 0 {
-			v.rankHdr[i] = []string{strconv.Itoa(rank)}
+	v := &poolView{pool: append(reverseproxy.UpstreamPool(nil), pool...)}
+	v.View = s.fleet.NewView(dialsOf(pool), s.profiles, func(err error) {
+		if c := s.logger.Check(zapcore.WarnLevel, "replica not routed by ramjet"); c != nil {
+			c.Write(zap.Error(err))
 		}
-		v.keys[i] = key
-		slot, id, err := s.fleet.Register(key)
-		if err != nil {
-			if c := s.logger.Check(zapcore.WarnLevel, "replica not routed by ramjet"); c != nil {
-				c.Write(zap.Error(err))
-			}
-		}
-		v.slots[i], v.ids[i] = slot, id
-		if slot < 0 {
-			v.untracked = true
-		}
-		v.idHdr[i] = []string{id}
-		if p, ok := s.profiles[key]; ok {
-			v.profiles[i] = p
-		} else if p, ok := s.profiles[up.Dial]; ok {
-			v.profiles[i] = p
-		}
-	}
+	})
 	s.bindKV(v)
 	s.bindIntegrity(v)
 	s.bindSnapshot(v) // snapshot.go: a snapshot read at start, applied once
@@ -672,6 +514,15 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 	s.fleet.setView(s, v)
 	s.bindEngines() // engines.go: scrape the new pool's engines
 	return v
+}
+
+// dialsOf lists the pool's dial addresses, in order.
+func dialsOf(pool reverseproxy.UpstreamPool) []string {
+	dials := make([]string, len(pool))
+	for i, up := range pool {
+		dials[i] = up.Dial
+	}
+	return dials
 }
 
 // Interface guards.

@@ -17,6 +17,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/fleetsim"
 	"github.com/ramjet-llm/ramjet/bench/workload"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -50,7 +51,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 				state_key chat
 				route_id_secret {env.RJ_SECRET}
 			}`,
-			want: RamjetSelection{
+			want: RamjetSelection{PolicySettings: fleetstate.PolicySettings{
 				Config: selection.Config{AffinityCap: 8192, Alpha: 0.5, RequestCost: 512, BlockTokens: 32,
 					PrefixTokens: 16384, CharsPerToken: 3.5, IndexBudget: 32 << 20, LongOutputTokens: 2048, TieEpsilon: 2, OutputWeight: 8,
 					PairWeight: 6, Explicit: selection.ZeroKnobs},
@@ -59,7 +60,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 				FallbackRaw:   json.RawMessage(`{"policy":"round_robin"}`),
 				StateKey:      "chat",
 				RouteIDSecret: "{env.RJ_SECRET}",
-			},
+			}},
 		},
 		{
 			name: "fallback with options",
@@ -68,7 +69,7 @@ func TestPolicyUnmarshalCaddyfile(t *testing.T) {
 					fallback random
 				}
 			}`,
-			want: RamjetSelection{FallbackRaw: json.RawMessage(`{"fallback":{"policy":"random"},"field":"X-User","policy":"header"}`)},
+			want: RamjetSelection{PolicySettings: fleetstate.PolicySettings{FallbackRaw: json.RawMessage(`{"fallback":{"policy":"random"},"field":"X-User","policy":"header"}`)}},
 		},
 		{name: "argument", give: `ramjet foo`, wantErr: "wrong argument count"},
 		{name: "unknown option", give: "ramjet {\n bogus 1\n}", wantErr: "ramjet: unrecognized option 'bogus'"},
@@ -133,6 +134,8 @@ func TestPolicyProvisionDefaults(t *testing.T) {
 	}
 }
 
+// TestPolicyValidate: Provision rejects bad settings (each one's check is
+// fleetstate.TestPolicySettingsValidate) and an unknown fallback policy.
 func TestPolicyValidate(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -140,18 +143,6 @@ func TestPolicyValidate(t *testing.T) {
 		wantErr string
 	}{
 		{name: "ok", give: `{"alpha": 0.5, "profiles": {"a:1": "speculative"}, "state_key": "x"}`},
-		{name: "affinity_cap", give: `{"affinity_cap": -1}`, wantErr: "affinity_cap must be positive"},
-		{name: "alpha", give: `{"alpha": -2}`, wantErr: "alpha must be"},
-		{name: "request_cost", give: `{"request_cost": -1}`, wantErr: "request_cost must be"},
-		{name: "block_tokens", give: `{"block_tokens": -64}`, wantErr: "block_tokens must be positive"},
-		{name: "prefix_tokens", give: `{"prefix_tokens": 16, "block_tokens": 64}`, wantErr: "prefix_tokens must be at least block_tokens"},
-		{name: "chars_per_token", give: `{"chars_per_token": 100}`, wantErr: "chars_per_token must be between"},
-		{name: "index_budget", give: `{"index_budget": 100}`, wantErr: "index_budget must be at least"},
-		{name: "long_output_tokens", give: `{"long_output_tokens": -5}`, wantErr: "long_output_tokens must be positive"},
-		{name: "tie_epsilon", give: `{"tie_epsilon": -1}`, wantErr: "tie_epsilon must be"},
-		{name: "output_weight", give: `{"output_weight": -1}`, wantErr: "output_weight must be"},
-		{name: "max_body_bytes", give: `{"max_body_bytes": -1}`, wantErr: "max_body_bytes must be positive"},
-		{name: "profiles", give: `{"profiles": {"a:1": "fast"}}`, wantErr: `profiles[a:1]: unknown engine profile "fast"`},
 		{name: "state_key", give: `{"state_key": "a b"}`, wantErr: "state_key must be"},
 		{name: "fallback", give: `{"fallback": {"policy": "nosuch"}}`, wantErr: "loading fallback policy"},
 	}

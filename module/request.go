@@ -18,10 +18,6 @@ import (
 // rather than reading the var directly.
 const VarRequest = "ramjet.request"
 
-// DefaultMaxBodyBytes bounds how much of a request body ramjet reads to
-// fingerprint it: 16 MiB.
-const DefaultMaxBodyBytes = 16 << 20
-
 // reqState is ramjet's state for one request. It is created by whichever
 // ramjet module sees the request first (matcher, handler or policy) and
 // lives in the vars under VarRequest.

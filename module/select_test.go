@@ -17,13 +17,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // newTestPolicy provisions a policy with its own state key.
 func newTestPolicy(tb testing.TB, key string) *RamjetSelection {
 	tb.Helper()
-	p := &RamjetSelection{StateKey: key}
+	p := &RamjetSelection{PolicySettings: fleetstate.PolicySettings{StateKey: key}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := p.Provision(ctx); err != nil {
 		tb.Fatal(err)

@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/duration"
 	"github.com/ramjet-llm/ramjet/envcheck"
 	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -305,17 +305,17 @@ func TestSnapshotCaddyfile(t *testing.T) {
 	tests := []struct {
 		name    string
 		give    string
-		want    SnapshotConfig
+		want    snapshot.Settings
 		wantErr string
 	}{
-		{name: "path only", give: `snapshot /var/lib/ramjet/index.snap`, want: SnapshotConfig{Path: "/var/lib/ramjet/index.snap"}},
+		{name: "path only", give: `snapshot /var/lib/ramjet/index.snap`, want: snapshot.Settings{Path: "/var/lib/ramjet/index.snap"}},
 		{name: "block", give: `snapshot {
 			path /s
 			interval 30s
 			key {env.K}
 			max_age 2h
 			max_bytes 1MiB
-		}`, want: SnapshotConfig{Path: "/s", Interval: 30e9, Key: "{env.K}", MaxAge: 7200e9, MaxBytes: 1 << 20}},
+		}`, want: snapshot.Settings{Path: "/s", Interval: 30e9, Key: "{env.K}", MaxAge: 7200e9, MaxBytes: 1 << 20}},
 		{name: "unknown", give: "snapshot /s {\n bogus 1\n}", wantErr: "unrecognized option 'bogus'"},
 		{name: "twice", give: "snapshot /s {\n interval 1s\n interval 2s\n}", wantErr: "interval specified more than once"},
 		{name: "bad duration", give: "snapshot /s {\n interval soon\n}", wantErr: `snapshot interval: "soon" is not a positive duration`},
@@ -371,7 +371,7 @@ func TestDeployCaddyfileSnapshot(t *testing.T) {
 		}
 	}
 	src := []byte(deployCaddyfile(t))
-	adapt := func() *SnapshotConfig {
+	adapt := func() *snapshot.Settings {
 		out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "deploy/Caddyfile"})
 		if err != nil {
 			t.Fatal(err)
@@ -380,7 +380,7 @@ func TestDeployCaddyfileSnapshot(t *testing.T) {
 		if i < 0 {
 			return nil
 		}
-		var c SnapshotConfig
+		var c snapshot.Settings
 		if err := json.NewDecoder(bytes.NewReader(out[i+len(`"snapshot":`):])).Decode(&c); err != nil {
 			t.Fatal(err)
 		}
@@ -393,8 +393,8 @@ func TestDeployCaddyfileSnapshot(t *testing.T) {
 	t.Setenv("RJ_SNAPSHOT_PATH", "/var/lib/ramjet/index.snap")
 	t.Setenv("RJ_SNAPSHOT_INTERVAL", "30s")
 	t.Setenv("RJ_SNAPSHOT_MAX_AGE", "2h")
-	want := &SnapshotConfig{Path: "/var/lib/ramjet/index.snap", Interval: caddy.Duration(30 * time.Second),
-		MaxAge: caddy.Duration(2 * time.Hour), Key: "{env.RJ_SNAPSHOT_KEY}"}
+	want := &snapshot.Settings{Path: "/var/lib/ramjet/index.snap", Interval: duration.Duration(30 * time.Second),
+		MaxAge: duration.Duration(2 * time.Hour), Key: "{env.RJ_SNAPSHOT_KEY}"}
 	if diff := cmp.Diff(want, adapt()); diff != "" {
 		t.Errorf("snapshot (-want +got):\n%s", diff)
 	}

@@ -124,14 +124,14 @@ func (f *fleet) replicas() []fleetstate.Replica {
 	defer f.mu.Unlock()
 	for _, v := range f.views {
 		for i, up := range v.pool {
-			s := v.slots[i]
+			s := v.Slots[i]
 			if s < 0 || int(s) >= n {
 				continue
 			}
 			r := &out[s]
 			r.Known = true
-			r.Rank = v.ranks[i]
-			r.Profile = v.profiles[i]
+			r.Rank = v.Ranks[i]
+			r.Profile = v.Profiles[i]
 			if up.Host != nil {
 				r.Healthy = r.Healthy || up.Healthy()
 				r.Available = r.Available || up.Available()
@@ -162,21 +162,13 @@ func snapshotFleets() []fleetstate.Snapshot {
 	return out
 }
 
-// poolView caches, for one upstream pool slice, each upstream's replica
-// key, slot, rank and opaque id, so that Select does no string work. It is
-// rebuilt when Caddy hands Select a different pool (a reload or dynamic
-// upstreams).
+// poolView is the fleet's View of one upstream pool slice (each
+// upstream's replica key, slot, rank and opaque id), so that Select does no
+// string work. It is rebuilt when Caddy hands Select a different pool (a
+// reload or dynamic upstreams).
 type poolView struct {
-	pool     reverseproxy.UpstreamPool
-	keys     []string
-	slots    []selection.Slot // -1 when the Router is full
-	ranks    []int            // -1 when the dial appears once
-	rankHdr  [][]string       // X-data-parallel-rank header value, nil when none
-	ids      []string
-	idHdr    [][]string // X-Ramjet-Upstream header value (len = cap = 1)
-	profiles []selection.Profile
-	// untracked: some upstream has no slot (past selection.MaxReplicas).
-	untracked bool
+	pool reverseproxy.UpstreamPool
+	fleetstate.View
 }
 
 // same reports whether pool is the pool v was built for.

@@ -1,0 +1,221 @@
+package fleetstate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/duration"
+	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/enginemetrics"
+	"github.com/ramjet-llm/ramjet/integrity"
+	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/selection"
+	"github.com/ramjet-llm/ramjet/snapshot"
+)
+
+// DefaultMaxBodyBytes bounds how much of a request body ramjet reads to
+// fingerprint it: 16 MiB, the guard's default body bound (so that every
+// body the guard accepts is also fingerprinted).
+const DefaultMaxBodyBytes = edge.DefaultMaxBodySize
+
+// PolicySettings are the settings of the ramjet lb_policy (the JSON of
+// module.RamjetSelection, which embeds them): the routing knobs, the
+// fleet's name and secrets, and the optional parts. SetDefaults fills the
+// zero fields; Validate names the bad setting.
+type PolicySettings struct {
+	// The routing knobs: affinity_cap, alpha, request_cost, block_tokens,
+	// prefix_tokens, chars_per_token, index_budget, long_output_tokens,
+	// tie_epsilon and output_weight. Unset means the default (see package
+	// selection); an explicit 0 of alpha, request_cost, tie_epsilon or
+	// output_weight is a value (alpha 0: pure affinity).
+	selection.Config
+
+	// MaxBodyBytes bounds how much of a request body is read to
+	// fingerprint it, in bytes. Larger bodies are forwarded untouched and
+	// routed by the fallback policy. Default: 16 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+
+	// Profiles maps an upstream dial address (or "address#rank") to its
+	// engine profile, "speculative" or "standard" (the default). When cache
+	// and load tie, requests asking for at least long_output_tokens prefer
+	// speculative engines and shorter ones standard engines.
+	Profiles map[string]string `json:"profiles,omitempty"`
+
+	// FallbackRaw is the policy for requests that cannot be fingerprinted
+	// (a Caddy selection policy module, loaded by the Caddy module).
+	// Default: least_conn.
+	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
+
+	// StateKey names the routing state (index, load reservations) this
+	// policy shares with every other ramjet policy of the same name. It
+	// survives config reloads as long as the index-relevant settings stay
+	// the same. Default: "default".
+	StateKey string `json:"state_key,omitempty"`
+
+	// RouteIDSecret keys the opaque X-Ramjet-Upstream ids. Set it (it
+	// accepts placeholders such as {env.RJ_ROUTE_ID_SECRET}) to keep ids
+	// stable across restarts and ramjet instances; by default a random
+	// per-process secret is used.
+	RouteIDSecret string `json:"route_id_secret,omitempty"`
+
+	// InstanceID names this ramjet instance among several in front of the
+	// same engines (no traffic between them): it sets where the instance
+	// spills a request when the replicas holding its prefix are too
+	// loaded (selection.Router.SetInstance), so that instances agree on a
+	// cold prefix's replica but not on the spills. An id ending in an
+	// ordinal ("ramjet-0", "ramjet-1", a StatefulSet's pod names) spreads
+	// instances best. Accepts placeholders ({env.HOSTNAME}). Default: the
+	// host name (set it when several instances share a host).
+	InstanceID string `json:"instance_id,omitempty"`
+
+	// KV turns on the precise index from the engines' KV-cache events
+	// (see kvindex.Settings); off by default.
+	KV *kvindex.Settings `json:"kv,omitempty"`
+
+	// Outlier tunes outlier detection (see selection.OutlierSettings); on by
+	// default.
+	Outlier *selection.OutlierSettings `json:"outlier,omitempty"`
+
+	// EngineMetrics turns on scraping of the engines' own metrics (see
+	// enginemetrics.Settings); off by default.
+	EngineMetrics *enginemetrics.Settings `json:"engine_metrics,omitempty"`
+
+	// Integrity turns on engine integrity: admission against pinned
+	// digests and the speculative-decoding quarantine (see
+	// integrity.Settings); off by default.
+	Integrity *integrity.Settings `json:"integrity,omitempty"`
+
+	// SessionShadow turns on session-affinity shadow telemetry (see
+	// integrity.ShadowSettings); off by default. It never changes a
+	// decision.
+	SessionShadow *integrity.ShadowSettings `json:"session_shadow,omitempty"`
+
+	// Snapshot turns on authenticated snapshots of the approximate index
+	// (see snapshot.Settings); off by default.
+	Snapshot *snapshot.Settings `json:"snapshot,omitempty"`
+
+	// DepartAfter is how long a replica must be missing from every live
+	// ramjet policy's upstream pool (dynamic upstreams, a reload), with no
+	// request in flight on it, before the fleet forgets it: its index
+	// entries, load and slot are freed and a replica that appears later
+	// starts cold (Fleet.Depart). Default: 30s.
+	DepartAfter duration.Duration `json:"depart_after,omitempty"`
+}
+
+// UnmarshalJSON decodes the settings as Caddy does (unknown fields are an
+// error) and marks the routing knobs present in the JSON as explicit, so
+// that "alpha": 0 means pure affinity while a missing alpha means the
+// default. Caddy's module decoding reaches it through the module struct
+// that embeds PolicySettings.
+func (s *PolicySettings) UnmarshalJSON(b []byte) error {
+	type plain PolicySettings // without these methods
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode((*plain)(s)); err != nil {
+		return err
+	}
+	k, err := selection.ExplicitInJSON(b)
+	s.Explicit |= k
+	return err
+}
+
+// MarshalJSON encodes the settings, writing the explicit zero knobs that
+// omitempty would drop, so that a Caddyfile's alpha 0 survives the
+// Caddyfile -> JSON adaptation.
+func (s *PolicySettings) MarshalJSON() ([]byte, error) {
+	type plain PolicySettings
+	b, err := json.Marshal((*plain)(s))
+	if err != nil {
+		return nil, err
+	}
+	return s.Config.AppendExplicitZeros(b), nil
+}
+
+// SetDefaults fills the zero fields of the knobs, the body bound, the
+// state key and depart_after with their defaults (the optional parts fill
+// their own when they start).
+func (s *PolicySettings) SetDefaults() {
+	s.Config.SetDefaults()
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.StateKey == "" {
+		s.StateKey = DefaultStateKey
+	}
+	if s.DepartAfter == 0 {
+		s.DepartAfter = duration.Duration(DefaultDepartAfter)
+	}
+}
+
+// Validate rejects settings that cannot work, naming the option.
+func (s *PolicySettings) Validate() error {
+	if err := s.Config.Validate(); err != nil {
+		return err
+	}
+	if s.MaxBodyBytes < 0 {
+		return fmt.Errorf("max_body_bytes must be positive, got %d", s.MaxBodyBytes)
+	}
+	for up, p := range s.Profiles {
+		if _, ok := ParseProfile(p); !ok {
+			return fmt.Errorf("profiles[%s]: unknown engine profile %q (want speculative or standard)", up, p)
+		}
+	}
+	if err := CheckStateKey(s.StateKey); err != nil {
+		return err
+	}
+	if s.Outlier != nil {
+		if err := s.Outlier.Validate(); err != nil {
+			return err
+		}
+	}
+	if s.DepartAfter < 0 {
+		return fmt.Errorf("depart_after must be positive, got %v", time.Duration(s.DepartAfter))
+	}
+	return nil
+}
+
+// ProfileMap is Profiles parsed (Validate accepted them).
+func (s *PolicySettings) ProfileMap() map[string]selection.Profile {
+	m := make(map[string]selection.Profile, len(s.Profiles))
+	for up, name := range s.Profiles {
+		m[up], _ = ParseProfile(name)
+	}
+	return m
+}
+
+// OutlierConfig is the outlier detector's configuration (the defaults
+// when Outlier is unset).
+func (s *PolicySettings) OutlierConfig() selection.OutlierConfig {
+	var od selection.OutlierSettings
+	if s.Outlier != nil {
+		od = *s.Outlier
+	}
+	return od.Config()
+}
+
+// ParseProfile reads an engine profile name: speculative, or standard
+// (also the empty name), in any case.
+func ParseProfile(s string) (selection.Profile, bool) {
+	switch strings.ToLower(s) {
+	case "speculative":
+		return selection.ProfileSpeculative, true
+	case "standard", "":
+		return selection.ProfileStandard, true
+	}
+	return 0, false
+}
+
+var stateKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// CheckStateKey rejects a state_key other than 1-64 letters, digits, '_',
+// '.' or '-'; the empty key (the default) passes.
+func CheckStateKey(key string) error {
+	if key != "" && !stateKeyRE.MatchString(key) {
+		return fmt.Errorf("state_key must be 1-64 letters, digits, '_', '.' or '-', got %q", key)
+	}
+	return nil
+}
