@@ -110,7 +110,10 @@ type Config struct {
 	// (P the request's prompt tokens, R and C as for context_weight; R
 	// also counts the context of requests that ended on the replica until
 	// as many tokens of new requests are reserved there, as a closed-loop
-	// agent between turns still holds its context and will be back),
+	// agent between turns still holds its context and will be back, and
+	// while the replica saw a release within the last 20 s,
+	// DefaultLingerTTL: context whose owner has not come back by then is
+	// presumed done),
 	// except on the request's home: the one replica that holds strictly
 	// more of its prompt than any other. So a long context is never moved
 	// away from the only replica that holds it, while requests that share
