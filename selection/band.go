@@ -18,27 +18,38 @@ import (
 // best in every instance's view, the one the others have just loaded
 // without its knowing.
 func (rt *Router) bandSpill(cands []Candidate, s *Scratch, w int, best, band float64, first, pos uint64) int {
-	if len(cands) > 1<<spillIndexBits {
-		return w
-	}
-	e := s.spill[:0]
-	for i := range cands {
-		if cands[i].Usable {
-			e = append(e, rt.Rendezvous(first, cands[i].Slot)&^(1<<spillIndexBits-1)|uint64(i))
-		}
-	}
-	s.spill = e
+	e := rt.rendezvousOrder(cands, s, first)
 	if len(e) < 2 {
 		return w
 	}
-	slices.Sort(e)
 	start, _ := bits.Mul64(pos, uint64(len(e)))
 	for k := range e {
 		// Highest weight first: rank r is e[len-1-r].
-		i := int(e[len(e)-1-(int(start)+k)%len(e)] & (1<<spillIndexBits - 1))
+		i := spillIndex(e[len(e)-1-(int(start)+k)%len(e)])
 		if s.Score[i] >= best-band {
 			return i
 		}
 	}
 	return w
 }
+
+// rendezvousOrder packs every usable candidate's rendezvous weight for
+// key first with its index (spillIndexBits low bits) into s.spill, sorted
+// ascending; nil when there are more candidates than the index bits hold.
+func (rt *Router) rendezvousOrder(cands []Candidate, s *Scratch, first uint64) []uint64 {
+	if len(cands) > 1<<spillIndexBits {
+		return nil
+	}
+	e := s.spill[:0]
+	for i, c := range cands {
+		if c.Usable {
+			e = append(e, rt.Rendezvous(first, c.Slot)&^(1<<spillIndexBits-1)|uint64(i))
+		}
+	}
+	s.spill = e
+	slices.Sort(e)
+	return e
+}
+
+// spillIndex is the candidate index of a packed rendezvous entry.
+func spillIndex(e uint64) int { return int(e & (1<<spillIndexBits - 1)) }
