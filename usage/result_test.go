@@ -1,39 +1,21 @@
 package usage
 
 import (
-	"encoding/json"
 	"testing"
 )
 
 // refResult is Result as it was before its fast path: the last usage
-// object decoded with encoding/json only.
+// object decoded with encoding/json only (the fast path is what differs;
+// the mapping to Usage is the same code).
 func refResult(s *Scanner) (u Usage, ok bool) {
 	if len(s.last) == 0 {
 		return Usage{}, false
 	}
-	j := usageJSON{PromptTokens: absent, CompletionTokens: absent, InputTokens: absent, OutputTokens: absent}
-	if err := json.Unmarshal(s.last, &j); err != nil {
+	var j usageJSON
+	if !j.slow(s.last) {
 		return Usage{}, false
 	}
-	orZero := func(n int64) int64 {
-		if n == absent {
-			return 0
-		}
-		return n
-	}
-	switch {
-	case j.PromptTokens != absent:
-		u.PromptTokens, u.CompletionTokens, u.CachedTokens = j.PromptTokens, orZero(j.CompletionTokens), j.PromptDetails.CachedTokens
-	case j.InputTokens != absent:
-		u.PromptTokens, u.CompletionTokens, u.CachedTokens = j.InputTokens, orZero(j.OutputTokens), j.InputDetails.CachedTokens
-	default:
-		return Usage{}, false
-	}
-	if u.PromptTokens < 0 || u.CachedTokens < 0 || u.CompletionTokens < 0 {
-		return Usage{}, false
-	}
-	u.CachedTokens = min(u.CachedTokens, u.PromptTokens)
-	return u, true
+	return j.usage()
 }
 
 var resultSeeds = []string{

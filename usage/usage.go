@@ -240,6 +240,13 @@ func (s *Scanner) Result() (u Usage, ok bool) {
 	if !j.fast(s.last) && !j.slow(s.last) {
 		return Usage{}, false
 	}
+	return j.usage()
+}
+
+// usage is the decoded object as a Usage: the prompt and completion counts
+// of whichever shape it has (Chat Completions, else Responses), false when
+// it has neither or a negative count.
+func (j *usageJSON) usage() (u Usage, ok bool) {
 	orZero := func(n int64) int64 {
 		if n == absent {
 			return 0
