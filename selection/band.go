@@ -43,13 +43,10 @@ func (rt *Router) rendezvousOrder(cands []Candidate, s *Scratch, first uint64) [
 	e := s.spill[:0]
 	for i, c := range cands {
 		if c.Usable {
-			e = append(e, rt.Rendezvous(first, c.Slot)&^(1<<spillIndexBits-1)|uint64(i))
+			e = append(e, spillEntry(rt.Rendezvous(first, c.Slot), i))
 		}
 	}
 	s.spill = e
 	slices.Sort(e)
 	return e
 }
-
-// spillIndex is the candidate index of a packed rendezvous entry.
-func spillIndex(e uint64) int { return int(e & (1<<spillIndexBits - 1)) }

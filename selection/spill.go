@@ -60,6 +60,13 @@ func (rt *Router) Instance() uint64 { return rt.spread.Load() }
 // candidate's index (the rest is its rendezvous weight).
 const spillIndexBits = 11
 
+// spillEntry packs rendezvous weight w with candidate index i (its low
+// spillIndexBits bits), so that sorting entries sorts by weight.
+func spillEntry(w uint64, i int) uint64 { return w&^(1<<spillIndexBits-1) | uint64(i) }
+
+// spillIndex is the candidate index of a packed rendezvous entry.
+func spillIndex(e uint64) int { return int(e & (1<<spillIndexBits - 1)) }
+
 // spill returns the candidate this instance takes when the tie-breaks
 // chose w among tied candidates none of which is the warmest usable one
 // (a spill, see SetInstance): among the candidates tied with w down to
@@ -75,7 +82,7 @@ func (rt *Router) spill(cands []Candidate, s *Scratch, w int, best float64, want
 			(wantSet && cands[i].Profile != cands[w].Profile) {
 			continue
 		}
-		e = append(e, rt.Rendezvous(first, cands[i].Slot)&^(1<<spillIndexBits-1)|uint64(i))
+		e = append(e, spillEntry(rt.Rendezvous(first, cands[i].Slot), i))
 	}
 	s.spill = e
 	if len(e) < 2 {
@@ -83,5 +90,5 @@ func (rt *Router) spill(cands []Candidate, s *Scratch, w int, best float64, want
 	}
 	slices.Sort(e)
 	rank, _ := bits.Mul64(pos, uint64(len(e)))
-	return int(e[len(e)-1-int(rank)] & (1<<spillIndexBits - 1))
+	return spillIndex(e[len(e)-1-int(rank)])
 }
