@@ -706,11 +706,16 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = i
 		}
 	}
-	if pos := rt.spread.Load(); pos != 0 && ties > 1 && (s.Overlap[w] < d.BestOverlap || rt.opt.ColdSpill && d.BestOverlap == 0) {
-		w = rt.spill(cands, s, w, best, wantSet, first, pos)
-	}
-	if pos := rt.spread.Load(); pos != 0 && rt.opt.SpillBand > 0 && (s.Overlap[w] < d.BestOverlap || rt.opt.ColdSpill && d.BestOverlap == 0) {
-		w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
+	// A spill (w holds less than the warmest usable replica, or a cold
+	// prefix with ColdSpill): spill keeps w's overlap, so the band spill
+	// after it sees the same case.
+	if pos := rt.spread.Load(); pos != 0 && (s.Overlap[w] < d.BestOverlap || rt.opt.ColdSpill && d.BestOverlap == 0) {
+		if ties > 1 {
+			w = rt.spill(cands, s, w, best, wantSet, first, pos)
+		}
+		if rt.opt.SpillBand > 0 {
+			w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
+		}
 	}
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.
