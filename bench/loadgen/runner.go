@@ -66,6 +66,11 @@ type RunConfig struct {
 	// Results, when set, receives every request's result as it completes
 	// (from the run's collector goroutine; it must not block for long).
 	Results func(*Result)
+	// Sending, when set, is called just before each request is sent, with
+	// what will be its Result.Sent (from the sending goroutine, so
+	// concurrently; it must not block). With Results it tells a caller
+	// which sent requests have not completed yet.
+	Sending func(sent time.Duration)
 }
 
 // Run replays cfg.Trace and returns its report. It returns when every
@@ -284,6 +289,9 @@ func (r *runner) send(ctx context.Context, start time.Time, j job) Result {
 		res = Result{Err: ErrOther, ErrMsg: err.Error()}
 	} else {
 		sent := time.Since(start)
+		if r.cfg.Sending != nil {
+			r.cfg.Sending(sent)
+		}
 		res = r.cfg.Client.Do(ctx, msgs, q.Output, j.keepReply)
 		res.Sent = sent
 	}

@@ -89,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		timeScale = fs.Float64("time-scale", 10, "engines and trace run this much faster than real time")
 		at        = fs.Float64("at", 1.0/3, "restart at this fraction of the trace's last arrival")
 		window    = fs.Duration("window", time.Minute, "the measured window after the restart (simulated time)")
-		drain     = fs.Duration("drain", time.Minute, "after the window, wait this long (simulated) for its requests to complete")
+		drain     = fs.Duration("drain", time.Minute, "after the window, wait at most this long (simulated) for its requests to complete")
 		history   = fs.String("history", "actual", "later turns carry the engine's actual reply or a synthetic stand-in")
 		timeout   = fs.Duration("timeout", 2*time.Minute, "per-request timeout (wall)")
 		asJSON    = fs.Bool("json", false, "print JSON rows instead of Markdown tables")
@@ -235,6 +235,8 @@ func runArm(ctx context.Context, w *workload.Workload, arm string, seed uint64, 
 
 	var mu sync.Mutex
 	var got []sent
+	var sends []time.Duration          // every request's Sent, as it is sent
+	recorded := make(chan struct{}, 1) // signalled (coalesced) on every result
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -251,6 +253,15 @@ func runArm(ctx context.Context, w *workload.Workload, arm string, seed uint64, 
 			Results: func(r *loadgen.Result) {
 				mu.Lock()
 				got = append(got, sent{at: r.Sent, ok: r.OK(), err: string(r.Err) + ": " + r.ErrMsg, prompt: r.PromptTokens, cached: r.CachedTokens})
+				mu.Unlock()
+				select {
+				case recorded <- struct{}{}:
+				default:
+				}
+			},
+			Sending: func(at time.Duration) {
+				mu.Lock()
+				sends = append(sends, at)
 				mu.Unlock()
 			},
 		})
@@ -294,12 +305,47 @@ func runArm(ctx context.Context, w *workload.Workload, arm string, seed uint64, 
 		row.Downtime = (resumed - p).Seconds()
 	}
 	end := p + wall(o.window)
+	// Once the window has ended and the new Caddy is up (on a loaded
+	// machine the restart can outlast the window), wait for every request
+	// sent in the window to complete, at most the drain. The trace goes on
+	// meanwhile, outside the window.
+	settled := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, at := range sends {
+			if at < end {
+				n++
+			}
+		}
+		for _, s := range got {
+			if s.at < end {
+				n--
+			}
+		}
+		return n <= 0 // a request that failed before its send has a result and no send
+	}
 	var r result
+	finished := false
 	select {
-	case <-time.After(time.Until(start.Add(end + wall(o.drain)))):
-		cancel() // the window's requests had the drain to complete
-		r = <-done
+	case <-time.After(time.Until(start.Add(max(end, resumed)))):
 	case r = <-done:
+		finished = true
+	}
+	deadline := time.NewTimer(time.Until(start.Add(max(end, resumed) + wall(o.drain))))
+	for !finished && !settled() {
+		select {
+		case <-recorded:
+		case <-deadline.C:
+			cancel() // the window's requests had the drain
+		case r = <-done:
+			finished = true
+		}
+	}
+	deadline.Stop()
+	if !finished {
+		cancel() // the window's requests are answered
+		r = <-done
 	}
 	if restartErr != nil {
 		return Row{}, restartErr
