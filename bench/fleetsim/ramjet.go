@@ -118,7 +118,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 
 // ramjetNamed returns the ramjet variant name names: one of
 // ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
-// context_weight, pw pair_weight, ow overflow_weight, rc request_cost, cap affinity_cap, alpha, eps
+// context_weight, pw pair_weight, ow overflow_weight, outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
@@ -150,6 +150,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			cfg.PairWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobPairWeight
 		case "ow":
 			setup.Options.OverflowWeight = x
+		case "outw":
+			cfg.OutputWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobOutputWeight
 		case "rc":
 			cfg.RequestCost, cfg.Explicit = int(x), cfg.Explicit|selection.KnobRequestCost
 		case "cap":
