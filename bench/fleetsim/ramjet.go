@@ -382,6 +382,9 @@ func (p *Ramjet) FirstToken(r *Request, rep int) {
 // Observe feeds the engine's cached-token count of r's answer back
 // through Router.Observe, as the module does with each response's usage.
 func (p *Ramjet) Observe(r *Request, _ int, u engine.Usage) {
+	if p.trace != nil {
+		fmt.Fprintf(p.trace, "obs id=%d now=%.3f prompt=%d cached=%d\n", r.Row.ID, p.now.Seconds(), u.PromptTokens, u.CachedTokens)
+	}
 	if p.setup.NoObserve {
 		return
 	}
