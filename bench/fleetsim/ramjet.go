@@ -61,7 +61,9 @@ type Ramjet struct {
 // SetTrace makes the policy write one line per decision to w: the
 // request, the chosen replica and reason, and every usable candidate's
 // overlap, load and score (explain's figures), for finding where a rule
-// sends what. nil turns it off.
+// sends what; and one line per first token ("first id=...") and per
+// engine answer's usage ("obs id=... prompt=... cached=...": whether an
+// affinity decision really hit). nil turns it off.
 func (p *Ramjet) SetTrace(w io.Writer) { p.trace = w }
 
 func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replica) {

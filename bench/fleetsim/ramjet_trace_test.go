@@ -11,7 +11,8 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// The decision log has one line per decision and one per first token,
+// The decision log has one line per decision, one per first token and one
+// per engine answer's usage (the prompt and cached tokens Observe is fed),
 // stamped with the simulated time the router's clock reads: each decision
 // at its request's send time, each first token at the record's.
 func TestRamjetDecisionLog(t *testing.T) {
