@@ -61,7 +61,9 @@ type Ramjet struct {
 // SetTrace makes the policy write one line per decision to w: the
 // request, the chosen replica and reason, and every usable candidate's
 // overlap, load and score (explain's figures), for finding where a rule
-// sends what. nil turns it off.
+// sends what; and one line per first token ("first id=...") and per
+// engine answer's usage ("obs id=... prompt=... cached=...": whether an
+// affinity decision really hit). nil turns it off.
 func (p *Ramjet) SetTrace(w io.Writer) { p.trace = w }
 
 func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replica) {
@@ -118,7 +120,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 
 // ramjetNamed returns the ramjet variant name names: one of
 // ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
-// context_weight, pw pair_weight, ow overflow_weight, rc request_cost, cap affinity_cap, alpha, eps
+// context_weight, pw pair_weight, ow overflow_weight, outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
@@ -150,6 +152,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			cfg.PairWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobPairWeight
 		case "ow":
 			setup.Options.OverflowWeight = x
+		case "outw":
+			cfg.OutputWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobOutputWeight
 		case "rc":
 			cfg.RequestCost, cfg.Explicit = int(x), cfg.Explicit|selection.KnobRequestCost
 		case "cap":
@@ -380,6 +384,9 @@ func (p *Ramjet) FirstToken(r *Request, rep int) {
 // Observe feeds the engine's cached-token count of r's answer back
 // through Router.Observe, as the module does with each response's usage.
 func (p *Ramjet) Observe(r *Request, _ int, u engine.Usage) {
+	if p.trace != nil {
+		fmt.Fprintf(p.trace, "obs id=%d now=%.3f prompt=%d cached=%d\n", r.Row.ID, p.now.Seconds(), u.PromptTokens, u.CachedTokens)
+	}
 	if p.setup.NoObserve {
 		return
 	}

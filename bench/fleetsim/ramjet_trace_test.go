@@ -11,7 +11,8 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// The decision log has one line per decision and one per first token,
+// The decision log has one line per decision, one per first token and one
+// per engine answer's usage (the prompt and cached tokens Observe is fed),
 // stamped with the simulated time the router's clock reads: each decision
 // at its request's send time, each first token at the record's.
 func TestRamjetDecisionLog(t *testing.T) {
@@ -26,7 +27,7 @@ func TestRamjetDecisionLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decided, firsts := 0, 0
+	decided, firsts, observed := 0, 0, 0
 	sc := bufio.NewScanner(&buf)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -43,6 +44,17 @@ func TestRamjetDecisionLog(t *testing.T) {
 			firsts++
 			continue
 		}
+		if strings.HasPrefix(line, "obs ") {
+			var prompt, cached int
+			if _, err := fmt.Sscanf(line, "obs id=%d now=%g prompt=%d cached=%d", &id, &now, &prompt, &cached); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			if rec := res.Records[id]; prompt != rec.Prompt || cached != rec.Cached {
+				t.Errorf("request %d: usage logged as prompt %d cached %d, recorded %d / %d", id, prompt, cached, rec.Prompt, rec.Cached)
+			}
+			observed++
+			continue
+		}
 		if _, err := fmt.Sscanf(line, "id=%d now=%g", &id, &now); err != nil {
 			t.Fatalf("%q: %v", line, err)
 		}
@@ -54,8 +66,8 @@ func TestRamjetDecisionLog(t *testing.T) {
 		}
 		decided++
 	}
-	if decided != len(w.Trace) || firsts != len(w.Trace) {
-		t.Fatalf("%d decision and %d first-token lines for %d requests", decided, firsts, len(w.Trace))
+	if decided != len(w.Trace) || firsts != len(w.Trace) || observed != len(w.Trace) {
+		t.Fatalf("%d decision, %d first-token and %d usage lines for %d requests", decided, firsts, observed, len(w.Trace))
 	}
 }
 

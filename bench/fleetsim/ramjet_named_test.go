@@ -1,0 +1,37 @@
+package fleetsim
+
+import (
+	"testing"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// ramjet@outw=X sets output_weight, an explicit 0 included (the bonus
+// off), and leaves ow to overflow_weight.
+func TestRamjetNamedOutputWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		want     float64
+		overflow float64
+	}{
+		{"ramjet", selection.DefaultOutputWeight, 0},
+		{"ramjet@outw=0", 0, 0},
+		{"ramjet@outw=2.5", 2.5, 0},
+		{"ramjet@ow=1", selection.DefaultOutputWeight, 1},
+	} {
+		p, err := NewPolicy(tc.name, 1, selection.Config{})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		r, ok := p.(*Ramjet)
+		if !ok {
+			t.Fatalf("%s: policy %T, want *Ramjet", tc.name, p)
+		}
+		if got := r.rt.Config().OutputWeight; got != tc.want {
+			t.Errorf("%s: output_weight %v, want %v", tc.name, got, tc.want)
+		}
+		if got := r.rt.Options().OverflowWeight; got != tc.overflow {
+			t.Errorf("%s: overflow_weight %v, want %v", tc.name, got, tc.overflow)
+		}
+	}
+}
