@@ -14,8 +14,11 @@ import (
 // experiments for ramjet-precise instances: "fp" turns on the others'
 // prefill estimate (selection.ForeignPrefill) with the default decay,
 // "fp=0.5" with a 0.5 s one; "cs" applies the instance spill to cold
-// prefixes too (selection.Options.ColdSpill). The instances keep the
-// ordinal ids (SpillSep).
+// prefixes too (selection.Options.ColdSpill); "band=<tokens>" widens it
+// (Options.SpillBand). The instances keep the ordinal ids (SpillSep),
+// unless "inst=<id>" names them as SpillSep's inst= does (hashed
+// positions: a lone instance named by its host name is then not at
+// position 0, and the variants apply to it too).
 const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
@@ -29,6 +32,7 @@ type preciseSpec struct {
 	tau     time.Duration
 	cold    bool
 	band    float64
+	inst    string // "inst=<id>": the instances' ids as SpillSep's inst= gives
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -36,6 +40,8 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 		switch k, v, hasV := strings.Cut(it, "="); {
 		case k == ColdSpec && !hasV:
 			ps.cold = true
+		case k == "inst" && hasV && v != "":
+			ps.inst = v
 		case k == BandSpec && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -54,6 +60,9 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 		default:
 			return preciseSpec{}, false, nil
 		}
+	}
+	if ps == (preciseSpec{inst: ps.inst}) { // "inst=<id>" alone: SpillSep's
+		return preciseSpec{}, false, nil
 	}
 	return ps, true, nil
 }
