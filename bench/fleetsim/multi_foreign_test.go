@@ -27,6 +27,8 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"cs+same", preciseSpec{}, false, false},
 		{"inst=host+cs+band=16384", preciseSpec{inst: "host", cold: true, band: 16384}, true, false},
 		{"cs+inst=", preciseSpec{}, false, false},
+		{"cs+fp+fpmin=480", preciseSpec{cold: true, foreign: true, tau: selection.DefaultForeignTau, minRun: 480}, true, false},
+		{"fp+fpmin=0", preciseSpec{}, true, true},
 	}
 	for _, tt := range tests {
 		got, ok, err := parsePreciseSpec(tt.give)
@@ -99,7 +101,9 @@ func TestMultiPreciseVariantsNamedLone(t *testing.T) {
 // estimate (issue 13's >= 7 of 8). (Bands of 8192 and 16384 tokens, which
 // cover the blind window as well, put it over 5 of 8: bench/RESULTS.md.)
 func TestMultiBurstColdForeign(t *testing.T) {
-	if used := burstSpreadOf(t, "ramjet-precise~cs+fp", 4); used < 7 {
-		t.Errorf("cs+fp: burst over %d of 8 replicas, want >= 7", used)
+	for _, v := range []string{"ramjet-precise~cs+fp", "ramjet-precise~cs+fp+fpmin=480", "ramjet-precise~cs+band=1024+fp"} {
+		if used := burstSpreadOf(t, v, 4); used < 7 {
+			t.Errorf("%s: burst over %d of 8 replicas, want >= 7", v, used)
+		}
 	}
 }
