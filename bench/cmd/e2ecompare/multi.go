@@ -44,7 +44,7 @@ func multiSites(k int, upstreams []string, kv map[string]any) []caddyrun.Site {
 // policy front, in front of n fresh engine simulators.
 //
 // With bin set (-procs), the instances are separate Caddy processes of
-// that binary instead (startProcs). With precise, every instance
+// that binary instead (startProcsAdmin). With precise, every instance
 // subscribes to every engine's KV events (the precise path).
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
 	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, progress, logw io.Writer) (Row, error) {
