@@ -113,6 +113,19 @@ func (f *Fleet) Tune(cfg selection.Config) (*selection.Router, error) {
 	return rt, nil
 }
 
+// TuneOptions is Tune with the rule variants o (selection.Options, e.g.
+// the instance spill band of PolicySettings.SpillOptions): the Router
+// explain and the dashboard score with applies them too.
+func (f *Fleet) TuneOptions(cfg selection.Config, o selection.Options) (*selection.Router, error) {
+	rt, err := f.Tune(cfg)
+	if err != nil || o == rt.Options() {
+		return rt, err
+	}
+	rt = rt.WithOptions(o)
+	f.tuned.Store(rt)
+	return rt, nil
+}
+
 // Detector returns the fleet's outlier detector.
 func (f *Fleet) Detector() *selection.Outlier { return f.outlier.Load() }
 

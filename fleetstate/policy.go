@@ -72,6 +72,18 @@ type PolicySettings struct {
 	// host name (set it when several instances share a host).
 	InstanceID string `json:"instance_id,omitempty"`
 
+	// SpillBand widens the instance spill (InstanceID) to every replica
+	// scoring within this many tokens of the best, and applies it to cold
+	// prefixes too (selection.Options.SpillBand and ColdSpill): several
+	// instances on the precise path that read the same engine scrape then
+	// walk disjoint stretches of one rendezvous order instead of all
+	// taking the one replica idle at the last scrape. 0 (unset) is the
+	// default: DefaultSpillBand when both kv and engine_metrics are on,
+	// else off (without engine load it was measured to cost; see
+	// bench/RESULTS.md); -1 (Caddyfile "off") is off. It changes nothing
+	// for an instance at spill position 0 (no id, or an ordinal 0).
+	SpillBand int `json:"spill_band,omitempty"`
+
 	// KV turns on the precise index from the engines' KV-cache events
 	// (see kvindex.Settings); off by default.
 	KV *kvindex.Settings `json:"kv,omitempty"`
@@ -172,10 +184,30 @@ func (s *PolicySettings) Validate() error {
 			return err
 		}
 	}
+	if s.SpillBand < -1 {
+		return fmt.Errorf("spill_band must be positive, 0 (the default) or -1 (off), got %d", s.SpillBand)
+	}
 	if s.DepartAfter < 0 {
 		return fmt.Errorf("depart_after must be positive, got %v", time.Duration(s.DepartAfter))
 	}
 	return nil
+}
+
+// DefaultSpillBand is spill_band's default with kv and engine_metrics on,
+// in tokens.
+const DefaultSpillBand = 1024
+
+// SpillOptions are the rule variants spill_band asks for (the zero
+// Options when it is off).
+func (s *PolicySettings) SpillOptions() selection.Options {
+	band := s.SpillBand
+	if band == 0 && s.KV != nil && s.EngineMetrics != nil {
+		band = DefaultSpillBand
+	}
+	if band <= 0 {
+		return selection.Options{}
+	}
+	return selection.Options{ColdSpill: true, SpillBand: float64(band)}
 }
 
 // ProfileMap is Profiles parsed (Validate accepted them).

@@ -9,6 +9,17 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
+// prefixMaxTail is how many trailing messages a cached message prefix may
+// lack for the request to be routed on it at once: a conversation's
+// previous request (its reply and the next user message, or an agent's
+// tool call and result). A prefix further back is another instance's
+// turns missing (several ramjet instances behind a round-robin front each
+// see 1/N of a conversation), or a shared system prompt under an agent's
+// own history: routing on it would tie every replica that holds the
+// shared part and lose the conversation's home, so the request waits for
+// its preflight instead.
+const prefixMaxTail = 2
+
 // Preflight returns the token ids of a parsed chat or completions body for
 // the precise path, before selection: the cached tokenization of an
 // identical body, else one /tokenize call built from the body's one parse
@@ -39,7 +50,7 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 		if m.k > 0 && m.k == m.n {
 			return m.tokens, nil, nil // the same messages, model and tools
 		}
-		if m.k > 0 && p.pfx.trusted.Load() {
+		if m.k > 0 && m.n-m.k <= prefixMaxTail && p.pfx.trusted.Load() {
 			if _, err := p.tokenizeBase(key); err != nil {
 				return nil, nil, err
 			}

@@ -124,6 +124,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		state_key          <name>
 //		route_id_secret    <secret>
 //		instance_id        <id>
+//		spill_band         <tokens>|off
 //		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency }]
 //		outlier {
 //			consecutive_failures <n>|off
@@ -157,6 +158,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": integrity.ParseSpecMode},
 		Words: map[string]map[string]any{
 			"outlier consecutive_failures":   {"off": -1},
+			"spill_band":                     {"off": -1},
 			"integrity spec_decode position": {"overall": nil},
 		},
 	}
@@ -231,6 +233,14 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	f, rt, key, err := acquireFleet(s.StateKey, s.Config, []byte(secret))
 	if err != nil {
 		return fmt.Errorf("ramjet state %q: %w", s.StateKey, err)
+	}
+	// spill_band (default on with kv and engine_metrics): the rule
+	// variants on the same state, as explain and the dashboard see them.
+	if o := s.SpillOptions(); o != rt.Options() {
+		if rt, err = f.TuneOptions(s.Config, o); err != nil {
+			releaseFleet(key)
+			return fmt.Errorf("ramjet state %q: %w", s.StateKey, err)
+		}
 	}
 	s.fleet, s.rt, s.poolKey = f, rt, key
 	rt.SetInstance(instanceID(s.InstanceID)) // instance.go

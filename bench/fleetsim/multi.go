@@ -175,6 +175,9 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		return nil, fmt.Errorf("multi: policy %q has no multi-router model (want one of %s)", pname, strings.Join(MultiPolicyNames, ", "))
 	}
 	inst, err := instanceIDs(spill, hasSpill, routers)
+	if precise && ps.inst != "" {
+		inst, err = instanceIDs("inst="+ps.inst, true, routers)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("multi %s: %w", name, err)
 	}
@@ -213,7 +216,7 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		m.inst = append(m.inst, m.inst[0])
 	}
 	m.views = make([][]*Replica, routers)
-	if precise && routers > 1 {
+	if precise && (routers > 1 || ps.inst != "") {
 		if err := m.enablePrecise(ps); err != nil {
 			return nil, fmt.Errorf("multi %s: %w", name, err)
 		}

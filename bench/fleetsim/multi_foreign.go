@@ -13,9 +13,14 @@ import (
 // ForeignSpec and ColdSpec, after SpillSep and joined by "+", are
 // experiments for ramjet-precise instances: "fp" turns on the others'
 // prefill estimate (selection.ForeignPrefill) with the default decay,
-// "fp=0.5" with a 0.5 s one; "cs" applies the instance spill to cold
-// prefixes too (selection.Options.ColdSpill). The instances keep the
-// ordinal ids (SpillSep).
+// "fp=0.5" with a 0.5 s one, "fpmin=<blocks>" counting only stored runs
+// of at least that many blocks (a full prefill chunk: more of the prompt
+// to come); "cs" applies the instance spill to cold
+// prefixes too (selection.Options.ColdSpill); "band=<tokens>" widens it
+// (Options.SpillBand). The instances keep the ordinal ids (SpillSep),
+// unless "inst=<id>" names them as SpillSep's inst= does (hashed
+// positions: a lone instance named by its host name is then not at
+// position 0, and the variants apply to it too).
 const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
@@ -29,6 +34,8 @@ type preciseSpec struct {
 	tau     time.Duration
 	cold    bool
 	band    float64
+	inst    string // "inst=<id>": the instances' ids as SpillSep's inst= gives
+	minRun  int    // "fpmin=<blocks>": the smallest stored run fp counts
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -36,6 +43,14 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 		switch k, v, hasV := strings.Cut(it, "="); {
 		case k == ColdSpec && !hasV:
 			ps.cold = true
+		case k == "inst" && hasV && v != "":
+			ps.inst = v
+		case k == "fpmin" && hasV:
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive run in blocks", SpillSep, spec)
+			}
+			ps.minRun = n
 		case k == BandSpec && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -54,6 +69,9 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 		default:
 			return preciseSpec{}, false, nil
 		}
+	}
+	if ps == (preciseSpec{inst: ps.inst}) { // "inst=<id>" alone: SpillSep's
+		return preciseSpec{}, false, nil
 	}
 	return ps, true, nil
 }
@@ -92,6 +110,9 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		if ps.foreign {
 			fp := selection.NewForeignPrefill()
 			fp.Tau = ps.tau
+			if ps.minRun > 0 {
+				fp.MinBlocks = ps.minRun
+			}
 			m.foreign[k] = &foreignState{rp: rp, fp: fp}
 		}
 	}

@@ -70,6 +70,11 @@ type Row struct {
 	// when it ran apart (-caddy-bin, solo.go); CPUSeconds is then the
 	// engines' and load generator's.
 	CaddyCPUSeconds float64 `json:"caddy_cpu_s,omitempty"`
+	// InstanceKV is, per instance of a precise multi-router row run as
+	// separate processes (-routers-policy ramjet-precise -procs), its
+	// decisions by mode, tokenize fallbacks and applied KV events, read
+	// from its /metrics before it stops (summarizeKV).
+	InstanceKV []string `json:"instance_kv,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -77,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		workloads = fs.String("workload", "locality,burst,agent-fleet", "workloads, comma-separated ("+strings.Join(workload.Names, ", ")+")")
-		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet-precise is lb_policy ramjet fed by the engines' KV events")
+		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet-precise is lb_policy ramjet fed by the engines' KV events; empty: only the -routers rows")
 		replicas  = fs.Int("replicas", 8, "engine simulators")
 		seed      = fs.Uint64("seed", 1, "workload seed (the fleet simulation's -seed)")
 		scale     = fs.Float64("scale", 0.25, "workload request-count scale (the fleet simulation's -scale)")
@@ -147,6 +152,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		for _, pol := range strings.Split(*policies, ",") {
 			pol = strings.TrimSpace(pol)
+			if pol == "" { // -policy "": only the -routers rows
+				continue
+			}
 			fmt.Fprintf(stderr, "e2ecompare: %s with %s (%d requests, %d replicas)\n", w.Name, pol, len(w.Trace), n)
 			stopProf, err := startProfile(*cpuProf, len(rows), w.Name, pol)
 			if err != nil {

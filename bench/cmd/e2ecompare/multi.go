@@ -44,7 +44,7 @@ func multiSites(k int, upstreams []string, kv map[string]any) []caddyrun.Site {
 // policy front, in front of n fresh engine simulators.
 //
 // With bin set (-procs), the instances are separate Caddy processes of
-// that binary instead (startProcs). With precise, every instance
+// that binary instead (startProcsAdmin). With precise, every instance
 // subscribes to every engine's KV events (the precise path).
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
 	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, progress, logw io.Writer) (Row, error) {
@@ -60,9 +60,13 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	}
 	sites := multiSites(k, addrs, kv)
 	var backends []string
+	var procsKV *procs
 	label := fmt.Sprintf("%s x%d %s", pol, k, front)
 	if bin != "" {
-		ps, err := startProcs(ctx, bin, sites)
+		// With precise, each process's admin endpoint is on so that its
+		// precise/approximate decisions and applied KV events are read
+		// before it stops (procKV).
+		ps, err := startProcsAdmin(ctx, bin, sites, precise)
 		if err != nil {
 			return Row{}, err
 		}
@@ -73,6 +77,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		}()
 		backends = ps.addrs
 		label = fmt.Sprintf("%s x%d procs %s", pol, k, front)
+		procsKV = ps
 	} else {
 		running, err := caddyrun.Start(sites)
 		if err != nil {
@@ -115,6 +120,18 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	}
 	row := reportRow(w.Name, label, n, ts, rep, time.Since(start))
 	row.Front = fr.Counts()
+	if procsKV != nil {
+		for i, a := range procsKV.admins {
+			lines, err := scrapeKV("http://" + a)
+			if err != nil {
+				fmt.Fprintf(logw, "e2ecompare: %s: instance %d metrics: %v\n", label, i, err)
+				continue
+			}
+			s := summarizeKV(lines)
+			fmt.Fprintf(logw, "e2ecompare: %s/%s instance %d: %s\n", w.Name, label, i, s)
+			row.InstanceKV = append(row.InstanceKV, s)
+		}
+	}
 	return row, nil
 }
 
@@ -136,4 +153,39 @@ func parseRouters(routers, front string) ([]int, loadgen.FrontPolicy, error) {
 		out = append(out, k)
 	}
 	return out, fp, nil
+}
+
+// summarizeKV condenses scrapeKV's lines of one process into one line:
+// each series summed over its labels except mode and reason (the
+// per-engine feed series become one figure), in first-seen order, e.g.
+// "kv_decisions_total{mode=precise}=812 kv_events_applied_total=4410".
+func summarizeKV(lines []string) string {
+	var keys []string
+	sum := map[string]float64{}
+	for _, l := range lines {
+		sp := strings.LastIndexByte(l, ' ')
+		if sp < 0 || strings.HasPrefix(l, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		name, labels, _ := strings.Cut(l[:sp], "{")
+		key := strings.TrimPrefix(name, "ramjet_")
+		for _, lv := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
+			if k, val, ok := strings.Cut(lv, "="); ok && (k == "mode" || k == "reason") {
+				key += "{" + k + "=" + strings.Trim(val, `"`) + "}"
+			}
+		}
+		if _, seen := sum[key]; !seen {
+			keys = append(keys, key)
+		}
+		sum[key] += v
+	}
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.FormatFloat(sum[k], 'f', -1, 64)
+	}
+	return strings.Join(parts, " ")
 }

@@ -51,3 +51,21 @@ func TestParseRouters(t *testing.T) {
 		}
 	}
 }
+
+func TestSummarizeKV(t *testing.T) {
+	got := summarizeKV([]string{
+		`ramjet_kv_decisions_total{mode="precise",state_key="a"} 10`,
+		`ramjet_kv_decisions_total{mode="approximate",state_key="a"} 3`,
+		`ramjet_kv_events_applied_total{state_key="a"} 7`,
+		`ramjet_kv_feed_connected{state_key="a",upstream="x"} 1`,
+		`ramjet_kv_feed_connected{state_key="a",upstream="y"} 1`,
+		`ramjet_tokenize_fallbacks_total{reason="timeout",state_key="a"} 2`,
+		`ramjet_tokenize_duration_seconds_sum 1.5`,
+		`garbage`,
+	})
+	want := "kv_decisions_total{mode=precise}=10 kv_decisions_total{mode=approximate}=3 kv_events_applied_total=7 " +
+		"kv_feed_connected=2 tokenize_fallbacks_total{reason=timeout}=2 tokenize_duration_seconds_sum=1.5"
+	if got != want {
+		t.Errorf("summarizeKV:\n got %s\nwant %s", got, want)
+	}
+}

@@ -27,21 +27,15 @@ type procs struct {
 	admins []string // their addresses, by instance
 }
 
-// startProcs starts one Caddy process of bin (a caddy built with the
+// startProcsAdmin starts one Caddy process of bin (a caddy built with the
 // ramjet modules: go build -o caddy ./xcaddy) per site, each serving its
 // site on a 127.0.0.1 listener this process bound (port chosen by the
 // kernel) and handed over as file descriptor 3 (Caddy's "fd/3" network
-// address): no port is reserved and rebound. It returns once every
-// instance answers HTTP, or the first error; logs go to files in a temp
-// directory whose path errors name.
-func startProcs(ctx context.Context, bin string, sites []caddyrun.Site) (*procs, error) {
-	return startProcsAdmin(ctx, bin, sites, false)
-}
-
-// startProcsAdmin is startProcs with, when admin, every instance's admin
-// endpoint on a second 127.0.0.1 listener (port chosen by the kernel)
-// handed over as file descriptor 4 (withAdmin), its address in
-// procs.admins.
+// address): no port is reserved and rebound. With admin, every instance's
+// admin endpoint is on a second 127.0.0.1 listener (port chosen by the
+// kernel) handed over as file descriptor 4 (withAdmin), its address in
+// procs.admins. It returns once every instance answers HTTP, or the first
+// error; logs go to files in a temp directory whose path errors name.
 func startProcsAdmin(ctx context.Context, bin string, sites []caddyrun.Site, admin bool) (*procs, error) {
 	dir, err := os.MkdirTemp("", "e2ecompare-procs-")
 	if err != nil {

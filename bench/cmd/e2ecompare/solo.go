@@ -202,9 +202,11 @@ func fetchProfile(hc *http.Client, url, path string) error {
 	return f.Close()
 }
 
-// scrapeKV returns the precise path's preflight and decision series of
-// the Caddy process (ramjet_tokenize_*, ramjet_kv_decisions_total), from
-// its admin /metrics; histogram buckets left out.
+// scrapeKV returns the precise path's preflight, decision and feed
+// series of the Caddy process (ramjet_tokenize_*,
+// ramjet_kv_decisions_total, ramjet_kv_events_applied_total,
+// ramjet_kv_feed_connected), from its admin /metrics; histogram buckets
+// left out.
 func scrapeKV(admin string) ([]string, error) {
 	hc := &http.Client{Timeout: 10 * time.Second}
 	resp, err := hc.Get(admin + "/metrics")
@@ -220,7 +222,8 @@ func scrapeKV(admin string) ([]string, error) {
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		if (strings.HasPrefix(l, "ramjet_tokenize_") || strings.HasPrefix(l, "ramjet_kv_decisions_total")) && !strings.Contains(l, "_bucket{") {
+		if (strings.HasPrefix(l, "ramjet_tokenize_") || strings.HasPrefix(l, "ramjet_kv_decisions_total") ||
+			strings.HasPrefix(l, "ramjet_kv_events_applied_total") || strings.HasPrefix(l, "ramjet_kv_feed_connected")) && !strings.Contains(l, "_bucket{") {
 			out = append(out, l)
 		}
 	}

@@ -1,0 +1,68 @@
+package fleetstate
+
+import (
+	"testing"
+
+	"github.com/ramjet-llm/ramjet/enginemetrics"
+	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+func TestSpillOptions(t *testing.T) {
+	kv, em := &kvindex.Settings{}, &enginemetrics.Settings{}
+	on := selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand}
+	tests := []struct {
+		name string
+		s    PolicySettings
+		want selection.Options
+	}{
+		{"none", PolicySettings{}, selection.Options{}},
+		{"kv", PolicySettings{KV: kv}, selection.Options{}},
+		{"engine_metrics", PolicySettings{EngineMetrics: em}, selection.Options{}},
+		{"both", PolicySettings{KV: kv, EngineMetrics: em}, on},
+		{"both, off", PolicySettings{KV: kv, EngineMetrics: em, SpillBand: -1}, selection.Options{}},
+		{"set", PolicySettings{SpillBand: 512}, selection.Options{ColdSpill: true, SpillBand: 512}},
+	}
+	for _, tt := range tests {
+		if got := tt.s.SpillOptions(); got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+	for _, band := range []int{-1, 0, 1, 4096} {
+		s := PolicySettings{SpillBand: band}
+		s.SetDefaults()
+		if err := s.Validate(); err != nil {
+			t.Errorf("spill_band %d: %v", band, err)
+		}
+	}
+	s := PolicySettings{SpillBand: -2}
+	s.SetDefaults()
+	if err := s.Validate(); err == nil {
+		t.Error("spill_band -2 accepted")
+	}
+}
+
+// TestTuneOptions: the options reach the Router Tune returns and the one
+// explain scores with, on the same state; Tune alone (a policy without
+// them) takes them off again.
+func TestTuneOptions(t *testing.T) {
+	f, err := New("k", "p", selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := selection.Options{ColdSpill: true, SpillBand: 1024}
+	rt, err := f.TuneOptions(selection.Config{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Options() != o || f.Router() != rt || rt.Index() != f.Base().Index() {
+		t.Errorf("TuneOptions: options %+v, explain's router the same %v, shared index %v", rt.Options(), f.Router() == rt, rt.Index() == f.Base().Index())
+	}
+	rt, err = f.Tune(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Options() != (selection.Options{}) || f.Router().Options() != (selection.Options{}) {
+		t.Errorf("Tune after TuneOptions: %+v / %+v, want none", rt.Options(), f.Router().Options())
+	}
+}
