@@ -132,7 +132,8 @@ type Faults struct {
 	// no response at all for a non-streaming request).
 	StallAfterTokens int `json:"stall_after_tokens"`
 	// RefuseConnections closes the listener (connections are refused)
-	// until it is cleared.
+	// until it is cleared. The port stays bound meanwhile (on unix), so
+	// that no other process's listener is handed it.
 	RefuseConnections bool `json:"refuse_connections"`
 	// SpecAcceptance, when set, replaces the engines' speculative
 	// acceptance rate (e.g. 0.02 for a collapsed drafter); the

@@ -65,6 +65,7 @@ type Server struct {
 	mu      sync.Mutex // guards the fields below
 	addr    string
 	ln      net.Listener
+	release func() error // holds addr's port while connections are refused
 	faults  Faults
 	rng     *rand.Rand
 	last    *Recorded
@@ -242,6 +243,10 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
 	s.mu.Unlock()
 	s.cancel()
 	err := s.srv.Close()
@@ -302,7 +307,16 @@ func (s *Server) applyFaults(f Faults) error {
 		s.srv.SetKeepAlivesEnabled(false) // also closes idle connections
 		s.ln.Close()
 		s.ln = nil
+		release, err := holdPort(s.addr)
+		if err != nil {
+			return err
+		}
+		s.release = release
 	case !f.RefuseConnections && s.ln == nil:
+		if s.release != nil {
+			s.release()
+			s.release = nil
+		}
 		ln, err := net.Listen("tcp", s.addr)
 		if err != nil {
 			s.faults = old
