@@ -63,6 +63,7 @@ type Guard struct {
 	edge.GuardSettings
 
 	allow edge.AllowList
+	creds edge.UpstreamAuth
 
 	scrub   []string
 	logger  *zap.Logger
@@ -104,7 +105,11 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	g.checkOn = g.ModelCheck == "on"
 	g.allow = edge.NewAllowList(g.AllowPaths)
 	g.scrub = edge.ScrubList(g.Upstreams)
-	return g.provision(time.Duration(g.ModelsTimeout), len(g.Upstreams) > 0)
+	if err := g.provision(time.Duration(g.ModelsTimeout), len(g.Upstreams) > 0); err != nil {
+		return err
+	}
+	g.creds = edge.NewUpstreamAuth(g.token, g.ForwardClientAuth)
+	return nil
 }
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
@@ -120,12 +125,14 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		return nil
 	}
 	edge.StripRequestHeaders(r.Header)
-	edge.SetUpstreamAuth(r.Header, g.token, g.ForwardClientAuth)
+	g.creds.Set(r.Header)
 
+	var st *reqState
 	if r.Body != nil && r.Body != http.NoBody {
 		// The guard wraps the whole chain: a request state it creates ends
 		// when it returns (no sweeper registration).
-		if st, created := ownedState(r); created {
+		var created bool
+		if st, created = ownedState(r); created {
 			defer st.finish()
 		}
 	}
@@ -145,9 +152,17 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// carry what stripRequestHeaders removes from the headers.
 	r.Trailer = nil
 
-	gw := &guardWriter{scrub: g.scrub}
+	// The writer lives in the request state when there is one (a second
+	// guard on the same request allocates its own).
+	var gw *guardWriter
+	if st != nil && !st.guardW.inUse {
+		gw = &st.guardW
+	} else {
+		gw = new(guardWriter)
+	}
+	*gw = guardWriter{scrub: g.scrub, inUse: true}
 	gw.wrapper.ResponseWriter = w
-	gw.ResponseWriterWrapper = &gw.wrapper // one allocation for both
+	gw.ResponseWriterWrapper = &gw.wrapper // no allocation of its own
 	err := next.ServeHTTP(gw, r)
 	if err == nil {
 		return nil
@@ -217,6 +232,7 @@ type guardWriter struct {
 	wrapper     caddyhttp.ResponseWriterWrapper // what ResponseWriterWrapper points to
 	scrub       []string
 	wroteHeader bool
+	inUse       bool // a guard serves a request through it (reqState.guardW)
 }
 
 func (w *guardWriter) WriteHeader(status int) {
