@@ -38,8 +38,11 @@ func StripRequestHeaders(h http.Header) {
 		delete(h, name)
 	}
 	for name := range h {
-		if strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
-			hasPrefixFold(name, "x-ramjet-") {
+		// Both names begin with an X: most names are decided by their
+		// first byte.
+		if len(name) >= len("X-Ramjet-") && name[0]|0x20 == 'x' &&
+			(strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
+				hasPrefixFold(name, "x-ramjet-")) {
 			delete(h, name)
 		}
 	}
