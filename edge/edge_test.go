@@ -96,3 +96,33 @@ func TestNormalizePath(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowListExactNormalised: Allow's shortcut (a path found as it is
+// among the exact paths is served unchanged) is what the normalising path
+// gives: every exact path is its own normalisation, with extra paths in
+// any spelling, and spellings that normalise to one are rewritten to it.
+func TestAllowListExactNormalised(t *testing.T) {
+	a := NewAllowList([]string{"/Tokenize/", "/v1/audio//speech", "/v1/x/*"})
+	for p := range a.exact {
+		if n := NormalizePath(p); n != p {
+			t.Errorf("exact path %q normalises to %q", p, n)
+		}
+	}
+	for _, tt := range []struct{ in, want string }{
+		{"/v1/chat/completions", "/v1/chat/completions"},
+		{"/V1/Chat/Completions", "/v1/chat/completions"},
+		{"/tokenize", "/tokenize"},
+		{"/v1/audio/speech", "/v1/audio/speech"},
+		{"/v1//models/../models", "/v1/models"},
+		{"/v1/x/y", "/v1/x/y"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "http://h"+tt.in, nil)
+		if !a.Allow(r) {
+			t.Errorf("%q not allowed", tt.in)
+			continue
+		}
+		if r.URL.Path != tt.want {
+			t.Errorf("%q served as %q, want %q", tt.in, r.URL.Path, tt.want)
+		}
+	}
+}
