@@ -137,7 +137,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		}
 	}
 	noDeadline := edge.BodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate)
-	bodyErr := g.readBody(r)
+	bodyErr := g.readBody(r, st)
 	if !noDeadline {
 		edge.LiftBodyDeadline(w)
 	}
@@ -184,17 +184,17 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 }
 
 // readBody reads the body once, bounded, into ramjet's per-request state
-// (the policy then fingerprints the same bytes without reading again; the
-// proxy forwards them byte for byte and can replay them on a retry), and
+// st, which ServeHTTP found or created when there is a body (the policy
+// then fingerprints the same bytes without reading again; the proxy
+// forwards them byte for byte and can replay them on a retry), and
 // validates it on JSON routes.
-func (g *Guard) readBody(r *http.Request) *edge.Error {
+func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
 	if r.ContentLength > g.MaxBodySize {
 		return edge.TooLarge(g.MaxBodySize)
 	}
-	st := requestState(r) // ServeHTTP created it
 	st.readBody(r, g.MaxBodySize)
 	if edge.BodyTimedOut(st.bodyErr) {
 		return edge.BodyTimeout()
