@@ -78,6 +78,33 @@ func TestScrubList(t *testing.T) {
 	}
 }
 
+// TestReduceScrub: the reduced list keeps the entries no other contains,
+// and ScrubHeaders removes the same headers with it as with the full list.
+func TestReduceScrub(t *testing.T) {
+	full := ScrubList([]string{"127.0.0.1:8005", "127.0.0.1:8006", "https://engine.internal:443", "vllm:8000", "10.0.0.1:80", "10.0.0.10:80"})
+	got := ReduceScrub(full)
+	want := []string{"127.0.0.1", "engine.internal", "vllm:8000", "10.0.0.1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ReduceScrub (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"a"}, ReduceScrub([]string{"a", "a", "ab"})); diff != "" {
+		t.Errorf("ReduceScrub with duplicates (-want +got):\n%s", diff)
+	}
+	values := []string{"", "ok", "127.0.0.1", "http://127.0.0.1:8005/x", "via 127.0.0.2", "engine.internal:443",
+		"ENGINE.INTERNAL", "vllm:8000", "vllm:8001", "10.0.0.10:80", "10.0.0.1", "10.0.0.2:80", "x, 10.0.0.10"}
+	for _, v := range values {
+		for _, w := range values {
+			h1 := http.Header{"A": {v}, "B": {"ok", w}, "C": {"ok"}}
+			h2 := http.Header{"A": {v}, "B": {"ok", w}, "C": {"ok"}}
+			ScrubHeaders(h1, full)
+			ScrubHeaders(h2, got)
+			if diff := cmp.Diff(h1, h2); diff != "" {
+				t.Fatalf("values %q, %q: full list vs reduced (-full +reduced):\n%s", v, w, diff)
+			}
+		}
+	}
+}
+
 func TestNormalizePath(t *testing.T) {
 	for give, want := range map[string]string{
 		"":                             "/",

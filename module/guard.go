@@ -104,7 +104,7 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	g.SetDefaults()
 	g.checkOn = g.ModelCheck == "on"
 	g.allow = edge.NewAllowList(g.AllowPaths)
-	g.scrub = edge.ScrubList(g.Upstreams)
+	g.scrub = edge.ReduceScrub(edge.ScrubList(g.Upstreams))
 	if err := g.provision(time.Duration(g.ModelsTimeout), len(g.Upstreams) > 0); err != nil {
 		return err
 	}
