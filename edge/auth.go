@@ -49,19 +49,43 @@ func (a ClientAuth) Check(r *http.Request) *Error {
 		"Incorrect or missing API key. Send it as Authorization: Bearer <key>.")
 }
 
-// SetUpstreamAuth sets the credentials an engine receives: the upstream
-// token as a bearer token when one is configured (the client's api-key
-// headers dropped), else the client's own Authorization and api-key
-// headers when forward is set, else none.
-func SetUpstreamAuth(h http.Header, token string, forward bool) {
-	switch {
-	case token != "":
-		h.Set("Authorization", "Bearer "+token)
-		h.Del("Api-Key")
-		h.Del("X-Api-Key")
-	case !forward:
-		h.Del("Authorization")
-		h.Del("Api-Key")
-		h.Del("X-Api-Key")
+// UpstreamAuth sets the credentials an engine receives: the upstream token
+// as a bearer token when one is configured (the client's api-key headers
+// dropped), else the client's own Authorization and api-key headers when
+// forward is set, else none. Build it once (NewUpstreamAuth): Set then
+// builds no header value of its own but the one-element slice.
+type UpstreamAuth struct {
+	bearer  string // "Bearer <token>", "" without a token
+	forward bool
+}
+
+// NewUpstreamAuth returns the credentials setter for token and forward.
+func NewUpstreamAuth(token string, forward bool) UpstreamAuth {
+	a := UpstreamAuth{forward: forward}
+	if token != "" {
+		a.bearer = "Bearer " + token
 	}
+	return a
+}
+
+// Set sets the engine's credentials in h, a request header whose keys are
+// in canonical form (the form of every key Go's server stores): the
+// constant names are deleted without Del's canonicalisation.
+func (a UpstreamAuth) Set(h http.Header) {
+	switch {
+	case a.bearer != "":
+		h["Authorization"] = []string{a.bearer}
+		delete(h, "Api-Key")
+		delete(h, "X-Api-Key")
+	case !a.forward:
+		delete(h, "Authorization")
+		delete(h, "Api-Key")
+		delete(h, "X-Api-Key")
+	}
+}
+
+// SetUpstreamAuth sets the credentials an engine receives (UpstreamAuth)
+// for token and forward.
+func SetUpstreamAuth(h http.Header, token string, forward bool) {
+	NewUpstreamAuth(token, forward).Set(h)
 }

@@ -78,6 +78,33 @@ func TestScrubList(t *testing.T) {
 	}
 }
 
+// TestReduceScrub: the reduced list keeps the entries no other contains,
+// and ScrubHeaders removes the same headers with it as with the full list.
+func TestReduceScrub(t *testing.T) {
+	full := ScrubList([]string{"127.0.0.1:8005", "127.0.0.1:8006", "https://engine.internal:443", "vllm:8000", "10.0.0.1:80", "10.0.0.10:80"})
+	got := ReduceScrub(full)
+	want := []string{"127.0.0.1", "engine.internal", "vllm:8000", "10.0.0.1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ReduceScrub (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"a"}, ReduceScrub([]string{"a", "a", "ab"})); diff != "" {
+		t.Errorf("ReduceScrub with duplicates (-want +got):\n%s", diff)
+	}
+	values := []string{"", "ok", "127.0.0.1", "http://127.0.0.1:8005/x", "via 127.0.0.2", "engine.internal:443",
+		"ENGINE.INTERNAL", "vllm:8000", "vllm:8001", "10.0.0.10:80", "10.0.0.1", "10.0.0.2:80", "x, 10.0.0.10"}
+	for _, v := range values {
+		for _, w := range values {
+			h1 := http.Header{"A": {v}, "B": {"ok", w}, "C": {"ok"}}
+			h2 := http.Header{"A": {v}, "B": {"ok", w}, "C": {"ok"}}
+			ScrubHeaders(h1, full)
+			ScrubHeaders(h2, got)
+			if diff := cmp.Diff(h1, h2); diff != "" {
+				t.Fatalf("values %q, %q: full list vs reduced (-full +reduced):\n%s", v, w, diff)
+			}
+		}
+	}
+}
+
 func TestNormalizePath(t *testing.T) {
 	for give, want := range map[string]string{
 		"":                             "/",
@@ -93,6 +120,36 @@ func TestNormalizePath(t *testing.T) {
 	} {
 		if got := NormalizePath(give); got != want {
 			t.Errorf("NormalizePath(%q) = %q, want %q", give, got, want)
+		}
+	}
+}
+
+// TestAllowListExactNormalised: Allow's shortcut (a path found as it is
+// among the exact paths is served unchanged) is what the normalising path
+// gives: every exact path is its own normalisation, with extra paths in
+// any spelling, and spellings that normalise to one are rewritten to it.
+func TestAllowListExactNormalised(t *testing.T) {
+	a := NewAllowList([]string{"/Tokenize/", "/v1/audio//speech", "/v1/x/*"})
+	for p := range a.exact {
+		if n := NormalizePath(p); n != p {
+			t.Errorf("exact path %q normalises to %q", p, n)
+		}
+	}
+	for _, tt := range []struct{ in, want string }{
+		{"/v1/chat/completions", "/v1/chat/completions"},
+		{"/V1/Chat/Completions", "/v1/chat/completions"},
+		{"/tokenize", "/tokenize"},
+		{"/v1/audio/speech", "/v1/audio/speech"},
+		{"/v1//models/../models", "/v1/models"},
+		{"/v1/x/y", "/v1/x/y"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "http://h"+tt.in, nil)
+		if !a.Allow(r) {
+			t.Errorf("%q not allowed", tt.in)
+			continue
+		}
+		if r.URL.Path != tt.want {
+			t.Errorf("%q served as %q, want %q", tt.in, r.URL.Path, tt.want)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -38,8 +39,11 @@ func StripRequestHeaders(h http.Header) {
 		delete(h, name)
 	}
 	for name := range h {
-		if strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
-			hasPrefixFold(name, "x-ramjet-") {
+		// Both names begin with an X: most names are decided by their
+		// first byte.
+		if len(name) >= len("X-Ramjet-") && name[0]|0x20 == 'x' &&
+			(strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
+				hasPrefixFold(name, "x-ramjet-")) {
 			delete(h, name)
 		}
 	}
@@ -70,6 +74,28 @@ func ScrubList(upstreams []string) []string {
 			if net.ParseIP(host) != nil || strings.Contains(host, ".") {
 				add(host)
 			}
+		}
+	}
+	return out
+}
+
+// ReduceScrub returns the entries of scrub (a ScrubList) that contain no
+// other entry: a value that contains an entry dropped contains the entry
+// it contains too, so ScrubHeaders removes the same headers with either
+// list, and with fewer searches (an upstream's host:port goes when its
+// host is in the list).
+func ReduceScrub(scrub []string) []string {
+	var out []string
+	for i, s := range scrub {
+		covered := false
+		for j, t := range scrub {
+			if j != i && t != s && strings.Contains(s, t) {
+				covered = true
+				break
+			}
+		}
+		if !covered && !slices.Contains(out, s) {
+			out = append(out, s)
 		}
 	}
 	return out

@@ -62,6 +62,12 @@ func NewAllowList(extra []string) AllowList {
 // allowed request continues with the normalised path (the engine, the body
 // checks and the policy's affinity all see the canonical route).
 func (a AllowList) Allow(r *http.Request) bool {
+	if a.exact[r.URL.Path] {
+		// Already a normalised path (the exact paths are, and
+		// NormalizePath leaves a normalised path as it is): nothing to
+		// clean or rewrite.
+		return true
+	}
 	p := NormalizePath(r.URL.Path)
 	ok := a.exact[p]
 	for _, pre := range a.prefix {

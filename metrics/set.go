@@ -67,6 +67,13 @@ type Set struct {
 	// a request for it successfully).
 	Models *catalog.Names
 	snap   func() []fleetstate.Snapshot
+
+	// The request path's children of the vectors above, cached (Reset
+	// drops them with the vectors' children).
+	decisions, tieBreaks, requests                  *children[prometheus.Counter]
+	promptTokens, cachedTokens, outputTokens, noUse *children[prometheus.Counter]
+	inflight                                        *children[prometheus.Gauge]
+	ttft, duration                                  *children[prometheus.Observer]
 }
 
 // NewSet returns a metric set whose fleet series read snap at scrape time
@@ -131,8 +138,33 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 		Models: models,
 		snap:   snap,
 	}
+	m.decisions = newChildren(2, m.Decisions.WithLabelValues)
+	m.tieBreaks = newChildren(1, m.TieBreaks.WithLabelValues)
+	m.requests = newChildren(3, m.Requests.WithLabelValues)
+	m.promptTokens = newChildren(2, m.PromptTokens.WithLabelValues)
+	m.cachedTokens = newChildren(2, m.CachedTokens.WithLabelValues)
+	m.outputTokens = newChildren(2, m.OutputTokens.WithLabelValues)
+	m.noUse = newChildren(1, m.NoUsage.WithLabelValues)
+	m.inflight = newChildren(1, m.Inflight.WithLabelValues)
+	m.ttft = newChildren(1, m.TTFT.WithLabelValues)
+	m.duration = newChildren(1, m.Duration.WithLabelValues)
 	m.Own.MustRegister(m.Collectors()...)
 	return m
+}
+
+// Reset clears the request-path series (the vectors' children and their
+// cache), the dashboard's counts and the recent requests (tests).
+func (m *Set) Reset() {
+	for _, v := range []interface{ Reset() }{m.Decisions, m.TieBreaks, m.Requests, m.Inflight,
+		m.PromptTokens, m.CachedTokens, m.OutputTokens, m.NoUsage, m.TTFT, m.Duration} {
+		v.Reset()
+	}
+	for _, c := range []interface{ reset() }{m.decisions, m.tieBreaks, m.requests, m.inflight,
+		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUse, m.ttft, m.duration} {
+		c.reset()
+	}
+	m.Dash.Reset()
+	m.Recent.Reset()
 }
 
 // Collectors lists every collector of the set.
@@ -188,7 +220,7 @@ func ReasonLabel(d selection.Decision, fallback bool) string {
 // it took.
 func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
 	reason := ReasonLabel(d, fallback)
-	m.Decisions.WithLabelValues(upstream, reason).Inc()
+	m.decisions.get(labelValues{a: upstream, b: reason}).Inc()
 	m.Dash.Decision(upstream, reason)
 	if fallback || d.Index < 0 {
 		return
@@ -196,7 +228,7 @@ func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback b
 	m.SelectTime.Observe(took.Seconds())
 	m.Overlap.Observe(float64(d.Overlap))
 	if d.Tie > selection.TieNone {
-		m.TieBreaks.WithLabelValues(d.Tie.String()).Inc()
+		m.tieBreaks.get(labelValues{a: d.Tie.String()}).Inc()
 	}
 }
 
@@ -225,7 +257,7 @@ type Exchange struct {
 // to pass to EndRequest.
 func (m *Set) StartRequest(model string) string {
 	l := m.Models.Label(model)
-	m.Inflight.WithLabelValues(l).Inc()
+	m.inflight.get(labelValues{a: l}).Inc()
 	m.Dash.Begin(l)
 	return l
 }
@@ -233,7 +265,7 @@ func (m *Set) StartRequest(model string) string {
 // EndRequest records a finished request; inflightLabel is what
 // StartRequest returned.
 func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
-	m.Inflight.WithLabelValues(inflightLabel).Dec()
+	m.inflight.get(labelValues{a: inflightLabel}).Dec()
 	outcome := OutcomeOf(x.Status, x.Canceled, x.NoReplica)
 	var model string
 	if outcome == OutcomeOK {
@@ -249,22 +281,22 @@ func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
 	defer m.Dash.End(inflightLabel, dx)
 	// The request counts last, so that a scrape that sees it sees its
 	// tokens too.
-	defer m.Requests.WithLabelValues(x.Upstream, model, outcome).Inc()
+	defer m.requests.get(labelValues{a: x.Upstream, b: model, c: outcome}).Inc()
 	if x.Upstream == "" {
 		return
 	}
 	if x.HasUsage {
-		m.PromptTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.PromptTokens))
-		m.CachedTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.CachedTokens))
-		m.OutputTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.CompletionTokens))
+		m.promptTokens.get(labelValues{a: x.Upstream, b: model}).Add(float64(x.Usage.PromptTokens))
+		m.cachedTokens.get(labelValues{a: x.Upstream, b: model}).Add(float64(x.Usage.CachedTokens))
+		m.outputTokens.get(labelValues{a: x.Upstream, b: model}).Add(float64(x.Usage.CompletionTokens))
 	} else if outcome == OutcomeOK {
-		m.NoUsage.WithLabelValues(x.Upstream).Inc()
+		m.noUse.get(labelValues{a: x.Upstream}).Inc()
 	}
 	if x.Stream && !x.FirstByte.IsZero() {
-		m.TTFT.WithLabelValues(x.Upstream).Observe(x.FirstByte.Sub(x.Start).Seconds())
+		m.ttft.get(labelValues{a: x.Upstream}).Observe(x.FirstByte.Sub(x.Start).Seconds())
 	}
 	if !x.End.IsZero() {
-		m.Duration.WithLabelValues(x.Upstream).Observe(x.End.Sub(x.Start).Seconds())
+		m.duration.get(labelValues{a: x.Upstream}).Observe(x.End.Sub(x.Start).Seconds())
 	}
 }
 

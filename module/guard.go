@@ -63,6 +63,7 @@ type Guard struct {
 	edge.GuardSettings
 
 	allow edge.AllowList
+	creds edge.UpstreamAuth
 
 	scrub   []string
 	logger  *zap.Logger
@@ -103,8 +104,12 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	g.SetDefaults()
 	g.checkOn = g.ModelCheck == "on"
 	g.allow = edge.NewAllowList(g.AllowPaths)
-	g.scrub = edge.ScrubList(g.Upstreams)
-	return g.provision(time.Duration(g.ModelsTimeout), len(g.Upstreams) > 0)
+	g.scrub = edge.ReduceScrub(edge.ScrubList(g.Upstreams))
+	if err := g.provision(time.Duration(g.ModelsTimeout), len(g.Upstreams) > 0); err != nil {
+		return err
+	}
+	g.creds = edge.NewUpstreamAuth(g.token, g.ForwardClientAuth)
+	return nil
 }
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
@@ -120,17 +125,19 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		return nil
 	}
 	edge.StripRequestHeaders(r.Header)
-	edge.SetUpstreamAuth(r.Header, g.token, g.ForwardClientAuth)
+	g.creds.Set(r.Header)
 
+	var st *reqState
 	if r.Body != nil && r.Body != http.NoBody {
 		// The guard wraps the whole chain: a request state it creates ends
 		// when it returns (no sweeper registration).
-		if st, created := ownedState(r); created {
+		var created bool
+		if st, created = ownedState(r); created {
 			defer st.finish()
 		}
 	}
 	noDeadline := edge.BodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate)
-	bodyErr := g.readBody(r)
+	bodyErr := g.readBody(r, st)
 	if !noDeadline {
 		edge.LiftBodyDeadline(w)
 	}
@@ -145,9 +152,17 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// carry what stripRequestHeaders removes from the headers.
 	r.Trailer = nil
 
-	gw := &guardWriter{scrub: g.scrub}
+	// The writer lives in the request state when there is one (a second
+	// guard on the same request allocates its own).
+	var gw *guardWriter
+	if st != nil && !st.guardW.inUse {
+		gw = &st.guardW
+	} else {
+		gw = new(guardWriter)
+	}
+	*gw = guardWriter{scrub: g.scrub, inUse: true}
 	gw.wrapper.ResponseWriter = w
-	gw.ResponseWriterWrapper = &gw.wrapper // one allocation for both
+	gw.ResponseWriterWrapper = &gw.wrapper // no allocation of its own
 	err := next.ServeHTTP(gw, r)
 	if err == nil {
 		return nil
@@ -169,17 +184,17 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 }
 
 // readBody reads the body once, bounded, into ramjet's per-request state
-// (the policy then fingerprints the same bytes without reading again; the
-// proxy forwards them byte for byte and can replay them on a retry), and
+// st, which ServeHTTP found or created when there is a body (the policy
+// then fingerprints the same bytes without reading again; the proxy
+// forwards them byte for byte and can replay them on a retry), and
 // validates it on JSON routes.
-func (g *Guard) readBody(r *http.Request) *edge.Error {
+func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
 	if r.ContentLength > g.MaxBodySize {
 		return edge.TooLarge(g.MaxBodySize)
 	}
-	st := requestState(r) // ServeHTTP created it
 	st.readBody(r, g.MaxBodySize)
 	if edge.BodyTimedOut(st.bodyErr) {
 		return edge.BodyTimeout()
@@ -217,6 +232,7 @@ type guardWriter struct {
 	wrapper     caddyhttp.ResponseWriterWrapper // what ResponseWriterWrapper points to
 	scrub       []string
 	wroteHeader bool
+	inUse       bool // a guard serves a request through it (reqState.guardW)
 }
 
 func (w *guardWriter) WriteHeader(status int) {

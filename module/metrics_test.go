@@ -22,13 +22,7 @@ import (
 // sees only its own requests. Histograms without labels cannot be reset;
 // tests read their deltas.
 func resetMetrics() {
-	m := processMetrics()
-	for _, v := range []interface{ Reset() }{m.Decisions, m.TieBreaks, m.Requests, m.Inflight,
-		m.PromptTokens, m.CachedTokens, m.OutputTokens, m.NoUsage, m.TTFT, m.Duration} {
-		v.Reset()
-	}
-	m.Dash.Reset()
-	processMetrics().Recent.Reset()
+	processMetrics().Reset()
 }
 
 func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {

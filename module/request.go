@@ -88,6 +88,9 @@ type reqState struct {
 	// observed holds the ramjet handler's writer and observers of this
 	// request (handler.go), allocated with the state.
 	obsv observedParts
+	// guardW is the guard's writer of this request (guard.go), allocated
+	// with the state.
+	guardW guardWriter
 }
 
 // observedParts are what the ramjet handler wraps a response in: the

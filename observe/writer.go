@@ -37,6 +37,7 @@ type Writer struct {
 	onTimeout    func()
 	timedOut     bool
 	flushed      bool // a flush was asked for (a stream)
+	unflushed    bool // body bytes were written since the last flush
 }
 
 // NewWriter wraps w, feeding obs.
@@ -103,12 +104,14 @@ func (w *Writer) wrote(err error) {
 // disarm lifts the write deadline at the end of the response, so that it
 // does not outlive it on a kept-alive connection. A stream is flushed
 // first, under the deadline, so that only the server's few closing bytes
-// (the last chunk) are written without it.
+// (the last chunk) are written without it; not when nothing was written
+// since its last flush (reverse_proxy with flush_interval -1 flushes after
+// every write), which would flush nothing.
 func (w *Writer) disarm() {
 	if w.armedAt.IsZero() || w.timedOut {
 		return
 	}
-	if w.flushed {
+	if w.flushed && w.unflushed {
 		_ = w.FlushError()
 		if w.timedOut {
 			return
@@ -149,6 +152,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.tail = [2]byte{w.tail[1], p[0]}
 	}
 	w.armWrite()
+	w.unflushed = true
 	n, err := w.ResponseWriter.Write(p)
 	w.wrote(err)
 	return n, err
@@ -169,7 +173,7 @@ func (w *Writer) FlushError() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
-	w.flushed = true
+	w.flushed, w.unflushed = true, false
 	w.armWrite()
 	err := http.NewResponseController(w.ResponseWriter).Flush()
 	w.wrote(err)

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // recorder records what a Writer fed it.
@@ -119,5 +120,62 @@ func TestServeAbort(t *testing.T) {
 	err := Serve(httptest.NewRecorder(), r, handlerFunc(func(http.ResponseWriter, *http.Request) error { return want }), nil, func() { done++ }, o)
 	if err != want || o.endErr != want || done != 1 {
 		t.Errorf("Serve = %v, observer %+v, done %d", err, o, done)
+	}
+}
+
+// flushCounter is a ResponseWriter that takes deadlines and counts
+// flushes and the write deadlines set.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	flushes   int
+	deadlines []time.Time
+}
+
+func (f *flushCounter) Flush() { f.flushes++; f.ResponseRecorder.Flush() }
+func (f *flushCounter) SetWriteDeadline(t time.Time) error {
+	f.deadlines = append(f.deadlines, t)
+	return nil
+}
+
+// TestWriterDisarmFlushesOnlyUnflushed: at the end of a response under a
+// write timeout, the writer flushes once more only when body bytes were
+// written after the last flush, and lifts the deadline in either case.
+func TestWriterDisarmFlushesOnlyUnflushed(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		steps   string // w: write, f: flush
+		flushes int
+	}{
+		{"write then flush", "wf", 1},
+		{"flush after every write", "wfwf", 2},
+		{"write after the last flush", "wfw", 2},
+		{"no flush", "ww", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rw := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+			var w Writer
+			w.Init(rw, nil)
+			w.SetWriteTimeout(time.Minute, nil)
+			next := handlerFunc(func(hw http.ResponseWriter, _ *http.Request) error {
+				for _, c := range tt.steps {
+					if c == 'w' {
+						_, _ = hw.Write([]byte("x"))
+					} else {
+						_ = http.NewResponseController(hw).Flush()
+					}
+				}
+				return nil
+			})
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			if err := w.Serve(r, next, nil, doneFunc(func() {})); err != nil {
+				t.Fatal(err)
+			}
+			if rw.flushes != tt.flushes {
+				t.Errorf("%d flushes, want %d", rw.flushes, tt.flushes)
+			}
+			if n := len(rw.deadlines); n == 0 || !rw.deadlines[n-1].IsZero() {
+				t.Errorf("write deadlines %v: the last one is not lifted", rw.deadlines)
+			}
+		})
 	}
 }

@@ -123,56 +123,70 @@ func (s *Scanner) Write(p []byte) {
 // p ends, and returns how many bytes it used.
 func (s *Scanner) step(p []byte) int {
 	for i, c := range p {
-		switch s.state {
-		case usageAfterKey, usageAfterCol:
+		if s.state == usageObject {
+			return i + s.object(p[i:])
+		}
+		switch {
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+		case c == ':' && s.state == usageAfterKey:
+			s.state = usageAfterCol
+		case c == '{' && s.state == usageAfterCol:
+			s.state = usageObject
+			s.depth = 1
+			s.inStr, s.esc = false, false
+			s.cur = append(s.cur[:0], c)
+		default:
+			// Not a key after all, or null: look for the next one (this
+			// byte may begin it).
+			s.state = usageIdle
+			return i
+		}
+	}
+	return len(p)
+}
+
+// object reads p inside the usage object, tracking strings and nesting,
+// until the object closes, it would grow past maxUsageBytes (it is then
+// dropped, and the byte that would pass the bound is left to the idle
+// state), or p ends; it returns how many bytes it used. The bytes it
+// used are appended to cur at once, not one by one.
+func (s *Scanner) object(p []byte) int {
+	limit := min(len(p), max(maxUsageBytes-len(s.cur), 0))
+	for i := range limit {
+		c := p[i]
+		switch {
+		case c == '\n':
+			s.inStr, s.esc = false, false // never inside a valid string
+		case s.inStr:
 			switch {
-			case c == ' ' || c == '\t' || c == '\r' || c == '\n':
-			case c == ':' && s.state == usageAfterKey:
-				s.state = usageAfterCol
-			case c == '{' && s.state == usageAfterCol:
-				s.state = usageObject
-				s.depth = 1
-				s.inStr, s.esc = false, false
-				s.cur = append(s.cur[:0], c)
-			default:
-				// Not a key after all, or null: look for the next one (this
-				// byte may begin it).
-				s.state = usageIdle
-				return i
-			}
-		case usageObject:
-			if len(s.cur) >= maxUsageBytes {
-				s.state = usageIdle
-				s.cur = s.cur[:0]
-				return i
-			}
-			s.cur = append(s.cur, c)
-			switch {
-			case c == '\n':
-				s.inStr, s.esc = false, false // never inside a valid string
-			case s.inStr:
-				switch {
-				case s.esc:
-					s.esc = false
-				case c == '\\':
-					s.esc = true
-				case c == '"':
-					s.inStr = false
-				}
+			case s.esc:
+				s.esc = false
+			case c == '\\':
+				s.esc = true
 			case c == '"':
-				s.inStr = true
-			case c == '{':
-				s.depth++
-			case c == '}':
-				s.depth--
-				if s.depth == 0 {
-					s.cur, s.last = s.last[:0], s.cur
-					s.state = usageIdle
-					return i + 1
-				}
+				s.inStr = false
+			}
+		case c == '"':
+			s.inStr = true
+		case c == '{':
+			s.depth++
+		case c == '}':
+			s.depth--
+			if s.depth == 0 {
+				s.cur = append(s.cur, p[:i+1]...)
+				s.cur, s.last = s.last[:0], s.cur
+				s.state = usageIdle
+				return i + 1
 			}
 		}
 	}
+	if limit < len(p) {
+		// The object reached maxUsageBytes with bytes left: too large.
+		s.state = usageIdle
+		s.cur = s.cur[:0]
+		return limit
+	}
+	s.cur = append(s.cur, p...)
 	return len(p)
 }
 
