@@ -68,6 +68,14 @@ type PreciseConfig struct {
 	Subscriber SubscriberConfig
 	// Logger receives the service's logs; default none.
 	Logger *zap.Logger
+	// EstimateCap, with SetEstimate, limits every exact overlap to what
+	// the router's approximate estimate credits the replica with (see
+	// SetEstimate).
+	EstimateCap bool
+	// EstimateDefer, with EstimateCap, leaves a candidate whose estimate
+	// is below its exact overlap to the estimate (Precise cleared), so that
+	// a decision routed on it is observed as the default path's are.
+	EstimateDefer bool
 }
 
 // Precise is the precise path as one service: the index, the subscribers
@@ -100,11 +108,36 @@ type Precise struct {
 	waited    atomic.Uint64
 	waitNanos atomic.Int64
 	keys      sync.Pool // of *[]uint64, for Ended
+	est       atomic.Pointer[estimate]
+	estWork   sync.Pool // of *estimateWork
 	pfx       prefixTrust
 
 	mu      sync.Mutex
 	started bool
 	closed  bool
+}
+
+// estimate is the router's approximate index, as SetEstimate gave it.
+type estimate struct {
+	x           *selection.Index
+	blockTokens int
+}
+
+type estimateWork struct {
+	interest selection.SlotSet
+	depth    [selection.MaxReplicas]int32
+}
+
+// SetEstimate gives the service the router's approximate index and its
+// block size in tokens (selection.Config.BlockTokens); with EstimateCap,
+// Annotate then credits each candidate at most the estimate's overlap.
+// nil turns it off.
+func (p *Precise) SetEstimate(x *selection.Index, blockTokens int) {
+	if x == nil || blockTokens <= 0 {
+		p.est.Store(nil)
+		return
+	}
+	p.est.Store(&estimate{x: x, blockTokens: blockTokens})
 }
 
 type preciseBase struct {
@@ -327,7 +360,7 @@ func (p *Precise) Decisions() (precise, approx uint64) {
 // s.Tokens on every candidate whose slot is bound to a fresh feed and
 // clears Precise on the others. It does not allocate once s.Exact and
 // s.Keys have grown.
-func (p *Precise) Annotate(_ *selection.Features, cands []selection.Candidate, s *selection.Scratch) bool {
+func (p *Precise) Annotate(f *selection.Features, cands []selection.Candidate, s *selection.Scratch) bool {
 	if len(s.Tokens) == 0 {
 		for i := range cands {
 			cands[i].Precise = false
@@ -358,8 +391,40 @@ func (p *Precise) Annotate(_ *selection.Features, cands []selection.Candidate, s
 		p.approx.Add(1)
 		return false
 	}
+	if e := p.est.Load(); e != nil && p.cfg.EstimateCap && f != nil {
+		p.capByEstimate(e, f, cands)
+	}
 	p.precise.Add(1)
 	return true
+}
+
+// capByEstimate limits the exact overlap of every precise candidate to
+// the estimate's.
+func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []selection.Candidate) {
+	w, _ := p.estWork.Get().(*estimateWork)
+	if w == nil {
+		w = new(estimateWork)
+	}
+	clear(w.interest[:])
+	for i := range cands {
+		if c := &cands[i]; c.Precise {
+			w.interest[c.Slot>>6] |= 1 << (uint(c.Slot) & 63)
+			w.depth[c.Slot] = 0
+		}
+	}
+	e.x.Depths(f.Blocks, w.interest, &w.depth)
+	for i := range cands {
+		if c := &cands[i]; c.Precise {
+			if est := int(w.depth[c.Slot]) * e.blockTokens; est < c.Overlap {
+				if p.cfg.EstimateDefer {
+					c.Precise = false // Pick reads the estimate; Observe corrects it
+				} else {
+					c.Overlap = est
+				}
+			}
+		}
+	}
+	p.estWork.Put(w)
 }
 
 // Decided implements selection.Annotator: the chosen replica's blocks
