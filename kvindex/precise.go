@@ -119,25 +119,27 @@ type Precise struct {
 
 // estimate is the router's approximate index, as SetEstimate gave it.
 type estimate struct {
-	x           *selection.Index
-	blockTokens int
+	x   *selection.Index
+	cfg selection.Config
 }
 
 type estimateWork struct {
 	interest selection.SlotSet
 	depth    [selection.MaxReplicas]int32
+	s        *selection.Scratch
 }
 
-// SetEstimate gives the service the router's approximate index and its
-// block size in tokens (selection.Config.BlockTokens); with EstimateCap,
-// Annotate then credits each candidate at most the estimate's overlap.
-// nil turns it off.
-func (p *Precise) SetEstimate(x *selection.Index, blockTokens int) {
-	if x == nil || blockTokens <= 0 {
+// SetEstimate gives the service the router's approximate index (rt's, which
+// Retune keeps, and its shape: block size, prefix bound, characters per
+// token). With EstimateCap, Annotate then credits each candidate at most
+// the overlap the estimate credits it with, scaled to the request's real
+// tokens. nil turns it off.
+func (p *Precise) SetEstimate(rt *selection.Router) {
+	if rt == nil {
 		p.est.Store(nil)
 		return
 	}
-	p.est.Store(&estimate{x: x, blockTokens: blockTokens})
+	p.est.Store(&estimate{x: rt.Index(), cfg: rt.Config()})
 }
 
 type preciseBase struct {
@@ -392,18 +394,25 @@ func (p *Precise) Annotate(f *selection.Features, cands []selection.Candidate, s
 		return false
 	}
 	if e := p.est.Load(); e != nil && p.cfg.EstimateCap && f != nil {
-		p.capByEstimate(e, f, cands)
+		p.capByEstimate(e, f, cands, len(s.Tokens))
 	}
 	p.precise.Add(1)
 	return true
 }
 
 // capByEstimate limits the exact overlap of every precise candidate to
-// the estimate's.
-func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []selection.Candidate) {
+// the estimate's, in the request's real tokens (the estimate counts tokens
+// estimated from bytes). A candidate the estimate credits with the whole
+// fingerprinted prefix of a longer prompt keeps its exact overlap: the
+// estimate cannot see further.
+func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []selection.Candidate, tokens int) {
+	est := f.PromptTokens(e.cfg)
+	if est <= 0 || len(f.Blocks) == 0 {
+		return
+	}
 	w, _ := p.estWork.Get().(*estimateWork)
 	if w == nil {
-		w = new(estimateWork)
+		w = &estimateWork{s: selection.NewScratch(0)}
 	}
 	clear(w.interest[:])
 	for i := range cands {
@@ -412,16 +421,24 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 			w.depth[c.Slot] = 0
 		}
 	}
-	e.x.Depths(f.Blocks, w.interest, &w.depth)
+	e.x.DepthsWith(f.Blocks, &w.interest, &w.depth, w.s)
 	for i := range cands {
-		if c := &cands[i]; c.Precise {
-			if est := int(w.depth[c.Slot]) * e.blockTokens; est < c.Overlap {
-				if p.cfg.EstimateDefer {
-					c.Precise = false // Pick reads the estimate; Observe corrects it
-				} else {
-					c.Overlap = est
-				}
-			}
+		c := &cands[i]
+		if !c.Precise {
+			continue
+		}
+		d := int(w.depth[c.Slot])
+		if f.Truncated && d == len(f.Blocks) {
+			continue
+		}
+		credit := int(int64(d) * int64(e.cfg.BlockTokens) * int64(tokens) / int64(est))
+		if credit >= c.Overlap {
+			continue
+		}
+		if p.cfg.EstimateDefer {
+			c.Precise = false // Pick reads the estimate; Observe corrects it
+		} else {
+			c.Overlap = credit
 		}
 	}
 	p.estWork.Put(w)

@@ -128,3 +128,98 @@ func TestPreciseAnnotator(t *testing.T) {
 		t.Fatalf("Route with the precise annotator allocates %v times", allocs)
 	}
 }
+
+// TestPreciseEstimateCap checks EstimateCap and EstimateDefer: an exact
+// overlap counts at most what the router's estimate credits the replica
+// with; with EstimateDefer such a candidate is left to the estimate
+// (Precise cleared) so that its decision is observed as the default
+// path's; a candidate the estimate credits with the whole fingerprint of
+// a longer prompt keeps its exact overlap; and Route still does not
+// allocate.
+func TestPreciseEstimateCap(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
+	for _, mode := range []string{"off", "cap", "defer"} {
+		t.Run(mode, func(t *testing.T) {
+			p, err := NewPrecise(PreciseConfig{
+				Index:         Config{BlockSize: 4, Now: func() time.Time { return now }},
+				Engines:       []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}},
+				EstimateCap:   mode != "off",
+				EstimateDefer: mode == "defer",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.SetEstimate(rt)
+			var cands []selection.Candidate
+			for _, k := range []string{"a", "b"} {
+				s, _ := rt.Register(k)
+				p.Bind(s, k)
+				cands = append(cands, selection.Candidate{Slot: s, Usable: true})
+			}
+			ra, _ := p.Index().Lookup("a")
+			rb, _ := p.Index().Lookup("b")
+			// a holds two blocks that the estimate never credited it with; b
+			// holds one, the estimate believes it holds all three.
+			p.Index().Apply(ra, batchOf(storedEv(0, false, 4, toks[:8], 11, 12)))
+			p.Index().Apply(rb, batchOf(storedEv(0, false, 4, toks[:4], 21)))
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			rt.Learn(f, cands[1].Slot)
+			s := selection.NewScratch(2)
+			s.Tokens = toks
+			if !p.Annotate(f, cands, s) {
+				t.Fatal("no precise candidate")
+			}
+			type want struct {
+				precise bool
+				overlap int
+			}
+			wa, wb := want{true, 8}, want{true, 4}
+			switch mode {
+			case "cap":
+				wa = want{true, 0}
+			case "defer":
+				wa = want{false, 8} // Overlap is left as Annotate found it; Pick reads the estimate (0)
+			}
+			if got := (want{cands[0].Precise, cands[0].Overlap}); got != wa {
+				t.Errorf("a: %+v, want %+v", got, wa)
+			}
+			if got := (want{cands[1].Precise, cands[1].Overlap}); got != wb {
+				t.Errorf("b: %+v, want %+v", got, wb)
+			}
+			d := rt.Pick(f, cands, s)
+			if wantOv := map[string]int{"off": 8, "cap": 0, "defer": 0}[mode]; s.Overlap[0] != wantOv || s.Overlap[1] != 4 {
+				t.Errorf("Pick's overlaps %v, want a %d, b 4 (decision %+v)", s.Overlap[:2], wantOv, d)
+			}
+
+			// The estimate holds a's whole fingerprint (one block, the
+			// prompt truncated): the exact overlap stands.
+			g := rt.Extractor().NewFeatures()
+			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 0, toks[:4], 4)
+			g.Truncated = true
+			g.PromptBytes = len(toks) * 4
+			rt.Learn(g, cands[0].Slot)
+			for i := range cands {
+				cands[i].Precise = false
+			}
+			p.Annotate(g, cands, s)
+			if !cands[0].Precise || cands[0].Overlap != 8 {
+				t.Errorf("truncated prompt, estimate holds its whole fingerprint: a %+v, want the exact 8", cands[0])
+			}
+
+			var storage selection.Reservation
+			if allocs := testing.AllocsPerRun(100, func() {
+				_, r := rt.Route(f, cands, s, p, &storage)
+				r.Release()
+			}); allocs != 0 {
+				t.Errorf("Route with the estimate cap allocates %v times", allocs)
+			}
+		})
+	}
+}

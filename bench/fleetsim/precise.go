@@ -216,7 +216,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			panic(err) // a static configuration
 		}
 		p.pre, p.x = pre, pre.Index()
-		pre.SetEstimate(p.rt.Index(), p.rt.Config().BlockTokens)
+		pre.SetEstimate(p.rt)
 		for i, c := range p.cands {
 			pre.Bind(c.Slot, replicaKey(i))
 		}
