@@ -68,14 +68,11 @@ type PreciseConfig struct {
 	Subscriber SubscriberConfig
 	// Logger receives the service's logs; default none.
 	Logger *zap.Logger
-	// EstimateCap, with SetEstimate, limits every exact overlap to what
-	// the router's approximate estimate credits the replica with (see
-	// SetEstimate).
-	EstimateCap bool
-	// EstimateDefer, with EstimateCap, leaves a candidate whose estimate
-	// is below its exact overlap to the estimate (Precise cleared), so that
-	// a decision routed on it is observed as the default path's are.
-	EstimateDefer bool
+	// ExactPastEstimate, with SetEstimate, credits a candidate its exact
+	// overlap even where the router's approximate estimate credits it with
+	// less (the precise path before the estimate cap). By default such a
+	// candidate is routed by the estimate (see SetEstimate).
+	ExactPastEstimate bool
 }
 
 // Precise is the precise path as one service: the index, the subscribers
@@ -131,9 +128,18 @@ type estimateWork struct {
 
 // SetEstimate gives the service the router's approximate index (rt's, which
 // Retune keeps, and its shape: block size, prefix bound, characters per
-// token). With EstimateCap, Annotate then credits each candidate at most
-// the overlap the estimate credits it with, scaled to the request's real
-// tokens. nil turns it off.
+// token). Annotate then leaves to the estimate every candidate that the
+// estimate credits with less than its exact overlap (Precise cleared, so
+// that Pick reads the estimate and Observe corrects it as on the default
+// path), unless ExactPastEstimate. The exact overlap still decides where it
+// is the lower one (the engine evicted what the estimate believes), and
+// predictions are still made. Why: the estimate learns a request's blocks
+// at the decision and bounds each replica by its capacity, so it already
+// drops what the requests queued ahead will evict, while the engine's
+// events only say what it holds now; on a fleet whose contexts outgrow its
+// KV, the exact overlap keeps a conversation on a replica that will have
+// evicted it by the time the request runs (bench/RESULTS.md, 2026-12-02,
+// agent-fleet at 8 replicas). nil turns it off.
 func (p *Precise) SetEstimate(rt *selection.Router) {
 	if rt == nil {
 		p.est.Store(nil)
@@ -393,19 +399,20 @@ func (p *Precise) Annotate(f *selection.Features, cands []selection.Candidate, s
 		p.approx.Add(1)
 		return false
 	}
-	if e := p.est.Load(); e != nil && p.cfg.EstimateCap && f != nil {
-		p.capByEstimate(e, f, cands, len(s.Tokens))
+	if e := p.est.Load(); e != nil && !p.cfg.ExactPastEstimate && f != nil {
+		p.capByEstimate(e, f, cands, s.Keys, len(s.Tokens))
 	}
 	p.precise.Add(1)
 	return true
 }
 
-// capByEstimate limits the exact overlap of every precise candidate to
-// the estimate's, in the request's real tokens (the estimate counts tokens
+// capByEstimate leaves to the estimate every precise candidate whose exact
+// overlap exceeds the estimate's where this router routed the first block
+// past the estimate's (Index.Own), compared in the request's real tokens (the estimate counts tokens
 // estimated from bytes). A candidate the estimate credits with the whole
 // fingerprinted prefix of a longer prompt keeps its exact overlap: the
 // estimate cannot see further.
-func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []selection.Candidate, tokens int) {
+func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []selection.Candidate, keys []uint64, tokens int) {
 	est := f.PromptTokens(e.cfg)
 	if est <= 0 || len(f.Blocks) == 0 {
 		return
@@ -422,6 +429,8 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		}
 	}
 	e.x.DepthsWith(f.Blocks, &w.interest, &w.depth, w.s)
+	bs := p.x.cfg.BlockSize
+	slack := int(int64(e.cfg.BlockTokens) * int64(tokens) / int64(est))
 	for i := range cands {
 		c := &cands[i]
 		if !c.Precise {
@@ -435,10 +444,14 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		if credit >= c.Overlap {
 			continue
 		}
-		if p.cfg.EstimateDefer {
+		// The block one router block past the estimate's credit (the
+		// estimate counts whole router blocks, the engine smaller ones): if
+		// this router routed it there, the estimate dropped it (capacity,
+		// horizon) and is trusted; if not, the engine got it from traffic
+		// the router did not route (other routers and clients, or the
+		// previous answer's own output), which the estimate cannot know.
+		if b := (credit + slack) / bs; b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
-		} else {
-			c.Overlap = credit
 		}
 	}
 	p.estWork.Put(w)

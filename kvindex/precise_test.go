@@ -129,23 +129,23 @@ func TestPreciseAnnotator(t *testing.T) {
 	}
 }
 
-// TestPreciseEstimateCap checks EstimateCap and EstimateDefer: an exact
-// overlap counts at most what the router's estimate credits the replica
-// with; with EstimateDefer such a candidate is left to the estimate
-// (Precise cleared) so that its decision is observed as the default
-// path's; a candidate the estimate credits with the whole fingerprint of
-// a longer prompt keeps its exact overlap; and Route still does not
-// allocate.
+// TestPreciseEstimateCap checks the estimate cap (SetEstimate): a
+// candidate whose exact overlap exceeds what the router's estimate credits
+// it with, on blocks this router routed there, is left to the estimate
+// (Precise cleared); one holding such blocks from traffic the router did
+// not route keeps its exact overlap, and so does one whose exact overlap
+// is the lower; ExactPastEstimate or no estimate keeps every exact overlap;
+// a candidate the estimate credits with the whole fingerprint of a longer
+// prompt keeps its exact overlap; and Route still does not allocate.
 func TestPreciseEstimateCap(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
-	for _, mode := range []string{"off", "cap", "defer"} {
+	for _, mode := range []string{"cap", "exact", "none"} {
 		t.Run(mode, func(t *testing.T) {
 			p, err := NewPrecise(PreciseConfig{
-				Index:         Config{BlockSize: 4, Now: func() time.Time { return now }},
-				Engines:       []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}},
-				EstimateCap:   mode != "off",
-				EstimateDefer: mode == "defer",
+				Index:             Config{BlockSize: 4, Now: func() time.Time { return now }},
+				Engines:           []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}},
+				ExactPastEstimate: mode == "exact",
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -154,48 +154,58 @@ func TestPreciseEstimateCap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.SetEstimate(rt)
+			if mode != "none" {
+				p.SetEstimate(rt)
+			}
 			var cands []selection.Candidate
-			for _, k := range []string{"a", "b"} {
+			for _, k := range []string{"a", "b", "c"} {
 				s, _ := rt.Register(k)
 				p.Bind(s, k)
 				cands = append(cands, selection.Candidate{Slot: s, Usable: true})
 			}
-			ra, _ := p.Index().Lookup("a")
-			rb, _ := p.Index().Lookup("b")
-			// a holds two blocks that the estimate never credited it with; b
-			// holds one, the estimate believes it holds all three.
-			p.Index().Apply(ra, batchOf(storedEv(0, false, 4, toks[:8], 11, 12)))
-			p.Index().Apply(rb, batchOf(storedEv(0, false, 4, toks[:4], 21)))
+			x := p.Index()
+			ra, _ := x.Lookup("a")
+			rb, _ := x.Lookup("b")
+			rc, _ := x.Lookup("c")
+			keys := x.Keys(nil, 0, toks)
+			// a holds two blocks this router routed there (predicted, then
+			// stored) and its estimate no longer credits; c holds two blocks
+			// from traffic the router never saw; b holds one, and the
+			// estimate believes it holds all three.
+			x.Hold(ra, keys[:2], time.Minute)
+			x.Apply(ra, batchOf(storedEv(0, false, 4, toks[:8], 11, 12)))
+			x.Apply(rc, batchOf(storedEv(0, false, 4, toks[:8], 31, 32)))
+			x.Apply(rb, batchOf(storedEv(0, false, 4, toks[:4], 21)))
+			x.Release(ra, keys[:2], 0)
+			if !x.Own(ra, keys[0]) || !x.Own(ra, keys[1]) || x.Own(rc, keys[0]) || x.Own(rb, keys[0]) {
+				t.Fatalf("own: a %v %v, c %v, b %v; want a's only", x.Own(ra, keys[0]), x.Own(ra, keys[1]), x.Own(rc, keys[0]), x.Own(rb, keys[0]))
+			}
 			f := rt.Extractor().NewFeatures()
 			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
 			f.PromptBytes = len(toks) * 4
 			rt.Learn(f, cands[1].Slot)
-			s := selection.NewScratch(2)
+			s := selection.NewScratch(3)
 			s.Tokens = toks
 			if !p.Annotate(f, cands, s) {
 				t.Fatal("no precise candidate")
 			}
-			type want struct {
-				precise bool
-				overlap int
+			if !cands[1].Precise || cands[1].Overlap != 4 {
+				t.Errorf("b (exact below the estimate): %+v, want the exact 4", cands[1])
 			}
-			wa, wb := want{true, 8}, want{true, 4}
-			switch mode {
-			case "cap":
-				wa = want{true, 0}
-			case "defer":
-				wa = want{false, 8} // Overlap is left as Annotate found it; Pick reads the estimate (0)
+			if !cands[2].Precise || cands[2].Overlap != 8 {
+				t.Errorf("c (blocks from traffic the router did not route): %+v, want the exact 8", cands[2])
 			}
-			if got := (want{cands[0].Precise, cands[0].Overlap}); got != wa {
-				t.Errorf("a: %+v, want %+v", got, wa)
-			}
-			if got := (want{cands[1].Precise, cands[1].Overlap}); got != wb {
-				t.Errorf("b: %+v, want %+v", got, wb)
+			capped := mode == "cap"
+			if cands[0].Precise == capped {
+				t.Errorf("a (exact past the estimate on its own blocks): precise %v, want %v", cands[0].Precise, !capped)
 			}
 			d := rt.Pick(f, cands, s)
-			if wantOv := map[string]int{"off": 8, "cap": 0, "defer": 0}[mode]; s.Overlap[0] != wantOv || s.Overlap[1] != 4 {
-				t.Errorf("Pick's overlaps %v, want a %d, b 4 (decision %+v)", s.Overlap[:2], wantOv, d)
+			wantA := 8
+			if capped {
+				wantA = 0
+			}
+			if s.Overlap[0] != wantA || s.Overlap[1] != 4 || s.Overlap[2] != 8 {
+				t.Errorf("Pick's overlaps %v, want a %d, b 4, c 8 (decision %+v)", s.Overlap[:3], wantA, d)
 			}
 
 			// The estimate holds a's whole fingerprint (one block, the
@@ -205,13 +215,17 @@ func TestPreciseEstimateCap(t *testing.T) {
 			g.Truncated = true
 			g.PromptBytes = len(toks) * 4
 			rt.Learn(g, cands[0].Slot)
-			for i := range cands {
-				cands[i].Precise = false
-			}
 			p.Annotate(g, cands, s)
 			if !cands[0].Precise || cands[0].Overlap != 8 {
 				t.Errorf("truncated prompt, estimate holds its whole fingerprint: a %+v, want the exact 8", cands[0])
 			}
+
+			// Routing a request with held keys marks them too.
+			x.Hold(rc, keys[:1], time.Minute)
+			if !x.Own(rc, keys[0]) || x.Own(rc, keys[1]) {
+				t.Errorf("after a hold of c's first block: own %v %v, want true false", x.Own(rc, keys[0]), x.Own(rc, keys[1]))
+			}
+			x.Release(rc, keys[:1], 0)
 
 			var storage selection.Reservation
 			if allocs := testing.AllocsPerRun(100, func() {

@@ -52,11 +52,10 @@ type PreciseConfig struct {
 	// NoLate drops the answer (the behaviour before kvindex.Late).
 	TokenizeLate time.Duration
 	NoLate       bool
-	// EstimateCap credits every exact overlap at most the router's
-	// approximate estimate (kvindex.PreciseConfig.EstimateCap).
-	EstimateCap bool
-	// EstimateDefer: kvindex.PreciseConfig.EstimateDefer.
-	EstimateDefer bool
+	// ExactPastEstimate credits every exact overlap even past the
+	// router's estimate (kvindex.PreciseConfig.ExactPastEstimate): the
+	// precise path before the estimate cap.
+	ExactPastEstimate bool
 	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
@@ -206,11 +205,10 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 				MaxEntries: budget,
 				Now:        func() time.Time { return epoch.Add(p.clock) },
 			},
-			Engines:       engines,
-			PredictTTL:    p.pc.PredictTTL,
-			PredictGrace:  p.pc.PredictGrace,
-			EstimateCap:   p.pc.EstimateCap,
-			EstimateDefer: p.pc.EstimateDefer,
+			Engines:           engines,
+			PredictTTL:        p.pc.PredictTTL,
+			PredictGrace:      p.pc.PredictGrace,
+			ExactPastEstimate: p.pc.ExactPastEstimate,
 		})
 		if err != nil {
 			panic(err) // a static configuration
@@ -395,7 +393,8 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 }
 
 // preciseNamed returns the ramjet-precise variant name names,
-// "ramjet-precise@k+k...": flags cap (PreciseConfig.EstimateCap). ok is
+// "ramjet-precise@k+k...": flags exact (PreciseConfig.ExactPastEstimate)
+// and defer (the default, the estimate cap). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -405,10 +404,9 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	var pc PreciseConfig
 	for _, k := range strings.Split(spec, "+") {
 		switch k {
-		case "cap":
-			pc.EstimateCap = true
-		case "defer":
-			pc.EstimateCap, pc.EstimateDefer = true, true
+		case "exact":
+			pc.ExactPastEstimate = true
+		case "defer": // the name the estimate cap was measured under
 		default:
 			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 		}
