@@ -73,6 +73,12 @@ type PreciseConfig struct {
 	// less (the precise path before the estimate cap). By default such a
 	// candidate is routed by the estimate (see SetEstimate).
 	ExactPastEstimate bool
+	// CapForeign leaves to the estimate also the candidates whose blocks
+	// past the estimate came from traffic this router did not route. For
+	// a single router it measured best (agent-fleet at 8 replicas); with
+	// several routers it discards what each learns from the others'
+	// placements (bench/RESULTS.md, 2026-12-02).
+	CapForeign bool
 }
 
 // Precise is the precise path as one service: the index, the subscribers
@@ -450,7 +456,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) {
+		if b := (credit + slack) / bs; p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		}
 	}

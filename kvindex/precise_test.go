@@ -136,16 +136,18 @@ func TestPreciseAnnotator(t *testing.T) {
 // not route keeps its exact overlap, and so does one whose exact overlap
 // is the lower; ExactPastEstimate or no estimate keeps every exact overlap;
 // a candidate the estimate credits with the whole fingerprint of a longer
-// prompt keeps its exact overlap; and Route still does not allocate.
+// prompt keeps its exact overlap; CapForeign leaves the foreign one to the
+// estimate too; and Route still does not allocate.
 func TestPreciseEstimateCap(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
-	for _, mode := range []string{"cap", "exact", "none"} {
+	for _, mode := range []string{"cap", "exact", "none", "all"} {
 		t.Run(mode, func(t *testing.T) {
 			p, err := NewPrecise(PreciseConfig{
 				Index:             Config{BlockSize: 4, Now: func() time.Time { return now }},
 				Engines:           []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}},
 				ExactPastEstimate: mode == "exact",
+				CapForeign:        mode == "all",
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -192,10 +194,10 @@ func TestPreciseEstimateCap(t *testing.T) {
 			if !cands[1].Precise || cands[1].Overlap != 4 {
 				t.Errorf("b (exact below the estimate): %+v, want the exact 4", cands[1])
 			}
-			if !cands[2].Precise || cands[2].Overlap != 8 {
-				t.Errorf("c (blocks from traffic the router did not route): %+v, want the exact 8", cands[2])
+			capped := mode == "cap" || mode == "all"
+			if cands[2].Precise == (mode == "all") {
+				t.Errorf("c (blocks from traffic the router did not route): %+v, want precise %v", cands[2], mode != "all")
 			}
-			capped := mode == "cap"
 			if cands[0].Precise == capped {
 				t.Errorf("a (exact past the estimate on its own blocks): precise %v, want %v", cands[0].Precise, !capped)
 			}
@@ -204,8 +206,12 @@ func TestPreciseEstimateCap(t *testing.T) {
 			if capped {
 				wantA = 0
 			}
-			if s.Overlap[0] != wantA || s.Overlap[1] != 4 || s.Overlap[2] != 8 {
-				t.Errorf("Pick's overlaps %v, want a %d, b 4, c 8 (decision %+v)", s.Overlap[:3], wantA, d)
+			wantC := 8
+			if mode == "all" {
+				wantC = 0
+			}
+			if s.Overlap[0] != wantA || s.Overlap[1] != 4 || s.Overlap[2] != wantC {
+				t.Errorf("Pick's overlaps %v, want a %d, b 4, c %d (decision %+v)", s.Overlap[:3], wantA, wantC, d)
 			}
 
 			// The estimate holds a's whole fingerprint (one block, the
@@ -221,6 +227,9 @@ func TestPreciseEstimateCap(t *testing.T) {
 			}
 
 			// Routing a request with held keys marks them too.
+			for i := range cands {
+				cands[i].Precise = false
+			}
 			x.Hold(rc, keys[:1], time.Minute)
 			if !x.Own(rc, keys[0]) || x.Own(rc, keys[1]) {
 				t.Errorf("after a hold of c's first block: own %v %v, want true false", x.Own(rc, keys[0]), x.Own(rc, keys[1]))

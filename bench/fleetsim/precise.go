@@ -56,6 +56,8 @@ type PreciseConfig struct {
 	// router's estimate (kvindex.PreciseConfig.ExactPastEstimate): the
 	// precise path before the estimate cap.
 	ExactPastEstimate bool
+	// CapForeign: kvindex.PreciseConfig.CapForeign.
+	CapForeign bool
 	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
@@ -209,6 +211,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			PredictTTL:        p.pc.PredictTTL,
 			PredictGrace:      p.pc.PredictGrace,
 			ExactPastEstimate: p.pc.ExactPastEstimate,
+			CapForeign:        p.pc.CapForeign,
 		})
 		if err != nil {
 			panic(err) // a static configuration
@@ -393,8 +396,9 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 }
 
 // preciseNamed returns the ramjet-precise variant name names,
-// "ramjet-precise@k+k...": flags exact (PreciseConfig.ExactPastEstimate)
-// and defer (the default, the estimate cap). ok is
+// "ramjet-precise@k+k...": flags exact (PreciseConfig.ExactPastEstimate),
+// all (CapForeign) and defer (no change: the estimate cap is the default).
+// ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -406,6 +410,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 		switch k {
 		case "exact":
 			pc.ExactPastEstimate = true
+		case "all":
+			pc.CapForeign = true
 		case "defer": // the name the estimate cap was measured under
 		default:
 			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
