@@ -150,6 +150,28 @@ func (c *Config) setDefaults() {
 // the engine-hash map, the key reference count and the key's holder set.
 const EntryBytes = 48 + 40 + 24 + 48
 
+// ownRef marks a replica's router key (in replica.refs) as routed there by
+// this router: the engine stored it for a request the router predicted it
+// for (Predict, Hold), or the router sent the replica a request with it
+// while the engine held it. A key the engine holds without the mark came
+// from traffic the router did not route (other routers, other clients).
+const ownRef = 1 << 30
+
+// Own reports whether r holds router key key and this router routed it
+// there (see ownRef).
+func (x *Index) Own(r Replica, key uint64) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.ownLocked(r, key)
+}
+
+func (x *Index) ownLocked(r Replica, key uint64) bool {
+	if r < 0 || int(r) >= len(x.reps) {
+		return false
+	}
+	return x.reps[r].refs[key]&ownRef != 0
+}
+
 // rec is one block a replica holds: its engine hash and router key, linked
 // in the global LRU list.
 type rec struct {
@@ -162,7 +184,7 @@ type rec struct {
 type replica struct {
 	id       string
 	byEngine map[uint64]*rec
-	refs     map[uint64]int32 // router key -> engine hashes mapping to it
+	refs     map[uint64]int32 // router key -> engine hashes mapping to it, | ownRef
 	// counters, under Index.mu
 	applied, fences, decodeErrors, gaps, replayed uint64
 	messages, lastSeq                             uint64
@@ -425,7 +447,9 @@ func (x *Index) store(r Replica, rep *replica, e *Event) bool {
 			}
 		}
 		x.put(r, rep, h, key)
-		x.pred.confirm(r, key)
+		if x.pred.confirm(r, key) {
+			rep.refs[key] |= ownRef
+		}
 	}
 	return landed
 }
@@ -521,7 +545,7 @@ func (x *Index) put(r Replica, rep *replica, h, key uint64) {
 	rc := &rec{engine: h, key: key, rep: r}
 	rep.byEngine[h] = rc
 	rep.refs[key]++
-	if rep.refs[key] == 1 {
+	if rep.refs[key]&^ownRef == 1 {
 		s := x.keys[key]
 		s.add(r)
 		x.keys[key] = s
@@ -535,7 +559,7 @@ func (x *Index) remove(rc *rec) {
 	rep := x.reps[rc.rep]
 	delete(rep.byEngine, rc.engine)
 	rep.forget(rc.engine, rc.key)
-	if rep.refs[rc.key]--; rep.refs[rc.key] <= 0 {
+	if rep.refs[rc.key]--; rep.refs[rc.key]&^ownRef <= 0 {
 		delete(rep.refs, rc.key)
 		s := x.keys[rc.key]
 		s.del(rc.rep)

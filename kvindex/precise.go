@@ -68,6 +68,17 @@ type PreciseConfig struct {
 	Subscriber SubscriberConfig
 	// Logger receives the service's logs; default none.
 	Logger *zap.Logger
+	// ExactPastEstimate, with SetEstimate, credits a candidate its exact
+	// overlap even where the router's approximate estimate credits it with
+	// less (the precise path before the estimate cap). By default such a
+	// candidate is routed by the estimate (see SetEstimate).
+	ExactPastEstimate bool
+	// CapForeign leaves to the estimate also the candidates whose blocks
+	// past the estimate came from traffic this router did not route. For
+	// a single router it measured best (agent-fleet at 8 replicas); with
+	// several routers it discards what each learns from the others'
+	// placements (bench/RESULTS.md, 2026-12-02).
+	CapForeign bool
 }
 
 // Precise is the precise path as one service: the index, the subscribers
@@ -100,11 +111,47 @@ type Precise struct {
 	waited    atomic.Uint64
 	waitNanos atomic.Int64
 	keys      sync.Pool // of *[]uint64, for Ended
+	est       atomic.Pointer[estimate]
+	estWork   sync.Pool // of *estimateWork
 	pfx       prefixTrust
 
 	mu      sync.Mutex
 	started bool
 	closed  bool
+}
+
+// estimate is the router's approximate index, as SetEstimate gave it.
+type estimate struct {
+	x   *selection.Index
+	cfg selection.Config
+}
+
+type estimateWork struct {
+	interest selection.SlotSet
+	depth    [selection.MaxReplicas]int32
+	s        *selection.Scratch
+}
+
+// SetEstimate gives the service the router's approximate index (rt's, which
+// Retune keeps, and its shape: block size, prefix bound, characters per
+// token). Annotate then leaves to the estimate every candidate that the
+// estimate credits with less than its exact overlap (Precise cleared, so
+// that Pick reads the estimate and Observe corrects it as on the default
+// path), unless ExactPastEstimate. The exact overlap still decides where it
+// is the lower one (the engine evicted what the estimate believes), and
+// predictions are still made. Why: the estimate learns a request's blocks
+// at the decision and bounds each replica by its capacity, so it already
+// drops what the requests queued ahead will evict, while the engine's
+// events only say what it holds now; on a fleet whose contexts outgrow its
+// KV, the exact overlap keeps a conversation on a replica that will have
+// evicted it by the time the request runs (bench/RESULTS.md, 2026-12-02,
+// agent-fleet at 8 replicas). nil turns it off.
+func (p *Precise) SetEstimate(rt *selection.Router) {
+	if rt == nil {
+		p.est.Store(nil)
+		return
+	}
+	p.est.Store(&estimate{x: rt.Index(), cfg: rt.Config()})
 }
 
 type preciseBase struct {
@@ -327,7 +374,7 @@ func (p *Precise) Decisions() (precise, approx uint64) {
 // s.Tokens on every candidate whose slot is bound to a fresh feed and
 // clears Precise on the others. It does not allocate once s.Exact and
 // s.Keys have grown.
-func (p *Precise) Annotate(_ *selection.Features, cands []selection.Candidate, s *selection.Scratch) bool {
+func (p *Precise) Annotate(f *selection.Features, cands []selection.Candidate, s *selection.Scratch) bool {
 	if len(s.Tokens) == 0 {
 		for i := range cands {
 			cands[i].Precise = false
@@ -358,8 +405,62 @@ func (p *Precise) Annotate(_ *selection.Features, cands []selection.Candidate, s
 		p.approx.Add(1)
 		return false
 	}
+	if e := p.est.Load(); e != nil && !p.cfg.ExactPastEstimate && f != nil {
+		p.capByEstimate(e, f, cands, s.Keys, len(s.Tokens))
+	}
 	p.precise.Add(1)
 	return true
+}
+
+// capByEstimate leaves to the estimate every precise candidate whose exact
+// overlap exceeds the estimate's where this router routed the first block
+// past the estimate's (Index.Own), compared in the request's real tokens (the estimate counts tokens
+// estimated from bytes). A candidate the estimate credits with the whole
+// fingerprinted prefix of a longer prompt keeps its exact overlap: the
+// estimate cannot see further.
+func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []selection.Candidate, keys []uint64, tokens int) {
+	est := f.PromptTokens(e.cfg)
+	if est <= 0 || len(f.Blocks) == 0 {
+		return
+	}
+	w, _ := p.estWork.Get().(*estimateWork)
+	if w == nil {
+		w = &estimateWork{s: selection.NewScratch(0)}
+	}
+	clear(w.interest[:])
+	for i := range cands {
+		if c := &cands[i]; c.Precise {
+			w.interest[c.Slot>>6] |= 1 << (uint(c.Slot) & 63)
+			w.depth[c.Slot] = 0
+		}
+	}
+	e.x.DepthsWith(f.Blocks, &w.interest, &w.depth, w.s)
+	bs := p.x.cfg.BlockSize
+	slack := int(int64(e.cfg.BlockTokens) * int64(tokens) / int64(est))
+	for i := range cands {
+		c := &cands[i]
+		if !c.Precise {
+			continue
+		}
+		d := int(w.depth[c.Slot])
+		if f.Truncated && d == len(f.Blocks) {
+			continue
+		}
+		credit := int(int64(d) * int64(e.cfg.BlockTokens) * int64(tokens) / int64(est))
+		if credit >= c.Overlap {
+			continue
+		}
+		// The block one router block past the estimate's credit (the
+		// estimate counts whole router blocks, the engine smaller ones): if
+		// this router routed it there, the estimate dropped it (capacity,
+		// horizon) and is trusted; if not, the engine got it from traffic
+		// the router did not route (other routers and clients, or the
+		// previous answer's own output), which the estimate cannot know.
+		if b := (credit + slack) / bs; p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) {
+			c.Precise = false // Pick reads the estimate; Observe corrects it
+		}
+	}
+	p.estWork.Put(w)
 }
 
 // Decided implements selection.Annotator: the chosen replica's blocks

@@ -128,3 +128,121 @@ func TestPreciseAnnotator(t *testing.T) {
 		t.Fatalf("Route with the precise annotator allocates %v times", allocs)
 	}
 }
+
+// TestPreciseEstimateCap checks the estimate cap (SetEstimate): a
+// candidate whose exact overlap exceeds what the router's estimate credits
+// it with, on blocks this router routed there, is left to the estimate
+// (Precise cleared); one holding such blocks from traffic the router did
+// not route keeps its exact overlap, and so does one whose exact overlap
+// is the lower; ExactPastEstimate or no estimate keeps every exact overlap;
+// a candidate the estimate credits with the whole fingerprint of a longer
+// prompt keeps its exact overlap; CapForeign leaves the foreign one to the
+// estimate too; and Route still does not allocate.
+func TestPreciseEstimateCap(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
+	for _, mode := range []string{"cap", "exact", "none", "all"} {
+		t.Run(mode, func(t *testing.T) {
+			p, err := NewPrecise(PreciseConfig{
+				Index:             Config{BlockSize: 4, Now: func() time.Time { return now }},
+				Engines:           []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}},
+				ExactPastEstimate: mode == "exact",
+				CapForeign:        mode == "all",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode != "none" {
+				p.SetEstimate(rt)
+			}
+			var cands []selection.Candidate
+			for _, k := range []string{"a", "b", "c"} {
+				s, _ := rt.Register(k)
+				p.Bind(s, k)
+				cands = append(cands, selection.Candidate{Slot: s, Usable: true})
+			}
+			x := p.Index()
+			ra, _ := x.Lookup("a")
+			rb, _ := x.Lookup("b")
+			rc, _ := x.Lookup("c")
+			keys := x.Keys(nil, 0, toks)
+			// a holds two blocks this router routed there (predicted, then
+			// stored) and its estimate no longer credits; c holds two blocks
+			// from traffic the router never saw; b holds one, and the
+			// estimate believes it holds all three.
+			x.Hold(ra, keys[:2], time.Minute)
+			x.Apply(ra, batchOf(storedEv(0, false, 4, toks[:8], 11, 12)))
+			x.Apply(rc, batchOf(storedEv(0, false, 4, toks[:8], 31, 32)))
+			x.Apply(rb, batchOf(storedEv(0, false, 4, toks[:4], 21)))
+			x.Release(ra, keys[:2], 0)
+			if !x.Own(ra, keys[0]) || !x.Own(ra, keys[1]) || x.Own(rc, keys[0]) || x.Own(rb, keys[0]) {
+				t.Fatalf("own: a %v %v, c %v, b %v; want a's only", x.Own(ra, keys[0]), x.Own(ra, keys[1]), x.Own(rc, keys[0]), x.Own(rb, keys[0]))
+			}
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			rt.Learn(f, cands[1].Slot)
+			s := selection.NewScratch(3)
+			s.Tokens = toks
+			if !p.Annotate(f, cands, s) {
+				t.Fatal("no precise candidate")
+			}
+			if !cands[1].Precise || cands[1].Overlap != 4 {
+				t.Errorf("b (exact below the estimate): %+v, want the exact 4", cands[1])
+			}
+			capped := mode == "cap" || mode == "all"
+			if cands[2].Precise == (mode == "all") {
+				t.Errorf("c (blocks from traffic the router did not route): %+v, want precise %v", cands[2], mode != "all")
+			}
+			if cands[0].Precise == capped {
+				t.Errorf("a (exact past the estimate on its own blocks): precise %v, want %v", cands[0].Precise, !capped)
+			}
+			d := rt.Pick(f, cands, s)
+			wantA := 8
+			if capped {
+				wantA = 0
+			}
+			wantC := 8
+			if mode == "all" {
+				wantC = 0
+			}
+			if s.Overlap[0] != wantA || s.Overlap[1] != 4 || s.Overlap[2] != wantC {
+				t.Errorf("Pick's overlaps %v, want a %d, b 4, c %d (decision %+v)", s.Overlap[:3], wantA, wantC, d)
+			}
+
+			// The estimate holds a's whole fingerprint (one block, the
+			// prompt truncated): the exact overlap stands.
+			g := rt.Extractor().NewFeatures()
+			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 0, toks[:4], 4)
+			g.Truncated = true
+			g.PromptBytes = len(toks) * 4
+			rt.Learn(g, cands[0].Slot)
+			p.Annotate(g, cands, s)
+			if !cands[0].Precise || cands[0].Overlap != 8 {
+				t.Errorf("truncated prompt, estimate holds its whole fingerprint: a %+v, want the exact 8", cands[0])
+			}
+
+			// Routing a request with held keys marks them too.
+			for i := range cands {
+				cands[i].Precise = false
+			}
+			x.Hold(rc, keys[:1], time.Minute)
+			if !x.Own(rc, keys[0]) || x.Own(rc, keys[1]) {
+				t.Errorf("after a hold of c's first block: own %v %v, want true false", x.Own(rc, keys[0]), x.Own(rc, keys[1]))
+			}
+			x.Release(rc, keys[:1], 0)
+
+			var storage selection.Reservation
+			if allocs := testing.AllocsPerRun(100, func() {
+				_, r := rt.Route(f, cands, s, p, &storage)
+				r.Release()
+			}); allocs != 0 {
+				t.Errorf("Route with the estimate cap allocates %v times", allocs)
+			}
+		})
+	}
+}

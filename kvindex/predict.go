@@ -167,13 +167,16 @@ func (p *predictions) release(id predID, exp, now int64) {
 }
 
 // confirm drops the prediction that r holds key: the engine reported it.
-func (p *predictions) confirm(r Replica, key uint64) {
+// It reports whether there was one.
+func (p *predictions) confirm(r Replica, key uint64) bool {
 	if p.live == 0 {
-		return
+		return false
 	}
 	if _, ok := p.entry(r, key); ok {
 		p.del(predID{key, r})
+		return true
 	}
+	return false
 }
 
 func (p *predictions) dropReplica(r Replica) {
@@ -241,8 +244,15 @@ func (x *Index) predict(r Replica, keys []uint64, ttl time.Duration, hold bool) 
 	t := now.UnixNano()
 	exp := now.Add(ttl).UnixNano()
 	fresh := exp - int64(ttl/2) // a prediction expiring after this is recent enough
+	var refs map[uint64]int32
+	if int(r) < len(x.reps) {
+		refs = x.reps[r].refs
+	}
 	for _, k := range keys {
 		if s := x.keys[k]; s.has(r) {
+			if v := refs[k]; v&ownRef == 0 {
+				refs[k] = v | ownRef // routed here while held: the estimate learned it
+			}
 			continue
 		}
 		x.pred.predict(predID{k, r}, exp, fresh, t, hold)

@@ -185,6 +185,7 @@ func (s *RamjetSelection) bindKV(v *poolView) {
 	if s.kv == nil {
 		return
 	}
+	s.kv.p.SetEstimate(s.rt) // the estimate cap (kvindex.Precise.SetEstimate)
 	for i, key := range v.Keys {
 		if s.kv.p.Bind(v.Slots[i], key) {
 			continue

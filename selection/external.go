@@ -94,3 +94,10 @@ func (c *loadCell) resetExternal() {
 	c.ext.prefill.Store(0)
 	c.ext.kv.Store(0)
 }
+
+// DepthsWith is Depths with s's working memory (an annotator's own
+// Scratch, not one a Pick is using): it does not allocate once s has grown
+// to the fleet.
+func (x *Index) DepthsWith(blocks []uint64, interest *SlotSet, depth *[MaxReplicas]int32, s *Scratch) {
+	x.depths(blocks, interest[:], depth[:], &s.work)
+}

@@ -167,7 +167,7 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 	if precise {
 		hasSpill = false
 	}
-	known := strings.HasPrefix(pname, "ramjet@") || pname == "ramjet-precise"
+	known := strings.HasPrefix(pname, "ramjet@") || pname == "ramjet-precise" || strings.HasPrefix(pname, "ramjet-precise@")
 	for _, n := range MultiPolicyNames {
 		known = known || n == pname
 	}

@@ -122,6 +122,9 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 			Precise: true, Label: name, rng: rng,
 		}}, nil
 	}
+	if p, ok, err := preciseNamed(name, cfg); ok {
+		return p, err
+	}
 	if p, ok, err := ramjetNamed(name, cfg); ok {
 		return p, err
 	}

@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -51,6 +52,12 @@ type PreciseConfig struct {
 	// NoLate drops the answer (the behaviour before kvindex.Late).
 	TokenizeLate time.Duration
 	NoLate       bool
+	// ExactPastEstimate credits every exact overlap even past the
+	// router's estimate (kvindex.PreciseConfig.ExactPastEstimate): the
+	// precise path before the estimate cap.
+	ExactPastEstimate bool
+	// CapForeign: kvindex.PreciseConfig.CapForeign.
+	CapForeign bool
 	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
@@ -200,14 +207,17 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 				MaxEntries: budget,
 				Now:        func() time.Time { return epoch.Add(p.clock) },
 			},
-			Engines:      engines,
-			PredictTTL:   p.pc.PredictTTL,
-			PredictGrace: p.pc.PredictGrace,
+			Engines:           engines,
+			PredictTTL:        p.pc.PredictTTL,
+			PredictGrace:      p.pc.PredictGrace,
+			ExactPastEstimate: p.pc.ExactPastEstimate,
+			CapForeign:        p.pc.CapForeign,
 		})
 		if err != nil {
 			panic(err) // a static configuration
 		}
 		p.pre, p.x = pre, pre.Index()
+		pre.SetEstimate(p.rt)
 		for i, c := range p.cands {
 			pre.Bind(c.Slot, replicaKey(i))
 		}
@@ -383,4 +393,35 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 		p.pre.Ended(p.cands[i].Slot, r.Prompt)
 	}
 	p.Ramjet.Done(r, rep)
+}
+
+// preciseNamed returns the ramjet-precise variant name names,
+// "ramjet-precise@k+k...": flags exact (PreciseConfig.ExactPastEstimate),
+// all (CapForeign) and defer (no change: the estimate cap is the default).
+// ok is
+// false when name is not one.
+func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
+	spec, found := strings.CutPrefix(name, "ramjet-precise@")
+	if !found {
+		return nil, false, nil
+	}
+	var pc PreciseConfig
+	for _, k := range strings.Split(spec, "+") {
+		switch k {
+		case "exact":
+			pc.ExactPastEstimate = true
+		case "all":
+			pc.CapForeign = true
+		case "defer": // the name the estimate cap was measured under
+		default:
+			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
+		}
+	}
+	q, err := NewRamjetPrecise(cfg, pc)
+	if err != nil {
+		return nil, true, err
+	}
+	q.setup.EngineLoad = RamjetEngineLoad
+	q.label = name
+	return q, true, nil
 }

@@ -326,10 +326,15 @@ type accuracy struct {
 	n, absErr         int
 	over, under       int // decisions off by more than one router block
 	overTok, underTok int
+	used              map[int]int // request ID -> the overlap the router used
 }
 
 func (a *accuracy) Pick(r *Request, fleet []*Replica) int {
 	i := a.Policy.Pick(r, fleet)
+	if a.used == nil {
+		a.used = map[int]int{}
+	}
+	a.used[r.Row.ID] = a.r.s.Overlap[i]
 	truth := fleet[i].eng.(*engine.Engine).CachedPrefix(r.Prompt)
 	d := a.r.s.Overlap[i] - truth
 	switch {
@@ -357,21 +362,40 @@ func (a *accuracy) setNow(now time.Duration) {
 	}
 }
 
-// TestRamjetPreciseAccuracy: on both workloads the precise overlap of the
-// chosen replica is closer to the engine's real cached prefix than the
-// estimate that knows neither the engines' capacity nor their answers
-// (ramjet-nocap-noobs; ramjet's own estimate, capacity-aware and
-// corrected by the cached-token counts, is logged beside them: on
-// agent-fleet it is closer than the precise path). The figures go to
-// bench/RESULTS.md:
+// servedErr is the mean |overlap used - tokens the engine served from
+// cache| over the decisions of res: how well the overlap foretold the
+// request's cache hit when it ran, after any queue.
+func (a *accuracy) servedErr(res *Result) float64 {
+	sum, n := 0, 0
+	for _, r := range res.Records {
+		if u, ok := a.used[r.ID]; ok {
+			sum += max(u-r.Cached, r.Cached-u)
+			n++
+		}
+	}
+	return float64(sum) / float64(max(1, n))
+}
+
+// TestRamjetPreciseAccuracy: on both workloads the overlap the precise
+// path routes the chosen replica by foretells the tokens the engine then
+// serves from cache at least as well as the estimate that knows neither
+// the engines' capacity nor their answers (ramjet-nocap-noobs), and as
+// well as ramjet's own estimate (capacity-aware and corrected by the
+// cached-token counts) up to 10%; ramjet-precise@exact (every exact
+// overlap, the precise path before the estimate cap) is logged. The distance to what the engine held at
+// the instant of the decision is logged beside it: the exact overlap is
+// the closest to that, but on agent-fleet the requests queue and the
+// engine evicts part of it before they run, which is why the precise path
+// leaves to the estimate what the estimate presumes evicted
+// (kvindex.Precise.SetEstimate). The figures go to bench/RESULTS.md:
 //
 //	go test ./bench/fleetsim -run TestRamjetPreciseAccuracy -v -precise-scale 1 [-precise-seed 4] [-precise-kv-capacity 196608]
 func TestRamjetPreciseAccuracy(t *testing.T) {
 	for _, wl := range []string{"shared-prefix", "agent-fleet"} {
 		seed := *preciseSeed
 		w := generate(t, wl, workload.Options{Seed: seed, Replicas: 8, Scale: *preciseScale})
-		var errs [3]float64
-		for k, name := range []string{"ramjet-nocap-noobs", "ramjet-precise", "ramjet"} {
+		var served [4]float64
+		for k, name := range []string{"ramjet-nocap-noobs", "ramjet-precise", "ramjet", "ramjet-precise@exact"} {
 			p, err := NewPolicy(name, seed, selection.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -384,16 +408,17 @@ func TestRamjetPreciseAccuracy(t *testing.T) {
 				a.r = q.Ramjet
 			}
 			ec := engine.Config{CapacityTokens: *preciseKVCap}
-			if _, err := Run(Config{Workload: w, Replicas: 8, Policy: a, Salt: seed, Engine: ec}); err != nil {
+			res, err := Run(Config{Workload: w, Replicas: 8, Policy: a, Salt: seed, Engine: ec})
+			if err != nil {
 				t.Fatal(err)
 			}
-			errs[k] = float64(a.absErr) / float64(a.n)
-			t.Logf("%s %s: %d decisions, mean |overlap - engine cached prefix| %.1f tokens; over by > 1 block: %d (mean %.0f tokens), under: %d (mean %.0f tokens); reasons %v",
-				wl, name, a.n, errs[k], a.over, float64(a.overTok)/float64(max(1, a.over)),
+			served[k] = a.servedErr(res)
+			t.Logf("%s %s: %d decisions, mean |overlap - tokens served from cache| %.1f; mean |overlap - engine cached prefix at the decision| %.1f tokens; over by > 1 block: %d (mean %.0f tokens), under: %d (mean %.0f tokens); reasons %v",
+				wl, name, a.n, served[k], float64(a.absErr)/float64(a.n), a.over, float64(a.overTok)/float64(max(1, a.over)),
 				a.under, float64(a.underTok)/float64(max(1, a.under)), a.r.Reasons)
 		}
-		if errs[1] > errs[0] {
-			t.Errorf("%s: precise mean error %.1f > estimate's %.1f", wl, errs[1], errs[0])
+		if served[1] > served[0] || served[1] > 1.1*served[2] {
+			t.Errorf("%s: precise mean error against the tokens served from cache %.1f, estimates' %.1f (no capacity, no answers) and %.1f (ramjet)", wl, served[1], served[0], served[2])
 		}
 	}
 }
