@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // TestPreflightPrefixTail: once cached prefixes are trusted, a request
@@ -20,31 +18,7 @@ import (
 // preflight instead.
 func TestPreflightPrefixTail(t *testing.T) {
 	srv := newChatTokenizer(t, false)
-	p, err := NewPrecise(PreciseConfig{
-		Index:     Config{BlockSize: 4},
-		Engines:   []PreciseEngine{{Feed: Endpoint{Replica: "a"}, BaseURL: srv.URL}},
-		Tokenizer: TokenizerConfig{Timeout: time.Minute, LateTimeout: time.Minute},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ra, _ := p.Index().Lookup("a")
-	p.Index().Apply(ra, batchOf(storedEv(0, false, 4, []uint32{9, 9, 9, 9}, 1))) // fresh
-	rt, err := selection.NewRouter(selection.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := rt.Extractor()
-	preflight := func(timeout time.Duration, msgs ...string) ([]uint32, *Late, error) {
-		t.Helper()
-		body := chatBody(msgs...)
-		f := x.NewFeatures()
-		if err := x.Parse(selection.EndpointChat, body, f); err != nil {
-			t.Fatal(err)
-		}
-		return p.PreflightBody(context.Background(), selection.EndpointChat, body, f, timeout, nil)
-	}
+	p, preflight := prefixPrecise(t, srv)
 	sys := "a shared system prompt, several blocks long"
 	if _, late, err := preflight(time.Minute, sys, "q0"); err != nil || late != nil {
 		t.Fatalf("first preflight: late %v, err %v", late, err)

@@ -154,6 +154,38 @@ func chatBody(msgs ...string) []byte {
 	return b
 }
 
+// prefixPrecise is a precise path over one replica "a" (fresh, block 4)
+// behind the chat tokenizer srv, and preflight, which parses a chat of msgs
+// and preflights it with timeout.
+func prefixPrecise(t *testing.T, srv *chatTokenizer) (*Precise, func(timeout time.Duration, msgs ...string) ([]uint32, *Late, error)) {
+	t.Helper()
+	p, err := NewPrecise(PreciseConfig{
+		Index:     Config{BlockSize: 4},
+		Engines:   []PreciseEngine{{Feed: Endpoint{Replica: "a"}, BaseURL: srv.URL}},
+		Tokenizer: TokenizerConfig{Timeout: time.Minute, LateTimeout: time.Minute},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ra, _ := p.Index().Lookup("a")
+	p.Index().Apply(ra, batchOf(storedEv(0, false, 4, []uint32{9, 9, 9, 9}, 1))) // fresh
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := rt.Extractor()
+	return p, func(timeout time.Duration, msgs ...string) ([]uint32, *Late, error) {
+		t.Helper()
+		body := chatBody(msgs...)
+		f := x.NewFeatures()
+		if err := x.Parse(selection.EndpointChat, body, f); err != nil {
+			t.Fatal(err)
+		}
+		return p.PreflightBody(context.Background(), selection.EndpointChat, body, f, timeout, nil)
+	}
+}
+
 // TestPreflightMessagePrefix: chats under one system prompt teach the
 // message-prefix cache (the system prompt's tokens from one background
 // tokenization, each conversation's from its own); once four of them
@@ -166,31 +198,7 @@ func TestPreflightMessagePrefix(t *testing.T) {
 	for _, reversed := range []bool{false, true} {
 		t.Run("reversed="+strconv.FormatBool(reversed), func(t *testing.T) {
 			srv := newChatTokenizer(t, reversed)
-			p, err := NewPrecise(PreciseConfig{
-				Index:     Config{BlockSize: 4},
-				Engines:   []PreciseEngine{{Feed: Endpoint{Replica: "a"}, BaseURL: srv.URL}},
-				Tokenizer: TokenizerConfig{Timeout: time.Minute, LateTimeout: time.Minute},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			ra, _ := p.Index().Lookup("a")
-			p.Index().Apply(ra, batchOf(storedEv(0, false, 4, []uint32{9, 9, 9, 9}, 1))) // fresh
-			rt, err := selection.NewRouter(selection.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			x := rt.Extractor()
-			preflight := func(timeout time.Duration, msgs ...string) ([]uint32, *Late, error) {
-				t.Helper()
-				body := chatBody(msgs...)
-				f := x.NewFeatures()
-				if err := x.Parse(selection.EndpointChat, body, f); err != nil {
-					t.Fatal(err)
-				}
-				return p.PreflightBody(context.Background(), selection.EndpointChat, body, f, timeout, nil)
-			}
+			p, preflight := prefixPrecise(t, srv)
 			sys := "a shared system prompt, several blocks long"
 			engine := func(msgs ...string) []uint32 { // the template before reversing, no reply header
 				toks, _ := chatTokens(chatBody(msgs...))
