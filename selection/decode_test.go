@@ -217,10 +217,10 @@ func TestHomeKeepsContextWeight(t *testing.T) {
 	rt.SetCapacity(cands[0].Slot, 16_000)
 	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
 	defer res.Release()
-	if got, want := rt.loadPair(cands[0].Slot, 8000, false, rt.lingerNow()), 1+4000.0*4000/16000; got != want {
+	if got, want := rt.loadPair(cands[0].Slot, 8000, false, rt.lingerNow(), -1), 1+4000.0*4000/16000; got != want {
 		t.Fatalf("home load = %v, want %v (request_cost + context term)", got, want)
 	}
-	if got, want := rt.loadPair(cands[0].Slot, 8000, true, rt.lingerNow()), 1+4000.0*4000/16000+4*8000.0*4000/16000; got != want {
+	if got, want := rt.loadPair(cands[0].Slot, 8000, true, rt.lingerNow(), -1), 1+4000.0*4000/16000+4*8000.0*4000/16000; got != want {
 		t.Fatalf("load = %v, want %v", got, want)
 	}
 }
