@@ -224,3 +224,45 @@ func TestHomeKeepsContextWeight(t *testing.T) {
 		t.Fatalf("load = %v, want %v", got, want)
 	}
 }
+
+// The pair term's bounds (experiments): a capacity floor in its
+// denominator, a cap at a fraction of the request's deepest overlap, and
+// the same cap on its lingering part only.
+func TestPairBounds(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 4}, 2)
+	var now time.Duration
+	rt.SetClock(func() time.Duration { return now })
+	sl := cands[0].Slot
+	rt.SetCapacity(sl, 16_000)
+	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
+	// 4 x 8,000 x 4,000 / 16,000 = 8,000 of pair term.
+	for _, tt := range []struct {
+		name string
+		o    Options
+		hit  int
+		want float64
+	}{
+		{"rule", Options{}, 1000, 1 + 8000},
+		{"floor", Options{PairFloor: 64_000}, 1000, 1 + 2000},
+		{"floor below the capacity", Options{PairFloor: 8_000}, 1000, 1 + 8000},
+		{"cap", Options{PairCap: 0.5}, 1000, 1 + 500},
+		{"cap, not binding", Options{PairCap: 0.5}, 20_000, 1 + 8000},
+		{"cap, cold request", Options{PairCap: 0.5}, 0, 1 + 8000},
+		{"linger cap, nothing lingering", Options{LingerCap: 0.5}, 1000, 1 + 8000},
+	} {
+		if got := rt.WithOptions(tt.o).loadPair(sl, 8000, true, 0, tt.hit); got != tt.want {
+			t.Errorf("%s: load %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	res.Release() // 4,000 tokens linger, nothing resident
+	if got := rt.loadPair(sl, 8000, true, 0, 1000); got != 8000 {
+		t.Fatalf("lingering: load %v, want 8,000", got)
+	}
+	lc := rt.WithOptions(Options{LingerCap: 0.25})
+	if got := lc.loadPair(sl, 8000, true, 0, 1000); got != 250 {
+		t.Fatalf("LingerCap: load %v, want 250", got)
+	}
+	if got := lc.loadPair(sl, 8000, true, 0, -1); got != 8000 {
+		t.Fatalf("LingerCap, no overlap known: load %v, want 8,000", got)
+	}
+}
