@@ -168,6 +168,16 @@ type loadCell struct {
 // section 9).
 const DefaultLingerTTL = 20 * time.Second
 
+// DefaultPairFloor is the least KV capacity, in tokens, that the pair
+// term divides by (Options.PairFloor): below it a smaller cache no longer
+// makes the same resident and lingering context heavier, so that on a
+// 65,536-token replica the pair term on an app's lingering sessions does
+// not outweigh the full prefix hit of its next first turn (which then
+// went cold to an idle replica). 196,608 tokens, an 80 GB card's KV after
+// the weights of a 32B model: replicas at least that large are scored as
+// before. Chosen in the fleet simulation (bench/EXPERIMENTS.md section 12).
+const DefaultPairFloor = 196_608
+
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
 // registered at once.
 var ErrTooManyReplicas = errors.New("selection: more than 1024 replicas registered at once")
@@ -212,9 +222,9 @@ type Options struct {
 	// too (the one replica that holds strictly more of its prompt than
 	// any other), which the rule exempts (Config.PairWeight).
 	PairEverywhere bool
-	// PairFloor, when positive, floors the KV capacity the pair_weight
-	// term divides by: pair_weight x P x R / max(C, PairFloor), so a
-	// small cache does not make the same context heavier.
+	// PairFloor floors the KV capacity the pair_weight term divides by,
+	// pair_weight x P x R / max(C, PairFloor): 0 is DefaultPairFloor,
+	// negative no floor (the rule before).
 	PairFloor int64
 	// PairCap, when positive, caps the pair_weight term at PairCap times
 	// the request's deepest overlap on any usable replica (at most the
@@ -548,8 +558,10 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	// between turns still holds its context there and will be back. Once
 	// nothing was released on r for the linger TTL, it is presumed done.
 	pres, pcap := res, capa
-	if f := float64(rt.opt.PairFloor); f > pcap {
-		pcap = f
+	if f := rt.opt.PairFloor; f == 0 && float64(DefaultPairFloor) > pcap {
+		pcap = DefaultPairFloor
+	} else if float64(f) > pcap {
+		pcap = float64(f)
 	}
 	lgr := 0.0
 	if on, ttl := rt.lingerOn(); on && pairOn {

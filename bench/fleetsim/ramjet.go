@@ -125,7 +125,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // nocap, noobs, marginal, firsttie, and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
-// floor in tokens, paircap and lingercap its bound (whole, or its
+// floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
 // lingering part) as a fraction of the request's deepest overlap). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
 func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
