@@ -105,9 +105,11 @@ type Config struct {
 	// preempts and recomputes): the request's share of the replica's KV
 	// capacity times the context resident there,
 	//
-	//	load(r) += pair_weight x P x R / C
+	//	load(r) += pair_weight x P x R / max(C, 196,608)
 	//
-	// (P the request's prompt tokens, R and C as for context_weight; R
+	// (P the request's prompt tokens, R and C as for context_weight, C
+	// floored at DefaultPairFloor so that a small cache does not make the
+	// same context outweigh a full prefix hit; R
 	// also counts the context of requests that ended on the replica until
 	// as many tokens of new requests are reserved there, as a closed-loop
 	// agent between turns still holds its context and will be back, and

@@ -25,6 +25,7 @@ func routeResident(t *testing.T, rt *Router, cands []Candidate, i int, fam uint6
 
 func TestPairWeightLoad(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	rt = rt.WithOptions(Options{PairFloor: -1}) // the arithmetic at 16,000 tokens, below DefaultPairFloor
 	sl := cands[0].Slot
 	rt.SetCapacity(sl, 16_000)
 	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
@@ -46,6 +47,7 @@ func TestPairWeightLoad(t *testing.T) {
 // before.
 func TestPairWeightLingers(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	rt = rt.WithOptions(Options{PairFloor: -1}) // the arithmetic at 16,000 tokens, below DefaultPairFloor
 	sl := cands[0].Slot
 	rt.SetCapacity(sl, 16_000)
 	routeResident(t, rt, cands, 0, 1, 250).Release() // 4,000 tokens, ended
@@ -73,7 +75,7 @@ func TestPairWeightLingers(t *testing.T) {
 	}
 
 	before, cands2 := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
-	before = before.WithOptions(Options{NoLinger: true})
+	before = before.WithOptions(Options{NoLinger: true, PairFloor: -1})
 	routeResident(t, before, cands2, 0, 1, 250).Release()
 	if got := before.load(cands2[0].Slot, 8000); got != 0 {
 		t.Errorf("NoLinger: load after release = %v, want 0", got)
@@ -88,6 +90,7 @@ func TestPairWeightLingerExpires(t *testing.T) {
 	var now time.Duration
 	clock := func() time.Duration { return now }
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	rt = rt.WithOptions(Options{PairFloor: -1}) // the arithmetic at 16,000 tokens, below DefaultPairFloor
 	rt.SetClock(clock)
 	sl := cands[0].Slot
 	rt.SetCapacity(sl, 16_000)
@@ -115,7 +118,7 @@ func TestPairWeightLingerExpires(t *testing.T) {
 	}
 
 	forever, cands2 := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
-	forever = forever.WithOptions(Options{LingerTTL: -1})
+	forever = forever.WithOptions(Options{LingerTTL: -1, PairFloor: -1})
 	forever.SetClock(clock)
 	forever.SetCapacity(cands2[0].Slot, 16_000)
 	now = 0
@@ -214,13 +217,67 @@ func TestPairWeightSpreadsLongContexts(t *testing.T) {
 // counts there.
 func TestHomeKeepsContextWeight(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 4, ContextWeight: 1}, 2)
+	rt = rt.WithOptions(Options{PairFloor: -1}) // the arithmetic at 16,000 tokens, below DefaultPairFloor
 	rt.SetCapacity(cands[0].Slot, 16_000)
 	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
 	defer res.Release()
-	if got, want := rt.loadPair(cands[0].Slot, 8000, false, rt.lingerNow()), 1+4000.0*4000/16000; got != want {
+	if got, want := rt.loadPair(cands[0].Slot, 8000, false, rt.lingerNow(), -1), 1+4000.0*4000/16000; got != want {
 		t.Fatalf("home load = %v, want %v (request_cost + context term)", got, want)
 	}
-	if got, want := rt.loadPair(cands[0].Slot, 8000, true, rt.lingerNow()), 1+4000.0*4000/16000+4*8000.0*4000/16000; got != want {
+	if got, want := rt.loadPair(cands[0].Slot, 8000, true, rt.lingerNow(), -1), 1+4000.0*4000/16000+4*8000.0*4000/16000; got != want {
 		t.Fatalf("load = %v, want %v", got, want)
+	}
+}
+
+// The pair term's bounds: the capacity floor in its denominator (the
+// rule: DefaultPairFloor), and two experiments, a cap at a fraction of the
+// request's deepest overlap and the same cap on its lingering part only.
+func TestPairBounds(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 4}, 2)
+	var now time.Duration
+	rt.SetClock(func() time.Duration { return now })
+	sl := cands[0].Slot
+	rt.SetCapacity(sl, 16_000)
+	res := routeResident(t, rt, cands, 0, 1, 250) // 4,000 tokens resident
+	// 4 x 8,000 x 4,000 / 16,000 = 8,000 of pair term.
+	for _, tt := range []struct {
+		name string
+		o    Options
+		hit  int
+		want float64
+	}{
+		{"rule: the default floor", Options{}, 1000, 1 + 4*8000*4000.0/DefaultPairFloor},
+		{"no floor", Options{PairFloor: -1}, 1000, 1 + 8000},
+		{"floor", Options{PairFloor: 64_000}, 1000, 1 + 2000},
+		{"floor below the capacity", Options{PairFloor: 8_000}, 1000, 1 + 8000},
+		{"cap", Options{PairFloor: -1, PairCap: 0.5}, 1000, 1 + 500},
+		{"cap, not binding", Options{PairFloor: -1, PairCap: 0.5}, 20_000, 1 + 8000},
+		{"cap, cold request", Options{PairFloor: -1, PairCap: 0.5}, 0, 1 + 8000},
+		{"linger cap, nothing lingering", Options{PairFloor: -1, LingerCap: 0.5}, 1000, 1 + 8000},
+	} {
+		if got := rt.WithOptions(tt.o).loadPair(sl, 8000, true, 0, tt.hit); got != tt.want {
+			t.Errorf("%s: load %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	res.Release() // 4,000 tokens linger, nothing resident
+	nf := rt.WithOptions(Options{PairFloor: -1})
+	if got := nf.loadPair(sl, 8000, true, 0, 1000); got != 8000 {
+		t.Fatalf("lingering: load %v, want 8,000", got)
+	}
+	if got, want := rt.loadPair(sl, 8000, true, 0, 1000), 4*8000*4000.0/DefaultPairFloor; got != want {
+		t.Fatalf("lingering, the default floor: load %v, want %v", got, want)
+	}
+	// On a replica at least DefaultPairFloor large the floor changes nothing.
+	rt.SetCapacity(sl, 2*DefaultPairFloor)
+	if got, want := rt.loadPair(sl, 8000, true, 0, 1000), nf.loadPair(sl, 8000, true, 0, 1000); got != want || got != 4*8000*4000.0/(2*DefaultPairFloor) {
+		t.Fatalf("above the floor: load %v, want %v as without it", got, want)
+	}
+	rt.SetCapacity(sl, 16_000)
+	lc := rt.WithOptions(Options{PairFloor: -1, LingerCap: 0.25})
+	if got := lc.loadPair(sl, 8000, true, 0, 1000); got != 250 {
+		t.Fatalf("LingerCap: load %v, want 250", got)
+	}
+	if got := lc.loadPair(sl, 8000, true, 0, -1); got != 8000 {
+		t.Fatalf("LingerCap, no overlap known: load %v, want 8,000", got)
 	}
 }

@@ -168,6 +168,16 @@ type loadCell struct {
 // section 9).
 const DefaultLingerTTL = 20 * time.Second
 
+// DefaultPairFloor is the least KV capacity, in tokens, that the pair
+// term divides by (Options.PairFloor): below it a smaller cache no longer
+// makes the same resident and lingering context heavier, so that on a
+// 65,536-token replica the pair term on an app's lingering sessions does
+// not outweigh the full prefix hit of its next first turn (which then
+// went cold to an idle replica). 196,608 tokens, an 80 GB card's KV after
+// the weights of a 32B model: replicas at least that large are scored as
+// before. Chosen in the fleet simulation (bench/EXPERIMENTS.md section 14).
+const DefaultPairFloor = 196_608
+
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
 // registered at once.
 var ErrTooManyReplicas = errors.New("selection: more than 1024 replicas registered at once")
@@ -212,6 +222,19 @@ type Options struct {
 	// too (the one replica that holds strictly more of its prompt than
 	// any other), which the rule exempts (Config.PairWeight).
 	PairEverywhere bool
+	// PairFloor floors the KV capacity the pair_weight term divides by,
+	// pair_weight x P x R / max(C, PairFloor): 0 is DefaultPairFloor,
+	// negative no floor (the rule before).
+	PairFloor int64
+	// PairCap, when positive, caps the pair_weight term at PairCap times
+	// the request's deepest overlap on any usable replica (at most the
+	// affinity cap), for a request with some overlap: the term then never
+	// outweighs a prefix hit it would forgo.
+	PairCap float64
+	// LingerCap, when positive, caps the lingering part of the pair_weight
+	// term (released context) likewise, at LingerCap times the deepest
+	// overlap (at most the affinity cap).
+	LingerCap float64
 	// NoLinger leaves released contexts out of the pair_weight term's
 	// resident tokens (the rule before: in-flight requests only).
 	NoLinger bool
@@ -498,7 +521,7 @@ const AssumedKVTokens = 1 << 18
 // the engine-reported load of others, and the decode side
 // (Config.ContextWeight, Config.PairWeight, Options.OverflowWeight).
 func (rt *Router) load(s Slot, prompt int) float64 {
-	return rt.loadPair(s, prompt, true, rt.lingerNow())
+	return rt.loadPair(s, prompt, true, rt.lingerNow(), -1)
 }
 
 // lingerNow is the clock reading loadPair takes (any value when released
@@ -511,8 +534,10 @@ func (rt *Router) lingerNow() uint32 {
 }
 
 // loadPair is load with the pair_weight term left out unless pairOn (the
-// request's home is exempt from it); now is lingerNow's reading.
-func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32) float64 {
+// request's home is exempt from it); now is lingerNow's reading; hit is
+// the request's deepest overlap, capped at the affinity cap (negative:
+// unknown), which Options.PairCap and LingerCap bound the term by.
+func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int) float64 {
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
@@ -532,22 +557,37 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32) float64 
 	// and whose successor has not come yet (c.linger): a closed-loop agent
 	// between turns still holds its context there and will be back. Once
 	// nothing was released on r for the linger TTL, it is presumed done.
-	pres := res
+	pres, pcap := res, capa
+	if f := rt.opt.PairFloor; f == 0 && float64(DefaultPairFloor) > pcap {
+		pcap = DefaultPairFloor
+	} else if float64(f) > pcap {
+		pcap = float64(f)
+	}
+	lgr := 0.0
 	if on, ttl := rt.lingerOn(); on && pairOn {
 		if lg := c.linger.Load(); lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
-			pres += float64(lg)
+			lgr = float64(lg)
+			pres += lgr
 		}
 	}
 	if pres > 0 && pairOn {
 		if rt.opt.PairSat {
 			pres = min(pres, capa)
 		}
-		pair := cfg.PairWeight * p * pres / capa
+		pair := cfg.PairWeight * p * pres / pcap
 		if rt.opt.PairSqrt {
-			pair = cfg.PairWeight * p * math.Sqrt(pres/capa)
+			pair = cfg.PairWeight * p * math.Sqrt(pres/pcap)
 		}
 		if rt.opt.PairShare {
-			pair *= p / capa
+			pair *= p / pcap
+		}
+		if hit > 0 && rt.opt.LingerCap > 0 && lgr > 0 {
+			// The lingering part's share of the term, bounded.
+			lpart := pair * lgr / pres
+			pair += min(lpart, rt.opt.LingerCap*float64(hit)) - lpart
+		}
+		if hit > 0 && rt.opt.PairCap > 0 {
+			pair = min(pair, rt.opt.PairCap*float64(hit))
 		}
 		ld += pair
 	}
@@ -663,6 +703,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			top2 = ov
 		}
 	}
+	hit := min(top1, cfg.AffinityCap)
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -670,7 +711,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			continue
 		}
 		ov := s.Overlap[i]
-		ld := rt.loadPair(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now)
+		ld := rt.loadPair(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now, hit)
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
 		if wantSet && c.Profile == want {
 			sc += bonus

@@ -124,7 +124,9 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
-// TTL in seconds, negative: forever). ok is false when
+// TTL in seconds, negative: forever; pairfloor the pair term's capacity
+// floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
+// lingering part) as a fraction of the request's deepest overlap). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
 func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	if setup, found := ramjetVariants[name]; found {
@@ -176,6 +178,12 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.PairSat = true
 		case "paireverywhere":
 			setup.Options.PairEverywhere = true
+		case "pairfloor":
+			setup.Options.PairFloor = int64(x)
+		case "paircap":
+			setup.Options.PairCap = x
+		case "lingercap":
+			setup.Options.LingerCap = x
 		case "nolinger":
 			setup.Options.NoLinger = true
 		case "lt":
