@@ -34,6 +34,7 @@ func holdPort(addr string) (func() error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hold %s: %w", addr, err)
 	}
+	syscall.CloseOnExec(fd) // not into the processes tests start
 	// SO_REUSEADDR as Go's listeners set it: the port's closed
 	// connections may still be in TIME_WAIT.
 	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
