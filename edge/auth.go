@@ -83,9 +83,3 @@ func (a UpstreamAuth) Set(h http.Header) {
 		delete(h, "X-Api-Key")
 	}
 }
-
-// SetUpstreamAuth sets the credentials an engine receives (UpstreamAuth)
-// for token and forward.
-func SetUpstreamAuth(h http.Header, token string, forward bool) {
-	NewUpstreamAuth(token, forward).Set(h)
-}

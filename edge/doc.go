@@ -2,7 +2,7 @@
 // net/http pieces, without Caddy: the OpenAI-shaped error responses
 // (Error, Write, FromRequestError, FromStatus), the client API-key check
 // (ClientAuth), the request header hygiene (StripRequestHeaders,
-// SetUpstreamAuth) and the response header scrubbing of upstream addresses
+// UpstreamAuth) and the response header scrubbing of upstream addresses
 // (ScrubList, ScrubHeaders), the allowed client paths (AllowList,
 // NormalizePath) and the JSON route and content-type checks, and the
 // request body read once, bounded, into a pooled reference-counted buffer
