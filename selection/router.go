@@ -557,12 +557,11 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	// and whose successor has not come yet (c.linger): a closed-loop agent
 	// between turns still holds its context there and will be back. Once
 	// nothing was released on r for the linger TTL, it is presumed done.
-	pres, pcap := res, capa
-	if f := rt.opt.PairFloor; f == 0 && float64(DefaultPairFloor) > pcap {
-		pcap = DefaultPairFloor
-	} else if float64(f) > pcap {
-		pcap = float64(f)
+	floor := float64(rt.opt.PairFloor) // negative: none
+	if rt.opt.PairFloor == 0 {
+		floor = DefaultPairFloor
 	}
+	pres, pcap := res, max(capa, floor)
 	lgr := 0.0
 	if on, ttl := rt.lingerOn(); on && pairOn {
 		if lg := c.linger.Load(); lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
