@@ -66,9 +66,21 @@ func TestKnobsZeroIsAValue(t *testing.T) {
 // the fleet's Router runs with.
 func provisionPolicy(t *testing.T, block string) (selection.Config, error) {
 	t.Helper()
+	q, err := provisionKeep(t, block)
+	if err != nil {
+		return selection.Config{}, err
+	}
+	defer q.Cleanup()
+	return q.rt.Config(), nil
+}
+
+// provisionKeep is provisionPolicy returning the provisioned policy (the
+// caller cleans it up; its context ends with the test).
+func provisionKeep(t *testing.T, block string) (*RamjetSelection, error) {
+	t.Helper()
 	var p RamjetSelection
 	if err := p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(block)); err != nil {
-		return selection.Config{}, err
+		return nil, err
 	}
 	b, err := json.Marshal(&p)
 	if err != nil {
@@ -79,12 +91,11 @@ func provisionPolicy(t *testing.T, block string) (selection.Config, error) {
 		t.Fatalf("decoding %s: %v", b, err)
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	defer cancel()
+	t.Cleanup(cancel)
 	if err := q.Provision(ctx); err != nil {
-		return selection.Config{}, err
+		return nil, err
 	}
-	defer q.Cleanup()
-	return q.rt.Config(), nil
+	return &q, nil
 }
 
 func TestPolicyJSONKnobs(t *testing.T) {

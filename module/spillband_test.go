@@ -1,13 +1,8 @@
 package module
 
 import (
-	"context"
-	"encoding/json"
 	"strings"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
@@ -61,7 +56,7 @@ func TestSpillBandWired(t *testing.T) {
 // without it: the second policy's router and explain's lose it, on the
 // same index.
 func TestSpillBandReload(t *testing.T) {
-	p1, err := provisionSpillKeep(t, "ramjet {\n state_key spillband_reload\n spill_band 1024\n}")
+	p1, err := provisionKeep(t, "ramjet {\n state_key spillband_reload\n spill_band 1024\n}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +64,7 @@ func TestSpillBandReload(t *testing.T) {
 	if p1.rt.Options().SpillBand != 1024 {
 		t.Fatalf("first policy: %+v", p1.rt.Options())
 	}
-	p2, err := provisionSpillKeep(t, "ramjet {\n state_key spillband_reload\n}")
+	p2, err := provisionKeep(t, "ramjet {\n state_key spillband_reload\n}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +79,7 @@ func TestSpillBandReload(t *testing.T) {
 
 func provisionSpill(t *testing.T, block string) (rt, explain *selection.Router) {
 	t.Helper()
-	p, err := provisionSpillKeep(t, block)
+	p, err := provisionKeep(t, block)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,33 +89,9 @@ func provisionSpill(t *testing.T, block string) (rt, explain *selection.Router) 
 
 func provisionSpillErr(t *testing.T, block string) (*RamjetSelection, error) {
 	t.Helper()
-	p, err := provisionSpillKeep(t, block)
+	p, err := provisionKeep(t, block)
 	if err == nil {
 		p.Cleanup()
 	}
 	return p, err
-}
-
-// provisionSpillKeep is provisionPolicy returning the provisioned policy
-// (the caller cleans it up).
-func provisionSpillKeep(t *testing.T, block string) (*RamjetSelection, error) {
-	t.Helper()
-	var p RamjetSelection
-	if err := p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(block)); err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(&p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var q RamjetSelection
-	if err := caddy.StrictUnmarshalJSON(b, &q); err != nil {
-		t.Fatalf("decoding %s: %v", b, err)
-	}
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	t.Cleanup(cancel)
-	if err := q.Provision(ctx); err != nil {
-		return nil, err
-	}
-	return &q, nil
 }
