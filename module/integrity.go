@@ -260,22 +260,30 @@ func (s *RamjetSelection) observeShadow(r *http.Request, pool reverseproxy.Upstr
 		return i >= 0 && pool[i].Available() && !s.integrityOut(v.Slots[i]) && od.Usable(v.Slots[i])
 	}
 	out, sticky := sh.ss.Record(xxhash.Sum64String(vals[0]), int(d.Slot), usable)
-	m := integCollector().Shadow
-	m.Decisions.WithLabelValues(s.fleet.StateKey, out.String()).Inc()
+	integCollector().Shadow.Decisions.WithLabelValues(s.fleet.StateKey, out.String()).Inc()
 	if out != integrity.ShadowDisagree {
 		return
 	}
-	j := index(sticky)
-	if j < 0 {
-		return
+	if j := index(sticky); j >= 0 {
+		s.scoreSticky(len(pool), v, feat, d, j)
 	}
-	cands := make([]selection.Candidate, len(pool))
-	for i := range pool {
+}
+
+// scoreSticky scores the sticky replica, candidate j of the pool, with a
+// read-only Pick and records the disagreement. Not inlined: its Scratch
+// lives on its stack (4.6 KB), and in observeShadow's frame it made every
+// Select that reached it grow the goroutine's stack after each GC had
+// shrunk it, shadow on or off.
+//
+//go:noinline
+func (s *RamjetSelection) scoreSticky(n int, v *poolView, feat *selection.Features, d selection.Decision, j int) {
+	cands := make([]selection.Candidate, n)
+	for i := range cands {
 		cands[i] = selection.Candidate{Slot: v.Slots[i], Usable: i == j, Profile: v.Profiles[i]}
 	}
-	sc := selection.NewScratch(len(cands))
+	sc := selection.NewScratch(n)
 	s.rt.Pick(feat, cands, sc)
-	m.Disagree(s.fleet.StateKey, d.Overlap, sc.Overlap[j], d.Load, sc.Load[j])
+	integCollector().Shadow.Disagree(s.fleet.StateKey, d.Overlap, sc.Overlap[j], d.Load, sc.Load[j])
 }
 
 // explainSession is the session part of an explanation of r (nil without
