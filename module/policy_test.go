@@ -238,11 +238,32 @@ func TestMatcherValidate(t *testing.T) {
 // the same replica keys, and checks that both send every request to the
 // same replica. Each request completes (its reservation released) before
 // the next, on both sides, so that both decide over the same load.
-func TestModuleAndFleetsimDecideAlike(t *testing.T) {
+func TestModuleAndFleetsimDecideAlike(t *testing.T) { moduleAndFleetsimDecideAlike(t, 0) }
+
+// The same with every learn of the module queued (selection's learn queue,
+// which the module turns on for long prompts only): the simulation learns
+// inline, the decisions are the same.
+func TestModuleAndFleetsimDecideAlikeLearnQueued(t *testing.T) {
+	moduleAndFleetsimDecideAlike(t, 1)
+}
+
+// moduleAndFleetsimDecideAlike is TestModuleAndFleetsimDecideAlike with
+// the module's learn queue taking prompts of queueMin blocks and more
+// (0: the module's default).
+func moduleAndFleetsimDecideAlike(t *testing.T, queueMin int) {
 	ss := startSims(t, 4, enginesim.Options{Instant: true})
 	dials := ss.dials()
 	c := startCaddy(t, dials, proxyOpts{})
 	f := lookupFleet("")
+	if queueMin > 0 {
+		x := f.Base().Index()
+		x.SetLearnQueue(queueMin)
+		defer func() {
+			if q, _ := x.QueuedLearns(); q == 0 {
+				t.Error("no learn was queued")
+			}
+		}()
+	}
 
 	sim, err := fleetsim.NewRamjet(selection.Config{})
 	if err != nil {

@@ -75,6 +75,8 @@ func acquireFleet(stateKey string, cfg selection.Config, secret []byte) (*fleet,
 		if err != nil {
 			return nil, err
 		}
+		// Long prompts' learns leave the request's path (selection/learnq.go).
+		fs.Base().Index().SetLearnQueue(selection.DefaultLearnQueueBlocks)
 		return &fleet{Fleet: fs, views: make(map[*RamjetSelection]*poolView)}, nil
 	})
 	if err != nil {

@@ -128,6 +128,8 @@ type Index struct {
 	entries   atomic.Int64  // live blocks
 	npairs    atomic.Int64  // live pairs
 	bytes     atomic.Int64
+
+	q learnQueue // learns Route queued, not yet applied (learnq.go)
 }
 
 // NewIndex returns an empty index bounded by budget bytes.
@@ -142,24 +144,24 @@ func NewIndex(budget int64) *Index {
 func (x *Index) Budget() int64 { return x.budget }
 
 // Bytes is the memory the index holds now, in bytes.
-func (x *Index) Bytes() int64 { return x.bytes.Load() }
+func (x *Index) Bytes() int64 { x.settle(); return x.bytes.Load() }
 
 // Entries is the number of blocks the index holds.
-func (x *Index) Entries() int64 { return x.entries.Load() }
+func (x *Index) Entries() int64 { x.settle(); return x.entries.Load() }
 
 // Pairs is the number of (block, replica) beliefs the index holds.
-func (x *Index) Pairs() int64 { return x.npairs.Load() }
+func (x *Index) Pairs() int64 { x.settle(); return x.npairs.Load() }
 
 // MaxEntries is the most blocks the budget allows when each is on one
 // replica of a fleet of up to 64.
 func (x *Index) MaxEntries() int { return int(x.budget / entryBytes) }
 
 // Evictions counts blocks evicted to stay within the budget.
-func (x *Index) Evictions() uint64 { return x.evictions.Load() }
+func (x *Index) Evictions() uint64 { x.settle(); return x.evictions.Load() }
 
 // Dropped counts (block, replica) beliefs dropped by a replica's capacity
 // or horizon.
-func (x *Index) Dropped() uint64 { return x.dropped.Load() }
+func (x *Index) Dropped() uint64 { x.settle(); return x.dropped.Load() }
 
 func (x *Index) accountBytes() {
 	x.bytes.Store(int64(cap(x.blocks))*blockBytes + int64(cap(x.bits))*8 + int64(len(x.btab))*4 +
@@ -334,8 +336,7 @@ func (x *Index) holders(key uint64) []uint64 {
 
 // holds reports whether slot s is believed to hold key.
 func (x *Index) holds(key uint64, s Slot) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	defer x.runlock(x.rlock())
 	return hasBit(x.holders(key), s)
 }
 
@@ -676,8 +677,16 @@ func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
 	if len(blocks) == 0 || s < 0 {
 		return -1
 	}
-	x.mu.Lock()
+	x.lock()
 	defer x.mu.Unlock()
+	return x.learnLocked(blocks, s, probe)
+}
+
+// learnLocked is learn with the write lock held.
+func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
+	if len(blocks) == 0 || s < 0 {
+		return -1
+	}
 	x.widen(s)
 	age := int64(-1)
 	if probe > 0 && probe <= len(blocks) {
@@ -816,7 +825,7 @@ func (x *Index) warm(keys []uint64) {
 // Forget drops every belief about slot s: the replica is treated as cold.
 // Its capacity and horizon stay.
 func (x *Index) Forget(s Slot) {
-	x.mu.Lock()
+	x.lock()
 	defer x.mu.Unlock()
 	x.forget(s)
 }
@@ -833,7 +842,7 @@ func (x *Index) forget(s Slot) {
 // release forgets slot s and clears its settings: the slot is free for a
 // new replica.
 func (x *Index) release(s Slot) {
-	x.mu.Lock()
+	x.lock()
 	defer x.mu.Unlock()
 	x.forget(s)
 	if int(s) < len(x.reps) && s >= 0 {
@@ -847,7 +856,7 @@ func (x *Index) SetCapacity(s Slot, blocks int64) {
 	if s < 0 {
 		return
 	}
-	x.mu.Lock()
+	x.lock()
 	defer x.mu.Unlock()
 	x.widen(s)
 	x.reps[s].capacity = max(0, blocks)
@@ -856,8 +865,7 @@ func (x *Index) SetCapacity(s Slot, blocks int64) {
 
 // Capacity is slot s's capacity in blocks (0: unbounded).
 func (x *Index) Capacity(s Slot) int64 {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	defer x.runlock(x.rlock())
 	if int(s) >= len(x.reps) || s < 0 {
 		return 0
 	}
@@ -870,7 +878,7 @@ func (x *Index) SetHorizon(s Slot, blocks int64) {
 	if s < 0 {
 		return
 	}
-	x.mu.Lock()
+	x.lock()
 	defer x.mu.Unlock()
 	x.widen(s)
 	x.reps[s].horizon = max(0, blocks)
@@ -879,8 +887,7 @@ func (x *Index) SetHorizon(s Slot, blocks int64) {
 
 // Horizon is slot s's horizon in blocks (0: none).
 func (x *Index) Horizon(s Slot) int64 {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	defer x.runlock(x.rlock())
 	if int(s) >= len(x.reps) || s < 0 {
 		return 0
 	}
@@ -889,8 +896,7 @@ func (x *Index) Horizon(s Slot) int64 {
 
 // Held is how many blocks slot s is believed to hold.
 func (x *Index) Held(s Slot) int64 {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	defer x.runlock(x.rlock())
 	if int(s) >= len(x.reps) || s < 0 {
 		return 0
 	}
@@ -936,8 +942,7 @@ func (x *Index) depths(blocks []uint64, interest []uint64, depth []int32, wk *de
 	if n == 0 {
 		return
 	}
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	defer x.runlock(x.rlock())
 	W := min(x.w, len(interest))
 	h0 := x.holders(blocks[0])
 	if h0 == nil {

@@ -45,10 +45,15 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens int) bool
 	got := cached / int64(rt.cfg.BlockTokens)
 	want := int64(res.predicted)
 	switch {
-	case got+1 < want && res.age >= 0:
-		// The deepest predicted block was res.age blocks old; block got,
-		// the first one evicted, was sent want-1-got blocks after it.
-		age := max(1, res.age-(want-1-got))
+	case got+1 < want:
+		// The deepest predicted block was learned blocks old when Route
+		// learned the prompt; block got, the first one evicted, was sent
+		// want-1-got blocks after it.
+		learned := rt.idx.settled(&res.learned)
+		if learned < 0 {
+			break
+		}
+		age := max(1, learned-(want-1-got))
 		if h := rt.idx.Horizon(s); h == 0 || age < h {
 			rt.idx.SetHorizon(s, age)
 			return true

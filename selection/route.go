@@ -69,7 +69,7 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 	if !precise || !cands[d.Index].Precise {
 		predicted = min(d.Overlap/rt.cfg.BlockTokens, len(f.Blocks))
 	}
-	res.age = rt.idx.learn(f.Blocks, d.Slot, predicted)
+	rt.idx.learnOrQueue(f.Blocks, d.Slot, predicted, &res.learned)
 	res.predicted, res.prompt, res.precise = int32(predicted), int32(f.PromptTokens(rt.cfg)), precise && cands[d.Index].Precise
 	if precise {
 		a.Decided(f, cands, d, s)

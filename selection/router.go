@@ -819,7 +819,7 @@ type Reservation struct {
 	// since) of the deepest of them, the prompt's estimated tokens, and
 	// whether the precise path decided (Observe then learns nothing).
 	predicted int32
-	age       int64
+	learned   learnTicket // the age, once Route's learn is applied (it may be queued)
 	prompt    int32
 	precise   bool
 	observed  atomic.Bool
@@ -834,6 +834,11 @@ func (rt *Router) Reserve(s Slot, prefill int) *Reservation {
 }
 
 func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int64) {
+	if r.learned.pending.Load() {
+		// Storage reused before the queued learn it was given landed:
+		// let it land first, it writes here.
+		rt.idx.settle()
+	}
 	c := &rt.loads[s]
 	c.inflight.Add(1)
 	c.pending.Add(int64(prefill))
@@ -842,7 +847,8 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 		subFloor(&c.linger, int32(min(resident, math.MaxInt32)))
 	}
 	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, c.gen.Load(), int64(prefill), resident
-	r.predicted, r.age, r.prompt, r.precise = 0, -1, 0, false
+	r.predicted, r.prompt, r.precise = 0, 0, false
+	r.learned.age.Store(-1)
 	r.state.Store(0)
 	r.observed.Store(false)
 }

@@ -25,8 +25,7 @@ func (rt *Router) ExportIndex(maxBlocks int) []Beliefs {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	x := rt.idx
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	defer x.runlock(x.rlock())
 	n := min(rt.Len(), len(x.reps))
 	total := int64(0)
 	for s := range n {
@@ -130,7 +129,7 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 				slot[i] = -1
 			}
 		}
-		x.mu.Lock()
+		x.lock()
 		x.widen(top)
 		for _, it := range chunk {
 			if s := slot[it.b]; s >= 0 {
