@@ -11,6 +11,10 @@ type Snapshot struct {
 	IndexBytes     int64
 	IndexBudget    int64
 	IndexEvictions uint64
+	// IndexLearnsQueued and IndexLearnsInline count the learns taken off
+	// the request path by the index's learn queue, and those of queueing
+	// size made inline because the queue was full.
+	IndexLearnsQueued, IndexLearnsInline uint64
 }
 
 // ReplicaSnapshot is one replica at scrape time. It carries the opaque id
@@ -45,6 +49,7 @@ func (f *Fleet) Snapshot(reps []Replica) Snapshot {
 	cfg := rt.Config()
 	fs := Snapshot{Key: f.StateKey, Config: cfg, IndexEntries: idx.Entries(),
 		IndexBytes: idx.Bytes(), IndexBudget: idx.Budget(), IndexEvictions: idx.Evictions()}
+	fs.IndexLearnsQueued, fs.IndexLearnsInline = idx.QueuedLearns()
 	od := f.Detector()
 	for _, r := range reps {
 		if r.Key == "" {

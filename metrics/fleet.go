@@ -44,6 +44,10 @@ var (
 		"Memory budget of the approximate index, in bytes.", fleetLabels, nil)
 	descEvictions = prometheus.NewDesc("ramjet_index_evictions_total",
 		"Prefix blocks evicted from the approximate index to stay within its budget.", fleetLabels, nil)
+	descLearnsQueued = prometheus.NewDesc("ramjet_index_learns_queued_total",
+		"Learns of long prompts the approximate index applied off the request path (its learn queue).", fleetLabels, nil)
+	descLearnsInline = prometheus.NewDesc("ramjet_index_learns_inline_total",
+		"Learns of long prompts made on the request path because the index's learn queue was full (none is ever dropped).", fleetLabels, nil)
 	descEjected = prometheus.NewDesc("ramjet_upstream_ejected",
 		"1 when outlier detection holds the upstream out (its recent answers failed: 5xx, connection failures, cut streams, timeouts), else 0.", replicaLabels, nil)
 	descEjections = prometheus.NewDesc("ramjet_ejections_total",
@@ -56,7 +60,7 @@ var (
 // fleet, the descriptors never do.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInflight, descPending, descLoad, descHealthy,
-		descAvailable, descQuarantined, descEjected, descEjections, descEntries, descBytes, descBudget, descEvictions, descReplicas} {
+		descAvailable, descQuarantined, descEjected, descEjections, descEntries, descBytes, descBudget, descEvictions, descLearnsQueued, descLearnsInline, descReplicas} {
 		ch <- d
 	}
 }
@@ -68,6 +72,8 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(f.IndexBytes), f.Key)
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(f.IndexBudget), f.Key)
 		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(f.IndexEvictions), f.Key)
+		ch <- prometheus.MustNewConstMetric(descLearnsQueued, prometheus.CounterValue, float64(f.IndexLearnsQueued), f.Key)
+		ch <- prometheus.MustNewConstMetric(descLearnsInline, prometheus.CounterValue, float64(f.IndexLearnsInline), f.Key)
 		ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(len(f.Replicas)), f.Key)
 		seen := make(map[string]bool, len(f.Replicas))
 		for _, r := range f.Replicas {
