@@ -57,3 +57,34 @@ func BenchmarkRouteUncached(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkRouteUncachedPath is BenchmarkRouteUncached's request path:
+// the time from Route's call to its return (what delays forwarding), with
+// the learn inline and with it queued. The queued learn is applied, and
+// Observe and Release made, outside the timed part, as the applier
+// goroutine and the end of the response do in the module.
+func BenchmarkRouteUncachedPath(b *testing.B) {
+	for _, queue := range []int{0, DefaultLearnQueueBlocks} {
+		b.Run(fmt.Sprintf("queue=%d", queue), func(b *testing.B) {
+			rt, cands := newTestRouter(b, Config{}, 8)
+			rt.Index().SetLearnQueue(queue)
+			prompts := make([]*Features, 64)
+			for i := range prompts {
+				prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), 1024), 1)
+			}
+			s := NewScratch(8)
+			var res Reservation
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
+				b.StopTimer()
+				rt.Index().settle()
+				rt.Observe(r, 0, 0)
+				r.Release()
+				b.StartTimer()
+				i++
+			}
+		})
+	}
+}
