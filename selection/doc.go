@@ -23,5 +23,8 @@
 //
 // Concurrency: a Router is safe for concurrent use. Pick takes a read lock on
 // the index once per decision and allocates nothing; Learn takes the write
-// lock. Reservations are atomic counters.
+// lock. Reservations are atomic counters. With Index.SetLearnQueue, Route
+// hands a long prompt's learn to a goroutine instead of making it before it
+// returns; every index reader and writer applies the queued learns first,
+// so decisions are those of the inline learn (learnq.go).
 package selection
