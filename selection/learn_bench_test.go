@@ -58,6 +58,29 @@ func BenchmarkRouteUncached(b *testing.B) {
 	}
 }
 
+// BenchmarkRouteUncachedQueued is BenchmarkRouteUncached with the module's
+// learn queue: its process CPU time against BenchmarkRouteUncached's is
+// what the hand-over to the applier costs in all.
+func BenchmarkRouteUncachedQueued(b *testing.B) {
+	rt, cands := newTestRouter(b, Config{}, 8)
+	rt.Index().SetLearnQueue(DefaultLearnQueueBlocks)
+	prompts := make([]*Features, 64)
+	for i := range prompts {
+		prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), 512), 1)
+	}
+	s := NewScratch(8)
+	var res Reservation
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
+		rt.Observe(r, 0, 0)
+		r.Release()
+		i++
+	}
+	rt.Index().settle()
+}
+
 // BenchmarkRouteUncachedPath is BenchmarkRouteUncached's request path:
 // the time from Route's call to its return (what delays forwarding), with
 // the learn inline and with it queued. The queued learn is applied, and
