@@ -2,6 +2,7 @@ package selection
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 )
 
@@ -108,6 +109,35 @@ func BenchmarkRouteUncachedPath(b *testing.B) {
 				b.StartTimer()
 				i++
 			}
+		})
+	}
+}
+
+// BenchmarkRouteUncachedParallel is BenchmarkRouteUncached from every P at
+// once (a saturated proxy, the overhead run at concurrency 16 and 32), with
+// the learn inline and queued: with no idle P, starting the applier wakes
+// no thread, and the queued learns are applied by the applier or by the
+// next Pick that finds them, as the inline learn would have cost.
+func BenchmarkRouteUncachedParallel(b *testing.B) {
+	for _, queue := range []int{0, DefaultLearnQueueBlocks} {
+		b.Run(fmt.Sprintf("queue=%d", queue), func(b *testing.B) {
+			rt, cands := newTestRouter(b, Config{}, 8)
+			rt.Index().SetLearnQueue(queue)
+			prompts := make([]*Features, 64)
+			for i := range prompts {
+				prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), 512), 1)
+			}
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				s := NewScratch(8)
+				var res Reservation
+				for pb.Next() {
+					_, r := rt.Route(prompts[next.Add(1)%64], cands, s, nil, &res)
+					rt.Observe(r, 0, 0)
+					r.Release()
+				}
+			})
+			rt.Index().settle()
 		})
 	}
 }
