@@ -45,9 +45,9 @@ var (
 	descEvictions = prometheus.NewDesc("ramjet_index_evictions_total",
 		"Prefix blocks evicted from the approximate index to stay within its budget.", fleetLabels, nil)
 	descLearnsQueued = prometheus.NewDesc("ramjet_index_learns_queued_total",
-		"Learns of long prompts the approximate index applied off the request path (its learn queue).", fleetLabels, nil)
+		"Learns the approximate index applied off the request path (its learn queue: prompts with many blocks new to the chosen replica).", fleetLabels, nil)
 	descLearnsInline = prometheus.NewDesc("ramjet_index_learns_inline_total",
-		"Learns of long prompts made on the request path because the index's learn queue was full (none is ever dropped).", fleetLabels, nil)
+		"Learns of queueing size made on the request path because the index's learn queue was full (none is ever dropped).", fleetLabels, nil)
 	descEjected = prometheus.NewDesc("ramjet_upstream_ejected",
 		"1 when outlier detection holds the upstream out (its recent answers failed: 5xx, connection failures, cut streams, timeouts), else 0.", replicaLabels, nil)
 	descEjections = prometheus.NewDesc("ramjet_ejections_total",

@@ -16,10 +16,10 @@ func TestFleetCollectorLearnQueue(t *testing.T) {
 		return []fleetstate.Snapshot{{Key: "a", IndexLearnsQueued: 7, IndexLearnsInline: 2}}
 	})
 	want := `
-# HELP ramjet_index_learns_inline_total Learns of long prompts made on the request path because the index's learn queue was full (none is ever dropped).
+# HELP ramjet_index_learns_inline_total Learns of queueing size made on the request path because the index's learn queue was full (none is ever dropped).
 # TYPE ramjet_index_learns_inline_total counter
 ramjet_index_learns_inline_total{fleet="a"} 2
-# HELP ramjet_index_learns_queued_total Learns of long prompts the approximate index applied off the request path (its learn queue).
+# HELP ramjet_index_learns_queued_total Learns the approximate index applied off the request path (its learn queue: prompts with many blocks new to the chosen replica).
 # TYPE ramjet_index_learns_queued_total counter
 ramjet_index_learns_queued_total{fleet="a"} 7
 `
