@@ -49,7 +49,7 @@ type queuedLearn struct {
 
 // learnQueue is the Index's queue of learns (Index.q).
 type learnQueue struct {
-	min     atomic.Int32 // the fewest blocks a learn must have to be queued (0: off)
+	min     atomic.Int32 // the fewest blocks new to the replica a learn must have to be queued (0: off)
 	waiting atomic.Int32 // learns queued and not yet applied
 
 	mu      sync.Mutex // guards items, blocks and running
