@@ -159,6 +159,14 @@ type loadCell struct {
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
+// chainList lists a replica's in-flight reservations made with
+// Options.ChainDedup or ObserveInflight (reserveChain), under mu. It is
+// kept beside loadCell, which is one cache line.
+type chainList struct {
+	mu   sync.Mutex
+	head *Reservation
+}
+
 // DefaultLingerTTL is how long released context keeps counting in the pair
 // term after the replica's last release (Options.LingerTTL): a closed-loop
 // agent or a conversation comes back within seconds (tool calls, think
@@ -242,6 +250,15 @@ type Options struct {
 	// last release: 0 is DefaultLingerTTL, negative forever (until new
 	// requests take it off: the rule of the 2026-12-02 04:00 session).
 	LingerTTL time.Duration
+	// ObserveInflight keeps Observe from reading a shortfall as eviction
+	// when the prompt shared a prefix with a request still prefilling on
+	// the replica (the engine had not computed it yet: an agent whose next
+	// step arrives while its previous one still waits), see reserveChain.
+	ObserveInflight bool
+	// ChainDedup counts context shared by requests in flight on one
+	// replica once in the resident tokens of the pair and overflow terms
+	// (see reserveChain), as Dynamo counts distinct active blocks.
+	ChainDedup bool
 	// OverflowWeight adds, per token of KV a replica lacks to run the
 	// request beside its in-flight ones (past its capacity the engine
 	// must queue or preempt and recompute),
@@ -278,7 +295,8 @@ type shared struct {
 	free    []Slot             // unregistered slots, reused first
 	kvcap   [MaxReplicas]int64 // SetCapacity's tokens per slot; 0: Config.KVCapacity
 
-	loads [MaxReplicas]loadCell
+	loads  [MaxReplicas]loadCell
+	chains [MaxReplicas]chainList
 
 	spread atomic.Uint64 // this instance's spill position (SetInstance)
 
@@ -468,6 +486,9 @@ func (rt *Router) Unregister(key string) bool {
 	c.pending.Store(0)
 	c.resident.Store(0)
 	c.linger.Store(0)
+	rt.chains[s].mu.Lock()
+	rt.chains[s].head = nil
+	rt.chains[s].mu.Unlock()
 	c.resetExternal()
 	rt.kvcap[s] = 0
 	rt.idx.release(s)
@@ -823,6 +844,18 @@ type Reservation struct {
 	prompt    int32
 	precise   bool
 	observed  atomic.Bool
+
+	// The prompt's block keys at four depths (its whole length, 15/16,
+	// 3/4 and 1/2 of it, in blocks), by which a later prompt that shares
+	// its prefix finds it, and the links of the replica's chain list
+	// (reserveChain).
+	tips       [4]uint64
+	depths     [4]int32
+	prev, next *Reservation
+	linked     bool
+	// shadowed: when reserved, the prompt shared a prefix with a request
+	// still prefilling on the replica (Options.ObserveInflight).
+	shadowed bool
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on
@@ -843,8 +876,90 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	}
 	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, c.gen.Load(), int64(prefill), resident
 	r.predicted, r.age, r.prompt, r.precise = 0, -1, 0, false
+	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
 	r.state.Store(0)
 	r.observed.Store(false)
+}
+
+// maxChainScan bounds how many of a replica's in-flight reservations,
+// the most recent first, reserveChain compares a new prompt with.
+const maxChainScan = 256
+
+// reserveChain is reserveInto for a prompt of blocks whose context is
+// resident tokens, with Options.ChainDedup and ObserveInflight: it
+// compares the prompt with the requests in flight on s (the most recent
+// maxChainScan). One whose prompt shares a prefix with this one (an
+// earlier step of the same agent or conversation still running, a
+// request of the same group) no longer counts the shared context, which
+// this one's includes, so that resident counts each context about once,
+// as the engine holds it (ChainDedup); and if one of them is still
+// prefilling, this request's engine answer may report fewer cached
+// tokens than the index predicted without anything being evicted
+// (ObserveInflight). A shared prefix is found at j's whole prompt or at
+// 15/16, 3/4 or 1/2 of it (the deepest that matches), so a prompt that
+// extends j's but diverges in j's last blocks (a partial block, a
+// rewritten tail) still finds it.
+func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int64, blocks []uint64) {
+	rt.reserveInto(r, s, prefill, resident)
+	if !rt.opt.ChainDedup && !rt.opt.ObserveInflight || resident == 0 || len(blocks) == 0 {
+		return
+	}
+	c := &rt.loads[s]
+	nb := int32(len(blocks))
+	r.depths = [4]int32{nb, nb - nb/16, nb - nb/4, nb / 2}
+	for i, d := range r.depths {
+		if d > 0 {
+			r.tips[i] = blocks[d-1]
+		}
+	}
+	bt := int64(rt.cfg.BlockTokens)
+	l := &rt.chains[s]
+	l.mu.Lock()
+	n := 0
+	for j := l.head; j != nil && n < maxChainScan; j, n = j.next, n+1 {
+		for i, d := range j.depths {
+			if d > 0 && d <= nb && blocks[d-1] == j.tips[i] {
+				if j.state.Load() == 0 {
+					r.shadowed = true
+				}
+				if rt.opt.ChainDedup && j.resident != 0 {
+					// j's first d blocks are this prompt's: count them once.
+					keep := max(0, j.resident-int64(d)*bt)
+					c.resident.Add(keep - j.resident)
+					j.resident = keep
+				}
+				break
+			}
+		}
+	}
+	r.next, r.prev, r.linked = l.head, nil, true
+	if l.head != nil {
+		l.head.prev = r
+	}
+	l.head = r
+	l.mu.Unlock()
+}
+
+// unchain takes r off its replica's chain list; it returns the context
+// tokens r still counts.
+func (r *Reservation) unchain() int64 {
+	if !r.linked {
+		return r.resident
+	}
+	l := &r.rt.chains[r.slot]
+	l.mu.Lock()
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else if l.head == r {
+		l.head = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.prev, r.next, r.linked = nil, nil, false
+	res := r.resident
+	l.mu.Unlock()
+	return res
 }
 
 // Slot is the reserved replica.
@@ -876,8 +991,8 @@ func (r *Reservation) Release() bool {
 	if old == 0 {
 		c.pending.Add(-r.prefill)
 	}
-	if r.resident != 0 {
-		c.resident.Add(-r.resident)
+	if res := r.unchain(); res != 0 {
+		c.resident.Add(-res)
 		if on, ttl := r.rt.lingerOn(); on {
 			kv := int64(c.kvtokens.Load())
 			if kv <= 0 {
@@ -891,7 +1006,7 @@ func (r *Reservation) Release() bool {
 				}
 				c.lingerAt.Store(now)
 			}
-			addCap(&c.linger, int32(min(r.resident, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
+			addCap(&c.linger, int32(min(res, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
 		}
 	}
 	c.inflight.Add(-1)

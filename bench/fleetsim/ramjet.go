@@ -122,7 +122,8 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
 // context_weight, pw pair_weight, ow overflow_weight, outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
-// nocap, noobs, marginal, firsttie, and the pair term's forms
+// nocap, noobs, marginal, firsttie, obsin (Options.ObserveInflight), chain
+// (Options.ChainDedup), and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
 // floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
@@ -182,6 +183,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.PairFloor = int64(x)
 		case "paircap":
 			setup.Options.PairCap = x
+		case "obsin":
+			setup.Options.ObserveInflight = true
+		case "chain":
+			setup.Options.ChainDedup = true
 		case "lingercap":
 			setup.Options.LingerCap = x
 		case "nolinger":
