@@ -32,14 +32,15 @@ func routeTo(t *testing.T, rt *Router, cands []Candidate, i int, blocks []uint64
 	return res
 }
 
-// With ChainDedup a request whose prompt extends (or shares a prefix
+// A request whose prompt extends (or shares a prefix
 // with) one still in flight on the same replica counts the shared context
 // once; released, the earlier request takes off only what it still
-// counts. Unrelated prompts and other replicas are untouched.
+// counts. Unrelated prompts and other replicas are untouched;
+// NoChainDedup is the rule before.
 func TestChainDedupCountsContextOnce(t *testing.T) {
 	for _, dedup := range []bool{false, true} {
 		rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
-		rt = rt.WithOptions(Options{ChainDedup: dedup})
+		rt = rt.WithOptions(Options{NoChainDedup: !dedup})
 		s0, s1 := cands[0].Slot, cands[1].Slot
 		a := routeTo(t, rt, cands, 0, blocksOf(1, 200)) // 3,200 tokens
 		b := routeTo(t, rt, cands, 0, blocksOf(1, 240)) // extends a: 3,840
@@ -73,7 +74,6 @@ func TestChainDedupCountsContextOnce(t *testing.T) {
 	// A prompt sharing a's first 150 of 200 blocks (then diverging): a
 	// keeps its 50-block tail.
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
-	rt = rt.WithOptions(Options{ChainDedup: true})
 	a := routeTo(t, rt, cands, 0, tokensOf(1, 9, 200, 200))
 	d := routeTo(t, rt, cands, 0, tokensOf(1, 9, 150, 250))
 	if got := rt.Resident(cands[0].Slot); got != 50*16+250*16 {
@@ -86,10 +86,10 @@ func TestChainDedupCountsContextOnce(t *testing.T) {
 	}
 }
 
-// With ObserveInflight a shortfall is not read as eviction when the
+// A shortfall is not read as eviction when the
 // prompt extends a request still prefilling on the replica (the engine
 // had not computed it yet); once that request's prefill is done, a
-// shortfall is eviction again.
+// shortfall is eviction again. ObserveShadowed is the rule before.
 func TestObserveInflightSkipsUncomputed(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
@@ -97,9 +97,9 @@ func TestObserveInflightSkipsUncomputed(t *testing.T) {
 		done     bool // the earlier request's prefill finished first
 		wantTrim bool
 	}{
-		{"rule before", Options{}, false, true},
-		{"still prefilling", Options{ObserveInflight: true}, false, false},
-		{"prefill done", Options{ObserveInflight: true}, true, true},
+		{"rule before", Options{ObserveShadowed: true}, false, true},
+		{"still prefilling", Options{}, false, false},
+		{"prefill done", Options{}, true, true},
 	} {
 		rt, cands := newTestRouter(t, Config{BlockTokens: 16, PrefixTokens: 16 * 1024}, 1)
 		rt = rt.WithOptions(tt.opt)
@@ -123,11 +123,10 @@ func TestObserveInflightSkipsUncomputed(t *testing.T) {
 	}
 }
 
-// Route with the chain options allocates nothing once the scratch and
-// the reservation exist.
+// Route allocates nothing once the scratch and the reservations exist,
+// also when a prompt finds another in flight.
 func TestChainRouteAllocs(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 4)
-	rt = rt.WithOptions(Options{ChainDedup: true, ObserveInflight: true})
 	s := NewScratch(len(cands))
 	f := features(rt.Config(), blocksOf(1, 200), 0)
 	g := features(rt.Config(), blocksOf(1, 240), 0)
@@ -139,6 +138,6 @@ func TestChainRouteAllocs(t *testing.T) {
 		a.Release()
 	})
 	if allocs != 0 {
-		t.Fatalf("Route with the chain options: %v allocations, want 0", allocs)
+		t.Fatalf("Route: %v allocations, want 0", allocs)
 	}
 }

@@ -27,7 +27,7 @@ package selection
 //     (Route learned it); the replica's horizon, if any, is doubled so that
 //     it drops less from then on.
 //
-// With Options.ObserveInflight a shortfall is ignored when the prompt
+// A shortfall is ignored (unless Options.ObserveShadowed) when the prompt
 // shared a prefix with a request still prefilling on the replica when it
 // was routed: the engine had not computed that prefix yet, which says
 // nothing about evictions (read as one, it collapsed the horizon to a few
@@ -52,10 +52,9 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens int) bool
 	got := cached / int64(rt.cfg.BlockTokens)
 	want := int64(res.predicted)
 	switch {
-	case got+1 < want && res.shadowed:
+	case got+1 < want && res.shadowed && !rt.opt.ObserveShadowed:
 		// A request sharing the prompt was still prefilling on the
-		// replica (Options.ObserveInflight): what the engine had not
-		// computed yet was not evicted.
+		// replica: what the engine had not computed yet was not evicted.
 		return false
 	case got+1 < want && res.age >= 0:
 		// The deepest predicted block was res.age blocks old; block got,

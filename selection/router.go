@@ -159,9 +159,8 @@ type loadCell struct {
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
-// chainList lists a replica's in-flight reservations made with
-// Options.ChainDedup or ObserveInflight (reserveChain), under mu. It is
-// kept beside loadCell, which is one cache line.
+// chainList lists a replica's in-flight reservations (reserveChain),
+// under mu. It is kept beside loadCell, which is one cache line.
 type chainList struct {
 	mu   sync.Mutex
 	head *Reservation
@@ -185,6 +184,16 @@ const DefaultLingerTTL = 20 * time.Second
 // the weights of a 32B model: replicas at least that large are scored as
 // before. Chosen in the fleet simulation (bench/EXPERIMENTS.md section 14).
 const DefaultPairFloor = 196_608
+
+// DefaultOverflowWeight is Options.OverflowWeight's default: past its KV
+// capacity (the resident context of its in-flight requests, shared
+// context counted once, plus the request's prompt) a replica's load grows
+// by 4 tokens per token it lacks, so that an overloaded home whose
+// agents' contexts no longer fit sheds the next one to a replica with
+// room, as Dynamo's active-block term does, while a replica with room
+// pays nothing. Chosen in the fleet simulation on the tool-agent trace
+// (bench/EXPERIMENTS.md section 15).
+const DefaultOverflowWeight = 4.0
 
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
 // registered at once.
@@ -250,20 +259,28 @@ type Options struct {
 	// last release: 0 is DefaultLingerTTL, negative forever (until new
 	// requests take it off: the rule of the 2026-12-02 04:00 session).
 	LingerTTL time.Duration
-	// ObserveInflight keeps Observe from reading a shortfall as eviction
-	// when the prompt shared a prefix with a request still prefilling on
-	// the replica (the engine had not computed it yet: an agent whose next
-	// step arrives while its previous one still waits), see reserveChain.
-	ObserveInflight bool
-	// ChainDedup counts context shared by requests in flight on one
-	// replica once in the resident tokens of the pair and overflow terms
-	// (see reserveChain), as Dynamo counts distinct active blocks.
-	ChainDedup bool
-	// OverflowWeight adds, per token of KV a replica lacks to run the
-	// request beside its in-flight ones (past its capacity the engine
-	// must queue or preempt and recompute),
+	// ObserveShadowed makes Observe read every shortfall as eviction (the
+	// rule before), also when the prompt shared a prefix with a request
+	// still prefilling on the replica, which the rule ignores: the engine
+	// had not computed that prefix yet (an agent whose next step arrives
+	// while its previous one still waits). See reserveChain.
+	ObserveShadowed bool
+	// NoChainDedup counts every in-flight request's whole prompt in the
+	// resident tokens (the rule before). The rule counts context that
+	// requests in flight on one replica share about once (see
+	// reserveChain), as the engine holds it and as Dynamo counts distinct
+	// active blocks.
+	NoChainDedup bool
+	// OverflowWeight is the load, per token of KV a replica lacks to run
+	// the request beside its in-flight ones (past its capacity the engine
+	// must queue or preempt and recompute), on every replica, the
+	// request's home too:
 	//
 	//	load(r) += overflow_weight x max(0, R + P - C)
+	//
+	// 0 is DefaultOverflowWeight over this router's own reservations
+	// (R without the engine-reported KV of others), negative none (the
+	// rule before); a positive weight counts R with it.
 	OverflowWeight float64
 	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
 	// prefix too: several instances that all learn every replica's blocks
@@ -562,7 +579,11 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
-	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && rt.opt.OverflowWeight == 0 {
+	ow := rt.opt.OverflowWeight
+	if ow == 0 {
+		ow = DefaultOverflowWeight
+	}
+	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && ow <= 0 {
 		return ld
 	}
 	r := c.resident.Load() + c.extKV()
@@ -611,8 +632,16 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 		}
 		ld += pair
 	}
-	if over := res + p - capa; over > 0 {
-		ld += rt.opt.OverflowWeight * over
+	// At the default weight the overflow counts this router's own
+	// reservations only, not the engine-reported KV of others
+	// (SetExternalLoad), which was not measured with it; an explicit
+	// weight counts both (the experiment's form).
+	own := res
+	if rt.opt.OverflowWeight == 0 {
+		own = float64(c.resident.Load())
+	}
+	if over := own + p - capa; over > 0 && ow > 0 {
+		ld += ow * over
 	}
 	return ld
 }
@@ -854,7 +883,7 @@ type Reservation struct {
 	prev, next *Reservation
 	linked     bool
 	// shadowed: when reserved, the prompt shared a prefix with a request
-	// still prefilling on the replica (Options.ObserveInflight).
+	// still prefilling on the replica (Observe).
 	shadowed bool
 }
 
@@ -886,22 +915,21 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 const maxChainScan = 256
 
 // reserveChain is reserveInto for a prompt of blocks whose context is
-// resident tokens, with Options.ChainDedup and ObserveInflight: it
-// compares the prompt with the requests in flight on s (the most recent
+// resident tokens: it compares the prompt with the requests in flight on s (the most recent
 // maxChainScan). One whose prompt shares a prefix with this one (an
 // earlier step of the same agent or conversation still running, a
 // request of the same group) no longer counts the shared context, which
 // this one's includes, so that resident counts each context about once,
-// as the engine holds it (ChainDedup); and if one of them is still
-// prefilling, this request's engine answer may report fewer cached
-// tokens than the index predicted without anything being evicted
-// (ObserveInflight). A shared prefix is found at j's whole prompt or at
+// as the engine holds it (unless Options.NoChainDedup); and if one of
+// them is still prefilling, this request's engine answer may report fewer
+// cached tokens than the index predicted without anything being evicted
+// (Observe, unless Options.ObserveShadowed). A shared prefix is found at j's whole prompt or at
 // 15/16, 3/4 or 1/2 of it (the deepest that matches), so a prompt that
 // extends j's but diverges in j's last blocks (a partial block, a
 // rewritten tail) still finds it.
 func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int64, blocks []uint64) {
 	rt.reserveInto(r, s, prefill, resident)
-	if !rt.opt.ChainDedup && !rt.opt.ObserveInflight || resident == 0 || len(blocks) == 0 {
+	if rt.opt.NoChainDedup && rt.opt.ObserveShadowed || resident == 0 || len(blocks) == 0 {
 		return
 	}
 	c := &rt.loads[s]
@@ -922,7 +950,7 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 				if j.state.Load() == 0 {
 					r.shadowed = true
 				}
-				if rt.opt.ChainDedup && j.resident != 0 {
+				if !rt.opt.NoChainDedup && j.resident != 0 {
 					// j's first d blocks are this prompt's: count them once.
 					keep := max(0, j.resident-int64(d)*bt)
 					c.resident.Add(keep - j.resident)
