@@ -141,3 +141,30 @@ func TestChainRouteAllocs(t *testing.T) {
 		t.Fatalf("Route: %v allocations, want 0", allocs)
 	}
 }
+
+// BenchmarkRouteInflight is Route on a replica with 64 other requests in
+// flight (the chain list reserveChain scans), against the rule before
+// (no list).
+func BenchmarkRouteInflight(b *testing.B) {
+	for _, o := range []struct {
+		name string
+		opt  Options
+	}{{"rule", Options{}}, {"before", Options{NoChainDedup: true, ObserveShadowed: true}}} {
+		b.Run(o.name, func(b *testing.B) {
+			rt, cands := newTestRouter(b, Config{BlockTokens: 16, PrefixTokens: 16 * 1024}, 1)
+			rt = rt.WithOptions(o.opt)
+			s := NewScratch(1)
+			held := make([]Reservation, 64)
+			for i := range held {
+				rt.Route(features(rt.Config(), blocksOf(uint64(i+2), 512), 0), cands, s, nil, &held[i])
+			}
+			f := features(rt.Config(), blocksOf(1, 1024), 300)
+			var res Reservation
+			b.ReportAllocs()
+			for b.Loop() {
+				_, r := rt.Route(f, cands, s, nil, &res)
+				r.Release()
+			}
+		})
+	}
+}
