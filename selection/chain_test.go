@@ -1,6 +1,9 @@
 package selection
 
-import "testing"
+import (
+	"sync"
+	"testing"
+)
 
 // tokensOf is n tokens of family fam, the first shared of them equal to
 // family base's (a prompt that shares a prefix with another).
@@ -166,5 +169,45 @@ func BenchmarkRouteInflight(b *testing.B) {
 				r.Release()
 			}
 		})
+	}
+}
+
+// Routes and releases from many goroutines, prompts extending one
+// another, keep the chain lists and the resident count consistent: every
+// release done, nothing stays resident (run with -race).
+func TestChainConcurrent(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 3)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := NewScratch(len(cands))
+			var held []*Reservation
+			for i := range 200 {
+				f := features(rt.Config(), blocksOf(uint64(g%3+1), 50+i%40), 0)
+				_, r := rt.Route(f, cands, s, nil, nil)
+				if i%3 == 0 {
+					r.PrefillDone()
+				}
+				held = append(held, r)
+				if len(held) > 5 {
+					held[0].Release()
+					held = held[1:]
+				}
+			}
+			for _, r := range held {
+				r.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range cands {
+		if inf, pend := rt.Load(c.Slot); inf != 0 || pend != 0 || rt.Resident(c.Slot) != 0 {
+			t.Errorf("slot %d after every release: %d in flight, %d pending, %d resident", c.Slot, inf, pend, rt.Resident(c.Slot))
+		}
+		if l := &rt.chains[c.Slot]; l.head != nil {
+			t.Errorf("slot %d: chain list not empty", c.Slot)
+		}
 	}
 }
