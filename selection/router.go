@@ -259,6 +259,10 @@ type Options struct {
 	// last release: 0 is DefaultLingerTTL, negative forever (until new
 	// requests take it off: the rule of the 2026-12-02 04:00 session).
 	LingerTTL time.Duration
+	// LingerHalfLife, when positive, makes the lingering context decay
+	// with this half-life since the replica's last release instead of
+	// expiring after LingerTTL (experiment).
+	LingerHalfLife time.Duration
 	// ObserveShadowed makes Observe read every shortfall as eviction (the
 	// rule before), also when the prompt shared a prefix with a request
 	// still prefilling on the replica, which the rule ignores: the engine
@@ -606,7 +610,10 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	pres, pcap := res, max(capa, floor)
 	lgr := 0.0
 	if on, ttl := rt.lingerOn(); on && pairOn {
-		if lg := c.linger.Load(); lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
+		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
+			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
+			pres += lgr
+		} else if lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
 			lgr = float64(lg)
 			pres += lgr
 		}
@@ -1026,7 +1033,12 @@ func (r *Reservation) Release() bool {
 			if kv <= 0 {
 				kv = AssumedKVTokens
 			}
-			if ttl > 0 {
+			if hl := r.rt.opt.LingerHalfLife; hl > 0 {
+				now := r.rt.clockMS()
+				age := float64(now - c.lingerAt.Load())
+				c.linger.Store(int32(float64(c.linger.Load()) * math.Exp2(-age/float64(hl.Milliseconds()))))
+				c.lingerAt.Store(now)
+			} else if ttl > 0 {
 				// What lingered past the TTL is done: start over.
 				now := r.rt.clockMS()
 				if now-c.lingerAt.Load() >= ttl {
