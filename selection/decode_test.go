@@ -281,3 +281,24 @@ func TestPairBounds(t *testing.T) {
 		t.Fatalf("LingerCap, no overlap known: load %v, want 8,000", got)
 	}
 }
+
+// With LingerHalfLife the lingering context halves every half-life
+// since the replica's last release instead of expiring at once.
+func TestLingerHalfLife(t *testing.T) {
+	var now time.Duration
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+	rt = rt.WithOptions(Options{PairFloor: -1, LingerHalfLife: 10 * time.Second})
+	rt.SetClock(func() time.Duration { return now })
+	sl := cands[0].Slot
+	rt.SetCapacity(sl, 16_000)
+	routeResident(t, rt, cands, 0, 1, 250).Release() // 4,000 tokens, ended at 0
+	for _, tt := range []struct {
+		at   time.Duration
+		want float64
+	}{{0, 4000}, {10 * time.Second, 2000}, {DefaultLingerTTL, 1000}} {
+		now = tt.at
+		if got, want := rt.load(sl, 8000), 2*8000*tt.want/16000; got != want {
+			t.Errorf("load %v after the release = %v, want %v (%v tokens linger)", tt.at, got, want, tt.want)
+		}
+	}
+}

@@ -27,6 +27,13 @@ package selection
 //     (Route learned it); the replica's horizon, if any, is doubled so that
 //     it drops less from then on.
 //
+// A shortfall is ignored (unless Options.ObserveShadowed) when the prompt
+// shared a prefix with a request still prefilling on the replica when it
+// was routed: the engine had not computed that prefix yet, which says
+// nothing about evictions (read as one, it collapsed the horizon to a few
+// hundred blocks on an overloaded replica and the index forgot the
+// replica's agents: bench/EXPERIMENTS.md, section 16).
+//
 // Counts within one block of the prediction confirm it. promptTokens
 // scales cachedTokens to the index's estimated tokens (the index counts
 // tokens estimated from bytes, the engine real ones).
@@ -45,6 +52,10 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens int) bool
 	got := cached / int64(rt.cfg.BlockTokens)
 	want := int64(res.predicted)
 	switch {
+	case got+1 < want && res.shadowed && !rt.opt.ObserveShadowed:
+		// A request sharing the prompt was still prefilling on the
+		// replica: what the engine had not computed yet was not evicted.
+		return false
 	case got+1 < want:
 		// The deepest predicted block was learned blocks old when Route
 		// learned the prompt; block got, the first one evicted, was sent

@@ -64,7 +64,7 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 	if res == nil {
 		res = new(Reservation)
 	}
-	rt.reserveInto(res, d.Slot, prefill, resident)
+	rt.reserveChain(res, d.Slot, prefill, resident, f.Blocks)
 	predicted := 0
 	if !precise || !cands[d.Index].Precise {
 		predicted = min(d.Overlap/rt.cfg.BlockTokens, len(f.Blocks))

@@ -159,6 +159,13 @@ type loadCell struct {
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
+// chainList lists a replica's in-flight reservations (reserveChain),
+// under mu. It is kept beside loadCell, which is one cache line.
+type chainList struct {
+	mu   sync.Mutex
+	head *Reservation
+}
+
 // DefaultLingerTTL is how long released context keeps counting in the pair
 // term after the replica's last release (Options.LingerTTL): a closed-loop
 // agent or a conversation comes back within seconds (tool calls, think
@@ -177,6 +184,16 @@ const DefaultLingerTTL = 20 * time.Second
 // the weights of a 32B model: replicas at least that large are scored as
 // before. Chosen in the fleet simulation (bench/EXPERIMENTS.md section 14).
 const DefaultPairFloor = 196_608
+
+// DefaultOverflowWeight is Options.OverflowWeight's default: past its KV
+// capacity (the resident context of its in-flight requests, shared
+// context counted once, plus the request's prompt) a replica's load grows
+// by 4 tokens per token it lacks, so that an overloaded home whose
+// agents' contexts no longer fit sheds the next one to a replica with
+// room, as Dynamo's active-block term does, while a replica with room
+// pays nothing. Chosen in the fleet simulation on the tool-agent trace
+// (bench/EXPERIMENTS.md section 16).
+const DefaultOverflowWeight = 4.0
 
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
 // registered at once.
@@ -242,11 +259,32 @@ type Options struct {
 	// last release: 0 is DefaultLingerTTL, negative forever (until new
 	// requests take it off: the rule of the 2026-12-02 04:00 session).
 	LingerTTL time.Duration
-	// OverflowWeight adds, per token of KV a replica lacks to run the
-	// request beside its in-flight ones (past its capacity the engine
-	// must queue or preempt and recompute),
+	// LingerHalfLife, when positive, makes the lingering context decay
+	// with this half-life since the replica's last release instead of
+	// expiring after LingerTTL (experiment).
+	LingerHalfLife time.Duration
+	// ObserveShadowed makes Observe read every shortfall as eviction (the
+	// rule before), also when the prompt shared a prefix with a request
+	// still prefilling on the replica, which the rule ignores: the engine
+	// had not computed that prefix yet (an agent whose next step arrives
+	// while its previous one still waits). See reserveChain.
+	ObserveShadowed bool
+	// NoChainDedup counts every in-flight request's whole prompt in the
+	// resident tokens (the rule before). The rule counts context that
+	// requests in flight on one replica share about once (see
+	// reserveChain), as the engine holds it and as Dynamo counts distinct
+	// active blocks.
+	NoChainDedup bool
+	// OverflowWeight is the load, per token of KV a replica lacks to run
+	// the request beside its in-flight ones (past its capacity the engine
+	// must queue or preempt and recompute), on every replica, the
+	// request's home too:
 	//
 	//	load(r) += overflow_weight x max(0, R + P - C)
+	//
+	// 0 is DefaultOverflowWeight over this router's own reservations
+	// (R without the engine-reported KV of others), negative none (the
+	// rule before); a positive weight counts R with it.
 	OverflowWeight float64
 	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
 	// prefix too: several instances that all learn every replica's blocks
@@ -278,7 +316,8 @@ type shared struct {
 	free    []Slot             // unregistered slots, reused first
 	kvcap   [MaxReplicas]int64 // SetCapacity's tokens per slot; 0: Config.KVCapacity
 
-	loads [MaxReplicas]loadCell
+	loads  [MaxReplicas]loadCell
+	chains [MaxReplicas]chainList
 
 	spread atomic.Uint64 // this instance's spill position (SetInstance)
 
@@ -468,6 +507,9 @@ func (rt *Router) Unregister(key string) bool {
 	c.pending.Store(0)
 	c.resident.Store(0)
 	c.linger.Store(0)
+	rt.chains[s].mu.Lock()
+	rt.chains[s].head = nil
+	rt.chains[s].mu.Unlock()
 	c.resetExternal()
 	rt.kvcap[s] = 0
 	rt.idx.release(s)
@@ -541,7 +583,11 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
-	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && rt.opt.OverflowWeight == 0 {
+	ow := rt.opt.OverflowWeight
+	if ow == 0 {
+		ow = DefaultOverflowWeight
+	}
+	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && ow <= 0 {
 		return ld
 	}
 	r := c.resident.Load() + c.extKV()
@@ -564,7 +610,10 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	pres, pcap := res, max(capa, floor)
 	lgr := 0.0
 	if on, ttl := rt.lingerOn(); on && pairOn {
-		if lg := c.linger.Load(); lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
+		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
+			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
+			pres += lgr
+		} else if lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
 			lgr = float64(lg)
 			pres += lgr
 		}
@@ -590,8 +639,16 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 		}
 		ld += pair
 	}
-	if over := res + p - capa; over > 0 {
-		ld += rt.opt.OverflowWeight * over
+	// At the default weight the overflow counts this router's own
+	// reservations only, not the engine-reported KV of others
+	// (SetExternalLoad), which was not measured with it; an explicit
+	// weight counts both (the experiment's form).
+	own := res
+	if rt.opt.OverflowWeight == 0 {
+		own = float64(c.resident.Load())
+	}
+	if over := own + p - capa; over > 0 && ow > 0 {
+		ld += ow * over
 	}
 	return ld
 }
@@ -823,6 +880,18 @@ type Reservation struct {
 	prompt    int32
 	precise   bool
 	observed  atomic.Bool
+
+	// The prompt's block keys at four depths (its whole length, 15/16,
+	// 3/4 and 1/2 of it, in blocks), by which a later prompt that shares
+	// its prefix finds it, and the links of the replica's chain list
+	// (reserveChain).
+	tips       [4]uint64
+	depths     [4]int32
+	prev, next *Reservation
+	linked     bool
+	// shadowed: when reserved, the prompt shared a prefix with a request
+	// still prefilling on the replica (Observe).
+	shadowed bool
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on
@@ -849,8 +918,89 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, c.gen.Load(), int64(prefill), resident
 	r.predicted, r.prompt, r.precise = 0, 0, false
 	r.learned.age.Store(-1)
+	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
 	r.state.Store(0)
 	r.observed.Store(false)
+}
+
+// maxChainScan bounds how many of a replica's in-flight reservations,
+// the most recent first, reserveChain compares a new prompt with.
+const maxChainScan = 256
+
+// reserveChain is reserveInto for a prompt of blocks whose context is
+// resident tokens: it compares the prompt with the requests in flight on s (the most recent
+// maxChainScan). One whose prompt shares a prefix with this one (an
+// earlier step of the same agent or conversation still running, a
+// request of the same group) no longer counts the shared context, which
+// this one's includes, so that resident counts each context about once,
+// as the engine holds it (unless Options.NoChainDedup); and if one of
+// them is still prefilling, this request's engine answer may report fewer
+// cached tokens than the index predicted without anything being evicted
+// (Observe, unless Options.ObserveShadowed). A shared prefix is found at j's whole prompt or at
+// 15/16, 3/4 or 1/2 of it (the deepest that matches), so a prompt that
+// extends j's but diverges in j's last blocks (a partial block, a
+// rewritten tail) still finds it.
+func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int64, blocks []uint64) {
+	rt.reserveInto(r, s, prefill, resident)
+	if rt.opt.NoChainDedup && rt.opt.ObserveShadowed || resident == 0 || len(blocks) == 0 {
+		return
+	}
+	c := &rt.loads[s]
+	nb := int32(len(blocks))
+	r.depths = [4]int32{nb, nb - nb/16, nb - nb/4, nb / 2}
+	for i, d := range r.depths {
+		if d > 0 {
+			r.tips[i] = blocks[d-1]
+		}
+	}
+	bt := int64(rt.cfg.BlockTokens)
+	l := &rt.chains[s]
+	l.mu.Lock()
+	n := 0
+	for j := l.head; j != nil && n < maxChainScan; j, n = j.next, n+1 {
+		for i, d := range j.depths {
+			if d > 0 && d <= nb && blocks[d-1] == j.tips[i] {
+				if j.state.Load() == 0 {
+					r.shadowed = true
+				}
+				if !rt.opt.NoChainDedup && j.resident != 0 {
+					// j's first d blocks are this prompt's: count them once.
+					keep := max(0, j.resident-int64(d)*bt)
+					c.resident.Add(keep - j.resident)
+					j.resident = keep
+				}
+				break
+			}
+		}
+	}
+	r.next, r.prev, r.linked = l.head, nil, true
+	if l.head != nil {
+		l.head.prev = r
+	}
+	l.head = r
+	l.mu.Unlock()
+}
+
+// unchain takes r off its replica's chain list; it returns the context
+// tokens r still counts.
+func (r *Reservation) unchain() int64 {
+	if !r.linked {
+		return r.resident
+	}
+	l := &r.rt.chains[r.slot]
+	l.mu.Lock()
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else if l.head == r {
+		l.head = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.prev, r.next, r.linked = nil, nil, false
+	res := r.resident
+	l.mu.Unlock()
+	return res
 }
 
 // Slot is the reserved replica.
@@ -882,14 +1032,19 @@ func (r *Reservation) Release() bool {
 	if old == 0 {
 		c.pending.Add(-r.prefill)
 	}
-	if r.resident != 0 {
-		c.resident.Add(-r.resident)
+	if res := r.unchain(); res != 0 {
+		c.resident.Add(-res)
 		if on, ttl := r.rt.lingerOn(); on {
 			kv := int64(c.kvtokens.Load())
 			if kv <= 0 {
 				kv = AssumedKVTokens
 			}
-			if ttl > 0 {
+			if hl := r.rt.opt.LingerHalfLife; hl > 0 {
+				now := r.rt.clockMS()
+				age := float64(now - c.lingerAt.Load())
+				c.linger.Store(int32(float64(c.linger.Load()) * math.Exp2(-age/float64(hl.Milliseconds()))))
+				c.lingerAt.Store(now)
+			} else if ttl > 0 {
 				// What lingered past the TTL is done: start over.
 				now := r.rt.clockMS()
 				if now-c.lingerAt.Load() >= ttl {
@@ -897,7 +1052,7 @@ func (r *Reservation) Release() bool {
 				}
 				c.lingerAt.Store(now)
 			}
-			addCap(&c.linger, int32(min(r.resident, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
+			addCap(&c.linger, int32(min(res, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
 		}
 	}
 	c.inflight.Add(-1)

@@ -320,6 +320,11 @@ type Dynamo struct {
 	Temperature   float64
 	// Label is the row name; "" means "dynamo".
 	Label string
+	// SumActive counts a worker's active blocks per in-flight sequence
+	// (a block shared by two sequences twice), not distinct (experiment).
+	SumActive bool
+	// NoDecode leaves the decode term out (experiment).
+	NoDecode bool
 
 	rng     *rand.Rand
 	workers []dynWorker
@@ -331,6 +336,7 @@ type Dynamo struct {
 
 type dynWorker struct {
 	prefill int            // queued prefill tokens
+	sum     int            // blocks of its in-flight sequences, shared ones counted per sequence
 	active  map[uint64]int // block -> refs of in-flight sequences
 }
 
@@ -385,6 +391,12 @@ func (p *Dynamo) Pick(r *Request, fleet []*Replica) int {
 			return !ok
 		})
 		decode := len(w.active) + len(r.engHashes) - shared
+		if p.SumActive {
+			decode = w.sum + len(r.engHashes)
+		}
+		if p.NoDecode {
+			decode = 0
+		}
 		logit := p.OverlapWeight*prefillBlocks + float64(decode)
 		p.logits = append(p.logits, logit)
 		switch {
@@ -441,6 +453,7 @@ func (p *Dynamo) Routed(r *Request, rep int) {
 	for _, h := range d.blocks {
 		w.active[h]++
 	}
+	w.sum += len(d.blocks)
 	p.reqs[r.Row.ID] = d
 }
 
@@ -468,6 +481,7 @@ func (p *Dynamo) Done(r *Request, rep int) {
 			delete(w.active, h)
 		}
 	}
+	w.sum -= len(d.blocks)
 	delete(p.reqs, r.Row.ID)
 }
 

@@ -476,3 +476,39 @@ func TestRamjetContextWeighsInFlightContext(t *testing.T) {
 		t.Fatalf("left %d in flight, %d pending, %d resident", inflight, pending, p.Router().Resident(selection.Slot(rep)))
 	}
 }
+
+// The yardstick's experiment variants of Dynamo: SumActive counts a block
+// shared by two in-flight sequences twice (as ramjet's resident context
+// did), NoDecode leaves the active-block term out.
+func TestDynamoVariants(t *testing.T) {
+	fl, _ := fleetOf(2)
+	r := req(1, 5, 1600, 3200)
+	r.engHashes = engineHashes(0, 16, r.Prompt)
+	r2 := req(2, 5, 1600, 3200) // shares r's first 100 blocks
+	r2.engHashes = engineHashes(0, 16, r2.Prompt)
+	for _, tt := range []struct {
+		name string
+		p    *Dynamo
+		want int // worker 0's logit for r2, less worker 1's
+	}{
+		// Worker 0 runs r (prefill done, 199 active blocks); worker 1
+		// is idle. Prefill terms are equal (nothing cached); decode:
+		// distinct 199 + 99 new against 199.
+		{"distinct", &Dynamo{OverlapWeight: 1}, 99},
+		{"sum", &Dynamo{OverlapWeight: 1, SumActive: true}, 199},
+		{"no decode", &Dynamo{OverlapWeight: 1, NoDecode: true}, 0},
+	} {
+		tt.p.rng = rand.New(rand.NewPCG(1, 1))
+		tt.p.Pick(r, fl)
+		tt.p.Routed(r, 0)
+		tt.p.FirstToken(r, 0)
+		tt.p.Pick(r2, fl)
+		if got := tt.p.logits[0] - tt.p.logits[1]; got != float64(tt.want) {
+			t.Errorf("%s: worker 0's logit exceeds worker 1's by %v, want %d", tt.name, got, tt.want)
+		}
+		tt.p.Done(r, 0)
+		if w := tt.p.workers[0]; len(w.active) != 0 || w.sum != 0 || w.prefill != 0 {
+			t.Errorf("%s: worker state not released: %+v", tt.name, w)
+		}
+	}
+}

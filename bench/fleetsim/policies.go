@@ -109,6 +109,10 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 		}, nil
 	case "dynamo":
 		return &Dynamo{OverlapWeight: DynamoOverlapWeight, Temperature: DynamoTemperature, rng: rng}, nil
+	case "dynamo-sum":
+		return &Dynamo{OverlapWeight: DynamoOverlapWeight, Temperature: DynamoTemperature, Label: name, SumActive: true, rng: rng}, nil
+	case "dynamo-nodecode":
+		return &Dynamo{OverlapWeight: DynamoOverlapWeight, Temperature: DynamoTemperature, Label: name, NoDecode: true, rng: rng}, nil
 	case "dynamo-tuned":
 		return &Dynamo{OverlapWeight: DynamoTunedOverlapWeight, Temperature: DynamoTunedTemperature, Label: name, rng: rng}, nil
 	case "llm-d":

@@ -120,9 +120,10 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 
 // ramjetNamed returns the ramjet variant name names: one of
 // ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
-// context_weight, pw pair_weight, ow overflow_weight, outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
+// context_weight, pw pair_weight, ow overflow_weight (0: none), outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
-// nocap, noobs, marginal, firsttie, and the pair term's forms
+// nocap, noobs, marginal, firsttie, obsall (Options.ObserveShadowed),
+// nochain (Options.NoChainDedup), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
 // floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
@@ -154,6 +155,9 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			cfg.PairWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobPairWeight
 		case "ow":
 			setup.Options.OverflowWeight = x
+			if x == 0 {
+				setup.Options.OverflowWeight = -1 // none
+			}
 		case "outw":
 			cfg.OutputWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobOutputWeight
 		case "rc":
@@ -182,6 +186,12 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.PairFloor = int64(x)
 		case "paircap":
 			setup.Options.PairCap = x
+		case "lhl":
+			setup.Options.LingerHalfLife = seconds(x)
+		case "obsall":
+			setup.Options.ObserveShadowed = true
+		case "nochain":
+			setup.Options.NoChainDedup = true
 		case "lingercap":
 			setup.Options.LingerCap = x
 		case "nolinger":

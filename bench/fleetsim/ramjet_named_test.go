@@ -7,7 +7,8 @@ import (
 )
 
 // ramjet@outw=X sets output_weight, an explicit 0 included (the bonus
-// off), and leaves ow to overflow_weight.
+// off), and leaves ow to overflow_weight (ow=0 turns it off: -1; unset it
+// is 0, selection.DefaultOverflowWeight).
 func TestRamjetNamedOutputWeight(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -18,6 +19,7 @@ func TestRamjetNamedOutputWeight(t *testing.T) {
 		{"ramjet@outw=0", 0, 0},
 		{"ramjet@outw=2.5", 2.5, 0},
 		{"ramjet@ow=1", selection.DefaultOutputWeight, 1},
+		{"ramjet@ow=0", selection.DefaultOutputWeight, -1},
 	} {
 		p, err := NewPolicy(tc.name, 1, selection.Config{})
 		if err != nil {
