@@ -84,6 +84,16 @@ type PolicySettings struct {
 	// for an instance at spill position 0 (no id, or an ordinal 0).
 	SpillBand int `json:"spill_band,omitempty"`
 
+	// ForeignPrefill, "on" or "off", counts the prefill other ramjet
+	// instances put on a replica as load, estimated from the block runs
+	// the engine's KV events report beyond this instance's own pending
+	// prefill (selection.ForeignPrefill): without it, an instance sees a
+	// replica another instance has just started to warm with a long prompt
+	// as warm and unloaded, and joins that prefill. It needs kv. Unset is
+	// the default: on when both kv and engine_metrics are on (with the
+	// spill band; measured in bench/RESULTS.md), else off.
+	ForeignPrefill string `json:"foreign_prefill,omitempty"`
+
 	// KV turns on the precise index from the engines' KV-cache events
 	// (see kvindex.Settings); off by default.
 	KV *kvindex.Settings `json:"kv,omitempty"`
@@ -187,6 +197,12 @@ func (s *PolicySettings) Validate() error {
 	if s.SpillBand < -1 {
 		return fmt.Errorf("spill_band must be positive, 0 (the default) or -1 (off), got %d", s.SpillBand)
 	}
+	if _, err := ParseOnOff(s.ForeignPrefill); err != nil {
+		return fmt.Errorf("foreign_prefill: %w", err)
+	}
+	if s.ForeignPrefill == "on" && s.KV == nil {
+		return fmt.Errorf("foreign_prefill on needs kv_events (the engines' KV events are what it reads)")
+	}
 	if s.DepartAfter < 0 {
 		return fmt.Errorf("depart_after must be positive, got %v", time.Duration(s.DepartAfter))
 	}
@@ -208,6 +224,28 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 		return selection.Options{}
 	}
 	return selection.Options{ColdSpill: true, SpillBand: float64(band)}
+}
+
+// ForeignPrefillOn reports whether the other instances' prefill estimate
+// is on: foreign_prefill, or by default when both kv and engine_metrics
+// are on.
+func (s *PolicySettings) ForeignPrefillOn() bool {
+	switch s.ForeignPrefill {
+	case "on":
+		return s.KV != nil
+	case "off":
+		return false
+	}
+	return s.KV != nil && s.EngineMetrics != nil
+}
+
+// ParseOnOff checks an on|off option: "on", "off" or "" (unset).
+func ParseOnOff(v string) (string, error) {
+	switch v {
+	case "on", "off", "":
+		return v, nil
+	}
+	return v, fmt.Errorf("%q: want on or off", v)
 }
 
 // ProfileMap is Profiles parsed (Validate accepted them).

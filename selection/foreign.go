@@ -190,6 +190,22 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 	}
 }
 
+// Detach stops the estimate: every slot it set on the router is set back
+// to 0, the router is forgotten and the state dropped (foreign_prefill
+// turned off by a reload, the feeds stopped).
+func (f *ForeignPrefill) Detach() {
+	rt := f.rt.Swap(nil)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for w := range f.active {
+		for bits := f.active[w]; bits != 0 && rt != nil; bits &= bits - 1 {
+			rt.SetExternalPrefill(Slot(w*64+mathbits.TrailingZeros64(bits)), 0)
+		}
+	}
+	f.cells = [MaxReplicas]foreignCell{}
+	f.active.Clear()
+}
+
 // Counted reports the foreign prefill tokens counted and the stored runs
 // they came from, since the ForeignPrefill was made.
 func (f *ForeignPrefill) Counted() (tokens, runs uint64) { return f.counted.Load(), f.runs.Load() }

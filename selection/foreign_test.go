@@ -121,6 +121,16 @@ func TestForeignPrefillLifecycle(t *testing.T) {
 	}
 	res.Release()
 
+	f.StoredRun(b, 64, 16, t0.Add(30*time.Second))
+	f.Detach()
+	if got := rt.ExternalPrefill(b); got != 0 {
+		t.Errorf("detached: b still %d", got)
+	}
+	f.StoredRun(b, 64, 16, t0.Add(30*time.Second))
+	if got := rt.ExternalPrefill(b); got != 0 {
+		t.Errorf("detached, then a run: b %d", got)
+	}
+
 	rt2, c2 := newTestRouter(t, Config{BlockTokens: 16}, 1)
 	f.SetRouter(rt2)
 	f.StoredRun(c2[0].Slot, 8, 16, t0.Add(31*time.Second))
