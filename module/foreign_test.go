@@ -1,10 +1,15 @@
 package module
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/kvindex"
 )
@@ -100,4 +105,60 @@ func TestForeignPrefillFeeds(t *testing.T) {
 	if got := q.rt.ExternalPrefill(s); got != 0 {
 		t.Errorf("external prefill %d after turning foreign_prefill off", got)
 	}
+}
+
+// TestE2EForeignPrefill: through a real Caddy and an engine simulator
+// publishing KV events, this instance's own requests are credited (their
+// stored runs are not another instance's prefill), while a prompt sent to
+// the engine directly (another ramjet instance's request, as this one sees
+// it) is counted as foreign prefill and reaches the router's load.
+func TestE2EForeignPrefill(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "on", "kv": map[string]any{
+		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":            "kv-events",
+		"tokenize_timeout": "2s",
+	}}})
+	cl := newClient(c)
+	model := sim.Model()
+	k := liveKV(t)
+	if k.foreign.Load() == nil {
+		t.Fatal("foreign_prefill on, but no estimate is fed")
+	}
+	warmKV(t, cl, model, k, addr)
+	ownTok, _ := k.fp.Counted()
+	const n = 6
+	for i := range n {
+		kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("own %d", i), 2000))})
+	}
+	afterOwn, _ := k.fp.Counted()
+	t.Logf("own traffic: %d tokens counted as foreign during warm-up, %d during %d own requests of ~500 tokens", ownTok, afterOwn-ownTok, n)
+	if afterOwn-ownTok > 2*n*16 {
+		t.Errorf("this instance's own requests counted as %d foreign tokens", afterOwn-ownTok)
+	}
+
+	// Another instance's request: sent to rank 0 directly.
+	direct := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("test"),
+		option.WithMaxRetries(0), option.WithRequestTimeout(30*time.Second),
+		option.WithHeader(HeaderRank, "0"))
+	kvChat(t, direct, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText("another instance", 4000))})
+	eventually(t, "the other instance's prefill counted", func() bool {
+		tok, _ := k.fp.Counted()
+		return tok >= afterOwn+4*16
+	})
+	tok, runs := k.fp.Counted()
+	s, ok := k.fleet.Load().Router().Lookup(addr + "#0")
+	if !ok {
+		t.Fatal("rank 0 not registered")
+	}
+	if got := k.fleet.Load().Router().ExternalPrefill(s); got <= 0 {
+		t.Errorf("rank 0's external prefill %d after another instance's %d tokens", got, tok-afterOwn)
+	}
+	for _, name := range []string{"ramjet_kv_foreign_prefill_tokens_total", "ramjet_kv_foreign_prefill_runs_total"} {
+		if n := testutil.CollectAndCount(kvCollector(), name); n != 1 {
+			t.Errorf("%d %s series, want 1", n, name)
+		}
+	}
+	t.Logf("another instance's request: %d tokens in %d runs counted in all", tok, runs)
 }
