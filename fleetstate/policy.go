@@ -78,10 +78,11 @@ type PolicySettings struct {
 	// instances on the precise path that read the same engine scrape then
 	// walk disjoint stretches of one rendezvous order instead of all
 	// taking the one replica idle at the last scrape. 0 (unset) is the
-	// default: DefaultSpillBand when both kv and engine_metrics are on,
-	// else off (without engine load it was measured to cost; see
-	// bench/RESULTS.md); -1 (Caddyfile "off") is off. It changes nothing
-	// for an instance at spill position 0 (no id, or an ordinal 0).
+	// default: DefaultSpillBand when kv is on with engine_metrics or with
+	// foreign_prefill (alone, without engine load, it was measured to
+	// cost; see bench/RESULTS.md), else off; -1 (Caddyfile "off") is off.
+	// It changes nothing for an instance at spill position 0 (no id, or
+	// an ordinal 0).
 	SpillBand int `json:"spill_band,omitempty"`
 
 	// ForeignPrefill, "on" or "off", counts the prefill other ramjet
@@ -90,8 +91,10 @@ type PolicySettings struct {
 	// prefill (selection.ForeignPrefill): without it, an instance sees a
 	// replica another instance has just started to warm with a long prompt
 	// as warm and unloaded, and joins that prefill. It needs kv. Unset is
-	// the default: on when both kv and engine_metrics are on (with the
-	// spill band; measured in bench/RESULTS.md), else off.
+	// the default: on with kv when engine_metrics is off (with the spill
+	// band); off with engine_metrics, whose scrape shows the other
+	// instances' requests already, and where it was measured not to help
+	// (bench/RESULTS.md, 2026-12-05); off without kv.
 	ForeignPrefill string `json:"foreign_prefill,omitempty"`
 
 	// KV turns on the precise index from the engines' KV-cache events
@@ -217,7 +220,7 @@ const DefaultSpillBand = 1024
 // Options when it is off).
 func (s *PolicySettings) SpillOptions() selection.Options {
 	band := s.SpillBand
-	if band == 0 && s.KV != nil && s.EngineMetrics != nil {
+	if band == 0 && s.KV != nil && (s.EngineMetrics != nil || s.ForeignPrefillOn()) {
 		band = DefaultSpillBand
 	}
 	if band <= 0 {
@@ -227,8 +230,8 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 }
 
 // ForeignPrefillOn reports whether the other instances' prefill estimate
-// is on: foreign_prefill, or by default when both kv and engine_metrics
-// are on.
+// is on: foreign_prefill, or by default when kv is on and engine_metrics
+// is off.
 func (s *PolicySettings) ForeignPrefillOn() bool {
 	switch s.ForeignPrefill {
 	case "on":
@@ -236,7 +239,7 @@ func (s *PolicySettings) ForeignPrefillOn() bool {
 	case "off":
 		return false
 	}
-	return s.KV != nil && s.EngineMetrics != nil
+	return s.KV != nil && s.EngineMetrics == nil
 }
 
 // ParseOnOff checks an on|off option: "on", "off" or "" (unset).

@@ -16,7 +16,7 @@ import (
 
 // TestForeignPrefillWired runs foreign_prefill through the configuration
 // path (Caddyfile -> JSON -> Provision): on by default with kv and
-// engine_metrics both on, off otherwise unless set, off with "off"; "on"
+// without engine_metrics, off otherwise unless set, off with "off"; "on"
 // without kv and a word other than on|off are errors.
 func TestForeignPrefillWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
@@ -27,10 +27,10 @@ func TestForeignPrefillWired(t *testing.T) {
 		want        bool
 	}{
 		{"bare", "", false},
-		{"kv only", kv, false},
-		{"kv and engine_metrics", kv + em, true},
-		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false},
-		{"kv, on", kv + "foreign_prefill on\n", true},
+		{"kv only", kv, true},
+		{"kv only, off", kv + "foreign_prefill off\n", false},
+		{"kv and engine_metrics", kv + em, false},
+		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,7 +59,7 @@ func TestForeignPrefillWired(t *testing.T) {
 // external prefill and the metric's totals; a reload that turns
 // foreign_prefill off (same feeds, same state) takes it back to 0.
 func TestForeignPrefillFeeds(t *testing.T) {
-	const block = "ramjet {\n state_key foreign_feeds\n kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n engine_metrics 1h\n"
+	const block = "ramjet {\n state_key foreign_feeds\n kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
 	p, err := provisionKeep(t, block+"}")
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestForeignPrefillFeeds(t *testing.T) {
 	defer p.Cleanup()
 	fp := p.foreignFor()
 	if fp == nil {
-		t.Fatal("foreign_prefill is not on by default with kv and engine_metrics")
+		t.Fatal("foreign_prefill is not on by default with kv alone")
 	}
 	s, err := p.rt.Register("127.0.0.1:9")
 	if err != nil {

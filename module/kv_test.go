@@ -431,11 +431,14 @@ func (k *kvState) approxN() uint64  { _, n := k.p.Decisions(); return n }
 // indexes are waited on until they hold the same state (same events
 // applied, same freshness, same predictions, no load), so that the event
 // timing is the same on both sides; then the simulation decides, the
-// module serves the request, and the replicas must agree.
+// module serves the request, and the replicas must agree. foreign_prefill
+// (on by default with kv alone, and the spill band with it) is off: the
+// simulation's side here is one precise ramjet policy without them (the
+// fleet simulation's "fp" variant drives them, bench/fleetsim/precise.go).
 func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 	sim, events, replay := startKVSim(t)
 	addr := sim.Addr()
-	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "off", "kv": map[string]any{
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "5s",
