@@ -20,14 +20,13 @@ import (
 // Without it, an instance sees a replica that another instance has just
 // started to warm with a long shared prefix (the engine's chunked prefill
 // announces the prefix block run by block run) as warm and unloaded, and
-// sends its own request to share that prefill. Measured in the fleet
-// simulation (fleetsim's "~fp" variant, bench/EXPERIMENTS.md section 9) it
-// does not help: the first run is announced a chunk (about a second) after
-// the other instance's decision, when the joins have happened. With the
-// cold spill it meets the 8-replica agent fleet's bar but counts a short
-// prompt's finished run as pending (shared-prefix at 64 replicas), and
-// with the band and engine load at 64 replicas it meets every row
-// (section 12). It is an experiment, not part of the rule.
+// sends its own request to share that prefill. Alone it does not close
+// that blind window (the first run is announced a chunk after the other
+// instance's decision); with the cold spill and a 1024-token band
+// (Options.ColdSpill, SpillBand) it does: the module's foreign_prefill,
+// on by default with kv_events and without engine_metrics
+// (bench/RESULTS.md, 2026-12-05; with engine load it did not help on the
+// tuning seeds, so it is off there).
 //
 // Only runs of at least MinBlocks blocks count: a decoding request stores
 // one block at a time, a prefill chunk many. This instance's own requests
