@@ -97,6 +97,7 @@ func TestAdaptBadOptions(t *testing.T) {
 		{"index_budget", "index_budget lots", `index_budget: "lots" is not a size`},
 		{"profile", "profile 127.0.0.1:8100 turbo", `profile 127.0.0.1:8100: unknown engine profile "turbo"`},
 		{"fallback", "fallback nosuch", "fallback:"},
+		{"foreign_prefill", "foreign_prefill yes", `foreign_prefill: "yes": want on or off`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,6 +120,7 @@ func TestAdaptBadOptions(t *testing.T) {
 		{"prefix_tokens", "block_tokens 64\nprefix_tokens 16", "prefix_tokens must be at least block_tokens"},
 		{"chars_per_token", "chars_per_token 0.1", "chars_per_token must be between"},
 		{"state_key", "state_key has/slash", "state_key must be"},
+		{"foreign_prefill", "foreign_prefill on", "foreign_prefill on needs kv_events"},
 	}
 	for _, tt := range loadTests {
 		t.Run("load/"+tt.name, func(t *testing.T) {

@@ -110,6 +110,11 @@ type ramjetDirective struct {
 	AllowPaths        []string       `json:"allow_paths"`
 	InstanceID        string         `json:"instance_id"`
 	DepartAfter       caddy.Duration `json:"depart_after"`
+	// SpillBand and ForeignPrefill are the policy's spill_band and
+	// foreign_prefill (fleetstate.PolicySettings); unset keeps their
+	// defaults.
+	SpillBand      int    `json:"spill_band"`
+	ForeignPrefill string `json:"foreign_prefill"`
 	// SessionShadow is the session key header of the session-affinity
 	// shadow telemetry (integrity.ShadowSettings); empty keeps it off.
 	SessionShadow    string `json:"session_shadow"`
@@ -141,6 +146,8 @@ type ramjetDirective struct {
 //	    write_timeout       <duration>|off
 //	    instance_id         <id>
 //	    depart_after        <duration>
+//	    spill_band          <tokens>|off
+//	    foreign_prefill     on|off      (needs kv_events or kv_bind)
 //	    session_shadow      <header>    (shadow telemetry, off when empty)
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
@@ -377,9 +384,10 @@ func (rd *ramjetDirective) block() *caddyblock.Block {
 		Custom: map[string]func(*caddyfile.Dispenser) error{},
 		Zero:   func(path string) bool { return selection.KnobNamed(path) != 0 || path == "spec_decode_position" },
 		Set:    func(path string) { rd.Explicit |= selection.KnobNamed(path) },
-		Check:  map[string]func(string) (string, error){"model_check": catalog.ParseModelCheck, "mode": integrity.ParseSpecMode},
+		Check: map[string]func(string) (string, error){"model_check": catalog.ParseModelCheck, "mode": integrity.ParseSpecMode,
+			"foreign_prefill": fleetstate.ParseOnOff},
 		Words: map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
-			"spec_decode_position": {"overall": nil}},
+			"spec_decode_position": {"overall": nil}, "spill_band": {"off": -1}},
 	}
 	for name := range kvDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.kv.read(b, d, name) }
@@ -546,7 +554,8 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 // engine.
 func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 	p := &module.RamjetSelection{PolicySettings: fleetstate.PolicySettings{Config: rd.Config, RouteIDSecret: rd.Secret,
-		InstanceID: rd.InstanceID, DepartAfter: duration.Duration(rd.DepartAfter)}}
+		InstanceID: rd.InstanceID, DepartAfter: duration.Duration(rd.DepartAfter),
+		SpillBand: rd.SpillBand, ForeignPrefill: rd.ForeignPrefill}}
 	if rd.MaxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.MaxBodySize
@@ -561,6 +570,9 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 		return nil, err
 	}
 	p.KV = kv
+	if rd.ForeignPrefill == "on" && kv == nil {
+		return nil, fmt.Errorf("foreign_prefill on needs kv_events or kv_bind (it reads the engines' KV events)")
+	}
 	p.Integrity = rd.integ.config(rd.Token, rd.upstreams[0].Scheme)
 	p.Snapshot = rd.snap.config()
 	if rd.SessionShadow != "" {

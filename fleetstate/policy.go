@@ -78,11 +78,24 @@ type PolicySettings struct {
 	// instances on the precise path that read the same engine scrape then
 	// walk disjoint stretches of one rendezvous order instead of all
 	// taking the one replica idle at the last scrape. 0 (unset) is the
-	// default: DefaultSpillBand when both kv and engine_metrics are on,
-	// else off (without engine load it was measured to cost; see
-	// bench/RESULTS.md); -1 (Caddyfile "off") is off. It changes nothing
-	// for an instance at spill position 0 (no id, or an ordinal 0).
+	// default: DefaultSpillBand when kv is on with engine_metrics or with
+	// foreign_prefill (alone, without engine load, it was measured to
+	// cost; see bench/RESULTS.md), else off; -1 (Caddyfile "off") is off.
+	// It changes nothing for an instance at spill position 0 (no id, or
+	// an ordinal 0).
 	SpillBand int `json:"spill_band,omitempty"`
+
+	// ForeignPrefill, "on" or "off", counts the prefill other ramjet
+	// instances put on a replica as load, estimated from the block runs
+	// the engine's KV events report beyond this instance's own pending
+	// prefill (selection.ForeignPrefill): without it, an instance sees a
+	// replica another instance has just started to warm with a long prompt
+	// as warm and unloaded, and joins that prefill. It needs kv. Unset is
+	// the default: on with kv when engine_metrics is off (with the spill
+	// band); off with engine_metrics, whose scrape shows the other
+	// instances' requests already, and where it was measured not to help
+	// (bench/RESULTS.md, 2026-12-05); off without kv.
+	ForeignPrefill string `json:"foreign_prefill,omitempty"`
 
 	// KV turns on the precise index from the engines' KV-cache events
 	// (see kvindex.Settings); off by default.
@@ -187,6 +200,12 @@ func (s *PolicySettings) Validate() error {
 	if s.SpillBand < -1 {
 		return fmt.Errorf("spill_band must be positive, 0 (the default) or -1 (off), got %d", s.SpillBand)
 	}
+	if _, err := ParseOnOff(s.ForeignPrefill); err != nil {
+		return fmt.Errorf("foreign_prefill: %w", err)
+	}
+	if s.ForeignPrefill == "on" && s.KV == nil {
+		return fmt.Errorf("foreign_prefill on needs kv_events (the engines' KV events are what it reads)")
+	}
 	if s.DepartAfter < 0 {
 		return fmt.Errorf("depart_after must be positive, got %v", time.Duration(s.DepartAfter))
 	}
@@ -201,13 +220,35 @@ const DefaultSpillBand = 1024
 // Options when it is off).
 func (s *PolicySettings) SpillOptions() selection.Options {
 	band := s.SpillBand
-	if band == 0 && s.KV != nil && s.EngineMetrics != nil {
+	if band == 0 && s.KV != nil && (s.EngineMetrics != nil || s.ForeignPrefillOn()) {
 		band = DefaultSpillBand
 	}
 	if band <= 0 {
 		return selection.Options{}
 	}
 	return selection.Options{ColdSpill: true, SpillBand: float64(band)}
+}
+
+// ForeignPrefillOn reports whether the other instances' prefill estimate
+// is on: foreign_prefill, or by default when kv is on and engine_metrics
+// is off.
+func (s *PolicySettings) ForeignPrefillOn() bool {
+	switch s.ForeignPrefill {
+	case "on":
+		return s.KV != nil
+	case "off":
+		return false
+	}
+	return s.KV != nil && s.EngineMetrics == nil
+}
+
+// ParseOnOff checks an on|off option: "on", "off" or "" (unset).
+func ParseOnOff(v string) (string, error) {
+	switch v {
+	case "on", "off", "":
+		return v, nil
+	}
+	return v, fmt.Errorf("%q: want on or off", v)
 }
 
 // ProfileMap is Profiles parsed (Validate accepted them).

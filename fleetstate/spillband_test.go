@@ -17,7 +17,8 @@ func TestSpillOptions(t *testing.T) {
 		want selection.Options
 	}{
 		{"none", PolicySettings{}, selection.Options{}},
-		{"kv", PolicySettings{KV: kv}, selection.Options{}},
+		{"kv (with foreign_prefill, its default there)", PolicySettings{KV: kv}, on},
+		{"kv, foreign_prefill off", PolicySettings{KV: kv, ForeignPrefill: "off"}, selection.Options{}},
 		{"engine_metrics", PolicySettings{EngineMetrics: em}, selection.Options{}},
 		{"both", PolicySettings{KV: kv, EngineMetrics: em}, on},
 		{"both, off", PolicySettings{KV: kv, EngineMetrics: em, SpillBand: -1}, selection.Options{}},

@@ -245,6 +245,7 @@ type Index struct {
 	nonChain        atomic.Uint64
 	replayFailures  atomic.Uint64
 	entries         atomic.Int64
+	stored          atomic.Pointer[storedHook] // stored.go: Precise.OnStored
 }
 
 // New returns an empty Index.
@@ -347,6 +348,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 				continue
 			}
 			x.noteStore(r, rep, x.store(r, rep, e), now)
+			x.noteStored(r, e, now) // stored.go
 		case KindBlockRemoved:
 			if !x.relevant(e) {
 				continue

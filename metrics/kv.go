@@ -17,6 +17,10 @@ type KVSource struct {
 	// was not routed yet (its feed series are then left out: never label
 	// with an address).
 	RouteID func(key string) string
+	// Foreign reads the other instances' prefill estimate's totals (the
+	// tokens counted and the stored runs they came from); nil when
+	// foreign_prefill is off.
+	Foreign func() (tokens, runs uint64)
 }
 
 // kvCollector reads every live precise index at scrape time.
@@ -66,6 +70,10 @@ var (
 	kvTokLateDesc = prometheus.NewDesc("ramjet_tokenize_late_total",
 		"Tokenize preflights that missed the timeout, by outcome: predicted (their tokens predicted the chosen replica's blocks), after_end, failed, unrouted.",
 		[]string{"outcome"}, nil)
+	kvForeignTokDesc = prometheus.NewDesc("ramjet_kv_foreign_prefill_tokens_total",
+		"Prompt tokens the engines stored beyond this instance's own pending prefill: other instances' prefill, counted as load (foreign_prefill).", nil, nil)
+	kvForeignRunsDesc = prometheus.NewDesc("ramjet_kv_foreign_prefill_runs_total",
+		"BlockStored runs of at least a prefill chunk's size counted, wholly or in part, as other instances' prefill (foreign_prefill).", nil, nil)
 	kvReplayFailDesc = prometheus.NewDesc("ramjet_kv_replay_failures_total",
 		"Replay requests that did not recover every missed KV event message.", nil, nil)
 	kvHealthyDesc = prometheus.NewDesc("ramjet_kv_feed_healthy",
@@ -108,7 +116,7 @@ func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
 		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
 		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
-		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc} {
+		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc} {
 		ch <- d
 	}
 }
@@ -121,6 +129,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	var entries, bytes, predicted int64
 	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
 	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail, predDropped uint64
+	var foreignTok, foreignRuns uint64
 	var late [len(kvindex.LateOutcomeNames)]uint64
 	fences := make([]uint64, len(kvindex.FenceReasons))
 	var fallbacks [len(kvindex.FallbackReasons)]uint64
@@ -155,6 +164,11 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for i := range late {
 			late[i] += k.Precise.LateOutcomes(i)
+		}
+		if k.Foreign != nil {
+			t, r := k.Foreign()
+			foreignTok += t
+			foreignRuns += r
 		}
 		pd, ad := k.Precise.Decisions()
 		precise += pd
@@ -215,6 +229,8 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(kvNonChainDesc, nonChain)
 	counter(kvReplayFailDesc, replayFail)
 	counter(kvPredDroppedDesc, predDropped)
+	counter(kvForeignTokDesc, foreignTok)
+	counter(kvForeignRunsDesc, foreignRuns)
 	for i, o := range kvindex.LateOutcomeNames {
 		counter(kvTokLateDesc, late[i], o)
 	}

@@ -201,6 +201,7 @@ func (o *stateObserver) Write(p []byte) {
 	if !o.started && len(p) > 0 {
 		o.started = true
 		o.st.hold.PrefillDone()
+		o.st.foreignFirstToken() // foreign.go
 	}
 }
 

@@ -114,11 +114,17 @@ type kvState struct {
 
 	stateKey string
 	fleet    atomic.Pointer[fleet] // for route ids; the last provisioned
+
+	// fp is the other instances' prefill estimate fed by p's feeds;
+	// foreign is fp while foreign_prefill is on, else nil (foreign.go).
+	fp      *selection.ForeignPrefill
+	foreign atomic.Pointer[selection.ForeignPrefill]
 }
 
 // Destruct stops the feeds: the last policy using them was cleaned up.
 func (k *kvState) Destruct() error {
 	kvLive.Drop(k.stateKey, k)
+	k.setForeign(false, nil)
 	return k.p.Close()
 }
 
@@ -142,7 +148,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	logger := s.logger.Named("kv")
 	v, _, err := kvStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		k := &kvState{key: key, timeout: time.Duration(s.KV.TokenizeTimeout),
-			tokLatency: kvindex.NewLatencyHist(), stateKey: s.StateKey}
+			tokLatency: kvindex.NewLatencyHist(), stateKey: s.StateKey, fp: selection.NewForeignPrefill()}
 		pc, err := s.KV.Precise(resolveSecret(s.KV.UpstreamToken), HeaderRank, logger, k.tokLatency.Observe)
 		if err != nil {
 			return nil, err
@@ -161,6 +167,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	}
 	s.kv, s.kvKey = v.(*kvState), key
 	s.kv.fleet.Store(s.fleet)
+	s.kv.setForeign(s.ForeignPrefillOn(), s.rt) // foreign.go
 	s.fleet.kv.Store(&kvPreflight{kv: s.kv, maxBody: s.MaxBodyBytes, owner: s})
 	kvLive.Set(s.StateKey, s.kv)
 	return nil

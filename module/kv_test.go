@@ -202,6 +202,27 @@ func liveKV(t *testing.T) *kvState {
 	return k
 }
 
+// warmKV sends warm-up requests through cl until both ranks of the
+// engine at addr delivered an event (until then the replicas are routed by
+// the estimate).
+func warmKV(t *testing.T, cl openai.Client, model string, k *kvState, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		r0, _ := k.x.Lookup(addr + "#0")
+		r1, _ := k.x.Lookup(addr + "#1")
+		if k.x.Fresh(r0) && k.x.Fresh(r1) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("feeds never became fresh: %+v", k.x.AppendReplicaStats(nil))
+		}
+		// Distinct prompts longer than a block, so that the rendezvous
+		// tie-break spreads them over both ranks.
+		kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("warm-up %d", i), 400))})
+	}
+}
+
 func TestE2EKVPreciseRouting(t *testing.T) {
 	sim, events, replay := startKVSim(t)
 	addr := sim.Addr()
@@ -214,22 +235,7 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 	model := sim.Model()
 	k := liveKV(t)
 
-	// Until both feeds delivered an event the replicas are routed by the
-	// estimate; warm-up requests make both ranks publish.
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
-		r0, _ := k.x.Lookup(addr + "#0")
-		r1, _ := k.x.Lookup(addr + "#1")
-		if k.x.Fresh(r0) && k.x.Fresh(r1) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("feeds never became fresh: %+v", k.x.AppendReplicaStats(nil))
-		}
-		// Distinct prompts longer than a block, so that the rendezvous
-		// tie-break spreads them over both ranks.
-		kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("warm-up %d", i), 400))})
-	}
+	warmKV(t, cl, model, k, addr)
 	before := k.preciseN()
 
 	// Conversations over two shared system prompts: every decision is made
@@ -425,11 +431,14 @@ func (k *kvState) approxN() uint64  { _, n := k.p.Decisions(); return n }
 // indexes are waited on until they hold the same state (same events
 // applied, same freshness, same predictions, no load), so that the event
 // timing is the same on both sides; then the simulation decides, the
-// module serves the request, and the replicas must agree.
+// module serves the request, and the replicas must agree. foreign_prefill
+// (on by default with kv alone, and the spill band with it) is off: the
+// simulation's side here is one precise ramjet policy without them (the
+// fleet simulation's "fp" variant drives them, bench/fleetsim/precise.go).
 func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 	sim, events, replay := startKVSim(t)
 	addr := sim.Addr()
-	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "off", "kv": map[string]any{
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "5s",

@@ -21,7 +21,7 @@ func kvSources() []metrics.KVSource {
 				return ""
 			}
 			return f.RouteID(key)
-		}}
+		}, Foreign: k.fp.Counted}
 	}
 	return out
 }

@@ -125,6 +125,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		route_id_secret    <secret>
 //		instance_id        <id>
 //		spill_band         <tokens>|off
+//		foreign_prefill    on|off
 //		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency }]
 //		outlier {
 //			consecutive_failures <n>|off
@@ -154,8 +155,9 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		Zero: func(path string) bool {
 			return selection.KnobNamed(path) != 0 || path == "integrity spec_decode position"
 		},
-		Set:   func(path string) { s.Explicit |= selection.KnobNamed(path) },
-		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": integrity.ParseSpecMode},
+		Set: func(path string) { s.Explicit |= selection.KnobNamed(path) },
+		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": integrity.ParseSpecMode,
+			"foreign_prefill": fleetstate.ParseOnOff},
 		Words: map[string]map[string]any{
 			"outlier consecutive_failures":   {"off": -1},
 			"spill_band":                     {"off": -1},
@@ -413,7 +415,14 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 		a = s.kv.p
 		sc.sel.Tokens = st.route.tokens
 	}
+	fp := s.foreignFor() // foreign.go: the other instances' prefill
+	if fp != nil {
+		fp.Refresh(time.Now())
+	}
 	d, got := s.rt.Route(feat, cands, sc.sel, a, res)
+	if fp != nil {
+		fp.Reserved(got)
+	}
 	sc.sel.Tokens = nil
 	sc.cands = cands
 	scratchPool.Put(sc)

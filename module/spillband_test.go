@@ -11,8 +11,9 @@ import (
 // TestSpillBandWired runs spill_band through the whole configuration path
 // (Caddyfile -> JSON -> Provision): on by default with kv and
 // engine_metrics both on (several instances on the precise path reading
-// the same engine scrape, where the band was measured to win), off
-// otherwise unless set, off with "off"; the policy's router and the one
+// the same engine scrape, where the band was measured to win) and with kv
+// and foreign_prefill (its default without engine_metrics), off otherwise
+// unless set, off with "off"; the policy's router and the one
 // explain and the dashboard score with (Fleet.Router) apply the same
 // options, and a reload without the band takes it off again.
 func TestSpillBandWired(t *testing.T) {
@@ -25,7 +26,8 @@ func TestSpillBandWired(t *testing.T) {
 		want        selection.Options
 	}{
 		{"bare", "", selection.Options{}},
-		{"kv only", kv, selection.Options{}},
+		{"kv only, foreign_prefill by default", kv, on},
+		{"kv only, foreign_prefill off", kv + "foreign_prefill off\n", selection.Options{}},
 		{"engine_metrics only", em, selection.Options{}},
 		{"kv and engine_metrics", kv + em, on},
 		{"kv and engine_metrics, off", kv + em + "spill_band off\n", selection.Options{}},

@@ -2,7 +2,9 @@ package selection
 
 import (
 	"math"
+	mathbits "math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,14 +20,13 @@ import (
 // Without it, an instance sees a replica that another instance has just
 // started to warm with a long shared prefix (the engine's chunked prefill
 // announces the prefix block run by block run) as warm and unloaded, and
-// sends its own request to share that prefill. Measured in the fleet
-// simulation (fleetsim's "~fp" variant, bench/EXPERIMENTS.md section 9) it
-// does not help: the first run is announced a chunk (about a second) after
-// the other instance's decision, when the joins have happened. With the
-// cold spill it meets the 8-replica agent fleet's bar but counts a short
-// prompt's finished run as pending (shared-prefix at 64 replicas), and
-// with the band and engine load at 64 replicas it meets every row
-// (section 12). It is an experiment, not part of the rule.
+// sends its own request to share that prefill. Alone it does not close
+// that blind window (the first run is announced a chunk after the other
+// instance's decision); with the cold spill and a 1024-token band
+// (Options.ColdSpill, SpillBand) it does: the module's foreign_prefill,
+// on by default with kv_events and without engine_metrics
+// (bench/RESULTS.md, 2026-12-05; with engine load it did not help on the
+// tuning seeds, so it is off there).
 //
 // Only runs of at least MinBlocks blocks count: a decoding request stores
 // one block at a time, a prefill chunk many. This instance's own requests
@@ -34,6 +35,11 @@ import (
 // prefill pending on the replica and Grace has passed since its last own
 // first token (the events of its last chunk can trail the first token).
 // Safe for concurrent use; memory is fixed (one cell per slot).
+//
+// The lifecycle, the same in the module and the fleet simulation:
+// SetRouter once (and again on a reload), StoredRun from the KV feeds
+// (kvindex.Precise.OnStored), Refresh before each Route, Reserved with
+// Route's reservation, FirstToken at each of this instance's first tokens.
 type ForeignPrefill struct {
 	// Tau is the decay time constant of a stored foreign run's weight.
 	Tau time.Duration
@@ -43,8 +49,18 @@ type ForeignPrefill struct {
 	// replica its leftover credit still absorbs stored runs.
 	Grace time.Duration
 
-	mu    sync.Mutex
-	cells [MaxReplicas]foreignCell
+	// RefreshEvery bounds how often Refresh decays the estimates on the
+	// router (each Route calls it): at most once per RefreshEvery.
+	RefreshEvery time.Duration
+
+	rt      atomic.Pointer[Router]
+	last    atomic.Int64  // Refresh's last run, Unix nanoseconds
+	counted atomic.Uint64 // foreign tokens counted (Stored), ever
+	runs    atomic.Uint64 // stored runs with a foreign part, ever
+
+	mu     sync.Mutex
+	cells  [MaxReplicas]foreignCell
+	active SlotSet // slots with a foreign estimate, under mu
 }
 
 type foreignCell struct {
@@ -59,11 +75,13 @@ const (
 	DefaultForeignTau       = time.Second
 	DefaultForeignMinBlocks = 4
 	DefaultForeignGrace     = 100 * time.Millisecond
+	DefaultForeignRefresh   = 5 * time.Millisecond
 )
 
 // NewForeignPrefill returns a ForeignPrefill with the default settings.
 func NewForeignPrefill() *ForeignPrefill {
-	return &ForeignPrefill{Tau: DefaultForeignTau, MinBlocks: DefaultForeignMinBlocks, Grace: DefaultForeignGrace}
+	return &ForeignPrefill{Tau: DefaultForeignTau, MinBlocks: DefaultForeignMinBlocks, Grace: DefaultForeignGrace,
+		RefreshEvery: DefaultForeignRefresh}
 }
 
 // Routed credits slot s with the prefill tokens of a request this
@@ -108,9 +126,88 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	if foreign > 0 {
 		c.v = c.decayed(t, f.Tau) + float64(foreign)
 		c.at = t
+		f.active.Add(s)
+		f.counted.Add(uint64(foreign))
+		f.runs.Add(1)
 	}
 	return foreign
 }
+
+// SetRouter sets the router whose load the estimate joins: StoredRun
+// reads this instance's pending prefill from it and, with Refresh, hands
+// it the estimate (Router.SetExternalPrefill). Routers retuned from one
+// another share their load, so any of them will do.
+func (f *ForeignPrefill) SetRouter(rt *Router) { f.rt.Store(rt) }
+
+// StoredRun takes one BlockStored event of a KV feed (a
+// kvindex.StoredFunc): Stored with this instance's pending prefill on s
+// (Router.Load), then the new estimate to the router. Without a router it
+// does nothing.
+func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time) {
+	rt := f.rt.Load()
+	if rt == nil || s < 0 || s >= MaxReplicas {
+		return
+	}
+	_, pend := rt.Load(s)
+	if f.Stored(s, blocks, blockTokens, pend, at) > 0 {
+		f.Apply(rt, s, at)
+	}
+}
+
+// Reserved credits the request Route just reserved res for (Routed with
+// its slot and prefill); nil (no replica usable) does nothing.
+func (f *ForeignPrefill) Reserved(res *Reservation) {
+	if res != nil {
+		f.Routed(res.slot, int(res.prefill))
+	}
+}
+
+// Refresh hands the router every slot's estimate decayed to now, at most
+// once per RefreshEvery; a slot whose estimate has decayed to nothing is
+// set to 0 once and then skipped. It does not allocate.
+func (f *ForeignPrefill) Refresh(now time.Time) {
+	rt := f.rt.Load()
+	if rt == nil {
+		return
+	}
+	t := now.UnixNano()
+	if last := f.last.Load(); f.RefreshEvery > 0 && t >= last && t-last < int64(f.RefreshEvery) {
+		return
+	}
+	f.last.Store(t)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for w := range f.active {
+		for bits := f.active[w]; bits != 0; bits &= bits - 1 {
+			s := Slot(w*64 + mathbits.TrailingZeros64(bits))
+			v := int64(math.Round(f.cells[s].decayed(now, f.Tau)))
+			rt.SetExternalPrefill(s, v)
+			if v == 0 {
+				f.active.Remove(s)
+			}
+		}
+	}
+}
+
+// Detach stops the estimate: every slot it set on the router is set back
+// to 0, the router is forgotten and the state dropped (foreign_prefill
+// turned off by a reload, the feeds stopped).
+func (f *ForeignPrefill) Detach() {
+	rt := f.rt.Swap(nil)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for w := range f.active {
+		for bits := f.active[w]; bits != 0 && rt != nil; bits &= bits - 1 {
+			rt.SetExternalPrefill(Slot(w*64+mathbits.TrailingZeros64(bits)), 0)
+		}
+	}
+	f.cells = [MaxReplicas]foreignCell{}
+	f.active.Clear()
+}
+
+// Counted reports the foreign prefill tokens counted and the stored runs
+// they came from, since the ForeignPrefill was made.
+func (f *ForeignPrefill) Counted() (tokens, runs uint64) { return f.counted.Load(), f.runs.Load() }
 
 // Pending is slot s's foreign prefill estimate at now, in tokens.
 func (f *ForeignPrefill) Pending(s Slot, now time.Time) int64 {
@@ -134,6 +231,7 @@ func (f *ForeignPrefill) Reset(s Slot) {
 	}
 	f.mu.Lock()
 	f.cells[s] = foreignCell{}
+	f.active.Remove(s)
 	f.mu.Unlock()
 }
 

@@ -71,3 +71,70 @@ func TestForeignPrefillApply(t *testing.T) {
 		t.Fatalf("applied %d, want 160", got)
 	}
 }
+
+// The lifecycle the module and the fleet simulation share: StoredRun from
+// the feeds reads this instance's pending prefill from the router and
+// hands it the estimate at once; Reserved credits a reservation; Refresh
+// decays the estimates on the router (at most once per RefreshEvery) and
+// leaves a decayed slot at 0.
+func TestForeignPrefillLifecycle(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
+	a, b := cands[0].Slot, cands[1].Slot
+	f := NewForeignPrefill()
+	t0 := time.Unix(100, 0)
+	f.StoredRun(a, 10, 16, t0) // no router yet: nothing
+	if got, _ := f.Counted(); got != 0 {
+		t.Fatalf("counted %d without a router", got)
+	}
+	f.SetRouter(rt)
+
+	res := rt.Reserve(a, 100) // ours: 100 tokens pending on a
+	f.Reserved(res)
+	f.Reserved(nil)
+	f.StoredRun(a, 10, 16, t0) // 160 stored: 100 ours, 60 foreign
+	f.StoredRun(b, 64, 16, t0) // 1024 foreign
+	f.StoredRun(b, 1, 16, t0)  // a decode step: not prefill
+	if got := rt.ExternalPrefill(a); got != 60 {
+		t.Errorf("a: external prefill %d, want 60", got)
+	}
+	if got := rt.ExternalPrefill(b); got != 1024 {
+		t.Errorf("b: external prefill %d, want 1024", got)
+	}
+	if tok, runs := f.Counted(); tok != 1084 || runs != 2 {
+		t.Errorf("counted %d tokens in %d runs, want 1084 in 2", tok, runs)
+	}
+
+	f.Refresh(t0.Add(time.Second)) // e^-1
+	if got := rt.ExternalPrefill(b); got != 377 {
+		t.Errorf("b after one tau: %d, want 377", got)
+	}
+	f.Refresh(t0.Add(time.Second + time.Millisecond)) // within RefreshEvery: unchanged
+	if got := rt.ExternalPrefill(b); got != 377 {
+		t.Errorf("b refreshed again within RefreshEvery: %d, want 377", got)
+	}
+	f.Refresh(t0.Add(30 * time.Second))
+	if ga, gb := rt.ExternalPrefill(a), rt.ExternalPrefill(b); ga != 0 || gb != 0 {
+		t.Errorf("after 30 tau: a %d, b %d, want 0", ga, gb)
+	}
+	if f.active != (SlotSet{}) {
+		t.Errorf("decayed slots still refreshed: %v", f.active)
+	}
+	res.Release()
+
+	f.StoredRun(b, 64, 16, t0.Add(30*time.Second))
+	f.Detach()
+	if got := rt.ExternalPrefill(b); got != 0 {
+		t.Errorf("detached: b still %d", got)
+	}
+	f.StoredRun(b, 64, 16, t0.Add(30*time.Second))
+	if got := rt.ExternalPrefill(b); got != 0 {
+		t.Errorf("detached, then a run: b %d", got)
+	}
+
+	rt2, c2 := newTestRouter(t, Config{BlockTokens: 16}, 1)
+	f.SetRouter(rt2)
+	f.StoredRun(c2[0].Slot, 8, 16, t0.Add(31*time.Second))
+	if allocs := testing.AllocsPerRun(100, func() { f.Refresh(time.Now()) }); allocs != 0 {
+		t.Errorf("Refresh allocates %.1f times", allocs)
+	}
+}

@@ -124,11 +124,6 @@ type Multi struct {
 	shared bool
 	views  [][]*Replica // per instance, its own counts over the shared engines
 	owner  map[int]owned
-	// foreign, when set (ForeignSpec), is every instance's estimate of
-	// the others' prefill; now is the simulated time of the next Pick.
-	foreign []*foreignState
-	now     time.Duration
-
 	// Dispatched counts requests per instance.
 	Dispatched []int
 }
@@ -216,7 +211,7 @@ func NewMulti(name string, routers int, front Front, seed uint64, cfg selection.
 		m.inst = append(m.inst, m.inst[0])
 	}
 	m.views = make([][]*Replica, routers)
-	if precise && (routers > 1 || ps.inst != "") {
+	if precise && (routers > 1 || ps.inst != "" || ps.foreign) {
 		if err := m.enablePrecise(ps); err != nil {
 			return nil, fmt.Errorf("multi %s: %w", name, err)
 		}
@@ -273,10 +268,7 @@ func (m *Multi) Pick(r *Request, fleet []*Replica) int {
 	m.Dispatched[k]++
 	m.owner[r.Row.ID] = owned{inst: k}
 	v := m.view(k, fleet)
-	m.foreignBefore(k, v)
-	i := m.inst[k].Pick(r, v)
-	m.foreignRouted(k, r, i)
-	return i
+	return m.inst[k].Pick(r, v)
 }
 
 func (m *Multi) Routed(r *Request, rep int) {
@@ -296,7 +288,6 @@ func (m *Multi) Routed(r *Request, rep int) {
 
 func (m *Multi) FirstToken(r *Request, rep int) {
 	if o, ok := m.owner[r.Row.ID]; ok {
-		m.foreignFirst(o.inst, rep)
 		m.inst[o.inst].FirstToken(r, rep)
 	}
 }
@@ -352,7 +343,7 @@ func (m *Multi) attach(rep int, e *engine.Engine) {
 		}
 		if rp, ok := p.(*RamjetPrecise); ok {
 			rp.attach(rep, e)
-			hs = append(hs, m.foreignHandler(k, rep, rp.kvHandler(rep)))
+			hs = append(hs, rp.kvHandler(rep))
 		} else if kf, ok := p.(kvFed); ok {
 			kf.attach(rep, e) // one instance's hook (NewMulti allows no other)
 			return
@@ -369,7 +360,6 @@ func (m *Multi) attach(rep int, e *engine.Engine) {
 
 // setNow hands the simulated time to every KV-fed instance.
 func (m *Multi) setNow(now time.Duration) {
-	m.now = now
 	for k, p := range m.inst {
 		if m.shared && k > 0 {
 			break

@@ -42,7 +42,9 @@ func TestParsePreciseSpec(t *testing.T) {
 }
 
 // The precise variants change nothing for one instance: routing is the
-// single policy's, record for record.
+// single policy's, record for record. The others' prefill estimate runs
+// on a lone instance too (the module's foreign_prefill does) and finds its
+// own stored runs its own.
 func TestMultiPreciseVariantsOneInstance(t *testing.T) {
 	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.1})
 	single, err := NewPolicy("ramjet-precise", 1, selection.Config{})
@@ -50,7 +52,14 @@ func TestMultiPreciseVariantsOneInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := runPolicy(t, w, single, 4, 1)
-	got := runPolicy(t, w, newMulti(t, "ramjet-precise~cs+band=1024+fp", 1, FrontRoundRobin, 1), 4, 1)
+	lone := newMulti(t, "ramjet-precise~cs+band=1024+fp", 1, FrontRoundRobin, 1)
+	got := runPolicy(t, w, lone, 4, 1)
+	rp := multiOf(lone).inst[0].(*RamjetPrecise)
+	if rp.fp == nil {
+		t.Fatal("a lone instance with fp has no estimate")
+	}
+	tok, runs := rp.fp.Counted()
+	t.Logf("lone instance: %d tokens in %d runs counted as foreign", tok, runs)
 	if len(want.Records) != len(got.Records) {
 		t.Fatalf("%d records, want %d", len(got.Records), len(want.Records))
 	}
@@ -70,12 +79,16 @@ func TestMultiPreciseVariantsSeveral(t *testing.T) {
 	p := newMulti(t, "ramjet-precise~cs+band=1024+fp", 4, FrontRoundRobin, 1)
 	runPolicy(t, w, p, 4, 1)
 	m := multiOf(p)
-	for k, fs := range m.foreign {
-		if fs == nil {
+	for k, p := range m.inst {
+		rp := p.(*RamjetPrecise)
+		if rp.fp == nil {
 			t.Fatalf("instance %d has no estimate", k)
 		}
-		if o := fs.rp.rt.Options(); !o.ColdSpill || o.SpillBand != 1024 {
+		if o := rp.rt.Options(); !o.ColdSpill || o.SpillBand != 1024 {
 			t.Fatalf("instance %d options %+v", k, o)
+		}
+		if tok, runs := rp.fp.Counted(); tok == 0 || runs == 0 {
+			t.Errorf("instance %d counted no foreign prefill (%d tokens, %d runs): the index's stored runs do not reach it", k, tok, runs)
 		}
 	}
 	if used := burstSpreadOf(t, "ramjet-precise~cs+band=1024", 4); used < 7 {

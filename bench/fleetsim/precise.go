@@ -109,7 +109,18 @@ type RamjetPrecise struct {
 
 	// EventsQueued counts the KV events received from the engines.
 	EventsQueued int
+
+	// fp, when set (the "fp" variant, the module's foreign_prefill), is
+	// the estimate of the other instances' prefill, driven as the module
+	// drives it (selection.ForeignPrefill's lifecycle): fed by the index's
+	// stored runs, refreshed before each decision, credited with each
+	// reservation and each first token.
+	fp *selection.ForeignPrefill
 }
+
+// SetForeignPrefill turns the other instances' prefill estimate on (nil:
+// off), before Run attaches the engines.
+func (p *RamjetPrecise) SetForeignPrefill(fp *selection.ForeignPrefill) { p.fp = fp }
 
 // PreciseDecisions counts decisions where at least one candidate had an
 // exact overlap; ApproxDecisions those routed by the estimate alone (the
@@ -218,6 +229,10 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 		}
 		p.pre, p.x = pre, pre.Index()
 		pre.SetEstimate(p.rt)
+		if p.fp != nil {
+			p.fp.SetRouter(p.rt)
+			pre.OnStored(p.fp.StoredRun)
+		}
 		for i, c := range p.cands {
 			pre.Bind(c.Slot, replicaKey(i))
 		}
@@ -306,6 +321,10 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 	p.deliver(p.now)
 	p.clock = max(p.clock, p.now)
 	p.answers(p.now)
+	if p.fp != nil {
+		p.fp.Refresh(epoch.Add(p.now))
+		defer p.reserved(r)
+	}
 	if p.missed(r) {
 		// Routed by the estimate: no token ids, so no annotation (stale
 		// Precise flags cleared) and no prediction now.
@@ -334,6 +353,27 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 		}
 	}
 	return i
+}
+
+// reserved credits the others' prefill estimate with r's reservation, if
+// Pick made one.
+func (p *RamjetPrecise) reserved(r *Request) {
+	if res, ok := p.res[r.Row.ID]; ok {
+		p.fp.Reserved(res)
+	}
+}
+
+// FirstToken records r's first token on rep at the engine's clock in the
+// others' prefill estimate, then ends r's pending prefill (Ramjet's).
+func (p *RamjetPrecise) FirstToken(r *Request, rep int) {
+	if p.fp != nil && rep >= 0 && rep < len(p.cands) {
+		t := p.now
+		if rep < len(p.engines) && p.engines[rep] != nil {
+			t = p.engines[rep].Now()
+		}
+		p.fp.FirstToken(p.cands[rep].Slot, epoch.Add(t))
+	}
+	p.Ramjet.FirstToken(r, rep)
 }
 
 // lateAnswer is a missed preflight's answer to come.

@@ -20,8 +20,10 @@ const multiRouteIDSecret = "e2ecompare-multi"
 // multiSites returns k ramjet sites over upstreams, each an independent
 // instance: its own state_key (own index, own reservations, as a separate
 // Caddy process has), the same route-id secret, the observer handler of
-// its own state.
-func multiSites(k int, upstreams []string, kv map[string]any) []caddyrun.Site {
+// its own state. em > 0 turns on every instance's engine_metrics at that
+// interval (engine-reported load: the spill band's and foreign_prefill's
+// defaults with kv).
+func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration) []caddyrun.Site {
 	sites := make([]caddyrun.Site, k)
 	for i := range sites {
 		key := fmt.Sprintf("e2e-r%d", i)
@@ -35,6 +37,9 @@ func multiSites(k int, upstreams []string, kv map[string]any) []caddyrun.Site {
 		if kv != nil {
 			sites[i].PolicyConfig["kv"] = kv
 		}
+		if em > 0 {
+			sites[i].PolicyConfig["engine_metrics"] = map[string]any{"interval": int64(em)}
+		}
 	}
 	return sites
 }
@@ -47,7 +52,7 @@ func multiSites(k int, upstreams []string, kv map[string]any) []caddyrun.Site {
 // that binary instead (startProcsAdmin). With precise, every instance
 // subscribes to every engine's KV events (the precise path).
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, progress, logw io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, em time.Duration, progress, logw io.Writer) (Row, error) {
 	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, precise)
 	defer closeEngines(sims)
 	if err != nil {
@@ -58,7 +63,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	if precise {
 		kv, pol = kvConfig(sims, addrs, 0), "ramjet-precise"
 	}
-	sites := multiSites(k, addrs, kv)
+	sites := multiSites(k, addrs, kv, em)
 	var backends []string
 	var procsKV *procs
 	label := fmt.Sprintf("%s x%d %s", pol, k, front)

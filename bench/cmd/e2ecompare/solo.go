@@ -205,8 +205,8 @@ func fetchProfile(hc *http.Client, url, path string) error {
 // scrapeKV returns the precise path's preflight, decision and feed
 // series of the Caddy process (ramjet_tokenize_*,
 // ramjet_kv_decisions_total, ramjet_kv_events_applied_total,
-// ramjet_kv_feed_connected), from its admin /metrics; histogram buckets
-// left out.
+// ramjet_kv_feed_connected, ramjet_kv_foreign_prefill_*), from its admin
+// /metrics; histogram buckets left out.
 func scrapeKV(admin string) ([]string, error) {
 	hc := &http.Client{Timeout: 10 * time.Second}
 	resp, err := hc.Get(admin + "/metrics")
@@ -223,7 +223,8 @@ func scrapeKV(admin string) ([]string, error) {
 	for sc.Scan() {
 		l := sc.Text()
 		if (strings.HasPrefix(l, "ramjet_tokenize_") || strings.HasPrefix(l, "ramjet_kv_decisions_total") ||
-			strings.HasPrefix(l, "ramjet_kv_events_applied_total") || strings.HasPrefix(l, "ramjet_kv_feed_connected")) && !strings.Contains(l, "_bucket{") {
+			strings.HasPrefix(l, "ramjet_kv_events_applied_total") || strings.HasPrefix(l, "ramjet_kv_feed_connected") ||
+			strings.HasPrefix(l, "ramjet_kv_foreign_prefill_")) && !strings.Contains(l, "_bucket{") {
 			out = append(out, l)
 		}
 	}

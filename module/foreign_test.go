@@ -1,0 +1,164 @@
+package module
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ramjet-llm/ramjet/kvindex"
+)
+
+// TestForeignPrefillWired runs foreign_prefill through the configuration
+// path (Caddyfile -> JSON -> Provision): on by default with kv and
+// without engine_metrics, off otherwise unless set, off with "off"; "on"
+// without kv and a word other than on|off are errors.
+func TestForeignPrefillWired(t *testing.T) {
+	// Nothing listens on these: the feeds and the scrapes only retry.
+	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
+	const em = "engine_metrics 1h\n"
+	tests := []struct {
+		name, block string
+		want        bool
+	}{
+		{"bare", "", false},
+		{"kv only", kv, true},
+		{"kv only, off", kv + "foreign_prefill off\n", false},
+		{"kv and engine_metrics", kv + em, false},
+		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "foreign_" + strings.NewReplacer(" ", "_", ",", "").Replace(tt.name)
+			p, err := provisionKeep(t, "ramjet {\n state_key "+key+"\n "+tt.block+"}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Cleanup()
+			if got := p.foreignFor() != nil; got != tt.want {
+				t.Errorf("foreign prefill on: %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if _, err := provisionSpillErr(t, "ramjet {\n foreign_prefill on\n}"); err == nil || !strings.Contains(err.Error(), "foreign_prefill") {
+		t.Errorf("foreign_prefill on without kv: error %v, want one naming foreign_prefill", err)
+	}
+	var p RamjetSelection
+	if err := p.UnmarshalCaddyfile(caddyfile.NewTestDispenser("ramjet {\n foreign_prefill maybe\n}")); err == nil {
+		t.Error("foreign_prefill maybe: no error")
+	}
+}
+
+// TestForeignPrefillFeeds: a block run the engine's KV feed applies beyond
+// this instance's own pending prefill reaches the policy's router as
+// external prefill and the metric's totals; a reload that turns
+// foreign_prefill off (same feeds, same state) takes it back to 0.
+func TestForeignPrefillFeeds(t *testing.T) {
+	const block = "ramjet {\n state_key foreign_feeds\n kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
+	p, err := provisionKeep(t, block+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Cleanup()
+	fp := p.foreignFor()
+	if fp == nil {
+		t.Fatal("foreign_prefill is not on by default with kv alone")
+	}
+	s, err := p.rt.Register("127.0.0.1:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.kv.p.Bind(s, "127.0.0.1:9") {
+		t.Fatal("no feed for 127.0.0.1:9")
+	}
+	r, _ := p.kv.x.Lookup("127.0.0.1:9")
+	bs := p.kv.x.BlockSize()
+	toks := make([]uint32, 8*bs)
+	for i := range toks {
+		toks[i] = uint32(i)
+	}
+	p.kv.x.Apply(r, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.KindBlockStored, Medium: "GPU",
+		BlockHashes: []uint64{1, 2, 3, 4, 5, 6, 7, 8}, TokenIDs: toks, BlockSize: bs}}})
+	if got := p.rt.ExternalPrefill(s); got != int64(8*bs) {
+		t.Fatalf("external prefill %d after a foreign run of %d tokens", got, 8*bs)
+	}
+	if tok, runs := p.kv.fp.Counted(); tok != uint64(8*bs) || runs != 1 {
+		t.Errorf("counted %d tokens in %d runs", tok, runs)
+	}
+
+	q, err := provisionKeep(t, block+" foreign_prefill off\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Cleanup()
+	if q.kv != p.kv {
+		t.Fatal("the reload started new feeds")
+	}
+	if q.foreignFor() != nil || p.foreignFor() != nil {
+		t.Error("foreign_prefill off after the reload, but an estimate is still fed")
+	}
+	if got := q.rt.ExternalPrefill(s); got != 0 {
+		t.Errorf("external prefill %d after turning foreign_prefill off", got)
+	}
+}
+
+// TestE2EForeignPrefill: through a real Caddy and an engine simulator
+// publishing KV events, this instance's own requests are credited (their
+// stored runs are not another instance's prefill), while a prompt sent to
+// the engine directly (another ramjet instance's request, as this one sees
+// it) is counted as foreign prefill and reaches the router's load.
+func TestE2EForeignPrefill(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "on", "kv": map[string]any{
+		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":            "kv-events",
+		"tokenize_timeout": "2s",
+	}}})
+	cl := newClient(c)
+	model := sim.Model()
+	k := liveKV(t)
+	if k.foreign.Load() == nil {
+		t.Fatal("foreign_prefill on, but no estimate is fed")
+	}
+	warmKV(t, cl, model, k, addr)
+	ownTok, _ := k.fp.Counted()
+	const n = 6
+	for i := range n {
+		kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("own %d", i), 2000))})
+	}
+	afterOwn, _ := k.fp.Counted()
+	t.Logf("own traffic: %d tokens counted as foreign during warm-up, %d during %d own requests of ~500 tokens", ownTok, afterOwn-ownTok, n)
+	if afterOwn-ownTok > 2*n*16 {
+		t.Errorf("this instance's own requests counted as %d foreign tokens", afterOwn-ownTok)
+	}
+
+	// Another instance's request: sent to rank 0 directly.
+	direct := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("test"),
+		option.WithMaxRetries(0), option.WithRequestTimeout(30*time.Second),
+		option.WithHeader(HeaderRank, "0"))
+	kvChat(t, direct, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText("another instance", 4000))})
+	eventually(t, "the other instance's prefill counted", func() bool {
+		tok, _ := k.fp.Counted()
+		return tok >= afterOwn+4*16
+	})
+	tok, runs := k.fp.Counted()
+	s, ok := k.fleet.Load().Router().Lookup(addr + "#0")
+	if !ok {
+		t.Fatal("rank 0 not registered")
+	}
+	if got := k.fleet.Load().Router().ExternalPrefill(s); got <= 0 {
+		t.Errorf("rank 0's external prefill %d after another instance's %d tokens", got, tok-afterOwn)
+	}
+	for _, name := range []string{"ramjet_kv_foreign_prefill_tokens_total", "ramjet_kv_foreign_prefill_runs_total"} {
+		if n := testutil.CollectAndCount(kvCollector(), name); n != 1 {
+			t.Errorf("%d %s series, want 1", n, name)
+		}
+	}
+	t.Logf("another instance's request: %d tokens in %d runs counted in all", tok, runs)
+}
