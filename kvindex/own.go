@@ -20,32 +20,35 @@ package kvindex
 // Index.mu.
 type ownMem struct {
 	at   map[predID]uint64 // pair -> stamp of its ring slot
-	ring []predID
-	next uint64 // stamps issued; the ring slot of stamp s is (s-1) % len(ring)
+	ring []predID          // grows to max, then wraps
+	max  int
+	next uint64 // stamps issued; the ring slot of stamp s is (s-1) % max
 }
 
 func (m *ownMem) init(max int) {
 	m.at = make(map[predID]uint64)
-	m.ring = make([]predID, max)
+	m.max = max
 }
 
 // add remembers id, dropping the oldest pair when full.
 func (m *ownMem) add(id predID) {
-	n := uint64(len(m.ring))
-	if n == 0 {
+	if m.max <= 0 {
 		return
 	}
 	if _, ok := m.at[id]; ok {
 		return // its slot stays; it leaves a little early
 	}
+	n := uint64(m.max)
 	m.next++
-	slot := (m.next - 1) % n
-	if m.next > n {
+	if len(m.ring) < m.max {
+		m.ring = append(m.ring, id)
+	} else {
+		slot := (m.next - 1) % n
 		if old := m.ring[slot]; m.at[old] == m.next-n {
 			delete(m.at, old)
 		}
+		m.ring[slot] = id
 	}
-	m.ring[slot] = id
 	m.at[id] = m.next
 }
 
