@@ -113,6 +113,12 @@ type Config struct {
 	MaxEntries int
 	// MaxPredicted bounds the predicted entries (see Predict). Default 65536.
 	MaxPredicted int
+	// MaxOwnGone bounds the (replica, block) pairs remembered as routed
+	// there by this router after the index lost them (evicted by the
+	// engine, or predicted and dropped before the engine stored them), so
+	// that a re-store is known as this router's own (Own). Default
+	// 4 x MaxPredicted (about 50 bytes each).
+	MaxOwnGone int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// MaxOrphanRun is how many BlockStored events in a row may fail to
@@ -135,6 +141,9 @@ func (c *Config) setDefaults() {
 	if c.MaxPredicted <= 0 {
 		c.MaxPredicted = 65536
 	}
+	if c.MaxOwnGone <= 0 {
+		c.MaxOwnGone = 4 * c.MaxPredicted
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -153,8 +162,10 @@ const EntryBytes = 48 + 40 + 24 + 48
 // ownRef marks a replica's router key (in replica.refs) as routed there by
 // this router: the engine stored it for a request the router predicted it
 // for (Predict, Hold), or the router sent the replica a request with it
-// while the engine held it. A key the engine holds without the mark came
-// from traffic the router did not route (other routers, other clients).
+// while the engine held it, or it stored again a key that had the mark
+// when the index lost it (ownMem). A key the engine holds without the mark
+// came from traffic the router did not route (other routers, other
+// clients).
 const ownRef = 1 << 30
 
 // Own reports whether r holds router key key and this router routed it
@@ -228,6 +239,7 @@ type Index struct {
 	head  rec            // LRU sentinel: head.next is the most recent
 	n     int            // entries
 	pred  predictions    // short-lived predicted entries
+	own   ownMem         // own blocks the index lost (see Own)
 	// scratch holds one store's chain keys (under mu).
 	scratch []uint64
 
@@ -254,6 +266,8 @@ func New(c Config) *Index {
 	x := &Index{cfg: c, byID: map[string]Replica{}, keys: map[uint64]set{}}
 	x.head.next, x.head.prev = &x.head, &x.head
 	x.pred.init(c.MaxPredicted)
+	x.own.init(c.MaxOwnGone)
+	x.pred.own = &x.own
 	return x
 }
 
@@ -449,7 +463,7 @@ func (x *Index) store(r Replica, rep *replica, e *Event) bool {
 			}
 		}
 		x.put(r, rep, h, key)
-		if x.pred.confirm(r, key) {
+		if x.pred.confirm(r, key) || x.own.take(predID{key, r}) {
 			rep.refs[key] |= ownRef
 		}
 	}
@@ -562,6 +576,9 @@ func (x *Index) remove(rc *rec) {
 	delete(rep.byEngine, rc.engine)
 	rep.forget(rc.engine, rc.key)
 	if rep.refs[rc.key]--; rep.refs[rc.key]&^ownRef <= 0 {
+		if rep.refs[rc.key]&ownRef != 0 {
+			x.own.add(predID{rc.key, rc.rep})
+		}
 		delete(rep.refs, rc.key)
 		s := x.keys[rc.key]
 		s.del(rc.rep)

@@ -75,6 +75,10 @@ type predictions struct {
 	live  int
 	// dropped counts live entries dropped because a ring was full.
 	dropped uint64
+	// own receives the predictions dropped before their time and those
+	// that expired while a request still held them: their blocks, stored
+	// later, are still this router's (see ownMem).
+	own *ownMem
 }
 
 func (p *predictions) init(max int) {
@@ -98,6 +102,7 @@ func (p *predictions) push(q *predRing, s predSlot, now int64) {
 		if e, ok := p.entry(old.id.r, old.id.key); ok && e.exp == old.exp {
 			if old.exp > now {
 				p.dropped++
+				p.spill(old.id)
 			}
 			p.del(old.id)
 		}
@@ -118,6 +123,14 @@ func (p *predictions) set(id predID, e predEntry) {
 		p.bits[id.key] = s
 	}
 	m[id.key] = e
+}
+
+// spill hands a prediction that leaves before its BlockStored, and that
+// some request may still compute, to the own-block memory.
+func (p *predictions) spill(id predID) {
+	if p.own != nil {
+		p.own.add(id)
+	}
 }
 
 func (p *predictions) del(id predID) {
@@ -197,6 +210,9 @@ func (p *predictions) sweep(now time.Time) {
 		for q.count > 0 && q.front().exp <= t {
 			s := q.pop()
 			if e, ok := p.entry(s.id.r, s.id.key); ok && e.exp == s.exp {
+				if e.refs > 0 {
+					p.spill(s.id)
+				}
 				p.del(s.id)
 			}
 		}
