@@ -19,17 +19,22 @@ const DefaultDepartAfter = 30 * time.Second
 // starts cold. It reports whether key was registered.
 //
 // Requests still holding a reservation on the slot release into nothing
-// (their load was dropped); Depart never unregisters a slot while one does.
+// (their load was dropped); Depart never unregisters a slot while one does
+// (selection.Router.UnregisterIdle).
 func (f *Fleet) Unregister(key string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.unregister(key)
+	return f.unregister(key, false)
 }
 
-// unregister is Unregister with f.mu held.
-func (f *Fleet) unregister(key string) bool {
+// unregister is Unregister with f.mu held; idle: only while no request
+// holds a reservation on the slot (selection.Router.UnregisterIdle).
+func (f *Fleet) unregister(key string, idle bool) bool {
 	s, ok := f.rt.Lookup(key)
-	if !ok || !f.rt.Unregister(key) {
+	if !ok {
+		return false
+	}
+	if idle && !f.rt.UnregisterIdle(key) || !idle && !f.rt.Unregister(key) {
 		return false
 	}
 	if old := *f.ids.Load(); int(s) < len(old) {
@@ -95,10 +100,10 @@ func (f *Fleet) Depart(listed func(key string) bool, now time.Time, grace time.D
 		if at-f.seen[s] < int64(grace) {
 			continue
 		}
-		if in, _ := f.rt.Load(sl); in > 0 {
-			continue
-		}
-		if f.unregister(key) {
+		// A request may take a reservation at any moment: the check
+		// that none holds one is made in the same atomic step as the
+		// departure (a check before it would race with Reserve).
+		if f.unregister(key, true) {
 			gone = append(gone, key)
 		}
 	}

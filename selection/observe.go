@@ -42,7 +42,7 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens int) bool
 		return false
 	}
 	s := res.slot
-	if c := &rt.loads[s]; c.gen.Load() != res.gen {
+	if c := &rt.loads[s]; c.gen() != res.gen {
 		return false // the replica left since
 	}
 	cached := int64(cachedTokens)

@@ -149,14 +149,35 @@ func (s *Scratch) ensure(n int) {
 }
 
 type loadCell struct {
+	// inflight packs the slot's generation (high 32 bits, bumped by
+	// Unregister: older reservations no longer count) and its in-flight
+	// requests (low 32 bits), so that a reservation takes its generation
+	// and a release or UnregisterIdle checks it in the same atomic step
+	// as the count changes (count and generation: loadCell.count, gen).
 	inflight atomic.Int64
 	pending  atomic.Int64
 	resident atomic.Int64  // prompt tokens of the in-flight requests, until release
 	kvtokens atomic.Int32  // the replica's KV capacity in tokens (0: unknown), at most MaxInt32
 	lingerAt atomic.Uint32 // the router's clock (ms, wrapping) at the last release that added to linger
 	ext      extCell       // engine-reported load of others (SetExternalLoad)
-	gen      atomic.Uint32 // bumped by Unregister: older reservations no longer count
+	_        uint32        // padding: loadCell is one cache line
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
+}
+
+// count is the slot's in-flight requests (the low half of inflight).
+func (c *loadCell) count() int64 { return int64(int32(c.inflight.Load())) }
+
+// gen is the slot's generation (the high half of inflight).
+func (c *loadCell) gen() uint32 { return uint32(uint64(c.inflight.Load()) >> 32) }
+
+// nextGen starts the slot's next generation with no request in flight.
+func (c *loadCell) nextGen() {
+	for {
+		w := c.inflight.Load()
+		if c.inflight.CompareAndSwap(w, int64((uint64(w)>>32+1)<<32)) {
+			return
+		}
+	}
 }
 
 // chainList lists a replica's in-flight reservations (reserveChain),
@@ -498,23 +519,51 @@ func (rt *Router) Unregister(key string) bool {
 	if !ok {
 		return false
 	}
+	c := &rt.loads[s]
+	c.nextGen()
+	c.pending.Store(0)
+	c.resident.Store(0)
+	rt.chains[s].mu.Lock()
+	rt.chains[s].head = nil
+	rt.chains[s].mu.Unlock()
+	rt.freeSlot(key, s)
+	return true
+}
+
+// UnregisterIdle is Unregister only while no request holds a reservation
+// on key's slot, decided in the same atomic step that starts the slot's
+// next generation: a reservation made concurrently either lands before
+// (and UnregisterIdle reports false) or in the next generation (and its
+// release balances it there). Its pending prefill and resident context
+// are zero then, as no reservation holds any.
+func (rt *Router) UnregisterIdle(key string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s, ok := rt.slots[key]
+	if !ok {
+		return false
+	}
+	c := &rt.loads[s]
+	w := c.inflight.Load()
+	if int32(w) != 0 || !c.inflight.CompareAndSwap(w, int64((uint64(w)>>32+1)<<32)) {
+		return false
+	}
+	rt.freeSlot(key, s)
+	return true
+}
+
+// freeSlot drops what the slot of key held besides its reservations and
+// frees it; rt.mu is held.
+func (rt *Router) freeSlot(key string, s Slot) {
 	delete(rt.slots, key)
 	rt.keys[s] = ""
 	rt.keyHash[s] = 0
 	c := &rt.loads[s]
-	c.gen.Add(1)
-	c.inflight.Store(0)
-	c.pending.Store(0)
-	c.resident.Store(0)
 	c.linger.Store(0)
-	rt.chains[s].mu.Lock()
-	rt.chains[s].head = nil
-	rt.chains[s].mu.Unlock()
 	c.resetExternal()
 	rt.kvcap[s] = 0
 	rt.idx.release(s)
 	rt.free = append(rt.free, s)
-	return true
 }
 
 // Lookup returns the slot of key if it is registered.
@@ -546,7 +595,7 @@ func (rt *Router) Registered() int {
 // Load returns slot s's in-flight requests and pending prefill tokens.
 func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
 	c := &rt.loads[s]
-	return c.inflight.Load(), c.pending.Load()
+	return c.count(), c.pending.Load()
 }
 
 // Resident returns the context tokens slot s's in-flight requests weigh
@@ -582,7 +631,7 @@ func (rt *Router) lingerNow() uint32 {
 func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int) float64 {
 	c := &rt.loads[s]
 	cfg := &rt.cfg
-	ld := float64((c.inflight.Load()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
+	ld := float64((c.count()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
 	ow := rt.opt.OverflowWeight
 	if ow == 0 {
 		ow = DefaultOverflowWeight
@@ -909,13 +958,13 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 		rt.idx.settle()
 	}
 	c := &rt.loads[s]
-	c.inflight.Add(1)
+	gen := uint32(uint64(c.inflight.Add(1)) >> 32)
 	c.pending.Add(int64(prefill))
 	if resident != 0 {
 		c.resident.Add(resident)
 		subFloor(&c.linger, int32(min(resident, math.MaxInt32)))
 	}
-	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, c.gen.Load(), int64(prefill), resident
+	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, gen, int64(prefill), resident
 	r.predicted, r.prompt, r.precise = 0, 0, false
 	r.learned.age.Store(-1)
 	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
@@ -1011,7 +1060,7 @@ func (r *Reservation) Slot() Slot { return r.slot }
 // did it.
 func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
-		if c := &r.rt.loads[r.slot]; c.gen.Load() == r.gen {
+		if c := &r.rt.loads[r.slot]; c.gen() == r.gen {
 			c.pending.Add(-r.prefill)
 		}
 		return true
@@ -1026,7 +1075,7 @@ func (r *Reservation) Release() bool {
 		return false
 	}
 	c := &r.rt.loads[r.slot]
-	if c.gen.Load() != r.gen {
+	if c.gen() != r.gen {
 		return true // the replica was unregistered since: its load was dropped
 	}
 	if old == 0 {
@@ -1055,8 +1104,15 @@ func (r *Reservation) Release() bool {
 			addCap(&c.linger, int32(min(res, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
 		}
 	}
-	c.inflight.Add(-1)
-	return true
+	// The count goes last and only in r's generation: while it holds,
+	// UnregisterIdle leaves the slot alone, so the pending and resident
+	// tokens above were taken from this generation's.
+	for {
+		w := c.inflight.Load()
+		if uint32(uint64(w)>>32) != r.gen || c.inflight.CompareAndSwap(w, w-1) {
+			return true
+		}
+	}
 }
 
 // subFloor subtracts d from v, never below zero.
