@@ -170,12 +170,16 @@ func (c *loadCell) count() int64 { return int64(int32(c.inflight.Load())) }
 // gen is the slot's generation (the high half of inflight).
 func (c *loadCell) gen() uint32 { return uint32(uint64(c.inflight.Load()) >> 32) }
 
-// nextGen starts the slot's next generation with no request in flight.
-func (c *loadCell) nextGen() {
+// nextGen starts the slot's next generation with no request in flight;
+// idle: only if none is in flight now. It reports whether it did.
+func (c *loadCell) nextGen(idle bool) bool {
 	for {
 		w := c.inflight.Load()
+		if idle && int32(w) != 0 {
+			return false
+		}
 		if c.inflight.CompareAndSwap(w, int64((uint64(w)>>32+1)<<32)) {
-			return
+			return true
 		}
 	}
 }
@@ -512,23 +516,7 @@ func (rt *Router) applyCapacity(s Slot) {
 // Callers must stop offering the slot as a Candidate before calling it;
 // a Scratch or Candidate list naming the slot afterwards names whichever
 // replica registers next.
-func (rt *Router) Unregister(key string) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	s, ok := rt.slots[key]
-	if !ok {
-		return false
-	}
-	c := &rt.loads[s]
-	c.nextGen()
-	c.pending.Store(0)
-	c.resident.Store(0)
-	rt.chains[s].mu.Lock()
-	rt.chains[s].head = nil
-	rt.chains[s].mu.Unlock()
-	rt.freeSlot(key, s)
-	return true
-}
+func (rt *Router) Unregister(key string) bool { return rt.unregister(key, false) }
 
 // UnregisterIdle is Unregister only while no request holds a reservation
 // on key's slot, decided in the same atomic step that starts the slot's
@@ -536,7 +524,9 @@ func (rt *Router) Unregister(key string) bool {
 // (and UnregisterIdle reports false) or in the next generation (and its
 // release balances it there). Its pending prefill and resident context
 // are zero then, as no reservation holds any.
-func (rt *Router) UnregisterIdle(key string) bool {
+func (rt *Router) UnregisterIdle(key string) bool { return rt.unregister(key, true) }
+
+func (rt *Router) unregister(key string, idle bool) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	s, ok := rt.slots[key]
@@ -544,26 +534,26 @@ func (rt *Router) UnregisterIdle(key string) bool {
 		return false
 	}
 	c := &rt.loads[s]
-	w := c.inflight.Load()
-	if int32(w) != 0 || !c.inflight.CompareAndSwap(w, int64((uint64(w)>>32+1)<<32)) {
+	if !c.nextGen(idle) {
 		return false
 	}
-	rt.freeSlot(key, s)
-	return true
-}
-
-// freeSlot drops what the slot of key held besides its reservations and
-// frees it; rt.mu is held.
-func (rt *Router) freeSlot(key string, s Slot) {
+	if !idle {
+		// The old generation's reservations no longer count.
+		c.pending.Store(0)
+		c.resident.Store(0)
+		rt.chains[s].mu.Lock()
+		rt.chains[s].head = nil
+		rt.chains[s].mu.Unlock()
+	}
 	delete(rt.slots, key)
 	rt.keys[s] = ""
 	rt.keyHash[s] = 0
-	c := &rt.loads[s]
 	c.linger.Store(0)
 	c.resetExternal()
 	rt.kvcap[s] = 0
 	rt.idx.release(s)
 	rt.free = append(rt.free, s)
+	return true
 }
 
 // Lookup returns the slot of key if it is registered.
