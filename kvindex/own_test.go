@@ -119,14 +119,17 @@ func TestOwnSurvivesLoss(t *testing.T) {
 		}
 		x.Release(a, keys, 0)
 		remove(x, a, 10, 11, 12) // remembered: 11 and 12
+		if n := x.OwnRemembered(); n != 2 {
+			t.Errorf("OwnRemembered() = %d after three losses, want the bound, 2", n)
+		}
 		store(x, a, 0, 10)
 		store(x, a, 1, 11)
 		store(x, a, 2, 12)
 		if x.Own(a, keys[0]) || !x.Own(a, keys[1]) || !x.Own(a, keys[2]) {
 			t.Errorf("own %v %v %v, want false true true", x.Own(a, keys[0]), x.Own(a, keys[1]), x.Own(a, keys[2]))
 		}
-		if n := len(x.own.at); n > 2 {
-			t.Errorf("%d pairs remembered, bound 2", n)
+		if n := x.OwnRemembered(); n != 0 {
+			t.Errorf("OwnRemembered() = %d after both were stored again, want 0", n)
 		}
 	})
 }

@@ -304,6 +304,14 @@ func (x *Index) Predicted() int {
 	return x.pred.live
 }
 
+// OwnRemembered is the number of (replica, block) pairs remembered as this
+// router's own after the index lost them (at most Config.MaxOwnGone).
+func (x *Index) OwnRemembered() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.own.at)
+}
+
 // PredictionsDropped counts predicted entries dropped before their time
 // because Config.MaxPredicted were live.
 func (x *Index) PredictionsDropped() uint64 {

@@ -42,6 +42,8 @@ var (
 		"Accounted memory of the precise index, in bytes.", nil, nil)
 	kvPredictedDesc = prometheus.NewDesc("ramjet_kv_index_predicted_entries",
 		"Predicted entries (routed, not yet confirmed by an event).", nil, nil)
+	kvOwnGoneDesc = prometheus.NewDesc("ramjet_kv_index_own_remembered_entries",
+		"(replica, block) pairs this router sent that the index lost, remembered to keep them marked as its own when the engine stores them again (bounded by 4 x max_predicted).", nil, nil)
 	kvEventsDesc = prometheus.NewDesc("ramjet_kv_events_applied_total",
 		"KV cache events applied to the precise index.", nil, nil)
 	kvDecodeErrDesc = prometheus.NewDesc("ramjet_kv_events_decode_errors_total",
@@ -111,7 +113,7 @@ var (
 )
 
 func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{kvEntriesDesc, kvBytesDesc, kvPredictedDesc, kvEventsDesc,
+	for _, d := range []*prometheus.Desc{kvEntriesDesc, kvBytesDesc, kvPredictedDesc, kvOwnGoneDesc, kvEventsDesc,
 		kvDecodeErrDesc, kvGapsDesc, kvReplayedDesc, kvEvictionsDesc, kvFencesDesc, kvFreshDesc,
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
 		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
@@ -126,7 +128,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	if len(states) == 0 {
 		return
 	}
-	var entries, bytes, predicted int64
+	var entries, bytes, predicted, ownGone int64
 	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
 	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail, predDropped uint64
 	var foreignTok, foreignRuns uint64
@@ -146,6 +148,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 		entries += x.Entries()
 		bytes += x.Bytes()
 		predicted += int64(x.Predicted())
+		ownGone += int64(x.OwnRemembered())
 		events += x.EventsApplied()
 		decodeErr += x.DecodeErrors()
 		gaps += x.Gaps()
@@ -216,6 +219,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(kvEntriesDesc, float64(entries))
 	gauge(kvBytesDesc, float64(bytes))
 	gauge(kvPredictedDesc, float64(predicted))
+	gauge(kvOwnGoneDesc, float64(ownGone))
 	counter(kvEventsDesc, events)
 	counter(kvDecodeErrDesc, decodeErr)
 	counter(kvGapsDesc, gaps)
