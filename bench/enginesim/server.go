@@ -71,6 +71,9 @@ type Server struct {
 	last    *Recorded
 	closed  bool
 	serving sync.WaitGroup
+
+	connMu sync.Mutex                  // guards conns
+	conns  map[net.Conn]http.ConnState // the main listener's open connections (trackConn)
 }
 
 // pending is one request inside a rank, guarded by rank.mu.
@@ -148,7 +151,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.ranks = append(s.ranks, r)
 	}
 	s.applyFaults(o.Faults)
-	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second, ConnState: s.trackConn}
 	for _, r := range s.ranks {
 		s.wg.Add(1)
 		go r.run()
@@ -270,6 +273,38 @@ func (s *Server) Faults() Faults {
 	return s.faults
 }
 
+// trackConn is the main server's ConnState hook: it keeps the open
+// connections and their states for closeUnused.
+func (s *Server) trackConn(c net.Conn, st http.ConnState) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	switch st {
+	case http.StateHijacked, http.StateClosed:
+		delete(s.conns, c)
+	default:
+		if s.conns == nil {
+			s.conns = map[net.Conn]http.ConnState{}
+		}
+		s.conns[c] = st
+	}
+}
+
+// closeUnused closes every connection that carries no request now: the
+// idle ones (SetKeepAlivesEnabled closes those too) and the new ones that
+// never carried one. net/http leaves a new connection open for its first
+// 5 s, and a client's transport can hold one in its idle pool (a dial it
+// started for a request that another connection served first): without
+// this a refusing engine still answered the next request sent on it.
+func (s *Server) closeUnused() {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	for c, st := range s.conns {
+		if st == http.StateNew || st == http.StateIdle {
+			c.Close()
+		}
+	}
+}
+
 // refuseGrace is how long SetFaults waits after closing idle connections
 // when it starts refusing, so that clients' connection pools see the
 // closes before their next request (otherwise a client may write into a
@@ -306,6 +341,7 @@ func (s *Server) applyFaults(f Faults) error {
 	case f.RefuseConnections && s.ln != nil:
 		s.srv.SetKeepAlivesEnabled(false) // also closes idle connections
 		s.ln.Close()
+		s.closeUnused()
 		s.ln = nil
 		release, err := holdPort(s.addr)
 		if err != nil {
