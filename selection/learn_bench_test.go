@@ -34,6 +34,19 @@ func BenchmarkLearnPrompts(b *testing.B) {
 	}
 }
 
+// uncachedRouter is the RouteUncached benchmarks' fleet: 8 replicas
+// (default knobs) with the learn queue at queue blocks (0: off), and 64
+// distinct prompts of n blocks.
+func uncachedRouter(b *testing.B, queue, n int) (*Router, []Candidate, []*Features) {
+	rt, cands := newTestRouter(b, Config{}, 8)
+	rt.Index().SetLearnQueue(queue)
+	prompts := make([]*Features, 64)
+	for i := range prompts {
+		prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), n), 1)
+	}
+	return rt, cands, prompts
+}
+
 // BenchmarkRouteUncached is one request of the overhead benchmark's
 // long-256KiB scenario as the router sees it: Route of one of 64 distinct
 // 512-block prompts over 8 replicas (default knobs), then Observe of an
@@ -41,11 +54,7 @@ func BenchmarkLearnPrompts(b *testing.B) {
 // The index soon learns that nothing is kept: every Route learns 512 new
 // blocks and drops as many old ones.
 func BenchmarkRouteUncached(b *testing.B) {
-	rt, cands := newTestRouter(b, Config{}, 8)
-	prompts := make([]*Features, 64)
-	for i := range prompts {
-		prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), 512), 1)
-	}
+	rt, cands, prompts := uncachedRouter(b, 0, 512)
 	s := NewScratch(8)
 	var res Reservation
 	b.ReportAllocs()
@@ -63,12 +72,7 @@ func BenchmarkRouteUncached(b *testing.B) {
 // learn queue: its process CPU time against BenchmarkRouteUncached's is
 // what the hand-over to the applier costs in all.
 func BenchmarkRouteUncachedQueued(b *testing.B) {
-	rt, cands := newTestRouter(b, Config{}, 8)
-	rt.Index().SetLearnQueue(DefaultLearnQueueBlocks)
-	prompts := make([]*Features, 64)
-	for i := range prompts {
-		prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), 512), 1)
-	}
+	rt, cands, prompts := uncachedRouter(b, DefaultLearnQueueBlocks, 512)
 	s := NewScratch(8)
 	var res Reservation
 	b.ReportAllocs()
@@ -90,12 +94,7 @@ func BenchmarkRouteUncachedQueued(b *testing.B) {
 func BenchmarkRouteUncachedPath(b *testing.B) {
 	for _, queue := range []int{0, DefaultLearnQueueBlocks} {
 		b.Run(fmt.Sprintf("queue=%d", queue), func(b *testing.B) {
-			rt, cands := newTestRouter(b, Config{}, 8)
-			rt.Index().SetLearnQueue(queue)
-			prompts := make([]*Features, 64)
-			for i := range prompts {
-				prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), 1024), 1)
-			}
+			rt, cands, prompts := uncachedRouter(b, queue, 1024)
 			s := NewScratch(8)
 			var res Reservation
 			b.ReportAllocs()
@@ -121,12 +120,7 @@ func BenchmarkRouteUncachedPath(b *testing.B) {
 func BenchmarkRouteUncachedParallel(b *testing.B) {
 	for _, queue := range []int{0, DefaultLearnQueueBlocks} {
 		b.Run(fmt.Sprintf("queue=%d", queue), func(b *testing.B) {
-			rt, cands := newTestRouter(b, Config{}, 8)
-			rt.Index().SetLearnQueue(queue)
-			prompts := make([]*Features, 64)
-			for i := range prompts {
-				prompts[i] = features(rt.Config(), blocksOf(uint64(i+1), 512), 1)
-			}
+			rt, cands, prompts := uncachedRouter(b, queue, 512)
 			var next atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
 				s := NewScratch(8)
