@@ -629,7 +629,8 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && ow <= 0 {
 		return ld
 	}
-	r := c.resident.Load() + c.extKV()
+	mine := c.resident.Load()
+	r := mine + c.extKV()
 	kv := int64(c.kvtokens.Load())
 	if kv <= 0 {
 		kv = AssumedKVTokens
@@ -684,7 +685,7 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	// weight counts both (the experiment's form).
 	own := res
 	if rt.opt.OverflowWeight == 0 {
-		own = float64(c.resident.Load())
+		own = float64(mine)
 	}
 	if over := own + p - capa; over > 0 && ow > 0 {
 		ld += ow * over
