@@ -17,14 +17,16 @@ import (
 // cutProxy forwards TCP connections from its own listener (127.0.0.1:0) to
 // target. cut closes every forwarded connection and refuses new ones until
 // restore: a network path that breaks and comes back, on the same address.
+// While down, or without a target, it accepts and closes at once (a
+// failed handshake for a ZMQ peer).
 type cutProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
+	ln net.Listener
+	wg sync.WaitGroup
 
-	mu    sync.Mutex
-	conns []net.Conn
-	down  bool
+	mu     sync.Mutex
+	target string
+	conns  []net.Conn
+	down   bool
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -54,13 +56,13 @@ func (p *cutProxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		down := p.down
+		down, target := p.down, p.target
 		p.mu.Unlock()
-		if down {
+		if down || target == "" {
 			c.Close()
 			continue
 		}
-		u, err := net.Dial("tcp", p.target)
+		u, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
@@ -88,6 +90,13 @@ func (p *cutProxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// retarget forwards new connections to target (host:port).
+func (p *cutProxy) retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
 }
 
 func (p *cutProxy) restore() {
@@ -177,6 +186,120 @@ func TestInteropReconnectReplays(t *testing.T) {
 			p := append(append([]uint32(nil), missed[0]...), engine.SyntheticTokens(nil, 77, 20)...)
 			if want, got := overlapOf(x, r, p), complete(t, sim, p); got != want || got != 48 {
 				t.Errorf("after the reconnect: engine cached %d, index %d, want 48", got, want)
+			}
+		})
+	}
+}
+
+// TestInteropBindReconnectReplays: engines whose PUB sockets connect to
+// the subscriber's bound socket (llm-d's setup: vLLM "endpoint":
+// "tcp://<indexer>:5557"), two of them on one address told apart by topic,
+// each with its replay socket. The subscriber goes away while the engines
+// keep storing, in two ways: the path between them breaks and comes back
+// (the subscriber stays up; the engines redial as libzmq's PUB does, the
+// next message is past the sequence the feed knows, and the gap is filled
+// from each engine's replay socket), and the subscriber restarts on a new
+// address behind the same path (the new subscriber joins each engine and
+// catches up from its replay buffer). After the engines reconnect the
+// index holds what they stored meanwhile and agrees with their
+// cached_tokens.
+func TestInteropBindReconnectReplays(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		name := "path-cut"
+		if restart {
+			name = "subscriber-restart"
+		}
+		t.Run(name, func(t *testing.T) {
+			x := New(Config{BlockSize: 16})
+			// The engines dial the proxy; it forwards to whichever
+			// subscriber is up (none yet: their first dials fail, and they
+			// keep dialling).
+			px := newCutProxy(t, "")
+			topics := []string{"kv@127.0.0.1:8000@m", "kv@127.0.0.1:8001@m"}
+			var sims []*enginesim.Server
+			var eps []Endpoint
+			for i, topic := range topics {
+				sim, err := enginesim.Start(context.Background(), enginesim.Options{Instant: true,
+					Engine: engine.Config{BlockSize: 16, CapacityTokens: 1024 * 16},
+					KVEvents: enginesim.KVEventsOptions{Topic: topic, Connect: true, Endpoint: px.addr(),
+						ReplayEndpoint: "tcp://127.0.0.1:0", SeqFromOne: i == 1, ReplayTopic: i == 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { sim.Close() })
+				sims = append(sims, sim)
+				eps = append(eps, Endpoint{Replica: topic, Events: "tcp://127.0.0.1:0", Bind: true, Topic: topic,
+					Replay: sim.KVReplayEndpoints()[0]})
+			}
+			listen := func() *Subscriber {
+				s := startSub(t, x, eps...)
+				eventually(t, "the subscriber listening", func() bool { return s.BoundAddr(eps[0].Events) != "" })
+				px.retarget(strings.TrimPrefix(s.BoundAddr(eps[0].Events), "tcp://"))
+				return s
+			}
+			s := listen()
+			reps := make([]Replica, len(eps))
+			for i := range eps {
+				reps[i], _ = x.Lookup(eps[i].Replica)
+				warmUp(t, x, reps[i], sims[i], uint64(1000+100*i))
+			}
+			var before []ReplicaStats
+			for _, r := range reps {
+				before = append(before, x.Stats(r))
+			}
+			if restart {
+				s.Close()
+			} else {
+				px.cut()
+			}
+			// Stored by the engines while the subscriber is away.
+			missed := make([][][]uint32, len(sims))
+			for i, sim := range sims {
+				for j := range 4 {
+					p := engine.SyntheticTokens(nil, uint64(5000+10*i+j), 48)
+					complete(t, sim, p)
+					missed[i] = append(missed[i], p)
+				}
+			}
+			if restart {
+				listen()
+			} else {
+				px.restore()
+			}
+			// New requests make the engines publish once they are back.
+			eventually(t, "the missed stores replayed", func() bool {
+				for i, sim := range sims {
+					complete(t, sim, engine.SyntheticTokens(nil, uint64(time.Now().UnixNano()), 20))
+					for _, p := range missed[i] {
+						if overlapOf(x, reps[i], p) != 48 {
+							return false
+						}
+					}
+					if !x.Fresh(reps[i]) {
+						return false
+					}
+				}
+				return true
+			})
+			for i, r := range reps {
+				st := x.Stats(r)
+				if st.Replayed <= before[i].Replayed || st.ReplayFailures != 0 {
+					t.Errorf("%s: replayed %d (before %d), replay failures %d", eps[i].Replica, st.Replayed,
+						before[i].Replayed, st.ReplayFailures)
+				}
+				if !restart && st.Gaps <= before[i].Gaps {
+					t.Errorf("%s: %d gaps (before %d): the reconnect went unnoticed", eps[i].Replica, st.Gaps, before[i].Gaps)
+				}
+				if sims[i].KVRedials() == 0 {
+					t.Errorf("%s: the engine never dialled again", eps[i].Replica)
+				}
+				// A later turn of a missed prompt: the index agrees with the
+				// engine's cached_tokens.
+				p := append(append([]uint32(nil), missed[i][0]...), engine.SyntheticTokens(nil, 77, 20)...)
+				if want, got := overlapOf(x, r, p), complete(t, sims[i], p); got != want || got != 48 {
+					t.Errorf("%s after the reconnect: engine cached %d, index %d, want 48", eps[i].Replica, got, want)
+				}
+				t.Logf("%s: %+v, redials %d", eps[i].Replica, st, sims[i].KVRedials())
 			}
 		})
 	}

@@ -307,11 +307,25 @@ func (s *Subscriber) bindSession(ctx context.Context, addr string, idx []int, fe
 		}
 	}()
 	var unknown uint64
+	lost := 0 // publishers' connections lost in a row, no message between
 	for {
 		msg, err := sub.Recv()
 		if err != nil {
-			return fmt.Errorf("receive: %w", err)
+			if ctx.Err() != nil || lost >= maxLostInARow {
+				return fmt.Errorf("receive: %w", err)
+			}
+			// zmq4 reports one publisher's lost connection as a receive
+			// error; the socket still listens and the other publishers'
+			// connections are up, so nothing is fenced here. The publisher
+			// redials (libzmq does, forever); its next message is then past
+			// the sequence its feed knows, a gap filled from its replay
+			// socket, or restarts it (an engine restart), a reset.
+			lost++
+			s.cfg.Logger.Info("kv event publisher disconnected from the bound socket; a gap in its sequence is replayed when it reconnects",
+				zap.String("bind", addr), zap.Error(err))
+			continue
 		}
+		lost = 0
 		i := topicOf(s.eps, idx, msg.Frames)
 		if i < 0 {
 			if unknown++; unknown == 1 {
@@ -331,6 +345,12 @@ func (s *Subscriber) bindSession(ctx context.Context, addr string, idx []int, fe
 		s.handle(ctx, s.eps[j], s.reps[j], feeds[i], msg.Frames)
 	}
 }
+
+// maxLostInARow bounds the receive errors a bound socket takes in a row,
+// with no message between, before it is taken for broken (its replicas
+// fenced, the address listened on again): each lost connection reports
+// one.
+const maxLostInARow = 64
 
 // topicOf returns the index into idx of the endpoint a message belongs
 // to: the one whose topic equals the message's, else the longest one that

@@ -6,10 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
@@ -225,11 +228,13 @@ type kvPublisher struct {
 	router zmq4.Socket
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	seq    uint64
-	buf    []replayEntry // ring of the last cap entries
-	bufCap int
-	head   int
+	mu      sync.Mutex
+	closed  bool
+	redials int // connecting PUB sockets replaced by keepConnected
+	seq     uint64
+	buf     []replayEntry // ring of the last cap entries
+	bufCap  int
+	head    int
 }
 
 type replayEntry struct {
@@ -247,21 +252,32 @@ func newKVPublisher(ctx context.Context, o KVEventsOptions, rank int) (*kvPublis
 	if err != nil {
 		return nil, err
 	}
-	p.pub = zmq4.NewPub(ctx)
-	if err := p.pub.SetOption(zmq4.OptionHWM, o.HWM); err != nil {
-		p.pub.Close()
-		return nil, fmt.Errorf("kv pub hwm: %w", err)
-	}
 	p.ep = ep
 	if o.Connect {
-		// The PUB connects to a subscriber that binds (zmq4 redials).
-		if err := p.pub.Dial(ep); err != nil {
-			p.pub.Close()
-			return nil, fmt.Errorf("kv pub dial %s: %w", ep, err)
+		// The PUB connects to a subscriber that binds, and keeps dialling
+		// as libzmq's does (keepConnected): a subscriber that is not up
+		// yet is no error, the PUB drops what it publishes until then.
+		if _, _, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://")); err != nil || !strings.HasPrefix(ep, "tcp://") {
+			return nil, fmt.Errorf("kv endpoint %q: want tcp://host:port", ep)
 		}
-	} else if err := p.pub.Listen(ep); err != nil {
-		p.pub.Close()
-		return nil, fmt.Errorf("kv pub listen %s: %w", ep, err)
+		pub, err := dialPub(ctx, ep, o.HWM, 0)
+		dialled := err == nil
+		if !dialled {
+			pub = zmq4.NewPub(ctx) // a placeholder without peers
+		}
+		p.pub = pub
+		p.wg.Add(1)
+		go p.keepConnected(ctx, dialled)
+	} else {
+		p.pub = zmq4.NewPub(ctx)
+		if err := p.pub.SetOption(zmq4.OptionHWM, o.HWM); err != nil {
+			p.pub.Close()
+			return nil, fmt.Errorf("kv pub hwm: %w", err)
+		}
+		if err := p.pub.Listen(ep); err != nil {
+			p.pub.Close()
+			return nil, fmt.Errorf("kv pub listen %s: %w", ep, err)
+		}
 	}
 	if o.ReplayEndpoint != "" {
 		rep, err := OffsetEndpointPort(o.ReplayEndpoint, rank)
@@ -270,10 +286,7 @@ func newKVPublisher(ctx context.Context, o KVEventsOptions, rank int) (*kvPublis
 			err = p.router.Listen(rep)
 		}
 		if err != nil {
-			p.pub.Close()
-			if p.router != nil {
-				p.router.Close()
-			}
+			p.close()
 			return nil, fmt.Errorf("kv replay listen: %w", err)
 		}
 		p.wg.Add(1)
@@ -392,9 +405,109 @@ func isClosed(err error) bool {
 }
 
 func (p *kvPublisher) close() {
+	p.mu.Lock()
+	p.closed = true
 	p.pub.Close()
+	p.mu.Unlock()
 	if p.router != nil {
 		p.router.Close()
 	}
 	p.wg.Wait()
+}
+
+// The reconnect interval of a connecting PUB: libzmq's ZMQ_RECONNECT_IVL
+// default (vLLM leaves it), which libzmq applies forever.
+const (
+	reconnectIvl = 100 * time.Millisecond
+	// pubIdle is how long a connecting PUB may have no subscribed peer
+	// before keepConnected dials it again: past a handshake and the
+	// subscription message (microseconds on a live connection).
+	pubIdle = time.Second
+)
+
+// discardLog silences zmq4's own logging (a redial that fails is retried).
+var discardLog = log.New(io.Discard, "", 0)
+
+// dialPub makes a PUB socket with high-water mark hwm connected to ep,
+// retrying a refused TCP dial up to retries times, reconnectIvl apart.
+func dialPub(ctx context.Context, ep string, hwm, retries int) (zmq4.Socket, error) {
+	pub := zmq4.NewPub(ctx, zmq4.WithDialerMaxRetries(retries), zmq4.WithDialerRetry(reconnectIvl),
+		zmq4.WithLogger(discardLog))
+	if err := pub.SetOption(zmq4.OptionHWM, hwm); err != nil {
+		pub.Close()
+		return nil, fmt.Errorf("kv pub hwm: %w", err)
+	}
+	if err := pub.Dial(ep); err != nil {
+		pub.Close()
+		return nil, fmt.Errorf("kv pub dial %s: %w", ep, err)
+	}
+	return pub, nil
+}
+
+// keepConnected keeps a connecting PUB connected to its subscriber as a
+// libzmq PUB (vLLM's) does: through a subscriber's restart or a broken
+// path it redials every reconnectIvl, forever. zmq4's own reconnect
+// (WithAutomaticReconnect) redials once and gives up when that dial or
+// its handshake fails, so instead a socket that has had no subscribed
+// peer for pubIdle is replaced by a fresh one, dialled again. What is
+// published meanwhile is dropped, as a PUB drops it without a subscriber;
+// the replay socket still has it.
+func (p *kvPublisher) keepConnected(ctx context.Context, dialled bool) {
+	defer p.wg.Done()
+	t := time.NewTicker(reconnectIvl)
+	defer t.Stop()
+	var idle time.Duration
+	if !dialled {
+		idle = pubIdle // dial at the first tick
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		pub, closed := p.pub, p.closed
+		p.mu.Unlock()
+		if closed {
+			return
+		}
+		if len(pub.(zmq4.Topics).Topics()) > 0 {
+			idle = 0
+			continue
+		}
+		if idle += reconnectIvl; idle < pubIdle {
+			continue
+		}
+		np, err := dialPub(ctx, p.ep, p.o.HWM, 0)
+		if err != nil {
+			continue // the next tick dials again
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			np.Close()
+			return
+		}
+		old := p.pub
+		p.pub = np
+		p.redials++
+		p.mu.Unlock()
+		old.Close()
+		idle = 0
+	}
+}
+
+// KVRedials is how many times the ranks' connecting PUB sockets were
+// dialled again after losing their subscriber (KVEventsOptions.Connect).
+func (s *Server) KVRedials() int {
+	n := 0
+	for _, r := range s.ranks {
+		if r.pub != nil {
+			r.pub.mu.Lock()
+			n += r.pub.redials
+			r.pub.mu.Unlock()
+		}
+	}
+	return n
 }
