@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -247,4 +249,65 @@ func (l *Late) End() {
 	if l.done && l.tokens != nil {
 		l.p.late[LateUnrouted].Add(1)
 	}
+}
+
+// Cold reports whether a request is routed in the precise path's cold
+// start: no feed is fresh yet (Ready is false, so no preflight is waited
+// for), but one is connected and will turn fresh with its engine's first
+// stores (without a subscriber, as in the simulation, the feeds count as
+// connected). ColdPreflight is then worth sending.
+func (p *Precise) Cold() bool {
+	if p.Ready() {
+		return false
+	}
+	if p.sub == nil {
+		return true
+	}
+	x := p.x
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, rep := range x.reps {
+		if rep.connected {
+			return true
+		}
+	}
+	return false
+}
+
+// ColdPreflight is the preflight of a request routed in the cold start
+// (Cold): nothing waits for it, the request is routed by the estimate. It
+// tokenizes the body in the background, at TokenizeURL or any engine in
+// turn (none has a fresh feed), and returns the Late handle whose tokens
+// predict the blocks of the replica the request was routed to, fresh or
+// not: that replica's feed turns fresh with the first stores of this very
+// prefill, which come in chunks, and without the prediction its exact
+// overlap would show the part stored so far, below what the estimate
+// knows is on its way, and decide against it (bench/EXPERIMENTS.md, the
+// cold start). The outcome counts in LateOutcomes. nil when nothing could
+// be sent (no engine to tokenize at, the body not a prompt, the tokenizer
+// busy).
+func (p *Precise) ColdPreflight(ep selection.Endpoint, body []byte, f *selection.Features, probe func() (selection.Slot, bool)) *Late {
+	var base string
+	if p.cfg.TokenizeURL != "" {
+		base = p.cfg.TokenizeURL
+	} else if n := len(p.bases); n > 0 {
+		base = p.bases[int(p.next.Add(1))%n].url
+	} else {
+		return nil
+	}
+	req, err := RequestFor(ep, body, f)
+	if err != nil {
+		return nil
+	}
+	l := &Late{p: p, slot: -1, held: -1, probe: probe}
+	toks, c, _ := p.tk.Start(base, xxhash.Sum64(body), req)
+	if c == nil {
+		if toks == nil {
+			return nil // busy or failed at once
+		}
+		l.arrived(toks, nil)
+		return l
+	}
+	p.tk.Then(c, l.arrived)
+	return l
 }

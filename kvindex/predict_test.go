@@ -246,3 +246,68 @@ func TestTokenizerStopsWaitingForSlowEngines(t *testing.T) {
 		return err == nil && len(toks) == 2
 	})
 }
+
+// TestColdPreflightPredicts: in the cold start (no feed fresh, so no
+// preflight is waited for) a request's tokenization still runs, in the
+// background, and its tokens predict the blocks of the replica the
+// estimate routed it to, before that replica's feed is fresh: when the
+// feed turns fresh with the first chunk of the request's prefill, the
+// exact overlap is the whole prompt, not the part stored so far. Once a
+// feed is fresh the cold start is over.
+func TestColdPreflightPredicts(t *testing.T) {
+	srv := newTokenizeServer(t)
+	srv.gate = make(chan struct{})
+	p, err := NewPrecise(PreciseConfig{
+		Index:     Config{BlockSize: 1},
+		Engines:   []PreciseEngine{{Feed: Endpoint{Replica: "a"}, BaseURL: srv.URL}, {Feed: Endpoint{Replica: "b"}, BaseURL: srv.URL}},
+		Tokenizer: TokenizerConfig{Timeout: time.Second, LateTimeout: time.Minute},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rt, _ := selection.NewRouter(selection.Config{})
+	sa, _ := rt.Register("a")
+	sb, _ := rt.Register("b")
+	p.Bind(sa, "a")
+	p.Bind(sb, "b")
+	rb, _ := p.Index().Lookup("b")
+	if p.Ready() || !p.Cold() {
+		t.Fatalf("ready %v cold %v before any event, want the cold start", p.Ready(), p.Cold())
+	}
+
+	body := []byte(`{"model":"m","prompt":"abcdefgh","max_tokens":1}`)
+	f := rt.Extractor().NewFeatures()
+	if err := rt.Extractor().Parse(selection.EndpointCompletions, body, f); err != nil {
+		t.Fatal(err)
+	}
+	var routed atomic.Bool
+	late := p.ColdPreflight(selection.EndpointCompletions, body, f, func() (selection.Slot, bool) { return sb, routed.Load() })
+	if late == nil {
+		t.Fatal("no cold preflight sent")
+	}
+	routed.Store(true) // the estimate chose b; nothing waited for the tokens
+	srv.gate <- struct{}{}
+	eventually(t, "the cold preflight's tokens predicted on b", func() bool { return p.LateOutcomes(LatePredicted) == 1 })
+	var toks []uint32 // the server's tokens: the prompt's bytes
+	for _, c := range []byte("abcdefgh") {
+		toks = append(toks, uint32(c))
+	}
+	keys := p.Index().Keys(nil, 0, toks)
+	out := make([]int, 2)
+	p.Index().Overlap(keys, out)
+	if want := []int{0, 0}; !cmp.Equal(out, want) {
+		t.Fatalf("overlap while no feed is fresh: %v, want %v", out, want)
+	}
+	// b's first chunk is stored: its feed turns fresh, and the exact
+	// overlap counts the predicted rest.
+	p.Index().Apply(rb, batchOf(storedEv(0, false, 1, toks[:4], 1, 2, 3, 4)))
+	p.Index().Overlap(keys, out)
+	if want := []int{0, len(toks)}; !cmp.Equal(out, want) {
+		t.Fatalf("overlap once b's first chunk landed: %v, want %v (the whole prompt)", out, want)
+	}
+	if p.Cold() {
+		t.Fatal("still cold with a fresh feed")
+	}
+	late.End()
+}

@@ -230,8 +230,15 @@ func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extr
 		return
 	}
 	k := pf.kv
+	cold := false
 	if !k.p.Ready() {
-		return // no fresh feed: the exact overlap would not be used
+		// No fresh feed: the exact overlap would not be used. In the cold
+		// start (a feed connected, none fresh yet) the request still
+		// tokenizes, in the background, so that its replica's blocks are
+		// predicted by the time its feed turns fresh.
+		if cold = k.p.Cold(); !cold {
+			return
+		}
 	}
 	st.readBody(r, pf.maxBody)
 	b := st.acquireBody()
@@ -241,6 +248,12 @@ func (pf *kvPreflight) preflight(r *http.Request, st *reqState, x selection.Extr
 	defer b.Release()
 	f := st.features(x, ep) // cached for Select: one parse per request
 	if f == nil {
+		return
+	}
+	if cold {
+		if late := k.p.ColdPreflight(ep, b.Bytes(), f, st.routedSlot); late != nil {
+			st.route.kv = &kvRequest{p: k.p, st: st, late: late}
+		}
 		return
 	}
 	toks, late, err := k.p.PreflightBody(r.Context(), ep, b.Bytes(), f, k.timeout, st.routedSlot)

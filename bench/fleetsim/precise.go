@@ -49,9 +49,16 @@ type PreciseConfig struct {
 	// TokenizeLate is when a missed preflight's answer arrives after its
 	// decision (default 150ms): the chosen replica's blocks are then held
 	// as predicted entries until the request ends (kvindex.Late), unless
-	// NoLate drops the answer (the behaviour before kvindex.Late).
+	// NoLate drops the answer (the behaviour before kvindex.Late), and with
+	// it the cold start's (NoCold).
 	TokenizeLate time.Duration
 	NoLate       bool
+	// NoCold turns off the cold start's preflight (kvindex.Precise.
+	// ColdPreflight): by default a decision made while no feed is fresh
+	// (Precise.Cold; no preflight waited for) still tokenizes in the
+	// background, and its answer, TokenizeLate later, holds the chosen
+	// replica's blocks whether or not its feed is fresh yet.
+	NoCold bool
 	// ExactPastEstimate credits every exact overlap even past the
 	// router's estimate (kvindex.PreciseConfig.ExactPastEstimate): the
 	// precise path before the estimate cap.
@@ -106,6 +113,9 @@ type RamjetPrecise struct {
 	// preflight missed its timeout; LateHolds those whose late answer
 	// then predicted the chosen replica's blocks.
 	Misses, LateHolds int
+	// ColdHolds counts the decisions of the cold start whose background
+	// preflight then predicted the chosen replica's blocks (NoCold).
+	ColdHolds int
 
 	// EventsQueued counts the KV events received from the engines.
 	EventsQueued int
@@ -345,11 +355,14 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 		return i
 	}
 	before := p.PreciseDecisions()
+	cold := !p.pc.NoCold && !p.pc.NoLate && p.pre.Cold()
 	i := p.Ramjet.Pick(r, fleet)
 	if i >= 0 {
 		p.routed[r.Row.ID] = true
 		if p.PreciseDecisions() > before {
 			p.held[r.Row.ID] = i
+		} else if cold {
+			p.late = append(p.late, lateAnswer{at: p.now + p.pc.TokenizeLate, id: r.Row.ID, cand: i, prompt: r.Prompt, cold: true})
 		}
 	}
 	return i
@@ -382,6 +395,7 @@ type lateAnswer struct {
 	id     int
 	cand   int
 	prompt []uint32
+	cold   bool // a cold start's preflight (held fresh or not, as kvindex.Late holds)
 }
 
 // missed reports whether r's preflight misses its timeout: production
@@ -406,10 +420,14 @@ func (p *RamjetPrecise) answers(t time.Duration) {
 		}
 		p.clock = max(p.clock, a.at)
 		keys := p.x.Keys(nil, 0, a.prompt)
-		if p.x.Fresh(p.reps[a.cand]) {
+		if a.cold || p.x.Fresh(p.reps[a.cand]) {
 			p.x.Hold(p.reps[a.cand], keys, p.pc.PredictTTL)
 			p.held[a.id] = a.cand
-			p.LateHolds++
+			if a.cold {
+				p.ColdHolds++
+			} else {
+				p.LateHolds++
+			}
 		}
 	}
 	if n > 0 {
@@ -437,7 +455,8 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 
 // preciseNamed returns the ramjet-precise variant name names,
 // "ramjet-precise@k+k...": flags exact (PreciseConfig.ExactPastEstimate),
-// all (CapForeign) and defer (no change: the estimate cap is the default).
+// all (CapForeign), nocold (NoCold) and defer (no change: the estimate cap is
+// the default).
 // ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
@@ -452,6 +471,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			pc.ExactPastEstimate = true
 		case "all":
 			pc.CapForeign = true
+		case "nocold":
+			pc.NoCold = true
 		case "defer": // the name the estimate cap was measured under
 		default:
 			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)

@@ -164,3 +164,36 @@ func TestRamjetPreciseDiverge(t *testing.T) {
 		}
 	}
 }
+
+// TestRamjetPreciseColdStart: the decisions made before any feed is fresh
+// (the cold start) still get their background preflight, whose answer
+// holds the chosen replica's blocks (kvindex.Precise.ColdPreflight);
+// NoCold, and NoLate, send none.
+func TestRamjetPreciseColdStart(t *testing.T) {
+	w := generate(t, "agent-fleet", workload.Options{Seed: 1, Scale: 0.1})
+	run := func(pc PreciseConfig) *RamjetPrecise {
+		p, err := NewRamjetPrecise(selection.Config{}, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Run(Config{Workload: w, Replicas: 8, Policy: p, Salt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cold, noCold, noLate := run(PreciseConfig{}), run(PreciseConfig{NoCold: true}), run(PreciseConfig{NoLate: true})
+	if cold.ColdHolds == 0 || noCold.ColdHolds != 0 || noLate.ColdHolds != 0 {
+		t.Errorf("cold-start holds %d (want > 0), with NoCold %d, with NoLate %d (want 0)", cold.ColdHolds, noCold.ColdHolds, noLate.ColdHolds)
+	}
+	if cold.ColdHolds > cold.ApproxDecisions() {
+		t.Errorf("%d cold-start holds from %d decisions routed by the estimate", cold.ColdHolds, cold.ApproxDecisions())
+	}
+	if len(cold.held) != 0 {
+		t.Errorf("%d holds left after the run", len(cold.held))
+	}
+	cold.clock += DefaultPredictGrace + time.Second
+	if got := cold.Index().Predicted(); got != 0 {
+		t.Errorf("%d predictions left past the grace after every request ended", got)
+	}
+	t.Logf("cold-start holds %d of %d decisions", cold.ColdHolds, len(w.Trace))
+}
