@@ -102,6 +102,27 @@ func TestPredictionsBounded(t *testing.T) {
 	}
 }
 
+// twoEngines is a Precise over replicas "a" and "b" that tokenize at srv
+// (no feeds: the test applies their events), bound to a router's slots.
+func twoEngines(t *testing.T, srv *tokenizeServer, ic Config, timeout time.Duration) (*Precise, *selection.Router, selection.Slot, selection.Slot) {
+	t.Helper()
+	p, err := NewPrecise(PreciseConfig{
+		Index:     ic,
+		Engines:   []PreciseEngine{{Feed: Endpoint{Replica: "a"}, BaseURL: srv.URL}, {Feed: Endpoint{Replica: "b"}, BaseURL: srv.URL}},
+		Tokenizer: TokenizerConfig{Timeout: timeout, LateTimeout: time.Minute},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	rt, _ := selection.NewRouter(selection.Config{})
+	sa, _ := rt.Register("a")
+	sb, _ := rt.Register("b")
+	p.Bind(sa, "a")
+	p.Bind(sb, "b")
+	return p, rt, sa, sb
+}
+
 // TestLatePreflightPredicts checks that a preflight past its timeout
 // does not lose the prediction: the request is routed by the estimate,
 // and when the engine's answer comes the chosen replica's blocks are
@@ -111,20 +132,7 @@ func TestLatePreflightPredicts(t *testing.T) {
 	srv.gate = make(chan struct{})
 	var clock atomic.Int64
 	clock.Store(time.Unix(100, 0).UnixNano())
-	p, err := NewPrecise(PreciseConfig{
-		Index:     Config{BlockSize: 1, Now: func() time.Time { return time.Unix(0, clock.Load()) }},
-		Engines:   []PreciseEngine{{Feed: Endpoint{Replica: "a"}, BaseURL: srv.URL}, {Feed: Endpoint{Replica: "b"}, BaseURL: srv.URL}},
-		Tokenizer: TokenizerConfig{Timeout: 20 * time.Millisecond, LateTimeout: time.Minute},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	rt, _ := selection.NewRouter(selection.Config{})
-	sa, _ := rt.Register("a")
-	sb, _ := rt.Register("b")
-	p.Bind(sa, "a")
-	p.Bind(sb, "b")
+	p, _, sa, sb := twoEngines(t, srv, Config{BlockSize: 1, Now: func() time.Time { return time.Unix(0, clock.Load()) }}, 20*time.Millisecond)
 	ra, _ := p.Index().Lookup("a")
 	rb, _ := p.Index().Lookup("b")
 	p.Index().Apply(ra, batchOf(storedEv(0, false, 1, []uint32{200}, 1)))
@@ -257,20 +265,7 @@ func TestTokenizerStopsWaitingForSlowEngines(t *testing.T) {
 func TestColdPreflightPredicts(t *testing.T) {
 	srv := newTokenizeServer(t)
 	srv.gate = make(chan struct{})
-	p, err := NewPrecise(PreciseConfig{
-		Index:     Config{BlockSize: 1},
-		Engines:   []PreciseEngine{{Feed: Endpoint{Replica: "a"}, BaseURL: srv.URL}, {Feed: Endpoint{Replica: "b"}, BaseURL: srv.URL}},
-		Tokenizer: TokenizerConfig{Timeout: time.Second, LateTimeout: time.Minute},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	rt, _ := selection.NewRouter(selection.Config{})
-	sa, _ := rt.Register("a")
-	sb, _ := rt.Register("b")
-	p.Bind(sa, "a")
-	p.Bind(sb, "b")
+	p, rt, _, sb := twoEngines(t, srv, Config{BlockSize: 1}, time.Second)
 	rb, _ := p.Index().Lookup("b")
 	if p.Ready() || !p.Cold() {
 		t.Fatalf("ready %v cold %v before any event, want the cold start", p.Ready(), p.Cold())
