@@ -253,9 +253,11 @@ func (l *Late) End() {
 
 // Cold reports whether a request is routed in the precise path's cold
 // start: no feed is fresh yet (Ready is false, so no preflight is waited
-// for), but one is connected and will turn fresh with its engine's first
-// stores (without a subscriber, as in the simulation, the feeds count as
-// connected). ColdPreflight is then worth sending.
+// for), but one is connected, not found unhealthy, and will turn fresh
+// with its engine's first stores (without a subscriber, as in the
+// simulation, the feeds count as connected). ColdPreflight is then worth
+// sending; a fleet whose every feed is down or delivers only orphans
+// sends none.
 func (p *Precise) Cold() bool {
 	if p.Ready() {
 		return false
@@ -267,7 +269,7 @@ func (p *Precise) Cold() bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	for _, rep := range x.reps {
-		if rep.connected {
+		if rep.connected && rep.unhealthy == "" {
 			return true
 		}
 	}

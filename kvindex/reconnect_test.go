@@ -359,3 +359,41 @@ func TestInteropOrphanFeedFallsBack(t *testing.T) {
 	}
 	t.Logf("flagged after %v (%d orphans); stats %+v", flagged, x.Orphans(), st)
 }
+
+// TestColdOnlyWithAHealthyFeed: the cold start (Precise.Cold, which sends
+// a background preflight per request) needs a connected feed that is not
+// found unhealthy: an engine whose every store is an orphan ends it within
+// seconds, so a misconfigured fleet does not tokenize every request for
+// nothing.
+func TestColdOnlyWithAHealthyFeed(t *testing.T) {
+	sim, err := enginesim.Start(context.Background(), enginesim.Options{Instant: true,
+		Engine:   engine.Config{BlockSize: 16, CapacityTokens: 1024 * 16},
+		KVEvents: enginesim.KVEventsOptions{Endpoint: "tcp://127.0.0.1:0", OrphanParents: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	p, err := NewPrecise(PreciseConfig{Index: Config{BlockSize: 16},
+		Engines:    []PreciseEngine{{Feed: Endpoint{Replica: "orphans", Events: sim.KVEndpoints()[0]}, BaseURL: sim.URL()}},
+		Subscriber: SubscriberConfig{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Cold() {
+		t.Fatal("cold before any feed connected")
+	}
+	p.Start(context.Background())
+	t.Cleanup(func() { p.Close() })
+	r, _ := p.Index().Lookup("orphans")
+	eventually(t, "the feed connected, the cold start on", func() bool { return p.Index().Stats(r).Connected && p.Cold() })
+	for i := 0; p.Index().Stats(r).Healthy; i++ {
+		if i == 2000 {
+			t.Fatalf("orphan feed never flagged: %+v", p.Index().Stats(r))
+		}
+		complete(t, sim, engine.SyntheticTokens(nil, uint64(2000+i), 48))
+		eventuallyTick()
+	}
+	if p.Cold() || p.Ready() {
+		t.Fatalf("cold %v ready %v with the only feed unhealthy: %+v", p.Cold(), p.Ready(), p.Index().Stats(r))
+	}
+}
