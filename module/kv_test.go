@@ -734,3 +734,40 @@ func TestDeployCaddyfileKV(t *testing.T) {
 		t.Errorf("no RJ_KV_*: kv %+v, err %v", kv, err)
 	}
 }
+
+// TestE2EKVColdStartPredicts: a request routed before any feed is fresh
+// (the cold start: the feeds connected, no store yet) is routed by the
+// estimate without waiting, but its preflight still runs in the background
+// and its tokens predict the blocks of the replica it went to
+// (kvindex.Precise.ColdPreflight), so that the replica's feed, turning
+// fresh with the request's first stores, shows the whole prompt on its way.
+func TestE2EKVColdStartPredicts(t *testing.T) {
+	sim, events, replay := startKVSim(t)
+	addr := sim.Addr()
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
+		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
+		"topic":            "kv-events",
+		"tokenize_timeout": "2s",
+	}}})
+	cl := newClient(c)
+	k := liveKV(t)
+	r0, _ := k.x.Lookup(addr + "#0")
+	r1, _ := k.x.Lookup(addr + "#1")
+	eventually(t, "the feeds connected", func() bool { return k.x.Stats(r0).Connected && k.x.Stats(r1).Connected })
+	if k.p.Ready() || !k.p.Cold() {
+		t.Fatalf("ready %v cold %v before any store, want the cold start", k.p.Ready(), k.p.Cold())
+	}
+	if err := sim.SetFaults(enginesim.Faults{Latency: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText("cold start", 600))})
+	if n := k.preciseN(); n != 0 {
+		t.Errorf("%d precise decisions in the cold start, want 0", n)
+	}
+	// The request ends with the tokens predicted (the engine takes 2 s to
+	// start it; the /tokenize call is not delayed).
+	if got := k.p.LateOutcomes(kvindex.LatePredicted); got != 1 {
+		t.Errorf("cold preflights predicted %d, want 1 (after the end %d, failed %d, unrouted %d)", got,
+			k.p.LateOutcomes(kvindex.LateAfterEnd), k.p.LateOutcomes(kvindex.LateFailed), k.p.LateOutcomes(kvindex.LateUnrouted))
+	}
+}
