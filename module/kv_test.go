@@ -223,17 +223,23 @@ func warmKV(t *testing.T, cl openai.Client, model string, k *kvState, addr strin
 	}
 }
 
-func TestE2EKVPreciseRouting(t *testing.T) {
+// startPreciseCaddy is a Caddy in front of one two-rank simulated engine,
+// both ranks (replicas addr#0 and addr#1) on the precise path.
+func startPreciseCaddy(t *testing.T) (sim *enginesim.Server, addr string, cl openai.Client, k *kvState) {
+	t.Helper()
 	sim, events, replay := startKVSim(t)
-	addr := sim.Addr()
+	addr = sim.Addr()
 	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "2s",
 	}}})
-	cl := newClient(c)
+	return sim, addr, newClient(c), liveKV(t)
+}
+
+func TestE2EKVPreciseRouting(t *testing.T) {
+	sim, addr, cl, k := startPreciseCaddy(t)
 	model := sim.Model()
-	k := liveKV(t)
 
 	warmKV(t, cl, model, k, addr)
 	before := k.preciseN()
@@ -742,15 +748,7 @@ func TestDeployCaddyfileKV(t *testing.T) {
 // (kvindex.Precise.ColdPreflight), so that the replica's feed, turning
 // fresh with the request's first stores, shows the whole prompt on its way.
 func TestE2EKVColdStartPredicts(t *testing.T) {
-	sim, events, replay := startKVSim(t)
-	addr := sim.Addr()
-	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
-		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
-		"topic":            "kv-events",
-		"tokenize_timeout": "2s",
-	}}})
-	cl := newClient(c)
-	k := liveKV(t)
+	sim, addr, cl, k := startPreciseCaddy(t)
 	r0, _ := k.x.Lookup(addr + "#0")
 	r1, _ := k.x.Lookup(addr + "#1")
 	eventually(t, "the feeds connected", func() bool { return k.x.Stats(r0).Connected && k.x.Stats(r1).Connected })
