@@ -33,8 +33,8 @@ import (
 // requests (FirstTokenAfter: time to first token per prefill token, a low
 // quantile of it, so that queueing behind other requests counts little),
 // and DefaultForeignTau until it has learned it. A 1 s decay fits engines
-// that prefill a chunk a second, as the simulator's H200 does; on engines
-// four times faster (or the benchmark's time-scaled simulators) the
+// that prefill 4096 tokens a second or so, as the simulator's H200 does
+// under load; on engines four times faster (or the benchmark's time-scaled simulators) the
 // estimate must fade four times sooner, or the instances keep avoiding a
 // replica whose foreign prefill is long done (bench/RESULTS.md,
 // 2026-12-05, "foreign_prefill's decay follows the engines").
@@ -94,10 +94,12 @@ const (
 	DefaultForeignMinBlocks = 4
 	DefaultForeignGrace     = 100 * time.Millisecond
 	DefaultForeignRefresh   = 5 * time.Millisecond
-	// DefaultForeignTauTokens: the decay is the engines' time for one
-	// prefill chunk at vLLM's default budget (max_num_batched_tokens
-	// 8192), about DefaultForeignTau on the simulator's H200.
-	DefaultForeignTauTokens = 8192
+	// DefaultForeignTauTokens: the decay is the engines' time for this many
+	// prompt tokens at the learned speed. On the simulator's H200 under the
+	// benchmarks' load (about 0.29 ms per prefill token at the tracked
+	// quantile) that is about 1.2 s, near the 1 s chosen there as a
+	// constant (bench/RESULTS.md, 2026-12-05).
+	DefaultForeignTauTokens = 4096
 
 	// TauRange bounds the learned decay to [Tau/TauRange, Tau*TauRange].
 	TauRange = 16
