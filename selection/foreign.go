@@ -66,12 +66,6 @@ type ForeignPrefill struct {
 	// replica its leftover credit still absorbs stored runs.
 	Grace time.Duration
 
-	// ResidentTau, when positive, also keeps the foreign stored tokens as
-	// the others' resident contexts on the replica (Router.SetExternalLoad's
-	// KV figure, which load(r)'s context terms count), decaying with this
-	// time constant (an experiment: fleetsim's "fpres=<s>").
-	ResidentTau time.Duration
-
 	// RefreshEvery bounds how often Refresh decays the estimates on the
 	// router (each Route calls it): at most once per RefreshEvery.
 	RefreshEvery time.Duration
@@ -92,8 +86,6 @@ type foreignCell struct {
 	v         float64   // decayed foreign stored tokens, as of at
 	at        time.Time // when v was last updated
 	lastFirst time.Time // this instance's last first token here
-	r         float64   // decayed foreign stored tokens as resident contexts (ResidentTau), as of rat
-	rat       time.Time
 }
 
 // Default ForeignPrefill settings.
@@ -217,10 +209,6 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	if foreign > 0 {
 		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
-		if f.ResidentTau > 0 {
-			c.r = decay(c.r, c.rat, t, f.ResidentTau) + float64(foreign)
-			c.rat = t
-		}
 		f.active.Add(s)
 		f.counted.Add(uint64(foreign))
 		f.runs.Add(1)
@@ -278,13 +266,6 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 			s := Slot(w*64 + mathbits.TrailingZeros64(bits))
 			v := int64(math.Round(f.cells[s].decayed(now, tau)))
 			rt.SetExternalPrefill(s, v)
-			if f.ResidentTau > 0 {
-				c := &f.cells[s]
-				res := int64(math.Round(decay(c.r, c.rat, now, f.ResidentTau)))
-				run, wait, _ := rt.ExternalLoad(s)
-				rt.SetExternalLoad(s, run, wait, res)
-				v += res
-			}
 			if v == 0 {
 				f.active.Remove(s)
 			}
@@ -326,14 +307,6 @@ func (f *ForeignPrefill) Pending(s Slot, now time.Time) int64 {
 // Apply hands slot s's estimate at now to rt (Router.SetExternalPrefill).
 func (f *ForeignPrefill) Apply(rt *Router, s Slot, now time.Time) {
 	rt.SetExternalPrefill(s, f.Pending(s, now))
-	if f.ResidentTau > 0 && s >= 0 && s < MaxReplicas {
-		f.mu.Lock()
-		c := &f.cells[s]
-		res := int64(math.Round(decay(c.r, c.rat, now, f.ResidentTau)))
-		f.mu.Unlock()
-		run, wait, _ := rt.ExternalLoad(s)
-		rt.SetExternalLoad(s, run, wait, res)
-	}
 }
 
 // Reset drops slot s's state (the replica left the fleet).
@@ -350,23 +323,17 @@ func (f *ForeignPrefill) Reset(s Slot) {
 // decayed is v at now: exp(-(now-at)/tau) of it (all of it at or before
 // at, none with tau <= 0).
 func (c *foreignCell) decayed(now time.Time, tau time.Duration) float64 {
-	return decay(c.v, c.at, now, tau)
-}
-
-// decay is v as of at, decayed to now with time constant tau (below 1:
-// none).
-func decay(v float64, at, now time.Time, tau time.Duration) float64 {
-	if v == 0 {
+	if c.v == 0 {
 		return 0
 	}
-	d := now.Sub(at)
+	d := now.Sub(c.at)
 	if d <= 0 {
-		return v
+		return c.v
 	}
 	if tau <= 0 {
 		return 0
 	}
-	v *= math.Exp(-float64(d) / float64(tau))
+	v := c.v * math.Exp(-float64(d)/float64(tau))
 	if v < 1 {
 		return 0
 	}

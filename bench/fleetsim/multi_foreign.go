@@ -36,9 +36,8 @@ type preciseSpec struct {
 	tauTok  int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
 	cold    bool
 	band    float64
-	inst    string        // "inst=<id>": the instances' ids as SpillSep's inst= gives
-	minRun  int           // "fpmin=<blocks>": the smallest stored run fp counts
-	resTau  time.Duration // "fpres=<s>": the others' stored runs also count as resident contexts (ForeignPrefill.ResidentTau)
+	inst    string // "inst=<id>": the instances' ids as SpillSep's inst= gives
+	minRun  int    // "fpmin=<blocks>": the smallest stored run fp counts
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -54,12 +53,6 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive run in blocks", SpillSep, spec)
 			}
 			ps.minRun = n
-		case k == "fpres" && hasV:
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || x <= 0 {
-				return ps, true, fmt.Errorf("%s%s: want a positive resident decay in seconds", SpillSep, spec)
-			}
-			ps.resTau = seconds(x)
 		case k == BandSpec && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -112,7 +105,6 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.minRun > 0 {
 				fp.MinBlocks = ps.minRun
 			}
-			fp.ResidentTau = ps.resTau
 			rp.SetForeignPrefill(fp)
 		}
 	}
