@@ -34,10 +34,11 @@ import (
 // quantile of it, so that queueing behind other requests counts little),
 // and DefaultForeignTau until it has learned it. A 1 s decay fits engines
 // that prefill 4096 tokens a second or so, as the simulator's H200 does
-// under load; on engines four times faster (or the benchmark's time-scaled simulators) the
-// estimate must fade four times sooner, or the instances keep avoiding a
-// replica whose foreign prefill is long done (bench/RESULTS.md,
-// 2026-12-05, "foreign_prefill's decay follows the engines").
+// under load; on engines four times faster (or the benchmark's
+// time-scaled simulators) the estimate must fade four times sooner, or
+// the instances keep avoiding a replica whose foreign prefill is long
+// done (bench/RESULTS.md, 2026-12-05, "foreign_prefill's decay follows
+// the engines").
 //
 // Only runs of at least MinBlocks blocks count: a decoding request stores
 // one block at a time, a prefill chunk many. This instance's own requests

@@ -10,7 +10,7 @@ import (
 )
 
 // ForeignSpec and ColdSpec, after SpillSep and joined by "+", are
-// experiments for ramjet-precise instances: "fp" turns on the others
+// experiments for ramjet-precise instances: "fp" turns on the others'
 // prefill estimate (selection.ForeignPrefill) with the default decay
 // (the engines' time for selection.DefaultForeignTauTokens prefill tokens,
 // learned), "fp=0.5" with a fixed 0.5 s one, "fpt=<tokens>" with the
