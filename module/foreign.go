@@ -38,7 +38,11 @@ func (s *RamjetSelection) foreignFor() *selection.ForeignPrefill {
 }
 
 // foreignFirstToken records the request's first token on its replica in
-// the estimate of the fleet's precise path, if it is on.
+// the estimate of the fleet's precise path, if it is on. A first attempt
+// also teaches it the engines' prefill speed (the estimate's decay): its
+// reservation's prefill tokens against the time since the request came
+// in (body read and preflight included: milliseconds against the
+// prefill's hundreds of them, and the estimate keeps a low quantile).
 func (st *reqState) foreignFirstToken() {
 	if st.fleet == nil || st.fallback || st.slot < 0 {
 		return
@@ -47,7 +51,14 @@ func (st *reqState) foreignFirstToken() {
 	if pf == nil {
 		return
 	}
-	if fp := pf.kv.foreign.Load(); fp != nil {
-		fp.FirstToken(st.slot, time.Now())
+	fp := pf.kv.foreign.Load()
+	if fp == nil {
+		return
 	}
+	now := time.Now()
+	if res, o := st.hold.Current(), st.metrics; res != nil && o != nil && o.st == st && st.attempts == 1 {
+		fp.FirstTokenAfter(st.slot, now, res.Prefill(), now.Sub(o.start))
+		return
+	}
+	fp.FirstToken(st.slot, now)
 }

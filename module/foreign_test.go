@@ -11,7 +11,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/kvindex"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // TestForeignPrefillWired runs foreign_prefill through the configuration
@@ -107,22 +109,29 @@ func TestForeignPrefillFeeds(t *testing.T) {
 	}
 }
 
-// TestE2EForeignPrefill: through a real Caddy and an engine simulator
-// publishing KV events, this instance's own requests are credited (their
-// stored runs are not another instance's prefill), while a prompt sent to
-// the engine directly (another ramjet instance's request, as this one sees
-// it) is counted as foreign prefill and reaches the router's load.
-func TestE2EForeignPrefill(t *testing.T) {
-	sim, events, replay := startKVSim(t)
+// startForeignCaddy starts an engine simulator of two ranks publishing KV
+// events (opts adjust it) and a real Caddy in front of it with
+// foreign_prefill on; it returns the engine's address, a client of the
+// Caddy, the model and the live precise-path state.
+func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (string, openai.Client, string, *kvState) {
+	t.Helper()
+	sim, events, replay := startKVSim(t, opts...)
 	addr := sim.Addr()
 	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "on", "kv": map[string]any{
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "2s",
 	}}})
-	cl := newClient(c)
-	model := sim.Model()
-	k := liveKV(t)
+	return addr, newClient(c), sim.Model(), liveKV(t)
+}
+
+// TestE2EForeignPrefill: through a real Caddy and an engine simulator
+// publishing KV events, this instance's own requests are credited (their
+// stored runs are not another instance's prefill), while a prompt sent to
+// the engine directly (another ramjet instance's request, as this one sees
+// it) is counted as foreign prefill and reaches the router's load.
+func TestE2EForeignPrefill(t *testing.T) {
+	addr, cl, model, k := startForeignCaddy(t)
 	if k.foreign.Load() == nil {
 		t.Fatal("foreign_prefill on, but no estimate is fed")
 	}
@@ -161,4 +170,35 @@ func TestE2EForeignPrefill(t *testing.T) {
 		}
 	}
 	t.Logf("another instance's request: %d tokens in %d runs counted in all", tok, runs)
+}
+
+// TestE2EForeignPrefillDecay: through a real Caddy and an engine simulator
+// running 4 times faster than real time (the HTTP benchmark's time scale), the estimate's decay learns the
+// engines' prefill speed from this instance's own first tokens: from the
+// 1 s default (sized for the simulator's H200 at real time) to a fraction
+// of it, so another instance's prefill fades as fast as these engines
+// compute it.
+func TestE2EForeignPrefillDecay(t *testing.T) {
+	const scale = 4
+	addr, cl, model, k := startForeignCaddy(t, func(o *enginesim.Options) { o.Instant, o.TimeScale = false, scale })
+	if got := k.fp.Decay(); got != selection.DefaultForeignTau {
+		t.Fatalf("decay %v before any first token, want the default %v", got, selection.DefaultForeignTau)
+	}
+	warmKV(t, cl, model, k, addr)
+	// Distinct prompts of about 2000 tokens: each a prefill worth timing.
+	const n = 30
+	for i := range n {
+		kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("own %d", i), 8000))})
+	}
+	got := k.fp.Decay()
+	t.Logf("decay learned through engines %dx faster than real time: %v", scale, got)
+	// At real time the simulator prefills 4096 (DefaultForeignTauTokens)
+	// tokens in about 0.55 s; 4x faster, about 140 ms, plus the proxy's
+	// and the preflight's wall-clock milliseconds per request (more under
+	// load), and above the bound (Tau/TauRange) that would hide the
+	// learning.
+	lo, hi := selection.DefaultForeignTau/selection.TauRange, selection.DefaultForeignTau/2
+	if got <= lo || got >= hi {
+		t.Errorf("decay %v after %d first tokens from engines %dx faster, want in (%v, %v)", got, n, scale, lo, hi)
+	}
 }

@@ -158,7 +158,7 @@ func consecutivePorts(t *testing.T) int {
 
 // startKVSim starts the engine simulator with two data-parallel ranks
 // publishing KV events (and serving replays) on consecutive ports.
-func startKVSim(t *testing.T) (*enginesim.Server, string, string) {
+func startKVSim(t *testing.T, opts ...func(*enginesim.Options)) (*enginesim.Server, string, string) {
 	t.Helper()
 	// ZMQ binds the ports it is given: another process may take one after
 	// consecutivePorts, so a start failing with EADDRINUSE is retried.
@@ -167,12 +167,16 @@ func startKVSim(t *testing.T) (*enginesim.Server, string, string) {
 	for attempt := 0; sim == nil; attempt++ {
 		ev, rp := consecutivePorts(t), consecutivePorts(t)
 		events, replay = fmt.Sprintf("tcp://127.0.0.1:%d", ev), fmt.Sprintf("tcp://127.0.0.1:%d", rp)
-		var err error
-		sim, err = enginesim.Start(context.Background(), enginesim.Options{
+		o := enginesim.Options{
 			Instant: true, DP: 2,
 			Engine:   engine.Config{BlockSize: 16, CapacityTokens: 4096 * 16},
 			KVEvents: enginesim.KVEventsOptions{Endpoint: events, ReplayEndpoint: replay, Topic: "kv-events"},
-		})
+		}
+		for _, f := range opts {
+			f(&o)
+		}
+		var err error
+		sim, err = enginesim.Start(context.Background(), o)
 		if err != nil && (attempt == 4 || !strings.Contains(err.Error(), "address already in use")) {
 			t.Fatal(err)
 		}

@@ -28,6 +28,18 @@ import (
 // (bench/RESULTS.md, 2026-12-05; with engine load it did not help on the
 // tuning seeds, so it is off there).
 //
+// The decay follows the engines' prefill speed: Tau is the time they take
+// to prefill TauTokens prompt tokens, learned from this instance's own
+// requests (FirstTokenAfter: time to first token per prefill token, a low
+// quantile of it, so that queueing behind other requests counts little),
+// and DefaultForeignTau until it has learned it. A 1 s decay fits engines
+// that prefill 4096 tokens a second or so, as the simulator's H200 does
+// under load; on engines four times faster (or the benchmark's
+// time-scaled simulators) the estimate must fade four times sooner, or
+// the instances keep avoiding a replica whose foreign prefill is long
+// done (bench/RESULTS.md, 2026-12-05, "foreign_prefill's decay follows
+// the engines").
+//
 // Only runs of at least MinBlocks blocks count: a decoding request stores
 // one block at a time, a prefill chunk many. This instance's own requests
 // are credited with their expected prefill (Routed) and their stored
@@ -41,8 +53,14 @@ import (
 // (kvindex.Precise.OnStored), Refresh before each Route, Reserved with
 // Route's reservation, FirstToken at each of this instance's first tokens.
 type ForeignPrefill struct {
-	// Tau is the decay time constant of a stored foreign run's weight.
+	// Tau is the decay time constant of a stored foreign run's weight
+	// until the engines' prefill speed is learned, and always when
+	// TauTokens is 0.
 	Tau time.Duration
+	// TauTokens, when positive, sets the decay to the time the engines
+	// take to prefill this many prompt tokens, once learned
+	// (FirstTokenAfter), bounded to [Tau/TauRange, Tau*TauRange].
+	TauTokens int
 	// MinBlocks is the smallest stored run (in blocks) counted as prefill.
 	MinBlocks int
 	// Grace is how long after this instance's last first token on a
@@ -54,6 +72,7 @@ type ForeignPrefill struct {
 	RefreshEvery time.Duration
 
 	rt      atomic.Pointer[Router]
+	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
 	last    atomic.Int64  // Refresh's last run, Unix nanoseconds
 	counted atomic.Uint64 // foreign tokens counted (Stored), ever
 	runs    atomic.Uint64 // stored runs with a foreign part, ever
@@ -76,12 +95,29 @@ const (
 	DefaultForeignMinBlocks = 4
 	DefaultForeignGrace     = 100 * time.Millisecond
 	DefaultForeignRefresh   = 5 * time.Millisecond
+	// DefaultForeignTauTokens: the decay is the engines' time for this many
+	// prompt tokens at the learned speed. On the simulator's H200 under the
+	// benchmarks' load (about 0.29 ms per prefill token at the tracked
+	// quantile) that is about 1.2 s, near the 1 s chosen there as a
+	// constant (bench/RESULTS.md, 2026-12-05).
+	DefaultForeignTauTokens = 4096
+
+	// TauRange bounds the learned decay to [Tau/TauRange, Tau*TauRange].
+	TauRange = 16
+	// foreignLearnMin is the smallest prefill (tokens) a first token is
+	// learned from: below it the time is mostly fixed costs.
+	foreignLearnMin = 1024
+	// The quantile tracker of the time per prefill token: it converges to
+	// the foreignQuantile of the observations, moving by a factor of at
+	// most exp(foreignStep) per one.
+	foreignQuantile = 0.25
+	foreignStep     = 0.05
 )
 
 // NewForeignPrefill returns a ForeignPrefill with the default settings.
 func NewForeignPrefill() *ForeignPrefill {
-	return &ForeignPrefill{Tau: DefaultForeignTau, MinBlocks: DefaultForeignMinBlocks, Grace: DefaultForeignGrace,
-		RefreshEvery: DefaultForeignRefresh}
+	return &ForeignPrefill{Tau: DefaultForeignTau, TauTokens: DefaultForeignTauTokens, MinBlocks: DefaultForeignMinBlocks,
+		Grace: DefaultForeignGrace, RefreshEvery: DefaultForeignRefresh}
 }
 
 // Routed credits slot s with the prefill tokens of a request this
@@ -106,6 +142,54 @@ func (f *ForeignPrefill) FirstToken(s Slot, t time.Time) {
 	f.mu.Unlock()
 }
 
+// FirstTokenAfter is FirstToken for a request whose reservation expected
+// prefill tokens to compute and whose first token came took after it was
+// sent: it also learns the engines' prefill speed from it (see TauTokens).
+func (f *ForeignPrefill) FirstTokenAfter(s Slot, t time.Time, prefill int64, took time.Duration) {
+	f.FirstToken(s, t)
+	f.learn(prefill, took)
+}
+
+// learn moves the time per prefill token towards the foreignQuantile of
+// the observed ones (a multiplicative quantile tracker: lock-free, one
+// word).
+func (f *ForeignPrefill) learn(prefill int64, took time.Duration) {
+	if prefill < foreignLearnMin || took <= 0 {
+		return
+	}
+	x := took.Seconds() / float64(prefill)
+	for {
+		old := f.perTok.Load()
+		est := math.Float64frombits(old)
+		switch {
+		case est == 0:
+			est = x
+		case x < est:
+			est *= math.Exp(-foreignStep * (1 - foreignQuantile))
+			est = max(est, x)
+		case x > est:
+			est *= math.Exp(foreignStep * foreignQuantile)
+			est = min(est, x)
+		default:
+			return
+		}
+		if f.perTok.CompareAndSwap(old, math.Float64bits(est)) {
+			return
+		}
+	}
+}
+
+// Decay is the decay time constant in use: TauTokens at the learned
+// prefill speed (bounded by TauRange around Tau), or Tau.
+func (f *ForeignPrefill) Decay() time.Duration {
+	est := math.Float64frombits(f.perTok.Load())
+	if f.TauTokens <= 0 || est <= 0 || f.Tau <= 0 {
+		return f.Tau
+	}
+	d := time.Duration(est * float64(f.TauTokens) * float64(time.Second))
+	return min(max(d, f.Tau/TauRange), f.Tau*TauRange)
+}
+
 // Stored takes a BlockStored run of blocks blocks of blockTokens tokens
 // on slot s, delivered at t; ownPending is this instance's prefill still
 // reserved on s (Router.Load). It reports the tokens counted as foreign.
@@ -124,7 +208,7 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	c.credit -= own
 	foreign := n - own
 	if foreign > 0 {
-		c.v = c.decayed(t, f.Tau) + float64(foreign)
+		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
 		f.active.Add(s)
 		f.counted.Add(uint64(foreign))
@@ -175,12 +259,13 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 		return
 	}
 	f.last.Store(t)
+	tau := f.Decay()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for w := range f.active {
 		for bits := f.active[w]; bits != 0; bits &= bits - 1 {
 			s := Slot(w*64 + mathbits.TrailingZeros64(bits))
-			v := int64(math.Round(f.cells[s].decayed(now, f.Tau)))
+			v := int64(math.Round(f.cells[s].decayed(now, tau)))
 			rt.SetExternalPrefill(s, v)
 			if v == 0 {
 				f.active.Remove(s)
@@ -214,9 +299,10 @@ func (f *ForeignPrefill) Pending(s Slot, now time.Time) int64 {
 	if s < 0 || s >= MaxReplicas {
 		return 0
 	}
+	tau := f.Decay()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return int64(math.Round(f.cells[s].decayed(now, f.Tau)))
+	return int64(math.Round(f.cells[s].decayed(now, tau)))
 }
 
 // Apply hands slot s's estimate at now to rt (Router.SetExternalPrefill).

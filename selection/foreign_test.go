@@ -138,3 +138,64 @@ func TestForeignPrefillLifecycle(t *testing.T) {
 		t.Errorf("Refresh allocates %.1f times", allocs)
 	}
 }
+
+// The decay follows the engines' prefill speed: the time for TauTokens
+// prompt tokens at a low quantile of this instance's own first tokens per
+// prefill token (queued requests count little), Tau until learned or with
+// TauTokens 0, bounded by TauRange; prefills too small to time are
+// ignored.
+func TestForeignPrefillDecayLearned(t *testing.T) {
+	feed := func(f *ForeignPrefill, n int, prefill int64, perTok time.Duration) {
+		for range n {
+			f.FirstTokenAfter(0, time.Unix(1, 0), prefill, time.Duration(prefill)*perTok)
+		}
+	}
+	near := func(got, want time.Duration) bool { return got > want*95/100 && got < want*105/100 }
+
+	f := NewForeignPrefill()
+	if got := f.Decay(); got != DefaultForeignTau {
+		t.Fatalf("decay before learning %v, want Tau %v", got, DefaultForeignTau)
+	}
+	feed(f, 50, 500, time.Millisecond) // too small to time
+	if got := f.Decay(); got != DefaultForeignTau {
+		t.Fatalf("decay after small prefills %v, want Tau", got)
+	}
+	feed(f, 200, 4096, 250*time.Microsecond)
+	slow := f.Decay()
+	if want := DefaultForeignTauTokens * 250 * time.Microsecond; !near(slow, want) {
+		t.Fatalf("decay at 250µs per token %v, want about %v", slow, want)
+	}
+	// The same engines four times faster (the benchmark's time-scaled
+	// simulators): the decay follows within a few hundred first tokens.
+	feed(f, 300, 4096, 62500*time.Nanosecond)
+	if fast := f.Decay(); !near(fast*4, slow) {
+		t.Fatalf("decay after 4x faster engines %v, want about %v", fast, slow/4)
+	}
+	// Half the first tokens queued 4x as long: the low quantile stays
+	// with the engines' own speed.
+	for range 300 {
+		feed(f, 1, 4096, 62500*time.Nanosecond)
+		feed(f, 1, 4096, 250*time.Microsecond)
+	}
+	if got := f.Decay(); !near(got*4, slow) {
+		t.Fatalf("decay with half the requests queued %v, want about %v", got, slow/4)
+	}
+	// The estimate decays with the learned time constant.
+	t0 := time.Unix(100, 0)
+	f.Stored(3, 64, 16, 0, t0) // 1024 tokens
+	if got := f.Pending(3, t0.Add(f.Decay())); got < 370 || got > 384 {
+		t.Fatalf("pending after one learned decay %d, want about 1024/e", got)
+	}
+
+	fixed := NewForeignPrefill()
+	fixed.TauTokens = 0
+	feed(fixed, 100, 4096, 62500*time.Nanosecond)
+	if got := fixed.Decay(); got != DefaultForeignTau {
+		t.Fatalf("decay with TauTokens 0 %v, want Tau", got)
+	}
+	bounded := NewForeignPrefill()
+	feed(bounded, 10, 4096, time.Second)
+	if got := bounded.Decay(); got != DefaultForeignTau*TauRange {
+		t.Fatalf("decay for absurdly slow engines %v, want the bound %v", got, DefaultForeignTau*TauRange)
+	}
+}

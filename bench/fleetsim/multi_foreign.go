@@ -11,8 +11,10 @@ import (
 
 // ForeignSpec and ColdSpec, after SpillSep and joined by "+", are
 // experiments for ramjet-precise instances: "fp" turns on the others'
-// prefill estimate (selection.ForeignPrefill) with the default decay,
-// "fp=0.5" with a 0.5 s one, "fpmin=<blocks>" counting only stored runs
+// prefill estimate (selection.ForeignPrefill) with the default decay
+// (the engines' time for selection.DefaultForeignTauTokens prefill tokens,
+// learned), "fp=0.5" with a fixed 0.5 s one, "fpt=<tokens>" with the
+// engines' time for that many tokens, "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
 // prefixes too (selection.Options.ColdSpill); "band=<tokens>" widens it
@@ -31,6 +33,7 @@ const (
 type preciseSpec struct {
 	foreign bool
 	tau     time.Duration
+	tauTok  int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
 	cold    bool
 	band    float64
 	inst    string // "inst=<id>": the instances' ids as SpillSep's inst= gives
@@ -57,14 +60,20 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 			}
 			ps.band = x
 		case k == ForeignSpec:
-			ps.foreign, ps.tau = true, selection.DefaultForeignTau
+			ps.foreign, ps.tau, ps.tauTok = true, selection.DefaultForeignTau, selection.DefaultForeignTauTokens
 			if hasV {
 				x, err := strconv.ParseFloat(v, 64)
 				if err != nil || x <= 0 {
 					return ps, true, fmt.Errorf("%s%s: want a positive decay in seconds", SpillSep, spec)
 				}
-				ps.tau = seconds(x)
+				ps.tau, ps.tauTok = seconds(x), 0
 			}
+		case k == "fpt" && hasV:
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive decay in prefill tokens", SpillSep, spec)
+			}
+			ps.foreign, ps.tau, ps.tauTok = true, selection.DefaultForeignTau, n
 		default:
 			return preciseSpec{}, false, nil
 		}
@@ -92,7 +101,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		}
 		if ps.foreign {
 			fp := selection.NewForeignPrefill()
-			fp.Tau = ps.tau
+			fp.Tau, fp.TauTokens = ps.tau, ps.tauTok
 			if ps.minRun > 0 {
 				fp.MinBlocks = ps.minRun
 			}

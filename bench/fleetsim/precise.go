@@ -126,6 +126,9 @@ type RamjetPrecise struct {
 	// stored runs, refreshed before each decision, credited with each
 	// reservation and each first token.
 	fp *selection.ForeignPrefill
+	// sent is when each request with a reservation was routed (fp on):
+	// its first token teaches fp the engines' prefill speed.
+	sent map[int]time.Duration
 }
 
 // SetForeignPrefill turns the other instances' prefill estimate on (nil:
@@ -371,8 +374,12 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 // reserved credits the others' prefill estimate with r's reservation, if
 // Pick made one.
 func (p *RamjetPrecise) reserved(r *Request) {
-	if res, ok := p.res[r.Row.ID]; ok {
+	if res, ok := p.res[r.Row.ID]; ok && res != nil {
 		p.fp.Reserved(res)
+		if p.sent == nil {
+			p.sent = map[int]time.Duration{}
+		}
+		p.sent[r.Row.ID] = p.now
 	}
 }
 
@@ -384,7 +391,14 @@ func (p *RamjetPrecise) FirstToken(r *Request, rep int) {
 		if rep < len(p.engines) && p.engines[rep] != nil {
 			t = p.engines[rep].Now()
 		}
-		p.fp.FirstToken(p.cands[rep].Slot, epoch.Add(t))
+		sent, ok := p.sent[r.Row.ID]
+		res := p.res[r.Row.ID]
+		if ok && res != nil {
+			delete(p.sent, r.Row.ID)
+			p.fp.FirstTokenAfter(p.cands[rep].Slot, epoch.Add(t), res.Prefill(), t-sent)
+		} else {
+			p.fp.FirstToken(p.cands[rep].Slot, epoch.Add(t))
+		}
 	}
 	p.Ramjet.FirstToken(r, rep)
 }
@@ -446,6 +460,7 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 		p.clock = max(p.clock, t)
 	}
 	delete(p.routed, r.Row.ID)
+	delete(p.sent, r.Row.ID)
 	if i, ok := p.held[r.Row.ID]; ok {
 		delete(p.held, r.Row.ID)
 		p.pre.Ended(p.cands[i].Slot, r.Prompt)
