@@ -12,7 +12,8 @@
 //
 // where overlap is in tokens and load(r) is the live work reserved on r, in
 // tokens: RequestCost for every in-flight request plus the estimated
-// uncached prompt tokens of requests whose prefill has not finished. Ties
+// uncached prompt tokens of requests whose prefill has not finished (and
+// the decode-side terms and the busy guard of Options). Ties
 // within TieEpsilon are broken by the deeper raw overlap, the requested
 // output length against the replica's engine profile, a rendezvous hash of
 // the prompt's first block, and finally the lower load.

@@ -220,6 +220,17 @@ const DefaultPairFloor = 196_608
 // (bench/EXPERIMENTS.md section 16).
 const DefaultOverflowWeight = 4.0
 
+// DefaultHotGuard is Options.HotGuard's default: a replica running more
+// than twice the usable replicas' mean count of in-flight requests pays
+// request_cost twice for each request past that (on a nearly idle fleet,
+// past 2 requests). Chosen in the fleet simulation (bench/EXPERIMENTS.md
+// section 19): on the tuning seeds it changes no decision of the
+// closed-loop workloads at 8 and 64 replicas, and on the open-loop
+// tool-agent traces it spreads the agents' first steps while the fleet is
+// still nearly idle (the median p99 of nine traces 1.32x -> 0.72x
+// Dynamo's).
+const DefaultHotGuard = 2.0
+
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
 // registered at once.
 var ErrTooManyReplicas = errors.New("selection: more than 1024 replicas registered at once")
@@ -318,6 +329,15 @@ type Options struct {
 	// SpillBand, when positive, widens the instance-aware spill to every
 	// candidate scoring within SpillBand of the best (band.go).
 	SpillBand float64
+	// HotGuard is the busy guard: a replica with more requests in flight
+	// than HotGuard times the usable replicas' mean (a mean of at least
+	// one: on an idle fleet, HotGuard requests) pays request_cost once
+	// more for each request past that, so that a replica that alone
+	// holds a busy prefix (a minor app's system prompt, an agent's home)
+	// sheds new work to a second one before it runs many times its share,
+	// while a fleet whose replicas are all about as busy is scored as
+	// without it. 0 is DefaultHotGuard, negative none (the rule before).
+	HotGuard float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -783,11 +803,14 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// share the deepest): the request's home, if it has one, is the
 	// replica with strictly the deepest, exempt from the pair term.
 	top1, top2 := -1, -1
+	busy, usable := int64(0), 0
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
 			continue
 		}
+		busy += rt.loads[c.Slot].count()
+		usable++
 		ov := c.Overlap
 		if !c.Precise {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
@@ -800,6 +823,11 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	hit := min(top1, cfg.AffinityCap)
+	// The busy guard's limit (Options.HotGuard; 0: off).
+	hot := 0.0
+	if g := rt.hotGuard(); g > 0 && usable > 0 {
+		hot = g * max(1, float64(busy)/float64(usable))
+	}
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -808,6 +836,11 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		ov := s.Overlap[i]
 		ld := rt.loadPair(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now, hit)
+		if hot > 0 {
+			if n := float64(rt.loads[c.Slot].count()); n > hot {
+				ld += float64(cfg.RequestCost) * (n - hot)
+			}
+		}
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
 		if wantSet && c.Profile == want {
 			sc += bonus
@@ -879,6 +912,14 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	}
 	d.Prefill = max(0, f.PromptTokens(rt.cfg)-d.Overlap)
 	return d
+}
+
+// hotGuard is Options.HotGuard with its default applied (<= 0: none).
+func (rt *Router) hotGuard() float64 {
+	if rt.opt.HotGuard == 0 {
+		return DefaultHotGuard
+	}
+	return rt.opt.HotGuard
 }
 
 // prefer reports whether tied candidate i beats tied candidate j, and the
