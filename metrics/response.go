@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/usage"
 )
 
@@ -38,9 +39,9 @@ var sseDone = []byte("data: [DONE]")
 // WriteHeader records the final status and headers.
 func (o *Response) WriteHeader(status int, h http.Header) {
 	o.Status = status
-	o.Stream = strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
+	o.Stream = strings.HasPrefix(edge.HeaderValue(h, "Content-Type"), "text/event-stream")
 	// Only an uncompressed successful body carries readable usage.
-	o.scan = status < 300 && h.Get("Content-Encoding") == ""
+	o.scan = status < 300 && edge.HeaderValue(h, "Content-Encoding") == ""
 }
 
 // Write reads one chunk of body (p is only read during the call).
