@@ -25,6 +25,11 @@ type Response struct {
 	Status int
 	Stream bool
 	First  time.Time
+	// Start, when set (the request's start, from time.Now), makes First
+	// Start plus the monotonic time since: one clock read on the first
+	// byte instead of time.Now's two. First is then for differences with
+	// times that carry a monotonic reading (TTFT), as Fill's callers use it.
+	Start time.Time
 
 	scan  bool
 	usage usage.Scanner
@@ -47,7 +52,11 @@ func (o *Response) WriteHeader(status int, h http.Header) {
 // Write reads one chunk of body (p is only read during the call).
 func (o *Response) Write(p []byte) {
 	if o.First.IsZero() && len(p) > 0 {
-		o.First = time.Now()
+		if o.Start.IsZero() {
+			o.First = time.Now()
+		} else {
+			o.First = o.Start.Add(time.Since(o.Start))
+		}
 	}
 	if o.scan {
 		o.usage.Write(p)
