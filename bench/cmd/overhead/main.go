@@ -40,6 +40,8 @@ const (
 	// ramjet's edge handlers in front of round_robin (-parts).
 	nameRRGuard        = "round_robin+guard"
 	nameRRGuardObserve = "round_robin+guard+observe"
+	// round_robin behind a handler that busy-waits a fixed time (-spin).
+	nameRRSpin = "round_robin+spin"
 )
 
 // partSites are the -parts sites: round_robin behind ramjet_guard, and
@@ -76,6 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		engineK   = fs.String("engine", "sim", "instant engines: sim (bench/enginesim Instant mode) or echo (an OpenAI-shaped responder that models nothing)")
 		echoUsage = fs.String("echo-usage", "cached-zero", "the echo engine's usage object: cached-zero (prompt_tokens_details.cached_tokens 0 on every answer: ramjet's index relearns every prompt) or no-details (no prompt_tokens_details, vLLM's and SGLang's default)")
 		only      = fs.String("targets", "direct,round_robin,ramjet", "targets to measure (a subset for profiling one of them: -targets ramjet -cpuprofile cpu.out); -parts adds its two")
+		spin      = fs.Duration("spin", 0, "also measure "+nameRRSpin+": round_robin behind a handler that busy-waits this long per request (e.g. 10us), to see what that much serial handler work costs in req/s, p50 and CPU (at c=1 several times itself)")
 		parts     = fs.Bool("parts", false, "also measure ramjet's edge handlers in front of round_robin: "+nameRRGuard+" (ramjet_guard) and "+nameRRGuardObserve+" (ramjet_guard, ramjet_observe), to split ramjet's cost between the handlers and the policy")
 		asJSON    = fs.Bool("json", false, "print the rows as JSON instead of a Markdown table")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the whole process (proxies, engines and clients) over the measured rounds to this file")
@@ -155,6 +158,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		sites = append(sites, partSites(addrs)...)
 		targetNames += "," + nameRRGuard + "," + nameRRGuardObserve
 	}
+	if *spin < 0 {
+		return errors.New("-spin must not be negative")
+	}
+	if *spin > 0 {
+		sites = append(sites, caddyrun.Site{Name: nameRRSpin, Policy: "round_robin", Upstreams: addrs,
+			Handlers: []map[string]any{{"handler": spinHandlerName, "duration": spin.String()}}})
+		targetNames += "," + nameRRSpin
+	}
 	run, err := caddyrun.Start(sites)
 	if err != nil {
 		return err
@@ -178,6 +189,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			{nameRamjet, run.URL(nameRamjet)},
 			{nameRRGuard, run.URL(nameRRGuard)},
 			{nameRRGuardObserve, run.URL(nameRRGuardObserve)},
+			{nameRRSpin, run.URL(nameRRSpin)},
 		} {
 			if _, ok := run.Addr[t.name]; !ok && t.name != nameDirect {
 				continue
@@ -212,7 +224,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "engines=%d (%s, instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
 			*engines, engineDesc, conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
 		fmt.Fprint(stdout, markdown(rows, [3]string{nameDirect, nameRR, nameRamjet}))
-		if *parts {
+		if *parts || *spin > 0 {
 			fmt.Fprintln(stdout)
 			fmt.Fprint(stdout, partsMarkdown(rows))
 		}
