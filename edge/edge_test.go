@@ -2,8 +2,10 @@ package edge
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -150,6 +152,69 @@ func TestAllowListExactNormalised(t *testing.T) {
 		}
 		if r.URL.Path != tt.want {
 			t.Errorf("%q served as %q, want %q", tt.in, r.URL.Path, tt.want)
+		}
+	}
+}
+
+// TestHeaderValue holds HeaderValue to Header.Get for canonical keys.
+func TestHeaderValue(t *testing.T) {
+	h := http.Header{}
+	h.Add("Content-Type", "application/json")
+	h.Add("Content-Type", "text/plain")
+	h["Content-Encoding"] = []string{}
+	for _, k := range []string{"Content-Type", "Content-Encoding", "X-Missing"} {
+		if got, want := HeaderValue(h, k), h.Get(k); got != want {
+			t.Errorf("HeaderValue(%q) = %q, Get = %q", k, got, want)
+		}
+	}
+}
+
+// TestStripRequestHeadersReference holds StripRequestHeaders' one pass to
+// the deletes it replaced (each hop-by-hop name in canonical form deleted
+// from the map), over every hop-by-hop name in canonical and other
+// spellings, beside ordinary and X-Ramjet-* names.
+func TestStripRequestHeadersReference(t *testing.T) {
+	hop := []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+	reference := func(h http.Header) {
+		for _, v := range h["Connection"] {
+			for name := range strings.SplitSeq(v, ",") {
+				if name = strings.TrimSpace(name); name != "" {
+					h.Del(name)
+				}
+			}
+		}
+		for _, name := range hop {
+			delete(h, name)
+		}
+		for name := range h {
+			if strings.HasPrefix(strings.ToLower(name), "x-ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") {
+				delete(h, name)
+			}
+		}
+	}
+	var names []string
+	for _, n := range hop {
+		names = append(names, n, strings.ToLower(n), strings.ToUpper(n))
+	}
+	names = append(names, "Content-Type", "X-Request-Id", "X-Ramjet-Upstream", "x-ramjet-a", "X-Data-Parallel-Rank",
+		"x-data-parallel-rank", "Te-X", "Upgrades", "X-Private", "Authorization")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		h := http.Header{}
+		for _, n := range names {
+			if rng.IntN(3) == 0 {
+				h[n] = []string{"v"}
+			}
+		}
+		if rng.IntN(4) == 0 {
+			h["Connection"] = []string{"keep-alive, X-Private"}
+		}
+		want := h.Clone()
+		reference(want)
+		StripRequestHeaders(h)
+		if diff := cmp.Diff(want, h); diff != "" {
+			t.Fatalf("case %d (-reference +got):\n%s", i, diff)
 		}
 	}
 }

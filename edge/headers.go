@@ -7,18 +7,14 @@ import (
 	"strings"
 )
 
-// hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 and their
-// common non-standard relatives.
-var hopHeaders = []string{
-	"Connection",
-	"Proxy-Connection",
-	"Keep-Alive",
-	"Proxy-Authenticate",
-	"Proxy-Authorization",
-	"Te",
-	"Trailer",
-	"Transfer-Encoding",
-	"Upgrade",
+// HeaderValue is h.Get(key) for a key already in canonical form (a
+// constant such as "Content-Type"): the same first value, without Get's
+// canonicalisation of the key on every call.
+func HeaderValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // StripRequestHeaders removes what a client must not be able to send to an
@@ -33,20 +29,29 @@ func StripRequestHeaders(h http.Header) {
 			}
 		}
 	}
-	// hopHeaders are in canonical form, the form of every key Go's server
-	// stores: delete skips Del's canonicalisation of each name.
-	for _, name := range hopHeaders {
-		delete(h, name)
-	}
+	// One pass over the request's few headers instead of a map delete (a
+	// hash of the name) per hop-by-hop name, most of them absent.
 	for name := range h {
 		// Both names begin with an X: most names are decided by their
 		// first byte.
-		if len(name) >= len("X-Ramjet-") && name[0]|0x20 == 'x' &&
+		if isHopHeader(name) || len(name) >= len("X-Ramjet-") && name[0]|0x20 == 'x' &&
 			(strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
 				hasPrefixFold(name, "x-ramjet-")) {
 			delete(h, name)
 		}
 	}
+}
+
+// isHopHeader reports whether name is one of the hop-by-hop headers of RFC
+// 9110 section 7.6.1 or their common non-standard relatives, in canonical
+// form: the form of every key Go's server stores.
+func isHopHeader(name string) bool {
+	switch name {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
 }
 
 func hasPrefixFold(s, prefix string) bool {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/usage"
 )
 
@@ -24,6 +25,11 @@ type Response struct {
 	Status int
 	Stream bool
 	First  time.Time
+	// Start, when set (the request's start, from time.Now), makes First
+	// Start plus the monotonic time since: one clock read on the first
+	// byte instead of time.Now's two. First is then for differences with
+	// times that carry a monotonic reading (TTFT), as Fill's callers use it.
+	Start time.Time
 
 	scan  bool
 	usage usage.Scanner
@@ -38,15 +44,19 @@ var sseDone = []byte("data: [DONE]")
 // WriteHeader records the final status and headers.
 func (o *Response) WriteHeader(status int, h http.Header) {
 	o.Status = status
-	o.Stream = strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
+	o.Stream = strings.HasPrefix(edge.HeaderValue(h, "Content-Type"), "text/event-stream")
 	// Only an uncompressed successful body carries readable usage.
-	o.scan = status < 300 && h.Get("Content-Encoding") == ""
+	o.scan = status < 300 && edge.HeaderValue(h, "Content-Encoding") == ""
 }
 
 // Write reads one chunk of body (p is only read during the call).
 func (o *Response) Write(p []byte) {
 	if o.First.IsZero() && len(p) > 0 {
-		o.First = time.Now()
+		if o.Start.IsZero() {
+			o.First = time.Now()
+		} else {
+			o.First = o.Start.Add(time.Since(o.Start))
+		}
 	}
 	if o.scan {
 		o.usage.Write(p)

@@ -130,3 +130,34 @@ func TestResponseCanceled(t *testing.T) {
 		})
 	}
 }
+
+// TestResponseFirstFromStart: with Start set, First is Start plus the
+// monotonic time to the first body byte, so that TTFT (First minus Start)
+// is what time.Now would have given; without it First is time.Now's.
+func TestResponseFirstFromStart(t *testing.T) {
+	for _, withStart := range []bool{true, false} {
+		before := time.Now()
+		var o Response
+		if withStart {
+			o.Start = before
+		}
+		o.WriteHeader(200, http.Header{"Content-Type": {"text/event-stream"}})
+		o.Write(nil) // no byte: no first byte yet
+		if !o.First.IsZero() {
+			t.Fatalf("withStart=%v: First set by an empty write", withStart)
+		}
+		o.Write([]byte("data: {}\n\n"))
+		after := time.Now()
+		if o.First.Before(before) || o.First.After(after) {
+			t.Errorf("withStart=%v: First %v outside [%v, %v]", withStart, o.First, before, after)
+		}
+		if ttft := o.First.Sub(before); ttft < 0 || ttft > after.Sub(before) {
+			t.Errorf("withStart=%v: TTFT %v outside [0, %v]", withStart, ttft, after.Sub(before))
+		}
+		first := o.First
+		o.Write([]byte("data: [DONE]\n\n"))
+		if o.First != first {
+			t.Errorf("withStart=%v: First moved on a later write", withStart)
+		}
+	}
+}

@@ -202,7 +202,7 @@ func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 	if ae := edge.ReadError(st.bodyErr, g.MaxBodySize); ae != nil || st.body == nil {
 		return ae
 	}
-	ep, parse, ae := edge.BodyRoute(r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+	ep, parse, ae := edge.BodyRoute(r.Method, r.URL.Path, edge.HeaderValue(r.Header, "Content-Type"))
 	if !parse {
 		return ae
 	}

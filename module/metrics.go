@@ -60,14 +60,23 @@ var observerPool = sync.Pool{New: func() any { return new(metricsObserver) }}
 func newMetricsObserver(r *http.Request, st *reqState) observe.Observer {
 	o := observerPool.Get().(*metricsObserver)
 	o.m, o.st, o.r, o.start = processMetrics(), st, r, time.Now()
-	st.metrics = o // found by observeSelect
+	o.Response.Start = o.start // its first byte's time is read from the monotonic clock
+	st.metrics = o             // found by observeSelect
 	return o
 }
 
-// observeSelect is called by the policy's Select (deferred, with the time
-// Select started) once st holds the attempt's decision.
-func observeSelect(r *http.Request, st *reqState, t0 time.Time) {
-	took := time.Since(t0)
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow is the monotonic clock as a duration since monoBase: one clock
+// read (time.Since), where time.Now reads the wall clock too (about 100 ns
+// against 26 on the 2-core benchmark machine). For durations only.
+func monoNow() time.Duration { return time.Since(monoBase) }
+
+// observeSelect is called by the policy's Select (deferred, with monoNow
+// when Select started) once st holds the attempt's decision.
+func observeSelect(r *http.Request, st *reqState, t0 time.Duration) {
+	took := monoNow() - t0
 	m := processMetrics()
 	m.ObserveSelection(st.routeID, st.decision, st.fallback, took)
 	if o := st.metrics; o != nil && !o.selected && o.st == st {
@@ -79,7 +88,9 @@ func observeSelect(r *http.Request, st *reqState, t0 time.Time) {
 func (o *metricsObserver) End(status int, err error) {
 	st := o.st
 	x := metrics.Exchange{
-		Upstream: st.routeID, Model: st.model, Start: o.start, End: time.Now(),
+		// End only ever meets Start in a difference: Start plus the
+		// monotonic time since (one clock read, not time.Now's two).
+		Upstream: st.routeID, Model: st.model, Start: o.start, End: o.start.Add(time.Since(o.start)),
 		Decision: st.decision, Fallback: st.fallback, Selected: o.selected,
 	}
 	if st.fleet != nil {

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
@@ -46,7 +45,7 @@ func BenchmarkObserverStream(b *testing.B) {
 			for b.Loop() {
 				clear(vars)
 				o := newMetricsObserver(r, st)
-				observeSelect(r, st, time.Now())
+				observeSelect(r, st, monoNow())
 				o.WriteHeader(200, h)
 				for _, c := range chunks {
 					o.Write(c)

@@ -326,7 +326,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st := requestState(r)
-	defer observeSelect(r, st, time.Now()) // metrics.go: decision counts, selection latency
+	defer observeSelect(r, st, monoNow()) // metrics.go: decision counts, selection latency
 	st.attempts++
 	if st.attempts > 1 {
 		reportRetried(st, retriedStatus(r))

@@ -76,10 +76,12 @@ func (w *Writer) armWrite() {
 	if w.writeTimeout <= 0 {
 		return
 	}
-	now := time.Now()
-	if !w.armedAt.IsZero() && now.Sub(w.armedAt) < w.writeTimeout/8 {
+	// The check reads the monotonic clock only (time.Since); time.Now,
+	// which reads the wall clock too, only when the deadline is pushed.
+	if !w.armedAt.IsZero() && time.Since(w.armedAt) < w.writeTimeout/8 {
 		return
 	}
+	now := time.Now()
 	if http.NewResponseController(w.ResponseWriter).SetWriteDeadline(now.Add(w.writeTimeout)) != nil {
 		w.writeTimeout = 0 // the connection takes no deadline: stop trying
 		return

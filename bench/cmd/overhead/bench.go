@@ -241,6 +241,11 @@ type row struct {
 	// process holds the clients and engines too, which cost the same for
 	// both, so the proxy's own share of the difference is larger.
 	CPUCB float64 `json:"cpu_per_req_c_over_b"`
+	// Parts (-parts, -spin): each measured target but direct's req/s over
+	// round_robin's and its process CPU per request minus round_robin's
+	// (µs), ramjet included.
+	PartsRPSOverB   map[string]float64 `json:"parts_rps_over_b,omitempty"`
+	PartsCPUExtraUS map[string]float64 `json:"parts_cpu_extra_us,omitempty"`
 }
 
 type measure struct {
@@ -282,9 +287,57 @@ func (b *bench) rows(direct, rr, rj string) []row {
 		r.RPSCB, r.P50CB, r.P99CB = ratio(c.RPS, bb.RPS), ratio(c.P50, bb.P50), ratio(c.P99, bb.P99)
 		r.RPSCA, r.P50CA, r.P99CA = ratio(c.RPS, a.RPS), ratio(c.P50, a.P50), ratio(c.P99, a.P99)
 		r.CPUCB = ratio(c.CPUPerReq, bb.CPUPerReq)
+		if len(r.Targets) > len(names3(direct, rr, rj, r.Targets)) && bb.Requests > 0 {
+			r.PartsRPSOverB, r.PartsCPUExtraUS = map[string]float64{}, map[string]float64{}
+			for n, m := range r.Targets {
+				if n == direct || n == rr {
+					continue
+				}
+				r.PartsRPSOverB[n] = ratio(m.RPS, bb.RPS)
+				r.PartsCPUExtraUS[n] = m.CPUPerReq - bb.CPUPerReq
+			}
+		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// names3 lists which of the three main targets are in ts.
+func names3(direct, rr, rj string, ts map[string]measure) []string {
+	var out []string
+	for _, n := range []string{direct, rr, rj} {
+		if _, ok := ts[n]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// partsMarkdown renders the -parts columns of rows: each target's req/s
+// over round_robin's and its extra CPU per request.
+func partsMarkdown(rows []row) string {
+	var names []string
+	for _, n := range []string{nameRRGuard, nameRRGuardObserve, nameRRSpin, nameRamjet} {
+		if len(rows) > 0 {
+			if _, ok := rows[0].PartsRPSOverB[n]; ok {
+				names = append(names, n)
+			}
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString("| scenario |")
+	for _, n := range names {
+		fmt.Fprintf(&sb, " %s / round_robin req/s | %s extra cpu µs/req |", n, n)
+	}
+	sb.WriteString("\n|---|" + strings.Repeat("---:|", 2*len(names)) + "\n")
+	for _, r := range rows {
+		fmt.Fprintf(&sb, "| %s |", r.Scenario)
+		for _, n := range names {
+			fmt.Fprintf(&sb, " %.2f | %.0f |", r.PartsRPSOverB[n], r.PartsCPUExtraUS[n])
+		}
+		sb.WriteString("\n")
+	}
+	return sb.String()
 }
 
 // markdown renders rows as a Markdown table.

@@ -10,4 +10,10 @@
 //	go run ./bench/cmd/overhead -engine echo -concurrency 1,16,32 -rounds 4 -round 1s -scenarios small,long-256KiB
 //
 // -cpuprofile and -memprofile profile the whole process over the rounds.
+// -parts also measures round_robin behind ramjet_guard, and behind
+// ramjet_guard and ramjet_observe, so that what the edge handlers and the
+// policy each add shows apart (a second table; parts_* in -json). -spin
+// 10us also measures round_robin behind a handler that busy-waits 10µs per
+// request: what that much serial handler work costs, to compare with
+// ramjet's.
 package main

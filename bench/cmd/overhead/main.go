@@ -32,6 +32,31 @@ func main() {
 	}
 }
 
+// The targets' names.
+const (
+	nameDirect = "direct"
+	nameRR     = "round_robin"
+	nameRamjet = "ramjet"
+	// ramjet's edge handlers in front of round_robin (-parts).
+	nameRRGuard        = "round_robin+guard"
+	nameRRGuardObserve = "round_robin+guard+observe"
+	// round_robin behind a handler that busy-waits a fixed time (-spin).
+	nameRRSpin = "round_robin+spin"
+)
+
+// partSites are the -parts sites: round_robin behind ramjet_guard, and
+// behind ramjet_guard and ramjet_observe, in the order deploy/Caddyfile
+// runs them in front of the ramjet policy. Between round_robin, them and
+// ramjet, what each of guard, observer and policy costs shows apart.
+func partSites(addrs []string) []caddyrun.Site {
+	guard := map[string]any{"handler": "ramjet_guard", "upstreams": addrs}
+	observe := map[string]any{"handler": "ramjet_observe"}
+	return []caddyrun.Site{
+		{Name: nameRRGuard, Policy: "round_robin", Upstreams: addrs, Handlers: []map[string]any{guard}},
+		{Name: nameRRGuardObserve, Policy: "round_robin", Upstreams: addrs, Handlers: []map[string]any{guard, observe}},
+	}
+}
+
 // allScenarios are the request shapes, by name.
 var allScenarios = []scenario{
 	{name: "small", promptBytes: 1 << 10, maxTokens: 1},
@@ -52,7 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		policy    = fs.String("ramjet-policy", "ramjet", "selection policy of target (c)")
 		engineK   = fs.String("engine", "sim", "instant engines: sim (bench/enginesim Instant mode) or echo (an OpenAI-shaped responder that models nothing)")
 		echoUsage = fs.String("echo-usage", "cached-zero", "the echo engine's usage object: cached-zero (prompt_tokens_details.cached_tokens 0 on every answer: ramjet's index relearns every prompt) or no-details (no prompt_tokens_details, vLLM's and SGLang's default)")
-		only      = fs.String("targets", "direct,round_robin,ramjet", "targets to measure (a subset for profiling one of them: -targets ramjet -cpuprofile cpu.out)")
+		only      = fs.String("targets", "direct,round_robin,ramjet", "targets to measure (a subset for profiling one of them: -targets ramjet -cpuprofile cpu.out); -parts adds its two")
+		spin      = fs.Duration("spin", 0, "also measure "+nameRRSpin+": round_robin behind a handler that busy-waits this long per request (e.g. 10us), to see what that much serial handler work costs in req/s, p50 and CPU (at c=1 several times itself)")
+		parts     = fs.Bool("parts", false, "also measure ramjet's edge handlers in front of round_robin: "+nameRRGuard+" (ramjet_guard) and "+nameRRGuardObserve+" (ramjet_guard, ramjet_observe), to split ramjet's cost between the handlers and the policy")
 		asJSON    = fs.Bool("json", false, "print the rows as JSON instead of a Markdown table")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the whole process (proxies, engines and clients) over the measured rounds to this file")
 		memProf   = fs.String("memprofile", "", "write an allocation profile (alloc_space/alloc_objects since the start) to this file at the end")
@@ -122,15 +149,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		sims = append(sims, s)
 		addrs = append(addrs, s.Addr())
 	}
-	const (
-		nameDirect = "direct"
-		nameRR     = "round_robin"
-		nameRamjet = "ramjet"
-	)
-	run, err := caddyrun.Start([]caddyrun.Site{
+	sites := []caddyrun.Site{
 		{Name: nameRR, Policy: "round_robin", Upstreams: addrs},
 		caddyrun.GuardedRamjetSite(nameRamjet, *policy, addrs),
-	})
+	}
+	targetNames := *only
+	if *parts {
+		sites = append(sites, partSites(addrs)...)
+		targetNames += "," + nameRRGuard + "," + nameRRGuardObserve
+	}
+	if *spin < 0 {
+		return errors.New("-spin must not be negative")
+	}
+	if *spin > 0 {
+		sites = append(sites, caddyrun.Site{Name: nameRRSpin, Policy: "round_robin", Upstreams: addrs,
+			Handlers: []map[string]any{{"handler": spinHandlerName, "duration": spin.String()}}})
+		targetNames += "," + nameRRSpin
+	}
+	run, err := caddyrun.Start(sites)
 	if err != nil {
 		return err
 	}
@@ -151,13 +187,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			{nameDirect, sims[0].URL() + "/v1"},
 			{nameRR, run.URL(nameRR)},
 			{nameRamjet, run.URL(nameRamjet)},
+			{nameRRGuard, run.URL(nameRRGuard)},
+			{nameRRGuardObserve, run.URL(nameRRGuardObserve)},
+			{nameRRSpin, run.URL(nameRRSpin)},
 		} {
-			if slices.Contains(strings.Split(*only, ","), t.name) {
+			if _, ok := run.Addr[t.name]; !ok && t.name != nameDirect {
+				continue
+			}
+			if slices.Contains(strings.Split(targetNames, ","), t.name) {
 				targets = append(targets, t)
 			}
 		}
 		if len(targets) == 0 {
-			return fmt.Errorf("-targets %q: want a subset of direct,round_robin,ramjet", *only)
+			return fmt.Errorf("-targets %q: want a subset of direct,round_robin,ramjet (with -parts also %s,%s)", *only, nameRRGuard, nameRRGuardObserve)
 		}
 		b := &bench{
 			targets:   targets,
@@ -182,6 +224,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "engines=%d (%s, instant) concurrency=%d rounds=%d x %s per cell, GOMAXPROCS=%d, %s/%s; (a) direct, (b) round_robin, (c) %s\n\n",
 			*engines, engineDesc, conc, *rounds, *roundDur, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, *policy)
 		fmt.Fprint(stdout, markdown(rows, [3]string{nameDirect, nameRR, nameRamjet}))
+		if *parts || *spin > 0 {
+			fmt.Fprintln(stdout)
+			fmt.Fprint(stdout, partsMarkdown(rows))
+		}
 		for _, r := range rows {
 			for n, m := range r.Targets {
 				if m.Errors > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 // TestOverheadSmoke runs the benchmark briefly and checks every cell
@@ -58,5 +59,54 @@ func TestOverheadBodies(t *testing.T) {
 	}
 	if bytes.Equal(one[0], one[1]) {
 		t.Fatal("bodies 0 and 1 are equal")
+	}
+}
+
+// TestOverheadParts runs -parts and -spin briefly: the guard, observer and
+// spin sites in front of round_robin are measured without errors, and each
+// target's ratio to round_robin and extra CPU are reported, in JSON and
+// Markdown.
+func TestOverheadParts(t *testing.T) {
+	args := []string{"-engine", "echo", "-engines", "2", "-concurrency", "2", "-rounds", "1", "-round", "150ms", "-bodies", "4", "-scenarios", "small", "-parts", "-spin", "20us"}
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), append(args, "-json"), &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var rows []row
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	for _, name := range []string{nameRRGuard, nameRRGuardObserve, nameRRSpin, nameRamjet} {
+		m := r.Targets[name]
+		if m.Requests == 0 || m.Errors != 0 || m.CPUPerReq <= 0 {
+			t.Errorf("%s: %+v", name, m)
+		}
+		if r.PartsRPSOverB[name] <= 0 {
+			t.Errorf("%s: no ratio to round_robin: %+v", name, r.PartsRPSOverB)
+		}
+		if _, ok := r.PartsCPUExtraUS[name]; !ok {
+			t.Errorf("%s: no extra CPU: %+v", name, r.PartsCPUExtraUS)
+		}
+	}
+	if _, ok := r.PartsRPSOverB[nameDirect]; ok {
+		t.Errorf("direct among the parts: %+v", r.PartsRPSOverB)
+	}
+	got := partsMarkdown(rows)
+	if !bytes.Contains([]byte(got), []byte("| small |")) || !bytes.Contains([]byte(got), []byte(nameRRGuardObserve)) ||
+		!bytes.Contains([]byte(got), []byte(nameRRSpin)) {
+		t.Errorf("parts markdown:\n%s", got)
+	}
+}
+
+// TestSpinFor: the spin handler's wait lasts at least its duration.
+func TestSpinFor(t *testing.T) {
+	start := time.Now()
+	spinFor(2 * time.Millisecond)
+	if el := time.Since(start); el < 2*time.Millisecond {
+		t.Fatalf("spun %v, want at least 2ms", el)
 	}
 }
