@@ -224,7 +224,7 @@ const DefaultOverflowWeight = 4.0
 // than twice the usable replicas' mean count of in-flight requests pays
 // request_cost twice for each request past that (on a nearly idle fleet,
 // past 2 requests). Chosen in the fleet simulation (bench/EXPERIMENTS.md
-// section 19): on the tuning seeds it changes no decision of the
+// section 21): on the tuning seeds it changes no decision of the
 // closed-loop workloads at 8 and 64 replicas, and on the open-loop
 // tool-agent traces it spreads the agents' first steps while the fleet is
 // still nearly idle (the median p99 of nine traces 1.32x -> 0.72x
