@@ -40,10 +40,8 @@ var departuresCollector = sync.OnceValue(func() prometheus.Collector {
 // provisionChurn joins the policy to its
 // fleet's sweeper, starting it for a new fleet.
 func (s *RamjetSelection) provisionChurn(ctx caddy.Context) error {
-	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		if err := metrics.Register(reg, departuresCollector()); err != nil {
-			return err
-		}
+	if err := register(ctx.GetMetricsRegistry(), departuresCollector()); err != nil {
+		return err
 	}
 	f := s.fleet
 	churns.Join(f, s, time.Duration(s.DepartAfter), s.logger, func() *fleetstate.Sweeper[*RamjetSelection] {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/ramjet-llm/ramjet/enginemetrics"
 	"github.com/ramjet-llm/ramjet/fleetstate"
-	"github.com/ramjet-llm/ramjet/metrics"
 )
 
 // engineStates holds the scrapers across config reloads, keyed by
@@ -52,10 +51,8 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		if err := metrics.Register(reg, engineCollector); err != nil {
-			return fmt.Errorf("engine metrics: %w", err)
-		}
+	if err := register(ctx.GetMetricsRegistry(), engineCollector); err != nil {
+		return fmt.Errorf("engine metrics: %w", err)
 	}
 	b, _ := json.Marshal(c)
 	key := fmt.Sprintf("ramjet-engines/%s/%016x", s.StateKey, xxhash.Sum64(b))

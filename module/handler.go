@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
@@ -97,7 +98,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.WriteTimeout == 0 {
 		h.WriteTimeout = caddy.Duration(DefaultWriteTimeout)
 	}
-	return registerSlowClientMetrics(ctx.GetMetricsRegistry())
+	return register(ctx.GetMetricsRegistry(), slowReaderCuts)
 }
 
 // Validate checks state_key and write_timeout.
@@ -160,7 +161,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	p.w.Init(w, obs)
 	if h.WriteTimeout > 0 {
-		p.w.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader) // slowclient.go
+		p.w.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader)
 	}
 	return p.w.Serve(r, next, streamCutEvent, st)
 }
@@ -226,3 +227,18 @@ var (
 	_ caddy.Validator             = (*Handler)(nil)
 	_ caddyfile.Unmarshaler       = (*Handler)(nil)
 )
+
+// DefaultWriteTimeout bounds one write of a response to the client without
+// progress (ramjet_observe's write_timeout): a client that stopped reading
+// a stream is cut after it.
+const DefaultWriteTimeout = 60 * time.Second
+
+// slowReaderCuts counts the responses cut because the client stopped
+// reading (write_timeout); process-wide, registered into every config's
+// registry.
+var slowReaderCuts = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "ramjet_slow_reader_cuts_total",
+	Help: "Responses cut because the client made no progress reading them for write_timeout.",
+})
+
+func countSlowReader() { slowReaderCuts.Inc() }

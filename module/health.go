@@ -136,7 +136,7 @@ func (h *Health) Report() fleetstate.HealthReport {
 		base = f.Fleet
 	}
 	integ := func(key string) *fleetstate.IntegrityReport { return integrityStatus(f, key) } // integrity.go
-	return fleetstate.HealthOf(h.Upstreams, h.ids, ups, base, integ, kvFeeds(f))             // kvhealth.go
+	return fleetstate.HealthOf(h.Upstreams, h.ids, ups, base, integ, kvFeeds(f))             // kvmetrics.go
 }
 
 // policyFleet returns the fleet of the proxy's ramjet policy, or nil when

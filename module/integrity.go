@@ -69,13 +69,6 @@ var integCollector = sync.OnceValue(func() *metrics.IntegrityCollector {
 	})
 })
 
-func registerIntegrityMetrics(ctx caddy.Context) error {
-	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		return metrics.Register(reg, integCollector())
-	}
-	return nil
-}
-
 func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	if s.Integrity == nil {
 		return nil
@@ -84,7 +77,7 @@ func (s *RamjetSelection) provisionIntegrity(ctx caddy.Context) error {
 	if err := set.Validate(); err != nil {
 		return err
 	}
-	if err := registerIntegrityMetrics(ctx); err != nil {
+	if err := register(ctx.GetMetricsRegistry(), integCollector()); err != nil {
 		return fmt.Errorf("integrity metrics: %w", err)
 	}
 	// Keyed by the settings and the resolved secrets (shared while both
@@ -205,7 +198,7 @@ func (s *RamjetSelection) provisionShadow(ctx caddy.Context) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if err := registerIntegrityMetrics(ctx); err != nil {
+	if err := register(ctx.GetMetricsRegistry(), integCollector()); err != nil {
 		return fmt.Errorf("session shadow metrics: %w", err)
 	}
 	key := fmt.Sprintf("ramjet-shadow/%s/%s/%d", s.poolKey, c.Header, c.MaxSessions)

@@ -140,7 +140,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	if err := s.KV.Validate(); err != nil {
 		return err
 	}
-	if err := registerKVMetrics(ctx); err != nil {
+	if err := register(ctx.GetMetricsRegistry(), kvCollector()); err != nil {
 		return fmt.Errorf("kv metrics: %w", err)
 	}
 	b, _ := json.Marshal(s.KV)

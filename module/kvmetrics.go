@@ -3,9 +3,10 @@ package module
 import (
 	"sync"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/metrics"
 )
 
@@ -30,11 +31,29 @@ func kvSources() []metrics.KVSource {
 // config's metrics registry.
 var kvCollector = sync.OnceValue(func() prometheus.Collector { return metrics.NewKVCollector(kvSources) })
 
-// registerKVMetrics registers the kv collector into the config's registry.
-func registerKVMetrics(ctx caddy.Context) error {
-	reg := ctx.GetMetricsRegistry()
-	if reg == nil {
+// kvFeeds returns the feed health of every replica key of f's precise
+// path, or nil when it is off.
+func kvFeeds(f *fleet) map[string]*fleetstate.KVFeedHealth {
+	if f == nil {
 		return nil
 	}
-	return metrics.Register(reg, kvCollector())
+	pf := f.kv.Load()
+	if pf == nil {
+		return nil
+	}
+	return fleetstate.KVFeeds(pf.kv.x.AppendReplicaStats(nil))
+}
+
+// KVPreflightReport is what the precise path of one state key recorded of
+// its tokenize preflights and predictions (kvindex.PreflightReport).
+type KVPreflightReport = kvindex.PreflightReport
+
+// KVPreflight returns the report of the precise path provisioned last for
+// stateKey, and false when it has none.
+func KVPreflight(stateKey string) (KVPreflightReport, bool) {
+	k, _ := kvLive.Get(stateKey)
+	if k == nil {
+		return KVPreflightReport{}, false
+	}
+	return kvindex.NewPreflightReport(k.p, k.tokLatency), true
 }

@@ -32,14 +32,20 @@ var modelNames = catalog.NewNames(maxModelLabels)
 // reloads.
 var processMetrics = sync.OnceValue(func() *metrics.Set { return metrics.NewSet(snapshotFleets, modelNames) })
 
-// registerMetrics registers ramjet's collectors into a config's registry;
-// every ramjet module calls it from Provision. reg may be nil (a context
-// without a registry) and then nothing happens.
+// registerMetrics registers ramjet's process-wide collectors into a
+// config's registry (the admin API and the dashboard call it from Provision).
 func registerMetrics(reg *prometheus.Registry) error {
+	return register(reg, processMetrics().Collectors()...)
+}
+
+// register registers collectors into a config's registry, created once per
+// process so that values survive reloads. reg may be nil (a context without
+// a registry) and then nothing happens.
+func register(reg *prometheus.Registry, cs ...prometheus.Collector) error {
 	if reg == nil {
 		return nil
 	}
-	return metrics.Register(reg, processMetrics().Collectors()...)
+	return metrics.Register(reg, cs...)
 }
 
 // metricsObserver accounts one request for the metrics and the dashboard:

@@ -375,7 +375,7 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 	for n := range describedNames(integCollector()) { // integrity.go, documented as the kv series
 		kv[n] = true
 	}
-	kv["ramjet_slow_reader_cuts_total"] = true // slowclient.go, documented, not charted
+	kv["ramjet_slow_reader_cuts_total"] = true // handler.go, documented, not charted
 	ref := regexp.MustCompile(`ramjet_[a-z_]+`)
 	base := func(n string) string {
 		for _, suf := range []string{"_bucket", "_count", "_sum"} {

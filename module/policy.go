@@ -245,7 +245,7 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 		}
 	}
 	s.fleet, s.rt, s.poolKey = f, rt, key
-	rt.SetInstance(instanceID(s.InstanceID)) // instance.go
+	rt.SetInstance(instanceID(s.InstanceID)) // env.go
 	f.SetOutlier(s.OutlierConfig())
 	s.x = rt.Extractor()
 	parts := s.parts()

@@ -34,10 +34,8 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		if err := metrics.Register(reg, metrics.Snapshot().Collectors()...); err != nil {
-			return fmt.Errorf("snapshot: %w", err)
-		}
+	if err := register(ctx.GetMetricsRegistry(), metrics.Snapshot().Collectors()...); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
 	}
 	key := []byte(resolveSecret(c.Key))
 	if len(key) < snapshot.MinKeyBytes {
