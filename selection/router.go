@@ -221,9 +221,9 @@ const DefaultPairFloor = 196_608
 const DefaultOverflowWeight = 4.0
 
 // DefaultHotGuard is Options.HotGuard's default: a replica running more
-// than twice the usable replicas' mean count of in-flight requests pays
-// request_cost twice for each request past that (on a nearly idle fleet,
-// past 2 requests). Chosen in the fleet simulation (bench/EXPERIMENTS.md
+// than twice the usable replicas' mean count of in-flight requests (a
+// mean of at least one: on a nearly idle fleet, past 2 requests) pays
+// request_cost once more for each request past that. Chosen in the fleet simulation (bench/EXPERIMENTS.md
 // section 21): on the tuning seeds it changes no decision of the
 // closed-loop workloads at 8 and 64 replicas, and on the open-loop
 // tool-agent traces it spreads the agents' first steps while the fleet is
@@ -823,7 +823,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	hit := min(top1, cfg.AffinityCap)
-	// The busy guard's limit (Options.HotGuard; 0: off).
+	// The busy guard's limit (Options.HotGuard; hot 0: no guard).
 	hot := 0.0
 	if g := rt.hotGuard(); g > 0 && usable > 0 {
 		hot = g * max(1, float64(busy)/float64(usable))
