@@ -639,15 +639,23 @@ func (rt *Router) lingerNow() uint32 {
 // the request's deepest overlap, capped at the affinity cap (negative:
 // unknown), which Options.PairCap and LingerCap bound the term by.
 func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int) float64 {
+	ld, _ := rt.loadPairN(s, prompt, pairOn, now, hit)
+	return ld
+}
+
+// loadPairN is loadPair and the in-flight count it read (the busy guard
+// in Pick charges by the same reading).
+func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
 	c := &rt.loads[s]
 	cfg := &rt.cfg
-	ld := float64((c.count()+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
+	n := c.count()
+	ld := float64((n+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
 	ow := rt.opt.OverflowWeight
 	if ow == 0 {
 		ow = DefaultOverflowWeight
 	}
 	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && ow <= 0 {
-		return ld
+		return ld, n
 	}
 	mine := c.resident.Load()
 	r := mine + c.extKV()
@@ -710,7 +718,7 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 	if over := own + p - capa; over > 0 && ow > 0 {
 		ld += ow * over
 	}
-	return ld
+	return ld, n
 }
 
 // Learn records that slot s now holds f's prompt prefix.
@@ -835,11 +843,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			continue
 		}
 		ov := s.Overlap[i]
-		ld := rt.loadPair(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now, hit)
-		if hot > 0 {
-			if n := float64(rt.loads[c.Slot].count()); n > hot {
-				ld += float64(cfg.RequestCost) * (n - hot)
-			}
+		ld, n := rt.loadPairN(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now, hit)
+		if hot > 0 && float64(n) > hot {
+			ld += float64(cfg.RequestCost) * (float64(n) - hot)
 		}
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
 		if wantSet && c.Profile == want {
