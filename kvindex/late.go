@@ -71,7 +71,7 @@ func (p *Precise) Preflight(ctx context.Context, key uint64, req TokenizeRequest
 // preflight is Preflight that also teaches the message-prefix cache (m:
 // what it knew of req's messages) with the tokens.
 func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix) ([]uint32, *Late, error) {
-	base, err := p.tokenizeBase(key)
+	base, err := p.tokenizeBase(true)
 	if err != nil || base == "" {
 		return nil, nil, err
 	}
@@ -195,7 +195,7 @@ func (p *Precise) deferLate(key uint64, req TokenizeRequest, probe func() (selec
 	body := req.body()
 	l := &Late{p: p, slot: -1, held: -1, probe: probe}
 	l.start = func() {
-		base, err := p.tokenizeBase(key)
+		base, err := p.tokenizeBase(true)
 		if err != nil {
 			l.arrived(nil, err)
 			return
@@ -289,12 +289,8 @@ func (p *Precise) Cold() bool {
 // be sent (no engine to tokenize at, the body not a prompt, the tokenizer
 // busy).
 func (p *Precise) ColdPreflight(ep selection.Endpoint, body []byte, f *selection.Features, probe func() (selection.Slot, bool)) *Late {
-	var base string
-	if p.cfg.TokenizeURL != "" {
-		base = p.cfg.TokenizeURL
-	} else if n := len(p.bases); n > 0 {
-		base = p.bases[int(p.next.Add(1))%n].url
-	} else {
+	base, err := p.tokenizeBase(false)
+	if err != nil {
 		return nil
 	}
 	req, err := RequestFor(ep, body, f)

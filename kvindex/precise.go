@@ -333,7 +333,7 @@ func (p *Precise) Tokenize(ctx context.Context, key uint64, req TokenizeRequest)
 	if toks, ok := p.tk.Cached(key); ok {
 		return toks, nil
 	}
-	base, err := p.tokenizeBase(key)
+	base, err := p.tokenizeBase(true)
 	if err != nil {
 		return nil, err
 	}
@@ -341,8 +341,9 @@ func (p *Precise) Tokenize(ctx context.Context, key uint64, req TokenizeRequest)
 }
 
 // tokenizeBase is the engine base URL to tokenize at: TokenizeURL, or an
-// engine whose feed is fresh, in turn.
-func (p *Precise) tokenizeBase(uint64) (string, error) {
+// engine in turn, one whose feed is fresh when fresh is set (the cold
+// start's preflight, ColdPreflight, takes any: none is fresh yet).
+func (p *Precise) tokenizeBase(fresh bool) (string, error) {
 	if p.cfg.TokenizeURL != "" {
 		return p.cfg.TokenizeURL, nil
 	}
@@ -350,7 +351,7 @@ func (p *Precise) tokenizeBase(uint64) (string, error) {
 	start := int(p.next.Add(1))
 	for i := range n {
 		b := p.bases[(start+i)%n]
-		if p.x.Fresh(b.r) {
+		if !fresh || p.x.Fresh(b.r) {
 			return b.url, nil
 		}
 	}

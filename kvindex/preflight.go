@@ -51,7 +51,7 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 			return m.tokens, nil, nil // the same messages, model and tools
 		}
 		if m.k > 0 && m.n-m.k <= prefixMaxTail && p.pfx.trusted.Load() {
-			if _, err := p.tokenizeBase(key); err != nil {
+			if _, err := p.tokenizeBase(true); err != nil {
 				return nil, nil, err
 			}
 			p.pfx.routed.Add(1)
