@@ -161,7 +161,8 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	p.w.Init(w, obs)
 	if h.WriteTimeout > 0 {
-		p.w.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader)
+		_, iw := caddyhttp.IdleTimeoutsFromContext(r.Context())
+		p.w.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader, (*idleWriter)(iw))
 	}
 	return p.w.Serve(r, next, streamCutEvent, st)
 }
@@ -242,3 +243,14 @@ var slowReaderCuts = prometheus.NewCounter(prometheus.CounterOpts{
 })
 
 func countSlowReader() { slowReaderCuts.Inc() }
+
+// idleWriter is Caddy's write idle timeout of a request (the server's
+// write_idle_timeout, or a timeouts handler's): with no minimum rate it
+// pushes the deadline to now+Timeout before every write and flush, so
+// that it bounds them as write_timeout would when Timeout is no longer
+// (observe.Bound). nil: none.
+type idleWriter caddyhttp.IdleTimeoutWriter
+
+func (w *idleWriter) Bounds(d time.Duration) bool {
+	return w != nil && w.Deadline.MinRate == 0 && w.Deadline.Timeout > 0 && w.Deadline.Timeout <= d
+}

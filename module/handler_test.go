@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -126,5 +127,28 @@ func TestHandlerUnmarshalCaddyfile(t *testing.T) {
 	}
 	if err := (&Handler{StateKey: "no spaces allowed"}).Validate(); err == nil {
 		t.Error("a bad state_key validated")
+	}
+}
+
+// TestIdleWriterBounds: Caddy's write idle timeout stands for
+// write_timeout only when it is set, no longer, and has no minimum rate
+// (whose deadline grows with the bytes written).
+func TestIdleWriterBounds(t *testing.T) {
+	const d = time.Minute
+	for _, tt := range []struct {
+		name string
+		w    *caddyhttp.IdleTimeoutWriter
+		want bool
+	}{
+		{"none", nil, false},
+		{"unset", &caddyhttp.IdleTimeoutWriter{}, false},
+		{"shorter", &caddyhttp.IdleTimeoutWriter{Deadline: caddyhttp.IdleDeadline{Timeout: time.Second}}, true},
+		{"equal", &caddyhttp.IdleTimeoutWriter{Deadline: caddyhttp.IdleDeadline{Timeout: d}}, true},
+		{"longer", &caddyhttp.IdleTimeoutWriter{Deadline: caddyhttp.IdleDeadline{Timeout: 2 * d}}, false},
+		{"min rate", &caddyhttp.IdleTimeoutWriter{Deadline: caddyhttp.IdleDeadline{Timeout: time.Second, MinRate: 1}}, false},
+	} {
+		if got := (*idleWriter)(tt.w).Bounds(d); got != tt.want {
+			t.Errorf("%s: Bounds %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

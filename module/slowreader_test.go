@@ -113,6 +113,32 @@ func observeWriteTimeout(t *testing.T, cfg []byte, d string) []byte {
 // ramjet_slow_reader_cuts_total counts it. A stream that lasts longer
 // than write_timeout but whose client reads it is not cut.
 func TestSlowReaderCut(t *testing.T) {
+	slowReaderCut(t, func(cfg []byte) []byte { return observeWriteTimeout(t, cfg, "1s") })
+}
+
+// TestSlowReaderCutByServer: with the server's own write_idle_timeout (1s)
+// no longer than write_timeout (here its 60s default), ramjet_observe
+// sets no write deadline of its own; Caddy's, pushed before every write,
+// cuts the same client after 1s without progress, and the cut counts in
+// ramjet_slow_reader_cuts_total as before.
+func TestSlowReaderCutByServer(t *testing.T) {
+	slowReaderCut(t, func(cfg []byte) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(cfg, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["apps"].(map[string]any)["http"].(map[string]any)["servers"].(map[string]any)["ramjet"].(map[string]any)["write_idle_timeout"] = "1s"
+		out, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	})
+}
+
+// slowReaderCut is TestSlowReaderCut with the config c.config made into
+// one whose writes are bounded by 1s without progress by setup.
+func slowReaderCut(t *testing.T, setup func(cfg []byte) []byte) {
 	// One engine for both streams (no reload between them): a prompt
 	// saying "hello again" gets the slow finite stream, any other the
 	// endless one.
@@ -133,7 +159,7 @@ func TestSlowReaderCut(t *testing.T) {
 	}))
 	defer eng.Close()
 	c := &testCaddy{t: t, client: listenLocal(t), admin: listenLocal(t), ups: []string{strings.TrimPrefix(eng.URL, "http://")}}
-	c.load(observeWriteTimeout(t, c.config(proxyOpts{}), "1s"))
+	c.load(setup(c.config(proxyOpts{})))
 	before := testutil.ToFloat64(slowReaderCuts)
 
 	conn, err := net.Dial("tcp", c.client)

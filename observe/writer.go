@@ -33,6 +33,7 @@ type Writer struct {
 
 	// The write deadline (SetWriteTimeout).
 	writeTimeout time.Duration
+	bound        Bound     // what may bound the writes already (SetWriteTimeout)
 	armedAt      time.Time // when the deadline was last pushed; zero: never
 	onTimeout    func()
 	timedOut     bool
@@ -63,17 +64,26 @@ func (w *Writer) Init(rw http.ResponseWriter, obs []Observer) {
 // (may be nil) runs once, on the first write or flush that timed out. Where
 // the connection takes no deadline (a writer hiding it) nothing is
 // bounded. It replaces the server's own write timeout, if any, for the
-// rest of the response.
-func (w *Writer) SetWriteTimeout(d time.Duration, onTimeout func()) {
-	w.writeTimeout, w.onTimeout = d, onTimeout
+// rest of the response, unless b (may be nil) reports that the server
+// bounds every write and flush by at most d itself (Caddy's write idle
+// timeout, pushed before each of them): then the Writer sets no deadline
+// of its own (two fewer per response) and only notes a write that timed
+// out.
+func (w *Writer) SetWriteTimeout(d time.Duration, onTimeout func(), b Bound) {
+	w.writeTimeout, w.onTimeout, w.bound = d, onTimeout, b
 }
+
+// Bound reports whether every write and flush below a Writer is already
+// bounded by at most d without progress (SetWriteTimeout). It is asked
+// before each write or flush until the Writer sets a deadline of its own.
+type Bound interface{ Bounds(d time.Duration) bool }
 
 // WriteTimedOut reports that a write or flush hit the write deadline.
 func (w *Writer) WriteTimedOut() bool { return w.timedOut }
 
 // armWrite pushes the write deadline before a write or flush.
 func (w *Writer) armWrite() {
-	if w.writeTimeout <= 0 {
+	if w.writeTimeout <= 0 || (w.armedAt.IsZero() && w.bound != nil && w.bound.Bounds(w.writeTimeout)) {
 		return
 	}
 	// The check reads the monotonic clock only (time.Since); time.Now,

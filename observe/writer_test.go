@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -155,7 +156,7 @@ func TestWriterDisarmFlushesOnlyUnflushed(t *testing.T) {
 			rw := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 			var w Writer
 			w.Init(rw, nil)
-			w.SetWriteTimeout(time.Minute, nil)
+			w.SetWriteTimeout(time.Minute, nil, nil)
 			next := handlerFunc(func(hw http.ResponseWriter, _ *http.Request) error {
 				for _, c := range tt.steps {
 					if c == 'w' {
@@ -179,3 +180,65 @@ func TestWriterDisarmFlushesOnlyUnflushed(t *testing.T) {
 		})
 	}
 }
+
+// boundBy is a Bound: the server bounds every write by at most its
+// duration (0: not at all).
+type boundBy time.Duration
+
+func (b boundBy) Bounds(d time.Duration) bool { return b > 0 && time.Duration(b) <= d }
+
+// TestWriterBound: a Writer whose writes the server already bounds by at
+// most its write timeout sets no deadline of its own, yet still notes a
+// write that timed out; one bounded more loosely, or not at all, sets
+// and lifts its own as before.
+func TestWriterBound(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		bound     Bound
+		deadlines bool
+	}{
+		{"no bound", nil, true},
+		{"server bounds tighter", boundBy(30 * time.Second), false},
+		{"server bounds the same", boundBy(time.Minute), false},
+		{"server bounds looser", boundBy(2 * time.Minute), true},
+		{"server does not bound", boundBy(0), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rw := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+			var w Writer
+			w.Init(rw, nil)
+			w.SetWriteTimeout(time.Minute, nil, tt.bound)
+			next := handlerFunc(func(hw http.ResponseWriter, _ *http.Request) error {
+				_, _ = hw.Write([]byte("x"))
+				return http.NewResponseController(hw).Flush()
+			})
+			if err := w.Serve(httptest.NewRequest(http.MethodGet, "/", nil), next, nil, doneFunc(func() {})); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(rw.deadlines) > 0; got != tt.deadlines {
+				t.Errorf("write deadlines %v, want some: %v", rw.deadlines, tt.deadlines)
+			}
+			if n := len(rw.deadlines); n > 0 && !rw.deadlines[n-1].IsZero() {
+				t.Errorf("write deadlines %v: the last one is not lifted", rw.deadlines)
+			}
+		})
+	}
+	// A write that times out under the server's bound is noted as the
+	// Writer's own would be.
+	var cuts int
+	var w Writer
+	w.Init(timeoutWriter{httptest.NewRecorder()}, nil)
+	w.SetWriteTimeout(time.Minute, func() { cuts++ }, boundBy(time.Second))
+	if _, err := w.Write([]byte("x")); err == nil {
+		t.Fatal("the write did not fail")
+	}
+	if !w.WriteTimedOut() || cuts != 1 {
+		t.Errorf("timed out %v, %d cuts; want true, 1", w.WriteTimedOut(), cuts)
+	}
+}
+
+// timeoutWriter fails every write with a timeout, as a connection past
+// its write deadline does.
+type timeoutWriter struct{ *httptest.ResponseRecorder }
+
+func (timeoutWriter) Write([]byte) (int, error) { return 0, os.ErrDeadlineExceeded }
