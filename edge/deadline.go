@@ -81,6 +81,45 @@ func (b *minRateBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// DeferredDeadline is BodyDeadline's total deadline without a minimum
+// rate, for a body whose every read the server already bounds by at most
+// the same d (Caddy's read idle timeout, pushed before each read): the
+// deadline, the start plus d, is set only before the body's second read,
+// so that a body that arrives in one read (a small request sent with its
+// head) costs no deadline to set and lift. The bound is the same: the
+// first read ends within d of the start, the rest by the start plus d.
+// The struct is the caller's storage (no allocation).
+type DeferredDeadline struct {
+	io.ReadCloser
+	w     http.ResponseWriter
+	at    time.Time
+	reads int
+	set   bool
+	done  bool
+}
+
+// Defer wraps r's body so that its second read sets the read deadline
+// now+d first. Lift ends it.
+func (b *DeferredDeadline) Defer(w http.ResponseWriter, r *http.Request, d time.Duration) {
+	*b = DeferredDeadline{ReadCloser: r.Body, w: w, at: time.Now().Add(d)}
+	r.Body = b
+}
+
+func (b *DeferredDeadline) Read(p []byte) (int, error) {
+	if b.reads++; b.reads == 2 && !b.done && http.NewResponseController(b.w).SetReadDeadline(b.at) == nil {
+		b.set = true
+	}
+	return b.ReadCloser.Read(p)
+}
+
+// Lift lifts the deadline a read set, if any; later reads set none.
+func (b *DeferredDeadline) Lift() {
+	if b.set {
+		LiftBodyDeadline(b.w)
+	}
+	b.set, b.done = false, true
+}
+
 // LiftBodyDeadline lifts BodyDeadline's deadline.
 func LiftBodyDeadline(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})

@@ -153,3 +153,95 @@ func TestBodyDeadlineNone(t *testing.T) {
 		}
 	}
 }
+
+// readDeadlines is a ResponseWriter that records the read deadlines set
+// through it.
+type readDeadlines struct {
+	*httptest.ResponseRecorder
+	set []time.Time
+}
+
+func (w *readDeadlines) SetReadDeadline(t time.Time) error {
+	w.set = append(w.set, t)
+	return nil
+}
+
+// TestDeferredDeadline: a body read in one read gets no deadline; one
+// that takes more reads gets the start plus d before its second, lifted
+// by Lift; reads after Lift set none.
+func TestDeferredDeadline(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		body  io.Reader
+		reads int // deadlines set: one when a second read happens
+	}{
+		{"one read", &eofWithData{s: "hello"}, 0},
+		{"several reads", io.MultiReader(strings.NewReader("hel"), strings.NewReader("lo")), 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &readDeadlines{ResponseRecorder: httptest.NewRecorder()}
+			r := httptest.NewRequest(http.MethodPost, "/", tt.body)
+			var dl DeferredDeadline
+			before := time.Now()
+			dl.Defer(w, r, time.Minute)
+			buf := make([]byte, 16)
+			n, err := r.Body.Read(buf)
+			for err == nil {
+				var m int
+				m, err = r.Body.Read(buf[n:])
+				n += m
+			}
+			if string(buf[:n]) != "hello" {
+				t.Fatalf("read %q", buf[:n])
+			}
+			if len(w.set) != tt.reads {
+				t.Fatalf("deadlines %v, want %d", w.set, tt.reads)
+			}
+			if tt.reads > 0 && (w.set[0].Before(before.Add(time.Minute)) || w.set[0].After(time.Now().Add(time.Minute))) {
+				t.Errorf("deadline %v, want the start plus 1m", w.set[0])
+			}
+			dl.Lift()
+			if want := 2 * tt.reads; len(w.set) != want || (want > 0 && !w.set[1].IsZero()) {
+				t.Errorf("deadlines after Lift %v, want the first lifted", w.set)
+			}
+			dl.reads = 1
+			_, _ = r.Body.Read(buf)
+			if len(w.set) != 2*tt.reads {
+				t.Errorf("a read after Lift set a deadline: %v", w.set)
+			}
+		})
+	}
+}
+
+// eofWithData returns its bytes with io.EOF in one read, as net/http's
+// body of a known length does with its last bytes.
+type eofWithData struct{ s string }
+
+func (r *eofWithData) Read(p []byte) (int, error) {
+	n := copy(p, r.s)
+	r.s = r.s[n:]
+	if r.s == "" {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// TestDeferredDeadlineTotal: a trickled body read under a deferred
+// deadline times out at the start plus d, as under BodyDeadline.
+func TestDeferredDeadlineTotal(t *testing.T) {
+	got := make(chan readResult, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		var dl DeferredDeadline
+		dl.Defer(w, r, 300*time.Millisecond)
+		b, err := io.ReadAll(r.Body)
+		dl.Lift()
+		got <- readResult{n: len(b), err: err, took: time.Since(start)}
+	}))
+	t.Cleanup(srv.Close)
+	trickle(t, strings.TrimPrefix(srv.URL, "http://"), 4096, 50*time.Millisecond)
+	res := <-got
+	if !BodyTimedOut(res.err) || res.took < 300*time.Millisecond {
+		t.Fatalf("read ended with %v after %v, want a timeout after 300ms", res.err, res.took)
+	}
+}

@@ -136,10 +136,20 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 			defer st.finish()
 		}
 	}
-	noDeadline := edge.BodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate)
+	noDeadline := true
+	if ir, _ := caddyhttp.IdleTimeoutsFromContext(r.Context()); st != nil && !st.bodyRead && g.BodyMinRate == 0 &&
+		ir != nil && idleBounds(&ir.Deadline, time.Duration(g.BodyTimeout)) {
+		// Caddy's read idle timeout bounds the first read: the deadline
+		// waits for a second one (edge.DeferredDeadline).
+		st.bodyDL.Defer(w, r, time.Duration(g.BodyTimeout))
+	} else {
+		noDeadline = edge.BodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate)
+	}
 	bodyErr := g.readBody(r, st)
 	if !noDeadline {
 		edge.LiftBodyDeadline(w)
+	} else if st != nil {
+		st.bodyDL.Lift()
 	}
 	if ae := bodyErr; ae != nil {
 		if st := lookupRequest(r); st != nil {

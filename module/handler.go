@@ -251,6 +251,11 @@ func countSlowReader() { slowReaderCuts.Inc() }
 // (observe.Bound). nil: none.
 type idleWriter caddyhttp.IdleTimeoutWriter
 
-func (w *idleWriter) Bounds(d time.Duration) bool {
-	return w != nil && w.Deadline.MinRate == 0 && w.Deadline.Timeout > 0 && w.Deadline.Timeout <= d
+func (w *idleWriter) Bounds(d time.Duration) bool { return w != nil && idleBounds(&w.Deadline, d) }
+
+// idleBounds reports whether Caddy's idle timeout dl bounds every read or
+// write by at most d: set, no longer, and without a minimum rate (whose
+// deadline grows with the bytes moved).
+func idleBounds(dl *caddyhttp.IdleDeadline, d time.Duration) bool {
+	return dl.MinRate == 0 && dl.Timeout > 0 && dl.Timeout <= d
 }

@@ -89,8 +89,9 @@ type reqState struct {
 	// request (handler.go), allocated with the state.
 	obsv observedParts
 	// guardW is the guard's writer of this request (guard.go), allocated
-	// with the state.
+	// with the state, and bodyDL its deferred body deadline.
 	guardW guardWriter
+	bodyDL edge.DeferredDeadline
 }
 
 // observedParts are what the ramjet handler wraps a response in: the

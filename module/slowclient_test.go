@@ -44,6 +44,31 @@ func TestSlowUploadCut(t *testing.T) {
 	}
 }
 
+// TestSlowUploadCutDeferred: TestSlowUploadCut with the server's read
+// idle timeout (500ms) under the body timeout (1s), where the guard sets
+// its deadline only before the body's second read (Caddy's idle timeout
+// bounds the first): the trickled upload still gets 408 at 1s, not
+// before, and a body sent at once is answered.
+func TestSlowUploadCutDeferred(t *testing.T) {
+	ss := startSims(t, 1, enginesim.Options{})
+	src := strings.Replace(deployCaddyfile(t), "read_header 30s", "read_header 30s\n\t\t\tread_body_idle 500ms", 1)
+	if !strings.Contains(src, "read_body_idle") {
+		t.Fatal("no server timeouts in deploy/Caddyfile to add read_body_idle to")
+	}
+	p := mustLoad(t, src, map[string]string{"RJ_UPSTREAM": ss[0].Addr(), "RJ_BODY_TIMEOUT": "1s"})
+	if took := trickledUpload(t, strings.TrimPrefix(p.base, "http://")); took < time.Second {
+		t.Errorf("cut after %v, before the 1s body timeout", took)
+	}
+	if n := ss.requests()[0]; n != 0 {
+		t.Errorf("the engine received %d requests", n)
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	defer c.CloseIdleConnections()
+	if err := chatOnce(c, p.base, ss[0].Model(), "at once"); err != nil {
+		t.Errorf("a body sent at once: %v", err)
+	}
+}
+
 // trickledUpload sends a chat request promising a 4096-byte body and then
 // trickles it (one byte every 100ms) until the proxy answers, and checks
 // the answer is the OpenAI-shaped 408 request_timeout. It returns how long
