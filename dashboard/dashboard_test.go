@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -246,5 +247,51 @@ func TestRecorderAllocs(t *testing.T) {
 		rec.End("m", x)
 	}); n != 0 {
 		t.Errorf("%v allocations per request", n)
+	}
+}
+
+// TestRecorderDecisionsConcurrent: decisions counted from many goroutines
+// at once add up in Sample, per reason and per upstream; a decision with
+// no upstream counts in the reasons only, and an upstream with decisions
+// and no finished request is in the sample.
+func TestRecorderDecisionsConcurrent(t *testing.T) {
+	rec := NewRecorder()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				up := []string{"aa", "bb", ""}[(g+i)%3]
+				rec.Decision(up, []string{"affinity", "cold"}[i%2])
+			}
+		}()
+	}
+	wg.Wait()
+	s := rec.Sample(time.Now(), Gauges{})
+	if s.Reasons["affinity"] != 2000 || s.Reasons["cold"] != 2000 {
+		t.Errorf("reasons %v, want 2000 each", s.Reasons)
+	}
+	want := map[string]float64{}
+	for g := range 8 {
+		for i := range 500 {
+			want[[]string{"aa", "bb", ""}[(g+i)%3]]++
+		}
+	}
+	for _, id := range []string{"aa", "bb"} {
+		u := s.Up[id]
+		if u == nil {
+			t.Fatalf("upstream %s missing from the sample", id)
+		}
+		if got := u.Reasons["affinity"] + u.Reasons["cold"]; got != want[id] {
+			t.Errorf("upstream %s: %v decisions, want %v", id, got, want[id])
+		}
+	}
+	if len(s.Up) != 2 {
+		t.Errorf("%d upstreams in the sample, want 2", len(s.Up))
+	}
+	rec.Reset()
+	if s := rec.Sample(time.Now(), Gauges{}); len(s.Reasons) != 0 || len(s.Up) != 0 {
+		t.Errorf("after Reset: reasons %v, %d upstreams", s.Reasons, len(s.Up))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -141,13 +142,23 @@ type Sample struct {
 // caller passes (route ids and the bounded model labels). Safe for
 // concurrent use.
 type Recorder struct {
-	mu      sync.Mutex
-	all     Counts
-	ttft    Histogram
-	reasons map[string]float64
-	up      map[string]*UpstreamSample
-	model   map[string]*ModelSample
+	mu    sync.Mutex
+	all   Counts
+	ttft  Histogram
+	up    map[string]*UpstreamSample
+	model map[string]*ModelSample
+
+	// The decisions, one counter per (upstream, reason) without a lock
+	// (Decision runs on every routing decision, from every core): a map
+	// copied on each new pair (the pairs are as bounded as the upstreams
+	// and the reasons), read without a lock. Sample adds them up.
+	decMu     sync.Mutex
+	decisions atomic.Pointer[map[decisionKey]*atomic.Uint64]
 }
+
+// decisionKey is the upstream ("" when none was chosen) and reason of a
+// routing decision.
+type decisionKey struct{ upstream, reason string }
 
 // NewRecorder returns an empty Recorder.
 func NewRecorder() *Recorder {
@@ -162,9 +173,11 @@ func (r *Recorder) Reset() {
 	defer r.mu.Unlock()
 	r.all = Counts{}
 	r.ttft = newHistogram(TTFTBounds)
-	r.reasons = map[string]float64{}
 	r.up = map[string]*UpstreamSample{}
 	r.model = map[string]*ModelSample{}
+	r.decMu.Lock()
+	r.decisions.Store(&map[decisionKey]*atomic.Uint64{})
+	r.decMu.Unlock()
 }
 
 func (r *Recorder) upstream(id string) *UpstreamSample {
@@ -191,12 +204,25 @@ func (r *Recorder) modelOf(name string) *ModelSample {
 // Decision counts one routing decision for upstream ("" when none was
 // chosen) by reason.
 func (r *Recorder) Decision(upstream, reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.reasons[reason]++
-	if upstream != "" {
-		r.upstream(upstream).Reasons[reason]++
+	k := decisionKey{upstream, reason}
+	if c := (*r.decisions.Load())[k]; c != nil {
+		c.Add(1)
+		return
 	}
+	r.decMu.Lock()
+	old := *r.decisions.Load()
+	c := old[k]
+	if c == nil {
+		m := make(map[decisionKey]*atomic.Uint64, len(old)+1)
+		for kk, v := range old {
+			m[kk] = v
+		}
+		c = new(atomic.Uint64)
+		m[k] = c
+		r.decisions.Store(&m)
+	}
+	r.decMu.Unlock()
+	c.Add(1)
 }
 
 // Begin counts a request of model in flight; End(model, ...) ends it.
@@ -238,18 +264,23 @@ func (r *Recorder) End(inflightModel string, x Exchange) {
 // no requests and nothing in flight are left out.
 func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 	r.mu.Lock()
-	s := Sample{T: now, All: r.all, TTFT: r.ttft.clone(), Index: g.Index,
-		Reasons: make(map[string]float64, len(r.reasons)),
-		Up:      make(map[string]*UpstreamSample, len(r.up)), Model: make(map[string]*ModelSample, len(r.model))}
-	for k, v := range r.reasons {
-		s.Reasons[k] = v
-	}
+	s := Sample{T: now, All: r.all, TTFT: r.ttft.clone(), Index: g.Index, Reasons: map[string]float64{},
+		Up: make(map[string]*UpstreamSample, len(r.up)), Model: make(map[string]*ModelSample, len(r.model))}
 	for id, u := range r.up {
-		c := &UpstreamSample{Counts: u.Counts, Replica: Replica{ID: id}, Reasons: make(map[string]float64, len(u.Reasons))}
-		for k, v := range u.Reasons {
-			c.Reasons[k] = v
+		s.Up[id] = &UpstreamSample{Counts: u.Counts, Replica: Replica{ID: id}, Reasons: map[string]float64{}}
+	}
+	for k, c := range *r.decisions.Load() {
+		n := float64(c.Load())
+		s.Reasons[k.reason] += n
+		if k.upstream == "" {
+			continue
 		}
-		s.Up[id] = c
+		u := s.Up[k.upstream]
+		if u == nil {
+			u = &UpstreamSample{Replica: Replica{ID: k.upstream}, Reasons: map[string]float64{}}
+			s.Up[k.upstream] = u
+		}
+		u.Reasons[k.reason] += n
 	}
 	for k, m := range r.model {
 		if m.Requests != 0 || m.Inflight != 0 {
