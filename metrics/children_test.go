@@ -1,11 +1,13 @@
 package metrics
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/ramjet-llm/ramjet/catalog"
 	"github.com/ramjet-llm/ramjet/fleetstate"
@@ -94,4 +96,98 @@ func BenchmarkEndRequest(b *testing.B) {
 		m.ObserveSelection(x.Upstream, d, false, time.Microsecond)
 		m.EndRequest(m.StartRequest("m"), x)
 	}
+}
+
+// endRequestReference is EndRequest's Prometheus part as it was before
+// the pair cache: every child through its vector's WithLabelValues.
+func endRequestReference(m *Set, inflightLabel string, x *Exchange) {
+	m.Inflight.WithLabelValues(inflightLabel).Dec()
+	outcome := OutcomeOf(x.Status, x.Canceled, x.NoReplica)
+	var model string
+	if outcome == OutcomeOK {
+		model = m.Models.Add(x.Model)
+	} else {
+		model = m.Models.Label(x.Model)
+	}
+	defer m.Requests.WithLabelValues(x.Upstream, model, outcome).Inc()
+	if x.Upstream == "" {
+		return
+	}
+	if x.HasUsage {
+		m.PromptTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.PromptTokens))
+		m.CachedTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.CachedTokens))
+		m.OutputTokens.WithLabelValues(x.Upstream, model).Add(float64(x.Usage.CompletionTokens))
+	} else if outcome == OutcomeOK {
+		m.NoUsage.WithLabelValues(x.Upstream).Inc()
+	}
+	if x.Stream && !x.FirstByte.IsZero() {
+		m.TTFT.WithLabelValues(x.Upstream).Observe(x.FirstByte.Sub(x.Start).Seconds())
+	}
+	if !x.End.IsZero() {
+		m.Duration.WithLabelValues(x.Upstream).Observe(x.End.Sub(x.Start).Seconds())
+	}
+}
+
+// TestPairSeriesMatchesReference: requests of every outcome, with and
+// without usage, streamed or not, with and without an upstream, on several
+// (upstream, model) pairs and across a Reset, give the same exposition
+// through EndRequest's pair cache as through the vectors directly (no
+// series early, none missing, the same values).
+func TestPairSeriesMatchesReference(t *testing.T) {
+	snap := func() []fleetstate.Snapshot { return nil }
+	got, want := NewSet(snap, catalog.NewNames(2)), NewSet(snap, catalog.NewNames(2))
+	start := time.Unix(1000, 0)
+	var xs []Exchange
+	for i := range 60 {
+		x := Exchange{Upstream: []string{"00aa", "00bb", ""}[i%3], Model: []string{"m", "n", "o"}[i/3%3],
+			Status: []int{200, 200, 404, 502, 200}[i%5], Canceled: i%7 == 3, NoReplica: i%11 == 5,
+			Stream: i%2 == 0, Start: start}
+		if i%4 != 1 {
+			x.End = start.Add(time.Duration(i) * 10 * time.Millisecond)
+		}
+		if i%3 != 2 {
+			x.FirstByte = start.Add(time.Duration(i) * time.Millisecond)
+		}
+		if i%5 < 3 {
+			x.HasUsage, x.Usage = true, usage.Usage{PromptTokens: int64(i), CachedTokens: int64(i / 2), CompletionTokens: 1}
+		}
+		xs = append(xs, x)
+	}
+	run := func(xs []Exchange) {
+		for _, x := range xs {
+			gx, wx := x, x
+			endRequestReference(want, want.StartRequest(x.Model), &wx)
+			got.EndRequest(got.StartRequest(x.Model), &gx)
+		}
+	}
+	compare := func(when string) {
+		t.Helper()
+		format := func(m *Set) string {
+			mfs, err := m.Own.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sb strings.Builder
+			for _, mf := range mfs {
+				if _, err := expfmt.MetricFamilyToText(&sb, mf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !strings.Contains(sb.String(), "ramjet_requests_total{") {
+				t.Fatalf("no requests in the exposition:\n%s", sb.String())
+			}
+			return sb.String()
+		}
+		if g, w := format(got), format(want); g != w {
+			t.Fatalf("%s: exposition differs:\n--- pair cache\n%s\n--- reference\n%s", when, g, w)
+		}
+	}
+	run(xs[:20])
+	compare("first 20")
+	run(xs[20:])
+	compare("all 60")
+	got.Reset()
+	want.Reset()
+	run(xs[30:45])
+	compare("after Reset")
 }

@@ -36,6 +36,10 @@ const (
 	OutcomeCanceled      = "canceled"       // the client went away first
 )
 
+// outcomes are the outcome label's values, in the order of outcomeOf's
+// index.
+var outcomes = [...]string{OutcomeOK, OutcomeClientError, OutcomeUpstreamError, OutcomeNoReplica, OutcomeCanceled}
+
 // Set holds the collectors ramjet updates on the request path. One set is
 // created per process and registered into every config's registry, so that
 // values survive config reloads. The collectors are exported for tests;
@@ -74,6 +78,9 @@ type Set struct {
 	promptTokens, cachedTokens, outputTokens, noUse *children[prometheus.Counter]
 	inflight                                        *children[prometheus.Gauge]
 	ttft, duration                                  *children[prometheus.Observer]
+	// pairs holds the children of the vectors above that EndRequest
+	// updates, by (upstream, model label).
+	pairs pairs
 }
 
 // NewSet returns a metric set whose fleet series read snap at scrape time
@@ -163,6 +170,7 @@ func (m *Set) Reset() {
 		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUse, m.ttft, m.duration} {
 		c.reset()
 	}
+	m.pairs.reset()
 	m.Dash.Reset()
 	m.Recent.Reset()
 }
@@ -192,17 +200,22 @@ func Register(reg prometheus.Registerer, collectors ...prometheus.Collector) err
 
 // OutcomeOf classifies a finished request.
 func OutcomeOf(status int, canceled, noReplica bool) string {
+	return outcomes[outcomeOf(status, canceled, noReplica)]
+}
+
+// outcomeOf is OutcomeOf as an index into outcomes.
+func outcomeOf(status int, canceled, noReplica bool) int {
 	switch {
 	case noReplica:
-		return OutcomeNoReplica
+		return 3
 	case canceled:
-		return OutcomeCanceled
+		return 4
 	case status >= 500 || status == 0:
-		return OutcomeUpstreamError
+		return 2
 	case status >= 400:
-		return OutcomeClientError
+		return 1
 	}
-	return OutcomeOK
+	return 0
 }
 
 // ReasonLabel is the reason label of a decision.
@@ -266,7 +279,8 @@ func (m *Set) StartRequest(model string) string {
 // StartRequest returned.
 func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
 	m.inflight.get(labelValues{a: inflightLabel}).Dec()
-	outcome := OutcomeOf(x.Status, x.Canceled, x.NoReplica)
+	oi := outcomeOf(x.Status, x.Canceled, x.NoReplica)
+	outcome := outcomes[oi]
 	var model string
 	if outcome == OutcomeOK {
 		model = m.Models.Add(x.Model)
@@ -279,24 +293,49 @@ func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
 		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
 	}
 	defer m.Dash.End(inflightLabel, dx)
-	// The request counts last, so that a scrape that sees it sees its
-	// tokens too.
-	defer m.requests.get(labelValues{a: x.Upstream, b: model, c: outcome}).Inc()
+	// The children are created in the order the uncached code created
+	// them (each on first use); the request counts last, so that a scrape
+	// that sees it sees its tokens too.
+	k := labelValues{a: x.Upstream, b: model}
+	p := m.pairs.get(k)
+	defer func() {
+		if p.requests[oi] == nil {
+			p = m.pairs.with(k, func(p *pairSeries) {
+				p.requests[oi] = m.requests.get(labelValues{a: x.Upstream, b: model, c: outcome})
+			})
+		}
+		p.requests[oi].Inc()
+	}()
 	if x.Upstream == "" {
 		return
 	}
+	up := labelValues{a: x.Upstream}
 	if x.HasUsage {
-		m.promptTokens.get(labelValues{a: x.Upstream, b: model}).Add(float64(x.Usage.PromptTokens))
-		m.cachedTokens.get(labelValues{a: x.Upstream, b: model}).Add(float64(x.Usage.CachedTokens))
-		m.outputTokens.get(labelValues{a: x.Upstream, b: model}).Add(float64(x.Usage.CompletionTokens))
+		if p.output == nil {
+			p = m.pairs.with(k, func(p *pairSeries) {
+				p.prompt, p.cached, p.output = m.promptTokens.get(k), m.cachedTokens.get(k), m.outputTokens.get(k)
+			})
+		}
+		p.prompt.Add(float64(x.Usage.PromptTokens))
+		p.cached.Add(float64(x.Usage.CachedTokens))
+		p.output.Add(float64(x.Usage.CompletionTokens))
 	} else if outcome == OutcomeOK {
-		m.noUse.get(labelValues{a: x.Upstream}).Inc()
+		if p.noUse == nil {
+			p = m.pairs.with(k, func(p *pairSeries) { p.noUse = m.noUse.get(up) })
+		}
+		p.noUse.Inc()
 	}
 	if x.Stream && !x.FirstByte.IsZero() {
-		m.ttft.get(labelValues{a: x.Upstream}).Observe(x.FirstByte.Sub(x.Start).Seconds())
+		if p.ttft == nil {
+			p = m.pairs.with(k, func(p *pairSeries) { p.ttft = m.ttft.get(up) })
+		}
+		p.ttft.Observe(x.FirstByte.Sub(x.Start).Seconds())
 	}
 	if !x.End.IsZero() {
-		m.duration.get(labelValues{a: x.Upstream}).Observe(x.End.Sub(x.Start).Seconds())
+		if p.duration == nil {
+			p = m.pairs.with(k, func(p *pairSeries) { p.duration = m.duration.get(up) })
+		}
+		p.duration.Observe(x.End.Sub(x.Start).Seconds())
 	}
 }
 
