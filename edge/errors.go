@@ -149,3 +149,15 @@ func NotFoundRoute() *Error {
 	return NewError(http.StatusNotFound, TypeInvalidRequest, CodeUnknownURL, "",
 		"Unknown request URL. This server serves only the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models) and /health.")
 }
+
+// StreamCutEvent ends an SSE stream the engine cut: an OpenAI-shaped error
+// in an "error" event (the OpenAI SDKs turn a data object with an "error"
+// field into a stream error).
+var StreamCutEvent = func() []byte {
+	e := NewError(http.StatusBadGateway, TypeServer, CodeUpstreamFailed, "",
+		"the engine stopped before the end of the response")
+	b, _ := json.Marshal(struct {
+		Error *Error `json:"error"`
+	}{e})
+	return []byte("event: error\ndata: " + string(b) + "\n\n")
+}()

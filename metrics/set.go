@@ -400,3 +400,12 @@ func (m *Set) DashboardSample(now time.Time) dashboard.Sample {
 	}
 	return m.Dash.Sample(now, g)
 }
+
+// monoBase is the origin of MonoNow.
+var monoBase = time.Now()
+
+// MonoNow is the monotonic clock as a duration since the process's start:
+// one clock read (time.Since), where time.Now reads the wall clock too
+// (about 100 ns against 26 on the 2-core benchmark machine). For
+// durations only (the selection time).
+func MonoNow() time.Duration { return time.Since(monoBase) }

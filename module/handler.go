@@ -1,7 +1,6 @@
 package module
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -114,12 +113,8 @@ func (h *Handler) Validate() error {
 // here needs no context.AfterFunc: ServeHTTP ends it on every path (return
 // or abort panic).
 func observedState(r *http.Request) *reqState {
-	if st := lookupRequest(r); st != nil {
-		st.observed = true
-		return st
-	}
-	st := &reqState{slot: -1, stop: noStop, observed: true}
-	caddyhttp.SetVar(r.Context(), VarRequest, st)
+	st, _ := ownedState(r)
+	st.observed = true
 	return st
 }
 
@@ -164,7 +159,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		_, iw := caddyhttp.IdleTimeoutsFromContext(r.Context())
 		p.w.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader, (*idleWriter)(iw))
 	}
-	return p.w.Serve(r, next, streamCutEvent, st)
+	return p.w.Serve(r, next, edge.StreamCutEvent, st)
 }
 
 // ResponseDone ends the request once the handler's response ended
@@ -209,18 +204,6 @@ func (o *stateObserver) Write(p []byte) {
 
 func (o *stateObserver) End(int, error) {}
 
-// streamCutEvent ends an SSE stream the engine cut: an OpenAI-shaped error
-// in an "error" event (the OpenAI SDKs turn a data object with an "error"
-// field into a stream error).
-var streamCutEvent = func() []byte {
-	e := edge.NewError(http.StatusBadGateway, edge.TypeServer, edge.CodeUpstreamFailed, "",
-		"the engine stopped before the end of the response")
-	b, _ := json.Marshal(struct {
-		Error *edge.Error `json:"error"`
-	}{e})
-	return []byte("event: error\ndata: " + string(b) + "\n\n")
-}()
-
 // Interface guards.
 var (
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
@@ -244,18 +227,14 @@ var slowReaderCuts = prometheus.NewCounter(prometheus.CounterOpts{
 
 func countSlowReader() { slowReaderCuts.Inc() }
 
-// idleWriter is Caddy's write idle timeout of a request (the server's
-// write_idle_timeout, or a timeouts handler's): with no minimum rate it
-// pushes the deadline to now+Timeout before every write and flush, so
-// that it bounds them as write_timeout would when Timeout is no longer
-// (observe.Bound). nil: none.
+// idleWriter is Caddy's write idle timeout of a request (observe.Bound;
+// nil: none), pushed to now+Timeout before every write and flush.
 type idleWriter caddyhttp.IdleTimeoutWriter
 
 func (w *idleWriter) Bounds(d time.Duration) bool { return w != nil && idleBounds(&w.Deadline, d) }
 
-// idleBounds reports whether Caddy's idle timeout dl bounds every read or
-// write by at most d: set, no longer, and without a minimum rate (whose
-// deadline grows with the bytes moved).
+// idleBounds: Caddy's idle timeout dl bounds every read or write by at
+// most d (a minimum rate's deadline grows with the bytes moved).
 func idleBounds(dl *caddyhttp.IdleDeadline, d time.Duration) bool {
 	return dl.MinRate == 0 && dl.Timeout > 0 && dl.Timeout <= d
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -45,7 +46,7 @@ func BenchmarkObserverStream(b *testing.B) {
 			for b.Loop() {
 				clear(vars)
 				o := newMetricsObserver(r, st)
-				observeSelect(r, st, monoNow())
+				observeSelect(r, st, metrics.MonoNow())
 				o.WriteHeader(200, h)
 				for _, c := range chunks {
 					o.Write(c)

@@ -19,6 +19,7 @@ import (
 	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/integrity"
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/snapshot"
 	"github.com/ramjet-llm/ramjet/upstream"
@@ -326,7 +327,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st := requestState(r)
-	defer observeSelect(r, st, monoNow()) // metrics.go: decision counts, selection latency
+	defer observeSelect(r, st, metrics.MonoNow()) // metrics.go: decision counts, selection latency
 	st.attempts++
 	if st.attempts > 1 {
 		reportRetried(st, retriedStatus(r))

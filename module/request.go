@@ -111,12 +111,10 @@ type observedParts struct {
 // it to the sweeper, which finishes it when the request context ends) on
 // first use.
 func requestState(r *http.Request) *reqState {
-	if st, ok := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState); ok {
-		return st
+	st, created := ownedState(r)
+	if created {
+		openStates.Add(r.Context(), st)
 	}
-	st := &reqState{slot: -1, stop: noStop}
-	openStates.Add(r.Context(), st)
-	caddyhttp.SetVar(r.Context(), VarRequest, st)
 	return st
 }
 
