@@ -232,7 +232,7 @@ func (f *Catalog) Models(ctx context.Context, maxAge time.Duration, healthy map[
 func (f *Catalog) Knows(ctx context.Context, model string) (known, listed bool) {
 	f.mu.Lock()
 	known, listed = f.ids != nil && f.ids.Has(model), f.list != nil
-	stale := time.Since(f.triedAt) > Retry
+	stale := !known && time.Since(f.triedAt) > Retry // the clock only for a model not known
 	f.mu.Unlock()
 	if known || !stale {
 		return known, listed
