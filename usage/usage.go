@@ -154,6 +154,9 @@ func (s *Scanner) object(p []byte) int {
 	limit := min(len(p), max(maxUsageBytes-len(s.cur), 0))
 	for i := range limit {
 		c := p[i]
+		if !objectByte[c] && !s.esc {
+			continue // a byte that changes nothing below
+		}
 		switch {
 		case c == '\n':
 			s.inStr, s.esc = false, false // never inside a valid string
@@ -189,6 +192,10 @@ func (s *Scanner) object(p []byte) int {
 	s.cur = append(s.cur, p...)
 	return len(p)
 }
+
+// objectByte marks the bytes object's state machine acts on (all others
+// only clear an escape).
+var objectByte = [256]bool{'\n': true, '"': true, '\\': true, '{': true, '}': true}
 
 // usageJSON is both usage shapes. Absent counts stay at absent (-1):
 // value fields, not pointers, so that the decode allocates nothing for
