@@ -270,10 +270,11 @@ func (f *Catalog) refresh(ctx context.Context, healthy map[string]bool) error {
 	if err == nil {
 		f.list = list
 		f.fetchedAt = time.Now()
-		f.ids = NewNames(MaxListed)
-		for _, c := range list.Data {
-			f.ids.Add(c.ID)
+		ids := make([]string, len(list.Data))
+		for i, c := range list.Data {
+			ids[i] = c.ID
 		}
+		f.ids = NewNames(MaxListed, ids...)
 	}
 	f.inflight = nil
 	f.mu.Unlock()

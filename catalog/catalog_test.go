@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -72,5 +73,42 @@ func TestNamesBounded(t *testing.T) {
 	b := []byte("model-2")
 	if allocs := testing.AllocsPerRun(100, func() { _ = n.Intern(b) }); allocs != 0 {
 		t.Errorf("Intern of a held name allocates %v times", allocs)
+	}
+}
+
+// TestNamesFromList: NewNames with names holds what as many Adds would
+// (the first max distinct non-empty ones), and concurrent readers and
+// writers agree (run with -race).
+func TestNamesFromList(t *testing.T) {
+	list := []string{"a", "", "b", "a", "c", "d", "e"}
+	bulk, one := NewNames(3, list...), NewNames(3)
+	for _, s := range list {
+		one.Add(s)
+	}
+	for _, s := range append(list, "x") {
+		if bulk.Label(s) != one.Label(s) {
+			t.Errorf("%q: label %q from the list, %q from Adds", s, bulk.Label(s), one.Label(s))
+		}
+	}
+	if bulk.Len() != 3 || one.Len() != 3 {
+		t.Errorf("%d and %d held, want 3", bulk.Len(), one.Len())
+	}
+	n := NewNames(64)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				name := "m" + strconv.Itoa((g*100+i)%80)
+				if n.Add(name) != Other && !n.Has(name) {
+					t.Errorf("%s added but not held", name)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n.Len() != 64 {
+		t.Errorf("%d held, want the bound 64", n.Len())
 	}
 }

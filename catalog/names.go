@@ -1,6 +1,9 @@
 package catalog
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Other is the name given to every model past a full Names.
 const Other = "other"
@@ -9,21 +12,31 @@ const Other = "other"
 // listed it, or answered a request for it) while fewer than the bound are
 // held; Label maps every other name to Other, so that a client's made-up
 // names never become anything unbounded (a metric series, a map entry).
-// Safe for concurrent use.
+// Safe for concurrent use: readers (every request asks) take no lock; a
+// name joining copies the map.
 type Names struct {
 	max   int
-	mu    sync.RWMutex
-	known map[string]string
+	mu    sync.Mutex // serializes Add's copies
+	known atomic.Pointer[map[string]string]
 }
 
-// NewNames returns an empty set holding at most max names.
-func NewNames(max int) *Names { return &Names{max: max, known: map[string]string{}} }
+// NewNames returns a set holding at most max names, with the first of
+// names (as many Adds would, without a copy each).
+func NewNames(max int, names ...string) *Names {
+	m := make(map[string]string, min(len(names), max))
+	for _, s := range names {
+		if s != "" && len(m) < max {
+			m[s] = s
+		}
+	}
+	n := &Names{max: max}
+	n.known.Store(&m)
+	return n
+}
 
 // Has reports whether name is in the set.
 func (n *Names) Has(name string) bool {
-	n.mu.RLock()
-	_, ok := n.known[name]
-	n.mu.RUnlock()
+	_, ok := (*n.known.Load())[name]
 	return ok
 }
 
@@ -41,10 +54,7 @@ func (n *Names) Intern(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
-	n.mu.RLock()
-	s, ok := n.known[string(b)]
-	n.mu.RUnlock()
-	if ok {
+	if s, ok := (*n.known.Load())[string(b)]; ok {
 		return s
 	}
 	return string(b)
@@ -60,19 +70,21 @@ func (n *Names) Add(name string) string {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if _, ok := n.known[name]; ok {
+	old := *n.known.Load()
+	if _, ok := old[name]; ok {
 		return name
 	}
-	if len(n.known) >= n.max {
+	if len(old) >= n.max {
 		return Other
 	}
-	n.known[name] = name
+	m := make(map[string]string, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[name] = name
+	n.known.Store(&m)
 	return name
 }
 
 // Len is how many names are held.
-func (n *Names) Len() int {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return len(n.known)
-}
+func (n *Names) Len() int { return len(*n.known.Load()) }
