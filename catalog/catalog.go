@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -139,9 +140,9 @@ type Catalog struct {
 
 	mu        sync.Mutex
 	list      *List
-	ids       *Names    // the listed models
-	fetchedAt time.Time // of list; zero when no engine ever answered
-	triedAt   time.Time // of the last fetch attempt
+	ids       atomic.Pointer[Names] // the listed models (set with list; read without the lock)
+	fetchedAt time.Time             // of list; zero when no engine ever answered
+	triedAt   time.Time             // of the last fetch attempt
 	inflight  chan struct{}
 	lastErr   error
 }
@@ -230,9 +231,12 @@ func (f *Catalog) Models(ctx context.Context, maxAge time.Duration, healthy map[
 // triggers one fetch (shared, rate-limited), so that a model an engine has
 // just loaded is not refused for long.
 func (f *Catalog) Knows(ctx context.Context, model string) (known, listed bool) {
+	if f.has(model) {
+		return true, true // every routed request's case: no lock, no clock
+	}
 	f.mu.Lock()
-	known, listed = f.ids != nil && f.ids.Has(model), f.list != nil
-	stale := !known && time.Since(f.triedAt) > Retry // the clock only for a model not known
+	known, listed = f.has(model), f.list != nil
+	stale := time.Since(f.triedAt) > Retry
 	f.mu.Unlock()
 	if known || !stale {
 		return known, listed
@@ -240,7 +244,13 @@ func (f *Catalog) Knows(ctx context.Context, model string) (known, listed bool) 
 	_ = f.refresh(ctx, nil)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.ids != nil && f.ids.Has(model), f.list != nil
+	return f.has(model), f.list != nil
+}
+
+// has reports whether model is in the last list fetched.
+func (f *Catalog) has(model string) bool {
+	ids := f.ids.Load()
+	return ids != nil && ids.Has(model)
 }
 
 // refresh fetches all lists once; callers arriving during a fetch wait for
@@ -274,7 +284,7 @@ func (f *Catalog) refresh(ctx context.Context, healthy map[string]bool) error {
 		for i, c := range list.Data {
 			ids[i] = c.ID
 		}
-		f.ids = NewNames(MaxListed, ids...)
+		f.ids.Store(NewNames(MaxListed, ids...))
 	}
 	f.inflight = nil
 	f.mu.Unlock()
