@@ -295,3 +295,29 @@ func TestRecorderDecisionsConcurrent(t *testing.T) {
 		t.Errorf("after Reset: reasons %v, %d upstreams", s.Reasons, len(s.Up))
 	}
 }
+
+// TestRecorderInflight: the requests in flight by model (counted without
+// the lock) show in the sample beside the model's counts; a model with
+// none in flight and no finished request is left out; "" is "unknown".
+func TestRecorderInflight(t *testing.T) {
+	rec := NewRecorder()
+	rec.Begin("m")
+	rec.Begin("m")
+	rec.Begin("")
+	rec.End("m", Exchange{Model: "m"})
+	s := rec.Sample(time.Now(), Gauges{})
+	if m := s.Model["m"]; m == nil || m.Inflight != 1 || m.Requests != 1 {
+		t.Errorf("model m: %+v, want 1 in flight, 1 request", m)
+	}
+	if u := s.Model["unknown"]; u == nil || u.Inflight != 1 || u.Requests != 0 {
+		t.Errorf("model unknown: %+v, want 1 in flight", u)
+	}
+	rec.End("", Exchange{Model: "n"})
+	s = rec.Sample(time.Now(), Gauges{})
+	if _, ok := s.Model["unknown"]; ok {
+		t.Errorf("a model with nothing in flight and no request is in the sample: %+v", s.Model["unknown"])
+	}
+	if n := s.Model["n"]; n == nil || n.Requests != 1 || n.Inflight != 0 {
+		t.Errorf("model n: %+v", n)
+	}
+}

@@ -148,12 +148,61 @@ type Recorder struct {
 	up    map[string]*UpstreamSample
 	model map[string]*ModelSample
 
-	// The decisions, one counter per (upstream, reason) without a lock
-	// (Decision runs on every routing decision, from every core): a map
-	// copied on each new pair (the pairs are as bounded as the upstreams
-	// and the reasons), read without a lock. Sample adds them up.
-	decMu     sync.Mutex
-	decisions atomic.Pointer[map[decisionKey]*atomic.Uint64]
+	// Counted without the lock (every routing decision and request, from
+	// every core): the decisions by (upstream, reason), which Sample adds
+	// up, and the requests in flight by model.
+	decisions counters[decisionKey]
+	inflight  counters[string]
+}
+
+// counters are atomic counters by key, in a map copied on each new key
+// (the keys are as bounded as the upstreams, reasons and model labels)
+// and read without a lock.
+type counters[K comparable] struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[K]*atomic.Int64]
+}
+
+// get returns k's counter.
+func (c *counters[K]) get(k K) *atomic.Int64 {
+	if m := c.m.Load(); m != nil {
+		if n := (*m)[k]; n != nil {
+			return n
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]*atomic.Int64
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if n := old[k]; n != nil {
+		return n
+	}
+	m := make(map[K]*atomic.Int64, len(old)+1)
+	for kk, v := range old {
+		m[kk] = v
+	}
+	n := new(atomic.Int64)
+	m[k] = n
+	c.m.Store(&m)
+	return n
+}
+
+// each calls f with every key and its count.
+func (c *counters[K]) each(f func(K, int64)) {
+	if m := c.m.Load(); m != nil {
+		for k, n := range *m {
+			f(k, n.Load())
+		}
+	}
+}
+
+// reset forgets every counter.
+func (c *counters[K]) reset() {
+	c.mu.Lock()
+	c.m.Store(nil)
+	c.mu.Unlock()
 }
 
 // decisionKey is the upstream ("" when none was chosen) and reason of a
@@ -175,9 +224,8 @@ func (r *Recorder) Reset() {
 	r.ttft = newHistogram(TTFTBounds)
 	r.up = map[string]*UpstreamSample{}
 	r.model = map[string]*ModelSample{}
-	r.decMu.Lock()
-	r.decisions.Store(&map[decisionKey]*atomic.Uint64{})
-	r.decMu.Unlock()
+	r.decisions.reset()
+	r.inflight.reset()
 }
 
 func (r *Recorder) upstream(id string) *UpstreamSample {
@@ -189,10 +237,16 @@ func (r *Recorder) upstream(id string) *UpstreamSample {
 	return u
 }
 
-func (r *Recorder) modelOf(name string) *ModelSample {
+// modelKey is the model's name in the samples.
+func modelKey(name string) string {
 	if name == "" {
-		name = "unknown"
+		return "unknown"
 	}
+	return name
+}
+
+func (r *Recorder) modelOf(name string) *ModelSample {
+	name = modelKey(name)
 	m := r.model[name]
 	if m == nil {
 		m = &ModelSample{}
@@ -204,39 +258,17 @@ func (r *Recorder) modelOf(name string) *ModelSample {
 // Decision counts one routing decision for upstream ("" when none was
 // chosen) by reason.
 func (r *Recorder) Decision(upstream, reason string) {
-	k := decisionKey{upstream, reason}
-	if c := (*r.decisions.Load())[k]; c != nil {
-		c.Add(1)
-		return
-	}
-	r.decMu.Lock()
-	old := *r.decisions.Load()
-	c := old[k]
-	if c == nil {
-		m := make(map[decisionKey]*atomic.Uint64, len(old)+1)
-		for kk, v := range old {
-			m[kk] = v
-		}
-		c = new(atomic.Uint64)
-		m[k] = c
-		r.decisions.Store(&m)
-	}
-	r.decMu.Unlock()
-	c.Add(1)
+	r.decisions.get(decisionKey{upstream, reason}).Add(1)
 }
 
 // Begin counts a request of model in flight; End(model, ...) ends it.
-func (r *Recorder) Begin(model string) {
-	r.mu.Lock()
-	r.modelOf(model).Inflight++
-	r.mu.Unlock()
-}
+func (r *Recorder) Begin(model string) { r.inflight.get(modelKey(model)).Add(1) }
 
 // End counts a finished request; inflightModel is the model Begin counted.
 func (r *Recorder) End(inflightModel string, x Exchange) {
+	r.inflight.get(modelKey(inflightModel)).Add(-1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.modelOf(inflightModel).Inflight--
 	groups := [3]*Counts{&r.all, &r.modelOf(x.Model).Counts}
 	if x.Upstream != "" {
 		groups[2] = &r.upstream(x.Upstream).Counts
@@ -269,11 +301,11 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 	for id, u := range r.up {
 		s.Up[id] = &UpstreamSample{Counts: u.Counts, Replica: Replica{ID: id}, Reasons: map[string]float64{}}
 	}
-	for k, c := range *r.decisions.Load() {
-		n := float64(c.Load())
+	r.decisions.each(func(k decisionKey, c int64) {
+		n := float64(c)
 		s.Reasons[k.reason] += n
 		if k.upstream == "" {
-			continue
+			return
 		}
 		u := s.Up[k.upstream]
 		if u == nil {
@@ -281,13 +313,24 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 			s.Up[k.upstream] = u
 		}
 		u.Reasons[k.reason] += n
-	}
+	})
 	for k, m := range r.model {
-		if m.Requests != 0 || m.Inflight != 0 {
+		if m.Requests != 0 {
 			c := *m
 			s.Model[k] = &c
 		}
 	}
+	r.inflight.each(func(k string, n int64) {
+		if n == 0 {
+			return
+		}
+		c := s.Model[k]
+		if c == nil {
+			c = &ModelSample{}
+			s.Model[k] = c
+		}
+		c.Inflight = float64(n)
+	})
 	r.mu.Unlock()
 	for _, rp := range g.Replicas {
 		u := s.Up[rp.ID]
