@@ -338,6 +338,21 @@ type Options struct {
 	// while a fleet whose replicas are all about as busy is scored as
 	// without it. 0 is DefaultHotGuard, negative none (the rule before).
 	HotGuard float64
+	// HotGuardShared, when positive, is the busy guard's factor for a
+	// candidate that holds a prefix of the prompt that some other usable
+	// replica holds as deep and some other does not (a prefix a subset
+	// of the fleet shares, such as a popular app's system prompt): such a
+	// replica is charged past HotGuardShared times the mean, the home and
+	// replicas holding only what every replica holds past HotGuard times
+	// it (experiment).
+	HotGuardShared float64
+	// HotGuardHome applies HotGuardShared to the request's home too when
+	// it holds more than every usable replica holds (experiment).
+	HotGuardHome bool
+	// HotGuardFloor, when positive, floors HotGuardShared's limit at the
+	// busy guard's limit on a fleet with HotGuardFloor requests per
+	// replica (experiment).
+	HotGuardFloor float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -810,7 +825,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// The deepest and second deepest overlaps (equal when two replicas
 	// share the deepest): the request's home, if it has one, is the
 	// replica with strictly the deepest, exempt from the pair term.
-	top1, top2 := -1, -1
+	top1, top2, low := -1, -1, -1
 	busy, usable := int64(0), 0
 	for i := range cands {
 		c := &cands[i]
@@ -824,6 +839,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
 		}
 		s.Overlap[i] = ov
+		if low < 0 || ov < low {
+			low = ov
+		}
 		if ov > top1 {
 			top1, top2 = ov, top1
 		} else if ov > top2 {
@@ -832,9 +850,13 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	}
 	hit := min(top1, cfg.AffinityCap)
 	// The busy guard's limit (Options.HotGuard; hot 0: no guard).
-	hot := 0.0
+	hot, hotShared := 0.0, 0.0
 	if g := rt.hotGuard(); g > 0 && usable > 0 {
 		hot = g * max(1, float64(busy)/float64(usable))
+		hotShared = hot
+		if gs := rt.opt.HotGuardShared; gs > 0 {
+			hotShared = max(gs*max(1, float64(busy)/float64(usable)), g*float64(rt.opt.HotGuardFloor))
+		}
 	}
 	for i := range cands {
 		c := &cands[i]
@@ -843,9 +865,15 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			continue
 		}
 		ov := s.Overlap[i]
-		ld, n := rt.loadPairN(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now, hit)
-		if hot > 0 && float64(n) > hot {
-			ld += float64(cfg.RequestCost) * (float64(n) - hot)
+		shared := ov <= top2 || ov == 0
+		ld, n := rt.loadPairN(c.Slot, prompt, rt.opt.PairEverywhere || shared, now, hit)
+		if lim := hot; lim > 0 {
+			if ov > low && (shared || rt.opt.HotGuardHome) {
+				lim = hotShared
+			}
+			if float64(n) > lim {
+				ld += float64(cfg.RequestCost) * (float64(n) - lim)
+			}
 		}
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
 		if wantSet && c.Profile == want {

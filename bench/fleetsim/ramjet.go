@@ -206,6 +206,12 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			if x == 0 {
 				setup.Options.HotGuard = -1 // none
 			}
+		case "hots":
+			setup.Options.HotGuardShared = x
+		case "hotsfloor":
+			setup.Options.HotGuardFloor = x
+		case "hotshome":
+			setup.Options.HotGuardHome = true
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
