@@ -353,6 +353,9 @@ type Options struct {
 	// busy guard's limit on a fleet with HotGuardFloor requests per
 	// replica (experiment).
 	HotGuardFloor float64
+	// HotGuardMinReplicas: HotGuardShared applies only over at least this
+	// many usable replicas (experiment).
+	HotGuardMinReplicas int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -854,7 +857,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	if g := rt.hotGuard(); g > 0 && usable > 0 {
 		hot = g * max(1, float64(busy)/float64(usable))
 		hotShared = hot
-		if gs := rt.opt.HotGuardShared; gs > 0 {
+		if gs := rt.opt.HotGuardShared; gs > 0 && usable >= rt.opt.HotGuardMinReplicas {
 			hotShared = max(gs*max(1, float64(busy)/float64(usable)), g*float64(rt.opt.HotGuardFloor))
 		}
 	}

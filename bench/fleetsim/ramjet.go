@@ -210,6 +210,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.HotGuardShared = x
 		case "hotsfloor":
 			setup.Options.HotGuardFloor = x
+		case "hotsmin":
+			setup.Options.HotGuardMinReplicas = int(x)
 		case "hotshome":
 			setup.Options.HotGuardHome = true
 		case "firsttie":
