@@ -231,6 +231,27 @@ const DefaultOverflowWeight = 4.0
 // Dynamo's).
 const DefaultHotGuard = 2.0
 
+// DefaultSubsetGuard is Options.SubsetGuard's default: over a fleet of at
+// least SubsetGuardReplicas usable replicas, a replica holding more of the
+// prompt than the least warm one pays request_cost once more for each
+// request in flight past the usable replicas' mean (past HotGuard requests
+// on a nearly idle fleet). Chosen in the fleet simulation
+// (bench/EXPERIMENTS.md section 23): the hotspot workload at 64 replicas
+// (one app's 3k-token prompt on 47 of 64 replicas running 7-8 requests
+// each while the other apps' replicas run 3-5; a minor app's only holder)
+// keeps its busiest replica under 1.5x the mean, and every closed-loop
+// workload at 64 and 256 replicas but hotspot and shared-prefix decides
+// as before.
+const DefaultSubsetGuard = 1.0
+
+// SubsetGuardReplicas is the least usable replicas Options.SubsetGuard
+// applies over. On 8 replicas the same guard costs the open-loop
+// tool-agent and conversation traces' p99 (each replica is an eighth of
+// the fleet: shedding to one means a cold prefill of long contexts with
+// every replica as busy; bench/EXPERIMENTS.md section 23), so smaller
+// fleets keep the busy guard alone.
+const SubsetGuardReplicas = 32
+
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
 // registered at once.
 var ErrTooManyReplicas = errors.New("selection: more than 1024 replicas registered at once")
@@ -338,24 +359,18 @@ type Options struct {
 	// while a fleet whose replicas are all about as busy is scored as
 	// without it. 0 is DefaultHotGuard, negative none (the rule before).
 	HotGuard float64
-	// HotGuardShared, when positive, is the busy guard's factor for a
-	// candidate that holds a prefix of the prompt that some other usable
-	// replica holds as deep and some other does not (a prefix a subset
-	// of the fleet shares, such as a popular app's system prompt): such a
-	// replica is charged past HotGuardShared times the mean, the home and
-	// replicas holding only what every replica holds past HotGuard times
-	// it (experiment).
-	HotGuardShared float64
-	// HotGuardHome applies HotGuardShared to the request's home too when
-	// it holds more than every usable replica holds (experiment).
-	HotGuardHome bool
-	// HotGuardFloor, when positive, floors HotGuardShared's limit at the
-	// busy guard's limit on a fleet with HotGuardFloor requests per
-	// replica (experiment).
-	HotGuardFloor float64
-	// HotGuardMinReplicas: HotGuardShared applies only over at least this
-	// many usable replicas (experiment).
-	HotGuardMinReplicas int
+	// SubsetGuard is the busy guard's factor for a replica that holds
+	// more of the prompt than the least warm usable replica (the
+	// request's home, or one of the replicas that share a prefix only a
+	// subset of the fleet holds, such as a popular app's system prompt),
+	// over a fleet of at least SubsetGuardReplicas usable replicas: such a
+	// replica pays request_cost once more for each request in flight past
+	// SubsetGuard times the usable replicas' mean (but never below the
+	// busy guard's limit on an idle fleet, HotGuard requests), so that a
+	// prefix's holders running above the fleet while the rest idle shed
+	// work to a cold replica early. 0 is DefaultSubsetGuard, negative
+	// none (the rule before: HotGuard for every replica).
+	SubsetGuard float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -828,6 +843,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// The deepest and second deepest overlaps (equal when two replicas
 	// share the deepest): the request's home, if it has one, is the
 	// replica with strictly the deepest, exempt from the pair term.
+	// low is the least warm usable replica's overlap (what every usable
+	// replica holds: Options.SubsetGuard).
 	top1, top2, low := -1, -1, -1
 	busy, usable := int64(0), 0
 	for i := range cands {
@@ -853,12 +870,12 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	}
 	hit := min(top1, cfg.AffinityCap)
 	// The busy guard's limit (Options.HotGuard; hot 0: no guard).
-	hot, hotShared := 0.0, 0.0
+	hot, hotSub := 0.0, 0.0
 	if g := rt.hotGuard(); g > 0 && usable > 0 {
-		hot = g * max(1, float64(busy)/float64(usable))
-		hotShared = hot
-		if gs := rt.opt.HotGuardShared; gs > 0 && usable >= rt.opt.HotGuardMinReplicas {
-			hotShared = max(gs*max(1, float64(busy)/float64(usable)), g*float64(rt.opt.HotGuardFloor))
+		mean := max(1, float64(busy)/float64(usable))
+		hot, hotSub = g*mean, g*mean
+		if gs := rt.subsetGuard(); gs > 0 && usable >= SubsetGuardReplicas {
+			hotSub = max(gs*mean, g)
 		}
 	}
 	for i := range cands {
@@ -868,11 +885,10 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			continue
 		}
 		ov := s.Overlap[i]
-		shared := ov <= top2 || ov == 0
-		ld, n := rt.loadPairN(c.Slot, prompt, rt.opt.PairEverywhere || shared, now, hit)
+		ld, n := rt.loadPairN(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now, hit)
 		if lim := hot; lim > 0 {
-			if ov > low && (shared || rt.opt.HotGuardHome) {
-				lim = hotShared
+			if ov > low {
+				lim = hotSub
 			}
 			if float64(n) > lim {
 				ld += float64(cfg.RequestCost) * (float64(n) - lim)
@@ -957,6 +973,15 @@ func (rt *Router) hotGuard() float64 {
 		return DefaultHotGuard
 	}
 	return rt.opt.HotGuard
+}
+
+// subsetGuard is Options.SubsetGuard with its default applied (<= 0:
+// none).
+func (rt *Router) subsetGuard() float64 {
+	if rt.opt.SubsetGuard == 0 {
+		return DefaultSubsetGuard
+	}
+	return rt.opt.SubsetGuard
 }
 
 // prefer reports whether tied candidate i beats tied candidate j, and the
