@@ -234,8 +234,8 @@ const DefaultHotGuard = 2.0
 // DefaultSubsetGuard is Options.SubsetGuard's default: over a fleet of at
 // least SubsetGuardReplicas usable replicas, a replica holding more of the
 // prompt than the least warm one pays request_cost once more for each
-// request in flight past the usable replicas' mean (past HotGuard requests
-// on a nearly idle fleet). Chosen in the fleet simulation
+// request in flight past the usable replicas' mean (past DefaultSubsetFloor
+// requests on a lightly loaded fleet). Chosen in the fleet simulation
 // (bench/EXPERIMENTS.md section 23): the hotspot workload at 64 replicas
 // (one app's 3k-token prompt on 47 of 64 replicas running 7-8 requests
 // each while the other apps' replicas run 3-5; a minor app's only holder)
@@ -243,6 +243,13 @@ const DefaultHotGuard = 2.0
 // workload at 64 and 256 replicas but hotspot and shared-prefix decides
 // as before.
 const DefaultSubsetGuard = 1.0
+
+// DefaultSubsetFloor is Options.SubsetFloor's default: the subset guard
+// lets a replica run 3 requests whatever the mean (a floor of 2, the busy
+// guard's idle limit, spread the hot app of the hotspot workload at 256
+// replicas with 65,536-token caches over cold replicas: p50 +1-2%;
+// bench/EXPERIMENTS.md section 23).
+const DefaultSubsetFloor = 3.0
 
 // SubsetGuardReplicas is the least usable replicas Options.SubsetGuard
 // applies over. On 8 replicas the same guard costs the open-loop
@@ -365,12 +372,15 @@ type Options struct {
 	// subset of the fleet holds, such as a popular app's system prompt),
 	// over a fleet of at least SubsetGuardReplicas usable replicas: such a
 	// replica pays request_cost once more for each request in flight past
-	// SubsetGuard times the usable replicas' mean (but never below the
-	// busy guard's limit on an idle fleet, HotGuard requests), so that a
+	// SubsetGuard times the usable replicas' mean (but never below
+	// SubsetFloor requests, nor above the busy guard's limit), so that a
 	// prefix's holders running above the fleet while the rest idle shed
 	// work to a cold replica early. 0 is DefaultSubsetGuard, negative
 	// none (the rule before: HotGuard for every replica).
 	SubsetGuard float64
+	// SubsetFloor is the least in-flight requests SubsetGuard's limit
+	// allows (not above the busy guard's): 0 is DefaultSubsetFloor.
+	SubsetFloor float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -875,7 +885,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		mean := max(1, float64(busy)/float64(usable))
 		hot, hotSub = g*mean, g*mean
 		if gs := rt.subsetGuard(); gs > 0 && usable >= SubsetGuardReplicas {
-			hotSub = max(gs*mean, g)
+			hotSub = min(hot, max(gs*mean, rt.subsetFloor()))
 		}
 	}
 	for i := range cands {
@@ -982,6 +992,14 @@ func (rt *Router) subsetGuard() float64 {
 		return DefaultSubsetGuard
 	}
 	return rt.opt.SubsetGuard
+}
+
+// subsetFloor is Options.SubsetFloor with its default applied.
+func (rt *Router) subsetFloor() float64 {
+	if rt.opt.SubsetFloor <= 0 {
+		return DefaultSubsetFloor
+	}
+	return rt.opt.SubsetFloor
 }
 
 // prefer reports whether tied candidate i beats tied candidate j, and the
