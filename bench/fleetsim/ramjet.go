@@ -96,9 +96,6 @@ type RamjetSetup struct {
 	// NoCapacity leaves the engines' KV capacity unknown (no scraper, no
 	// kv_capacity setting): the index is bounded by its budget only.
 	NoCapacity bool
-	// CapacityScale, when positive, scales the capacity the router is told
-	// (experiment: room the engines' cached output blocks take).
-	CapacityScale float64
 	// NoObserve does not feed the engines' cached-token counts back
 	// (Router.Observe).
 	NoObserve bool
@@ -209,8 +206,6 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			if x == 0 {
 				setup.Options.HotGuard = -1 // none
 			}
-		case "capscale":
-			setup.CapacityScale = x
 		case "subfloor":
 			setup.Options.SubsetFloor = x
 		case "subset":
@@ -331,11 +326,7 @@ func (p *Ramjet) ensure(fleet []*Replica) error {
 			p.pre.Bind(s, key)
 		}
 		if !p.setup.NoCapacity {
-			kv := int64(fleet[i].KVCapacity)
-			if p.setup.CapacityScale > 0 {
-				kv = int64(float64(kv) * p.setup.CapacityScale)
-			}
-			p.rt.SetCapacity(s, kv)
+			p.rt.SetCapacity(s, int64(fleet[i].KVCapacity))
 		}
 		prof := selection.ProfileStandard
 		if fleet[i].Speculative {
