@@ -64,3 +64,70 @@ func TestBusyGuard(t *testing.T) {
 		r.Release()
 	}
 }
+
+// TestSubsetGuard checks Options.SubsetGuard: over at least
+// SubsetGuardReplicas usable replicas, a replica holding more of the
+// prompt than the least warm one pays request_cost past the mean (not
+// below DefaultSubsetFloor requests), so the holders of a prefix only a
+// subset has shed a request to an idle replica that the busy guard alone
+// leaves on them; a prefix every replica holds, a smaller fleet and
+// SubsetGuard -1 leave the busy guard alone.
+func TestSubsetGuard(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
+	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	c = rt.Config()
+	s := NewScratch(len(cands))
+	f := features(c, blocksOf(3, 200), 0)
+	short := features(c, blocksOf(3, 26), 0) // the first 416 tokens of f
+	for i := range 4 {
+		rt.Learn(short, cands[i].Slot)
+	}
+	var rs []*Reservation
+	// The 4 holders run 4 each, the last replica none, the others 3:
+	// 97 over 32, mean 3.03125. The busy guard's limit (6.0625) charges
+	// nobody; the subset guard's (3.03125) charges each holder 96.875.
+	for i := range cands {
+		n := 3
+		switch {
+		case i < 4:
+			n = 4
+		case i == len(cands)-1:
+			n = 0
+		}
+		for range n {
+			rs = append(rs, rt.Reserve(cands[i].Slot, 0))
+		}
+	}
+	defer func() {
+		for _, r := range rs {
+			r.Release()
+		}
+	}()
+	idle := len(cands) - 1
+	d := rt.Pick(f, cands, s)
+	if s.Load[0] != 496.875 || s.Load[4] != 300 || d.Index != idle || d.Reason != ReasonLoadOverride {
+		t.Fatalf("subset guard: %+v, loads %v, want holders at 496.875 and a spill to the idle replica", d, s.Load[:6])
+	}
+	if d = rt.WithOptions(Options{SubsetGuard: -1}).Pick(f, cands, s); d.Index >= 4 || s.Load[0] != 400 || d.Score != 16 {
+		t.Fatalf("without the subset guard: %+v loads %v, want a holder at load 400 (416 - 400)", d, s.Load[:6])
+	}
+	// A floor of 5 requests: the holders' 4 pay nothing.
+	if d = rt.WithOptions(Options{SubsetFloor: 5}).Pick(f, cands, s); d.Index >= 4 || s.Load[0] != 400 {
+		t.Fatalf("SubsetFloor 5: %+v loads %v, want a holder at load 400", d, s.Load[:6])
+	}
+	// One replica fewer usable (a non-holder running 3): 94 over 31,
+	// below SubsetGuardReplicas, so the busy guard alone (limit 6.06).
+	cands[5].Usable = false
+	if d = rt.Pick(f, cands, s); d.Index >= 4 || s.Load[0] != 400 {
+		t.Fatalf("%d usable: %+v loads %v, want a holder at load 400", len(cands)-1, d, s.Load[:6])
+	}
+	cands[5].Usable = true
+	// Every replica holds the prefix: nobody holds more than the least
+	// warm, nobody pays.
+	for i := range cands {
+		rt.Learn(short, cands[i].Slot)
+	}
+	if d = rt.Pick(f, cands, s); s.Load[0] != 400 || d.Index != idle {
+		t.Fatalf("prefix held by all: %+v loads %v, want holders at 400 and the idle replica", d, s.Load[:6])
+	}
+}

@@ -231,6 +231,34 @@ const DefaultOverflowWeight = 4.0
 // Dynamo's).
 const DefaultHotGuard = 2.0
 
+// DefaultSubsetGuard is Options.SubsetGuard's default: over a fleet of at
+// least SubsetGuardReplicas usable replicas, a replica holding more of the
+// prompt than the least warm one pays request_cost once more for each
+// request in flight past the usable replicas' mean (past DefaultSubsetFloor
+// requests on a lightly loaded fleet). Chosen in the fleet simulation
+// (bench/EXPERIMENTS.md section 23): the hotspot workload at 64 replicas
+// (one app's 3k-token prompt on 47 of 64 replicas running 7-8 requests
+// each while the other apps' replicas run 3-5; a minor app's only holder)
+// keeps its busiest replica under 1.5x the mean, and every closed-loop
+// workload at 64 and 256 replicas but hotspot and shared-prefix decides
+// as before.
+const DefaultSubsetGuard = 1.0
+
+// DefaultSubsetFloor is Options.SubsetFloor's default: the subset guard
+// lets a replica run 3 requests whatever the mean (a floor of 2, the busy
+// guard's idle limit, spread the hot app of the hotspot workload at 256
+// replicas with 65,536-token caches over cold replicas: p50 +1-2%;
+// bench/EXPERIMENTS.md section 23).
+const DefaultSubsetFloor = 3.0
+
+// SubsetGuardReplicas is the least usable replicas Options.SubsetGuard
+// applies over. On 8 replicas the same guard costs the open-loop
+// tool-agent and conversation traces' p99 (each replica is an eighth of
+// the fleet: shedding to one means a cold prefill of long contexts with
+// every replica as busy; bench/EXPERIMENTS.md section 23), so smaller
+// fleets keep the busy guard alone.
+const SubsetGuardReplicas = 32
+
 // ErrTooManyReplicas is returned by Register when MaxReplicas replicas are
 // registered at once.
 var ErrTooManyReplicas = errors.New("selection: more than 1024 replicas registered at once")
@@ -338,6 +366,21 @@ type Options struct {
 	// while a fleet whose replicas are all about as busy is scored as
 	// without it. 0 is DefaultHotGuard, negative none (the rule before).
 	HotGuard float64
+	// SubsetGuard is the busy guard's factor for a replica that holds
+	// more of the prompt than the least warm usable replica (the
+	// request's home, or one of the replicas that share a prefix only a
+	// subset of the fleet holds, such as a popular app's system prompt),
+	// over a fleet of at least SubsetGuardReplicas usable replicas: such a
+	// replica pays request_cost once more for each request in flight past
+	// SubsetGuard times the usable replicas' mean (but never below
+	// SubsetFloor requests, nor above the busy guard's limit), so that a
+	// prefix's holders running above the fleet while the rest idle shed
+	// work to a cold replica early. 0 is DefaultSubsetGuard, negative
+	// none (the rule before: HotGuard for every replica).
+	SubsetGuard float64
+	// SubsetFloor is the least in-flight requests SubsetGuard's limit
+	// allows (not above the busy guard's): 0 is DefaultSubsetFloor.
+	SubsetFloor float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -810,7 +853,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// The deepest and second deepest overlaps (equal when two replicas
 	// share the deepest): the request's home, if it has one, is the
 	// replica with strictly the deepest, exempt from the pair term.
-	top1, top2 := -1, -1
+	// low is the least warm usable replica's overlap (what every usable
+	// replica holds: Options.SubsetGuard).
+	top1, top2, low := -1, -1, -1
 	busy, usable := int64(0), 0
 	for i := range cands {
 		c := &cands[i]
@@ -824,6 +869,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
 		}
 		s.Overlap[i] = ov
+		if low < 0 || ov < low {
+			low = ov
+		}
 		if ov > top1 {
 			top1, top2 = ov, top1
 		} else if ov > top2 {
@@ -832,9 +880,13 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	}
 	hit := min(top1, cfg.AffinityCap)
 	// The busy guard's limit (Options.HotGuard; hot 0: no guard).
-	hot := 0.0
+	hot, hotSub := 0.0, 0.0
 	if g := rt.hotGuard(); g > 0 && usable > 0 {
-		hot = g * max(1, float64(busy)/float64(usable))
+		mean := max(1, float64(busy)/float64(usable))
+		hot, hotSub = g*mean, g*mean
+		if gs := rt.subsetGuard(); gs > 0 && usable >= SubsetGuardReplicas {
+			hotSub = min(hot, max(gs*mean, rt.subsetFloor()))
+		}
 	}
 	for i := range cands {
 		c := &cands[i]
@@ -844,8 +896,13 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		ov := s.Overlap[i]
 		ld, n := rt.loadPairN(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now, hit)
-		if hot > 0 && float64(n) > hot {
-			ld += float64(cfg.RequestCost) * (float64(n) - hot)
+		if lim := hot; lim > 0 {
+			if ov > low {
+				lim = hotSub
+			}
+			if float64(n) > lim {
+				ld += float64(cfg.RequestCost) * (float64(n) - lim)
+			}
 		}
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
 		if wantSet && c.Profile == want {
@@ -926,6 +983,23 @@ func (rt *Router) hotGuard() float64 {
 		return DefaultHotGuard
 	}
 	return rt.opt.HotGuard
+}
+
+// subsetGuard is Options.SubsetGuard with its default applied (<= 0:
+// none).
+func (rt *Router) subsetGuard() float64 {
+	if rt.opt.SubsetGuard == 0 {
+		return DefaultSubsetGuard
+	}
+	return rt.opt.SubsetGuard
+}
+
+// subsetFloor is Options.SubsetFloor with its default applied.
+func (rt *Router) subsetFloor() float64 {
+	if rt.opt.SubsetFloor <= 0 {
+		return DefaultSubsetFloor
+	}
+	return rt.opt.SubsetFloor
 }
 
 // prefer reports whether tied candidate i beats tied candidate j, and the
