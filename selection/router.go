@@ -160,7 +160,7 @@ type loadCell struct {
 	kvtokens atomic.Int32  // the replica's KV capacity in tokens (0: unknown), at most MaxInt32
 	lingerAt atomic.Uint32 // the router's clock (ms, wrapping) at the last release that added to linger
 	ext      extCell       // engine-reported load of others (SetExternalLoad)
-	_        uint32        // padding: loadCell is one cache line
+	extCtx   atomic.Int32  // others' contexts estimated from their stored runs (SetExternalContext); fills the cache line
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
@@ -658,7 +658,7 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 		return ld, n
 	}
 	mine := c.resident.Load()
-	r := mine + c.extKV()
+	r := mine + max(c.extKV(), int64(c.extCtx.Load())) // two estimates of the others' contexts: the larger
 	kv := int64(c.kvtokens.Load())
 	if kv <= 0 {
 		kv = AssumedKVTokens

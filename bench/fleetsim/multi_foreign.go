@@ -14,7 +14,9 @@ import (
 // prefill estimate (selection.ForeignPrefill) with the default decay
 // (the engines' time for selection.DefaultForeignTauTokens prefill tokens,
 // learned), "fp=0.5" with a fixed 0.5 s one, "fpt=<tokens>" with the
-// engines' time for that many tokens, "fpmin=<blocks>" counting only stored runs
+// engines' time for that many tokens, "fpres=<x>" counting the others' stored
+// runs as resident contexts for x times the learned mean life of a
+// request (ForeignPrefill.ResidentLives), "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
 // prefixes too (selection.Options.ColdSpill); "band=<tokens>" widens it
@@ -36,8 +38,9 @@ type preciseSpec struct {
 	tauTok  int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
 	cold    bool
 	band    float64
-	inst    string // "inst=<id>": the instances' ids as SpillSep's inst= gives
-	minRun  int    // "fpmin=<blocks>": the smallest stored run fp counts
+	inst    string  // "inst=<id>": the instances' ids as SpillSep's inst= gives
+	minRun  int     // "fpmin=<blocks>": the smallest stored run fp counts
+	lives   float64 // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives)
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -53,6 +56,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive run in blocks", SpillSep, spec)
 			}
 			ps.minRun = n
+		case k == "fpres" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive number of request lives", SpillSep, spec)
+			}
+			ps.lives = x
 		case k == BandSpec && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -104,6 +113,9 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			fp.Tau, fp.TauTokens = ps.tau, ps.tauTok
 			if ps.minRun > 0 {
 				fp.MinBlocks = ps.minRun
+			}
+			if ps.lives > 0 {
+				fp.ResidentLives = ps.lives
 			}
 			rp.SetForeignPrefill(fp)
 		}
