@@ -82,6 +82,10 @@ type ForeignPrefill struct {
 	// the others' resident contexts, decaying with this many times the
 	// learned mean life of this instance's requests (ResidentDecay).
 	ResidentLives float64
+	// ResidentLife is the mean life assumed until one of this instance's
+	// requests has ended; 0: the time since the first Refresh (the age of
+	// the oldest request, a lower bound of its life).
+	ResidentLife time.Duration
 
 	// RefreshEvery bounds how often Refresh decays the estimates on the
 	// router (each Route calls it): at most once per RefreshEvery.
@@ -90,6 +94,7 @@ type ForeignPrefill struct {
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
 	life    atomic.Uint64 // learned mean life of a request in seconds (float64 bits), 0 until learned
+	first   atomic.Int64  // the first Refresh, Unix nanoseconds
 	last    atomic.Int64  // Refresh's last run, Unix nanoseconds
 	counted atomic.Uint64 // foreign tokens counted (Stored), ever
 	runs    atomic.Uint64 // stored runs with a foreign part, ever
@@ -224,14 +229,31 @@ func (f *ForeignPrefill) Lived(took time.Duration) {
 }
 
 // ResidentDecay is the decay time constant of the others' resident
-// contexts: ResidentLives times the learned mean life, 0 (none counted)
-// while off or before a request has ended.
-func (f *ForeignPrefill) ResidentDecay() time.Duration {
+// contexts at now: ResidentLives times the learned mean life (before a
+// request has ended, ResidentLife or a lower bound of it), 0 (none
+// counted) while off.
+func (f *ForeignPrefill) ResidentDecay(now time.Time) time.Duration {
 	life := math.Float64frombits(f.life.Load())
+	if first := f.first.Load(); life <= 0 && f.ResidentLife <= 0 && first != 0 {
+		life = time.Duration(now.UnixNano() - first).Seconds()
+	} else if life <= 0 {
+		life = f.ResidentLife.Seconds()
+	}
 	if f.ResidentLives <= 0 || life <= 0 {
 		return 0
 	}
 	return time.Duration(f.ResidentLives * life * float64(time.Second))
+}
+
+// Decays reports the decay time constants in use, of the others' prefill
+// estimate (Decay) and of their resident contexts (ResidentDecay: 0 while
+// not counted), and false while the estimate is off (no router: before
+// SetRouter, after Detach).
+func (f *ForeignPrefill) Decays() (prefill, context time.Duration, on bool) {
+	if f.rt.Load() == nil {
+		return 0, 0, false
+	}
+	return f.Decay(), f.ResidentDecay(time.Now()), true
 }
 
 // Decay is the decay time constant in use: TauTokens at the learned
@@ -265,7 +287,7 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	if foreign > 0 {
 		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
-		if rtau := f.ResidentDecay(); rtau > 0 {
+		if rtau := f.ResidentDecay(t); rtau > 0 {
 			c.r = decay(c.r, c.rat, t, rtau) + float64(foreign)
 			c.rat = t
 		}
@@ -318,7 +340,8 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 		return
 	}
 	f.last.Store(t)
-	tau, rtau := f.Decay(), f.ResidentDecay()
+	f.first.CompareAndSwap(0, t)
+	tau, rtau := f.Decay(), f.ResidentDecay(now)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for w := range f.active {
@@ -367,7 +390,7 @@ func (f *ForeignPrefill) Estimate(s Slot, now time.Time) (prefill, context int64
 	if s < 0 || s >= MaxReplicas {
 		return 0, 0
 	}
-	tau, rtau := f.Decay(), f.ResidentDecay()
+	tau, rtau := f.Decay(), f.ResidentDecay(now)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.cells[s].estimate(now, tau, rtau)

@@ -213,15 +213,28 @@ func TestForeignResidentContexts(t *testing.T) {
 	f.SetRouter(rt)
 	f.ResidentLives = 2
 	f.StoredRun(s, 64, 16, t0) // 1024 tokens, before any life is known
-	if _, ctx := f.Estimate(s, t0); ctx != 0 || f.ResidentDecay() != 0 {
-		t.Fatalf("context %d, decay %v before a request ended; want none", ctx, f.ResidentDecay())
+	if _, ctx := f.Estimate(s, t0); ctx != 0 || f.ResidentDecay(t0) != 0 {
+		t.Fatalf("context %d, decay %v before a request ended; want none", ctx, f.ResidentDecay(t0))
+	}
+	// From the first Refresh on, before any request ended, the oldest
+	// request's age is the life's lower bound; ResidentLife replaces it.
+	g := NewForeignPrefill()
+	g.ResidentLives = 2
+	g.SetRouter(rt)
+	g.Refresh(t0)
+	if got := g.ResidentDecay(t0.Add(3 * time.Second)); got != 6*time.Second {
+		t.Fatalf("resident decay 3 s after the first request %v, want 2 x 3 s", got)
+	}
+	g.ResidentLife = 5 * time.Second
+	if got := g.ResidentDecay(t0.Add(3 * time.Second)); got != 10*time.Second {
+		t.Fatalf("resident decay with ResidentLife 5 s %v, want 2 x 5 s", got)
 	}
 	f.Lived(0) // ignored
 	f.Lived(4 * time.Second)
 	for range 200 {
 		f.Lived(6 * time.Second)
 	}
-	if got := f.ResidentDecay(); got < 11900*time.Millisecond || got > 12*time.Second {
+	if got := f.ResidentDecay(t0); got < 11900*time.Millisecond || got > 12*time.Second {
 		t.Fatalf("resident decay %v, want about 2 lives of 6 s", got)
 	}
 	sc := NewScratch(1)

@@ -38,9 +38,10 @@ type preciseSpec struct {
 	tauTok  int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
 	cold    bool
 	band    float64
-	inst    string  // "inst=<id>": the instances' ids as SpillSep's inst= gives
-	minRun  int     // "fpmin=<blocks>": the smallest stored run fp counts
-	lives   float64 // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives)
+	inst    string        // "inst=<id>": the instances' ids as SpillSep's inst= gives
+	minRun  int           // "fpmin=<blocks>": the smallest stored run fp counts
+	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives)
+	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -62,6 +63,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive number of request lives", SpillSep, spec)
 			}
 			ps.lives = x
+		case k == "fplife" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive life in seconds", SpillSep, spec)
+			}
+			ps.life = seconds(x)
 		case k == BandSpec && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -116,6 +123,9 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			}
 			if ps.lives > 0 {
 				fp.ResidentLives = ps.lives
+			}
+			if ps.life > 0 {
+				fp.ResidentLife = ps.life
 			}
 			rp.SetForeignPrefill(fp)
 		}
