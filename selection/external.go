@@ -83,7 +83,9 @@ func (rt *Router) ExternalPrefill(s Slot) int64 {
 // estimate from their stored runs, ResidentLives). They count in load(r)'s
 // context and pair terms as this instance's in-flight requests' contexts
 // do, unless SetExternalLoad's engine-reported KV tokens are larger (the
-// same contexts, measured: the larger of the two counts). 0 means none;
+// same contexts, measured: the larger of the two counts), and not for a
+// prompt whose prefix no replica holds (rendezvous placement decides
+// there, alike on every instance). 0 means none;
 // negative figures count as zero. It does not allocate; Unregister resets
 // it.
 func (rt *Router) SetExternalContext(s Slot, tokens int64) {

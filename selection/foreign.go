@@ -80,7 +80,8 @@ type ForeignPrefill struct {
 
 	// ResidentLives, when positive, also counts the foreign stored runs as
 	// the others' resident contexts, decaying with this many times the
-	// learned mean life of this instance's requests (ResidentDecay).
+	// learned mean life of this instance's requests (ResidentDecay);
+	// DefaultResidentLives, 0 turns it off.
 	ResidentLives float64
 	// ResidentLife is the mean life assumed until one of this instance's
 	// requests has ended; 0: the time since the first Refresh (the age of
@@ -125,6 +126,10 @@ const (
 	// quantile) that is about 1.2 s, near the 1 s chosen there as a
 	// constant (bench/RESULTS.md, 2026-12-05).
 	DefaultForeignTauTokens = 4096
+	// DefaultResidentLives: the others' contexts decay with twice the mean
+	// life of this instance's requests (chosen in the fleet simulation
+	// over 1; bench/RESULTS.md, 2026-12-05, "the others' contexts").
+	DefaultResidentLives = 2
 
 	// TauRange bounds the learned decay to [Tau/TauRange, Tau*TauRange].
 	TauRange = 16
@@ -144,7 +149,7 @@ const (
 // NewForeignPrefill returns a ForeignPrefill with the default settings.
 func NewForeignPrefill() *ForeignPrefill {
 	return &ForeignPrefill{Tau: DefaultForeignTau, TauTokens: DefaultForeignTauTokens, MinBlocks: DefaultForeignMinBlocks,
-		Grace: DefaultForeignGrace, RefreshEvery: DefaultForeignRefresh}
+		Grace: DefaultForeignGrace, RefreshEvery: DefaultForeignRefresh, ResidentLives: DefaultResidentLives}
 }
 
 // Routed credits slot s with the prefill tokens of a request this

@@ -203,8 +203,8 @@ func TestForeignPrefillDecayLearned(t *testing.T) {
 // The others' stored runs as their resident contexts (ResidentLives):
 // nothing until a request of this instance has ended, then decaying with
 // the learned mean life times ResidentLives, counted in load(r)'s context
-// terms through the router, and the larger of it and the engine-reported
-// KV tokens (the same contexts) counts.
+// terms through the router for a prefix warm somewhere, and the larger of
+// it and the engine-reported KV tokens (the same contexts) counts.
 func TestForeignResidentContexts(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16, ContextWeight: 1}, 1)
 	s := cands[0].Slot
@@ -245,6 +245,10 @@ func TestForeignResidentContexts(t *testing.T) {
 	if got := rt.ExternalContext(s); got != 1024 {
 		t.Fatalf("context on the router %d, want the run's 1024 tokens", got)
 	}
+	if got := loadOf(); got != base {
+		t.Fatalf("load for a prefix cold everywhere %v, want %v: rendezvous placement, the others' contexts left out", got, base)
+	}
+	rt.Learn(feat, s) // the prefix warm there: they count
 	if got := loadOf(); got <= base {
 		t.Fatalf("load with the others' contexts %v, want above the idle %v", got, base)
 	}

@@ -657,8 +657,16 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && ow <= 0 {
 		return ld, n
 	}
-	mine := c.resident.Load()
-	r := mine + max(c.extKV(), int64(c.extCtx.Load())) // two estimates of the others' contexts: the larger
+	// The others' contexts: the engine-reported KV tokens or the estimate
+	// from their stored runs (SetExternalContext), the larger; the
+	// estimate not for a prefix cold everywhere (hit 0), which rendezvous
+	// placement puts where every instance does, each seeing the others'
+	// contexts and not its own as foreign.
+	mine, others := c.resident.Load(), c.extKV()
+	if hit != 0 {
+		others = max(others, int64(c.extCtx.Load()))
+	}
+	r := mine + others
 	kv := int64(c.kvtokens.Load())
 	if kv <= 0 {
 		kv = AssumedKVTokens
