@@ -202,11 +202,15 @@ func (o *stateObserver) Write(p []byte) {
 	if !o.started && len(p) > 0 {
 		o.started = true
 		o.st.hold.PrefillDone()
-		o.st.foreignFirstToken() // foreign.go
+		o.st.foreignEvent(false) // foreign.go
 	}
 }
 
-func (o *stateObserver) End(int, error) {}
+func (o *stateObserver) End(int, error) {
+	if o.started {
+		o.st.foreignEvent(true) // foreign.go: the request's life
+	}
+}
 
 // streamCutEvent ends an SSE stream the engine cut: an OpenAI-shaped error
 // in an "error" event (the OpenAI SDKs turn a data object with an "error"
