@@ -18,9 +18,9 @@ import (
 )
 
 // TestForeignPrefillWired runs foreign_prefill through the configuration
-// path (Caddyfile -> JSON -> Provision): on by default with kv and
-// without engine_metrics, off otherwise unless set, off with "off"; "on"
-// without kv and a word other than on|off are errors.
+// path (Caddyfile -> JSON -> Provision): on by default with kv (with or
+// without engine_metrics), off otherwise, off with "off"; "on" without kv
+// and a word other than on|off are errors.
 func TestForeignPrefillWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
@@ -32,8 +32,8 @@ func TestForeignPrefillWired(t *testing.T) {
 		{"bare", "", false},
 		{"kv only", kv, true},
 		{"kv only, off", kv + "foreign_prefill off\n", false},
-		{"kv and engine_metrics", kv + em, false},
-		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true},
+		{"kv and engine_metrics", kv + em, true},
+		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

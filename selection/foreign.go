@@ -24,9 +24,8 @@ import (
 // that blind window (the first run is announced a chunk after the other
 // instance's decision); with the cold spill and a 1024-token band
 // (Options.ColdSpill, SpillBand) it does: the module's foreign_prefill,
-// on by default with kv_events and without engine_metrics
-// (bench/RESULTS.md, 2026-12-05; with engine load it did not help on the
-// tuning seeds, so it is off there).
+// on by default with kv_events (bench/RESULTS.md, 2026-12-05; with
+// engine_metrics too since the others' resident contexts).
 //
 // The decay follows the engines' prefill speed: Tau is the time they take
 // to prefill TauTokens prompt tokens, learned from this instance's own
