@@ -34,6 +34,7 @@ func TestForeignPrefillWired(t *testing.T) {
 		{"kv only, off", kv + "foreign_prefill off\n", false},
 		{"kv and engine_metrics", kv + em, true},
 		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false},
+		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

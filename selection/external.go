@@ -85,9 +85,8 @@ func (rt *Router) ExternalPrefill(s Slot) int64 {
 // do, unless SetExternalLoad's engine-reported KV tokens are larger (the
 // same contexts, measured: the larger of the two counts), and not for a
 // prompt whose prefix no replica holds (rendezvous placement decides
-// there, alike on every instance). 0 means none;
-// negative figures count as zero. It does not allocate; Unregister resets
-// it.
+// there, alike on every instance). 0 means none; negative figures count
+// as zero. It does not allocate; Unregister resets it.
 func (rt *Router) SetExternalContext(s Slot, tokens int64) {
 	if s < 0 || s >= MaxReplicas {
 		return

@@ -51,8 +51,10 @@ import (
 // the replica while those requests decode: with ResidentLives positive
 // they count as such (Router.SetExternalContext), decaying with
 // ResidentLives times the mean life of this instance's own requests
-// (Lived: from sending to the end of the response), learned; nothing
-// until one has ended. Without it an instance sees the replicas that the
+// (Lived: from sending to the end of the response), learned; until one
+// has ended, with the oldest one's age (ResidentLife). They do not count
+// for a prompt whose prefix no replica holds (Router.SetExternalContext).
+// Without it an instance sees the replicas that the
 // others keep busy with long contexts as idle, and with several instances
 // the agents' first turns pile onto the few replicas warm with their
 // shared prefix (bench/RESULTS.md, 2026-12-05, "the others' contexts").
@@ -79,8 +81,8 @@ type ForeignPrefill struct {
 
 	// ResidentLives, when positive, also counts the foreign stored runs as
 	// the others' resident contexts, decaying with this many times the
-	// learned mean life of this instance's requests (ResidentDecay);
-	// DefaultResidentLives, 0 turns it off.
+	// learned mean life of this instance's requests (ResidentDecay).
+	// NewForeignPrefill sets DefaultResidentLives; 0 turns it off.
 	ResidentLives float64
 	// ResidentLife is the mean life assumed until one of this instance's
 	// requests has ended; 0: the time since the first Refresh (the age of
