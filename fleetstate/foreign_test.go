@@ -7,8 +7,8 @@ import (
 	"github.com/ramjet-llm/ramjet/kvindex"
 )
 
-// foreign_prefill: on by default with kv and without engine_metrics; "on"
-// needs kv; "off" turns it off; other words are rejected.
+// foreign_prefill: on by default with kv, with or without engine_metrics;
+// "on" needs kv; "off" turns it off; other words are rejected.
 func TestForeignPrefillOn(t *testing.T) {
 	kv, em := &kvindex.Settings{}, &enginemetrics.Settings{}
 	tests := []struct {
@@ -19,7 +19,8 @@ func TestForeignPrefillOn(t *testing.T) {
 		{"none", PolicySettings{}, false},
 		{"kv", PolicySettings{KV: kv}, true},
 		{"engine_metrics", PolicySettings{EngineMetrics: em}, false},
-		{"both", PolicySettings{KV: kv, EngineMetrics: em}, false},
+		{"both", PolicySettings{KV: kv, EngineMetrics: em}, true},
+		{"both, off", PolicySettings{KV: kv, EngineMetrics: em, ForeignPrefill: "off"}, false},
 		{"both, on", PolicySettings{KV: kv, EngineMetrics: em, ForeignPrefill: "on"}, true},
 		{"kv, off", PolicySettings{KV: kv, ForeignPrefill: "off"}, false},
 	}

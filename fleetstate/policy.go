@@ -90,11 +90,12 @@ type PolicySettings struct {
 	// the engine's KV events report beyond this instance's own pending
 	// prefill (selection.ForeignPrefill): without it, an instance sees a
 	// replica another instance has just started to warm with a long prompt
-	// as warm and unloaded, and joins that prefill. It needs kv. Unset is
-	// the default: on with kv when engine_metrics is off (with the spill
-	// band); off with engine_metrics, whose scrape shows the other
-	// instances' requests already, and where it was measured not to help
-	// (bench/RESULTS.md, 2026-12-05); off without kv.
+	// as warm and unloaded, and joins that prefill; the same runs count
+	// as the others' resident contexts. It needs kv. Unset is the default:
+	// on with kv (with the spill band), with engine_metrics too since the
+	// others' contexts made it win there on the tuning seeds
+	// (bench/RESULTS.md, 2026-12-05, "the others' contexts"); off without
+	// kv.
 	ForeignPrefill string `json:"foreign_prefill,omitempty"`
 
 	// KV turns on the precise index from the engines' KV-cache events
@@ -230,8 +231,7 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 }
 
 // ForeignPrefillOn reports whether the other instances' prefill estimate
-// is on: foreign_prefill, or by default when kv is on and engine_metrics
-// is off.
+// is on: foreign_prefill, or by default when kv is on.
 func (s *PolicySettings) ForeignPrefillOn() bool {
 	switch s.ForeignPrefill {
 	case "on":
@@ -239,7 +239,7 @@ func (s *PolicySettings) ForeignPrefillOn() bool {
 	case "off":
 		return false
 	}
-	return s.KV != nil && s.EngineMetrics == nil
+	return s.KV != nil
 }
 
 // ParseOnOff checks an on|off option: "on", "off" or "" (unset).

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/kvindex"
@@ -21,6 +23,13 @@ type KVSource struct {
 	// tokens counted and the stored runs they came from); nil when
 	// foreign_prefill is off.
 	Foreign func() (tokens, runs uint64)
+	// Fleet is the service's state key, the fleet label of its per-fleet
+	// series.
+	Fleet string
+	// Decays reads the other instances' estimate's decay time constants
+	// (selection.ForeignPrefill.Decays: its prefill, their resident
+	// contexts; on false while foreign_prefill is off); nil: none.
+	Decays func() (prefill, context time.Duration, on bool)
 }
 
 // kvCollector reads every live precise index at scrape time.
@@ -107,6 +116,9 @@ var (
 		"Share of exact-placement canaries whose predicted cached tokens matched the engine's.", nil, nil)
 	kvCanaryErrDesc = prometheus.NewDesc("ramjet_kv_canary_abs_error_tokens",
 		"Mean absolute error of the canaries' predicted cached tokens.", nil, nil)
+	kvForeignDecayDesc = prometheus.NewDesc("ramjet_kv_foreign_decay_seconds",
+		"Decay time constant of the other instances' estimates (foreign_prefill), learned from this instance's own requests: of their prefill (estimate=\"prefill\", the engines' time for a few thousand prompt tokens) and of their resident contexts (estimate=\"context\", a multiple of a request's mean life; 0: not counted). Only while foreign_prefill is on.",
+		[]string{"fleet", "estimate"}, nil)
 	kvCanaryProbesDesc = prometheus.NewDesc("ramjet_kv_canary_probes_total",
 		"Exact-placement canary probes by outcome: measured, failed, or unsupported by the engine.",
 		[]string{"outcome"}, nil)
@@ -118,7 +130,7 @@ func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
 		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
 		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
-		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc} {
+		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc, kvForeignDecayDesc} {
 		ch <- d
 	}
 }
@@ -172,6 +184,12 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 			t, r := k.Foreign()
 			foreignTok += t
 			foreignRuns += r
+		}
+		if k.Decays != nil { // one source per state key (kvLive)
+			if p, c, on := k.Decays(); on {
+				ch <- prometheus.MustNewConstMetric(kvForeignDecayDesc, prometheus.GaugeValue, p.Seconds(), k.Fleet, "prefill")
+				ch <- prometheus.MustNewConstMetric(kvForeignDecayDesc, prometheus.GaugeValue, c.Seconds(), k.Fleet, "context")
+			}
 		}
 		pd, ad := k.Precise.Decisions()
 		precise += pd

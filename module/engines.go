@@ -94,21 +94,14 @@ func (s *RamjetSelection) cleanupEngines() error {
 	return err
 }
 
-// bindEngines points the scraper at the upstreams of the fleet's live
-// pools after a pool change.
-func (s *RamjetSelection) bindEngines() {
-	if s.engines != nil {
-		s.engines.retarget()
-	}
-}
-
 // retarget sets the scraper's targets from the upstream pools of the
-// fleet's live policies (enginemetrics.TargetsFor).
+// fleet's live policies (enginemetrics.TargetsFor), after a pool change;
+// nil (no engine_metrics) does nothing.
 func (e *engineState) retarget() {
-	f := e.fleet.Load()
-	if f == nil {
+	if e == nil || e.fleet.Load() == nil {
 		return
 	}
+	f := e.fleet.Load()
 	var reps []enginemetrics.DialReplica
 	f.mu.Lock()
 	for _, v := range f.views {

@@ -9,10 +9,10 @@ import (
 // The other instances' prefill estimate (foreign_prefill,
 // selection.ForeignPrefill) in the module: the precise path's feeds hand
 // it every stored block run (kvindex.Precise.OnStored), decide refreshes
-// it before each Route and credits the reservation Route made, and the
-// first body byte of a response records this instance's first token. The
-// fleet simulation's "fp" variant drives the same calls
-// (bench/fleetsim/precise.go).
+// it before each Route and credits the reservation Route made, the first
+// body byte of a response records this instance's first token and the
+// response's end its life. The fleet simulation's "fp" variant drives the
+// same calls (bench/fleetsim/precise.go).
 
 // setForeign turns the estimate on over rt, or off (on false): the
 // policy provisioned last decides, as it does for the preflight.
@@ -37,28 +37,27 @@ func (s *RamjetSelection) foreignFor() *selection.ForeignPrefill {
 	return s.kv.foreign.Load()
 }
 
-// foreignFirstToken records the request's first token on its replica in
-// the estimate of the fleet's precise path, if it is on. A first attempt
+// foreignEvent records in the estimate of the fleet's precise path, if
+// it is on, the request's first token on its replica (end false) or the
+// end of its response (end true, after a first token). A first attempt
 // also teaches it the engines' prefill speed (the estimate's decay): its
 // reservation's prefill tokens against the time since the request came
 // in (body read and preflight included: milliseconds against the
-// prefill's hundreds of them, and the estimate keeps a low quantile).
-func (st *reqState) foreignFirstToken() {
-	if st.fleet == nil || st.fallback || st.slot < 0 {
-		return
+// prefill's hundreds of them, and the estimate keeps a low quantile); and
+// at its end a request's life (the others' contexts' decay).
+func (st *reqState) foreignEvent(end bool) {
+	var fp *selection.ForeignPrefill
+	if pf := st.fleet; pf != nil && !st.fallback && st.slot >= 0 && pf.kv.Load() != nil {
+		fp = pf.kv.Load().kv.foreign.Load()
 	}
-	pf := st.fleet.kv.Load()
-	if pf == nil {
-		return
-	}
-	fp := pf.kv.foreign.Load()
-	if fp == nil {
-		return
-	}
-	now := time.Now()
-	if res, o := st.hold.Current(), st.metrics; res != nil && o != nil && o.st == st && st.attempts == 1 {
+	o, now := st.metrics, time.Now()
+	first := fp != nil && o != nil && o.st == st && st.attempts == 1
+	switch res := st.hold.Current(); {
+	case first && end:
+		fp.Lived(now.Sub(o.start))
+	case first && res != nil:
 		fp.FirstTokenAfter(st.slot, now, res.Prefill(), now.Sub(o.start))
-		return
+	case fp != nil && !end:
+		fp.FirstToken(st.slot, now)
 	}
-	fp.FirstToken(st.slot, now)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
@@ -17,9 +18,9 @@ import (
 )
 
 // TestForeignPrefillWired runs foreign_prefill through the configuration
-// path (Caddyfile -> JSON -> Provision): on by default with kv and
-// without engine_metrics, off otherwise unless set, off with "off"; "on"
-// without kv and a word other than on|off are errors.
+// path (Caddyfile -> JSON -> Provision): on by default with kv (with or
+// without engine_metrics), off otherwise, off with "off"; "on" without kv
+// and a word other than on|off are errors.
 func TestForeignPrefillWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
@@ -31,7 +32,8 @@ func TestForeignPrefillWired(t *testing.T) {
 		{"bare", "", false},
 		{"kv only", kv, true},
 		{"kv only, off", kv + "foreign_prefill off\n", false},
-		{"kv and engine_metrics", kv + em, false},
+		{"kv and engine_metrics", kv + em, true},
+		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false},
 		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true},
 	}
 	for _, tt := range tests {
@@ -187,9 +189,49 @@ func TestE2EForeignPrefillDecay(t *testing.T) {
 	warmKV(t, cl, model, k, addr)
 	// Distinct prompts of about 2000 tokens: each a prefill worth timing.
 	const n = 30
+	var shortest, longest time.Duration
 	for i := range n {
+		start := time.Now()
 		kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("own %d", i), 8000))})
+		took := time.Since(start)
+		if i == 0 || took < shortest {
+			shortest = took
+		}
+		longest = max(longest, took)
 	}
+	// Each response's end taught it a request's life: the others'
+	// contexts decay with ResidentLives times the mean, which lies below the
+	// longest request as the client timed them (the proxy's own view is a
+	// little shorter) and above half the shortest (the weighted mean keeps
+	// about 40% of the warm-up's short requests after 30 more), and the
+	// gauge shows both decays.
+	prefillTau, ctxTau, on := k.fp.Decays()
+	lives := k.fp.ResidentLives
+	if !on || lives <= 0 || ctxTau < time.Duration(lives*float64(shortest)/2) || ctxTau > time.Duration(lives*float64(longest)) {
+		t.Errorf("contexts' decay %v (on %v, %v lives), want %v lives of a request between %v and %v", ctxTau, on, lives, lives, shortest, longest)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(kvCollector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauges := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if mf.GetName() == "ramjet_kv_foreign_decay_seconds" && l["fleet"] == DefaultStateKey {
+				gauges[l["estimate"]] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if len(gauges) != 2 || gauges["prefill"] <= 0 || gauges["context"] < ctxTau.Seconds()/2 {
+		t.Errorf("ramjet_kv_foreign_decay_seconds of this fleet %v, want prefill > 0 and context about %v", gauges, ctxTau)
+	}
+	t.Logf("requests took %v-%v; decays: prefill %v, contexts %v", shortest, longest, prefillTau, ctxTau)
 	got := k.fp.Decay()
 	t.Logf("decay learned through engines %dx faster than real time: %v", scale, got)
 	// At real time the simulator prefills 4096 (DefaultForeignTauTokens)

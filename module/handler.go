@@ -198,11 +198,15 @@ func (o *stateObserver) Write(p []byte) {
 	if !o.started && len(p) > 0 {
 		o.started = true
 		o.st.hold.PrefillDone()
-		o.st.foreignFirstToken() // foreign.go
+		o.st.foreignEvent(false) // foreign.go
 	}
 }
 
-func (o *stateObserver) End(int, error) {}
+func (o *stateObserver) End(int, error) {
+	if o.started {
+		o.st.foreignEvent(true) // foreign.go: the request's life
+	}
+}
 
 // Interface guards.
 var (

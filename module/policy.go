@@ -532,7 +532,7 @@ func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
 	s.bindSnapshot(v) // snapshot.go: a snapshot read at start, applied once
 	s.view.Store(v)
 	s.fleet.setView(s, v)
-	s.bindEngines() // engines.go: scrape the new pool's engines
+	s.engines.retarget() // engines.go: scrape the new pool's engines
 	return v
 }
 

@@ -12,7 +12,7 @@ import (
 // (Caddyfile -> JSON -> Provision): on by default with kv and
 // engine_metrics both on (several instances on the precise path reading
 // the same engine scrape, where the band was measured to win) and with kv
-// and foreign_prefill (its default without engine_metrics), off otherwise
+// and foreign_prefill (its default with kv), off otherwise
 // unless set, off with "off"; the policy's router and the one
 // explain and the dashboard score with (Fleet.Router) apply the same
 // options, and a reload without the band takes it off again.

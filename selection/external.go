@@ -78,6 +78,31 @@ func (rt *Router) ExternalPrefill(s Slot) int64 {
 	return int64(rt.loads[s].ext.prefill.Load())
 }
 
+// SetExternalContext sets the context tokens that other routers'
+// requests are believed to keep resident on slot s (ForeignPrefill's
+// estimate from their stored runs, ResidentLives). They count in load(r)'s
+// context and pair terms as this instance's in-flight requests' contexts
+// do, unless SetExternalLoad's engine-reported KV tokens are larger (the
+// same contexts, measured: the larger of the two counts), and not for a
+// prompt whose prefix no replica holds (rendezvous placement decides
+// there, alike on every instance). 0 means none; negative figures count
+// as zero. It does not allocate; Unregister resets it.
+func (rt *Router) SetExternalContext(s Slot, tokens int64) {
+	if s < 0 || s >= MaxReplicas {
+		return
+	}
+	rt.loads[s].extCtx.Store(int32(min(max(tokens, 0), maxExternalPrefill)))
+}
+
+// ExternalContext returns slot s's external context as last set by
+// SetExternalContext.
+func (rt *Router) ExternalContext(s Slot) int64 {
+	if s < 0 || s >= MaxReplicas {
+		return 0
+	}
+	return int64(rt.loads[s].extCtx.Load())
+}
+
 // extPrefill is slot s's external pending prefill tokens.
 func (c *loadCell) extPrefill() int64 { return int64(c.ext.prefill.Load()) }
 
@@ -93,6 +118,7 @@ func (c *loadCell) resetExternal() {
 	c.ext.waiting.Store(0)
 	c.ext.prefill.Store(0)
 	c.ext.kv.Store(0)
+	c.extCtx.Store(0)
 }
 
 // DepthsWith is Depths with s's working memory (an annotator's own

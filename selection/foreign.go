@@ -24,9 +24,8 @@ import (
 // that blind window (the first run is announced a chunk after the other
 // instance's decision); with the cold spill and a 1024-token band
 // (Options.ColdSpill, SpillBand) it does: the module's foreign_prefill,
-// on by default with kv_events and without engine_metrics
-// (bench/RESULTS.md, 2026-12-05; with engine load it did not help on the
-// tuning seeds, so it is off there).
+// on by default with kv_events (bench/RESULTS.md, 2026-12-05; with
+// engine_metrics too since the others' resident contexts).
 //
 // The decay follows the engines' prefill speed: Tau is the time they take
 // to prefill TauTokens prompt tokens, learned from this instance's own
@@ -48,10 +47,23 @@ import (
 // first token (the events of its last chunk can trail the first token).
 // Safe for concurrent use; memory is fixed (one cell per slot).
 //
+// The others' stored runs are also their requests' contexts, resident on
+// the replica while those requests decode: with ResidentLives positive
+// they count as such (Router.SetExternalContext), decaying with
+// ResidentLives times the mean life of this instance's own requests
+// (Lived: from sending to the end of the response), learned; until one
+// has ended, with the oldest one's age (ResidentLife). They do not count
+// for a prompt whose prefix no replica holds (Router.SetExternalContext).
+// Without it an instance sees the replicas that the
+// others keep busy with long contexts as idle, and with several instances
+// the agents' first turns pile onto the few replicas warm with their
+// shared prefix (bench/RESULTS.md, 2026-12-05, "the others' contexts").
+//
 // The lifecycle, the same in the module and the fleet simulation:
 // SetRouter once (and again on a reload), StoredRun from the KV feeds
 // (kvindex.Precise.OnStored), Refresh before each Route, Reserved with
-// Route's reservation, FirstToken at each of this instance's first tokens.
+// Route's reservation, FirstToken at each of this instance's first tokens,
+// Lived at each one's end.
 type ForeignPrefill struct {
 	// Tau is the decay time constant of a stored foreign run's weight
 	// until the engines' prefill speed is learned, and always when
@@ -67,12 +79,24 @@ type ForeignPrefill struct {
 	// replica its leftover credit still absorbs stored runs.
 	Grace time.Duration
 
+	// ResidentLives, when positive, also counts the foreign stored runs as
+	// the others' resident contexts, decaying with this many times the
+	// learned mean life of this instance's requests (ResidentDecay).
+	// NewForeignPrefill sets DefaultResidentLives; 0 turns it off.
+	ResidentLives float64
+	// ResidentLife is the mean life assumed until one of this instance's
+	// requests has ended; 0: the time since the first Refresh (the age of
+	// the oldest request, a lower bound of its life).
+	ResidentLife time.Duration
+
 	// RefreshEvery bounds how often Refresh decays the estimates on the
 	// router (each Route calls it): at most once per RefreshEvery.
 	RefreshEvery time.Duration
 
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
+	life    atomic.Uint64 // learned mean life of a request in seconds (float64 bits), 0 until learned
+	first   atomic.Int64  // the first Refresh, Unix nanoseconds
 	last    atomic.Int64  // Refresh's last run, Unix nanoseconds
 	counted atomic.Uint64 // foreign tokens counted (Stored), ever
 	runs    atomic.Uint64 // stored runs with a foreign part, ever
@@ -87,6 +111,8 @@ type foreignCell struct {
 	v         float64   // decayed foreign stored tokens, as of at
 	at        time.Time // when v was last updated
 	lastFirst time.Time // this instance's last first token here
+	r         float64   // decayed foreign stored tokens as resident contexts (ResidentLives), as of rat
+	rat       time.Time
 }
 
 // Default ForeignPrefill settings.
@@ -101,6 +127,10 @@ const (
 	// quantile) that is about 1.2 s, near the 1 s chosen there as a
 	// constant (bench/RESULTS.md, 2026-12-05).
 	DefaultForeignTauTokens = 4096
+	// DefaultResidentLives: the others' contexts decay with twice the mean
+	// life of this instance's requests (chosen in the fleet simulation
+	// over 1; bench/RESULTS.md, 2026-12-05, "the others' contexts").
+	DefaultResidentLives = 2
 
 	// TauRange bounds the learned decay to [Tau/TauRange, Tau*TauRange].
 	TauRange = 16
@@ -112,12 +142,15 @@ const (
 	// most exp(foreignStep) per one.
 	foreignQuantile = 0.25
 	foreignStep     = 0.05
+	// lifeWeight is the weight of each new life in the learned mean (an
+	// exponentially weighted one).
+	lifeWeight = 1.0 / 32
 )
 
 // NewForeignPrefill returns a ForeignPrefill with the default settings.
 func NewForeignPrefill() *ForeignPrefill {
 	return &ForeignPrefill{Tau: DefaultForeignTau, TauTokens: DefaultForeignTauTokens, MinBlocks: DefaultForeignMinBlocks,
-		Grace: DefaultForeignGrace, RefreshEvery: DefaultForeignRefresh}
+		Grace: DefaultForeignGrace, RefreshEvery: DefaultForeignRefresh, ResidentLives: DefaultResidentLives}
 }
 
 // Routed credits slot s with the prefill tokens of a request this
@@ -179,6 +212,56 @@ func (f *ForeignPrefill) learn(prefill int64, took time.Duration) {
 	}
 }
 
+// Lived records that one of this instance's requests ended took after it
+// was sent: the mean life that ResidentDecay scales (an exponentially
+// weighted mean, lock-free). Non-positive durations are ignored.
+func (f *ForeignPrefill) Lived(took time.Duration) {
+	if took <= 0 {
+		return
+	}
+	x := took.Seconds()
+	for {
+		old := f.life.Load()
+		est := math.Float64frombits(old)
+		if est == 0 {
+			est = x
+		} else {
+			est += lifeWeight * (x - est)
+		}
+		if f.life.CompareAndSwap(old, math.Float64bits(est)) {
+			return
+		}
+	}
+}
+
+// ResidentDecay is the decay time constant of the others' resident
+// contexts at now: ResidentLives times the learned mean life (before a
+// request has ended, ResidentLife or a lower bound of it), 0 (none
+// counted) while off.
+func (f *ForeignPrefill) ResidentDecay(now time.Time) time.Duration {
+	life := math.Float64frombits(f.life.Load())
+	if first := f.first.Load(); life <= 0 && f.ResidentLife <= 0 && first != 0 {
+		life = time.Duration(now.UnixNano() - first).Seconds()
+	} else if life <= 0 {
+		life = f.ResidentLife.Seconds()
+	}
+	if f.ResidentLives <= 0 || life <= 0 {
+		return 0
+	}
+	return time.Duration(f.ResidentLives * life * float64(time.Second))
+}
+
+// Decays reports the decay time constants in use, of the others' prefill
+// estimate (Decay) and of their resident contexts (ResidentDecay: 0 while
+// not counted), and false while the estimate is off (no router: before
+// SetRouter, after Detach).
+func (f *ForeignPrefill) Decays() (prefill, context time.Duration, on bool) {
+	if f.rt.Load() == nil {
+		return 0, 0, false
+	}
+	return f.Decay(), f.ResidentDecay(time.Now()), true
+}
+
 // Decay is the decay time constant in use: TauTokens at the learned
 // prefill speed (bounded by TauRange around Tau), or Tau.
 func (f *ForeignPrefill) Decay() time.Duration {
@@ -210,6 +293,10 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	if foreign > 0 {
 		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
+		if rtau := f.ResidentDecay(t); rtau > 0 {
+			c.r = decay(c.r, c.rat, t, rtau) + float64(foreign)
+			c.rat = t
+		}
 		f.active.Add(s)
 		f.counted.Add(uint64(foreign))
 		f.runs.Add(1)
@@ -259,15 +346,17 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 		return
 	}
 	f.last.Store(t)
-	tau := f.Decay()
+	f.first.CompareAndSwap(0, t)
+	tau, rtau := f.Decay(), f.ResidentDecay(now)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for w := range f.active {
 		for bits := f.active[w]; bits != 0; bits &= bits - 1 {
 			s := Slot(w*64 + mathbits.TrailingZeros64(bits))
-			v := int64(math.Round(f.cells[s].decayed(now, tau)))
+			v, r := f.cells[s].estimate(now, tau, rtau)
 			rt.SetExternalPrefill(s, v)
-			if v == 0 {
+			rt.SetExternalContext(s, r)
+			if v == 0 && r == 0 {
 				f.active.Remove(s)
 			}
 		}
@@ -284,6 +373,7 @@ func (f *ForeignPrefill) Detach() {
 	for w := range f.active {
 		for bits := f.active[w]; bits != 0 && rt != nil; bits &= bits - 1 {
 			rt.SetExternalPrefill(Slot(w*64+mathbits.TrailingZeros64(bits)), 0)
+			rt.SetExternalContext(Slot(w*64+mathbits.TrailingZeros64(bits)), 0)
 		}
 	}
 	f.cells = [MaxReplicas]foreignCell{}
@@ -296,18 +386,28 @@ func (f *ForeignPrefill) Counted() (tokens, runs uint64) { return f.counted.Load
 
 // Pending is slot s's foreign prefill estimate at now, in tokens.
 func (f *ForeignPrefill) Pending(s Slot, now time.Time) int64 {
-	if s < 0 || s >= MaxReplicas {
-		return 0
-	}
-	tau := f.Decay()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return int64(math.Round(f.cells[s].decayed(now, tau)))
+	v, _ := f.Estimate(s, now)
+	return v
 }
 
-// Apply hands slot s's estimate at now to rt (Router.SetExternalPrefill).
+// Estimate is slot s's foreign prefill and resident context estimates at
+// now, in tokens.
+func (f *ForeignPrefill) Estimate(s Slot, now time.Time) (prefill, context int64) {
+	if s < 0 || s >= MaxReplicas {
+		return 0, 0
+	}
+	tau, rtau := f.Decay(), f.ResidentDecay(now)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cells[s].estimate(now, tau, rtau)
+}
+
+// Apply hands slot s's estimates at now to rt (Router.SetExternalPrefill,
+// SetExternalContext).
 func (f *ForeignPrefill) Apply(rt *Router, s Slot, now time.Time) {
-	rt.SetExternalPrefill(s, f.Pending(s, now))
+	v, r := f.Estimate(s, now)
+	rt.SetExternalPrefill(s, v)
+	rt.SetExternalContext(s, r)
 }
 
 // Reset drops slot s's state (the replica left the fleet).
@@ -321,20 +421,31 @@ func (f *ForeignPrefill) Reset(s Slot) {
 	f.mu.Unlock()
 }
 
-// decayed is v at now: exp(-(now-at)/tau) of it (all of it at or before
-// at, none with tau <= 0).
+// estimate is the cell's prefill and resident context estimates at now, in
+// tokens, decayed with tau and rtau.
+func (c *foreignCell) estimate(now time.Time, tau, rtau time.Duration) (prefill, context int64) {
+	return int64(math.Round(c.decayed(now, tau))), int64(math.Round(decay(c.r, c.rat, now, rtau)))
+}
+
+// decayed is the prefill estimate v at now (decay).
 func (c *foreignCell) decayed(now time.Time, tau time.Duration) float64 {
-	if c.v == 0 {
+	return decay(c.v, c.at, now, tau)
+}
+
+// decay is v as of at, decayed to now: exp(-(now-at)/tau) of it (all of
+// it at or before at, none with tau <= 0 or below one token).
+func decay(v float64, at, now time.Time, tau time.Duration) float64 {
+	if v == 0 {
 		return 0
 	}
-	d := now.Sub(c.at)
+	d := now.Sub(at)
 	if d <= 0 {
-		return c.v
+		return v
 	}
 	if tau <= 0 {
 		return 0
 	}
-	v := c.v * math.Exp(-float64(d)/float64(tau))
+	v *= math.Exp(-float64(d) / float64(tau))
 	if v < 1 {
 		return 0
 	}

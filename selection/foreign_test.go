@@ -199,3 +199,79 @@ func TestForeignPrefillDecayLearned(t *testing.T) {
 		t.Fatalf("decay for absurdly slow engines %v, want the bound %v", got, DefaultForeignTau*TauRange)
 	}
 }
+
+// The others' stored runs as their resident contexts (ResidentLives):
+// nothing until a request of this instance has ended, then decaying with
+// the learned mean life times ResidentLives, counted in load(r)'s context
+// terms through the router for a prefix warm somewhere, and the larger of
+// it and the engine-reported KV tokens (the same contexts) counts.
+func TestForeignResidentContexts(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, ContextWeight: 1}, 1)
+	s := cands[0].Slot
+	t0 := time.Unix(100, 0)
+	f := NewForeignPrefill()
+	f.SetRouter(rt)
+	f.ResidentLives = 2
+	f.StoredRun(s, 64, 16, t0) // 1024 tokens, before any life is known
+	if _, ctx := f.Estimate(s, t0); ctx != 0 || f.ResidentDecay(t0) != 0 {
+		t.Fatalf("context %d, decay %v before a request ended; want none", ctx, f.ResidentDecay(t0))
+	}
+	// From the first Refresh on, before any request ended, the oldest
+	// request's age is the life's lower bound; ResidentLife replaces it.
+	g := NewForeignPrefill()
+	g.ResidentLives = 2
+	g.SetRouter(rt)
+	g.Refresh(t0)
+	if got := g.ResidentDecay(t0.Add(3 * time.Second)); got != 6*time.Second {
+		t.Fatalf("resident decay 3 s after the first request %v, want 2 x 3 s", got)
+	}
+	g.ResidentLife = 5 * time.Second
+	if got := g.ResidentDecay(t0.Add(3 * time.Second)); got != 10*time.Second {
+		t.Fatalf("resident decay with ResidentLife 5 s %v, want 2 x 5 s", got)
+	}
+	f.Lived(0) // ignored
+	f.Lived(4 * time.Second)
+	for range 200 {
+		f.Lived(6 * time.Second)
+	}
+	if got := f.ResidentDecay(t0); got < 11900*time.Millisecond || got > 12*time.Second {
+		t.Fatalf("resident decay %v, want about 2 lives of 6 s", got)
+	}
+	sc := NewScratch(1)
+	feat := features(rt.Config(), blocksOf(1, 8), 100)
+	loadOf := func() float64 { rt.Pick(feat, cands, sc); return sc.Load[0] - float64(rt.ExternalPrefill(s)) }
+	base := loadOf()
+	f.StoredRun(s, 64, 16, t0)
+	if got := rt.ExternalContext(s); got != 1024 {
+		t.Fatalf("context on the router %d, want the run's 1024 tokens", got)
+	}
+	if got := loadOf(); got != base {
+		t.Fatalf("load for a prefix cold everywhere %v, want %v: rendezvous placement, the others' contexts left out", got, base)
+	}
+	rt.Learn(feat, s) // the prefix warm there: they count
+	if got := loadOf(); got <= base {
+		t.Fatalf("load with the others' contexts %v, want above the idle %v", got, base)
+	}
+	f.Refresh(t0.Add(12 * time.Second)) // one decay: 1024/e
+	if got := rt.ExternalContext(s); got < 370 || got > 384 {
+		t.Fatalf("context after one resident decay %d, want about 1024/e", got)
+	}
+	withCtx := loadOf()
+	rt.SetExternalLoad(s, 0, 0, 100) // engine-reported KV below the estimate: the estimate counts
+	if got := loadOf(); got != withCtx {
+		t.Fatalf("load with a smaller engine KV figure %v, want %v", got, withCtx)
+	}
+	rt.SetExternalLoad(s, 0, 0, 5000) // above it: the engine's figure counts
+	if got := loadOf(); got <= withCtx {
+		t.Fatalf("load with a larger engine KV figure %v, want above %v", got, withCtx)
+	}
+	f.Refresh(t0.Add(10 * time.Minute))
+	if got := rt.ExternalContext(s); got != 0 {
+		t.Fatalf("context long after %d, want 0", got)
+	}
+	f.StoredRun(s, 64, 16, t0.Add(10*time.Minute))
+	f.Detach()
+	if got := rt.ExternalContext(s); got != 0 {
+		t.Fatalf("context after Detach %d, want 0", got)
+	}
+}

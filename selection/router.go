@@ -160,7 +160,7 @@ type loadCell struct {
 	kvtokens atomic.Int32  // the replica's KV capacity in tokens (0: unknown), at most MaxInt32
 	lingerAt atomic.Uint32 // the router's clock (ms, wrapping) at the last release that added to linger
 	ext      extCell       // engine-reported load of others (SetExternalLoad)
-	_        uint32        // padding: loadCell is one cache line
+	extCtx   atomic.Int32  // others' contexts estimated from their stored runs (SetExternalContext); fills the cache line
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
@@ -700,8 +700,16 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && ow <= 0 {
 		return ld, n
 	}
-	mine := c.resident.Load()
-	r := mine + c.extKV()
+	// The others' contexts: the engine-reported KV tokens or the estimate
+	// from their stored runs (SetExternalContext), the larger; the
+	// estimate not for a prefix cold everywhere (hit 0), which rendezvous
+	// placement puts where every instance does, each seeing the others'
+	// contexts and not its own as foreign.
+	mine, others := c.resident.Load(), c.extKV()
+	if hit != 0 {
+		others = max(others, int64(c.extCtx.Load()))
+	}
+	r := mine + others
 	kv := int64(c.kvtokens.Load())
 	if kv <= 0 {
 		kv = AssumedKVTokens

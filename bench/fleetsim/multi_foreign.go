@@ -14,7 +14,11 @@ import (
 // prefill estimate (selection.ForeignPrefill) with the default decay
 // (the engines' time for selection.DefaultForeignTauTokens prefill tokens,
 // learned), "fp=0.5" with a fixed 0.5 s one, "fpt=<tokens>" with the
-// engines' time for that many tokens, "fpmin=<blocks>" counting only stored runs
+// engines' time for that many tokens, "fpres=<x>" counting the others' stored
+// runs as resident contexts for x times the learned mean life of a
+// request (ForeignPrefill.ResidentLives: DefaultResidentLives with "fp"
+// alone, 0 off), "fplife=<s>" assuming that life until one has ended (the
+// default: the oldest request's age), "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
 // prefixes too (selection.Options.ColdSpill); "band=<tokens>" widens it
@@ -36,8 +40,11 @@ type preciseSpec struct {
 	tauTok  int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
 	cold    bool
 	band    float64
-	inst    string // "inst=<id>": the instances' ids as SpillSep's inst= gives
-	minRun  int    // "fpmin=<blocks>": the smallest stored run fp counts
+	inst    string        // "inst=<id>": the instances' ids as SpillSep's inst= gives
+	minRun  int           // "fpmin=<blocks>": the smallest stored run fp counts
+	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
+	livesOn bool          // fpres given
+	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -53,6 +60,18 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive run in blocks", SpillSep, spec)
 			}
 			ps.minRun = n
+		case k == "fpres" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x < 0 {
+				return ps, true, fmt.Errorf("%s%s: want a number of request lives, 0 or more", SpillSep, spec)
+			}
+			ps.lives, ps.livesOn = x, true
+		case k == "fplife" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive life in seconds", SpillSep, spec)
+			}
+			ps.life = seconds(x)
 		case k == BandSpec && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -104,6 +123,12 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			fp.Tau, fp.TauTokens = ps.tau, ps.tauTok
 			if ps.minRun > 0 {
 				fp.MinBlocks = ps.minRun
+			}
+			if ps.livesOn {
+				fp.ResidentLives = ps.lives
+			}
+			if ps.life > 0 {
+				fp.ResidentLife = ps.life
 			}
 			rp.SetForeignPrefill(fp)
 		}

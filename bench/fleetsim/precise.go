@@ -129,6 +129,9 @@ type RamjetPrecise struct {
 	// sent is when each request with a reservation was routed (fp on):
 	// its first token teaches fp the engines' prefill speed.
 	sent map[int]time.Duration
+	// born is the same until the request ends: its life teaches fp the
+	// others' contexts' decay (Lived).
+	born map[int]time.Duration
 }
 
 // SetForeignPrefill turns the other instances' prefill estimate on (nil:
@@ -380,6 +383,10 @@ func (p *RamjetPrecise) reserved(r *Request) {
 			p.sent = map[int]time.Duration{}
 		}
 		p.sent[r.Row.ID] = p.now
+		if p.born == nil {
+			p.born = map[int]time.Duration{}
+		}
+		p.born[r.Row.ID] = p.now
 	}
 }
 
@@ -461,6 +468,12 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 	}
 	delete(p.routed, r.Row.ID)
 	delete(p.sent, r.Row.ID)
+	if born, ok := p.born[r.Row.ID]; ok {
+		delete(p.born, r.Row.ID)
+		if p.fp != nil && rep >= 0 && rep < len(p.engines) && p.engines[rep] != nil {
+			p.fp.Lived(p.engines[rep].Now() - born)
+		}
+	}
 	if i, ok := p.held[r.Row.ID]; ok {
 		delete(p.held, r.Row.ID)
 		p.pre.Ended(p.cands[i].Slot, r.Prompt)
