@@ -406,11 +406,35 @@ func (p *Precise) Annotate(f *selection.Features, cands []selection.Candidate, s
 		p.approx.Add(1)
 		return false
 	}
-	if e := p.est.Load(); e != nil && !p.cfg.ExactPastEstimate && f != nil {
-		p.capByEstimate(e, f, cands, s.Keys, len(s.Tokens))
+	if e := p.est.Load(); e != nil {
+		onGrid(e.cfg.BlockTokens, cands)
+		if !p.cfg.ExactPastEstimate && f != nil {
+			p.capByEstimate(e, f, cands, s.Keys, len(s.Tokens))
+		}
 	}
 	p.precise.Add(1)
 	return true
+}
+
+// onGrid rounds every exact overlap down to whole router blocks of bt
+// tokens, the grain of the estimate that Pick reads for the other
+// candidates (and for these when capByEstimate leaves them to it). The
+// engine's blocks are smaller (16 tokens against 64): unrounded, a replica
+// whose feed shows a shared 20,000-token prefix exactly would hold 32
+// tokens more than one the estimate credits with the same prefix (19,968),
+// which makes it the request's home (strictly the deepest: exempt from the
+// pair term) and every other pick a load override open to the spill, on a
+// difference of less than one block that nothing holds against it
+// (bench/EXPERIMENTS.md, precise9).
+func onGrid(bt int, cands []selection.Candidate) {
+	if bt <= 1 {
+		return
+	}
+	for i := range cands {
+		if c := &cands[i]; c.Precise {
+			c.Overlap -= c.Overlap % bt
+		}
+	}
 }
 
 // capByEstimate leaves to the estimate every precise candidate whose exact

@@ -91,6 +91,11 @@ type SubscriberConfig struct {
 	ReplayTimeout time.Duration
 	// Logger receives connection state changes; nil logs nothing.
 	Logger *zap.Logger
+	// Handover, when set, hands each bound address over between the
+	// subscribers of the same key (a config reload's old and new): the
+	// next one listens on the port the previous one was given, port 0
+	// configured or not, once the previous one closed it (handover.go).
+	Handover string
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -282,16 +287,21 @@ func (s *Subscriber) runBind(ctx context.Context, addr string, idx []int) {
 }
 
 func (s *Subscriber) bindSession(ctx context.Context, addr string, idx []int, feeds []*feed) error {
-	sub := zmq4.NewSub(ctx, zmq4.WithLogger(discard))
-	defer sub.Close()
-	if err := sub.Listen(addr); err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
+	sub, err := s.listen(ctx, addr)
+	if err != nil {
+		return err
 	}
+	actual := "tcp://" + sub.Addr().String()
+	release := holdBound(s.cfg.Handover, addr, actual)
+	defer func() {
+		sub.Close() // closes the listener: the next subscriber may listen
+		release()
+	}()
 	s.mu.Lock()
 	if s.bound == nil {
 		s.bound = map[string]string{}
 	}
-	s.bound[addr] = "tcp://" + sub.Addr().String()
+	s.bound[addr] = actual
 	s.mu.Unlock()
 	for _, j := range idx {
 		if err := sub.SetOption(zmq4.OptionSubscribe, s.eps[j].Topic); err != nil {
@@ -344,6 +354,34 @@ func (s *Subscriber) bindSession(ctx context.Context, addr string, idx []int, fe
 		}
 		s.handle(ctx, s.eps[j], s.reps[j], feeds[i], msg.Frames)
 	}
+}
+
+// listen returns a SUB socket listening on the configured bound address
+// addr, or on the address the previous subscriber of the same handover key
+// listened on for it (waiting until it let it go); if that one was taken
+// meanwhile, on addr.
+func (s *Subscriber) listen(ctx context.Context, addr string) (zmq4.Socket, error) {
+	at, err := handoverAddr(ctx, s.cfg.Handover, addr, func(held string) {
+		s.cfg.Logger.Info("kv event socket: waiting for the previous subscriber (a config reload) to hand over its address",
+			zap.String("bind", addr), zap.String("address", held))
+	})
+	if err != nil {
+		return nil, err
+	}
+	sub := zmq4.NewSub(ctx, zmq4.WithLogger(discard))
+	err = sub.Listen(at)
+	if err != nil && at != addr {
+		sub.Close()
+		s.cfg.Logger.Warn("kv event socket: the previous subscriber's address is taken; listening on the configured one",
+			zap.String("bind", addr), zap.String("address", at), zap.Error(err))
+		sub = zmq4.NewSub(ctx, zmq4.WithLogger(discard))
+		err = sub.Listen(addr)
+	}
+	if err != nil {
+		sub.Close()
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return sub, nil
 }
 
 // maxLostInARow bounds the receive errors a bound socket takes in a row,

@@ -153,13 +153,12 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 		if err != nil {
 			return nil, err
 		}
+		pc.Subscriber.Handover = "ramjet-kv/" + s.StateKey // a reload's new feeds take over the bound ports
 		if k.p, err = kvindex.NewPrecise(pc); err != nil {
 			return nil, err
 		}
 		k.x, k.tk, k.canary = k.p.Index(), k.p.Tokenizer(), k.p.Canary()
-		// The feeds outlive this config (a reload keeps them): they stop in
-		// Destruct, not with the provisioning context.
-		k.p.Start(context.Background())
+		k.p.Start(context.Background()) // the feeds outlive this config (a reload keeps them): Destruct stops them
 		return k, nil
 	})
 	if err != nil {

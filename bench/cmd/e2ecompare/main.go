@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tokTO     = fs.Duration("tokenize-timeout", 0, "ramjet-precise: the tokenize preflight's timeout (0: the module's default)")
 		kvEvents  = fs.String("kv-events", "all", "which runs' engines publish KV events over ZMQ: all (every policy's engines publish, only ramjet-precise subscribes: the arms differ only in the router) or precise (ramjet-precise's engines only)")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of each run (engines, Caddy and load generator: one process) to <prefix>-<n>-<workload>-<policy>.pprof")
+		resultsF  = fs.String("results", "", "also write every request's result (trace index, upstream, TTFT, cached tokens...) as JSON lines, one file per in-process run (not with -caddy-bin): <prefix>-<n>-<workload>-<policy>.jsonl")
 		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
 	)
 	solo := registerSolo(fs)
@@ -163,12 +164,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			cpu0 := cpuSeconds()
 			publish := *kvEvents == "all" || pol == "ramjet-precise"
+			results, closeResults, err := resultsFile(*resultsF, len(rows), w.Name, pol)
+			if err != nil {
+				return err
+			}
 			var row Row
 			if *solo.bin != "" {
 				row, err = runSolo(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress,
 					solo, profileName(*cpuProf, len(rows), w.Name, pol+"-router"), stderr)
 			} else {
-				row, err = runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress)
+				row, err = runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress, results)
+			}
+			if cerr := closeResults(); err == nil {
+				err = cerr
 			}
 			row.CPUSeconds = cpuSeconds() - cpu0
 			if perr := stopProf(); err == nil {
@@ -268,7 +276,7 @@ func kvConfig(sims []*enginesim.Server, addrs []string, tokTO time.Duration) map
 // runOne replays w through Caddy with policy pol in front of n fresh
 // engine simulators, whose PUB and replay sockets are on when publish.
 func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer, results func(*loadgen.Result)) (Row, error) {
 	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, publish)
 	defer closeEngines(sims)
 	if err != nil {
@@ -294,7 +302,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		Label: w.Name + "/" + pol, Trace: w.Trace, Client: client,
 		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
 		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
-		Progress: progress,
+		Progress: progress, Results: results,
 	})
 	if err != nil {
 		return Row{}, err
@@ -332,6 +340,28 @@ func profileName(prefix string, n int, wl, pol string) string {
 		return ""
 	}
 	return fmt.Sprintf("%s-%d-%s-%s", prefix, n, strings.NewReplacer("/", "_", ":", "_").Replace(wl), pol)
+}
+
+// resultsFile opens run n's per-request results file
+// <prefix>-<n>-<workload>-<policy>.jsonl and returns loadgen's Results
+// hook writing one JSON line per request, and the func that closes it. No
+// prefix: no hook.
+func resultsFile(prefix string, n int, wl, pol string) (func(*loadgen.Result), func() error, error) {
+	if prefix == "" {
+		return nil, func() error { return nil }, nil
+	}
+	f, err := os.Create(profileName(prefix, n, wl, pol) + ".jsonl")
+	if err != nil {
+		return nil, nil, fmt.Errorf("results: %w", err)
+	}
+	enc := json.NewEncoder(f)
+	var werr error
+	hook := func(r *loadgen.Result) {
+		if werr == nil {
+			werr = enc.Encode(r)
+		}
+	}
+	return hook, func() error { return errors.Join(werr, f.Close()) }, nil
 }
 
 // startProfile starts a CPU profile of run n into
