@@ -236,7 +236,7 @@ const DefaultHotGuard = 2.0
 // prompt than the least warm one pays request_cost once more for each
 // request in flight past the usable replicas' mean (past DefaultSubsetFloor
 // requests on a lightly loaded fleet). Chosen in the fleet simulation
-// (bench/EXPERIMENTS.md section 23): the hotspot workload at 64 replicas
+// (bench/EXPERIMENTS.md section 24): the hotspot workload at 64 replicas
 // (one app's 3k-token prompt on 47 of 64 replicas running 7-8 requests
 // each while the other apps' replicas run 3-5; a minor app's only holder)
 // keeps its busiest replica under 1.5x the mean, and every closed-loop
@@ -248,14 +248,14 @@ const DefaultSubsetGuard = 1.0
 // lets a replica run 3 requests whatever the mean (a floor of 2, the busy
 // guard's idle limit, spread the hot app of the hotspot workload at 256
 // replicas with 65,536-token caches over cold replicas: p50 +1-2%;
-// bench/EXPERIMENTS.md section 23).
+// bench/EXPERIMENTS.md section 24).
 const DefaultSubsetFloor = 3.0
 
 // SubsetGuardReplicas is the least usable replicas Options.SubsetGuard
 // applies over. On 8 replicas the same guard costs the open-loop
 // tool-agent and conversation traces' p99 (each replica is an eighth of
 // the fleet: shedding to one means a cold prefill of long contexts with
-// every replica as busy; bench/EXPERIMENTS.md section 23), so smaller
+// every replica as busy; bench/EXPERIMENTS.md section 24), so smaller
 // fleets keep the busy guard alone.
 const SubsetGuardReplicas = 32
 
