@@ -50,6 +50,9 @@ func TestE2EKVConventions(t *testing.T) {
 	// B needs the address ramjet binds, known once Caddy runs: a forwarder
 	// holds its HTTP address meanwhile.
 	fb := newTCPForward(t)
+	// A's event path goes through a forwarder that can cut it.
+	fe := newTCPForward(t)
+	fe.target.Store(strings.TrimPrefix(simA.KVEndpoints()[0], "tcp://"))
 	a, b, c := simA.Addr(), fb.addr(), simC.Addr()
 	ups := a + " " + b + " " + c
 	cd := startCaddyfile(t, `{
@@ -67,7 +70,7 @@ http://{ADDR} {
 		ramjet_observe
 		reverse_proxy `+ups+` {
 			lb_policy ramjet {
-				kv_events `+a+` dial `+simA.KVEndpoints()[0]+` `+simA.KVReplayEndpoints()[0]+` {
+				kv_events `+a+` dial tcp://`+fe.addr()+` `+simA.KVReplayEndpoints()[0]+` {
 					topic kv@a
 				}
 				kv_events `+b+` bind tcp://127.0.0.1:0 {
@@ -153,17 +156,22 @@ http://{ADDR} {
 	byID := map[string]kvindex.Replica{rep.Replicas[0].ID: ra, rep.Replicas[1].ID: rb, rep.Replicas[2].ID: rc}
 	name := map[kvindex.Replica]string{ra: "A", rb: "B", rc: "C"}
 
-	// Conversations through Caddy, each with its own system prompt so that
-	// cold placement spreads them. Before each request the index's overlap
+	// Conversations of three turns through Caddy, each with its own system
+	// prompt so that cold placement spreads them. Before each request the index's overlap
 	// of its tokens is read for every replica; on A and B it must equal
 	// the cached_tokens the engine reports.
-	type msg struct{ Role, Content string }
 	before := k.preciseN()
 	checked, hits := map[string]int{}, map[string]int{}
 	onC := 0
 	client := newClient(cd)
-	const convs, turns = 12, 3
-	for conv := range convs {
+	// Until A and B each served a few later turns (where a conversation
+	// starts is the router's choice).
+	const turns = 3
+	conv := 0
+	for ; checked["A"] < 3 || checked["B"] < 3; conv++ {
+		if conv == 60 {
+			t.Fatalf("after %d conversations, later turns checked %v (want 3 on A and B)", conv, checked)
+		}
 		system := longText(fmt.Sprintf("conventions %d", conv), 2000)
 		sdk := []openai.ChatCompletionMessageParamUnion{systemMsg(system)}
 		raw := []map[string]string{{"role": "system", "content": system}}
@@ -185,20 +193,29 @@ http://{ADDR} {
 			}
 			if r == rc {
 				onC++
+			} else if int(cached) != out[r] {
+				t.Errorf("conv %d turn %d on %s: engine cached %d, index %d", conv, turn, name[r], cached, out[r])
 			} else if turn > 0 {
 				checked[name[r]]++
-				if int(cached) != out[r] {
-					t.Errorf("conv %d turn %d on %s: engine cached %d, index %d", conv, turn, name[r], cached, out[r])
-				} else if cached > 0 {
+				if cached > 0 {
 					hits[name[r]]++
 				}
+			}
+			if r != rc {
+				// The next turn's overlap is read once this request's
+				// blocks are indexed (the engine's stores arrive over ZMQ
+				// after its response).
+				eventually(t, "the request's blocks indexed", func() bool {
+					k.x.Overlap(k.x.Keys(nil, 0, toks), out)
+					return out[r] == len(toks)/bs*bs
+				})
 			}
 			sdk = append(sdk, openai.AssistantMessage("noted"))
 			raw = append(raw, map[string]string{"role": "assistant", "content": "noted"})
 		}
 	}
-	if got := k.preciseN() - before; got != convs*turns {
-		t.Errorf("%d of %d decisions were precise", got, convs*turns)
+	if got := k.preciseN() - before; got != uint64(conv*turns) {
+		t.Errorf("%d of %d decisions were precise", got, conv*turns)
 	}
 	for _, e := range []string{"A", "B"} {
 		if checked[e] == 0 || hits[e] != checked[e] {
@@ -218,5 +235,66 @@ http://{ADDR} {
 	if !cands[0].Precise || !cands[1].Precise || cands[2].Precise {
 		t.Errorf("annotation %+v: want A and B precise, C by the estimate", cands)
 	}
+
+	// A reconnect replays what was missed: A's event path is cut while A
+	// stores a conversation, then restored; the gap is noticed and filled
+	// from A's replay socket, and the index agrees with A's cached_tokens
+	// on the conversation's next turn.
+	// chatA sends msgs straight to A (the router's load term may prefer
+	// another replica for the next turn) and returns its cached_tokens.
+	chatA := func(msgs []map[string]string) int {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 2, "messages": msgs})
+		resp, err := http.Post(simA.URL()+"/v1/chat/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Usage struct {
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("engine A: %s: %v", resp.Status, err)
+		}
+		return out.Usage.Details.Cached
+	}
+	prev := k.x.Stats(ra)
+	fe.cut()
+	system := longText("stored while A's feed was cut", 2000)
+	missed := []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": "first question"}}
+	chatA(missed)
+	missedMsgs, _ := json.Marshal(missed)
+	missedToks, err := k.p.Tokenize(context.Background(), 3_000_000, kvindex.TokenizeRequest{Model: model, Messages: missedMsgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.target.Store(strings.TrimPrefix(simA.KVEndpoints()[0], "tcp://"))
+	out := make([]int, k.x.NumReplicas())
+	eventually(t, "the stores A made while cut off replayed", func() bool {
+		direct(simA) // makes A publish once the path is back
+		k.x.Overlap(k.x.Keys(nil, 0, missedToks), out)
+		// (Replayed counts a replay once its last message is applied.)
+		return k.x.Fresh(ra) && out[ra] == len(missedToks)/bs*bs && k.x.Stats(ra).Replayed > prev.Replayed
+	})
+	if st := k.x.Stats(ra); st.Fences <= prev.Fences || st.Replayed <= prev.Replayed || st.ReplayFailures != 0 {
+		t.Errorf("A after the cut: fences %d (before %d), replayed %d (before %d), replay failures %d",
+			st.Fences, prev.Fences, st.Replayed, prev.Replayed, st.ReplayFailures)
+	}
+	missed = append(missed, map[string]string{"role": "assistant", "content": "noted"}, map[string]string{"role": "user", "content": "second question"})
+	missedMsgs, _ = json.Marshal(missed)
+	toks, err = k.p.Tokenize(context.Background(), 3_000_001, kvindex.TokenizeRequest{Model: model, Messages: missedMsgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.x.Overlap(k.x.Keys(nil, 0, toks), out)
+	if cached := chatA(missed); cached != out[ra] || cached < len(missedToks)/bs*bs {
+		t.Errorf("the missed conversation's next turn on A: engine cached %d, index %d (the missed prompt's blocks: %d)",
+			cached, out[ra], len(missedToks)/bs*bs)
+	}
+	t.Logf("A's feed after the cut: %+v", k.x.Stats(ra))
 	t.Logf("later turns agreeing: %v of %v; requests on C %d; C flagged after %v: %+v", hits, checked, onC, took, k.x.Stats(rc))
 }
