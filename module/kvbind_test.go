@@ -282,23 +282,7 @@ func TestE2EKVBindReload(t *testing.T) {
 	// may prefer the other) and returns the prompt's cached tokens.
 	chat := func(i int, msgs string) int {
 		t.Helper()
-		body := fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":%s}`, model, msgs)
-		resp, err := http.Post(sims[i].URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out struct {
-			Usage struct {
-				Details struct {
-					Cached int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("engine %d: %s: %v", i, resp.Status, err)
-		}
-		return out.Usage.Details.Cached
+		return engineCached(t, sims[i].URL(), model, []byte(msgs))
 	}
 	user := func(s string) string { return fmt.Sprintf(`{"role":"user","content":%q}`, s) }
 	fresh := func(k *kvState) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -99,21 +98,14 @@ http://{ADDR} {
 	rb, _ := k.x.Lookup(b)
 	rc, _ := k.x.Lookup(c)
 
-	// direct sends a request straight to an engine (not through the
-	// router, which may prefer another) until its feed is where it should
-	// be.
+	// direct sends a fresh prompt straight to an engine (not through the
+	// router, which may prefer another), to make it publish.
 	i := 0
 	direct := func(sim *enginesim.Server) {
 		t.Helper()
-		body := fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":%q}]}`,
-			model, longText(fmt.Sprintf("direct %d", i), 600))
+		msgs, _ := json.Marshal([]map[string]string{{"role": "user", "content": longText(fmt.Sprintf("direct %d", i), 600)}})
 		i++
-		resp, err := http.Post(sim.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		engineCached(t, sim.URL(), model, msgs)
 	}
 	eventually(t, "A's and B's feeds fresh", func() bool {
 		direct(simA)
@@ -157,9 +149,9 @@ http://{ADDR} {
 	name := map[kvindex.Replica]string{ra: "A", rb: "B", rc: "C"}
 
 	// Conversations of three turns through Caddy, each with its own system
-	// prompt so that cold placement spreads them. Before each request the index's overlap
-	// of its tokens is read for every replica; on A and B it must equal
-	// the cached_tokens the engine reports.
+	// prompt so that cold placement spreads them. Before each request the
+	// index's overlap of its tokens is read for every replica; on A and B
+	// it must equal the cached_tokens the engine reports.
 	before := k.preciseN()
 	checked, hits := map[string]int{}, map[string]int{}
 	onC := 0
@@ -244,23 +236,8 @@ http://{ADDR} {
 	// another replica for the next turn) and returns its cached_tokens.
 	chatA := func(msgs []map[string]string) int {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 2, "messages": msgs})
-		resp, err := http.Post(simA.URL()+"/v1/chat/completions", "application/json", strings.NewReader(string(body)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out struct {
-			Usage struct {
-				Details struct {
-					Cached int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("engine A: %s: %v", resp.Status, err)
-		}
-		return out.Usage.Details.Cached
+		b, _ := json.Marshal(msgs)
+		return engineCached(t, simA.URL(), model, b)
 	}
 	prev := k.x.Stats(ra)
 	fe.cut()
@@ -297,4 +274,27 @@ http://{ADDR} {
 	}
 	t.Logf("A's feed after the cut: %+v", k.x.Stats(ra))
 	t.Logf("later turns agreeing: %v of %v; requests on C %d; C flagged after %v: %+v", hits, checked, onC, took, k.x.Stats(rc))
+}
+
+// engineCached sends a chat of msgs (a JSON array) straight to the engine
+// at url and returns the prompt's cached_tokens.
+func engineCached(t *testing.T, url, model string, msgs []byte) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":%s}`, model, msgs)
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Usage struct {
+			Details struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("engine %s: %s: %v", url, resp.Status, err)
+	}
+	return out.Usage.Details.Cached
 }
