@@ -24,10 +24,38 @@ import (
 
 // tcpForward serves a held listener on 127.0.0.1 and forwards every
 // connection to the address set later (the engine's, once it started).
+// Without a target it accepts and closes at once.
 type tcpForward struct {
 	ln     net.Listener
 	target atomic.Value // string
 	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// cut closes every forwarded connection and refuses new ones until a
+// target is set again: a network path that breaks and comes back on the
+// same address.
+func (f *tcpForward) cut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.target.Store("")
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
+}
+
+// track registers c for cut (closing it at once if cut came first).
+func (f *tcpForward) track(c net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if to, _ := f.target.Load().(string); to == "" {
+		c.Close()
+		return
+	}
+	f.conns = append(f.conns, c)
 }
 
 func newTCPForward(t *testing.T) *tcpForward {
@@ -58,6 +86,8 @@ func newTCPForward(t *testing.T) *tcpForward {
 					return
 				}
 				defer u.Close()
+				f.track(c)
+				f.track(u)
 				done := make(chan struct{})
 				go func() {
 					io.Copy(u, c)
@@ -252,23 +282,7 @@ func TestE2EKVBindReload(t *testing.T) {
 	// may prefer the other) and returns the prompt's cached tokens.
 	chat := func(i int, msgs string) int {
 		t.Helper()
-		body := fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":%s}`, model, msgs)
-		resp, err := http.Post(sims[i].URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out struct {
-			Usage struct {
-				Details struct {
-					Cached int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("engine %d: %s: %v", i, resp.Status, err)
-		}
-		return out.Usage.Details.Cached
+		return engineCached(t, sims[i].URL(), model, []byte(msgs))
 	}
 	user := func(s string) string { return fmt.Sprintf(`{"role":"user","content":%q}`, s) }
 	fresh := func(k *kvState) bool {
