@@ -222,6 +222,10 @@ type replica struct {
 	unhealthy     string
 	healthChanged bool
 	orphans       uint64
+	// joining: a join replay (after a fence, or joining a running
+	// engine) is rebuilding the entries; the feed is not fresh (nor
+	// complete) until it ends (Index.beginJoin, endReplay).
+	joining bool
 }
 
 // Index is the precise index: per replica, the blocks its engine reports
@@ -385,7 +389,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			x.skipped.Add(1)
 			continue
 		}
-		if rep.unhealthy == "" {
+		if rep.unhealthy == "" && !rep.joining {
 			x.fresh.add(r)
 		}
 		rep.applied++

@@ -83,10 +83,31 @@ func (x *Index) noteGap(r Replica) {
 	x.mu.Unlock()
 }
 
-func (x *Index) noteReplayed(r Replica, n int) {
+// beginJoin marks r's feed as rebuilding its entries from the engine's
+// replay buffer (a non-strict replay): not fresh until endReplay, so that
+// precise decisions do not read a partly rebuilt index as the engine's
+// cache.
+func (x *Index) beginJoin(r Replica) {
+	x.mu.Lock()
+	x.reps[r].joining = true
+	x.fresh.del(r)
+	x.mu.Unlock()
+}
+
+// endReplay counts a replay's n messages and ends a join: r is fresh again
+// once it applied any (and is healthy); otherwise its next stored or
+// removed block makes it so, as before the join.
+func (x *Index) endReplay(r Replica, n int) {
 	x.replayed.Add(uint64(n))
 	x.mu.Lock()
-	x.reps[r].replayed += uint64(n)
+	rep := x.reps[r]
+	rep.replayed += uint64(n)
+	if rep.joining {
+		rep.joining = false
+		if n > 0 && rep.unhealthy == "" {
+			x.fresh.add(r)
+		}
+	}
 	x.mu.Unlock()
 }
 
@@ -170,7 +191,7 @@ func (x *Index) AppendReplicaStats(dst []ReplicaStats) []ReplicaStats {
 			Applied: rep.applied, Fences: rep.fences, DecodeErrors: rep.decodeErrors,
 			Gaps: rep.gaps, Replayed: rep.replayed, LastEvent: rep.lastEvent,
 			Connected: rep.connected, Messages: rep.messages, LastSeq: rep.lastSeq,
-			Complete: rep.complete, Healthy: rep.unhealthy == "", Unhealthy: rep.unhealthy,
+			Complete: rep.complete && !rep.joining, Healthy: rep.unhealthy == "", Unhealthy: rep.unhealthy,
 			Orphans: rep.orphans, ReplayFailures: rep.replayFailures,
 		})
 	}

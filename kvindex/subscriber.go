@@ -533,7 +533,10 @@ func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
 		return fail(fmt.Errorf("request: %w", err))
 	}
-	defer func() { s.x.noteReplayed(r, n) }()
+	if !strict {
+		s.x.beginJoin(r)
+	}
+	defer func() { s.x.endReplay(r, n) }()
 	for next < upTo {
 		msg, err := d.Recv()
 		if err != nil {
