@@ -50,14 +50,17 @@ func (st *reqState) foreignEvent(end bool) {
 	if pf := st.fleet; pf != nil && !st.fallback && st.slot >= 0 && pf.kv.Load() != nil {
 		fp = pf.kv.Load().kv.foreign.Load()
 	}
+	if fp == nil {
+		return // off: no clock read on the request path
+	}
 	o, now := st.metrics, time.Now()
-	first := fp != nil && o != nil && o.st == st && st.attempts == 1
+	first := o != nil && o.st == st && st.attempts == 1
 	switch res := st.hold.Current(); {
 	case first && end:
 		fp.Lived(now.Sub(o.start))
 	case first && res != nil:
 		fp.FirstTokenAfter(st.slot, now, res.Prefill(), now.Sub(o.start))
-	case fp != nil && !end:
+	case !end:
 		fp.FirstToken(st.slot, now)
 	}
 }
