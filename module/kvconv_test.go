@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -286,15 +287,9 @@ func engineCached(t *testing.T, url, model string, msgs []byte) int {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Usage struct {
-			Details struct {
-				Cached int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("engine %s: %s: %v", url, resp.Status, err)
 	}
-	return out.Usage.Details.Cached
+	return cachedTokens(t, b) // snapshot_test.go
 }
