@@ -36,12 +36,6 @@ var leakOptions = []goleak.Option{
 	// zmq4 v0.17.0's PUB socket Close does not stop its writer
 	// goroutine; the kv tests' engine simulators publish KV events.
 	goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"),
-	// zmq4 v0.17.0's SUB reader (qreader.listen) blocks for good handing
-	// over a message it read just as its socket closed (it checks the
-	// socket's context before, not while, sending): a bound subscriber
-	// closed while engines publish, e.g. by a config reload
-	// (TestE2EKVBindReload), leaves one behind now and then.
-	goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*qreader).listen"),
 	// Caddy starts one cleaner of dynamic upstream hosts per process
 	// (reverseproxy/hosts.go), on the first dynamic upstream
 	// (dynamic_test.go).
