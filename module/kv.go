@@ -179,7 +179,8 @@ func (s *RamjetSelection) cleanupKV() error {
 	if pf := s.fleet.kv.Load(); pf != nil && pf.owner == s {
 		s.fleet.kv.CompareAndSwap(pf, nil)
 	}
-	s.kv = nil
+	// s.kv stays set: a request of this config may still be deciding
+	// (decide reads it) after a reload; the state ends with its last user.
 	_, err := kvStates.Delete(s.kvKey)
 	return err
 }
