@@ -88,10 +88,12 @@ type reqState struct {
 	// observed holds the ramjet handler's writer and observers of this
 	// request (handler.go), allocated with the state.
 	obsv observedParts
-	// guardW is the guard's writer of this request (guard.go), allocated
-	// with the state, and bodyDL its deferred body deadline.
-	guardW guardWriter
-	bodyDL edge.DeferredDeadline
+	// guardW is the guard's writer of this request when no ramjet handler
+	// wraps it (guard.go), allocated with the state, and bodyDL its
+	// deferred body deadline.
+	guardW     observe.Writer
+	guardInUse bool
+	bodyDL     edge.DeferredDeadline
 }
 
 // observedParts are what the ramjet handler wraps a response in: the
