@@ -164,13 +164,13 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	r.Trailer = nil
 
 	// Behind the ramjet handler (deploy/Caddyfile's order) its writer
-	// scrubs for the guard; otherwise the guard's own writer lives in the
-	// request state when there is one (a second guard on the same request
-	// allocates its own).
+	// scrubs for the guard; otherwise the guard's own writer is the
+	// handler's of the request state when there is one (the handler behind
+	// adopts it; a second guard on the same request allocates its own).
 	gw, _ := w.(*observe.Writer)
 	if gw == nil || !gw.SetScrub(g.scrubFn) {
-		if st != nil && !st.guardInUse {
-			gw, st.guardInUse = &st.guardW, true
+		if st != nil && !st.obsv.inUse && !st.obsv.guardW {
+			gw, st.obsv.guardW = &st.obsv.w, true
 		} else {
 			gw = new(observe.Writer)
 		}

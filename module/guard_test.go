@@ -514,11 +514,7 @@ func TestGuardAndHandlerShareOneWriter(t *testing.T) {
 			st := lookupRequest(seenReq)
 			o := testObservers[seenReq]
 			delete(testObservers, seenReq)
-			want := &st.obsv.w
-			if guardFirst {
-				want = &st.guardW
-			}
-			if seen != want {
+			if want := &st.obsv.w; seen != want {
 				t.Errorf("guard first %v: the upstream wrote through %T %p, want the one writer %p", guardFirst, seen, seen, want)
 			}
 			if err != nil || rec.leaked || o == nil || !o.ended {

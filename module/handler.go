@@ -157,7 +157,9 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	// Behind the guard its writer feeds the observers (one writer).
 	ow, _ := w.(*observe.Writer)
 	if ow == nil || !ow.Adopt(obs) {
-		ow = &p.w
+		if ow = &p.w; p.guardW { // a guard in front writes through p.w
+			ow = new(observe.Writer)
+		}
 		ow.Init(w, obs)
 	}
 	if h.WriteTimeout > 0 {

@@ -88,25 +88,23 @@ type reqState struct {
 	// observed holds the ramjet handler's writer and observers of this
 	// request (handler.go), allocated with the state.
 	obsv observedParts
-	// guardW is the guard's writer of this request when no ramjet handler
-	// wraps it (guard.go), allocated with the state, and bodyDL its
-	// deferred body deadline.
-	guardW     observe.Writer
-	guardInUse bool
-	bodyDL     edge.DeferredDeadline
+	// bodyDL is the guard's deferred body deadline (guard.go).
+	bodyDL edge.DeferredDeadline
 }
 
 // observedParts are what the ramjet handler wraps a response in: the
 // observe.Writer, the state and outcome observers and the list of
 // observers, kept in the request's state so that observing a response
 // allocates nothing besides it. inUse: a second ramjet handler on the same
-// request (a nested route) allocates its own.
+// request (a nested route) allocates its own. A guard in front of the
+// handler writes through w too (the handler adopts it).
 type observedParts struct {
 	w       observe.Writer
 	state   stateObserver
 	outcome outcomeObserver
 	list    [5]observe.Observer
 	inUse   bool
+	guardW  bool // w is the guard's writer (a guard in front: guard.go)
 }
 
 // requestState returns the request's reqState, creating it (and handing
