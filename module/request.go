@@ -124,11 +124,15 @@ func requestState(r *http.Request) *reqState {
 // chain, does on return), which saves the sweeper's registration and its
 // timer while requests are open.
 func ownedState(r *http.Request) (st *reqState, created bool) {
-	if st, ok := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState); ok {
+	// caddyhttp.GetVar then SetVar, with one walk up the context.
+	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	if st, ok := vars[VarRequest].(*reqState); ok {
 		return st, false
 	}
 	st = &reqState{slot: -1, stop: noStop}
-	caddyhttp.SetVar(r.Context(), VarRequest, st)
+	if vars != nil {
+		vars[VarRequest] = st
+	}
 	return st, true
 }
 
