@@ -66,5 +66,7 @@
 // through observe.Serve with an explicit list of observers, in order: the
 // stateObserver (X-Ramjet-Upstream, prefill done on the first byte), the
 // metricsObserver (metrics.go: status, usage, metrics and dashboard) and
-// the outcomeObserver (outlier.go: the outlier detector).
+// the outcomeObserver (outlier.go: the outlier detector). With
+// ramjet_guard next to it (either side) the two share that one Writer: the
+// guard scrubs response headers through it (observe.Writer.SetScrub).
 package module

@@ -2,7 +2,6 @@ package module
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/observe"
 )
 
 func init() {
@@ -65,7 +65,7 @@ type Guard struct {
 	allow edge.AllowList
 	creds edge.UpstreamAuth
 
-	scrub   []string
+	scrubFn func(http.Header) // scrubs a response header of upstream addresses
 	logger  *zap.Logger
 	checkOn bool
 }
@@ -104,7 +104,8 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 	g.SetDefaults()
 	g.checkOn = g.ModelCheck == "on"
 	g.allow = edge.NewAllowList(g.AllowPaths)
-	g.scrub = edge.ReduceScrub(edge.ScrubList(g.Upstreams))
+	scrub := edge.ReduceScrub(edge.ScrubList(g.Upstreams))
+	g.scrubFn = func(h http.Header) { edge.ScrubHeaders(h, scrub) }
 	if err := g.provision(time.Duration(g.ModelsTimeout), len(g.Upstreams) > 0); err != nil {
 		return err
 	}
@@ -162,22 +163,25 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// carry what stripRequestHeaders removes from the headers.
 	r.Trailer = nil
 
-	// The writer lives in the request state when there is one (a second
-	// guard on the same request allocates its own).
-	var gw *guardWriter
-	if st != nil && !st.guardW.inUse {
-		gw = &st.guardW
-	} else {
-		gw = new(guardWriter)
+	// Behind the ramjet handler (deploy/Caddyfile's order) its writer
+	// scrubs for the guard; otherwise the guard's own writer is the
+	// handler's of the request state when there is one (the handler behind
+	// adopts it; a second guard on the same request allocates its own).
+	gw, _ := w.(*observe.Writer)
+	if gw == nil || !gw.SetScrub(g.scrubFn) {
+		if st != nil && !st.obsv.inUse && !st.obsv.guardW {
+			gw, st.obsv.guardW = &st.obsv.w, true
+		} else {
+			gw = new(observe.Writer)
+		}
+		gw.Init(w, nil)
+		gw.SetScrub(g.scrubFn)
 	}
-	*gw = guardWriter{scrub: g.scrub, inUse: true}
-	gw.wrapper.ResponseWriter = w
-	gw.ResponseWriterWrapper = &gw.wrapper // no allocation of its own
 	err := next.ServeHTTP(gw, r)
 	if err == nil {
 		return nil
 	}
-	if gw.wroteHeader {
+	if gw.Responded() {
 		// The response has started: nothing can be rewritten; let Caddy log it.
 		return err
 	}
@@ -234,46 +238,6 @@ func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 	}
 	return nil
 }
-
-// guardWriter notes whether the response has started and removes response
-// headers that carry an upstream address.
-type guardWriter struct {
-	*caddyhttp.ResponseWriterWrapper
-	wrapper     caddyhttp.ResponseWriterWrapper // what ResponseWriterWrapper points to
-	scrub       []string
-	wroteHeader bool
-	inUse       bool // a guard serves a request through it (reqState.guardW)
-}
-
-func (w *guardWriter) WriteHeader(status int) {
-	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
-		w.scrubHeaders()
-		w.ResponseWriterWrapper.WriteHeader(status)
-		return
-	}
-	if w.wroteHeader {
-		return
-	}
-	w.wroteHeader = true
-	w.scrubHeaders()
-	w.ResponseWriterWrapper.WriteHeader(status)
-}
-
-func (w *guardWriter) Write(p []byte) (int, error) {
-	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
-	}
-	return w.ResponseWriterWrapper.Write(p)
-}
-
-func (w *guardWriter) ReadFrom(r io.Reader) (int64, error) {
-	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
-	}
-	return w.ResponseWriterWrapper.ReadFrom(r)
-}
-
-func (w *guardWriter) scrubHeaders() { edge.ScrubHeaders(w.Header(), w.scrub) }
 
 // Interface guards.
 var (

@@ -446,3 +446,95 @@ func TestGuardNormalizesPaths(t *testing.T) {
 		t.Error("allow_paths without a leading / accepted")
 	}
 }
+
+// statusLog records each status written and whether the header then named
+// an upstream address.
+type statusLog struct {
+	*httptest.ResponseRecorder
+	dial   string
+	status []int
+	leaked bool
+}
+
+func (w *statusLog) WriteHeader(status int) {
+	w.status = append(w.status, status)
+	for _, vs := range w.Header() {
+		for _, v := range vs {
+			w.leaked = w.leaked || strings.Contains(v, w.dial)
+		}
+	}
+	w.ResponseRecorder.WriteHeader(status)
+}
+
+// TestGuardAndHandlerShareOneWriter: in either order (the handler in
+// front, as the ramjet directive emits them, or the guard in front) the
+// guard and the handler write through one observe.Writer, and the response
+// is what their two writers made of it: headers naming an upstream scrubbed
+// on 1xx and final statuses, a second final status dropped, the observers
+// told of the guard's error answer only when it is written before they end
+// (the handler in front).
+func TestGuardAndHandlerShareOneWriter(t *testing.T) {
+	g := newTestGuard(t, &Guard{})
+	dial := g.Upstreams[0]
+	for _, guardFirst := range []bool{false, true} {
+		for _, fail := range []bool{false, true} {
+			var seen http.ResponseWriter
+			var seenReq *http.Request
+			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				seen, seenReq = w, r
+				if fail {
+					return caddyhttp.Error(http.StatusBadGateway, errors.New("dial tcp "+dial+": connection refused"))
+				}
+				h := w.Header()
+				h.Set("Link", "<http://"+dial+"/x>")
+				w.WriteHeader(http.StatusEarlyHints)
+				h.Set("Location", "http://"+dial+"/v1/x")
+				h.Set("X-Kept", "yes")
+				w.WriteHeader(http.StatusOK)
+				w.WriteHeader(http.StatusInternalServerError) // dropped
+				_, _ = io.WriteString(w, "ok")
+				return nil
+			})
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m1"}`))
+			req.Header.Set("X-Test-Observe", "1")
+			ctx := context.WithValue(req.Context(), caddy.ReplacerCtxKey, caddy.NewReplacer())
+			req = req.WithContext(context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{}))
+			rec := &statusLog{ResponseRecorder: httptest.NewRecorder(), dial: dial}
+			h := Handler{extra: recordObserver}
+			var err error
+			if guardFirst {
+				err = g.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+					return h.ServeHTTP(w, r, next)
+				}))
+			} else {
+				err = h.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+					return g.ServeHTTP(w, r, next)
+				}))
+			}
+			st := lookupRequest(seenReq)
+			o := testObservers[seenReq]
+			delete(testObservers, seenReq)
+			if want := &st.obsv.w; seen != want {
+				t.Errorf("guard first %v: the upstream wrote through %T %p, want the one writer %p", guardFirst, seen, seen, want)
+			}
+			if err != nil || rec.leaked || o == nil || !o.ended {
+				t.Fatalf("guard first %v, fail %v: err %v, leaked %v, observer %+v", guardFirst, fail, err, rec.leaked, o)
+			}
+			switch {
+			case !fail:
+				if len(rec.status) != 2 || rec.status[0] != 103 || rec.status[1] != 200 || rec.Body.String() != "ok" ||
+					rec.Header().Get("X-Kept") != "yes" || o.status != 200 || string(o.body) != "ok" {
+					t.Errorf("guard first %v: statuses %v, body %q, header %v, observer %+v", guardFirst, rec.status, rec.Body, rec.Header(), o)
+				}
+			case guardFirst:
+				if len(rec.status) != 1 || rec.status[0] != 502 || o.status != 0 || len(o.body) != 0 {
+					t.Errorf("guard first, failed: statuses %v, observer %+v (it ended before the guard's answer)", rec.status, o)
+				}
+			default:
+				if len(rec.status) != 1 || rec.status[0] != 502 || o.status != 502 || !bytes.Contains(o.body, []byte(`"error"`)) {
+					t.Errorf("handler first, failed: statuses %v, observer %+v (it sees the guard's answer)", rec.status, o)
+				}
+			}
+		}
+	}
+}

@@ -154,12 +154,19 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			obs = append(obs, o)
 		}
 	}
-	p.w.Init(w, obs)
+	// Behind the guard its writer feeds the observers (one writer).
+	ow, _ := w.(*observe.Writer)
+	if ow == nil || !ow.Adopt(obs) {
+		if ow = &p.w; p.guardW { // a guard in front writes through p.w
+			ow = new(observe.Writer)
+		}
+		ow.Init(w, obs)
+	}
 	if h.WriteTimeout > 0 {
 		_, iw := caddyhttp.IdleTimeoutsFromContext(r.Context())
-		p.w.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader, (*idleWriter)(iw))
+		ow.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader, (*idleWriter)(iw))
 	}
-	return p.w.Serve(r, next, edge.StreamCutEvent, st)
+	return ow.Serve(r, next, edge.StreamCutEvent, st)
 }
 
 // ResponseDone ends the request once the handler's response ended

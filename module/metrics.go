@@ -104,7 +104,7 @@ func (o *metricsObserver) End(status int, err error) {
 		// tokens corrects the index for what it evicted (selection.Observe).
 		st.fleet.Router().Observe(st.learned, int(x.Usage.PromptTokens), int(x.Usage.CachedTokens))
 	}
-	o.m.Finish(&x, o.modelLbl, o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
+	o.m.Finish(&x, o.modelLbl, !o.selected && o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
 	if st.metrics == o {
 		st.metrics = nil
 	}

@@ -88,9 +88,7 @@ type reqState struct {
 	// observed holds the ramjet handler's writer and observers of this
 	// request (handler.go), allocated with the state.
 	obsv observedParts
-	// guardW is the guard's writer of this request (guard.go), allocated
-	// with the state, and bodyDL its deferred body deadline.
-	guardW guardWriter
+	// bodyDL is the guard's deferred body deadline (guard.go).
 	bodyDL edge.DeferredDeadline
 }
 
@@ -98,13 +96,15 @@ type reqState struct {
 // observe.Writer, the state and outcome observers and the list of
 // observers, kept in the request's state so that observing a response
 // allocates nothing besides it. inUse: a second ramjet handler on the same
-// request (a nested route) allocates its own.
+// request (a nested route) allocates its own. A guard in front of the
+// handler writes through w too (the handler adopts it).
 type observedParts struct {
 	w       observe.Writer
 	state   stateObserver
 	outcome outcomeObserver
 	list    [5]observe.Observer
 	inUse   bool
+	guardW  bool // w is the guard's writer (a guard in front: guard.go)
 }
 
 // requestState returns the request's reqState, creating it (and handing
@@ -124,11 +124,15 @@ func requestState(r *http.Request) *reqState {
 // chain, does on return), which saves the sweeper's registration and its
 // timer while requests are open.
 func ownedState(r *http.Request) (st *reqState, created bool) {
-	if st, ok := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState); ok {
+	// caddyhttp.GetVar then SetVar, with one walk up the context.
+	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	if st, ok := vars[VarRequest].(*reqState); ok {
 		return st, false
 	}
 	st = &reqState{slot: -1, stop: noStop}
-	caddyhttp.SetVar(r.Context(), VarRequest, st)
+	if vars != nil {
+		vars[VarRequest] = st
+	}
 	return st, true
 }
 

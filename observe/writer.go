@@ -29,7 +29,11 @@ type Writer struct {
 	obs     []Observer
 	status  int
 	started bool
-	tail    [2]byte // the last two body bytes written
+	// scrub edits the header before any status is written (SetScrub);
+	// responded: a final status or 101 was written.
+	scrub     func(http.Header)
+	responded bool
+	tail      [2]byte // the last two body bytes written
 
 	// The write deadline (SetWriteTimeout).
 	writeTimeout time.Duration
@@ -136,9 +140,44 @@ func (w *Writer) disarm() {
 // Status is the final status written, 0 when none yet.
 func (w *Writer) Status() int { return w.status }
 
+// SetScrub has scrub edit the response header before each status is
+// written (1xx included; before the observers see it) and drops a final
+// status written after the first: the edge's duties (ramjet_guard), so
+// that a guard behind a Writer needs no writer of its own. It reports
+// false, setting nothing, when w scrubs already or has responded.
+func (w *Writer) SetScrub(scrub func(http.Header)) bool {
+	if w.scrub != nil || w.responded {
+		return false
+	}
+	w.scrub = scrub
+	return true
+}
+
+// Adopt has w, a writer with no observers (a guard's: SetScrub), feed obs
+// from now on, so that one writer serves both; it reports false, setting
+// nothing, when w has observers or has responded.
+func (w *Writer) Adopt(obs []Observer) bool {
+	if w.obs != nil || w.responded || w.status != 0 {
+		return false
+	}
+	w.obs = obs
+	return true
+}
+
+// Responded reports that a final status (or 101) was written.
+func (w *Writer) Responded() bool { return w.responded }
+
 // WriteHeader tells the observers the first final (non-1xx) status, then
 // writes it.
 func (w *Writer) WriteHeader(status int) {
+	final := status >= 200 || status == http.StatusSwitchingProtocols
+	if w.scrub != nil {
+		if final && w.responded {
+			return
+		}
+		w.scrub(w.Header())
+	}
+	w.responded = w.responded || final
 	if w.status == 0 && status >= 200 {
 		w.status = status
 		for _, o := range w.obs {
@@ -170,11 +209,14 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// End tells the observers that the response ended with err.
+// End tells the observers that the response ended with err, and detaches
+// them and the write deadline: what is written after (a guard's error
+// answer, Adopt) goes through unobserved, as through the writer below.
 func (w *Writer) End(err error) {
 	for _, o := range w.obs {
 		o.End(w.status, err)
 	}
+	w.obs, w.writeTimeout = nil, 0
 }
 
 // Flush sends buffered data to the client now (SSE).
