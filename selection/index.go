@@ -123,6 +123,8 @@ type Index struct {
 
 	warmSink uint32 // keeps warm's loads
 
+	keepReplies bool // Options.ReplyKeep (experiment)
+
 	evictions atomic.Uint64 // blocks evicted by the budget
 	dropped   atomic.Uint64 // pairs dropped by capacity or horizon
 	entries   atomic.Int64  // live blocks
@@ -696,6 +698,10 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 			}
 		}
 	}
+	if probe > 0 && probe < len(blocks) && !x.keepReplies {
+		// The prompt extends one s held: its blocks cover that one's reply.
+		x.dropReply(blocks[probe-1], s)
+	}
 	// A prompt sent to s before (a resent or extended conversation) is
 	// often a run of consecutive pairs of s's list already, in the order
 	// the touches would leave it: those are moved as one (touchRun).
@@ -715,6 +721,53 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	}
 	x.bound(s)
 	return age
+}
+
+// Replied charges slot s with n blocks of a reply: the blocks the engine
+// caches beyond the prompt's fingerprinted ones once it has answered (its
+// output's full blocks, as vLLM caches a sequence's generated blocks and
+// SGLang's cache_finished_req inserts the input and output ids), which
+// take room in its KV cache as the prompt's do. They are n entries keyed
+// off the prompt's last block (tail) that no prompt holds: they count
+// against s's capacity and age in its LRU list like a prompt's blocks, so
+// the index presumes evicted what the engine evicts to hold replies. When
+// the next turn of a conversation extends the prompt on s, its own blocks
+// cover the reply and learn drops these (Options.ReplyKeep: it keeps
+// them).
+func (x *Index) Replied(tail uint64, s Slot, n int) {
+	if n <= 0 || s < 0 {
+		return
+	}
+	x.lock()
+	defer x.mu.Unlock()
+	x.widen(s)
+	if c := x.reps[s].capacity; c > 0 {
+		n = int(min(int64(n), c))
+	}
+	for i := n; i > 0; {
+		i--
+		x.touch(replyKey(tail, i), s)
+	}
+	x.bound(s)
+}
+
+// replyKey is the key of the i-th block of the reply to the prompt whose
+// last block is tail (Replied).
+func replyKey(tail uint64, i int) uint64 { return mix64(tail^0x5bd1e9955bd1e995) + uint64(i) }
+
+// dropReply drops s's reply blocks keyed off tail (write lock held).
+func (x *Index) dropReply(tail uint64, s Slot) {
+	for i := 0; ; i++ {
+		_, e := x.findBlock(replyKey(tail, i))
+		if e == 0 {
+			return
+		}
+		pe := x.pairOf(e, s)
+		if pe == 0 {
+			return
+		}
+		x.dropPair(pe)
+	}
 }
 
 // minRun is the shortest run of blocks learn moves as one.

@@ -61,7 +61,7 @@ func BenchmarkRouteUncached(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
-		rt.Observe(r, 0, 0)
+		rt.Observe(r, 0, 0, 0)
 		r.Release()
 		res = Reservation{}
 		i++
@@ -79,7 +79,7 @@ func BenchmarkRouteUncachedQueued(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
-		rt.Observe(r, 0, 0)
+		rt.Observe(r, 0, 0, 0)
 		r.Release()
 		i++
 	}
@@ -103,7 +103,7 @@ func BenchmarkRouteUncachedPath(b *testing.B) {
 				_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
 				b.StopTimer()
 				rt.Index().settle()
-				rt.Observe(r, 0, 0)
+				rt.Observe(r, 0, 0, 0)
 				r.Release()
 				b.StartTimer()
 				i++
@@ -127,7 +127,7 @@ func BenchmarkRouteUncachedParallel(b *testing.B) {
 				var res Reservation
 				for pb.Next() {
 					_, r := rt.Route(prompts[next.Add(1)%64], cands, s, nil, &res)
-					rt.Observe(r, 0, 0)
+					rt.Observe(r, 0, 0, 0)
 					r.Release()
 				}
 			})

@@ -37,13 +37,26 @@ package selection
 // Counts within one block of the prediction confirm it. promptTokens
 // scales cachedTokens to the index's estimated tokens (the index counts
 // tokens estimated from bytes, the engine real ones).
-func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens int) bool {
-	if res == nil || res.rt == nil || res.precise || cachedTokens < 0 || !res.observed.CompareAndSwap(false, true) {
+func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completionTokens int) bool {
+	if res == nil || res.rt == nil {
 		return false
 	}
 	s := res.slot
 	if c := &rt.loads[s]; c.gen() != res.gen {
 		return false // the replica left since
+	}
+	if completionTokens > 0 && res.nblocks > 0 && !rt.opt.NoReplyCharge && res.replied.CompareAndSwap(false, true) {
+		// What the engine caches past the fingerprinted prompt: the
+		// reply, and the prompt's partial last block (in the index's
+		// estimated tokens, as cachedTokens below).
+		reply := int64(completionTokens)
+		if promptTokens > 0 && res.prompt > 0 {
+			reply = reply * int64(res.prompt) / int64(promptTokens)
+		}
+		rt.idx.Replied(res.last, s, int((int64(res.prompt)+reply)/int64(rt.cfg.BlockTokens))-int(res.nblocks))
+	}
+	if res.precise || cachedTokens < 0 || !res.observed.CompareAndSwap(false, true) {
+		return false
 	}
 	cached := int64(cachedTokens)
 	if promptTokens > 0 && res.prompt > 0 {

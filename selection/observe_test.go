@@ -20,13 +20,13 @@ func TestObserveLearnsHorizon(t *testing.T) {
 	}
 	// The engine held 2 of the 8 blocks: block 2 was evicted at age
 	// 27 - 5 = 22 (a[7] was 27 blocks old when routed).
-	if !rt.Observe(r, 0, 2*16) {
+	if !rt.Observe(r, 0, 2*16, 0) {
 		t.Fatal("a shortfall changed nothing")
 	}
 	if h := rt.Index().Horizon(s0); h != 22 {
 		t.Fatalf("horizon %d, want 22", h)
 	}
-	if rt.Observe(r, 0, 2*16) {
+	if rt.Observe(r, 0, 2*16, 0) {
 		t.Fatal("a reservation was observed twice")
 	}
 	// After Route's learn (clock 36), b[j] is 8+j blocks old: j >= 14 dropped.
@@ -45,7 +45,7 @@ func TestObserveLearnsHorizon(t *testing.T) {
 
 	// The engine reports more than the index kept: the horizon doubles.
 	_, r = rt.Route(features(rt.Config(), b, 0), cands, NewScratch(1), nil, &res)
-	if !rt.Observe(r, 0, 20*16) || rt.Index().Horizon(s0) != 44 {
+	if !rt.Observe(r, 0, 20*16, 0) || rt.Index().Horizon(s0) != 44 {
 		t.Fatalf("after a surplus: horizon %d, want 44", rt.Index().Horizon(s0))
 	}
 	r.Release()
@@ -53,7 +53,7 @@ func TestObserveLearnsHorizon(t *testing.T) {
 	// While the horizon was 22, routing b dropped a past its second
 	// block; the engine still held all of a: trusted, the horizon doubles.
 	_, r = rt.Route(features(rt.Config(), a, 0), cands, NewScratch(1), nil, &res)
-	if r.predicted != 2 || !rt.Observe(r, 0, 8*16) || rt.Index().Horizon(s0) != 88 {
+	if r.predicted != 2 || !rt.Observe(r, 0, 8*16, 0) || rt.Index().Horizon(s0) != 88 {
 		t.Fatalf("predicted %d blocks, horizon %d; want 2, 88", r.predicted, rt.Index().Horizon(s0))
 	}
 	r.Release()
@@ -61,7 +61,7 @@ func TestObserveLearnsHorizon(t *testing.T) {
 	// Engine token counts are scaled to the index's estimated tokens: a
 	// prompt the engine counts as twice as long, fully cached, confirms.
 	_, r = rt.Route(features(rt.Config(), a, 0), cands, NewScratch(1), nil, &res)
-	if r.predicted != 8 || rt.Observe(r, 2*8*16, 2*8*16) {
+	if r.predicted != 8 || rt.Observe(r, 2*8*16, 2*8*16, 0) {
 		t.Fatalf("a confirmed prediction changed the index (predicted %d)", r.predicted)
 	}
 	r.Release()
@@ -82,13 +82,13 @@ func TestObserveIgnoresPreciseAndDeparted(t *testing.T) {
 	if d.Index != 0 || !d.Precise {
 		t.Fatalf("decision %+v, want the precise candidate 0", d)
 	}
-	if rt.Observe(r, 0, 0) {
+	if rt.Observe(r, 0, 0, 0) {
 		t.Fatal("a precise decision was corrected by Observe")
 	}
 	r.Release()
 	_, r = rt.Route(features(rt.Config(), a, 0), cands, NewScratch(2), nil, &res)
 	rt.Unregister(rt.Key(r.Slot()))
-	if rt.Observe(r, 0, 0) {
+	if rt.Observe(r, 0, 0, 0) {
 		t.Fatal("a departed replica's answer was observed")
 	}
 }

@@ -381,11 +381,19 @@ type Options struct {
 	// SubsetFloor is the least in-flight requests SubsetGuard's limit
 	// allows (not above the busy guard's): 0 is DefaultSubsetFloor.
 	SubsetFloor float64
+	// NoReplyCharge leaves replies out of the index's per-replica LRU (the
+	// rule before): Observe's completion tokens are not charged (see
+	// Index.Replied).
+	NoReplyCharge bool
+	// ReplyKeep keeps a reply's charge when the next turn extends its
+	// prompt on the same replica (experiment; see Index.Replied).
+	ReplyKeep bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
 // and live load.
 func (rt *Router) WithOptions(o Options) *Router {
+	rt.idx.keepReplies = o.ReplyKeep // experiment
 	return &Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}
 }
 
@@ -1049,6 +1057,11 @@ type Reservation struct {
 	prompt    int32
 	precise   bool
 	observed  atomic.Bool
+	// The prompt's last block key and full blocks, which its reply's
+	// charge hangs off (Index.Replied); replied once charged.
+	last    uint64
+	nblocks int32
+	replied atomic.Bool
 
 	// The prompt's block keys at four depths (its whole length, 15/16,
 	// 3/4 and 1/2 of it, in blocks), by which a later prompt that shares
@@ -1090,6 +1103,8 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
 	r.state.Store(0)
 	r.observed.Store(false)
+	r.last, r.nblocks = 0, 0
+	r.replied.Store(false)
 }
 
 // maxChainScan bounds how many of a replica's in-flight reservations,

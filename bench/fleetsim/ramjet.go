@@ -213,6 +213,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			if x == 0 {
 				setup.Options.SubsetGuard = -1 // none
 			}
+		case "noreply":
+			setup.Options.NoReplyCharge = true
+		case "replykeep":
+			setup.Options.ReplyKeep = true
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
@@ -421,12 +425,18 @@ func (p *Ramjet) Observe(r *Request, _ int, u engine.Usage) {
 		return
 	}
 	if res, ok := p.res[r.Row.ID]; ok {
-		p.rt.Observe(res, u.PromptTokens, u.CachedTokens)
+		p.rt.Observe(res, u.PromptTokens, u.CachedTokens, 0)
 	}
 }
 
+// Done releases r's reservation after feeding its answer's completion
+// tokens back (Router.Observe charges the reply to the index), as the
+// module does at each response's end from its usage.
 func (p *Ramjet) Done(r *Request, _ int) {
 	if res, ok := p.res[r.Row.ID]; ok {
+		if !p.setup.NoObserve {
+			p.rt.Observe(res, len(r.Prompt), -1, r.Row.Output)
+		}
 		res.Release()
 		delete(p.res, r.Row.ID)
 	}
