@@ -92,3 +92,69 @@ func TestObserveIgnoresPreciseAndDeparted(t *testing.T) {
 		t.Fatal("a departed replica's answer was observed")
 	}
 }
+
+// The engine caches a reply's blocks beside its prompt's (vLLM caches a
+// sequence's generated full blocks, SGLang inserts input and output ids):
+// Observe's completion tokens take room in the replica's modelled cache,
+// so older prompts are presumed evicted as the engine evicts them. When
+// the next turn extends the prompt on that replica, its own blocks cover
+// the reply, which stops counting twice.
+func TestObserveChargesReply(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	tests := []struct {
+		name      string
+		opt       Options
+		wantHeld  int64 // after a and its reply
+		wantDepth int32 // a's depth once b is learned past the capacity
+	}{
+		{"charged", Options{}, 14, 6},
+		{"off", Options{NoReplyCharge: true}, 8, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base, cands := newTestRouter(t, c, 1)
+			rt := base.WithOptions(tt.opt)
+			s0 := cands[0].Slot
+			rt.SetCapacity(s0, 20*16)
+			a, b := blocksOf(1, 8), blocksOf(2, 8)
+			var res Reservation
+			_, r := rt.Route(features(rt.Config(), a, 0), cands, NewScratch(1), nil, &res)
+			// The engine counts 256 prompt tokens where the index
+			// estimated 128: its 192 completion tokens are 96 of the
+			// index's, 6 blocks.
+			rt.Observe(r, 256, 8*16, 0)
+			rt.Observe(r, 256, -1, 192)
+			rt.Observe(r, 256, -1, 192) // charged once
+			r.Release()
+			if got := rt.Index().Held(s0); got != tt.wantHeld {
+				t.Fatalf("holds %d blocks after a's answer, want %d", got, tt.wantHeld)
+			}
+			rt.Learn(&Features{Blocks: b}, s0)
+			var interest mask
+			interest.Add(s0)
+			var depth [MaxReplicas]int32
+			rt.Index().Depths(a, interest, &depth)
+			if depth[s0] != tt.wantDepth {
+				t.Fatalf("a's depth %d after b, want %d", depth[s0], tt.wantDepth)
+			}
+		})
+	}
+
+	rt, cands := newTestRouter(t, c, 1)
+	s0 := cands[0].Slot
+	turn1, turn2 := blocksOf(3, 8), blocksOf(3, 14)
+	var res Reservation
+	_, r := rt.Route(features(rt.Config(), turn1, 0), cands, NewScratch(1), nil, &res)
+	rt.Observe(r, 0, -1, 6*16)
+	r.Release()
+	if got := rt.Index().Held(s0); got != 14 {
+		t.Fatalf("holds %d blocks after turn 1's answer, want 14", got)
+	}
+	_, r = rt.Route(features(rt.Config(), turn2, 0), cands, NewScratch(1), nil, &res)
+	if r.predicted != 8 {
+		t.Fatalf("turn 2 predicted %d blocks, want 8", r.predicted)
+	}
+	if got := rt.Index().Held(s0); got != 14 {
+		t.Fatalf("holds %d blocks after turn 2 extended turn 1, want 14 (the reply counted once)", got)
+	}
+}
