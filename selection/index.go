@@ -123,8 +123,6 @@ type Index struct {
 
 	warmSink uint32 // keeps warm's loads
 
-	keepReplies bool // Options.ReplyKeep (experiment)
-
 	evictions atomic.Uint64 // blocks evicted by the budget
 	dropped   atomic.Uint64 // pairs dropped by capacity or horizon
 	entries   atomic.Int64  // live blocks
@@ -698,10 +696,6 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 			}
 		}
 	}
-	if probe > 0 && probe < len(blocks) && !x.keepReplies {
-		// The prompt extends one s held: its blocks cover that one's reply.
-		x.dropReply(blocks[probe-1], s)
-	}
 	// A prompt sent to s before (a resent or extended conversation) is
 	// often a run of consecutive pairs of s's list already, in the order
 	// the touches would leave it: those are moved as one (touchRun).
@@ -731,9 +725,9 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 // off the prompt's last block (tail) that no prompt holds: they count
 // against s's capacity and age in its LRU list like a prompt's blocks, so
 // the index presumes evicted what the engine evicts to hold replies. When
-// the next turn of a conversation extends the prompt on s, its own blocks
-// cover the reply and learn drops these (Options.ReplyKeep: it keeps
-// them).
+// the next turn of a conversation extends the prompt on s and the engine
+// reports that it reused the reply, its own blocks cover the reply:
+// DropReply drops these (Router.Observe).
 func (x *Index) Replied(tail uint64, s Slot, n int) {
 	if n <= 0 || s < 0 {
 		return
@@ -755,8 +749,13 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 // last block is tail (Replied).
 func replyKey(tail uint64, i int) uint64 { return mix64(tail^0x5bd1e9955bd1e995) + uint64(i) }
 
-// dropReply drops s's reply blocks keyed off tail (write lock held).
-func (x *Index) dropReply(tail uint64, s Slot) {
+// DropReply drops s's reply blocks keyed off tail (Replied).
+func (x *Index) DropReply(tail uint64, s Slot) {
+	if s < 0 {
+		return
+	}
+	x.lock()
+	defer x.mu.Unlock()
 	for i := 0; ; i++ {
 		_, e := x.findBlock(replyKey(tail, i))
 		if e == 0 {

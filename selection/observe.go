@@ -83,6 +83,12 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			return true
 		}
 	case got > want+1:
+		if res.held != 0 && !rt.opt.ReplyKeep {
+			// The engine held more than the prompt the index predicted:
+			// it reused that prompt's cached reply, which this prompt's
+			// blocks now cover.
+			rt.idx.DropReply(res.held, s)
+		}
 		if h := rt.idx.Horizon(s); h > 0 {
 			rt.idx.SetHorizon(s, 2*h)
 			return true

@@ -140,21 +140,38 @@ func TestObserveChargesReply(t *testing.T) {
 		})
 	}
 
-	rt, cands := newTestRouter(t, c, 1)
-	s0 := cands[0].Slot
-	turn1, turn2 := blocksOf(3, 8), blocksOf(3, 14)
-	var res Reservation
-	_, r := rt.Route(features(rt.Config(), turn1, 0), cands, NewScratch(1), nil, &res)
-	rt.Observe(r, 0, -1, 6*16)
-	r.Release()
-	if got := rt.Index().Held(s0); got != 14 {
-		t.Fatalf("holds %d blocks after turn 1's answer, want 14", got)
-	}
-	_, r = rt.Route(features(rt.Config(), turn2, 0), cands, NewScratch(1), nil, &res)
-	if r.predicted != 8 {
-		t.Fatalf("turn 2 predicted %d blocks, want 8", r.predicted)
-	}
-	if got := rt.Index().Held(s0); got != 14 {
-		t.Fatalf("holds %d blocks after turn 2 extended turn 1, want 14 (the reply counted once)", got)
+	// The next turn extends turn 1's prompt on the replica. An engine that
+	// reused the reply reports more cached than the index predicted (the
+	// reply's blocks): the charge goes, turn 2's own blocks cover it. One
+	// that did not (a reply the next prompt does not render as generated)
+	// still holds both.
+	for _, tt := range []struct {
+		name     string
+		cached   int
+		wantHeld int64
+	}{
+		{"reused", 14 * 16, 14},
+		{"not reused", 8 * 16, 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rt, cands := newTestRouter(t, c, 1)
+			s0 := cands[0].Slot
+			turn1, turn2 := blocksOf(3, 8), blocksOf(3, 14)
+			var res Reservation
+			_, r := rt.Route(features(rt.Config(), turn1, 0), cands, NewScratch(1), nil, &res)
+			rt.Observe(r, 0, -1, 6*16)
+			r.Release()
+			if got := rt.Index().Held(s0); got != 14 {
+				t.Fatalf("holds %d blocks after turn 1's answer, want 14", got)
+			}
+			_, r = rt.Route(features(rt.Config(), turn2, 0), cands, NewScratch(1), nil, &res)
+			if r.predicted != 8 {
+				t.Fatalf("turn 2 predicted %d blocks, want 8", r.predicted)
+			}
+			rt.Observe(r, 0, tt.cached, 0)
+			if got := rt.Index().Held(s0); got != tt.wantHeld {
+				t.Fatalf("holds %d blocks after turn 2's answer, want %d", got, tt.wantHeld)
+			}
+		})
 	}
 }

@@ -74,6 +74,9 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 	if n := len(f.Blocks); n > 0 {
 		res.last, res.nblocks = f.Blocks[n-1], int32(n)
 	}
+	if predicted > 0 {
+		res.held = f.Blocks[predicted-1]
+	}
 	if precise {
 		a.Decided(f, cands, d, s)
 	}

@@ -393,7 +393,6 @@ type Options struct {
 // WithOptions returns a Router applying o that shares rt's index, registry
 // and live load.
 func (rt *Router) WithOptions(o Options) *Router {
-	rt.idx.keepReplies = o.ReplyKeep // experiment
 	return &Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}
 }
 
@@ -1058,10 +1057,12 @@ type Reservation struct {
 	precise   bool
 	observed  atomic.Bool
 	// The prompt's last block key and full blocks, which its reply's
-	// charge hangs off (Index.Replied); replied once charged.
-	last    uint64
-	nblocks int32
-	replied atomic.Bool
+	// charge hangs off (Index.Replied); replied once charged. held is the
+	// key of the deepest block predicted held (0 none): the end of an
+	// earlier prompt this one may extend, whose reply it may reuse.
+	last, held uint64
+	nblocks    int32
+	replied    atomic.Bool
 
 	// The prompt's block keys at four depths (its whole length, 15/16,
 	// 3/4 and 1/2 of it, in blocks), by which a later prompt that shares
@@ -1103,7 +1104,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
 	r.state.Store(0)
 	r.observed.Store(false)
-	r.last, r.nblocks = 0, 0
+	r.last, r.held, r.nblocks = 0, 0, 0
 	r.replied.Store(false)
 }
 
