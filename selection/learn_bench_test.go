@@ -135,3 +135,23 @@ func BenchmarkRouteUncachedParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplied is the charge of one answer's reply (Observe's
+// completion tokens at a response's end): 16 blocks (1,024 tokens at the
+// default block size) on one of 8 replicas whose capacity is full, so
+// that each charge also drops as many old beliefs.
+func BenchmarkReplied(b *testing.B) {
+	x := NewIndex(256 << 20)
+	for s := range Slot(8) {
+		x.SetCapacity(s, 4096)
+	}
+	for i := range 64 {
+		x.Learn(blocksOf(uint64(i+1), 512), Slot(i%8))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		x.Replied(uint64(i), Slot(i%8), 16)
+		i++
+	}
+}

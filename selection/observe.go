@@ -2,11 +2,28 @@ package selection
 
 // Observe feeds the engine's answer back into the approximate index: the
 // engine's own count of the request's prompt tokens (promptTokens, 0 when
-// unknown) and of those it served from its prefix cache (cachedTokens,
+// unknown), of those it served from its prefix cache (cachedTokens,
 // usage.prompt_tokens_details.cached_tokens of an OpenAI-compatible
-// response, or the first chunk's). res is the request's reservation from
-// Route, before or after its Release; each reservation is observed once.
-// It reports whether the answer changed what the index believes.
+// response, or the first chunk's; negative when not known yet) and of
+// the tokens it generated (completionTokens, 0 when not known yet). res
+// is the request's reservation from Route, before or after its Release;
+// each of the two counts is taken once, in one call or two (the fleet
+// simulation passes the cached count at the first token, the completion
+// at the end). It reports whether the cached count changed what the index
+// believes.
+//
+// The completion is charged to the replica (Index.Replied): the engine
+// caches the reply's blocks beside the prompt's (vLLM caches a sequence's
+// full generated blocks; SGLang's cache_finished_req inserts its input and
+// output ids), so they take room the index's model of its cache must
+// count, or the index believes prompts held that the engine evicted to
+// make that room (bench/EXPERIMENTS.md, section 24c). When a later prompt
+// extends this one on the replica and the engine reports more cached than
+// the index predicted, the engine reused the reply (the next turn renders
+// it as generated) and its charge goes: that prompt's own blocks count it.
+// Where replies are not rendered back as generated (reasoning stripped,
+// a trace's synthetic turns), the charge stays until it ages out, as the
+// engine's blocks do.
 //
 // Route recorded what the index predicted the replica held of the prompt
 // and how long ago (in blocks sent to the replica since) the deepest of
