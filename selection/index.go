@@ -738,9 +738,41 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 	if c := x.reps[s].capacity; c > 0 {
 		n = int(min(int64(n), c))
 	}
-	for i := n; i > 0; {
-		i--
+	// The engine releases a finished sequence's blocks deepest first, so
+	// its reply's are the first of them it evicts: they go right behind
+	// the prompt's last block in s's list (at its tail when s no longer
+	// holds it), stamped as it is, the first reply block nearest.
+	anchor := uint32(0)
+	if _, e := x.findBlock(tail); e != 0 {
+		anchor = x.pairOf(e, s)
+	}
+	r := &x.reps[s]
+	for k := 0; k < n; k++ {
+		i := k
+		if anchor != 0 {
+			i = n - 1 - k
+		}
 		x.touch(replyKey(tail, i), s)
+		pe := r.head
+		at, stamp := anchor, int64(0)
+		if at == 0 {
+			at = r.tail
+		}
+		if at == pe {
+			continue // the list's only pair
+		}
+		if at != 0 {
+			stamp = x.pairs[at-1].stamp
+		}
+		x.unlinkPair(pe)
+		p, a := &x.pairs[pe-1], &x.pairs[at-1]
+		p.stamp, p.prev, p.next = stamp, at, a.next
+		if a.next != 0 {
+			x.pairs[a.next-1].prev = pe
+		} else {
+			r.tail = pe
+		}
+		a.next = pe
 	}
 	x.bound(s)
 }

@@ -104,11 +104,13 @@ func TestObserveChargesReply(t *testing.T) {
 	tests := []struct {
 		name      string
 		opt       Options
-		wantHeld  int64 // after a and its reply
-		wantDepth int32 // a's depth once b is learned past the capacity
+		wantHeld  int64 // after a's answer
+		wantDepth int32 // the older prompt z's depth then
 	}{
-		{"charged", Options{}, 14, 6},
-		{"off", Options{NoReplyCharge: true}, 8, 8},
+		// 8 blocks of z, 8 of a, 6 of a's reply past the capacity of 20:
+		// z's last 2 presumed evicted.
+		{"charged", Options{}, 20, 6},
+		{"off", Options{NoReplyCharge: true}, 16, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +118,8 @@ func TestObserveChargesReply(t *testing.T) {
 			rt := base.WithOptions(tt.opt)
 			s0 := cands[0].Slot
 			rt.SetCapacity(s0, 20*16)
-			a, b := blocksOf(1, 8), blocksOf(2, 8)
+			z, a := blocksOf(1, 8), blocksOf(2, 8)
+			rt.Learn(&Features{Blocks: z}, s0)
 			var res Reservation
 			_, r := rt.Route(features(rt.Config(), a, 0), cands, NewScratch(1), nil, &res)
 			// The engine counts 256 prompt tokens where the index
@@ -129,13 +132,20 @@ func TestObserveChargesReply(t *testing.T) {
 			if got := rt.Index().Held(s0); got != tt.wantHeld {
 				t.Fatalf("holds %d blocks after a's answer, want %d", got, tt.wantHeld)
 			}
-			rt.Learn(&Features{Blocks: b}, s0)
 			var interest mask
 			interest.Add(s0)
 			var depth [MaxReplicas]int32
-			rt.Index().Depths(a, interest, &depth)
+			rt.Index().Depths(z, interest, &depth)
 			if depth[s0] != tt.wantDepth {
-				t.Fatalf("a's depth %d after b, want %d", depth[s0], tt.wantDepth)
+				t.Fatalf("z's depth %d after a's answer, want %d", depth[s0], tt.wantDepth)
+			}
+			// The reply's blocks are the first of a's the engine evicts
+			// (it releases a sequence's blocks deepest first): a third
+			// prompt takes the rest of z, then the reply, then a.
+			rt.Learn(&Features{Blocks: blocksOf(4, 8+int(tt.wantHeld-16))}, s0)
+			rt.Index().Depths(a, interest, &depth)
+			if depth[s0] != 8 {
+				t.Fatalf("a's depth %d, want 8: its reply goes first", depth[s0])
 			}
 		})
 	}

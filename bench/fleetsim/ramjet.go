@@ -104,6 +104,10 @@ type RamjetSetup struct {
 	// this policy did not reserve to the router's (ScrapeEngines), as the
 	// module's engine_metrics does.
 	EngineLoad time.Duration
+	// ReLearn learns the prompt again at the end (experiment: the engine's
+	// LRU recency is at release).
+	ReLearn      bool
+	ReLearnBelow float64
 }
 
 // ramjetVariants are the ramjet variants NewPolicy knows beside the
@@ -215,6 +219,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			}
 		case "noreply":
 			setup.Options.NoReplyCharge = true
+		case "relearn":
+			setup.ReLearn = true
+		case "rlb":
+			setup.ReLearnBelow = x
 		case "replykeep":
 			setup.Options.ReplyKeep = true
 		case "firsttie":
@@ -432,8 +440,12 @@ func (p *Ramjet) Observe(r *Request, _ int, u engine.Usage) {
 // Done releases r's reservation after feeding its answer's completion
 // tokens back (Router.Observe charges the reply to the index), as the
 // module does at each response's end from its usage.
-func (p *Ramjet) Done(r *Request, _ int) {
+func (p *Ramjet) Done(r *Request, rep int) {
 	if res, ok := p.res[r.Row.ID]; ok {
+		if sl := p.cands[rep].Slot; p.setup.ReLearn && (p.setup.ReLearnBelow == 0 || float64(p.rt.Resident(sl)) < p.setup.ReLearnBelow*float64(p.rt.Capacity(sl))) {
+			p.features(r)
+			p.rt.Learn(p.f, p.cands[rep].Slot)
+		}
 		if !p.setup.NoObserve {
 			p.rt.Observe(res, len(r.Prompt), -1, r.Row.Output)
 		}
