@@ -2,7 +2,6 @@ package module
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
@@ -47,26 +46,4 @@ func TestAnswerCorrectsIndex(t *testing.T) {
 		t.Fatalf("chat: %s: %s", resp.Status, b)
 	}
 	eventually(t, "the eviction learned from the answer", func() bool { return f.Base().Index().Horizon(slot) > 0 })
-}
-
-// TestAnswerChargesReply: an answer's completion tokens reach the index
-// (Router.Observe through the metrics observer), which charges the reply
-// the engine now caches to the replica's modelled cache.
-func TestAnswerChargesReply(t *testing.T) {
-	ss := startSims(t, 1, enginesim.Options{Instant: true, Engine: engine.Config{CapacityTokens: 1 << 20, BlockSize: 16}})
-	c := startObsCaddy(t, ss.dials(), obsOpts{})
-	body := strings.Replace(chatBody("qwen3-8b", false, [2]string{"system", longText("reply", 4000)}, [2]string{"user", "hello"}),
-		`"max_tokens":16`, `"max_tokens":1024`, 1)
-	f := lookupFleet("")
-	resp, b := c.chat(body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("chat: %s: %s", resp.Status, b)
-	}
-	slot, ok := f.Base().Lookup(ss[0].Addr())
-	if !ok {
-		t.Fatal("engine not registered")
-	}
-	// The prompt's ~1,000 estimated tokens are 15 blocks of 64; its reply
-	// of 1,024 tokens (scaled to the estimate) some 15 more.
-	eventually(t, "the reply charged", func() bool { return f.Base().Index().Held(slot) >= 25 })
 }

@@ -12,7 +12,8 @@ package selection
 // at the end). It reports whether the cached count changed what the index
 // believes.
 //
-// The completion is charged to the replica (Index.Replied): the engine
+// With Options.ReplyCharge, the completion is charged to the replica
+// (Index.Replied; off by default, see there): the engine
 // caches the reply's blocks beside the prompt's (vLLM caches a sequence's
 // full generated blocks; SGLang's cache_finished_req inserts its input and
 // output ids), so they take room the index's model of its cache must
@@ -62,7 +63,7 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 	if c := &rt.loads[s]; c.gen() != res.gen {
 		return false // the replica left since
 	}
-	if completionTokens > 0 && res.nblocks > 0 && !rt.opt.NoReplyCharge && res.replied.CompareAndSwap(false, true) {
+	if completionTokens > 0 && res.nblocks > 0 && rt.opt.ReplyCharge && res.replied.CompareAndSwap(false, true) {
 		// What the engine caches past the fingerprinted prompt: the
 		// reply, and the prompt's partial last block (in the index's
 		// estimated tokens, as cachedTokens below).
@@ -100,7 +101,7 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			return true
 		}
 	case got > want+1:
-		if res.held != 0 && !rt.opt.ReplyKeep {
+		if res.held != 0 && rt.opt.ReplyCharge {
 			// The engine held more than the prompt the index predicted:
 			// it reused that prompt's cached reply, which this prompt's
 			// blocks now cover.

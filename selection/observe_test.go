@@ -95,10 +95,11 @@ func TestObserveIgnoresPreciseAndDeparted(t *testing.T) {
 
 // The engine caches a reply's blocks beside its prompt's (vLLM caches a
 // sequence's generated full blocks, SGLang inserts input and output ids):
-// Observe's completion tokens take room in the replica's modelled cache,
-// so older prompts are presumed evicted as the engine evicts them. When
-// the next turn extends the prompt on that replica, its own blocks cover
-// the reply, which stops counting twice.
+// with Options.ReplyCharge, Observe's completion tokens take room in the
+// replica's modelled cache, so older prompts are presumed evicted as the
+// engine evicts them. When the next turn extends the prompt on that
+// replica and the engine reports that it reused the reply, the next
+// turn's own blocks cover the reply, which stops counting twice.
 func TestObserveChargesReply(t *testing.T) {
 	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
 	tests := []struct {
@@ -109,8 +110,8 @@ func TestObserveChargesReply(t *testing.T) {
 	}{
 		// 8 blocks of z, 8 of a, 6 of a's reply past the capacity of 20:
 		// z's last 2 presumed evicted.
-		{"charged", Options{}, 20, 6},
-		{"off", Options{NoReplyCharge: true}, 16, 8},
+		{"charged", Options{ReplyCharge: true}, 20, 6},
+		{"off", Options{}, 16, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,7 +165,8 @@ func TestObserveChargesReply(t *testing.T) {
 		{"not reused", 8 * 16, 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			rt, cands := newTestRouter(t, c, 1)
+			base, cands := newTestRouter(t, c, 1)
+			rt := base.WithOptions(Options{ReplyCharge: true})
 			s0 := cands[0].Slot
 			turn1, turn2 := blocksOf(3, 8), blocksOf(3, 14)
 			var res Reservation

@@ -381,13 +381,15 @@ type Options struct {
 	// SubsetFloor is the least in-flight requests SubsetGuard's limit
 	// allows (not above the busy guard's): 0 is DefaultSubsetFloor.
 	SubsetFloor float64
-	// NoReplyCharge leaves replies out of the index's per-replica LRU (the
-	// rule before): Observe's completion tokens are not charged (see
-	// Index.Replied).
-	NoReplyCharge bool
-	// ReplyKeep keeps a reply's charge when the next turn extends its
-	// prompt on the same replica (experiment; see Index.Replied).
-	ReplyKeep bool
+	// ReplyCharge charges each answer's completion tokens to the index's
+	// model of the replica's cache (Observe, Index.Replied), as the engine
+	// caches the reply's blocks beside the prompt's. Off: measured, it
+	// removes most of the index's mispredictions under a reduced cache
+	// but costs the smallest caches more than it gains (a fleet there
+	// does better on beliefs that outlive the engine's, which keep a
+	// group on the replica its running requests pin it to):
+	// bench/EXPERIMENTS.md, section 27 (press10).
+	ReplyCharge bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry

@@ -104,10 +104,6 @@ type RamjetSetup struct {
 	// this policy did not reserve to the router's (ScrapeEngines), as the
 	// module's engine_metrics does.
 	EngineLoad time.Duration
-	// ReLearn learns the prompt again at the end (experiment: the engine's
-	// LRU recency is at release).
-	ReLearn      bool
-	ReLearnBelow float64
 }
 
 // ramjetVariants are the ramjet variants NewPolicy knows beside the
@@ -127,7 +123,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // context_weight, pw pair_weight, ow overflow_weight (0: none), outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, obsall (Options.ObserveShadowed),
-// nochain (Options.NoChainDedup), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
+// nochain (Options.NoChainDedup), reply (Options.ReplyCharge), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
 // floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
@@ -217,14 +213,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			if x == 0 {
 				setup.Options.SubsetGuard = -1 // none
 			}
-		case "noreply":
-			setup.Options.NoReplyCharge = true
-		case "relearn":
-			setup.ReLearn = true
-		case "rlb":
-			setup.ReLearnBelow = x
-		case "replykeep":
-			setup.Options.ReplyKeep = true
+		case "reply":
+			setup.Options.ReplyCharge = true
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
@@ -440,12 +430,8 @@ func (p *Ramjet) Observe(r *Request, _ int, u engine.Usage) {
 // Done releases r's reservation after feeding its answer's completion
 // tokens back (Router.Observe charges the reply to the index), as the
 // module does at each response's end from its usage.
-func (p *Ramjet) Done(r *Request, rep int) {
+func (p *Ramjet) Done(r *Request, _ int) {
 	if res, ok := p.res[r.Row.ID]; ok {
-		if sl := p.cands[rep].Slot; p.setup.ReLearn && (p.setup.ReLearnBelow == 0 || float64(p.rt.Resident(sl)) < p.setup.ReLearnBelow*float64(p.rt.Capacity(sl))) {
-			p.features(r)
-			p.rt.Learn(p.f, p.cands[rep].Slot)
-		}
 		if !p.setup.NoObserve {
 			p.rt.Observe(res, len(r.Prompt), -1, r.Row.Output)
 		}
