@@ -727,7 +727,7 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 // the index presumes evicted what the engine evicts to hold replies. When
 // the next turn of a conversation extends the prompt on s and the engine
 // reports that it reused the reply, its own blocks cover the reply:
-// DropReply drops these (Router.Observe).
+// Router.Observe drops these.
 func (x *Index) Replied(tail uint64, s Slot, n int) {
 	if n <= 0 || s < 0 {
 		return
@@ -781,8 +781,8 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 // last block is tail (Replied).
 func replyKey(tail uint64, i int) uint64 { return mix64(tail^0x5bd1e9955bd1e995) + uint64(i) }
 
-// DropReply drops s's reply blocks keyed off tail (Replied).
-func (x *Index) DropReply(tail uint64, s Slot) {
+// dropReply drops s's reply blocks keyed off tail (Replied).
+func (x *Index) dropReply(tail uint64, s Slot) {
 	if s < 0 {
 		return
 	}

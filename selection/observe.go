@@ -12,13 +12,13 @@ package selection
 // at the end). It reports whether the cached count changed what the index
 // believes.
 //
-// With Options.ReplyCharge, the completion is charged to the replica
-// (Index.Replied; off by default, see there): the engine
-// caches the reply's blocks beside the prompt's (vLLM caches a sequence's
-// full generated blocks; SGLang's cache_finished_req inserts its input and
-// output ids), so they take room the index's model of its cache must
-// count, or the index believes prompts held that the engine evicted to
-// make that room (bench/EXPERIMENTS.md, section 24c). When a later prompt
+// With Options.ReplyCharge (off by default, see there), the completion is
+// charged to the replica (Index.Replied): the engine caches the reply's
+// blocks beside the prompt's (vLLM caches a sequence's full generated
+// blocks; SGLang's cache_finished_req inserts its input and output ids),
+// so they take room the index's model of its cache must count, or the
+// index believes prompts held that the engine evicted to make that room
+// (bench/EXPERIMENTS.md, sections 24 (23c) and 27). When a later prompt
 // extends this one on the replica and the engine reports more cached than
 // the index predicted, the engine reused the reply (the next turn renders
 // it as generated) and its charge goes: that prompt's own blocks count it.
@@ -105,7 +105,7 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			// The engine held more than the prompt the index predicted:
 			// it reused that prompt's cached reply, which this prompt's
 			// blocks now cover.
-			rt.idx.DropReply(res.held, s)
+			rt.idx.dropReply(res.held, s)
 		}
 		if h := rt.idx.Horizon(s); h > 0 {
 			rt.idx.SetHorizon(s, 2*h)
