@@ -100,15 +100,6 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			rt.idx.SetHorizon(s, age)
 			return true
 		}
-	case rt.opt.HorizonGrow && want > 0 && got+1 >= want && got <= want+1:
-		// Confirmed at the deepest predicted block's age: the engine kept
-		// at least that much; past half the horizon, the horizon doubles
-		// (experiment).
-		learned := rt.idx.settled(&res.learned)
-		if h := rt.idx.Horizon(s); h > 0 && 2*learned >= h {
-			rt.idx.SetHorizon(s, 2*h)
-			return true
-		}
 	case got > want+1:
 		if res.held != 0 && rt.opt.ReplyCharge {
 			// The engine held more than the prompt the index predicted:

@@ -390,9 +390,6 @@ type Options struct {
 	// group on the replica its running requests pin it to):
 	// bench/EXPERIMENTS.md, section 27 (press10).
 	ReplyCharge bool
-	// HorizonGrow doubles a replica's horizon when an answer confirms a
-	// prediction older than half of it (experiment).
-	HorizonGrow bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
