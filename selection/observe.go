@@ -96,9 +96,6 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			break
 		}
 		age := max(1, learned-(want-1-got))
-		if rt.opt.HorizonFactor > 0 {
-			age = int64(float64(age) * rt.opt.HorizonFactor) // experiment
-		}
 		if h := rt.idx.Horizon(s); h == 0 || age < h {
 			rt.idx.SetHorizon(s, age)
 			return true

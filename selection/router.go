@@ -390,8 +390,6 @@ type Options struct {
 	// group on the replica its running requests pin it to):
 	// bench/EXPERIMENTS.md, section 27 (press10).
 	ReplyCharge bool
-	// HorizonFactor scales the horizon a shortfall sets (experiment).
-	HorizonFactor float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry

@@ -215,8 +215,6 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			}
 		case "reply":
 			setup.Options.ReplyCharge = true
-		case "hf":
-			setup.Options.HorizonFactor = x
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
