@@ -102,7 +102,7 @@ func (o *metricsObserver) End(status int, err error) {
 	if x.HasUsage && st.learned != nil && st.fleet != nil {
 		// Learn from the answer: the engine's own count of cached prompt
 		// tokens corrects the index for what it evicted (selection.Observe).
-		st.fleet.Router().Observe(st.learned, int(x.Usage.PromptTokens), int(x.Usage.CachedTokens))
+		st.fleet.Router().Observe(st.learned, int(x.Usage.PromptTokens), int(x.Usage.CachedTokens), int(x.Usage.CompletionTokens))
 	}
 	o.m.Finish(&x, o.modelLbl, !o.selected && o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
 	if st.metrics == o {

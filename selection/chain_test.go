@@ -115,7 +115,7 @@ func TestObserveInflightSkipsUncomputed(t *testing.T) {
 		if b.predicted != 8 {
 			t.Fatalf("%s: predicted %d blocks, want 8", tt.name, b.predicted)
 		}
-		if got := rt.Observe(b, 0, 0); got != tt.wantTrim {
+		if got := rt.Observe(b, 0, 0, 0); got != tt.wantTrim {
 			t.Errorf("%s: Observe of a 0-token hit changed the index: %v, want %v", tt.name, got, tt.wantTrim)
 		}
 		if h := rt.Index().Horizon(cands[0].Slot); (h > 0) != tt.wantTrim {

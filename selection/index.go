@@ -717,6 +717,90 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	return age
 }
 
+// Replied charges slot s with n blocks of a reply: the blocks the engine
+// caches beyond the prompt's fingerprinted ones once it has answered (its
+// output's full blocks, as vLLM caches a sequence's generated blocks and
+// SGLang's cache_finished_req inserts the input and output ids), which
+// take room in its KV cache as the prompt's do. They are n entries keyed
+// off the prompt's last block (tail) that no prompt holds: they count
+// against s's capacity and age in its LRU list like a prompt's blocks, so
+// the index presumes evicted what the engine evicts to hold replies. When
+// the next turn of a conversation extends the prompt on s and the engine
+// reports that it reused the reply, its own blocks cover the reply:
+// Router.Observe drops these.
+func (x *Index) Replied(tail uint64, s Slot, n int) {
+	if n <= 0 || s < 0 {
+		return
+	}
+	x.lock()
+	defer x.mu.Unlock()
+	x.widen(s)
+	if c := x.reps[s].capacity; c > 0 {
+		n = int(min(int64(n), c))
+	}
+	// The engine releases a finished sequence's blocks deepest first, so
+	// its reply's are the first of them it evicts: they go right behind
+	// the prompt's last block in s's list (at its tail when s no longer
+	// holds it), stamped as it is, the first reply block nearest.
+	anchor := uint32(0)
+	if _, e := x.findBlock(tail); e != 0 {
+		anchor = x.pairOf(e, s)
+	}
+	r := &x.reps[s]
+	for k := 0; k < n; k++ {
+		i := k
+		if anchor != 0 {
+			i = n - 1 - k
+		}
+		x.touch(replyKey(tail, i), s)
+		pe := r.head
+		at, stamp := anchor, int64(0)
+		if at == 0 {
+			at = r.tail
+		}
+		if at == pe {
+			continue // the list's only pair
+		}
+		if at != 0 {
+			stamp = x.pairs[at-1].stamp
+		}
+		x.unlinkPair(pe)
+		p, a := &x.pairs[pe-1], &x.pairs[at-1]
+		p.stamp, p.prev, p.next = stamp, at, a.next
+		if a.next != 0 {
+			x.pairs[a.next-1].prev = pe
+		} else {
+			r.tail = pe
+		}
+		a.next = pe
+	}
+	x.bound(s)
+}
+
+// replyKey is the key of the i-th block of the reply to the prompt whose
+// last block is tail (Replied).
+func replyKey(tail uint64, i int) uint64 { return mix64(tail^0x5bd1e9955bd1e995) + uint64(i) }
+
+// dropReply drops s's reply blocks keyed off tail (Replied).
+func (x *Index) dropReply(tail uint64, s Slot) {
+	if s < 0 {
+		return
+	}
+	x.lock()
+	defer x.mu.Unlock()
+	for i := 0; ; i++ {
+		_, e := x.findBlock(replyKey(tail, i))
+		if e == 0 {
+			return
+		}
+		pe := x.pairOf(e, s)
+		if pe == 0 {
+			return
+		}
+		x.dropPair(pe)
+	}
+}
+
 // minRun is the shortest run of blocks learn moves as one.
 const minRun = 4
 

@@ -61,7 +61,7 @@ func BenchmarkRouteUncached(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
-		rt.Observe(r, 0, 0)
+		rt.Observe(r, 0, 0, 0)
 		r.Release()
 		res = Reservation{}
 		i++
@@ -79,7 +79,7 @@ func BenchmarkRouteUncachedQueued(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
-		rt.Observe(r, 0, 0)
+		rt.Observe(r, 0, 0, 0)
 		r.Release()
 		i++
 	}
@@ -103,7 +103,7 @@ func BenchmarkRouteUncachedPath(b *testing.B) {
 				_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
 				b.StopTimer()
 				rt.Index().settle()
-				rt.Observe(r, 0, 0)
+				rt.Observe(r, 0, 0, 0)
 				r.Release()
 				b.StartTimer()
 				i++
@@ -127,11 +127,31 @@ func BenchmarkRouteUncachedParallel(b *testing.B) {
 				var res Reservation
 				for pb.Next() {
 					_, r := rt.Route(prompts[next.Add(1)%64], cands, s, nil, &res)
-					rt.Observe(r, 0, 0)
+					rt.Observe(r, 0, 0, 0)
 					r.Release()
 				}
 			})
 			rt.Index().settle()
 		})
+	}
+}
+
+// BenchmarkReplied is the charge of one answer's reply (Observe's
+// completion tokens at a response's end): 16 blocks (1,024 tokens at the
+// default block size) on one of 8 replicas whose capacity is full, so
+// that each charge also drops as many old beliefs.
+func BenchmarkReplied(b *testing.B) {
+	x := NewIndex(256 << 20)
+	for s := range Slot(8) {
+		x.SetCapacity(s, 4096)
+	}
+	for i := range 64 {
+		x.Learn(blocksOf(uint64(i+1), 512), Slot(i%8))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		x.Replied(uint64(i), Slot(i%8), 16)
+		i++
 	}
 }

@@ -43,11 +43,11 @@ func (r *learnQueueRun) step(t *testing.T, rng *rand.Rand, fams [][]uint64, i in
 	}
 	switch rng.IntN(4) {
 	case 0: // the engine held nothing
-		r.rt.Observe(got, 0, 0)
+		r.rt.Observe(got, 0, 0, 0)
 	case 1: // the engine held all of it
-		r.rt.Observe(got, 0, f.PromptTokens(r.rt.Config()))
+		r.rt.Observe(got, 0, f.PromptTokens(r.rt.Config()), 0)
 	case 2: // some of it
-		r.rt.Observe(got, 0, rng.IntN(f.PromptTokens(r.rt.Config())+1))
+		r.rt.Observe(got, 0, rng.IntN(f.PromptTokens(r.rt.Config())+1), 0)
 	}
 	r.live = append(r.live, got)
 	if len(r.live) > 6 || rng.IntN(3) == 0 {
@@ -133,7 +133,7 @@ func TestLearnQueueConcurrent(t *testing.T) {
 			for i := range 300 {
 				f := features(c, blocksOf(uint64(g*7+i%5+1), 32+i%50), 0)
 				_, r := rt.Route(f, cands, sc, nil, &res)
-				rt.Observe(r, 0, i%3*16)
+				rt.Observe(r, 0, i%3*16, 0)
 				r.Release()
 			}
 		}()
@@ -175,7 +175,7 @@ func TestLearnQueueRouteDoesNotAllocate(t *testing.T) {
 	var res Reservation
 	route := func() {
 		_, got := rt.Route(f, cands, s, nil, &res)
-		rt.Observe(got, 0, 0)
+		rt.Observe(got, 0, 0, 0)
 		got.Release()
 	}
 	for range 50 {

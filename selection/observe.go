@@ -2,11 +2,29 @@ package selection
 
 // Observe feeds the engine's answer back into the approximate index: the
 // engine's own count of the request's prompt tokens (promptTokens, 0 when
-// unknown) and of those it served from its prefix cache (cachedTokens,
+// unknown), of those it served from its prefix cache (cachedTokens,
 // usage.prompt_tokens_details.cached_tokens of an OpenAI-compatible
-// response, or the first chunk's). res is the request's reservation from
-// Route, before or after its Release; each reservation is observed once.
-// It reports whether the answer changed what the index believes.
+// response, or the first chunk's; negative when not known yet) and of
+// the tokens it generated (completionTokens, 0 when not known yet). res
+// is the request's reservation from Route, before or after its Release;
+// each of the two counts is taken once, in one call or two (the fleet
+// simulation passes the cached count at the first token, the completion
+// at the end). It reports whether the cached count changed what the index
+// believes.
+//
+// With Options.ReplyCharge (off by default, see there), the completion is
+// charged to the replica (Index.Replied): the engine caches the reply's
+// blocks beside the prompt's (vLLM caches a sequence's full generated
+// blocks; SGLang's cache_finished_req inserts its input and output ids),
+// so they take room the index's model of its cache must count, or the
+// index believes prompts held that the engine evicted to make that room
+// (bench/EXPERIMENTS.md, sections 24 (23c) and 27). When a later prompt
+// extends this one on the replica and the engine reports more cached than
+// the index predicted, the engine reused the reply (the next turn renders
+// it as generated) and its charge goes: that prompt's own blocks count it.
+// Where replies are not rendered back as generated (reasoning stripped,
+// a trace's synthetic turns), the charge stays until it ages out, as the
+// engine's blocks do.
 //
 // Route recorded what the index predicted the replica held of the prompt
 // and how long ago (in blocks sent to the replica since) the deepest of
@@ -37,13 +55,26 @@ package selection
 // Counts within one block of the prediction confirm it. promptTokens
 // scales cachedTokens to the index's estimated tokens (the index counts
 // tokens estimated from bytes, the engine real ones).
-func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens int) bool {
-	if res == nil || res.rt == nil || res.precise || cachedTokens < 0 || !res.observed.CompareAndSwap(false, true) {
+func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completionTokens int) bool {
+	if res == nil || res.rt == nil {
 		return false
 	}
 	s := res.slot
 	if c := &rt.loads[s]; c.gen() != res.gen {
 		return false // the replica left since
+	}
+	if completionTokens > 0 && res.nblocks > 0 && rt.opt.ReplyCharge && res.replied.CompareAndSwap(false, true) {
+		// What the engine caches past the fingerprinted prompt: the
+		// reply, and the prompt's partial last block (in the index's
+		// estimated tokens, as cachedTokens below).
+		reply := int64(completionTokens)
+		if promptTokens > 0 && res.prompt > 0 {
+			reply = reply * int64(res.prompt) / int64(promptTokens)
+		}
+		rt.idx.Replied(res.last, s, int((int64(res.prompt)+reply)/int64(rt.cfg.BlockTokens))-int(res.nblocks))
+	}
+	if res.precise || cachedTokens < 0 || !res.observed.CompareAndSwap(false, true) {
+		return false
 	}
 	cached := int64(cachedTokens)
 	if promptTokens > 0 && res.prompt > 0 {
@@ -70,6 +101,12 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens int) bool
 			return true
 		}
 	case got > want+1:
+		if res.held != 0 && rt.opt.ReplyCharge {
+			// The engine held more than the prompt the index predicted:
+			// it reused that prompt's cached reply, which this prompt's
+			// blocks now cover.
+			rt.idx.dropReply(res.held, s)
+		}
 		if h := rt.idx.Horizon(s); h > 0 {
 			rt.idx.SetHorizon(s, 2*h)
 			return true

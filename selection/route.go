@@ -71,6 +71,12 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 	}
 	rt.idx.learnOrQueue(f.Blocks, d.Slot, predicted, &res.learned)
 	res.predicted, res.prompt, res.precise = int32(predicted), int32(f.PromptTokens(rt.cfg)), precise && cands[d.Index].Precise
+	if n := len(f.Blocks); n > 0 {
+		res.last, res.nblocks = f.Blocks[n-1], int32(n)
+	}
+	if predicted > 0 {
+		res.held = f.Blocks[predicted-1]
+	}
 	if precise {
 		a.Decided(f, cands, d, s)
 	}

@@ -381,6 +381,15 @@ type Options struct {
 	// SubsetFloor is the least in-flight requests SubsetGuard's limit
 	// allows (not above the busy guard's): 0 is DefaultSubsetFloor.
 	SubsetFloor float64
+	// ReplyCharge charges each answer's completion tokens to the index's
+	// model of the replica's cache (Observe, Index.Replied), as the engine
+	// caches the reply's blocks beside the prompt's. Off: measured, it
+	// removes most of the index's mispredictions under a reduced cache
+	// but costs the smallest caches more than it gains (a fleet there
+	// does better on beliefs that outlive the engine's, which keep a
+	// group on the replica its running requests pin it to):
+	// bench/EXPERIMENTS.md, section 27 (press10).
+	ReplyCharge bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1049,6 +1058,13 @@ type Reservation struct {
 	prompt    int32
 	precise   bool
 	observed  atomic.Bool
+	// The prompt's last block key and full blocks, which its reply's
+	// charge hangs off (Index.Replied); replied once charged. held is the
+	// key of the deepest block predicted held (0 none): the end of an
+	// earlier prompt this one may extend, whose reply it may reuse.
+	last, held uint64
+	nblocks    int32
+	replied    atomic.Bool
 
 	// The prompt's block keys at four depths (its whole length, 15/16,
 	// 3/4 and 1/2 of it, in blocks), by which a later prompt that shares
@@ -1090,6 +1106,8 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
 	r.state.Store(0)
 	r.observed.Store(false)
+	r.last, r.held, r.nblocks = 0, 0, 0
+	r.replied.Store(false)
 }
 
 // maxChainScan bounds how many of a replica's in-flight reservations,

@@ -123,7 +123,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // context_weight, pw pair_weight, ow overflow_weight (0: none), outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, obsall (Options.ObserveShadowed),
-// nochain (Options.NoChainDedup), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
+// nochain (Options.NoChainDedup), reply (Options.ReplyCharge), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
 // floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
@@ -213,6 +213,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			if x == 0 {
 				setup.Options.SubsetGuard = -1 // none
 			}
+		case "reply":
+			setup.Options.ReplyCharge = true
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
@@ -421,12 +423,18 @@ func (p *Ramjet) Observe(r *Request, _ int, u engine.Usage) {
 		return
 	}
 	if res, ok := p.res[r.Row.ID]; ok {
-		p.rt.Observe(res, u.PromptTokens, u.CachedTokens)
+		p.rt.Observe(res, u.PromptTokens, u.CachedTokens, 0)
 	}
 }
 
+// Done releases r's reservation after feeding its answer's completion
+// tokens back (Router.Observe charges the reply to the index), as the
+// module does at each response's end from its usage.
 func (p *Ramjet) Done(r *Request, _ int) {
 	if res, ok := p.res[r.Row.ID]; ok {
+		if !p.setup.NoObserve {
+			p.rt.Observe(res, len(r.Prompt), -1, r.Row.Output)
+		}
 		res.Release()
 		delete(p.res, r.Row.ID)
 	}
