@@ -381,6 +381,14 @@ type Options struct {
 	// SubsetFloor is the least in-flight requests SubsetGuard's limit
 	// allows (not above the busy guard's): 0 is DefaultSubsetFloor.
 	SubsetFloor float64
+	// AgreeBand is the agreement band (agree.go): while the answers show
+	// other instances' placements, the candidate with the highest
+	// rendezvous weight among those scoring within AgreeBand of the best
+	// wins. 0 is DefaultAgreeBand, negative none (the rule before);
+	// AgreeAlways applies it with no other instance seen.
+	AgreeBand   float64
+	AgreeAlways bool
+	AgreeMax    int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -407,7 +415,8 @@ type shared struct {
 	loads  [MaxReplicas]loadCell
 	chains [MaxReplicas]chainList
 
-	spread atomic.Uint64 // this instance's spill position (SetInstance)
+	spread    atomic.Uint64 // this instance's spill position (SetInstance)
+	agreement agreement     // other instances seen in the answers (agree.go)
 
 	// clock is the time since the Router was made (SetClock), read by
 	// the pair term's lingering context.
@@ -957,6 +966,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if rt.opt.SpillBand > 0 {
 			w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
 		}
+	}
+	if band := rt.agreeBand(prompt); band > 0 {
+		w = rt.agree(cands, s, w, best, band, first)
 	}
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.
