@@ -25,7 +25,9 @@ import (
 // agreement band on; then, with its own requests in flight on the replica
 // a fresh instance (p<i>) places a new group's prompt on, b still sends
 // the group's next user there and the engine serves the group's prefix
-// from its cache, while b's view has idler replicas.
+// from its cache, while b's view has idler replicas (its requests there
+// past their first token: a replica still prefilling b's own requests is
+// not a band target).
 func TestE2EAgreementFromAnswers(t *testing.T) {
 	ss := startSims(t, 8, enginesim.Options{TimeScale: 1})
 	const placers = 16
@@ -95,13 +97,17 @@ func TestE2EAgreementFromAnswers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cl := client("b", 5*time.Minute)
-			_, _ = cl.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			st := cl.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
 				Model: "qwen3-8b", Messages: []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("slow %d", i), 800))},
 				MaxTokens: openai.Int(4000),
 			})
+			for st.Next() {
+			}
+			_ = st.Close()
 		}()
 	}
 	inflight := func(s selection.Slot) int64 { n, _ := router("b").Load(s); return n }
+	pending := func(s selection.Slot) int64 { _, p := router("b").Load(s); return p }
 	slot := func(i int) selection.Slot {
 		s, ok := router("b").Lookup(ss[i].Addr())
 		if !ok {
@@ -109,12 +115,12 @@ func TestE2EAgreementFromAnswers(t *testing.T) {
 		}
 		return s
 	}
-	eventually(t, "b's slow requests in flight", func() bool {
-		var n int64
+	eventually(t, "b's slow requests in flight, past their first token", func() bool {
+		var n, p int64
 		for i := range ss {
-			n += inflight(slot(i))
+			n, p = n+inflight(slot(i)), p+pending(slot(i))
 		}
-		return n == slow
+		return n == slow && p == 0
 	})
 
 	// Each fresh instance places a new group's first user where

@@ -79,8 +79,10 @@ func (rt *Router) agreeBand(prompt int) float64 {
 // the same place to the same replica, as long as that replica scores
 // within band of the best in each one's view: a group's first request and
 // its later users, a conversation's turns dealt to different instances.
-// A decision with an exact overlap (the precise path, which sees every
-// instance's placements) is left as it is.
+// A replica still prefilling this instance's own requests is not a band
+// target (only the rule's own pick may be one), and a decision with an
+// exact overlap (the precise path, which sees every instance's
+// placements) is left as it is.
 func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64) int {
 	top := rt.Rendezvous(first, cands[w].Slot)
 	k := w
@@ -93,6 +95,12 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 			return w
 		}
 		if s.Score[i] < best-band {
+			continue
+		}
+		if _, pending := rt.Load(c.Slot); pending > 0 && i != w {
+			// Still computing prompts this instance sent: load it knows
+			// is real and imminent, which a burst of one prefix would
+			// pile onto the replica every instance agrees on.
 			continue
 		}
 		if r := rt.Rendezvous(first, c.Slot); r > top {

@@ -60,9 +60,15 @@ func TestAgreementBand(t *testing.T) {
 	if da.Reason != ReasonCold || da.Tie != TieRendezvous {
 		t.Fatalf("A: %v/%v, want a cold rendezvous pick", da.Reason, da.Tie)
 	}
-	// B's own request (another prompt) in flight on A's pick.
+	// B's own request (another prompt) still prefilling on A's pick: not
+	// a band target (a burst of one prefix would pile onto it).
 	rb := b.Reserve(da.Slot, 2000)
 	defer rb.Release()
+	on := b.WithOptions(Options{AgreeAlways: true})
+	if d := on.Pick(fa, cands, s); d.Slot == da.Slot {
+		t.Fatal("the band sent the prompt to a replica still prefilling B's own request")
+	}
+	// Past its first token: decoding, still B's load there.
 	off := b.WithOptions(Options{AgreeBand: -1, AgreeAlways: true})
 	if d := off.Pick(fa, cands, s); d.Slot == da.Slot {
 		t.Fatalf("B without the band picked A's replica %d despite its own load there", d.Slot)
@@ -70,16 +76,23 @@ func TestAgreementBand(t *testing.T) {
 	if d := b.Pick(fa, cands, s); d.Slot == da.Slot {
 		t.Fatal("the band applied before any answer showed another instance")
 	}
-	on := b.WithOptions(Options{AgreeAlways: true})
+	rb.PrefillDone()
 	if d := on.Pick(fa, cands, s); d.Slot != da.Slot {
 		t.Fatalf("B with the band picked %d, A %d", d.Slot, da.Slot)
 	}
 	// B's load beyond the band: the rule's pick again.
-	rb2 := b.Reserve(da.Slot, DefaultAgreeBand+1000)
+	var rb2 []*Reservation
+	for range DefaultAgreeBand/DefaultRequestCost + 1 {
+		r := b.Reserve(da.Slot, 0)
+		r.PrefillDone()
+		rb2 = append(rb2, r)
+	}
 	if d := on.Pick(fa, cands, s); d.Slot == da.Slot {
 		t.Fatal("the band outweighed load past its width")
 	}
-	rb2.Release()
+	for _, r := range rb2 {
+		r.Release()
+	}
 	// A prompt past AgreeMax, and a precise candidate: left to the rule.
 	short := b.WithOptions(Options{AgreeAlways: true, AgreeMax: 320})
 	if d := short.Pick(fa, cands, s); d.Slot == da.Slot {
