@@ -384,11 +384,14 @@ type Options struct {
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
-	// wins. 0 is DefaultAgreeBand, negative none (the rule before);
-	// AgreeAlways applies it with no other instance seen.
-	AgreeBand   float64
+	// wins. 0 is DefaultAgreeBand, negative none (the rule before).
+	AgreeBand float64
+	// AgreeAlways applies the agreement band with no other instance seen
+	// (experiment).
 	AgreeAlways bool
-	AgreeMax    int
+	// AgreeMax is the longest prompt (tokens) the agreement band applies
+	// to: 0 is DefaultAgreeMax, negative no limit.
+	AgreeMax int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
