@@ -82,6 +82,7 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 	}
 	got := cached / int64(rt.cfg.BlockTokens)
 	want := int64(res.predicted)
+	rt.agreement.observe(got, want, int64(res.prompt)/int64(rt.cfg.BlockTokens))
 	switch {
 	case got+1 < want && res.shadowed && !rt.opt.ObserveShadowed:
 		// A request sharing the prompt was still prefilling on the

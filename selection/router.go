@@ -390,6 +390,17 @@ type Options struct {
 	// group on the replica its running requests pin it to):
 	// bench/EXPERIMENTS.md, section 27 (press10).
 	ReplyCharge bool
+	// AgreeBand is the agreement band (agree.go): while the answers show
+	// other instances' placements, the candidate with the highest
+	// rendezvous weight among those scoring within AgreeBand of the best
+	// wins. 0 is DefaultAgreeBand, negative none (the rule before).
+	AgreeBand float64
+	// AgreeAlways applies the agreement band with no other instance seen
+	// (experiment).
+	AgreeAlways bool
+	// AgreeMax is the longest prompt (tokens) the agreement band applies
+	// to: 0 is DefaultAgreeMax, negative no limit.
+	AgreeMax int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -416,7 +427,8 @@ type shared struct {
 	loads  [MaxReplicas]loadCell
 	chains [MaxReplicas]chainList
 
-	spread atomic.Uint64 // this instance's spill position (SetInstance)
+	spread    atomic.Uint64 // this instance's spill position (SetInstance)
+	agreement agreement     // other instances seen in the answers (agree.go)
 
 	// clock is the time since the Router was made (SetClock), read by
 	// the pair term's lingering context.
@@ -966,6 +978,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if rt.opt.SpillBand > 0 {
 			w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
 		}
+	}
+	if band := rt.agreeBand(prompt); band > 0 {
+		w = rt.agree(cands, s, w, best, band, first)
 	}
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.

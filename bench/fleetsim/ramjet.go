@@ -219,6 +219,15 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.FirstBlockTie = true
 		case "el":
 			setup.EngineLoad = seconds(x)
+		case "agree":
+			setup.Options.AgreeBand = x
+			if x == 0 {
+				setup.Options.AgreeBand = -1 // none
+			}
+		case "agreemax":
+			setup.Options.AgreeMax = int(x)
+		case "agreeall":
+			setup.Options.AgreeAlways = true
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}

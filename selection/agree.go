@@ -1,0 +1,111 @@
+package selection
+
+import "sync/atomic"
+
+// DefaultAgreeBand is the agreement band's width in tokens of score
+// (Options.AgreeBand) once this instance has seen that other instances
+// route to its replicas.
+const DefaultAgreeBand = 16384
+
+// AgreeMemory is how many answers the agreement band stays on after the
+// last one that showed another instance's placement.
+const AgreeMemory = 1024
+
+// DefaultAgreeMax is the longest prompt (tokens) the agreement band
+// applies to.
+const DefaultAgreeMax = 16384
+
+// agreement is what the answers tell about other ramjet instances routing
+// to the same replicas (no KV events: each instance's approximate index
+// learns only the prompts it routed itself).
+type agreement struct {
+	answers atomic.Int64 // answers observed
+	foreign atomic.Int64 // answers counted at the last foreign one; 0: none
+}
+
+// observe counts one answer of a prompt of promptBlocks blocks for which
+// the index predicted want blocks cached and the engine reported got. The
+// engine holding at least two blocks and a quarter of the prompt more than
+// this instance ever sent the replica (a group's prefix, a conversation's
+// earlier turns) is another instance's placement: one instance alone sees
+// such a surplus only from the replies the engine keeps after a prompt
+// (an agent's last output, a few hundred tokens) or from beliefs its
+// horizon dropped.
+func (a *agreement) observe(got, want, promptBlocks int64) {
+	n := a.answers.Add(1)
+	if got-want >= max(2, promptBlocks/4) {
+		a.foreign.Store(n)
+	}
+}
+
+// on reports whether an answer among the last AgreeMemory showed another
+// instance's placement.
+func (a *agreement) on() bool {
+	f := a.foreign.Load()
+	return f > 0 && a.answers.Load()-f < AgreeMemory
+}
+
+// Several reports whether this instance has recently seen, in the
+// engines' answers, prompts placed by other instances (the agreement band
+// is on).
+func (rt *Router) Several() bool { return rt.agreement.on() }
+
+// agreeBand is the agreement band Pick applies now: Options.AgreeBand
+// (DefaultAgreeBand when 0; negative: none) while answers show other
+// instances, or always with Options.AgreeAlways.
+func (rt *Router) agreeBand(prompt int) float64 {
+	b := rt.opt.AgreeBand
+	lim := rt.opt.AgreeMax
+	if lim == 0 {
+		lim = DefaultAgreeMax
+	}
+	switch {
+	case b < 0, lim > 0 && prompt > lim:
+		return 0
+	case b == 0:
+		b = DefaultAgreeBand
+	}
+	if rt.opt.AgreeAlways || rt.agreement.on() {
+		return b
+	}
+	return 0
+}
+
+// agree is the agreement band: among the usable candidates scoring within
+// band of the best, the one with the highest rendezvous weight for the tie
+// key first wins. Every instance computes the same weights, so instances
+// whose views of the fleet differ (each knows only the prompts it routed
+// and the load it reserved) still send a prompt whose known prefix ends at
+// the same place to the same replica, as long as that replica scores
+// within band of the best in each one's view: a group's first request and
+// its later users, a conversation's turns dealt to different instances.
+// A replica still prefilling this instance's own requests is not a band
+// target (only the rule's own pick may be one), and a decision with an
+// exact overlap (the precise path, which sees every instance's
+// placements) is left as it is.
+func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64) int {
+	top := rt.Rendezvous(first, cands[w].Slot)
+	k := w
+	for i := range cands {
+		c := &cands[i]
+		if !c.Usable {
+			continue
+		}
+		if c.Precise {
+			return w
+		}
+		if s.Score[i] < best-band {
+			continue
+		}
+		if _, pending := rt.Load(c.Slot); pending > 0 && i != w {
+			// Still computing prompts this instance sent: load it knows
+			// is real and imminent, which a burst of one prefix would
+			// pile onto the replica every instance agrees on.
+			continue
+		}
+		if r := rt.Rendezvous(first, c.Slot); r > top {
+			k, top = i, r
+		}
+	}
+	return k
+}

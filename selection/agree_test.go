@@ -1,0 +1,106 @@
+package selection
+
+import "testing"
+
+// An answer holding a quarter of the prompt (and two blocks) more than
+// this instance ever sent the replica is another instance's placement: the
+// agreement band turns on, and goes off AgreeMemory answers after the
+// last such one. Answers that confirm the index, or exceed it by an
+// agent's reply (a few blocks of a long prompt), do not turn it on.
+func TestAgreementSeenInAnswers(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	rt, cands := newTestRouter(t, c, 2)
+	route := func(blocks []uint64) *Reservation {
+		var res Reservation
+		_, r := rt.Route(features(rt.Config(), blocks, 0), cands, NewScratch(2), nil, &res)
+		r.Release()
+		return r
+	}
+	long := blocksOf(1, 64)
+	rt.Observe(route(long[:60]), 0, 0, 0)      // cold, as predicted
+	rt.Observe(route(long), 0, (60+3)*16, 0)   // 60 known + 3 blocks of reply
+	rt.Observe(route(blocksOf(2, 8)), 0, 0, 0) // cold, as predicted
+	if rt.Several() {
+		t.Fatal("on after answers that only confirm the index or exceed it by a reply")
+	}
+	// A prompt this instance never sent, of which the engine held 6 of 8
+	// blocks: another instance sent it there.
+	if rt.Observe(route(blocksOf(3, 8)), 0, 6*16, 0); !rt.Several() {
+		t.Fatal("off after an answer holding 6 of 8 blocks this instance never sent")
+	}
+	confirm := func() {
+		r := route(blocksOf(2, 8))
+		rt.Observe(r, 0, int(r.predicted)*16, 0)
+	}
+	for range AgreeMemory - 1 {
+		confirm()
+	}
+	if !rt.Several() {
+		t.Fatal("off before AgreeMemory answers passed")
+	}
+	confirm()
+	if rt.Several() {
+		t.Fatal("still on AgreeMemory answers after the last foreign one")
+	}
+}
+
+// Two instances that know different loads agree on a cold prompt's
+// replica once the band is on: instance B, whose own in-flight request
+// sits on the replica instance A (idle) picks by rendezvous, goes
+// elsewhere without the band and to A's replica with it; a prompt longer
+// than AgreeMax and a precise candidate are left to the rule.
+func TestAgreementBand(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	a, cands := newTestRouter(t, c, 8)
+	b, _ := newTestRouter(t, c, 8)
+	s := NewScratch(8)
+	prompt := blocksOf(7, 40) // 640 tokens
+	fa := features(a.Config(), prompt, 0)
+	da := a.Pick(fa, cands, s)
+	if da.Reason != ReasonCold || da.Tie != TieRendezvous {
+		t.Fatalf("A: %v/%v, want a cold rendezvous pick", da.Reason, da.Tie)
+	}
+	// B's own request (another prompt) still prefilling on A's pick: not
+	// a band target (a burst of one prefix would pile onto it).
+	rb := b.Reserve(da.Slot, 2000)
+	defer rb.Release()
+	on := b.WithOptions(Options{AgreeAlways: true})
+	if d := on.Pick(fa, cands, s); d.Slot == da.Slot {
+		t.Fatal("the band sent the prompt to a replica still prefilling B's own request")
+	}
+	// Past its first token: decoding, still B's load there.
+	off := b.WithOptions(Options{AgreeBand: -1, AgreeAlways: true})
+	if d := off.Pick(fa, cands, s); d.Slot == da.Slot {
+		t.Fatalf("B without the band picked A's replica %d despite its own load there", d.Slot)
+	}
+	if d := b.Pick(fa, cands, s); d.Slot == da.Slot {
+		t.Fatal("the band applied before any answer showed another instance")
+	}
+	rb.PrefillDone()
+	if d := on.Pick(fa, cands, s); d.Slot != da.Slot {
+		t.Fatalf("B with the band picked %d, A %d", d.Slot, da.Slot)
+	}
+	// B's load beyond the band: the rule's pick again.
+	var rb2 []*Reservation
+	for range DefaultAgreeBand/DefaultRequestCost + 1 {
+		r := b.Reserve(da.Slot, 0)
+		r.PrefillDone()
+		rb2 = append(rb2, r)
+	}
+	if d := on.Pick(fa, cands, s); d.Slot == da.Slot {
+		t.Fatal("the band outweighed load past its width")
+	}
+	for _, r := range rb2 {
+		r.Release()
+	}
+	// A prompt past AgreeMax, and a precise candidate: left to the rule.
+	short := b.WithOptions(Options{AgreeAlways: true, AgreeMax: 320})
+	if d := short.Pick(fa, cands, s); d.Slot == da.Slot {
+		t.Fatalf("the band applied to a prompt longer than AgreeMax: %+v", d)
+	}
+	pc := append([]Candidate(nil), cands...)
+	pc[0].Precise = true
+	if d, want := on.Pick(fa, pc, s), off.Pick(fa, pc, s); d.Slot != want.Slot {
+		t.Fatalf("with a precise candidate the band moved the pick to %d from %d", d.Slot, want.Slot)
+	}
+}
