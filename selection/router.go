@@ -887,11 +887,13 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		busy += rt.loads[c.Slot].count()
 		usable++
-		pendMin = min(pendMin, rt.loads[c.Slot].pending.Load())
-		if usable == 1 {
-			prof = c.Profile
+		if wantSet {
+			pendMin = min(pendMin, rt.loads[c.Slot].pending.Load())
+			if usable == 1 {
+				prof = c.Profile
+			}
+			mixed = mixed || c.Profile != prof
 		}
-		mixed = mixed || c.Profile != prof
 		ov := c.Overlap
 		if !c.Precise {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
