@@ -251,6 +251,12 @@ const DefaultSubsetGuard = 1.0
 // bench/EXPERIMENTS.md section 24).
 const DefaultSubsetFloor = 3.0
 
+// DefaultProfileQueue is Options.ProfileQueue's default: the output bonus
+// is not paid on a replica with more than one request_cost of pending
+// prefill beyond the least pending usable replica, where profiles differ
+// (bench/EXPERIMENTS.md: spec-pair's TTFT p99 over 24 tuning seeds).
+const DefaultProfileQueue = 1.0
+
 // SubsetGuardReplicas is the least usable replicas Options.SubsetGuard
 // applies over. On 8 replicas the same guard costs the open-loop
 // tool-agent and conversation traces' p99 (each replica is an eighth of
@@ -401,6 +407,14 @@ type Options struct {
 	// AgreeMax is the longest prompt (tokens) the agreement band applies
 	// to: 0 is DefaultAgreeMax, negative no limit.
 	AgreeMax int
+	// ProfileQueue: when the usable replicas differ in profile, the
+	// output bonus (output_weight x max_tokens) is not paid on a replica
+	// whose pending prefill exceeds the least pending usable replica's by
+	// more than ProfileQueue x request_cost, so that a burst's long
+	// outputs do not queue a prefill step's worth more on the speculative
+	// replica than elsewhere (spec-pair's TTFT p99). 0 is
+	// DefaultProfileQueue, negative none (the rule before).
+	ProfileQueue float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -886,6 +900,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// replica holds: Options.SubsetGuard).
 	top1, top2, low := -1, -1, -1
 	busy, usable := int64(0), 0
+	pendMin, mixed, prof := int64(math.MaxInt64), false, Profile(0)
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -893,6 +908,13 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		busy += rt.loads[c.Slot].count()
 		usable++
+		if wantSet {
+			pendMin = min(pendMin, rt.loads[c.Slot].pending.Load())
+			if usable == 1 {
+				prof = c.Profile
+			}
+			mixed = mixed || c.Profile != prof
+		}
 		ov := c.Overlap
 		if !c.Precise {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
@@ -908,6 +930,12 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	hit := min(top1, cfg.AffinityCap)
+	// The output bonus's queue limit (Options.ProfileQueue), where the
+	// usable replicas' profiles differ.
+	queueLim := math.Inf(1)
+	if pq := rt.profileQueue(); pq > 0 && wantSet && mixed {
+		queueLim = float64(pendMin) + pq*float64(cfg.RequestCost)
+	}
 	// The busy guard's limit (Options.HotGuard; hot 0: no guard).
 	hot, hotSub := 0.0, 0.0
 	if g := rt.hotGuard(); g > 0 && usable > 0 {
@@ -934,7 +962,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			}
 		}
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
-		if wantSet && c.Profile == want {
+		if wantSet && c.Profile == want && float64(rt.loads[c.Slot].pending.Load()) <= queueLim {
 			sc += bonus
 		}
 		s.Overlap[i], s.Load[i], s.Score[i] = ov, ld, sc
@@ -1024,6 +1052,15 @@ func (rt *Router) subsetGuard() float64 {
 		return DefaultSubsetGuard
 	}
 	return rt.opt.SubsetGuard
+}
+
+// profileQueue is Options.ProfileQueue with its default applied (<= 0:
+// none).
+func (rt *Router) profileQueue() float64 {
+	if rt.opt.ProfileQueue == 0 {
+		return DefaultProfileQueue
+	}
+	return rt.opt.ProfileQueue
 }
 
 // subsetFloor is Options.SubsetFloor with its default applied.

@@ -352,6 +352,45 @@ func TestPickOutputWeight(t *testing.T) {
 	}
 }
 
+// TestProfileQueue checks Options.ProfileQueue: where the usable
+// replicas' profiles differ, the output bonus is not paid on a replica
+// whose pending prefill exceeds the least pending one's by more than
+// ProfileQueue x request_cost, so a long output no longer queues behind a
+// burst's prefill on the speculative replica; within the limit, in a fleet
+// of one profile, and with ProfileQueue -1 it is paid as before.
+func TestProfileQueue(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 4096, OutputWeight: 4, LongOutputTokens: 1000, RequestCost: 100}
+	rt, cands := newTestRouter(t, c, 2)
+	cands[1].Profile = ProfileSpeculative
+	s := NewScratch(2)
+	long := features(rt.Config(), blocksOf(22, 10), 2000) // cold, bonus 8000 on the speculative replica
+	r := rt.Reserve(cands[1].Slot, 150)                   // 150 pending: past the limit, 0 + 1 x 100
+	defer r.Release()
+	if d := rt.Pick(long, cands, s); d.Index != 0 || s.Score[1] != -250 {
+		t.Fatalf("speculative replica 150 tokens of prefill behind: %+v scores %v, want the standard replica, no bonus (-100 - 150)", d, s.Score)
+	}
+	if d := rt.WithOptions(Options{ProfileQueue: -1}).Pick(long, cands, s); d.Index != 1 || s.Score[1] != 7750 {
+		t.Fatalf("ProfileQueue -1: %+v scores %v, want the speculative replica at 8000 - 250", d, s.Score)
+	}
+	if d := rt.WithOptions(Options{ProfileQueue: 2}).Pick(long, cands, s); d.Index != 1 || s.Score[1] != 7750 {
+		t.Fatalf("ProfileQueue 2 (limit 200 tokens): %+v scores %v, want the bonus paid", d, s.Score)
+	}
+	// The standard replica queues as much: the difference is 0, the bonus paid.
+	r2 := rt.Reserve(cands[0].Slot, 150)
+	defer r2.Release()
+	if d := rt.Pick(long, cands, s); d.Index != 1 {
+		t.Fatalf("both 150 behind: %+v scores %v, want the speculative replica", d, s.Score)
+	}
+	// One profile: a short output's bonus is paid on every replica, however queued.
+	cands[1].Profile = ProfileStandard
+	r3 := rt.Reserve(cands[1].Slot, 1000)
+	defer r3.Release()
+	short := features(rt.Config(), blocksOf(23, 10), 100)
+	if rt.Pick(short, cands, s); s.Score[1] != 400-200-1150 {
+		t.Fatalf("one profile: scores %v, want the bonus 400 on the queued replica too", s.Score)
+	}
+}
+
 func TestRetuneSharesState(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{AffinityCap: 100}, 2)
 	f := features(rt.Config(), blocksOf(4, 10), 0)

@@ -74,7 +74,7 @@ func TestRunPinned(t *testing.T) {
 		{"shared-prefix", 8, "dynamo", 1, 65536, 0x299a97a161ed30dd},
 		{"agent-fleet", 16, "dynamo", 3, 0, 0xaeea1416c5dc9534},
 		{"agent-fleet", 8, "least-inflight", 1, 65536, 0xc29a4bcaf56bb9a2},
-		{"hotspot", 256, "least-inflight", 1, 0, 0x37b37eebf4db3360},
+		{"hotspot-600", 256, "least-inflight", 1, 0, 0x37b37eebf4db3360}, // hotspot before it scaled with the fleet
 		{"burst", 32, "power-of-two", 2, 0, 0xfb34818ac15e0c4},
 		{"locality", 8, "round-robin", 3, 0, 0xc156c329b0072614},
 		{"spec-pair", 2, "round-robin", 1, 0, 0xab1d37b80d31c2cf},

@@ -55,10 +55,19 @@ func (o Options) scaled(n, least int) int {
 // request cold), which isolates the output-length preference.
 var Names = []string{"locality", "burst", "agent-fleet", "shared-prefix", "hotspot", "spec-pair", "spec-pair-cold"}
 
+// Variants lists workloads Generate knows that "all" leaves out:
+// hotspot-600 is hotspot at its size before it scaled with the fleet (600
+// sessions whatever the replica count: 2.9 requests per replica at 256).
+var Variants = []string{"hotspot-600"}
+
 // Generate builds the named workload.
 func Generate(name string, o Options) (*Workload, error) {
 	o.setDefaults()
-	rng := rand.New(rand.NewPCG(o.Seed, 0x72616d6a6574^uint64(len(name))))
+	stream := name
+	if name == "hotspot-600" {
+		stream = "hotspot" // the same draws: its first 600 sessions are hotspot's at 8 replicas
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, 0x72616d6a6574^uint64(len(stream))))
 	var w *Workload
 	switch name {
 	case "locality":
@@ -70,13 +79,15 @@ func Generate(name string, o Options) (*Workload, error) {
 	case "shared-prefix":
 		w = sharedPrefix(rng, o)
 	case "hotspot":
-		w = hotspot(rng, o)
+		w = hotspot(rng, o, o.scaled(75*o.Replicas, 20))
+	case "hotspot-600":
+		w = hotspot(rng, o, o.scaled(600, 20))
 	case "spec-pair":
 		w = specPair(rng, o, true)
 	case "spec-pair-cold":
 		w = specPair(rng, o, false)
 	default:
-		return nil, fmt.Errorf("unknown workload %q (want one of %s)", name, strings.Join(Names, ", "))
+		return nil, fmt.Errorf("unknown workload %q (want one of %s)", name, strings.Join(append(Names, Variants...), ", "))
 	}
 	w.Name = name
 	if err := w.Trace.Validate(); err != nil {
@@ -261,10 +272,11 @@ func sharedPrefix(rng *rand.Rand, o Options) *Workload {
 
 // Hotspot: 10 apps with 3k-token system prompts; app 0 carries 80% of the
 // requests. Poisson arrivals at 1.2 requests/s per replica; a quarter of the
-// sessions take a second turn.
-func hotspot(rng *rand.Rand, o Options) *Workload {
+// n sessions take a second turn. Hotspot's n is 75 per replica (600 at 8), so
+// that every fleet size sees the same ~62 s of traffic: a fixed 600 lasted
+// 2.4 s at 256 replicas and its max/mean load counted 2.9 requests each.
+func hotspot(rng *rand.Rand, o Options, n int) *Workload {
 	b := newBuilder()
-	n := o.scaled(600, 20)
 	const apps, prefix = 10, 3072
 	rate := 1.2 * float64(o.Replicas)
 	t := 0.0
@@ -280,7 +292,7 @@ func hotspot(rng *rand.Rand, o Options) *Workload {
 		}
 	}
 	return &Workload{
-		Summary: "10 apps (3k-token system prompts), one carries 80% of traffic, 1.2 req/s per replica",
+		Summary: fmt.Sprintf("10 apps (3k-token system prompts), one carries 80%% of traffic, 1.2 req/s per replica, %d sessions", n),
 		Trace:   b.sorted(),
 	}
 }

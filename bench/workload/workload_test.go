@@ -158,6 +158,33 @@ func TestHotspotShape(t *testing.T) {
 	}
 }
 
+// TestHotspotScalesWithFleet: hotspot sends 75 sessions per replica, so its
+// duration (and the requests per replica its max/mean load counts) does not
+// shrink as the fleet grows; hotspot-600 keeps the fixed size it had, and at
+// 8 replicas both are the same trace.
+func TestHotspotScalesWithFleet(t *testing.T) {
+	sessions := func(w *Workload) int { return len(countBy(w.Trace, func(r Request) int { return r.Session })) }
+	span := func(w *Workload) float64 { return w.Trace[len(w.Trace)-1].At - w.Trace[0].At }
+	at8 := gen(t, "hotspot", Options{Seed: 2, Replicas: 8})
+	at64 := gen(t, "hotspot", Options{Seed: 2, Replicas: 64})
+	if got := sessions(at8); got != 600 {
+		t.Fatalf("hotspot at 8 replicas: %d sessions, want 600", got)
+	}
+	if got := sessions(at64); got != 4800 {
+		t.Fatalf("hotspot at 64 replicas: %d sessions, want 4800", got)
+	}
+	if r := span(at64) / span(at8); r < 0.85 || r > 1.15 {
+		t.Fatalf("hotspot lasts %.1f s at 64 replicas and %.1f s at 8, want about the same", span(at64), span(at8))
+	}
+	old := gen(t, "hotspot-600", Options{Seed: 2, Replicas: 256})
+	if got := sessions(old); got != 600 {
+		t.Fatalf("hotspot-600 at 256 replicas: %d sessions, want 600", got)
+	}
+	if diff := cmp.Diff(at8.Trace, gen(t, "hotspot-600", Options{Seed: 2, Replicas: 8}).Trace); diff != "" {
+		t.Fatalf("hotspot and hotspot-600 differ at 8 replicas (-hotspot +600):\n%s", diff)
+	}
+}
+
 func TestSpecPairShape(t *testing.T) {
 	for _, name := range []string{"spec-pair", "spec-pair-cold"} {
 		t.Run(name, func(t *testing.T) { testSpecPairShape(t, name) })

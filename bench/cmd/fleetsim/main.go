@@ -29,7 +29,7 @@ func main() {
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
 	var (
-		wl       = fs.String("workload", "all", "workload name, comma-separated names, or all ("+strings.Join(workload.Names, ", ")+"); with -trace, default none")
+		wl       = fs.String("workload", "all", "workload name, comma-separated names, or all ("+strings.Join(workload.Names, ", ")+"; not in all: "+strings.Join(workload.Variants, ", ")+"); with -trace, default none")
 		policies = fs.String("policy", "all", "policy names, comma-separated, all ("+strings.Join(fleetsim.PolicyNames, ", ")+"), or oracle (the oracles only)")
 		replicas = fs.Int("replicas", 8, "fleet size (spec-pair always uses 2)")
 		seed     = fs.Uint64("seed", 1, "seed of -write-trace, -gen-trace and -sweep (comparisons use -seeds)")
