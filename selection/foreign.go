@@ -93,6 +93,21 @@ type ForeignPrefill struct {
 	// router (each Route calls it): at most once per RefreshEvery.
 	RefreshEvery time.Duration
 
+	// Prior, when positive, also counts on each replica Prior x rho times
+	// this instance's own pending prefill there as the others' prefill
+	// (the larger of it and the estimate from stored runs), rho being the
+	// ratio of the foreign to this instance's own stored tokens so far:
+	// behind a front that deals requests alike to every instance, the
+	// others send rho times as much as this instance does, and their
+	// short prompts store nothing until their prefill is done (the blind
+	// window). Alone rho is 0 and nothing changes.
+	Prior float64
+	// PriorRequests makes Prior scale this instance's whole reserved load
+	// on the replica (in-flight x request_cost + pending prefill), not only
+	// its pending prefill: the others' queued requests, which store nothing
+	// until their prefill runs.
+	PriorRequests bool
+
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
 	life    atomic.Uint64 // learned mean life of a request in seconds (float64 bits), 0 until learned
@@ -100,6 +115,7 @@ type ForeignPrefill struct {
 	last    atomic.Int64  // Refresh's last run, Unix nanoseconds
 	counted atomic.Uint64 // foreign tokens counted (Stored), ever
 	runs    atomic.Uint64 // stored runs with a foreign part, ever
+	own     atomic.Uint64 // stored tokens credited to this instance's own requests, ever
 
 	mu     sync.Mutex
 	cells  [MaxReplicas]foreignCell
@@ -290,6 +306,9 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	own := min(n, c.credit)
 	c.credit -= own
 	foreign := n - own
+	if own > 0 {
+		f.own.Add(uint64(own))
+	}
 	if foreign > 0 {
 		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
@@ -328,9 +347,34 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 // Reserved credits the request Route just reserved res for (Routed with
 // its slot and prefill); nil (no replica usable) does nothing.
 func (f *ForeignPrefill) Reserved(res *Reservation) {
-	if res != nil {
-		f.Routed(res.slot, int(res.prefill))
+	if res == nil {
+		return
 	}
+	f.Routed(res.slot, int(res.prefill))
+	if rt := f.rt.Load(); rt != nil && f.Prior > 0 && res.slot >= 0 && res.slot < MaxReplicas {
+		if p := f.prior(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
+			rt.SetExternalPrefill(res.slot, p)
+		}
+		f.mu.Lock()
+		f.active.Add(res.slot)
+		f.mu.Unlock()
+	}
+}
+
+// prior is Prior x rho x this instance's pending prefill on s (Prior).
+func (f *ForeignPrefill) prior(rt *Router, s Slot) int64 {
+	if f.Prior <= 0 {
+		return 0
+	}
+	own := f.own.Load()
+	if own == 0 {
+		return 0
+	}
+	n, pend := rt.Load(s)
+	if f.PriorRequests {
+		pend += n * int64(rt.cfg.RequestCost)
+	}
+	return int64(f.Prior * float64(f.counted.Load()) / float64(own) * float64(pend))
 }
 
 // Refresh hands the router every slot's estimate decayed to now, at most
@@ -354,6 +398,7 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 		for bits := f.active[w]; bits != 0; bits &= bits - 1 {
 			s := Slot(w*64 + mathbits.TrailingZeros64(bits))
 			v, r := f.cells[s].estimate(now, tau, rtau)
+			v = max(v, f.prior(rt, s))
 			rt.SetExternalPrefill(s, v)
 			rt.SetExternalContext(s, r)
 			if v == 0 && r == 0 {
@@ -406,7 +451,7 @@ func (f *ForeignPrefill) Estimate(s Slot, now time.Time) (prefill, context int64
 // SetExternalContext).
 func (f *ForeignPrefill) Apply(rt *Router, s Slot, now time.Time) {
 	v, r := f.Estimate(s, now)
-	rt.SetExternalPrefill(s, v)
+	rt.SetExternalPrefill(s, max(v, f.prior(rt, s)))
 	rt.SetExternalContext(s, r)
 }
 

@@ -45,6 +45,8 @@ type preciseSpec struct {
 	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
+	prior   float64       // "fpk=<x>": ForeignPrefill.Prior; "fpq=<x>" with PriorRequests
+	priorQ  bool
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -66,6 +68,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a number of request lives, 0 or more", SpillSep, spec)
 			}
 			ps.lives, ps.livesOn = x, true
+		case (k == "fpk" || k == "fpq") && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x < 0 {
+				return ps, true, fmt.Errorf("%s%s: want a prior scale, 0 or more", SpillSep, spec)
+			}
+			ps.prior, ps.priorQ = x, k == "fpq"
 		case k == "fplife" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -130,6 +138,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.life > 0 {
 				fp.ResidentLife = ps.life
 			}
+			fp.Prior, fp.PriorRequests = ps.prior, ps.priorQ
 			rp.SetForeignPrefill(fp)
 		}
 	}
