@@ -242,6 +242,16 @@ func (s *PolicySettings) ForeignPrefillOn() bool {
 	return s.KV != nil
 }
 
+// ForeignPrior is the scale of the others' unseen load with the estimate
+// on (selection.ForeignPrefill.SetPrior): 1 without engine_metrics, 0 with
+// it (the engines' reported queues count them already).
+func (s *PolicySettings) ForeignPrior() float64 {
+	if s.EngineMetrics != nil {
+		return 0
+	}
+	return 1
+}
+
 // ParseOnOff checks an on|off option: "on", "off" or "" (unset).
 func ParseOnOff(v string) (string, error) {
 	switch v {

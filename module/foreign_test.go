@@ -20,7 +20,9 @@ import (
 // TestForeignPrefillWired runs foreign_prefill through the configuration
 // path (Caddyfile -> JSON -> Provision): on by default with kv (with or
 // without engine_metrics), off otherwise, off with "off"; "on" without kv
-// and a word other than on|off are errors.
+// and a word other than on|off are errors. The others' unseen load
+// (SetPrior) is counted without engine_metrics only (with it the engines
+// report the queues).
 func TestForeignPrefillWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
@@ -28,13 +30,14 @@ func TestForeignPrefillWired(t *testing.T) {
 	tests := []struct {
 		name, block string
 		want        bool
+		prior       float64
 	}{
-		{"bare", "", false},
-		{"kv only", kv, true},
-		{"kv only, off", kv + "foreign_prefill off\n", false},
-		{"kv and engine_metrics", kv + em, true},
-		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false},
-		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true},
+		{"bare", "", false, 0},
+		{"kv only", kv, true, 1},
+		{"kv only, off", kv + "foreign_prefill off\n", false, 0},
+		{"kv and engine_metrics", kv + em, true, 0},
+		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false, 0},
+		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,6 +49,9 @@ func TestForeignPrefillWired(t *testing.T) {
 			defer p.Cleanup()
 			if got := p.foreignFor() != nil; got != tt.want {
 				t.Errorf("foreign prefill on: %v, want %v", got, tt.want)
+			}
+			if fp := p.foreignFor(); fp != nil && fp.Prior() != tt.prior {
+				t.Errorf("the others' unseen load at %v, want %v", fp.Prior(), tt.prior)
 			}
 		})
 	}
@@ -172,6 +178,44 @@ func TestE2EForeignPrefill(t *testing.T) {
 		}
 	}
 	t.Logf("another instance's request: %d tokens in %d runs counted in all", tok, runs)
+
+	// The others' unseen load: with foreign tokens counted, a request of
+	// this instance reserves on its replica the others' share rho of its
+	// load too (selection.ForeignPrefill.SetPrior, on without
+	// engine_metrics): once the stored-run estimate has decayed, that is
+	// all the replica's external prefill, at least rho x request_cost.
+	rt, fp := k.fleet.Load().Router(), k.fp
+	if fp.Prior() != 1 || fp.Share() <= 0 {
+		t.Fatalf("prior %v, share %v after another instance's request", fp.Prior(), fp.Share())
+	}
+	var slots [2]selection.Slot
+	for i := range slots {
+		slots[i], _ = rt.Lookup(fmt.Sprintf("%s#%d", addr, i))
+	}
+	eventually(t, "the stored-run estimate decayed", func() bool {
+		a, _ := fp.Estimate(slots[0], time.Now())
+		b, _ := fp.Estimate(slots[1], time.Now())
+		return a == 0 && b == 0
+	})
+	i := 0
+	eventually(t, "an own request whose runs all read as its own", func() bool {
+		i++
+		before, _ := fp.Counted()
+		id, _ := kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("own again %d", i), 2000))})
+		s := slots[0]
+		if id == fleetIDOf(addr+"#1") {
+			s = slots[1]
+		}
+		got := rt.ExternalPrefill(s)
+		if after, _ := fp.Counted(); after != before {
+			return false // a run of it read as foreign rewrote the slot: another
+		}
+		if floor := fp.Share() * selection.DefaultRequestCost; got <= 0 || float64(got) < floor {
+			t.Errorf("external prefill %d on the own request's replica, want at least rho (%.3f) x request_cost", got, fp.Share())
+		}
+		t.Logf("own request %d: external prefill %d, rho %.3f", i, got, fp.Share())
+		return true
+	})
 }
 
 // TestE2EForeignPrefillDecay: through a real Caddy and an engine simulator

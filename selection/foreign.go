@@ -59,6 +59,11 @@ import (
 // the agents' first turns pile onto the few replicas warm with their
 // shared prefix (bench/RESULTS.md, 2026-12-05, "the others' contexts").
 //
+// What the KV events cannot show, the others' queued requests (a waiting
+// request stores nothing until its prefill runs), SetPrior estimates from
+// this instance's own reserved load and the others' share of the stored
+// tokens.
+//
 // The lifecycle, the same in the module and the fleet simulation:
 // SetRouter once (and again on a reload), StoredRun from the KV feeds
 // (kvindex.Precise.OnStored), Refresh before each Route, Reserved with
@@ -93,21 +98,6 @@ type ForeignPrefill struct {
 	// router (each Route calls it): at most once per RefreshEvery.
 	RefreshEvery time.Duration
 
-	// Prior, when positive, also counts on each replica Prior x rho times
-	// this instance's own pending prefill there as the others' prefill
-	// (the larger of it and the estimate from stored runs), rho being the
-	// ratio of the foreign to this instance's own stored tokens so far:
-	// behind a front that deals requests alike to every instance, the
-	// others send rho times as much as this instance does, and their
-	// short prompts store nothing until their prefill is done (the blind
-	// window). Alone rho is 0 and nothing changes.
-	Prior float64
-	// PriorRequests makes Prior scale this instance's whole reserved load
-	// on the replica (in-flight x request_cost + pending prefill), not only
-	// its pending prefill: the others' queued requests, which store nothing
-	// until their prefill runs.
-	PriorRequests bool
-
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
 	life    atomic.Uint64 // learned mean life of a request in seconds (float64 bits), 0 until learned
@@ -116,6 +106,7 @@ type ForeignPrefill struct {
 	counted atomic.Uint64 // foreign tokens counted (Stored), ever
 	runs    atomic.Uint64 // stored runs with a foreign part, ever
 	own     atomic.Uint64 // stored tokens credited to this instance's own requests, ever
+	prior   atomic.Uint64 // SetPrior's scale (float64 bits), 0: off
 
 	mu     sync.Mutex
 	cells  [MaxReplicas]foreignCell
@@ -351,8 +342,8 @@ func (f *ForeignPrefill) Reserved(res *Reservation) {
 		return
 	}
 	f.Routed(res.slot, int(res.prefill))
-	if rt := f.rt.Load(); rt != nil && f.Prior > 0 && res.slot >= 0 && res.slot < MaxReplicas {
-		if p := f.prior(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
+	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas {
+		if p := f.unseen(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
 			rt.SetExternalPrefill(res.slot, p)
 		}
 		f.mu.Lock()
@@ -361,20 +352,40 @@ func (f *ForeignPrefill) Reserved(res *Reservation) {
 	}
 }
 
-// prior is Prior x rho x this instance's pending prefill on s (Prior).
-func (f *ForeignPrefill) prior(rt *Router, s Slot) int64 {
-	if f.Prior <= 0 {
-		return 0
+// SetPrior sets the scale of the others' unseen load (0, the default:
+// off). With it, each replica counts x rho times this instance's own
+// reserved load there (in-flight x request_cost + pending prefill) as the
+// others' pending prefill, the larger of it and the estimate from their
+// stored runs; rho is the ratio of the foreign to this instance's own
+// stored tokens so far. Behind a front that deals requests alike to every
+// instance the others send rho times as much as this instance does, and
+// their queued requests store nothing until their prefill runs: without
+// engine_metrics (which reports the queues) an instance sees a home
+// queue of the others' requests as a quarter as long as it is with 4
+// instances (bench/RESULTS.md, 2026-12-05, "the others' queues"). Alone
+// rho is 0 and nothing changes. Safe to call at any time.
+func (f *ForeignPrefill) SetPrior(x float64) { f.prior.Store(math.Float64bits(max(x, 0))) }
+
+// Prior is SetPrior's scale.
+func (f *ForeignPrefill) Prior() float64 { return math.Float64frombits(f.prior.Load()) }
+
+// Share is rho: the foreign over this instance's own stored tokens so far
+// (0 before this instance's first).
+func (f *ForeignPrefill) Share() float64 {
+	if own := f.own.Load(); own > 0 {
+		return float64(f.counted.Load()) / float64(own)
 	}
-	own := f.own.Load()
-	if own == 0 {
+	return 0
+}
+
+// unseen is the others' unseen load on s in tokens (SetPrior).
+func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
+	k := f.Prior() * f.Share()
+	if k <= 0 {
 		return 0
 	}
 	n, pend := rt.Load(s)
-	if f.PriorRequests {
-		pend += n * int64(rt.cfg.RequestCost)
-	}
-	return int64(f.Prior * float64(f.counted.Load()) / float64(own) * float64(pend))
+	return int64(k * float64(pend+n*int64(rt.cfg.RequestCost)))
 }
 
 // Refresh hands the router every slot's estimate decayed to now, at most
@@ -398,7 +409,7 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 		for bits := f.active[w]; bits != 0; bits &= bits - 1 {
 			s := Slot(w*64 + mathbits.TrailingZeros64(bits))
 			v, r := f.cells[s].estimate(now, tau, rtau)
-			v = max(v, f.prior(rt, s))
+			v = max(v, f.unseen(rt, s))
 			rt.SetExternalPrefill(s, v)
 			rt.SetExternalContext(s, r)
 			if v == 0 && r == 0 {
@@ -451,7 +462,7 @@ func (f *ForeignPrefill) Estimate(s Slot, now time.Time) (prefill, context int64
 // SetExternalContext).
 func (f *ForeignPrefill) Apply(rt *Router, s Slot, now time.Time) {
 	v, r := f.Estimate(s, now)
-	rt.SetExternalPrefill(s, max(v, f.prior(rt, s)))
+	rt.SetExternalPrefill(s, max(v, f.unseen(rt, s)))
 	rt.SetExternalContext(s, r)
 }
 

@@ -18,7 +18,9 @@ import (
 // runs as resident contexts for x times the learned mean life of a
 // request (ForeignPrefill.ResidentLives: DefaultResidentLives with "fp"
 // alone, 0 off), "fplife=<s>" assuming that life until one has ended (the
-// default: the oldest request's age), "fpmin=<blocks>" counting only stored runs
+// default: the oldest request's age), "fpq=<x>" counting x times the others'
+// unseen load (ForeignPrefill.SetPrior; "fp" alone: 1, or 0 with
+// -engine-load as the module with engine_metrics), "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
 // prefixes too (selection.Options.ColdSpill); "band=<tokens>" widens it
@@ -45,8 +47,8 @@ type preciseSpec struct {
 	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
-	prior   float64       // "fpk=<x>": ForeignPrefill.Prior; "fpq=<x>" with PriorRequests
-	priorQ  bool
+	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior (with "fp" alone: 1 without -engine-load, 0 with it)
+	priorOn bool          // fpq given
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -68,12 +70,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a number of request lives, 0 or more", SpillSep, spec)
 			}
 			ps.lives, ps.livesOn = x, true
-		case (k == "fpk" || k == "fpq") && hasV:
+		case k == "fpq" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x < 0 {
 				return ps, true, fmt.Errorf("%s%s: want a prior scale, 0 or more", SpillSep, spec)
 			}
-			ps.prior, ps.priorQ = x, k == "fpq"
+			ps.prior, ps.priorOn = x, true
 		case k == "fplife" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -138,7 +140,10 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.life > 0 {
 				fp.ResidentLife = ps.life
 			}
-			fp.Prior, fp.PriorRequests = ps.prior, ps.priorQ
+			if !ps.priorOn && rp.setup.EngineLoad <= 0 {
+				ps.prior = 1 // the module's default without engine_metrics
+			}
+			fp.SetPrior(ps.prior)
 			rp.SetForeignPrefill(fp)
 		}
 	}
