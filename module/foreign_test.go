@@ -181,9 +181,10 @@ func TestE2EForeignPrefill(t *testing.T) {
 
 	// The others' unseen load: with foreign tokens counted, a request of
 	// this instance reserves on its replica the others' share rho of its
-	// load too (selection.ForeignPrefill.SetPrior, on without
+	// prefill too (selection.ForeignPrefill.SetPrior, on without
 	// engine_metrics): once the stored-run estimate has decayed, that is
-	// all the replica's external prefill, at least rho x request_cost.
+	// all the replica's external prefill, rho x at least a block of a
+	// prompt no replica holds.
 	rt, fp := k.fleet.Load().Router(), k.fp
 	if fp.Prior() != 1 || fp.Share() <= 0 {
 		t.Fatalf("prior %v, share %v after another instance's request", fp.Prior(), fp.Share())
@@ -210,8 +211,8 @@ func TestE2EForeignPrefill(t *testing.T) {
 		if after, _ := fp.Counted(); after != before {
 			return false // a run of it read as foreign rewrote the slot: another
 		}
-		if floor := fp.Share() * selection.DefaultRequestCost; got <= 0 || float64(got) < floor {
-			t.Errorf("external prefill %d on the own request's replica, want at least rho (%.3f) x request_cost", got, fp.Share())
+		if floor := fp.Share() * float64(k.x.BlockSize()); got <= 0 || float64(got) < floor {
+			t.Errorf("external prefill %d on the own request's replica, want at least rho (%.3f) x a block", got, fp.Share())
 		}
 		t.Logf("own request %d: external prefill %d, rho %.3f", i, got, fp.Share())
 		return true

@@ -354,16 +354,19 @@ func (f *ForeignPrefill) Reserved(res *Reservation) {
 
 // SetPrior sets the scale of the others' unseen load (0, the default:
 // off). With it, each replica counts x rho times this instance's own
-// reserved load there (in-flight x request_cost + pending prefill) as the
-// others' pending prefill, the larger of it and the estimate from their
-// stored runs; rho is the ratio of the foreign to this instance's own
-// stored tokens so far. Behind a front that deals requests alike to every
-// instance the others send rho times as much as this instance does, and
-// their queued requests store nothing until their prefill runs: without
-// engine_metrics (which reports the queues) an instance sees a home
-// queue of the others' requests as a quarter as long as it is with 4
-// instances (bench/RESULTS.md, 2026-12-05, "the others' queues"). Alone
-// rho is 0 and nothing changes. Safe to call at any time.
+// pending prefill there (its requests not yet at their first token:
+// queued or prefilling) as the others' pending prefill, the larger of it
+// and the estimate from their stored runs; rho is the ratio of the
+// foreign to this instance's own stored tokens so far. Behind a front
+// that deals requests alike to every instance the others send rho times
+// as much as this instance does, and their queued requests store nothing
+// until their prefill runs: without engine_metrics (which reports the
+// queues) an instance sees a home queue of the others' requests as a
+// quarter as long as it is with 4 instances (bench/RESULTS.md,
+// 2026-12-05, "the others' queues"). Scaling the whole reserved load
+// (in-flight x request_cost too) was measured to cost the conversation
+// trace (decoding requests are no queue). Alone rho is 0 and nothing
+// changes. Safe to call at any time.
 func (f *ForeignPrefill) SetPrior(x float64) { f.prior.Store(math.Float64bits(max(x, 0))) }
 
 // Prior is SetPrior's scale.
@@ -384,8 +387,8 @@ func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
 	if k <= 0 {
 		return 0
 	}
-	n, pend := rt.Load(s)
-	return int64(k * float64(pend+n*int64(rt.cfg.RequestCost)))
+	_, pend := rt.Load(s)
+	return int64(k * float64(pend))
 }
 
 // Refresh hands the router every slot's estimate decayed to now, at most

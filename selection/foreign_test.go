@@ -277,7 +277,7 @@ func TestForeignResidentContexts(t *testing.T) {
 }
 
 // The others' unseen load (SetPrior): rho (foreign over own stored
-// tokens) times this instance's reserved load on a replica counts as the
+// tokens) times this instance's pending prefill on a replica counts as the
 // others' prefill there, the larger of it and the stored-run estimate;
 // nothing while alone (no foreign tokens), while off, or once this
 // instance's own load there is gone.
@@ -301,13 +301,13 @@ func TestForeignPrefillPrior(t *testing.T) {
 		t.Fatalf("b: external prefill %d, want the stored 3072", got)
 	}
 
-	res = rt.Reserve(c, 1000) // in flight on c: 512 + 1000 pending
+	res = rt.Reserve(c, 1000) // 1000 pending on c
 	f.Reserved(res)
-	if got, want := rt.ExternalPrefill(c), int64(3*(512+1000)); got != want {
-		t.Errorf("c with our request: external prefill %d, want rho x our load %d", got, want)
+	if got, want := rt.ExternalPrefill(c), int64(3*1000); got != want {
+		t.Errorf("c with our request: external prefill %d, want rho x our pending %d", got, want)
 	}
 	f.Refresh(t0.Add(10 * time.Millisecond))
-	if got, want := rt.ExternalPrefill(c), int64(3*(512+1000)); got != want {
+	if got, want := rt.ExternalPrefill(c), int64(3*1000); got != want {
 		t.Errorf("c refreshed: %d, want %d", got, want)
 	}
 	res.Release()
