@@ -61,7 +61,7 @@ import (
 //
 // What the KV events cannot show, the others' queued requests (a waiting
 // request stores nothing until its prefill runs), SetPrior estimates from
-// this instance's own reserved load and the others' share of the stored
+// this instance's own pending prefill and the others' share of the stored
 // tokens.
 //
 // The lifecycle, the same in the module and the fleet simulation:
