@@ -147,7 +147,7 @@ type ramjetDirective struct {
 //	    instance_id         <id>
 //	    depart_after        <duration>
 //	    spill_band          <tokens>|off
-//	    foreign_prefill     on|off      (needs kv_events or kv_bind)
+//	    foreign_prefill     on|off|queues (needs kv_events or kv_bind)
 //	    session_shadow      <header>    (shadow telemetry, off when empty)
 //	    allow_paths         <paths...>
 //	    kv_events | kv_replay | kv_topics <upstream>=<value>...
@@ -385,7 +385,7 @@ func (rd *ramjetDirective) block() *caddyblock.Block {
 		Zero:   func(path string) bool { return selection.KnobNamed(path) != 0 || path == "spec_decode_position" },
 		Set:    func(path string) { rd.Explicit |= selection.KnobNamed(path) },
 		Check: map[string]func(string) (string, error){"model_check": catalog.ParseModelCheck, "mode": integrity.ParseSpecMode,
-			"foreign_prefill": fleetstate.ParseOnOff},
+			"foreign_prefill": fleetstate.ParseForeign},
 		Words: map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
 			"spec_decode_position": {"overall": nil}, "spill_band": {"off": -1}},
 	}
@@ -570,8 +570,8 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 		return nil, err
 	}
 	p.KV = kv
-	if rd.ForeignPrefill == "on" && kv == nil {
-		return nil, fmt.Errorf("foreign_prefill on needs kv_events or kv_bind (it reads the engines' KV events)")
+	if (rd.ForeignPrefill == "on" || rd.ForeignPrefill == "queues") && kv == nil {
+		return nil, fmt.Errorf("foreign_prefill %s needs kv_events or kv_bind (it reads the engines' KV events)", rd.ForeignPrefill)
 	}
 	p.Integrity = rd.integ.config(rd.Token, rd.upstreams[0].Scheme)
 	p.Snapshot = rd.snap.config()

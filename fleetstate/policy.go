@@ -85,7 +85,7 @@ type PolicySettings struct {
 	// an ordinal 0).
 	SpillBand int `json:"spill_band,omitempty"`
 
-	// ForeignPrefill, "on" or "off", counts the prefill other ramjet
+	// ForeignPrefill, "on", "queues" or "off", counts the prefill other ramjet
 	// instances put on a replica as load, estimated from the block runs
 	// the engine's KV events report beyond this instance's own pending
 	// prefill (selection.ForeignPrefill): without it, an instance sees a
@@ -95,7 +95,12 @@ type PolicySettings struct {
 	// on with kv (with the spill band), with engine_metrics too since the
 	// others' contexts made it win there on the tuning seeds
 	// (bench/RESULTS.md, 2026-12-05, "the others' contexts"); off without
-	// kv.
+	// kv. "queues" is "on" plus the others' queued requests, which store
+	// nothing until their prefill runs, as their learned share of this
+	// instance's pending prefill (ForeignPrior): it won on a tool-agent
+	// trace in the fleet simulation but lost output rate on 2 of 7 runs
+	// through real HTTP (bench/RESULTS.md, "the blind window measured"),
+	// so it is not the default.
 	ForeignPrefill string `json:"foreign_prefill,omitempty"`
 
 	// KV turns on the precise index from the engines' KV-cache events
@@ -201,11 +206,11 @@ func (s *PolicySettings) Validate() error {
 	if s.SpillBand < -1 {
 		return fmt.Errorf("spill_band must be positive, 0 (the default) or -1 (off), got %d", s.SpillBand)
 	}
-	if _, err := ParseOnOff(s.ForeignPrefill); err != nil {
+	if _, err := ParseForeign(s.ForeignPrefill); err != nil {
 		return fmt.Errorf("foreign_prefill: %w", err)
 	}
-	if s.ForeignPrefill == "on" && s.KV == nil {
-		return fmt.Errorf("foreign_prefill on needs kv_events (the engines' KV events are what it reads)")
+	if (s.ForeignPrefill == "on" || s.ForeignPrefill == "queues") && s.KV == nil {
+		return fmt.Errorf("foreign_prefill %s needs kv_events (the engines' KV events are what it reads)", s.ForeignPrefill)
 	}
 	if s.DepartAfter < 0 {
 		return fmt.Errorf("depart_after must be positive, got %v", time.Duration(s.DepartAfter))
@@ -234,12 +239,34 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 // is on: foreign_prefill, or by default when kv is on.
 func (s *PolicySettings) ForeignPrefillOn() bool {
 	switch s.ForeignPrefill {
-	case "on":
+	case "on", "queues":
 		return s.KV != nil
 	case "off":
 		return false
 	}
 	return s.KV != nil
+}
+
+// ForeignPrior is the scale of the others' unseen load with the estimate
+// on (selection.ForeignPrefill.SetPrior): 1 with foreign_prefill queues
+// and without engine_metrics (with it the engines' reported queues count
+// them already), else 0.
+func (s *PolicySettings) ForeignPrior() float64 {
+	if s.ForeignPrefill != "queues" || s.EngineMetrics != nil {
+		return 0
+	}
+	return 1
+}
+
+// ParseForeign checks foreign_prefill: on|off|queues, or "" (unset).
+func ParseForeign(v string) (string, error) {
+	if v == "queues" {
+		return v, nil
+	}
+	if _, err := ParseOnOff(v); err != nil {
+		return v, fmt.Errorf("%q: want on, off or queues", v)
+	}
+	return v, nil
 }
 
 // ParseOnOff checks an on|off option: "on", "off" or "" (unset).

@@ -64,9 +64,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 		if e.sc, err = enginemetrics.New(sc); err != nil {
 			return nil, err
 		}
-		// The scraper outlives this config (a reload with the same
-		// settings keeps it): it stops in Destruct.
-		e.sc.Start(context.Background())
+		e.sc.Start(context.Background()) // outlives this config (a reload keeps it): stops in Destruct
 		engineCollector.Add(e.sc, s.StateKey)
 		return e, nil
 	})

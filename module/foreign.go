@@ -14,10 +14,11 @@ import (
 // response's end its life. The fleet simulation's "fp" variant drives the
 // same calls (bench/fleetsim/precise.go).
 
-// setForeign turns the estimate on over rt, or off (on false): the
+// setForeign turns the estimate on over rt with the others' unseen load
+// at prior (selection.ForeignPrefill.SetPrior), or off (on false): the
 // policy provisioned last decides, as it does for the preflight.
-func (k *kvState) setForeign(on bool, rt *selection.Router) {
-	if !on {
+func (k *kvState) setForeign(on bool, rt *selection.Router, prior float64) {
+	if k.fp.SetPrior(prior); !on {
 		k.p.OnStored(nil)
 		k.foreign.Store(nil)
 		k.fp.Detach()

@@ -20,7 +20,9 @@ import (
 // TestForeignPrefillWired runs foreign_prefill through the configuration
 // path (Caddyfile -> JSON -> Provision): on by default with kv (with or
 // without engine_metrics), off otherwise, off with "off"; "on" without kv
-// and a word other than on|off are errors.
+// and a word other than on|off|queues are errors. The others' unseen load
+// (SetPrior) is counted with queues and without engine_metrics only (with
+// it the engines report the queues).
 func TestForeignPrefillWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
@@ -28,13 +30,16 @@ func TestForeignPrefillWired(t *testing.T) {
 	tests := []struct {
 		name, block string
 		want        bool
+		prior       float64
 	}{
-		{"bare", "", false},
-		{"kv only", kv, true},
-		{"kv only, off", kv + "foreign_prefill off\n", false},
-		{"kv and engine_metrics", kv + em, true},
-		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false},
-		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true},
+		{"bare", "", false, 0},
+		{"kv only", kv, true, 0},
+		{"kv only, queues", kv + "foreign_prefill queues\n", true, 1},
+		{"kv only, off", kv + "foreign_prefill off\n", false, 0},
+		{"kv and engine_metrics", kv + em, true, 0},
+		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false, 0},
+		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true, 0},
+		{"kv and engine_metrics, queues", kv + em + "foreign_prefill queues\n", true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,6 +51,9 @@ func TestForeignPrefillWired(t *testing.T) {
 			defer p.Cleanup()
 			if got := p.foreignFor() != nil; got != tt.want {
 				t.Errorf("foreign prefill on: %v, want %v", got, tt.want)
+			}
+			if fp := p.foreignFor(); fp != nil && fp.Prior() != tt.prior {
+				t.Errorf("the others' unseen load at %v, want %v", fp.Prior(), tt.prior)
 			}
 		})
 	}
@@ -113,13 +121,14 @@ func TestForeignPrefillFeeds(t *testing.T) {
 
 // startForeignCaddy starts an engine simulator of two ranks publishing KV
 // events (opts adjust it) and a real Caddy in front of it with
-// foreign_prefill on; it returns the engine's address, a client of the
+// foreign_prefill queues (on, and the others' queues as a prior); it
+// returns the engine's address, a client of the
 // Caddy, the model and the live precise-path state.
 func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (string, openai.Client, string, *kvState) {
 	t.Helper()
 	sim, events, replay := startKVSim(t, opts...)
 	addr := sim.Addr()
-	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "on", "kv": map[string]any{
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "queues", "kv": map[string]any{
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "2s",
@@ -172,6 +181,45 @@ func TestE2EForeignPrefill(t *testing.T) {
 		}
 	}
 	t.Logf("another instance's request: %d tokens in %d runs counted in all", tok, runs)
+
+	// The others' unseen load: with foreign tokens counted, a request of
+	// this instance reserves on its replica the others' share rho of its
+	// prefill too (selection.ForeignPrefill.SetPrior, foreign_prefill
+	// queues without engine_metrics): once the stored-run estimate has decayed, that is
+	// all the replica's external prefill, rho x at least a block of a
+	// prompt no replica holds.
+	rt, fp := k.fleet.Load().Router(), k.fp
+	if fp.Prior() != 1 || fp.Share() <= 0 {
+		t.Fatalf("prior %v, share %v after another instance's request", fp.Prior(), fp.Share())
+	}
+	var slots [2]selection.Slot
+	for i := range slots {
+		slots[i], _ = rt.Lookup(fmt.Sprintf("%s#%d", addr, i))
+	}
+	eventually(t, "the stored-run estimate decayed", func() bool {
+		a, _ := fp.Estimate(slots[0], time.Now())
+		b, _ := fp.Estimate(slots[1], time.Now())
+		return a == 0 && b == 0
+	})
+	i := 0
+	eventually(t, "an own request whose runs all read as its own", func() bool {
+		i++
+		before, _ := fp.Counted()
+		id, _ := kvChat(t, cl, model, []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("own again %d", i), 2000))})
+		s := slots[0]
+		if id == fleetIDOf(addr+"#1") {
+			s = slots[1]
+		}
+		got := rt.ExternalPrefill(s)
+		if after, _ := fp.Counted(); after != before {
+			return false // a run of it read as foreign rewrote the slot: another
+		}
+		if floor := fp.Share() * float64(k.x.BlockSize()); got <= 0 || float64(got) < floor {
+			t.Errorf("external prefill %d on the own request's replica, want at least rho (%.3f) x a block", got, fp.Share())
+		}
+		t.Logf("own request %d: external prefill %d, rho %.3f", i, got, fp.Share())
+		return true
+	})
 }
 
 // TestE2EForeignPrefillDecay: through a real Caddy and an engine simulator

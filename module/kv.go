@@ -124,7 +124,7 @@ type kvState struct {
 // Destruct stops the feeds: the last policy using them was cleaned up.
 func (k *kvState) Destruct() error {
 	kvLive.Drop(k.stateKey, k)
-	k.setForeign(false, nil)
+	k.setForeign(false, nil, 0)
 	return k.p.Close()
 }
 
@@ -166,7 +166,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	}
 	s.kv, s.kvKey = v.(*kvState), key
 	s.kv.fleet.Store(s.fleet)
-	s.kv.setForeign(s.ForeignPrefillOn(), s.rt) // foreign.go
+	s.kv.setForeign(s.ForeignPrefillOn(), s.rt, s.ForeignPrior()) // foreign.go
 	s.fleet.kv.Store(&kvPreflight{kv: s.kv, maxBody: s.MaxBodyBytes, owner: s})
 	kvLive.Set(s.StateKey, s.kv)
 	return nil

@@ -126,7 +126,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		route_id_secret    <secret>
 //		instance_id        <id>
 //		spill_band         <tokens>|off
-//		foreign_prefill    on|off
+//		foreign_prefill    on|off|queues
 //		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency }]
 //		outlier {
 //			consecutive_failures <n>|off
@@ -158,7 +158,7 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		},
 		Set: func(path string) { s.Explicit |= selection.KnobNamed(path) },
 		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": integrity.ParseSpecMode,
-			"foreign_prefill": fleetstate.ParseOnOff},
+			"foreign_prefill": fleetstate.ParseForeign},
 		Words: map[string]map[string]any{
 			"outlier consecutive_failures":   {"off": -1},
 			"spill_band":                     {"off": -1},

@@ -59,6 +59,11 @@ import (
 // the agents' first turns pile onto the few replicas warm with their
 // shared prefix (bench/RESULTS.md, 2026-12-05, "the others' contexts").
 //
+// What the KV events cannot show, the others' queued requests (a waiting
+// request stores nothing until its prefill runs), SetPrior estimates from
+// this instance's own pending prefill and the others' share of the stored
+// tokens.
+//
 // The lifecycle, the same in the module and the fleet simulation:
 // SetRouter once (and again on a reload), StoredRun from the KV feeds
 // (kvindex.Precise.OnStored), Refresh before each Route, Reserved with
@@ -100,6 +105,8 @@ type ForeignPrefill struct {
 	last    atomic.Int64  // Refresh's last run, Unix nanoseconds
 	counted atomic.Uint64 // foreign tokens counted (Stored), ever
 	runs    atomic.Uint64 // stored runs with a foreign part, ever
+	own     atomic.Uint64 // stored tokens credited to this instance's own requests, ever
+	prior   atomic.Uint64 // SetPrior's scale (float64 bits), 0: off
 
 	mu     sync.Mutex
 	cells  [MaxReplicas]foreignCell
@@ -290,6 +297,9 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	own := min(n, c.credit)
 	c.credit -= own
 	foreign := n - own
+	if own > 0 {
+		f.own.Add(uint64(own))
+	}
 	if foreign > 0 {
 		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
@@ -328,9 +338,57 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 // Reserved credits the request Route just reserved res for (Routed with
 // its slot and prefill); nil (no replica usable) does nothing.
 func (f *ForeignPrefill) Reserved(res *Reservation) {
-	if res != nil {
-		f.Routed(res.slot, int(res.prefill))
+	if res == nil {
+		return
 	}
+	f.Routed(res.slot, int(res.prefill))
+	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas {
+		if p := f.unseen(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
+			rt.SetExternalPrefill(res.slot, p)
+		}
+		f.mu.Lock()
+		f.active.Add(res.slot)
+		f.mu.Unlock()
+	}
+}
+
+// SetPrior sets the scale of the others' unseen load (0, the default:
+// off). With it, each replica counts x rho times this instance's own
+// pending prefill there (its requests not yet at their first token:
+// queued or prefilling) as the others' pending prefill, the larger of it
+// and the estimate from their stored runs; rho is the ratio of the
+// foreign to this instance's own stored tokens so far. Behind a front
+// that deals requests alike to every instance the others send rho times
+// as much as this instance does, and their queued requests store nothing
+// until their prefill runs: without engine_metrics (which reports the
+// queues) an instance sees a home queue of the others' requests as a
+// quarter as long as it is with 4 instances (bench/RESULTS.md,
+// 2026-12-05, "the others' queues"). Scaling the whole reserved load
+// (in-flight x request_cost too) was measured to cost the conversation
+// trace (decoding requests are no queue). Alone rho is 0 and nothing
+// changes. Safe to call at any time.
+func (f *ForeignPrefill) SetPrior(x float64) { f.prior.Store(math.Float64bits(max(x, 0))) }
+
+// Prior is SetPrior's scale.
+func (f *ForeignPrefill) Prior() float64 { return math.Float64frombits(f.prior.Load()) }
+
+// Share is rho: the foreign over this instance's own stored tokens so far
+// (0 before this instance's first).
+func (f *ForeignPrefill) Share() float64 {
+	if own := f.own.Load(); own > 0 {
+		return float64(f.counted.Load()) / float64(own)
+	}
+	return 0
+}
+
+// unseen is the others' unseen load on s in tokens (SetPrior).
+func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
+	k := f.Prior() * f.Share()
+	if k <= 0 {
+		return 0
+	}
+	_, pend := rt.Load(s)
+	return int64(k * float64(pend))
 }
 
 // Refresh hands the router every slot's estimate decayed to now, at most
@@ -354,6 +412,7 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 		for bits := f.active[w]; bits != 0; bits &= bits - 1 {
 			s := Slot(w*64 + mathbits.TrailingZeros64(bits))
 			v, r := f.cells[s].estimate(now, tau, rtau)
+			v = max(v, f.unseen(rt, s))
 			rt.SetExternalPrefill(s, v)
 			rt.SetExternalContext(s, r)
 			if v == 0 && r == 0 {
@@ -406,7 +465,7 @@ func (f *ForeignPrefill) Estimate(s Slot, now time.Time) (prefill, context int64
 // SetExternalContext).
 func (f *ForeignPrefill) Apply(rt *Router, s Slot, now time.Time) {
 	v, r := f.Estimate(s, now)
-	rt.SetExternalPrefill(s, v)
+	rt.SetExternalPrefill(s, max(v, f.unseen(rt, s)))
 	rt.SetExternalContext(s, r)
 }
 

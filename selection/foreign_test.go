@@ -275,3 +275,53 @@ func TestForeignResidentContexts(t *testing.T) {
 		t.Fatalf("context after Detach %d, want 0", got)
 	}
 }
+
+// The others' unseen load (SetPrior): rho (foreign over own stored
+// tokens) times this instance's pending prefill on a replica counts as the
+// others' prefill there, the larger of it and the stored-run estimate;
+// nothing while alone (no foreign tokens), while off, or once this
+// instance's own load there is gone.
+func TestForeignPrefillPrior(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 3)
+	a, b, c := cands[0].Slot, cands[1].Slot, cands[2].Slot
+	f := NewForeignPrefill()
+	f.SetRouter(rt)
+	f.SetPrior(1)
+	t0 := time.Unix(100, 0)
+
+	res := rt.Reserve(a, 1024)
+	f.Reserved(res) // alone so far: rho 0
+	if got := rt.ExternalPrefill(a); got != 0 {
+		t.Fatalf("alone: external prefill %d on a, want 0", got)
+	}
+	f.StoredRun(a, 64, 16, t0) // our 1024 tokens stored
+	res.Release()
+	f.StoredRun(b, 192, 16, t0) // 3072 foreign tokens: rho 3
+	if got := rt.ExternalPrefill(b); got != 3072 {
+		t.Fatalf("b: external prefill %d, want the stored 3072", got)
+	}
+
+	res = rt.Reserve(c, 1000) // 1000 pending on c
+	f.Reserved(res)
+	if got, want := rt.ExternalPrefill(c), int64(3*1000); got != want {
+		t.Errorf("c with our request: external prefill %d, want rho x our pending %d", got, want)
+	}
+	f.Refresh(t0.Add(10 * time.Millisecond))
+	if got, want := rt.ExternalPrefill(c), int64(3*1000); got != want {
+		t.Errorf("c refreshed: %d, want %d", got, want)
+	}
+	res.Release()
+	f.Refresh(t0.Add(20 * time.Millisecond))
+	if got := rt.ExternalPrefill(c); got != 0 {
+		t.Errorf("c once our request ended: %d, want 0", got)
+	}
+
+	f.SetPrior(0)
+	res = rt.Reserve(c, 1000)
+	f.Reserved(res)
+	f.Refresh(t0.Add(30 * time.Millisecond))
+	if got := rt.ExternalPrefill(c); got != 0 {
+		t.Errorf("prior off: c %d, want 0", got)
+	}
+	res.Release()
+}

@@ -18,7 +18,10 @@ import (
 // runs as resident contexts for x times the learned mean life of a
 // request (ForeignPrefill.ResidentLives: DefaultResidentLives with "fp"
 // alone, 0 off), "fplife=<s>" assuming that life until one has ended (the
-// default: the oldest request's age), "fpmin=<blocks>" counting only stored runs
+// default: the oldest request's age), "fpq=<x>" counting x times the others'
+// unseen load (ForeignPrefill.SetPrior; "fp" alone: 0, as the module's
+// default; the module's foreign_prefill queues is fpq=1 without
+// -engine-load), "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
 // prefixes too (selection.Options.ColdSpill); "band=<tokens>" widens it
@@ -45,6 +48,7 @@ type preciseSpec struct {
 	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
+	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior (with "fp" alone: 0)
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -66,6 +70,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a number of request lives, 0 or more", SpillSep, spec)
 			}
 			ps.lives, ps.livesOn = x, true
+		case k == "fpq" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x < 0 {
+				return ps, true, fmt.Errorf("%s%s: want a prior scale, 0 or more", SpillSep, spec)
+			}
+			ps.prior = x
 		case k == "fplife" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -130,6 +140,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.life > 0 {
 				fp.ResidentLife = ps.life
 			}
+			fp.SetPrior(ps.prior) // 0 unless fpq= (the module: foreign_prefill queues)
 			rp.SetForeignPrefill(fp)
 		}
 	}

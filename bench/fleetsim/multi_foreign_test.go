@@ -32,6 +32,8 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"cs+fp+fpmin=480", preciseSpec{cold: true, foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, minRun: 480}, true, false},
 		{"fp+fpmin=0", preciseSpec{}, true, true},
 		{"fp+fpres=0", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, livesOn: true}, true, false},
+		{"fp+fpq=0.5", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, prior: 0.5}, true, false},
+		{"fp+fpq=-1", preciseSpec{}, true, true},
 		{"fp+fpres=1.5+fplife=10", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, lives: 1.5, livesOn: true, life: 10 * time.Second}, true, false},
 		{"fp+fpres=-1", preciseSpec{}, true, true},
 		{"fp+fplife=0", preciseSpec{}, true, true},
