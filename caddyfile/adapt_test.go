@@ -97,7 +97,7 @@ func TestAdaptBadOptions(t *testing.T) {
 		{"index_budget", "index_budget lots", `index_budget: "lots" is not a size`},
 		{"profile", "profile 127.0.0.1:8100 turbo", `profile 127.0.0.1:8100: unknown engine profile "turbo"`},
 		{"fallback", "fallback nosuch", "fallback:"},
-		{"foreign_prefill", "foreign_prefill yes", `foreign_prefill: "yes": want on or off`},
+		{"foreign_prefill", "foreign_prefill yes", `foreign_prefill: "yes": want on, off or queues`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -394,7 +394,7 @@ type Options struct {
 	// but costs the smallest caches more than it gains (a fleet there
 	// does better on beliefs that outlive the engine's, which keep a
 	// group on the replica its running requests pin it to):
-	// bench/EXPERIMENTS.md, section 27 (press10).
+	// bench/EXPERIMENTS.md, section 28 (press10).
 	ReplyCharge bool
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
