@@ -15,6 +15,10 @@ type Snapshot struct {
 	// the request path by the index's learn queue, and those of queueing
 	// size made inline because the queue was full.
 	IndexLearnsQueued, IndexLearnsInline uint64
+	// OtherInstances: the engines' answers show prompts other ramjet
+	// instances placed on the fleet's replicas, and the agreement band is
+	// on (selection.Router.Several).
+	OtherInstances bool
 }
 
 // ReplicaSnapshot is one replica at scrape time. It carries the opaque id
@@ -50,6 +54,7 @@ func (f *Fleet) Snapshot(reps []Replica) Snapshot {
 	fs := Snapshot{Key: f.StateKey, Config: cfg, IndexEntries: idx.Entries(),
 		IndexBytes: idx.Bytes(), IndexBudget: idx.Budget(), IndexEvictions: idx.Evictions()}
 	fs.IndexLearnsQueued, fs.IndexLearnsInline = idx.QueuedLearns()
+	fs.OtherInstances = rt.Several()
 	od := f.Detector()
 	for _, r := range reps {
 		if r.Key == "" {

@@ -34,3 +34,19 @@ ramjet_index_learns_queued_total{fleet="a"} 7
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
 }
+
+// Whether other instances show in the answers is exported per fleet.
+func TestFleetCollectorOtherInstances(t *testing.T) {
+	c := NewFleetCollector(func() []fleetstate.Snapshot {
+		return []fleetstate.Snapshot{{Key: "a", OtherInstances: true}, {Key: "b"}}
+	})
+	want := `
+# HELP ramjet_other_instances_seen 1 while the engines' answers (cached tokens past what this instance sent) show prompts other ramjet instances placed on the fleet's replicas, among the last 1024 answers: the agreement band is on; else 0.
+# TYPE ramjet_other_instances_seen gauge
+ramjet_other_instances_seen{fleet="a"} 1
+ramjet_other_instances_seen{fleet="b"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ramjet_other_instances_seen"); err != nil {
+		t.Fatal(err)
+	}
+}

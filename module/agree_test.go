@@ -86,6 +86,13 @@ func TestE2EAgreementFromAnswers(t *testing.T) {
 	if router("p0").Several() {
 		t.Fatal("p0's agreement on: its answers held only what it sent")
 	}
+	// The same through Caddy's metrics: the gauge of other instances seen.
+	m := c.adminMetrics()
+	for in, want := range map[string]string{"b": "1", "p0": "0"} {
+		if line := `ramjet_other_instances_seen{fleet="agree_` + in + `"} ` + want; !strings.Contains(m, line) {
+			t.Errorf("metrics lack %q", line)
+		}
+	}
 
 	// b's own slow requests in flight (distinct prompts, long outputs).
 	ctx, cancel := context.WithCancel(context.Background())
