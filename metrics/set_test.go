@@ -64,8 +64,8 @@ func TestMetricsLint(t *testing.T) {
 	for _, p := range probs {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(m.Fleet); n != 18 { // 7 fleet (the learn queue's two counters included) + 11 for its one replica
-		t.Errorf("fleet collector emitted %d series, want 18", n)
+	if n := testutil.CollectAndCount(m.Fleet); n != 19 { // 8 fleet (the learn queue's two counters and other instances seen included) + 11 for its one replica
+		t.Errorf("fleet collector emitted %d series, want 19", n)
 	}
 	mfs, err := m.Own.Gather()
 	if err != nil {
