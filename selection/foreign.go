@@ -336,12 +336,21 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 }
 
 // Reserved credits the request Route just reserved res for (Routed with
-// its slot and prefill); nil (no replica usable) does nothing.
-func (f *ForeignPrefill) Reserved(res *Reservation) {
+// its slot and prefill); nil (no replica usable) does nothing. tokens is
+// the prompt's exact token count when a tokenizer gave it (0: unknown):
+// the reservation's prefill counts the prompt's bytes over chars_per_token,
+// and an engine whose tokenizer makes more tokens of them stores more than
+// that estimate, which read as another instance's prefill on every own
+// request (bench/EXPERIMENTS.md, own10).
+func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 	if res == nil {
 		return
 	}
-	f.Routed(res.slot, int(res.prefill))
+	prefill := res.prefill
+	if tokens > 0 && res.prompt > 0 {
+		prefill = max(prefill+int64(tokens)-int64(res.prompt), 0)
+	}
+	f.Routed(res.slot, int(prefill))
 	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas {
 		if p := f.unseen(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
 			rt.SetExternalPrefill(res.slot, p)
