@@ -14,7 +14,8 @@ import (
 // publishing KV events, with this instance alone, none of its own
 // requests' stored runs reads as another instance's prefill: 20 distinct
 // prompts of lengths that the bytes-per-token estimate gets wrong by a few
-// tokens either way, streaming and not, with an instant engine and with
+// tokens either way, some of them conversations of up to 18 messages (the
+// chat template's tokens per message), streaming and not, with an instant engine and with
 // one computing in real time (4x: chunked prefill, events during it).
 // Before the credit took the preflight's exact token count, about a
 // fifth to a half of them left a few tokens read as foreign (EXPERIMENTS,
@@ -43,6 +44,12 @@ func TestE2EForeignOwnRuns(t *testing.T) {
 			for i := range n {
 				before, _ := k.fp.Counted()
 				msgs := []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("own %d", i), 1500+37*i))}
+				if i%3 == 2 { // a conversation: each message adds template tokens the bytes do not show
+					msgs = append([]openai.ChatCompletionMessageParamUnion{openai.SystemMessage(longText(fmt.Sprintf("system %d", i), 300))}, msgs...)
+					for j := range 2 * (i%4 + 1) {
+						msgs = append(msgs, openai.AssistantMessage(fmt.Sprintf("reply %d", j)), userMsg(fmt.Sprintf("follow-up %d of %d", j, i)))
+					}
+				}
 				if i%2 == 0 {
 					kvChat(t, cl, model, msgs)
 				} else {
