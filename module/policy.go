@@ -422,7 +422,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	}
 	d, got := s.rt.Route(feat, cands, sc.sel, a, res)
 	if fp != nil {
-		fp.Reserved(got, len(sc.sel.Tokens))
+		fp.Reserved(got, len(sc.sel.Tokens), st.route.kv == nil || st.route.kv.late == nil) // else a message prefix's
 	}
 	sc.sel.Tokens = nil
 	sc.cands = cands
