@@ -15,16 +15,21 @@ import (
 // requests' stored runs reads as another instance's prefill: 20 distinct
 // prompts of lengths that the bytes-per-token estimate gets wrong by a few
 // tokens either way, some of them conversations of up to 18 messages (the
-// chat template's tokens per message), streaming and not, with an instant engine and with
-// one computing in real time (4x: chunked prefill, events during it).
-// Before the credit took the preflight's exact token count, about a
-// fifth to a half of them left a few tokens read as foreign (EXPERIMENTS,
-// own10).
+// chat template's tokens per message), streaming and not, with an instant
+// engine and with one computing in real time (4x: chunked prefill, events
+// during it); and an agent's conversation growing over 20 turns (routed
+// on its cached message prefix). Before the credit took the preflight's
+// token count, 11-12 of the 20 prompts and 756 tokens of the agent's
+// turns read as foreign (bench/EXPERIMENTS.md, own10).
 func TestE2EForeignOwnRuns(t *testing.T) {
-	for _, timed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("timed=%v", timed), func(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		timed bool
+		agent bool
+	}{{"instant", false, false}, {"timed", true, false}, {"agent", false, true}} {
+		t.Run(tt.name, func(t *testing.T) {
 			sim, cl, model, k := startForeignCaddy(t, func(o *enginesim.Options) {
-				if timed {
+				if tt.timed {
 					o.Instant, o.TimeScale = false, 4
 				}
 			})
@@ -38,8 +43,9 @@ func TestE2EForeignOwnRuns(t *testing.T) {
 				}
 				return k.x.Entries() == int64(blocks)
 			}
-			const n = 20
 			eventually(t, "the warm-up's runs in the index", settled)
+			agent := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(longText("agent system", 4000)), userMsg(longText("task", 800))}
+			const n = 20
 			bad, total := 0, uint64(0)
 			for i := range n {
 				before, _ := k.fp.Counted()
@@ -49,6 +55,11 @@ func TestE2EForeignOwnRuns(t *testing.T) {
 					for j := range 2 * (i%4 + 1) {
 						msgs = append(msgs, openai.AssistantMessage(fmt.Sprintf("reply %d", j)), userMsg(fmt.Sprintf("follow-up %d of %d", j, i)))
 					}
+				}
+				if tt.agent {
+					msgs = agent
+					agent = append(agent, openai.AssistantMessage(longText(fmt.Sprintf("tool call %d", i), 120)),
+						openai.ToolMessage(longText(fmt.Sprintf("tool result %d", i), 300), fmt.Sprintf("call%d", i)))
 				}
 				if i%2 == 0 {
 					kvChat(t, cl, model, msgs)

@@ -422,7 +422,11 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	}
 	d, got := s.rt.Route(feat, cands, sc.sel, a, res)
 	if fp != nil {
-		fp.Reserved(got, len(sc.sel.Tokens), st.route.kv == nil || st.route.kv.late == nil) // else a message prefix's
+		n, whole := len(sc.sel.Tokens), true
+		if k := st.route.kv; k != nil {
+			n, whole = k.late.PromptTokens(n, s.rt.Config().CharsPerToken)
+		}
+		fp.Reserved(got, n, whole)
 	}
 	sc.sel.Tokens = nil
 	sc.cands = cands
