@@ -312,17 +312,14 @@ func (p *Precise) ColdPreflight(ep selection.Endpoint, body []byte, f *selection
 	return l
 }
 
-// PromptTokens is the prompt's token count from a preflight's n tokens
-// that came with l (nil: none, the whole prompt's) and whether it covers
-// the whole prompt: a request routed on a cached message prefix adds its
-// other messages' bytes (their JSON: about their text and the template's
-// tokens) over charsPerToken; a preflight past its timeout has none.
-func (l *Late) PromptTokens(n int, charsPerToken float64) (int, bool) {
-	if l == nil {
-		return n, true
+// PromptTokens is the prompt's token count from the n tokens a preflight
+// returned with l (nil: none, n are the whole prompt's): a request routed
+// on a cached message prefix adds to the prefix's its other messages'
+// bytes (their JSON: about their text and the template's tokens) over
+// charsPerToken; a preflight past its timeout returned none (0).
+func (l *Late) PromptTokens(n int, charsPerToken float64) int {
+	if l != nil && l.tail > 0 && charsPerToken > 0 {
+		return n + int(math.Ceil(float64(l.tail)/charsPerToken))
 	}
-	if l.tail > 0 && charsPerToken > 0 {
-		return n + int(math.Ceil(float64(l.tail)/charsPerToken)), true
-	}
-	return n, false
+	return n
 }

@@ -337,19 +337,19 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 
 // Reserved credits the request Route just reserved res for (Routed with
 // its slot and prefill); nil (no replica usable) does nothing. tokens is
-// the prompt's token count as a tokenizer gave it (0: none), whole when
-// it is the whole prompt's, else a prefix's (a lower bound): the
-// reservation's prefill counts the prompt's bytes over chars_per_token,
-// and an engine whose tokenizer makes more tokens of them (the chat
-// template's, say) stores more than that estimate, which read as another
-// instance's prefill on own requests (bench/EXPERIMENTS.md, own10).
-func (f *ForeignPrefill) Reserved(res *Reservation, tokens int, whole bool) {
+// the prompt's token count as the preflight made it (0: none; see
+// kvindex.Late.PromptTokens): the reservation's prefill counts the
+// prompt's bytes over chars_per_token, and an engine whose tokenizer makes
+// more tokens of them (the chat template's, say) stores more than that
+// estimate, which read as another instance's prefill on own requests
+// (bench/EXPERIMENTS.md, own10).
+func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 	if res == nil {
 		return
 	}
 	prefill := res.prefill
-	if d := int64(tokens) - int64(res.prompt); tokens > 0 && res.prompt > 0 && (whole || d > 0) {
-		prefill = max(prefill+d, 0)
+	if tokens > 0 && res.prompt > 0 {
+		prefill = max(prefill+int64(tokens)-int64(res.prompt), 0)
 	}
 	f.Routed(res.slot, int(prefill))
 	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas {
