@@ -41,7 +41,8 @@ import (
 //
 // Only runs of at least MinBlocks blocks count: a decoding request stores
 // one block at a time, a prefill chunk many. This instance's own requests
-// are credited with their expected prefill (Routed) and their stored
+// are credited with their expected prefill (Reserved: in the preflight's
+// tokens when it has them, what the engine stores) and their stored
 // blocks are not foreign; a credit is dropped once this instance has no
 // prefill pending on the replica and Grace has passed since its last own
 // first token (the events of its last chunk can trail the first token).
