@@ -3,6 +3,7 @@ package kvindex
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -56,6 +57,7 @@ type Late struct {
 	// (deferLate), sends its tokenization: at its first response byte
 	// (FirstByte) or its end, whichever comes first.
 	start func()
+	tail  int // the bytes of the messages past that prefix
 }
 
 // Preflight is Tokenize for one request on its way to Route: the tokens
@@ -193,7 +195,7 @@ func (l *Late) predictLocked() {
 // body, whose buffer is the request's).
 func (p *Precise) deferLate(key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix) *Late {
 	body := req.body()
-	l := &Late{p: p, slot: -1, held: -1, probe: probe}
+	l := &Late{p: p, slot: -1, held: -1, probe: probe, tail: len(req.Messages) - int(m.end)}
 	l.start = func() {
 		base, err := p.tokenizeBase(true)
 		if err != nil {
@@ -308,4 +310,16 @@ func (p *Precise) ColdPreflight(ep selection.Endpoint, body []byte, f *selection
 	}
 	p.tk.Then(c, l.arrived)
 	return l
+}
+
+// PromptTokens is the prompt's token count from the n tokens a preflight
+// returned with l (nil: none, n are the whole prompt's): a request routed
+// on a cached message prefix adds to the prefix's its other messages'
+// bytes (their JSON: about their text and the template's tokens) over
+// charsPerToken; a preflight past its timeout returned none (0).
+func (l *Late) PromptTokens(n int, charsPerToken float64) int {
+	if l != nil && l.tail > 0 && charsPerToken > 0 {
+		return n + int(math.Ceil(float64(l.tail)/charsPerToken))
+	}
+	return n
 }

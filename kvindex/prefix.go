@@ -145,6 +145,7 @@ type msgPrefix struct {
 	fullKey uint64   // the key of all n messages
 	bareKey uint64   // the key of the first n-1 messages (n >= 2)
 	bareEnd int32    // their end in the messages
+	end     int32    // the end of the k cached messages in the messages
 }
 
 // lookupPrefix finds the longest cached prefix of req's messages.
@@ -164,7 +165,7 @@ func (p *Precise) lookupPrefix(req TokenizeRequest) msgPrefix {
 	}
 	for k := n; k >= 1 && k > n-maxPrefixScan; k-- {
 		if toks, ok := p.tk.peek(sc.keys[k-1]); ok {
-			m.k, m.tokens = k, toks
+			m.k, m.tokens, m.end = k, toks, sc.ends[k-1]
 			break
 		}
 	}

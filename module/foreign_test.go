@@ -122,9 +122,9 @@ func TestForeignPrefillFeeds(t *testing.T) {
 // startForeignCaddy starts an engine simulator of two ranks publishing KV
 // events (opts adjust it) and a real Caddy in front of it with
 // foreign_prefill queues (on, and the others' queues as a prior); it
-// returns the engine's address, a client of the
+// returns the engine, a client of the
 // Caddy, the model and the live precise-path state.
-func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (string, openai.Client, string, *kvState) {
+func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (*enginesim.Server, openai.Client, string, *kvState) {
 	t.Helper()
 	sim, events, replay := startKVSim(t, opts...)
 	addr := sim.Addr()
@@ -133,7 +133,7 @@ func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (string, 
 		"topic":            "kv-events",
 		"tokenize_timeout": "2s",
 	}}})
-	return addr, newClient(c), sim.Model(), liveKV(t)
+	return sim, newClient(c), sim.Model(), liveKV(t)
 }
 
 // TestE2EForeignPrefill: through a real Caddy and an engine simulator
@@ -142,7 +142,8 @@ func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (string, 
 // the engine directly (another ramjet instance's request, as this one sees
 // it) is counted as foreign prefill and reaches the router's load.
 func TestE2EForeignPrefill(t *testing.T) {
-	addr, cl, model, k := startForeignCaddy(t)
+	sim, cl, model, k := startForeignCaddy(t)
+	addr := sim.Addr()
 	if k.foreign.Load() == nil {
 		t.Fatal("foreign_prefill on, but no estimate is fed")
 	}
@@ -230,7 +231,8 @@ func TestE2EForeignPrefill(t *testing.T) {
 // compute it.
 func TestE2EForeignPrefillDecay(t *testing.T) {
 	const scale = 4
-	addr, cl, model, k := startForeignCaddy(t, func(o *enginesim.Options) { o.Instant, o.TimeScale = false, scale })
+	sim, cl, model, k := startForeignCaddy(t, func(o *enginesim.Options) { o.Instant, o.TimeScale = false, scale })
+	addr := sim.Addr()
 	if got := k.fp.Decay(); got != selection.DefaultForeignTau {
 		t.Fatalf("decay %v before any first token, want the default %v", got, selection.DefaultForeignTau)
 	}

@@ -422,7 +422,11 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	}
 	d, got := s.rt.Route(feat, cands, sc.sel, a, res)
 	if fp != nil {
-		fp.Reserved(got)
+		n := len(sc.sel.Tokens)
+		if k := st.route.kv; k != nil {
+			n = k.late.PromptTokens(n, s.rt.Config().CharsPerToken)
+		}
+		fp.Reserved(got, n)
 	}
 	sc.sel.Tokens = nil
 	sc.cands = cands

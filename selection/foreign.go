@@ -41,7 +41,8 @@ import (
 //
 // Only runs of at least MinBlocks blocks count: a decoding request stores
 // one block at a time, a prefill chunk many. This instance's own requests
-// are credited with their expected prefill (Routed) and their stored
+// are credited with their expected prefill (Reserved: in the preflight's
+// tokens when it has them, what the engine stores) and their stored
 // blocks are not foreign; a credit is dropped once this instance has no
 // prefill pending on the replica and Grace has passed since its last own
 // first token (the events of its last chunk can trail the first token).
@@ -336,12 +337,22 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 }
 
 // Reserved credits the request Route just reserved res for (Routed with
-// its slot and prefill); nil (no replica usable) does nothing.
-func (f *ForeignPrefill) Reserved(res *Reservation) {
+// its slot and prefill); nil (no replica usable) does nothing. tokens is
+// the prompt's token count as the preflight made it (0: none; see
+// kvindex.Late.PromptTokens): the reservation's prefill counts the
+// prompt's bytes over chars_per_token, and an engine whose tokenizer makes
+// more tokens of them (the chat template's, say) stores more than that
+// estimate, which read as another instance's prefill on own requests
+// (bench/EXPERIMENTS.md, own10).
+func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 	if res == nil {
 		return
 	}
-	f.Routed(res.slot, int(res.prefill))
+	prefill := res.prefill
+	if tokens > 0 && res.prompt > 0 {
+		prefill = max(prefill+int64(tokens)-int64(res.prompt), 0)
+	}
+	f.Routed(res.slot, int(prefill))
 	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas {
 		if p := f.unseen(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
 			rt.SetExternalPrefill(res.slot, p)

@@ -89,8 +89,8 @@ func TestForeignPrefillLifecycle(t *testing.T) {
 	f.SetRouter(rt)
 
 	res := rt.Reserve(a, 100) // ours: 100 tokens pending on a
-	f.Reserved(res)
-	f.Reserved(nil)
+	f.Reserved(res, 0)
+	f.Reserved(nil, 0)
 	f.StoredRun(a, 10, 16, t0) // 160 stored: 100 ours, 60 foreign
 	f.StoredRun(b, 64, 16, t0) // 1024 foreign
 	f.StoredRun(b, 1, 16, t0)  // a decode step: not prefill
@@ -290,7 +290,7 @@ func TestForeignPrefillPrior(t *testing.T) {
 	t0 := time.Unix(100, 0)
 
 	res := rt.Reserve(a, 1024)
-	f.Reserved(res) // alone so far: rho 0
+	f.Reserved(res, 0) // alone so far: rho 0
 	if got := rt.ExternalPrefill(a); got != 0 {
 		t.Fatalf("alone: external prefill %d on a, want 0", got)
 	}
@@ -302,7 +302,7 @@ func TestForeignPrefillPrior(t *testing.T) {
 	}
 
 	res = rt.Reserve(c, 1000) // 1000 pending on c
-	f.Reserved(res)
+	f.Reserved(res, 0)
 	if got, want := rt.ExternalPrefill(c), int64(3*1000); got != want {
 		t.Errorf("c with our request: external prefill %d, want rho x our pending %d", got, want)
 	}
@@ -318,10 +318,44 @@ func TestForeignPrefillPrior(t *testing.T) {
 
 	f.SetPrior(0)
 	res = rt.Reserve(c, 1000)
-	f.Reserved(res)
+	f.Reserved(res, 0)
 	f.Refresh(t0.Add(30 * time.Millisecond))
 	if got := rt.ExternalPrefill(c); got != 0 {
 		t.Errorf("prior off: c %d, want 0", got)
 	}
 	res.Release()
+}
+
+// Reserved credits a request with its prompt's exact token count when the
+// preflight gave one: the reservation's prefill estimates the prompt from
+// its bytes (chars_per_token), and an engine that makes more tokens of
+// them stores more than that, which must not read as another instance's
+// prefill (own10: 4-6 of 20 own requests did through a real Caddy).
+func TestForeignPrefillExactCredit(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		tokens      int
+		wantForeign uint64
+	}{
+		{"the bytes' estimate: 400 tokens credited, 432 stored", 0, 32},
+		{"the exact count: 440 credited", 440, 0},
+		{"an exact count below the estimate: 380 credited", 380, 52},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
+			f := NewForeignPrefill()
+			f.SetRouter(rt)
+			// 25 blocks' worth of bytes: 400 tokens by the estimate.
+			_, res := rt.Route(features(rt.Config(), make([]uint64, 25), 0), cands, NewScratch(1), nil, nil)
+			if res.Prefill() != 400 {
+				t.Fatalf("reserved prefill %d, want the estimate's 400", res.Prefill())
+			}
+			f.Reserved(res, tt.tokens)
+			f.StoredRun(cands[0].Slot, 27, 16, time.Unix(100, 0)) // the engine's 432 whole-block tokens
+			if got, _ := f.Counted(); got != tt.wantForeign {
+				t.Errorf("foreign %d tokens, want %d", got, tt.wantForeign)
+			}
+			res.Release()
+		})
+	}
 }

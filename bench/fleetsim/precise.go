@@ -378,7 +378,7 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 // Pick made one.
 func (p *RamjetPrecise) reserved(r *Request) {
 	if res, ok := p.res[r.Row.ID]; ok && res != nil {
-		p.fp.Reserved(res)
+		p.fp.Reserved(res, len(r.Prompt))
 		if p.sent == nil {
 			p.sent = map[int]time.Duration{}
 		}
