@@ -20,7 +20,7 @@ import (
 // during it); and an agent's conversation growing over 20 turns (routed
 // on its cached message prefix). Before the credit took the preflight's
 // token count, 11-12 of the 20 prompts and 756 tokens of the agent's
-// turns read as foreign (bench/EXPERIMENTS.md, own10).
+// turns read as foreign (bench/EXPERIMENTS.md, section 32).
 func TestE2EForeignOwnRuns(t *testing.T) {
 	for _, tt := range []struct {
 		name  string

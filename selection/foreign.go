@@ -343,7 +343,7 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 // prompt's bytes over chars_per_token, and an engine whose tokenizer makes
 // more tokens of them (the chat template's, say) stores more than that
 // estimate, which read as another instance's prefill on own requests
-// (bench/EXPERIMENTS.md, own10).
+// (bench/EXPERIMENTS.md, section 32).
 func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 	if res == nil {
 		return

@@ -275,7 +275,11 @@ func RamjetSite(name, policy string, upstreams []string) Site {
 
 // GuardedRamjetSite is RamjetSite with the guard (http.handlers.ramjet_guard:
 // one bounded read and parse of the body, shared with the policy) ahead of
-// the observer, as deploy/Caddyfile runs ramjet. The guard scrubs response
+// the observer. deploy/Caddyfile's ramjet directive emits the observer
+// first, then the guard; the two share one response writer either way
+// (module/guard.go, handler.go), so both orders do the same work per
+// request, and this one keeps the overhead series comparable across
+// sessions. The guard scrubs response
 // headers that carry an upstream address, SpreadHeader included: count
 // replicas by X-Ramjet-Upstream on such a site.
 func GuardedRamjetSite(name, policy string, upstreams []string) Site {
