@@ -18,7 +18,7 @@ package selection
 // blocks; SGLang's cache_finished_req inserts its input and output ids),
 // so they take room the index's model of its cache must count, or the
 // index believes prompts held that the engine evicted to make that room
-// (bench/EXPERIMENTS.md, sections 24 (23c) and 27). When a later prompt
+// (bench/EXPERIMENTS.md, sections 24 (23c) and 28). When a later prompt
 // extends this one on the replica and the engine reports more cached than
 // the index predicted, the engine reused the reply (the next turn renders
 // it as generated) and its charge goes: that prompt's own blocks count it.
@@ -67,20 +67,13 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 		// What the engine caches past the fingerprinted prompt: the
 		// reply, and the prompt's partial last block (in the index's
 		// estimated tokens, as cachedTokens below).
-		reply := int64(completionTokens)
-		if promptTokens > 0 && res.prompt > 0 {
-			reply = reply * int64(res.prompt) / int64(promptTokens)
-		}
+		reply := res.estimated(completionTokens, promptTokens)
 		rt.idx.Replied(res.last, s, int((int64(res.prompt)+reply)/int64(rt.cfg.BlockTokens))-int(res.nblocks))
 	}
 	if res.precise || cachedTokens < 0 || !res.observed.CompareAndSwap(false, true) {
 		return false
 	}
-	cached := int64(cachedTokens)
-	if promptTokens > 0 && res.prompt > 0 {
-		cached = cached * int64(res.prompt) / int64(promptTokens)
-	}
-	got := cached / int64(rt.cfg.BlockTokens)
+	got := res.estimated(cachedTokens, promptTokens) / int64(rt.cfg.BlockTokens)
 	want := int64(res.predicted)
 	rt.agreement.observe(got, want, int64(res.prompt)/int64(rt.cfg.BlockTokens))
 	switch {
@@ -114,4 +107,14 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 		}
 	}
 	return false
+}
+
+// estimated scales n of the engine's tokens to the index's estimated
+// tokens (the prompt's bytes over chars_per_token), by the engine's count
+// of the prompt's tokens (promptTokens, 0 when unknown: n as it is).
+func (res *Reservation) estimated(n, promptTokens int) int64 {
+	if promptTokens > 0 && res.prompt > 0 {
+		return int64(n) * int64(res.prompt) / int64(promptTokens)
+	}
+	return int64(n)
 }
