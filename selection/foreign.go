@@ -394,7 +394,11 @@ func (f *ForeignPrefill) Share() float64 {
 
 // unseen is the others' unseen load on s in tokens (SetPrior).
 func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
-	k := f.Prior() * f.Share()
+	p := f.Prior()
+	if p <= 0 {
+		return 0 // off (the default): Refresh and Apply read no more
+	}
+	k := p * f.Share()
 	if k <= 0 {
 		return 0
 	}
