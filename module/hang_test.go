@@ -13,20 +13,31 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 )
 
+// hungEngineTimeout is the tests' engine_timeout. It must exceed the
+// longest stall of the test process itself on a loaded machine: a stall
+// past it times out the healthy engines' requests too, and three such
+// stalls within fail_duration take every engine out (503s for 30 s; seen
+// with 1s beside another `go test ./...`, and reproduced by freezing the
+// test process for 1.3 s).
+const hungEngineTimeout = 3 * time.Second
+
 // hangBound is the longest a request may take in the hung-engine tests:
-// engine_timeout (1s) for each of the 3 attempts (lb_retries 2), plus
-// slack for a loaded machine.
-const hangBound = 3*time.Second + 10*time.Second
+// engine_timeout for each of the 3 attempts (lb_retries 2), plus slack
+// for a loaded machine.
+const hangBound = 3*hungEngineTimeout + 10*time.Second
 
 // hungRun is what the clients of a hung-engine test saw.
 type hungRun struct {
 	mu      sync.Mutex
 	errs    []error
 	slowest time.Duration
+	// health is /health's answer right after the first failed request (a
+	// failure under load is then diagnosable from the log).
+	health string
 }
 
 // runHungFleet starts 4 engines, the first with faults f, behind
-// deploy/Caddyfile with RJ_ENGINE_TIMEOUT=1s, and 4 clients sending
+// deploy/Caddyfile with RJ_ENGINE_TIMEOUT=hungEngineTimeout, and 4 clients sending
 // requests (each its own prompt) until done returns true (checked between
 // requests) or a minute passed.
 func runHungFleet(t *testing.T, f enginesim.Faults, stream bool) (*proxy, sims, func(done func(*hungRun) bool) *hungRun) {
@@ -37,7 +48,7 @@ func runHungFleet(t *testing.T, f enginesim.Faults, stream bool) (*proxy, sims, 
 	}
 	p := mustLoad(t, deployCaddyfile(t), map[string]string{
 		"RJ_UPSTREAM":       strings.Join(ss.dials(), ","),
-		"RJ_ENGINE_TIMEOUT": "1s",
+		"RJ_ENGINE_TIMEOUT": hungEngineTimeout.String(),
 	})
 	c := &http.Client{Timeout: 2 * hangBound}
 	t.Cleanup(c.CloseIdleConnections)
@@ -59,9 +70,17 @@ func runHungFleet(t *testing.T, f enginesim.Faults, stream bool) (*proxy, sims, 
 					} else {
 						err = chatOnce(c, p.base, ss[0].Model(), prompt)
 					}
+					took := time.Since(start)
 					r.mu.Lock()
+					if err != nil && r.health == "" {
+						r.health = "(reading)"
+						r.mu.Unlock()
+						h := healthSnapshot(c, p.base)
+						r.mu.Lock()
+						r.health = fmt.Sprintf("after %v: %s", took, h)
+					}
 					r.errs = append(r.errs, err)
-					r.slowest = max(r.slowest, time.Since(start))
+					r.slowest = max(r.slowest, took)
 					r.mu.Unlock()
 				}
 			}()
@@ -71,6 +90,17 @@ func runHungFleet(t *testing.T, f enginesim.Faults, stream bool) (*proxy, sims, 
 		return r
 	}
 	return p, ss, run
+}
+
+// healthSnapshot is /health's body, or why it could not be read.
+func healthSnapshot(c *http.Client, base string) string {
+	resp, err := c.Get(base + "/health")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return fmt.Sprintf("%d %s", resp.StatusCode, b)
 }
 
 // untilEjected is a done condition: one replica ejected (asked of /health
@@ -134,18 +164,29 @@ func TestHungEngineBeforeFirstByte(t *testing.T) {
 	// Until the hung engine is ejected (5 consecutive failures, each one
 	// engine_timeout long: the load it holds meanwhile keeps traffic off).
 	first := run(untilEjected(t, p))
+	for k, err := range first.errs {
+		if err != nil {
+			t.Errorf("until the ejection, request %d: %v", k, err)
+		}
+	}
+	if first.health != "" {
+		t.Logf("until the ejection: /health at the first failure %s", first.health)
+	}
 	if ejectedReplicas(t, p) != 1 {
 		t.Fatalf("the hung engine was never ejected; engine attempts %v", ss.requests())
 	}
 	atEjection := ss.requests()
 	r := run(atLeast(100))
 	after := ss.requests()
-	for i, res := range []*hungRun{first, r} {
-		for k, err := range res.errs {
-			if err != nil {
-				t.Errorf("run %d request %d: %v", i, k, err)
-			}
+	for k, err := range r.errs {
+		if err != nil {
+			t.Errorf("after the ejection, request %d: %v", k, err)
 		}
+	}
+	if r.health != "" {
+		t.Logf("after the ejection: /health at the first failure %s", r.health)
+	}
+	for i, res := range []*hungRun{first, r} {
 		if res.slowest > hangBound {
 			t.Errorf("run %d: slowest request took %v, bound %v", i, res.slowest, hangBound)
 		}

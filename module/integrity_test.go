@@ -365,7 +365,7 @@ func TestIntegritySpecQuarantineE2E(t *testing.T) {
 	for i := range 20 {
 		resp, body := c.chat(chatBody("qwen3-8b", false, [2]string{"user", longText(fmt.Sprint("after", i), 300)}))
 		if resp.StatusCode != 200 || resp.Header.Get(HeaderUpstream) != good {
-			t.Fatalf("request %d: %d via %s: %s", i, resp.StatusCode, resp.Header.Get(HeaderUpstream), body)
+			t.Fatalf("request %d: %d via %s: %s\nhealth %+v", i, resp.StatusCode, resp.Header.Get(HeaderUpstream), body, c.healthOf())
 		}
 	}
 	if ss.requests()[0] != before[0] {
