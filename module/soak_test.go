@@ -10,7 +10,7 @@ import (
 )
 
 // TestSoakMixedFaults: 16 streaming clients without retries through
-// deploy/Caddyfile (RJ_ENGINE_TIMEOUT=1s) to 4 engines, one answering 500
+// deploy/Caddyfile (RJ_ENGINE_TIMEOUT=hungEngineTimeout) to 4 engines, one answering 500
 // to everything and one accepting and never answering, while the admin
 // API reloads the config; every stream must end with [DONE] (no lost,
 // hung (60s client timeout) or truncated request). The short version runs
@@ -34,7 +34,7 @@ func TestSoakMixedFaults(t *testing.T) {
 	}
 	d := loadDeployAdmin(t, deployCaddyfile(t), map[string]string{
 		"RJ_UPSTREAM":       strings.Join(ss.dials(), ","),
-		"RJ_ENGINE_TIMEOUT": "1s",
+		"RJ_ENGINE_TIMEOUT": hungEngineTimeout.String(),
 	})
 	var st trafficStats
 	counts, stop := runStreamers(t, 16, d.base, ss[0].Model(), &st)
