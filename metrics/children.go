@@ -3,8 +3,6 @@ package metrics
 import (
 	"sync"
 	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // labelValues are the label values of one child of a metric vector, in the
@@ -78,68 +76,4 @@ func lenOf[T any](m *map[labelValues]T) int {
 		return 0
 	}
 	return len(*m)
-}
-
-// pairSeries are the children EndRequest updates for one (upstream, model
-// label) pair: the requests by outcome, the token counters, the requests
-// without usage, the TTFT and duration histograms (the last three keyed by
-// the upstream alone). A nil one was not used yet.
-type pairSeries struct {
-	requests               [len(outcomes)]prometheus.Counter
-	prompt, cached, output prometheus.Counter
-	noUse                  prometheus.Counter
-	ttft, duration         prometheus.Observer
-}
-
-// pairs caches a pairSeries per (upstream, model label), so that a
-// finished request finds its children with one map lookup instead of one
-// per child. Each child still comes from its vector's cache (children)
-// when first used, exactly when the uncached code created it. A pair
-// series is copied on each new child and the map on each new pair (both
-// bounded as the labels are), read without a lock.
-type pairs struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[labelValues]*pairSeries]
-}
-
-// none is the pair series of a pair not seen yet.
-var none pairSeries
-
-// get returns the pair series of k (never nil: read only).
-func (c *pairs) get(k labelValues) *pairSeries {
-	if m := c.m.Load(); m != nil {
-		if p := (*m)[k]; p != nil {
-			return p
-		}
-	}
-	return &none
-}
-
-// with returns the pair series of k once fill set what it lacked, on a
-// copy made under the lock.
-func (c *pairs) with(k labelValues, fill func(*pairSeries)) *pairSeries {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.m.Load()
-	p := new(pairSeries)
-	m := make(map[labelValues]*pairSeries, 1+lenOf(old))
-	if old != nil {
-		if q := (*old)[k]; q != nil {
-			*p = *q
-		}
-		for kk, vv := range *old {
-			m[kk] = vv
-		}
-	}
-	fill(p)
-	m[k] = p
-	c.m.Store(&m)
-	return p
-}
-
-// reset forgets every pair (the vectors were reset).
-func (c *pairs) reset() {
-	c.mu.Lock()
-	c.m.Store(nil)
-	c.mu.Unlock()
 }

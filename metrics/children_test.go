@@ -1,24 +1,28 @@
 package metrics
 
 import (
+	"maps"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/dashboard"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/usage"
 )
 
 // TestCachedChildrenLazyAndReset: the cached children are the vectors'
-// own (what a request adds shows in the vector), created on first use only
-// (no series appears before its first observation), and Reset drops the
-// cache with the children, so that what follows a reset counts again.
+// own (what a request adds shows in the vector), the series of finished
+// requests are created on first use only (no series appears before its
+// first observation), and Reset drops the caches and records, so that
+// what follows a reset counts again.
 func TestCachedChildrenLazyAndReset(t *testing.T) {
 	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
 	request := func() {
@@ -28,29 +32,29 @@ func TestCachedChildrenLazyAndReset(t *testing.T) {
 		m.EndRequest(l, &Exchange{Upstream: "00aa", Model: "m", Status: 200, Start: now, End: now.Add(time.Millisecond),
 			Usage: usage.Usage{PromptTokens: 10, CachedTokens: 4, CompletionTokens: 2}, HasUsage: true})
 	}
-	if n := testutil.CollectAndCount(m.NoUsage); n != 0 {
+	if n := testutil.CollectAndCount(m.Ends, "ramjet_responses_without_usage_total"); n != 0 {
 		t.Fatalf("%d responses_without_usage series before any response without usage", n)
 	}
 	request()
 	request()
-	if got := testutil.ToFloat64(m.Requests.WithLabelValues("00aa", "m", OutcomeOK)); got != 2 {
+	if got, _ := m.Value("requests_total", "upstream", "00aa", "model", "m", "outcome", OutcomeOK); got != 2 {
 		t.Fatalf("requests_total = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(m.PromptTokens.WithLabelValues("00aa", "m")); got != 20 {
+	if got, _ := m.Value("prompt_tokens_total", "upstream", "00aa", "model", "m"); got != 20 {
 		t.Fatalf("prompt_tokens_total = %v, want 20", got)
 	}
 	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("00aa", "affinity")); got != 2 {
 		t.Fatalf("routing_decisions_total = %v, want 2", got)
 	}
-	if n := testutil.CollectAndCount(m.NoUsage); n != 0 {
+	if n := testutil.CollectAndCount(m.Ends, "ramjet_responses_without_usage_total"); n != 0 {
 		t.Fatalf("%d responses_without_usage series, want none (every response had usage)", n)
 	}
 	m.Reset()
-	if n := testutil.CollectAndCount(m.Requests); n != 0 {
+	if n := testutil.CollectAndCount(m.Ends, "ramjet_requests_total"); n != 0 {
 		t.Fatalf("%d requests_total series after Reset", n)
 	}
 	request()
-	if got := testutil.ToFloat64(m.Requests.WithLabelValues("00aa", "m", OutcomeOK)); got != 1 {
+	if got, _ := m.Value("requests_total", "upstream", "00aa", "model", "m", "outcome", OutcomeOK); got != 1 {
 		t.Fatalf("requests_total after Reset = %v, want 1 (a stale cached child?)", got)
 	}
 	if got := testutil.ToFloat64(m.Inflight.WithLabelValues("m")); got != 0 {
@@ -98,9 +102,53 @@ func BenchmarkEndRequest(b *testing.B) {
 	}
 }
 
+// reference is the labelled vectors the series of finished requests were
+// kept in before their records (the same options), registered with the
+// rest of a Set's collectors.
+type reference struct {
+	*Set
+	Requests, PromptTokens, CachedTokens, OutputTokens, NoUsage *prometheus.CounterVec
+	TTFT, Duration                                              *prometheus.HistogramVec
+	reg                                                         *prometheus.Registry
+}
+
+func newReference(m *Set) *reference {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	r := &reference{Set: m, reg: prometheus.NewPedanticRegistry(),
+		Requests:     counter("requests_total", "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).", "upstream", "model", "outcome"),
+		PromptTokens: counter("prompt_tokens_total", "Prompt tokens reported in the engines' response usage, by upstream and model.", "upstream", "model"),
+		CachedTokens: counter("cached_prompt_tokens_total", "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model.", "upstream", "model"),
+		OutputTokens: counter("completion_tokens_total", "Completion (output) tokens reported in the engines' response usage, by upstream and model.", "upstream", "model"),
+		NoUsage:      counter("responses_without_usage_total", "Successful responses that carried no usage object (e.g. a stream without stream_options.include_usage), by upstream.", "upstream"),
+		TTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "time_to_first_token_seconds",
+			Help:    "Time from the request reaching ramjet to the first byte of a streamed response, by upstream, in seconds.",
+			Buckets: dashboard.TTFTBounds,
+		}, []string{"upstream"}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "request_duration_seconds",
+			Help:    "Time from the request reaching ramjet to the end of its response, by upstream, in seconds.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"upstream"}),
+	}
+	r.reg.MustRegister(m.Decisions, m.TieBreaks, m.Overlap, m.SelectTime, m.Inflight, m.Fleet,
+		r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration)
+	return r
+}
+
+// Reset resets the Set and the reference vectors.
+func (r *reference) Reset() {
+	r.Set.Reset()
+	for _, v := range []interface{ Reset() }{r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration} {
+		v.Reset()
+	}
+}
+
 // endRequestReference is EndRequest's Prometheus part as it was before
 // the pair cache: every child through its vector's WithLabelValues.
-func endRequestReference(m *Set, inflightLabel string, x *Exchange) {
+func endRequestReference(m *reference, inflightLabel string, x *Exchange) {
 	m.Inflight.WithLabelValues(inflightLabel).Dec()
 	outcome := OutcomeOf(x.Status, x.Canceled, x.NoReplica)
 	var model string
@@ -131,11 +179,12 @@ func endRequestReference(m *Set, inflightLabel string, x *Exchange) {
 // TestPairSeriesMatchesReference: requests of every outcome, with and
 // without usage, streamed or not, with and without an upstream, on several
 // (upstream, model) pairs and across a Reset, give the same exposition
-// through EndRequest's pair cache as through the vectors directly (no
-// series early, none missing, the same values).
+// through EndRequest's records as through the labelled vectors they
+// replace (no series early, none missing, the same names, help, types,
+// labels and values).
 func TestPairSeriesMatchesReference(t *testing.T) {
 	snap := func() []fleetstate.Snapshot { return nil }
-	got, want := NewSet(snap, catalog.NewNames(2)), NewSet(snap, catalog.NewNames(2))
+	got, want := NewSet(snap, catalog.NewNames(2)), newReference(NewSet(snap, catalog.NewNames(2)))
 	start := time.Unix(1000, 0)
 	var xs []Exchange
 	for i := range 60 {
@@ -162,8 +211,8 @@ func TestPairSeriesMatchesReference(t *testing.T) {
 	}
 	compare := func(when string) {
 		t.Helper()
-		format := func(m *Set) string {
-			mfs, err := m.Own.Gather()
+		format := func(g prometheus.Gatherer) string {
+			mfs, err := g.Gather()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,8 +227,36 @@ func TestPairSeriesMatchesReference(t *testing.T) {
 			}
 			return sb.String()
 		}
-		if g, w := format(got), format(want); g != w {
-			t.Fatalf("%s: exposition differs:\n--- pair cache\n%s\n--- reference\n%s", when, g, w)
+		if g, w := format(got.Own), format(want.reg); g != w {
+			t.Fatalf("%s: exposition differs:\n--- records\n%s\n--- reference\n%s", when, g, w)
+		}
+		// The created timestamps (OpenMetrics' _created, protobuf): on the
+		// same series, when the series appeared.
+		created := func(g prometheus.Gatherer) map[string]bool {
+			mfs, err := g.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]bool{}
+			for _, mf := range mfs {
+				for _, s := range mf.GetMetric() {
+					ct := s.GetCounter().GetCreatedTimestamp()
+					if ct == nil {
+						ct = s.GetHistogram().GetCreatedTimestamp()
+					}
+					if ct != nil && !ct.AsTime().Before(start) {
+						key := mf.GetName()
+						for _, l := range s.GetLabel() {
+							key += "," + l.GetName() + "=" + l.GetValue()
+						}
+						out[key] = true
+					}
+				}
+			}
+			return out
+		}
+		if g, w := created(got.Own), created(want.reg); !maps.Equal(g, w) {
+			t.Fatalf("%s: created timestamps on %d series, want %d", when, len(g), len(w))
 		}
 	}
 	run(xs[:20])

@@ -45,18 +45,14 @@ var outcomes = [...]string{OutcomeOK, OutcomeClientError, OutcomeUpstreamError, 
 // values survive config reloads. The collectors are exported for tests;
 // update them through the methods.
 type Set struct {
-	Decisions    *prometheus.CounterVec
-	TieBreaks    *prometheus.CounterVec
-	Overlap      prometheus.Histogram
-	SelectTime   prometheus.Histogram
-	Requests     *prometheus.CounterVec
-	Inflight     *prometheus.GaugeVec
-	PromptTokens *prometheus.CounterVec
-	CachedTokens *prometheus.CounterVec
-	OutputTokens *prometheus.CounterVec
-	NoUsage      *prometheus.CounterVec
-	TTFT         *prometheus.HistogramVec
-	Duration     *prometheus.HistogramVec
+	Decisions  *prometheus.CounterVec
+	TieBreaks  *prometheus.CounterVec
+	Overlap    prometheus.Histogram
+	SelectTime prometheus.Histogram
+	Inflight   *prometheus.GaugeVec
+	// Ends exposes what finished requests update (requests, tokens,
+	// responses without usage, TTFT, duration), kept in records.
+	Ends prometheus.Collector
 
 	// Fleet reads the fleets' snapshots at scrape time.
 	Fleet prometheus.Collector
@@ -74,13 +70,10 @@ type Set struct {
 
 	// The request path's children of the vectors above, cached (Reset
 	// drops them with the vectors' children).
-	decisions, tieBreaks, requests                  *children[prometheus.Counter]
-	promptTokens, cachedTokens, outputTokens, noUse *children[prometheus.Counter]
-	inflight                                        *children[prometheus.Gauge]
-	ttft, duration                                  *children[prometheus.Observer]
-	// pairs holds the children of the vectors above that EndRequest
-	// updates, by (upstream, model label).
-	pairs pairs
+	decisions, tieBreaks *children[prometheus.Counter]
+	inflight             *children[prometheus.Gauge]
+	// recs are the series of finished requests, by (upstream, model label).
+	recs records
 }
 
 // NewSet returns a metric set whose fleet series read snap at scrape time
@@ -105,40 +98,10 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 			Help:    "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 9), // 1µs .. 65ms
 		}),
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "requests_total",
-			Help: "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).",
-		}, []string{"upstream", "model", "outcome"}),
 		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "model_inflight_requests",
 			Help: "Requests in flight through ramjet, by model.",
 		}, []string{"model"}),
-		PromptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "prompt_tokens_total",
-			Help: "Prompt tokens reported in the engines' response usage, by upstream and model.",
-		}, []string{"upstream", "model"}),
-		CachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "cached_prompt_tokens_total",
-			Help: "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model.",
-		}, []string{"upstream", "model"}),
-		OutputTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "completion_tokens_total",
-			Help: "Completion (output) tokens reported in the engines' response usage, by upstream and model.",
-		}, []string{"upstream", "model"}),
-		NoUsage: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "responses_without_usage_total",
-			Help: "Successful responses that carried no usage object (e.g. a stream without stream_options.include_usage), by upstream.",
-		}, []string{"upstream"}),
-		TTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "time_to_first_token_seconds",
-			Help:    "Time from the request reaching ramjet to the first byte of a streamed response, by upstream, in seconds.",
-			Buckets: dashboard.TTFTBounds,
-		}, []string{"upstream"}),
-		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "request_duration_seconds",
-			Help:    "Time from the request reaching ramjet to the end of its response, by upstream, in seconds.",
-			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}, []string{"upstream"}),
 		Fleet:  NewFleetCollector(snap),
 		Own:    prometheus.NewPedanticRegistry(),
 		Dash:   dashboard.NewRecorder(),
@@ -147,14 +110,8 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 	}
 	m.decisions = newChildren(2, m.Decisions.WithLabelValues)
 	m.tieBreaks = newChildren(1, m.TieBreaks.WithLabelValues)
-	m.requests = newChildren(3, m.Requests.WithLabelValues)
-	m.promptTokens = newChildren(2, m.PromptTokens.WithLabelValues)
-	m.cachedTokens = newChildren(2, m.CachedTokens.WithLabelValues)
-	m.outputTokens = newChildren(2, m.OutputTokens.WithLabelValues)
-	m.noUse = newChildren(1, m.NoUsage.WithLabelValues)
 	m.inflight = newChildren(1, m.Inflight.WithLabelValues)
-	m.ttft = newChildren(1, m.TTFT.WithLabelValues)
-	m.duration = newChildren(1, m.Duration.WithLabelValues)
+	m.Ends = newEnds(&m.recs)
 	m.Own.MustRegister(m.Collectors()...)
 	return m
 }
@@ -162,15 +119,12 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 // Reset clears the request-path series (the vectors' children and their
 // cache), the dashboard's counts and the recent requests (tests).
 func (m *Set) Reset() {
-	for _, v := range []interface{ Reset() }{m.Decisions, m.TieBreaks, m.Requests, m.Inflight,
-		m.PromptTokens, m.CachedTokens, m.OutputTokens, m.NoUsage, m.TTFT, m.Duration} {
+	for _, v := range []interface{ Reset() }{m.Decisions, m.TieBreaks, m.Inflight} {
 		v.Reset()
 	}
-	for _, c := range []interface{ reset() }{m.decisions, m.tieBreaks, m.requests, m.inflight,
-		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUse, m.ttft, m.duration} {
+	for _, c := range []interface{ reset() }{m.decisions, m.tieBreaks, m.inflight, &m.recs} {
 		c.reset()
 	}
-	m.pairs.reset()
 	m.Dash.Reset()
 	m.Recent.Reset()
 }
@@ -178,8 +132,7 @@ func (m *Set) Reset() {
 // Collectors lists every collector of the set.
 func (m *Set) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Decisions, m.TieBreaks, m.Overlap, m.SelectTime,
-		m.Requests, m.Inflight, m.PromptTokens, m.CachedTokens, m.OutputTokens, m.NoUsage,
-		m.TTFT, m.Duration, m.Fleet}
+		m.Inflight, m.Ends, m.Fleet}
 }
 
 // Register adds collectors to reg (a config's registry), tolerating
@@ -292,51 +245,8 @@ func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
 	if x.Stream && !x.FirstByte.IsZero() {
 		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
 	}
-	defer m.Dash.End(inflightLabel, dx)
-	// The children are created in the order the uncached code created
-	// them (each on first use); the request counts last, so that a scrape
-	// that sees it sees its tokens too.
-	k := labelValues{a: x.Upstream, b: model}
-	p := m.pairs.get(k)
-	defer func() {
-		if p.requests[oi] == nil {
-			p = m.pairs.with(k, func(p *pairSeries) {
-				p.requests[oi] = m.requests.get(labelValues{a: x.Upstream, b: model, c: outcome})
-			})
-		}
-		p.requests[oi].Inc()
-	}()
-	if x.Upstream == "" {
-		return
-	}
-	up := labelValues{a: x.Upstream}
-	if x.HasUsage {
-		if p.output == nil {
-			p = m.pairs.with(k, func(p *pairSeries) {
-				p.prompt, p.cached, p.output = m.promptTokens.get(k), m.cachedTokens.get(k), m.outputTokens.get(k)
-			})
-		}
-		p.prompt.Add(float64(x.Usage.PromptTokens))
-		p.cached.Add(float64(x.Usage.CachedTokens))
-		p.output.Add(float64(x.Usage.CompletionTokens))
-	} else if outcome == OutcomeOK {
-		if p.noUse == nil {
-			p = m.pairs.with(k, func(p *pairSeries) { p.noUse = m.noUse.get(up) })
-		}
-		p.noUse.Inc()
-	}
-	if x.Stream && !x.FirstByte.IsZero() {
-		if p.ttft == nil {
-			p = m.pairs.with(k, func(p *pairSeries) { p.ttft = m.ttft.get(up) })
-		}
-		p.ttft.Observe(x.FirstByte.Sub(x.Start).Seconds())
-	}
-	if !x.End.IsZero() {
-		if p.duration == nil {
-			p = m.pairs.with(k, func(p *pairSeries) { p.duration = m.duration.get(up) })
-		}
-		p.duration.Observe(x.End.Sub(x.Start).Seconds())
-	}
+	m.recs.end(m.recs.get(x.Upstream, model), oi, x)
+	m.Dash.End(inflightLabel, dx)
 }
 
 // Finish records a finished request: a routed one (x.Selected) under

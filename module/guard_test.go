@@ -385,7 +385,7 @@ http://{ADDR} {
 	eventually(t, "requests accounted", func() bool {
 		n := 0.0
 		for id := range ids {
-			n += testutil.ToFloat64(m.Requests.WithLabelValues(id, "org/m1", metrics.OutcomeOK))
+			n += requestsTotal(m, id, "org/m1", metrics.OutcomeOK)
 		}
 		return n == 3
 	})
