@@ -36,12 +36,28 @@ func TestQuantile(t *testing.T) {
 	}
 }
 
-func TestHistogramObserve(t *testing.T) {
-	h := newHistogram([]float64{0.1, 0.5})
-	for _, v := range []float64{0.05, 0.1, 0.3, 7} {
-		h.observe(v)
+// TestRecorderTTFT: the sample's TTFT histogram is cumulative and its
+// bounds inclusive; only routed requests with a first byte count.
+func TestRecorderTTFT(t *testing.T) {
+	rec := NewRecorder()
+	for _, ms := range []int{4, 5, 300, 40000} {
+		rec.End("m", Exchange{Upstream: "aa", Model: "m", TTFT: time.Duration(ms) * time.Millisecond})
 	}
-	if want := []float64{2, 3, 4}; !equal(h.Counts, want) {
+	rec.End("m", Exchange{Model: "m", TTFT: time.Millisecond}) // no upstream
+	rec.End("m", Exchange{Upstream: "aa", Model: "m"})         // not streamed
+	h := rec.Sample(time.Now(), Gauges{}).TTFT
+	want := make([]float64, len(TTFTBounds)+1)
+	for i, b := range h.Bounds {
+		switch {
+		case b >= 30*1.5:
+			want[i] = 4
+		case b >= 0.3:
+			want[i] = 3
+		default:
+			want[i] = 2
+		}
+	}
+	if !equal(h.Counts, want) {
 		t.Errorf("counts %v, want %v (cumulative, bound inclusive)", h.Counts, want)
 	}
 }
