@@ -138,7 +138,7 @@ type Recorder struct {
 	// the finished requests' counts by (upstream, model).
 	decisions cowMap[decisionKey, atomic.Int64]
 	inflight  cowMap[string, atomic.Int64]
-	tallies   cowMap[pairKey, tally]
+	tallies   cowMap[pairKey, Tally]
 }
 
 // cowMap holds values by key in a map copied on each new key (the keys are
@@ -199,10 +199,10 @@ type decisionKey struct{ upstream, reason string }
 // finished request.
 type pairKey struct{ upstream, model string }
 
-// tally is the counts of the finished requests of one (upstream, model)
+// Tally is the counts of the finished requests of one (upstream, model)
 // pair, and their times to first token (per bucket of TTFTBounds, the last
 // past every bound), laid out together.
-type tally struct {
+type Tally struct {
 	requests, errors       atomic.Int64
 	prompt, cached, output atomic.Int64
 	ttft                   [16]atomic.Int64
@@ -210,7 +210,7 @@ type tally struct {
 
 // NewRecorder returns an empty Recorder.
 func NewRecorder() *Recorder {
-	if len(TTFTBounds) >= len(tally{}.ttft) {
+	if len(TTFTBounds) >= len(Tally{}.ttft) {
 		panic("dashboard: more TTFT bounds than a tally holds")
 	}
 	return new(Recorder)
@@ -231,20 +231,27 @@ func modelKey(name string) string {
 	return name
 }
 
-// Decision counts one routing decision for upstream ("" when none was
-// chosen) by reason.
-func (r *Recorder) Decision(upstream, reason string) {
-	r.decisions.get(decisionKey{upstream, reason}).Add(1)
+// Decisions is the counter of routing decisions for upstream ("" when
+// none was chosen) by reason: add one per decision.
+func (r *Recorder) Decisions(upstream, reason string) *atomic.Int64 {
+	return r.decisions.get(decisionKey{upstream, reason})
 }
 
-// Begin counts a request of model in flight; End(model, ...) ends it.
-func (r *Recorder) Begin(model string) { r.inflight.get(modelKey(model)).Add(1) }
+// Inflight is the counter of model's requests in flight: add one when a
+// request starts, take it off when it ends.
+func (r *Recorder) Inflight(model string) *atomic.Int64 { return r.inflight.get(modelKey(model)) }
 
-// End counts a finished request; inflightModel is the model Begin counted.
-// A request with no upstream counts for its model and the totals only.
-func (r *Recorder) End(inflightModel string, x Exchange) {
-	r.inflight.get(modelKey(inflightModel)).Add(-1)
-	t := r.tallies.get(pairKey{x.Upstream, modelKey(x.Model)})
+// Tally is where the requests of model to upstream ("" when none was
+// chosen) are counted when they end (Tally.End). The caller may keep it
+// until Reset.
+func (r *Recorder) Tally(upstream, model string) *Tally {
+	return r.tallies.get(pairKey{upstream, modelKey(model)})
+}
+
+// End counts a finished request of t's pair (x.Upstream and x.Model are
+// t's). A request with no upstream counts for its model and the totals
+// only.
+func (t *Tally) End(x Exchange) {
 	if x.Error {
 		t.errors.Add(1)
 	}
@@ -274,7 +281,7 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 		}
 		return u
 	}
-	r.tallies.each(func(k pairKey, t *tally) {
+	r.tallies.each(func(k pairKey, t *Tally) {
 		c := Counts{Requests: float64(t.requests.Load()), Errors: float64(t.errors.Load()),
 			Prompt: float64(t.prompt.Load()), Cached: float64(t.cached.Load()), Output: float64(t.output.Load())}
 		if c.Requests == 0 {

@@ -74,7 +74,7 @@ func TestCachedChildrenConcurrent(t *testing.T) {
 			defer wg.Done()
 			for range 50 {
 				for _, id := range ids {
-					m.decisions.get(labelValues{a: id, b: "cold"}).Inc()
+					m.decisions.get(labelValues{a: id, b: "cold"}).vec.Inc()
 				}
 			}
 		}()
@@ -148,8 +148,8 @@ func (r *reference) Reset() {
 
 // endRequestReference is EndRequest's Prometheus part as it was before
 // the pair cache: every child through its vector's WithLabelValues.
-func endRequestReference(m *reference, inflightLabel string, x *Exchange) {
-	m.Inflight.WithLabelValues(inflightLabel).Dec()
+func endRequestReference(m *reference, in Inflight, x *Exchange) {
+	m.Inflight.WithLabelValues(in.label).Dec()
 	outcome := OutcomeOf(x.Status, x.Canceled, x.NoReplica)
 	var model string
 	if outcome == OutcomeOK {

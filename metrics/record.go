@@ -79,6 +79,7 @@ type pairRecord struct {
 	requests               [len(outcomes)]atomic.Uint64
 	prompt, cached, output atomic.Uint64
 	up                     *upRecord
+	dash                   *dashboard.Tally // the dashboard's counts of the pair
 	upstream, model        string
 	created                [len(outcomes) + 1]time.Time // requests by outcome, tokens
 }
@@ -89,6 +90,9 @@ type records struct {
 	mu  sync.Mutex // held to add a pair or mark a series seen
 	m   atomic.Pointer[map[labelValues]*pairRecord]
 	ups map[string]*upRecord // under mu
+	// dash is the dashboard's Recorder, whose tallies the pairs hold (reset
+	// with the records).
+	dash *dashboard.Recorder
 }
 
 // get returns the record of the pair (upstream, model).
@@ -113,7 +117,7 @@ func (r *records) get(upstream, model string) *pairRecord {
 		u = new(upRecord)
 		r.ups[upstream] = u
 	}
-	p := &pairRecord{up: u, upstream: upstream, model: model}
+	p := &pairRecord{up: u, dash: r.dash.Tally(upstream, model), upstream: upstream, model: model}
 	m := make(map[labelValues]*pairRecord, 1+lenOf(old))
 	if old != nil {
 		for kk, vv := range *old {

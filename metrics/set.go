@@ -70,8 +70,11 @@ type Set struct {
 
 	// The request path's children of the vectors above, cached (Reset
 	// drops them with the vectors' children).
-	decisions, tieBreaks *children[prometheus.Counter]
-	inflight             *children[prometheus.Gauge]
+	tieBreaks *children[prometheus.Counter]
+	// decisions and inflight are each a vector's child and the
+	// dashboard's counter of the same labels, found with one lookup.
+	decisions *children[dashCounted[prometheus.Counter]]
+	inflight  *children[dashCounted[prometheus.Gauge]]
 	// recs are the series of finished requests, by (upstream, model label).
 	recs records
 }
@@ -108,9 +111,14 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 		Models: models,
 		snap:   snap,
 	}
-	m.decisions = newChildren(2, m.Decisions.WithLabelValues)
+	m.decisions = newChildren(2, func(v ...string) dashCounted[prometheus.Counter] {
+		return dashCounted[prometheus.Counter]{m.Decisions.WithLabelValues(v...), m.Dash.Decisions(v[0], v[1])}
+	})
 	m.tieBreaks = newChildren(1, m.TieBreaks.WithLabelValues)
-	m.inflight = newChildren(1, m.Inflight.WithLabelValues)
+	m.inflight = newChildren(1, func(v ...string) dashCounted[prometheus.Gauge] {
+		return dashCounted[prometheus.Gauge]{m.Inflight.WithLabelValues(v...), m.Dash.Inflight(v[0])}
+	})
+	m.recs.dash = m.Dash
 	m.Ends = newEnds(&m.recs)
 	m.Own.MustRegister(m.Collectors()...)
 	return m
@@ -186,8 +194,9 @@ func ReasonLabel(d selection.Decision, fallback bool) string {
 // it took.
 func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
 	reason := ReasonLabel(d, fallback)
-	m.decisions.get(labelValues{a: upstream, b: reason}).Inc()
-	m.Dash.Decision(upstream, reason)
+	c := m.decisions.get(labelValues{a: upstream, b: reason})
+	c.vec.Inc()
+	c.dash.Add(1)
 	if fallback || d.Index < 0 {
 		return
 	}
@@ -219,19 +228,27 @@ type Exchange struct {
 	Selected bool // a policy decision was made for the request
 }
 
-// StartRequest counts a request in flight for model and returns the label
-// to pass to EndRequest.
-func (m *Set) StartRequest(model string) string {
-	l := m.Models.Label(model)
-	m.inflight.get(labelValues{a: l}).Inc()
-	m.Dash.Begin(l)
-	return l
+// Inflight is a request counted in flight (StartRequest), for EndRequest.
+type Inflight struct {
+	label string // the model label
+	c     dashCounted[prometheus.Gauge]
 }
 
-// EndRequest records a finished request; inflightLabel is what
-// StartRequest returned.
-func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
-	m.inflight.get(labelValues{a: inflightLabel}).Dec()
+// StartRequest counts a request in flight for model and returns what to
+// pass to EndRequest.
+func (m *Set) StartRequest(model string) Inflight {
+	l := m.Models.Label(model)
+	c := m.inflight.get(labelValues{a: l})
+	c.vec.Inc()
+	c.dash.Add(1)
+	return Inflight{l, c}
+}
+
+// EndRequest records a finished request; in is what StartRequest
+// returned.
+func (m *Set) EndRequest(in Inflight, x *Exchange) {
+	in.c.vec.Dec()
+	in.c.dash.Add(-1)
 	oi := outcomeOf(x.Status, x.Canceled, x.NoReplica)
 	outcome := outcomes[oi]
 	var model string
@@ -245,18 +262,19 @@ func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
 	if x.Stream && !x.FirstByte.IsZero() {
 		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
 	}
-	m.recs.end(m.recs.get(x.Upstream, model), oi, x)
-	m.Dash.End(inflightLabel, dx)
+	p := m.recs.get(x.Upstream, model)
+	m.recs.end(p, oi, x)
+	p.dash.End(dx)
 }
 
 // Finish records a finished request: a routed one (x.Selected) under
-// inflightLabel, what StartRequest returned, and in Recent; an LLM
+// in, what StartRequest returned, and in Recent; an LLM
 // request (llm) answered before any routing (malformed, unknown model,
 // too large) counts too, with no upstream.
-func (m *Set) Finish(x *Exchange, inflightLabel string, llm bool) {
+func (m *Set) Finish(x *Exchange, in Inflight, llm bool) {
 	switch {
 	case x.Selected:
-		m.EndRequest(inflightLabel, x)
+		m.EndRequest(in, x)
 		m.Recent.Add(m.Record(x))
 	case llm:
 		m.EndRequest(m.StartRequest(x.Model), x)
