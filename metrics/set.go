@@ -246,12 +246,15 @@ func (m *Set) StartRequest(model string) Inflight {
 
 // EndRequest records a finished request; in is what StartRequest
 // returned.
-func (m *Set) EndRequest(in Inflight, x *Exchange) {
+func (m *Set) EndRequest(in Inflight, x *Exchange) { m.end(in, x) }
+
+// end is EndRequest; it returns the request's model label and outcome
+// (an index into outcomes).
+func (m *Set) end(in Inflight, x *Exchange) (model string, oi int) {
 	in.c.vec.Dec()
 	in.c.dash.Add(-1)
-	oi := outcomeOf(x.Status, x.Canceled, x.NoReplica)
+	oi = outcomeOf(x.Status, x.Canceled, x.NoReplica)
 	outcome := outcomes[oi]
-	var model string
 	if outcome == OutcomeOK {
 		model = m.Models.Add(x.Model)
 	} else {
@@ -265,6 +268,7 @@ func (m *Set) EndRequest(in Inflight, x *Exchange) {
 	p := m.recs.get(x.Upstream, model)
 	m.recs.end(p, oi, x)
 	p.dash.End(dx)
+	return model, oi
 }
 
 // Finish records a finished request: a routed one (x.Selected) under
@@ -274,21 +278,22 @@ func (m *Set) EndRequest(in Inflight, x *Exchange) {
 func (m *Set) Finish(x *Exchange, in Inflight, llm bool) {
 	switch {
 	case x.Selected:
-		m.EndRequest(in, x)
-		m.Recent.Add(m.Record(x))
+		model, oi := m.end(in, x)
+		m.Recent.Add(record(x, model, outcomes[oi]))
 	case llm:
 		m.EndRequest(m.StartRequest(x.Model), x)
 	}
 }
 
-// Record is the dashboard's view of an exchange.
-func (m *Set) Record(x *Exchange) dashboard.Record {
+// record is the dashboard's view of an exchange whose model label and
+// outcome EndRequest found.
+func record(x *Exchange, model, outcome string) dashboard.Record {
 	d := x.Decision
 	rec := dashboard.Record{
 		Time: x.Start.UnixMilli(), Fleet: x.Fleet, Upstream: x.Upstream,
-		Model:  m.Models.Label(x.Model),
+		Model:  model,
 		Reason: ReasonLabel(d, x.Fallback), Overlap: d.Overlap, BestOverlap: d.BestOverlap,
-		Load: d.Load, Usable: d.Usable, Outcome: OutcomeOf(x.Status, x.Canceled, x.NoReplica),
+		Load: d.Load, Usable: d.Usable, Outcome: outcome,
 		Status:      x.Status,
 		TotalMillis: float64(x.End.Sub(x.Start).Microseconds()) / 1000,
 	}
