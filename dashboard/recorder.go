@@ -136,17 +136,25 @@ type Sample struct {
 type Recorder struct {
 	// decisions by (upstream, reason), the requests in flight by model,
 	// the finished requests' counts by (upstream, model).
-	decisions cowMap[decisionKey, atomic.Int64]
+	decisions cowMap[decisionKey, Count]
 	inflight  cowMap[string, atomic.Int64]
 	tallies   cowMap[pairKey, Tally]
+}
+
+// Count is a counter and the time it was created (the metrics expose it
+// as a counter series).
+type Count struct {
+	atomic.Int64
+	Created time.Time
 }
 
 // cowMap holds values by key in a map copied on each new key (the keys are
 // as bounded as the upstreams, reasons and model labels) and read without
 // a lock.
 type cowMap[K comparable, V any] struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[K]*V]
+	mu   sync.Mutex
+	m    atomic.Pointer[map[K]*V]
+	init func(*V) // readies a new value, when set
 }
 
 // get returns k's value, created zero on first use.
@@ -170,6 +178,9 @@ func (c *cowMap[K, V]) get(k K) *V {
 		m[kk] = v
 	}
 	n := new(V)
+	if c.init != nil {
+		c.init(n)
+	}
 	m[k] = n
 	c.m.Store(&m)
 	return n
@@ -213,7 +224,9 @@ func NewRecorder() *Recorder {
 	if len(TTFTBounds) >= len(Tally{}.ttft) {
 		panic("dashboard: more TTFT bounds than a tally holds")
 	}
-	return new(Recorder)
+	r := new(Recorder)
+	r.decisions.init = func(c *Count) { c.Created = time.Now() }
+	return r
 }
 
 // Reset forgets every count.
@@ -233,13 +246,24 @@ func modelKey(name string) string {
 
 // Decisions is the counter of routing decisions for upstream ("" when
 // none was chosen) by reason: add one per decision.
-func (r *Recorder) Decisions(upstream, reason string) *atomic.Int64 {
+func (r *Recorder) Decisions(upstream, reason string) *Count {
 	return r.decisions.get(decisionKey{upstream, reason})
 }
 
+// EachDecisions calls f with every counter of decisions and its upstream
+// and reason.
+func (r *Recorder) EachDecisions(f func(upstream, reason string, c *Count)) {
+	r.decisions.each(func(k decisionKey, c *Count) { f(k.upstream, k.reason, c) })
+}
+
 // Inflight is the counter of model's requests in flight: add one when a
-// request starts, take it off when it ends.
-func (r *Recorder) Inflight(model string) *atomic.Int64 { return r.inflight.get(modelKey(model)) }
+// request starts, take it off when it ends. The samples count model ""
+// as "unknown".
+func (r *Recorder) Inflight(model string) *atomic.Int64 { return r.inflight.get(model) }
+
+// EachInflight calls f with every counter of requests in flight and its
+// model.
+func (r *Recorder) EachInflight(f func(model string, c *atomic.Int64)) { r.inflight.each(f) }
 
 // Tally is where the requests of model to upstream ("" when none was
 // chosen) are counted when they end (Tally.End). The caller may keep it
@@ -312,7 +336,7 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 			s.TTFT.Counts[i] += n
 		}
 	})
-	r.decisions.each(func(k decisionKey, c *atomic.Int64) {
+	r.decisions.each(func(k decisionKey, c *Count) {
 		n := float64(c.Load())
 		s.Reasons[k.reason] += n
 		if k.upstream != "" {
@@ -324,12 +348,12 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 		if n == 0 {
 			return
 		}
-		m := s.Model[k]
+		m := s.Model[modelKey(k)]
 		if m == nil {
 			m = &ModelSample{}
-			s.Model[k] = m
+			s.Model[modelKey(k)] = m
 		}
-		m.Inflight = float64(n)
+		m.Inflight += float64(n)
 	})
 	for _, rp := range g.Replicas {
 		u := upstream(rp.ID)

@@ -77,10 +77,3 @@ func lenOf[T any](m *map[labelValues]T) int {
 	}
 	return len(*m)
 }
-
-// dashCounted is a vector's child and the dashboard's counter of the same
-// labels.
-type dashCounted[T any] struct {
-	vec  T
-	dash *atomic.Int64
-}

@@ -32,7 +32,7 @@ func TestCachedChildrenLazyAndReset(t *testing.T) {
 		m.EndRequest(l, &Exchange{Upstream: "00aa", Model: "m", Status: 200, Start: now, End: now.Add(time.Millisecond),
 			Usage: usage.Usage{PromptTokens: 10, CachedTokens: 4, CompletionTokens: 2}, HasUsage: true})
 	}
-	if n := testutil.CollectAndCount(m.Ends, "ramjet_responses_without_usage_total"); n != 0 {
+	if n := testutil.CollectAndCount(m.Requests, "ramjet_responses_without_usage_total"); n != 0 {
 		t.Fatalf("%d responses_without_usage series before any response without usage", n)
 	}
 	request()
@@ -43,27 +43,27 @@ func TestCachedChildrenLazyAndReset(t *testing.T) {
 	if got, _ := m.Value("prompt_tokens_total", "upstream", "00aa", "model", "m"); got != 20 {
 		t.Fatalf("prompt_tokens_total = %v, want 20", got)
 	}
-	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("00aa", "affinity")); got != 2 {
+	if got, _ := m.Value("routing_decisions_total", "upstream", "00aa", "reason", "affinity"); got != 2 {
 		t.Fatalf("routing_decisions_total = %v, want 2", got)
 	}
-	if n := testutil.CollectAndCount(m.Ends, "ramjet_responses_without_usage_total"); n != 0 {
+	if n := testutil.CollectAndCount(m.Requests, "ramjet_responses_without_usage_total"); n != 0 {
 		t.Fatalf("%d responses_without_usage series, want none (every response had usage)", n)
 	}
 	m.Reset()
-	if n := testutil.CollectAndCount(m.Ends, "ramjet_requests_total"); n != 0 {
+	if n := testutil.CollectAndCount(m.Requests, "ramjet_requests_total"); n != 0 {
 		t.Fatalf("%d requests_total series after Reset", n)
 	}
 	request()
 	if got, _ := m.Value("requests_total", "upstream", "00aa", "model", "m", "outcome", OutcomeOK); got != 1 {
 		t.Fatalf("requests_total after Reset = %v, want 1 (a stale cached child?)", got)
 	}
-	if got := testutil.ToFloat64(m.Inflight.WithLabelValues("m")); got != 0 {
+	if got, ok := m.Value("model_inflight_requests", "model", "m"); got != 0 || !ok {
 		t.Fatalf("model_inflight_requests = %v, want 0", got)
 	}
 }
 
 // TestCachedChildrenConcurrent: concurrent first uses of new label values
-// all land in the vector (run with -race).
+// all land in the series (run with -race).
 func TestCachedChildrenConcurrent(t *testing.T) {
 	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
@@ -74,14 +74,14 @@ func TestCachedChildrenConcurrent(t *testing.T) {
 			defer wg.Done()
 			for range 50 {
 				for _, id := range ids {
-					m.decisions.get(labelValues{a: id, b: "cold"}).vec.Inc()
+					m.ObserveSelection(id, selection.Decision{Index: 0, Reason: selection.ReasonCold}, false, time.Microsecond)
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	for _, id := range ids {
-		if got := testutil.ToFloat64(m.Decisions.WithLabelValues(id, "cold")); got != 200 {
+		if got, _ := m.Value("routing_decisions_total", "upstream", id, "reason", "cold"); got != 200 {
 			t.Errorf("decisions{%s} = %v, want 200", id, got)
 		}
 	}
@@ -107,9 +107,10 @@ func BenchmarkEndRequest(b *testing.B) {
 // rest of a Set's collectors.
 type reference struct {
 	*Set
-	Requests, PromptTokens, CachedTokens, OutputTokens, NoUsage *prometheus.CounterVec
-	TTFT, Duration                                              *prometheus.HistogramVec
-	reg                                                         *prometheus.Registry
+	Decisions, Requests, PromptTokens, CachedTokens, OutputTokens, NoUsage *prometheus.CounterVec
+	Inflight                                                               *prometheus.GaugeVec
+	TTFT, Duration                                                         *prometheus.HistogramVec
+	reg                                                                    *prometheus.Registry
 }
 
 func newReference(m *Set) *reference {
@@ -117,6 +118,9 @@ func newReference(m *Set) *reference {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
 	}
 	r := &reference{Set: m, reg: prometheus.NewPedanticRegistry(),
+		Decisions: counter("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).", "upstream", "reason"),
+		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "model_inflight_requests",
+			Help: "Requests in flight through ramjet, by model."}, []string{"model"}),
 		Requests:     counter("requests_total", "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).", "upstream", "model", "outcome"),
 		PromptTokens: counter("prompt_tokens_total", "Prompt tokens reported in the engines' response usage, by upstream and model.", "upstream", "model"),
 		CachedTokens: counter("cached_prompt_tokens_total", "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model.", "upstream", "model"),
@@ -133,7 +137,7 @@ func newReference(m *Set) *reference {
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
 	}
-	r.reg.MustRegister(m.Decisions, m.TieBreaks, m.Overlap, m.SelectTime, m.Inflight, m.Fleet,
+	r.reg.MustRegister(r.Decisions, m.TieBreaks, m.Overlap, m.SelectTime, r.Inflight, m.Fleet,
 		r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration)
 	return r
 }
@@ -141,7 +145,7 @@ func newReference(m *Set) *reference {
 // Reset resets the Set and the reference vectors.
 func (r *reference) Reset() {
 	r.Set.Reset()
-	for _, v := range []interface{ Reset() }{r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration} {
+	for _, v := range []interface{ Reset() }{r.Decisions, r.Inflight, r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration} {
 		v.Reset()
 	}
 }
@@ -205,7 +209,9 @@ func TestPairSeriesMatchesReference(t *testing.T) {
 	run := func(xs []Exchange) {
 		for _, x := range xs {
 			gx, wx := x, x
-			endRequestReference(want, want.StartRequest(x.Model), &wx)
+			in := want.StartRequest(x.Model)
+			want.Inflight.WithLabelValues(in.label).Inc()
+			endRequestReference(want, in, &wx)
 			got.EndRequest(got.StartRequest(x.Model), &gx)
 		}
 	}

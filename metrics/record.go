@@ -17,11 +17,14 @@ import (
 // The series a finished request updates (requests, tokens, responses
 // without usage, TTFT, duration) are kept in one record per (upstream,
 // model label) pair and one per upstream, plain atomics laid out together,
-// and exposed at scrape time by a collector (ends) with the names, help,
-// labels, types and values the labelled vectors had: a request's end
-// touches a few cache lines of its pair instead of a vector child per
-// series (each its own object, a histogram four of them). A series exists
-// from its first observation on, as a vector's child did.
+// and exposed at scrape time by a collector (requestSeries) with the
+// names, help, labels, types and values the labelled vectors had: a
+// request's end touches a few cache lines of its pair instead of a vector
+// child per series (each its own object, a histogram four of them). The
+// decisions and the requests in flight are the dashboard Recorder's own
+// counters, exposed by the same collector (one counter per event, not a
+// vector child and a dashboard counter). A series exists from its first
+// observation on, as a vector's child did.
 
 // Bits of a record's seen flags: which of its series exist.
 const (
@@ -179,40 +182,50 @@ func (r *records) end(p *pairRecord, oi int, x *Exchange) {
 	p.requests[oi].Add(1)
 }
 
-// ends is the collector of the records' series.
-type ends struct {
+// requestSeries is the collector of the records' series and of the
+// decisions and requests in flight the dashboard's Recorder counts.
+type requestSeries struct {
 	r                                                       *records
+	decisions, inflight                                     *prometheus.Desc
 	requests, prompt, cached, output, noUse, ttft, duration *prometheus.Desc
 }
 
-func newEnds(r *records) *ends {
+func newRequestSeries(r *records) *requestSeries {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
-	return &ends{r: r,
-		requests: d("requests_total", "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).", "upstream", "model", "outcome"),
-		prompt:   d("prompt_tokens_total", "Prompt tokens reported in the engines' response usage, by upstream and model.", "upstream", "model"),
-		cached:   d("cached_prompt_tokens_total", "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model.", "upstream", "model"),
-		output:   d("completion_tokens_total", "Completion (output) tokens reported in the engines' response usage, by upstream and model.", "upstream", "model"),
-		noUse:    d("responses_without_usage_total", "Successful responses that carried no usage object (e.g. a stream without stream_options.include_usage), by upstream.", "upstream"),
-		ttft:     d("time_to_first_token_seconds", "Time from the request reaching ramjet to the first byte of a streamed response, by upstream, in seconds.", "upstream"),
-		duration: d("request_duration_seconds", "Time from the request reaching ramjet to the end of its response, by upstream, in seconds.", "upstream"),
+	return &requestSeries{r: r,
+		decisions: d("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).", "upstream", "reason"),
+		inflight:  d("model_inflight_requests", "Requests in flight through ramjet, by model.", "model"),
+		requests:  d("requests_total", "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).", "upstream", "model", "outcome"),
+		prompt:    d("prompt_tokens_total", "Prompt tokens reported in the engines' response usage, by upstream and model.", "upstream", "model"),
+		cached:    d("cached_prompt_tokens_total", "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model.", "upstream", "model"),
+		output:    d("completion_tokens_total", "Completion (output) tokens reported in the engines' response usage, by upstream and model.", "upstream", "model"),
+		noUse:     d("responses_without_usage_total", "Successful responses that carried no usage object (e.g. a stream without stream_options.include_usage), by upstream.", "upstream"),
+		ttft:      d("time_to_first_token_seconds", "Time from the request reaching ramjet to the first byte of a streamed response, by upstream, in seconds.", "upstream"),
+		duration:  d("request_duration_seconds", "Time from the request reaching ramjet to the end of its response, by upstream, in seconds.", "upstream"),
 	}
 }
 
-func (e *ends) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{e.requests, e.prompt, e.cached, e.output, e.noUse, e.ttft, e.duration} {
+func (e *requestSeries) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{e.decisions, e.inflight, e.requests, e.prompt, e.cached, e.output, e.noUse, e.ttft, e.duration} {
 		ch <- d
 	}
 }
 
-func (e *ends) Collect(ch chan<- prometheus.Metric) {
+func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, created time.Time, labels ...string) {
+		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d, prometheus.CounterValue, float64(v), created, labels...)
+	}
+	e.r.dash.EachDecisions(func(upstream, reason string, c *dashboard.Count) {
+		counter(e.decisions, uint64(c.Load()), c.Created, upstream, reason)
+	})
+	e.r.dash.EachInflight(func(model string, n *atomic.Int64) {
+		ch <- prometheus.MustNewConstMetric(e.inflight, prometheus.GaugeValue, float64(n.Load()), model)
+	})
 	m := e.r.m.Load()
 	if m == nil {
 		return
-	}
-	counter := func(d *prometheus.Desc, v uint64, created time.Time, labels ...string) {
-		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d, prometheus.CounterValue, float64(v), created, labels...)
 	}
 	ups := map[*upRecord]string{}
 	for _, p := range *m {

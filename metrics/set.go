@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,14 +46,14 @@ var outcomes = [...]string{OutcomeOK, OutcomeClientError, OutcomeUpstreamError, 
 // values survive config reloads. The collectors are exported for tests;
 // update them through the methods.
 type Set struct {
-	Decisions  *prometheus.CounterVec
 	TieBreaks  *prometheus.CounterVec
 	Overlap    prometheus.Histogram
 	SelectTime prometheus.Histogram
-	Inflight   *prometheus.GaugeVec
-	// Ends exposes what finished requests update (requests, tokens,
-	// responses without usage, TTFT, duration), kept in records.
-	Ends prometheus.Collector
+	// Requests exposes the counts of the request path that the dashboard
+	// keeps too (decisions, requests in flight, read from Dash) and what
+	// finished requests update (requests, tokens, responses without
+	// usage, TTFT, duration, kept in records).
+	Requests prometheus.Collector
 
 	// Fleet reads the fleets' snapshots at scrape time.
 	Fleet prometheus.Collector
@@ -68,13 +69,9 @@ type Set struct {
 	Models *catalog.Names
 	snap   func() []fleetstate.Snapshot
 
-	// The request path's children of the vectors above, cached (Reset
-	// drops them with the vectors' children).
+	// tieBreaks are TieBreaks' children, cached (Reset drops them with
+	// the vector's).
 	tieBreaks *children[prometheus.Counter]
-	// decisions and inflight are each a vector's child and the
-	// dashboard's counter of the same labels, found with one lookup.
-	decisions *children[dashCounted[prometheus.Counter]]
-	inflight  *children[dashCounted[prometheus.Gauge]]
 	// recs are the series of finished requests, by (upstream, model label).
 	recs records
 }
@@ -83,10 +80,6 @@ type Set struct {
 // and whose model labels are the names of models.
 func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 	m := &Set{
-		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "routing_decisions_total",
-			Help: "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).",
-		}, []string{"upstream", "reason"}),
 		TieBreaks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "tie_breaks_total",
 			Help: "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).",
@@ -101,25 +94,15 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 			Help:    "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 9), // 1µs .. 65ms
 		}),
-		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "model_inflight_requests",
-			Help: "Requests in flight through ramjet, by model.",
-		}, []string{"model"}),
 		Fleet:  NewFleetCollector(snap),
 		Own:    prometheus.NewPedanticRegistry(),
 		Dash:   dashboard.NewRecorder(),
 		Models: models,
 		snap:   snap,
 	}
-	m.decisions = newChildren(2, func(v ...string) dashCounted[prometheus.Counter] {
-		return dashCounted[prometheus.Counter]{m.Decisions.WithLabelValues(v...), m.Dash.Decisions(v[0], v[1])}
-	})
 	m.tieBreaks = newChildren(1, m.TieBreaks.WithLabelValues)
-	m.inflight = newChildren(1, func(v ...string) dashCounted[prometheus.Gauge] {
-		return dashCounted[prometheus.Gauge]{m.Inflight.WithLabelValues(v...), m.Dash.Inflight(v[0])}
-	})
 	m.recs.dash = m.Dash
-	m.Ends = newEnds(&m.recs)
+	m.Requests = newRequestSeries(&m.recs)
 	m.Own.MustRegister(m.Collectors()...)
 	return m
 }
@@ -127,20 +110,16 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 // Reset clears the request-path series (the vectors' children and their
 // cache), the dashboard's counts and the recent requests (tests).
 func (m *Set) Reset() {
-	for _, v := range []interface{ Reset() }{m.Decisions, m.TieBreaks, m.Inflight} {
-		v.Reset()
-	}
-	for _, c := range []interface{ reset() }{m.decisions, m.tieBreaks, m.inflight, &m.recs} {
-		c.reset()
-	}
+	m.TieBreaks.Reset()
+	m.tieBreaks.reset()
+	m.recs.reset()
 	m.Dash.Reset()
 	m.Recent.Reset()
 }
 
 // Collectors lists every collector of the set.
 func (m *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Decisions, m.TieBreaks, m.Overlap, m.SelectTime,
-		m.Inflight, m.Ends, m.Fleet}
+	return []prometheus.Collector{m.TieBreaks, m.Overlap, m.SelectTime, m.Requests, m.Fleet}
 }
 
 // Register adds collectors to reg (a config's registry), tolerating
@@ -194,9 +173,7 @@ func ReasonLabel(d selection.Decision, fallback bool) string {
 // it took.
 func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
 	reason := ReasonLabel(d, fallback)
-	c := m.decisions.get(labelValues{a: upstream, b: reason})
-	c.vec.Inc()
-	c.dash.Add(1)
+	m.Dash.Decisions(upstream, reason).Add(1)
 	if fallback || d.Index < 0 {
 		return
 	}
@@ -230,18 +207,17 @@ type Exchange struct {
 
 // Inflight is a request counted in flight (StartRequest), for EndRequest.
 type Inflight struct {
-	label string // the model label
-	c     dashCounted[prometheus.Gauge]
+	label string        // the model label
+	n     *atomic.Int64 // its count in flight
 }
 
 // StartRequest counts a request in flight for model and returns what to
 // pass to EndRequest.
 func (m *Set) StartRequest(model string) Inflight {
 	l := m.Models.Label(model)
-	c := m.inflight.get(labelValues{a: l})
-	c.vec.Inc()
-	c.dash.Add(1)
-	return Inflight{l, c}
+	n := m.Dash.Inflight(l)
+	n.Add(1)
+	return Inflight{l, n}
 }
 
 // EndRequest records a finished request; in is what StartRequest
@@ -251,8 +227,7 @@ func (m *Set) EndRequest(in Inflight, x *Exchange) { m.end(in, x) }
 // end is EndRequest; it returns the request's model label and outcome
 // (an index into outcomes).
 func (m *Set) end(in Inflight, x *Exchange) (model string, oi int) {
-	in.c.vec.Dec()
-	in.c.dash.Add(-1)
+	in.n.Add(-1)
 	oi = outcomeOf(x.Status, x.Canceled, x.NoReplica)
 	outcome := outcomes[oi]
 	if outcome == OutcomeOK {

@@ -198,7 +198,7 @@ func TestMetricsScriptedSequence(t *testing.T) {
 	if n := histCount(t, m.Own, "ramjet_selection_duration_seconds") - select0; n != 6 {
 		t.Errorf("selection latency observations = %d, want 6", n)
 	}
-	if v := testutil.ToFloat64(m.Inflight.WithLabelValues("m")); v != 0 {
+	if v := seriesValue(m, "model_inflight_requests", "model", "m"); v != 0 {
 		t.Errorf("model in-flight after the sequence = %v, want 0", v)
 	}
 	probs, err := testutil.GatherAndLint(m.Own)
@@ -253,7 +253,7 @@ func TestMetricsScriptedSequence(t *testing.T) {
 	if got := requestsTotal(m, idA, "m", "ok"); got != float64(wantOK) {
 		t.Errorf("requests on %s after reload = %v, want %d", idA, got, wantOK)
 	}
-	if got := testutil.ToFloat64(m.Decisions.WithLabelValues(idA, "affinity")); got != 3 {
+	if got := seriesValue(m, "routing_decisions_total", "upstream", idA, "reason", "affinity"); got != 3 {
 		t.Errorf("affinity decisions after reload = %v, want 3", got)
 	}
 	resp, b := c.do(http.MethodGet, "http://"+c.ops+"/metrics", "")
@@ -307,7 +307,7 @@ func TestMetricsNoReplica(t *testing.T) {
 	if got := requestsTotal(m, "", "", metrics.OutcomeNoReplica); got != 1 {
 		t.Errorf("no_replica requests = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("", "none")); got != 1 {
+	if got := seriesValue(m, "routing_decisions_total", "upstream", "", "reason", "none"); got != 1 {
 		t.Errorf("none decisions = %v, want 1", got)
 	}
 	if v := fleetGauge(t, m.Own, "ramjet_upstream_healthy"); v != 0 {
