@@ -109,6 +109,7 @@ type reference struct {
 	*Set
 	Decisions, Requests, PromptTokens, CachedTokens, OutputTokens, NoUsage *prometheus.CounterVec
 	Inflight                                                               *prometheus.GaugeVec
+	Overlap, SelectTime                                                    prometheus.Histogram
 	TTFT, Duration                                                         *prometheus.HistogramVec
 	reg                                                                    *prometheus.Registry
 }
@@ -119,6 +120,16 @@ func newReference(m *Set) *reference {
 	}
 	r := &reference{Set: m, reg: prometheus.NewPedanticRegistry(),
 		Decisions: counter("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).", "upstream", "reason"),
+		Overlap: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "prefix_overlap_tokens",
+			Help:    "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens.",
+			Buckets: []float64{0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768},
+		}),
+		SelectTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "selection_duration_seconds",
+			Help:    "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 9),
+		}),
 		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "model_inflight_requests",
 			Help: "Requests in flight through ramjet, by model."}, []string{"model"}),
 		Requests:     counter("requests_total", "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).", "upstream", "model", "outcome"),
@@ -137,7 +148,7 @@ func newReference(m *Set) *reference {
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
 	}
-	r.reg.MustRegister(r.Decisions, m.TieBreaks, m.Overlap, m.SelectTime, r.Inflight, m.Fleet,
+	r.reg.MustRegister(r.Decisions, m.TieBreaks, r.Overlap, r.SelectTime, r.Inflight, m.Fleet,
 		r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration)
 	return r
 }
@@ -147,6 +158,19 @@ func (r *reference) Reset() {
 	r.Set.Reset()
 	for _, v := range []interface{ Reset() }{r.Decisions, r.Inflight, r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration} {
 		v.Reset()
+	}
+}
+
+// observeSelectionReference is ObserveSelection on the reference's vectors.
+func observeSelectionReference(m *reference, upstream string, d selection.Decision, fallback bool, took time.Duration) {
+	m.Decisions.WithLabelValues(upstream, ReasonLabel(d, fallback)).Inc()
+	if fallback || d.Index < 0 {
+		return
+	}
+	m.SelectTime.Observe(took.Seconds())
+	m.Overlap.Observe(float64(d.Overlap))
+	if d.Tie > selection.TieNone {
+		m.TieBreaks.WithLabelValues(d.Tie.String()).Inc()
 	}
 }
 
@@ -180,7 +204,8 @@ func endRequestReference(m *reference, in Inflight, x *Exchange) {
 	}
 }
 
-// TestPairSeriesMatchesReference: requests of every outcome, with and
+// TestPairSeriesMatchesReference: decisions of every reason, tie and
+// fallback, and requests of every outcome, with and
 // without usage, streamed or not, with and without an upstream, on several
 // (upstream, model) pairs and across a Reset, give the same exposition
 // through EndRequest's records as through the labelled vectors they
@@ -207,8 +232,12 @@ func TestPairSeriesMatchesReference(t *testing.T) {
 		xs = append(xs, x)
 	}
 	run := func(xs []Exchange) {
-		for _, x := range xs {
+		for i, x := range xs {
 			gx, wx := x, x
+			d := selection.Decision{Index: i%9 - 1, Reason: selection.Reason(i % 5), Tie: selection.TieRule(i % 4), Overlap: i * 97 % 3000}
+			took := time.Duration(i*i) * 300 * time.Nanosecond
+			observeSelectionReference(want, x.Upstream, d, i%6 == 4, took)
+			got.ObserveSelection(x.Upstream, d, i%6 == 4, took)
 			in := want.StartRequest(x.Model)
 			want.Inflight.WithLabelValues(in.label).Inc()
 			endRequestReference(want, in, &wx)

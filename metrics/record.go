@@ -34,8 +34,20 @@ const (
 	seenDuration                               // upstream: request duration
 )
 
-// durationBounds are request_duration_seconds' bucket bounds.
-var durationBounds = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+// The bucket bounds of request_duration_seconds, selection_duration_seconds
+// (1µs .. 65ms) and prefix_overlap_tokens.
+var (
+	durationBounds = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	selectBounds   = prometheus.ExponentialBuckets(1e-6, 4, 9)
+	overlapBounds  = []float64{0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768}
+)
+
+// decided is the histograms of the routing decisions (never reset, as an
+// unlabelled histogram could not be), and when they were created.
+type decided struct {
+	sel, overlap hist
+	created      time.Time
+}
 
 // hist is a histogram's state: observations per bucket (the last past
 // every bound), their sum (float64 bits) and the bounds.
@@ -186,15 +198,19 @@ func (r *records) end(p *pairRecord, oi int, x *Exchange) {
 // decisions and requests in flight the dashboard's Recorder counts.
 type requestSeries struct {
 	r                                                       *records
-	decisions, inflight                                     *prometheus.Desc
+	d                                                       *decided
+	decisions, inflight, sel, overlap                       *prometheus.Desc
 	requests, prompt, cached, output, noUse, ttft, duration *prometheus.Desc
 }
 
-func newRequestSeries(r *records) *requestSeries {
+func newRequestSeries(r *records, dh *decided) *requestSeries {
+	dh.created = time.Now()
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
-	return &requestSeries{r: r,
+	return &requestSeries{r: r, d: dh,
+		sel:       d("selection_duration_seconds", "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds."),
+		overlap:   d("prefix_overlap_tokens", "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens."),
 		decisions: d("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).", "upstream", "reason"),
 		inflight:  d("model_inflight_requests", "Requests in flight through ramjet, by model.", "model"),
 		requests:  d("requests_total", "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).", "upstream", "model", "outcome"),
@@ -208,7 +224,7 @@ func newRequestSeries(r *records) *requestSeries {
 }
 
 func (e *requestSeries) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{e.decisions, e.inflight, e.requests, e.prompt, e.cached, e.output, e.noUse, e.ttft, e.duration} {
+	for _, d := range []*prometheus.Desc{e.decisions, e.inflight, e.sel, e.overlap, e.requests, e.prompt, e.cached, e.output, e.noUse, e.ttft, e.duration} {
 		ch <- d
 	}
 }
@@ -217,6 +233,8 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, created time.Time, labels ...string) {
 		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d, prometheus.CounterValue, float64(v), created, labels...)
 	}
+	ch <- e.d.sel.metric(e.sel, selectBounds, e.d.created)
+	ch <- e.d.overlap.metric(e.overlap, overlapBounds, e.d.created)
 	e.r.dash.EachDecisions(func(upstream, reason string, c *dashboard.Count) {
 		counter(e.decisions, uint64(c.Load()), c.Created, upstream, reason)
 	})

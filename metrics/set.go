@@ -46,13 +46,12 @@ var outcomes = [...]string{OutcomeOK, OutcomeClientError, OutcomeUpstreamError, 
 // values survive config reloads. The collectors are exported for tests;
 // update them through the methods.
 type Set struct {
-	TieBreaks  *prometheus.CounterVec
-	Overlap    prometheus.Histogram
-	SelectTime prometheus.Histogram
+	TieBreaks *prometheus.CounterVec
 	// Requests exposes the counts of the request path that the dashboard
 	// keeps too (decisions, requests in flight, read from Dash) and what
 	// finished requests update (requests, tokens, responses without
-	// usage, TTFT, duration, kept in records).
+	// usage, TTFT, duration, kept in records), and the decisions'
+	// selection time and overlap histograms.
 	Requests prometheus.Collector
 
 	// Fleet reads the fleets' snapshots at scrape time.
@@ -74,6 +73,8 @@ type Set struct {
 	tieBreaks *children[prometheus.Counter]
 	// recs are the series of finished requests, by (upstream, model label).
 	recs records
+	// decided is the decisions' histograms (selection time, overlap).
+	decided decided
 }
 
 // NewSet returns a metric set whose fleet series read snap at scrape time
@@ -84,16 +85,6 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 			Namespace: namespace, Name: "tie_breaks_total",
 			Help: "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).",
 		}, []string{"rule"}),
-		Overlap: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "prefix_overlap_tokens",
-			Help:    "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens.",
-			Buckets: []float64{0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768},
-		}),
-		SelectTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "selection_duration_seconds",
-			Help:    "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds.",
-			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 9), // 1µs .. 65ms
-		}),
 		Fleet:  NewFleetCollector(snap),
 		Own:    prometheus.NewPedanticRegistry(),
 		Dash:   dashboard.NewRecorder(),
@@ -102,7 +93,7 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 	}
 	m.tieBreaks = newChildren(1, m.TieBreaks.WithLabelValues)
 	m.recs.dash = m.Dash
-	m.Requests = newRequestSeries(&m.recs)
+	m.Requests = newRequestSeries(&m.recs, &m.decided)
 	m.Own.MustRegister(m.Collectors()...)
 	return m
 }
@@ -119,7 +110,7 @@ func (m *Set) Reset() {
 
 // Collectors lists every collector of the set.
 func (m *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.TieBreaks, m.Overlap, m.SelectTime, m.Requests, m.Fleet}
+	return []prometheus.Collector{m.TieBreaks, m.Requests, m.Fleet}
 }
 
 // Register adds collectors to reg (a config's registry), tolerating
@@ -177,8 +168,8 @@ func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback b
 	if fallback || d.Index < 0 {
 		return
 	}
-	m.SelectTime.Observe(took.Seconds())
-	m.Overlap.Observe(float64(d.Overlap))
+	m.decided.sel.observe(selectBounds, took.Seconds())
+	m.decided.overlap.observe(overlapBounds, float64(d.Overlap))
 	if d.Tie > selection.TieNone {
 		m.tieBreaks.get(labelValues{a: d.Tie.String()}).Inc()
 	}
