@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 )
@@ -53,14 +54,7 @@ func (c *children[T]) add(k labelValues) T {
 	}
 	vals := [3]string{k.a, k.b, k.c}
 	v := c.with(vals[:c.n]...)
-	m := make(map[labelValues]T, 1+lenOf(old))
-	if old != nil {
-		for kk, vv := range *old {
-			m[kk] = vv
-		}
-	}
-	m[k] = v
-	c.m.Store(&m)
+	c.m.Store(copyWith(old, k, v))
 	return v
 }
 
@@ -71,9 +65,16 @@ func (c *children[T]) reset() {
 	c.mu.Unlock()
 }
 
-func lenOf[T any](m *map[labelValues]T) int {
-	if m == nil {
-		return 0
+// copyWith returns a copy of *old (nil: none) with k set to v, for a map
+// read without a lock and replaced under one.
+func copyWith[K comparable, V any](old *map[K]V, k K, v V) *map[K]V {
+	var m map[K]V
+	if old != nil {
+		m = make(map[K]V, len(*old)+1)
+		maps.Copy(m, *old)
+	} else {
+		m = make(map[K]V, 1)
 	}
-	return len(*m)
+	m[k] = v
+	return &m
 }

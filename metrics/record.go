@@ -133,14 +133,7 @@ func (r *records) get(upstream, model string) *pairRecord {
 		r.ups[upstream] = u
 	}
 	p := &pairRecord{up: u, dash: r.dash.Tally(upstream, model), upstream: upstream, model: model}
-	m := make(map[labelValues]*pairRecord, 1+lenOf(old))
-	if old != nil {
-		for kk, vv := range *old {
-			m[kk] = vv
-		}
-	}
-	m[k] = p
-	r.m.Store(&m)
+	r.m.Store(copyWith(old, k, p))
 	return p
 }
 
