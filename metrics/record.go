@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ramjet-llm/ramjet/dashboard"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // The series a finished request updates (requests, tokens, responses
@@ -99,20 +101,48 @@ type pairRecord struct {
 	created                [len(outcomes) + 1]time.Time // requests by outcome, tokens
 }
 
+// pairKey is a pair record's upstream and model label.
+type pairKey struct{ upstream, model string }
+
+// copyWith returns a copy of *old (nil: none) with k set to v, for a map
+// read without a lock and replaced under one.
+func copyWith[K comparable, V any](old *map[K]V, k K, v V) *map[K]V {
+	var m map[K]V
+	if old != nil {
+		m = make(map[K]V, len(*old)+1)
+		maps.Copy(m, *old)
+	} else {
+		m = make(map[K]V, 1)
+	}
+	m[k] = v
+	return &m
+}
+
 // records are the pair and upstream records, in maps copied when a pair
-// joins (as bounded as the labels), read without a lock.
+// joins (as bounded as the labels), read without a lock, and the
+// tie-breaks by rule.
 type records struct {
 	mu  sync.Mutex // held to add a pair or mark a series seen
-	m   atomic.Pointer[map[labelValues]*pairRecord]
+	m   atomic.Pointer[map[pairKey]*pairRecord]
 	ups map[string]*upRecord // under mu
 	// dash is the dashboard's Recorder, whose tallies the pairs hold (reset
 	// with the records).
 	dash *dashboard.Recorder
+
+	tieSeen    atomic.Uint32
+	ties       [8]atomic.Uint64 // by selection.TieRule
+	tieCreated [8]time.Time
+}
+
+// tie counts a decision settled by the tie-break rule t.
+func (r *records) tie(t selection.TieRule) {
+	r.mark(&r.tieSeen, 1<<t, &r.tieCreated[t])
+	r.ties[t].Add(1)
 }
 
 // get returns the record of the pair (upstream, model).
 func (r *records) get(upstream, model string) *pairRecord {
-	k := labelValues{a: upstream, b: model}
+	k := pairKey{upstream, model}
 	if m := r.m.Load(); m != nil {
 		if p := (*m)[k]; p != nil {
 			return p
@@ -156,6 +186,10 @@ func (r *records) reset() {
 	r.mu.Lock()
 	r.m.Store(nil)
 	r.ups = nil
+	r.tieSeen.Store(0)
+	for i := range r.ties {
+		r.ties[i].Store(0)
+	}
 	r.mu.Unlock()
 }
 
@@ -192,7 +226,7 @@ func (r *records) end(p *pairRecord, oi int, x *Exchange) {
 type requestSeries struct {
 	r                                                       *records
 	d                                                       *decided
-	decisions, inflight, sel, overlap                       *prometheus.Desc
+	decisions, inflight, sel, overlap, ties                 *prometheus.Desc
 	requests, prompt, cached, output, noUse, ttft, duration *prometheus.Desc
 }
 
@@ -206,6 +240,7 @@ func newRequestSeries(r *records, dh *decided) *requestSeries {
 		overlap:   d("prefix_overlap_tokens", "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens."),
 		decisions: d("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).", "upstream", "reason"),
 		inflight:  d("model_inflight_requests", "Requests in flight through ramjet, by model.", "model"),
+		ties:      d("tie_breaks_total", "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).", "rule"),
 		requests:  d("requests_total", "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).", "upstream", "model", "outcome"),
 		prompt:    d("prompt_tokens_total", "Prompt tokens reported in the engines' response usage, by upstream and model.", "upstream", "model"),
 		cached:    d("cached_prompt_tokens_total", "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model.", "upstream", "model"),
@@ -217,7 +252,7 @@ func newRequestSeries(r *records, dh *decided) *requestSeries {
 }
 
 func (e *requestSeries) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{e.decisions, e.inflight, e.sel, e.overlap, e.requests, e.prompt, e.cached, e.output, e.noUse, e.ttft, e.duration} {
+	for _, d := range []*prometheus.Desc{e.decisions, e.inflight, e.sel, e.overlap, e.ties, e.requests, e.prompt, e.cached, e.output, e.noUse, e.ttft, e.duration} {
 		ch <- d
 	}
 }
@@ -228,6 +263,11 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- e.d.sel.metric(e.sel, selectBounds, e.d.created)
 	ch <- e.d.overlap.metric(e.overlap, overlapBounds, e.d.created)
+	for t := range e.r.ties {
+		if e.r.tieSeen.Load()&(1<<t) != 0 {
+			counter(e.ties, e.r.ties[t].Load(), e.r.tieCreated[t], selection.TieRule(t).String())
+		}
+	}
 	e.r.dash.EachDecisions(func(upstream, reason string, c *dashboard.Count) {
 		counter(e.decisions, uint64(c.Load()), c.Created, upstream, reason)
 	})

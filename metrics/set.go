@@ -46,12 +46,11 @@ var outcomes = [...]string{OutcomeOK, OutcomeClientError, OutcomeUpstreamError, 
 // values survive config reloads. The collectors are exported for tests;
 // update them through the methods.
 type Set struct {
-	TieBreaks *prometheus.CounterVec
 	// Requests exposes the counts of the request path that the dashboard
 	// keeps too (decisions, requests in flight, read from Dash) and what
 	// finished requests update (requests, tokens, responses without
 	// usage, TTFT, duration, kept in records), and the decisions'
-	// selection time and overlap histograms.
+	// selection time and overlap histograms and tie-breaks.
 	Requests prometheus.Collector
 
 	// Fleet reads the fleets' snapshots at scrape time.
@@ -68,9 +67,6 @@ type Set struct {
 	Models *catalog.Names
 	snap   func() []fleetstate.Snapshot
 
-	// tieBreaks are TieBreaks' children, cached (Reset drops them with
-	// the vector's).
-	tieBreaks *children[prometheus.Counter]
 	// recs are the series of finished requests, by (upstream, model label).
 	recs records
 	// decided is the decisions' histograms (selection time, overlap).
@@ -81,17 +77,12 @@ type Set struct {
 // and whose model labels are the names of models.
 func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 	m := &Set{
-		TieBreaks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "tie_breaks_total",
-			Help: "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).",
-		}, []string{"rule"}),
 		Fleet:  NewFleetCollector(snap),
 		Own:    prometheus.NewPedanticRegistry(),
 		Dash:   dashboard.NewRecorder(),
 		Models: models,
 		snap:   snap,
 	}
-	m.tieBreaks = newChildren(1, m.TieBreaks.WithLabelValues)
 	m.recs.dash = m.Dash
 	m.Requests = newRequestSeries(&m.recs, &m.decided)
 	m.Own.MustRegister(m.Collectors()...)
@@ -101,8 +92,6 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 // Reset clears the request-path series (the vectors' children and their
 // cache), the dashboard's counts and the recent requests (tests).
 func (m *Set) Reset() {
-	m.TieBreaks.Reset()
-	m.tieBreaks.reset()
 	m.recs.reset()
 	m.Dash.Reset()
 	m.Recent.Reset()
@@ -110,7 +99,7 @@ func (m *Set) Reset() {
 
 // Collectors lists every collector of the set.
 func (m *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.TieBreaks, m.Requests, m.Fleet}
+	return []prometheus.Collector{m.Requests, m.Fleet}
 }
 
 // Register adds collectors to reg (a config's registry), tolerating
@@ -171,7 +160,7 @@ func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback b
 	m.decided.sel.observe(selectBounds, took.Seconds())
 	m.decided.overlap.observe(overlapBounds, float64(d.Overlap))
 	if d.Tie > selection.TieNone {
-		m.tieBreaks.get(labelValues{a: d.Tie.String()}).Inc()
+		m.recs.tie(d.Tie)
 	}
 }
 

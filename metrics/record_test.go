@@ -18,12 +18,11 @@ import (
 	"github.com/ramjet-llm/ramjet/usage"
 )
 
-// TestCachedChildrenLazyAndReset: the cached children are the vectors'
-// own (what a request adds shows in the vector), the series of finished
-// requests are created on first use only (no series appears before its
-// first observation), and Reset drops the caches and records, so that
-// what follows a reset counts again.
-func TestCachedChildrenLazyAndReset(t *testing.T) {
+// TestSeriesLazyAndReset: what a request adds shows at scrape, the
+// series of finished requests are created on first use only (no series
+// appears before its first observation), and Reset drops the records and
+// counters, so that what follows a reset counts again.
+func TestSeriesLazyAndReset(t *testing.T) {
 	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
 	request := func() {
 		m.ObserveSelection("00aa", selection.Decision{Index: 0, Reason: selection.ReasonAffinity}, false, time.Microsecond)
@@ -62,9 +61,9 @@ func TestCachedChildrenLazyAndReset(t *testing.T) {
 	}
 }
 
-// TestCachedChildrenConcurrent: concurrent first uses of new label values
+// TestDecisionsConcurrent: concurrent first uses of new label values
 // all land in the series (run with -race).
-func TestCachedChildrenConcurrent(t *testing.T) {
+func TestDecisionsConcurrent(t *testing.T) {
 	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	var wg sync.WaitGroup
@@ -107,11 +106,11 @@ func BenchmarkEndRequest(b *testing.B) {
 // rest of a Set's collectors.
 type reference struct {
 	*Set
-	Decisions, Requests, PromptTokens, CachedTokens, OutputTokens, NoUsage *prometheus.CounterVec
-	Inflight                                                               *prometheus.GaugeVec
-	Overlap, SelectTime                                                    prometheus.Histogram
-	TTFT, Duration                                                         *prometheus.HistogramVec
-	reg                                                                    *prometheus.Registry
+	Decisions, TieBreaks, Requests, PromptTokens, CachedTokens, OutputTokens, NoUsage *prometheus.CounterVec
+	Inflight                                                                          *prometheus.GaugeVec
+	Overlap, SelectTime                                                               prometheus.Histogram
+	TTFT, Duration                                                                    *prometheus.HistogramVec
+	reg                                                                               *prometheus.Registry
 }
 
 func newReference(m *Set) *reference {
@@ -119,6 +118,7 @@ func newReference(m *Set) *reference {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
 	}
 	r := &reference{Set: m, reg: prometheus.NewPedanticRegistry(),
+		TieBreaks: counter("tie_breaks_total", "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).", "rule"),
 		Decisions: counter("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).", "upstream", "reason"),
 		Overlap: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "prefix_overlap_tokens",
@@ -148,7 +148,7 @@ func newReference(m *Set) *reference {
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
 	}
-	r.reg.MustRegister(r.Decisions, m.TieBreaks, r.Overlap, r.SelectTime, r.Inflight, m.Fleet,
+	r.reg.MustRegister(r.Decisions, r.TieBreaks, r.Overlap, r.SelectTime, r.Inflight, m.Fleet,
 		r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration)
 	return r
 }
@@ -156,7 +156,7 @@ func newReference(m *Set) *reference {
 // Reset resets the Set and the reference vectors.
 func (r *reference) Reset() {
 	r.Set.Reset()
-	for _, v := range []interface{ Reset() }{r.Decisions, r.Inflight, r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration} {
+	for _, v := range []interface{ Reset() }{r.Decisions, r.TieBreaks, r.Inflight, r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration} {
 		v.Reset()
 	}
 }
