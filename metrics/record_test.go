@@ -303,3 +303,52 @@ func TestPairSeriesMatchesReference(t *testing.T) {
 	run(xs[30:45])
 	compare("after Reset")
 }
+
+// TestRecordsConcurrentScrape: requests ending on several goroutines while
+// the registry is scraped add up at the end (run with -race): every
+// request counted once, every duration observed once.
+func TestRecordsConcurrentScrape(t *testing.T) {
+	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
+	ups := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	start := time.Now()
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				if _, err := m.Own.Gather(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				up := ups[(g+i)%len(ups)]
+				m.ObserveSelection(up, selection.Decision{Index: 0, Reason: selection.ReasonAffinity, Tie: selection.TieLoad}, false, time.Microsecond)
+				m.EndRequest(m.StartRequest("m"), &Exchange{Upstream: up, Model: "m", Status: 200, Start: start, End: start.Add(time.Duration(i) * time.Millisecond),
+					Usage: usage.Usage{PromptTokens: 3, CachedTokens: 1, CompletionTokens: 1}, HasUsage: true})
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	var reqs, durations, prompt float64
+	for _, up := range ups {
+		n, _ := m.Value("requests_total", "upstream", up, "model", "m", "outcome", OutcomeOK)
+		d, _ := m.Value("request_duration_seconds", "upstream", up)
+		p, _ := m.Value("prompt_tokens_total", "upstream", up, "model", "m")
+		reqs, durations, prompt = reqs+n, durations+d, prompt+p
+	}
+	ties, _ := m.Value("tie_breaks_total", "rule", "load")
+	if reqs != 800 || durations != 800 || prompt != 2400 || ties != 800 {
+		t.Errorf("requests %v, durations %v, prompt tokens %v, ties %v; want 800, 800, 2400, 800", reqs, durations, prompt, ties)
+	}
+}
