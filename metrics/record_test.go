@@ -175,7 +175,7 @@ func observeSelectionReference(m *reference, upstream string, d selection.Decisi
 }
 
 // endRequestReference is EndRequest's Prometheus part as it was before
-// the pair cache: every child through its vector's WithLabelValues.
+// the records: every child through its vector's WithLabelValues.
 func endRequestReference(m *reference, in Inflight, x *Exchange) {
 	m.Inflight.WithLabelValues(in.label).Dec()
 	outcome := OutcomeOf(x.Status, x.Canceled, x.NoReplica)
