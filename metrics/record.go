@@ -22,7 +22,7 @@ import (
 // and exposed at scrape time by a collector (requestSeries) with the
 // names, help, labels, types and values the labelled vectors had: a
 // request's end touches a few cache lines of its pair instead of a vector
-// child per series (each its own object, a histogram four of them). The
+// child per series (each its own object, a histogram three of them). The
 // decisions and the requests in flight are the dashboard Recorder's own
 // counters, exposed by the same collector (one counter per event, not a
 // vector child and a dashboard counter). A series exists from its first
@@ -134,6 +134,9 @@ type records struct {
 	tieCreated [8]time.Time
 }
 
+// Fails to compile when the tie-break rules outgrow records.ties.
+var _ [8 - 1 - int(selection.TieOrder)]struct{}
+
 // tie counts a decision settled by the tie-break rule t.
 func (r *records) tie(t selection.TieRule) {
 	r.mark(&r.tieSeen, 1<<t, &r.tieCreated[t])
@@ -231,6 +234,11 @@ type requestSeries struct {
 }
 
 func newRequestSeries(r *records, dh *decided) *requestSeries {
+	for _, b := range [][]float64{durationBounds, selectBounds, overlapBounds, dashboard.TTFTBounds} {
+		if len(b) >= len(hist{}.buckets) {
+			panic("metrics: more bucket bounds than a hist holds")
+		}
+	}
 	dh.created = time.Now()
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)

@@ -92,8 +92,8 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 // Reset clears the request-path series (the vectors' children and their
 // cache), the dashboard's counts and the recent requests (tests).
 func (m *Set) Reset() {
+	m.Dash.Reset() // first: a pair record made before the records' reset holds the Recorder's new tally
 	m.recs.reset()
-	m.Dash.Reset()
 	m.Recent.Reset()
 }
 
