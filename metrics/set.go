@@ -89,10 +89,12 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 	return m
 }
 
-// Reset clears the request-path series (the vectors' children and their
-// cache), the dashboard's counts and the recent requests (tests).
+// Reset clears the request-path series (the records, the Recorder's
+// counters), the dashboard's counts and the recent requests (tests). The
+// Recorder goes first, so that a pair record made between the two holds a
+// tally that the reset Recorder still counts.
 func (m *Set) Reset() {
-	m.Dash.Reset() // first: a pair record made before the records' reset holds the Recorder's new tally
+	m.Dash.Reset()
 	m.recs.reset()
 	m.Recent.Reset()
 }
