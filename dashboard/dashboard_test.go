@@ -36,14 +36,37 @@ func TestQuantile(t *testing.T) {
 	}
 }
 
-func TestHistogramObserve(t *testing.T) {
-	h := newHistogram([]float64{0.1, 0.5})
-	for _, v := range []float64{0.05, 0.1, 0.3, 7} {
-		h.observe(v)
+// TestRecorderTTFT: the sample's TTFT histogram is cumulative and its
+// bounds inclusive; only routed requests with a first byte count.
+func TestRecorderTTFT(t *testing.T) {
+	rec := NewRecorder()
+	for _, ms := range []int{4, 5, 300, 40000} {
+		end(rec, "m", Exchange{Upstream: "aa", Model: "m", TTFT: time.Duration(ms) * time.Millisecond})
 	}
-	if want := []float64{2, 3, 4}; !equal(h.Counts, want) {
+	end(rec, "m", Exchange{Model: "m", TTFT: time.Millisecond}) // no upstream
+	end(rec, "m", Exchange{Upstream: "aa", Model: "m"})         // not streamed
+	h := rec.Sample(time.Now(), Gauges{}).TTFT
+	want := make([]float64, len(TTFTBounds)+1)
+	for i, b := range h.Bounds {
+		switch {
+		case b >= 30*1.5:
+			want[i] = 4
+		case b >= 0.3:
+			want[i] = 3
+		default:
+			want[i] = 2
+		}
+	}
+	if !equal(h.Counts, want) {
 		t.Errorf("counts %v, want %v (cumulative, bound inclusive)", h.Counts, want)
 	}
+}
+
+// end ends a request of inflightModel as the metrics do: out of the
+// requests in flight, counted in its pair's tally.
+func end(rec *Recorder, inflightModel string, x Exchange) {
+	rec.Inflight(inflightModel).Add(-1)
+	rec.Tally(x.Upstream, x.Model).End(x)
 }
 
 func equal(a, b []float64) bool {
@@ -70,18 +93,18 @@ func TestStoreData(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	s.Sample(t0)
 	for range 6 {
-		rec.Decision("aaaa", "affinity")
+		rec.Decisions("aaaa", "affinity").Add(1)
 	}
-	rec.Decision("", "none")
-	rec.Decision("aaaa", "cold")
+	rec.Decisions("", "none").Add(1)
+	rec.Decisions("aaaa", "cold").Add(1)
 	for i := range 8 {
-		rec.Begin("m")
+		rec.Inflight("m").Add(1)
 		x := Exchange{Upstream: "aaaa", Model: "m", Error: i == 7, HasUsage: i != 7,
 			Prompt: 100, Cached: 75, Output: 10, TTFT: time.Duration(i+1) * 10 * time.Millisecond}
-		rec.End("m", x)
+		end(rec, "m", x)
 	}
-	rec.Begin("")
-	rec.End("", Exchange{Error: true}) // rejected before routing
+	rec.Inflight("").Add(1)
+	end(rec, "", Exchange{Error: true}) // rejected before routing
 	s.Sample(t0.Add(2 * time.Second))
 	d := s.Data(t0.Add(2*time.Second), []Record{{Upstream: "aaaa"}})
 
@@ -239,12 +262,12 @@ func TestHandler(t *testing.T) {
 func TestRecorderAllocs(t *testing.T) {
 	rec := NewRecorder()
 	x := Exchange{Upstream: "aaaa", Model: "m", HasUsage: true, Prompt: 10, TTFT: time.Millisecond}
-	rec.Begin("m")
-	rec.End("m", x)
+	rec.Inflight("m").Add(1)
+	end(rec, "m", x)
 	if n := testing.AllocsPerRun(100, func() {
-		rec.Decision("aaaa", "affinity")
-		rec.Begin("m")
-		rec.End("m", x)
+		rec.Decisions("aaaa", "affinity").Add(1)
+		rec.Inflight("m").Add(1)
+		end(rec, "m", x)
 	}); n != 0 {
 		t.Errorf("%v allocations per request", n)
 	}
@@ -263,7 +286,7 @@ func TestRecorderDecisionsConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 500 {
 				up := []string{"aa", "bb", ""}[(g+i)%3]
-				rec.Decision(up, []string{"affinity", "cold"}[i%2])
+				rec.Decisions(up, []string{"affinity", "cold"}[i%2]).Add(1)
 			}
 		}()
 	}
@@ -301,10 +324,10 @@ func TestRecorderDecisionsConcurrent(t *testing.T) {
 // none in flight and no finished request is left out; "" is "unknown".
 func TestRecorderInflight(t *testing.T) {
 	rec := NewRecorder()
-	rec.Begin("m")
-	rec.Begin("m")
-	rec.Begin("")
-	rec.End("m", Exchange{Model: "m"})
+	rec.Inflight("m").Add(1)
+	rec.Inflight("m").Add(1)
+	rec.Inflight("").Add(1)
+	end(rec, "m", Exchange{Model: "m"})
 	s := rec.Sample(time.Now(), Gauges{})
 	if m := s.Model["m"]; m == nil || m.Inflight != 1 || m.Requests != 1 {
 		t.Errorf("model m: %+v, want 1 in flight, 1 request", m)
@@ -312,7 +335,7 @@ func TestRecorderInflight(t *testing.T) {
 	if u := s.Model["unknown"]; u == nil || u.Inflight != 1 || u.Requests != 0 {
 		t.Errorf("model unknown: %+v, want 1 in flight", u)
 	}
-	rec.End("", Exchange{Model: "n"})
+	end(rec, "", Exchange{Model: "n"})
 	s = rec.Sample(time.Now(), Gauges{})
 	if _, ok := s.Model["unknown"]; ok {
 		t.Errorf("a model with nothing in flight and no request is in the sample: %+v", s.Model["unknown"])

@@ -1,6 +1,8 @@
 // Package dashboard is ramjet's built-in dashboard, without Caddy: a
-// Recorder of cumulative counters fed with typed events (routing decisions
-// by reason, finished requests with their tokens and time to first token),
+// Recorder of cumulative lock-free counters the caller finds once and keeps
+// (routing decisions by reason, requests in flight by model, a Tally per
+// (upstream, model) of finished requests with their tokens and time to
+// first token),
 // a Store that samples the Recorder and the fleet's gauges (per-replica
 // load and health, index size) into a bounded ring and computes the rates
 // and the TTFT quantiles the page charts from its own histograms, the

@@ -31,16 +31,6 @@ func newHistogram(bounds []float64) Histogram {
 	return Histogram{Bounds: b, Counts: make([]float64, len(b))}
 }
 
-func (h *Histogram) observe(v float64) {
-	for i := sort.SearchFloat64s(h.Bounds, v); i < len(h.Counts); i++ {
-		h.Counts[i]++
-	}
-}
-
-func (h Histogram) clone() Histogram {
-	return Histogram{Bounds: h.Bounds, Counts: append([]float64(nil), h.Counts...)}
-}
-
 // Quantile estimates the q-quantile of the observations b has and a had
 // not (a may be empty: all of b), interpolating linearly inside a bucket as
 // Prometheus' histogram_quantile does. NaN when there are none.
@@ -140,31 +130,35 @@ type Sample struct {
 // Recorder keeps the cumulative counters the dashboard charts. The set of
 // upstreams and models is as bounded as the ids and model labels the
 // caller passes (route ids and the bounded model labels). Safe for
-// concurrent use.
+// concurrent use; every count is an atomic counter found without a lock
+// (every routing decision and request, from every core), which Sample
+// adds up.
 type Recorder struct {
-	mu    sync.Mutex
-	all   Counts
-	ttft  Histogram
-	up    map[string]*UpstreamSample
-	model map[string]*ModelSample
-
-	// Counted without the lock (every routing decision and request, from
-	// every core): the decisions by (upstream, reason), which Sample adds
-	// up, and the requests in flight by model.
-	decisions counters[decisionKey]
-	inflight  counters[string]
+	// decisions by (upstream, reason), the requests in flight by model,
+	// the finished requests' counts by (upstream, model).
+	decisions cowMap[decisionKey, Count]
+	inflight  cowMap[string, atomic.Int64]
+	tallies   cowMap[pairKey, Tally]
 }
 
-// counters are atomic counters by key, in a map copied on each new key
-// (the keys are as bounded as the upstreams, reasons and model labels)
-// and read without a lock.
-type counters[K comparable] struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[K]*atomic.Int64]
+// Count is a counter and the time it was created (the metrics expose it
+// as a counter series).
+type Count struct {
+	atomic.Int64
+	Created time.Time
 }
 
-// get returns k's counter.
-func (c *counters[K]) get(k K) *atomic.Int64 {
+// cowMap holds values by key in a map copied on each new key (the keys are
+// as bounded as the upstreams, reasons and model labels) and read without
+// a lock.
+type cowMap[K comparable, V any] struct {
+	mu   sync.Mutex
+	m    atomic.Pointer[map[K]*V]
+	init func(*V) // readies a new value, when set
+}
+
+// get returns k's value, created zero on first use.
+func (c *cowMap[K, V]) get(k K) *V {
 	if m := c.m.Load(); m != nil {
 		if n := (*m)[k]; n != nil {
 			return n
@@ -172,34 +166,37 @@ func (c *counters[K]) get(k K) *atomic.Int64 {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var old map[K]*atomic.Int64
+	var old map[K]*V
 	if p := c.m.Load(); p != nil {
 		old = *p
 	}
 	if n := old[k]; n != nil {
 		return n
 	}
-	m := make(map[K]*atomic.Int64, len(old)+1)
+	m := make(map[K]*V, len(old)+1)
 	for kk, v := range old {
 		m[kk] = v
 	}
-	n := new(atomic.Int64)
+	n := new(V)
+	if c.init != nil {
+		c.init(n)
+	}
 	m[k] = n
 	c.m.Store(&m)
 	return n
 }
 
-// each calls f with every key and its count.
-func (c *counters[K]) each(f func(K, int64)) {
+// each calls f with every key and its value.
+func (c *cowMap[K, V]) each(f func(K, *V)) {
 	if m := c.m.Load(); m != nil {
 		for k, n := range *m {
-			f(k, n.Load())
+			f(k, n)
 		}
 	}
 }
 
-// reset forgets every counter.
-func (c *counters[K]) reset() {
+// reset forgets every value.
+func (c *cowMap[K, V]) reset() {
 	c.mu.Lock()
 	c.m.Store(nil)
 	c.mu.Unlock()
@@ -209,32 +206,34 @@ func (c *counters[K]) reset() {
 // routing decision.
 type decisionKey struct{ upstream, reason string }
 
+// pairKey is the upstream ("" when none was chosen) and model key of a
+// finished request.
+type pairKey struct{ upstream, model string }
+
+// Tally is the counts of the finished requests of one (upstream, model)
+// pair, and their times to first token (per bucket of TTFTBounds, the last
+// past every bound), laid out together.
+type Tally struct {
+	requests, errors       atomic.Int64
+	prompt, cached, output atomic.Int64
+	ttft                   [16]atomic.Int64
+}
+
 // NewRecorder returns an empty Recorder.
 func NewRecorder() *Recorder {
+	if len(TTFTBounds) >= len(Tally{}.ttft) {
+		panic("dashboard: more TTFT bounds than a tally holds")
+	}
 	r := new(Recorder)
-	r.Reset()
+	r.decisions.init = func(c *Count) { c.Created = time.Now() }
 	return r
 }
 
 // Reset forgets every count.
 func (r *Recorder) Reset() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.all = Counts{}
-	r.ttft = newHistogram(TTFTBounds)
-	r.up = map[string]*UpstreamSample{}
-	r.model = map[string]*ModelSample{}
 	r.decisions.reset()
 	r.inflight.reset()
-}
-
-func (r *Recorder) upstream(id string) *UpstreamSample {
-	u := r.up[id]
-	if u == nil {
-		u = &UpstreamSample{Replica: Replica{ID: id}, Reasons: map[string]float64{}}
-		r.up[id] = u
-	}
-	return u
+	r.tallies.reset()
 }
 
 // modelKey is the model's name in the samples.
@@ -245,99 +244,119 @@ func modelKey(name string) string {
 	return name
 }
 
-func (r *Recorder) modelOf(name string) *ModelSample {
-	name = modelKey(name)
-	m := r.model[name]
-	if m == nil {
-		m = &ModelSample{}
-		r.model[name] = m
+// Decisions is the counter of routing decisions for upstream ("" when
+// none was chosen) by reason: add one per decision.
+func (r *Recorder) Decisions(upstream, reason string) *Count {
+	return r.decisions.get(decisionKey{upstream, reason})
+}
+
+// EachDecisions calls f with every counter of decisions and its upstream
+// and reason.
+func (r *Recorder) EachDecisions(f func(upstream, reason string, c *Count)) {
+	r.decisions.each(func(k decisionKey, c *Count) { f(k.upstream, k.reason, c) })
+}
+
+// Inflight is the counter of model's requests in flight: add one when a
+// request starts, take it off when it ends. The samples count model ""
+// as "unknown".
+func (r *Recorder) Inflight(model string) *atomic.Int64 { return r.inflight.get(model) }
+
+// EachInflight calls f with every counter of requests in flight and its
+// model.
+func (r *Recorder) EachInflight(f func(model string, c *atomic.Int64)) { r.inflight.each(f) }
+
+// Tally is where the requests of model to upstream ("" when none was
+// chosen) are counted when they end (Tally.End). The caller may keep it
+// until Reset.
+func (r *Recorder) Tally(upstream, model string) *Tally {
+	return r.tallies.get(pairKey{upstream, modelKey(model)})
+}
+
+// End counts a finished request of t's pair (x.Upstream and x.Model are
+// t's). A request with no upstream counts for its model and the totals
+// only.
+func (t *Tally) End(x Exchange) {
+	if x.Error {
+		t.errors.Add(1)
 	}
-	return m
-}
-
-// Decision counts one routing decision for upstream ("" when none was
-// chosen) by reason.
-func (r *Recorder) Decision(upstream, reason string) {
-	r.decisions.get(decisionKey{upstream, reason}).Add(1)
-}
-
-// Begin counts a request of model in flight; End(model, ...) ends it.
-func (r *Recorder) Begin(model string) { r.inflight.get(modelKey(model)).Add(1) }
-
-// End counts a finished request; inflightModel is the model Begin counted.
-func (r *Recorder) End(inflightModel string, x Exchange) {
-	r.inflight.get(modelKey(inflightModel)).Add(-1)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	groups := [3]*Counts{&r.all, &r.modelOf(x.Model).Counts}
 	if x.Upstream != "" {
-		groups[2] = &r.upstream(x.Upstream).Counts
-	}
-	for _, c := range groups {
-		if c == nil {
-			continue
+		if x.HasUsage {
+			t.prompt.Add(x.Prompt)
+			t.cached.Add(x.Cached)
+			t.output.Add(x.Output)
 		}
-		c.Requests++
-		if x.Error {
-			c.Errors++
-		}
-		if x.HasUsage && x.Upstream != "" {
-			c.Prompt += float64(x.Prompt)
-			c.Cached += float64(x.Cached)
-			c.Output += float64(x.Output)
+		if x.TTFT > 0 {
+			t.ttft[sort.SearchFloat64s(TTFTBounds, x.TTFT.Seconds())].Add(1)
 		}
 	}
-	if x.Upstream != "" && x.TTFT > 0 {
-		r.ttft.observe(x.TTFT.Seconds())
-	}
+	t.requests.Add(1)
 }
 
 // Sample returns the counters now with the fleet's gauges g. Models with
 // no requests and nothing in flight are left out.
 func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
-	r.mu.Lock()
-	s := Sample{T: now, All: r.all, TTFT: r.ttft.clone(), Index: g.Index, Reasons: map[string]float64{},
-		Up: make(map[string]*UpstreamSample, len(r.up)), Model: make(map[string]*ModelSample, len(r.model))}
-	for id, u := range r.up {
-		s.Up[id] = &UpstreamSample{Counts: u.Counts, Replica: Replica{ID: id}, Reasons: map[string]float64{}}
+	s := Sample{T: now, TTFT: newHistogram(TTFTBounds), Index: g.Index, Reasons: map[string]float64{},
+		Up: map[string]*UpstreamSample{}, Model: map[string]*ModelSample{}}
+	upstream := func(id string) *UpstreamSample {
+		u := s.Up[id]
+		if u == nil {
+			u = &UpstreamSample{Replica: Replica{ID: id}, Reasons: map[string]float64{}}
+			s.Up[id] = u
+		}
+		return u
 	}
-	r.decisions.each(func(k decisionKey, c int64) {
-		n := float64(c)
-		s.Reasons[k.reason] += n
-		if k.upstream == "" {
+	r.tallies.each(func(k pairKey, t *Tally) {
+		c := Counts{Requests: float64(t.requests.Load()), Errors: float64(t.errors.Load()),
+			Prompt: float64(t.prompt.Load()), Cached: float64(t.cached.Load()), Output: float64(t.output.Load())}
+		if c.Requests == 0 {
 			return
 		}
-		u := s.Up[k.upstream]
-		if u == nil {
-			u = &UpstreamSample{Replica: Replica{ID: k.upstream}, Reasons: map[string]float64{}}
-			s.Up[k.upstream] = u
+		groups := [3]*Counts{&s.All}
+		if m := s.Model[k.model]; m != nil {
+			groups[1] = &m.Counts
+		} else {
+			m = &ModelSample{}
+			s.Model[k.model], groups[1] = m, &m.Counts
 		}
-		u.Reasons[k.reason] += n
+		if k.upstream != "" {
+			groups[2] = &upstream(k.upstream).Counts
+		}
+		for _, g := range groups {
+			if g != nil {
+				g.Requests += c.Requests
+				g.Errors += c.Errors
+				g.Prompt += c.Prompt
+				g.Cached += c.Cached
+				g.Output += c.Output
+			}
+		}
+		n := 0.0
+		for i := range s.TTFT.Counts {
+			n += float64(t.ttft[i].Load())
+			s.TTFT.Counts[i] += n
+		}
 	})
-	for k, m := range r.model {
-		if m.Requests != 0 {
-			c := *m
-			s.Model[k] = &c
+	r.decisions.each(func(k decisionKey, c *Count) {
+		n := float64(c.Load())
+		s.Reasons[k.reason] += n
+		if k.upstream != "" {
+			upstream(k.upstream).Reasons[k.reason] += n
 		}
-	}
-	r.inflight.each(func(k string, n int64) {
+	})
+	r.inflight.each(func(k string, c *atomic.Int64) {
+		n := c.Load()
 		if n == 0 {
 			return
 		}
-		c := s.Model[k]
-		if c == nil {
-			c = &ModelSample{}
-			s.Model[k] = c
+		m := s.Model[modelKey(k)]
+		if m == nil {
+			m = &ModelSample{}
+			s.Model[modelKey(k)] = m
 		}
-		c.Inflight = float64(n)
+		m.Inflight += float64(n)
 	})
-	r.mu.Unlock()
 	for _, rp := range g.Replicas {
-		u := s.Up[rp.ID]
-		if u == nil {
-			u = &UpstreamSample{Replica: Replica{ID: rp.ID}, Reasons: map[string]float64{}}
-			s.Up[rp.ID] = u
-		}
+		u := upstream(rp.ID)
 		u.Fleet = rp.Fleet
 		u.Inflight += rp.Inflight
 		u.Pending += rp.Pending

@@ -5,8 +5,11 @@
 // collector reading typed KVSource values (kvindex.Precise), the
 // classification of a finished request (OutcomeOf, ReasonLabel, Exchange)
 // and Response, which accounts one response body as it streams (status,
-// first byte, usage, end marker). The Set feeds the dashboard's Recorder
-// with the same events, typed.
+// first byte, usage, end marker). The series a finished request updates
+// are kept in one record per (upstream, model) pair and per upstream and
+// exposed at scrape by a collector (record.go), so that a request touches
+// few cache lines; the Set feeds the dashboard's Recorder with the same
+// events through counters and tallies it finds with the same lookups.
 //
 // Names are ramjet_* and stable; labels are bounded sets (upstream: an
 // opaque route id, model: a name from a bounded catalog.Names, outcome,

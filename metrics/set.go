@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,18 +46,12 @@ var outcomes = [...]string{OutcomeOK, OutcomeClientError, OutcomeUpstreamError, 
 // values survive config reloads. The collectors are exported for tests;
 // update them through the methods.
 type Set struct {
-	Decisions    *prometheus.CounterVec
-	TieBreaks    *prometheus.CounterVec
-	Overlap      prometheus.Histogram
-	SelectTime   prometheus.Histogram
-	Requests     *prometheus.CounterVec
-	Inflight     *prometheus.GaugeVec
-	PromptTokens *prometheus.CounterVec
-	CachedTokens *prometheus.CounterVec
-	OutputTokens *prometheus.CounterVec
-	NoUsage      *prometheus.CounterVec
-	TTFT         *prometheus.HistogramVec
-	Duration     *prometheus.HistogramVec
+	// Requests exposes the counts of the request path that the dashboard
+	// keeps too (decisions, requests in flight, read from Dash) and what
+	// finished requests update (requests, tokens, responses without
+	// usage, TTFT, duration, kept in records), and the decisions'
+	// selection time and overlap histograms and tie-breaks.
+	Requests prometheus.Collector
 
 	// Fleet reads the fleets' snapshots at scrape time.
 	Fleet prometheus.Collector
@@ -72,114 +67,41 @@ type Set struct {
 	Models *catalog.Names
 	snap   func() []fleetstate.Snapshot
 
-	// The request path's children of the vectors above, cached (Reset
-	// drops them with the vectors' children).
-	decisions, tieBreaks, requests                  *children[prometheus.Counter]
-	promptTokens, cachedTokens, outputTokens, noUse *children[prometheus.Counter]
-	inflight                                        *children[prometheus.Gauge]
-	ttft, duration                                  *children[prometheus.Observer]
-	// pairs holds the children of the vectors above that EndRequest
-	// updates, by (upstream, model label).
-	pairs pairs
+	// recs are the series of finished requests, by (upstream, model label).
+	recs records
+	// decided is the decisions' histograms (selection time, overlap).
+	decided decided
 }
 
 // NewSet returns a metric set whose fleet series read snap at scrape time
 // and whose model labels are the names of models.
 func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 	m := &Set{
-		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "routing_decisions_total",
-			Help: "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).",
-		}, []string{"upstream", "reason"}),
-		TieBreaks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "tie_breaks_total",
-			Help: "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).",
-		}, []string{"rule"}),
-		Overlap: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "prefix_overlap_tokens",
-			Help:    "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens.",
-			Buckets: []float64{0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768},
-		}),
-		SelectTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "selection_duration_seconds",
-			Help:    "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds.",
-			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 9), // 1µs .. 65ms
-		}),
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "requests_total",
-			Help: "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).",
-		}, []string{"upstream", "model", "outcome"}),
-		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "model_inflight_requests",
-			Help: "Requests in flight through ramjet, by model.",
-		}, []string{"model"}),
-		PromptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "prompt_tokens_total",
-			Help: "Prompt tokens reported in the engines' response usage, by upstream and model.",
-		}, []string{"upstream", "model"}),
-		CachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "cached_prompt_tokens_total",
-			Help: "Prompt tokens the engines served from their prefix cache (usage cached_tokens), by upstream and model.",
-		}, []string{"upstream", "model"}),
-		OutputTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "completion_tokens_total",
-			Help: "Completion (output) tokens reported in the engines' response usage, by upstream and model.",
-		}, []string{"upstream", "model"}),
-		NoUsage: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "responses_without_usage_total",
-			Help: "Successful responses that carried no usage object (e.g. a stream without stream_options.include_usage), by upstream.",
-		}, []string{"upstream"}),
-		TTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "time_to_first_token_seconds",
-			Help:    "Time from the request reaching ramjet to the first byte of a streamed response, by upstream, in seconds.",
-			Buckets: dashboard.TTFTBounds,
-		}, []string{"upstream"}),
-		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "request_duration_seconds",
-			Help:    "Time from the request reaching ramjet to the end of its response, by upstream, in seconds.",
-			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}, []string{"upstream"}),
 		Fleet:  NewFleetCollector(snap),
 		Own:    prometheus.NewPedanticRegistry(),
 		Dash:   dashboard.NewRecorder(),
 		Models: models,
 		snap:   snap,
 	}
-	m.decisions = newChildren(2, m.Decisions.WithLabelValues)
-	m.tieBreaks = newChildren(1, m.TieBreaks.WithLabelValues)
-	m.requests = newChildren(3, m.Requests.WithLabelValues)
-	m.promptTokens = newChildren(2, m.PromptTokens.WithLabelValues)
-	m.cachedTokens = newChildren(2, m.CachedTokens.WithLabelValues)
-	m.outputTokens = newChildren(2, m.OutputTokens.WithLabelValues)
-	m.noUse = newChildren(1, m.NoUsage.WithLabelValues)
-	m.inflight = newChildren(1, m.Inflight.WithLabelValues)
-	m.ttft = newChildren(1, m.TTFT.WithLabelValues)
-	m.duration = newChildren(1, m.Duration.WithLabelValues)
+	m.recs.dash = m.Dash
+	m.Requests = newRequestSeries(&m.recs, &m.decided)
 	m.Own.MustRegister(m.Collectors()...)
 	return m
 }
 
-// Reset clears the request-path series (the vectors' children and their
-// cache), the dashboard's counts and the recent requests (tests).
+// Reset clears the request-path series (the records, the Recorder's
+// counters), the dashboard's counts and the recent requests (tests). The
+// Recorder goes first, so that a pair record made between the two holds a
+// tally that the reset Recorder still counts.
 func (m *Set) Reset() {
-	for _, v := range []interface{ Reset() }{m.Decisions, m.TieBreaks, m.Requests, m.Inflight,
-		m.PromptTokens, m.CachedTokens, m.OutputTokens, m.NoUsage, m.TTFT, m.Duration} {
-		v.Reset()
-	}
-	for _, c := range []interface{ reset() }{m.decisions, m.tieBreaks, m.requests, m.inflight,
-		m.promptTokens, m.cachedTokens, m.outputTokens, m.noUse, m.ttft, m.duration} {
-		c.reset()
-	}
-	m.pairs.reset()
 	m.Dash.Reset()
+	m.recs.reset()
 	m.Recent.Reset()
 }
 
 // Collectors lists every collector of the set.
 func (m *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Decisions, m.TieBreaks, m.Overlap, m.SelectTime,
-		m.Requests, m.Inflight, m.PromptTokens, m.CachedTokens, m.OutputTokens, m.NoUsage,
-		m.TTFT, m.Duration, m.Fleet}
+	return []prometheus.Collector{m.Requests, m.Fleet}
 }
 
 // Register adds collectors to reg (a config's registry), tolerating
@@ -233,15 +155,14 @@ func ReasonLabel(d selection.Decision, fallback bool) string {
 // it took.
 func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
 	reason := ReasonLabel(d, fallback)
-	m.decisions.get(labelValues{a: upstream, b: reason}).Inc()
-	m.Dash.Decision(upstream, reason)
+	m.Dash.Decisions(upstream, reason).Add(1)
 	if fallback || d.Index < 0 {
 		return
 	}
-	m.SelectTime.Observe(took.Seconds())
-	m.Overlap.Observe(float64(d.Overlap))
+	m.decided.sel.observe(selectBounds, took.Seconds())
+	m.decided.overlap.observe(overlapBounds, float64(d.Overlap))
 	if d.Tie > selection.TieNone {
-		m.tieBreaks.get(labelValues{a: d.Tie.String()}).Inc()
+		m.recs.tie(d.Tie)
 	}
 }
 
@@ -266,22 +187,31 @@ type Exchange struct {
 	Selected bool // a policy decision was made for the request
 }
 
-// StartRequest counts a request in flight for model and returns the label
-// to pass to EndRequest.
-func (m *Set) StartRequest(model string) string {
-	l := m.Models.Label(model)
-	m.inflight.get(labelValues{a: l}).Inc()
-	m.Dash.Begin(l)
-	return l
+// Inflight is a request counted in flight (StartRequest), for EndRequest.
+type Inflight struct {
+	label string        // the model label
+	n     *atomic.Int64 // its count in flight
 }
 
-// EndRequest records a finished request; inflightLabel is what
-// StartRequest returned.
-func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
-	m.inflight.get(labelValues{a: inflightLabel}).Dec()
-	oi := outcomeOf(x.Status, x.Canceled, x.NoReplica)
+// StartRequest counts a request in flight for model and returns what to
+// pass to EndRequest.
+func (m *Set) StartRequest(model string) Inflight {
+	l := m.Models.Label(model)
+	n := m.Dash.Inflight(l)
+	n.Add(1)
+	return Inflight{l, n}
+}
+
+// EndRequest records a finished request; in is what StartRequest
+// returned.
+func (m *Set) EndRequest(in Inflight, x *Exchange) { m.end(in, x) }
+
+// end is EndRequest; it returns the request's model label and outcome
+// (an index into outcomes).
+func (m *Set) end(in Inflight, x *Exchange) (model string, oi int) {
+	in.n.Add(-1)
+	oi = outcomeOf(x.Status, x.Canceled, x.NoReplica)
 	outcome := outcomes[oi]
-	var model string
 	if outcome == OutcomeOK {
 		model = m.Models.Add(x.Model)
 	} else {
@@ -292,75 +222,35 @@ func (m *Set) EndRequest(inflightLabel string, x *Exchange) {
 	if x.Stream && !x.FirstByte.IsZero() {
 		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
 	}
-	defer m.Dash.End(inflightLabel, dx)
-	// The children are created in the order the uncached code created
-	// them (each on first use); the request counts last, so that a scrape
-	// that sees it sees its tokens too.
-	k := labelValues{a: x.Upstream, b: model}
-	p := m.pairs.get(k)
-	defer func() {
-		if p.requests[oi] == nil {
-			p = m.pairs.with(k, func(p *pairSeries) {
-				p.requests[oi] = m.requests.get(labelValues{a: x.Upstream, b: model, c: outcome})
-			})
-		}
-		p.requests[oi].Inc()
-	}()
-	if x.Upstream == "" {
-		return
-	}
-	up := labelValues{a: x.Upstream}
-	if x.HasUsage {
-		if p.output == nil {
-			p = m.pairs.with(k, func(p *pairSeries) {
-				p.prompt, p.cached, p.output = m.promptTokens.get(k), m.cachedTokens.get(k), m.outputTokens.get(k)
-			})
-		}
-		p.prompt.Add(float64(x.Usage.PromptTokens))
-		p.cached.Add(float64(x.Usage.CachedTokens))
-		p.output.Add(float64(x.Usage.CompletionTokens))
-	} else if outcome == OutcomeOK {
-		if p.noUse == nil {
-			p = m.pairs.with(k, func(p *pairSeries) { p.noUse = m.noUse.get(up) })
-		}
-		p.noUse.Inc()
-	}
-	if x.Stream && !x.FirstByte.IsZero() {
-		if p.ttft == nil {
-			p = m.pairs.with(k, func(p *pairSeries) { p.ttft = m.ttft.get(up) })
-		}
-		p.ttft.Observe(x.FirstByte.Sub(x.Start).Seconds())
-	}
-	if !x.End.IsZero() {
-		if p.duration == nil {
-			p = m.pairs.with(k, func(p *pairSeries) { p.duration = m.duration.get(up) })
-		}
-		p.duration.Observe(x.End.Sub(x.Start).Seconds())
-	}
+	p := m.recs.get(x.Upstream, model)
+	m.recs.end(p, oi, x)
+	p.dash.End(dx)
+	return model, oi
 }
 
 // Finish records a finished request: a routed one (x.Selected) under
-// inflightLabel, what StartRequest returned, and in Recent; an LLM
+// in, what StartRequest returned, and in Recent; an LLM
 // request (llm) answered before any routing (malformed, unknown model,
 // too large) counts too, with no upstream.
-func (m *Set) Finish(x *Exchange, inflightLabel string, llm bool) {
+func (m *Set) Finish(x *Exchange, in Inflight, llm bool) {
 	switch {
 	case x.Selected:
-		m.EndRequest(inflightLabel, x)
-		m.Recent.Add(m.Record(x))
+		model, oi := m.end(in, x)
+		m.Recent.Add(record(x, model, outcomes[oi]))
 	case llm:
 		m.EndRequest(m.StartRequest(x.Model), x)
 	}
 }
 
-// Record is the dashboard's view of an exchange.
-func (m *Set) Record(x *Exchange) dashboard.Record {
+// record is the dashboard's view of an exchange whose model label and
+// outcome EndRequest found.
+func record(x *Exchange, model, outcome string) dashboard.Record {
 	d := x.Decision
 	rec := dashboard.Record{
 		Time: x.Start.UnixMilli(), Fleet: x.Fleet, Upstream: x.Upstream,
-		Model:  m.Models.Label(x.Model),
+		Model:  model,
 		Reason: ReasonLabel(d, x.Fallback), Overlap: d.Overlap, BestOverlap: d.BestOverlap,
-		Load: d.Load, Usable: d.Usable, Outcome: OutcomeOf(x.Status, x.Canceled, x.NoReplica),
+		Load: d.Load, Usable: d.Usable, Outcome: outcome,
 		Status:      x.Status,
 		TotalMillis: float64(x.End.Sub(x.Start).Microseconds()) / 1000,
 	}

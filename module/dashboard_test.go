@@ -19,7 +19,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
@@ -448,13 +447,13 @@ func TestDeployOpsPort(t *testing.T) {
 	}
 	id := resp.Header.Get(HeaderUpstream)
 	obsEventually(t, "both requests accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 2 })
-	if got := testutil.ToFloat64(m.Requests.WithLabelValues("", "", metrics.OutcomeClientError)); got != 1 {
+	if got := requestsTotal(m, "", "", metrics.OutcomeClientError); got != 1 {
 		t.Errorf("guard rejections counted = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.Requests.WithLabelValues(id, "m", metrics.OutcomeOK)); got != 1 {
+	if got := requestsTotal(m, id, "m", metrics.OutcomeOK); got != 1 {
 		t.Errorf("ok requests on %s = %v, want 1", id, got)
 	}
-	if got := testutil.ToFloat64(m.PromptTokens.WithLabelValues(id, "m")); got <= 0 {
+	if got := seriesValue(m, "prompt_tokens_total", "upstream", id, "model", "m"); got <= 0 {
 		t.Errorf("prompt tokens on %s = %v", id, got)
 	}
 

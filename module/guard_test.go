@@ -12,7 +12,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/edge"
@@ -385,12 +384,12 @@ http://{ADDR} {
 	eventually(t, "requests accounted", func() bool {
 		n := 0.0
 		for id := range ids {
-			n += testutil.ToFloat64(m.Requests.WithLabelValues(id, "org/m1", metrics.OutcomeOK))
+			n += requestsTotal(m, id, "org/m1", metrics.OutcomeOK)
 		}
 		return n == 3
 	})
 	for id := range ids {
-		if got := testutil.ToFloat64(m.Decisions.WithLabelValues(id, "fallback")); got != 0 {
+		if got := seriesValue(m, "routing_decisions_total", "upstream", id, "reason", "fallback"); got != 0 {
 			t.Errorf("%v requests on %s went to the fallback policy", got, id)
 		}
 	}

@@ -58,7 +58,7 @@ type metricsObserver struct {
 	r        *http.Request
 	start    time.Time
 	selected bool
-	modelLbl string
+	inflight metrics.Inflight
 }
 
 var observerPool = sync.Pool{New: func() any { return new(metricsObserver) }}
@@ -79,7 +79,7 @@ func observeSelect(r *http.Request, st *reqState, t0 time.Duration) {
 	m.ObserveSelection(st.routeID, st.decision, st.fallback, took)
 	if o := st.metrics; o != nil && !o.selected && o.st == st {
 		o.selected = true
-		o.modelLbl = m.StartRequest(st.model)
+		o.inflight = m.StartRequest(st.model)
 	}
 }
 
@@ -104,7 +104,7 @@ func (o *metricsObserver) End(status int, err error) {
 		// tokens corrects the index for what it evicted (selection.Observe).
 		st.fleet.Router().Observe(st.learned, int(x.Usage.PromptTokens), int(x.Usage.CachedTokens), int(x.Usage.CompletionTokens))
 	}
-	o.m.Finish(&x, o.modelLbl, !o.selected && o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
+	o.m.Finish(&x, o.inflight, !o.selected && o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
 	if st.metrics == o {
 		st.metrics = nil
 	}

@@ -25,6 +25,18 @@ func resetMetrics() {
 	processMetrics().Reset()
 }
 
+// seriesValue is the value of the series ramjet_<name>{labelPairs} as a
+// scrape of m sees it, 0 when it does not exist.
+func seriesValue(m *metrics.Set, name string, labelPairs ...string) float64 {
+	v, _ := m.Value(name, labelPairs...)
+	return v
+}
+
+// requestsTotal is ramjet_requests_total{upstream, model, outcome} of m.
+func requestsTotal(m *metrics.Set, upstream, model, outcome string) float64 {
+	return seriesValue(m, "requests_total", "upstream", upstream, "model", model, "outcome", outcome)
+}
+
 func histCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {
 	t.Helper()
 	mfs, err := g.Gather()
@@ -186,7 +198,7 @@ func TestMetricsScriptedSequence(t *testing.T) {
 	if n := histCount(t, m.Own, "ramjet_selection_duration_seconds") - select0; n != 6 {
 		t.Errorf("selection latency observations = %d, want 6", n)
 	}
-	if v := testutil.ToFloat64(m.Inflight.WithLabelValues("m")); v != 0 {
+	if v := seriesValue(m, "model_inflight_requests", "model", "m"); v != 0 {
 		t.Errorf("model in-flight after the sequence = %v, want 0", v)
 	}
 	probs, err := testutil.GatherAndLint(m.Own)
@@ -238,10 +250,10 @@ func TestMetricsScriptedSequence(t *testing.T) {
 	}
 	wantOK := reqs[key{idA, "m", "ok"}] + 1
 	obsEventually(t, "seven requests accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 7 })
-	if got := testutil.ToFloat64(m.Requests.WithLabelValues(idA, "m", "ok")); got != float64(wantOK) {
+	if got := requestsTotal(m, idA, "m", "ok"); got != float64(wantOK) {
 		t.Errorf("requests on %s after reload = %v, want %d", idA, got, wantOK)
 	}
-	if got := testutil.ToFloat64(m.Decisions.WithLabelValues(idA, "affinity")); got != 3 {
+	if got := seriesValue(m, "routing_decisions_total", "upstream", idA, "reason", "affinity"); got != 3 {
 		t.Errorf("affinity decisions after reload = %v, want 3", got)
 	}
 	resp, b := c.do(http.MethodGet, "http://"+c.ops+"/metrics", "")
@@ -292,10 +304,10 @@ func TestMetricsNoReplica(t *testing.T) {
 		t.Fatalf("status %d, want 503: %s", resp.StatusCode, b)
 	}
 	obsEventually(t, "the request accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 1 })
-	if got := testutil.ToFloat64(m.Requests.WithLabelValues("", "", metrics.OutcomeNoReplica)); got != 1 {
+	if got := requestsTotal(m, "", "", metrics.OutcomeNoReplica); got != 1 {
 		t.Errorf("no_replica requests = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("", "none")); got != 1 {
+	if got := seriesValue(m, "routing_decisions_total", "upstream", "", "reason", "none"); got != 1 {
 		t.Errorf("none decisions = %v, want 1", got)
 	}
 	if v := fleetGauge(t, m.Own, "ramjet_upstream_healthy"); v != 0 {
@@ -326,7 +338,7 @@ func TestMetricsClientGoesAway(t *testing.T) {
 	resp.Body.Close() // the client goes away mid-stream
 	obsEventually(t, "the canceled request accounted", func() bool { return fleetGauge(t, m.Own, "ramjet_requests_total") == 1 })
 	id := resp.Header.Get(HeaderUpstream)
-	if got := testutil.ToFloat64(m.Requests.WithLabelValues(id, m.Models.Label("m"), metrics.OutcomeCanceled)); got != 1 {
+	if got := requestsTotal(m, id, m.Models.Label("m"), metrics.OutcomeCanceled); got != 1 {
 		t.Errorf("canceled requests = %v, want 1", got)
 	}
 	if v := fleetGauge(t, m.Own, "ramjet_model_inflight_requests"); v != 0 {
