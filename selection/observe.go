@@ -82,6 +82,10 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 		// replica: what the engine had not computed yet was not evicted.
 		return false
 	case got+1 < want:
+		if rt.opt.SoftStep {
+			rt.idx.adjustSoft(s, got-want)
+			return true
+		}
 		// The deepest predicted block was learned blocks old when Route
 		// learned the prompt; block got, the first one evicted, was sent
 		// want-1-got blocks after it.
@@ -90,11 +94,23 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			break
 		}
 		age := max(1, learned-(want-1-got))
+		if rt.opt.InflightGuard {
+			if c, n, ok := rt.oldestInflight(s); ok {
+				age = max(age, rt.idx.clockOf(s)-c+int64(n)+1)
+			}
+		}
+		if rt.opt.SoftCap > 0 {
+			rt.idx.trimSoft(s, age, rt.opt.SoftCap)
+			return true
+		}
 		if h := rt.idx.Horizon(s); h == 0 || age < h {
-			rt.idx.SetHorizon(s, age)
+			rt.idx.setHorizon(s, age, rt.opt.HorizonRelax)
 			return true
 		}
 	case got > want+1:
+		if rt.opt.SoftStep {
+			rt.idx.adjustSoft(s, got-want)
+		}
 		if res.held != 0 && rt.opt.ReplyCharge {
 			// The engine held more than the prompt the index predicted:
 			// it reused that prompt's cached reply, which this prompt's
@@ -102,7 +118,7 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			rt.idx.dropReply(res.held, s)
 		}
 		if h := rt.idx.Horizon(s); h > 0 {
-			rt.idx.SetHorizon(s, 2*h)
+			rt.idx.setHorizon(s, 2*h, rt.opt.HorizonRelax)
 			return true
 		}
 	}

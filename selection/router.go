@@ -396,6 +396,23 @@ type Options struct {
 	// group on the replica its running requests pin it to):
 	// bench/EXPERIMENTS.md, section 28 (press10).
 	ReplyCharge bool
+	// HorizonRelax is how fast a horizon Observe learned from a shortfall
+	// grows back: by this share (0 to 1) of each block routed to the
+	// replica since (Index.setHorizon; experiment).
+	HorizonRelax float64
+	// SoftCap, when positive, makes a shortfall drop the replica's
+	// beliefs older than it once and bound what the replica holds to
+	// what is left, a bound growing by SoftCap of each block routed since
+	// (experiment).
+	SoftCap float64
+	// SoftStep makes a shortfall lower the replica's soft bound by the
+	// blocks mispredicted and a surplus raise it by the blocks gained
+	// (experiment).
+	SoftStep bool
+	// InflightGuard keeps a shortfall's horizon from dropping what was
+	// routed to the replica since the oldest request still in flight there
+	// (experiment).
+	InflightGuard bool
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -1155,6 +1172,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, gen, int64(prefill), resident
 	r.predicted, r.prompt, r.precise = 0, 0, false
 	r.learned.age.Store(-1)
+	r.learned.clock.Store(0)
 	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
 	r.state.Store(0)
 	r.observed.Store(false)
@@ -1244,6 +1262,24 @@ func (r *Reservation) unchain() int64 {
 
 // Slot is the reserved replica.
 func (r *Reservation) Slot() Slot { return r.slot }
+
+// oldestInflight is the index clock of slot s when the oldest request
+// still in flight there was learned, and its blocks; ok false when none.
+func (rt *Router) oldestInflight(s Slot) (clock int64, blocks int32, ok bool) {
+	l := &rt.chains[s]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last *Reservation
+	for j := l.head; j != nil; j = j.next {
+		if !j.learned.pending.Load() && j.learned.clock.Load() > 0 {
+			last = j
+		}
+	}
+	if last == nil {
+		return 0, 0, false
+	}
+	return last.learned.clock.Load(), last.nblocks, true
+}
 
 // PrefillDone marks the prompt as computed (the first token arrived): the
 // pending prefill no longer counts as load. It reports whether this call

@@ -215,6 +215,14 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			}
 		case "reply":
 			setup.Options.ReplyCharge = true
+		case "guard":
+			setup.Options.InflightGuard = true
+		case "ssoft":
+			setup.Options.SoftStep = true
+		case "soft":
+			setup.Options.SoftCap = x
+		case "relax":
+			setup.Options.HorizonRelax = x
 		case "pq":
 			setup.Options.ProfileQueue = x
 			if x == 0 {
