@@ -94,10 +94,18 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			break
 		}
 		age := max(1, learned-(want-1-got))
-		if rt.opt.InflightGuard {
+		floor := int64(rt.opt.HorizonFloor * float64(rt.idx.Capacity(s)))
+		switch {
+		case rt.opt.InflightGuard:
 			if c, n, ok := rt.oldestInflight(s); ok {
-				age = max(age, rt.idx.clockOf(s)-c+int64(n)+1)
+				g := rt.idx.clockOf(s) - c + int64(n) + 1
+				if floor > 0 {
+					g = min(g, floor)
+				}
+				age = max(age, g)
 			}
+		case floor > 0:
+			age = max(age, floor)
 		}
 		if rt.opt.SoftCap > 0 {
 			rt.idx.trimSoft(s, age, rt.opt.SoftCap)

@@ -187,3 +187,46 @@ func TestObserveChargesReply(t *testing.T) {
 		})
 	}
 }
+
+// A shortfall's horizon does not drop what was routed to the replica
+// since the oldest request still in flight there (Options.InflightGuard):
+// the engine holds those requests' prompts, or is about to, in an order
+// of its own (its LRU ranks a prompt by its request's end, not by when
+// ramjet routed it).
+func TestObserveInflightGuard(t *testing.T) {
+	for _, tt := range []struct {
+		guard          bool
+		horizon, depth int64
+	}{{false, 22, 14}, {true, 29, 20}} {
+		c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+		rt, cands := newTestRouter(t, c, 1)
+		rt = rt.WithOptions(Options{InflightGuard: tt.guard})
+		s0 := cands[0].Slot
+		a, b := blocksOf(1, 8), blocksOf(2, 20)
+		rt.Learn(&Features{Blocks: a}, s0) // clock 8
+		var resA, resB Reservation
+		sc := NewScratch(1)
+		_, rb := rt.Route(features(rt.Config(), b, 0), cands, sc, nil, &resB) // in flight; clock 28
+		_, ra := rt.Route(features(rt.Config(), a, 0), cands, sc, nil, &resA) // clock 36
+		if ra.predicted != 8 {
+			t.Fatalf("guard %v: predicted %d blocks, want 8", tt.guard, ra.predicted)
+		}
+		// The engine held 2 of a's 8 blocks: evicted at age 22. b, in
+		// flight since clock 28 with 20 blocks, is 29 touches deep.
+		if !rt.Observe(ra, 0, 2*16, 0) {
+			t.Fatalf("guard %v: a shortfall changed nothing", tt.guard)
+		}
+		if h := rt.Index().Horizon(s0); h != tt.horizon {
+			t.Errorf("guard %v: horizon %d, want %d", tt.guard, h, tt.horizon)
+		}
+		var interest mask
+		interest.Add(s0)
+		var depth [MaxReplicas]int32
+		rt.Index().Depths(b, interest, &depth)
+		if int64(depth[s0]) != tt.depth {
+			t.Errorf("guard %v: b's depth %d, want %d", tt.guard, depth[s0], tt.depth)
+		}
+		ra.Release()
+		rb.Release()
+	}
+}

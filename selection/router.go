@@ -413,6 +413,10 @@ type Options struct {
 	// routed to the replica since the oldest request still in flight there
 	// (experiment).
 	InflightGuard bool
+	// HorizonFloor, when positive, keeps a shortfall's horizon at least
+	// HorizonFloor times the replica's capacity in blocks; with
+	// InflightGuard it caps the guard's age there instead (experiment).
+	HorizonFloor float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
