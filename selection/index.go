@@ -64,19 +64,13 @@ type holder struct {
 	clock      int64 // blocks ever touched for the replica
 	capacity   int64 // most blocks it holds (0: unbounded)
 	horizon    int64 // touches after which a block is presumed evicted (0: unbounded)
-	hset       int64 // the clock when the horizon was set
-	relax      int64 // the horizon's growth per block touched since, in 1/relaxOne
-	// soft bounds the blocks held as capacity does, learned from a
-	// shortfall (0: none): it grows by srelax/relaxOne per block touched
-	// since sset.
-	soft, sset, srelax int64
 }
 
 // Accounted sizes in bytes (slab entry; tables are counted by their size).
 const (
 	blockBytes  = 24
 	pairBytes   = 24
-	holderBytes = 88
+	holderBytes = 48
 	// entryBytes is the accounted size of one block held by one replica,
 	// tables included (kept between 1/4 and 1/2 full): what MaxEntries
 	// divides the budget by.
@@ -643,84 +637,20 @@ func (x *Index) touch(key uint64, s Slot) bool {
 // horizon (write lock held).
 func (x *Index) bound(s Slot) {
 	r := &x.reps[s]
-	for n := 0; x.capOf(r) > 0 && r.blocks > x.capOf(r); n++ {
+	for n := 0; r.capacity > 0 && r.blocks > r.capacity; n++ {
 		if n%warmRun == 0 {
 			x.warmTail(r)
 		}
 		x.dropPair(r.tail)
 		x.dropped.Add(1)
 	}
-	for n := 0; r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= x.horizonOf(r); n++ {
+	for n := 0; r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon; n++ {
 		if n%warmRun == 0 {
 			x.warmTail(r)
 		}
 		x.dropPair(r.tail)
 		x.dropped.Add(1)
 	}
-}
-
-// relaxOne is a horizon's relax rate of 1 (SetHorizonRelax).
-const relaxOne = 1 << 10
-
-// horizonOf is r's horizon now: what it was set to, grown by its relax
-// rate of each block touched for r since.
-func (x *Index) horizonOf(r *holder) int64 {
-	if r.horizon == 0 || r.relax == 0 {
-		return r.horizon
-	}
-	return r.horizon + (r.clock-r.hset)*r.relax/relaxOne
-}
-
-// capOf is r's capacity now: its capacity, or its soft bound when lower.
-func (x *Index) capOf(r *holder) int64 {
-	if r.soft == 0 {
-		return r.capacity
-	}
-	c := r.soft + (r.clock-r.sset)*r.srelax/relaxOne
-	if r.capacity > 0 && r.capacity <= c {
-		r.soft = 0
-		return r.capacity
-	}
-	return c
-}
-
-// trimSoft drops s's beliefs older than age (touches) and bounds what it
-// holds to what is left, a bound that grows by relax (0 to 1) of each
-// block touched since.
-func (x *Index) trimSoft(s Slot, age int64, relax float64) {
-	if s < 0 {
-		return
-	}
-	x.lock()
-	defer x.mu.Unlock()
-	x.widen(s)
-	r := &x.reps[s]
-	for r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= age {
-		x.dropPair(r.tail)
-		x.dropped.Add(1)
-	}
-	r.soft, r.sset, r.srelax = max(1, r.blocks), r.clock, int64(min(1, max(0, relax))*relaxOne)
-}
-
-// adjustSoft moves s's soft bound by delta blocks from its capacity now
-// (what it holds when unbounded); it goes at the capacity.
-func (x *Index) adjustSoft(s Slot, delta int64) {
-	if s < 0 {
-		return
-	}
-	x.lock()
-	defer x.mu.Unlock()
-	x.widen(s)
-	r := &x.reps[s]
-	c := x.capOf(r)
-	if c == 0 {
-		c = r.blocks
-	}
-	r.soft, r.sset, r.srelax = max(1, c+delta), r.clock, 0
-	if r.capacity > 0 && r.soft >= r.capacity || r.capacity == 0 && delta > 0 {
-		r.soft = 0
-	}
-	x.bound(s)
 }
 
 // warmTail is warm for the blocks of the warmRun least recent pairs of r,
@@ -761,7 +691,8 @@ func (x *Index) learnTo(blocks []uint64, s Slot, probe int, t *learnTicket) int6
 	return age
 }
 
-// Clock is how many blocks were touched for slot s.
+// clockOf is how many blocks were touched for slot s (its LRU list's
+// clock, in which ages and horizons count).
 func (x *Index) clockOf(s Slot) int64 {
 	defer x.runlock(x.rlock())
 	if int(s) >= len(x.reps) || s < 0 {
@@ -1046,30 +977,24 @@ func (x *Index) Capacity(s Slot) int64 {
 
 // SetHorizon drops slot s's beliefs once blocks more blocks were touched
 // for it since (0: never), dropping the ones already past it.
-func (x *Index) SetHorizon(s Slot, blocks int64) { x.setHorizon(s, blocks, 0) }
-
-// setHorizon is SetHorizon of a horizon that grows, from now, by relax
-// (0 to 1) of each block touched for s since: at 1 it drops only the
-// beliefs already older than blocks now.
-func (x *Index) setHorizon(s Slot, blocks int64, relax float64) {
+func (x *Index) SetHorizon(s Slot, blocks int64) {
 	if s < 0 {
 		return
 	}
 	x.lock()
 	defer x.mu.Unlock()
 	x.widen(s)
-	r := &x.reps[s]
-	r.horizon, r.hset, r.relax = max(0, blocks), r.clock, int64(min(1, max(0, relax))*relaxOne)
+	x.reps[s].horizon = max(0, blocks)
 	x.bound(s)
 }
 
-// Horizon is slot s's horizon in blocks now (0: none).
+// Horizon is slot s's horizon in blocks (0: none).
 func (x *Index) Horizon(s Slot) int64 {
 	defer x.runlock(x.rlock())
 	if int(s) >= len(x.reps) || s < 0 {
 		return 0
 	}
-	return x.horizonOf(&x.reps[s])
+	return x.reps[s].horizon
 }
 
 // Held is how many blocks slot s is believed to hold.

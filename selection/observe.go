@@ -82,10 +82,6 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 		// replica: what the engine had not computed yet was not evicted.
 		return false
 	case got+1 < want:
-		if rt.opt.SoftStep {
-			rt.idx.adjustSoft(s, got-want)
-			return true
-		}
 		// The deepest predicted block was learned blocks old when Route
 		// learned the prompt; block got, the first one evicted, was sent
 		// want-1-got blocks after it.
@@ -107,18 +103,11 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 		case floor > 0:
 			age = max(age, floor)
 		}
-		if rt.opt.SoftCap > 0 {
-			rt.idx.trimSoft(s, age, rt.opt.SoftCap)
-			return true
-		}
 		if h := rt.idx.Horizon(s); h == 0 || age < h {
-			rt.idx.setHorizon(s, age, rt.opt.HorizonRelax)
+			rt.idx.SetHorizon(s, age)
 			return true
 		}
 	case got > want+1:
-		if rt.opt.SoftStep {
-			rt.idx.adjustSoft(s, got-want)
-		}
 		if res.held != 0 && rt.opt.ReplyCharge {
 			// The engine held more than the prompt the index predicted:
 			// it reused that prompt's cached reply, which this prompt's
@@ -126,7 +115,7 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			rt.idx.dropReply(res.held, s)
 		}
 		if h := rt.idx.Horizon(s); h > 0 {
-			rt.idx.setHorizon(s, 2*h, rt.opt.HorizonRelax)
+			rt.idx.SetHorizon(s, 2*h)
 			return true
 		}
 	}
@@ -141,4 +130,22 @@ func (res *Reservation) estimated(n, promptTokens int) int64 {
 		return int64(n) * int64(res.prompt) / int64(promptTokens)
 	}
 	return int64(n)
+}
+
+// oldestInflight is the index clock of slot s when the oldest request
+// still in flight there was learned, and its blocks; ok false when none.
+func (rt *Router) oldestInflight(s Slot) (clock int64, blocks int32, ok bool) {
+	l := &rt.chains[s]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last *Reservation
+	for j := l.head; j != nil; j = j.next {
+		if !j.learned.pending.Load() && j.learned.clock.Load() > 0 {
+			last = j
+		}
+	}
+	if last == nil {
+		return 0, 0, false
+	}
+	return last.learned.clock.Load(), last.nblocks, true
 }

@@ -194,39 +194,50 @@ func TestObserveChargesReply(t *testing.T) {
 // of its own (its LRU ranks a prompt by its request's end, not by when
 // ramjet routed it).
 func TestObserveInflightGuard(t *testing.T) {
-	for _, tt := range []struct {
-		guard          bool
+	tests := []struct {
+		name           string
+		give           Options
 		horizon, depth int64
-	}{{false, 22, 14}, {true, 29, 20}} {
-		c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
-		rt, cands := newTestRouter(t, c, 1)
-		rt = rt.WithOptions(Options{InflightGuard: tt.guard})
-		s0 := cands[0].Slot
-		a, b := blocksOf(1, 8), blocksOf(2, 20)
-		rt.Learn(&Features{Blocks: a}, s0) // clock 8
-		var resA, resB Reservation
-		sc := NewScratch(1)
-		_, rb := rt.Route(features(rt.Config(), b, 0), cands, sc, nil, &resB) // in flight; clock 28
-		_, ra := rt.Route(features(rt.Config(), a, 0), cands, sc, nil, &resA) // clock 36
-		if ra.predicted != 8 {
-			t.Fatalf("guard %v: predicted %d blocks, want 8", tt.guard, ra.predicted)
-		}
-		// The engine held 2 of a's 8 blocks: evicted at age 22. b, in
-		// flight since clock 28 with 20 blocks, is 29 touches deep.
-		if !rt.Observe(ra, 0, 2*16, 0) {
-			t.Fatalf("guard %v: a shortfall changed nothing", tt.guard)
-		}
-		if h := rt.Index().Horizon(s0); h != tt.horizon {
-			t.Errorf("guard %v: horizon %d, want %d", tt.guard, h, tt.horizon)
-		}
-		var interest mask
-		interest.Add(s0)
-		var depth [MaxReplicas]int32
-		rt.Index().Depths(b, interest, &depth)
-		if int64(depth[s0]) != tt.depth {
-			t.Errorf("guard %v: b's depth %d, want %d", tt.guard, depth[s0], tt.depth)
-		}
-		ra.Release()
-		rb.Release()
+	}{
+		{"off", Options{}, 22, 14},
+		// b, in flight since clock 28 with 20 blocks, is 29 touches deep.
+		{"guard", Options{InflightGuard: true}, 29, 20},
+		{"floor", Options{HorizonFloor: 1}, 40, 20},
+		// The guard capped at 20 blocks: the shortfall's own age is more.
+		{"guard under floor", Options{InflightGuard: true, HorizonFloor: 0.5}, 22, 14},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+			rt, cands := newTestRouter(t, c, 1)
+			rt = rt.WithOptions(tt.give)
+			s0 := cands[0].Slot
+			rt.SetCapacity(s0, 40*16)
+			a, b := blocksOf(1, 8), blocksOf(2, 20)
+			rt.Learn(&Features{Blocks: a}, s0) // clock 8
+			var resA, resB Reservation
+			sc := NewScratch(1)
+			_, rb := rt.Route(features(rt.Config(), b, 0), cands, sc, nil, &resB) // in flight; clock 28
+			_, ra := rt.Route(features(rt.Config(), a, 0), cands, sc, nil, &resA) // clock 36
+			if ra.predicted != 8 {
+				t.Fatalf("predicted %d blocks, want 8", ra.predicted)
+			}
+			// The engine held 2 of a's 8 blocks: evicted at age 22.
+			if !rt.Observe(ra, 0, 2*16, 0) {
+				t.Fatal("a shortfall changed nothing")
+			}
+			if h := rt.Index().Horizon(s0); h != tt.horizon {
+				t.Errorf("horizon %d, want %d", h, tt.horizon)
+			}
+			var interest mask
+			interest.Add(s0)
+			var depth [MaxReplicas]int32
+			rt.Index().Depths(b, interest, &depth)
+			if int64(depth[s0]) != tt.depth {
+				t.Errorf("b's depth %d, want %d", depth[s0], tt.depth)
+			}
+			ra.Release()
+			rb.Release()
+		})
 	}
 }

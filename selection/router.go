@@ -396,27 +396,15 @@ type Options struct {
 	// group on the replica its running requests pin it to):
 	// bench/EXPERIMENTS.md, section 28 (press10).
 	ReplyCharge bool
-	// HorizonRelax is how fast a horizon Observe learned from a shortfall
-	// grows back: by this share (0 to 1) of each block routed to the
-	// replica since (Index.setHorizon; experiment).
-	HorizonRelax float64
-	// SoftCap, when positive, makes a shortfall drop the replica's
-	// beliefs older than it once and bound what the replica holds to
-	// what is left, a bound growing by SoftCap of each block routed since
-	// (experiment).
-	SoftCap float64
-	// SoftStep makes a shortfall lower the replica's soft bound by the
-	// blocks mispredicted and a surplus raise it by the blocks gained
-	// (experiment).
-	SoftStep bool
-	// InflightGuard keeps a shortfall's horizon from dropping what was
-	// routed to the replica since the oldest request still in flight there
-	// (experiment).
+	// InflightGuard keeps the horizon a shortfall sets (Observe) from
+	// dropping what was routed to the replica since the oldest request
+	// still in flight there. HorizonFloor, when positive, keeps that
+	// horizon at least HorizonFloor times the replica's capacity in blocks
+	// (with InflightGuard: caps the guard there). Both off: measured, they
+	// win agent-fleet at 8 replicas and lose the tool-agent trace at
+	// 65,536 tokens of KV (bench/EXPERIMENTS.md, section 33, press11).
 	InflightGuard bool
-	// HorizonFloor, when positive, keeps a shortfall's horizon at least
-	// HorizonFloor times the replica's capacity in blocks; with
-	// InflightGuard it caps the guard's age there instead (experiment).
-	HorizonFloor float64
+	HorizonFloor  float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -1266,24 +1254,6 @@ func (r *Reservation) unchain() int64 {
 
 // Slot is the reserved replica.
 func (r *Reservation) Slot() Slot { return r.slot }
-
-// oldestInflight is the index clock of slot s when the oldest request
-// still in flight there was learned, and its blocks; ok false when none.
-func (rt *Router) oldestInflight(s Slot) (clock int64, blocks int32, ok bool) {
-	l := &rt.chains[s]
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var last *Reservation
-	for j := l.head; j != nil; j = j.next {
-		if !j.learned.pending.Load() && j.learned.clock.Load() > 0 {
-			last = j
-		}
-	}
-	if last == nil {
-		return 0, 0, false
-	}
-	return last.learned.clock.Load(), last.nblocks, true
-}
 
 // PrefillDone marks the prompt as computed (the first token arrived): the
 // pending prefill no longer counts as load. It reports whether this call

@@ -219,12 +219,6 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.HorizonFloor = x
 		case "guard":
 			setup.Options.InflightGuard = true
-		case "ssoft":
-			setup.Options.SoftStep = true
-		case "soft":
-			setup.Options.SoftCap = x
-		case "relax":
-			setup.Options.HorizonRelax = x
 		case "pq":
 			setup.Options.ProfileQueue = x
 			if x == 0 {
