@@ -133,20 +133,15 @@ func TestObserveChargesReply(t *testing.T) {
 			if got := rt.Index().Held(s0); got != tt.wantHeld {
 				t.Fatalf("holds %d blocks after a's answer, want %d", got, tt.wantHeld)
 			}
-			var interest mask
-			interest.Add(s0)
-			var depth [MaxReplicas]int32
-			rt.Index().Depths(z, interest, &depth)
-			if depth[s0] != tt.wantDepth {
-				t.Fatalf("z's depth %d after a's answer, want %d", depth[s0], tt.wantDepth)
+			if d := depthOn(rt.Index(), z, s0); d != tt.wantDepth {
+				t.Fatalf("z's depth %d after a's answer, want %d", d, tt.wantDepth)
 			}
 			// The reply's blocks are the first of a's the engine evicts
 			// (it releases a sequence's blocks deepest first): a third
 			// prompt takes the rest of z, then the reply, then a.
 			rt.Learn(&Features{Blocks: blocksOf(4, 8+int(tt.wantHeld-16))}, s0)
-			rt.Index().Depths(a, interest, &depth)
-			if depth[s0] != 8 {
-				t.Fatalf("a's depth %d, want 8: its reply goes first", depth[s0])
+			if d := depthOn(rt.Index(), a, s0); d != 8 {
+				t.Fatalf("a's depth %d, want 8: its reply goes first", d)
 			}
 		})
 	}
@@ -229,15 +224,20 @@ func TestObserveInflightGuard(t *testing.T) {
 			if h := rt.Index().Horizon(s0); h != tt.horizon {
 				t.Errorf("horizon %d, want %d", h, tt.horizon)
 			}
-			var interest mask
-			interest.Add(s0)
-			var depth [MaxReplicas]int32
-			rt.Index().Depths(b, interest, &depth)
-			if int64(depth[s0]) != tt.depth {
-				t.Errorf("b's depth %d, want %d", depth[s0], tt.depth)
+			if d := depthOn(rt.Index(), b, s0); int64(d) != tt.depth {
+				t.Errorf("b's depth %d, want %d", d, tt.depth)
 			}
 			ra.Release()
 			rb.Release()
 		})
 	}
+}
+
+// depthOn is how many leading blocks of blocks slot s is believed to hold.
+func depthOn(x *Index, blocks []uint64, s Slot) int32 {
+	var interest mask
+	interest.Add(s)
+	var depth [MaxReplicas]int32
+	x.Depths(blocks, interest, &depth)
+	return depth[s]
 }
