@@ -674,12 +674,31 @@ func (x *Index) Learn(blocks []uint64, s Slot) {
 // learn is Learn that first reads the age (touches of s since) of the
 // pair (blocks[probe-1], s), -1 when absent or probe is 0.
 func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
+	return x.learnTo(blocks, s, probe, nil)
+}
+
+// learnTo is learn that leaves s's clock after it in t (when not nil).
+func (x *Index) learnTo(blocks []uint64, s Slot, probe int, t *learnTicket) int64 {
 	if len(blocks) == 0 || s < 0 {
 		return -1
 	}
 	x.lock()
 	defer x.mu.Unlock()
-	return x.learnLocked(blocks, s, probe)
+	age := x.learnLocked(blocks, s, probe)
+	if t != nil {
+		t.clock.Store(x.reps[s].clock)
+	}
+	return age
+}
+
+// clockOf is how many blocks were touched for slot s (its LRU list's
+// clock, in which ages and horizons count).
+func (x *Index) clockOf(s Slot) int64 {
+	defer x.runlock(x.rlock())
+	if int(s) >= len(x.reps) || s < 0 {
+		return 0
+	}
+	return x.reps[s].clock
 }
 
 // learnLocked is learn with the write lock held.

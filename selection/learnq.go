@@ -35,6 +35,7 @@ const maxQueuedBlocks = 1 << 16
 // result) for Observe: age is valid once pending is false.
 type learnTicket struct {
 	age     atomic.Int64
+	clock   atomic.Int64 // the replica's clock once learned
 	pending atomic.Bool
 }
 
@@ -90,7 +91,7 @@ func (x *Index) learnOrQueue(blocks []uint64, s Slot, probe int, t *learnTicket)
 		}
 		x.q.inline.Add(1)
 	}
-	t.age.Store(x.learn(blocks, s, probe))
+	t.age.Store(x.learnTo(blocks, s, probe, t))
 }
 
 // enqueue queues a learn, starting the applier if none runs; false when
@@ -147,6 +148,7 @@ func (x *Index) applyQueued() {
 	for i := range items {
 		it := &items[i]
 		age := x.learnLocked(blocks[it.off:it.off+it.n], it.s, int(it.probe))
+		it.t.clock.Store(x.reps[it.s].clock)
 		it.t.age.Store(age)
 		it.t.pending.Store(false)
 		it.t = nil

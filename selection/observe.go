@@ -90,6 +90,19 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 			break
 		}
 		age := max(1, learned-(want-1-got))
+		floor := int64(rt.opt.HorizonFloor * float64(rt.idx.Capacity(s)))
+		switch {
+		case rt.opt.InflightGuard:
+			if c, n, ok := rt.oldestInflight(s); ok {
+				g := rt.idx.clockOf(s) - c + int64(n) + 1
+				if floor > 0 {
+					g = min(g, floor)
+				}
+				age = max(age, g)
+			}
+		case floor > 0:
+			age = max(age, floor)
+		}
 		if h := rt.idx.Horizon(s); h == 0 || age < h {
 			rt.idx.SetHorizon(s, age)
 			return true
@@ -117,4 +130,22 @@ func (res *Reservation) estimated(n, promptTokens int) int64 {
 		return int64(n) * int64(res.prompt) / int64(promptTokens)
 	}
 	return int64(n)
+}
+
+// oldestInflight is the index clock of slot s when the oldest request
+// still in flight there was learned, and its blocks; ok false when none.
+func (rt *Router) oldestInflight(s Slot) (clock int64, blocks int32, ok bool) {
+	l := &rt.chains[s]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last *Reservation
+	for j := l.head; j != nil; j = j.next {
+		if !j.learned.pending.Load() && j.learned.clock.Load() > 0 {
+			last = j
+		}
+	}
+	if last == nil {
+		return 0, 0, false
+	}
+	return last.learned.clock.Load(), last.nblocks, true
 }

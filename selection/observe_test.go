@@ -133,20 +133,15 @@ func TestObserveChargesReply(t *testing.T) {
 			if got := rt.Index().Held(s0); got != tt.wantHeld {
 				t.Fatalf("holds %d blocks after a's answer, want %d", got, tt.wantHeld)
 			}
-			var interest mask
-			interest.Add(s0)
-			var depth [MaxReplicas]int32
-			rt.Index().Depths(z, interest, &depth)
-			if depth[s0] != tt.wantDepth {
-				t.Fatalf("z's depth %d after a's answer, want %d", depth[s0], tt.wantDepth)
+			if d := depthOn(rt.Index(), z, s0); d != tt.wantDepth {
+				t.Fatalf("z's depth %d after a's answer, want %d", d, tt.wantDepth)
 			}
 			// The reply's blocks are the first of a's the engine evicts
 			// (it releases a sequence's blocks deepest first): a third
 			// prompt takes the rest of z, then the reply, then a.
 			rt.Learn(&Features{Blocks: blocksOf(4, 8+int(tt.wantHeld-16))}, s0)
-			rt.Index().Depths(a, interest, &depth)
-			if depth[s0] != 8 {
-				t.Fatalf("a's depth %d, want 8: its reply goes first", depth[s0])
+			if d := depthOn(rt.Index(), a, s0); d != 8 {
+				t.Fatalf("a's depth %d, want 8: its reply goes first", d)
 			}
 		})
 	}
@@ -186,4 +181,63 @@ func TestObserveChargesReply(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A shortfall's horizon does not drop what was routed to the replica
+// since the oldest request still in flight there (Options.InflightGuard):
+// the engine holds those requests' prompts, or is about to, in an order
+// of its own (its LRU ranks a prompt by its request's end, not by when
+// ramjet routed it).
+func TestObserveInflightGuard(t *testing.T) {
+	tests := []struct {
+		name           string
+		give           Options
+		horizon, depth int64
+	}{
+		{"off", Options{}, 22, 14},
+		// b, in flight since clock 28 with 20 blocks, is 29 touches deep.
+		{"guard", Options{InflightGuard: true}, 29, 20},
+		{"floor", Options{HorizonFloor: 1}, 40, 20},
+		// The guard capped at 20 blocks: the shortfall's own age is more.
+		{"guard under floor", Options{InflightGuard: true, HorizonFloor: 0.5}, 22, 14},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+			rt, cands := newTestRouter(t, c, 1)
+			rt = rt.WithOptions(tt.give)
+			s0 := cands[0].Slot
+			rt.SetCapacity(s0, 40*16)
+			a, b := blocksOf(1, 8), blocksOf(2, 20)
+			rt.Learn(&Features{Blocks: a}, s0) // clock 8
+			var resA, resB Reservation
+			sc := NewScratch(1)
+			_, rb := rt.Route(features(rt.Config(), b, 0), cands, sc, nil, &resB) // in flight; clock 28
+			_, ra := rt.Route(features(rt.Config(), a, 0), cands, sc, nil, &resA) // clock 36
+			if ra.predicted != 8 {
+				t.Fatalf("predicted %d blocks, want 8", ra.predicted)
+			}
+			// The engine held 2 of a's 8 blocks: evicted at age 22.
+			if !rt.Observe(ra, 0, 2*16, 0) {
+				t.Fatal("a shortfall changed nothing")
+			}
+			if h := rt.Index().Horizon(s0); h != tt.horizon {
+				t.Errorf("horizon %d, want %d", h, tt.horizon)
+			}
+			if d := depthOn(rt.Index(), b, s0); int64(d) != tt.depth {
+				t.Errorf("b's depth %d, want %d", d, tt.depth)
+			}
+			ra.Release()
+			rb.Release()
+		})
+	}
+}
+
+// depthOn is how many leading blocks of blocks slot s is believed to hold.
+func depthOn(x *Index, blocks []uint64, s Slot) int32 {
+	var interest mask
+	interest.Add(s)
+	var depth [MaxReplicas]int32
+	x.Depths(blocks, interest, &depth)
+	return depth[s]
 }

@@ -396,6 +396,15 @@ type Options struct {
 	// group on the replica its running requests pin it to):
 	// bench/EXPERIMENTS.md, section 28 (press10).
 	ReplyCharge bool
+	// InflightGuard keeps the horizon a shortfall sets (Observe) from
+	// dropping what was routed to the replica since the oldest request
+	// still in flight there. HorizonFloor, when positive, keeps that
+	// horizon at least HorizonFloor times the replica's capacity in blocks
+	// (with InflightGuard: caps the guard there). Both off: measured, they
+	// win agent-fleet at 8 replicas and lose the tool-agent trace at
+	// 65,536 tokens of KV (bench/EXPERIMENTS.md, section 33, press11).
+	InflightGuard bool
+	HorizonFloor  float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -1155,6 +1164,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, gen, int64(prefill), resident
 	r.predicted, r.prompt, r.precise = 0, 0, false
 	r.learned.age.Store(-1)
+	r.learned.clock.Store(0)
 	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
 	r.state.Store(0)
 	r.observed.Store(false)

@@ -215,6 +215,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			}
 		case "reply":
 			setup.Options.ReplyCharge = true
+		case "hfloor":
+			setup.Options.HorizonFloor = x
+		case "guard":
+			setup.Options.InflightGuard = true
 		case "pq":
 			setup.Options.ProfileQueue = x
 			if x == 0 {
