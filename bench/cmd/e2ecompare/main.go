@@ -97,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		routerPol = fs.String("routers-policy", "ramjet", "with -routers: the instances' policy, comma-separated: ramjet (each its own approximate index) or ramjet-precise (each subscribed to every engine's KV events)")
 		procsBin  = fs.String("procs", "", "with -routers: run each instance as its own Caddy process of this binary (go build -o caddy ./xcaddy) instead of a site of the in-process Caddy")
 		engMet    = fs.Duration("engine-metrics", 0, "with -routers: every instance scrapes the engines' metrics at this wall interval (engine_metrics; 0: off)")
+		foreignS  = fs.String("foreign-prefill", "", "with -routers -routers-policy ramjet-precise: every instance's foreign_prefill (on, off or queues; empty: the module's default)")
 		tokTO     = fs.Duration("tokenize-timeout", 0, "ramjet-precise: the tokenize preflight's timeout (0: the module's default)")
 		kvEvents  = fs.String("kv-events", "all", "which runs' engines publish KV events over ZMQ: all (every policy's engines publish, only ramjet-precise subscribes: the arms differ only in the router) or precise (ramjet-precise's engines only)")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of each run (engines, Caddy and load generator: one process) to <prefix>-<n>-<workload>-<policy>.pprof")
@@ -197,7 +198,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			for _, k := range routers {
 				fmt.Fprintf(stderr, "e2ecompare: %s with %d %s instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, rpol, front, len(w.Trace), n)
-				row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *procsBin, precise, *engMet, progress, stderr)
+				row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *procsBin, precise, *engMet, *foreignS, progress, stderr)
 				if err != nil {
 					return fmt.Errorf("%s/%s x%d: %w", w.Name, rpol, k, err)
 				}

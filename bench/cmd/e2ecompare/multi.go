@@ -22,8 +22,9 @@ const multiRouteIDSecret = "e2ecompare-multi"
 // Caddy process has), the same route-id secret, the observer handler of
 // its own state. em > 0 turns on every instance's engine_metrics at that
 // interval (engine-reported load: the spill band's and foreign_prefill's
-// defaults with kv).
-func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration) []caddyrun.Site {
+// defaults with kv); foreign, when not empty, is every instance's
+// foreign_prefill (on, off or queues).
+func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration, foreign string) []caddyrun.Site {
 	sites := make([]caddyrun.Site, k)
 	for i := range sites {
 		key := fmt.Sprintf("e2e-r%d", i)
@@ -36,6 +37,9 @@ func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration) 
 		}
 		if kv != nil {
 			sites[i].PolicyConfig["kv"] = kv
+		}
+		if foreign != "" {
+			sites[i].PolicyConfig["foreign_prefill"] = foreign
 		}
 		if em > 0 {
 			sites[i].PolicyConfig["engine_metrics"] = map[string]any{"interval": int64(em)}
@@ -52,7 +56,7 @@ func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration) 
 // that binary instead (startProcsAdmin). With precise, every instance
 // subscribes to every engine's KV events (the precise path).
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, em time.Duration, progress, logw io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, em time.Duration, foreign string, progress, logw io.Writer) (Row, error) {
 	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, precise)
 	defer closeEngines(sims)
 	if err != nil {
@@ -63,7 +67,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	if precise {
 		kv, pol = kvConfig(sims, addrs, 0), "ramjet-precise"
 	}
-	sites := multiSites(k, addrs, kv, em)
+	sites := multiSites(k, addrs, kv, em, foreign)
 	var backends []string
 	var procsKV *procs
 	label := fmt.Sprintf("%s x%d %s", pol, k, front)

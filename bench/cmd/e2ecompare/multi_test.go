@@ -69,3 +69,19 @@ func TestSummarizeKV(t *testing.T) {
 		t.Errorf("summarizeKV:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestMultiSitesForeign: -foreign-prefill reaches every instance's policy
+// (the module's foreign_prefill), and unset leaves the module's default.
+func TestMultiSitesForeign(t *testing.T) {
+	ups := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	for _, s := range multiSites(2, ups, map[string]any{}, 0, "queues") {
+		if got := s.PolicyConfig["foreign_prefill"]; got != "queues" {
+			t.Errorf("%s: foreign_prefill %v, want queues", s.Name, got)
+		}
+	}
+	for _, s := range multiSites(2, ups, map[string]any{}, 0, "") {
+		if got, ok := s.PolicyConfig["foreign_prefill"]; ok {
+			t.Errorf("%s: foreign_prefill %v set without the flag", s.Name, got)
+		}
+	}
+}
