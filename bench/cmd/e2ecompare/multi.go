@@ -48,15 +48,27 @@ func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration, 
 	return sites
 }
 
+// multiOpts are runMulti's instances: with bin set (-procs) separate
+// Caddy processes of that binary (startProcsAdmin), else sites of the
+// in-process Caddy; with precise every instance subscribes to every
+// engine's KV events (the precise path), with tokTO > 0 as its tokenize
+// preflight's timeout; em and foreign as multiSites takes them; results,
+// when set, receives every request's result (-results).
+type multiOpts struct {
+	bin       string
+	precise   bool
+	em, tokTO time.Duration
+	foreign   string
+	results   func(*loadgen.Result)
+}
+
 // runMulti replays w through k ramjet instances (sites of one in-process
-// Caddy with separate state, see multiSites) behind a loadgen.Front with
-// policy front, in front of n fresh engine simulators.
-//
-// With bin set (-procs), the instances are separate Caddy processes of
-// that binary instead (startProcsAdmin). With precise, every instance
-// subscribes to every engine's KV events (the precise path).
+// Caddy with separate state, see multiSites, or processes: multiOpts)
+// behind a loadgen.Front with policy front, in front of n fresh engine
+// simulators.
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, em time.Duration, foreign string, progress, logw io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, o multiOpts, progress, logw io.Writer) (Row, error) {
+	bin, precise := o.bin, o.precise
 	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, precise)
 	defer closeEngines(sims)
 	if err != nil {
@@ -65,9 +77,9 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	var kv map[string]any
 	pol := "ramjet"
 	if precise {
-		kv, pol = kvConfig(sims, addrs, 0), "ramjet-precise"
+		kv, pol = kvConfig(sims, addrs, o.tokTO), "ramjet-precise"
 	}
-	sites := multiSites(k, addrs, kv, em, foreign)
+	sites := multiSites(k, addrs, kv, o.em, o.foreign)
 	var backends []string
 	var procsKV *procs
 	label := fmt.Sprintf("%s x%d %s", pol, k, front)
@@ -116,7 +128,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		Label: w.Name + "/" + label, Trace: w.Trace, Client: client,
 		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
 		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
-		Progress: progress,
+		Progress: progress, Results: o.results,
 	})
 	if err != nil {
 		return Row{}, err
