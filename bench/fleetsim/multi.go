@@ -126,6 +126,9 @@ type Multi struct {
 	owner  map[int]owned
 	// Dispatched counts requests per instance.
 	Dispatched []int
+	// oracle hands each ramjet-precise instance the others' pending
+	// prefill before its decision (OracleSpec: an experiment).
+	oracle bool
 }
 
 type owned struct {
@@ -268,6 +271,9 @@ func (m *Multi) Pick(r *Request, fleet []*Replica) int {
 	m.Dispatched[k]++
 	m.owner[r.Row.ID] = owned{inst: k}
 	v := m.view(k, fleet)
+	if m.oracle {
+		m.sharePending(k)
+	}
 	return m.inst[k].Pick(r, v)
 }
 

@@ -33,6 +33,13 @@ const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
 	BandSpec    = "band"
+	// OracleSpec hands every instance, before each decision, the exact
+	// pending prefill (queued and prefilling requests) the other instances
+	// reserved on each replica as its external prefill: router-to-router
+	// traffic with no delay, which issue 13 excludes; an upper bound for
+	// any estimate of the blind window. Without "fp" (which would
+	// overwrite it).
+	OracleSpec = "oracle"
 )
 
 // preciseSpec is what a spec after SpillSep asks of ramjet-precise
@@ -49,6 +56,7 @@ type preciseSpec struct {
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior (with "fp" alone: 0)
+	oracle  bool          // OracleSpec
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -56,6 +64,8 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 		switch k, v, hasV := strings.Cut(it, "="); {
 		case k == ColdSpec && !hasV:
 			ps.cold = true
+		case k == OracleSpec && !hasV:
+			ps.oracle = true
 		case k == "inst" && hasV && v != "":
 			ps.inst = v
 		case k == "fpmin" && hasV:
@@ -110,6 +120,9 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 	if ps == (preciseSpec{inst: ps.inst}) { // "inst=<id>" alone: SpillSep's
 		return preciseSpec{}, false, nil
 	}
+	if ps.oracle && ps.foreign {
+		return ps, true, fmt.Errorf("%s%s: %s replaces fp's estimate, not with it", SpillSep, spec, OracleSpec)
+	}
 	return ps, true, nil
 }
 
@@ -118,6 +131,7 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 // instance's RamjetPrecise drives a selection.ForeignPrefill from its own
 // index's stored runs (kvindex.Precise.OnStored), as the module does.
 func (m *Multi) enablePrecise(ps preciseSpec) error {
+	m.oracle = ps.oracle
 	for _, p := range m.inst {
 		rp, ok := p.(*RamjetPrecise)
 		if !ok {
@@ -145,4 +159,24 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		}
 	}
 	return nil
+}
+
+// sharePending sets, on instance k's router, every replica's external
+// prefill to the pending prefill the other instances have reserved there
+// (OracleSpec).
+func (m *Multi) sharePending(k int) {
+	me, ok := m.inst[k].(*RamjetPrecise)
+	if !ok {
+		return
+	}
+	for i, c := range me.cands {
+		var others int64
+		for j, p := range m.inst {
+			if o, ok := p.(*RamjetPrecise); ok && j != k && i < len(o.cands) {
+				_, pend := o.rt.Load(o.cands[i].Slot)
+				others += pend
+			}
+		}
+		me.rt.SetExternalPrefill(c.Slot, others)
+	}
 }
