@@ -127,8 +127,13 @@ type Multi struct {
 	// Dispatched counts requests per instance.
 	Dispatched []int
 	// oracle hands each ramjet-precise instance the others' pending
-	// prefill before its decision (OracleSpec: an experiment).
-	oracle bool
+	// prefill before its decision (OracleSpec: an experiment), known
+	// oracleDelay after each request was routed (pend: the requests
+	// routed and not at their first token, by trace ID).
+	oracle      bool
+	oracleDelay time.Duration
+	now         time.Duration
+	pend        map[int]pendingPrefill
 }
 
 type owned struct {
@@ -274,7 +279,11 @@ func (m *Multi) Pick(r *Request, fleet []*Replica) int {
 	if m.oracle {
 		m.sharePending(k)
 	}
-	return m.inst[k].Pick(r, v)
+	i := m.inst[k].Pick(r, v)
+	if m.oracleDelay > 0 && i >= 0 {
+		m.notePending(k, i, r)
+	}
+	return i
 }
 
 func (m *Multi) Routed(r *Request, rep int) {
@@ -293,6 +302,7 @@ func (m *Multi) Routed(r *Request, rep int) {
 }
 
 func (m *Multi) FirstToken(r *Request, rep int) {
+	delete(m.pend, r.Row.ID)
 	if o, ok := m.owner[r.Row.ID]; ok {
 		m.inst[o.inst].FirstToken(r, rep)
 	}
@@ -304,6 +314,7 @@ func (m *Multi) Done(r *Request, rep int) {
 		return
 	}
 	delete(m.owner, r.Row.ID)
+	delete(m.pend, r.Row.ID)
 	if o.routed && !m.shared {
 		m.views[o.inst][rep].InFlight--
 	}
@@ -366,6 +377,7 @@ func (m *Multi) attach(rep int, e *engine.Engine) {
 
 // setNow hands the simulated time to every KV-fed instance.
 func (m *Multi) setNow(now time.Duration) {
+	m.now = now
 	for k, p := range m.inst {
 		if m.shared && k > 0 {
 			break

@@ -39,6 +39,8 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+fplife=0", preciseSpec{}, true, true},
 		{"cs+band=1024+oracle", preciseSpec{cold: true, band: 1024, oracle: true}, true, false},
 		{"fp+oracle", preciseSpec{}, true, true},
+		{"cs+oracle=20", preciseSpec{cold: true, oracle: true, delay: 20 * time.Millisecond}, true, false},
+		{"oracle=0", preciseSpec{}, true, true},
 	}
 	for _, tt := range tests {
 		got, ok, err := parsePreciseSpec(tt.give)
@@ -156,5 +158,32 @@ func TestMultiOracleSharesPending(t *testing.T) {
 	m.sharePending(0)
 	if got := rp(0).rt.ExternalPrefill(rp(0).cands[1].Slot); got != 700 {
 		t.Errorf("instance 0, replica 1: external prefill %d, want 700 (its own 5000 left out)", got)
+	}
+}
+
+// The delayed oracle knows another instance's request only once it was
+// routed at least the delay ago, and forgets it at its first token.
+func TestMultiOracleDelay(t *testing.T) {
+	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.05})
+	p := newMulti(t, "ramjet-precise~cs+band=1024+oracle=50", 2, FrontRoundRobin, 1)
+	runPolicy(t, w, p, 4, 1)
+	m := multiOf(p)
+	if len(m.pend) != 0 {
+		t.Fatalf("%d requests still pending after the run", len(m.pend))
+	}
+	slot := func(k, i int) selection.Slot { return m.inst[k].(*RamjetPrecise).cands[i].Slot }
+	ext := func(k, i int) int64 { return m.inst[k].(*RamjetPrecise).rt.ExternalPrefill(slot(k, i)) }
+	m.now = 10 * time.Second
+	m.pend[1] = pendingPrefill{inst: 0, rep: 2, at: m.now - 60*time.Millisecond, prefill: 4000}
+	m.pend[2] = pendingPrefill{inst: 0, rep: 2, at: m.now - 10*time.Millisecond, prefill: 900} // too recent
+	m.pend[3] = pendingPrefill{inst: 1, rep: 2, at: m.now - time.Second, prefill: 800}         // instance 1's own
+	m.sharePending(1)
+	if got := ext(1, 2); got != 4000 {
+		t.Errorf("instance 1, replica 2: external prefill %d, want 4000", got)
+	}
+	m.FirstToken(&Request{Row: workload.Request{ID: 1}}, 2)
+	m.sharePending(1)
+	if got := ext(1, 2); got != 0 {
+		t.Errorf("after the first token: external prefill %d, want 0", got)
 	}
 }
