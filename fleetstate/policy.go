@@ -98,9 +98,11 @@ type PolicySettings struct {
 	// kv. "queues" is "on" plus the others' queued requests, which store
 	// nothing until their prefill runs, as their learned share of this
 	// instance's pending prefill (ForeignPrior): it won on a tool-agent
-	// trace in the fleet simulation but lost output rate on 2 of 7 runs
-	// through real HTTP (bench/RESULTS.md, "the blind window measured"),
-	// so it is not the default.
+	// trace in the fleet simulation (bench/RESULTS.md, "the blind window
+	// measured"); through real HTTP on agent-fleet it neither won nor lost
+	// (the output-rate losses once blamed on it happen without it too:
+	// bench/RESULTS.md, "foreign_prefill queues through real HTTP after
+	// own10's fix"). It is not the default.
 	ForeignPrefill string `json:"foreign_prefill,omitempty"`
 
 	// KV turns on the precise index from the engines' KV-cache events

@@ -30,6 +30,9 @@ type KVSource struct {
 	// (selection.ForeignPrefill.Decays: its prefill, their resident
 	// contexts; on false while foreign_prefill is off); nil: none.
 	Decays func() (prefill, context time.Duration, on bool)
+	// Share reads rho, the others' stored tokens over this instance's own
+	// (selection.ForeignPrefill.Share), reported while Decays is on.
+	Share func() float64
 }
 
 // kvCollector reads every live precise index at scrape time.
@@ -119,6 +122,9 @@ var (
 	kvForeignDecayDesc = prometheus.NewDesc("ramjet_kv_foreign_decay_seconds",
 		"Decay time constant of the other instances' estimates (foreign_prefill), learned from this instance's own requests: of their prefill (estimate=\"prefill\", the engines' time for a few thousand prompt tokens) and of their resident contexts (estimate=\"context\", a multiple of a request's mean life; 0: not counted). Only while foreign_prefill is on.",
 		[]string{"fleet", "estimate"}, nil)
+	kvForeignShareDesc = prometheus.NewDesc("ramjet_kv_foreign_share",
+		"The prompt tokens the engines stored for other instances over those stored for this instance's own requests, so far (foreign_prefill's rho: about the number of other instances behind a front that deals requests evenly; 0 alone). foreign_prefill queues scales the others' unseen queues by it. Only while foreign_prefill is on.",
+		[]string{"fleet"}, nil)
 	kvCanaryProbesDesc = prometheus.NewDesc("ramjet_kv_canary_probes_total",
 		"Exact-placement canary probes by outcome: measured, failed, or unsupported by the engine.",
 		[]string{"outcome"}, nil)
@@ -130,7 +136,7 @@ func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
 		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
 		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
-		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc, kvForeignDecayDesc} {
+		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc, kvForeignDecayDesc, kvForeignShareDesc} {
 		ch <- d
 	}
 }
@@ -189,6 +195,9 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 			if p, c, on := k.Decays(); on {
 				ch <- prometheus.MustNewConstMetric(kvForeignDecayDesc, prometheus.GaugeValue, p.Seconds(), k.Fleet, "prefill")
 				ch <- prometheus.MustNewConstMetric(kvForeignDecayDesc, prometheus.GaugeValue, c.Seconds(), k.Fleet, "context")
+				if k.Share != nil {
+					ch <- prometheus.MustNewConstMetric(kvForeignShareDesc, prometheus.GaugeValue, k.Share(), k.Fleet)
+				}
 			}
 		}
 		pd, ad := k.Precise.Decisions()

@@ -193,6 +193,9 @@ func TestE2EForeignPrefill(t *testing.T) {
 	if fp.Prior() != 1 || fp.Share() <= 0 {
 		t.Fatalf("prior %v, share %v after another instance's request", fp.Prior(), fp.Share())
 	}
+	if got, want := foreignShareGauge(t), fp.Share(); got != want {
+		t.Errorf("ramjet_kv_foreign_share of this fleet %v, want rho %v", got, want)
+	}
 	var slots [2]selection.Slot
 	for i := range slots {
 		slots[i], _ = rt.Lookup(fmt.Sprintf("%s#%d", addr, i))
@@ -293,4 +296,24 @@ func TestE2EForeignPrefillDecay(t *testing.T) {
 	if got <= lo || got >= hi {
 		t.Errorf("decay %v after %d first tokens from engines %dx faster, want in (%v, %v)", got, n, scale, lo, hi)
 	}
+}
+
+// foreignShareGauge is ramjet_kv_foreign_share of the default fleet (-1:
+// no such series).
+func foreignShareGauge(t *testing.T) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(kvCollector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "ramjet_kv_foreign_share" && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == DefaultStateKey {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

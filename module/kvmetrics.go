@@ -22,7 +22,7 @@ func kvSources() []metrics.KVSource {
 				return ""
 			}
 			return f.RouteID(key)
-		}, Foreign: k.fp.Counted, Fleet: k.stateKey, Decays: k.fp.Decays}
+		}, Foreign: k.fp.Counted, Fleet: k.stateKey, Decays: k.fp.Decays, Share: k.fp.Share}
 	}
 	return out
 }

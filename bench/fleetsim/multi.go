@@ -126,6 +126,14 @@ type Multi struct {
 	owner  map[int]owned
 	// Dispatched counts requests per instance.
 	Dispatched []int
+	// oracle hands each ramjet-precise instance the others' pending
+	// prefill before its decision (OracleSpec: an experiment), known
+	// oracleDelay after each request was routed (pend: the requests
+	// routed and not at their first token, by trace ID).
+	oracle      bool
+	oracleDelay time.Duration
+	now         time.Duration
+	pend        map[int]pendingPrefill
 }
 
 type owned struct {
@@ -268,7 +276,14 @@ func (m *Multi) Pick(r *Request, fleet []*Replica) int {
 	m.Dispatched[k]++
 	m.owner[r.Row.ID] = owned{inst: k}
 	v := m.view(k, fleet)
-	return m.inst[k].Pick(r, v)
+	if m.oracle {
+		m.sharePending(k)
+	}
+	i := m.inst[k].Pick(r, v)
+	if m.oracleDelay > 0 && i >= 0 {
+		m.notePending(k, i, r)
+	}
+	return i
 }
 
 func (m *Multi) Routed(r *Request, rep int) {
@@ -287,6 +302,7 @@ func (m *Multi) Routed(r *Request, rep int) {
 }
 
 func (m *Multi) FirstToken(r *Request, rep int) {
+	delete(m.pend, r.Row.ID)
 	if o, ok := m.owner[r.Row.ID]; ok {
 		m.inst[o.inst].FirstToken(r, rep)
 	}
@@ -298,6 +314,7 @@ func (m *Multi) Done(r *Request, rep int) {
 		return
 	}
 	delete(m.owner, r.Row.ID)
+	delete(m.pend, r.Row.ID)
 	if o.routed && !m.shared {
 		m.views[o.inst][rep].InFlight--
 	}
@@ -360,6 +377,7 @@ func (m *Multi) attach(rep int, e *engine.Engine) {
 
 // setNow hands the simulated time to every KV-fed instance.
 func (m *Multi) setNow(now time.Duration) {
+	m.now = now
 	for k, p := range m.inst {
 		if m.shared && k > 0 {
 			break

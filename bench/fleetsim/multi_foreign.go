@@ -33,6 +33,15 @@ const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
 	BandSpec    = "band"
+	// OracleSpec hands every instance, before each decision, the exact
+	// pending prefill (queued and prefilling requests) the other instances
+	// reserved on each replica as its external prefill: router-to-router
+	// traffic with no delay, which issue 13 excludes; an upper bound for
+	// any estimate of the blind window. Without "fp" (which would
+	// overwrite it). "oracle=<ms>" knows each request that many
+	// milliseconds after it was routed (engines that report a routed
+	// request that fast).
+	OracleSpec = "oracle"
 )
 
 // preciseSpec is what a spec after SpillSep asks of ramjet-precise
@@ -49,6 +58,8 @@ type preciseSpec struct {
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior (with "fp" alone: 0)
+	oracle  bool          // OracleSpec
+	delay   time.Duration // "oracle=<ms>"
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -56,6 +67,15 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 		switch k, v, hasV := strings.Cut(it, "="); {
 		case k == ColdSpec && !hasV:
 			ps.cold = true
+		case k == OracleSpec:
+			ps.oracle = true
+			if hasV {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil || x <= 0 {
+					return ps, true, fmt.Errorf("%s%s: want a positive delay in milliseconds", SpillSep, spec)
+				}
+				ps.delay = time.Duration(x * float64(time.Millisecond))
+			}
 		case k == "inst" && hasV && v != "":
 			ps.inst = v
 		case k == "fpmin" && hasV:
@@ -110,6 +130,9 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 	if ps == (preciseSpec{inst: ps.inst}) { // "inst=<id>" alone: SpillSep's
 		return preciseSpec{}, false, nil
 	}
+	if ps.oracle && ps.foreign {
+		return ps, true, fmt.Errorf("%s%s: %s replaces fp's estimate, not with it", SpillSep, spec, OracleSpec)
+	}
 	return ps, true, nil
 }
 
@@ -118,6 +141,10 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 // instance's RamjetPrecise drives a selection.ForeignPrefill from its own
 // index's stored runs (kvindex.Precise.OnStored), as the module does.
 func (m *Multi) enablePrecise(ps preciseSpec) error {
+	m.oracle, m.oracleDelay = ps.oracle, ps.delay
+	if ps.delay > 0 {
+		m.pend = make(map[int]pendingPrefill)
+	}
 	for _, p := range m.inst {
 		rp, ok := p.(*RamjetPrecise)
 		if !ok {
@@ -145,4 +172,55 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		}
 	}
 	return nil
+}
+
+// pendingPrefill is a request an instance routed, not yet at its first
+// token (the delayed oracle).
+type pendingPrefill struct {
+	inst, rep int
+	at        time.Duration
+	prefill   int64
+}
+
+// notePending records the request instance k just routed to replica rep
+// with its reservation's prefill (the delayed oracle).
+func (m *Multi) notePending(k, rep int, r *Request) {
+	if rp, ok := m.inst[k].(*RamjetPrecise); ok {
+		if res := rp.res[r.Row.ID]; res != nil {
+			m.pend[r.Row.ID] = pendingPrefill{inst: k, rep: rep, at: m.now, prefill: res.Prefill()}
+		}
+	}
+}
+
+// sharePending sets, on instance k's router, every replica's external
+// prefill to the pending prefill the other instances have reserved there
+// (OracleSpec), or with a delay the prefill of their requests routed at
+// least that long ago and not at their first token.
+func (m *Multi) sharePending(k int) {
+	me, ok := m.inst[k].(*RamjetPrecise)
+	if !ok {
+		return
+	}
+	if m.oracleDelay > 0 {
+		var sum [selection.MaxReplicas]int64
+		for _, p := range m.pend {
+			if p.inst != k && p.at <= m.now-m.oracleDelay && p.rep < len(sum) {
+				sum[p.rep] += p.prefill
+			}
+		}
+		for i, c := range me.cands {
+			me.rt.SetExternalPrefill(c.Slot, sum[i])
+		}
+		return
+	}
+	for i, c := range me.cands {
+		var others int64
+		for j, p := range m.inst {
+			if o, ok := p.(*RamjetPrecise); ok && j != k && i < len(o.cands) {
+				_, pend := o.rt.Load(o.cands[i].Slot)
+				others += pend
+			}
+		}
+		me.rt.SetExternalPrefill(c.Slot, others)
+	}
 }

@@ -37,6 +37,10 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+fpres=1.5+fplife=10", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, lives: 1.5, livesOn: true, life: 10 * time.Second}, true, false},
 		{"fp+fpres=-1", preciseSpec{}, true, true},
 		{"fp+fplife=0", preciseSpec{}, true, true},
+		{"cs+band=1024+oracle", preciseSpec{cold: true, band: 1024, oracle: true}, true, false},
+		{"fp+oracle", preciseSpec{}, true, true},
+		{"cs+oracle=20", preciseSpec{cold: true, oracle: true, delay: 20 * time.Millisecond}, true, false},
+		{"oracle=0", preciseSpec{}, true, true},
 	}
 	for _, tt := range tests {
 		got, ok, err := parsePreciseSpec(tt.give)
@@ -126,5 +130,60 @@ func TestMultiBurstColdForeign(t *testing.T) {
 		if used := burstSpreadOf(t, v, 4); used < 7 {
 			t.Errorf("%s: burst over %d of 8 replicas, want >= 7", v, used)
 		}
+	}
+}
+
+// The oracle experiment hands each instance exactly the pending prefill
+// the others reserved, replica by replica, and nothing of its own.
+func TestMultiOracleSharesPending(t *testing.T) {
+	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.05})
+	p := newMulti(t, "ramjet-precise~cs+band=1024+oracle", 3, FrontRoundRobin, 1)
+	runPolicy(t, w, p, 4, 1)
+	m := multiOf(p)
+	if !m.oracle {
+		t.Fatal("oracle spec not applied")
+	}
+	rp := func(k int) *RamjetPrecise { return m.inst[k].(*RamjetPrecise) }
+	// After the run nothing is pending; reserve on instances 0 and 2.
+	r0 := rp(0).rt.Reserve(rp(0).cands[1].Slot, 5000)
+	r2 := rp(2).rt.Reserve(rp(2).cands[1].Slot, 700)
+	r2b := rp(2).rt.Reserve(rp(2).cands[3].Slot, 300)
+	defer func() { r0.Release(); r2.Release(); r2b.Release() }()
+	m.sharePending(1)
+	for i, want := range []int64{0, 5700, 0, 300} {
+		if got := rp(1).rt.ExternalPrefill(rp(1).cands[i].Slot); got != want {
+			t.Errorf("instance 1, replica %d: external prefill %d, want %d", i, got, want)
+		}
+	}
+	m.sharePending(0)
+	if got := rp(0).rt.ExternalPrefill(rp(0).cands[1].Slot); got != 700 {
+		t.Errorf("instance 0, replica 1: external prefill %d, want 700 (its own 5000 left out)", got)
+	}
+}
+
+// The delayed oracle knows another instance's request only once it was
+// routed at least the delay ago, and forgets it at its first token.
+func TestMultiOracleDelay(t *testing.T) {
+	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.05})
+	p := newMulti(t, "ramjet-precise~cs+band=1024+oracle=50", 2, FrontRoundRobin, 1)
+	runPolicy(t, w, p, 4, 1)
+	m := multiOf(p)
+	if len(m.pend) != 0 {
+		t.Fatalf("%d requests still pending after the run", len(m.pend))
+	}
+	slot := func(k, i int) selection.Slot { return m.inst[k].(*RamjetPrecise).cands[i].Slot }
+	ext := func(k, i int) int64 { return m.inst[k].(*RamjetPrecise).rt.ExternalPrefill(slot(k, i)) }
+	m.now = 10 * time.Second
+	m.pend[1] = pendingPrefill{inst: 0, rep: 2, at: m.now - 60*time.Millisecond, prefill: 4000}
+	m.pend[2] = pendingPrefill{inst: 0, rep: 2, at: m.now - 10*time.Millisecond, prefill: 900} // too recent
+	m.pend[3] = pendingPrefill{inst: 1, rep: 2, at: m.now - time.Second, prefill: 800}         // instance 1's own
+	m.sharePending(1)
+	if got := ext(1, 2); got != 4000 {
+		t.Errorf("instance 1, replica 2: external prefill %d, want 4000", got)
+	}
+	m.FirstToken(&Request{Row: workload.Request{ID: 1}}, 2)
+	m.sharePending(1)
+	if got := ext(1, 2); got != 0 {
+		t.Errorf("after the first token: external prefill %d, want 0", got)
 	}
 }

@@ -97,10 +97,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		routerPol = fs.String("routers-policy", "ramjet", "with -routers: the instances' policy, comma-separated: ramjet (each its own approximate index) or ramjet-precise (each subscribed to every engine's KV events)")
 		procsBin  = fs.String("procs", "", "with -routers: run each instance as its own Caddy process of this binary (go build -o caddy ./xcaddy) instead of a site of the in-process Caddy")
 		engMet    = fs.Duration("engine-metrics", 0, "with -routers: every instance scrapes the engines' metrics at this wall interval (engine_metrics; 0: off)")
+		foreignS  = fs.String("foreign-prefill", "", "with -routers -routers-policy ramjet-precise: every instance's foreign_prefill (on, off or queues; empty: the module's default)")
 		tokTO     = fs.Duration("tokenize-timeout", 0, "ramjet-precise: the tokenize preflight's timeout (0: the module's default)")
 		kvEvents  = fs.String("kv-events", "all", "which runs' engines publish KV events over ZMQ: all (every policy's engines publish, only ramjet-precise subscribes: the arms differ only in the router) or precise (ramjet-precise's engines only)")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of each run (engines, Caddy and load generator: one process) to <prefix>-<n>-<workload>-<policy>.pprof")
-		resultsF  = fs.String("results", "", "also write every request's result (trace index, upstream, TTFT, cached tokens...) as JSON lines, one file per in-process run (not with -caddy-bin): <prefix>-<n>-<workload>-<policy>.jsonl")
+		resultsF  = fs.String("results", "", "also write every request's result (trace index, upstream, TTFT, cached tokens...) as JSON lines, one file per run (not with -caddy-bin): <prefix>-<n>-<workload>-<policy>.jsonl")
 		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
 	)
 	solo := registerSolo(fs)
@@ -197,7 +198,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			for _, k := range routers {
 				fmt.Fprintf(stderr, "e2ecompare: %s with %d %s instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, rpol, front, len(w.Trace), n)
-				row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *procsBin, precise, *engMet, progress, stderr)
+				label := fmt.Sprintf("%s-x%d", rpol, k)
+				results, closeResults, err := resultsFile(*resultsF, len(rows), w.Name, label)
+				if err != nil {
+					return err
+				}
+				row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur,
+					multiOpts{bin: *procsBin, precise: precise, em: *engMet, tokTO: *tokTO, foreign: *foreignS, results: results}, progress, stderr)
+				if cerr := closeResults(); err == nil {
+					err = cerr
+				}
 				if err != nil {
 					return fmt.Errorf("%s/%s x%d: %w", w.Name, rpol, k, err)
 				}

@@ -22,8 +22,9 @@ const multiRouteIDSecret = "e2ecompare-multi"
 // Caddy process has), the same route-id secret, the observer handler of
 // its own state. em > 0 turns on every instance's engine_metrics at that
 // interval (engine-reported load: the spill band's and foreign_prefill's
-// defaults with kv).
-func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration) []caddyrun.Site {
+// defaults with kv); foreign, when not empty, is every instance's
+// foreign_prefill (on, off or queues).
+func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration, foreign string) []caddyrun.Site {
 	sites := make([]caddyrun.Site, k)
 	for i := range sites {
 		key := fmt.Sprintf("e2e-r%d", i)
@@ -37,6 +38,9 @@ func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration) 
 		if kv != nil {
 			sites[i].PolicyConfig["kv"] = kv
 		}
+		if foreign != "" {
+			sites[i].PolicyConfig["foreign_prefill"] = foreign
+		}
 		if em > 0 {
 			sites[i].PolicyConfig["engine_metrics"] = map[string]any{"interval": int64(em)}
 		}
@@ -44,15 +48,27 @@ func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration) 
 	return sites
 }
 
+// multiOpts are runMulti's instances: with bin set (-procs) separate
+// Caddy processes of that binary (startProcsAdmin), else sites of the
+// in-process Caddy; with precise every instance subscribes to every
+// engine's KV events (the precise path), with tokTO > 0 as its tokenize
+// preflight's timeout; em and foreign as multiSites takes them; results,
+// when set, receives every request's result (-results).
+type multiOpts struct {
+	bin       string
+	precise   bool
+	em, tokTO time.Duration
+	foreign   string
+	results   func(*loadgen.Result)
+}
+
 // runMulti replays w through k ramjet instances (sites of one in-process
-// Caddy with separate state, see multiSites) behind a loadgen.Front with
-// policy front, in front of n fresh engine simulators.
-//
-// With bin set (-procs), the instances are separate Caddy processes of
-// that binary instead (startProcsAdmin). With precise, every instance
-// subscribes to every engine's KV events (the precise path).
+// Caddy with separate state, see multiSites, or processes: multiOpts)
+// behind a loadgen.Front with policy front, in front of n fresh engine
+// simulators.
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur time.Duration, bin string, precise bool, em time.Duration, progress, logw io.Writer) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur time.Duration, o multiOpts, progress, logw io.Writer) (Row, error) {
+	bin, precise := o.bin, o.precise
 	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, precise)
 	defer closeEngines(sims)
 	if err != nil {
@@ -61,9 +77,9 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	var kv map[string]any
 	pol := "ramjet"
 	if precise {
-		kv, pol = kvConfig(sims, addrs, 0), "ramjet-precise"
+		kv, pol = kvConfig(sims, addrs, o.tokTO), "ramjet-precise"
 	}
-	sites := multiSites(k, addrs, kv, em)
+	sites := multiSites(k, addrs, kv, o.em, o.foreign)
 	var backends []string
 	var procsKV *procs
 	label := fmt.Sprintf("%s x%d %s", pol, k, front)
@@ -112,7 +128,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		Label: w.Name + "/" + label, Trace: w.Trace, Client: client,
 		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
 		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
-		Progress: progress,
+		Progress: progress, Results: o.results,
 	})
 	if err != nil {
 		return Row{}, err

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -14,8 +16,9 @@ import (
 // report cached tokens through both.
 func TestE2ECompareRouters(t *testing.T) {
 	var out, errOut bytes.Buffer
+	prefix := filepath.Join(t.TempDir(), "res")
 	err := run(context.Background(), []string{"-workload", "burst", "-scale", "0.125", "-policy", "ramjet",
-		"-routers", "2", "-front", "rr", "-replicas", "4", "-time-scale", "20", "-json"}, &out, &errOut)
+		"-routers", "2", "-front", "rr", "-replicas", "4", "-time-scale", "20", "-json", "-results", prefix}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
@@ -37,6 +40,16 @@ func TestE2ECompareRouters(t *testing.T) {
 	}
 	if rows[0].Front != nil {
 		t.Errorf("single-instance row has front counts %v", rows[0].Front)
+	}
+	// -results: one JSON line per request of each run, the multi row's too.
+	for _, name := range []string{prefix + "-0-burst-ramjet.jsonl", prefix + "-1-burst-ramjet-x2.jsonl"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(b, []byte("\n")); n != 12 {
+			t.Errorf("%s: %d lines, want 12", filepath.Base(name), n)
+		}
 	}
 }
 
@@ -67,5 +80,21 @@ func TestSummarizeKV(t *testing.T) {
 		"kv_feed_connected=2 tokenize_fallbacks_total{reason=timeout}=2 tokenize_duration_seconds_sum=1.5"
 	if got != want {
 		t.Errorf("summarizeKV:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestMultiSitesForeign: -foreign-prefill reaches every instance's policy
+// (the module's foreign_prefill), and unset leaves the module's default.
+func TestMultiSitesForeign(t *testing.T) {
+	ups := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	for _, s := range multiSites(2, ups, map[string]any{}, 0, "queues") {
+		if got := s.PolicyConfig["foreign_prefill"]; got != "queues" {
+			t.Errorf("%s: foreign_prefill %v, want queues", s.Name, got)
+		}
+	}
+	for _, s := range multiSites(2, ups, map[string]any{}, 0, "") {
+		if got, ok := s.PolicyConfig["foreign_prefill"]; ok {
+			t.Errorf("%s: foreign_prefill %v set without the flag", s.Name, got)
+		}
 	}
 }

@@ -205,7 +205,7 @@ func fetchProfile(hc *http.Client, url, path string) error {
 // scrapeKV returns the precise path's preflight, decision and feed
 // series of the Caddy process (ramjet_tokenize_*,
 // ramjet_kv_decisions_total, ramjet_kv_events_applied_total,
-// ramjet_kv_feed_connected, ramjet_kv_foreign_prefill_*), from its admin
+// ramjet_kv_feed_connected, ramjet_kv_foreign_prefill_*, ramjet_kv_foreign_share), from its admin
 // /metrics; histogram buckets left out.
 func scrapeKV(admin string) ([]string, error) {
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -224,7 +224,7 @@ func scrapeKV(admin string) ([]string, error) {
 		l := sc.Text()
 		if (strings.HasPrefix(l, "ramjet_tokenize_") || strings.HasPrefix(l, "ramjet_kv_decisions_total") ||
 			strings.HasPrefix(l, "ramjet_kv_events_applied_total") || strings.HasPrefix(l, "ramjet_kv_feed_connected") ||
-			strings.HasPrefix(l, "ramjet_kv_foreign_prefill_")) && !strings.Contains(l, "_bucket{") {
+			strings.HasPrefix(l, "ramjet_kv_foreign_prefill_") || strings.HasPrefix(l, "ramjet_kv_foreign_share")) && !strings.Contains(l, "_bucket{") {
 			out = append(out, l)
 		}
 	}
