@@ -75,6 +75,9 @@ func TestBusyGuard(t *testing.T) {
 func TestSubsetGuard(t *testing.T) {
 	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
 	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	// The guard's spill alone: the warm hold (TestWarmHold) would take
+	// it back to a holder running under 1.5 times the mean.
+	rt = rt.WithOptions(Options{WarmHold: -1})
 	c = rt.Config()
 	s := NewScratch(len(cands))
 	f := features(c, blocksOf(3, 200), 0)
@@ -129,5 +132,76 @@ func TestSubsetGuard(t *testing.T) {
 	}
 	if d = rt.Pick(f, cands, s); s.Load[0] != 400 || d.Index != idle {
 		t.Fatalf("prefix held by all: %+v loads %v, want holders at 400 and the idle replica", d, s.Load[:6])
+	}
+}
+
+// TestWarmHold checks Options.WarmHold: over at least SubsetGuardReplicas
+// usable replicas, a load override to a replica that holds none of the
+// prompt goes back to the best-scoring holder that runs fewer than
+// WarmHold times the mean and whose pending prefill less its overlap is
+// at most the cold replica's; a holder past either limit, a smaller fleet
+// and WarmHold -1 leave the spill as it was.
+func TestWarmHold(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
+	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	c = rt.Config()
+	s := NewScratch(len(cands))
+	f := features(c, blocksOf(3, 200), 0)
+	short := features(c, blocksOf(3, 26), 0) // the first 416 tokens of f
+	for i := range 4 {
+		rt.Learn(short, cands[i].Slot)
+	}
+	// TestSubsetGuard's fleet: the 4 holders run 4 each, the last replica
+	// none, the others 3 (mean 3.03125), and the subset guard makes the
+	// idle replica the best score (416 - 496.875 < 0).
+	var rs []*Reservation
+	for i := range cands {
+		n := 3
+		switch {
+		case i < 4:
+			n = 4
+		case i == len(cands)-1:
+			n = 0
+		}
+		for range n {
+			rs = append(rs, rt.Reserve(cands[i].Slot, 0))
+		}
+	}
+	defer func() {
+		for _, r := range rs {
+			r.Release()
+		}
+	}()
+	idle := len(cands) - 1
+	if d := rt.WithOptions(Options{WarmHold: -1}).Pick(f, cands, s); d.Index != idle || d.Reason != ReasonLoadOverride {
+		t.Fatalf("without the hold: %+v, want the spill to the idle replica", d)
+	}
+	// 4 < 1.5 x 3.03125 and no queue: the holder with the best score
+	// (all equal: the first) wins, an affinity decision.
+	d := rt.Pick(f, cands, s)
+	if d.Index != 0 || d.Overlap != 416 || d.Reason != ReasonAffinity {
+		t.Fatalf("warm hold: %+v, want holder 0", d)
+	}
+	// A limit of 1.2 x 3.03125 = 3.64: the holders' 4 are past it.
+	if d = rt.WithOptions(Options{WarmHold: 1.2}).Pick(f, cands, s); d.Index != idle {
+		t.Fatalf("WarmHold 1.2: %+v, want the idle replica", d)
+	}
+	// Holder 0 queues more prefill than its overlap (500 > 416 + 0), its
+	// count unchanged (one of its 4 requests swapped for one with 500
+	// pending): holder 1 wins; with every holder queued so, the idle
+	// replica keeps it.
+	queue := func(i int) {
+		rs[4*i].Release()
+		rs = append(rs, rt.Reserve(cands[i].Slot, 500))
+	}
+	queue(0)
+	if d = rt.Pick(f, cands, s); d.Index != 1 {
+		t.Fatalf("holder 0 queued: %+v, want holder 1", d)
+	}
+	for i := 1; i < 4; i++ {
+		queue(i)
+	}
+	if d = rt.Pick(f, cands, s); d.Index != idle {
+		t.Fatalf("every holder queued: %+v, want the idle replica", d)
 	}
 }
