@@ -139,8 +139,9 @@ func TestSubsetGuard(t *testing.T) {
 // usable replicas, a load override to a replica that holds none of the
 // prompt goes back to the best-scoring holder that runs fewer than
 // WarmHold times the mean and whose pending prefill less its overlap is
-// at most the cold replica's; a holder past either limit, a smaller fleet
-// and WarmHold -1 leave the spill as it was.
+// at most the cold replica's; a holder past either limit, a prompt longer
+// than DefaultAgreeMax and WarmHold -1 leave the spill as it was (under
+// SubsetGuardReplicas, the subset guard that made this spill is off too).
 func TestWarmHold(t *testing.T) {
 	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
 	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
@@ -181,6 +182,13 @@ func TestWarmHold(t *testing.T) {
 	d := rt.Pick(f, cands, s)
 	if d.Index != 0 || d.Overlap != 416 || d.Reason != ReasonAffinity {
 		t.Fatalf("warm hold: %+v, want holder 0", d)
+	}
+	// A prompt longer than DefaultAgreeMax (an agent's context, the same
+	// blocks): not held.
+	long := *f
+	long.PromptBytes = int(float64(DefaultAgreeMax+16) * c.CharsPerToken)
+	if d = rt.Pick(&long, cands, s); d.Index != idle {
+		t.Fatalf("a %d-token prompt: %+v, want the idle replica", long.PromptTokens(c), d)
 	}
 	// A limit of 1.2 x 3.03125 = 3.64: the holders' 4 are past it.
 	if d = rt.WithOptions(Options{WarmHold: 1.2}).Pick(f, cands, s); d.Index != idle {

@@ -432,8 +432,12 @@ type Options struct {
 	// prefill (the request's prompt is computed no later there). A
 	// fleet warming up (a popular prefix on few replicas, the rest idle)
 	// then warms fewer replicas: each cold replica it warms costs one
-	// request a cold prefill. 0 is DefaultWarmHold, negative none (the
-	// rule before).
+	// request a cold prefill. Only for prompts of at most DefaultAgreeMax
+	// tokens (the agreement band's bound): a longer one is an agent's
+	// context, which stays and grows where it lands, and the pair term
+	// that spread it must stand (agent-fleet at 64 replicas lost 30% of
+	// its throughput without the bound). 0 is DefaultWarmHold, negative
+	// none (the rule before).
 	WarmHold float64
 }
 
@@ -1016,7 +1020,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = i
 		}
 	}
-	if s.Overlap[w] == 0 && d.BestOverlap > 0 && usable >= SubsetGuardReplicas {
+	if s.Overlap[w] == 0 && d.BestOverlap > 0 && usable >= SubsetGuardReplicas && prompt <= DefaultAgreeMax {
 		w = rt.warmHold(cands, s, w, busy, usable)
 	}
 	// A spill (w holds less than the warmest usable replica, or a cold
