@@ -427,20 +427,17 @@ type Options struct {
 	// replica holding none of the prompt while others hold part of it (a
 	// load override to a cold replica), the best-scoring holder running
 	// fewer than WarmHold times the usable replicas' mean in-flight
-	// requests (a mean of at least one), and holding at most WarmHold
-	// times their mean context (resident and lingering, at least the
-	// prompt's tokens), wins instead, if its pending prefill less its
-	// overlap is at most the cold replica's pending prefill (the
-	// request's prompt is computed no later there). A
+	// requests (a mean of at least one) wins instead, if its pending
+	// prefill less its overlap is at most the cold replica's pending
+	// prefill (the request's prompt is computed no later there). A
 	// fleet warming up (a popular prefix on few replicas, the rest idle)
 	// then warms fewer replicas: each cold replica it warms costs one
 	// request a cold prefill. Only for prompts of at most DefaultAgreeMax
 	// tokens (the agreement band's bound): a longer one is an agent's
 	// context, which stays and grows where it lands, and the pair term
 	// that spread it must stand (agent-fleet at 64 replicas lost 30% of
-	// its throughput without the bound; the context limit keeps an
-	// agent's short first steps off a replica that already runs
-	// another's). 0 is DefaultWarmHold, negative none (the rule before).
+	// its throughput without the bound). 0 is DefaultWarmHold, negative
+	// none (the rule before).
 	WarmHold float64
 }
 
@@ -1024,7 +1021,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	if s.Overlap[w] == 0 && d.BestOverlap > 0 && usable >= SubsetGuardReplicas && prompt <= DefaultAgreeMax {
-		w = rt.warmHold(cands, s, w, busy, usable, prompt)
+		w = rt.warmHold(cands, s, w, busy, usable)
 	}
 	// A spill (w holds less than the warmest usable replica, or a cold
 	// prefix with ColdSpill): spill keeps w's overlap, so the band spill
@@ -1095,14 +1092,9 @@ func (rt *Router) profileQueue() float64 {
 
 // warmHold is the warm hold (Options.WarmHold) for w, a cold replica that
 // won while others hold part of the prompt: the best-scoring holder
-// within the hold's limits (in-flight requests, context) whose pending
+// running fewer than the hold's limit of in-flight requests whose pending
 // prefill less its overlap is at most w's pending prefill, else w.
-// context is the slot's resident and lingering context, in tokens.
-func (c *loadCell) context() float64 {
-	return float64(c.resident.Load()) + float64(c.linger.Load())
-}
-
-func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usable, prompt int) int {
+func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usable int) int {
 	g := rt.opt.WarmHold
 	if g == 0 {
 		g = DefaultWarmHold
@@ -1112,17 +1104,10 @@ func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usa
 	}
 	lim := g * max(1, float64(busy)/float64(usable))
 	wait := rt.loads[cands[w].Slot].pending.Load()
-	ctx := 0.0
-	for i := range cands {
-		if cands[i].Usable {
-			ctx += rt.loads[cands[i].Slot].context()
-		}
-	}
-	ctxLim := g * max(ctx/float64(usable), float64(prompt))
 	alt := w
 	for i := range cands {
 		c := &rt.loads[cands[i].Slot]
-		if !cands[i].Usable || s.Overlap[i] == 0 || float64(c.count()) >= lim || c.pending.Load()-int64(s.Overlap[i]) > wait || c.context() > ctxLim {
+		if !cands[i].Usable || s.Overlap[i] == 0 || float64(c.count()) >= lim || c.pending.Load()-int64(s.Overlap[i]) > wait {
 			continue
 		}
 		if alt == w || s.Score[i] > s.Score[alt] {
