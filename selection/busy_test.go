@@ -213,3 +213,50 @@ func TestWarmHold(t *testing.T) {
 		t.Fatalf("every holder queued: %+v, want the idle replica", d)
 	}
 }
+
+// TestWarmHoldFleetMean: the warm hold applies only on a fleet running at
+// least two requests per usable replica. Two holders each run one request
+// with 50,000 tokens of context (the pair term makes a replica without the
+// prefix the best score); with the others running 2 each but four running 1
+// (mean 1.81) the cold replica keeps the request, with all others at 3
+// (mean 2.9) a holder (under 1.5x the mean, no queue) takes it.
+func TestWarmHoldFleetMean(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
+	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	c = rt.Config()
+	s := NewScratch(len(cands))
+	f := features(c, blocksOf(3, 200), 0)
+	short := features(c, blocksOf(3, 26), 0)
+	var rs []*Reservation
+	defer func() {
+		for _, r := range rs {
+			r.Release()
+		}
+	}()
+	for i := range 2 {
+		rt.Learn(short, cands[i].Slot)
+		r := new(Reservation)
+		rt.reserveInto(r, cands[i].Slot, 0, 50_000)
+		rs = append(rs, r)
+	}
+	run := func(from, to, n int) {
+		for i := from; i < to; i++ {
+			for range n {
+				rs = append(rs, rt.Reserve(cands[i].Slot, 0))
+			}
+		}
+	}
+	run(2, 28, 2)
+	run(28, 32, 1) // 2 + 52 + 4 = 58 over 32: mean 1.8125
+	if d := rt.Pick(f, cands, s); d.Overlap != 0 || d.Reason != ReasonLoadOverride {
+		t.Fatalf("mean under 2: %+v, want a replica without the prefix", d)
+	}
+	run(2, 28, 1)
+	run(28, 32, 2) // 2 + 78 + 12 = 92 over 32: mean 2.875
+	if d := rt.Pick(f, cands, s); d.Index > 1 || d.Overlap != 416 {
+		t.Fatalf("mean 2.875: %+v, want a holder", d)
+	}
+	if d := rt.WithOptions(Options{WarmHold: -1}).Pick(f, cands, s); d.Overlap != 0 {
+		t.Fatalf("mean 2.875 without the hold: %+v, want a replica without the prefix", d)
+	}
+}

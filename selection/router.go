@@ -264,6 +264,13 @@ const DefaultProfileQueue = 1.0
 // section 33: the hotspot workload's warm-up at 64 and 256 replicas).
 const DefaultWarmHold = 1.5
 
+// warmHoldMean is the least mean of in-flight requests per usable replica
+// at which the warm hold applies: on a fleet that runs fewer, a cold
+// replica costs the request no queue and the hold only stacked long-lived
+// contexts (the tool-agent trace at 64 replicas: its agents' first steps
+// held beside other agents; bench/EXPERIMENTS.md section 33).
+const warmHoldMean = 2.0
+
 // SubsetGuardReplicas is the least usable replicas Options.SubsetGuard
 // applies over. On 8 replicas the same guard costs the open-loop
 // tool-agent and conversation traces' p99 (each replica is an eighth of
@@ -425,11 +432,12 @@ type Options struct {
 	// WarmHold is the warm hold, over a fleet of at least
 	// SubsetGuardReplicas usable replicas: when the best score is a
 	// replica holding none of the prompt while others hold part of it (a
-	// load override to a cold replica), the best-scoring holder running
+	// load override to a cold replica) on a fleet running at least two
+	// requests per usable replica, the best-scoring holder running
 	// fewer than WarmHold times the usable replicas' mean in-flight
-	// requests (a mean of at least one) wins instead, if its pending
-	// prefill less its overlap is at most the cold replica's pending
-	// prefill (the request's prompt is computed no later there). A
+	// requests wins instead, if its pending prefill less its overlap is
+	// at most the cold replica's pending prefill (the request's prompt
+	// is computed no later there). A
 	// fleet warming up (a popular prefix on few replicas, the rest idle)
 	// then warms fewer replicas: each cold replica it warms costs one
 	// request a cold prefill. Only for prompts of at most DefaultAgreeMax
@@ -1102,7 +1110,11 @@ func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usa
 	if g <= 0 {
 		return w
 	}
-	lim := g * max(1, float64(busy)/float64(usable))
+	mean := float64(busy) / float64(usable)
+	if mean < warmHoldMean {
+		return w
+	}
+	lim := g * mean
 	wait := rt.loads[cands[w].Slot].pending.Load()
 	alt := w
 	for i := range cands {
