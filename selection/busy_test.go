@@ -65,6 +65,33 @@ func TestBusyGuard(t *testing.T) {
 	}
 }
 
+// subsetFleet sets up SubsetGuardReplicas replicas (cands) for the subset
+// guard's and the warm hold's tests: the first 4 hold the first 416 tokens
+// of the returned 3,200-token prompt and run 4 requests each, the last
+// replica none, the others 3 (97 over 32, mean 3.03125). The caller
+// releases the reservations: 4 per holder first, holder i's at 4i..4i+3.
+func subsetFleet(rt *Router, cands []Candidate) (*Features, []*Reservation) {
+	c := rt.Config()
+	short := features(c, blocksOf(3, 26), 0)
+	for i := range 4 {
+		rt.Learn(short, cands[i].Slot)
+	}
+	var rs []*Reservation
+	for i := range cands {
+		n := 3
+		switch {
+		case i < 4:
+			n = 4
+		case i == len(cands)-1:
+			n = 0
+		}
+		for range n {
+			rs = append(rs, rt.Reserve(cands[i].Slot, 0))
+		}
+	}
+	return features(c, blocksOf(3, 200), 0), rs
+}
+
 // TestSubsetGuard checks Options.SubsetGuard: over at least
 // SubsetGuardReplicas usable replicas, a replica holding more of the
 // prompt than the least warm one pays request_cost past the mean (not
@@ -80,27 +107,10 @@ func TestSubsetGuard(t *testing.T) {
 	rt = rt.WithOptions(Options{WarmHold: -1})
 	c = rt.Config()
 	s := NewScratch(len(cands))
-	f := features(c, blocksOf(3, 200), 0)
-	short := features(c, blocksOf(3, 26), 0) // the first 416 tokens of f
-	for i := range 4 {
-		rt.Learn(short, cands[i].Slot)
-	}
-	var rs []*Reservation
-	// The 4 holders run 4 each, the last replica none, the others 3:
-	// 97 over 32, mean 3.03125. The busy guard's limit (6.0625) charges
-	// nobody; the subset guard's (3.03125) charges each holder 96.875.
-	for i := range cands {
-		n := 3
-		switch {
-		case i < 4:
-			n = 4
-		case i == len(cands)-1:
-			n = 0
-		}
-		for range n {
-			rs = append(rs, rt.Reserve(cands[i].Slot, 0))
-		}
-	}
+	// The busy guard's limit (6.0625) charges nobody; the subset guard's
+	// (3.03125) charges each holder 96.875.
+	f, rs := subsetFleet(rt, cands)
+	short := features(c, blocksOf(3, 26), 0) // the holders' prefix
 	defer func() {
 		for _, r := range rs {
 			r.Release()
@@ -147,27 +157,9 @@ func TestWarmHold(t *testing.T) {
 	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
 	c = rt.Config()
 	s := NewScratch(len(cands))
-	f := features(c, blocksOf(3, 200), 0)
-	short := features(c, blocksOf(3, 26), 0) // the first 416 tokens of f
-	for i := range 4 {
-		rt.Learn(short, cands[i].Slot)
-	}
-	// TestSubsetGuard's fleet: the 4 holders run 4 each, the last replica
-	// none, the others 3 (mean 3.03125), and the subset guard makes the
-	// idle replica the best score (416 - 496.875 < 0).
-	var rs []*Reservation
-	for i := range cands {
-		n := 3
-		switch {
-		case i < 4:
-			n = 4
-		case i == len(cands)-1:
-			n = 0
-		}
-		for range n {
-			rs = append(rs, rt.Reserve(cands[i].Slot, 0))
-		}
-	}
+	// TestSubsetGuard's fleet: the subset guard makes the idle replica the
+	// best score (416 - 496.875 < 0).
+	f, rs := subsetFleet(rt, cands)
 	defer func() {
 		for _, r := range rs {
 			r.Release()
