@@ -257,11 +257,13 @@ const DefaultSubsetFloor = 3.0
 // (bench/EXPERIMENTS.md: spec-pair's TTFT p99 over 24 tuning seeds).
 const DefaultProfileQueue = 1.0
 
-// DefaultWarmHold is Options.WarmHold's default: a load override to a
-// replica holding none of the prompt goes to a holder running fewer than
-// 1.5 times the usable replicas' mean of in-flight requests whose queue
-// lets the request's first token come no later (bench/EXPERIMENTS.md
-// section 33: the hotspot workload's warm-up at 64 and 256 replicas).
+// DefaultWarmHold is Options.WarmHold's default: on a fleet of at least
+// SubsetGuardReplicas running at least two requests per replica, a load
+// override to a replica holding none of the prompt goes to a holder
+// running fewer than 1.5 times the usable replicas' mean of in-flight
+// requests whose queue lets the request's first token come no later
+// (bench/EXPERIMENTS.md section 33: the hotspot workload's warm-up at 64
+// and 256 replicas).
 const DefaultWarmHold = 1.5
 
 // warmHoldMean is the least mean of in-flight requests per usable replica
@@ -437,10 +439,10 @@ type Options struct {
 	// fewer than WarmHold times the usable replicas' mean in-flight
 	// requests wins instead, if its pending prefill less its overlap is
 	// at most the cold replica's pending prefill (the request's prompt
-	// is computed no later there). A
-	// fleet warming up (a popular prefix on few replicas, the rest idle)
-	// then warms fewer replicas: each cold replica it warms costs one
-	// request a cold prefill. Only for prompts of at most DefaultAgreeMax
+	// is computed no later there). A fleet warming up (a popular prefix
+	// on few replicas, the rest idle) then warms fewer replicas: each
+	// cold replica it warms costs one request a cold prefill. Only for
+	// prompts of at most DefaultAgreeMax
 	// tokens (the agreement band's bound): a longer one is an agent's
 	// context, which stays and grows where it lands, and the pair term
 	// that spread it must stand (agent-fleet at 64 replicas lost 30% of
