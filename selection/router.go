@@ -442,12 +442,11 @@ type Options struct {
 	// is computed no later there). A fleet warming up (a popular prefix
 	// on few replicas, the rest idle) then warms fewer replicas: each
 	// cold replica it warms costs one request a cold prefill. Only for
-	// prompts of at most DefaultAgreeMax
-	// tokens (the agreement band's bound): a longer one is an agent's
-	// context, which stays and grows where it lands, and the pair term
-	// that spread it must stand (agent-fleet at 64 replicas lost 30% of
-	// its throughput without the bound). 0 is DefaultWarmHold, negative
-	// none (the rule before).
+	// prompts of at most DefaultAgreeMax tokens (the agreement band's
+	// bound): a longer one is an agent's context, which stays and grows
+	// where it lands, and the pair term that spread it must stand
+	// (agent-fleet at 64 replicas lost 30% of its throughput without the
+	// bound). 0 is DefaultWarmHold, negative none (the rule before).
 	WarmHold float64
 }
 
