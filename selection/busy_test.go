@@ -65,27 +65,18 @@ func TestBusyGuard(t *testing.T) {
 	}
 }
 
-// TestSubsetGuard checks Options.SubsetGuard: over at least
-// SubsetGuardReplicas usable replicas, a replica holding more of the
-// prompt than the least warm one pays request_cost past the mean (not
-// below DefaultSubsetFloor requests), so the holders of a prefix only a
-// subset has shed a request to an idle replica that the busy guard alone
-// leaves on them; a prefix every replica holds, a smaller fleet and
-// SubsetGuard -1 leave the busy guard alone.
-func TestSubsetGuard(t *testing.T) {
-	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
-	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
-	c = rt.Config()
-	s := NewScratch(len(cands))
-	f := features(c, blocksOf(3, 200), 0)
-	short := features(c, blocksOf(3, 26), 0) // the first 416 tokens of f
+// subsetFleet sets up SubsetGuardReplicas replicas (cands) for the subset
+// guard's and the warm hold's tests: the first 4 hold the first 416 tokens
+// of the returned 3,200-token prompt and run 4 requests each, the last
+// replica none, the others 3 (97 over 32, mean 3.03125). The caller
+// releases the reservations: 4 per holder first, holder i's at 4i..4i+3.
+func subsetFleet(rt *Router, cands []Candidate) (*Features, []*Reservation) {
+	c := rt.Config()
+	short := features(c, blocksOf(3, 26), 0)
 	for i := range 4 {
 		rt.Learn(short, cands[i].Slot)
 	}
 	var rs []*Reservation
-	// The 4 holders run 4 each, the last replica none, the others 3:
-	// 97 over 32, mean 3.03125. The busy guard's limit (6.0625) charges
-	// nobody; the subset guard's (3.03125) charges each holder 96.875.
 	for i := range cands {
 		n := 3
 		switch {
@@ -98,6 +89,28 @@ func TestSubsetGuard(t *testing.T) {
 			rs = append(rs, rt.Reserve(cands[i].Slot, 0))
 		}
 	}
+	return features(c, blocksOf(3, 200), 0), rs
+}
+
+// TestSubsetGuard checks Options.SubsetGuard: over at least
+// SubsetGuardReplicas usable replicas, a replica holding more of the
+// prompt than the least warm one pays request_cost past the mean (not
+// below DefaultSubsetFloor requests), so the holders of a prefix only a
+// subset has shed a request to an idle replica that the busy guard alone
+// leaves on them; a prefix every replica holds, a smaller fleet and
+// SubsetGuard -1 leave the busy guard alone.
+func TestSubsetGuard(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
+	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	// The guard's spill alone: the warm hold (TestWarmHold) would take
+	// it back to a holder running under 1.5 times the mean.
+	rt = rt.WithOptions(Options{WarmHold: -1})
+	c = rt.Config()
+	s := NewScratch(len(cands))
+	// The busy guard's limit (6.0625) charges nobody; the subset guard's
+	// (3.03125) charges each holder 96.875.
+	f, rs := subsetFleet(rt, cands)
+	short := features(c, blocksOf(3, 26), 0) // the holders' prefix
 	defer func() {
 		for _, r := range rs {
 			r.Release()
@@ -129,5 +142,113 @@ func TestSubsetGuard(t *testing.T) {
 	}
 	if d = rt.Pick(f, cands, s); s.Load[0] != 400 || d.Index != idle {
 		t.Fatalf("prefix held by all: %+v loads %v, want holders at 400 and the idle replica", d, s.Load[:6])
+	}
+}
+
+// TestWarmHold checks Options.WarmHold: over at least SubsetGuardReplicas
+// usable replicas, a load override to a replica that holds none of the
+// prompt goes back to the best-scoring holder that runs fewer than
+// WarmHold times the mean and whose pending prefill less its overlap is
+// at most the cold replica's; a holder past either limit, a prompt longer
+// than DefaultAgreeMax and WarmHold -1 leave the spill as it was (under
+// SubsetGuardReplicas, the subset guard that made this spill is off too).
+func TestWarmHold(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
+	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	c = rt.Config()
+	s := NewScratch(len(cands))
+	// TestSubsetGuard's fleet: the subset guard makes the idle replica the
+	// best score (416 - 496.875 < 0).
+	f, rs := subsetFleet(rt, cands)
+	defer func() {
+		for _, r := range rs {
+			r.Release()
+		}
+	}()
+	idle := len(cands) - 1
+	if d := rt.WithOptions(Options{WarmHold: -1}).Pick(f, cands, s); d.Index != idle || d.Reason != ReasonLoadOverride {
+		t.Fatalf("without the hold: %+v, want the spill to the idle replica", d)
+	}
+	// 4 < 1.5 x 3.03125 and no queue: the holder with the best score
+	// (all equal: the first) wins, an affinity decision.
+	d := rt.Pick(f, cands, s)
+	if d.Index != 0 || d.Overlap != 416 || d.Reason != ReasonAffinity {
+		t.Fatalf("warm hold: %+v, want holder 0", d)
+	}
+	// A prompt longer than DefaultAgreeMax (an agent's context, the same
+	// blocks): not held.
+	long := *f
+	long.PromptBytes = int(float64(DefaultAgreeMax+16) * c.CharsPerToken)
+	if d = rt.Pick(&long, cands, s); d.Index != idle {
+		t.Fatalf("a %d-token prompt: %+v, want the idle replica", long.PromptTokens(c), d)
+	}
+	// A limit of 1.2 x 3.03125 = 3.64: the holders' 4 are past it.
+	if d = rt.WithOptions(Options{WarmHold: 1.2}).Pick(f, cands, s); d.Index != idle {
+		t.Fatalf("WarmHold 1.2: %+v, want the idle replica", d)
+	}
+	// Holder 0 queues more prefill than its overlap (500 > 416 + 0), its
+	// count unchanged (one of its 4 requests swapped for one with 500
+	// pending): holder 1 wins; with every holder queued so, the idle
+	// replica keeps it.
+	queue := func(i int) {
+		rs[4*i].Release()
+		rs = append(rs, rt.Reserve(cands[i].Slot, 500))
+	}
+	queue(0)
+	if d = rt.Pick(f, cands, s); d.Index != 1 {
+		t.Fatalf("holder 0 queued: %+v, want holder 1", d)
+	}
+	for i := 1; i < 4; i++ {
+		queue(i)
+	}
+	if d = rt.Pick(f, cands, s); d.Index != idle {
+		t.Fatalf("every holder queued: %+v, want the idle replica", d)
+	}
+}
+
+// TestWarmHoldFleetMean: the warm hold applies only on a fleet running at
+// least two requests per usable replica. Two holders each run one request
+// with 50,000 tokens of context (the pair term makes a replica without the
+// prefix the best score); with the others running 2 each but four running 1
+// (mean 1.81) the cold replica keeps the request, with all others at 3
+// (mean 2.9) a holder (under 1.5x the mean, no queue) takes it.
+func TestWarmHoldFleetMean(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
+	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	c = rt.Config()
+	s := NewScratch(len(cands))
+	f := features(c, blocksOf(3, 200), 0)
+	short := features(c, blocksOf(3, 26), 0)
+	var rs []*Reservation
+	defer func() {
+		for _, r := range rs {
+			r.Release()
+		}
+	}()
+	for i := range 2 {
+		rt.Learn(short, cands[i].Slot)
+		r := new(Reservation)
+		rt.reserveInto(r, cands[i].Slot, 0, 50_000)
+		rs = append(rs, r)
+	}
+	run := func(from, to, n int) {
+		for i := from; i < to; i++ {
+			for range n {
+				rs = append(rs, rt.Reserve(cands[i].Slot, 0))
+			}
+		}
+	}
+	run(2, 28, 2)
+	run(28, 32, 1) // 2 + 52 + 4 = 58 over 32: mean 1.8125
+	if d := rt.Pick(f, cands, s); d.Overlap != 0 || d.Reason != ReasonLoadOverride {
+		t.Fatalf("mean under 2: %+v, want a replica without the prefix", d)
+	}
+	run(2, 28, 1)
+	run(28, 32, 2) // 2 + 78 + 12 = 92 over 32: mean 2.875
+	if d := rt.Pick(f, cands, s); d.Index > 1 || d.Overlap != 416 {
+		t.Fatalf("mean 2.875: %+v, want a holder", d)
+	}
+	if d := rt.WithOptions(Options{WarmHold: -1}).Pick(f, cands, s); d.Overlap != 0 {
+		t.Fatalf("mean 2.875 without the hold: %+v, want a replica without the prefix", d)
 	}
 }

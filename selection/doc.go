@@ -16,7 +16,9 @@
 // the decode-side terms and the busy guard of Options). Ties
 // within TieEpsilon are broken by the deeper raw overlap, the requested
 // output length against the replica's engine profile, a rendezvous hash of
-// the prompt's first block, and finally the lower load.
+// the prompt's first block, and finally the lower load. Over a fleet of
+// at least SubsetGuardReplicas, a cold winner may give way to a holder of
+// part of the prompt (Options.WarmHold).
 //
 // Router.Route is one decision with its side effects (an optional
 // Annotator's exact overlaps, Pick, Reserve, Learn); Pick alone decides

@@ -257,6 +257,22 @@ const DefaultSubsetFloor = 3.0
 // (bench/EXPERIMENTS.md: spec-pair's TTFT p99 over 24 tuning seeds).
 const DefaultProfileQueue = 1.0
 
+// DefaultWarmHold is Options.WarmHold's default: on a fleet of at least
+// SubsetGuardReplicas running at least two requests per replica, a load
+// override to a replica holding none of the prompt goes to a holder
+// running fewer than 1.5 times the usable replicas' mean of in-flight
+// requests whose queue lets the request's first token come no later
+// (bench/EXPERIMENTS.md section 33: the hotspot workload's warm-up at 64
+// and 256 replicas).
+const DefaultWarmHold = 1.5
+
+// warmHoldMean is the least mean of in-flight requests per usable replica
+// at which the warm hold applies: on a fleet that runs fewer, a cold
+// replica costs the request no queue and the hold only stacked long-lived
+// contexts (the tool-agent trace at 64 replicas: its agents' first steps
+// held beside other agents; bench/EXPERIMENTS.md section 33).
+const warmHoldMean = 2.0
+
 // SubsetGuardReplicas is the least usable replicas Options.SubsetGuard
 // applies over. On 8 replicas the same guard costs the open-loop
 // tool-agent and conversation traces' p99 (each replica is an eighth of
@@ -424,6 +440,23 @@ type Options struct {
 	// replica than elsewhere (spec-pair's TTFT p99). 0 is
 	// DefaultProfileQueue, negative none (the rule before).
 	ProfileQueue float64
+	// WarmHold is the warm hold, over a fleet of at least
+	// SubsetGuardReplicas usable replicas: when the best score is a
+	// replica holding none of the prompt while others hold part of it (a
+	// load override to a cold replica) on a fleet running at least two
+	// requests per usable replica, the best-scoring holder running
+	// fewer than WarmHold times the usable replicas' mean in-flight
+	// requests wins instead, if its pending prefill less its overlap is
+	// at most the cold replica's pending prefill (the request's prompt
+	// is computed no later there). A fleet warming up (a popular prefix
+	// on few replicas, the rest idle) then warms fewer replicas: each
+	// cold replica it warms costs one request a cold prefill. Only for
+	// prompts of at most DefaultAgreeMax tokens (the agreement band's
+	// bound): a longer one is an agent's context, which stays and grows
+	// where it lands, and the pair term that spread it must stand
+	// (agent-fleet at 64 replicas lost 30% of its throughput without the
+	// bound). 0 is DefaultWarmHold, negative none (the rule before).
+	WarmHold float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1005,6 +1038,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = i
 		}
 	}
+	if s.Overlap[w] == 0 && d.BestOverlap > 0 && usable >= SubsetGuardReplicas && prompt <= DefaultAgreeMax {
+		w = rt.warmHold(cands, s, w, busy, usable)
+	}
 	// A spill (w holds less than the warmest usable replica, or a cold
 	// prefix with ColdSpill): spill keeps w's overlap, so the band spill
 	// after it sees the same case.
@@ -1070,6 +1106,37 @@ func (rt *Router) profileQueue() float64 {
 		return DefaultProfileQueue
 	}
 	return rt.opt.ProfileQueue
+}
+
+// warmHold is the warm hold (Options.WarmHold) for w, a cold replica that
+// won while others hold part of the prompt: the best-scoring holder
+// running fewer than the hold's limit of in-flight requests whose pending
+// prefill less its overlap is at most w's pending prefill, else w.
+func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usable int) int {
+	g := rt.opt.WarmHold
+	if g == 0 {
+		g = DefaultWarmHold
+	}
+	if g <= 0 {
+		return w
+	}
+	mean := float64(busy) / float64(usable)
+	if mean < warmHoldMean {
+		return w
+	}
+	lim := g * mean
+	wait := rt.loads[cands[w].Slot].pending.Load()
+	alt := w
+	for i := range cands {
+		c := &rt.loads[cands[i].Slot]
+		if !cands[i].Usable || s.Overlap[i] == 0 || float64(c.count()) >= lim || c.pending.Load()-int64(s.Overlap[i]) > wait {
+			continue
+		}
+		if alt == w || s.Score[i] > s.Score[alt] {
+			alt = i
+		}
+	}
+	return alt
 }
 
 // subsetFloor is Options.SubsetFloor with its default applied.

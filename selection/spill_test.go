@@ -133,6 +133,9 @@ func TestSpillOnlyOnSpills(t *testing.T) {
 func TestSpillAllocs(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 64)
 	rt.SetInstance("ramjet-3")
+	// Without the warm hold, which keeps the second request on the first's
+	// replica (one request in flight, its queue no longer than a cold one's).
+	rt = rt.WithOptions(Options{WarmHold: -1})
 	f := features(rt.Config(), blocksOf(1, 64), 100)
 	s := NewScratch(len(cands))
 	var first, second Reservation

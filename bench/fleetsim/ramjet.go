@@ -75,8 +75,8 @@ func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replic
 			continue
 		}
 		inf, pend := p.rt.Load(p.cands[i].Slot)
-		fmt.Fprintf(p.trace, " %d:ov%d/ld%.0f/sc%.0f/n%d/p%d/run%d/wait%d", i, p.s.Overlap[i], p.s.Load[i], p.s.Score[i],
-			inf, pend, fleet[i].Running(), fleet[i].Waiting())
+		fmt.Fprintf(p.trace, " %d:ov%d/ld%.0f/sc%.0f/n%d/p%d/run%d/wait%d/kv%.2f/res%d", i, p.s.Overlap[i], p.s.Load[i], p.s.Score[i],
+			inf, pend, fleet[i].Running(), fleet[i].Waiting(), fleet[i].KVUsage(), p.rt.Resident(p.cands[i].Slot))
 	}
 	fmt.Fprintln(p.trace)
 }
@@ -123,7 +123,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // context_weight, pw pair_weight, ow overflow_weight (0: none), outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, obsall (Options.ObserveShadowed),
-// nochain (Options.NoChainDedup), reply (Options.ReplyCharge), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), pq (Options.ProfileQueue, 0: none), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
+// nochain (Options.NoChainDedup), reply (Options.ReplyCharge), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), pq (Options.ProfileQueue, 0: none), wh (Options.WarmHold, 0: none), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
 // floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
@@ -223,6 +223,11 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.ProfileQueue = x
 			if x == 0 {
 				setup.Options.ProfileQueue = -1 // none
+			}
+		case "wh":
+			setup.Options.WarmHold = x
+			if x == 0 {
+				setup.Options.WarmHold = -1 // none
 			}
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
