@@ -50,6 +50,47 @@ func (a *agreement) on() bool {
 // is on).
 func (rt *Router) Several() bool { return rt.agreement.on() }
 
+// agreePick applies the agreement band to Pick's winner w (best: the best
+// score; first: the rendezvous tie key): the band for prompts up to
+// AgreeMax, the home band for longer ones, while answers show other
+// instances.
+func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, best float64, prompt int, first uint64) int {
+	if band := rt.agreeBand(prompt); band > 0 {
+		if rt.opt.AgreeKey2 && len(f.Blocks) > 0 {
+			_, top2 := topTwo(cands, s)
+			first = f.Blocks[min(max(top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
+		}
+		return rt.agree(cands, s, w, best, band, first, true)
+	}
+	if rt.opt.AgreeHome < 0 || !(rt.opt.AgreeAlways || rt.agreement.on()) {
+		return w
+	}
+	// A long prompt (an agent's context) of which no replica holds more
+	// than another in this instance's view: this instance has not seen
+	// the context beyond what several replicas hold (a fleet-wide
+	// prefix), so another instance may have placed it. Every instance
+	// hashes the same block, the first one past that prefix (the agent's
+	// own first block), so all of them place such a prompt, and its first
+	// turn, on the same replica.
+	top1, top2 := topTwo(cands, s)
+	if top1 > top2 || len(f.Blocks) == 0 {
+		return w
+	}
+	band := rt.opt.AgreeHome
+	if band == 0 {
+		band = DefaultAgreeHome
+	}
+	if rt.opt.AgreeHomeK > 0 {
+		band = rt.opt.AgreeHomeK * float64(prompt)
+	}
+	key := f.Blocks[min(top1/rt.cfg.BlockTokens, len(f.Blocks)-1)]
+	return rt.agree(cands, s, w, best, band, key, !rt.opt.AgreeHomePrefill)
+}
+
+// DefaultAgreeHome is the home band's width in tokens of score
+// (Options.AgreeHome).
+const DefaultAgreeHome = 65536
+
 // agreeBand is the agreement band Pick applies now: Options.AgreeBand
 // (DefaultAgreeBand when 0; negative: none) while answers show other
 // instances, or always with Options.AgreeAlways.
@@ -83,7 +124,7 @@ func (rt *Router) agreeBand(prompt int) float64 {
 // target (only the rule's own pick may be one), and a decision with an
 // exact overlap (the precise path, which sees every instance's
 // placements) is left as it is.
-func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64) int {
+func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64, skipPrefill bool) int {
 	top := rt.Rendezvous(first, cands[w].Slot)
 	k := w
 	for i := range cands {
@@ -97,7 +138,7 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 		if s.Score[i] < best-band {
 			continue
 		}
-		if _, pending := rt.Load(c.Slot); pending > 0 && i != w {
+		if _, pending := rt.Load(c.Slot); skipPrefill && pending > 0 && i != w {
 			// Still computing prompts this instance sent: load it knows
 			// is real and imminent, which a burst of one prefix would
 			// pile onto the replica every instance agrees on.
@@ -108,4 +149,22 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 		}
 	}
 	return k
+}
+
+// topTwo returns the deepest and the second deepest overlap among the
+// usable candidates (equal when two replicas share the deepest; -1 when
+// none).
+func topTwo(cands []Candidate, s *Scratch) (top1, top2 int) {
+	top1, top2 = -1, -1
+	for i := range cands {
+		if !cands[i].Usable {
+			continue
+		}
+		if ov := s.Overlap[i]; ov > top1 {
+			top1, top2 = ov, top1
+		} else if ov > top2 {
+			top2 = ov
+		}
+	}
+	return top1, top2
 }

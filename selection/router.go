@@ -407,6 +407,20 @@ type Options struct {
 	// AgreeMax is the longest prompt (tokens) the agreement band applies
 	// to: 0 is DefaultAgreeMax, negative no limit.
 	AgreeMax int
+	// AgreeHome is the home band's width (tokens of score; 0 is
+	// DefaultAgreeHome, negative none): the agreement band for prompts
+	// longer than AgreeMax that no replica holds more of than another in
+	// this instance's view, keyed by the first block past what they hold.
+	AgreeHome float64
+	// AgreeHomeK, when positive, makes the home band AgreeHomeK times the
+	// prompt's tokens (experiment).
+	AgreeHomeK float64
+	// AgreeHomePrefill lets the home band pick a replica still
+	// prefilling this instance's own requests (experiment).
+	AgreeHomePrefill bool
+	// AgreeKey2 keys the agreement band by the block past what two
+	// replicas hold (experiment).
+	AgreeKey2 bool
 	// ProfileQueue: when the usable replicas differ in profile, the
 	// output bonus (output_weight x max_tokens) is not paid on a replica
 	// whose pending prefill exceeds the least pending usable replica's by
@@ -1007,9 +1021,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
 		}
 	}
-	if band := rt.agreeBand(prompt); band > 0 {
-		w = rt.agree(cands, s, w, best, band, first)
-	}
+	w = rt.agreePick(f, cands, s, w, best, prompt, first)
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.
 	for i := range cands {

@@ -233,6 +233,17 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.AgreeMax = int(x)
 		case "agreeall":
 			setup.Options.AgreeAlways = true
+		case "home":
+			setup.Options.AgreeHome = x
+			if x == 0 {
+				setup.Options.AgreeHome = -1 // none
+			}
+		case "homek":
+			setup.Options.AgreeHomeK = x
+		case "homepf":
+			setup.Options.AgreeHomePrefill = true
+		case "key2":
+			setup.Options.AgreeKey2 = true
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
