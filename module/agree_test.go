@@ -30,7 +30,7 @@ import (
 // not a band target).
 func TestE2EAgreementFromAnswers(t *testing.T) {
 	ss := startSims(t, 8, enginesim.Options{TimeScale: 1})
-	const placers = 16
+	const placers = 32
 	insts := []string{"b"}
 	for i := range placers {
 		insts = append(insts, fmt.Sprintf("p%d", i))
@@ -134,8 +134,8 @@ func TestE2EAgreementFromAnswers(t *testing.T) {
 	// rendezvous puts it on its idle view; where b has requests in flight
 	// there (and an idler replica elsewhere), b sends the group's next
 	// user there too.
-	checked := 0
-	for i := 1; i < placers && checked < 2; i++ {
+	checked, i := 0, 1
+	for ; i < placers && checked < 2; i++ {
 		in := fmt.Sprintf("p%d", i)
 		g := systemMsg(longText(fmt.Sprintf("group %d document", i), 6000))
 		xg, _ := send(in, g, userMsg(longText("user one asks", 1200)))
@@ -156,5 +156,34 @@ func TestE2EAgreementFromAnswers(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no group landed on a replica where b had requests in flight")
+	}
+
+	// An agent's context, longer than AgreeMax (20,000 tokens), placed
+	// by a fresh instance: b, which never saw the agent, sends the
+	// agent's next turn there too (the home band: the rendezvous replica
+	// of the agent's first block), past its own requests there, and the
+	// engine serves the context from its cache.
+	agents := 0
+	for ; i < placers && agents < 2; i++ {
+		in := fmt.Sprintf("p%d", i)
+		ctx, task := systemMsg(longText(fmt.Sprintf("agent %d tools and repository", i), 80000)), userMsg(longText("the task", 2000))
+		xa, _ := send(in, ctx, task)
+		idler := false
+		for j := range ss {
+			idler = idler || inflight(slot(j)) < inflight(slot(xa))
+		}
+		if inflight(slot(xa)) == 0 || !idler {
+			continue
+		}
+		agents++
+		ya, cached := send("b", ctx, task, openai.AssistantMessage("a tool call"), userMsg(longText("the tool's result", 4000)))
+		if ya != xa || cached < 16000 {
+			t.Fatalf("agent %d: b sent its next turn to engine %d (%d cached tokens; b's own requests there %d), %s the first to %d",
+				i, ya, cached, inflight(slot(ya)), in, xa)
+		}
+		t.Logf("agent %d: b followed %s to engine %d past its own %d requests there, %d cached tokens", i, in, xa, inflight(slot(xa)), cached)
+	}
+	if agents == 0 {
+		t.Fatal("no agent landed on a replica where b had requests in flight")
 	}
 }

@@ -60,9 +60,9 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 			_, top2 := topTwo(cands, s)
 			first = f.Blocks[min(max(top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
 		}
-		return rt.agree(cands, s, w, best, band, first, true)
+		return rt.agree(cands, s, w, best, band, first)
 	}
-	if rt.opt.AgreeHome < 0 || !(rt.opt.AgreeAlways || rt.agreement.on()) {
+	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !(rt.opt.AgreeAlways || rt.agreement.on()) {
 		return w
 	}
 	// A long prompt (an agent's context) of which no replica holds more
@@ -80,26 +80,30 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 	if band == 0 {
 		band = DefaultAgreeHome
 	}
-	if rt.opt.AgreeHomeK > 0 {
-		band = rt.opt.AgreeHomeK * float64(prompt)
-	}
 	key := f.Blocks[min(top1/rt.cfg.BlockTokens, len(f.Blocks)-1)]
-	return rt.agree(cands, s, w, best, band, key, !rt.opt.AgreeHomePrefill)
+	return rt.agree(cands, s, w, best, band*float64(prompt), key)
 }
 
-// DefaultAgreeHome is the home band's width in tokens of score
-// (Options.AgreeHome).
-const DefaultAgreeHome = 65536
+// DefaultAgreeHome is the home band's width in tokens of score per token
+// of the prompt (Options.AgreeHome): wide enough to cover the pair term's
+// differences between replicas (pair_weight x prompt x a share of the
+// replica's KV), which this instance sees only for its own requests.
+const DefaultAgreeHome = 4
+
+// agreeMax is Options.AgreeMax with its default applied (negative: no
+// limit).
+func (rt *Router) agreeMax() int {
+	if rt.opt.AgreeMax == 0 {
+		return DefaultAgreeMax
+	}
+	return rt.opt.AgreeMax
+}
 
 // agreeBand is the agreement band Pick applies now: Options.AgreeBand
 // (DefaultAgreeBand when 0; negative: none) while answers show other
 // instances, or always with Options.AgreeAlways.
 func (rt *Router) agreeBand(prompt int) float64 {
-	b := rt.opt.AgreeBand
-	lim := rt.opt.AgreeMax
-	if lim == 0 {
-		lim = DefaultAgreeMax
-	}
+	b, lim := rt.opt.AgreeBand, rt.agreeMax()
 	switch {
 	case b < 0, lim > 0 && prompt > lim:
 		return 0
@@ -124,7 +128,7 @@ func (rt *Router) agreeBand(prompt int) float64 {
 // target (only the rule's own pick may be one), and a decision with an
 // exact overlap (the precise path, which sees every instance's
 // placements) is left as it is.
-func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64, skipPrefill bool) int {
+func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64) int {
 	top := rt.Rendezvous(first, cands[w].Slot)
 	k := w
 	for i := range cands {
@@ -138,7 +142,7 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 		if s.Score[i] < best-band {
 			continue
 		}
-		if _, pending := rt.Load(c.Slot); skipPrefill && pending > 0 && i != w {
+		if _, pending := rt.Load(c.Slot); pending > 0 && i != w {
 			// Still computing prompts this instance sent: load it knows
 			// is real and imminent, which a burst of one prefix would
 			// pile onto the replica every instance agrees on.

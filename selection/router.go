@@ -407,17 +407,13 @@ type Options struct {
 	// AgreeMax is the longest prompt (tokens) the agreement band applies
 	// to: 0 is DefaultAgreeMax, negative no limit.
 	AgreeMax int
-	// AgreeHome is the home band's width (tokens of score; 0 is
-	// DefaultAgreeHome, negative none): the agreement band for prompts
-	// longer than AgreeMax that no replica holds more of than another in
-	// this instance's view, keyed by the first block past what they hold.
+	// AgreeHome is the home band's width (agree.go), in tokens of score
+	// per token of the prompt: 0 is DefaultAgreeHome, negative none. The
+	// agreement band for prompts longer than AgreeMax that no replica
+	// holds more of than another in this instance's view (an agent's turn
+	// another instance placed), keyed by the first block past what they
+	// hold.
 	AgreeHome float64
-	// AgreeHomeK, when positive, makes the home band AgreeHomeK times the
-	// prompt's tokens (experiment).
-	AgreeHomeK float64
-	// AgreeHomePrefill lets the home band pick a replica still
-	// prefilling this instance's own requests (experiment).
-	AgreeHomePrefill bool
 	// AgreeKey2 keys the agreement band by the block past what two
 	// replicas hold (experiment).
 	AgreeKey2 bool

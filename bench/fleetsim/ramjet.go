@@ -238,10 +238,6 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			if x == 0 {
 				setup.Options.AgreeHome = -1 // none
 			}
-		case "homek":
-			setup.Options.AgreeHomeK = x
-		case "homepf":
-			setup.Options.AgreeHomePrefill = true
 		case "key2":
 			setup.Options.AgreeKey2 = true
 		default:
