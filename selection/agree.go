@@ -21,21 +21,49 @@ const DefaultAgreeMax = 16384
 type agreement struct {
 	answers atomic.Int64 // answers observed
 	foreign atomic.Int64 // answers counted at the last foreign one; 0: none
+	// The long prompts' own keys (agentKey) this instance has had
+	// answered, direct-mapped: an agent it routed before.
+	seen [agentMemory]atomic.Uint64
 }
 
+// agentMemory is how many long prompts' keys an instance remembers.
+const agentMemory = 4096
+
 // observe counts one answer of a prompt of promptBlocks blocks for which
-// the index predicted want blocks cached and the engine reported got. The
+// the index predicted want blocks cached and the engine reported got;
+// agent is the prompt's agentKey (0: a prompt up to AgreeMax). The
 // engine holding at least two blocks and a quarter of the prompt more than
 // this instance ever sent the replica (a group's prefix, a conversation's
 // earlier turns) is another instance's placement: one instance alone sees
 // such a surplus only from the replies the engine keeps after a prompt
 // (an agent's last output, a few hundred tokens) or from beliefs its
-// horizon dropped.
-func (a *agreement) observe(got, want, promptBlocks int64) {
+// horizon dropped. The latter happens to a lone instance's long contexts
+// on a saturated fleet (agent-fleet at scale 1: 17 of 958 answers), so a
+// long prompt's surplus counts only if this instance never had that
+// agent's prompts answered.
+func (a *agreement) observe(got, want, promptBlocks int64, agent uint64) {
 	n := a.answers.Add(1)
-	if got-want >= max(2, promptBlocks/4) {
+	known := false
+	if agent != 0 {
+		e := &a.seen[agent%agentMemory]
+		known = e.Load() == agent
+		e.Store(agent)
+	}
+	if got-want >= max(2, promptBlocks/4) && !known {
 		a.foreign.Store(n)
 	}
+}
+
+// agentKey is the key by which the agreement remembers a prompt longer
+// than AgreeMax (an agent's context), once Pick has filled s.Overlap: its
+// first block past what two replicas hold in this instance's view (a
+// fleet-wide prefix), the agent's own first block; 0 for shorter prompts.
+func (rt *Router) agentKey(f *Features, cands []Candidate, s *Scratch) uint64 {
+	if lim := rt.agreeMax(); lim <= 0 || f.PromptTokens(rt.cfg) <= lim || len(f.Blocks) == 0 {
+		return 0
+	}
+	_, top2 := topTwo(cands, s)
+	return f.Blocks[min(max(top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
 }
 
 // on reports whether an answer among the last AgreeMemory showed another
@@ -56,10 +84,6 @@ func (rt *Router) Several() bool { return rt.agreement.on() }
 // instances.
 func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, best float64, prompt int, first uint64) int {
 	if band := rt.agreeBand(prompt); band > 0 {
-		if rt.opt.AgreeKey2 && len(f.Blocks) > 0 {
-			_, top2 := topTwo(cands, s)
-			first = f.Blocks[min(max(top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
-		}
 		return rt.agree(cands, s, w, best, band, first)
 	}
 	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !(rt.opt.AgreeAlways || rt.agreement.on()) {
@@ -71,16 +95,25 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 	// prefix), so another instance may have placed it. Every instance
 	// hashes the same block, the first one past that prefix (the agent's
 	// own first block), so all of them place such a prompt, and its first
-	// turn, on the same replica.
+	// turn, on the same replica. The same where this instance knows the
+	// context on one replica but less than AgreeStale of the prompt past
+	// that prefix: other instances routed the agent's turns since, and
+	// most likely where the band sends it (following the stale home moved
+	// agents back and forth between an instance's own load override and
+	// the band's replica).
 	top1, top2 := topTwo(cands, s)
-	if top1 > top2 || len(f.Blocks) == 0 {
+	stale := rt.opt.AgreeStale
+	if stale == 0 {
+		stale = DefaultAgreeStale
+	}
+	if len(f.Blocks) == 0 || top1 > top2 && float64(top1-top2) >= stale*float64(prompt-top2) {
 		return w
 	}
 	band := rt.opt.AgreeHome
 	if band == 0 {
 		band = DefaultAgreeHome
 	}
-	key := f.Blocks[min(top1/rt.cfg.BlockTokens, len(f.Blocks)-1)]
+	key := f.Blocks[min(max(top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
 	return rt.agree(cands, s, w, best, band*float64(prompt), key)
 }
 
@@ -89,6 +122,9 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 // differences between replicas (pair_weight x prompt x a share of the
 // replica's KV), which this instance sees only for its own requests.
 const DefaultAgreeHome = 4
+
+// DefaultAgreeStale is Options.AgreeStale's default.
+const DefaultAgreeStale = 0.25
 
 // agreeMax is Options.AgreeMax with its default applied (negative: no
 // limit).

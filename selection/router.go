@@ -414,9 +414,12 @@ type Options struct {
 	// another instance placed), keyed by the first block past what they
 	// hold.
 	AgreeHome float64
-	// AgreeKey2 keys the agreement band by the block past what two
-	// replicas hold (experiment).
-	AgreeKey2 bool
+	// AgreeStale: the home band also applies to a long prompt this
+	// instance knows on one replica, if what it knows there past what
+	// several replicas hold is less than AgreeStale of the prompt past it
+	// (other instances have routed the agent since). 0 is
+	// DefaultAgreeStale, negative none.
+	AgreeStale float64
 	// ProfileQueue: when the usable replicas differ in profile, the
 	// output bonus (output_weight x max_tokens) is not paid on a replica
 	// whose pending prefill exceeds the least pending usable replica's by
@@ -1137,6 +1140,8 @@ type Reservation struct {
 	// shadowed: when reserved, the prompt shared a prefix with a request
 	// still prefilling on the replica (Observe).
 	shadowed bool
+	// agent: the prompt's agentKey (agree.go), for Observe.
+	agent uint64
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on

@@ -238,8 +238,11 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			if x == 0 {
 				setup.Options.AgreeHome = -1 // none
 			}
-		case "key2":
-			setup.Options.AgreeKey2 = true
+		case "stale":
+			setup.Options.AgreeStale = x
+			if x == 0 {
+				setup.Options.AgreeStale = -1 // none
+			}
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
