@@ -179,4 +179,51 @@ func TestAgreementHomeBand(t *testing.T) {
 	if d, want := hb.Pick(later, cands, s), off.Pick(later, cands, s); d.Slot != want.Slot || d.Slot != other {
 		t.Fatalf("with a home (%d) the home band picked %d, the rule %d", other, d.Slot, want.Slot)
 	}
+	// A stale home: B knows 40 blocks of the agent's 200 past the prefix
+	// there (under AgreeStale): others have routed the agent since, to
+	// where the band sends it.
+	much := features(a.Config(), agentBlocks(prefix, 7, 200), 0)
+	if d := hb.Pick(much, cands, s); d.Slot != da.Slot {
+		t.Fatalf("B with a stale home %d picked %d, A placed the agent on %d", other, d.Slot, da.Slot)
+	}
+	noStale := b.WithOptions(Options{AgreeAlways: true, AgreeMax: 320, AgreeStale: -1})
+	if d := noStale.Pick(much, cands, s); d.Slot != other {
+		t.Fatalf("without AgreeStale B picked %d, its home is %d", d.Slot, other)
+	}
+}
+
+// A lone instance whose index forgot an agent's context (its horizon on a
+// saturated replica) sees the engine hold more than predicted, as from
+// another instance's placement: a long prompt's surplus turns the band on
+// only for an agent this instance never had answered.
+func TestAgreementOwnForgottenAgent(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	rt0, cands := newTestRouter(t, c, 4)
+	rt := rt0.WithOptions(Options{AgreeMax: 320})
+	const prefix = 32
+	pf := features(rt.Config(), agentBlocks(prefix, 0, 0), 0)
+	for i := range cands {
+		rt.Learn(pf, cands[i].Slot)
+	}
+	route := func(f *Features) *Reservation {
+		var res Reservation
+		_, r := rt.Route(f, cands, NewScratch(4), nil, &res)
+		r.Release()
+		return r
+	}
+	turn1 := features(rt.Config(), agentBlocks(prefix, 5, 40), 0)
+	r := route(turn1)
+	rt.Observe(r, 0, int(r.predicted)*16, 0)
+	for i := range cands {
+		rt.Forget(cands[i].Slot) // the horizon dropped every belief
+		rt.Learn(pf, cands[i].Slot)
+	}
+	turn2 := features(rt.Config(), agentBlocks(prefix, 5, 80), 0)
+	if rt.Observe(route(turn2), 0, (prefix+40)*16, 0); rt.Several() {
+		t.Fatal("on after the engine held an agent this instance routed and forgot")
+	}
+	other := features(rt.Config(), agentBlocks(prefix, 6, 80), 0)
+	if rt.Observe(route(other), 0, (prefix+40)*16, 0); !rt.Several() {
+		t.Fatal("off after the engine held 40 blocks of an agent this instance never routed")
+	}
 }
