@@ -142,10 +142,10 @@ func TestAgreementHomeBand(t *testing.T) {
 	// The agent's first turn through A (idle): its rendezvous replica.
 	first := features(a.Config(), agentBlocks(prefix, 7, 40), 0)
 	da := ha.Pick(first, cands, s)
-	// B's own requests, past their prefill, on A's pick: B's rule would
-	// go elsewhere; the home band follows A.
-	var own []*Reservation
-	for range 4 {
+	// B's own requests on A's pick, one still prefilling (another
+	// agent's turn): B's rule would go elsewhere; the home band follows A.
+	own := []*Reservation{b.Reserve(da.Slot, 2000)}
+	for range 3 {
 		r := b.Reserve(da.Slot, 0)
 		r.PrefillDone()
 		own = append(own, r)
