@@ -27,10 +27,12 @@ import (
 // the group's next user there and the engine serves the group's prefix
 // from its cache, while b's view has idler replicas (its requests there
 // past their first token: a replica still prefilling b's own requests is
-// not a band target).
+// not a band target). The same for an agent's context past AgreeMax
+// (20,000 tokens): b sends the agent's next turn where a fresh instance
+// placed its first (the home band).
 func TestE2EAgreementFromAnswers(t *testing.T) {
 	ss := startSims(t, 8, enginesim.Options{TimeScale: 1})
-	const placers = 16
+	const placers = 32
 	insts := []string{"b"}
 	for i := range placers {
 		insts = append(insts, fmt.Sprintf("p%d", i))
@@ -130,31 +132,52 @@ func TestE2EAgreementFromAnswers(t *testing.T) {
 		return n == slow && p == 0
 	})
 
-	// Each fresh instance places a new group's first user where
-	// rendezvous puts it on its idle view; where b has requests in flight
-	// there (and an idler replica elsewhere), b sends the group's next
-	// user there too.
-	checked := 0
-	for i := 1; i < placers && checked < 2; i++ {
-		in := fmt.Sprintf("p%d", i)
-		g := systemMsg(longText(fmt.Sprintf("group %d document", i), 6000))
-		xg, _ := send(in, g, userMsg(longText("user one asks", 1200)))
-		idler := false
-		for j := range ss {
-			idler = idler || inflight(slot(j)) < inflight(slot(xg))
+	// Fresh instances place new prompts (first(i)) where rendezvous puts
+	// them on their idle views; where b has requests in flight there (and
+	// an idler replica elsewhere), b sends the prompts' successors
+	// (next(i)) there too and the engine serves what the placer sent from
+	// its cache. follow checks two of them and returns the next placer.
+	type msgs = []openai.ChatCompletionMessageParamUnion
+	follow := func(what string, i int, first, next func(i int) msgs, minCached int64) int {
+		t.Helper()
+		checked := 0
+		for ; i < placers && checked < 2; i++ {
+			in := fmt.Sprintf("p%d", i)
+			x, _ := send(in, first(i)...)
+			idler := false
+			for j := range ss {
+				idler = idler || inflight(slot(j)) < inflight(slot(x))
+			}
+			if inflight(slot(x)) == 0 || !idler {
+				continue
+			}
+			checked++
+			y, cached := send("b", next(i)...)
+			if y != x || cached < minCached {
+				t.Fatalf("%s %d: b sent the successor to engine %d (%d cached tokens; b's own requests there %d), %s the first to %d",
+					what, i, y, cached, inflight(slot(y)), in, x)
+			}
+			t.Logf("%s %d: b followed %s to engine %d past its own %d requests there, %d cached tokens", what, i, in, x, inflight(slot(x)), cached)
 		}
-		if inflight(slot(xg)) == 0 || !idler {
-			continue
+		if checked == 0 {
+			t.Fatalf("no %s landed on a replica where b had requests in flight", what)
 		}
-		checked++
-		yg, cached := send("b", g, userMsg(longText("user two asks", 1200)))
-		if yg != xg || cached < 1000 {
-			t.Fatalf("group %d: b sent its second user to engine %d (%d cached tokens; b's own requests there %d), %s the first to %d",
-				i, yg, cached, inflight(slot(yg)), in, xg)
-		}
-		t.Logf("group %d: b followed %s to engine %d past its own %d requests there, %d cached tokens", i, in, xg, inflight(slot(xg)), cached)
+		return i
 	}
-	if checked == 0 {
-		t.Fatal("no group landed on a replica where b had requests in flight")
+	// A group's first and second users (the agreement band).
+	group := func(i int) openai.ChatCompletionMessageParamUnion {
+		return systemMsg(longText(fmt.Sprintf("group %d document", i), 6000))
 	}
+	i := follow("group", 1,
+		func(i int) msgs { return msgs{group(i), userMsg(longText("user one asks", 1200))} },
+		func(i int) msgs { return msgs{group(i), userMsg(longText("user two asks", 1200))} }, 1000)
+	// An agent's context, longer than AgreeMax (20,000 tokens), and its
+	// next turn, which b never saw (the home band: the rendezvous replica
+	// of the agent's own first block).
+	agent := func(i int) msgs {
+		return msgs{systemMsg(longText(fmt.Sprintf("agent %d tools and repository", i), 80000)), userMsg(longText("the task", 2000))}
+	}
+	follow("agent", i, agent, func(i int) msgs {
+		return append(agent(i), openai.AssistantMessage("a tool call"), userMsg(longText("the tool's result", 4000)))
+	}, 16000)
 }

@@ -93,8 +93,9 @@ func TestAgreementBand(t *testing.T) {
 	for _, r := range rb2 {
 		r.Release()
 	}
-	// A prompt past AgreeMax, and a precise candidate: left to the rule.
-	short := b.WithOptions(Options{AgreeAlways: true, AgreeMax: 320})
+	// A prompt past AgreeMax (without the home band, TestAgreementHomeBand),
+	// and a precise candidate: left to the rule.
+	short := b.WithOptions(Options{AgreeAlways: true, AgreeMax: 320, AgreeHome: -1})
 	if d := short.Pick(fa, cands, s); d.Slot == da.Slot {
 		t.Fatalf("the band applied to a prompt longer than AgreeMax: %+v", d)
 	}
@@ -102,5 +103,127 @@ func TestAgreementBand(t *testing.T) {
 	pc[0].Precise = true
 	if d, want := on.Pick(fa, pc, s), off.Pick(fa, pc, s); d.Slot != want.Slot {
 		t.Fatalf("with a precise candidate the band moved the pick to %d from %d", d.Slot, want.Slot)
+	}
+}
+
+// agentBlocks is an agent's prompt: the fleet-wide prefix's blocks, then
+// n blocks of the agent's own context, chained.
+func agentBlocks(prefix, agent, n int) []uint64 {
+	toks := make([]uint32, 0, prefix+n)
+	for i := range prefix {
+		toks = append(toks, uint32(i))
+	}
+	for i := range n {
+		toks = append(toks, uint32(agent)*1_000_003+uint32(i)+1<<30)
+	}
+	return AppendTokenBlocks(nil, 1, toks, 1)
+}
+
+// The home band: a prompt longer than AgreeMax of which this instance
+// knows only a prefix several replicas hold (an agent's turn whose
+// context another instance placed) goes where every instance sends that
+// agent's first turn, the highest rendezvous weight for the agent's own
+// first block, although the instances' loads differ; a prompt with a home
+// in this instance's view is left to the rule.
+func TestAgreementHomeBand(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	a, cands := newTestRouter(t, c, 8)
+	b, _ := newTestRouter(t, c, 8)
+	s := NewScratch(8)
+	const prefix = 32 // blocks every replica holds in both views
+	for _, rt := range []*Router{a, b} {
+		pf := features(a.Config(), agentBlocks(prefix, 0, 0), 0)
+		for i := range cands {
+			rt.Learn(pf, cands[i].Slot)
+		}
+	}
+	opt := Options{AgreeAlways: true, AgreeMax: 320}
+	ha, hb := a.WithOptions(opt), b.WithOptions(opt)
+	// The agent's first turn through A (idle): its rendezvous replica.
+	first := features(a.Config(), agentBlocks(prefix, 7, 40), 0)
+	da := ha.Pick(first, cands, s)
+	// B's own requests on A's pick, one still prefilling (another
+	// agent's turn): B's rule would go elsewhere; the home band follows A.
+	own := []*Reservation{b.Reserve(da.Slot, 2000)}
+	for range 3 {
+		r := b.Reserve(da.Slot, 0)
+		r.PrefillDone()
+		own = append(own, r)
+	}
+	defer func() {
+		for _, r := range own {
+			r.Release()
+		}
+	}()
+	later := features(a.Config(), agentBlocks(prefix, 7, 90), 0) // a later turn
+	off := b.WithOptions(Options{AgreeAlways: true, AgreeMax: 320, AgreeHome: -1})
+	if d := off.Pick(later, cands, s); d.Slot == da.Slot {
+		t.Fatalf("B without the home band picked A's replica %d despite its load there", d.Slot)
+	}
+	if d := hb.Pick(later, cands, s); d.Slot != da.Slot {
+		t.Fatalf("B with the home band picked %d for the agent's later turn, A its first turn %d", d.Slot, da.Slot)
+	}
+	// Another agent goes elsewhere for some agent: the key is the agent's
+	// own block, not the shared prefix.
+	spread := map[Slot]bool{}
+	for ag := range 16 {
+		spread[ha.Pick(features(a.Config(), agentBlocks(prefix, 100+ag, 40), 0), cands, s).Slot] = true
+	}
+	if len(spread) < 4 {
+		t.Fatalf("16 agents' first turns on %d replicas", len(spread))
+	}
+	// B knows the agent on a replica of its own choosing (a home): the
+	// rule decides, as without the band.
+	other := cands[(da.Index+1)%len(cands)].Slot
+	b.Learn(first, other)
+	if d, want := hb.Pick(later, cands, s), off.Pick(later, cands, s); d.Slot != want.Slot || d.Slot != other {
+		t.Fatalf("with a home (%d) the home band picked %d, the rule %d", other, d.Slot, want.Slot)
+	}
+	// A stale home: B knows 40 blocks of the agent's 200 past the prefix
+	// there (under AgreeStale): others have routed the agent since, to
+	// where the band sends it.
+	much := features(a.Config(), agentBlocks(prefix, 7, 200), 0)
+	if d := hb.Pick(much, cands, s); d.Slot != da.Slot {
+		t.Fatalf("B with a stale home %d picked %d, A placed the agent on %d", other, d.Slot, da.Slot)
+	}
+	noStale := b.WithOptions(Options{AgreeAlways: true, AgreeMax: 320, AgreeStale: -1})
+	if d := noStale.Pick(much, cands, s); d.Slot != other {
+		t.Fatalf("without AgreeStale B picked %d, its home is %d", d.Slot, other)
+	}
+}
+
+// A lone instance whose index forgot an agent's context (its horizon on a
+// saturated replica) sees the engine hold more than predicted, as from
+// another instance's placement: a long prompt's surplus turns the band on
+// only for an agent this instance never had answered.
+func TestAgreementOwnForgottenAgent(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	rt0, cands := newTestRouter(t, c, 4)
+	rt := rt0.WithOptions(Options{AgreeMax: 320})
+	const prefix = 32
+	pf := features(rt.Config(), agentBlocks(prefix, 0, 0), 0)
+	for i := range cands {
+		rt.Learn(pf, cands[i].Slot)
+	}
+	route := func(f *Features) *Reservation {
+		var res Reservation
+		_, r := rt.Route(f, cands, NewScratch(4), nil, &res)
+		r.Release()
+		return r
+	}
+	turn1 := features(rt.Config(), agentBlocks(prefix, 5, 40), 0)
+	r := route(turn1)
+	rt.Observe(r, 0, int(r.predicted)*16, 0)
+	for i := range cands {
+		rt.Forget(cands[i].Slot) // the horizon dropped every belief
+		rt.Learn(pf, cands[i].Slot)
+	}
+	turn2 := features(rt.Config(), agentBlocks(prefix, 5, 80), 0)
+	if rt.Observe(route(turn2), 0, (prefix+40)*16, 0); rt.Several() {
+		t.Fatal("on after the engine held an agent this instance routed and forgot")
+	}
+	other := features(rt.Config(), agentBlocks(prefix, 6, 80), 0)
+	if rt.Observe(route(other), 0, (prefix+40)*16, 0); !rt.Several() {
+		t.Fatal("off after the engine held 40 blocks of an agent this instance never routed")
 	}
 }

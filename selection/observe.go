@@ -75,7 +75,7 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 	}
 	got := res.estimated(cachedTokens, promptTokens) / int64(rt.cfg.BlockTokens)
 	want := int64(res.predicted)
-	rt.agreement.observe(got, want, int64(res.prompt)/int64(rt.cfg.BlockTokens))
+	rt.agreement.observe(got, want, int64(res.prompt)/int64(rt.cfg.BlockTokens), res.agent)
 	switch {
 	case got+1 < want && res.shadowed && !rt.opt.ObserveShadowed:
 		// A request sharing the prompt was still prefilling on the

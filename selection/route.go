@@ -77,6 +77,7 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 	if predicted > 0 {
 		res.held = f.Blocks[predicted-1]
 	}
+	res.agent = rt.agentKey(f, cands, s)
 	if precise {
 		a.Decided(f, cands, d, s)
 	}

@@ -432,6 +432,19 @@ type Options struct {
 	// AgreeMax is the longest prompt (tokens) the agreement band applies
 	// to: 0 is DefaultAgreeMax, negative no limit.
 	AgreeMax int
+	// AgreeHome is the home band's width (agree.go), in tokens of score
+	// per token of the prompt: 0 is DefaultAgreeHome, negative none. The
+	// agreement band for prompts longer than AgreeMax that no replica
+	// holds more of than another in this instance's view (an agent's turn
+	// another instance placed), keyed by the first block past what they
+	// hold.
+	AgreeHome float64
+	// AgreeStale: the home band also applies to a long prompt this
+	// instance knows on one replica, if what it knows there past what
+	// several replicas hold is less than AgreeStale of the prompt past it
+	// (other instances have routed the agent since). 0 is
+	// DefaultAgreeStale, negative none.
+	AgreeStale float64
 	// ProfileQueue: when the usable replicas differ in profile, the
 	// output bonus (output_weight x max_tokens) is not paid on a replica
 	// whose pending prefill exceeds the least pending usable replica's by
@@ -1052,9 +1065,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
 		}
 	}
-	if band := rt.agreeBand(prompt); band > 0 {
-		w = rt.agree(cands, s, w, best, band, first)
-	}
+	w = rt.agreePick(f, cands, s, w, best, prompt, first)
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.
 	for i := range cands {
@@ -1205,6 +1216,8 @@ type Reservation struct {
 	// shadowed: when reserved, the prompt shared a prefix with a request
 	// still prefilling on the replica (Observe).
 	shadowed bool
+	// agent: the prompt's agentKey (agree.go), for Observe.
+	agent uint64
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on

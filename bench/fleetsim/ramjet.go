@@ -242,6 +242,16 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.AgreeMax = int(x)
 		case "agreeall":
 			setup.Options.AgreeAlways = true
+		case "home":
+			setup.Options.AgreeHome = x
+			if x == 0 {
+				setup.Options.AgreeHome = -1 // none
+			}
+		case "stale":
+			setup.Options.AgreeStale = x
+			if x == 0 {
+				setup.Options.AgreeStale = -1 // none
+			}
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
