@@ -262,7 +262,7 @@ const DefaultProfileQueue = 1.0
 // override to a replica holding none of the prompt goes to a holder
 // running fewer than 1.5 times the usable replicas' mean of in-flight
 // requests whose queue lets the request's first token come no later
-// (bench/EXPERIMENTS.md section 33: the hotspot workload's warm-up at 64
+// (bench/EXPERIMENTS.md section 36: the hotspot workload's warm-up at 64
 // and 256 replicas).
 const DefaultWarmHold = 1.5
 
@@ -270,7 +270,7 @@ const DefaultWarmHold = 1.5
 // at which the warm hold applies: on a fleet that runs fewer, a cold
 // replica costs the request no queue and the hold only stacked long-lived
 // contexts (the tool-agent trace at 64 replicas: its agents' first steps
-// held beside other agents; bench/EXPERIMENTS.md section 33).
+// held beside other agents; bench/EXPERIMENTS.md section 36).
 const warmHoldMean = 2.0
 
 // SubsetGuardReplicas is the least usable replicas Options.SubsetGuard
@@ -418,7 +418,7 @@ type Options struct {
 	// horizon at least HorizonFloor times the replica's capacity in blocks
 	// (with InflightGuard: caps the guard there). Both off: measured, they
 	// win agent-fleet at 8 replicas and lose the tool-agent trace at
-	// 65,536 tokens of KV (bench/EXPERIMENTS.md, section 33, press11).
+	// 65,536 tokens of KV (bench/EXPERIMENTS.md, section 34, press11).
 	InflightGuard bool
 	HorizonFloor  float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
