@@ -21,8 +21,8 @@ const DefaultAgreeMax = 16384
 type agreement struct {
 	answers atomic.Int64 // answers observed
 	foreign atomic.Int64 // answers counted at the last foreign one; 0: none
-	// The long prompts' own keys (agentKey) this instance has had
-	// answered, direct-mapped: an agent it routed before.
+	// The prompts' own keys (agentKey) this instance has had answered,
+	// direct-mapped: a conversation or agent it routed before.
 	seen [agentMemory]atomic.Uint64
 }
 
@@ -31,16 +31,17 @@ const agentMemory = 4096
 
 // observe counts one answer of a prompt of promptBlocks blocks for which
 // the index predicted want blocks cached and the engine reported got;
-// agent is the prompt's agentKey (0: a prompt up to AgreeMax). The
+// agent is the prompt's agentKey. The
 // engine holding at least two blocks and a quarter of the prompt more than
 // this instance ever sent the replica (a group's prefix, a conversation's
 // earlier turns) is another instance's placement: one instance alone sees
 // such a surplus only from the replies the engine keeps after a prompt
 // (an agent's last output, a few hundred tokens) or from beliefs its
-// horizon dropped. The latter happens to a lone instance's long contexts
-// on a saturated fleet (agent-fleet at scale 1: 17 of 958 answers), so a
-// long prompt's surplus counts only if this instance never had that
-// agent's prompts answered.
+// horizon dropped. The latter happens to a lone instance on a saturated
+// fleet or a small cache (agent-fleet at scale 1: 17 of 958 answers; the
+// conversation trace at 65,536 tokens of KV: 13-22 a run), so a surplus
+// counts only if this instance never had that conversation's or agent's
+// prompts answered.
 func (a *agreement) observe(got, want, promptBlocks int64, agent uint64) {
 	n := a.answers.Add(1)
 	known := false
@@ -54,12 +55,13 @@ func (a *agreement) observe(got, want, promptBlocks int64, agent uint64) {
 	}
 }
 
-// agentKey is the key by which the agreement remembers a prompt longer
-// than AgreeMax (an agent's context), once Pick has filled s.Overlap: its
-// first block past what two replicas hold in this instance's view (a
-// fleet-wide prefix), the agent's own first block; 0 for shorter prompts.
+// agentKey is the key by which the agreement remembers a prompt's
+// conversation or agent, once Pick has filled s.Overlap: its first block
+// past what two replicas hold in this instance's view (a fleet-wide
+// prefix), the conversation's or agent's own first block; 0 when the
+// agreement is off (AgreeMax <= 0) or the prompt has no full block.
 func (rt *Router) agentKey(f *Features, cands []Candidate, s *Scratch) uint64 {
-	if lim := rt.agreeMax(); lim <= 0 || f.PromptTokens(rt.cfg) <= lim || len(f.Blocks) == 0 {
+	if lim := rt.agreeMax(); lim <= 0 || len(f.Blocks) == 0 {
 		return 0
 	}
 	_, top2 := topTwo(cands, s)
