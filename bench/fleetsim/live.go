@@ -58,3 +58,7 @@ func NewLiveRequest(row workload.Request, prompt []uint32, hashes bool, seed uin
 	}
 	return r
 }
+
+// EngineHashes returns the engine's block hashes of r's prompt
+// (NewLiveRequest with hashes), nil without.
+func (r *Request) EngineHashes() []uint64 { return r.engHashes }
