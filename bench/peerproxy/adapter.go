@@ -67,7 +67,7 @@ type Adapter struct {
 type Stats struct {
 	Requests  int // requests tokenized
 	Picks     int // Pick calls (a retry picks again)
-	Fallbacks int // requests not routed by the policy (no body, bad body, pick unavailable)
+	Fallbacks int // generation requests not routed by the policy (body too large or not a valid request, pick not in the pool)
 	KVEvents  int // KV events applied
 }
 

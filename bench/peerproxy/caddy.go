@@ -76,12 +76,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading body: %w", err))
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	if len(body) > MaxBodyBytes {
-		return next.ServeHTTP(w, r) // the rest unread: the engine answers; the policy falls back
+		// Too large to route: forwarded whole (what was read, then the
+		// rest), and the policy falls back.
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		h.a.fallback()
+		return next.ServeHTTP(w, r)
 	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	prompt, err := enginesim.PromptTokens(body, chat)
 	if err != nil {
+		h.a.fallback()
 		return next.ServeHTTP(w, r) // the engine answers 400; the policy falls back
 	}
 	st := h.a.newRequest(prompt)

@@ -110,4 +110,14 @@ func TestDynamoThroughCaddySeesTheEnginesKVEvents(t *testing.T) {
 			k++
 		}
 	}
+	// A body the engine cannot read is forwarded as is, answered by the
+	// engine, and counted as not routed by the policy.
+	resp, err := http.Post(running.URL("lb")+"/chat/completions", "application/json", strings.NewReader(`{"model":`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if st := a.Stats(); resp.StatusCode != http.StatusBadRequest || st.Fallbacks != 1 || st.Requests != k {
+		t.Errorf("malformed body: %s, stats %+v (want 400, 1 fallback, %d requests)", resp.Status, st, k)
+	}
 }
