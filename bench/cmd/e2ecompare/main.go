@@ -20,6 +20,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
+	"github.com/ramjet-llm/ramjet/bench/peerproxy"
 	"github.com/ramjet-llm/ramjet/bench/workload"
 	"github.com/ramjet-llm/ramjet/module"
 )
@@ -63,6 +64,8 @@ type Row struct {
 	// Preflight is the precise path's record of its tokenize preflights
 	// (ramjet-precise only), read from the module in process.
 	Preflight *module.KVPreflightReport `json:"preflight,omitempty"`
+	// Peer is the adapter's record of a fleetsim peer's run (peer.go).
+	Peer *peerproxy.Stats `json:"peer,omitempty"`
 	// CPUSeconds is the process's CPU time (user + system) over the run:
 	// engines, Caddy and load generator together, all in this process.
 	CPUSeconds float64 `json:"cpu_s"`
@@ -82,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		workloads = fs.String("workload", "locality,burst,agent-fleet", "workloads, comma-separated ("+strings.Join(workload.Names, ", ")+")")
-		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet-precise is lb_policy ramjet fed by the engines' KV events; empty: only the -routers rows")
+		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet-precise is lb_policy ramjet fed by the engines' KV events; "+strings.Join(Peers, ", ")+" are the fleet simulation's peers run inside Caddy (bench/peerproxy); empty: only the -routers rows")
 		replicas  = fs.Int("replicas", 8, "engine simulators")
 		seed      = fs.Uint64("seed", 1, "workload seed (the fleet simulation's -seed)")
 		scale     = fs.Float64("scale", 0.25, "workload request-count scale (the fleet simulation's -scale)")
@@ -164,13 +167,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			cpu0 := cpuSeconds()
-			publish := *kvEvents == "all" || pol == "ramjet-precise"
+			publish := *kvEvents == "all" || pol == "ramjet-precise" || peerNeedsKV(pol)
 			results, closeResults, err := resultsFile(*resultsF, len(rows), w.Name, pol)
 			if err != nil {
 				return err
 			}
 			var row Row
-			if *solo.bin != "" {
+			if *solo.bin != "" && isPeer(pol) {
+				err = fmt.Errorf("-caddy-bin: the peers run only in the in-process Caddy")
+			} else if *solo.bin != "" {
 				row, err = runSolo(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress,
 					solo, profileName(*cpuProf, len(rows), w.Name, pol+"-router"), stderr)
 			} else {
@@ -293,6 +298,14 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		return Row{}, err
 	}
 	site := siteFor(pol, addrs, sims, tokTO)
+	var peer *peerproxy.Adapter
+	if isPeer(pol) {
+		var stopPeer func()
+		if site, peer, stopPeer, err = peerSite(ctx, pol, seed, w, sims, addrs); err != nil {
+			return Row{}, err
+		}
+		defer stopPeer()
+	}
 	running, err := caddyrun.Start([]caddyrun.Site{site})
 	if err != nil {
 		return Row{}, err
@@ -325,6 +338,10 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	}
 	row := reportRow(w.Name, pol, n, ts, rep, time.Since(start))
 	row.Preflight = pre
+	if peer != nil {
+		st := peer.Stats()
+		row.Peer = &st
+	}
 	return row, nil
 }
 
@@ -422,6 +439,12 @@ func markdown(rows []Row) string {
 			r.Workload, r.Policy, p.Sent, 1000*p.Sum/float64(p.Sent), 100*p.Within(.05), 100*p.Within(.1), 100*p.Within(.15),
 			100*p.Within(.25), 100*p.Within(.5), p.Fallbacks, p.Late, p.Precise, p.Approx, p.Predicted, p.PredictionsDropped,
 			p.Waited, 1000*p.WaitSum/float64(max(p.Waited, 1)), p.PrefixRouted, p.PrefixAgreed, p.PrefixDisagreed)
+	}
+	for _, r := range rows {
+		if p := r.Peer; p != nil {
+			fmt.Fprintf(&sb, "\n%s/%s (fleetsim's policy in Caddy): %d requests tokenized, %d picks, %d not routed by it, %d KV events applied\n",
+				r.Workload, r.Policy, p.Requests, p.Picks, p.Fallbacks, p.KVEvents)
+		}
 	}
 	return sb.String()
 }
