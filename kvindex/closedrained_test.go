@@ -70,14 +70,14 @@ func TestCloseSubLeavesNoReader(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	closeDrained(sub)
+	CloseDrained(sub)
 	for {
 		all, _ := qreaderWaiting()
 		if all == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d zmq4 SUB reader goroutines left after closeDrained", all)
+			t.Fatalf("%d zmq4 SUB reader goroutines left after CloseDrained", all)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -294,7 +294,7 @@ func (s *Subscriber) bindSession(ctx context.Context, addr string, idx []int, fe
 	actual := "tcp://" + sub.Addr().String()
 	release := holdBound(s.cfg.Handover, addr, actual)
 	defer func() {
-		closeDrained(sub) // closes the listener: the next subscriber may listen
+		CloseDrained(sub) // closes the listener: the next subscriber may listen
 		release()
 	}()
 	s.mu.Lock()
@@ -384,7 +384,7 @@ func (s *Subscriber) listen(ctx context.Context, addr string) (zmq4.Socket, erro
 	return sub, nil
 }
 
-// closeDrained closes a SUB or DEALER socket, then empties its queue.
+// CloseDrained closes a SUB or DEALER socket, then empties its queue.
 // zmq4 v0.17.0's reader goroutines (qreader.listen, one per connection)
 // check the socket's context before, not while, handing a message to the
 // socket's 10-message queue: one already waiting on a full queue when the
@@ -395,7 +395,7 @@ func (s *Subscriber) listen(ctx context.Context, addr string) (zmq4.Socket, erro
 // Recv returns a queued message or the closed context's error, picked at
 // random when both are ready, so the drain ends after 32 errors in a row:
 // a message left queued past that is a 2^-32 chance.
-func closeDrained(sock zmq4.Socket) {
+func CloseDrained(sock zmq4.Socket) {
 	sock.Close()
 	for errs := 0; errs < 32; {
 		if _, err := sock.Recv(); err != nil {
@@ -443,7 +443,7 @@ type feed struct {
 func (s *Subscriber) session(ctx context.Context, ep Endpoint, r Replica, f *feed) (bool, error) {
 	sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
 		zmq4.WithLogger(discard))
-	defer closeDrained(sub)
+	defer CloseDrained(sub)
 	if err := sub.Dial(ep.Events); err != nil {
 		return false, fmt.Errorf("dial %s: %w", ep.Events, err)
 	}
@@ -545,7 +545,7 @@ func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed
 	}
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
 		zmq4.WithLogger(discard), zmq4.WithTimeout(s.cfg.ReplayTimeout))
-	defer closeDrained(d)
+	defer CloseDrained(d)
 	if err := d.Dial(ep.Replay); err != nil {
 		return fail(fmt.Errorf("dial %s: %w", ep.Replay, err))
 	}

@@ -36,22 +36,7 @@ func TestDynamoThroughCaddySeesTheEnginesKVEvents(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		addrs, events = append(addrs, s.Addr()), append(events, s.KVEndpoints()[0])
 	}
-	a, err := New(Config{Policy: "dynamo", Seed: 3, Upstreams: addrs, KVEvents: events})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a.Start(ctx)
-	defer a.Close()
-	defer Register(t.Name(), a)()
-	site := caddyrun.Site{Name: "lb", Policy: "bench_peer", PolicyConfig: map[string]any{"name": t.Name()},
-		Upstreams: addrs, Handlers: []map[string]any{{"handler": "bench_peer", "name": t.Name()}}}
-	running, err := caddyrun.Start([]caddyrun.Site{site})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer caddyrun.Stop()
+	a, running := startInCaddy(t, Config{Policy: "dynamo", Seed: 3, Upstreams: addrs, KVEvents: events})
 	index := make(map[string]int)
 	for i, ad := range addrs {
 		index[ad] = i

@@ -50,11 +50,11 @@ func (f *kvFeeds) start(ctx context.Context) {
 func (f *kvFeeds) dial(ctx context.Context, ep string) zmq4.Socket {
 	sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(2*time.Second), zmq4.WithLogger(discard))
 	if err := sub.Dial(ep); err != nil {
-		closeDrained(sub)
+		kvindex.CloseDrained(sub)
 		return nil
 	}
 	if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
-		closeDrained(sub)
+		kvindex.CloseDrained(sub)
 		return nil
 	}
 	return sub
@@ -75,7 +75,7 @@ func (f *kvFeeds) run(ctx context.Context, rep int, ep string, sub zmq4.Socket) 
 		}
 		msg, err := sub.Recv()
 		if err != nil {
-			closeDrained(sub)
+			kvindex.CloseDrained(sub)
 			sub = nil
 			continue
 		}
@@ -99,7 +99,7 @@ func (f *kvFeeds) run(ctx context.Context, rep int, ep string, sub zmq4.Socket) 
 		}
 	}
 	if sub != nil {
-		closeDrained(sub)
+		kvindex.CloseDrained(sub)
 	}
 }
 
@@ -111,18 +111,4 @@ func (f *kvFeeds) close() error {
 	f.cancel()
 	f.wg.Wait()
 	return nil
-}
-
-// closeDrained closes a SUB socket and receives until it reports closed
-// repeatedly, so that zmq4's reader blocked on a full queue ends (see
-// kvindex's closeDrained: zmq4 v0.17.0 leaves it blocked otherwise).
-func closeDrained(sock zmq4.Socket) {
-	sock.Close()
-	for errs := 0; errs < 32; {
-		if _, err := sock.Recv(); err != nil {
-			errs++
-		} else {
-			errs = 0
-		}
-	}
 }

@@ -81,22 +81,7 @@ func TestSGLangThroughCaddyRoutesAsFleetsim(t *testing.T) {
 			for i, a := range addrs {
 				metrics[i] = "http://" + a + "/metrics"
 			}
-			a, err := New(Config{Policy: pol, Seed: 1, Upstreams: addrs, Metrics: metrics})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			a.Start(ctx)
-			defer a.Close()
-			defer Register(t.Name(), a)()
-			site := caddyrun.Site{Name: "lb", Policy: "bench_peer", PolicyConfig: map[string]any{"name": t.Name()},
-				Upstreams: addrs, Handlers: []map[string]any{{"handler": "bench_peer", "name": t.Name()}}}
-			running, err := caddyrun.Start([]caddyrun.Site{site})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer caddyrun.Stop()
+			a, running := startInCaddy(t, Config{Policy: pol, Seed: 1, Upstreams: addrs, Metrics: metrics})
 
 			// The reference: fleetsim's policy over a fleet with the same
 			// in-flight counts.
@@ -164,4 +149,28 @@ func TestSGLangThroughCaddyRoutesAsFleetsim(t *testing.T) {
 			t.Logf("%s: %v", pol, want)
 		})
 	}
+}
+
+// startInCaddy starts the adapter cfg configures and a real Caddy whose
+// one site ("lb") routes over cfg.Upstreams with it (the bench_peer
+// handler and policy); both stop at the test's end.
+func startInCaddy(t *testing.T, cfg Config) (*Adapter, *caddyrun.Running) {
+	t.Helper()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	a.Start(ctx)
+	t.Cleanup(func() { a.Close() })
+	t.Cleanup(Register(t.Name(), a))
+	site := caddyrun.Site{Name: "lb", Policy: "bench_peer", PolicyConfig: map[string]any{"name": t.Name()},
+		Upstreams: cfg.Upstreams, Handlers: []map[string]any{{"handler": "bench_peer", "name": t.Name()}}}
+	running, err := caddyrun.Start([]caddyrun.Site{site})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { caddyrun.Stop() })
+	return a, running
 }
