@@ -26,7 +26,8 @@ type agreement struct {
 	seen [agentMemory]atomic.Uint64
 }
 
-// agentMemory is how many long prompts' keys an instance remembers.
+// agentMemory is how many conversations' and agents' keys an instance
+// remembers.
 const agentMemory = 4096
 
 // observe counts one answer of a prompt of promptBlocks blocks for which
