@@ -154,10 +154,7 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		case "pw":
 			cfg.PairWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobPairWeight
 		case "ow":
-			setup.Options.OverflowWeight = x
-			if x == 0 {
-				setup.Options.OverflowWeight = -1 // none
-			}
+			setup.Options.OverflowWeight = zeroIsNone(x)
 		case "outw":
 			cfg.OutputWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobOutputWeight
 		case "rc":
@@ -202,17 +199,11 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 				setup.Options.LingerTTL = -1
 			}
 		case "hot":
-			setup.Options.HotGuard = x
-			if x == 0 {
-				setup.Options.HotGuard = -1 // none
-			}
+			setup.Options.HotGuard = zeroIsNone(x)
 		case "subfloor":
 			setup.Options.SubsetFloor = x
 		case "subset":
-			setup.Options.SubsetGuard = x
-			if x == 0 {
-				setup.Options.SubsetGuard = -1 // none
-			}
+			setup.Options.SubsetGuard = zeroIsNone(x)
 		case "reply":
 			setup.Options.ReplyCharge = true
 		case "hfloor":
@@ -220,38 +211,23 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		case "guard":
 			setup.Options.InflightGuard = true
 		case "pq":
-			setup.Options.ProfileQueue = x
-			if x == 0 {
-				setup.Options.ProfileQueue = -1 // none
-			}
+			setup.Options.ProfileQueue = zeroIsNone(x)
 		case "wh":
-			setup.Options.WarmHold = x
-			if x == 0 {
-				setup.Options.WarmHold = -1 // none
-			}
+			setup.Options.WarmHold = zeroIsNone(x)
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
 			setup.EngineLoad = seconds(x)
 		case "agree":
-			setup.Options.AgreeBand = x
-			if x == 0 {
-				setup.Options.AgreeBand = -1 // none
-			}
+			setup.Options.AgreeBand = zeroIsNone(x)
 		case "agreemax":
 			setup.Options.AgreeMax = int(x)
 		case "agreeall":
 			setup.Options.AgreeAlways = true
 		case "home":
-			setup.Options.AgreeHome = x
-			if x == 0 {
-				setup.Options.AgreeHome = -1 // none
-			}
+			setup.Options.AgreeHome = zeroIsNone(x)
 		case "stale":
-			setup.Options.AgreeStale = x
-			if x == 0 {
-				setup.Options.AgreeStale = -1 // none
-			}
+			setup.Options.AgreeStale = zeroIsNone(x)
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
@@ -471,4 +447,13 @@ func (p *Ramjet) Done(r *Request, _ int) {
 		res.Release()
 		delete(p.res, r.Row.ID)
 	}
+}
+
+// zeroIsNone is a policy key's value for an Options field whose 0 means
+// its default and a negative value none: a key given 0 turns the rule off.
+func zeroIsNone(x float64) float64 {
+	if x == 0 {
+		return -1
+	}
+	return x
 }
