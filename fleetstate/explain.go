@@ -33,7 +33,7 @@ type Explanation struct {
 type ExplainDecision struct {
 	// Upstream is the chosen replica's opaque id; "" when none is usable.
 	Upstream string `json:"upstream"`
-	// Reason: affinity, load_override, cold, tie_break or none.
+	// Reason: affinity, load_override, cold, tie_break, panic or none.
 	Reason string `json:"reason"`
 	// Tie is the tie-break rule that decided among replicas within
 	// tie_epsilon of the best score (depth, profile, rendezvous, load,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 )
 
 // ReplicaHealth is one replica in the /health answer.
@@ -46,9 +47,13 @@ type KVFeedHealth struct {
 
 // HealthReport is the /health answer.
 type HealthReport struct {
-	Status   string          `json:"status"`
-	Healthy  int             `json:"healthy"`
-	Total    int             `json:"total"`
+	Status  string `json:"status"`
+	Healthy int    `json:"healthy"`
+	Total   int    `json:"total"`
+	// Panic is true when every replica is out and the ramjet policy routes
+	// among those out only for their recent failures (reason
+	// passive_failures): the status is then degraded, not unhealthy.
+	Panic    bool            `json:"panic,omitempty"`
 	Replicas []ReplicaHealth `json:"replicas"`
 }
 
@@ -123,7 +128,9 @@ type UpstreamHealth struct {
 // replica the proxy holds usable is still out when outlier detection
 // ejected it or integrity (integ, by replica key; nil report: integrity
 // off) holds it out; feeds (by replica key, nil: the precise path off)
-// adds each kv feed's health. Without f, ids name the replicas.
+// adds each kv feed's health. Without f, ids name the replicas. With f,
+// a fleet whose every replica is out but some only by passive failures is
+// degraded (Panic), as the ramjet policy still routes to those.
 func HealthOf(dials, ids []string, ups []UpstreamHealth, f *Fleet,
 	integ func(key string) *IntegrityReport, feeds map[string]*KVFeedHealth) HealthReport {
 	var keys []string
@@ -158,5 +165,9 @@ func HealthOf(dials, ids []string, ups []UpstreamHealth, f *Fleet,
 		}
 		reps[i] = rh
 	}
-	return NewHealthReport(reps)
+	rep := NewHealthReport(reps)
+	if f != nil && rep.Healthy == 0 && slices.ContainsFunc(reps, func(rh ReplicaHealth) bool { return rh.Reason == "passive_failures" && !rh.Full }) {
+		rep.Status, rep.Panic = StatusDegraded, true // the policy's panic routing serves
+	}
+	return rep
 }

@@ -62,3 +62,35 @@ func TestHealthOfWithPolicy(t *testing.T) {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 }
+
+// TestHealthOfPanic: with the policy's fleet, every replica out but one
+// only by passive failures is degraded (the policy's panic routing serves
+// it), not unhealthy; a full one, or one out by its active check, does not
+// count; without the policy nothing routes in panic.
+func TestHealthOfPanic(t *testing.T) {
+	f, err := New(DefaultStateKey, PoolKey(DefaultStateKey, selection.Config{}), selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dials := []string{"a:1", "b:1"}
+	f.NewView(dials, nil, func(err error) { t.Fatal(err) })
+	ids := []string{"ida", "idb"}
+	for _, c := range []struct {
+		name   string
+		ups    []UpstreamHealth
+		f      *Fleet
+		status string
+		panic  bool
+	}{
+		{"passive", []UpstreamHealth{{Out: "active_check"}, {Out: "passive_failures"}}, f, StatusDegraded, true},
+		{"passive full", []UpstreamHealth{{Out: "active_check"}, {Out: "passive_failures", Full: true}}, f, StatusUnhealthy, false},
+		{"active only", []UpstreamHealth{{Out: "active_check"}, {Out: "active_check"}}, f, StatusUnhealthy, false},
+		{"no policy", []UpstreamHealth{{Out: "passive_failures"}, {Out: "passive_failures"}}, nil, StatusUnhealthy, false},
+		{"some healthy", []UpstreamHealth{{Healthy: true}, {Out: "passive_failures"}}, f, StatusDegraded, false},
+	} {
+		got := HealthOf(dials, ids, c.ups, c.f, func(string) *IntegrityReport { return nil }, nil)
+		if got.Status != c.status || got.Panic != c.panic {
+			t.Errorf("%s: status %q panic %v, want %q %v", c.name, got.Status, got.Panic, c.status, c.panic)
+		}
+	}
+}

@@ -246,7 +246,7 @@ func newRequestSeries(r *records, dh *decided) *requestSeries {
 	return &requestSeries{r: r, d: dh,
 		sel:       d("selection_duration_seconds", "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds."),
 		overlap:   d("prefix_overlap_tokens", "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens."),
-		decisions: d("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).", "upstream", "reason"),
+		decisions: d("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, panic, none).", "upstream", "reason"),
 		inflight:  d("model_inflight_requests", "Requests in flight through ramjet, by model.", "model"),
 		ties:      d("tie_breaks_total", "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).", "rule"),
 		requests:  d("requests_total", "Requests that ended, by upstream, model and outcome (ok, client_error, upstream_error, no_replica, canceled).", "upstream", "model", "outcome"),

@@ -119,7 +119,7 @@ func newReference(m *Set) *reference {
 	}
 	r := &reference{Set: m, reg: prometheus.NewPedanticRegistry(),
 		TieBreaks: counter("tie_breaks_total", "Routing decisions settled by a tie-break, by the rule that decided (depth, profile, rendezvous, load, order).", "rule"),
-		Decisions: counter("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).", "upstream", "reason"),
+		Decisions: counter("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, panic, none).", "upstream", "reason"),
 		Overlap: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "prefix_overlap_tokens",
 			Help:    "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens.",

@@ -144,7 +144,7 @@ func TestMetricsScriptedSequence(t *testing.T) {
 	for k, n := range reqs {
 		fmt.Fprintf(&want, "ramjet_requests_total{model=%q,outcome=%q,upstream=%q} %d\n", k.model, k.outcome, k.id, n)
 	}
-	want.WriteString("# HELP ramjet_routing_decisions_total Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, none).\n# TYPE ramjet_routing_decisions_total counter\n")
+	want.WriteString("# HELP ramjet_routing_decisions_total Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, panic, none).\n# TYPE ramjet_routing_decisions_total counter\n")
 	for k, n := range decisions {
 		fmt.Fprintf(&want, "ramjet_routing_decisions_total{reason=%q,upstream=%q} %d\n", k[1], k[0], n)
 	}

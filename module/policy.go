@@ -362,7 +362,16 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	if st.attempts == 1 {
 		storage = &st.route.res // retries allocate: storage may still be read by a release
 	}
-	d, res := s.decide(pool, v, st, feat, storage)
+	d, res := s.decide(pool, v, st, feat, storage, false)
+	if res == nil && !v.Untracked {
+		// Every replica is out. Those out only for recent failures
+		// (Caddy's passive health: uncapped, so one fleet-wide blip takes
+		// out every engine for fail_duration) still serve, as in Envoy's
+		// panic mode; a dead one among them fails fast and is retried.
+		if d, res = s.decide(pool, v, st, feat, storage, true); res != nil {
+			d.Reason = selection.ReasonPanic
+		}
+	}
 	if res == nil {
 		body.Release()
 		if v.Untracked {
@@ -401,16 +410,20 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 // preflight's token ids when kv is on), reserving into res (nil:
 // allocated). It allocates nothing when res is given (TestDecideAllocs).
 // On a retry, replicas already tried for the request are filtered out
-// unless no other is usable. The reservation is nil when no replica is
-// usable.
-func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, res *selection.Reservation) (selection.Decision, *selection.Reservation) {
+// unless no other is usable. In panicMode, a replica Caddy holds out is
+// usable when it has recent failures (passive health) and is not full.
+// The reservation is nil when no replica is usable.
+func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st *reqState, feat *selection.Features, res *selection.Reservation, panicMode bool) (selection.Decision, *selection.Reservation) {
 	sc := scratchPool.Get().(*scratch)
 	var tried *selection.SlotSet
 	if st.attempts > 1 {
 		tried = &st.tried
 	}
 	cands := selection.AppendCandidates(sc.cands[:0], v.Slots, v.Profiles,
-		func(i int) bool { return pool[i].Available() && !s.integrityOut(v.Slots[i]) }, s.fleet.Detector(), tried)
+		func(i int) bool {
+			u := pool[i]
+			return (u.Available() || panicMode && !u.Full() && u.Fails() > 0) && !s.integrityOut(v.Slots[i])
+		}, s.fleet.Detector(), tried)
 	var a selection.Annotator
 	if s.kv != nil {
 		a = s.kv.p

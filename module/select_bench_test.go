@@ -26,7 +26,7 @@ func BenchmarkDecide(b *testing.B) {
 			for b.Loop() {
 				st.body.Acquire()
 				f := st.features(p.x, selection.EndpointChat)
-				_, res := p.decide(pool, p.viewFor(pool), st, f, &storage)
+				_, res := p.decide(pool, p.viewFor(pool), st, f, &storage, false)
 				res.Release()
 				st.body.Release()
 			}

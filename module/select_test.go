@@ -99,7 +99,7 @@ func TestDecideAllocs(t *testing.T) {
 		f := st.features(p.x, ep)
 		v := p.viewFor(pool)
 		var res *selection.Reservation
-		d, res = p.decide(pool, v, st, f, &storage)
+		d, res = p.decide(pool, v, st, f, &storage, false)
 		res.Release()
 		st.body.Release()
 	})

@@ -58,9 +58,14 @@ const (
 	// ReasonTieBreak: several replicas equally warm and loaded; a
 	// tie-break rule after depth decided.
 	ReasonTieBreak
+	// ReasonPanic: the proxy's health checks held every replica out; the
+	// caller routed among those out only for their recent failures
+	// (Caddy's passive health), as Envoy's panic threshold does. Set by
+	// the caller, never by Route.
+	ReasonPanic
 )
 
-var reasonNames = [...]string{"none", "affinity", "load_override", "cold", "tie_break"}
+var reasonNames = [...]string{"none", "affinity", "load_override", "cold", "tie_break", "panic"}
 
 func (r Reason) String() string { return reasonNames[r] }
 

@@ -6,9 +6,9 @@
 
   var PALETTE = ["#58a6ff", "#3fb950", "#d29922", "#f778ba", "#bc8cff", "#39c5cf",
     "#ff7b72", "#a5d6ff", "#7ee787", "#e3b341", "#ffa198", "#d2a8ff"];
-  var REASONS = ["affinity", "load_override", "cold", "tie_break", "fallback", "none"];
+  var REASONS = ["affinity", "load_override", "cold", "tie_break", "fallback", "panic", "none"];
   var REASON_COLORS = { affinity: "#3fb950", load_override: "#d29922", cold: "#58a6ff",
-    tie_break: "#bc8cff", fallback: "#8493a3", none: "#f85149" };
+    tie_break: "#bc8cff", fallback: "#8493a3", panic: "#ff7b72", none: "#f85149" };
 
   var charts = {};
   var updates = 0;
