@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // ReplicaHealth is one replica in the /health answer.
@@ -120,6 +122,14 @@ type UpstreamHealth struct {
 	Out string
 }
 
+// lookupSlot is the slot of the i-th replica in f (false without f).
+func lookupSlot(f *Fleet, keys []string, i int) (selection.Slot, bool) {
+	if f == nil {
+		return 0, false
+	}
+	return f.Base().Lookup(keys[i])
+}
+
 // HealthOf is the /health answer for the upstream list dials. ups is the
 // proxy's view of each entry, nil when no reverse_proxy over dials is
 // configured (every replica "not_found"). With f (the fleet of the
@@ -130,7 +140,9 @@ type UpstreamHealth struct {
 // off) holds it out; feeds (by replica key, nil: the precise path off)
 // adds each kv feed's health. Without f, ids name the replicas. With f,
 // a fleet whose every replica is out but some only by passive failures is
-// degraded (Panic), as the ramjet policy still routes to those.
+// degraded (Panic), as the ramjet policy still routes to those; a replica
+// out by passive failures that outlier detection also ejected is
+// "ejected" (panic routing skips it).
 func HealthOf(dials, ids []string, ups []UpstreamHealth, f *Fleet,
 	integ func(key string) *IntegrityReport, feeds map[string]*KVFeedHealth) HealthReport {
 	var keys []string
@@ -148,12 +160,15 @@ func HealthOf(dials, ids []string, ups []UpstreamHealth, f *Fleet,
 			rh.Reason = "not_found"
 		case !ups[i].Healthy:
 			rh.InFlight, rh.Full, rh.Reason = ups[i].InFlight, ups[i].Full, ups[i].Out
+			if s, ok := lookupSlot(f, keys, i); ok && rh.Reason == "passive_failures" && f.Detector().Ejected(s) {
+				rh.Reason = "ejected" // not served in panic either
+			}
 		default:
 			rh.Healthy, rh.InFlight, rh.Full = true, ups[i].InFlight, ups[i].Full
 			if f == nil {
 				break
 			}
-			if s, ok := f.Base().Lookup(keys[i]); ok && f.Detector().Ejected(s) {
+			if s, ok := lookupSlot(f, keys, i); ok && f.Detector().Ejected(s) {
 				rh.Healthy, rh.Reason = false, "ejected"
 			}
 			if ir := integ(keys[i]); ir != nil {

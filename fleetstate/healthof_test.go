@@ -65,16 +65,21 @@ func TestHealthOfWithPolicy(t *testing.T) {
 
 // TestHealthOfPanic: with the policy's fleet, every replica out but one
 // only by passive failures is degraded (the policy's panic routing serves
-// it), not unhealthy; a full one, or one out by its active check, does not
-// count; without the policy nothing routes in panic.
+// it), not unhealthy; a full one, one out by its active check or one
+// outlier detection ejected does not count (and the last says "ejected");
+// without the policy nothing routes in panic.
 func TestHealthOfPanic(t *testing.T) {
 	f, err := New(DefaultStateKey, PoolKey(DefaultStateKey, selection.Config{}), selection.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dials := []string{"a:1", "b:1"}
-	f.NewView(dials, nil, func(err error) { t.Fatal(err) })
-	ids := []string{"ida", "idb"}
+	dials := []string{"a:1", "b:1", "c:1"}
+	v := f.NewView(dials, nil, func(err error) { t.Fatal(err) })
+	for range selection.DefaultConsecutiveFailures {
+		f.Detector().Failure(v.Slots[2], selection.FailTimeout, len(dials))
+	}
+	ids := []string{"ida", "idb", "idc"}
+	ejected := UpstreamHealth{Out: "passive_failures"} // c:1, also ejected by outlier detection
 	for _, c := range []struct {
 		name   string
 		ups    []UpstreamHealth
@@ -82,15 +87,22 @@ func TestHealthOfPanic(t *testing.T) {
 		status string
 		panic  bool
 	}{
-		{"passive", []UpstreamHealth{{Out: "active_check"}, {Out: "passive_failures"}}, f, StatusDegraded, true},
-		{"passive full", []UpstreamHealth{{Out: "active_check"}, {Out: "passive_failures", Full: true}}, f, StatusUnhealthy, false},
-		{"active only", []UpstreamHealth{{Out: "active_check"}, {Out: "active_check"}}, f, StatusUnhealthy, false},
-		{"no policy", []UpstreamHealth{{Out: "passive_failures"}, {Out: "passive_failures"}}, nil, StatusUnhealthy, false},
-		{"some healthy", []UpstreamHealth{{Healthy: true}, {Out: "passive_failures"}}, f, StatusDegraded, false},
+		{"passive", []UpstreamHealth{{Out: "active_check"}, {Out: "passive_failures"}, ejected}, f, StatusDegraded, true},
+		{"passive full", []UpstreamHealth{{Out: "active_check"}, {Out: "passive_failures", Full: true}, ejected}, f, StatusUnhealthy, false},
+		{"active only", []UpstreamHealth{{Out: "active_check"}, {Out: "active_check"}, ejected}, f, StatusUnhealthy, false},
+		{"no policy", []UpstreamHealth{{Out: "passive_failures"}, {Out: "passive_failures"}, ejected}, nil, StatusUnhealthy, false},
+		{"some healthy", []UpstreamHealth{{Healthy: true}, {Out: "passive_failures"}, ejected}, f, StatusDegraded, false},
 	} {
 		got := HealthOf(dials, ids, c.ups, c.f, func(string) *IntegrityReport { return nil }, nil)
 		if got.Status != c.status || got.Panic != c.panic {
 			t.Errorf("%s: status %q panic %v, want %q %v", c.name, got.Status, got.Panic, c.status, c.panic)
+		}
+		want := "ejected"
+		if c.f == nil {
+			want = "passive_failures"
+		}
+		if r := got.Replicas[2].Reason; r != want {
+			t.Errorf("%s: the ejected replica's reason %q, want %q", c.name, r, want)
 		}
 	}
 }
