@@ -1,7 +1,11 @@
 package module
 
 import (
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
@@ -46,4 +50,45 @@ func TestAnswerCorrectsIndex(t *testing.T) {
 		t.Fatalf("chat: %s: %s", resp.Status, b)
 	}
 	eventually(t, "the eviction learned from the answer", func() bool { return f.Base().Index().Horizon(slot) > 0 })
+}
+
+// TestAnswerWithoutCachedCount: an engine that reports no cached count
+// (vLLM without --enable-prompt-tokens-details sends
+// "prompt_tokens_details": null) says nothing about evictions: the index
+// keeps its beliefs. Read as "0 cached", every answer gave the replica a
+// horizon as if it had evicted the prompt.
+func TestAnswerWithoutCachedCount(t *testing.T) {
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"qwen3-8b","object":"model"}]}`)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","model":"qwen3-8b","choices":[{"index":0,`+
+			`"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d,"prompt_tokens_details":null}}`, len(b)/4, len(b)/4+1)
+	}))
+	t.Cleanup(eng.Close)
+	dial := strings.TrimPrefix(eng.URL, "http://")
+	c := startObsCaddy(t, []string{dial}, obsOpts{})
+	body := chatBody("qwen3-8b", false, [2]string{"system", longText("unreported", 4000)}, [2]string{"user", "hello"})
+	done := histCount(t, processMetrics().Own, "ramjet_request_duration_seconds")
+	for range 3 {
+		if resp, b := c.chat(body); resp.StatusCode != 200 {
+			t.Fatalf("chat: %s: %s", resp.Status, b)
+		}
+	}
+	// Every answer's End (Observe, then the metrics) has run.
+	eventually(t, "three requests recorded", func() bool {
+		return histCount(t, processMetrics().Own, "ramjet_request_duration_seconds") >= done+3
+	})
+	f := lookupFleet("")
+	slot, ok := f.Base().Lookup(dial)
+	if !ok {
+		t.Fatal("engine not registered")
+	}
+	if h := f.Base().Index().Horizon(slot); h != 0 {
+		t.Errorf("horizon %d after answers without a cached count: read as evictions", h)
+	}
 }

@@ -19,6 +19,11 @@ type Usage struct {
 	PromptTokens     int64
 	CachedTokens     int64
 	CompletionTokens int64
+	// CachedUnreported: the object had no cached count (vLLM without
+	// --enable-prompt-tokens-details, SGLang without --enable-cache-report
+	// send "prompt_tokens_details": null or none); CachedTokens is 0 then
+	// and says nothing about what the engine held.
+	CachedUnreported bool
 }
 
 // Scanner finds the last "usage" object of a JSON or server-sent-events
@@ -239,12 +244,19 @@ func (j *usageJSON) fast(b []byte) bool {
 // from the absent state; false on a decode error. Its own copy escapes to
 // the heap, j does not.
 func (j *usageJSON) slow(b []byte) bool {
-	v := &usageJSON{PromptTokens: absent, CompletionTokens: absent, InputTokens: absent, OutputTokens: absent}
+	v := newUsageJSON()
 	if err := json.Unmarshal(b, v); err != nil {
 		return false
 	}
 	*j = *v
 	return true
+}
+
+// newUsageJSON is a usageJSON with every count absent.
+func newUsageJSON() *usageJSON {
+	j := &usageJSON{PromptTokens: absent, CompletionTokens: absent, InputTokens: absent, OutputTokens: absent}
+	j.PromptDetails.CachedTokens, j.InputDetails.CachedTokens = absent, absent
+	return j
 }
 
 // absent marks a count the usage object did not have (a real count is
@@ -257,7 +269,7 @@ func (s *Scanner) Result() (u Usage, ok bool) {
 	if len(s.last) == 0 {
 		return Usage{}, false
 	}
-	j := usageJSON{PromptTokens: absent, CompletionTokens: absent, InputTokens: absent, OutputTokens: absent}
+	j := *newUsageJSON()
 	if !j.fast(s.last) && !j.slow(s.last) {
 		return Usage{}, false
 	}
@@ -285,6 +297,9 @@ func (j *usageJSON) usage() (u Usage, ok bool) {
 		u.CachedTokens = j.InputDetails.CachedTokens
 	default:
 		return Usage{}, false
+	}
+	if u.CachedTokens == absent {
+		u.CachedTokens, u.CachedUnreported = 0, true
 	}
 	if u.PromptTokens < 0 || u.CachedTokens < 0 || u.CompletionTokens < 0 {
 		return Usage{}, false
