@@ -267,9 +267,10 @@ type measure struct {
 	CPUPerReq float64 `json:"cpu_us_per_req"`
 	// AllocBytesPerReq and AllocsPerReq are the process's heap allocations
 	// per successful request. Like CPUPerReq they hold the clients' and
-	// engines' share, the same for every target; unlike it they do not
-	// depend on the machine's load (the difference between two targets is
-	// what the proxy allocates differently).
+	// engines' share, the same for every target, and the process's
+	// background work (a few objects per request of jitter at c=16); unlike
+	// it they barely move with the machine's load, so the difference
+	// between two targets is what the proxy allocates differently.
 	AllocBytesPerReq float64 `json:"alloc_bytes_per_req"`
 	AllocsPerReq     float64 `json:"allocs_per_req"`
 	Sample           string  `json:"error_sample,omitempty"`

@@ -63,7 +63,7 @@ func processCPU() time.Duration {
 
 // heapCounters are the process's cumulative heap allocations, bytes and
 // objects (runtime/metrics; reading them stops nothing). Unlike CPU time
-// they do not move with the machine's load.
+// they barely move with the machine's load.
 func heapCounters() (bytes, objects uint64) {
 	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/allocs:objects"}}
 	metrics.Read(s)
