@@ -231,7 +231,7 @@ func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 		return edge.FromRequestError(err)
 	}
 	if len(f.Model) > 0 && g.checkOn && g.fleet != nil {
-		model := string(f.Model)
+		model := modelNames.Intern(f.Model) // the held name: no copy for the models in use
 		if known, listed := g.fleet.Knows(r.Context(), model); listed && !known {
 			return edge.ModelNotFound(model)
 		}

@@ -40,6 +40,8 @@ type cell struct {
 	bytes   int64
 	sample  string
 	cpu     time.Duration // process CPU time (user+system) spent in the cell
+	// The process's heap allocations (bytes, objects) in the cell.
+	allocBytes, allocs uint64
 }
 
 // bench runs the interleaved measurement.
@@ -186,6 +188,7 @@ func (b *bench) measure(ctx context.Context, t target, sc scenario, bodies [][]b
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	cpu0 := processCPU()
+	bytes0, objects0 := heapCounters()
 	start := time.Now()
 	for range b.concurrency {
 		wg.Add(1)
@@ -223,6 +226,9 @@ func (b *bench) measure(ctx context.Context, t target, sc scenario, bodies [][]b
 	wg.Wait()
 	c.elapsed += time.Since(start)
 	c.cpu += processCPU() - cpu0
+	bytes1, objects1 := heapCounters()
+	c.allocBytes += bytes1 - bytes0
+	c.allocs += objects1 - objects0
 }
 
 // row is one line of the result table.
@@ -259,7 +265,15 @@ type measure struct {
 	// and latency it does not depend on how much CPU other processes of
 	// the machine take.
 	CPUPerReq float64 `json:"cpu_us_per_req"`
-	Sample    string  `json:"error_sample,omitempty"`
+	// AllocBytesPerReq and AllocsPerReq are the process's heap allocations
+	// per successful request. Like CPUPerReq they hold the clients' and
+	// engines' share, the same for every target, and the process's
+	// background work (a few objects per request of jitter at c=16); unlike
+	// it they barely move with the machine's load, so the difference
+	// between two targets is what the proxy allocates differently.
+	AllocBytesPerReq float64 `json:"alloc_bytes_per_req"`
+	AllocsPerReq     float64 `json:"allocs_per_req"`
+	Sample           string  `json:"error_sample,omitempty"`
 }
 
 func ratio(a, b float64) float64 {
@@ -279,8 +293,10 @@ func (b *bench) rows(direct, rr, rj string) []row {
 				Requests: c.ok, Errors: c.errors,
 				RPS: ratio(float64(c.ok), c.elapsed.Seconds()),
 				P50: float64(c.hist.Quantile(0.5)) / 1e6, P99: float64(c.hist.Quantile(0.99)) / 1e6,
-				CPUPerReq: ratio(float64(c.cpu.Microseconds()), float64(c.ok)),
-				Sample:    c.sample,
+				CPUPerReq:        ratio(float64(c.cpu.Microseconds()), float64(c.ok)),
+				AllocBytesPerReq: ratio(float64(c.allocBytes), float64(c.ok)),
+				AllocsPerReq:     ratio(float64(c.allocs), float64(c.ok)),
+				Sample:           c.sample,
 			}
 		}
 		a, bb, c := r.Targets[direct], r.Targets[rr], r.Targets[rj]

@@ -26,7 +26,9 @@ import (
 // on every request (selection.Router.Observe). Without details it omits
 // prompt_tokens_details, as vLLM and SGLang do by default (vLLM's
 // --enable-prompt-tokens-details, SGLang's --enable-cache-report turn it
-// on), so ramjet learns nothing from it.
+// on). ramjet reads that absent count as 0 cached today (usage.Result),
+// so its index relearns every prompt under both shapes (bench/RESULTS.md,
+// "what of ramjet's extra is issue-required work").
 type echoEngine struct {
 	srv     *http.Server
 	addr    string
