@@ -421,6 +421,14 @@ type Options struct {
 	// 65,536 tokens of KV (bench/EXPERIMENTS.md, section 34, press11).
 	InflightGuard bool
 	HorizonFloor  float64
+	// GuardQueue (experiment), when positive: InflightGuard applies only
+	// while at most GuardQueue of the replica's in-flight requests are
+	// still waiting for their first token.
+	GuardQueue float64
+	// GuardCap (experiment), when positive: InflightGuard applies only
+	// when what it keeps (the touches since the oldest in-flight request)
+	// is at most GuardCap times the replica's capacity in blocks.
+	GuardCap float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best

@@ -210,6 +210,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.HorizonFloor = x
 		case "guard":
 			setup.Options.InflightGuard = true
+		case "gc":
+			setup.Options.InflightGuard, setup.Options.GuardCap = true, x
+		case "gq":
+			setup.Options.InflightGuard, setup.Options.GuardQueue = true, x
 		case "pq":
 			setup.Options.ProfileQueue = zeroIsNone(x)
 		case "wh":
