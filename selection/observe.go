@@ -93,10 +93,10 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 		floor := int64(rt.opt.HorizonFloor * float64(rt.idx.Capacity(s)))
 		switch {
 		case rt.opt.InflightGuard:
-			if c, n, ok := rt.oldestInflight(s); ok && rt.guardOn(s) {
+			if c, n, ok := rt.oldestInflight(s); ok {
 				g := rt.idx.clockOf(s) - c + int64(n) + 1
-				if k := rt.opt.GuardCap; k > 0 && float64(g) > k*float64(rt.idx.Capacity(s)) {
-					g = 0
+				if k, c := rt.opt.GuardCap, rt.idx.Capacity(s); k > 0 && c > 0 && float64(g) > k*float64(c) {
+					g = 0 // more than the replica holds: the shortfall's age stands
 				}
 				if floor > 0 {
 					g = min(g, floor)
@@ -133,26 +133,6 @@ func (res *Reservation) estimated(n, promptTokens int) int64 {
 		return int64(n) * int64(res.prompt) / int64(promptTokens)
 	}
 	return int64(n)
-}
-
-// guardOn (experiment) reports whether InflightGuard applies on s: at
-// most Options.GuardQueue of its in-flight requests wait for their first
-// token (always when GuardQueue is not positive).
-func (rt *Router) guardOn(s Slot) bool {
-	if rt.opt.GuardQueue <= 0 {
-		return true
-	}
-	l := &rt.chains[s]
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n, pre := 0, 0
-	for j := l.head; j != nil; j = j.next {
-		n++
-		if j.state.Load() == 0 {
-			pre++
-		}
-	}
-	return float64(pre) <= rt.opt.GuardQueue*float64(n)
 }
 
 // oldestInflight is the index clock of slot s when the oldest request
