@@ -95,6 +95,9 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 		case rt.opt.InflightGuard:
 			if c, n, ok := rt.oldestInflight(s); ok {
 				g := rt.idx.clockOf(s) - c + int64(n) + 1
+				if k, c := rt.opt.GuardCap, rt.idx.Capacity(s); k > 0 && c > 0 && float64(g) > k*float64(c) {
+					g = 0 // more than the replica holds: the shortfall's age stands
+				}
 				if floor > 0 {
 					g = min(g, floor)
 				}

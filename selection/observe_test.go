@@ -200,6 +200,10 @@ func TestObserveInflightGuard(t *testing.T) {
 		{"floor", Options{HorizonFloor: 1}, 40, 20},
 		// The guard capped at 20 blocks: the shortfall's own age is more.
 		{"guard under floor", Options{InflightGuard: true, HorizonFloor: 0.5}, 22, 14},
+		// GuardCap: the guard keeps 29 touches; it applies while that is
+		// at most GuardCap times the capacity of 40 blocks.
+		{"guard within its cap", Options{InflightGuard: true, GuardCap: 1}, 29, 20},
+		{"guard past its cap", Options{InflightGuard: true, GuardCap: 0.5}, 22, 14},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
