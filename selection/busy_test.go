@@ -252,3 +252,49 @@ func TestWarmHoldFleetMean(t *testing.T) {
 		t.Fatalf("mean 2.875 without the hold: %+v, want a replica without the prefix", d)
 	}
 }
+
+// TestWarmHoldShortestQueue: the warm hold sends the request to the holder
+// with the shortest queue (pending prefill less overlap), not the best
+// score. Replicas 0 and 1 hold a 416-token prefix: replica 0 runs 2
+// requests with 250 tokens of prefill queued (score 416 - 450 = -34; queue
+// -166), replica 1 runs 4 with none (score 416 - 400 - 100 (the subset
+// guard) = -84; queue -416); replica 31 is idle (score 0, the best), the
+// other 29 run 3 each (mean 93 / 32 = 2.9, the hold's limit 4.36).
+func TestWarmHoldShortestQueue(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024, AffinityCap: 1000, Alpha: 1, RequestCost: 100}
+	rt, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	c = rt.Config()
+	s := NewScratch(len(cands))
+	short := features(c, blocksOf(3, 26), 0)
+	f := features(c, blocksOf(3, 200), 0)
+	var rs []*Reservation
+	defer func() {
+		for _, r := range rs {
+			r.Release()
+		}
+	}()
+	run := func(i, n, prefill int) {
+		for range n {
+			rs = append(rs, rt.Reserve(cands[i].Slot, prefill))
+		}
+	}
+	rt.Learn(short, cands[0].Slot)
+	rt.Learn(short, cands[1].Slot)
+	run(0, 1, 0)
+	run(0, 1, 250)
+	run(1, 4, 0)
+	for i := 2; i < len(cands)-1; i++ {
+		run(i, 3, 0)
+	}
+	if d := rt.WithOptions(Options{WarmHold: -1}).Pick(f, cands, s); d.Index != len(cands)-1 || d.Reason != ReasonLoadOverride {
+		t.Fatalf("without the hold: %+v, want the idle replica", d)
+	}
+	if d := rt.Pick(f, cands, s); d.Index != 1 || d.Overlap != 416 {
+		t.Fatalf("warm hold: %+v, want replica 1 (queue -416 against -166)", d)
+	}
+	// Replica 1 at 5 requests, past the limit 1.5 x 94 / 32 = 4.41: replica 0.
+	run(1, 1, 0)
+	if d := rt.Pick(f, cands, s); d.Index != 0 || d.Overlap != 416 {
+		t.Fatalf("replica 1 over the limit: %+v, want replica 0", d)
+	}
+}

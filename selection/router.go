@@ -266,9 +266,9 @@ const DefaultProfileQueue = 1.0
 // SubsetGuardReplicas running at least two requests per replica, a load
 // override to a replica holding none of the prompt goes to a holder
 // running fewer than 1.5 times the usable replicas' mean of in-flight
-// requests whose queue lets the request's first token come no later
-// (bench/EXPERIMENTS.md section 36: the hotspot workload's warm-up at 64
-// and 256 replicas).
+// requests whose queue lets the request's first token come no later, the
+// shortest such queue (bench/EXPERIMENTS.md sections 36 and 39: the
+// hotspot workload's warm-up at 64 and 256 replicas).
 const DefaultWarmHold = 1.5
 
 // warmHoldMean is the least mean of in-flight requests per usable replica
@@ -471,13 +471,16 @@ type Options struct {
 	// SubsetGuardReplicas usable replicas: when the best score is a
 	// replica holding none of the prompt while others hold part of it (a
 	// load override to a cold replica) on a fleet running at least two
-	// requests per usable replica, the best-scoring holder running
-	// fewer than WarmHold times the usable replicas' mean in-flight
-	// requests wins instead, if its pending prefill less its overlap is
-	// at most the cold replica's pending prefill (the request's prompt
-	// is computed no later there). A fleet warming up (a popular prefix
-	// on few replicas, the rest idle) then warms fewer replicas: each
-	// cold replica it warms costs one request a cold prefill. Only for
+	// requests per usable replica, a holder running fewer than WarmHold
+	// times the usable replicas' mean in-flight requests wins instead, if
+	// its queue (pending prefill less its overlap) is at most the cold
+	// replica's pending prefill (the request's prompt is computed no
+	// later there): the holder with the shortest queue, not the best
+	// score, which favours a replica that runs few requests because it
+	// took the prefix cold a moment ago and whose first prefill the
+	// requests would then queue behind. A fleet warming up (a popular
+	// prefix on few replicas, the rest idle) then warms fewer replicas:
+	// each cold replica it warms costs one request a cold prefill. Only for
 	// prompts of at most DefaultAgreeMax tokens (the agreement band's
 	// bound): a longer one is an agent's context, which stays and grows
 	// where it lands, and the pair term that spread it must stand
@@ -1134,9 +1137,10 @@ func (rt *Router) profileQueue() float64 {
 }
 
 // warmHold is the warm hold (Options.WarmHold) for w, a cold replica that
-// won while others hold part of the prompt: the best-scoring holder
-// running fewer than the hold's limit of in-flight requests whose pending
-// prefill less its overlap is at most w's pending prefill, else w.
+// won while others hold part of the prompt: among the holders running
+// fewer than the hold's limit of in-flight requests whose queue (pending
+// prefill less overlap) is at most w's pending prefill, the one with the
+// shortest queue (ties: the best score), else w.
 func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usable int) int {
 	g := rt.opt.WarmHold
 	if g == 0 {
@@ -1151,14 +1155,15 @@ func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usa
 	}
 	lim := g * mean
 	wait := rt.loads[cands[w].Slot].pending.Load()
-	alt := w
+	alt, altQ := w, int64(0)
 	for i := range cands {
 		c := &rt.loads[cands[i].Slot]
-		if !cands[i].Usable || s.Overlap[i] == 0 || float64(c.count()) >= lim || c.pending.Load()-int64(s.Overlap[i]) > wait {
+		q := c.pending.Load() - int64(s.Overlap[i])
+		if !cands[i].Usable || s.Overlap[i] == 0 || float64(c.count()) >= lim || q > wait {
 			continue
 		}
-		if alt == w || s.Score[i] > s.Score[alt] {
-			alt = i
+		if alt == w || q < altQ || q == altQ && s.Score[i] > s.Score[alt] {
+			alt, altQ = i, q
 		}
 	}
 	return alt
