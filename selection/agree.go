@@ -201,12 +201,13 @@ func (rt *Router) agreeBand(prompt int) float64 {
 // tuning seeds, agent-fleet x4 at 8 TTFT p50 1.10x -> 1.08x, p99 1.09x ->
 // 0.93x one instance's), and a decision with an exact overlap (the
 // precise path, which sees every instance's placements) is left as it
-// is. Past two such replicas (a burst) the rule's pick stands: walking on,
+// is. Past three such replicas (a burst) the rule's pick stands: walking on,
 // 4 instances each sent a 96-request burst over 64 replicas onto the same
 // 24 (TTFT p50 1.23x one instance's; 1.00x with the rule's spill).
 func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64, home bool) int {
 	top := rt.Rendezvous(first, cands[w].Slot)
-	k, busy1, busy2 := w, uint64(0), uint64(0)
+	// busy: the three highest weights among those left out.
+	k, busy := w, [3]uint64{}
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -223,10 +224,10 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 			// Still computing prompts this instance sent: load it knows
 			// is real and imminent, which a burst of one prefix would
 			// pile onto the replica every instance agrees on.
-			if r > busy1 {
-				busy1, busy2 = r, busy1
-			} else if r > busy2 {
-				busy2 = r
+			for j := range busy {
+				if r > busy[j] {
+					r, busy[j] = busy[j], r
+				}
 			}
 			continue
 		}
@@ -234,8 +235,8 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 			k, top = i, r
 		}
 	}
-	if busy2 > top && !rt.opt.AgreeWalk {
-		// Two replicas the band ranks above its choice are prefilling
+	if busy[2] > top && !rt.opt.AgreeWalk {
+		// Three replicas the band ranks above its choice are prefilling
 		// this instance's own requests: a burst of one prefix. Every instance
 		// walking on down the same order would pile its burst N deep
 		// onto the same replicas; the rule's pick (and its instance

@@ -238,11 +238,11 @@ func TestAgreementOwnForgottenAgent(t *testing.T) {
 	}
 }
 
-// A burst of one prefix with the band on: once two replicas the band
+// A burst of one prefix with the band on: once three replicas the band
 // ranks above its choice are prefilling this instance's own requests,
 // the rule's pick (here its instance spill) stands instead of the next
 // replica in the shared order, which every instance would pile its burst
-// onto; with one such replica the band still walks on (agreement).
+// onto; with two such replicas the band still walks on (agreement).
 func TestAgreementBandBurst(t *testing.T) {
 	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
 	rt, cands := newTestRouter(t, c, 8)
@@ -257,24 +257,25 @@ func TestAgreementBandBurst(t *testing.T) {
 		return cmp.Compare(rt.Rendezvous(f.Blocks[0], y), rt.Rendezvous(f.Blocks[0], x))
 	})
 	rt.Learn(f, order[0]) // the burst's first request went there
-	r0, r1 := rt.Reserve(order[0], 5000), rt.Reserve(order[1], 5000)
+	r0, r1, r2 := rt.Reserve(order[0], 5000), rt.Reserve(order[1], 5000), rt.Reserve(order[2], 5000)
 	defer r0.Release()
+	defer r1.Release()
 	on := rt.WithOptions(Options{AgreeAlways: true})
 	off := rt.WithOptions(Options{AgreeAlways: true, AgreeBand: -1})
 	walk := rt.WithOptions(Options{AgreeAlways: true, AgreeWalk: true})
 	want := off.Pick(f, cands, s).Slot
-	if want == order[2] {
+	if want == order[3] {
 		t.Fatalf("the rule's pick is the band's next replica %d: the test shows nothing", want)
 	}
-	if d := walk.Pick(f, cands, s); d.Slot != order[2] {
-		t.Fatalf("walking, the band picked %d, want its next replica %d", d.Slot, order[2])
+	if d := walk.Pick(f, cands, s); d.Slot != order[3] {
+		t.Fatalf("walking, the band picked %d, want its next replica %d", d.Slot, order[3])
 	}
 	if d := on.Pick(f, cands, s); d.Slot != want {
-		t.Fatalf("with two replicas ranked above prefilling its own requests the band picked %d, the rule %d", d.Slot, want)
+		t.Fatalf("with three replicas ranked above prefilling its own requests the band picked %d, the rule %d", d.Slot, want)
 	}
-	r1.Release()
-	if d := on.Pick(f, cands, s); d.Slot != order[1] {
-		t.Fatalf("with one replica ranked above prefilling the band picked %d, want the next one %d", d.Slot, order[1])
+	r2.Release()
+	if d := on.Pick(f, cands, s); d.Slot != order[2] {
+		t.Fatalf("with two replicas ranked above prefilling the band picked %d, want the next one %d", d.Slot, order[2])
 	}
 }
 
