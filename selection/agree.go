@@ -206,7 +206,8 @@ func (rt *Router) agreeBand(prompt int) float64 {
 // 24 (TTFT p50 1.23x one instance's; 1.00x with the rule's spill).
 func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64, home bool) int {
 	top := rt.Rendezvous(first, cands[w].Slot)
-	// busy: the three highest weights among those left out.
+	// busy: the three highest weights among the replicas left out for
+	// prefilling this instance's own requests.
 	k, busy := w, [3]uint64{}
 	for i := range cands {
 		c := &cands[i]
