@@ -69,6 +69,37 @@ func (rt *Router) agentKey(f *Features, cands []Candidate, s *Scratch) uint64 {
 	return f.Blocks[min(max(top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
 }
 
+// agentTie returns the block Pick's rendezvous tie-break hashes for a
+// prompt longer than AgreeMax over at least SubsetGuardReplicas usable
+// replicas (ok false: tieKey's): its agentKey, the agent's own first
+// block, rather than the first block not every replica holds (the
+// fleet-wide prefix's, the same for every agent). An agent's first turn
+// then goes to the first idle replica in its own rendezvous order, where
+// another instance that never saw the agent sends its next turn if that
+// replica is idle in its view too, and where the home band sends it once
+// the answers show other instances; with the fleet-wide prefix's order
+// every instance filled the same replicas in the same order with
+// different agents. A lone instance still spreads its agents over idle
+// replicas (the same outcome, other replicas). On 8 replicas, every
+// replica busy, it moved agent-fleet's multi-instance figures both ways
+// (bench/EXPERIMENTS.md, mdef12), so smaller fleets keep tieKey's block.
+func (rt *Router) agentTie(f *Features, cands []Candidate, s *Scratch) (uint64, bool) {
+	if rt.opt.NoAgentTie || f.PromptTokens(rt.cfg) <= rt.agreeMax() {
+		return 0, false
+	}
+	usable := 0
+	for i := range cands {
+		if cands[i].Usable {
+			usable++
+		}
+	}
+	if usable < SubsetGuardReplicas {
+		return 0, false
+	}
+	key := rt.agentKey(f, cands, s)
+	return key, key != 0
+}
+
 // on reports whether an answer among the last AgreeMemory showed another
 // instance's placement.
 func (a *agreement) on() bool {
@@ -170,10 +201,14 @@ func (rt *Router) agreeBand(prompt int) float64 {
 // tuning seeds, agent-fleet x4 at 8 TTFT p50 1.10x -> 1.08x, p99 1.09x ->
 // 0.93x one instance's), and a decision with an exact overlap (the
 // precise path, which sees every instance's placements) is left as it
-// is.
+// is. Past three such replicas (a burst) the rule's pick stands: walking on,
+// 4 instances each sent a 96-request burst over 64 replicas onto the same
+// 24 (TTFT p50 1.23x one instance's; 1.00x with the rule's spill).
 func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64, home bool) int {
 	top := rt.Rendezvous(first, cands[w].Slot)
-	k := w
+	// busy: the three highest weights among the replicas left out for
+	// prefilling this instance's own requests.
+	k, busy := w, [3]uint64{}
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -185,15 +220,29 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 		if s.Score[i] < best-band {
 			continue
 		}
+		r := rt.Rendezvous(first, c.Slot)
 		if _, pending := rt.Load(c.Slot); pending > 0 && i != w && !home {
 			// Still computing prompts this instance sent: load it knows
 			// is real and imminent, which a burst of one prefix would
 			// pile onto the replica every instance agrees on.
+			for j := range busy {
+				if r > busy[j] {
+					r, busy[j] = busy[j], r
+				}
+			}
 			continue
 		}
-		if r := rt.Rendezvous(first, c.Slot); r > top {
+		if r > top {
 			k, top = i, r
 		}
+	}
+	if busy[2] > top && !rt.opt.AgreeWalk {
+		// Three replicas the band ranks above its choice are prefilling
+		// this instance's own requests: a burst of one prefix. Every instance
+		// walking on down the same order would pile its burst N deep
+		// onto the same replicas; the rule's pick (and its instance
+		// spill) spreads it.
+		return w
 	}
 	return k
 }

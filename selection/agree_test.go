@@ -1,6 +1,10 @@
 package selection
 
-import "testing"
+import (
+	"cmp"
+	"slices"
+	"testing"
+)
 
 // An answer holding a quarter of the prompt (and two blocks) more than
 // this instance ever sent the replica is another instance's placement: the
@@ -231,5 +235,127 @@ func TestAgreementOwnForgottenAgent(t *testing.T) {
 		if rt.Observe(route(other), 0, (prefix+40)*16, 0); !rt.Several() {
 			t.Fatalf("AgreeMax %d: off after the engine held 40 blocks of a context this instance never routed", max)
 		}
+	}
+}
+
+// A burst of one prefix with the band on: once three replicas the band
+// ranks above its choice are prefilling this instance's own requests,
+// the rule's pick (here its instance spill) stands instead of the next
+// replica in the shared order, which every instance would pile its burst
+// onto; with two such replicas the band still walks on (agreement).
+func TestAgreementBandBurst(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	rt, cands := newTestRouter(t, c, 8)
+	rt.SetInstance("1")
+	s := NewScratch(8)
+	f := features(rt.Config(), blocksOf(7, 40), 0)
+	order := make([]Slot, len(cands))
+	for i := range cands {
+		order[i] = cands[i].Slot
+	}
+	slices.SortFunc(order, func(x, y Slot) int {
+		return cmp.Compare(rt.Rendezvous(f.Blocks[0], y), rt.Rendezvous(f.Blocks[0], x))
+	})
+	rt.Learn(f, order[0]) // the burst's first request went there
+	r0, r1, r2 := rt.Reserve(order[0], 5000), rt.Reserve(order[1], 5000), rt.Reserve(order[2], 5000)
+	defer r0.Release()
+	defer r1.Release()
+	on := rt.WithOptions(Options{AgreeAlways: true})
+	off := rt.WithOptions(Options{AgreeAlways: true, AgreeBand: -1})
+	walk := rt.WithOptions(Options{AgreeAlways: true, AgreeWalk: true})
+	want := off.Pick(f, cands, s).Slot
+	if want == order[3] {
+		t.Fatalf("the rule's pick is the band's next replica %d: the test shows nothing", want)
+	}
+	if d := walk.Pick(f, cands, s); d.Slot != order[3] {
+		t.Fatalf("walking, the band picked %d, want its next replica %d", d.Slot, order[3])
+	}
+	if d := on.Pick(f, cands, s); d.Slot != want {
+		t.Fatalf("with three replicas ranked above prefilling its own requests the band picked %d, the rule %d", d.Slot, want)
+	}
+	r2.Release()
+	if d := on.Pick(f, cands, s); d.Slot != order[2] {
+		t.Fatalf("with two replicas ranked above prefilling the band picked %d, want the next one %d", d.Slot, order[2])
+	}
+}
+
+// Two instances, each with its own requests on different idle replicas,
+// place an agent's turns (past AgreeMax) where neither has load, by the
+// agent's own first block: instance A its first turn, instance B (which
+// never saw the agent) a later one, before any answer showed the other.
+// By the fleet-wide prefix's block (NoAgentTie) each fills the same order
+// with its own agents and they part; under SubsetGuardReplicas the rule
+// is tieKey's.
+func TestAgentTie(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	a0, cands := newTestRouter(t, c, SubsetGuardReplicas)
+	b0, _ := newTestRouter(t, c, SubsetGuardReplicas)
+	opt := Options{AgreeMax: 320}
+	a, b := a0.WithOptions(opt), b0.WithOptions(opt)
+	s := NewScratch(len(cands))
+	const prefix = 32
+	pf := features(a0.Config(), agentBlocks(prefix, 0, 0), 0)
+	var own []*Reservation
+	defer func() {
+		for _, r := range own {
+			r.Release()
+		}
+	}()
+	// Both know the fleet-wide prefix on two replicas kept busy.
+	for _, rt := range []*Router{a, b} {
+		for _, i := range []int{0, 1} {
+			rt.Learn(pf, cands[i].Slot)
+			own = append(own, rt.Reserve(cands[i].Slot, 100_000))
+		}
+	}
+	order := make([]Slot, 0, len(cands))
+	for i := range cands[2:] {
+		order = append(order, cands[2+i].Slot)
+	}
+	slices.SortFunc(order, func(x, y Slot) int {
+		return cmp.Compare(a.Rendezvous(pf.Blocks[0], y), a.Rendezvous(pf.Blocks[0], x))
+	})
+	busy := func(rt *Router, slots []Slot) {
+		for _, sl := range slots {
+			r := rt.Reserve(sl, 0)
+			r.PrefillDone()
+			own = append(own, r)
+		}
+	}
+	busy(a, order[:3]) // A's own agents on the prefix's first three
+	busy(b, order[3:6])
+	taken := map[Slot]bool{}
+	for _, sl := range order[:6] {
+		taken[sl] = true
+	}
+	agent := -1
+	for ag := 1; ag < 100 && agent < 0; ag++ {
+		f := features(a0.Config(), agentBlocks(prefix, ag, 10), 0)
+		key := f.Blocks[prefix]
+		top, best := Slot(0), uint64(0)
+		for _, sl := range order {
+			if w := a.Rendezvous(key, sl); w > best {
+				top, best = sl, w
+			}
+		}
+		if !taken[top] {
+			agent = ag
+		}
+	}
+	if agent < 0 {
+		t.Fatal("no agent whose own first block ranks an idle replica first")
+	}
+	first := features(a0.Config(), agentBlocks(prefix, agent, 10), 0)
+	later := features(a0.Config(), agentBlocks(prefix, agent, 30), 0)
+	if da, db := a.Pick(first, cands, s), b.Pick(later, cands, s); da.Slot != db.Slot {
+		t.Fatalf("A placed the agent's first turn on %d, B its later turn on %d", da.Slot, db.Slot)
+	}
+	na, nb := a.WithOptions(Options{AgreeMax: 320, NoAgentTie: true}), b.WithOptions(Options{AgreeMax: 320, NoAgentTie: true})
+	if da, db := na.Pick(first, cands, s), nb.Pick(later, cands, s); da.Slot == db.Slot {
+		t.Fatalf("by the prefix's block A and B agreed on %d: the test shows nothing", da.Slot)
+	}
+	small := cands[:SubsetGuardReplicas-1]
+	if d, want := a.Pick(first, small, s), na.Pick(first, small, s); d.Slot != want.Slot {
+		t.Fatalf("under %d replicas the agent's tie picked %d, tieKey's %d", SubsetGuardReplicas, d.Slot, want.Slot)
 	}
 }

@@ -459,6 +459,13 @@ type Options struct {
 	// (other instances have routed the agent since). 0 is
 	// DefaultAgreeStale, negative none.
 	AgreeStale float64
+	// AgreeWalk keeps the agreement band walking its rendezvous order past
+	// any number of replicas prefilling this instance's own requests (the
+	// rule before; agree.go).
+	AgreeWalk bool
+	// NoAgentTie breaks a long prompt's ties by tieKey's block as any
+	// other prompt's (the rule before; agentTie in agree.go).
+	NoAgentTie bool
 	// ProfileQueue: when the usable replicas differ in profile, the
 	// output bonus (output_weight x max_tokens) is not paid on a replica
 	// whose pending prefill exceeds the least pending usable replica's by
@@ -907,10 +914,14 @@ func (rt *Router) Rendezvous(key uint64, s Slot) uint64 {
 // that share more than it (a conversation, a group's document) still agree
 // on where to go, and independent ramjet instances that know the same
 // fleet-wide prefix agree too. Options.FirstBlockTie hashes the first
-// block instead (the earlier rule).
+// block instead (the earlier rule); a long prompt on a large fleet hashes
+// its agentKey (agentTie).
 func (rt *Router) tieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
 	if rt.opt.FirstBlockTie || len(f.Blocks) == 0 {
 		return f.FirstBlock()
+	}
+	if key, ok := rt.agentTie(f, cands, s); ok {
+		return key
 	}
 	k := -1
 	for i := range cands {

@@ -230,6 +230,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.AgreeHome = zeroIsNone(x)
 		case "stale":
 			setup.Options.AgreeStale = zeroIsNone(x)
+		case "agreewalk":
+			setup.Options.AgreeWalk = true
+		case "noagenttie":
+			setup.Options.NoAgentTie = true
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
