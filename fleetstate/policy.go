@@ -250,14 +250,18 @@ func (s *PolicySettings) ForeignPrefillOn() bool {
 }
 
 // ForeignPrior is the scale of the others' unseen load with the estimate
-// on (selection.ForeignPrefill.SetPrior): 1 with foreign_prefill queues
-// and without engine_metrics (with it the engines' reported queues count
-// them already), else 0.
+// on (selection.ForeignPrefill.SetPrior): without engine_metrics (with it
+// the engines' reported queues count them already) 1 with foreign_prefill
+// queues and selection.DefaultForeignPrior unset, else 0 (on: the stored
+// runs alone).
 func (s *PolicySettings) ForeignPrior() float64 {
-	if s.ForeignPrefill != "queues" || s.EngineMetrics != nil {
+	switch {
+	case s.EngineMetrics != nil || !s.ForeignPrefillOn() || s.ForeignPrefill == "on":
 		return 0
+	case s.ForeignPrefill == "queues":
+		return 1
 	}
-	return 1
+	return selection.DefaultForeignPrior
 }
 
 // ParseForeign checks foreign_prefill: on|off|queues, or "" (unset).

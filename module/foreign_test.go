@@ -21,8 +21,8 @@ import (
 // path (Caddyfile -> JSON -> Provision): on by default with kv (with or
 // without engine_metrics), off otherwise, off with "off"; "on" without kv
 // and a word other than on|off|queues are errors. The others' unseen load
-// (SetPrior) is counted with queues and without engine_metrics only (with
-// it the engines report the queues).
+// (SetPrior) is counted without engine_metrics (with it the engines report
+// the queues) by default and with queues, not with on.
 func TestForeignPrefillWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
@@ -33,7 +33,8 @@ func TestForeignPrefillWired(t *testing.T) {
 		prior       float64
 	}{
 		{"bare", "", false, 0},
-		{"kv only", kv, true, 0},
+		{"kv only", kv, true, selection.DefaultForeignPrior},
+		{"kv only, on", kv + "foreign_prefill on\n", true, 0},
 		{"kv only, queues", kv + "foreign_prefill queues\n", true, 1},
 		{"kv only, off", kv + "foreign_prefill off\n", false, 0},
 		{"kv and engine_metrics", kv + em, true, 0},
