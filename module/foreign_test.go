@@ -121,15 +121,15 @@ func TestForeignPrefillFeeds(t *testing.T) {
 }
 
 // startForeignCaddy starts an engine simulator of two ranks publishing KV
-// events (opts adjust it) and a real Caddy in front of it with
-// foreign_prefill queues (on, and the others' queues as a prior); it
-// returns the engine, a client of the
-// Caddy, the model and the live precise-path state.
+// events (opts adjust it) and a real Caddy in front of it with kv and
+// foreign_prefill unset (the default: on, and without engine_metrics the
+// others' queues as a prior, as queues asks); it returns the engine, a
+// client of the Caddy, the model and the live precise-path state.
 func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (*enginesim.Server, openai.Client, string, *kvState) {
 	t.Helper()
 	sim, events, replay := startKVSim(t, opts...)
 	addr := sim.Addr()
-	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "queues", "kv": map[string]any{
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "2s",
@@ -186,8 +186,8 @@ func TestE2EForeignPrefill(t *testing.T) {
 
 	// The others' unseen load: with foreign tokens counted, a request of
 	// this instance reserves on its replica the others' share rho of its
-	// prefill too (selection.ForeignPrefill.SetPrior, foreign_prefill
-	// queues without engine_metrics): once the stored-run estimate has decayed, that is
+	// prefill too (selection.ForeignPrefill.SetPrior, the default without
+	// engine_metrics): once the stored-run estimate has decayed, that is
 	// all the replica's external prefill, rho x at least a block of a
 	// prompt no replica holds.
 	rt, fp := k.fleet.Load().Router(), k.fp
