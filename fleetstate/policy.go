@@ -95,14 +95,13 @@ type PolicySettings struct {
 	// on with kv (with the spill band), with engine_metrics too since the
 	// others' contexts made it win there on the tuning seeds
 	// (bench/RESULTS.md, 2026-12-05, "the others' contexts"); off without
-	// kv. "queues" is "on" plus the others' queued requests, which store
-	// nothing until their prefill runs, as their learned share of this
-	// instance's pending prefill (ForeignPrior): it won on a tool-agent
-	// trace in the fleet simulation (bench/RESULTS.md, "the blind window
-	// measured"); through real HTTP on agent-fleet it neither won nor lost
-	// (the output-rate losses once blamed on it happen without it too:
-	// bench/RESULTS.md, "foreign_prefill queues through real HTTP after
-	// own10's fix"). It is not the default.
+	// kv. Unset it also counts, without engine_metrics, the others' queued
+	// requests, which store nothing until their prefill runs, as their
+	// learned share of this instance's pending prefill (ForeignPrior), as
+	// "queues" asks; "on" leaves them out: without them several instances
+	// sent their agents' first turns to the one replica warm at start-up
+	// (bench/RESULTS.md, 2026-12-05, "the first-turn pile-up"), and a
+	// tool-agent trace's tail was longer ("the blind window measured").
 	ForeignPrefill string `json:"foreign_prefill,omitempty"`
 
 	// KV turns on the precise index from the engines' KV-cache events
@@ -250,14 +249,18 @@ func (s *PolicySettings) ForeignPrefillOn() bool {
 }
 
 // ForeignPrior is the scale of the others' unseen load with the estimate
-// on (selection.ForeignPrefill.SetPrior): 1 with foreign_prefill queues
-// and without engine_metrics (with it the engines' reported queues count
-// them already), else 0.
+// on (selection.ForeignPrefill.SetPrior): without engine_metrics (with it
+// the engines' reported queues count them already) 1 with foreign_prefill
+// queues and selection.DefaultForeignPrior unset, else 0 (on: the stored
+// runs alone).
 func (s *PolicySettings) ForeignPrior() float64 {
-	if s.ForeignPrefill != "queues" || s.EngineMetrics != nil {
+	switch {
+	case s.EngineMetrics != nil || !s.ForeignPrefillOn() || s.ForeignPrefill == "on":
 		return 0
+	case s.ForeignPrefill == "queues":
+		return 1
 	}
-	return 1
+	return selection.DefaultForeignPrior
 }
 
 // ParseForeign checks foreign_prefill: on|off|queues, or "" (unset).

@@ -21,8 +21,8 @@ import (
 // path (Caddyfile -> JSON -> Provision): on by default with kv (with or
 // without engine_metrics), off otherwise, off with "off"; "on" without kv
 // and a word other than on|off|queues are errors. The others' unseen load
-// (SetPrior) is counted with queues and without engine_metrics only (with
-// it the engines report the queues).
+// (SetPrior) is counted without engine_metrics (with it the engines report
+// the queues) by default and with queues, not with on.
 func TestForeignPrefillWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
@@ -33,7 +33,8 @@ func TestForeignPrefillWired(t *testing.T) {
 		prior       float64
 	}{
 		{"bare", "", false, 0},
-		{"kv only", kv, true, 0},
+		{"kv only", kv, true, selection.DefaultForeignPrior},
+		{"kv only, on", kv + "foreign_prefill on\n", true, 0},
 		{"kv only, queues", kv + "foreign_prefill queues\n", true, 1},
 		{"kv only, off", kv + "foreign_prefill off\n", false, 0},
 		{"kv and engine_metrics", kv + em, true, 0},
@@ -120,15 +121,15 @@ func TestForeignPrefillFeeds(t *testing.T) {
 }
 
 // startForeignCaddy starts an engine simulator of two ranks publishing KV
-// events (opts adjust it) and a real Caddy in front of it with
-// foreign_prefill queues (on, and the others' queues as a prior); it
-// returns the engine, a client of the
-// Caddy, the model and the live precise-path state.
+// events (opts adjust it) and a real Caddy in front of it with kv and
+// foreign_prefill unset (the default: on, and without engine_metrics the
+// others' queues as a prior, as queues asks); it returns the engine, a
+// client of the Caddy, the model and the live precise-path state.
 func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (*enginesim.Server, openai.Client, string, *kvState) {
 	t.Helper()
 	sim, events, replay := startKVSim(t, opts...)
 	addr := sim.Addr()
-	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"foreign_prefill": "queues", "kv": map[string]any{
+	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "2s",
@@ -185,8 +186,8 @@ func TestE2EForeignPrefill(t *testing.T) {
 
 	// The others' unseen load: with foreign tokens counted, a request of
 	// this instance reserves on its replica the others' share rho of its
-	// prefill too (selection.ForeignPrefill.SetPrior, foreign_prefill
-	// queues without engine_metrics): once the stored-run estimate has decayed, that is
+	// prefill too (selection.ForeignPrefill.SetPrior, the default without
+	// engine_metrics): once the stored-run estimate has decayed, that is
 	// all the replica's external prefill, rho x at least a block of a
 	// prompt no replica holds.
 	rt, fp := k.fleet.Load().Router(), k.fp

@@ -139,6 +139,15 @@ const (
 	// life of this instance's requests (chosen in the fleet simulation
 	// over 1; bench/RESULTS.md, 2026-12-05, "the others' contexts").
 	DefaultResidentLives = 2
+	// DefaultForeignPrior is SetPrior's scale where no engine reports its
+	// queue (the module's foreign_prefill unset, without engine_metrics):
+	// the others' queued requests on a replica warm with a shared prefix
+	// store nothing, and without it every instance's first turns of new
+	// agents joined the first replica warm with their prefix while its
+	// queue grew (agent-fleet at 8 replicas, 4 instances: 11 of 48 agents
+	// on one replica, p99 20 s; bench/RESULTS.md, 2026-12-05, "the
+	// first-turn pile-up").
+	DefaultForeignPrior = 1
 
 	// TauRange bounds the learned decay to [Tau/TauRange, Tau*TauRange].
 	TauRange = 16
@@ -363,8 +372,9 @@ func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 	}
 }
 
-// SetPrior sets the scale of the others' unseen load (0, the default:
-// off). With it, each replica counts x rho times this instance's own
+// SetPrior sets the scale of the others' unseen load (0: off, as a new
+// ForeignPrefill has it; the module sets DefaultForeignPrior by default
+// where the engines' queues are not scraped). With it, each replica counts x rho times this instance's own
 // pending prefill there (its requests not yet at their first token:
 // queued or prefilling) as the others' pending prefill, the larger of it
 // and the estimate from their stored runs; rho is the ratio of the

@@ -19,16 +19,19 @@ import (
 // request (ForeignPrefill.ResidentLives: DefaultResidentLives with "fp"
 // alone, 0 off), "fplife=<s>" assuming that life until one has ended (the
 // default: the oldest request's age), "fpq=<x>" counting x times the others'
-// unseen load (ForeignPrefill.SetPrior; "fp" alone: 0, as the module's
-// default; the module's foreign_prefill queues is fpq=1 without
-// -engine-load), "fpmin=<blocks>" counting only stored runs
+// unseen load (ForeignPrefill.SetPrior; "fp" alone: as the module's default,
+// selection.DefaultForeignPrior without -engine-load and 0 with it; the
+// module's foreign_prefill on is fpq=0, queues fpq=1 without -engine-load),
+// "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
 // prefixes too (selection.Options.ColdSpill); "band=<tokens>" widens it
 // (Options.SpillBand). The instances keep the ordinal ids (SpillSep),
 // unless "inst=<id>" names them as SpillSep's inst= does (hashed
 // positions: a lone instance named by its host name is then not at
-// position 0, and the variants apply to it too).
+// position 0, and the variants apply to it too). "kvd=<ms>" delays every
+// instance's KV events by that much (PreciseConfig.Delay, default
+// DefaultKVEventDelay): real processes' event delivery under load.
 const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
@@ -57,9 +60,11 @@ type preciseSpec struct {
 	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
-	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior (with "fp" alone: 0)
+	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
+	priorOn bool          // fpq given (else the module's default)
 	oracle  bool          // OracleSpec
 	delay   time.Duration // "oracle=<ms>"
+	kvDelay time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -70,11 +75,13 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 		case k == OracleSpec:
 			ps.oracle = true
 			if hasV {
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil || x <= 0 {
+				if ps.delay, err = positiveMS(v); err != nil {
 					return ps, true, fmt.Errorf("%s%s: want a positive delay in milliseconds", SpillSep, spec)
 				}
-				ps.delay = time.Duration(x * float64(time.Millisecond))
+			}
+		case k == "kvd" && hasV:
+			if ps.kvDelay, err = positiveMS(v); err != nil {
+				return ps, true, fmt.Errorf("%s%s: want a positive KV event delay in milliseconds", SpillSep, spec)
 			}
 		case k == "inst" && hasV && v != "":
 			ps.inst = v
@@ -95,7 +102,7 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 			if err != nil || x < 0 {
 				return ps, true, fmt.Errorf("%s%s: want a prior scale, 0 or more", SpillSep, spec)
 			}
-			ps.prior = x
+			ps.prior, ps.priorOn = x, true
 		case k == "fplife" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -136,6 +143,15 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 	return ps, true, nil
 }
 
+// positiveMS parses a positive number of milliseconds.
+func positiveMS(v string) (time.Duration, error) {
+	x, err := strconv.ParseFloat(v, 64)
+	if err == nil && x <= 0 {
+		err = fmt.Errorf("%v ms: not positive", x)
+	}
+	return time.Duration(x * float64(time.Millisecond)), err
+}
+
 // enablePrecise applies ps to every instance, each a ramjet-precise. The
 // others' prefill estimate ("fp") is the module's foreign_prefill: each
 // instance's RamjetPrecise drives a selection.ForeignPrefill from its own
@@ -149,6 +165,9 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		rp, ok := p.(*RamjetPrecise)
 		if !ok {
 			return fmt.Errorf("%s%s/%s needs ramjet-precise (instances reading every engine's KV events)", SpillSep, ForeignSpec, ColdSpec)
+		}
+		if ps.kvDelay > 0 {
+			rp.pc.Delay = ps.kvDelay
 		}
 		if ps.cold || ps.band > 0 {
 			o := rp.rt.Options()
@@ -167,7 +186,11 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.life > 0 {
 				fp.ResidentLife = ps.life
 			}
-			fp.SetPrior(ps.prior) // 0 unless fpq= (the module: foreign_prefill queues)
+			prior := ps.prior // fpq=
+			if !ps.priorOn && rp.setup.EngineLoad <= 0 {
+				prior = selection.DefaultForeignPrior // the module's default without engine_metrics
+			}
+			fp.SetPrior(prior)
 			rp.SetForeignPrefill(fp)
 		}
 	}

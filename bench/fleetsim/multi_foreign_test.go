@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -32,7 +33,10 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"cs+fp+fpmin=480", preciseSpec{cold: true, foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, minRun: 480}, true, false},
 		{"fp+fpmin=0", preciseSpec{}, true, true},
 		{"fp+fpres=0", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, livesOn: true}, true, false},
-		{"fp+fpq=0.5", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, prior: 0.5}, true, false},
+		{"fp+fpq=0.5", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, prior: 0.5, priorOn: true}, true, false},
+		{"fp+fpq=0", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, priorOn: true}, true, false},
+		{"cs+kvd=40", preciseSpec{cold: true, kvDelay: 40 * time.Millisecond}, true, false},
+		{"cs+kvd=0", preciseSpec{}, true, true},
 		{"fp+fpq=-1", preciseSpec{}, true, true},
 		{"fp+fpres=1.5+fplife=10", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, lives: 1.5, livesOn: true, life: 10 * time.Second}, true, false},
 		{"fp+fpres=-1", preciseSpec{}, true, true},
@@ -185,5 +189,45 @@ func TestMultiOracleDelay(t *testing.T) {
 	m.sharePending(1)
 	if got := ext(1, 2); got != 0 {
 		t.Errorf("after the first token: external prefill %d, want 0", got)
+	}
+}
+
+// firstTurnsMax runs agent-fleet at 8 replicas (scale 0.5, seed) through
+// 4 instances of spec behind a round-robin front and returns the most
+// agents' first turns any one replica took (of 48), and the run.
+func firstTurnsMax(t *testing.T, spec string, seed uint64) (int, *Result) {
+	t.Helper()
+	w := generate(t, "agent-fleet", workload.Options{Seed: seed, Replicas: 8, Scale: 0.5})
+	p := newMulti(t, spec, 4, FrontRoundRobin, seed)
+	res := runPolicy(t, w, p, 8, seed)
+	per := make([]int, 8)
+	for _, r := range res.Records {
+		if w.Trace[r.ID].Turn == 0 && r.Replica >= 0 {
+			per[r.Replica]++
+		}
+	}
+	t.Logf("%s x4, seed %d: first turns per replica %v", spec, seed, per)
+	return slices.Max(per), res
+}
+
+// The first-turn pile-up (bench/RESULTS.md, 2026-12-05, "the first-turn
+// pile-up"): at start-up, while one replica is the only one warm with the
+// agents' shared 20k-token prefix, each instance sees only its own
+// requests queued behind that prefix's prefill (the others' store nothing
+// until their prefill runs) and sends its new agents there too. On seed
+// 25, 4 instances put 11 of the 48 agents on one replica (p99 20 s) with
+// the stored runs alone (foreign_prefill on, fpq=0); with the others'
+// queues counted as the module now does by default (fp alone: fpq=1,
+// selection.DefaultForeignPrior) at most 7 (one instance: 10).
+func TestMultiFirstTurnsSpread(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two agent-fleet runs")
+	}
+	got, _ := firstTurnsMax(t, "ramjet-precise~cs+band=1024+fp", 25)
+	if got > 9 {
+		t.Errorf("the module's default: %d first turns on one replica, want at most 9", got)
+	}
+	if on, _ := firstTurnsMax(t, "ramjet-precise~cs+band=1024+fp+fpq=0", 25); on < 10 {
+		t.Errorf("the stored runs alone (foreign_prefill on): %d first turns on one replica; the pile-up this test guards against is gone, re-check it", on)
 	}
 }
