@@ -267,7 +267,7 @@ const DefaultProfileQueue = 1.0
 // override to a replica holding none of the prompt goes to a holder
 // running fewer than 1.5 times the usable replicas' mean of in-flight
 // requests whose queue lets the request's first token come no later, the
-// shortest such queue (bench/EXPERIMENTS.md sections 36 and 39: the
+// shortest such queue (bench/EXPERIMENTS.md sections 36 and 41: the
 // hotspot workload's warm-up at 64 and 256 replicas).
 const DefaultWarmHold = 1.5
 
@@ -433,7 +433,7 @@ type Options struct {
 	// cannot hold it all and the shortfall's own age stands. Off: at 3 it takes the guard's win
 	// on agent-fleet at 8 replicas without its loss on the tool-agent
 	// trace at 65,536 tokens of KV, but costs shared-prefix at 65,536 its
-	// TTFT p95 (bench/EXPERIMENTS.md, section 39, press12).
+	// TTFT p95 (bench/EXPERIMENTS.md, section 40, press12).
 	GuardCap float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
