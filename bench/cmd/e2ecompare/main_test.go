@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/workload"
 )
 
@@ -55,5 +56,21 @@ func TestE2ECompareSmoke(t *testing.T) {
 	}
 	if md := markdown(rows); !strings.Contains(md, "| burst | ramjet | 12/12 |") {
 		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+// TestMarkdownSendLag checks the table's last column is the load
+// generator's p90 send lag (a starved run's sign), and a row without a
+// report prints 0 there.
+func TestMarkdownSendLag(t *testing.T) {
+	starved := &loadgen.Report{QueueDelay: loadgen.Dist{P50: 90, P90: 845}}
+	md := markdown([]Row{{Workload: "w", Policy: "p", Report: starved}, {Workload: "w", Policy: "q"}})
+	for _, want := range []string{"| wall s | send lag p90 ms |", "| 845 |\n", "| q | 0/0 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Count(md, "| 0 |\n") != 1 {
+		t.Errorf("the row without a report should end in 0:\n%s", md)
 	}
 }
