@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		workloads = fs.String("workload", "locality,burst,agent-fleet", "workloads, comma-separated ("+strings.Join(workload.Names, ", ")+")")
-		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet-precise is lb_policy ramjet fed by the engines' KV events; "+strings.Join(Peers, ", ")+" are the fleet simulation's peers run inside Caddy (bench/peerproxy); empty: only the -routers rows")
+		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet and ramjet-precise (lb_policy ramjet fed by the engines' KV events) know the engines' KV capacity (kv_capacity), ramjet-nocap does not; "+strings.Join(Peers, ", ")+" are the fleet simulation's peers run inside Caddy (bench/peerproxy); empty: only the -routers rows")
 		replicas  = fs.Int("replicas", 8, "engine simulators")
 		seed      = fs.Uint64("seed", 1, "workload seed (the fleet simulation's -seed)")
 		scale     = fs.Float64("scale", 0.25, "workload request-count scale (the fleet simulation's -scale)")
@@ -348,16 +348,34 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 // siteFor is the Caddy site "lb" of policy pol over the engines sims at
 // addrs; ramjet-precise is lb_policy ramjet subscribed to their KV events,
 // with the tokenize timeout tokTO (0: the module's default).
+//
+// ramjet and ramjet-precise know the engines' KV capacity (kv_capacity), as
+// the fleet simulation's rows of those names do (SetCapacity, what the
+// module's engine_metrics scraper learns from vllm:cache_config_info);
+// ramjet-nocap leaves it unknown, as fleetsim's ramjet-nocap and every
+// e2ecompare run before 2026-12-05 14:00.
 func siteFor(pol string, addrs []string, sims []*enginesim.Server, tokTO time.Duration) caddyrun.Site {
 	switch pol {
-	case "ramjet":
-		return caddyrun.RamjetSite("lb", pol, addrs)
-	case "ramjet-precise":
+	case "ramjet", "ramjet-nocap", "ramjet-precise":
 		site := caddyrun.RamjetSite("lb", "ramjet", addrs)
-		site.PolicyConfig = map[string]any{"kv": kvConfig(sims, addrs, tokTO)}
+		site.PolicyConfig = map[string]any{}
+		if pol != "ramjet-nocap" {
+			site.PolicyConfig["kv_capacity"] = engineCapacity(sims)
+		}
+		if pol == "ramjet-precise" {
+			site.PolicyConfig["kv"] = kvConfig(sims, addrs, tokTO)
+		}
 		return site
 	}
 	return caddyrun.Site{Name: "lb", Policy: pol, Upstreams: addrs}
+}
+
+// engineCapacity is the KV cache capacity in tokens of each engine of sims
+// (they share one engine configuration), as the engine reports it.
+func engineCapacity(sims []*enginesim.Server) int {
+	ec := sims[0].Options().Engine
+	ec.SetDefaults()
+	return ec.TotalBlocks() * ec.BlockSize
 }
 
 // profileName is run n's profile file name without extension, "" without
@@ -423,12 +441,19 @@ func cpuSeconds() float64 {
 
 func markdown(rows []Row) string {
 	var sb strings.Builder
-	sb.WriteString("| workload | policy | completed | cached share | TTFT p50 s | TTFT p95 s | TTFT p99 s | output tok/s | replicas used | max/mean load | prompt drift | wall s |\n")
-	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	// send lag: the load generator's p90 delay from a request's trace time
+	// to its send (wall ms); past ~100 ms this process was starved of CPU
+	// and the row's latencies say more about the machine than the policy.
+	sb.WriteString("| workload | policy | completed | cached share | TTFT p50 s | TTFT p95 s | TTFT p99 s | output tok/s | replicas used | max/mean load | prompt drift | wall s | send lag p90 ms |\n")
+	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&sb, "| %s | %s | %d/%d | %.1f%% | %.2f | %.2f | %.2f | %.0f | %d | %.2f | %+.2f%% | %.0f |\n",
+		lag := 0.0
+		if r.Report != nil {
+			lag = r.Report.QueueDelay.P90
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %d/%d | %.1f%% | %.2f | %.2f | %.2f | %.0f | %d | %.2f | %+.2f%% | %.0f | %.0f |\n",
 			r.Workload, r.Policy, r.OK, r.Requests, 100*r.Cached, r.TTFTp50, r.TTFTp95, r.TTFTp99, r.OutputTPS,
-			r.ReplicasUsed, r.MaxMeanLoad, 100*r.DensityDrift, r.WallSeconds)
+			r.ReplicasUsed, r.MaxMeanLoad, 100*r.DensityDrift, r.WallSeconds, lag)
 	}
 	for _, r := range rows {
 		p := r.Preflight

@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/loadgen"
+	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
 )
 
@@ -55,5 +58,65 @@ func TestE2ECompareSmoke(t *testing.T) {
 	}
 	if md := markdown(rows); !strings.Contains(md, "| burst | ramjet | 12/12 |") {
 		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+// TestMarkdownSendLag checks the table's last column is the load
+// generator's p90 send lag (a starved run's sign), and a row without a
+// report prints 0 there.
+func TestMarkdownSendLag(t *testing.T) {
+	starved := &loadgen.Report{QueueDelay: loadgen.Dist{P50: 90, P90: 845}}
+	md := markdown([]Row{{Workload: "w", Policy: "p", Report: starved}, {Workload: "w", Policy: "q"}})
+	for _, want := range []string{"| wall s | send lag p90 ms |", "| 845 |\n", "| q | 0/0 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Count(md, "| 0 |\n") != 1 {
+		t.Errorf("the row without a report should end in 0:\n%s", md)
+	}
+}
+
+// TestSiteForKnowsTheEnginesCapacity checks that ramjet and ramjet-precise
+// are told the engines' KV capacity (kv_capacity), as the fleet
+// simulation's rows of those names are, that ramjet-nocap is not, and that
+// the real Caddy accepts each site and routes a request through it.
+func TestSiteForKnowsTheEnginesCapacity(t *testing.T) {
+	w, err := workload.Generate("burst", workload.Options{Seed: 1, Replicas: 2, Scale: 0.125})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sims, addrs, err := startEngines(context.Background(), w, 2, 65536, 20, true)
+	defer closeEngines(sims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		pol  string
+		want any
+	}{{"ramjet", 65536}, {"ramjet-precise", 65536}, {"ramjet-nocap", nil}}
+	for _, tt := range tests {
+		t.Run(tt.pol, func(t *testing.T) {
+			site := siteFor(tt.pol, addrs, sims, 0)
+			if got := site.PolicyConfig["kv_capacity"]; got != tt.want {
+				t.Errorf("kv_capacity = %v, want %v", got, tt.want)
+			}
+			if _, kv := site.PolicyConfig["kv"]; kv != (tt.pol == "ramjet-precise") || site.Policy != "ramjet" {
+				t.Errorf("site %+v", site)
+			}
+			running, err := caddyrun.Start([]caddyrun.Site{site})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer caddyrun.Stop()
+			client, err := loadgen.NewClient(loadgen.ClientConfig{BaseURL: running.URL("lb"), Model: engineModel, Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			if res := client.Do(context.Background(), []loadgen.Message{{Role: "user", Content: "hello"}}, 4, false); !res.OK() {
+				t.Errorf("request through %s: %+v", tt.pol, res)
+			}
+		})
 	}
 }

@@ -49,7 +49,7 @@ func peerSite(ctx context.Context, pol string, seed uint64, w *workload.Workload
 	}
 	ec := sims[0].Options().Engine
 	ec.SetDefaults()
-	cfg.KVCapacity, cfg.BlockSize, cfg.HashSeed = ec.TotalBlocks()*ec.BlockSize, ec.BlockSize, ec.HashSeed
+	cfg.KVCapacity, cfg.BlockSize, cfg.HashSeed = engineCapacity(sims), ec.BlockSize, ec.HashSeed
 	a, err := peerproxy.New(cfg)
 	if err != nil {
 		return caddyrun.Site{}, nil, nil, err
