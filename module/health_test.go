@@ -73,20 +73,11 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 	t.Cleanup(func() { stopCaddy(t) })
 
 	get := func() (int, fleetstate.HealthReport) {
-		resp, err := http.Get("http://" + addr + "/health")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var rep fleetstate.HealthReport
-		body, _ := io.ReadAll(resp.Body)
-		if err := json.Unmarshal(body, &rep); err != nil {
-			t.Fatalf("%v: %s", err, body)
-		}
-		if strings.Contains(string(body), "127.0.0.1") {
+		st, rep, body := readHealth(t, "http://"+addr+"/health")
+		if strings.Contains(body, "127.0.0.1") {
 			t.Errorf("/health leaks an address: %s", body)
 		}
-		return resp.StatusCode, rep
+		return st, rep
 	}
 	wait := func(status string, code int) fleetstate.HealthReport {
 		t.Helper()

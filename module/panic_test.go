@@ -1,8 +1,6 @@
 package module
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -27,16 +25,7 @@ func TestPanicRoutingAllPassiveOut(t *testing.T) {
 	}
 	c := startCaddyfile(t, directiveCaddyfile(ss.dials(), "\t\tfail_duration 5m\n\t\tmax_fails 1\n\t\tunhealthy_status 5xx"))
 	health := func() fleetstate.HealthReport {
-		resp, err := http.Get(c.url("/health"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var rep fleetstate.HealthReport
-		b, _ := io.ReadAll(resp.Body)
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatalf("/health: %v: %s", err, b)
-		}
+		_, rep, _ := readHealth(t, c.url("/health"))
 		return rep
 	}
 	allPassive := func() bool {

@@ -27,6 +27,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
+	"github.com/ramjet-llm/ramjet/fleetstate"
 )
 
 const simModel = "qwen3-32b"
@@ -95,26 +96,21 @@ func (p *proxy) client(opts ...option.RequestOption) *openai.Client {
 	return &cl
 }
 
-type healthAnswer struct {
-	Status   string `json:"status"`
-	Healthy  int    `json:"healthy"`
-	Total    int    `json:"total"`
-	Replicas []struct {
-		ID      string `json:"id"`
-		Healthy bool   `json:"healthy"`
-		Reason  string `json:"reason"`
-	} `json:"replicas"`
+func getHealth(t *testing.T, p *proxy) (int, fleetstate.HealthReport, string) {
+	t.Helper()
+	return readHealth(t, p.base+"/health")
 }
 
-func getHealth(t *testing.T, p *proxy) (int, healthAnswer, string) {
+// readHealth GETs a /health URL: the status, the answer and its body.
+func readHealth(t testing.TB, url string) (int, fleetstate.HealthReport, string) {
 	t.Helper()
-	resp, err := http.Get(p.base + "/health")
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var h healthAnswer
+	var h fleetstate.HealthReport
 	if err := json.Unmarshal(body, &h); err != nil {
 		t.Fatalf("/health is not JSON: %v: %s", err, body)
 	}
