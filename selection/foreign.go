@@ -374,9 +374,10 @@ func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 
 // SetPrior sets the scale of the others' unseen load (0: off, as a new
 // ForeignPrefill has it; the module sets DefaultForeignPrior by default
-// where the engines' queues are not scraped). With it, each replica counts x rho times this instance's own
-// pending prefill there (its requests not yet at their first token:
-// queued or prefilling) as the others' pending prefill, the larger of it
+// where the engines' queues are not scraped). With it, each replica
+// counts x rho times this instance's own pending prefill there (its
+// requests not yet at their first token: queued or prefilling) as the
+// others' pending prefill, the larger of it
 // and the estimate from their stored runs; rho is the ratio of the
 // foreign to this instance's own stored tokens so far. Behind a front
 // that deals requests alike to every instance the others send rho times

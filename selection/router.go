@@ -430,10 +430,11 @@ type Options struct {
 	// keeps (the blocks touched on the replica since its oldest in-flight
 	// request was learned) is at most GuardCap times the replica's
 	// capacity in blocks (known capacities only): past that the replica
-	// cannot hold it all and the shortfall's own age stands. Off: at 3 it takes the guard's win
-	// on agent-fleet at 8 replicas without its loss on the tool-agent
-	// trace at 65,536 tokens of KV, but costs shared-prefix at 65,536 its
-	// TTFT p95 (bench/EXPERIMENTS.md, section 40, press12).
+	// cannot hold it all and the shortfall's own age stands. Off: at 3 it
+	// takes the guard's win on agent-fleet at 8 replicas without its loss
+	// on the tool-agent trace at 65,536 tokens of KV, but costs
+	// shared-prefix at 65,536 its TTFT p95 (bench/EXPERIMENTS.md, section
+	// 40, press12).
 	GuardCap float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
