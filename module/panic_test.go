@@ -2,6 +2,7 @@ package module
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // and pass the active checks. ramjet then routes among the replicas out
 // only for their recent failures (reason panic) instead of answering 503
 // for five minutes; without it every request here fails. A dead engine
-// among them costs a retry, not a failed request.
+// among them costs a retry, not a failed request; with every engine dead
+// the client still gets a fast OpenAI-shaped 5xx.
 func TestPanicRoutingAllPassiveOut(t *testing.T) {
 	ss := startSims(t, 2, enginesim.Options{})
 	for _, s := range ss {
@@ -81,4 +83,12 @@ func TestPanicRoutingAllPassiveOut(t *testing.T) {
 			t.Fatalf("request %d with one engine dead and the other passively out: %d %s (health %+v)", i, resp.StatusCode, body, health())
 		}
 	}
+	// Both dead: a fast, OpenAI-shaped 5xx, as without panic routing.
+	ss[1].Close()
+	start := time.Now()
+	resp, body := c.chat(chatBody("qwen3-8b", false, [2]string{"user", "every engine gone"}))
+	if resp.StatusCode < 500 || !strings.Contains(string(body), `"error"`) || time.Since(start) > 10*time.Second {
+		t.Fatalf("every engine dead: %d %s after %v", resp.StatusCode, body, time.Since(start))
+	}
+	t.Logf("every engine dead: %d %s after %v", resp.StatusCode, body, time.Since(start))
 }
