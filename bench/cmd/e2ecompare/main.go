@@ -102,6 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		engMet    = fs.Duration("engine-metrics", 0, "with -routers: every instance scrapes the engines' metrics at this wall interval (engine_metrics; 0: off)")
 		foreignS  = fs.String("foreign-prefill", "", "with -routers -routers-policy ramjet-precise: every instance's foreign_prefill (on, off or queues; empty: the module's default)")
 		tokTO     = fs.Duration("tokenize-timeout", 0, "ramjet-precise: the tokenize preflight's timeout (0: the module's default)")
+		instID    = fs.String("instance-id", SoloInstance, "the instance_id of the single-instance rows of ramjet, ramjet-nocap and ramjet-precise: "+SoloInstance+" (spill position 0) as the -routers rows' instance 0 and the fleet simulation's lone instance; empty: the module's default, the host name (a hashed spill position: with kv the spill band then moves load overrides)")
 		kvEvents  = fs.String("kv-events", "all", "which runs' engines publish KV events over ZMQ: all (every policy's engines publish, only ramjet-precise subscribes: the arms differ only in the router) or precise (ramjet-precise's engines only)")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of each run (engines, Caddy and load generator: one process) to <prefix>-<n>-<workload>-<policy>.pprof")
 		resultsF  = fs.String("results", "", "also write every request's result (trace index, upstream, TTFT, cached tokens...) as JSON lines, one file per run (not with -caddy-bin): <prefix>-<n>-<workload>-<policy>.jsonl")
@@ -177,9 +178,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				err = fmt.Errorf("-caddy-bin: the peers run only in the in-process Caddy")
 			} else if *solo.bin != "" {
 				row, err = runSolo(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress,
-					solo, profileName(*cpuProf, len(rows), w.Name, pol+"-router"), stderr)
+					solo, profileName(*cpuProf, len(rows), w.Name, pol+"-router"), *instID, stderr)
 			} else {
-				row, err = runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress, results)
+				row, err = runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, *instID, publish, progress, results)
 			}
 			if cerr := closeResults(); err == nil {
 				err = cerr
@@ -289,15 +290,16 @@ func kvConfig(sims []*enginesim.Server, addrs []string, tokTO time.Duration) map
 }
 
 // runOne replays w through Caddy with policy pol in front of n fresh
-// engine simulators, whose PUB and replay sockets are on when publish.
+// engine simulators, whose PUB and replay sockets are on when publish;
+// inst is the ramjet instance_id (siteFor).
 func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
-	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer, results func(*loadgen.Result)) (Row, error) {
+	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, inst string, publish bool, progress io.Writer, results func(*loadgen.Result)) (Row, error) {
 	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, publish)
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
 	}
-	site := siteFor(pol, addrs, sims, tokTO)
+	site := siteFor(pol, addrs, sims, tokTO, inst)
 	var peer *peerproxy.Adapter
 	if isPeer(pol) {
 		var stopPeer func()
@@ -354,11 +356,22 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 // module's engine_metrics scraper learns from vllm:cache_config_info);
 // ramjet-nocap leaves it unknown, as fleetsim's ramjet-nocap and every
 // e2ecompare run before 2026-12-05 14:00.
-func siteFor(pol string, addrs []string, sims []*enginesim.Server, tokTO time.Duration) caddyrun.Site {
+//
+// inst, when not empty, is their instance_id: SoloInstance puts the lone
+// instance at spill position 0, as the fleet simulation's single-instance
+// rows are; unset, the module takes the host name's hashed position, and
+// with kv its spill band (1,024 tokens of score by default) then deals the
+// load overrides within the band by that position, which the simulation's
+// rows do not (bench/RESULTS.md, "The precise path's placements through
+// HTTP on the tool-agent window").
+func siteFor(pol string, addrs []string, sims []*enginesim.Server, tokTO time.Duration, inst string) caddyrun.Site {
 	switch pol {
 	case "ramjet", "ramjet-nocap", "ramjet-precise":
 		site := caddyrun.RamjetSite("lb", "ramjet", addrs)
 		site.PolicyConfig = map[string]any{}
+		if inst != "" {
+			site.PolicyConfig["instance_id"] = inst
+		}
 		if pol != "ramjet-nocap" {
 			site.PolicyConfig["kv_capacity"] = engineCapacity(sims)
 		}
@@ -377,6 +390,10 @@ func engineCapacity(sims []*enginesim.Server) int {
 	ec.SetDefaults()
 	return ec.TotalBlocks() * ec.BlockSize
 }
+
+// SoloInstance is the single-instance rows' default instance_id: the
+// -routers rows' instance 0 (multiSites), spill position 0.
+const SoloInstance = "ramjet-0"
 
 // profileName is run n's profile file name without extension, "" without
 // a prefix.

@@ -13,6 +13,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // TestE2ECompareSmoke replays one round of the burst workload and a window
@@ -79,9 +80,14 @@ func TestMarkdownSendLag(t *testing.T) {
 
 // TestSiteForKnowsTheEnginesCapacity checks that ramjet and ramjet-precise
 // are told the engines' KV capacity (kv_capacity), as the fleet
-// simulation's rows of those names are, that ramjet-nocap is not, and that
-// the real Caddy accepts each site and routes a request through it.
+// simulation's rows of those names are, that ramjet-nocap is not, that
+// all three take the instance_id asked for (SoloInstance: spill position
+// 0, as the simulation's lone instance), and that the real Caddy accepts
+// each site and routes a request through it.
 func TestSiteForKnowsTheEnginesCapacity(t *testing.T) {
+	if p := selection.InstancePosition(SoloInstance); p != 0 {
+		t.Fatalf("InstancePosition(%q) = %d: the single-instance rows would spill", SoloInstance, p)
+	}
 	w, err := workload.Generate("burst", workload.Options{Seed: 1, Replicas: 2, Scale: 0.125})
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +103,15 @@ func TestSiteForKnowsTheEnginesCapacity(t *testing.T) {
 	}{{"ramjet", 65536}, {"ramjet-precise", 65536}, {"ramjet-nocap", nil}}
 	for _, tt := range tests {
 		t.Run(tt.pol, func(t *testing.T) {
-			site := siteFor(tt.pol, addrs, sims, 0)
+			if id, ok := siteFor(tt.pol, addrs, sims, 0, "").PolicyConfig["instance_id"]; ok {
+				t.Errorf("instance_id %v without -instance-id: want the module's default", id)
+			}
+			site := siteFor(tt.pol, addrs, sims, 0, SoloInstance)
 			if got := site.PolicyConfig["kv_capacity"]; got != tt.want {
 				t.Errorf("kv_capacity = %v, want %v", got, tt.want)
+			}
+			if got := site.PolicyConfig["instance_id"]; got != SoloInstance {
+				t.Errorf("instance_id = %v, want %s", got, SoloInstance)
 			}
 			if _, kv := site.PolicyConfig["kv"]; kv != (tt.pol == "ramjet-precise") || site.Policy != "ramjet" {
 				t.Errorf("site %+v", site)

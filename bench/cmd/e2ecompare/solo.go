@@ -71,13 +71,13 @@ func withAdmin(cfg []byte, listen string) ([]byte, error) {
 // metrics the process exports are written to logw at the end.
 func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
 	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer,
-	sf soloFlags, prof string, logw io.Writer) (Row, error) {
+	sf soloFlags, prof, inst string, logw io.Writer) (Row, error) {
 	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, publish)
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
 	}
-	site := siteFor(pol, addrs, sims, tokTO)
+	site := siteFor(pol, addrs, sims, tokTO, inst)
 	ps, err := startProcsAdmin(ctx, *sf.bin, []caddyrun.Site{site}, true)
 	if err != nil {
 		return Row{}, err
