@@ -74,3 +74,57 @@ func TestSpillBand(t *testing.T) {
 		t.Fatalf("4 instances with a band used %d replica(s), want them spread", len(used))
 	}
 }
+
+// TestSpillBandWaitsForOthers: the band spill applies only once this
+// instance has seen load it did not reserve (another instance's prefill,
+// context or engine-reported requests) or answers showing other instances:
+// a lone instance named by its host name (a non-zero position) decides as
+// position 0 does until then. SpillBandAlone keeps the rule before.
+func TestSpillBandWaitsForOthers(t *testing.T) {
+	c := Config{BlockTokens: 16}
+	rt0, cands := newTestRouter(t, c, 4)
+	f := features(rt0.Config(), blocksOf(3, 32), 100)
+	// As TestSpillBand, with this instance's own reservations: replica 0
+	// holds the prompt but is loaded, 1-3 are cold with slightly
+	// different loads; the plain rule takes the least loaded.
+	rt0.Learn(f, cands[0].Slot)
+	for i, p := range []int{10000, 0, 100, 200} {
+		if p > 0 {
+			rt0.Reserve(cands[i].Slot, p)
+		}
+	}
+	s := NewScratch(len(cands))
+	plain := rt0.Pick(f, cands, s)
+	var id string
+	for k := range 64 {
+		// An instance id whose band spill moves this decision.
+		rt := rt0.WithOptions(Options{SpillBand: 4096, SpillBandAlone: true})
+		id = "host-" + string(rune('a'+k%26)) + string(rune('a'+k/26))
+		rt.SetInstance(id)
+		d := rt.Pick(f, cands, s)
+		rt.SetInstance("")
+		if d.Slot != plain.Slot {
+			break
+		}
+		id = ""
+	}
+	if id == "" {
+		t.Fatal("no instance id moved the decision: the test's premise")
+	}
+	rt := rt0.WithOptions(Options{SpillBand: 4096})
+	rt.SetInstance(id)
+	defer rt.SetInstance("")
+	if rt.SawOthers() {
+		t.Fatal("a fresh router saw others")
+	}
+	if d := rt.Pick(f, cands, s); d.Slot != plain.Slot {
+		t.Fatalf("alone at %s: picked %d, want position 0's %d", id, d.Slot, plain.Slot)
+	}
+	rt.SetExternalContext(cands[0].Slot, 1) // another instance's context seen
+	if !rt.SawOthers() {
+		t.Fatal("SetExternalContext did not count as another instance")
+	}
+	if d := rt.Pick(f, cands, s); d.Slot == plain.Slot {
+		t.Fatalf("with others seen at %s: picked %d, want the band's spill", id, d.Slot)
+	}
+}

@@ -40,6 +40,9 @@ func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) 
 	running = min(max(running, 0), maxExternalRequests)
 	waiting = min(max(waiting, 0), maxExternalRequests)
 	e := &rt.loads[s].ext
+	if running+waiting > 0 {
+		rt.sawOthers()
+	}
 	e.waiting.Store(int32(waiting))
 	e.requests.Store(running + waiting)
 	e.kv.Store(min(max(kvUsedTokens, 0), maxExternalKV))
@@ -66,7 +69,21 @@ func (rt *Router) SetExternalPrefill(s Slot, tokens int64) {
 	if s < 0 || s >= MaxReplicas {
 		return
 	}
+	if tokens > 0 {
+		rt.sawOthers()
+	}
 	rt.loads[s].ext.prefill.Store(int32(min(max(tokens, 0), maxExternalPrefill)))
+}
+
+// SawOthers reports whether this instance has seen load it did not
+// reserve (SetExternalLoad, SetExternalPrefill, SetExternalContext above
+// zero) or answers showing other instances' placements (Several).
+func (rt *Router) SawOthers() bool { return rt.others.Load() || rt.Several() }
+
+func (rt *Router) sawOthers() {
+	if !rt.others.Load() {
+		rt.others.Store(true)
+	}
 }
 
 // ExternalPrefill returns slot s's external pending prefill as last set
@@ -90,6 +107,9 @@ func (rt *Router) ExternalPrefill(s Slot) int64 {
 func (rt *Router) SetExternalContext(s Slot, tokens int64) {
 	if s < 0 || s >= MaxReplicas {
 		return
+	}
+	if tokens > 0 {
+		rt.sawOthers()
 	}
 	rt.loads[s].extCtx.Store(int32(min(max(tokens, 0), maxExternalPrefill)))
 }

@@ -382,8 +382,12 @@ type Options struct {
 	// (the precise path) need not agree on where a cold prefix goes.
 	ColdSpill bool
 	// SpillBand, when positive, widens the instance-aware spill to every
-	// candidate scoring within SpillBand of the best (band.go).
-	SpillBand float64
+	// candidate scoring within SpillBand of the best (band.go), once this
+	// instance has seen evidence of others (SawOthers) unless
+	// SpillBandAlone: in a lone instance the band at a non-zero position
+	// only moves load overrides (the tool-agent trace's p50 1.15x).
+	SpillBand      float64
+	SpillBandAlone bool
 	// HotGuard is the busy guard: a replica with more requests in flight
 	// than HotGuard times the usable replicas' mean (a mean of at least
 	// one: on an idle fleet, HotGuard requests) pays request_cost once
@@ -522,6 +526,7 @@ type shared struct {
 	chains [MaxReplicas]chainList
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
+	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
 	agreement agreement     // other instances seen in the answers (agree.go)
 
 	// clock is the time since the Router was made (SetClock), read by
@@ -1090,7 +1095,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if ties > 1 {
 			w = rt.spill(cands, s, w, best, wantSet, first, pos)
 		}
-		if rt.opt.SpillBand > 0 {
+		if rt.opt.SpillBand > 0 && (rt.opt.SpillBandAlone || rt.SawOthers()) {
 			w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
 		}
 	}

@@ -55,6 +55,7 @@ type preciseSpec struct {
 	tauTok  int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
 	cold    bool
 	band    float64
+	alone   bool          // "bandalone": the band spill also before evidence of other instances (Options.SpillBandAlone)
 	inst    string        // "inst=<id>": the instances' ids as SpillSep's inst= gives
 	minRun  int           // "fpmin=<blocks>": the smallest stored run fp counts
 	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
@@ -72,6 +73,8 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 		switch k, v, hasV := strings.Cut(it, "="); {
 		case k == ColdSpec && !hasV:
 			ps.cold = true
+		case k == "bandalone" && !hasV:
+			ps.alone = true
 		case k == OracleSpec:
 			ps.oracle = true
 			if hasV {
@@ -171,7 +174,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		}
 		if ps.cold || ps.band > 0 {
 			o := rp.rt.Options()
-			o.ColdSpill, o.SpillBand = ps.cold, ps.band
+			o.ColdSpill, o.SpillBand, o.SpillBandAlone = ps.cold, ps.band, ps.alone
 			rp.rt = rp.rt.WithOptions(o)
 		}
 		if ps.foreign {
