@@ -194,6 +194,9 @@ func (c *loadCell) nextGen(idle bool) bool {
 type chainList struct {
 	mu   sync.Mutex
 	head *Reservation
+	// kv is the context of the listed reservations with every block two
+	// of them share counted once (Options.SharedOnce; written under mu).
+	kv atomic.Int64
 }
 
 // DefaultLingerTTL is how long released context keeps counting in the pair
@@ -440,6 +443,27 @@ type Options struct {
 	// shared-prefix at 65,536 its TTFT p95 (bench/EXPERIMENTS.md, section
 	// 40, press12).
 	GuardCap float64
+	// PinInflight keeps the prompt of every request in flight believed
+	// held on its replica until the request ends, whatever the capacity
+	// bound would drop (an engine never evicts a block a running request
+	// references), and says where those beliefs go at the end (pin.go).
+	// PinOff (the default): the bound drops in send order.
+	PinInflight PinMode
+	// QueueSlack lets the index believe a replica holds its capacity plus
+	// the prefill still pending there (requests queued or prefilling):
+	// an engine computes a queued prompt's blocks, and evicts for them,
+	// only when it runs it, so until then what it holds is what it held
+	// (pin.go).
+	QueueSlack bool
+	// SharedOnce counts the context of the requests in flight on a
+	// replica with every block two of them share counted once, as the
+	// engine holds it (the deepest common prefix of the two prompts),
+	// rather than only where one prompt extends another's (at its whole
+	// length or 15/16, 3/4 or 1/2 of it). Requests of different sessions
+	// that share a deep prefix (an agent framework's system prompt and
+	// tools) then no longer read as several copies of it, which the
+	// overflow term charges past the capacity (pin.go).
+	SharedOnce bool
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -726,6 +750,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 		c.resident.Store(0)
 		rt.chains[s].mu.Lock()
 		rt.chains[s].head = nil
+		rt.chains[s].kv.Store(0)
 		rt.chains[s].mu.Unlock()
 	}
 	delete(rt.slots, key)
@@ -882,7 +907,10 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	// reservations only, not the engine-reported KV of others
 	// (SetExternalLoad), which was not measured with it; an explicit
 	// weight counts both (the experiment's form).
-	own := res
+	if rt.opt.SharedOnce {
+		mine = rt.chains[s].kv.Load()
+	}
+	own := float64(mine + others)
 	if rt.opt.OverflowWeight == 0 {
 		own = float64(mine)
 	}
@@ -1254,6 +1282,14 @@ type Reservation struct {
 	shadowed bool
 	// agent: the prompt's agentKey (agree.go), for Observe.
 	agent uint64
+	// pins: the prompt's blocks, pinned on the replica until Release
+	// (Options.PinInflight; nil otherwise).
+	pins []uint64
+	// kv: the context it counts in its replica's chainList.kv; shared:
+	// how many leading blocks of the prompt a later one on the replica
+	// shares, which that one counts there (Options.SharedOnce).
+	kv     int64
+	shared int32
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on
@@ -1286,6 +1322,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.observed.Store(false)
 	r.last, r.held, r.nblocks = 0, 0, 0
 	r.replied.Store(false)
+	r.pins, r.shared, r.kv = r.pins[:0], 0, 0
 }
 
 // maxChainScan bounds how many of a replica's in-flight reservations,
@@ -1310,6 +1347,9 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if rt.opt.NoChainDedup && rt.opt.ObserveShadowed || resident == 0 || len(blocks) == 0 {
 		return
 	}
+	if rt.opt.PinInflight != PinOff || rt.opt.SharedOnce {
+		r.pins = append(r.pins[:0], blocks...)
+	}
 	c := &rt.loads[s]
 	nb := int32(len(blocks))
 	r.depths = [4]int32{nb, nb - nb/16, nb - nb/4, nb / 2}
@@ -1322,7 +1362,14 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	l := &rt.chains[s]
 	l.mu.Lock()
 	n := 0
+	if rt.opt.SharedOnce {
+		r.kv = resident
+		l.kv.Add(resident)
+	}
 	for j := l.head; j != nil && n < maxChainScan; j, n = j.next, n+1 {
+		if rt.opt.SharedOnce {
+			rt.shareOnce(l, j, blocks)
+		}
 		for i, d := range j.depths {
 			if d > 0 && d <= nb && blocks[d-1] == j.tips[i] {
 				if j.state.Load() == 0 {
@@ -1364,6 +1411,9 @@ func (r *Reservation) unchain() int64 {
 	}
 	r.prev, r.next, r.linked = nil, nil, false
 	res := r.resident
+	if r.kv != 0 {
+		l.kv.Add(-r.kv)
+	}
 	l.mu.Unlock()
 	return res
 }
@@ -1378,6 +1428,7 @@ func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
 		if c := &r.rt.loads[r.slot]; c.gen() == r.gen {
 			c.pending.Add(-r.prefill)
+			r.rt.boundSlack(r.slot)
 		}
 		return true
 	}
@@ -1394,8 +1445,12 @@ func (r *Reservation) Release() bool {
 	if c.gen() != r.gen {
 		return true // the replica was unregistered since: its load was dropped
 	}
+	if len(r.pins) > 0 && r.rt.opt.PinInflight != PinOff {
+		r.rt.idx.unpin(r.pins, r.slot, r.rt.opt.PinInflight)
+	}
 	if old == 0 {
 		c.pending.Add(-r.prefill)
+		r.rt.boundSlack(r.slot)
 	}
 	if res := r.unchain(); res != 0 {
 		c.resident.Add(-res)

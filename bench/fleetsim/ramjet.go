@@ -75,8 +75,17 @@ func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replic
 			continue
 		}
 		inf, pend := p.rt.Load(p.cands[i].Slot)
-		fmt.Fprintf(p.trace, " %d:ov%d/ld%.0f/sc%.0f/n%d/p%d/run%d/wait%d/kv%.2f/res%d", i, p.s.Overlap[i], p.s.Load[i], p.s.Score[i],
-			inf, pend, fleet[i].Running(), fleet[i].Waiting(), fleet[i].KVUsage(), p.rt.Resident(p.cands[i].Slot))
+		// What the engine holds of the prompt now and in all (cached
+		// tokens), against what the index believes it holds (-1: not known).
+		held, all := -1, -1
+		if e, ok := fleet[i].eng.(*engine.Engine); ok {
+			held = e.CachedPrefix(r.Prompt)
+			st := e.Stats()
+			all = st.CachedBlocks * e.Config().BlockSize
+		}
+		fmt.Fprintf(p.trace, " %d:ov%d/ld%.0f/sc%.0f/n%d/p%d/run%d/wait%d/kv%.2f/res%d/eng%d/ecache%d/icache%d/hz%d", i, p.s.Overlap[i], p.s.Load[i], p.s.Score[i],
+			inf, pend, fleet[i].Running(), fleet[i].Waiting(), fleet[i].KVUsage(), p.rt.Resident(p.cands[i].Slot), held, all,
+			p.rt.Index().Held(p.cands[i].Slot)*int64(p.rt.Config().BlockTokens), p.rt.Index().Horizon(p.cands[i].Slot))
 	}
 	fmt.Fprintln(p.trace)
 }
@@ -96,6 +105,11 @@ type RamjetSetup struct {
 	// NoCapacity leaves the engines' KV capacity unknown (no scraper, no
 	// kv_capacity setting): the index is bounded by its budget only.
 	NoCapacity bool
+	// CapacityScale, when positive, scales the capacity told (probe).
+	CapacityScale float64
+	// IndexOnly, LoadOnly: the capacity bounds only the index, or only
+	// the load term's (probes).
+	IndexOnly, LoadOnly bool
 	// NoObserve does not feed the engines' cached-token counts back
 	// (Router.Observe).
 	NoObserve bool
@@ -210,6 +224,18 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.HorizonFloor = x
 		case "guard":
 			setup.Options.InflightGuard = true
+		case "capidx":
+			setup.IndexOnly = true
+		case "capload":
+			setup.LoadOnly = true
+		case "capx":
+			setup.CapacityScale = x
+		case "once":
+			setup.Options.SharedOnce = true
+		case "qs":
+			setup.Options.QueueSlack = true
+		case "pin":
+			setup.Options.PinInflight = selection.PinMode(x)
 		case "gc":
 			setup.Options.InflightGuard, setup.Options.GuardCap = true, x
 		case "pq":
@@ -343,7 +369,19 @@ func (p *Ramjet) ensure(fleet []*Replica) error {
 			p.pre.Bind(s, key)
 		}
 		if !p.setup.NoCapacity {
-			p.rt.SetCapacity(s, int64(fleet[i].KVCapacity))
+			c := int64(fleet[i].KVCapacity)
+			if p.setup.CapacityScale > 0 {
+				c = int64(float64(c) * p.setup.CapacityScale)
+			}
+			switch {
+			case p.setup.IndexOnly:
+				p.rt.Index().SetCapacity(s, c/int64(p.rt.Config().BlockTokens))
+			case p.setup.LoadOnly:
+				p.rt.SetCapacity(s, c)
+				p.rt.Index().SetCapacity(s, 0)
+			default:
+				p.rt.SetCapacity(s, c)
+			}
 		}
 		prof := selection.ProfileStandard
 		if fleet[i].Speculative {
