@@ -60,13 +60,10 @@ func (x *Index) pairLinks(e uint32) *links  { return &x.pairs[e-1].links }
 // holder is one replica's view of its LRU list.
 type holder struct {
 	head, tail uint32
-	blocks     int64  // pairs on the list
-	clock      int64  // blocks ever touched for the replica
-	capacity   int64  // most blocks it holds (0: unbounded)
-	horizon    int64  // touches after which a block is presumed evicted (0: unbounded)
-	shead      uint32 // the pinned list: pinned pairs the bound set aside (pin.go)
-	aside      int64  // pairs on it (counted in blocks)
-	slack      int64  // blocks believed beyond capacity: the replica's pending prefill (Options.QueueSlack)
+	blocks     int64 // pairs on the list
+	clock      int64 // blocks ever touched for the replica
+	capacity   int64 // most blocks it holds (0: unbounded)
+	horizon    int64 // touches after which a block is presumed evicted (0: unbounded)
 }
 
 // Accounted sizes in bytes (slab entry; tables are counted by their size).
@@ -123,7 +120,6 @@ type Index struct {
 
 	reps   []holder
 	budget int64
-	pins   []int32 // pin counts by pair entry, nil until a pin (pin.go)
 
 	warmSink uint32 // keeps warm's loads
 
@@ -169,7 +165,7 @@ func (x *Index) Dropped() uint64 { x.settle(); return x.dropped.Load() }
 
 func (x *Index) accountBytes() {
 	x.bytes.Store(int64(cap(x.blocks))*blockBytes + int64(cap(x.bits))*8 + int64(len(x.btab))*4 +
-		int64(cap(x.pairs))*pairBytes + int64(len(x.ptab))*4 + int64(cap(x.reps))*holderBytes + int64(len(x.pins))*4)
+		int64(cap(x.pairs))*pairBytes + int64(len(x.ptab))*4 + int64(cap(x.reps))*holderBytes)
 }
 
 func tableSize(n int) int {
@@ -252,9 +248,6 @@ func (x *Index) growPairs(n int) {
 	pairs := make([]pair, len(x.pairs), n)
 	copy(pairs, x.pairs)
 	x.pairs = pairs
-	if x.pins != nil {
-		x.ensurePins()
-	}
 	size := tableSize(n)
 	x.ptab = make([]uint32, size)
 	x.pshift = uint(64 - bits.TrailingZeros(uint(size)))
@@ -504,16 +497,7 @@ func (x *Index) pushPair(e uint32) {
 func (x *Index) dropPair(e uint32) {
 	p := &x.pairs[e-1]
 	blk, s := p.blk, p.slot
-	if x.pins != nil {
-		if x.aside(e) {
-			x.unlinkAside(e)
-		} else {
-			x.unlinkPair(e)
-		}
-		x.pins[e-1] = 0
-	} else {
-		x.unlinkPair(e)
-	}
+	x.unlinkPair(e)
 	x.reps[s].blocks--
 	b := &x.blocks[blk-1]
 	if b.hint == e {
@@ -607,7 +591,7 @@ func (x *Index) touch(key uint64, s Slot) bool {
 		if hasBit(x.bits[int(e-1)*x.w:int(e)*x.w], s) {
 			pe := x.pairOf(e, s)
 			x.pairs[pe-1].stamp = r.clock
-			if r.head != pe && !x.aside(pe) {
+			if r.head != pe {
 				x.unlinkPair(pe)
 				x.pushPair(pe)
 			}
@@ -653,13 +637,9 @@ func (x *Index) touch(key uint64, s Slot) bool {
 // horizon (write lock held).
 func (x *Index) bound(s Slot) {
 	r := &x.reps[s]
-	for n := 0; r.capacity > 0 && r.blocks > r.capacity+r.slack && r.tail != 0; n++ {
+	for n := 0; r.capacity > 0 && r.blocks > r.capacity; n++ {
 		if n%warmRun == 0 {
 			x.warmTail(r)
-		}
-		if x.pinnedPair(r.tail) && r.aside < r.capacity {
-			x.setAside(r.tail) // a request in flight holds it
-			continue
 		}
 		x.dropPair(r.tail)
 		x.dropped.Add(1)
@@ -667,10 +647,6 @@ func (x *Index) bound(s Slot) {
 	for n := 0; r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon; n++ {
 		if n%warmRun == 0 {
 			x.warmTail(r)
-		}
-		if x.pinnedPair(r.tail) && (r.capacity == 0 || r.aside < r.capacity) {
-			x.setAside(r.tail)
-			continue
 		}
 		x.dropPair(r.tail)
 		x.dropped.Add(1)
@@ -698,21 +674,17 @@ func (x *Index) Learn(blocks []uint64, s Slot) {
 // learn is Learn that first reads the age (touches of s since) of the
 // pair (blocks[probe-1], s), -1 when absent or probe is 0.
 func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
-	return x.learnTo(blocks, s, probe, nil, false, -1)
+	return x.learnTo(blocks, s, probe, nil)
 }
 
 // learnTo is learn that leaves s's clock after it in t (when not nil).
-func (x *Index) learnTo(blocks []uint64, s Slot, probe int, t *learnTicket, pin bool, slack int64) int64 {
+func (x *Index) learnTo(blocks []uint64, s Slot, probe int, t *learnTicket) int64 {
 	if len(blocks) == 0 || s < 0 {
 		return -1
 	}
 	x.lock()
 	defer x.mu.Unlock()
-	x.widen(s)
-	if slack >= 0 {
-		x.reps[s].slack = slack
-	}
-	age := x.learnPinned(blocks, s, probe, pin)
+	age := x.learnLocked(blocks, s, probe)
 	if t != nil {
 		t.clock.Store(x.reps[s].clock)
 	}
@@ -729,9 +701,8 @@ func (x *Index) clockOf(s Slot) int64 {
 	return x.reps[s].clock
 }
 
-// learnPinned is learn with the write lock held, pinning s's pairs of
-// blocks when pin is set (pin.go).
-func (x *Index) learnPinned(blocks []uint64, s Slot, probe int, pin bool) int64 {
+// learnLocked is learn with the write lock held.
+func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	if len(blocks) == 0 || s < 0 {
 		return -1
 	}
@@ -760,9 +731,6 @@ func (x *Index) learnPinned(blocks []uint64, s Slot, probe int, pin bool) int64 
 		} else {
 			x.touchEach(blocks[:run], s)
 		}
-	}
-	if pin {
-		x.pinLocked(blocks, s)
 	}
 	x.bound(s)
 	return age
@@ -795,9 +763,7 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 	// holds it), stamped as it is, the first reply block nearest.
 	anchor := uint32(0)
 	if _, e := x.findBlock(tail); e != 0 {
-		if anchor = x.pairOf(e, s); anchor != 0 && x.aside(anchor) {
-			anchor = 0
-		}
+		anchor = x.pairOf(e, s)
 	}
 	r := &x.reps[s]
 	for k := 0; k < n; k++ {
@@ -881,7 +847,7 @@ func (x *Index) runOf(blocks []uint64, s Slot) (n int, first, last uint32) {
 		return 0, 0, 0
 	}
 	first = x.pairOf(e, s)
-	if first == 0 || x.aside(first) {
+	if first == 0 {
 		return 0, 0, 0
 	}
 	last, n = first, 1
@@ -973,9 +939,6 @@ func (x *Index) forget(s Slot) {
 	}
 	for r := &x.reps[s]; r.head != 0; {
 		x.dropPair(r.head)
-	}
-	for r := &x.reps[s]; r.shead != 0; {
-		x.dropPair(r.shead)
 	}
 }
 

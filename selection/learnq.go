@@ -46,8 +46,6 @@ type queuedLearn struct {
 	off, n int32
 	probe  int32
 	s      Slot
-	pin    bool
-	slack  int64
 }
 
 // learnQueue is the Index's queue of learns (Index.q).
@@ -86,19 +84,19 @@ func (x *Index) QueuedLearns() (queued, inline uint64) {
 // learnOrQueue is learn (its age left in t), queued when the queue is on,
 // at least its minimum of blocks lie past probe (the blocks the replica
 // was believed to hold: Route's prediction) and the queue is not full.
-func (x *Index) learnOrQueue(blocks []uint64, s Slot, probe int, t *learnTicket, pin bool, slack int64) {
+func (x *Index) learnOrQueue(blocks []uint64, s Slot, probe int, t *learnTicket) {
 	if m := int(x.q.min.Load()); m > 0 && len(blocks)-max(probe, 0) >= m && s >= 0 {
-		if x.enqueue(blocks, s, probe, t, pin, slack) {
+		if x.enqueue(blocks, s, probe, t) {
 			return
 		}
 		x.q.inline.Add(1)
 	}
-	t.age.Store(x.learnTo(blocks, s, probe, t, pin, slack))
+	t.age.Store(x.learnTo(blocks, s, probe, t))
 }
 
 // enqueue queues a learn, starting the applier if none runs; false when
 // the queue is full.
-func (x *Index) enqueue(blocks []uint64, s Slot, probe int, t *learnTicket, pin bool, slack int64) bool {
+func (x *Index) enqueue(blocks []uint64, s Slot, probe int, t *learnTicket) bool {
 	q := &x.q
 	q.mu.Lock()
 	if len(q.blocks)+len(blocks) > maxQueuedBlocks {
@@ -107,7 +105,7 @@ func (x *Index) enqueue(blocks []uint64, s Slot, probe int, t *learnTicket, pin 
 	}
 	off := len(q.blocks)
 	q.blocks = append(q.blocks, blocks...)
-	q.items = append(q.items, queuedLearn{t: t, off: int32(off), n: int32(len(blocks)), probe: int32(probe), s: s, pin: pin, slack: slack})
+	q.items = append(q.items, queuedLearn{t: t, off: int32(off), n: int32(len(blocks)), probe: int32(probe), s: s})
 	t.pending.Store(true)
 	q.waiting.Add(1)
 	start := !q.running
@@ -149,11 +147,7 @@ func (x *Index) applyQueued() {
 	q.mu.Unlock()
 	for i := range items {
 		it := &items[i]
-		if it.slack >= 0 {
-			x.widen(it.s)
-			x.reps[it.s].slack = it.slack
-		}
-		age := x.learnPinned(blocks[it.off:it.off+it.n], it.s, int(it.probe), it.pin)
+		age := x.learnLocked(blocks[it.off:it.off+it.n], it.s, int(it.probe))
 		it.t.clock.Store(x.reps[it.s].clock)
 		it.t.age.Store(age)
 		it.t.pending.Store(false)

@@ -69,8 +69,7 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 	if !precise || !cands[d.Index].Precise {
 		predicted = min(d.Overlap/rt.cfg.BlockTokens, len(f.Blocks))
 	}
-	pin := rt.opt.PinInflight != PinOff && len(f.Blocks) > 0
-	rt.idx.learnOrQueue(f.Blocks, d.Slot, predicted, &res.learned, pin, rt.queueSlack(d.Slot))
+	rt.idx.learnOrQueue(f.Blocks, d.Slot, predicted, &res.learned)
 	res.predicted, res.prompt, res.precise = int32(predicted), int32(f.PromptTokens(rt.cfg)), precise && cands[d.Index].Precise
 	if n := len(f.Blocks); n > 0 {
 		res.last, res.nblocks = f.Blocks[n-1], int32(n)

@@ -443,26 +443,15 @@ type Options struct {
 	// shared-prefix at 65,536 its TTFT p95 (bench/EXPERIMENTS.md, section
 	// 40, press12).
 	GuardCap float64
-	// PinInflight keeps the prompt of every request in flight believed
-	// held on its replica until the request ends, whatever the capacity
-	// bound would drop (an engine never evicts a block a running request
-	// references), and says where those beliefs go at the end (pin.go).
-	// PinOff (the default): the bound drops in send order.
-	PinInflight PinMode
-	// QueueSlack lets the index believe a replica holds its capacity plus
-	// the prefill still pending there (requests queued or prefilling):
-	// an engine computes a queued prompt's blocks, and evicts for them,
-	// only when it runs it, so until then what it holds is what it held
-	// (pin.go).
-	QueueSlack bool
-	// SharedOnce counts the context of the requests in flight on a
-	// replica with every block two of them share counted once, as the
-	// engine holds it (the deepest common prefix of the two prompts),
-	// rather than only where one prompt extends another's (at its whole
-	// length or 15/16, 3/4 or 1/2 of it). Requests of different sessions
-	// that share a deep prefix (an agent framework's system prompt and
-	// tools) then no longer read as several copies of it, which the
-	// overflow term charges past the capacity (pin.go).
+	// SharedOnce makes the overflow term count the context of the
+	// requests in flight on a replica with every block two of them share
+	// counted once, as the engine holds it (the deepest common prefix of
+	// the two prompts), rather than only where one prompt extends
+	// another's (at its whole length or 15/16, 3/4 or 1/2 of it):
+	// requests of different sessions that share a deep prefix (an agent
+	// framework's system prompt and tools) then no longer read as several
+	// copies of it past the replica's KV capacity (sharedonce.go). The
+	// pair term's resident context is unchanged.
 	SharedOnce bool
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
@@ -1282,9 +1271,9 @@ type Reservation struct {
 	shadowed bool
 	// agent: the prompt's agentKey (agree.go), for Observe.
 	agent uint64
-	// pins: the prompt's blocks, pinned on the replica until Release
-	// (Options.PinInflight; nil otherwise).
-	pins []uint64
+	// blocks: the prompt's blocks, which later prompts on the replica
+	// compare theirs with (Options.SharedOnce; empty otherwise).
+	blocks []uint64
 	// kv: the context it counts in its replica's chainList.kv; shared:
 	// how many leading blocks of the prompt a later one on the replica
 	// shares, which that one counts there (Options.SharedOnce).
@@ -1322,7 +1311,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.observed.Store(false)
 	r.last, r.held, r.nblocks = 0, 0, 0
 	r.replied.Store(false)
-	r.pins, r.shared, r.kv = r.pins[:0], 0, 0
+	r.blocks, r.shared, r.kv = r.blocks[:0], 0, 0
 }
 
 // maxChainScan bounds how many of a replica's in-flight reservations,
@@ -1347,8 +1336,8 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if rt.opt.NoChainDedup && rt.opt.ObserveShadowed || resident == 0 || len(blocks) == 0 {
 		return
 	}
-	if rt.opt.PinInflight != PinOff || rt.opt.SharedOnce {
-		r.pins = append(r.pins[:0], blocks...)
+	if rt.opt.SharedOnce {
+		r.blocks = append(r.blocks[:0], blocks...)
 	}
 	c := &rt.loads[s]
 	nb := int32(len(blocks))
@@ -1428,7 +1417,6 @@ func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
 		if c := &r.rt.loads[r.slot]; c.gen() == r.gen {
 			c.pending.Add(-r.prefill)
-			r.rt.boundSlack(r.slot)
 		}
 		return true
 	}
@@ -1445,12 +1433,8 @@ func (r *Reservation) Release() bool {
 	if c.gen() != r.gen {
 		return true // the replica was unregistered since: its load was dropped
 	}
-	if len(r.pins) > 0 && r.rt.opt.PinInflight != PinOff {
-		r.rt.idx.unpin(r.pins, r.slot, r.rt.opt.PinInflight)
-	}
 	if old == 0 {
 		c.pending.Add(-r.prefill)
-		r.rt.boundSlack(r.slot)
 	}
 	if res := r.unchain(); res != 0 {
 		c.resident.Add(-res)

@@ -60,7 +60,10 @@ type Ramjet struct {
 
 // SetTrace makes the policy write one line per decision to w: the
 // request, the chosen replica and reason, and every usable candidate's
-// overlap, load and score (explain's figures), for finding where a rule
+// overlap, load and score (explain's figures), beside what its engine
+// holds of the prompt (eng) and in all (ecache, tokens) and what the
+// index believes it holds (icache) and its horizon (hz, blocks), for
+// finding where the index departs from the engine and where a rule
 // sends what; and one line per first token ("first id=...") and per
 // engine answer's usage ("obs id=... prompt=... cached=...": whether an
 // affinity decision really hit). nil turns it off.
@@ -137,11 +140,13 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // context_weight, pw pair_weight, ow overflow_weight (0: none), outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, obsall (Options.ObserveShadowed),
-// nochain (Options.NoChainDedup), reply (Options.ReplyCharge), guard (Options.InflightGuard), gc (guard with Options.GuardCap), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), pq (Options.ProfileQueue, 0: none), wh (Options.WarmHold, 0: none), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
+// nochain (Options.NoChainDedup), once (Options.SharedOnce), reply (Options.ReplyCharge), guard (Options.InflightGuard), gc (guard with Options.GuardCap), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), pq (Options.ProfileQueue, 0: none), wh (Options.WarmHold, 0: none), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
 // floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
-// lingering part) as a fraction of the request's deepest overlap). ok is false when
+// lingering part) as a fraction of the request's deepest overlap; probes
+// of the capacity: capx scales it, capidx tells it to the index only,
+// capload to the load term only). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
 func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	if setup, found := ramjetVariants[name]; found {
@@ -232,10 +237,6 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.CapacityScale = x
 		case "once":
 			setup.Options.SharedOnce = true
-		case "qs":
-			setup.Options.QueueSlack = true
-		case "pin":
-			setup.Options.PinInflight = selection.PinMode(x)
 		case "gc":
 			setup.Options.InflightGuard, setup.Options.GuardCap = true, x
 		case "pq":
