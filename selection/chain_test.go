@@ -174,9 +174,17 @@ func BenchmarkRouteInflight(b *testing.B) {
 
 // Routes and releases from many goroutines, prompts extending one
 // another, keep the chain lists and the resident count consistent: every
-// release done, nothing stays resident (run with -race).
+// release done, nothing stays resident, under SharedOnce too (run with
+// -race).
 func TestChainConcurrent(t *testing.T) {
+	for _, opt := range []Options{{}, {SharedOnce: true}} {
+		chainConcurrent(t, opt)
+	}
+}
+
+func chainConcurrent(t *testing.T, opt Options) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 3)
+	rt = rt.WithOptions(opt)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -206,8 +214,8 @@ func TestChainConcurrent(t *testing.T) {
 		if inf, pend := rt.Load(c.Slot); inf != 0 || pend != 0 || rt.Resident(c.Slot) != 0 {
 			t.Errorf("slot %d after every release: %d in flight, %d pending, %d resident", c.Slot, inf, pend, rt.Resident(c.Slot))
 		}
-		if l := &rt.chains[c.Slot]; l.head != nil {
-			t.Errorf("slot %d: chain list not empty", c.Slot)
+		if l := &rt.chains[c.Slot]; l.head != nil || l.kv.Load() != 0 {
+			t.Errorf("shared once %v, slot %d: chain list not empty (KV context %d)", opt.SharedOnce, c.Slot, l.kv.Load())
 		}
 	}
 }
