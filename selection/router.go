@@ -505,11 +505,12 @@ type Options struct {
 	// AgentMove times the home's KV capacity, the smallest of them (the
 	// cheapest to recompute) pays the pair term on its home too, if
 	// another replica has room for it under AgentMoveRoom times its
-	// capacity. 0: off (the rule). Off by default: on the tool-agent
-	// traces at 0.8 it cut the median TTFT p99 (nine traces) from 1.12x
-	// to 0.95x Dynamo's, and cost agent-fleet at 8 replicas (contexts past
-	// every replica's capacity) its TTFT p50 (bench/EXPERIMENTS.md section
-	// 49).
+	// capacity. 0: off (the rule). Off by default: at 0.75 it takes the
+	// tool-agent trace tool1's TTFT p99 from 1.15x to 0.71x Dynamo's and
+	// the median of nine such traces from 1.12x to 0.93x, but a held-out
+	// trace's from 0.72x to 1.10x, and agent-fleet at 8 replicas
+	// (contexts past every replica's capacity) loses up to 31% of its
+	// TTFT p50 on a seed (bench/EXPERIMENTS.md section 49).
 	AgentMove float64
 	// AgentMoveRoom is AgentMove's bound on the replica it moves to: 0 is
 	// DefaultAgentMoveRoom.
