@@ -512,6 +512,22 @@ type Options struct {
 	// (agent-fleet at 64 replicas lost 30% of its throughput without the
 	// bound). 0 is DefaultWarmHold, negative none (the rule before).
 	WarmHold float64
+	// AgentMove, when positive, lets an agent leave its home before the
+	// home overflows (move.go, agentMove): while this router's contexts
+	// in flight on the request's home, with the request's new tokens, pass
+	// AgentMove times the home's KV capacity, the smallest of them (the
+	// cheapest to recompute) pays the pair term on its home too, if
+	// another replica has room for it under AgentMoveRoom times its
+	// capacity. 0: off (the rule). Off by default: at 0.75 it takes the
+	// tool-agent trace tool1's TTFT p99 from 1.15x to 0.71x Dynamo's and
+	// the median of nine such traces from 1.12x to 0.93x, but a held-out
+	// trace's from 0.72x to 1.10x, and agent-fleet at 8 replicas
+	// (contexts past every replica's capacity) loses up to 31% of its
+	// TTFT p50 on a seed (bench/EXPERIMENTS.md section 49).
+	AgentMove float64
+	// AgentMoveRoom is AgentMove's bound on the replica it moves to: 0 is
+	// DefaultAgentMoveRoom.
+	AgentMoveRoom float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1058,7 +1074,11 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			continue
 		}
 		ov := s.Overlap[i]
-		ld, n := rt.loadPairN(c.Slot, prompt, rt.opt.PairEverywhere || ov <= top2 || ov == 0, now, hit)
+		pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
+		if !pairOn && rt.opt.AgentMove > 0 {
+			pairOn = rt.agentMove(cands, i, prompt, ov)
+		}
+		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
 		if lim := hot; lim > 0 {
 			if ov > low {
 				lim = hotSub
