@@ -1,6 +1,9 @@
 package selection
 
-import "sync/atomic"
+import (
+	"math"
+	"sync/atomic"
+)
 
 // DefaultAgreeBand is the agreement band's width in tokens of score
 // (Options.AgreeBand) once this instance has seen that other instances
@@ -120,7 +123,7 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 	if band := rt.agreeBand(prompt); band > 0 {
 		return rt.agree(cands, s, w, best, band, first, false)
 	}
-	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !(rt.opt.AgreeAlways || rt.agreement.on()) {
+	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !rt.agreeOn() {
 		return w
 	}
 	// A long prompt (an agent's context) of which no replica holds more
@@ -180,10 +183,17 @@ func (rt *Router) agreeBand(prompt int) float64 {
 	case b == 0:
 		b = DefaultAgreeBand
 	}
-	if rt.opt.AgreeAlways || rt.agreement.on() {
+	if rt.agreeOn() {
 		return b
 	}
 	return 0
+}
+
+// agreeOn reports whether the agreement applies: answers showed other
+// instances' placements, or (Options.AgreeExt) engine-reported load this
+// instance did not reserve; always with Options.AgreeAlways.
+func (rt *Router) agreeOn() bool {
+	return rt.opt.AgreeAlways || rt.agreement.on() || rt.opt.AgreeExt && rt.others.Load()
 }
 
 // agree is the agreement band: among the usable candidates scoring within
@@ -206,6 +216,21 @@ func (rt *Router) agreeBand(prompt int) float64 {
 // 24 (TTFT p50 1.23x one instance's; 1.00x with the rule's spill).
 func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64, home bool) int {
 	top := rt.Rendezvous(first, cands[w].Slot)
+	capN := math.Inf(1)
+	if home && rt.opt.HomeCap > 0 {
+		sum, n := int64(0), 0
+		for i := range cands {
+			if cands[i].Usable {
+				c := &rt.loads[cands[i].Slot]
+				sum += c.count() + c.extRequests()
+				n++
+			}
+		}
+		capN = rt.opt.HomeCap * float64(sum) / float64(max(n, 1))
+		if ld := &rt.loads[cands[w].Slot]; float64(ld.count()+ld.extRequests()) > capN {
+			top = 0 // any replica under the cap in band before the rule's pick
+		}
+	}
 	// busy: the three highest weights among the replicas left out for
 	// prefilling this instance's own requests.
 	k, busy := w, [3]uint64{}
@@ -218,6 +243,9 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 			return w
 		}
 		if s.Score[i] < best-band {
+			continue
+		}
+		if ld := &rt.loads[c.Slot]; float64(ld.count()+ld.extRequests()) > capN {
 			continue
 		}
 		r := rt.Rendezvous(first, c.Slot)

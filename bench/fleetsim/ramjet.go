@@ -234,6 +234,10 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.AgreeWalk = true
 		case "noagenttie":
 			setup.Options.NoAgentTie = true
+		case "agreeext":
+			setup.Options.AgreeExt = true
+		case "homecap":
+			setup.Options.HomeCap = x
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
