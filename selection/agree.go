@@ -190,10 +190,11 @@ func (rt *Router) agreeBand(prompt int) float64 {
 }
 
 // agreeOn reports whether the agreement applies: answers showed other
-// instances' placements, or (Options.AgreeExt) engine-reported load this
-// instance did not reserve; always with Options.AgreeAlways.
+// instances' placements, or (Options.AgreeExt) the engines reported
+// requests this instance did not reserve (SetExternalLoad); always with
+// Options.AgreeAlways.
 func (rt *Router) agreeOn() bool {
-	return rt.opt.AgreeAlways || rt.agreement.on() || rt.opt.AgreeExt && rt.others.Load()
+	return rt.opt.AgreeAlways || rt.agreement.on() || rt.opt.AgreeExt && rt.engOthers.Load()
 }
 
 // agree is the agreement band: among the usable candidates scoring within

@@ -537,6 +537,7 @@ type shared struct {
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
+	engOthers atomic.Bool   // engine-reported requests of others seen (SetExternalLoad; agreeOn)
 	agreement agreement     // other instances seen in the answers (agree.go)
 
 	// clock is the time since the Router was made (SetClock), read by
