@@ -1,9 +1,6 @@
 package selection
 
-import (
-	"math"
-	"sync/atomic"
-)
+import "sync/atomic"
 
 // DefaultAgreeBand is the agreement band's width in tokens of score
 // (Options.AgreeBand) once this instance has seen that other instances
@@ -217,21 +214,6 @@ func (rt *Router) agreeOn() bool {
 // 24 (TTFT p50 1.23x one instance's; 1.00x with the rule's spill).
 func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64, first uint64, home bool) int {
 	top := rt.Rendezvous(first, cands[w].Slot)
-	capN := math.Inf(1)
-	if home && rt.opt.HomeCap > 0 {
-		sum, n := int64(0), 0
-		for i := range cands {
-			if cands[i].Usable {
-				c := &rt.loads[cands[i].Slot]
-				sum += c.count() + c.extRequests()
-				n++
-			}
-		}
-		capN = rt.opt.HomeCap * float64(sum) / float64(max(n, 1))
-		if ld := &rt.loads[cands[w].Slot]; float64(ld.count()+ld.extRequests()) > capN {
-			top = 0 // any replica under the cap in band before the rule's pick
-		}
-	}
 	// busy: the three highest weights among the replicas left out for
 	// prefilling this instance's own requests.
 	k, busy := w, [3]uint64{}
@@ -244,9 +226,6 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 			return w
 		}
 		if s.Score[i] < best-band {
-			continue
-		}
-		if ld := &rt.loads[c.Slot]; float64(ld.count()+ld.extRequests()) > capN {
 			continue
 		}
 		r := rt.Rendezvous(first, c.Slot)

@@ -471,16 +471,11 @@ type Options struct {
 	// NoAgentTie breaks a long prompt's ties by tieKey's block as any
 	// other prompt's (the rule before; agentTie in agree.go).
 	NoAgentTie bool
-	// AgreeExt turns the agreement (band and home band) on once this
-	// instance has seen engine-reported load it did not reserve
-	// (SetExternalLoad), not only once answers show other instances
-	// (experiment).
+	// AgreeExt turns the agreement (band and home band) on once the
+	// engines reported requests this instance did not reserve
+	// (SetExternalLoad), not only once answers show other instances'
+	// placements: engine_metrics' agree (enginemetrics.Settings.Agree).
 	AgreeExt bool
-	// HomeCap, when positive, leaves out of the home band any replica
-	// running more than HomeCap times the usable replicas' mean requests,
-	// counting this instance's in flight and the engine-reported others'
-	// (SetExternalLoad): a load every instance sees alike (experiment).
-	HomeCap float64
 	// ProfileQueue: when the usable replicas differ in profile, the
 	// output bonus (output_weight x max_tokens) is not paid on a replica
 	// whose pending prefill exceeds the least pending usable replica's by
