@@ -46,8 +46,9 @@ type Settings struct {
 	// several instances on the default path (no kv_events) then place a
 	// shared prefix or an agent's context where every instance does from
 	// the start. In the fleet simulation, 2 and 4 instances at 8 and 64
-	// replicas met issue 13's bar in 10 of 16 rows with it, 1 without
-	// (bench/RESULTS.md, 2026-12-05, mdef13). Default: off.
+	// replicas met issue 13's bar in 10 of 16 rows with it, 1 with
+	// engine_metrics alone, 6 with neither (bench/RESULTS.md, 2026-12-05,
+	// "the agreement from the first scrape"). Default: off.
 	Agree bool `json:"agree,omitempty"`
 }
 
