@@ -140,7 +140,7 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 	if stale == 0 {
 		stale = DefaultAgreeStale
 	}
-	if len(f.Blocks) == 0 || top1 > top2 && float64(top1-top2) >= stale*float64(prompt-top2) {
+	if len(f.Blocks) == 0 || top1 > top2 && float64(top1-top2) >= stale*float64(prompt-top2) || rt.opt.HomeWarm && top1 <= 0 {
 		return w
 	}
 	band := rt.opt.AgreeHome

@@ -476,6 +476,9 @@ type Options struct {
 	// (SetExternalLoad), not only once answers show other instances'
 	// placements: engine_metrics' agree (enginemetrics.Settings.Agree).
 	AgreeExt bool
+	// HomeWarm leaves a prompt of which no replica holds anything in this
+	// instance's view to the rule, not the home band (experiment).
+	HomeWarm bool
 	// ProfileQueue: when the usable replicas differ in profile, the
 	// output bonus (output_weight x max_tokens) is not paid on a replica
 	// whose pending prefill exceeds the least pending usable replica's by

@@ -236,6 +236,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.NoAgentTie = true
 		case "agreeext":
 			setup.Options.AgreeExt = true
+		case "homewarm":
+			setup.Options.HomeWarm = true
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
