@@ -40,6 +40,16 @@ type Settings struct {
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
 	// Concurrency bounds the scrapes in flight. Default: 8.
 	Concurrency int `json:"concurrency,omitempty"`
+	// Agree turns the agreement band on (selection.Options.AgreeExt) as
+	// soon as a scrape reports requests this instance did not reserve,
+	// rather than once the answers show other instances' placements:
+	// several instances on the default path (no kv_events) then place a
+	// shared prefix or an agent's context where every instance does from
+	// the start. In the fleet simulation, 2 and 4 instances at 8 and 64
+	// replicas met issue 13's bar in 10 of 16 rows with it, 1 with
+	// engine_metrics alone, 6 with neither (bench/RESULTS.md, 2026-12-05,
+	// "the agreement from the first scrape"). Default: off.
+	Agree bool `json:"agree,omitempty"`
 }
 
 // SetDefaults fills the zero path and scheme (the scraper fills the rest).

@@ -223,17 +223,18 @@ func (s *PolicySettings) Validate() error {
 // in tokens.
 const DefaultSpillBand = 1024
 
-// SpillOptions are the rule variants spill_band asks for (the zero
-// Options when it is off).
+// SpillOptions are the rule variants spill_band and engine_metrics'
+// agree ask for (the zero Options when both are off).
 func (s *PolicySettings) SpillOptions() selection.Options {
+	o := selection.Options{AgreeExt: s.EngineMetrics != nil && s.EngineMetrics.Agree}
 	band := s.SpillBand
 	if band == 0 && s.KV != nil && (s.EngineMetrics != nil || s.ForeignPrefillOn()) {
 		band = DefaultSpillBand
 	}
-	if band <= 0 {
-		return selection.Options{}
+	if band > 0 {
+		o.ColdSpill, o.SpillBand = true, float64(band)
 	}
-	return selection.Options{ColdSpill: true, SpillBand: float64(band)}
+	return o
 }
 
 // ForeignPrefillOn reports whether the other instances' prefill estimate

@@ -23,6 +23,9 @@ func TestSpillOptions(t *testing.T) {
 		{"both", PolicySettings{KV: kv, EngineMetrics: em}, on},
 		{"both, off", PolicySettings{KV: kv, EngineMetrics: em, SpillBand: -1}, selection.Options{}},
 		{"set", PolicySettings{SpillBand: 512}, selection.Options{ColdSpill: true, SpillBand: 512}},
+		{"engine_metrics agree", PolicySettings{EngineMetrics: &enginemetrics.Settings{Agree: true}}, selection.Options{AgreeExt: true}},
+		{"both, agree", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Agree: true}},
+			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, AgreeExt: true}},
 	}
 	for _, tt := range tests {
 		if got := tt.s.SpillOptions(); got != tt.want {

@@ -120,7 +120,7 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 	if band := rt.agreeBand(prompt); band > 0 {
 		return rt.agree(cands, s, w, best, band, first, false)
 	}
-	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !(rt.opt.AgreeAlways || rt.agreement.on()) {
+	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !rt.agreeOn() {
 		return w
 	}
 	// A long prompt (an agent's context) of which no replica holds more
@@ -140,7 +140,7 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 	if stale == 0 {
 		stale = DefaultAgreeStale
 	}
-	if len(f.Blocks) == 0 || top1 > top2 && float64(top1-top2) >= stale*float64(prompt-top2) {
+	if len(f.Blocks) == 0 || top1 > top2 && float64(top1-top2) >= stale*float64(prompt-top2) || rt.opt.HomeWarm && top1 <= 0 {
 		return w
 	}
 	band := rt.opt.AgreeHome
@@ -180,10 +180,18 @@ func (rt *Router) agreeBand(prompt int) float64 {
 	case b == 0:
 		b = DefaultAgreeBand
 	}
-	if rt.opt.AgreeAlways || rt.agreement.on() {
+	if rt.agreeOn() {
 		return b
 	}
 	return 0
+}
+
+// agreeOn reports whether the agreement applies: answers showed other
+// instances' placements, or (Options.AgreeExt) the engines reported
+// requests this instance did not reserve (SetExternalLoad); always with
+// Options.AgreeAlways.
+func (rt *Router) agreeOn() bool {
+	return rt.opt.AgreeAlways || rt.agreement.on() || rt.opt.AgreeExt && rt.engOthers.Load()
 }
 
 // agree is the agreement band: among the usable candidates scoring within

@@ -359,3 +359,33 @@ func TestAgentTie(t *testing.T) {
 		t.Fatalf("under %d replicas the agent's tie picked %d, tieKey's %d", SubsetGuardReplicas, d.Slot, want.Slot)
 	}
 }
+
+// With AgreeExt, engine-reported load this instance did not reserve turns
+// the agreement band on before any answer shows another instance: B, with
+// its own decoding request on A's cold pick, goes there once a scrape
+// reports someone else's request anywhere; without AgreeExt, or before
+// the scrape, the rule's pick. A lone instance (no external load) is left
+// as it is.
+func TestAgreementOnEngineLoad(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	a, cands := newTestRouter(t, c, 8)
+	b, _ := newTestRouter(t, c, 8)
+	s := NewScratch(8)
+	fa := features(a.Config(), blocksOf(7, 40), 0)
+	da := a.Pick(fa, cands, s)
+	rb := b.Reserve(da.Slot, 2000)
+	defer rb.Release()
+	rb.PrefillDone()
+	ext := b.WithOptions(Options{AgreeExt: true})
+	if d := ext.Pick(fa, cands, s); d.Slot == da.Slot {
+		t.Fatal("AgreeExt applied the band with no external load seen")
+	}
+	other := (da.Slot + 1) % 8
+	b.SetExternalLoad(other, 1, 0, 0)
+	if d := ext.Pick(fa, cands, s); d.Slot != da.Slot {
+		t.Fatalf("AgreeExt after a scrape showing others: picked %d, A %d", d.Slot, da.Slot)
+	}
+	if d := b.Pick(fa, cands, s); d.Slot == da.Slot {
+		t.Fatal("the band applied on external load without AgreeExt")
+	}
+}

@@ -42,6 +42,9 @@ func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) 
 	e := &rt.loads[s].ext
 	if running+waiting > 0 {
 		rt.sawOthers()
+		if !rt.engOthers.Load() {
+			rt.engOthers.Store(true)
+		}
 	}
 	e.waiting.Store(int32(waiting))
 	e.requests.Store(running + waiting)

@@ -484,6 +484,14 @@ type Options struct {
 	// NoAgentTie breaks a long prompt's ties by tieKey's block as any
 	// other prompt's (the rule before; agentTie in agree.go).
 	NoAgentTie bool
+	// AgreeExt turns the agreement (band and home band) on once the
+	// engines reported requests this instance did not reserve
+	// (SetExternalLoad), not only once answers show other instances'
+	// placements: engine_metrics' agree (enginemetrics.Settings.Agree).
+	AgreeExt bool
+	// HomeWarm leaves a prompt of which no replica holds anything in this
+	// instance's view to the rule, not the home band (experiment).
+	HomeWarm bool
 	// ProfileQueue: when the usable replicas differ in profile, the
 	// output bonus (output_weight x max_tokens) is not paid on a replica
 	// whose pending prefill exceeds the least pending usable replica's by
@@ -556,6 +564,7 @@ type shared struct {
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
+	engOthers atomic.Bool   // engine-reported requests of others seen (SetExternalLoad; agreeOn)
 	agreement agreement     // other instances seen in the answers (agree.go)
 
 	// clock is the time since the Router was made (SetClock), read by
