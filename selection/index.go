@@ -123,6 +123,11 @@ type Index struct {
 
 	warmSink uint32 // keeps warm's loads
 
+	// The counts, kept under the write lock (n) and published for the
+	// readers that take no lock when it is released (unlock): an atomic
+	// add per block inserted or dropped would cost more than the rest of
+	// a long prompt's learn.
+	n         counts
 	evictions atomic.Uint64 // blocks evicted by the budget
 	dropped   atomic.Uint64 // pairs dropped by capacity or horizon
 	entries   atomic.Int64  // live blocks
@@ -130,6 +135,21 @@ type Index struct {
 	bytes     atomic.Int64
 
 	q learnQueue // learns Route queued, not yet applied (learnq.go)
+}
+
+// counts are the Index's counters under its write lock.
+type counts struct {
+	evictions, dropped uint64
+	entries, pairs     int64
+}
+
+// unlock publishes the counts and releases the write lock.
+func (x *Index) unlock() {
+	x.evictions.Store(x.n.evictions)
+	x.dropped.Store(x.n.dropped)
+	x.entries.Store(x.n.entries)
+	x.npairs.Store(x.n.pairs)
+	x.mu.Unlock()
 }
 
 // NewIndex returns an empty index bounded by budget bytes.
@@ -509,14 +529,14 @@ func (x *Index) dropPair(e uint32) {
 	x.bits[int(blk-1)*x.w+int(s)>>6] &^= 1 << (uint(s) & 63)
 	*p = pair{links: links{next: x.pfree}}
 	x.pfree = e
-	x.npairs.Add(-1)
+	x.n.pairs--
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
 		bh, _ := x.findBlock(b.key)
 		removeAt(x.btab, bh, x.blockDisp, x.blockMoved)
 		*b = block{links: links{next: x.bfree}}
 		x.bfree = blk
-		x.entries.Add(-1)
+		x.n.entries--
 	}
 }
 
@@ -552,7 +572,7 @@ func (x *Index) allocBlock() uint32 {
 			continue
 		}
 		x.evictBlock(x.tail)
-		x.evictions.Add(1)
+		x.n.evictions++
 	}
 }
 
@@ -572,7 +592,7 @@ func (x *Index) allocPair() uint32 {
 			continue
 		}
 		x.evictBlock(x.tail)
-		x.evictions.Add(1)
+		x.n.evictions++
 	}
 }
 
@@ -600,14 +620,14 @@ func (x *Index) touch(key uint64, s Slot) bool {
 	}
 	// Room first: making it may evict blocks, this one included, and
 	// move entries of the block table (h is then looked up again).
-	ev, slab := x.evictions.Load(), cap(x.blocks)
+	ev, slab := x.n.evictions, cap(x.blocks)
 	pe := x.allocPair()
 	if e != 0 && x.blocks[e-1].pairs == 0 {
 		e = 0 // evicted while making room
 	}
 	if e == 0 {
 		e = x.allocBlock()
-		if x.evictions.Load() != ev || cap(x.blocks) != slab {
+		if x.n.evictions != ev || cap(x.blocks) != slab {
 			// Evictions moved entries, or growBlocks rebuilt the table.
 			h, _ = x.findBlock(key)
 		}
@@ -615,7 +635,7 @@ func (x *Index) touch(key uint64, s Slot) bool {
 		clear(x.bits[int(e-1)*x.w : int(e)*x.w])
 		x.btab[h] = x.bentry(e, (h-x.bslot(key))&uint64(len(x.btab)-1))
 		x.pushBlock(e)
-		x.entries.Add(1)
+		x.n.entries++
 	}
 	b := &x.blocks[e-1]
 	b.pairs++
@@ -629,7 +649,7 @@ func (x *Index) touch(key uint64, s Slot) bool {
 	}
 	x.pushPair(pe)
 	r.blocks++
-	x.npairs.Add(1)
+	x.n.pairs++
 	return true
 }
 
@@ -642,14 +662,14 @@ func (x *Index) bound(s Slot) {
 			x.warmTail(r)
 		}
 		x.dropPair(r.tail)
-		x.dropped.Add(1)
+		x.n.dropped++
 	}
 	for n := 0; r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon; n++ {
 		if n%warmRun == 0 {
 			x.warmTail(r)
 		}
 		x.dropPair(r.tail)
-		x.dropped.Add(1)
+		x.n.dropped++
 	}
 }
 
@@ -683,7 +703,7 @@ func (x *Index) learnTo(blocks []uint64, s Slot, probe int, t *learnTicket) int6
 		return -1
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	age := x.learnLocked(blocks, s, probe)
 	if t != nil {
 		t.clock.Store(x.reps[s].clock)
@@ -752,7 +772,7 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 		return
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.widen(s)
 	if c := x.reps[s].capacity; c > 0 {
 		n = int(min(int64(n), c))
@@ -806,7 +826,7 @@ func (x *Index) dropReply(tail uint64, s Slot) {
 		return
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	for i := 0; ; i++ {
 		_, e := x.findBlock(replyKey(tail, i))
 		if e == 0 {
@@ -929,7 +949,7 @@ func (x *Index) warm(keys []uint64) {
 // Its capacity and horizon stay.
 func (x *Index) Forget(s Slot) {
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.forget(s)
 }
 
@@ -946,7 +966,7 @@ func (x *Index) forget(s Slot) {
 // new replica.
 func (x *Index) release(s Slot) {
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.forget(s)
 	if int(s) < len(x.reps) && s >= 0 {
 		x.reps[s] = holder{}
@@ -960,7 +980,7 @@ func (x *Index) SetCapacity(s Slot, blocks int64) {
 		return
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.widen(s)
 	x.reps[s].capacity = max(0, blocks)
 	x.bound(s)
@@ -982,7 +1002,7 @@ func (x *Index) SetHorizon(s Slot, blocks int64) {
 		return
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.widen(s)
 	x.reps[s].horizon = max(0, blocks)
 	x.bound(s)
