@@ -105,7 +105,10 @@ type Index struct {
 
 	btab   []uint32 // block table: open addressing, linear probing; see bentry
 	bshift uint
-	bmask  uint32 // the slab index bits of a btab entry: idxMask, or all when untagged
+	bmask  uint32 // the slab index bits of a btab entry (1<<ibits - 1), all when untagged
+	ibits  uint   // the tag's shift
+	fshift uint   // the fingerprint's shift in the key's hash
+	fmask  uint32 // the fingerprint's bits
 	blocks []block
 	bits   []uint64 // holder sets, w words per block entry
 	w      int
@@ -196,7 +199,7 @@ func tableSize(n int) int {
 	return size
 }
 
-func (x *Index) bslot(key uint64) uint64 { return (key * 0x9E3779B97F4A7C15) >> x.bshift }
+func (x *Index) bslot(key uint64) uint64 { h, _ := x.bhash(key); return h }
 
 func pairKey(blk uint32, s Slot) uint64 { return uint64(blk)<<32 | uint64(uint32(s)) }
 
@@ -204,33 +207,42 @@ func (x *Index) pslot(blk uint32, s Slot) uint64 {
 	return (mix64(pairKey(blk, s)) * 0x9E3779B97F4A7C15) >> x.pshift
 }
 
-// A block-table entry is the slab index + 1 of its block (0: empty) and,
-// in its top 8 bits, its displacement: how far past its home position (the
-// key's bslot) it lies, farDisp when that is farDisp or more. Lookups skip
-// the entries whose displacement says they belong to another home, and
-// deletion moves entries back without reading their keys from the slab:
-// both would otherwise cost a cache miss per entry. A slab of idxMask
-// entries or more (a budget of over a GiB) leaves the entries untagged:
-// all 32 bits are the index and every displacement is read from the slab.
+// A block-table entry is the slab index + 1 of its block (0: empty) in
+// its low ibits bits and, above them, a tag: its displacement (how far
+// past its home position, the key's bslot, it lies; farDisp when that is
+// farDisp or more) and a fingerprint of its key (the bits of the key's
+// hash below those of its home). A lookup reads the slab only for the
+// entries whose tag is the key's at that displacement, and deletion moves
+// entries back without reading their keys: both would otherwise cost a
+// cache miss per entry met. ibits is as narrow as the slab allows; a slab
+// of 1<<maxIdxBits entries or more (a budget of over a GiB) leaves the
+// entries untagged (bmask all ones): all 32 bits are the index, and every
+// key and displacement is read from the slab.
 const (
-	tagShift = 24
-	idxMask  = 1<<tagShift - 1
-	farDisp  = 1<<(32-tagShift) - 1
+	dispBits   = 4
+	farDisp    = 1<<dispBits - 1
+	maxIdxBits = 24
 )
 
-// bentry is the table entry of slab index + 1 e at displacement d.
-func (x *Index) bentry(e uint32, d uint64) uint32 {
-	if x.bmask != idxMask {
-		return e
-	}
-	return e | uint32(min(d, farDisp))<<tagShift
+// bhash is key's home position in the block table and its fingerprint.
+func (x *Index) bhash(key uint64) (home uint64, fp uint32) {
+	p := key * 0x9E3779B97F4A7C15
+	return p >> x.bshift, uint32(p>>x.fshift) & x.fmask
 }
 
-// elsewhere reports that table entry v, met d positions past a key's home,
-// cannot be that key's: its displacement is known and another.
-func (x *Index) elsewhere(v uint32, d uint64) bool {
-	t := v >> tagShift
-	return x.bmask == idxMask && t != farDisp && uint64(t) != d
+// tagged reports whether block-table entries carry tags.
+func (x *Index) tagged() bool { return x.bmask != ^uint32(0) }
+
+// btag is the tag of an entry of fingerprint fp at displacement d.
+func btag(fp uint32, d uint64) uint32 { return fp<<dispBits | uint32(min(d, farDisp)) }
+
+// bentry is the table entry of slab index + 1 e, of fingerprint fp, at
+// displacement d.
+func (x *Index) bentry(e, fp uint32, d uint64) uint32 {
+	if !x.tagged() {
+		return e
+	}
+	return e | btag(fp, d)<<x.ibits
 }
 
 // growBlocks resizes the block slab to capacity n and rebuilds its table.
@@ -244,21 +256,24 @@ func (x *Index) growBlocks(n int) {
 	size := tableSize(n)
 	x.btab = make([]uint32, size)
 	x.bshift = uint(64 - bits.TrailingZeros(uint(size)))
-	x.bmask = idxMask
-	if n >= idxMask {
-		x.bmask = ^uint32(0)
+	x.ibits = uint(bits.Len(uint(n)))
+	x.bmask, x.fshift, x.fmask = ^uint32(0), 0, 0
+	if x.ibits <= maxIdxBits {
+		fbits := 32 - x.ibits - dispBits
+		x.bmask = 1<<x.ibits - 1
+		x.fshift, x.fmask = x.bshift-fbits, 1<<fbits-1
 	}
 	m := uint64(size - 1)
 	for i := range x.blocks {
 		if x.blocks[i].pairs == 0 {
 			continue
 		}
-		h0 := x.bslot(x.blocks[i].key)
+		h0, fp := x.bhash(x.blocks[i].key)
 		d := uint64(0)
 		for x.btab[(h0+d)&m] != 0 {
 			d++
 		}
-		x.btab[(h0+d)&m] = x.bentry(uint32(i+1), d)
+		x.btab[(h0+d)&m] = x.bentry(uint32(i+1), fp, d)
 	}
 	x.accountBytes()
 }
@@ -338,13 +353,14 @@ func (x *Index) pairGrowth() int {
 func (x *Index) holders(key uint64) []uint64 {
 	tab, slab := x.btab, x.blocks
 	m := uint64(len(tab) - 1)
-	h0 := x.bslot(key)
+	h0, fp := x.bhash(key)
+	tagged, ib := x.tagged(), x.ibits
 	for d := uint64(0); ; d++ {
 		v := tab[(h0+d)&m]
 		if v == 0 {
 			return nil
 		}
-		if x.elsewhere(v, d) {
+		if tagged && v>>ib != btag(fp, d) {
 			continue
 		}
 		if e := v & x.bmask; slab[e-1].key == key {
@@ -369,18 +385,29 @@ func hasBit(set []uint64, s Slot) bool {
 // absent: the position is then the empty slot where it would go).
 func (x *Index) findBlock(key uint64) (uint64, uint32) {
 	m := uint64(len(x.btab) - 1)
-	h0 := x.bslot(key)
+	h0, fp := x.bhash(key)
+	tagged, ib := x.tagged(), x.ibits
 	for d := uint64(0); ; d++ {
 		h := (h0 + d) & m
 		v := x.btab[h]
 		if v == 0 {
 			return h, 0
 		}
-		if x.elsewhere(v, d) {
+		if tagged && v>>ib != btag(fp, d) {
 			continue
 		}
 		if e := v & x.bmask; x.blocks[e-1].key == key {
 			return h, e
+		}
+	}
+}
+
+// entryOf returns the table position of block e, whose key is key.
+func (x *Index) entryOf(key uint64, e uint32) uint64 {
+	m := uint64(len(x.btab) - 1)
+	for h := x.bslot(key); ; h = (h + 1) & m {
+		if x.btab[h]&x.bmask == e {
+			return h
 		}
 	}
 }
@@ -441,13 +468,19 @@ func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, move
 // blockDisp is removeAt's disp for the block table: the entry's tag, else
 // read from the slab.
 func (x *Index) blockDisp(v uint32, j uint64) uint64 {
-	if d := uint64(v >> tagShift); x.bmask == idxMask && d != farDisp {
+	if d := uint64(v>>x.ibits) & farDisp; x.tagged() && d != farDisp {
 		return d
 	}
 	return (j - x.bslot(x.blocks[v&x.bmask-1].key)) & uint64(len(x.btab)-1)
 }
 
-func (x *Index) blockMoved(v uint32, d uint64) uint32 { return x.bentry(v&x.bmask, d) }
+// blockMoved is v at displacement d: its fingerprint stays.
+func (x *Index) blockMoved(v uint32, d uint64) uint32 {
+	if !x.tagged() {
+		return v
+	}
+	return v&^(farDisp<<x.ibits) | uint32(min(d, farDisp))<<x.ibits
+}
 
 func (x *Index) pairDisp(e uint32, j uint64) uint64 {
 	p := &x.pairs[e-1]
@@ -532,8 +565,7 @@ func (x *Index) dropPair(e uint32) {
 	x.n.pairs--
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
-		bh, _ := x.findBlock(b.key)
-		removeAt(x.btab, bh, x.blockDisp, x.blockMoved)
+		removeAt(x.btab, x.entryOf(b.key, blk), x.blockDisp, x.blockMoved)
 		*b = block{links: links{next: x.bfree}}
 		x.bfree = blk
 		x.n.entries--
@@ -633,7 +665,8 @@ func (x *Index) touch(key uint64, s Slot) bool {
 		}
 		x.blocks[e-1].key = key
 		clear(x.bits[int(e-1)*x.w : int(e)*x.w])
-		x.btab[h] = x.bentry(e, (h-x.bslot(key))&uint64(len(x.btab)-1))
+		home, fp := x.bhash(key)
+		x.btab[h] = x.bentry(e, fp, (h-home)&uint64(len(x.btab)-1))
 		x.pushBlock(e)
 		x.n.entries++
 	}
@@ -936,9 +969,16 @@ const warmRun = 32
 // and list updates would wait for each in turn.
 func (x *Index) warm(keys []uint64) {
 	tab, slab := x.btab, x.blocks
+	tagged, ib := x.tagged(), x.ibits
 	acc := uint32(0)
 	for _, k := range keys {
-		if e := tab[x.bslot(k)] & x.bmask; e != 0 && int(e) <= len(slab) {
+		h, fp := x.bhash(k)
+		v := tab[h]
+		if tagged && v>>ib != btag(fp, 0) {
+			acc += v // not k's block: only the table's line is needed
+			continue
+		}
+		if e := v & x.bmask; e != 0 && int(e) <= len(slab) {
 			acc += slab[e-1].hint
 		}
 	}

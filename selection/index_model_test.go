@@ -160,8 +160,9 @@ func (x *Index) checkTables() error {
 			continue
 		}
 		e := v & x.bmask
-		d := (uint64(h) - x.bslot(x.blocks[e-1].key)) & m
-		if want := x.bentry(e, d); v != want {
+		home, fp := x.bhash(x.blocks[e-1].key)
+		d := (uint64(h) - home) & m
+		if want := x.bentry(e, fp, d); v != want {
 			return fmt.Errorf("table position %d: entry %#x, want %#x (displacement %d)", h, v, want, d)
 		}
 	}
