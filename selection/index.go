@@ -11,8 +11,8 @@ import (
 // replicas is the block's holder set, w words of Index.bits.
 type block struct {
 	key   uint64
-	links       // global LRU list; next links the free list
-	pairs int32 // replicas holding it; 0 for a free entry
+	links       // global LRU list, or the ghost list; next links the free list
+	pairs int32 // replicas holding it; 0 for a free entry, ghost for a ghost
 	// hint is one of its pairs (0 none): most blocks have one holder. The
 	// hint pair is found through it and is not in the pair table, so that
 	// a block held by one replica costs no pair-table probe to add, find
@@ -29,6 +29,18 @@ type pair struct {
 	links       // the replica's LRU list; next links the free list
 	stamp int64 // the replica's clock at the last touch
 }
+
+// ghost is block.pairs of a ghost: a block no replica holds any more whose
+// key stays in the block table, on the ghost list, until its entry is
+// needed for another block (allocBlock takes the oldest). A prompt learned
+// again after its blocks were dropped (an engine that reports no cached
+// tokens: every answer's horizon drops the replica's oldest prompts) finds
+// them there and takes them back without a table insertion, and dropping
+// a block costs no table deletion. Lookups see a ghost as absent, and a
+// ghost counts as a free entry (the slab grows and the budget evicts when
+// neither a free entry nor a ghost is left), so that what the index
+// believes is what it would believe without them.
+const ghost = -1
 
 // links places a block or a pair in a doubly linked list of slab entries
 // (slab index + 1, 0 none).
@@ -115,6 +127,9 @@ type Index struct {
 	bfree  uint32
 	head   uint32 // global LRU: most recent
 	tail   uint32
+	ghead  uint32 // the ghost list: oldest first
+	gtail  uint32
+	gone   uint64 // block-table entries deleted (the table's entries moved)
 
 	ptab   []uint32 // pair table
 	pshift uint
@@ -364,6 +379,9 @@ func (x *Index) holders(key uint64) []uint64 {
 			continue
 		}
 		if e := v & x.bmask; slab[e-1].key == key {
+			if slab[e-1].pairs == ghost {
+				return nil
+			}
 			i := int(e-1) * x.w
 			return x.bits[i : i+x.w : i+x.w]
 		}
@@ -381,9 +399,18 @@ func hasBit(set []uint64, s Slot) bool {
 	return w < len(set) && set[w]&(1<<(uint(s)&63)) != 0
 }
 
-// findBlock returns the table position of key and its entry (0 when
-// absent: the position is then the empty slot where it would go).
-func (x *Index) findBlock(key uint64) (uint64, uint32) {
+// findBlock returns key's block, 0 when absent.
+func (x *Index) findBlock(key uint64) uint32 {
+	if _, e := x.findEntry(key); e != 0 && x.blocks[e-1].pairs != ghost {
+		return e
+	}
+	return 0
+}
+
+// findEntry returns the table position of key and its block, a ghost or
+// not (0 when absent: the position is then the empty slot where it would
+// go).
+func (x *Index) findEntry(key uint64) (uint64, uint32) {
 	m := uint64(len(x.btab) - 1)
 	h0, fp := x.bhash(key)
 	tagged, ib := x.tagged(), x.ibits
@@ -489,19 +516,45 @@ func (x *Index) pairDisp(e uint32, j uint64) uint64 {
 
 func pairMoved(e uint32, _ uint64) uint32 { return e }
 
-func (x *Index) unlinkBlock(e uint32) {
+func (x *Index) unlinkBlock(e uint32) { x.unlinkFrom(&x.head, &x.tail, e) }
+
+// unlinkFrom takes block e out of the list head..tail.
+func (x *Index) unlinkFrom(head, tail *uint32, e uint32) {
 	b := &x.blocks[e-1]
 	if b.prev != 0 {
 		x.blocks[b.prev-1].next = b.next
 	} else {
-		x.head = b.next
+		*head = b.next
 	}
 	if b.next != 0 {
 		x.blocks[b.next-1].prev = b.prev
 	} else {
-		x.tail = b.prev
+		*tail = b.prev
 	}
 	b.prev, b.next = 0, 0
+}
+
+// haunt makes block e, which no replica holds any more, a ghost: the
+// newest of the ghost list.
+func (x *Index) haunt(e uint32) {
+	b := &x.blocks[e-1]
+	b.pairs, b.hint = ghost, 0
+	b.prev, b.next = x.gtail, 0
+	if x.gtail != 0 {
+		x.blocks[x.gtail-1].next = e
+	} else {
+		x.ghead = e
+	}
+	x.gtail = e
+}
+
+// exorcise takes ghost e off the ghost list and out of the block table,
+// a free entry.
+func (x *Index) exorcise(e uint32) {
+	x.unlinkFrom(&x.ghead, &x.gtail, e)
+	removeAt(x.btab, x.entryOf(x.blocks[e-1].key, e), x.blockDisp, x.blockMoved)
+	x.gone++
+	x.blocks[e-1] = block{}
 }
 
 func (x *Index) pushBlock(e uint32) {
@@ -565,9 +618,7 @@ func (x *Index) dropPair(e uint32) {
 	x.n.pairs--
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
-		removeAt(x.btab, x.entryOf(b.key, blk), x.blockDisp, x.blockMoved)
-		*b = block{links: links{next: x.bfree}}
-		x.bfree = blk
+		x.haunt(blk)
 		x.n.entries--
 	}
 }
@@ -598,6 +649,10 @@ func (x *Index) allocBlock() uint32 {
 			x.blocks = append(x.blocks, block{})
 			x.bits = x.bits[:len(x.blocks)*x.w]
 			return uint32(len(x.blocks))
+		}
+		if e := x.ghead; e != 0 {
+			x.exorcise(e)
+			return e
 		}
 		if n := x.blockGrowth(); n > 0 {
 			x.growBlocks(n)
@@ -634,8 +689,8 @@ func (x *Index) allocPair() uint32 {
 func (x *Index) touch(key uint64, s Slot) bool {
 	r := &x.reps[s]
 	r.clock++
-	h, e := x.findBlock(key)
-	if e != 0 {
+	h, e := x.findEntry(key)
+	if e != 0 && x.blocks[e-1].pairs != ghost {
 		if x.head != e {
 			x.unlinkBlock(e)
 			x.pushBlock(e)
@@ -650,18 +705,23 @@ func (x *Index) touch(key uint64, s Slot) bool {
 			return false
 		}
 	}
-	// Room first: making it may evict blocks, this one included, and
-	// move entries of the block table (h is then looked up again).
-	ev, slab := x.n.evictions, cap(x.blocks)
+	// Room first: making it may evict blocks (this one included: it is
+	// then a ghost), and a new block's entry may take a ghost's (deleting
+	// that from the table: h is then looked up again).
+	gone, slab := x.gone, cap(x.blocks)
 	pe := x.allocPair()
-	if e != 0 && x.blocks[e-1].pairs == 0 {
-		e = 0 // evicted while making room
-	}
-	if e == 0 {
+	switch {
+	case e != 0 && x.blocks[e-1].pairs == ghost:
+		// A ghost, or evicted while making room: a block again.
+		x.unlinkFrom(&x.ghead, &x.gtail, e)
+		x.blocks[e-1].pairs = 0
+		x.pushBlock(e)
+		x.n.entries++
+	case e == 0:
 		e = x.allocBlock()
-		if x.n.evictions != ev || cap(x.blocks) != slab {
-			// Evictions moved entries, or growBlocks rebuilt the table.
-			h, _ = x.findBlock(key)
+		if x.gone != gone || cap(x.blocks) != slab {
+			// Entries moved, or growBlocks rebuilt the table.
+			h, _ = x.findEntry(key)
 		}
 		x.blocks[e-1].key = key
 		clear(x.bits[int(e-1)*x.w : int(e)*x.w])
@@ -706,16 +766,17 @@ func (x *Index) bound(s Slot) {
 	}
 }
 
-// warmTail is warm for the blocks of the warmRun least recent pairs of r,
-// the next ones bound drops.
+// warmTail loads the blocks of the warmRun least recent pairs of r, the
+// next ones bound drops, as warm does for touch. (A dropped block stays in
+// the table, a ghost: its table entry is not needed.)
 func (x *Index) warmTail(r *holder) {
-	var keys [warmRun]uint64
+	acc := int32(0)
 	n := 0
 	for e := r.tail; e != 0 && n < warmRun; e = x.pairs[e-1].prev {
-		keys[n] = x.blocks[x.pairs[e-1].blk-1].key
+		acc += x.blocks[x.pairs[e-1].blk-1].pairs
 		n++
 	}
-	x.warm(keys[:n])
+	x.warmSink = uint32(acc)
 }
 
 // Learn records that slot s now holds every block of blocks. Blocks are
@@ -762,7 +823,7 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	x.widen(s)
 	age := int64(-1)
 	if probe > 0 && probe <= len(blocks) {
-		if _, e := x.findBlock(blocks[probe-1]); e != 0 {
+		if e := x.findBlock(blocks[probe-1]); e != 0 {
 			if pe := x.pairOf(e, s); pe != 0 {
 				age = x.reps[s].clock - x.pairs[pe-1].stamp
 			}
@@ -815,7 +876,7 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 	// the prompt's last block in s's list (at its tail when s no longer
 	// holds it), stamped as it is, the first reply block nearest.
 	anchor := uint32(0)
-	if _, e := x.findBlock(tail); e != 0 {
+	if e := x.findBlock(tail); e != 0 {
 		anchor = x.pairOf(e, s)
 	}
 	r := &x.reps[s]
@@ -861,7 +922,7 @@ func (x *Index) dropReply(tail uint64, s Slot) {
 	x.lock()
 	defer x.unlock()
 	for i := 0; ; i++ {
-		_, e := x.findBlock(replyKey(tail, i))
+		e := x.findBlock(replyKey(tail, i))
 		if e == 0 {
 			return
 		}
@@ -895,7 +956,7 @@ func (x *Index) runOf(blocks []uint64, s Slot) (n int, first, last uint32) {
 	if len(blocks) == 0 {
 		return 0, 0, 0
 	}
-	_, e := x.findBlock(blocks[0])
+	e := x.findBlock(blocks[0])
 	if e == 0 {
 		return 0, 0, 0
 	}
