@@ -11,8 +11,8 @@ import (
 // replicas is the block's holder set, w words of Index.bits.
 type block struct {
 	key   uint64
-	links       // global LRU list, or the ghost list; next links the free list
-	pairs int32 // replicas holding it; 0 for a free entry, ghost for a ghost
+	links       // global LRU list, or the ghost list
+	pairs int32 // replicas holding it; ghost for a ghost
 	// hint is one of its pairs (0 none): most blocks have one holder. The
 	// hint pair is found through it and is not in the pair table, so that
 	// a block held by one replica costs no pair-table probe to add, find
@@ -124,7 +124,6 @@ type Index struct {
 	blocks []block
 	bits   []uint64 // holder sets, w words per block entry
 	w      int
-	bfree  uint32
 	head   uint32 // global LRU: most recent
 	tail   uint32
 	ghead  uint32 // the ghost list: oldest first
@@ -636,15 +635,11 @@ func (x *Index) evictBlock(e uint32) {
 	}
 }
 
-// allocBlock returns a free block entry, growing or evicting the least
-// recently used block to make room.
+// allocBlock returns a free block entry: a new one, else the oldest
+// ghost's, else it grows the slab or evicts the least recently used block
+// (a ghost then) to make room.
 func (x *Index) allocBlock() uint32 {
 	for {
-		if e := x.bfree; e != 0 {
-			x.bfree = x.blocks[e-1].next
-			x.blocks[e-1] = block{}
-			return e
-		}
 		if len(x.blocks) < cap(x.blocks) {
 			x.blocks = append(x.blocks, block{})
 			x.bits = x.bits[:len(x.blocks)*x.w]
@@ -687,9 +682,15 @@ func (x *Index) allocPair() uint32 {
 // used of the index and of s (write lock held). It reports whether s was
 // not yet believed to hold key.
 func (x *Index) touch(key uint64, s Slot) bool {
+	h, e := x.findEntry(key)
+	return x.touchEntry(key, s, h, e)
+}
+
+// touchEntry is touch of key, whose table position and block (a ghost or
+// not) findEntry returned.
+func (x *Index) touchEntry(key uint64, s Slot, h uint64, e uint32) bool {
 	r := &x.reps[s]
 	r.clock++
-	h, e := x.findEntry(key)
 	if e != 0 && x.blocks[e-1].pairs != ghost {
 		if x.head != e {
 			x.unlinkBlock(e)
@@ -938,14 +939,31 @@ func (x *Index) dropReply(tail uint64, s Slot) {
 const minRun = 4
 
 // touchEach touches blocks from last to first (write lock held).
+//
+// A prompt whose blocks were dropped together (by a horizon or capacity,
+// its last block first) finds them in a row on the ghost list, each the
+// ghost after the next block's: each is taken from there, its key
+// compared, without a lookup in the block table.
 func (x *Index) touchEach(blocks []uint64, s Slot) {
-	for i := len(blocks); i > 0; {
-		j := max(0, i-warmRun)
-		x.warm(blocks[j:i])
-		for i > j {
-			i--
-			x.touch(blocks[i], s)
+	warmed := len(blocks)
+	after := uint32(0) // the ghost after the last one touched
+	for i := len(blocks) - 1; i >= 0; i-- {
+		key := blocks[i]
+		if g := after; g != 0 && x.blocks[g-1].key == key && x.blocks[g-1].pairs == ghost {
+			after = x.blocks[g-1].next
+			x.touchEntry(key, s, 0, g)
+			continue
 		}
+		if i < warmed {
+			warmed = max(0, i+1-warmRun)
+			x.warm(blocks[warmed : i+1])
+		}
+		h, e := x.findEntry(key)
+		after = 0
+		if e != 0 && x.blocks[e-1].pairs == ghost {
+			after = x.blocks[e-1].next
+		}
+		x.touchEntry(key, s, h, e)
 	}
 }
 
