@@ -32,7 +32,9 @@ type pair struct {
 
 // ghost is block.pairs of a ghost: a block no replica holds any more whose
 // key stays in the block table, on the ghost list, until its entry is
-// needed for another block (allocBlock takes the oldest). A prompt learned
+// needed for another block (allocBlock takes the newest: the most recently
+// dropped is the likeliest still in the processor's cache, and a prompt
+// dropped long ago the likeliest not sent again). A prompt learned
 // again after its blocks were dropped (an engine that reports no cached
 // tokens: every answer's horizon drops the replica's oldest prompts) finds
 // them there and takes them back without a table insertion, and dropping
@@ -126,9 +128,10 @@ type Index struct {
 	w      int
 	head   uint32 // global LRU: most recent
 	tail   uint32
-	ghead  uint32 // the ghost list: oldest first
+	ghead  uint32 // the ghost list: oldest first, in the order dropped
 	gtail  uint32
-	gone   uint64 // block-table entries deleted (the table's entries moved)
+	gone   uint64    // block-table entries deleted
+	cut    [2]uint64 // the positions the last deletion changed, first and last
 
 	ptab   []uint32 // pair table
 	pshift uint
@@ -428,6 +431,15 @@ func (x *Index) findEntry(key uint64) (uint64, uint32) {
 	}
 }
 
+// moved reports whether the last deletion in the block table (cut)
+// changed a position of key's probe sequence up to h.
+func (x *Index) moved(key uint64, h uint64) bool {
+	m := uint64(len(x.btab) - 1)
+	home := x.bslot(key)
+	in := func(p, a, b uint64) bool { return (p-a)&m <= (b-a)&m }
+	return in(x.cut[0], home, h) || in(home, x.cut[0], x.cut[1])
+}
+
 // entryOf returns the table position of block e, whose key is key.
 func (x *Index) entryOf(key uint64, e uint32) uint64 {
 	m := uint64(len(x.btab) - 1)
@@ -471,7 +483,8 @@ func (x *Index) findPair(blk uint32, s Slot) (uint64, uint32) {
 // removeAt deletes table position h with backward-shift deletion. disp
 // gives the displacement from its home of the entry v met at position j;
 // moved is entry v at its new displacement d.
-func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, moved func(v uint32, d uint64) uint32) {
+// It returns the position it emptied: positions h to it changed.
+func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, moved func(v uint32, d uint64) uint32) uint64 {
 	m := uint64(len(tab) - 1)
 	i, j := h, h
 	for {
@@ -479,7 +492,7 @@ func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, move
 		v := tab[j]
 		if v == 0 {
 			tab[i] = 0
-			return
+			return i
 		}
 		// Leave v where it is if its home lies cyclically in (i, j].
 		d, gap := disp(v, j), (j-i)&m
@@ -551,7 +564,8 @@ func (x *Index) haunt(e uint32) {
 // a free entry.
 func (x *Index) exorcise(e uint32) {
 	x.unlinkFrom(&x.ghead, &x.gtail, e)
-	removeAt(x.btab, x.entryOf(x.blocks[e-1].key, e), x.blockDisp, x.blockMoved)
+	h := x.entryOf(x.blocks[e-1].key, e)
+	x.cut = [2]uint64{h, removeAt(x.btab, h, x.blockDisp, x.blockMoved)}
 	x.gone++
 	x.blocks[e-1] = block{}
 }
@@ -635,7 +649,7 @@ func (x *Index) evictBlock(e uint32) {
 	}
 }
 
-// allocBlock returns a free block entry: a new one, else the oldest
+// allocBlock returns a free block entry: a new one, else the newest
 // ghost's, else it grows the slab or evicts the least recently used block
 // (a ghost then) to make room.
 func (x *Index) allocBlock() uint32 {
@@ -645,7 +659,7 @@ func (x *Index) allocBlock() uint32 {
 			x.bits = x.bits[:len(x.blocks)*x.w]
 			return uint32(len(x.blocks))
 		}
-		if e := x.ghead; e != 0 {
+		if e := x.gtail; e != 0 {
 			x.exorcise(e)
 			return e
 		}
@@ -720,8 +734,9 @@ func (x *Index) touchEntry(key uint64, s Slot, h uint64, e uint32) bool {
 		x.n.entries++
 	case e == 0:
 		e = x.allocBlock()
-		if x.gone != gone || cap(x.blocks) != slab {
-			// Entries moved, or growBlocks rebuilt the table.
+		if cap(x.blocks) != slab || x.gone != gone && x.moved(key, h) {
+			// growBlocks rebuilt the table, or a deletion moved
+			// entries where key is to go.
 			h, _ = x.findEntry(key)
 		}
 		x.blocks[e-1].key = key
