@@ -130,6 +130,7 @@ type Index struct {
 	tail   uint32
 	ghead  uint32 // the ghost list: oldest first, in the order dropped
 	gtail  uint32
+	ghosts int       // ghosts on the list
 	gone   uint64    // block-table entries deleted
 	cut    [2]uint64 // the positions the last deletion changed, first and last
 
@@ -142,6 +143,9 @@ type Index struct {
 	budget int64
 
 	warmSink uint32 // keeps warm's loads
+
+	ahead     []uint32 // dropAhead's entries, one per block
+	aheadKeys []uint64 // dropAhead's set of keys
 
 	// The counts, kept under the write lock (n) and published for the
 	// readers that take no lock when it is released (unlock): an atomic
@@ -558,12 +562,14 @@ func (x *Index) haunt(e uint32) {
 		x.ghead = e
 	}
 	x.gtail = e
+	x.ghosts++
 }
 
 // exorcise takes ghost e off the ghost list and out of the block table,
 // a free entry.
 func (x *Index) exorcise(e uint32) {
 	x.unlinkFrom(&x.ghead, &x.gtail, e)
+	x.ghosts--
 	h := x.entryOf(x.blocks[e-1].key, e)
 	x.cut = [2]uint64{h, removeAt(x.btab, h, x.blockDisp, x.blockMoved)}
 	x.gone++
@@ -729,6 +735,7 @@ func (x *Index) touchEntry(key uint64, s Slot, h uint64, e uint32) bool {
 	case e != 0 && x.blocks[e-1].pairs == ghost:
 		// A ghost, or evicted while making room: a block again.
 		x.unlinkFrom(&x.ghead, &x.gtail, e)
+		x.ghosts--
 		x.blocks[e-1].pairs = 0
 		x.pushBlock(e)
 		x.n.entries++
@@ -845,6 +852,7 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 			}
 		}
 	}
+	blocks = blocks[:x.dropAhead(blocks, s)]
 	// A prompt sent to s before (a resent or extended conversation) is
 	// often a run of consecutive pairs of s's list already, in the order
 	// the touches would leave it: those are moved as one (touchRun).
@@ -864,6 +872,102 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	}
 	x.bound(s)
 	return age
+}
+
+// minAhead is the fewest blocks dropAhead skips.
+const minAhead = 32
+
+// dropAhead does at once what learning blocks on s would do to the blocks
+// that s's own bound drops at the end of that learn, and returns how many
+// leading blocks are left to learn (all when it did nothing). After the
+// touches s's list begins with blocks in order, their ages 0 to n-1, and
+// its older pairs are all older than n: the capacity keeps at most its
+// own number of them, the horizon (when not past n) its own number, and
+// the older pairs go first. So blocks[keep:] are touched and dropped at
+// once, and what remains of that is: the clock advanced; a block another
+// replica holds moved to the front of the global list (in the touches'
+// order); s's own old pair of a block dropped; a drop counted for each.
+// The rest (their insertion and removal) is skipped. It applies only when
+// no block repeats (a chained prompt's never do; the ages above assume
+// it) and when the touches would have found room without growing a slab
+// or evicting (the skipped insertions could have forced either), both
+// checked in a first pass of lookups (write lock held).
+func (x *Index) dropAhead(blocks []uint64, s Slot) int {
+	r := &x.reps[s]
+	n := len(blocks)
+	keep := n
+	if r.horizon > 0 && r.horizon < int64(keep) {
+		keep = int(r.horizon)
+	}
+	if r.capacity > 0 && r.capacity < int64(keep) {
+		keep = int(r.capacity)
+	}
+	if n-keep < minAhead {
+		return n
+	}
+	ents := x.ahead[:0]
+	needBlocks, needPairs := 0, 0
+	set := x.aheadSet(n)
+	m := uint64(len(set) - 1)
+	zero := false
+	for _, k := range blocks {
+		// A repeated block: the full path.
+		if k == 0 {
+			if zero {
+				return n
+			}
+			zero = true
+		} else {
+			h := mix64(k) & m
+			for set[h] != 0 && set[h] != k {
+				h = (h + 1) & m
+			}
+			if set[h] == k {
+				return n
+			}
+			set[h] = k
+		}
+		_, e := x.findEntry(k)
+		switch {
+		case e == 0 || x.blocks[e-1].pairs == ghost:
+			needBlocks++
+			needPairs++
+		case !hasBit(x.bits[int(e-1)*x.w:int(e)*x.w], s):
+			needPairs++
+		}
+		ents = append(ents, e)
+	}
+	x.ahead = ents
+	if needBlocks > cap(x.blocks)-len(x.blocks)+x.ghosts || int64(needPairs) > int64(cap(x.pairs))-x.n.pairs {
+		return n
+	}
+	r.clock += int64(n - keep)
+	for i := n - 1; i >= keep; i-- {
+		x.n.dropped++
+		e := ents[i]
+		if e == 0 || x.blocks[e-1].pairs == ghost {
+			continue
+		}
+		if x.head != e {
+			x.unlinkBlock(e)
+			x.pushBlock(e)
+		}
+		if pe := x.pairOf(e, s); pe != 0 {
+			x.dropPair(pe)
+		}
+	}
+	return keep
+}
+
+// aheadSet returns dropAhead's cleared set of keys for n blocks.
+func (x *Index) aheadSet(n int) []uint64 {
+	size := tableSize(n)
+	if cap(x.aheadKeys) < size {
+		x.aheadKeys = make([]uint64, size)
+	}
+	set := x.aheadKeys[:size]
+	clear(set)
+	return set
 }
 
 // Replied charges slot s with n blocks of a reply: the blocks the engine

@@ -210,8 +210,8 @@ func (x *Index) checkTables() error {
 		}
 		n++
 	}
-	if n != ghosts {
-		return fmt.Errorf("%d ghosts, %d on the ghost list", ghosts, n)
+	if n != ghosts || n != x.ghosts {
+		return fmt.Errorf("%d ghosts, %d on the ghost list, %d counted", ghosts, n, x.ghosts)
 	}
 	if int64(blocks) != x.Entries() || int64(pairs) != x.Pairs() {
 		return fmt.Errorf("%d blocks, %d pairs; counted %d, %d", blocks, pairs, x.Entries(), x.Pairs())

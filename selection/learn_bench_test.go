@@ -153,9 +153,11 @@ func BenchmarkReplied(b *testing.B) {
 		x.Learn(blocksOf(uint64(i+1), 512), Slot(i%8))
 	}
 	b.ReportAllocs()
+	cpu := processCPU()
 	i := 0
 	for b.Loop() {
 		x.Replied(uint64(i), Slot(i%8), 16)
 		i++
 	}
+	reportCPU(b, cpu)
 }
