@@ -32,10 +32,10 @@ type pair struct {
 
 // ghost is block.pairs of a ghost: a block no replica holds any more whose
 // key stays in the block table, on the ghost list, until its entry is
-// needed for another block (allocBlock takes the newest: the most recently
-// dropped is the likeliest still in the processor's cache, and a prompt
-// dropped long ago the likeliest not sent again). A prompt learned
-// again after its blocks were dropped (an engine that reports no cached
+// needed for another block (allocBlock takes the newest, the likeliest
+// still in the processor's cache: faster than the oldest first in
+// bench/EXPERIMENTS.md section 47). A prompt learned again after its
+// blocks were dropped (an engine that reports no cached
 // tokens: every answer's horizon drops the replica's oldest prompts) finds
 // them there and takes them back without a table insertion, and dropping
 // a block costs no table deletion. Lookups see a ghost as absent, and a
