@@ -11,8 +11,8 @@ import (
 // replicas is the block's holder set, w words of Index.bits.
 type block struct {
 	key   uint64
-	links       // global LRU list; next links the free list
-	pairs int32 // replicas holding it; 0 for a free entry
+	links       // global LRU list, or the ghost list
+	pairs int32 // replicas holding it; ghost for a ghost
 	// hint is one of its pairs (0 none): most blocks have one holder. The
 	// hint pair is found through it and is not in the pair table, so that
 	// a block held by one replica costs no pair-table probe to add, find
@@ -29,6 +29,20 @@ type pair struct {
 	links       // the replica's LRU list; next links the free list
 	stamp int64 // the replica's clock at the last touch
 }
+
+// ghost is block.pairs of a ghost: a block no replica holds any more whose
+// key stays in the block table, on the ghost list, until its entry is
+// needed for another block (allocBlock takes the newest, the likeliest
+// still in the processor's cache: faster than the oldest first in
+// bench/EXPERIMENTS.md section 47). A prompt learned again after its
+// blocks were dropped (an engine that reports no cached
+// tokens: every answer's horizon drops the replica's oldest prompts) finds
+// them there and takes them back without a table insertion, and dropping
+// a block costs no table deletion. Lookups see a ghost as absent, and a
+// ghost counts as a free entry (the slab grows and the budget evicts when
+// neither a free entry nor a ghost is left), so that what the index
+// believes is what it would believe without them.
+const ghost = -1
 
 // links places a block or a pair in a doubly linked list of slab entries
 // (slab index + 1, 0 none).
@@ -105,13 +119,20 @@ type Index struct {
 
 	btab   []uint32 // block table: open addressing, linear probing; see bentry
 	bshift uint
-	bmask  uint32 // the slab index bits of a btab entry: idxMask, or all when untagged
+	bmask  uint32 // the slab index bits of a btab entry (1<<ibits - 1), all when untagged
+	ibits  uint   // the tag's shift
+	fshift uint   // the fingerprint's shift in the key's hash
+	fmask  uint32 // the fingerprint's bits
 	blocks []block
 	bits   []uint64 // holder sets, w words per block entry
 	w      int
-	bfree  uint32
 	head   uint32 // global LRU: most recent
 	tail   uint32
+	ghead  uint32 // the ghost list: oldest first, in the order dropped
+	gtail  uint32
+	ghosts int       // ghosts on the list
+	gone   uint64    // block-table entries deleted
+	cut    [2]uint64 // the positions the last deletion changed, first and last
 
 	ptab   []uint32 // pair table
 	pshift uint
@@ -123,6 +144,14 @@ type Index struct {
 
 	warmSink uint32 // keeps warm's loads
 
+	ahead     []uint32 // dropAhead's entries, one per block
+	aheadKeys []uint64 // dropAhead's set of keys
+
+	// The counts, kept under the write lock (n) and published for the
+	// readers that take no lock when it is released (unlock): an atomic
+	// add per block inserted or dropped would cost more than the rest of
+	// a long prompt's learn.
+	n         counts
 	evictions atomic.Uint64 // blocks evicted by the budget
 	dropped   atomic.Uint64 // pairs dropped by capacity or horizon
 	entries   atomic.Int64  // live blocks
@@ -130,6 +159,21 @@ type Index struct {
 	bytes     atomic.Int64
 
 	q learnQueue // learns Route queued, not yet applied (learnq.go)
+}
+
+// counts are the Index's counters under its write lock.
+type counts struct {
+	evictions, dropped uint64
+	entries, pairs     int64
+}
+
+// unlock publishes the counts and releases the write lock.
+func (x *Index) unlock() {
+	x.evictions.Store(x.n.evictions)
+	x.dropped.Store(x.n.dropped)
+	x.entries.Store(x.n.entries)
+	x.npairs.Store(x.n.pairs)
+	x.mu.Unlock()
 }
 
 // NewIndex returns an empty index bounded by budget bytes.
@@ -176,7 +220,7 @@ func tableSize(n int) int {
 	return size
 }
 
-func (x *Index) bslot(key uint64) uint64 { return (key * 0x9E3779B97F4A7C15) >> x.bshift }
+func (x *Index) bslot(key uint64) uint64 { h, _ := x.bhash(key); return h }
 
 func pairKey(blk uint32, s Slot) uint64 { return uint64(blk)<<32 | uint64(uint32(s)) }
 
@@ -184,33 +228,42 @@ func (x *Index) pslot(blk uint32, s Slot) uint64 {
 	return (mix64(pairKey(blk, s)) * 0x9E3779B97F4A7C15) >> x.pshift
 }
 
-// A block-table entry is the slab index + 1 of its block (0: empty) and,
-// in its top 8 bits, its displacement: how far past its home position (the
-// key's bslot) it lies, farDisp when that is farDisp or more. Lookups skip
-// the entries whose displacement says they belong to another home, and
-// deletion moves entries back without reading their keys from the slab:
-// both would otherwise cost a cache miss per entry. A slab of idxMask
-// entries or more (a budget of over a GiB) leaves the entries untagged:
-// all 32 bits are the index and every displacement is read from the slab.
+// A block-table entry is the slab index + 1 of its block (0: empty) in
+// its low ibits bits and, above them, a tag: its displacement (how far
+// past its home position, the key's bslot, it lies; farDisp when that is
+// farDisp or more) and a fingerprint of its key (the bits of the key's
+// hash below those of its home). A lookup reads the slab only for the
+// entries whose tag is the key's at that displacement, and deletion moves
+// entries back without reading their keys: both would otherwise cost a
+// cache miss per entry met. ibits is as narrow as the slab allows; a slab
+// of 1<<maxIdxBits entries or more (a budget of over a GiB) leaves the
+// entries untagged (bmask all ones): all 32 bits are the index, and every
+// key and displacement is read from the slab.
 const (
-	tagShift = 24
-	idxMask  = 1<<tagShift - 1
-	farDisp  = 1<<(32-tagShift) - 1
+	dispBits   = 4
+	farDisp    = 1<<dispBits - 1
+	maxIdxBits = 24
 )
 
-// bentry is the table entry of slab index + 1 e at displacement d.
-func (x *Index) bentry(e uint32, d uint64) uint32 {
-	if x.bmask != idxMask {
-		return e
-	}
-	return e | uint32(min(d, farDisp))<<tagShift
+// bhash is key's home position in the block table and its fingerprint.
+func (x *Index) bhash(key uint64) (home uint64, fp uint32) {
+	p := key * 0x9E3779B97F4A7C15
+	return p >> x.bshift, uint32(p>>x.fshift) & x.fmask
 }
 
-// elsewhere reports that table entry v, met d positions past a key's home,
-// cannot be that key's: its displacement is known and another.
-func (x *Index) elsewhere(v uint32, d uint64) bool {
-	t := v >> tagShift
-	return x.bmask == idxMask && t != farDisp && uint64(t) != d
+// tagged reports whether block-table entries carry tags.
+func (x *Index) tagged() bool { return x.bmask != ^uint32(0) }
+
+// btag is the tag of an entry of fingerprint fp at displacement d.
+func btag(fp uint32, d uint64) uint32 { return fp<<dispBits | uint32(min(d, farDisp)) }
+
+// bentry is the table entry of slab index + 1 e, of fingerprint fp, at
+// displacement d.
+func (x *Index) bentry(e, fp uint32, d uint64) uint32 {
+	if !x.tagged() {
+		return e
+	}
+	return e | btag(fp, d)<<x.ibits
 }
 
 // growBlocks resizes the block slab to capacity n and rebuilds its table.
@@ -224,21 +277,24 @@ func (x *Index) growBlocks(n int) {
 	size := tableSize(n)
 	x.btab = make([]uint32, size)
 	x.bshift = uint(64 - bits.TrailingZeros(uint(size)))
-	x.bmask = idxMask
-	if n >= idxMask {
-		x.bmask = ^uint32(0)
+	x.ibits = uint(bits.Len(uint(n)))
+	x.bmask, x.fshift, x.fmask = ^uint32(0), 0, 0
+	if x.ibits <= maxIdxBits {
+		fbits := 32 - x.ibits - dispBits
+		x.bmask = 1<<x.ibits - 1
+		x.fshift, x.fmask = x.bshift-fbits, 1<<fbits-1
 	}
 	m := uint64(size - 1)
 	for i := range x.blocks {
 		if x.blocks[i].pairs == 0 {
 			continue
 		}
-		h0 := x.bslot(x.blocks[i].key)
+		h0, fp := x.bhash(x.blocks[i].key)
 		d := uint64(0)
 		for x.btab[(h0+d)&m] != 0 {
 			d++
 		}
-		x.btab[(h0+d)&m] = x.bentry(uint32(i+1), d)
+		x.btab[(h0+d)&m] = x.bentry(uint32(i+1), fp, d)
 	}
 	x.accountBytes()
 }
@@ -318,16 +374,20 @@ func (x *Index) pairGrowth() int {
 func (x *Index) holders(key uint64) []uint64 {
 	tab, slab := x.btab, x.blocks
 	m := uint64(len(tab) - 1)
-	h0 := x.bslot(key)
+	h0, fp := x.bhash(key)
+	tagged, ib := x.tagged(), x.ibits
 	for d := uint64(0); ; d++ {
 		v := tab[(h0+d)&m]
 		if v == 0 {
 			return nil
 		}
-		if x.elsewhere(v, d) {
+		if tagged && v>>ib != btag(fp, d) {
 			continue
 		}
 		if e := v & x.bmask; slab[e-1].key == key {
+			if slab[e-1].pairs == ghost {
+				return nil
+			}
 			i := int(e-1) * x.w
 			return x.bits[i : i+x.w : i+x.w]
 		}
@@ -345,22 +405,51 @@ func hasBit(set []uint64, s Slot) bool {
 	return w < len(set) && set[w]&(1<<(uint(s)&63)) != 0
 }
 
-// findBlock returns the table position of key and its entry (0 when
-// absent: the position is then the empty slot where it would go).
-func (x *Index) findBlock(key uint64) (uint64, uint32) {
+// findBlock returns key's block, 0 when absent.
+func (x *Index) findBlock(key uint64) uint32 {
+	if _, e := x.findEntry(key); e != 0 && x.blocks[e-1].pairs != ghost {
+		return e
+	}
+	return 0
+}
+
+// findEntry returns the table position of key and its block, a ghost or
+// not (0 when absent: the position is then the empty slot where it would
+// go).
+func (x *Index) findEntry(key uint64) (uint64, uint32) {
 	m := uint64(len(x.btab) - 1)
-	h0 := x.bslot(key)
+	h0, fp := x.bhash(key)
+	tagged, ib := x.tagged(), x.ibits
 	for d := uint64(0); ; d++ {
 		h := (h0 + d) & m
 		v := x.btab[h]
 		if v == 0 {
 			return h, 0
 		}
-		if x.elsewhere(v, d) {
+		if tagged && v>>ib != btag(fp, d) {
 			continue
 		}
 		if e := v & x.bmask; x.blocks[e-1].key == key {
 			return h, e
+		}
+	}
+}
+
+// moved reports whether the last deletion in the block table (cut)
+// changed a position of key's probe sequence up to h.
+func (x *Index) moved(key uint64, h uint64) bool {
+	m := uint64(len(x.btab) - 1)
+	home := x.bslot(key)
+	in := func(p, a, b uint64) bool { return (p-a)&m <= (b-a)&m }
+	return in(x.cut[0], home, h) || in(home, x.cut[0], x.cut[1])
+}
+
+// entryOf returns the table position of block e, whose key is key.
+func (x *Index) entryOf(key uint64, e uint32) uint64 {
+	m := uint64(len(x.btab) - 1)
+	for h := x.bslot(key); ; h = (h + 1) & m {
+		if x.btab[h]&x.bmask == e {
+			return h
 		}
 	}
 }
@@ -398,7 +487,8 @@ func (x *Index) findPair(blk uint32, s Slot) (uint64, uint32) {
 // removeAt deletes table position h with backward-shift deletion. disp
 // gives the displacement from its home of the entry v met at position j;
 // moved is entry v at its new displacement d.
-func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, moved func(v uint32, d uint64) uint32) {
+// It returns the position it emptied: positions h to it changed.
+func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, moved func(v uint32, d uint64) uint32) uint64 {
 	m := uint64(len(tab) - 1)
 	i, j := h, h
 	for {
@@ -406,7 +496,7 @@ func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, move
 		v := tab[j]
 		if v == 0 {
 			tab[i] = 0
-			return
+			return i
 		}
 		// Leave v where it is if its home lies cyclically in (i, j].
 		d, gap := disp(v, j), (j-i)&m
@@ -421,13 +511,19 @@ func removeAt(tab []uint32, h uint64, disp func(v uint32, j uint64) uint64, move
 // blockDisp is removeAt's disp for the block table: the entry's tag, else
 // read from the slab.
 func (x *Index) blockDisp(v uint32, j uint64) uint64 {
-	if d := uint64(v >> tagShift); x.bmask == idxMask && d != farDisp {
+	if d := uint64(v>>x.ibits) & farDisp; x.tagged() && d != farDisp {
 		return d
 	}
 	return (j - x.bslot(x.blocks[v&x.bmask-1].key)) & uint64(len(x.btab)-1)
 }
 
-func (x *Index) blockMoved(v uint32, d uint64) uint32 { return x.bentry(v&x.bmask, d) }
+// blockMoved is v at displacement d: its fingerprint stays.
+func (x *Index) blockMoved(v uint32, d uint64) uint32 {
+	if !x.tagged() {
+		return v
+	}
+	return v&^(farDisp<<x.ibits) | uint32(min(d, farDisp))<<x.ibits
+}
 
 func (x *Index) pairDisp(e uint32, j uint64) uint64 {
 	p := &x.pairs[e-1]
@@ -436,19 +532,48 @@ func (x *Index) pairDisp(e uint32, j uint64) uint64 {
 
 func pairMoved(e uint32, _ uint64) uint32 { return e }
 
-func (x *Index) unlinkBlock(e uint32) {
+func (x *Index) unlinkBlock(e uint32) { x.unlinkFrom(&x.head, &x.tail, e) }
+
+// unlinkFrom takes block e out of the list head..tail.
+func (x *Index) unlinkFrom(head, tail *uint32, e uint32) {
 	b := &x.blocks[e-1]
 	if b.prev != 0 {
 		x.blocks[b.prev-1].next = b.next
 	} else {
-		x.head = b.next
+		*head = b.next
 	}
 	if b.next != 0 {
 		x.blocks[b.next-1].prev = b.prev
 	} else {
-		x.tail = b.prev
+		*tail = b.prev
 	}
 	b.prev, b.next = 0, 0
+}
+
+// haunt makes block e, which no replica holds any more, a ghost: the
+// newest of the ghost list.
+func (x *Index) haunt(e uint32) {
+	b := &x.blocks[e-1]
+	b.pairs, b.hint = ghost, 0
+	b.prev, b.next = x.gtail, 0
+	if x.gtail != 0 {
+		x.blocks[x.gtail-1].next = e
+	} else {
+		x.ghead = e
+	}
+	x.gtail = e
+	x.ghosts++
+}
+
+// exorcise takes ghost e off the ghost list and out of the block table,
+// a free entry.
+func (x *Index) exorcise(e uint32) {
+	x.unlinkFrom(&x.ghead, &x.gtail, e)
+	x.ghosts--
+	h := x.entryOf(x.blocks[e-1].key, e)
+	x.cut = [2]uint64{h, removeAt(x.btab, h, x.blockDisp, x.blockMoved)}
+	x.gone++
+	x.blocks[e-1] = block{}
 }
 
 func (x *Index) pushBlock(e uint32) {
@@ -509,14 +634,11 @@ func (x *Index) dropPair(e uint32) {
 	x.bits[int(blk-1)*x.w+int(s)>>6] &^= 1 << (uint(s) & 63)
 	*p = pair{links: links{next: x.pfree}}
 	x.pfree = e
-	x.npairs.Add(-1)
+	x.n.pairs--
 	if b.pairs--; b.pairs == 0 {
 		x.unlinkBlock(blk)
-		bh, _ := x.findBlock(b.key)
-		removeAt(x.btab, bh, x.blockDisp, x.blockMoved)
-		*b = block{links: links{next: x.bfree}}
-		x.bfree = blk
-		x.entries.Add(-1)
+		x.haunt(blk)
+		x.n.entries--
 	}
 }
 
@@ -533,26 +655,26 @@ func (x *Index) evictBlock(e uint32) {
 	}
 }
 
-// allocBlock returns a free block entry, growing or evicting the least
-// recently used block to make room.
+// allocBlock returns a free block entry: a new one, else the newest
+// ghost's, else it grows the slab or evicts the least recently used block
+// (a ghost then) to make room.
 func (x *Index) allocBlock() uint32 {
 	for {
-		if e := x.bfree; e != 0 {
-			x.bfree = x.blocks[e-1].next
-			x.blocks[e-1] = block{}
-			return e
-		}
 		if len(x.blocks) < cap(x.blocks) {
 			x.blocks = append(x.blocks, block{})
 			x.bits = x.bits[:len(x.blocks)*x.w]
 			return uint32(len(x.blocks))
+		}
+		if e := x.gtail; e != 0 {
+			x.exorcise(e)
+			return e
 		}
 		if n := x.blockGrowth(); n > 0 {
 			x.growBlocks(n)
 			continue
 		}
 		x.evictBlock(x.tail)
-		x.evictions.Add(1)
+		x.n.evictions++
 	}
 }
 
@@ -572,7 +694,7 @@ func (x *Index) allocPair() uint32 {
 			continue
 		}
 		x.evictBlock(x.tail)
-		x.evictions.Add(1)
+		x.n.evictions++
 	}
 }
 
@@ -580,10 +702,16 @@ func (x *Index) allocPair() uint32 {
 // used of the index and of s (write lock held). It reports whether s was
 // not yet believed to hold key.
 func (x *Index) touch(key uint64, s Slot) bool {
+	h, e := x.findEntry(key)
+	return x.touchEntry(key, s, h, e)
+}
+
+// touchEntry is touch of key, whose table position and block (a ghost or
+// not) findEntry returned.
+func (x *Index) touchEntry(key uint64, s Slot, h uint64, e uint32) bool {
 	r := &x.reps[s]
 	r.clock++
-	h, e := x.findBlock(key)
-	if e != 0 {
+	if e != 0 && x.blocks[e-1].pairs != ghost {
 		if x.head != e {
 			x.unlinkBlock(e)
 			x.pushBlock(e)
@@ -598,24 +726,32 @@ func (x *Index) touch(key uint64, s Slot) bool {
 			return false
 		}
 	}
-	// Room first: making it may evict blocks, this one included, and
-	// move entries of the block table (h is then looked up again).
-	ev, slab := x.evictions.Load(), cap(x.blocks)
+	// Room first: making it may evict blocks (this one included: it is
+	// then a ghost), and a new block's entry may take a ghost's (deleting
+	// that from the table: h is then looked up again).
+	gone, slab := x.gone, cap(x.blocks)
 	pe := x.allocPair()
-	if e != 0 && x.blocks[e-1].pairs == 0 {
-		e = 0 // evicted while making room
-	}
-	if e == 0 {
+	switch {
+	case e != 0 && x.blocks[e-1].pairs == ghost:
+		// A ghost, or evicted while making room: a block again.
+		x.unlinkFrom(&x.ghead, &x.gtail, e)
+		x.ghosts--
+		x.blocks[e-1].pairs = 0
+		x.pushBlock(e)
+		x.n.entries++
+	case e == 0:
 		e = x.allocBlock()
-		if x.evictions.Load() != ev || cap(x.blocks) != slab {
-			// Evictions moved entries, or growBlocks rebuilt the table.
-			h, _ = x.findBlock(key)
+		if cap(x.blocks) != slab || x.gone != gone && x.moved(key, h) {
+			// growBlocks rebuilt the table, or a deletion moved
+			// entries where key is to go.
+			h, _ = x.findEntry(key)
 		}
 		x.blocks[e-1].key = key
 		clear(x.bits[int(e-1)*x.w : int(e)*x.w])
-		x.btab[h] = x.bentry(e, (h-x.bslot(key))&uint64(len(x.btab)-1))
+		home, fp := x.bhash(key)
+		x.btab[h] = x.bentry(e, fp, (h-home)&uint64(len(x.btab)-1))
 		x.pushBlock(e)
-		x.entries.Add(1)
+		x.n.entries++
 	}
 	b := &x.blocks[e-1]
 	b.pairs++
@@ -629,7 +765,7 @@ func (x *Index) touch(key uint64, s Slot) bool {
 	}
 	x.pushPair(pe)
 	r.blocks++
-	x.npairs.Add(1)
+	x.n.pairs++
 	return true
 }
 
@@ -642,27 +778,28 @@ func (x *Index) bound(s Slot) {
 			x.warmTail(r)
 		}
 		x.dropPair(r.tail)
-		x.dropped.Add(1)
+		x.n.dropped++
 	}
 	for n := 0; r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon; n++ {
 		if n%warmRun == 0 {
 			x.warmTail(r)
 		}
 		x.dropPair(r.tail)
-		x.dropped.Add(1)
+		x.n.dropped++
 	}
 }
 
-// warmTail is warm for the blocks of the warmRun least recent pairs of r,
-// the next ones bound drops.
+// warmTail loads the blocks of the warmRun least recent pairs of r, the
+// next ones bound drops, as warm does for touch. (A dropped block stays in
+// the table, a ghost: its table entry is not needed.)
 func (x *Index) warmTail(r *holder) {
-	var keys [warmRun]uint64
+	acc := int32(0)
 	n := 0
 	for e := r.tail; e != 0 && n < warmRun; e = x.pairs[e-1].prev {
-		keys[n] = x.blocks[x.pairs[e-1].blk-1].key
+		acc += x.blocks[x.pairs[e-1].blk-1].pairs
 		n++
 	}
-	x.warm(keys[:n])
+	x.warmSink = uint32(acc)
 }
 
 // Learn records that slot s now holds every block of blocks. Blocks are
@@ -683,7 +820,7 @@ func (x *Index) learnTo(blocks []uint64, s Slot, probe int, t *learnTicket) int6
 		return -1
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	age := x.learnLocked(blocks, s, probe)
 	if t != nil {
 		t.clock.Store(x.reps[s].clock)
@@ -709,12 +846,13 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	x.widen(s)
 	age := int64(-1)
 	if probe > 0 && probe <= len(blocks) {
-		if _, e := x.findBlock(blocks[probe-1]); e != 0 {
+		if e := x.findBlock(blocks[probe-1]); e != 0 {
 			if pe := x.pairOf(e, s); pe != 0 {
 				age = x.reps[s].clock - x.pairs[pe-1].stamp
 			}
 		}
 	}
+	blocks = blocks[:x.dropAhead(blocks, s)]
 	// A prompt sent to s before (a resent or extended conversation) is
 	// often a run of consecutive pairs of s's list already, in the order
 	// the touches would leave it: those are moved as one (touchRun).
@@ -736,6 +874,102 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	return age
 }
 
+// minAhead is the fewest blocks dropAhead skips.
+const minAhead = 32
+
+// dropAhead does at once what learning blocks on s would do to the blocks
+// that s's own bound drops at the end of that learn, and returns how many
+// leading blocks are left to learn (all when it did nothing). After the
+// touches s's list begins with blocks in order, their ages 0 to n-1, and
+// its older pairs are all older than n: the capacity keeps at most its
+// own number of them, the horizon (when not past n) its own number, and
+// the older pairs go first. So blocks[keep:] are touched and dropped at
+// once, and what remains of that is: the clock advanced; a block another
+// replica holds moved to the front of the global list (in the touches'
+// order); s's own old pair of a block dropped; a drop counted for each.
+// The rest (their insertion and removal) is skipped. It applies only when
+// no block repeats (a chained prompt's never do; the ages above assume
+// it) and when the touches would have found room without growing a slab
+// or evicting (the skipped insertions could have forced either), both
+// checked in a first pass of lookups (write lock held).
+func (x *Index) dropAhead(blocks []uint64, s Slot) int {
+	r := &x.reps[s]
+	n := len(blocks)
+	keep := n
+	if r.horizon > 0 && r.horizon < int64(keep) {
+		keep = int(r.horizon)
+	}
+	if r.capacity > 0 && r.capacity < int64(keep) {
+		keep = int(r.capacity)
+	}
+	if n-keep < minAhead {
+		return n
+	}
+	ents := x.ahead[:0]
+	needBlocks, needPairs := 0, 0
+	set := x.aheadSet(n)
+	m := uint64(len(set) - 1)
+	zero := false
+	for _, k := range blocks {
+		// A repeated block: the full path.
+		if k == 0 {
+			if zero {
+				return n
+			}
+			zero = true
+		} else {
+			h := mix64(k) & m
+			for set[h] != 0 && set[h] != k {
+				h = (h + 1) & m
+			}
+			if set[h] == k {
+				return n
+			}
+			set[h] = k
+		}
+		_, e := x.findEntry(k)
+		switch {
+		case e == 0 || x.blocks[e-1].pairs == ghost:
+			needBlocks++
+			needPairs++
+		case !hasBit(x.bits[int(e-1)*x.w:int(e)*x.w], s):
+			needPairs++
+		}
+		ents = append(ents, e)
+	}
+	x.ahead = ents
+	if needBlocks > cap(x.blocks)-len(x.blocks)+x.ghosts || int64(needPairs) > int64(cap(x.pairs))-x.n.pairs {
+		return n
+	}
+	r.clock += int64(n - keep)
+	for i := n - 1; i >= keep; i-- {
+		x.n.dropped++
+		e := ents[i]
+		if e == 0 || x.blocks[e-1].pairs == ghost {
+			continue
+		}
+		if x.head != e {
+			x.unlinkBlock(e)
+			x.pushBlock(e)
+		}
+		if pe := x.pairOf(e, s); pe != 0 {
+			x.dropPair(pe)
+		}
+	}
+	return keep
+}
+
+// aheadSet returns dropAhead's cleared set of keys for n blocks.
+func (x *Index) aheadSet(n int) []uint64 {
+	size := tableSize(n)
+	if cap(x.aheadKeys) < size {
+		x.aheadKeys = make([]uint64, size)
+	}
+	set := x.aheadKeys[:size]
+	clear(set)
+	return set
+}
+
 // Replied charges slot s with n blocks of a reply: the blocks the engine
 // caches beyond the prompt's fingerprinted ones once it has answered (its
 // output's full blocks, as vLLM caches a sequence's generated blocks and
@@ -752,7 +986,7 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 		return
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.widen(s)
 	if c := x.reps[s].capacity; c > 0 {
 		n = int(min(int64(n), c))
@@ -762,7 +996,7 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 	// the prompt's last block in s's list (at its tail when s no longer
 	// holds it), stamped as it is, the first reply block nearest.
 	anchor := uint32(0)
-	if _, e := x.findBlock(tail); e != 0 {
+	if e := x.findBlock(tail); e != 0 {
 		anchor = x.pairOf(e, s)
 	}
 	r := &x.reps[s]
@@ -806,9 +1040,9 @@ func (x *Index) dropReply(tail uint64, s Slot) {
 		return
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	for i := 0; ; i++ {
-		_, e := x.findBlock(replyKey(tail, i))
+		e := x.findBlock(replyKey(tail, i))
 		if e == 0 {
 			return
 		}
@@ -824,14 +1058,31 @@ func (x *Index) dropReply(tail uint64, s Slot) {
 const minRun = 4
 
 // touchEach touches blocks from last to first (write lock held).
+//
+// A prompt whose blocks were dropped together (by a horizon or capacity,
+// its last block first) finds them in a row on the ghost list, each the
+// ghost after the next block's: each is taken from there, its key
+// compared, without a lookup in the block table.
 func (x *Index) touchEach(blocks []uint64, s Slot) {
-	for i := len(blocks); i > 0; {
-		j := max(0, i-warmRun)
-		x.warm(blocks[j:i])
-		for i > j {
-			i--
-			x.touch(blocks[i], s)
+	warmed := len(blocks)
+	after := uint32(0) // the ghost after the last one touched
+	for i := len(blocks) - 1; i >= 0; i-- {
+		key := blocks[i]
+		if g := after; g != 0 && x.blocks[g-1].key == key && x.blocks[g-1].pairs == ghost {
+			after = x.blocks[g-1].next
+			x.touchEntry(key, s, 0, g)
+			continue
 		}
+		if i < warmed {
+			warmed = max(0, i+1-warmRun)
+			x.warm(blocks[warmed : i+1])
+		}
+		h, e := x.findEntry(key)
+		after = 0
+		if e != 0 && x.blocks[e-1].pairs == ghost {
+			after = x.blocks[e-1].next
+		}
+		x.touchEntry(key, s, h, e)
 	}
 }
 
@@ -842,7 +1093,7 @@ func (x *Index) runOf(blocks []uint64, s Slot) (n int, first, last uint32) {
 	if len(blocks) == 0 {
 		return 0, 0, 0
 	}
-	_, e := x.findBlock(blocks[0])
+	e := x.findBlock(blocks[0])
 	if e == 0 {
 		return 0, 0, 0
 	}
@@ -916,9 +1167,16 @@ const warmRun = 32
 // and list updates would wait for each in turn.
 func (x *Index) warm(keys []uint64) {
 	tab, slab := x.btab, x.blocks
+	tagged, ib := x.tagged(), x.ibits
 	acc := uint32(0)
 	for _, k := range keys {
-		if e := tab[x.bslot(k)] & x.bmask; e != 0 && int(e) <= len(slab) {
+		h, fp := x.bhash(k)
+		v := tab[h]
+		if tagged && v>>ib != btag(fp, 0) {
+			acc += v // not k's block: only the table's line is needed
+			continue
+		}
+		if e := v & x.bmask; e != 0 && int(e) <= len(slab) {
 			acc += slab[e-1].hint
 		}
 	}
@@ -929,7 +1187,7 @@ func (x *Index) warm(keys []uint64) {
 // Its capacity and horizon stay.
 func (x *Index) Forget(s Slot) {
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.forget(s)
 }
 
@@ -946,7 +1204,7 @@ func (x *Index) forget(s Slot) {
 // new replica.
 func (x *Index) release(s Slot) {
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.forget(s)
 	if int(s) < len(x.reps) && s >= 0 {
 		x.reps[s] = holder{}
@@ -960,7 +1218,7 @@ func (x *Index) SetCapacity(s Slot, blocks int64) {
 		return
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.widen(s)
 	x.reps[s].capacity = max(0, blocks)
 	x.bound(s)
@@ -982,7 +1240,7 @@ func (x *Index) SetHorizon(s Slot, blocks int64) {
 		return
 	}
 	x.lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.widen(s)
 	x.reps[s].horizon = max(0, blocks)
 	x.bound(s)

@@ -131,15 +131,30 @@ func (x *Index) state(slots int) (global []uint64, reps [][]modelPair) {
 // pair table (and no hint is), holder sets and counts agree with the
 // pairs.
 func (x *Index) checkTables() error {
-	blocks, pairs := 0, 0
+	blocks, pairs, ghosts := 0, 0, 0
 	for i := range x.blocks {
 		b := &x.blocks[i]
 		if b.pairs == 0 {
 			continue
 		}
-		blocks++
-		if _, e := x.findBlock(b.key); e != uint32(i+1) {
+		if _, e := x.findEntry(b.key); e != uint32(i+1) {
 			return fmt.Errorf("block %x: table finds entry %d, want %d", b.key, e, i+1)
+		}
+		if b.pairs == ghost {
+			ghosts++
+			if x.findBlock(b.key) != 0 || b.hint != 0 || x.holders(b.key) != nil {
+				return fmt.Errorf("ghost %x: found, or a hint", b.key)
+			}
+			for _, v := range x.bits[i*x.w : (i+1)*x.w] {
+				if v != 0 {
+					return fmt.Errorf("ghost %x: holder bits %x", b.key, v)
+				}
+			}
+			continue
+		}
+		blocks++
+		if e := x.findBlock(b.key); e != uint32(i+1) {
+			return fmt.Errorf("block %x: findBlock finds %d, want %d", b.key, e, i+1)
 		}
 		n := 0
 		for _, v := range x.bits[i*x.w : (i+1)*x.w] {
@@ -160,8 +175,9 @@ func (x *Index) checkTables() error {
 			continue
 		}
 		e := v & x.bmask
-		d := (uint64(h) - x.bslot(x.blocks[e-1].key)) & m
-		if want := x.bentry(e, d); v != want {
+		home, fp := x.bhash(x.blocks[e-1].key)
+		d := (uint64(h) - home) & m
+		if want := x.bentry(e, fp, d); v != want {
 			return fmt.Errorf("table position %d: entry %#x, want %#x (displacement %d)", h, v, want, d)
 		}
 	}
@@ -186,6 +202,16 @@ func (x *Index) checkTables() error {
 		if !hasBit(x.bits[int(p.blk-1)*x.w:int(p.blk)*x.w], p.slot) {
 			return fmt.Errorf("pair %d: holder bit clear", e)
 		}
+	}
+	n := 0
+	for e := x.ghead; e != 0; e = x.blocks[e-1].next {
+		if x.blocks[e-1].pairs != ghost {
+			return fmt.Errorf("block %d on the ghost list is no ghost", e)
+		}
+		n++
+	}
+	if n != ghosts || n != x.ghosts {
+		return fmt.Errorf("%d ghosts, %d on the ghost list, %d counted", ghosts, n, x.ghosts)
 	}
 	if int64(blocks) != x.Entries() || int64(pairs) != x.Pairs() {
 		return fmt.Errorf("%d blocks, %d pairs; counted %d, %d", blocks, pairs, x.Entries(), x.Pairs())

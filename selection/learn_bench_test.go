@@ -25,11 +25,13 @@ func BenchmarkLearnPrompts(b *testing.B) {
 				x.SetHorizon(s, horizon)
 			}
 			b.ReportAllocs()
+			cpu := processCPU()
 			i := 0
 			for b.Loop() {
 				x.learn(prompts[i%64], Slot(i%8), 1)
 				i++
 			}
+			reportCPU(b, cpu)
 		})
 	}
 }
@@ -58,6 +60,7 @@ func BenchmarkRouteUncached(b *testing.B) {
 	s := NewScratch(8)
 	var res Reservation
 	b.ReportAllocs()
+	cpu := processCPU()
 	i := 0
 	for b.Loop() {
 		_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
@@ -66,6 +69,7 @@ func BenchmarkRouteUncached(b *testing.B) {
 		res = Reservation{}
 		i++
 	}
+	reportCPU(b, cpu)
 }
 
 // BenchmarkRouteUncachedQueued is BenchmarkRouteUncached with the module's
@@ -149,9 +153,11 @@ func BenchmarkReplied(b *testing.B) {
 		x.Learn(blocksOf(uint64(i+1), 512), Slot(i%8))
 	}
 	b.ReportAllocs()
+	cpu := processCPU()
 	i := 0
 	for b.Loop() {
 		x.Replied(uint64(i), Slot(i%8), 16)
 		i++
 	}
+	reportCPU(b, cpu)
 }

@@ -124,7 +124,7 @@ func (x *Index) applyLoop() {
 	for {
 		x.mu.Lock()
 		x.applyQueued()
-		x.mu.Unlock()
+		x.unlock()
 		q.mu.Lock()
 		if len(q.items) == 0 {
 			q.running = false
@@ -180,7 +180,7 @@ func (x *Index) rlock() (write bool) {
 
 func (x *Index) runlock(write bool) {
 	if write {
-		x.mu.Unlock()
+		x.unlock()
 	} else {
 		x.mu.RUnlock()
 	}
@@ -191,7 +191,7 @@ func (x *Index) runlock(write bool) {
 func (x *Index) settle() {
 	if x.q.waiting.Load() != 0 {
 		x.lock()
-		x.mu.Unlock()
+		x.unlock()
 	}
 }
 

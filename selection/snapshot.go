@@ -141,7 +141,7 @@ func (rt *Router) ImportIndex(bs []Beliefs) (replicas, blocks int) {
 				x.bound(s)
 			}
 		}
-		x.mu.Unlock()
+		x.unlock()
 		rt.mu.Unlock()
 	}
 	for _, it := range items {

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package selection
+
+func processCPU() int64 { return 0 }
