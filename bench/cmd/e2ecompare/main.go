@@ -97,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		kvCap     = fs.Int("kv-capacity", 0, "KV cache capacity per engine in tokens (0: default)")
 		routersS  = fs.String("routers", "", "also run ramjet as this many independent instances (comma-separated, e.g. 2,4) behind a front balancer: one row per count after each workload's policies")
 		frontS    = fs.String("front", "rr", "with -routers: the front balancer's policy (rr or random), per request")
-		routerPol = fs.String("routers-policy", "ramjet", "with -routers: the instances' policy, comma-separated: ramjet (each its own approximate index) or ramjet-precise (each subscribed to every engine's KV events)")
+		routerPol = fs.String("routers-policy", "ramjet", "with -routers: the instances' policy, comma-separated: ramjet (each its own approximate index) or ramjet-precise (each subscribed to every engine's KV events), both told the engines' KV capacity (kv_capacity) as the single-instance rows; ramjet-nocap and ramjet-precise-nocap leave it unknown (every -routers row before 2026-12-05 21:30)")
 		procsBin  = fs.String("procs", "", "with -routers: run each instance as its own Caddy process of this binary (go build -o caddy ./xcaddy) instead of a site of the in-process Caddy")
 		engMet    = fs.Duration("engine-metrics", 0, "with -routers: every instance scrapes the engines' metrics at this wall interval (engine_metrics; 0: off)")
 		foreignS  = fs.String("foreign-prefill", "", "with -routers -routers-policy ramjet-precise: every instance's foreign_prefill (on, off or queues; empty: the module's default)")
@@ -198,9 +198,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		for _, rpol := range strings.Split(*routerPol, ",") {
-			precise := strings.TrimSpace(rpol) == "ramjet-precise"
-			if !precise && strings.TrimSpace(rpol) != "ramjet" {
-				return fmt.Errorf("-routers-policy %q: want ramjet or ramjet-precise", rpol)
+			rpol = strings.TrimSpace(rpol)
+			base, nocap := strings.CutSuffix(rpol, "-nocap")
+			precise := base == "ramjet-precise"
+			if !precise && base != "ramjet" {
+				return fmt.Errorf("-routers-policy %q: want ramjet, ramjet-precise, ramjet-nocap or ramjet-precise-nocap", rpol)
 			}
 			for _, k := range routers {
 				fmt.Fprintf(stderr, "e2ecompare: %s with %d %s instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, rpol, front, len(w.Trace), n)
@@ -210,7 +212,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 				row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur,
-					multiOpts{bin: *procsBin, precise: precise, em: *engMet, tokTO: *tokTO, foreign: *foreignS, results: results}, progress, stderr)
+					multiOpts{bin: *procsBin, precise: precise, nocap: nocap, em: *engMet, tokTO: *tokTO, foreign: *foreignS, results: results}, progress, stderr)
 				if cerr := closeResults(); err == nil {
 					err = cerr
 				}

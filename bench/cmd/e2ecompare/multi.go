@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
@@ -20,11 +21,14 @@ const multiRouteIDSecret = "e2ecompare-multi"
 // multiSites returns k ramjet sites over upstreams, each an independent
 // instance: its own state_key (own index, own reservations, as a separate
 // Caddy process has), the same route-id secret, the observer handler of
-// its own state. em > 0 turns on every instance's engine_metrics at that
+// its own state. capacity > 0 is every instance's kv_capacity (the
+// engines' KV capacity in tokens, as siteFor gives the single-instance
+// rows and the fleet simulation's instances know it); 0 leaves it unknown
+// (ramjet-nocap). em > 0 turns on every instance's engine_metrics at that
 // interval (engine-reported load: the spill band's and foreign_prefill's
 // defaults with kv); foreign, when not empty, is every instance's
 // foreign_prefill (on, off or queues).
-func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration, foreign string) []caddyrun.Site {
+func multiSites(k int, upstreams []string, kv map[string]any, capacity int, em time.Duration, foreign string) []caddyrun.Site {
 	sites := make([]caddyrun.Site, k)
 	for i := range sites {
 		key := fmt.Sprintf("e2e-r%d", i)
@@ -37,6 +41,9 @@ func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration, 
 		}
 		if kv != nil {
 			sites[i].PolicyConfig["kv"] = kv
+		}
+		if capacity > 0 {
+			sites[i].PolicyConfig["kv_capacity"] = capacity
 		}
 		if foreign != "" {
 			sites[i].PolicyConfig["foreign_prefill"] = foreign
@@ -52,14 +59,16 @@ func multiSites(k int, upstreams []string, kv map[string]any, em time.Duration, 
 // Caddy processes of that binary (startProcsAdmin), else sites of the
 // in-process Caddy; with precise every instance subscribes to every
 // engine's KV events (the precise path), with tokTO > 0 as its tokenize
-// preflight's timeout; em and foreign as multiSites takes them; results,
-// when set, receives every request's result (-results).
+// preflight's timeout; with nocap the instances are not told the engines'
+// KV capacity (ramjet-nocap; every -routers row before 2026-12-05 21:30);
+// em and foreign as multiSites takes them; results, when set, receives
+// every request's result (-results).
 type multiOpts struct {
-	bin       string
-	precise   bool
-	em, tokTO time.Duration
-	foreign   string
-	results   func(*loadgen.Result)
+	bin            string
+	precise, nocap bool
+	em, tokTO      time.Duration
+	foreign        string
+	results        func(*loadgen.Result)
 }
 
 // runMulti replays w through k ramjet instances (sites of one in-process
@@ -74,12 +83,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	if err != nil {
 		return Row{}, err
 	}
-	var kv map[string]any
-	pol := "ramjet"
-	if precise {
-		kv, pol = kvConfig(sims, addrs, o.tokTO), "ramjet-precise"
-	}
-	sites := multiSites(k, addrs, kv, o.em, o.foreign)
+	sites, pol := multiSitesFor(k, sims, addrs, o)
 	var backends []string
 	var procsKV *procs
 	label := fmt.Sprintf("%s x%d %s", pol, k, front)
@@ -154,6 +158,23 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		}
 	}
 	return row, nil
+}
+
+// multiSitesFor returns runMulti's k instances over the engines sims at
+// addrs (multiSites) and their policy's name: ramjet or ramjet-precise
+// (o.precise), told the engines' KV capacity (engineCapacity) as siteFor's
+// single-instance rows and the fleet simulation's instances are, or with
+// o.nocap not (the name then ends in -nocap).
+func multiSitesFor(k int, sims []*enginesim.Server, addrs []string, o multiOpts) ([]caddyrun.Site, string) {
+	var kv map[string]any
+	pol, capacity := "ramjet", engineCapacity(sims)
+	if o.precise {
+		kv, pol = kvConfig(sims, addrs, o.tokTO), "ramjet-precise"
+	}
+	if o.nocap {
+		pol, capacity = pol+"-nocap", 0
+	}
+	return multiSites(k, addrs, kv, capacity, o.em, o.foreign), pol
 }
 
 // parseRouters parses -routers and -front.

@@ -8,6 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/loadgen"
+	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
+	"github.com/ramjet-llm/ramjet/bench/workload"
 )
 
 // TestE2ECompareRouters replays one burst round through one ramjet and
@@ -87,14 +92,73 @@ func TestSummarizeKV(t *testing.T) {
 // (the module's foreign_prefill), and unset leaves the module's default.
 func TestMultiSitesForeign(t *testing.T) {
 	ups := []string{"127.0.0.1:1", "127.0.0.1:2"}
-	for _, s := range multiSites(2, ups, map[string]any{}, 0, "queues") {
+	for _, s := range multiSites(2, ups, map[string]any{}, 0, 0, "queues") {
 		if got := s.PolicyConfig["foreign_prefill"]; got != "queues" {
 			t.Errorf("%s: foreign_prefill %v, want queues", s.Name, got)
 		}
 	}
-	for _, s := range multiSites(2, ups, map[string]any{}, 0, "") {
+	for _, s := range multiSites(2, ups, map[string]any{}, 0, 0, "") {
 		if got, ok := s.PolicyConfig["foreign_prefill"]; ok {
 			t.Errorf("%s: foreign_prefill %v set without the flag", s.Name, got)
 		}
+	}
+}
+
+// TestMultiSitesKnowTheEnginesCapacity checks that every instance of the
+// -routers rows, on either path, is told the engines' KV capacity
+// (kv_capacity), as the single-instance rows (siteFor) and the fleet
+// simulation's instances are, that the -nocap policies are not, and that
+// the real Caddy accepts every instance and routes a request through it.
+func TestMultiSitesKnowTheEnginesCapacity(t *testing.T) {
+	w, err := workload.Generate("burst", workload.Options{Seed: 1, Replicas: 2, Scale: 0.125})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sims, addrs, err := startEngines(context.Background(), w, 2, 65536, 20, true)
+	defer closeEngines(sims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		give    multiOpts
+		wantPol string
+		want    any
+	}{
+		{"ramjet", multiOpts{}, "ramjet", 65536},
+		{"ramjet-precise", multiOpts{precise: true}, "ramjet-precise", 65536},
+		{"ramjet-nocap", multiOpts{nocap: true}, "ramjet-nocap", nil},
+		{"ramjet-precise-nocap", multiOpts{precise: true, nocap: true}, "ramjet-precise-nocap", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sites, pol := multiSitesFor(2, sims, addrs, tt.give)
+			if pol != tt.wantPol || len(sites) != 2 {
+				t.Fatalf("policy %q with %d sites, want %q with 2", pol, len(sites), tt.wantPol)
+			}
+			for _, s := range sites {
+				if got := s.PolicyConfig["kv_capacity"]; got != tt.want {
+					t.Errorf("%s: kv_capacity = %v, want %v", s.Name, got, tt.want)
+				}
+				if _, kv := s.PolicyConfig["kv"]; kv != tt.give.precise {
+					t.Errorf("%s: kv set %v, want %v", s.Name, kv, tt.give.precise)
+				}
+			}
+			running, err := caddyrun.Start(sites)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer caddyrun.Stop()
+			for _, s := range sites {
+				client, err := loadgen.NewClient(loadgen.ClientConfig{BaseURL: running.URL(s.Name), Model: engineModel, Timeout: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res := client.Do(context.Background(), []loadgen.Message{{Role: "user", Content: "hello"}}, 4, false); !res.OK() {
+					t.Errorf("request through %s of %s: %+v", s.Name, pol, res)
+				}
+				client.Close()
+			}
+		})
 	}
 }
