@@ -1,6 +1,9 @@
 package selection
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestSetExternalPrefillCountsInLoad(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
@@ -55,13 +58,15 @@ func TestSpillBand(t *testing.T) {
 	if plain.Slot != cands[1].Slot {
 		t.Fatalf("plain rule picked %d, want the least loaded %d", plain.Slot, cands[1].Slot)
 	}
-	banded := rt0.WithOptions(Options{SpillBand: 512})
+	// SpillBandAlone: the band's spread itself (TestSpillBandWaitsForOthers
+	// tests when a lone instance applies it).
+	banded := rt0.WithOptions(Options{SpillBand: 512, SpillBandAlone: true})
 	if d := banded.Pick(f, cands, s); d.Slot != plain.Slot {
 		t.Fatalf("position 0 with a band picked %d, want %d", d.Slot, plain.Slot)
 	}
 	used := map[Slot]bool{}
 	for k, id := range []string{"r-0", "r-1", "r-2", "r-3"} {
-		rt := banded.WithOptions(Options{SpillBand: 512})
+		rt := banded.WithOptions(Options{SpillBand: 512, SpillBandAlone: true})
 		rt.SetInstance(id)
 		d := rt.Pick(f, cands, s)
 		if d.Slot == cands[0].Slot {
@@ -120,10 +125,27 @@ func TestSpillBandWaitsForOthers(t *testing.T) {
 	if d := rt.Pick(f, cands, s); d.Slot != plain.Slot {
 		t.Fatalf("alone at %s: picked %d, want position 0's %d", id, d.Slot, plain.Slot)
 	}
-	rt.SetExternalContext(cands[0].Slot, 1) // another instance's context seen
-	if !rt.SawOthers() {
-		t.Fatal("SetExternalContext did not count as another instance")
+	// An estimate alone is not evidence, nor a lone instance's few own
+	// runs misread as foreign (rho under ForeignEvidenceShare).
+	a := cands[0].Slot
+	rt.SetExternalContext(a, 1)
+	rt.SetExternalPrefill(a, 1)
+	fp := NewForeignPrefill()
+	fp.SetRouter(rt)
+	t0 := time.Unix(100, 0)
+	fp.Routed(a, 10000)
+	fp.StoredRun(a, 625, 16, t0) // 10,000 tokens, all this instance's own
+	fp.Routed(a, 1000)
+	fp.StoredRun(a, 125, 16, t0) // 2,000: 1,000 own, 1,000 read as foreign (rho 0.09)
+	if rt.SawOthers() {
+		t.Fatalf("rho %.2f (under %.2f) counted as another instance", fp.Share(), ForeignEvidenceShare)
 	}
+	fp.StoredRun(a, 125, 16, t0) // 2,000 more foreign: rho 0.27
+	if !rt.SawOthers() {
+		t.Fatalf("rho %.2f did not count as another instance", fp.Share())
+	}
+	rt.SetExternalPrefill(a, 0) // the decision below as before, with the evidence only
+	rt.SetExternalContext(a, 0)
 	if d := rt.Pick(f, cands, s); d.Slot == plain.Slot {
 		t.Fatalf("with others seen at %s: picked %d, want the band's spill", id, d.Slot)
 	}

@@ -72,15 +72,15 @@ func (rt *Router) SetExternalPrefill(s Slot, tokens int64) {
 	if s < 0 || s >= MaxReplicas {
 		return
 	}
-	if tokens > 0 {
-		rt.sawOthers()
-	}
 	rt.loads[s].ext.prefill.Store(int32(min(max(tokens, 0), maxExternalPrefill)))
 }
 
 // SawOthers reports whether this instance has seen load it did not
-// reserve (SetExternalLoad, SetExternalPrefill, SetExternalContext above
-// zero) or answers showing other instances' placements (Several).
+// reserve (SetExternalLoad above zero), other instances' stored runs in
+// the KV feeds (ForeignPrefill, from ForeignEvidenceShare of this
+// instance's own on), or answers showing other instances' placements
+// (Several). SetExternalPrefill and SetExternalContext alone are not
+// evidence: a lone instance misreads a few of its own runs as foreign.
 func (rt *Router) SawOthers() bool { return rt.others.Load() || rt.Several() }
 
 func (rt *Router) sawOthers() {
@@ -110,9 +110,6 @@ func (rt *Router) ExternalPrefill(s Slot) int64 {
 func (rt *Router) SetExternalContext(s Slot, tokens int64) {
 	if s < 0 || s >= MaxReplicas {
 		return
-	}
-	if tokens > 0 {
-		rt.sawOthers()
 	}
 	rt.loads[s].extCtx.Store(int32(min(max(tokens, 0), maxExternalPrefill)))
 }

@@ -394,6 +394,24 @@ func (f *ForeignPrefill) SetPrior(x float64) { f.prior.Store(math.Float64bits(ma
 // Prior is SetPrior's scale.
 func (f *ForeignPrefill) Prior() float64 { return math.Float64frombits(f.prior.Load()) }
 
+// ForeignEvidenceShare is the share rho (Share) of foreign over own
+// stored tokens from which the others' stored runs are evidence of other
+// instances (Router.SawOthers; the spill band waits for it). Through real
+// HTTP a lone instance misread a few of its own runs as foreign, rho at
+// most 0.016 (bench/RESULTS.md, 2026-12-05, "the spill band's new gating
+// in a lone instance"); behind a front that deals requests alike, each
+// other instance adds about 1.
+const ForeignEvidenceShare = 0.25
+
+// evidence tells rt it has seen other instances once the foreign stored
+// tokens reach ForeignEvidenceShare of this instance's own (any foreign
+// tokens before its own first).
+func (f *ForeignPrefill) evidence(rt *Router) {
+	if c := f.counted.Load(); c > 0 && float64(c) >= ForeignEvidenceShare*float64(f.own.Load()) {
+		rt.sawOthers()
+	}
+}
+
 // Share is rho: the foreign over this instance's own stored tokens so far
 // (0 before this instance's first).
 func (f *ForeignPrefill) Share() float64 {
@@ -431,6 +449,7 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 	}
 	f.last.Store(t)
 	f.first.CompareAndSwap(0, t)
+	f.evidence(rt)
 	tau, rtau := f.Decay(), f.ResidentDecay(now)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -493,6 +512,7 @@ func (f *ForeignPrefill) Apply(rt *Router, s Slot, now time.Time) {
 	v, r := f.Estimate(s, now)
 	rt.SetExternalPrefill(s, max(v, f.unseen(rt, s)))
 	rt.SetExternalContext(s, r)
+	f.evidence(rt)
 }
 
 // Reset drops slot s's state (the replica left the fleet).
