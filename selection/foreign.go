@@ -398,8 +398,8 @@ func (f *ForeignPrefill) Prior() float64 { return math.Float64frombits(f.prior.L
 // stored tokens from which the others' stored runs are evidence of other
 // instances (Router.SawOthers; the spill band waits for it). Through real
 // HTTP a lone instance misread a few of its own runs as foreign, rho at
-// most 0.016 (bench/RESULTS.md, 2026-12-05, "the spill band's new gating
-// in a lone instance"); behind a front that deals requests alike, each
+// most 0.016 (bench/RESULTS.md, 2026-12-05, "the lone instance's spill
+// band under the new gating"); behind a front that deals requests alike, each
 // other instance adds about 1.
 const ForeignEvidenceShare = 0.25
 
