@@ -133,16 +133,7 @@ func TestChainRouteAllocs(t *testing.T) {
 	s := NewScratch(len(cands))
 	f := features(rt.Config(), blocksOf(1, 200), 0)
 	g := features(rt.Config(), blocksOf(1, 240), 0)
-	var r1, r2 Reservation
-	allocs := testing.AllocsPerRun(200, func() {
-		_, a := rt.Route(f, cands, s, nil, &r1)
-		_, b := rt.Route(g, cands, s, nil, &r2)
-		b.Release()
-		a.Release()
-	})
-	if allocs != 0 {
-		t.Fatalf("Route: %v allocations, want 0", allocs)
-	}
+	twoRoutesAllocFree(t, rt, cands, s, f, g)
 }
 
 // BenchmarkRouteInflight is Route on a replica with 64 other requests in
@@ -217,5 +208,21 @@ func chainConcurrent(t *testing.T, opt Options) {
 		if l := &rt.chains[c.Slot]; l.head != nil || l.kv.Load() != 0 {
 			t.Errorf("shared once %v, slot %d: chain list not empty (KV context %d)", opt.SharedOnce, c.Slot, l.kv.Load())
 		}
+	}
+}
+
+// twoRoutesAllocFree fails t unless routing f then g, both in flight,
+// and releasing them allocates nothing.
+func twoRoutesAllocFree(t *testing.T, rt *Router, cands []Candidate, s *Scratch, f, g *Features) {
+	t.Helper()
+	var r1, r2 Reservation
+	allocs := testing.AllocsPerRun(200, func() {
+		_, a := rt.Route(f, cands, s, nil, &r1)
+		_, b := rt.Route(g, cands, s, nil, &r2)
+		b.Release()
+		a.Release()
+	})
+	if allocs != 0 {
+		t.Fatalf("Route: %v allocations, want 0", allocs)
 	}
 }

@@ -59,14 +59,21 @@ func BenchmarkRouteUncached(b *testing.B) {
 	rt, cands, prompts := uncachedRouter(b, 0, 512)
 	s := NewScratch(8)
 	var res Reservation
+	routeUncachedLoop(b, rt, cands, prompts, s, &res)
+}
+
+// routeUncachedLoop is the benchmark loop of an engine that reports no
+// cached tokens: Route, Observe(0 cached), Release, over prompts in turn;
+// it reports allocations and cpu-ns/op.
+func routeUncachedLoop(b *testing.B, rt *Router, cands []Candidate, prompts []*Features, s *Scratch, res *Reservation) {
 	b.ReportAllocs()
 	cpu := processCPU()
 	i := 0
 	for b.Loop() {
-		_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
+		_, r := rt.Route(prompts[i%len(prompts)], cands, s, nil, res)
 		rt.Observe(r, 0, 0, 0)
 		r.Release()
-		res = Reservation{}
+		*res = Reservation{}
 		i++
 	}
 	reportCPU(b, cpu)

@@ -36,17 +36,7 @@ func BenchmarkLearnLong(b *testing.B) {
 			r.Release()
 			res = Reservation{}
 		}
-		b.ReportAllocs()
-		cpu := processCPU()
-		i := 0
-		for b.Loop() {
-			_, r := rt.Route(prompts[i%64], cands, s, nil, &res)
-			rt.Observe(r, 0, 0, 0)
-			r.Release()
-			res = Reservation{}
-			i++
-		}
-		reportCPU(b, cpu)
+		routeUncachedLoop(b, rt, cands, prompts, s, &res)
 	})
 	b.Run("fresh-full", func(b *testing.B) {
 		// A budget of about 32 prompts; 128 prompts go round, so each

@@ -96,14 +96,5 @@ func TestSharedOnceRouteAllocs(t *testing.T) {
 	s := NewScratch(len(cands))
 	f := features(rt.Config(), tokensOf(1, 7, 100, 230), 0)
 	g := features(rt.Config(), tokensOf(1, 8, 100, 170), 0)
-	var r1, r2 Reservation
-	allocs := testing.AllocsPerRun(200, func() {
-		_, a := rt.Route(f, cands, s, nil, &r1)
-		_, b := rt.Route(g, cands, s, nil, &r2)
-		b.Release()
-		a.Release()
-	})
-	if allocs != 0 {
-		t.Fatalf("Route: %v allocations, want 0", allocs)
-	}
+	twoRoutesAllocFree(t, rt, cands, s, f, g)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
@@ -88,15 +89,7 @@ func TestSiteForKnowsTheEnginesCapacity(t *testing.T) {
 	if p := selection.InstancePosition(SoloInstance); p != 0 {
 		t.Fatalf("InstancePosition(%q) = %d: the single-instance rows would spill", SoloInstance, p)
 	}
-	w, err := workload.Generate("burst", workload.Options{Seed: 1, Replicas: 2, Scale: 0.125})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sims, addrs, err := startEngines(context.Background(), w, 2, 65536, 20, true)
-	defer closeEngines(sims)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sims, addrs := startCapacityEngines(t)
 	tests := []struct {
 		pol  string
 		want any
@@ -131,4 +124,21 @@ func TestSiteForKnowsTheEnginesCapacity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startCapacityEngines starts two simulated engines of 65,536 tokens of
+// KV publishing KV events, for a small burst workload, and their
+// addresses; they close when the test ends.
+func startCapacityEngines(t *testing.T) ([]*enginesim.Server, []string) {
+	t.Helper()
+	w, err := workload.Generate("burst", workload.Options{Seed: 1, Replicas: 2, Scale: 0.125})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sims, addrs, err := startEngines(context.Background(), w, 2, 65536, 20, true)
+	t.Cleanup(func() { closeEngines(sims) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sims, addrs
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
-	"github.com/ramjet-llm/ramjet/bench/workload"
 )
 
 // TestE2ECompareRouters replays one burst round through one ramjet and
@@ -110,15 +109,7 @@ func TestMultiSitesForeign(t *testing.T) {
 // simulation's instances are, that the -nocap policies are not, and that
 // the real Caddy accepts every instance and routes a request through it.
 func TestMultiSitesKnowTheEnginesCapacity(t *testing.T) {
-	w, err := workload.Generate("burst", workload.Options{Seed: 1, Replicas: 2, Scale: 0.125})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sims, addrs, err := startEngines(context.Background(), w, 2, 65536, 20, true)
-	defer closeEngines(sims)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sims, addrs := startCapacityEngines(t)
 	tests := []struct {
 		name    string
 		give    multiOpts
