@@ -358,6 +358,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 	defer x.mu.Unlock()
 	rep := x.reps[r]
 	now := x.cfg.Now()
+	at := publishedAt(b.TS, now)
 	for i := range b.Events {
 		e := &b.Events[i]
 		switch e.Kind {
@@ -366,7 +367,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 				continue
 			}
 			x.noteStore(r, rep, x.store(r, rep, e), now)
-			x.noteStored(r, e, now) // stored.go
+			x.noteStored(r, e, at) // stored.go
 		case KindBlockRemoved:
 			if !x.relevant(e) {
 				continue

@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -9,9 +10,11 @@ import (
 
 // StoredFunc receives one applied BlockStored event: the replica's slot
 // (as bound with Precise.Bind), the number of blocks the event stored, the
-// block size in tokens and the time the index applied it. It runs with
-// the index locked, on the feed's goroutine: it must be quick and must not
-// call back into the Index or the Precise service.
+// block size in tokens and the time the engine published it (its batch's
+// ts, or the time the index applied it where that is not plausible:
+// publishedAt). It runs with the index locked, on the feed's goroutine: it
+// must be quick and must not call back into the Index or the Precise
+// service.
 type StoredFunc func(s selection.Slot, blocks, blockTokens int, at time.Time)
 
 // storedHook is what Index.Apply calls for each stored run (noteStored).
@@ -28,12 +31,38 @@ func (x *Index) onStored(f func(r Replica, blocks, blockTokens int, at time.Time
 	x.stored.Store(&storedHook{f: f})
 }
 
-// noteStored hands one relevant BlockStored event of r to the hook. Apply
-// calls it under x.mu.
-func (x *Index) noteStored(r Replica, e *Event, now time.Time) {
+// noteStored hands one relevant BlockStored event of r, published at at
+// (publishedAt), to the hook. Apply calls it under x.mu.
+func (x *Index) noteStored(r Replica, e *Event, at time.Time) {
 	if h := x.stored.Load(); h != nil && len(e.BlockHashes) > 0 {
-		h.f(r, len(e.BlockHashes), e.BlockSize, now)
+		h.f(r, len(e.BlockHashes), e.BlockSize, at)
 	}
+}
+
+// MaxPublishLag bounds how far a batch's own timestamp may lie before its
+// delivery for the stored-run hook to take it (publishedAt).
+const MaxPublishLag = time.Second
+
+// publishedAt is when the engine published a batch: its ts (Unix seconds,
+// as vLLM and SGLang write it) when that lies within MaxPublishLag before
+// now, else now (no ts, a clock ahead of this host's or far behind, a
+// replayed batch). The stored-run hook compares it with this instance's
+// first tokens (selection.ForeignPrefill's Grace), which are the engine's
+// time too but for the network: the delivery of a batch can trail its
+// publication by a scheduler's stall on a loaded router, and a stored run
+// of this instance's own request delivered more than Grace after its first
+// token read as another instance's prefill (TestE2EForeignOwnRuns, once in
+// ~100 runs at load 10-25).
+func publishedAt(ts float64, now time.Time) time.Time {
+	if !(ts > 0 && ts < 1e11) { // also NaN and what overflows a time
+		return now
+	}
+	sec, frac := math.Modf(ts)
+	t := time.Unix(int64(sec), int64(frac*1e9))
+	if t.After(now) || now.Sub(t) > MaxPublishLag {
+		return now
+	}
+	return t
 }
 
 // OnStored makes f receive every BlockStored event the feeds apply (GPU
