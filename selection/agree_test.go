@@ -389,3 +389,46 @@ func TestAgreementOnEngineLoad(t *testing.T) {
 		t.Fatal("the band applied on external load without AgreeExt")
 	}
 }
+
+// AgreeKeyRank: an instance that moved an agent (its context on two
+// replicas in its view) keys the home band by a block past the agent's
+// own first one with the default key (past what two replicas hold), so
+// it and an instance that never saw the agent send the agent's later turn
+// to different replicas; keyed past what four replicas hold (the shared
+// prefix), both send it to the same one.
+func TestAgreementKeyRank(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	a, cands := newTestRouter(t, c, 8)
+	b, _ := newTestRouter(t, c, 8)
+	s := NewScratch(8)
+	const prefix = 32 // blocks every replica holds in both views
+	for _, rt := range []*Router{a, b} {
+		pf := features(a.Config(), agentBlocks(prefix, 0, 0), 0)
+		for i := range cands {
+			rt.Learn(pf, cands[i].Slot)
+		}
+	}
+	agreed := 0
+	for ag := range 8 {
+		first := features(a.Config(), agentBlocks(prefix, 10+ag, 40), 0)
+		// A placed the agent's turns on two replicas (a move).
+		a.Learn(first, cands[ag%8].Slot)
+		a.Learn(first, cands[(ag+3)%8].Slot)
+		later := features(a.Config(), agentBlocks(prefix, 10+ag, 90), 0)
+		opt := Options{AgreeAlways: true, AgreeMax: 320, AgreeKeyRank: 4}
+		da, db := a.WithOptions(opt).Pick(later, cands, s), b.WithOptions(opt).Pick(later, cands, s)
+		if da.Slot != db.Slot {
+			t.Fatalf("agent %d: keyed past four replicas, A picked %d, B %d", ag, da.Slot, db.Slot)
+		}
+		opt.AgreeKeyRank = 0
+		if a.WithOptions(opt).Pick(later, cands, s).Slot == b.WithOptions(opt).Pick(later, cands, s).Slot {
+			agreed++
+		}
+	}
+	if agreed > 4 {
+		t.Fatalf("with the default key A and B agreed on %d of 8 agents moved by A", agreed)
+	}
+	if got := rankOverlap(cands[:3], &Scratch{Overlap: []int{5, 9, 7}}, 2); got != 7 {
+		t.Fatalf("rankOverlap(5, 9, 7; 2) = %d, want 7", got)
+	}
+}
