@@ -118,12 +118,6 @@ func (rt *Router) Several() bool { return rt.agreement.on() }
 // instances.
 func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, best float64, prompt int, first uint64) int {
 	if band := rt.agreeBand(prompt); band > 0 {
-		if m := rt.opt.AgreeKeyRank; m >= 2 && len(f.Blocks) > 0 {
-			if rt.opt.AgreeBandRank2 {
-				m = 2
-			}
-			first = f.Blocks[min(max(rankOverlap(cands, s, m), 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
-		}
 		return rt.agree(cands, s, w, best, band, first, false)
 	}
 	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !rt.agreeOn() {
@@ -146,16 +140,12 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 	if stale == 0 {
 		stale = DefaultAgreeStale
 	}
-	kept := !rt.opt.HomeLeave || s.Overlap[w] == top1
-	if len(f.Blocks) == 0 || kept && top1 > top2 && float64(top1-top2) >= stale*float64(prompt-top2) || rt.opt.HomeWarm && top1 <= 0 {
+	if len(f.Blocks) == 0 || top1 > top2 && float64(top1-top2) >= stale*float64(prompt-top2) || rt.opt.HomeWarm && top1 <= 0 {
 		return w
 	}
 	band := rt.opt.AgreeHome
 	if band == 0 {
 		band = DefaultAgreeHome
-	}
-	if m := rt.opt.AgreeKeyRank; m >= 2 {
-		top2 = rankOverlap(cands, s, m)
 	}
 	key := f.Blocks[min(max(top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
 	return rt.agree(cands, s, w, best, band*float64(prompt), key, true)
@@ -281,26 +271,4 @@ func topTwo(cands []Candidate, s *Scratch) (top1, top2 int) {
 		}
 	}
 	return top1, top2
-}
-
-// rankOverlap returns the m-th deepest overlap among the usable
-// candidates (m <= 8; -1 when fewer than m are usable).
-func rankOverlap(cands []Candidate, s *Scratch, m int) int {
-	m = min(m, 8)
-	var top [8]int
-	for j := range top {
-		top[j] = -1
-	}
-	for i := range cands {
-		if !cands[i].Usable {
-			continue
-		}
-		ov := s.Overlap[i]
-		for j := 0; j < m; j++ {
-			if ov > top[j] {
-				ov, top[j] = top[j], ov
-			}
-		}
-	}
-	return top[m-1]
 }

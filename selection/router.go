@@ -492,22 +492,6 @@ type Options struct {
 	// HomeWarm leaves a prompt of which no replica holds anything in this
 	// instance's view to the rule, not the home band (experiment).
 	HomeWarm bool
-	// AgreeKeyRank, when at least 2, keys the agreement (band and home
-	// band) by the first block past what AgreeKeyRank usable replicas
-	// hold in this instance's view, not two (home band) or all (band):
-	// a key every instance computes alike while its own moves spread an
-	// agent's context over a few replicas (experiment).
-	AgreeKeyRank int
-	// HomeLeave applies the home band to a long prompt whose known home
-	// (the one replica holding most of it in this instance's view) the
-	// rule leaves for load, even where AgreeStale would keep the rule's
-	// pick: where the rule moves an agent, every instance moves it to the
-	// same replica (experiment).
-	HomeLeave bool
-	// AgreeBandRank2: with AgreeKeyRank, the band (prompts up to
-	// AgreeMax) keys by the block past what two replicas hold
-	// (experiment).
-	AgreeBandRank2 bool
 	// ProfileQueue: when the usable replicas differ in profile, the
 	// output bonus (output_weight x max_tokens) is not paid on a replica
 	// whose pending prefill exceeds the least pending usable replica's by
