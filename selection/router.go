@@ -199,7 +199,11 @@ type chainList struct {
 	kv atomic.Int64
 	// eng is the engine's KV tokens in use at the last scrape plus one
 	// (0: none; SetEngineKV), base this router's resident context then.
-	eng, base atomic.Int64
+	eng, base, basePend atomic.Int64
+	// wait is the context of the listed reservations whose prefill is
+	// pending (queued on the engine: no KV held yet); baseWait its value
+	// at the last scrape (Options.EngineOverflow).
+	wait, baseWait atomic.Int64
 }
 
 // DefaultLingerTTL is how long released context keeps counting in the pair
@@ -777,6 +781,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 		rt.chains[s].head = nil
 		rt.chains[s].kv.Store(0)
 		rt.chains[s].mu.Unlock()
+		rt.chains[s].wait.Store(0)
 	}
 	rt.chains[s].eng.Store(0)
 	delete(rt.slots, key)
@@ -1325,6 +1330,9 @@ type Reservation struct {
 	// shares, which that one counts there (Options.SharedOnce).
 	kv     int64
 	shared int32
+	// wait: the context it adds to its replica's chainList.wait until its
+	// prefill is done.
+	wait int64
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on
@@ -1345,10 +1353,11 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	gen := uint32(uint64(c.inflight.Add(1)) >> 32)
 	c.pending.Add(int64(prefill))
 	if resident != 0 {
+		rt.chains[s].wait.Add(resident)
 		c.resident.Add(resident)
 		subFloor(&c.linger, int32(min(resident, math.MaxInt32)))
 	}
-	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, gen, int64(prefill), resident
+	r.rt, r.slot, r.gen, r.prefill, r.resident, r.wait = rt, s, gen, int64(prefill), resident, resident
 	r.predicted, r.prompt, r.precise = 0, 0, false
 	r.learned.age.Store(-1)
 	r.learned.clock.Store(0)
@@ -1463,6 +1472,7 @@ func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
 		if c := &r.rt.loads[r.slot]; c.gen() == r.gen {
 			c.pending.Add(-r.prefill)
+			r.rt.chains[r.slot].wait.Add(-r.wait)
 		}
 		return true
 	}
@@ -1481,6 +1491,7 @@ func (r *Reservation) Release() bool {
 	}
 	if old == 0 {
 		c.pending.Add(-r.prefill)
+		r.rt.chains[r.slot].wait.Add(-r.wait)
 	}
 	if res := r.unchain(); res != 0 {
 		c.resident.Add(-res)
