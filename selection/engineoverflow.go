@@ -28,8 +28,6 @@ func (rt *Router) SetEngineKV(s Slot, used int64) {
 		return
 	}
 	ch.base.Store(rt.loads[s].resident.Load())
-	ch.basePend.Store(rt.loads[s].pending.Load())
-	ch.baseWait.Store(ch.wait.Load())
 	ch.eng.Store(min(used, maxExternalKV) + 1)
 }
 
@@ -55,23 +53,5 @@ func (rt *Router) engineHeld(s Slot, c *loadCell) (int64, bool) {
 		return 0, false
 	}
 	d := c.resident.Load() - ch.base.Load()
-	switch rt.opt.EngineOverflow {
-	case 2:
-		d = max(d, 0)
-	case 3:
-		d += ch.basePend.Load()
-	case 4:
-		d += ch.basePend.Load()
-		return min(max(e-1+d, 0), c.resident.Load()), true
-	case 6:
-		d += ch.baseWait.Load()
-	case 7:
-		d += ch.baseWait.Load()
-		return min(max(e-1+d, 0), c.resident.Load()), true
-	case 8:
-		d += ch.wait.Load()
-	case 5:
-		return min(max(e-1+d, 0), c.resident.Load()), true
-	}
 	return max(e-1+d, 0), true
 }

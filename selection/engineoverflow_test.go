@@ -11,7 +11,7 @@ func TestEngineOverflow(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 1)
 	s := cands[0].Slot
 	rt.SetCapacity(s, 16_000)
-	eo := rt.WithOptions(Options{EngineOverflow: 1})
+	eo := rt.WithOptions(Options{EngineOverflow: true})
 	for i := range 3 {
 		// 7,200 tokens each, 3,200 of them shared: resident 21,600
 		// (no prompt extends another's).

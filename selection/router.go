@@ -199,11 +199,7 @@ type chainList struct {
 	kv atomic.Int64
 	// eng is the engine's KV tokens in use at the last scrape plus one
 	// (0: none; SetEngineKV), base this router's resident context then.
-	eng, base, basePend atomic.Int64
-	// wait is the context of the listed reservations whose prefill is
-	// pending (queued on the engine: no KV held yet); baseWait its value
-	// at the last scrape (Options.EngineOverflow).
-	wait, baseWait atomic.Int64
+	eng, base atomic.Int64
 }
 
 // DefaultLingerTTL is how long released context keeps counting in the pair
@@ -461,13 +457,16 @@ type Options struct {
 	// pair term's resident context is unchanged.
 	SharedOnce bool
 	// EngineOverflow makes the overflow term read what the replica's
-	// engine reported holding (SetEngineKV: engine_metrics' KV usage, a
-	// prefix shared by running requests held once, every instance's
-	// requests in it) plus this router's resident context added since
-	// that scrape, in place of its own in-flight contexts, where a fresh
-	// scrape reported it (engineoverflow.go). Without one the term is
-	// the rule's.
-	EngineOverflow int
+	// engine reported holding at the last scrape (SetEngineKV:
+	// engine_metrics' KV usage, a prefix shared by running requests held
+	// once, every instance's requests in it) plus the change in this
+	// router's resident context since, in place of its own in-flight
+	// contexts, where a fresh scrape reported it (engineoverflow.go);
+	// without one the term is the rule's. engine_metrics' overflow. Off by
+	// default: it takes the tool-agent trace at 65,536 tokens of KV from
+	// TTFT p99 9.08 to 4.04 s (window) but costs agent-fleet at 8
+	// replicas 4-7% of its TTFT p99 (bench/EXPERIMENTS.md section 53).
+	EngineOverflow bool
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -781,7 +780,6 @@ func (rt *Router) unregister(key string, idle bool) bool {
 		rt.chains[s].head = nil
 		rt.chains[s].kv.Store(0)
 		rt.chains[s].mu.Unlock()
-		rt.chains[s].wait.Store(0)
 	}
 	rt.chains[s].eng.Store(0)
 	delete(rt.slots, key)
@@ -945,7 +943,7 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	if rt.opt.OverflowWeight == 0 {
 		own = float64(mine)
 	}
-	if rt.opt.EngineOverflow != 0 {
+	if rt.opt.EngineOverflow {
 		if e, ok := rt.engineHeld(s, c); ok {
 			own = float64(e)
 		}
@@ -1330,9 +1328,6 @@ type Reservation struct {
 	// shares, which that one counts there (Options.SharedOnce).
 	kv     int64
 	shared int32
-	// wait: the context it adds to its replica's chainList.wait until its
-	// prefill is done.
-	wait int64
 }
 
 // Reserve puts one in-flight request with prefill pending prompt tokens on
@@ -1353,11 +1348,10 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	gen := uint32(uint64(c.inflight.Add(1)) >> 32)
 	c.pending.Add(int64(prefill))
 	if resident != 0 {
-		rt.chains[s].wait.Add(resident)
 		c.resident.Add(resident)
 		subFloor(&c.linger, int32(min(resident, math.MaxInt32)))
 	}
-	r.rt, r.slot, r.gen, r.prefill, r.resident, r.wait = rt, s, gen, int64(prefill), resident, resident
+	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, gen, int64(prefill), resident
 	r.predicted, r.prompt, r.precise = 0, 0, false
 	r.learned.age.Store(-1)
 	r.learned.clock.Store(0)
@@ -1472,7 +1466,6 @@ func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
 		if c := &r.rt.loads[r.slot]; c.gen() == r.gen {
 			c.pending.Add(-r.prefill)
-			r.rt.chains[r.slot].wait.Add(-r.wait)
 		}
 		return true
 	}
@@ -1491,7 +1484,6 @@ func (r *Reservation) Release() bool {
 	}
 	if old == 0 {
 		c.pending.Add(-r.prefill)
-		r.rt.chains[r.slot].wait.Add(-r.wait)
 	}
 	if res := r.unchain(); res != 0 {
 		c.resident.Add(-res)

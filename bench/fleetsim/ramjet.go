@@ -270,10 +270,7 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		case "homewarm":
 			setup.Options.HomeWarm = true
 		case "eo":
-			setup.Options.EngineOverflow = 1
-			if hasV {
-				setup.Options.EngineOverflow = int(x)
-			}
+			setup.Options.EngineOverflow = true
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
