@@ -465,7 +465,8 @@ type Options struct {
 	// without one the term is the rule's. engine_metrics' overflow. Off by
 	// default: it takes the tool-agent trace at 65,536 tokens of KV from
 	// TTFT p99 9.08 to 4.04 s (window) but costs agent-fleet at 8
-	// replicas 4-7% of its TTFT p99 (bench/EXPERIMENTS.md section 53).
+	// replicas 4-8% of its TTFT p99 and the tool-agent traces at the default
+	// KV theirs (bench/EXPERIMENTS.md section 53).
 	EngineOverflow bool
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
