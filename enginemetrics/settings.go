@@ -60,8 +60,8 @@ type Settings struct {
 	// and system prompt) once per request. In the fleet simulation, the
 	// tool-agent trace at 65,536 tokens of KV per replica: TTFT p95 6.90
 	// -> 2.76 s, cached share 0.75 -> 0.81; but agent-fleet at 8
-	// replicas (contexts past every cache) loses 4-8% of its TTFT p99
-	// (bench/RESULTS.md, 2026-12-06, "the overflow term from the
+	// replicas (contexts past every cache) loses 4-8% of its TTFT p99,
+	// and the tool-agent trace at the default KV its p99 (bench/RESULTS.md, 2026-12-06, "the overflow term from the
 	// engines' KV usage"). Default: off.
 	Overflow bool `json:"overflow,omitempty"`
 }
