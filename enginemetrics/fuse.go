@@ -28,6 +28,10 @@ type External struct {
 	// unknown). It is kept from the last good scrape even when stale:
 	// capacity is configuration, not load.
 	KVCapacityTokens int64 `json:"kv_capacity_tokens"`
+	// KVHeld is the engine's whole KV usage in tokens (this instance's
+	// requests included), -1 when stale or unreported: what
+	// selection.Options.EngineOverflow reads (Router.SetEngineKV).
+	KVHeld int64 `json:"-"`
 	// KVUsage is the engine's whole KV usage in [0,1] (0 when stale).
 	KVUsage float64 `json:"kv_usage"`
 	// Fresh is false when the figures above (but capacity) are zero
@@ -52,7 +56,7 @@ type External struct {
 // undercount others by as many, never overcount: the result is clamped at
 // zero.
 func Fuse(s Snapshot, now time.Time) External {
-	e := External{KVCapacityTokens: s.Metrics.KVCapacityTokens}
+	e := External{KVCapacityTokens: s.Metrics.KVCapacityTokens, KVHeld: -1}
 	if !s.Fresh(now) {
 		return e
 	}
@@ -65,6 +69,9 @@ func Fuse(s Snapshot, now time.Time) External {
 		e.Running = others - e.Waiting
 	}
 	e.KVUsedTokens = max(m.KVUsedTokens-s.Local.ResidentTokens, 0)
+	if (m.HasKVUsage && m.KVCapacityTokens > 0) || m.KVUsedTokens > 0 {
+		e.KVHeld = m.KVUsedTokens
+	}
 	if m.HasKVUsage {
 		e.KVUsage = m.KVUsage
 	}

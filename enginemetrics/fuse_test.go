@@ -23,27 +23,32 @@ func TestFuse(t *testing.T) {
 		{
 			name: "only this instance's requests: nothing external",
 			give: snap(3, 0, 1000, 4000, Local{Inflight: 3}), now: at.Add(time.Second),
-			want: External{KVUsedTokens: 1000, KVCapacityTokens: 4000, KVUsage: 0.25, Fresh: true, Age: time.Second},
+			want: External{KVUsedTokens: 1000, KVCapacityTokens: 4000, KVHeld: 1000, KVUsage: 0.25, Fresh: true, Age: time.Second},
 		},
 		{
 			name: "other instances: the excess, split running/waiting in the engine's proportion",
 			give: snap(6, 4, 2000, 4000, Local{Inflight: 5, ResidentTokens: 500}), now: at,
-			want: External{Running: 3, Waiting: 2, KVUsedTokens: 1500, KVCapacityTokens: 4000, KVUsage: 0.5, Fresh: true},
+			want: External{Running: 3, Waiting: 2, KVUsedTokens: 1500, KVCapacityTokens: 4000, KVHeld: 2000, KVUsage: 0.5, Fresh: true},
 		},
 		{
 			name: "more reserved than the engine reports (requests in transit, stream tails): clamped",
 			give: snap(1, 0, 100, 0, Local{Inflight: 4, ResidentTokens: 900}), now: at,
-			want: External{Fresh: true},
+			want: External{KVHeld: 100, Fresh: true},
+		},
+		{
+			name: "no KV figure (no usage, no capacity): KVHeld none",
+			give: snap(2, 0, 0, 0, Local{Inflight: 2}), now: at,
+			want: External{KVHeld: -1, Fresh: true},
 		},
 		{
 			name: "stale: local only, capacity kept",
 			give: snap(9, 9, 3000, 4000, Local{}), now: at.Add(3*time.Second + time.Nanosecond),
-			want: External{KVCapacityTokens: 4000},
+			want: External{KVCapacityTokens: 4000, KVHeld: -1},
 		},
 		{
 			name: "never scraped",
 			give: Snapshot{StaleAfter: time.Second}, now: at,
-			want: External{},
+			want: External{KVHeld: -1},
 		},
 	}
 	for _, tt := range tests {

@@ -71,8 +71,11 @@ func (f *RouterFeed) Push(sn Snapshot) {
 // precise path: TTFT p99 1.80x one instance's with the KV figure, 1.04x
 // without; bench/RESULTS.md, "Several instances, engine load without the
 // engines' KV figure"). The KV figure stays in the snapshot (ops JSON).
+// The engine's whole KV usage (e.KVHeld, -1: none) goes to SetEngineKV,
+// which only selection.Options.EngineOverflow reads.
 func (e External) Apply(rt *selection.Router, s selection.Slot) {
 	rt.SetExternalLoad(s, e.Running, e.Waiting, 0)
+	rt.SetEngineKV(s, e.KVHeld)
 }
 
 // DialReplica is one routed replica and the dial address of its engine.

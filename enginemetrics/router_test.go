@@ -60,11 +60,19 @@ func TestRouterFeed(t *testing.T) {
 	if r, w, kv := rt.ExternalLoad(s); r+w != 4 || w != 2 || kv != 0 {
 		t.Fatalf("external load %d, %d, %d; want 4 requests (2 waiting), no KV", r, w, kv)
 	}
+	// The engine's whole KV usage goes to SetEngineKV (read only by
+	// selection.Options.EngineOverflow).
+	if used, ok := rt.EngineKV(s); !ok || used != 3000 {
+		t.Fatalf("engine KV %d, %v; want 3000", used, ok)
+	}
 	// A stale snapshot: local reservations only.
 	old := now.Add(-time.Hour)
 	f.Push(Snapshot{Key: "127.0.0.1:8001", ScrapedAt: old, AttemptedAt: old, StaleAfter: time.Second,
 		Metrics: RankMetrics{Running: 9, KVCapacityTokens: 4096}})
 	if r, w, kv := rt.ExternalLoad(s); r+w+kv != 0 {
 		t.Fatalf("stale snapshot: external load %d, %d, %d", r, w, kv)
+	}
+	if used, ok := rt.EngineKV(s); ok {
+		t.Fatalf("stale snapshot: engine KV %d", used)
 	}
 }

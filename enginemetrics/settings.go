@@ -50,6 +50,20 @@ type Settings struct {
 	// engine_metrics alone, 6 with neither (bench/RESULTS.md, 2026-12-05,
 	// "the agreement from the first scrape"). Default: off.
 	Agree bool `json:"agree,omitempty"`
+	// Overflow makes the routing rule's overflow term (the load a
+	// replica pays per token of KV it lacks for the request beside its
+	// running ones) read the engine's reported KV usage at the last
+	// scrape plus this instance's reservations since
+	// (selection.Options.EngineOverflow), rather than estimate it from
+	// this instance's own in-flight contexts, which count a prefix that
+	// requests of different sessions share (an agent framework's tools
+	// and system prompt) once per request. In the fleet simulation, the
+	// tool-agent trace at 65,536 tokens of KV per replica: TTFT p95 6.90
+	// -> 2.76 s, cached share 0.75 -> 0.81; but agent-fleet at 8
+	// replicas (contexts past every cache) loses 4-8% of its TTFT p99,
+	// and the tool-agent trace at the default KV its p99 (bench/RESULTS.md, 2026-12-06, "the overflow term from the
+	// engines' KV usage"). Default: off.
+	Overflow bool `json:"overflow,omitempty"`
 }
 
 // SetDefaults fills the zero path and scheme (the scraper fills the rest).

@@ -224,9 +224,10 @@ func (s *PolicySettings) Validate() error {
 const DefaultSpillBand = 1024
 
 // SpillOptions are the rule variants spill_band and engine_metrics'
-// agree ask for (the zero Options when both are off).
+// agree and overflow ask for (the zero Options when all are off).
 func (s *PolicySettings) SpillOptions() selection.Options {
-	o := selection.Options{AgreeExt: s.EngineMetrics != nil && s.EngineMetrics.Agree}
+	em := s.EngineMetrics
+	o := selection.Options{AgreeExt: em != nil && em.Agree, EngineOverflow: em != nil && em.Overflow}
 	band := s.SpillBand
 	if band == 0 && s.KV != nil && (s.EngineMetrics != nil || s.ForeignPrefillOn()) {
 		band = DefaultSpillBand

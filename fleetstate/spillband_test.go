@@ -26,6 +26,7 @@ func TestSpillOptions(t *testing.T) {
 		{"engine_metrics agree", PolicySettings{EngineMetrics: &enginemetrics.Settings{Agree: true}}, selection.Options{AgreeExt: true}},
 		{"both, agree", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Agree: true}},
 			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, AgreeExt: true}},
+		{"engine_metrics overflow", PolicySettings{EngineMetrics: &enginemetrics.Settings{Overflow: true}}, selection.Options{EngineOverflow: true}},
 	}
 	for _, tt := range tests {
 		if got := tt.s.SpillOptions(); got != tt.want {

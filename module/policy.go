@@ -127,7 +127,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		instance_id        <id>
 //		spill_band         <tokens>|off
 //		foreign_prefill    on|off|queues
-//		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency, agree }]
+//		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency, agree, overflow }]
 //		outlier {
 //			consecutive_failures <n>|off
 //			base_ejection        <duration>

@@ -197,6 +197,9 @@ type chainList struct {
 	// kv is the context of the listed reservations with every block two
 	// of them share counted once (Options.SharedOnce; written under mu).
 	kv atomic.Int64
+	// eng is the engine's KV tokens in use at the last scrape plus one
+	// (0: none; SetEngineKV), base this router's resident context then.
+	eng, base atomic.Int64
 }
 
 // DefaultLingerTTL is how long released context keeps counting in the pair
@@ -453,6 +456,18 @@ type Options struct {
 	// copies of it past the replica's KV capacity (sharedonce.go). The
 	// pair term's resident context is unchanged.
 	SharedOnce bool
+	// EngineOverflow makes the overflow term read what the replica's
+	// engine reported holding at the last scrape (SetEngineKV:
+	// engine_metrics' KV usage, a prefix shared by running requests held
+	// once, every instance's requests in it) plus the change in this
+	// router's resident context since, in place of its own in-flight
+	// contexts, where a fresh scrape reported it (engineoverflow.go);
+	// without one the term is the rule's. engine_metrics' overflow. Off by
+	// default: it takes the tool-agent trace at 65,536 tokens of KV from
+	// TTFT p99 9.08 to 4.04 s (window) but costs agent-fleet at 8
+	// replicas 4-8% of its TTFT p99 and the tool-agent traces at the default
+	// KV theirs (bench/EXPERIMENTS.md section 53).
+	EngineOverflow bool
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -767,6 +782,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 		rt.chains[s].kv.Store(0)
 		rt.chains[s].mu.Unlock()
 	}
+	rt.chains[s].eng.Store(0)
 	delete(rt.slots, key)
 	rt.keys[s] = ""
 	rt.keyHash[s] = 0
@@ -927,6 +943,11 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	own := float64(mine + others)
 	if rt.opt.OverflowWeight == 0 {
 		own = float64(mine)
+	}
+	if rt.opt.EngineOverflow {
+		if e, ok := rt.engineHeld(s, c); ok {
+			own = float64(e)
+		}
 	}
 	if over := own + p - capa; over > 0 && ow > 0 {
 		ld += ow * over

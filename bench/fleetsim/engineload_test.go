@@ -187,3 +187,31 @@ func TestEngineLoadTwoInstancesSeeEachOther(t *testing.T) {
 		}
 	}
 }
+
+// ramjet@eo reads the engines' KV usage in the overflow term: the scrapes
+// hand every replica's usage to the router (SetEngineKV), and without a
+// scrape (el=0) the variant is the rule, decision for decision.
+func TestEngineOverflowVariant(t *testing.T) {
+	w := generate(t, "agent-fleet", workload.Options{Seed: 1, Scale: 0.1})
+	plain := runOne(t, w, "ramjet", 8, 1)
+	unscraped := runOne(t, w, "ramjet@eo+el=0", 8, 1)
+	if diff := cmp.Diff(plain.Records, unscraped.Records); diff != "" {
+		t.Fatalf("eo without scrapes changed the run (-rule +eo):\n%s", diff)
+	}
+	p, err := NewPolicy("ramjet@eo+el=0.25", 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(Config{Workload: w, Replicas: 8, Policy: p, Salt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rj := p.(*Ramjet)
+	if !rj.rt.Options().EngineOverflow {
+		t.Fatal("ramjet@eo: EngineOverflow off")
+	}
+	for i := range rj.cands {
+		if _, ok := rj.rt.EngineKV(rj.cands[i].Slot); !ok {
+			t.Fatalf("replica %d: no engine KV figure after %d scrapes", i, rj.Scrapes())
+		}
+	}
+}
