@@ -536,6 +536,13 @@ type Options struct {
 	// AgentMoveRoom is AgentMove's bound on the replica it moves to: 0 is
 	// DefaultAgentMoveRoom.
 	AgentMoveRoom float64
+	// ColdAway, when positive, charges a request's prefill on each
+	// replica with the warm arrivals the replica can expect within
+	// ColdAway (its recent rate of requests routed there with an overlap,
+	// coldaway.go), each of which would queue behind that prefill: a cold
+	// prefill goes where warm traffic is not about to arrive. 0: off (the
+	// rule; experiment, bench/EXPERIMENTS.md section 55).
+	ColdAway time.Duration
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -561,6 +568,7 @@ type shared struct {
 
 	loads  [MaxReplicas]loadCell
 	chains [MaxReplicas]chainList
+	warm   [MaxReplicas]warmCell // warm arrivals' rate (Options.ColdAway)
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
@@ -1076,6 +1084,10 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			hotSub = min(hot, max(gs*mean, rt.subsetFloor()))
 		}
 	}
+	awayMS := uint32(0)
+	if rt.opt.ColdAway > 0 {
+		awayMS = rt.clockMS()
+	}
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1088,6 +1100,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
 		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
+		if rt.opt.ColdAway > 0 {
+			ld += rt.coldAway(c.Slot, prompt-ov, awayMS)
+		}
 		if lim := hot; lim > 0 {
 			if ov > low {
 				lim = hotSub
