@@ -9,8 +9,8 @@ import (
 // TestColdAway: with Options.ColdAway, a request's prefill on a replica is
 // charged with the warm arrivals the replica can expect within ColdAway
 // (its decayed rate of requests routed there with an overlap); a replica
-// with no warm arrivals, and the rule, pay nothing; the rate decays with
-// warmRateTau.
+// with no warm arrivals, the rule, and a prompt longer than ColdAwayMax
+// pay nothing; the rate decays with warmRateTau.
 func TestColdAway(t *testing.T) {
 	rt0, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
 	var now time.Duration
@@ -34,6 +34,12 @@ func TestColdAway(t *testing.T) {
 	}
 	if d := rt.Pick(f, cands, s); d.Index != 1 {
 		t.Fatalf("ColdAway: the cold prompt went to %d (loads %v), want replica 1", d.Index, s.Load)
+	}
+	// ColdAwayMax: a longer prompt is not charged.
+	rt.WithOptions(Options{ColdAway: time.Second, ColdAwayMax: 1599}).Pick(f, cands, s)
+	rt0.Pick(f, cands, s0)
+	if s.Load[0] != s0.Load[0] {
+		t.Fatalf("ColdAwayMax 1,599: load %.1f, want the rule's %.1f", s.Load[0], s0.Load[0])
 	}
 	now = warmRateTau
 	got = charge()

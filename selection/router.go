@@ -541,8 +541,16 @@ type Options struct {
 	// ColdAway (its recent rate of requests routed there with an overlap,
 	// coldaway.go), each of which would queue behind that prefill: a cold
 	// prefill goes where warm traffic is not about to arrive. 0: off (the
-	// rule; experiment, bench/EXPERIMENTS.md section 55).
+	// rule). Off by default: at 0.5 s with ColdAwayMax 8,192 it takes
+	// shared-prefix at 8 replicas with 196,608-token caches from 1.07x to
+	// 1.04x dynamo-tuned's TTFT p99, but costs hotspot at 64 replicas
+	// 0.6% of its throughput and the conversation trace at 65,536 tokens
+	// 1% of its p99; without the bound it loses the tool-agent trace at
+	// 196,608 tokens (p99 45 -> 106 s; bench/EXPERIMENTS.md section 55).
 	ColdAway time.Duration
+	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
+	// no limit (an agent's long context is left to the pair term).
+	ColdAwayMax int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1085,7 +1093,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	awayMS := uint32(0)
-	if rt.opt.ColdAway > 0 {
+	away := rt.opt.ColdAway > 0 && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
+	if away {
 		awayMS = rt.clockMS()
 	}
 	for i := range cands {
@@ -1100,7 +1109,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
 		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
-		if rt.opt.ColdAway > 0 {
+		if away {
 			ld += rt.coldAway(c.Slot, prompt-ov, awayMS)
 		}
 		if lim := hot; lim > 0 {
