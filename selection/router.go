@@ -543,9 +543,9 @@ type Options struct {
 	// prefill goes where warm traffic is not about to arrive. 0: off (the
 	// rule). Off by default: at 0.5 s with ColdAwayMax 8,192 it takes
 	// shared-prefix at 8 replicas with 196,608-token caches from 1.07x to
-	// 1.04x dynamo-tuned's TTFT p99, but costs hotspot at 64 replicas
-	// 0.6% of its throughput and the conversation trace at 65,536 tokens
-	// 1% of its p99; without the bound it loses the tool-agent trace at
+	// 1.04x dynamo-tuned's TTFT p99, but takes hotspot's there from 1.02x
+	// to 1.07x llm-d-precise's and costs hotspot at 64 replicas 0.6% of
+	// its throughput; without the bound it loses the tool-agent trace at
 	// 196,608 tokens (p99 45 -> 106 s; bench/EXPERIMENTS.md section 55).
 	ColdAway time.Duration
 	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
