@@ -60,6 +60,9 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 		d.Precise = precise
 		prefill = max(0, d.Prefill-base)
 	}
+	if rt.opt.ColdAway > 0 && d.Overlap > 0 {
+		rt.noteWarm(d.Slot, rt.clockMS())
+	}
 	resident := int64(f.PromptTokens(rt.cfg))
 	if res == nil {
 		res = new(Reservation)

@@ -551,6 +551,21 @@ type Options struct {
 	// AgentMoveRoom is AgentMove's bound on the replica it moves to: 0 is
 	// DefaultAgentMoveRoom.
 	AgentMoveRoom float64
+	// ColdAway, when positive, charges a request's prefill on each
+	// replica with the warm arrivals the replica can expect within
+	// ColdAway (its recent rate of requests routed there with an overlap,
+	// coldaway.go), each of which would queue behind that prefill: a cold
+	// prefill goes where warm traffic is not about to arrive. 0: off (the
+	// rule). Off by default: at 0.5 s with ColdAwayMax 8,192 it takes
+	// shared-prefix at 8 replicas with 196,608-token caches from 1.07x to
+	// 1.04x dynamo-tuned's TTFT p99, but takes hotspot's there from 1.02x
+	// to 1.07x llm-d-precise's and costs hotspot at 64 replicas 0.6% of
+	// its throughput; without the bound it loses the tool-agent trace at
+	// 196,608 tokens (p99 45 -> 106 s; bench/EXPERIMENTS.md section 55).
+	ColdAway time.Duration
+	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
+	// no limit (an agent's long context is left to the pair term).
+	ColdAwayMax int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -576,6 +591,7 @@ type shared struct {
 
 	loads  [MaxReplicas]loadCell
 	chains [MaxReplicas]chainList
+	warm   [MaxReplicas]warmCell // warm arrivals' rate (Options.ColdAway)
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
@@ -1097,6 +1113,11 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			hotSub = min(hot, max(gs*mean, rt.subsetFloor()))
 		}
 	}
+	awayMS := uint32(0)
+	away := rt.opt.ColdAway > 0 && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
+	if away {
+		awayMS = rt.clockMS()
+	}
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1109,6 +1130,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
 		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
+		if away {
+			ld += rt.coldAway(c.Slot, prompt-ov, awayMS)
+		}
 		if lim := hot; lim > 0 {
 			if ov > low {
 				lim = hotSub
