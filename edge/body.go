@@ -37,6 +37,64 @@ const maxPooledBody = 1 << 20
 
 var bodyPool = sync.Pool{New: func() any { return new(Body) }}
 
+// Buffers of keptMin bytes or more are kept apart from bodyPool, which
+// every second garbage collection empties: behind an engine that
+// allocates a few MiB per request (a JSON decoder) that is every few
+// requests, and a 256 KiB body then paid for a fresh buffer (its
+// allocation, and a page fault per page the runtime had returned to the
+// OS while the body was read into it) about once in 14 requests at 32 in
+// flight (bench/RESULTS.md, "The overhead rows at 0.95x"). At most
+// keptBytes and keptMax buffers are kept, whatever the traffic.
+const (
+	keptMin   = 64 << 10
+	keptBytes = 16 << 20
+	keptMax   = 64
+)
+
+var kept struct {
+	mu    sync.Mutex
+	bufs  [][]byte
+	bytes int
+}
+
+// keepBuf keeps buf for takeBuf, and reports whether it did (false when
+// it is small or the store is full).
+func keepBuf(buf []byte) bool {
+	c := cap(buf)
+	if c < keptMin {
+		return false
+	}
+	kept.mu.Lock()
+	defer kept.mu.Unlock()
+	if len(kept.bufs) == keptMax || kept.bytes+c > keptBytes {
+		return false
+	}
+	kept.bufs = append(kept.bufs, buf[:0])
+	kept.bytes += c
+	return true
+}
+
+// takeBuf returns a kept buffer of capacity n or more (the most recently
+// kept that fits), emptied, or nil.
+func takeBuf(n int) []byte {
+	if n < keptMin {
+		return nil
+	}
+	kept.mu.Lock()
+	defer kept.mu.Unlock()
+	for i := len(kept.bufs) - 1; i >= 0; i-- {
+		if b := kept.bufs[i]; cap(b) >= n {
+			last := len(kept.bufs) - 1
+			kept.bufs[i] = kept.bufs[last]
+			kept.bufs[last] = nil
+			kept.bufs = kept.bufs[:last]
+			kept.bytes -= cap(b)
+			return b
+		}
+	}
+	return nil
+}
+
 // GetBody returns an empty pooled Body holding one reference.
 func GetBody() *Body {
 	b := bodyPool.Get().(*Body)
@@ -86,6 +144,9 @@ func (b *Body) Release() {
 	}
 	if cap(b.buf) > maxPooledBody {
 		return
+	}
+	if keepBuf(b.buf) {
+		b.buf = nil
 	}
 	b.buf = b.buf[:0]
 	b.feat.Reset()
@@ -153,7 +214,9 @@ func ReadBody(r *http.Request, limit int64, into *Reader) (*Body, *Reader, error
 func ReadBounded(src io.Reader, b *Body, limit, hint int64) (int, error) {
 	buf := b.buf[:0]
 	if hint > 0 && int64(cap(buf)) < hint+1 {
-		buf = make([]byte, 0, hint+1)
+		if buf = takeBuf(int(hint + 1)); buf == nil {
+			buf = make([]byte, 0, hint+1)
+		}
 	}
 	empty := 0
 	for int64(len(buf)) <= limit {

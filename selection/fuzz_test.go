@@ -40,6 +40,11 @@ func FuzzParse(f *testing.F) {
 		`[1]`, `"s"`, `{`, `{"a":}`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`, "{\"a\":\"\x01\"}",
 		` {"a":[[[]]]} `, `{"a":1} {}`, `{"a":-}`, `{"a":1e}`, `{"a":tru}`, ``, "{\"a\":\"\xff\"}",
 		`{"a":"\ud800\udc00\ud800"}`, `{"max_tokens":-0}`, `{"max_tokens":1e3}`, `{"stream":null}`,
+		// Strings long enough for hasControl's 64-byte blocks, with a
+		// control byte in a block, in the tail, or none.
+		`{"messages":[{"role":"user","content":"` + strings.Repeat("abcd", 80) + `"}]}`,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"" + strings.Repeat("abcd", 30) + "\x1f" + strings.Repeat("abcd", 50) + "\"}]}",
+		"{\"prompt\":\"" + strings.Repeat("abcd", 79) + "\n\"}",
 	} {
 		f.Add([]byte(s))
 	}

@@ -164,10 +164,26 @@ func controlErr(b []byte, j int) error {
 	return syntaxErr(j, "control character "+quoteByte(b[j])+" in string")
 }
 
-// hasControl reports whether s holds a byte below 0x20, 64 bytes at a time
-// (the "has less than" bit trick: exact for "any"; eight words per test
-// keep the loop's one branch off the critical path).
+// hasControl reports whether s holds a byte below 0x20. A long string (a
+// prompt's text) is read 64 bytes at a time by controlBlocks (SSE2 on
+// amd64: about twice hasControlSWAR's speed, a quarter off the parse of a
+// 256 KiB prompt; bench/EXPERIMENTS.md, section 52), the rest by
+// hasControlSWAR.
 func hasControl(s []byte) bool {
+	if len(s) >= 256 {
+		n := len(s) &^ 63
+		if controlBlocks(s[:n]) {
+			return true
+		}
+		s = s[n:]
+	}
+	return hasControlSWAR(s)
+}
+
+// hasControlSWAR is hasControl in plain Go, 64 bytes at a time (the "has
+// less than" bit trick: exact for "any"; eight words per test keep the
+// loop's one branch off the critical path).
+func hasControlSWAR(s []byte) bool {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	const k = lo * 0x20
 	for len(s) >= 64 {

@@ -1,0 +1,101 @@
+package edge
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"runtime"
+	"testing"
+)
+
+// TestLargeBodyBufferSurvivesGC checks that the buffer of a large body is
+// read into again by the next large body, across the garbage collections
+// that empty the body pool, and that reading one then allocates nothing
+// the size of the body.
+func TestLargeBodyBufferSurvivesGC(t *testing.T) {
+	payload := bytes.Repeat([]byte("x"), 256<<10)
+	read := func(check bool) *Body {
+		r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/v1/chat/completions", bytes.NewReader(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, rd, err := ReadBody(r, 1<<20, nil)
+		if err != nil || b == nil {
+			t.Fatalf("ReadBody: %v", err)
+		}
+		if check {
+			if got, _ := io.ReadAll(rd); !bytes.Equal(got, payload) {
+				t.Fatal("the reader does not give the body back")
+			}
+		} else if n, _ := io.Copy(io.Discard, rd); n != int64(len(payload)) {
+			t.Fatalf("read %d bytes back, want %d", n, len(payload))
+		}
+		rd.Close()
+		return b
+	}
+	b := read(true)
+	first := &b.Bytes()[0]
+	b.Release()
+	runtime.GC()
+	runtime.GC()
+	b = read(true)
+	if &b.Bytes()[0] != first {
+		t.Error("a large body's buffer did not survive two collections")
+	}
+	b.Release()
+
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	const n = 20
+	for range n {
+		runtime.GC()
+		read(false).Release()
+	}
+	runtime.ReadMemStats(&ms1)
+	// The request, reader and body structs are small; a fresh buffer per
+	// read would be n * 256 KiB.
+	if perRead := (ms1.TotalAlloc - ms0.TotalAlloc) / n; perRead > 64<<10 {
+		t.Errorf("%d bytes allocated per large body read, want no fresh buffer", perRead)
+	}
+}
+
+// TestKeptBuffersBounded checks the bound of the store of large buffers.
+func TestKeptBuffersBounded(t *testing.T) {
+	var held [][]byte
+	for range 2 * keptMax {
+		if b := takeBuf(keptMin); b != nil {
+			held = append(held, b) // empty the store first
+		}
+	}
+	defer func() {
+		for _, b := range held {
+			keepBuf(b)
+		}
+	}()
+	if keepBuf(make([]byte, keptMin-1)) {
+		t.Error("kept a small buffer")
+	}
+	n := 0
+	for range 2 * keptMax {
+		if keepBuf(make([]byte, 0, 1<<20)) {
+			n++
+		}
+	}
+	if want := keptBytes / (1 << 20); n != want {
+		t.Errorf("kept %d buffers of 1 MiB, want %d (keptBytes)", n, want)
+	}
+	if kept.bytes > keptBytes || len(kept.bufs) > keptMax {
+		t.Errorf("store holds %d bytes in %d buffers, bound %d in %d", kept.bytes, len(kept.bufs), keptBytes, keptMax)
+	}
+	if b := takeBuf(1<<20 + 1); b != nil {
+		t.Error("took a buffer smaller than asked for")
+	}
+	if b := takeBuf(1 << 20); cap(b) != 1<<20 || len(b) != 0 {
+		t.Errorf("took cap %d len %d, want an empty 1 MiB buffer", cap(b), len(b))
+	}
+	for b := takeBuf(keptMin); b != nil; b = takeBuf(keptMin) {
+	}
+	if kept.bytes != 0 {
+		t.Errorf("store empty but counts %d bytes", kept.bytes)
+	}
+}
