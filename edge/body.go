@@ -57,6 +57,18 @@ var kept struct {
 	bytes int
 }
 
+// KeptBuffersLimit is the most memory the store of large body buffers
+// holds (at most 64 buffers), whatever the traffic.
+const KeptBuffersLimit = keptBytes
+
+// KeptBuffers reports the large body buffers kept for the next requests
+// and their bytes (ramjet_body_buffers_kept, _kept_bytes).
+func KeptBuffers() (n, bytes int) {
+	kept.mu.Lock()
+	defer kept.mu.Unlock()
+	return len(kept.bufs), kept.bytes
+}
+
 // keepBuf keeps buf for takeBuf, and reports whether it did (false when
 // it is small or the store is full).
 func keepBuf(buf []byte) bool {

@@ -1,0 +1,65 @@
+package metrics
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ramjet-llm/ramjet/edge"
+)
+
+// The set's collectors report the store of large body buffers: after a
+// 128 KiB body is read and released its buffer is kept, and the gauges
+// say what edge.KeptBuffers says, with the store's bound.
+func TestBodyBuffersCollector(t *testing.T) {
+	payload := bytes.Repeat([]byte("x"), 128<<10)
+	r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/v1/chat/completions", bytes.NewReader(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, rd, err := edge.ReadBody(r, 1<<20, nil)
+	if err != nil || b == nil {
+		t.Fatalf("ReadBody: %v", err)
+	}
+	if n, _ := io.Copy(io.Discard, rd); n != int64(len(payload)) {
+		t.Fatalf("read %d bytes back", n)
+	}
+	rd.Close()
+	b.Release()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(bodyBuffers{})
+	n, bytes := edge.KeptBuffers()
+	if n < 1 || bytes < len(payload) {
+		t.Fatalf("store holds %d buffers of %d bytes after a 128 KiB body, want it kept", n, bytes)
+	}
+	for name, want := range map[string]float64{
+		"ramjet_body_buffers_kept":             float64(n),
+		"ramjet_body_buffers_kept_bytes":       float64(bytes),
+		"ramjet_body_buffers_kept_limit_bytes": float64(edge.KeptBuffersLimit),
+	} {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				found = true
+				if got := mf.GetMetric()[0].GetGauge().GetValue(); got != want {
+					t.Errorf("%s = %v, want %v", name, got, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s not gathered", name)
+		}
+	}
+	if c := testutil.CollectAndCount(bodyBuffers{}); c != 3 {
+		t.Errorf("%d series, want 3", c)
+	}
+}
