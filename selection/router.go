@@ -799,6 +799,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 		rt.chains[s].mu.Unlock()
 	}
 	rt.chains[s].eng.Store(0)
+	rt.warm[s].v.Store(0) // a new replica in the slot starts without warm arrivals (ColdAway)
 	delete(rt.slots, key)
 	rt.keys[s] = ""
 	rt.keyHash[s] = 0
