@@ -26,14 +26,14 @@ func (rt *Router) agentMove(cands []Candidate, h, prompt, ov int) bool {
 	for i := range cands {
 		if i != h && cands[i].Usable {
 			c := &rt.loads[cands[i].Slot]
-			if float64(c.resident.Load()+int64(prompt)) <= room*float64(rt.kvOf(c)) {
+			if float64(c.resident.Load()+int64(prompt)) <= room*float64(c.kv()) {
 				fits = true
 				break
 			}
 		}
 	}
 	c := &rt.loads[cands[h].Slot]
-	if !fits || float64(c.resident.Load()+int64(prompt-ov)) <= rt.opt.AgentMove*float64(rt.kvOf(c)) {
+	if !fits || float64(c.resident.Load()+int64(prompt-ov)) <= rt.opt.AgentMove*float64(c.kv()) {
 		return false
 	}
 	lo, bt := int64(64*rt.cfg.BlockTokens), int64(8*rt.cfg.BlockTokens)
@@ -47,12 +47,4 @@ func (rt *Router) agentMove(cands []Candidate, h, prompt, ov int) bool {
 		}
 	}
 	return true
-}
-
-// kvOf is c's KV capacity in tokens, AssumedKVTokens when unknown.
-func (rt *Router) kvOf(c *loadCell) int64 {
-	if kv := int64(c.kvtokens.Load()); kv > 0 {
-		return kv
-	}
-	return AssumedKVTokens
 }

@@ -852,6 +852,14 @@ func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
 // weights of a 32B model (bench/engine's default deployment).
 const AssumedKVTokens = 1 << 18
 
+// kv is c's KV capacity in tokens, AssumedKVTokens when unknown.
+func (c *loadCell) kv() int64 {
+	if kv := int64(c.kvtokens.Load()); kv > 0 {
+		return kv
+	}
+	return AssumedKVTokens
+}
+
 // load is load(r) of the rule, in tokens, for a request of prompt
 // tokens: the reservations (in-flight x request_cost + pending prefill),
 // the engine-reported load of others, and the decode side
@@ -902,11 +910,7 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 		others = max(others, int64(c.extCtx.Load()))
 	}
 	r := mine + others
-	kv := int64(c.kvtokens.Load())
-	if kv <= 0 {
-		kv = AssumedKVTokens
-	}
-	res, p, capa := float64(r), float64(prompt), float64(kv)
+	res, p, capa := float64(r), float64(prompt), float64(c.kv())
 	if r > 0 {
 		ld += cfg.ContextWeight * res * res / capa
 	}
@@ -1514,10 +1518,7 @@ func (r *Reservation) Release() bool {
 	if res := r.unchain(); res != 0 {
 		c.resident.Add(-res)
 		if on, ttl := r.rt.lingerOn(); on {
-			kv := int64(c.kvtokens.Load())
-			if kv <= 0 {
-				kv = AssumedKVTokens
-			}
+			kv := c.kv()
 			if hl := r.rt.opt.LingerHalfLife; hl > 0 {
 				now := r.rt.clockMS()
 				age := float64(now - c.lingerAt.Load())

@@ -274,7 +274,7 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		case "cawmax":
 			setup.Options.ColdAwayMax = int(x)
 		case "caw":
-			setup.Options.ColdAway = time.Duration(x * float64(time.Second))
+			setup.Options.ColdAway = seconds(x)
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
