@@ -44,22 +44,22 @@ var bodyPool = sync.Pool{New: func() any { return new(Body) }}
 // allocation, and a page fault per page the runtime had returned to the
 // OS while the body was read into it) about once in 14 requests at 32 in
 // flight (bench/RESULTS.md, "The overhead rows at 0.95x"). At most
-// keptBytes and keptMax buffers are kept, whatever the traffic.
+// KeptBuffersLimit bytes and keptMax buffers are kept, whatever the
+// traffic.
 const (
-	keptMin   = 64 << 10
-	keptBytes = 16 << 20
-	keptMax   = 64
+	keptMin = 64 << 10
+	keptMax = 64
 )
+
+// KeptBuffersLimit is the most memory the store of large body buffers
+// holds (at most keptMax buffers).
+const KeptBuffersLimit = 16 << 20
 
 var kept struct {
 	mu    sync.Mutex
 	bufs  [][]byte
 	bytes int
 }
-
-// KeptBuffersLimit is the most memory the store of large body buffers
-// holds (at most 64 buffers), whatever the traffic.
-const KeptBuffersLimit = keptBytes
 
 // KeptBuffers reports the large body buffers kept for the next requests
 // and their bytes (ramjet_body_buffers_kept, _kept_bytes).
@@ -78,7 +78,7 @@ func keepBuf(buf []byte) bool {
 	}
 	kept.mu.Lock()
 	defer kept.mu.Unlock()
-	if len(kept.bufs) == keptMax || kept.bytes+c > keptBytes {
+	if len(kept.bufs) == keptMax || kept.bytes+c > KeptBuffersLimit {
 		return false
 	}
 	kept.bufs = append(kept.bufs, buf[:0])
@@ -225,10 +225,15 @@ func ReadBody(r *http.Request, limit int64, into *Reader) (*Body, *Reader, error
 // expected length (Content-Length), or <= 0. A clean EOF is not an error.
 func ReadBounded(src io.Reader, b *Body, limit, hint int64) (int, error) {
 	buf := b.buf[:0]
-	if hint > 0 && int64(cap(buf)) < hint+1 {
+	switch {
+	case hint > 0 && int64(cap(buf)) < hint+1:
 		if buf = takeBuf(int(hint + 1)); buf == nil {
 			buf = make([]byte, 0, hint+1)
 		}
+	case hint <= 0 && cap(buf) == 0:
+		// No length (a chunked body): a kept buffer if there is one, as
+		// the pooled Body's own was before Release kept it apart.
+		buf = takeBuf(keptMin)
 	}
 	empty := 0
 	for int64(len(buf)) <= limit {

@@ -81,11 +81,11 @@ func TestKeptBuffersBounded(t *testing.T) {
 			n++
 		}
 	}
-	if want := keptBytes / (1 << 20); n != want {
-		t.Errorf("kept %d buffers of 1 MiB, want %d (keptBytes)", n, want)
+	if want := KeptBuffersLimit / (1 << 20); n != want {
+		t.Errorf("kept %d buffers of 1 MiB, want %d (KeptBuffersLimit)", n, want)
 	}
-	if kept.bytes > keptBytes || len(kept.bufs) > keptMax {
-		t.Errorf("store holds %d bytes in %d buffers, bound %d in %d", kept.bytes, len(kept.bufs), keptBytes, keptMax)
+	if kept.bytes > KeptBuffersLimit || len(kept.bufs) > keptMax {
+		t.Errorf("store holds %d bytes in %d buffers, bound %d in %d", kept.bytes, len(kept.bufs), KeptBuffersLimit, keptMax)
 	}
 	if b := takeBuf(1<<20 + 1); b != nil {
 		t.Error("took a buffer smaller than asked for")
@@ -97,5 +97,47 @@ func TestKeptBuffersBounded(t *testing.T) {
 	}
 	if kept.bytes != 0 {
 		t.Errorf("store empty but counts %d bytes", kept.bytes)
+	}
+}
+
+// TestChunkedBodyTakesKeptBuffer checks that a body of unknown length (no
+// Content-Length: chunked) reads into a kept buffer too, rather than
+// growing a fresh one, now that Release keeps large buffers apart from
+// the pooled Body.
+func TestChunkedBodyTakesKeptBuffer(t *testing.T) {
+	payload := bytes.Repeat([]byte("y"), 128<<10)
+	read := func(check bool) *Body {
+		r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/v1/chat/completions", io.NopCloser(bytes.NewReader(payload)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ContentLength = -1
+		b, rd, err := ReadBody(r, 1<<20, nil)
+		if err != nil || b == nil {
+			t.Fatalf("ReadBody: %v", err)
+		}
+		if check {
+			if got, _ := io.ReadAll(rd); !bytes.Equal(got, payload) {
+				t.Fatal("the reader does not give the body back")
+			}
+		} else if n, _ := io.Copy(io.Discard, rd); n != int64(len(payload)) {
+			t.Fatalf("read %d bytes back, want %d", n, len(payload))
+		}
+		rd.Close()
+		return b
+	}
+	read(true).Release() // its buffer is kept
+	if n, _ := KeptBuffers(); n == 0 {
+		t.Fatal("no buffer kept after a 128 KiB body")
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	const n = 10
+	for range n {
+		read(false).Release()
+	}
+	runtime.ReadMemStats(&ms1)
+	if perRead := (ms1.TotalAlloc - ms0.TotalAlloc) / n; perRead > 64<<10 {
+		t.Errorf("%d bytes allocated per chunked body read, want the kept buffer", perRead)
 	}
 }
