@@ -566,6 +566,25 @@ type Options struct {
 	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
 	// no limit (an agent's long context is left to the pair term).
 	ColdAwayMax int
+	// ColdAwayCold (scratch): charge only where the request has no overlap.
+	ColdAwayCold bool
+	// ColdAwayTau (scratch): the rate's time constant (0: warmRateTau).
+	ColdAwayTau time.Duration
+	// ColdAwayAll (scratch): every arrival counts in the rate, cold ones too.
+	ColdAwayAll bool
+	// ColdAwayCapN, ColdAwayCapTokens (scratch): caps on the expected
+	// warm arrivals and on the charge.
+	ColdAwayCapN, ColdAwayCapTokens float64
+	// ColdAwayQuad (scratch): the window scales with the prefill, ColdAway
+	// for a prefill of this many tokens.
+	ColdAwayQuad float64
+	// ColdAwayHome (scratch): count only arrivals at their sole holder.
+	ColdAwayHome bool
+	// ColdAwayColdOnly (scratch): charge only a prompt no replica holds.
+	ColdAwayColdOnly bool
+	// ColdAwayFleet (scratch): with ColdAwayColdOnly, cold means no
+	// replica holds more than every usable replica holds.
+	ColdAwayFleet bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1119,7 +1138,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	awayMS := uint32(0)
-	away := rt.opt.ColdAway > 0 && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
+	away := rt.opt.ColdAway > 0 && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax) && (!rt.opt.ColdAwayColdOnly || top1 <= 0 || rt.opt.ColdAwayFleet && top1 <= low)
 	if away {
 		awayMS = rt.clockMS()
 	}
@@ -1135,7 +1154,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
 		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
-		if away {
+		if away && (!rt.opt.ColdAwayCold || ov == 0) {
 			ld += rt.coldAway(c.Slot, prompt-ov, awayMS)
 		}
 		if lim := hot; lim > 0 {

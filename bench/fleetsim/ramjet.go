@@ -275,6 +275,24 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.ColdAwayMax = int(x)
 		case "caw":
 			setup.Options.ColdAway = seconds(x)
+		case "cawc":
+			setup.Options.ColdAwayCold = x != 0
+		case "cawall":
+			setup.Options.ColdAwayAll = x != 0
+		case "cawn":
+			setup.Options.ColdAwayCapN = x
+		case "cawt":
+			setup.Options.ColdAwayCapTokens = x
+		case "cawq":
+			setup.Options.ColdAwayQuad = x
+		case "cawhome":
+			setup.Options.ColdAwayHome = x != 0
+		case "cawcold":
+			setup.Options.ColdAwayColdOnly = x != 0
+		case "cawfleet":
+			setup.Options.ColdAwayFleet = x != 0
+		case "cawtau":
+			setup.Options.ColdAwayTau = seconds(x)
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
