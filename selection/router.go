@@ -585,6 +585,14 @@ type Options struct {
 	// ColdAwayFleet (scratch): with ColdAwayColdOnly, cold means no
 	// replica holds more than every usable replica holds.
 	ColdAwayFleet bool
+	// ColdAwayReplicas, ColdAwayFree (scratch): no charge from this many
+	// usable replicas; none unless some usable replica's pending prefill
+	// is at most the prompt.
+	ColdAwayReplicas int
+	ColdAwayFree     bool
+	// ColdAwayKV (scratch): charge only where the prompt is at most
+	// 1/ColdAwayKV of the replica's KV capacity.
+	ColdAwayKV int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1139,6 +1147,19 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	}
 	awayMS := uint32(0)
 	away := rt.opt.ColdAway > 0 && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax) && (!rt.opt.ColdAwayColdOnly || top1 <= 0 || rt.opt.ColdAwayFleet && top1 <= low)
+	if away && rt.opt.ColdAwayReplicas > 0 && usable >= rt.opt.ColdAwayReplicas {
+		away = false
+	}
+	if away && rt.opt.ColdAwayFree {
+		free := false
+		for i := range cands {
+			if cands[i].Usable && rt.loads[cands[i].Slot].pending.Load() <= int64(prompt) {
+				free = true
+				break
+			}
+		}
+		away = free
+	}
 	if away {
 		awayMS = rt.clockMS()
 	}
@@ -1154,7 +1175,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
 		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
-		if away && (!rt.opt.ColdAwayCold || ov == 0) {
+		if away && (!rt.opt.ColdAwayCold || ov == 0) && (rt.opt.ColdAwayKV <= 0 || int64(prompt)*int64(rt.opt.ColdAwayKV) <= rt.loads[c.Slot].kv()) {
 			ld += rt.coldAway(c.Slot, prompt-ov, awayMS)
 		}
 		if lim := hot; lim > 0 {

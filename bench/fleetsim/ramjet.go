@@ -291,6 +291,12 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.ColdAwayColdOnly = x != 0
 		case "cawfleet":
 			setup.Options.ColdAwayFleet = x != 0
+		case "cawrep":
+			setup.Options.ColdAwayReplicas = int(x)
+		case "cawfree":
+			setup.Options.ColdAwayFree = x != 0
+		case "cawkv":
+			setup.Options.ColdAwayKV = int(x)
 		case "cawtau":
 			setup.Options.ColdAwayTau = seconds(x)
 		default:
