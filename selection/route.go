@@ -60,7 +60,7 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 		d.Precise = precise
 		prefill = max(0, d.Prefill-base)
 	}
-	if rt.opt.ColdAway > 0 && (d.Overlap > 0 || rt.opt.ColdAwayAll) && (!rt.opt.ColdAwayHome || rt.soleHolder(cands, s, d.Index)) {
+	if rt.opt.ColdAway > 0 && d.Overlap > 0 && soleHolder(cands, s, d.Index) {
 		rt.noteWarm(d.Slot, rt.clockMS())
 	}
 	resident := int64(f.PromptTokens(rt.cfg))

@@ -551,48 +551,25 @@ type Options struct {
 	// AgentMoveRoom is AgentMove's bound on the replica it moves to: 0 is
 	// DefaultAgentMoveRoom.
 	AgentMoveRoom float64
-	// ColdAway, when positive, charges a request's prefill on each
-	// replica with the warm arrivals the replica can expect within
-	// ColdAway (its recent rate of requests routed there with an overlap,
-	// coldaway.go), each of which would queue behind that prefill: a cold
-	// prefill goes where warm traffic is not about to arrive. 0: off (the
-	// rule). Off by default: at 0.5 s with ColdAwayMax 8,192 it takes
-	// shared-prefix at 8 replicas with 196,608-token caches from 1.07x to
-	// 1.04x dynamo-tuned's TTFT p99, but takes hotspot's there from 1.02x
-	// to 1.07x llm-d-precise's and costs hotspot at 64 replicas 0.6% of
-	// its throughput; without the bound it loses the tool-agent trace at
-	// 196,608 tokens (p99 45 -> 106 s; bench/EXPERIMENTS.md section 55).
+	// ColdAway, when positive, charges a cold prompt (one no usable
+	// replica holds any block of) on each replica with the warm arrivals
+	// the replica can expect within ColdAway, each of which would queue
+	// behind its prefill: a cold prefill goes where warm traffic is not
+	// about to arrive. A replica's warm arrivals are the requests routed
+	// to it as the sole replica holding most of their prompt (coldaway.go:
+	// an arrival other replicas hold as well can go around the prefill),
+	// at a rate decayed over 30 s. Only below SubsetGuardReplicas usable
+	// replicas, and not on a replica whose KV capacity is under 16 times
+	// the prompt. 0: off (the rule). Off by default: at 0.5 s with
+	// ColdAwayMax 8,192 it takes shared-prefix at 8 replicas with
+	// 196,608-token caches from 1.07x to 1.05x dynamo-tuned's TTFT p99
+	// and leaves every other measured row as the rule's, but for a
+	// hotspot seed the change of a few cold placements moves
+	// (bench/EXPERIMENTS.md sections 55, 58).
 	ColdAway time.Duration
 	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
 	// no limit (an agent's long context is left to the pair term).
 	ColdAwayMax int
-	// ColdAwayCold (scratch): charge only where the request has no overlap.
-	ColdAwayCold bool
-	// ColdAwayTau (scratch): the rate's time constant (0: warmRateTau).
-	ColdAwayTau time.Duration
-	// ColdAwayAll (scratch): every arrival counts in the rate, cold ones too.
-	ColdAwayAll bool
-	// ColdAwayCapN, ColdAwayCapTokens (scratch): caps on the expected
-	// warm arrivals and on the charge.
-	ColdAwayCapN, ColdAwayCapTokens float64
-	// ColdAwayQuad (scratch): the window scales with the prefill, ColdAway
-	// for a prefill of this many tokens.
-	ColdAwayQuad float64
-	// ColdAwayHome (scratch): count only arrivals at their sole holder.
-	ColdAwayHome bool
-	// ColdAwayColdOnly (scratch): charge only a prompt no replica holds.
-	ColdAwayColdOnly bool
-	// ColdAwayFleet (scratch): with ColdAwayColdOnly, cold means no
-	// replica holds more than every usable replica holds.
-	ColdAwayFleet bool
-	// ColdAwayReplicas, ColdAwayFree (scratch): no charge from this many
-	// usable replicas; none unless some usable replica's pending prefill
-	// is at most the prompt.
-	ColdAwayReplicas int
-	ColdAwayFree     bool
-	// ColdAwayKV (scratch): charge only where the prompt is at most
-	// 1/ColdAwayKV of the replica's KV capacity.
-	ColdAwayKV int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1146,20 +1123,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	awayMS := uint32(0)
-	away := rt.opt.ColdAway > 0 && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax) && (!rt.opt.ColdAwayColdOnly || top1 <= 0 || rt.opt.ColdAwayFleet && top1 <= low)
-	if away && rt.opt.ColdAwayReplicas > 0 && usable >= rt.opt.ColdAwayReplicas {
-		away = false
-	}
-	if away && rt.opt.ColdAwayFree {
-		free := false
-		for i := range cands {
-			if cands[i].Usable && rt.loads[cands[i].Slot].pending.Load() <= int64(prompt) {
-				free = true
-				break
-			}
-		}
-		away = free
-	}
+	away := rt.opt.ColdAway > 0 && top1 <= 0 && usable < SubsetGuardReplicas && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
 	if away {
 		awayMS = rt.clockMS()
 	}
@@ -1175,8 +1139,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
 		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
-		if away && (!rt.opt.ColdAwayCold || ov == 0) && (rt.opt.ColdAwayKV <= 0 || int64(prompt)*int64(rt.opt.ColdAwayKV) <= rt.loads[c.Slot].kv()) {
-			ld += rt.coldAway(c.Slot, prompt-ov, awayMS)
+		if away {
+			ld += rt.coldAway(c.Slot, prompt, awayMS)
 		}
 		if lim := hot; lim > 0 {
 			if ov > low {

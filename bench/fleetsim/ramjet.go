@@ -275,30 +275,6 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.ColdAwayMax = int(x)
 		case "caw":
 			setup.Options.ColdAway = seconds(x)
-		case "cawc":
-			setup.Options.ColdAwayCold = x != 0
-		case "cawall":
-			setup.Options.ColdAwayAll = x != 0
-		case "cawn":
-			setup.Options.ColdAwayCapN = x
-		case "cawt":
-			setup.Options.ColdAwayCapTokens = x
-		case "cawq":
-			setup.Options.ColdAwayQuad = x
-		case "cawhome":
-			setup.Options.ColdAwayHome = x != 0
-		case "cawcold":
-			setup.Options.ColdAwayColdOnly = x != 0
-		case "cawfleet":
-			setup.Options.ColdAwayFleet = x != 0
-		case "cawrep":
-			setup.Options.ColdAwayReplicas = int(x)
-		case "cawfree":
-			setup.Options.ColdAwayFree = x != 0
-		case "cawkv":
-			setup.Options.ColdAwayKV = int(x)
-		case "cawtau":
-			setup.Options.ColdAwayTau = seconds(x)
 		default:
 			return nil, true, fmt.Errorf("policy %s: unknown key %q", name, k)
 		}
