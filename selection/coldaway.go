@@ -18,10 +18,11 @@ const warmRateTau = 30 * time.Second
 // to keep it from.
 const coldAwayKVShare = 16
 
-// warmCell is one replica's rate of warm arrivals (requests routed to the
-// sole replica believed to hold most of their prompt), decayed exponentially with
-// warmRateTau: the rate per second as a float32 in the high 32 bits, the
-// Router's clock in ms at the last update in the low 32 bits.
+// warmCell is one replica's rate of warm arrivals (requests routed to it
+// as the sole replica believed to hold most of their prompt), decayed
+// exponentially with warmRateTau: the rate per second as a float32 in the
+// high 32 bits, the Router's clock in ms at the last update in the low 32
+// bits.
 type warmCell struct{ v atomic.Uint64 }
 
 // decay is rate r (per second) read at ms after the update stamped at.

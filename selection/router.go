@@ -563,9 +563,10 @@ type Options struct {
 	// the prompt. 0: off (the rule). Off by default: at 0.5 s with
 	// ColdAwayMax 8,192 it takes shared-prefix at 8 replicas with
 	// 196,608-token caches from 1.07x to 1.05x dynamo-tuned's TTFT p99
-	// and leaves every other measured row as the rule's, but for a
-	// hotspot seed the change of a few cold placements moves
-	// (bench/EXPERIMENTS.md sections 55, 58).
+	// and leaves every other measured row as the rule's on the report
+	// seeds; on a tuning seed of hotspot a few changed cold placements
+	// move its p99 by 6%, inside the band any such change moves it over
+	// 24 seeds (bench/EXPERIMENTS.md sections 55, 58).
 	ColdAway time.Duration
 	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
 	// no limit (an agent's long context is left to the pair term).
