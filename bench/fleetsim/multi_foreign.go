@@ -22,6 +22,9 @@ import (
 // unseen load (ForeignPrefill.SetPrior; "fp" alone: as the module's default,
 // selection.DefaultForeignPrior without -engine-load and 0 with it; the
 // module's foreign_prefill on is fpq=0, queues fpq=1 without -engine-load),
+// "mb=<tokens>" and "ms=<tokens>" the move band and the home's stay
+// (selection.Options.MoveBand, MoveStay), "fpw=<x>" reading the others' queue from this instance's requests
+// waiting for their first token (ForeignPrefill.Wait, with "fp"),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -50,22 +53,25 @@ const (
 // preciseSpec is what a spec after SpillSep asks of ramjet-precise
 // instances (ForeignSpec, ColdSpec); ok is false when it asks neither.
 type preciseSpec struct {
-	foreign bool
-	tau     time.Duration
-	tauTok  int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
-	cold    bool
-	band    float64
-	alone   bool          // "bandalone": the band spill also before evidence of other instances (Options.SpillBandAlone)
-	inst    string        // "inst=<id>": the instances' ids as SpillSep's inst= gives
-	minRun  int           // "fpmin=<blocks>": the smallest stored run fp counts
-	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
-	livesOn bool          // fpres given
-	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
-	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
-	priorOn bool          // fpq given (else the module's default)
-	oracle  bool          // OracleSpec
-	delay   time.Duration // "oracle=<ms>"
-	kvDelay time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
+	foreign  bool
+	tau      time.Duration
+	tauTok   int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
+	cold     bool
+	band     float64
+	alone    bool          // "bandalone": the band spill also before evidence of other instances (Options.SpillBandAlone)
+	inst     string        // "inst=<id>": the instances' ids as SpillSep's inst= gives
+	minRun   int           // "fpmin=<blocks>": the smallest stored run fp counts
+	lives    float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
+	livesOn  bool          // fpres given
+	life     time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
+	prior    float64       // "fpq=<x>": ForeignPrefill.SetPrior
+	moveBand float64       // "mb=<tokens>": Options.MoveBand
+	moveStay float64       // "ms=<tokens>": Options.MoveStay
+	wait     float64       // "fpw=<x>": ForeignPrefill.Wait (the others' queue from this instance's waiting requests)
+	priorOn  bool          // fpq given (else the module's default)
+	oracle   bool          // OracleSpec
+	delay    time.Duration // "oracle=<ms>"
+	kvDelay  time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -100,6 +106,22 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a number of request lives, 0 or more", SpillSep, spec)
 			}
 			ps.lives, ps.livesOn = x, true
+		case k == "fpw" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive wait scale", SpillSep, spec)
+			}
+			ps.wait = x
+		case (k == "mb" || k == "ms") && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive band in tokens", SpillSep, spec)
+			}
+			if k == "mb" {
+				ps.moveBand = x
+			} else {
+				ps.moveStay = x
+			}
 		case k == "fpq" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x < 0 {
@@ -172,9 +194,10 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		if ps.kvDelay > 0 {
 			rp.pc.Delay = ps.kvDelay
 		}
-		if ps.cold || ps.band > 0 {
+		if ps.cold || ps.band > 0 || ps.moveBand > 0 || ps.moveStay > 0 {
 			o := rp.rt.Options()
 			o.ColdSpill, o.SpillBand, o.SpillBandAlone = ps.cold, ps.band, ps.alone
+			o.MoveBand, o.MoveStay = ps.moveBand, ps.moveStay
 			rp.rt = rp.rt.WithOptions(o)
 		}
 		if ps.foreign {
@@ -189,6 +212,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.life > 0 {
 				fp.ResidentLife = ps.life
 			}
+			fp.Wait = ps.wait
 			prior := ps.prior // fpq=
 			if !ps.priorOn && rp.setup.EngineLoad <= 0 {
 				prior = selection.DefaultForeignPrior // the module's default without engine_metrics
