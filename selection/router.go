@@ -566,15 +566,6 @@ type Options struct {
 	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
 	// no limit (an agent's long context is left to the pair term).
 	ColdAwayMax int
-	// MoveBand, when positive, sends a long prompt that the rule moves off
-	// its home (a load override) once other instances are in evidence to
-	// the replica first in the rendezvous order of its own block among the
-	// replicas scoring within MoveBand tokens of the best (moveband.go),
-	// so that independent instances moving the same agent agree. MoveStay,
-	// when positive, keeps such a prompt on its home while the home scores
-	// within MoveStay of the best. 0: off (the rule). Experiments
-	// (bench/EXPERIMENTS.md section 59).
-	MoveBand, MoveStay float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1205,9 +1196,6 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	w = rt.agreePick(f, cands, s, w, best, prompt, first)
-	if rt.opt.MoveBand > 0 || rt.opt.MoveStay > 0 {
-		w = rt.moveBand(f, cands, s, w, best, d.BestOverlap, prompt)
-	}
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.
 	for i := range cands {

@@ -22,8 +22,7 @@ import (
 // unseen load (ForeignPrefill.SetPrior; "fp" alone: as the module's default,
 // selection.DefaultForeignPrior without -engine-load and 0 with it; the
 // module's foreign_prefill on is fpq=0, queues fpq=1 without -engine-load),
-// "mb=<tokens>" and "ms=<tokens>" the move band and the home's stay
-// (selection.Options.MoveBand, MoveStay), "fpw=<x>" reading the others' queue from this instance's requests
+// "fpw=<x>" reading the others' queue from this instance's requests
 // waiting for their first token (ForeignPrefill.Wait, with "fp"),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
@@ -112,16 +111,6 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive wait scale", SpillSep, spec)
 			}
 			ps.wait = x
-		case (k == "mb" || k == "ms") && hasV:
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || x <= 0 {
-				return ps, true, fmt.Errorf("%s%s: want a positive band in tokens", SpillSep, spec)
-			}
-			if k == "mb" {
-				ps.moveBand = x
-			} else {
-				ps.moveStay = x
-			}
 		case k == "fpq" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x < 0 {
@@ -194,10 +183,9 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		if ps.kvDelay > 0 {
 			rp.pc.Delay = ps.kvDelay
 		}
-		if ps.cold || ps.band > 0 || ps.moveBand > 0 || ps.moveStay > 0 {
+		if ps.cold || ps.band > 0 {
 			o := rp.rt.Options()
 			o.ColdSpill, o.SpillBand, o.SpillBandAlone = ps.cold, ps.band, ps.alone
-			o.MoveBand, o.MoveStay = ps.moveBand, ps.moveStay
 			rp.rt = rp.rt.WithOptions(o)
 		}
 		if ps.foreign {
