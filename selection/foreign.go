@@ -105,11 +105,14 @@ type ForeignPrefill struct {
 	// (Share at least ForeignEvidenceShare), a replica's others' pending
 	// prefill is at least Wait times the mean age of this instance's
 	// requests there not yet at their first token, in tokens at the
-	// learned prefill speed, less this instance's own pending prefill
-	// there (WaitEstimate). A queue of the others' requests stores
-	// nothing, and the prior (SetPrior) scales only this instance's own
-	// pending prefill; a request of this instance waiting behind it shows
-	// its length.
+	// engines' prefill speed (learned at a low quantile, waitQuantile),
+	// less this instance's own pending prefill there (WaitEstimate). A
+	// queue of the others' requests stores nothing, and the prior
+	// (SetPrior) scales only this instance's own pending prefill; a
+	// request of this instance waiting behind it shows its length. An
+	// experiment of the fleet simulation (fleetsim "fpw="; no module
+	// setting): a request released without a first token stays counted
+	// as waiting (bench/EXPERIMENTS.md section 59).
 	Wait float64
 
 	rt      atomic.Pointer[Router]

@@ -52,25 +52,23 @@ const (
 // preciseSpec is what a spec after SpillSep asks of ramjet-precise
 // instances (ForeignSpec, ColdSpec); ok is false when it asks neither.
 type preciseSpec struct {
-	foreign  bool
-	tau      time.Duration
-	tauTok   int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
-	cold     bool
-	band     float64
-	alone    bool          // "bandalone": the band spill also before evidence of other instances (Options.SpillBandAlone)
-	inst     string        // "inst=<id>": the instances' ids as SpillSep's inst= gives
-	minRun   int           // "fpmin=<blocks>": the smallest stored run fp counts
-	lives    float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
-	livesOn  bool          // fpres given
-	life     time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
-	prior    float64       // "fpq=<x>": ForeignPrefill.SetPrior
-	moveBand float64       // "mb=<tokens>": Options.MoveBand
-	moveStay float64       // "ms=<tokens>": Options.MoveStay
-	wait     float64       // "fpw=<x>": ForeignPrefill.Wait (the others' queue from this instance's waiting requests)
-	priorOn  bool          // fpq given (else the module's default)
-	oracle   bool          // OracleSpec
-	delay    time.Duration // "oracle=<ms>"
-	kvDelay  time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
+	foreign bool
+	tau     time.Duration
+	tauTok  int // the decay's tokens (ForeignPrefill.TauTokens); 0: a fixed tau
+	cold    bool
+	band    float64
+	alone   bool          // "bandalone": the band spill also before evidence of other instances (Options.SpillBandAlone)
+	inst    string        // "inst=<id>": the instances' ids as SpillSep's inst= gives
+	minRun  int           // "fpmin=<blocks>": the smallest stored run fp counts
+	lives   float64       // "fpres=<x>": the others' runs as resident contexts for x lives (ForeignPrefill.ResidentLives; 0: off)
+	livesOn bool          // fpres given
+	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
+	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
+	wait    float64       // "fpw=<x>": ForeignPrefill.Wait (the others' queue from this instance's waiting requests)
+	priorOn bool          // fpq given (else the module's default)
+	oracle  bool          // OracleSpec
+	delay   time.Duration // "oracle=<ms>"
+	kvDelay time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
