@@ -359,3 +359,55 @@ func TestForeignPrefillExactCredit(t *testing.T) {
 		})
 	}
 }
+
+// Wait reads the others' queue on a replica from how long this instance's
+// own requests there have waited for their first token, once other
+// instances are in evidence: the mean wait at the learned prefill speed,
+// less this instance's own pending prefill.
+func TestForeignPrefillWait(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 3)
+	a, b, c := cands[0].Slot, cands[1].Slot, cands[2].Slot
+	f := NewForeignPrefill()
+	f.SetRouter(rt)
+	f.Wait = 1
+	t0 := time.Unix(100, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+	f.Refresh(at(0))
+	res := rt.Reserve(a, 2048)
+	f.Reserved(res, 0)
+	f.StoredRun(a, 128, 16, at(100))                                     // our 2048 tokens
+	f.FirstTokenAfter(a, at(2048), res.Prefill(), 2048*time.Millisecond) // 1 ms a token
+	res.Release()
+
+	f.Refresh(at(3000))
+	res = rt.Reserve(c, 1000)
+	f.Reserved(res, 0)
+	f.Refresh(at(8000))
+	if got := rt.ExternalPrefill(c); got != 0 {
+		t.Fatalf("alone: external prefill %d on c, want 0", got)
+	}
+	f.StoredRun(b, 256, 16, at(8001)) // 4096 foreign tokens: others in evidence
+	f.Refresh(at(8010))
+	if got, want := rt.ExternalPrefill(c), int64(5010-1000); got != want {
+		t.Errorf("c after 5.01 s waiting: external prefill %d, want the wait's %d less our pending", got, want)
+	}
+	if got, want := f.WaitEstimate(c, at(8010), 1000), int64(4010); got != want {
+		t.Errorf("WaitEstimate = %d, want %d", got, want)
+	}
+	f.FirstTokenAfter(c, at(9000), res.Prefill(), 6*time.Second)
+	res.Release()
+	f.Refresh(at(9010))
+	if got := rt.ExternalPrefill(c); got != 0 {
+		t.Errorf("c once our request has its first token: %d, want 0", got)
+	}
+
+	f.Wait = 0
+	res = rt.Reserve(c, 1000)
+	f.Reserved(res, 0)
+	f.Refresh(at(20000))
+	if got := rt.ExternalPrefill(c); got != 0 {
+		t.Errorf("wait off: c %d, want 0", got)
+	}
+	res.Release()
+}
