@@ -99,25 +99,8 @@ type ForeignPrefill struct {
 	// router (each Route calls it): at most once per RefreshEvery.
 	RefreshEvery time.Duration
 
-	// Wait, when positive, also reads the others' queue from how long this
-	// instance's own requests on a replica have been waiting for their
-	// first token (opt-in; 0: off): once other instances are in evidence
-	// (Share at least ForeignEvidenceShare), a replica's others' pending
-	// prefill is at least Wait times the mean age of this instance's
-	// requests there not yet at their first token, in tokens at the
-	// engines' prefill speed (learned at a low quantile, waitQuantile),
-	// less this instance's own pending prefill there (WaitEstimate). A
-	// queue of the others' requests stores nothing, and the prior
-	// (SetPrior) scales only this instance's own pending prefill; a
-	// request of this instance waiting behind it shows its length. An
-	// experiment of the fleet simulation (fleetsim "fpw="; no module
-	// setting): a request released without a first token stays counted
-	// as waiting (bench/EXPERIMENTS.md section 59).
-	Wait float64
-
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
-	perLow  atomic.Uint64 // the same at waitQuantile (Wait), 0 until learned
 	life    atomic.Uint64 // learned mean life of a request in seconds (float64 bits), 0 until learned
 	first   atomic.Int64  // the first Refresh, Unix nanoseconds
 	last    atomic.Int64  // Refresh's last run, Unix nanoseconds
@@ -138,8 +121,6 @@ type foreignCell struct {
 	lastFirst time.Time // this instance's last first token here
 	r         float64   // decayed foreign stored tokens as resident contexts (ResidentLives), as of rat
 	rat       time.Time
-	waitN     int64 // this instance's requests here not at their first token (Wait)
-	waitSum   int64 // the sum of their send times, Unix nanoseconds
 }
 
 // Default ForeignPrefill settings.
@@ -177,11 +158,7 @@ const (
 	// the foreignQuantile of the observations, moving by a factor of at
 	// most exp(foreignStep) per one.
 	foreignQuantile = 0.25
-	// waitQuantile is Wait's quantile of the time per prefill token: the
-	// engines' speed with little queueing in it (a saturated fleet's
-	// first tokens wait far longer than their prefill takes).
-	waitQuantile = 0.02
-	foreignStep  = 0.05
+	foreignStep     = 0.05
 	// lifeWeight is the weight of each new life in the learned mean (an
 	// exponentially weighted one).
 	lifeWeight = 1.0 / 32
@@ -221,43 +198,6 @@ func (f *ForeignPrefill) FirstToken(s Slot, t time.Time) {
 func (f *ForeignPrefill) FirstTokenAfter(s Slot, t time.Time, prefill int64, took time.Duration) {
 	f.FirstToken(s, t)
 	f.learn(prefill, took)
-	if f.Wait > 0 && s >= 0 && s < MaxReplicas {
-		f.mu.Lock()
-		if c := &f.cells[s]; c.waitN > 0 {
-			c.waitN--
-			c.waitSum -= t.Add(-took).UnixNano()
-			if c.waitN == 0 {
-				c.waitSum = 0
-			}
-		}
-		f.mu.Unlock()
-	}
-}
-
-// WaitEstimate is slot s's others' pending prefill as this instance's own
-// waiting requests there show it at now (Wait), in tokens: 0 while Wait
-// is off, before the prefill speed is learned, or with none waiting.
-// ownPending is this instance's prefill still reserved on s.
-func (f *ForeignPrefill) WaitEstimate(s Slot, now time.Time, ownPending int64) int64 {
-	if s < 0 || s >= MaxReplicas {
-		return 0
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.waitLocked(s, now, ownPending)
-}
-
-func (f *ForeignPrefill) waitLocked(s Slot, now time.Time, ownPending int64) int64 {
-	c := &f.cells[s]
-	per := math.Float64frombits(f.perLow.Load())
-	if f.Wait <= 0 || c.waitN <= 0 || per <= 0 || f.Share() < ForeignEvidenceShare {
-		return 0
-	}
-	age := float64(now.UnixNano()-c.waitSum/c.waitN) / 1e9
-	if age <= 0 {
-		return 0
-	}
-	return max(0, int64(f.Wait*age/per)-ownPending)
 }
 
 // learn moves the time per prefill token towards the foreignQuantile of
@@ -268,31 +208,22 @@ func (f *ForeignPrefill) learn(prefill int64, took time.Duration) {
 		return
 	}
 	x := took.Seconds() / float64(prefill)
-	if f.Wait > 0 {
-		track(&f.perLow, x, waitQuantile)
-	}
-	track(&f.perTok, x, foreignQuantile)
-}
-
-// track moves the estimate in v towards the quantile q of the observed x
-// (a multiplicative quantile tracker: lock-free, one word).
-func track(v *atomic.Uint64, x, q float64) {
 	for {
-		old := v.Load()
+		old := f.perTok.Load()
 		est := math.Float64frombits(old)
 		switch {
 		case est == 0:
 			est = x
 		case x < est:
-			est *= math.Exp(-foreignStep * (1 - q))
+			est *= math.Exp(-foreignStep * (1 - foreignQuantile))
 			est = max(est, x)
 		case x > est:
-			est *= math.Exp(foreignStep * q)
+			est *= math.Exp(foreignStep * foreignQuantile)
 			est = min(est, x)
 		default:
 			return
 		}
-		if v.CompareAndSwap(old, math.Float64bits(est)) {
+		if f.perTok.CompareAndSwap(old, math.Float64bits(est)) {
 			return
 		}
 	}
@@ -431,14 +362,6 @@ func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 		prefill = max(prefill+int64(tokens)-int64(res.prompt), 0)
 	}
 	f.Routed(res.slot, int(prefill))
-	if f.Wait > 0 && res.slot >= 0 && res.slot < MaxReplicas {
-		f.mu.Lock()
-		c := &f.cells[res.slot]
-		c.waitN++
-		c.waitSum += f.last.Load()
-		f.active.Add(res.slot)
-		f.mu.Unlock()
-	}
 	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas {
 		if p := f.unseen(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
 			rt.SetExternalPrefill(res.slot, p)
@@ -535,13 +458,9 @@ func (f *ForeignPrefill) Refresh(now time.Time) {
 			s := Slot(w*64 + mathbits.TrailingZeros64(bits))
 			v, r := f.cells[s].estimate(now, tau, rtau)
 			v = max(v, f.unseen(rt, s))
-			if f.Wait > 0 {
-				_, pend := rt.Load(s)
-				v = max(v, f.waitLocked(s, now, pend))
-			}
 			rt.SetExternalPrefill(s, v)
 			rt.SetExternalContext(s, r)
-			if v == 0 && r == 0 && f.cells[s].waitN == 0 {
+			if v == 0 && r == 0 {
 				f.active.Remove(s)
 			}
 		}
@@ -591,12 +510,7 @@ func (f *ForeignPrefill) Estimate(s Slot, now time.Time) (prefill, context int64
 // SetExternalContext).
 func (f *ForeignPrefill) Apply(rt *Router, s Slot, now time.Time) {
 	v, r := f.Estimate(s, now)
-	v = max(v, f.unseen(rt, s))
-	if f.Wait > 0 {
-		_, pend := rt.Load(s)
-		v = max(v, f.WaitEstimate(s, now, pend))
-	}
-	rt.SetExternalPrefill(s, v)
+	rt.SetExternalPrefill(s, max(v, f.unseen(rt, s)))
 	rt.SetExternalContext(s, r)
 	f.evidence(rt)
 }

@@ -22,8 +22,6 @@ import (
 // unseen load (ForeignPrefill.SetPrior; "fp" alone: as the module's default,
 // selection.DefaultForeignPrior without -engine-load and 0 with it; the
 // module's foreign_prefill on is fpq=0, queues fpq=1 without -engine-load),
-// "fpw=<x>" reading the others' queue from this instance's requests
-// waiting for their first token (ForeignPrefill.Wait, with "fp"),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -64,7 +62,6 @@ type preciseSpec struct {
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
-	wait    float64       // "fpw=<x>": ForeignPrefill.Wait (the others' queue from this instance's waiting requests)
 	priorOn bool          // fpq given (else the module's default)
 	oracle  bool          // OracleSpec
 	delay   time.Duration // "oracle=<ms>"
@@ -103,12 +100,6 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a number of request lives, 0 or more", SpillSep, spec)
 			}
 			ps.lives, ps.livesOn = x, true
-		case k == "fpw" && hasV:
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || x <= 0 {
-				return ps, true, fmt.Errorf("%s%s: want a positive wait scale", SpillSep, spec)
-			}
-			ps.wait = x
 		case k == "fpq" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x < 0 {
@@ -198,7 +189,6 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.life > 0 {
 				fp.ResidentLife = ps.life
 			}
-			fp.Wait = ps.wait
 			prior := ps.prior // fpq=
 			if !ps.priorOn && rp.setup.EngineLoad <= 0 {
 				prior = selection.DefaultForeignPrior // the module's default without engine_metrics

@@ -45,8 +45,6 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+oracle", preciseSpec{}, true, true},
 		{"cs+oracle=20", preciseSpec{cold: true, oracle: true, delay: 20 * time.Millisecond}, true, false},
 		{"oracle=0", preciseSpec{}, true, true},
-		{"cs+band=1024+fp+fpw=2", preciseSpec{cold: true, band: 1024, foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, wait: 2}, true, false},
-		{"fp+fpw=0", preciseSpec{}, true, true},
 	}
 	for _, tt := range tests {
 		got, ok, err := parsePreciseSpec(tt.give)
@@ -70,23 +68,20 @@ func TestMultiPreciseVariantsOneInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := runPolicy(t, w, single, 4, 1)
-	// fpw: the wait evidence waits for other instances as well.
-	for _, v := range []string{"ramjet-precise~cs+band=1024+fp", "ramjet-precise~cs+band=1024+fp+fpw=2"} {
-		lone := newMulti(t, v, 1, FrontRoundRobin, 1)
-		got := runPolicy(t, w, lone, 4, 1)
-		rp := multiOf(lone).inst[0].(*RamjetPrecise)
-		if rp.fp == nil {
-			t.Fatalf("%s: a lone instance with fp has no estimate", v)
-		}
-		tok, runs := rp.fp.Counted()
-		t.Logf("%s lone instance: %d tokens in %d runs counted as foreign", v, tok, runs)
-		if len(want.Records) != len(got.Records) {
-			t.Fatalf("%s: %d records, want %d", v, len(got.Records), len(want.Records))
-		}
-		for i := range want.Records {
-			if want.Records[i] != got.Records[i] {
-				t.Fatalf("%s: record %d differs: single %+v, variant x1 %+v", v, i, want.Records[i], got.Records[i])
-			}
+	lone := newMulti(t, "ramjet-precise~cs+band=1024+fp", 1, FrontRoundRobin, 1)
+	got := runPolicy(t, w, lone, 4, 1)
+	rp := multiOf(lone).inst[0].(*RamjetPrecise)
+	if rp.fp == nil {
+		t.Fatal("a lone instance with fp has no estimate")
+	}
+	tok, runs := rp.fp.Counted()
+	t.Logf("lone instance: %d tokens in %d runs counted as foreign", tok, runs)
+	if len(want.Records) != len(got.Records) {
+		t.Fatalf("%d records, want %d", len(got.Records), len(want.Records))
+	}
+	for i := range want.Records {
+		if want.Records[i] != got.Records[i] {
+			t.Fatalf("record %d differs: single %+v, variant x1 %+v", i, want.Records[i], got.Records[i])
 		}
 	}
 }
