@@ -48,10 +48,6 @@ type reqState struct {
 	// reader is the storage of origReader (no allocation for it).
 	reader edge.Reader
 
-	// featErr is the parse error of the body (a *selection.RequestError for
-	// malformed JSON or a wrong field type); nil when the features are good.
-	featErr error
-
 	// Filled by Select for the last attempt.
 	fleet      *fleet
 	decision   selection.Decision
@@ -83,7 +79,6 @@ type reqState struct {
 	// (Router.Observe, metricsObserver.End); it stays readable after its
 	// release.
 	learned *selection.Reservation
-	stop    func() bool // the handler's; the sweeper needs no stopping
 
 	// observed holds the ramjet handler's writer and observers of this
 	// request (handler.go), allocated with the state.
@@ -129,7 +124,7 @@ func ownedState(r *http.Request) (st *reqState, created bool) {
 	if st, ok := vars[VarRequest].(*reqState); ok {
 		return st, false
 	}
-	st = &reqState{slot: -1, stop: noStop}
+	st = &reqState{slot: -1}
 	if vars != nil {
 		vars[VarRequest] = st
 	}
@@ -175,8 +170,8 @@ func (st *reqState) acquireBody() *edge.Body {
 }
 
 // features returns the parsed features for extractor x, or nil when the
-// body is missing, too large or malformed (st.featErr then holds the
-// *selection.RequestError). See parse.
+// body is missing, too large or malformed (parse then returns the
+// *selection.RequestError).
 func (st *reqState) features(x selection.Extractor, ep selection.Endpoint) *selection.Features {
 	f, err := st.parse(x, ep)
 	if err != nil {
@@ -199,7 +194,6 @@ func (st *reqState) parse(x selection.Extractor, ep selection.Endpoint) (*select
 	if fresh {
 		bodyParses.Add(1)
 	}
-	st.featErr = err
 	return f, err
 }
 
