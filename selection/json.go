@@ -785,7 +785,10 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 // multi-byte character, such as the Kelvin sign, folds to an ASCII
 // letter).
 func keyFold(key []byte, name string) bool {
-	if len(key) != len(name) && (len(key) < len(name) || isASCII(key)) {
+	switch {
+	case len(key) == len(name):
+		return string(key) == name || bytes.EqualFold(key, []byte(name))
+	case len(key) < len(name) || isASCII(key):
 		return false
 	}
 	return bytes.EqualFold(key, []byte(name))
