@@ -40,8 +40,6 @@ type reqState struct {
 	owner atomic.Pointer[edge.Body]
 	// bodyErr is why the body could not be read (edge.ErrTooLarge, I/O).
 	bodyErr error
-	// bodyRead reports that ramjet tried to read the body.
-	bodyRead bool
 	// origReader is the reader the matcher put back into the original
 	// request, so that Select can tell whether it is still untouched.
 	origReader *edge.Reader
@@ -52,18 +50,21 @@ type reqState struct {
 	fleet      *fleet
 	decision   selection.Decision
 	slot       selection.Slot
-	replica    string            // replica key: "addr" or "addr#rank"
-	routeID    string            // opaque id sent in X-Ramjet-Upstream
-	routeIDHdr []string          // the same, as a shared header value; never modify
-	model      string            // interned model name ("" when unknown or not observed)
-	observed   bool              // the ramjet handler observes the response (handler.go)
-	fallback   bool              // the fallback policy chose (no usable features)
-	attempts   int               // Select calls for this request (1 + retries)
-	tried      selection.SlotSet // slots picked by earlier attempts
-	// pending: the outcome of the attempt to slot is not reported to the
-	// outlier detector yet; poolSize is the size of its pool (outlier.go).
-	pending  bool
-	poolSize int
+	observed   bool     // the ramjet handler observes the response (handler.go)
+	fallback   bool     // the fallback policy chose (no usable features)
+	bodyRead   bool     // ramjet tried to read the body
+	pending    bool     // the outcome of the attempt to slot is not reported to the outlier detector yet (outlier.go)
+	replica    string   // replica key: "addr" or "addr#rank"
+	routeID    string   // opaque id sent in X-Ramjet-Upstream
+	routeIDHdr []string // the same, as a shared header value; never modify
+	model      string   // interned model name ("" when unknown or not observed)
+	attempts   int      // Select calls for this request (1 + retries)
+	// The slots picked by earlier attempts (markTried): the first one's
+	// plus one in tried1 (0: none), all of them in tried from the second
+	// on (allocated then: retries are rare, and a set is 128 bytes).
+	tried1   selection.Slot
+	tried    *selection.SlotSet
+	poolSize int // the size of the attempt's pool (outlier.go)
 	// metrics is the request's metrics observer (metrics.go), for Select.
 	metrics *metricsObserver
 	// baseHeader is the request header map of the first attempt.
@@ -146,7 +147,24 @@ func lookupRequest(r *http.Request) *reqState {
 	return st
 }
 
-func (st *reqState) markTried(s selection.Slot) { st.tried.Add(s) }
+func (st *reqState) markTried(s selection.Slot) {
+	if st.tried == nil && st.tried1 == 0 {
+		st.tried1 = s + 1
+		return
+	}
+	st.triedSet().Add(s)
+}
+
+// triedSet returns the set of the slots picked by earlier attempts.
+func (st *reqState) triedSet() *selection.SlotSet {
+	if st.tried == nil {
+		st.tried = new(selection.SlotSet)
+		if st.tried1 > 0 {
+			st.tried.Add(st.tried1 - 1)
+		}
+	}
+	return st.tried
+}
 
 // finish ends the request: releases its reservation and its hold on the
 // body buffer. Safe to call more than once, from any goroutine.
