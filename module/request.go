@@ -50,25 +50,20 @@ type reqState struct {
 	fleet      *fleet
 	decision   selection.Decision
 	slot       selection.Slot
-	observed   bool     // the ramjet handler observes the response (handler.go)
-	fallback   bool     // the fallback policy chose (no usable features)
-	bodyRead   bool     // ramjet tried to read the body
-	pending    bool     // the outcome of the attempt to slot is not reported to the outlier detector yet (outlier.go)
-	replica    string   // replica key: "addr" or "addr#rank"
-	routeID    string   // opaque id sent in X-Ramjet-Upstream
-	routeIDHdr []string // the same, as a shared header value; never modify
-	model      string   // interned model name ("" when unknown or not observed)
-	attempts   int      // Select calls for this request (1 + retries)
-	// The slots picked by earlier attempts (markTried): the first one's
-	// plus one in tried1 (0: none), all of them in tried from the second
-	// on (allocated then: retries are rare, and a set is 128 bytes).
-	tried1   selection.Slot
-	tried    *selection.SlotSet
-	poolSize int // the size of the attempt's pool (outlier.go)
-	// metrics is the request's metrics observer (metrics.go), for Select.
-	metrics *metricsObserver
-	// baseHeader is the request header map of the first attempt.
-	baseHeader http.Header
+	observed   bool               // the ramjet handler observes the response (handler.go)
+	fallback   bool               // the fallback policy chose (no usable features)
+	bodyRead   bool               // ramjet tried to read the body
+	pending    bool               // the outcome of the attempt to slot is not reported to the outlier detector yet (outlier.go)
+	replica    string             // replica key: "addr" or "addr#rank"
+	routeID    string             // opaque id sent in X-Ramjet-Upstream
+	routeIDHdr []string           // the same, as a shared header value; never modify
+	model      string             // interned model name ("" when unknown or not observed)
+	attempts   int                // Select calls for this request (1 + retries)
+	tried1     selection.Slot     // the first attempt's slot plus one (0: none): see markTried
+	tried      *selection.SlotSet // every attempt's slot, allocated on a retry
+	poolSize   int                // the size of the attempt's pool (outlier.go)
+	metrics    *metricsObserver   // the request's metrics observer (metrics.go), for Select
+	baseHeader http.Header        // the request header map of the first attempt
 
 	// route holds the preflight's token ids and the first attempt's
 	// reservation (policy.go).
@@ -147,12 +142,13 @@ func lookupRequest(r *http.Request) *reqState {
 	return st
 }
 
+// markTried records that an attempt picked slot s.
 func (st *reqState) markTried(s selection.Slot) {
-	if st.tried == nil && st.tried1 == 0 {
-		st.tried1 = s + 1
-		return
+	if st.tried != nil || st.tried1 != 0 {
+		st.triedSet().Add(s)
+	} else {
+		st.tried1 = s + 1 // no set yet: retries are rare, and a set is 128 bytes
 	}
-	st.triedSet().Add(s)
 }
 
 // triedSet returns the set of the slots picked by earlier attempts.
