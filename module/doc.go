@@ -38,8 +38,8 @@
 //	st.readBody(r, limit)   read the body once, bounded (edge.ReadBody);
 //	                        st.acquireBody() (then Release), st.bodyErr
 //	                        (edge.ErrTooLarge) and a byte-exact r.Body
-//	st.features(x, ep)      parsed features (nil on error; st.featErr holds
-//	                        the *selection.RequestError for a 400)
+//	st.features(x, ep)      parsed features (nil on error; st.parse(x, ep)
+//	                        returns the *selection.RequestError for a 400)
 //	st.fleet, st.slot, st.replica, st.routeID, st.model (observed requests
 //	only), st.decision, st.fallback, st.attempts, st.hold (the
 //	reservation, a selection.Hold)

@@ -72,7 +72,6 @@ func guardRequest(body []byte) *http.Request {
 func endRequest(r *http.Request) {
 	if st := lookupRequest(r); st != nil {
 		st.finish()
-		st.stop()
 	}
 }
 

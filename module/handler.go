@@ -118,8 +118,6 @@ func observedState(r *http.Request) *reqState {
 	return st
 }
 
-func noStop() bool { return false }
-
 func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	var m Handler
 	err := m.UnmarshalCaddyfile(h.Dispenser)
@@ -170,15 +168,9 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 }
 
 // ResponseDone ends the request once the handler's response ended
-// (observe.Doner).
-func (st *reqState) ResponseDone() { st.end() }
-
-// end ends the request: its reservation is released now rather than when
-// its context ends.
-func (st *reqState) end() {
-	st.finish()
-	st.stop()
-}
+// (observe.Doner): its reservation is released now rather than when its
+// context ends.
+func (st *reqState) ResponseDone() { st.finish() }
 
 // observerFactory returns an observer of one request's response, or nil
 // to skip it. st is the request's ramjet state: after the upstream's

@@ -417,7 +417,7 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	sc := scratchPool.Get().(*scratch)
 	var tried *selection.SlotSet
 	if st.attempts > 1 {
-		tried = &st.tried
+		tried = st.triedSet()
 	}
 	cands := selection.AppendCandidates(sc.cands[:0], v.Slots, v.Profiles,
 		func(i int) bool {

@@ -40,38 +40,30 @@ type reqState struct {
 	owner atomic.Pointer[edge.Body]
 	// bodyErr is why the body could not be read (edge.ErrTooLarge, I/O).
 	bodyErr error
-	// bodyRead reports that ramjet tried to read the body.
-	bodyRead bool
 	// origReader is the reader the matcher put back into the original
 	// request, so that Select can tell whether it is still untouched.
 	origReader *edge.Reader
 	// reader is the storage of origReader (no allocation for it).
 	reader edge.Reader
 
-	// featErr is the parse error of the body (a *selection.RequestError for
-	// malformed JSON or a wrong field type); nil when the features are good.
-	featErr error
-
 	// Filled by Select for the last attempt.
 	fleet      *fleet
 	decision   selection.Decision
 	slot       selection.Slot
-	replica    string            // replica key: "addr" or "addr#rank"
-	routeID    string            // opaque id sent in X-Ramjet-Upstream
-	routeIDHdr []string          // the same, as a shared header value; never modify
-	model      string            // interned model name ("" when unknown or not observed)
-	observed   bool              // the ramjet handler observes the response (handler.go)
-	fallback   bool              // the fallback policy chose (no usable features)
-	attempts   int               // Select calls for this request (1 + retries)
-	tried      selection.SlotSet // slots picked by earlier attempts
-	// pending: the outcome of the attempt to slot is not reported to the
-	// outlier detector yet; poolSize is the size of its pool (outlier.go).
-	pending  bool
-	poolSize int
-	// metrics is the request's metrics observer (metrics.go), for Select.
-	metrics *metricsObserver
-	// baseHeader is the request header map of the first attempt.
-	baseHeader http.Header
+	observed   bool               // the ramjet handler observes the response (handler.go)
+	fallback   bool               // the fallback policy chose (no usable features)
+	bodyRead   bool               // ramjet tried to read the body
+	pending    bool               // the outcome of the attempt to slot is not reported to the outlier detector yet (outlier.go)
+	replica    string             // replica key: "addr" or "addr#rank"
+	routeID    string             // opaque id sent in X-Ramjet-Upstream
+	routeIDHdr []string           // the same, as a shared header value; never modify
+	model      string             // interned model name ("" when unknown or not observed)
+	attempts   int                // Select calls for this request (1 + retries)
+	tried1     selection.Slot     // the first attempt's slot plus one (0: none): see markTried
+	tried      *selection.SlotSet // every attempt's slot, allocated on a retry
+	poolSize   int                // the size of the attempt's pool (outlier.go)
+	metrics    *metricsObserver   // the request's metrics observer (metrics.go), for Select
+	baseHeader http.Header        // the request header map of the first attempt
 
 	// route holds the preflight's token ids and the first attempt's
 	// reservation (policy.go).
@@ -83,7 +75,6 @@ type reqState struct {
 	// (Router.Observe, metricsObserver.End); it stays readable after its
 	// release.
 	learned *selection.Reservation
-	stop    func() bool // the handler's; the sweeper needs no stopping
 
 	// observed holds the ramjet handler's writer and observers of this
 	// request (handler.go), allocated with the state.
@@ -129,7 +120,7 @@ func ownedState(r *http.Request) (st *reqState, created bool) {
 	if st, ok := vars[VarRequest].(*reqState); ok {
 		return st, false
 	}
-	st = &reqState{slot: -1, stop: noStop}
+	st = &reqState{slot: -1}
 	if vars != nil {
 		vars[VarRequest] = st
 	}
@@ -151,7 +142,25 @@ func lookupRequest(r *http.Request) *reqState {
 	return st
 }
 
-func (st *reqState) markTried(s selection.Slot) { st.tried.Add(s) }
+// markTried records that an attempt picked slot s.
+func (st *reqState) markTried(s selection.Slot) {
+	if st.tried != nil || st.tried1 != 0 {
+		st.triedSet().Add(s)
+	} else {
+		st.tried1 = s + 1 // no set yet: retries are rare, and a set is 128 bytes
+	}
+}
+
+// triedSet returns the set of the slots picked by earlier attempts.
+func (st *reqState) triedSet() *selection.SlotSet {
+	if st.tried == nil {
+		st.tried = new(selection.SlotSet)
+		if st.tried1 > 0 {
+			st.tried.Add(st.tried1 - 1)
+		}
+	}
+	return st.tried
+}
 
 // finish ends the request: releases its reservation and its hold on the
 // body buffer. Safe to call more than once, from any goroutine.
@@ -175,8 +184,8 @@ func (st *reqState) acquireBody() *edge.Body {
 }
 
 // features returns the parsed features for extractor x, or nil when the
-// body is missing, too large or malformed (st.featErr then holds the
-// *selection.RequestError). See parse.
+// body is missing, too large or malformed (parse then returns the
+// *selection.RequestError).
 func (st *reqState) features(x selection.Extractor, ep selection.Endpoint) *selection.Features {
 	f, err := st.parse(x, ep)
 	if err != nil {
@@ -199,7 +208,6 @@ func (st *reqState) parse(x selection.Extractor, ep selection.Endpoint) (*select
 	if fresh {
 		bodyParses.Add(1)
 	}
-	st.featErr = err
 	return f, err
 }
 

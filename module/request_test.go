@@ -11,6 +11,7 @@ import (
 	"testing/iotest"
 
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // TestReadBody reads bodies through readers that return data in odd
@@ -74,3 +75,26 @@ func TestReadBody(t *testing.T) {
 type zeroReader struct{}
 
 func (zeroReader) Read([]byte) (int, error) { return 0, nil }
+
+// TestMarkTried: the slots of every attempt are in the set a retry
+// filters by, the first one's kept without a set until a second attempt.
+func TestMarkTried(t *testing.T) {
+	for _, first := range []selection.Slot{0, 5, 1023} {
+		st := &reqState{}
+		st.markTried(first)
+		if st.tried != nil {
+			t.Fatalf("first attempt (slot %d) allocated a set", first)
+		}
+		set := st.triedSet()
+		if !set.Has(first) {
+			t.Errorf("slot %d of the first attempt not in the set", first)
+		}
+		st.markTried(7)
+		if !st.tried.Has(first) || !st.tried.Has(7) || st.triedSet() != set {
+			t.Errorf("after a retry to 7: set %v, want slots %d and 7", *st.tried, first)
+		}
+	}
+	if st := (&reqState{}); st.triedSet().Has(0) {
+		t.Error("no attempt yet, slot 0 in the set")
+	}
+}

@@ -212,8 +212,15 @@ func TestMatcherRestoresBody(t *testing.T) {
 			}
 			if tt.name == "malformed" {
 				var re *selection.RequestError
-				if st := lookupRequest(r); st == nil || !errors.As(st.featErr, &re) {
-					t.Fatalf("parse error not kept for a 400: %v", st.featErr)
+				st := lookupRequest(r)
+				if st == nil {
+					t.Fatal("no request state")
+				}
+				b := st.acquireBody()
+				_, err := st.parse(sharedExtractor(), selection.EndpointChat)
+				b.Release()
+				if !errors.As(err, &re) {
+					t.Fatalf("parse error not kept for a 400: %v", err)
 				}
 			}
 		})

@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -56,6 +57,8 @@ func TestIntFields(t *testing.T) {
 		{name: "whitespace and nesting in other members", give: " {\n \"x\" : [1, {\"y\": [true, false, null, \"s\\u00e9\"]}, -0.5e+3] , \"prompt_tokens\" : -0 }\t", wantDecided: true},
 		{name: "case folded and duplicate keys, last wins", give: `{"Prompt_Tokens":1,"PROMPT_TOKENS":2,"prompt_tokens_details":{"cached_tokens":3},"prompt_tokens_details":{"CACHED_TOKENS":4}}`, wantDecided: true},
 		{name: "kelvin sign folds to k", give: "{\"prompt_to\u212aens\":5}", wantDecided: true},
+		{name: "long s folds to s", give: "{\"prompt_token\u017f\":6,\"input_to\u212aen\u017f\":7}", wantDecided: true},
+		{name: "a longer ASCII key", give: `{"prompt_tokensx":6,"prompt_token":7}`, wantDecided: true},
 		{name: "int64 bounds", give: `{"prompt_tokens":9223372036854775807,"completion_tokens":-9223372036854775808}`, wantDecided: true},
 		{name: "null field", give: `{"prompt_tokens":null}`, wantDecided: true},
 		{name: "empty object", give: `{}`, wantDecided: true},
@@ -141,4 +144,19 @@ func BenchmarkIntFields(b *testing.B) {
 			_, _ = refIntFields(body)
 		}
 	})
+}
+
+// TestKeyFold: keyFold answers as bytes.EqualFold for keys shorter,
+// longer and as long as the name, ASCII or not.
+func TestKeyFold(t *testing.T) {
+	keys := []string{"", "k", "K", "\u212a", "s", "\u017f", "ss", "cached_tokens", "CACHED_TOKENS", "cached_to\u212aens",
+		"cached_token\u017f", "cached_tokenss", "cached_token", "cached_tokens\u00e9", "\u00e9ached_tokens"}
+	names := []string{"k", "s", "cached_tokens", "prompt_tokens_details"}
+	for _, k := range keys {
+		for _, n := range names {
+			if got, want := keyFold([]byte(k), n), bytes.EqualFold([]byte(k), []byte(n)); got != want {
+				t.Errorf("keyFold(%q, %q) = %v, want %v", k, n, got, want)
+			}
+		}
+	}
 }

@@ -744,7 +744,7 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 		}
 		matched := false
 		for k, f := range fields {
-			if f.Parent == parent && bytes.EqualFold(it.key, []byte(f.Name)) {
+			if f.Parent == parent && keyFold(it.key, f.Name) {
 				end, ok := intValue(b, it.val, &out[k])
 				if !ok {
 					return 0, false
@@ -752,7 +752,7 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 				it.i, matched = end, true
 				break
 			}
-			if parent == "" && f.Parent != "" && bytes.EqualFold(it.key, []byte(f.Parent)) {
+			if parent == "" && f.Parent != "" && keyFold(it.key, f.Parent) {
 				switch b[it.val] {
 				case 'n':
 					it.skip() // null: the struct stays as it is
@@ -777,6 +777,31 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 		return 0, false
 	}
 	return it.end, true
+}
+
+// keyFold is bytes.EqualFold(key, name) for an ASCII name, without its
+// walk over the two when they cannot match: a key shorter than the name
+// never matches, nor does a longer one of ASCII bytes only (only a
+// multi-byte character, such as the Kelvin sign, folds to an ASCII
+// letter).
+func keyFold(key []byte, name string) bool {
+	switch {
+	case len(key) == len(name):
+		return string(key) == name || bytes.EqualFold(key, []byte(name))
+	case len(key) < len(name) || isASCII(key):
+		return false
+	}
+	return bytes.EqualFold(key, []byte(name))
+}
+
+// isASCII reports whether b holds ASCII bytes only.
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // intValue reads the integer or null at b[i] into *dst (null: left as is)

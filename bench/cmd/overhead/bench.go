@@ -42,6 +42,8 @@ type cell struct {
 	cpu     time.Duration // process CPU time (user+system) spent in the cell
 	// The process's heap allocations (bytes, objects) in the cell.
 	allocBytes, allocs uint64
+	// goroutines is how many goroutines the process started in the cell.
+	goroutines uint64
 }
 
 // bench runs the interleaved measurement.
@@ -189,6 +191,7 @@ func (b *bench) measure(ctx context.Context, t target, sc scenario, bodies [][]b
 	var wg sync.WaitGroup
 	cpu0 := processCPU()
 	bytes0, objects0 := heapCounters()
+	gor0 := goroutinesCreated()
 	start := time.Now()
 	for range b.concurrency {
 		wg.Add(1)
@@ -229,6 +232,7 @@ func (b *bench) measure(ctx context.Context, t target, sc scenario, bodies [][]b
 	bytes1, objects1 := heapCounters()
 	c.allocBytes += bytes1 - bytes0
 	c.allocs += objects1 - objects0
+	c.goroutines += goroutinesCreated() - gor0
 }
 
 // row is one line of the result table.
@@ -273,6 +277,12 @@ type measure struct {
 	// between two targets is what the proxy allocates differently.
 	AllocBytesPerReq float64 `json:"alloc_bytes_per_req"`
 	AllocsPerReq     float64 `json:"allocs_per_req"`
+	// GoroutinesPerReq is how many goroutines the process started per
+	// successful request (net/http's per-connection and background-read
+	// goroutines, a proxy's own); like the allocations it barely moves
+	// with the machine's load, and each is a wake-up of another thread
+	// when a core is idle (c=1).
+	GoroutinesPerReq float64 `json:"goroutines_per_req"`
 	Sample           string  `json:"error_sample,omitempty"`
 }
 
@@ -296,6 +306,7 @@ func (b *bench) rows(direct, rr, rj string) []row {
 				CPUPerReq:        ratio(float64(c.cpu.Microseconds()), float64(c.ok)),
 				AllocBytesPerReq: ratio(float64(c.allocBytes), float64(c.ok)),
 				AllocsPerReq:     ratio(float64(c.allocs), float64(c.ok)),
+				GoroutinesPerReq: ratio(float64(c.goroutines), float64(c.ok)),
 				Sample:           c.sample,
 			}
 		}

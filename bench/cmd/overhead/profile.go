@@ -69,3 +69,14 @@ func heapCounters() (bytes, objects uint64) {
 	metrics.Read(s)
 	return s[0].Value.Uint64(), s[1].Value.Uint64()
 }
+
+// goroutinesCreated is how many goroutines the process has started
+// (runtime/metrics).
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
