@@ -302,3 +302,62 @@ func TestLingerHalfLife(t *testing.T) {
 		}
 	}
 }
+
+// With LingerIdleTTL the lingering context of a replica with nothing in
+// flight expires after that much idle time instead of the linger TTL; on
+// a busy replica it keeps the TTL, and once expired it does not count
+// again when the idle replica takes a request.
+func TestLingerIdleTTL(t *testing.T) {
+	var now time.Duration
+	newRouter := func(o Options) (*Router, Slot, []Candidate) {
+		rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, PairWeight: 2}, 2)
+		o.PairFloor = -1 // load = request_cost x n + 2 x 8,000 x (resident + linger) / 16,000
+		rt = rt.WithOptions(o)
+		rt.SetClock(func() time.Duration { return now })
+		rt.SetCapacity(cands[0].Slot, 16_000)
+		return rt, cands[0].Slot, cands
+	}
+	idle := Options{LingerIdleTTL: 5 * time.Second}
+	for _, tt := range []struct {
+		name string
+		o    Options
+		at   time.Duration
+		want float64
+	}{
+		{"rule, idle 3 s", Options{}, 3 * time.Second, 4000},
+		{"rule, idle 6 s", Options{}, 6 * time.Second, 4000},
+		{"idle 3 s", idle, 3 * time.Second, 4000},
+		{"idle 6 s", idle, 6 * time.Second, 0},
+		{"idle past the linger TTL", idle, DefaultLingerTTL, 0},
+	} {
+		now = 0
+		rt, sl, cands := newRouter(tt.o)
+		routeResident(t, rt, cands, 0, 1, 250).Release() // 4,000 tokens linger from 0
+		now = tt.at
+		if got := rt.load(sl, 8000); got != tt.want {
+			t.Errorf("%s: load %v, want %v", tt.name, got, tt.want)
+		}
+	}
+
+	// Busy: a request still in flight keeps the linger TTL.
+	now = 0
+	rt, sl, cands := newRouter(idle)
+	busy := routeResident(t, rt, cands, 0, 2, 250) // 4,000 tokens resident
+	routeResident(t, rt, cands, 0, 1, 250).Release()
+	now = 6 * time.Second
+	if got, want := rt.load(sl, 8000), 1+8000.0; got != want {
+		t.Errorf("busy replica 6 s after a release: load %v, want %v (4,000 resident + 4,000 lingering)", got, want)
+	}
+	busy.Release()
+
+	// Expired while idle: the next request does not bring it back.
+	now = 0
+	rt, sl, cands = newRouter(idle)
+	routeResident(t, rt, cands, 0, 1, 250).Release()
+	now = 6 * time.Second
+	next := routeResident(t, rt, cands, 0, 3, 10) // 160 tokens
+	defer next.Release()
+	if got, want := rt.load(sl, 8000), 1+160.0; got != want {
+		t.Errorf("a request on the replica idle past LingerIdleTTL: load %v, want %v (its own 160 tokens only)", got, want)
+	}
+}
