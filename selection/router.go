@@ -360,14 +360,6 @@ type Options struct {
 	// with this half-life since the replica's last release instead of
 	// expiring after LingerTTL (experiment).
 	LingerHalfLife time.Duration
-	// LingerIdleTTL, when positive, shortens LingerTTL to this on a
-	// replica with nothing of this router's in flight: its last release
-	// emptied it, so the time since is how long it has been idle, and an
-	// agent between tool calls comes back within seconds, while the
-	// released context of agents that ended (an open-loop trace's last
-	// agents, a replica whose sessions all finished) otherwise keeps an
-	// idle replica as dear as a full one for the whole TTL. 0: the rule.
-	LingerIdleTTL time.Duration
 	// ObserveShadowed makes Observe read every shortfall as eviction (the
 	// rule before), also when the prompt shared a prefix with a request
 	// still prefilling on the replica, which the rule ignores: the engine
@@ -654,16 +646,6 @@ func (rt *Router) lingerOn() (bool, uint32) {
 	}
 }
 
-// lingerTTLFor is the linger TTL (ms, positive) on a replica with n of
-// this router's requests in flight: Options.LingerIdleTTL when n is 0 and
-// it is shorter.
-func (rt *Router) lingerTTLFor(ttl uint32, n int64) uint32 {
-	if it := rt.opt.LingerIdleTTL; it > 0 && n == 0 {
-		return min(ttl, uint32(min(it/time.Millisecond, math.MaxUint32)))
-	}
-	return ttl
-}
-
 // IndexShape is the part of c that the index and the fingerprints depend
 // on: block_tokens, prefix_tokens, chars_per_token and index_budget. Two
 // configurations of the same shape can share a Router's state.
@@ -946,7 +928,7 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
 			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
 			pres += lgr
-		} else if lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < rt.lingerTTLFor(ttl, n)) {
+		} else if lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
 			lgr = float64(lg)
 			pres += lgr
 		}
@@ -1393,15 +1375,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 		rt.idx.settle()
 	}
 	c := &rt.loads[s]
-	w := c.inflight.Add(1)
-	gen := uint32(uint64(w) >> 32)
-	if rt.opt.LingerIdleTTL > 0 && int32(w) == 1 {
-		// The first request on an idle replica: what lingered past the
-		// idle TTL is done (else it would count again while this runs).
-		if on, ttl := rt.lingerOn(); on && ttl > 0 && rt.clockMS()-c.lingerAt.Load() >= rt.lingerTTLFor(ttl, 0) {
-			c.linger.Store(0)
-		}
-	}
+	gen := uint32(uint64(c.inflight.Add(1)) >> 32)
 	c.pending.Add(int64(prefill))
 	if resident != 0 {
 		c.resident.Add(resident)
