@@ -476,31 +476,27 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 		case key == "":
 			it.skip()
 			continue
-		case key == "model":
-			model, want = str{}, "a string"
+		case key == "model" || llm && (key == "cache_salt" || key == "instructions" && ep == EndpointResponses):
+			dst := &model // a string field
+			switch key[0] {
+			case 'c':
+				dst = &salt
+			case 'i':
+				dst = &instr
+			}
+			*dst, want = str{}, "a string"
 			if b[v] == '"' {
 				end, esc, err := scanString(b, v)
 				if err != nil {
 					return inField(err, key)
 				}
-				model, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
+				*dst, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
 				it.i = end
 				continue
 			}
 		case !llm:
 			it.skip()
 			continue
-		case key == "cache_salt":
-			salt, want = str{}, "a string"
-			if b[v] == '"' {
-				end, esc, err := scanString(b, v)
-				if err != nil {
-					return inField(err, key)
-				}
-				salt, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
-				it.i = end
-				continue
-			}
 		case key == "stream":
 			f.Stream, want = b[v] == 't', "a boolean"
 			if b[v] == 't' || b[v] == 'f' {
@@ -576,17 +572,6 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 			input, want = Span{}, "a string or an array"
 			if b[v] == '[' || b[v] == '"' {
 				want = ""
-			}
-		case key == "instructions" && ep == EndpointResponses:
-			instr, want = str{}, "a string"
-			if b[v] == '"' {
-				end, esc, err := scanString(b, v)
-				if err != nil {
-					return inField(err, key)
-				}
-				instr, terrs[ki] = str{v + 1, end - 1, esc, true}, nil
-				it.i = end
-				continue
 			}
 		default:
 			it.skip()
@@ -849,8 +834,7 @@ func writeMessages(k *blocker, b []byte, v int, param string) error {
 		if b[m] != '{' {
 			return typeErr(elemParam(param, arr.n, ""), m, "an object")
 		}
-		var role, name, content str
-		var contentArr, calls, callID, callID2 Span
+		var msg msgFields
 		obj := newLaxObj(b, m)
 		for obj.next() {
 			key := decodeKey(obj.key, obj.esc, &kbuf)
@@ -864,51 +848,12 @@ func writeMessages(k *blocker, b []byte, v int, param string) error {
 				end = laxSkip(b, val)
 			}
 			obj.i = end
-			switch string(key) {
-			case "role", "name":
-				s := str{val + 1, end - 1, esc, true}
-				switch c {
-				case '"':
-				case 'n':
-					s = str{}
-				default:
-					return typeErr(elemParam(param, arr.n, string(key)), val, "a string")
-				}
-				if key[0] == 'r' {
-					role = s
-				} else {
-					name = s
-				}
-			case "content":
-				content, contentArr = str{}, Span{}
-				switch c {
-				case '"':
-					content = str{val + 1, end - 1, esc, true}
-				case '[':
-					contentArr = spanOf(val, end)
-				case 'n':
-				default:
-					return typeErr(elemParam(param, arr.n, "content"), val, "a string, an array of parts or null")
-				}
-			case "tool_calls":
-				calls = Span{}
-				if c != 'n' {
-					calls = spanOf(val, end)
-				}
-			case "tool_call_id":
-				callID = Span{}
-				if c != 'n' {
-					callID = spanOf(val, end)
-				}
-			case "call_id":
-				callID2 = Span{}
-				if c != 'n' {
-					callID2 = spanOf(val, end)
-				}
+			if want := msg.set(key, c, val, end, esc); want != "" {
+				return typeErr(elemParam(param, arr.n, string(key)), val, want)
 			}
 		}
 		arr.i = obj.end
-		writeMessage(k, b, b[m:obj.end], role, name, content, contentArr, calls, callID, callID2, nil)
+		writeMessage(k, b, b[m:obj.end], &msg, nil)
 	}
 	return nil
 }
@@ -925,13 +870,71 @@ type arrayIter struct {
 	err   error
 }
 
+// msgFields are the fields of one message that writeMessage hashes, as
+// the two message walkers read them.
+type msgFields struct {
+	role, name, content                str
+	contentArr, calls, callID, callID2 Span
+}
+
+// set notes the value at b[val:end] (c is b[val]; esc: a string with
+// escapes) of the message's key, when writeMessage reads that key. It
+// returns what the value should have been when its type is wrong ("" when
+// it is right); the walkers turn that into the request's type error.
+func (msg *msgFields) set(key []byte, c byte, val, end int, esc bool) (want string) {
+	switch string(key) {
+	case "role", "name":
+		s := str{val + 1, end - 1, esc, true}
+		switch c {
+		case '"':
+		case 'n':
+			s = str{}
+		default:
+			want = "a string"
+		}
+		if key[0] == 'r' {
+			msg.role = s
+		} else {
+			msg.name = s
+		}
+	case "content":
+		msg.content, msg.contentArr = str{}, Span{}
+		switch c {
+		case '"':
+			msg.content = str{val + 1, end - 1, esc, true}
+		case '[':
+			msg.contentArr = spanOf(val, end)
+		case 'n':
+		default:
+			want = "a string, an array of parts or null"
+		}
+	case "tool_calls":
+		msg.calls = nonNull(c, val, end)
+	case "tool_call_id":
+		msg.callID = nonNull(c, val, end)
+	case "call_id":
+		msg.callID2 = nonNull(c, val, end)
+	}
+	return want
+}
+
+// nonNull is the span of the value at val, or none for a null (c == 'n').
+func nonNull(c byte, val, end int) Span {
+	if c == 'n' {
+		return Span{}
+	}
+	return spanOf(val, end)
+}
+
 // writeMessage writes one message's canonical bytes: role, name, content
 // (text, or its parts: from parts when it holds this message's, else read
 // again from the body), the tool calls or, for an item with neither role
 // nor content (a responses function_call or function_call_output), the
 // whole item, and the tool call id (tool_call_id, else call_id). The two
 // message walkers share it, so that both paths hash alike.
-func writeMessage(k *blocker, b, item []byte, role, name, content str, contentArr, calls, callID, callID2 Span, parts *partList) {
+func writeMessage(k *blocker, b, item []byte, msg *msgFields, parts *partList) {
+	role, name, content, contentArr := msg.role, msg.name, msg.content, msg.contentArr
+	calls, callID := msg.calls, msg.callID
 	k.writeByte(sepMessage)
 	if role.set {
 		k.writeString(role.raw(b), role.esc)
@@ -958,7 +961,7 @@ func writeMessage(k *blocker, b, item []byte, role, name, content str, contentAr
 	}
 	k.writeByte(sepField)
 	if callID == (Span{}) {
-		callID = callID2
+		callID = msg.callID2
 	}
 	if callID != (Span{}) {
 		k.writeCompact(callID.Bytes(b))
@@ -1017,8 +1020,7 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 			arr.i = end
 			continue
 		}
-		var role, name, content str
-		var contentArr, calls, callID, callID2 Span
+		var msg msgFields
 		obj.restart(m)
 		for obj.next() {
 			key := decodeKey(obj.key, obj.esc, &kbuf)
@@ -1040,51 +1042,8 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 				return 0, err
 			}
 			obj.i = end
-			switch string(key) {
-			case "role", "name":
-				s := str{val + 1, end - 1, esc, true}
-				switch c {
-				case '"':
-				case 'n':
-					s = str{}
-				default:
-					if terr == nil {
-						terr = typeErr(elemParam(param, arr.n, string(key)), val, "a string")
-					}
-				}
-				if key[0] == 'r' {
-					role = s
-				} else {
-					name = s
-				}
-			case "content":
-				content, contentArr = str{}, Span{}
-				switch c {
-				case '"':
-					content = str{val + 1, end - 1, esc, true}
-				case '[':
-					contentArr = spanOf(val, end)
-				case 'n':
-				default:
-					if terr == nil {
-						terr = typeErr(elemParam(param, arr.n, "content"), val, "a string, an array of parts or null")
-					}
-				}
-			case "tool_calls":
-				calls = Span{}
-				if c != 'n' {
-					calls = spanOf(val, end)
-				}
-			case "tool_call_id":
-				callID = Span{}
-				if c != 'n' {
-					callID = spanOf(val, end)
-				}
-			case "call_id":
-				callID2 = Span{}
-				if c != 'n' {
-					callID2 = spanOf(val, end)
-				}
+			if want := msg.set(key, c, val, end, esc); want != "" && terr == nil {
+				terr = typeErr(elemParam(param, arr.n, string(key)), val, want)
 			}
 		}
 		if obj.err != nil {
@@ -1094,7 +1053,7 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 		if terr != nil {
 			continue // the features are refused: only validate the rest
 		}
-		writeMessage(k, b, b[m:obj.end], role, name, content, contentArr, calls, callID, callID2, &parts)
+		writeMessage(k, b, b[m:obj.end], &msg, &parts)
 	}
 	if arr.err != nil {
 		return 0, arr.err
