@@ -14,25 +14,7 @@ import (
 // the size of the body.
 func TestLargeBodyBufferSurvivesGC(t *testing.T) {
 	payload := bytes.Repeat([]byte("x"), 256<<10)
-	read := func(check bool) *Body {
-		r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/v1/chat/completions", bytes.NewReader(payload))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, rd, err := ReadBody(r, 1<<20, nil)
-		if err != nil || b == nil {
-			t.Fatalf("ReadBody: %v", err)
-		}
-		if check {
-			if got, _ := io.ReadAll(rd); !bytes.Equal(got, payload) {
-				t.Fatal("the reader does not give the body back")
-			}
-		} else if n, _ := io.Copy(io.Discard, rd); n != int64(len(payload)) {
-			t.Fatalf("read %d bytes back, want %d", n, len(payload))
-		}
-		rd.Close()
-		return b
-	}
+	read := func(check bool) *Body { return readBack(t, payload, false, check) }
 	b := read(true)
 	first := &b.Bytes()[0]
 	b.Release()
@@ -106,26 +88,7 @@ func TestKeptBuffersBounded(t *testing.T) {
 // the pooled Body.
 func TestChunkedBodyTakesKeptBuffer(t *testing.T) {
 	payload := bytes.Repeat([]byte("y"), 128<<10)
-	read := func(check bool) *Body {
-		r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/v1/chat/completions", io.NopCloser(bytes.NewReader(payload)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.ContentLength = -1
-		b, rd, err := ReadBody(r, 1<<20, nil)
-		if err != nil || b == nil {
-			t.Fatalf("ReadBody: %v", err)
-		}
-		if check {
-			if got, _ := io.ReadAll(rd); !bytes.Equal(got, payload) {
-				t.Fatal("the reader does not give the body back")
-			}
-		} else if n, _ := io.Copy(io.Discard, rd); n != int64(len(payload)) {
-			t.Fatalf("read %d bytes back, want %d", n, len(payload))
-		}
-		rd.Close()
-		return b
-	}
+	read := func(check bool) *Body { return readBack(t, payload, true, check) }
 	read(true).Release() // its buffer is kept
 	if n, _ := KeptBuffers(); n == 0 {
 		t.Fatal("no buffer kept after a 128 KiB body")
@@ -140,4 +103,36 @@ func TestChunkedBodyTakesKeptBuffer(t *testing.T) {
 	if perRead := (ms1.TotalAlloc - ms0.TotalAlloc) / n; perRead > 64<<10 {
 		t.Errorf("%d bytes allocated per chunked body read, want the kept buffer", perRead)
 	}
+}
+
+// readBack reads payload as a request body with ReadBody (chunked: with no
+// Content-Length), reads it back through the returned reader (check: and
+// compares it with payload, else only counts it) and returns the Body,
+// not yet released.
+func readBack(t *testing.T, payload []byte, chunked, check bool) *Body {
+	t.Helper()
+	var src io.Reader = bytes.NewReader(payload)
+	if chunked {
+		src = io.NopCloser(src) // http.NewRequest then sets no length
+	}
+	r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/v1/chat/completions", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chunked {
+		r.ContentLength = -1
+	}
+	b, rd, err := ReadBody(r, 1<<20, nil)
+	if err != nil || b == nil {
+		t.Fatalf("ReadBody: %v", err)
+	}
+	if check {
+		if got, _ := io.ReadAll(rd); !bytes.Equal(got, payload) {
+			t.Fatal("the reader does not give the body back")
+		}
+	} else if n, _ := io.Copy(io.Discard, rd); n != int64(len(payload)) {
+		t.Fatalf("read %d bytes back, want %d", n, len(payload))
+	}
+	rd.Close()
+	return b
 }
