@@ -771,13 +771,20 @@ type laxObj struct {
 
 func newLaxObj(b []byte, i int) laxObj { return laxObj{b: b, i: skipWS(b, i+1)} }
 
-func (o *laxObj) next() bool {
-	b := o.b
-	i := skipWS(b, o.i)
+// laxElem steps past the separator before a member or element at b[i:]
+// (a validated body) and reports whether one follows before closer.
+func laxElem(b []byte, i int, closer byte) (int, bool) {
+	i = skipWS(b, i)
 	if b[i] == ',' {
 		i = skipWS(b, i+1)
 	}
-	if b[i] == '}' {
+	return i, b[i] != closer
+}
+
+func (o *laxObj) next() bool {
+	b := o.b
+	i, ok := laxElem(b, o.i, '}')
+	if !ok {
 		o.end = i + 1
 		return false
 	}
@@ -798,12 +805,8 @@ type laxArr struct {
 func newLaxArr(b []byte, i int) laxArr { return laxArr{b: b, i: i + 1, n: -1} }
 
 func (a *laxArr) next() bool {
-	b := a.b
-	i := skipWS(b, a.i)
-	if b[i] == ',' {
-		i = skipWS(b, i+1)
-	}
-	if b[i] == ']' {
+	i, ok := laxElem(a.b, a.i, ']')
+	if !ok {
 		a.i = i + 1
 		return false
 	}
