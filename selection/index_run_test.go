@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // resentDigestWant are the digests TestIndexDigestResent got from the
@@ -174,6 +176,103 @@ func TestIndexDigestResent(t *testing.T) {
 			if got != want {
 				t.Errorf("budget %d seed %d: digest %#x, want %#x", budget, seed, got, want)
 			}
+		}
+	}
+}
+
+// TestRunsMatchModel follows the overhead benchmark's cycle, where every
+// learn revives a row of ghosts (reviveRun) and the horizon drops the
+// replica's previous prompt (dropTail), against the index's model, with
+// the cases the digests reach rarely: a revival into an index that holds
+// nothing (both lists empty), a run cut short by a block the prompt
+// repeats or by another replica's pair; and, under a budget of three
+// prompts, a pair slab with room for part of a run only (there the
+// invariants only: the model has no budget; TestIndexDigestResent checks
+// what such an index believes).
+func TestRunsMatchModel(t *testing.T) {
+	const n = 48
+	tests := []struct {
+		name string
+		give func(x *Index, m *indexModel, learn func([]uint64, Slot))
+	}{
+		{"resent, one replica, nothing else held", func(x *Index, m *indexModel, learn func([]uint64, Slot)) {
+			a := blocksOf(1, n)
+			for range 3 {
+				learn(a, 0)
+			}
+		}},
+		{"forgotten, then resent into an index that holds nothing", func(x *Index, m *indexModel, learn func([]uint64, Slot)) {
+			a := blocksOf(1, n)
+			learn(a, 0)
+			x.Forget(0)
+			m.forget(0)
+			learn(a, 0)
+			learn(blocksOf(2, n), 0)
+			learn(a, 0)
+		}},
+		{"two prompts alternating on two replicas", func(x *Index, m *indexModel, learn func([]uint64, Slot)) {
+			a, b := blocksOf(1, n), blocksOf(2, n)
+			for i := range 8 {
+				learn(a, Slot(i%2))
+				learn(b, Slot(1-i%2))
+			}
+		}},
+		{"a block repeated in the resend", func(x *Index, m *indexModel, learn func([]uint64, Slot)) {
+			a := blocksOf(1, n)
+			learn(a, 0)
+			learn(blocksOf(3, n), 0)
+			r := slices.Clone(a)
+			r[n/2] = r[n/4]
+			learn(r, 0)
+			learn(a, 0)
+		}},
+		{"a prefix shared with another replica", func(x *Index, m *indexModel, learn func([]uint64, Slot)) {
+			a := blocksOf(1, n)
+			learn(a, 0)
+			learn(blocksOf(3, n), 0)
+			learn(a[:n/3], 1)
+			learn(a, 0)
+			learn(blocksOf(4, n), 0)
+			learn(a, 0)
+		}},
+	}
+	for _, tt := range tests {
+		for _, budget := range []int64{1 << 30, 3 * n * entryBytes} {
+			t.Run(fmt.Sprintf("%s/budget=%d", tt.name, budget), func(t *testing.T) {
+				x := NewIndex(budget)
+				m := newIndexModel()
+				for s := range Slot(2) {
+					x.SetHorizon(s, n)
+					m.rep(s).horizon = n
+				}
+				step := 0
+				learn := func(p []uint64, s Slot) {
+					step++
+					x.Learn(p, s)
+					if budget < 1<<30 {
+						// The model has no budget: check the invariants only.
+						if err := x.checkTables(); err != nil {
+							t.Fatalf("step %d: %v", step, err)
+						}
+						return
+					}
+					m.learn(p, s, 0)
+					g, reps := x.state(2)
+					if diff := cmp.Diff(m.global, g); diff != "" {
+						t.Fatalf("step %d: global list (-want +got):\n%s", step, diff)
+					}
+					for s := range Slot(2) {
+						want := m.rep(s).list
+						if diff := cmp.Diff(want, reps[s], cmp.AllowUnexported(modelPair{}), cmpopts.EquateEmpty()); diff != "" {
+							t.Fatalf("step %d: slot %d (-want +got):\n%s", step, s, diff)
+						}
+					}
+					if err := x.checkTables(); err != nil {
+						t.Fatalf("step %d: %v", step, err)
+					}
+				}
+				tt.give(x, m, learn)
+			})
 		}
 	}
 }
