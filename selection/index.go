@@ -212,12 +212,14 @@ func (x *Index) accountBytes() {
 		int64(cap(x.pairs))*pairBytes + int64(len(x.ptab))*4 + int64(cap(x.reps))*holderBytes)
 }
 
+// tableSize is the size of a table for n entries: the least power of two
+// at least 2n (1 for none). The budget checks of a full index ask it at
+// every allocation (blockGrowth, pairGrowth): no loop.
 func tableSize(n int) int {
-	size := 1
-	for size < 2*n {
-		size <<= 1
+	if n <= 0 {
+		return 1
 	}
-	return size
+	return 1 << bits.Len(uint(2*n-1))
 }
 
 func (x *Index) bslot(key uint64) uint64 { h, _ := x.bhash(key); return h }

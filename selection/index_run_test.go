@@ -276,3 +276,25 @@ func TestRunsMatchModel(t *testing.T) {
 		}
 	}
 }
+
+// TestTableSize checks tableSize against its definition, the least power
+// of two at least 2n, by doubling.
+func TestTableSize(t *testing.T) {
+	want := func(n int) int {
+		size := 1
+		for size < 2*n {
+			size <<= 1
+		}
+		return size
+	}
+	for _, n := range []int{-1, 0, 1, 2, 3, 4, 5, 255, 256, 257, 1<<20 - 1, 1 << 20, 1<<20 + 1, 1 << 30} {
+		if got := tableSize(n); got != want(n) {
+			t.Errorf("tableSize(%d) = %d, want %d", n, got, want(n))
+		}
+	}
+	for n := 0; n < 1<<16; n++ {
+		if got := tableSize(n); got != want(n) {
+			t.Fatalf("tableSize(%d) = %d, want %d", n, got, want(n))
+		}
+	}
+}
