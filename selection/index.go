@@ -138,6 +138,10 @@ type Index struct {
 	pshift uint
 	pairs  []pair
 	pfree  uint32
+	// pairStuck is the pair slab's capacity and the bytes held when
+	// pairGrowth last found no room to grow: with the budget fixed, the
+	// answer depends on nothing else.
+	pairStuck [2]int64
 
 	reps   []holder
 	budget int64
@@ -360,14 +364,22 @@ func (x *Index) blockGrowth() int {
 	return 0
 }
 
+// pairGrowth is how far the pair slab may grow now, 0 when not at all. A
+// full index asks at every pair it adds: the answer 0 is kept until the
+// slab or the bytes held change (pairStuck).
 func (x *Index) pairGrowth() int {
 	c := cap(x.pairs)
+	b := x.bytes.Load()
+	if x.pairStuck == [2]int64{int64(c), b} {
+		return 0
+	}
 	for _, n := range [...]int{2 * c, c + c/2, c + c/4, c + c/8} {
 		extra := int64(n-c)*pairBytes + int64(tableSize(n)-len(x.ptab))*4
 		if x.fits(extra) {
 			return n
 		}
 	}
+	x.pairStuck = [2]int64{int64(c), b}
 	return 0
 }
 
