@@ -138,6 +138,10 @@ type Index struct {
 	pshift uint
 	pairs  []pair
 	pfree  uint32
+	// pairStuck is the pair slab's capacity and the bytes held when
+	// pairGrowth last found no room to grow: with the budget fixed, the
+	// answer depends on nothing else.
+	pairStuck [2]int64
 
 	reps   []holder
 	budget int64
@@ -212,12 +216,14 @@ func (x *Index) accountBytes() {
 		int64(cap(x.pairs))*pairBytes + int64(len(x.ptab))*4 + int64(cap(x.reps))*holderBytes)
 }
 
+// tableSize is the size of a table for n entries: the least power of two
+// at least 2n (1 for none). The budget checks of a full index ask it at
+// every allocation (blockGrowth, pairGrowth): no loop.
 func tableSize(n int) int {
-	size := 1
-	for size < 2*n {
-		size <<= 1
+	if n <= 0 {
+		return 1
 	}
-	return size
+	return 1 << bits.Len(uint(2*n-1))
 }
 
 func (x *Index) bslot(key uint64) uint64 { h, _ := x.bhash(key); return h }
@@ -358,14 +364,22 @@ func (x *Index) blockGrowth() int {
 	return 0
 }
 
+// pairGrowth is how far the pair slab may grow now, 0 when not at all. A
+// full index asks at every pair it adds: the answer 0 is kept until the
+// slab or the bytes held change (pairStuck).
 func (x *Index) pairGrowth() int {
 	c := cap(x.pairs)
+	b := x.bytes.Load()
+	if x.pairStuck == [2]int64{int64(c), b} {
+		return 0
+	}
 	for _, n := range [...]int{2 * c, c + c/2, c + c/4, c + c/8} {
 		extra := int64(n-c)*pairBytes + int64(tableSize(n)-len(x.ptab))*4
 		if x.fits(extra) {
 			return n
 		}
 	}
+	x.pairStuck = [2]int64{int64(c), b}
 	return 0
 }
 
@@ -773,29 +787,99 @@ func (x *Index) touchEntry(key uint64, s Slot, h uint64, e uint32) bool {
 // horizon (write lock held).
 func (x *Index) bound(s Slot) {
 	r := &x.reps[s]
-	for n := 0; r.capacity > 0 && r.blocks > r.capacity; n++ {
-		if n%warmRun == 0 {
-			x.warmTail(r)
-		}
-		x.dropPair(r.tail)
-		x.n.dropped++
+	if r.capacity > 0 && r.blocks > r.capacity {
+		x.dropTail(s, r.blocks-r.capacity, 0)
 	}
-	for n := 0; r.horizon > 0 && r.tail != 0 && r.clock-x.pairs[r.tail-1].stamp >= r.horizon; n++ {
-		if n%warmRun == 0 {
-			x.warmTail(r)
-		}
-		x.dropPair(r.tail)
-		x.n.dropped++
+	if r.horizon > 0 {
+		x.dropTail(s, -1, r.horizon)
 	}
 }
 
-// warmTail loads the blocks of the warmRun least recent pairs of r, the
-// next ones bound drops, as warm does for touch. (A dropped block stays in
-// the table, a ghost: its table entry is not needed.)
-func (x *Index) warmTail(r *holder) {
+// dropTail drops slot s's least recently used pairs, up to limit of them
+// (-1: no limit) and, with a horizon, only those touched horizon or more
+// touches ago, as dropPair of its list's tail would, one after the other.
+// A pair that is its block's only one and its hint (a prompt sent to one
+// replica: the run a learn past a horizon drops) is dropped in place: its
+// list's tail cut, its block unlinked and made a ghost, without
+// dropPair's lookups and branches (write lock held).
+func (x *Index) dropTail(s Slot, limit, horizon int64) {
+	r := &x.reps[s]
+	bs, ps, set := x.blocks, x.pairs, x.bits
+	w, word, bit := x.w, int(s)>>6, uint64(1)<<(uint(s)&63)
+	tail, free, gtail := r.tail, x.pfree, x.gtail
+	k := int64(0) // dropped in place
+	for n := int64(0); n != limit && tail != 0; n++ {
+		pe := tail
+		p := &ps[pe-1]
+		if horizon > 0 && r.clock-p.stamp < horizon {
+			break
+		}
+		if n%warmRun == 0 {
+			x.warmTail(tail)
+		}
+		blk := p.blk
+		b := &bs[blk-1]
+		if b.hint != pe || b.pairs != 1 {
+			r.tail, x.pfree, x.gtail = tail, free, gtail
+			x.settleDrops(r, k)
+			k = 0
+			x.dropPair(pe)
+			x.n.dropped++
+			tail, free, gtail = r.tail, x.pfree, x.gtail
+			continue
+		}
+		k++
+		if tail = p.prev; tail != 0 {
+			ps[tail-1].next = 0
+		} else {
+			r.head = 0
+		}
+		*p = pair{links: links{next: free}}
+		free = pe
+		set[int(blk-1)*w+word] &^= bit
+		// Out of the global list, onto the ghost list (haunt).
+		bp, bn := b.prev, b.next
+		if bp != 0 {
+			bs[bp-1].next = bn
+		} else {
+			x.head = bn
+		}
+		if bn != 0 {
+			bs[bn-1].prev = bp
+		} else {
+			x.tail = bp
+		}
+		b.pairs, b.hint = ghost, 0
+		b.prev, b.next = gtail, 0
+		if gtail != 0 {
+			bs[gtail-1].next = blk
+		} else {
+			x.ghead = blk
+		}
+		gtail = blk
+	}
+	r.tail, x.pfree, x.gtail = tail, free, gtail
+	x.settleDrops(r, k)
+}
+
+// settleDrops counts k pairs of r that dropTail dropped in place, each
+// its block's last: k ghosts more.
+func (x *Index) settleDrops(r *holder, k int64) {
+	r.blocks -= k
+	x.n.pairs -= k
+	x.n.entries -= k
+	x.n.dropped += uint64(k)
+	x.ghosts += int(k)
+}
+
+// warmTail loads the blocks of the warmRun least recent pairs of a
+// replica's list, from its tail on: the next ones bound drops, as warm
+// does for touch. (A dropped block stays in the table, a ghost: its table
+// entry is not needed.)
+func (x *Index) warmTail(tail uint32) {
 	acc := int32(0)
 	n := 0
-	for e := r.tail; e != 0 && n < warmRun; e = x.pairs[e-1].prev {
+	for e := tail; e != 0 && n < warmRun; e = x.pairs[e-1].prev {
 		acc += x.blocks[x.pairs[e-1].blk-1].pairs
 		n++
 	}
@@ -1063,12 +1147,19 @@ const minRun = 4
 // its last block first) finds them in a row on the ghost list, each the
 // ghost after the next block's: each is taken from there, its key
 // compared, without a lookup in the block table.
+//
+// Such a row is taken back in one step (reviveRun).
 func (x *Index) touchEach(blocks []uint64, s Slot) {
 	warmed := len(blocks)
 	after := uint32(0) // the ghost after the last one touched
 	for i := len(blocks) - 1; i >= 0; i-- {
 		key := blocks[i]
 		if g := after; g != 0 && x.blocks[g-1].key == key && x.blocks[g-1].pairs == ghost {
+			if m, next := x.reviveRun(blocks[:i+1], s, g); m > 0 {
+				i -= m - 1
+				after = next
+				continue
+			}
 			after = x.blocks[g-1].next
 			x.touchEntry(key, s, 0, g)
 			continue
@@ -1080,10 +1171,95 @@ func (x *Index) touchEach(blocks []uint64, s Slot) {
 		h, e := x.findEntry(key)
 		after = 0
 		if e != 0 && x.blocks[e-1].pairs == ghost {
+			if m, next := x.reviveRun(blocks[:i+1], s, e); m > 0 {
+				i -= m - 1
+				after = next
+				continue
+			}
 			after = x.blocks[e-1].next
 		}
 		x.touchEntry(key, s, h, e)
 	}
+}
+
+// reviveRun is touchEntry of the ghosts g, g's next on the ghost list, its
+// next, ... as long as their keys are those of blocks from the last one
+// back, done as one step: each block pushed to the global list and given a
+// pair of s, pushed to s's list, as touchEntry would (the same entries,
+// orders, stamps and counts) without its checks per block, and the run
+// cut out of the ghost list at once. It takes no more ghosts than the pair
+// slab has room for (so that no pair allocation could evict or grow it),
+// and returns how many it took (0: none) and the ghost after the run
+// (write lock held). The keys of a run are distinct: a list holds an
+// entry once.
+func (x *Index) reviveRun(blocks []uint64, s Slot, g uint32) (int, uint32) {
+	nb := len(blocks)
+	n := int64(nb)
+	if room := int64(cap(x.pairs)) - x.n.pairs; room < n {
+		n = room
+	}
+	if n <= 0 {
+		return 0, 0
+	}
+	r := &x.reps[s]
+	bs, ps, set, w := x.blocks, x.pairs, x.bits, x.w
+	word, bit := int(s)>>6, uint64(1)<<(uint(s)&63)
+	head, phead, free, clock := x.head, r.head, x.pfree, r.clock
+	before := bs[g-1].prev
+	e, m := g, int64(0)
+	for {
+		b := &bs[e-1]
+		next := b.next // the ghost touched after this one
+		// A pair: the free list's first, else a new entry (room was
+		// checked: allocPair would neither grow nor evict).
+		pe := free
+		if pe != 0 {
+			free = ps[pe-1].next
+		} else {
+			ps = append(ps, pair{})
+			pe = uint32(len(ps))
+		}
+		clock++
+		ps[pe-1] = pair{blk: e, slot: s, links: links{next: phead}, stamp: clock}
+		if phead != 0 {
+			ps[phead-1].prev = pe
+		} else {
+			r.tail = pe
+		}
+		phead = pe
+		b.pairs, b.hint = 1, pe
+		b.prev, b.next = 0, head
+		if head != 0 {
+			bs[head-1].prev = e
+		} else {
+			x.tail = e
+		}
+		head = e
+		set[int(e-1)*w+word] |= bit
+		m++
+		e = next
+		if m == n || e == 0 || bs[e-1].key != blocks[nb-1-int(m)] {
+			break
+		}
+	}
+	// Cut the run out of the ghost list: before and e are its neighbours.
+	if before != 0 {
+		bs[before-1].next = e
+	} else {
+		x.ghead = e
+	}
+	if e != 0 {
+		bs[e-1].prev = before
+	} else {
+		x.gtail = before
+	}
+	x.ghosts -= int(m)
+	x.pairs, x.pfree = ps, free
+	x.head, r.head, r.clock = head, phead, clock
+	r.blocks += m
+	x.n.entries += m
+	x.n.pairs += m
+	return int(m), e
 }
 
 // runOf returns how many leading blocks of blocks s holds as consecutive
