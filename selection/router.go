@@ -197,6 +197,8 @@ type chainList struct {
 	// kv is the context of the listed reservations with every block two
 	// of them share counted once (Options.SharedOnce; written under mu).
 	kv atomic.Int64
+	// gaps: released contexts lingering each on its own (Options.LingerGap).
+	gaps gapSet
 	// eng is the engine's KV tokens in use at the last scrape plus one
 	// (0: none; SetEngineKV), base this router's resident context then.
 	eng, base atomic.Int64
@@ -360,6 +362,12 @@ type Options struct {
 	// with this half-life since the replica's last release instead of
 	// expiring after LingerTTL (experiment).
 	LingerHalfLife time.Duration
+	// LingerGap, when positive, makes each released context linger on its
+	// own, until LingerGap times its agent's last interval between two
+	// requests has passed since the release (at most the linger TTL; the
+	// TTL when no earlier request of the agent was seen), in place of the
+	// replica-wide TTL (experiment; lingergap.go).
+	LingerGap float64
 	// ObserveShadowed makes Observe read every shortfall as eviction (the
 	// rule before), also when the prompt shared a prefix with a request
 	// still prefilling on the replica, which the rule ignores: the engine
@@ -809,6 +817,9 @@ func (rt *Router) unregister(key string, idle bool) bool {
 	rt.keys[s] = ""
 	rt.keyHash[s] = 0
 	c.linger.Store(0)
+	rt.chains[s].mu.Lock()
+	rt.chains[s].gaps = gapSet{}
+	rt.chains[s].mu.Unlock()
 	c.resetExternal()
 	rt.kvcap[s] = 0
 	rt.idx.release(s)
@@ -876,7 +887,7 @@ func (rt *Router) load(s Slot, prompt int) float64 {
 // lingerNow is the clock reading loadPair takes (any value when released
 // context does not count).
 func (rt *Router) lingerNow() uint32 {
-	if on, ttl := rt.lingerOn(); on && ttl > 0 {
+	if on, ttl := rt.lingerOn(); on && (ttl > 0 || rt.opt.LingerGap > 0) {
 		return rt.clockMS()
 	}
 	return 0
@@ -930,7 +941,10 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	pres, pcap := res, max(capa, floor)
 	lgr := 0.0
 	if on, ttl := rt.lingerOn(); on && pairOn {
-		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
+		if rt.opt.LingerGap > 0 {
+			lgr = float64(min(rt.gapLinger(s, now), c.kv()))
+			pres += lgr
+		} else if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
 			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
 			pres += lgr
 		} else if lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
@@ -1355,6 +1369,11 @@ type Reservation struct {
 	shadowed bool
 	// agent: the prompt's agentKey (agree.go), for Observe.
 	agent uint64
+	// born: when reserved (the router's clock, ms; bornSet: recorded);
+	// life: how long its context lingers once released (Options.LingerGap;
+	// 0: the longest).
+	born, life uint32
+	bornSet    bool
 	// blocks: the prompt's blocks, which later prompts on the replica
 	// compare theirs with (Options.SharedOnce; empty otherwise).
 	blocks []uint64
@@ -1396,6 +1415,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.last, r.held, r.nblocks = 0, 0, 0
 	r.replied.Store(false)
 	r.blocks, r.shared, r.kv = r.blocks[:0], 0, 0
+	r.born, r.life, r.bornSet = 0, 0, false
 }
 
 // maxChainScan bounds how many of a replica's in-flight reservations,
@@ -1439,12 +1459,23 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 		r.kv = resident
 		l.kv.Add(resident)
 	}
+	gap := rt.opt.LingerGap > 0
+	var now, born uint32
+	found := false
+	if gap {
+		now = rt.clockMS()
+		r.born, r.bornSet = now, true
+		born, found = l.gaps.take(blocks)
+	}
 	for j := l.head; j != nil && n < maxChainScan; j, n = j.next, n+1 {
 		if rt.opt.SharedOnce {
 			rt.shareOnce(l, j, blocks)
 		}
 		for i, d := range j.depths {
 			if d > 0 && d <= nb && blocks[d-1] == j.tips[i] {
+				if gap && !found && i < 2 && j.bornSet {
+					born, found = j.born, true
+				}
 				if j.state.Load() == 0 {
 					r.shadowed = true
 				}
@@ -1457,6 +1488,9 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 				break
 			}
 		}
+	}
+	if found {
+		r.life = rt.gapLife(max(1, now-born))
 	}
 	r.next, r.prev, r.linked = l.head, nil, true
 	if l.head != nil {
@@ -1524,7 +1558,9 @@ func (r *Reservation) Release() bool {
 		c.resident.Add(-res)
 		if on, ttl := r.rt.lingerOn(); on {
 			kv := c.kv()
-			if hl := r.rt.opt.LingerHalfLife; hl > 0 {
+			if r.rt.opt.LingerGap > 0 {
+				r.rt.lingerPut(r, int32(min(res, kv, math.MaxInt32)))
+			} else if hl := r.rt.opt.LingerHalfLife; hl > 0 {
 				now := r.rt.clockMS()
 				age := float64(now - c.lingerAt.Load())
 				c.linger.Store(int32(float64(c.linger.Load()) * math.Exp2(-age/float64(hl.Milliseconds()))))
@@ -1537,7 +1573,9 @@ func (r *Reservation) Release() bool {
 				}
 				c.lingerAt.Store(now)
 			}
-			addCap(&c.linger, int32(min(res, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
+			if r.rt.opt.LingerGap <= 0 {
+				addCap(&c.linger, int32(min(res, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
+			}
 		}
 	}
 	// The count goes last and only in r's generation: while it holds,
