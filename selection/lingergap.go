@@ -1,5 +1,7 @@
 package selection
 
+import "math"
+
 // Released context that expires on its own agent's pace (Options.LingerGap):
 // each release leaves an entry on its replica, which the agent's next
 // request there takes back (found by its prompt's tips, as reserveChain
@@ -32,9 +34,12 @@ type gapSet struct {
 	sum int64 // tokens of e
 }
 
-// gapLifeMax is the longest an entry lingers (ms): the linger TTL, or
-// DefaultLingerTTL when that is forever.
+// gapLifeMax is the longest an entry lingers (ms): Options.LingerGapMax,
+// else the linger TTL, or DefaultLingerTTL when that is forever.
 func (rt *Router) gapLifeMax() uint32 {
+	if m := rt.opt.LingerGapMax; m > 0 {
+		return uint32(min(m.Milliseconds(), math.MaxUint32))
+	}
 	if _, ttl := rt.lingerOn(); ttl > 0 {
 		return ttl
 	}

@@ -368,6 +368,14 @@ type Options struct {
 	// TTL when no earlier request of the agent was seen), in place of the
 	// replica-wide TTL (experiment; lingergap.go).
 	LingerGap float64
+	// LingerGapMax bounds LingerGap's life of a released context, and is
+	// the life of one whose agent's interval is unknown: 0 is the linger
+	// TTL (experiment).
+	LingerGapMax time.Duration
+	// LingerOverflow counts the lingering context against the replica's
+	// KV capacity in the overflow term (with this router's in-flight
+	// context) instead of in the pair_weight term (experiment).
+	LingerOverflow bool
 	// ObserveShadowed makes Observe read every shortfall as eviction (the
 	// rule before), also when the prompt shared a prefix with a request
 	// still prefilling on the replica, which the rule ignores: the engine
@@ -943,15 +951,17 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	if on, ttl := rt.lingerOn(); on && pairOn {
 		if rt.opt.LingerGap > 0 {
 			lgr = float64(min(rt.gapLinger(s, now), c.kv()))
-			pres += lgr
 		} else if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
 			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
-			pres += lgr
 		} else if lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
 			lgr = float64(lg)
-			pres += lgr
 		}
 	}
+	lover := 0.0 // Options.LingerOverflow
+	if rt.opt.LingerOverflow {
+		lover, lgr = lgr, 0
+	}
+	pres += lgr
 	if pres > 0 && pairOn {
 		if rt.opt.PairSat {
 			pres = min(pres, capa)
@@ -989,6 +999,7 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 			own = float64(e)
 		}
 	}
+	own += lover
 	if over := own + p - capa; over > 0 && ow > 0 {
 		ld += ow * over
 	}
