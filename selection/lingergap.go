@@ -1,6 +1,9 @@
 package selection
 
-import "math"
+import (
+	"math"
+	"sync/atomic"
+)
 
 // Released context that expires on its own agent's pace (Options.LingerGap):
 // each release leaves an entry on its replica, which the agent's next
@@ -56,10 +59,14 @@ func (rt *Router) gapLife(iv uint32) uint32 {
 	return min(hi, max(gapLifeMin, uint32(rt.opt.LingerGap*float64(iv))))
 }
 
-// prune drops the entries expired at now.
-func (g *gapSet) prune(now uint32) {
+// prune drops the entries expired at now, and takes their tokens off
+// sub unless nil.
+func (g *gapSet) prune(now uint32, sub *atomic.Int32) {
 	for i := 0; i < len(g.e); {
 		if e := &g.e[i]; now-e.rel >= e.life {
+			if sub != nil {
+				subFloor(sub, e.tokens)
+			}
 			g.sum -= int64(e.tokens)
 			g.e[i] = g.e[len(g.e)-1]
 			g.e = g.e[:len(g.e)-1]
@@ -92,7 +99,7 @@ func (g *gapSet) take(blocks []uint64) (uint32, bool) {
 // put adds r's released context of tokens at now.
 func (g *gapSet) put(r *Reservation, tokens int32, now, life uint32) {
 	if len(g.e) >= maxGapEntries {
-		g.prune(now)
+		g.prune(now, nil)
 	}
 	if len(g.e) >= maxGapEntries {
 		first := 0
@@ -114,7 +121,11 @@ func (rt *Router) gapLinger(s Slot, now uint32) int64 {
 	l := &rt.chains[s]
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.gaps.prune(now)
+	var sub *atomic.Int32
+	if rt.opt.LingerGapSub {
+		sub = &rt.loads[s].linger
+	}
+	l.gaps.prune(now, sub)
 	return l.gaps.sum
 }
 

@@ -372,6 +372,10 @@ type Options struct {
 	// the life of one whose agent's interval is unknown: 0 is the linger
 	// TTL (experiment).
 	LingerGapMax time.Duration
+	// LingerGapSub, with LingerGap, keeps the replica-wide linger of the
+	// rule and takes each released context presumed ended (LingerGap's
+	// life past) off it (experiment).
+	LingerGapSub bool
 	// LingerOverflow counts the lingering context against the replica's
 	// KV capacity in the overflow term (with this router's in-flight
 	// context) instead of in the pair_weight term (experiment).
@@ -949,7 +953,10 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	pres, pcap := res, max(capa, floor)
 	lgr := 0.0
 	if on, ttl := rt.lingerOn(); on && pairOn {
-		if rt.opt.LingerGap > 0 {
+		if rt.opt.LingerGap > 0 && rt.opt.LingerGapSub {
+			rt.gapLinger(s, now) // takes the entries presumed ended off c.linger
+		}
+		if rt.opt.LingerGap > 0 && !rt.opt.LingerGapSub {
 			lgr = float64(min(rt.gapLinger(s, now), c.kv()))
 		} else if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
 			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
@@ -1569,14 +1576,18 @@ func (r *Reservation) Release() bool {
 		c.resident.Add(-res)
 		if on, ttl := r.rt.lingerOn(); on {
 			kv := c.kv()
+			gapOnly := r.rt.opt.LingerGap > 0 && !r.rt.opt.LingerGapSub
 			if r.rt.opt.LingerGap > 0 {
 				r.rt.lingerPut(r, int32(min(res, kv, math.MaxInt32)))
-			} else if hl := r.rt.opt.LingerHalfLife; hl > 0 {
+			}
+			switch hl := r.rt.opt.LingerHalfLife; {
+			case gapOnly:
+			case hl > 0:
 				now := r.rt.clockMS()
 				age := float64(now - c.lingerAt.Load())
 				c.linger.Store(int32(float64(c.linger.Load()) * math.Exp2(-age/float64(hl.Milliseconds()))))
 				c.lingerAt.Store(now)
-			} else if ttl > 0 {
+			case ttl > 0:
 				// What lingered past the TTL is done: start over.
 				now := r.rt.clockMS()
 				if now-c.lingerAt.Load() >= ttl {
@@ -1584,7 +1595,7 @@ func (r *Reservation) Release() bool {
 				}
 				c.lingerAt.Store(now)
 			}
-			if r.rt.opt.LingerGap <= 0 {
+			if !gapOnly {
 				addCap(&c.linger, int32(min(res, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
 			}
 		}
