@@ -1,29 +1,31 @@
 package selection
 
-import (
-	"math"
-	"sync/atomic"
-)
+import "sync/atomic"
 
-// Released context that expires on its own agent's pace (Options.LingerGap):
-// each release leaves an entry on its replica, which the agent's next
-// request there takes back (found by its prompt's tips, as reserveChain
-// finds an earlier step in flight) and which otherwise counts in the pair
-// term until LingerGap times the agent's last interval between two
-// requests has passed since the release: an agent that does not come
-// back by then is presumed ended. A replica-wide TTL instead keeps an
-// ended agent's context whole while any other request releases there, and
-// a half-life decays a live agent's context between its turns.
+// Released context taken off the lingering context once its agent is
+// presumed ended (Options.LingerGap). The pair term counts what requests
+// released on a replica and their successors have not taken back yet
+// (loadCell.linger), until nothing was released there for the linger TTL:
+// on a busy replica an agent that ended keeps counting, and a replica
+// whose agents all ended counts them whole for the TTL. Here each release
+// also leaves an entry on its replica with a life of LingerGap times its
+// agent's last interval between two requests (found by the prompt's tips,
+// as reserveChain finds an earlier step in flight). The agent's next
+// request takes its entry back; an entry whose life passes first takes
+// its tokens off the linger. A decay instead (Options.LingerHalfLife)
+// also shrinks the context of agents between two steps, which then no
+// longer keep new agents off their replica (bench/EXPERIMENTS.md 62).
 
-// maxGapEntries bounds a replica's lingering entries; past it the entry
-// that expires first is dropped.
+// maxGapEntries bounds a replica's entries; past it the one that expires
+// first is dropped (its tokens stay in the linger until the TTL).
 const maxGapEntries = 64
 
 // gapLifeMin bounds an entry's life from below (ms).
 const gapLifeMin = 1000
 
 // gapEntry is one released context: the prompt's tips (Reservation.tips),
-// its tokens, its release time and life (the router's clock, ms).
+// its tokens, when its request arrived, and its release time and life (the
+// router's clock, ms).
 type gapEntry struct {
 	tips            [4]uint64
 	depths          [4]int32
@@ -31,18 +33,12 @@ type gapEntry struct {
 	born, rel, life uint32
 }
 
-// gapSet is a replica's lingering entries, under its chainList's mu.
-type gapSet struct {
-	e   []gapEntry
-	sum int64 // tokens of e
-}
+// gapSet is a replica's entries, under its chainList's mu.
+type gapSet struct{ e []gapEntry }
 
-// gapLifeMax is the longest an entry lingers (ms): Options.LingerGapMax,
-// else the linger TTL, or DefaultLingerTTL when that is forever.
+// gapLifeMax is the longest an entry lives (ms): the linger TTL, or
+// DefaultLingerTTL when that is forever.
 func (rt *Router) gapLifeMax() uint32 {
-	if m := rt.opt.LingerGapMax; m > 0 {
-		return uint32(min(m.Milliseconds(), math.MaxUint32))
-	}
 	if _, ttl := rt.lingerOn(); ttl > 0 {
 		return ttl
 	}
@@ -59,17 +55,21 @@ func (rt *Router) gapLife(iv uint32) uint32 {
 	return min(hi, max(gapLifeMin, uint32(rt.opt.LingerGap*float64(iv))))
 }
 
-// prune drops the entries expired at now, and takes their tokens off
-// sub unless nil.
+// drop removes entry i.
+func (g *gapSet) drop(i int) {
+	g.e[i] = g.e[len(g.e)-1]
+	g.e = g.e[:len(g.e)-1]
+}
+
+// prune drops the entries expired at now, and takes their tokens off sub
+// unless nil.
 func (g *gapSet) prune(now uint32, sub *atomic.Int32) {
 	for i := 0; i < len(g.e); {
 		if e := &g.e[i]; now-e.rel >= e.life {
 			if sub != nil {
 				subFloor(sub, e.tokens)
 			}
-			g.sum -= int64(e.tokens)
-			g.e[i] = g.e[len(g.e)-1]
-			g.e = g.e[:len(g.e)-1]
+			g.drop(i)
 			continue
 		}
 		i++
@@ -78,7 +78,7 @@ func (g *gapSet) prune(now uint32, sub *atomic.Int32) {
 
 // take removes the entry a prompt of blocks extends (its whole prompt or
 // 15/16 of it: the same agent's, not another of its group) and reports
-// when its request arrived.
+// when that entry's request arrived.
 func (g *gapSet) take(blocks []uint64) (uint32, bool) {
 	nb := int32(len(blocks))
 	for i := range g.e {
@@ -86,9 +86,7 @@ func (g *gapSet) take(blocks []uint64) (uint32, bool) {
 		for k, d := range e.depths[:2] {
 			if d > 0 && d <= nb && blocks[d-1] == e.tips[k] {
 				born := e.born
-				g.sum -= int64(e.tokens)
-				g.e[i] = g.e[len(g.e)-1]
-				g.e = g.e[:len(g.e)-1]
+				g.drop(i)
 				return born, true
 			}
 		}
@@ -108,25 +106,17 @@ func (g *gapSet) put(r *Reservation, tokens int32, now, life uint32) {
 				first = i
 			}
 		}
-		g.sum -= int64(g.e[first].tokens)
-		g.e[first] = g.e[len(g.e)-1]
-		g.e = g.e[:len(g.e)-1]
+		g.drop(first)
 	}
 	g.e = append(g.e, gapEntry{tips: r.tips, depths: r.depths, tokens: tokens, born: r.born, rel: now, life: life})
-	g.sum += int64(tokens)
 }
 
-// gapLinger is slot s's lingering context at now under Options.LingerGap.
-func (rt *Router) gapLinger(s Slot, now uint32) int64 {
+// gapPrune takes slot s's entries presumed ended at now off its linger.
+func (rt *Router) gapPrune(s Slot, now uint32) {
 	l := &rt.chains[s]
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	var sub *atomic.Int32
-	if rt.opt.LingerGapSub {
-		sub = &rt.loads[s].linger
-	}
-	l.gaps.prune(now, sub)
-	return l.gaps.sum
+	l.gaps.prune(now, &rt.loads[s].linger)
+	l.mu.Unlock()
 }
 
 // lingerPut leaves r's released context of tokens on its replica.

@@ -197,7 +197,7 @@ type chainList struct {
 	// kv is the context of the listed reservations with every block two
 	// of them share counted once (Options.SharedOnce; written under mu).
 	kv atomic.Int64
-	// gaps: released contexts lingering each on its own (Options.LingerGap).
+	// gaps: the released contexts of c.linger, each with its life (Options.LingerGap).
 	gaps gapSet
 	// eng is the engine's KV tokens in use at the last scrape plus one
 	// (0: none; SetEngineKV), base this router's resident context then.
@@ -362,24 +362,13 @@ type Options struct {
 	// with this half-life since the replica's last release instead of
 	// expiring after LingerTTL (experiment).
 	LingerHalfLife time.Duration
-	// LingerGap, when positive, makes each released context linger on its
-	// own, until LingerGap times its agent's last interval between two
-	// requests has passed since the release (at most the linger TTL; the
-	// TTL when no earlier request of the agent was seen), in place of the
-	// replica-wide TTL (experiment; lingergap.go).
+	// LingerGap, when positive, takes a released context off the
+	// replica's lingering context once its agent is presumed ended: no
+	// next request of it came within LingerGap times the agent's last
+	// interval between two requests (at most the linger TTL; the TTL when
+	// no earlier request of it was seen) since the release. Other
+	// released contexts linger as the rule has them (lingergap.go).
 	LingerGap float64
-	// LingerGapMax bounds LingerGap's life of a released context, and is
-	// the life of one whose agent's interval is unknown: 0 is the linger
-	// TTL (experiment).
-	LingerGapMax time.Duration
-	// LingerGapSub, with LingerGap, keeps the replica-wide linger of the
-	// rule and takes each released context presumed ended (LingerGap's
-	// life past) off it (experiment).
-	LingerGapSub bool
-	// LingerOverflow counts the lingering context against the replica's
-	// KV capacity in the overflow term (with this router's in-flight
-	// context) instead of in the pair_weight term (experiment).
-	LingerOverflow bool
 	// ObserveShadowed makes Observe read every shortfall as eviction (the
 	// rule before), also when the prompt shared a prefix with a request
 	// still prefilling on the replica, which the rule ignores: the engine
@@ -953,20 +942,14 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	pres, pcap := res, max(capa, floor)
 	lgr := 0.0
 	if on, ttl := rt.lingerOn(); on && pairOn {
-		if rt.opt.LingerGap > 0 && rt.opt.LingerGapSub {
-			rt.gapLinger(s, now) // takes the entries presumed ended off c.linger
+		if rt.opt.LingerGap > 0 {
+			rt.gapPrune(s, now) // takes the contexts presumed ended off c.linger
 		}
-		if rt.opt.LingerGap > 0 && !rt.opt.LingerGapSub {
-			lgr = float64(min(rt.gapLinger(s, now), c.kv()))
-		} else if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
+		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
 			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
 		} else if lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
 			lgr = float64(lg)
 		}
-	}
-	lover := 0.0 // Options.LingerOverflow
-	if rt.opt.LingerOverflow {
-		lover, lgr = lgr, 0
 	}
 	pres += lgr
 	if pres > 0 && pairOn {
@@ -1006,7 +989,6 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 			own = float64(e)
 		}
 	}
-	own += lover
 	if over := own + p - capa; over > 0 && ow > 0 {
 		ld += ow * over
 	}
@@ -1389,7 +1371,7 @@ type Reservation struct {
 	agent uint64
 	// born: when reserved (the router's clock, ms; bornSet: recorded);
 	// life: how long its context lingers once released (Options.LingerGap;
-	// 0: the longest).
+	// 0: the linger TTL).
 	born, life uint32
 	bornSet    bool
 	// blocks: the prompt's blocks, which later prompts on the replica
@@ -1576,18 +1558,15 @@ func (r *Reservation) Release() bool {
 		c.resident.Add(-res)
 		if on, ttl := r.rt.lingerOn(); on {
 			kv := c.kv()
-			gapOnly := r.rt.opt.LingerGap > 0 && !r.rt.opt.LingerGapSub
 			if r.rt.opt.LingerGap > 0 {
 				r.rt.lingerPut(r, int32(min(res, kv, math.MaxInt32)))
 			}
-			switch hl := r.rt.opt.LingerHalfLife; {
-			case gapOnly:
-			case hl > 0:
+			if hl := r.rt.opt.LingerHalfLife; hl > 0 {
 				now := r.rt.clockMS()
 				age := float64(now - c.lingerAt.Load())
 				c.linger.Store(int32(float64(c.linger.Load()) * math.Exp2(-age/float64(hl.Milliseconds()))))
 				c.lingerAt.Store(now)
-			case ttl > 0:
+			} else if ttl > 0 {
 				// What lingered past the TTL is done: start over.
 				now := r.rt.clockMS()
 				if now-c.lingerAt.Load() >= ttl {
@@ -1595,9 +1574,7 @@ func (r *Reservation) Release() bool {
 				}
 				c.lingerAt.Store(now)
 			}
-			if !gapOnly {
-				addCap(&c.linger, int32(min(res, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
-			}
+			addCap(&c.linger, int32(min(res, kv, math.MaxInt32)), int32(min(kv, math.MaxInt32)))
 		}
 	}
 	// The count goes last and only in r's generation: while it holds,
