@@ -42,7 +42,7 @@ func TestLingerGap(t *testing.T) {
 				t.Errorf("A's next step in flight: load %v, want only its own context", got)
 			}
 			now = 4 * time.Second
-			a.Release()                                      // with LingerGap 2: presumed ended 6 s on
+			a.Release() // with LingerGap 2: presumed ended 6 s on
 			// Agent B (1,600 tokens) comes and goes: as any request it takes
 			// its context off the linger when it comes, and adds it back.
 			routeResident(t, rt, cands, 0, 2, 100).Release()
