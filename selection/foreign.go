@@ -561,6 +561,7 @@ func decay(v float64, at, now time.Time, tau time.Duration) float64 {
 	return v
 }
 
-// Prefill is the prefill tokens r reserved (Decision.Prefill at Reserve):
-// what a ForeignPrefill credits with Routed.
+// Prefill is the prefill tokens r reserved (Decision.Prefill at Reserve;
+// the preflight's count after ForeignPrefill.Reserved): what a
+// ForeignPrefill credits with Routed.
 func (r *Reservation) Prefill() int64 { return r.prefill }
