@@ -124,7 +124,10 @@ func TestForeignPrefillFeeds(t *testing.T) {
 // events (opts adjust it) and a real Caddy in front of it with kv and
 // foreign_prefill unset (the default: on, and without engine_metrics the
 // others' queues as a prior, as queues asks); it returns the engine, a
-// client of the Caddy, the model and the live precise-path state.
+// client of the Caddy, the model and the live precise-path state. The
+// preflight's timeout exceeds a loaded machine's stalls: a preflight that
+// timed out credits a request with the bytes' estimate only, and its
+// template's tokens read as foreign.
 func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (*enginesim.Server, openai.Client, string, *kvState) {
 	t.Helper()
 	sim, events, replay := startKVSim(t, opts...)
@@ -132,7 +135,7 @@ func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (*engines
 	c := startCaddy(t, []string{addr, addr}, proxyOpts{Policy: map[string]any{"kv": map[string]any{
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
-		"tokenize_timeout": "2s",
+		"tokenize_timeout": "10s",
 	}}})
 	return sim, newClient(c), sim.Model(), liveKV(t)
 }

@@ -196,8 +196,8 @@ func (o *stateObserver) WriteHeader(_ int, h http.Header) {
 func (o *stateObserver) Write(p []byte) {
 	if !o.started && len(p) > 0 {
 		o.started = true
+		o.st.foreignEvent(false) // foreign.go; before PrefillDone, or a run stored between them is foreign
 		o.st.hold.PrefillDone()
-		o.st.foreignEvent(false) // foreign.go
 	}
 }
 

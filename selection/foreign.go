@@ -352,16 +352,20 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 // prompt's bytes over chars_per_token, and an engine whose tokenizer makes
 // more tokens of them (the chat template's, say) stores more than that
 // estimate, which read as another instance's prefill on own requests
-// (bench/EXPERIMENTS.md, section 32).
+// (bench/EXPERIMENTS.md, section 32). The reservation's pending prefill
+// (Router.Load) takes the same count: Stored keeps a credit while
+// prefill is pending, and a reservation of 0 (an exact overlap past the
+// bytes' estimate of the prompt: an agent's next turn) with a credit of
+// its template's tokens lost the credit once Grace had passed since the
+// replica's last first token, before its own runs were stored.
 func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 	if res == nil {
 		return
 	}
-	prefill := res.prefill
 	if tokens > 0 && res.prompt > 0 {
-		prefill = max(prefill+int64(tokens)-int64(res.prompt), 0)
+		res.setPrefill(max(res.prefill+int64(tokens)-int64(res.prompt), 0))
 	}
-	f.Routed(res.slot, int(prefill))
+	f.Routed(res.slot, int(res.prefill))
 	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas {
 		if p := f.unseen(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
 			rt.SetExternalPrefill(res.slot, p)
@@ -557,6 +561,7 @@ func decay(v float64, at, now time.Time, tau time.Duration) float64 {
 	return v
 }
 
-// Prefill is the prefill tokens r reserved (Decision.Prefill at Reserve):
-// what a ForeignPrefill credits with Routed.
+// Prefill is the prefill tokens r reserved (Decision.Prefill at Reserve;
+// the preflight's count after ForeignPrefill.Reserved): what a
+// ForeignPrefill credits with Routed.
 func (r *Reservation) Prefill() int64 { return r.prefill }

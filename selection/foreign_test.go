@@ -359,3 +359,39 @@ func TestForeignPrefillExactCredit(t *testing.T) {
 		})
 	}
 }
+
+// A reservation whose estimate leaves nothing to prefill (the exact
+// overlap covers the prompt's bytes' estimate: an agent's next turn) but
+// whose preflight counts more tokens (the chat template's) reserves that
+// count as pending prefill, which keeps its credit until its runs are
+// stored, however long since the replica's last first token (through a
+// real Caddy, TestE2EForeignOwnRuns/agent read such a turn as foreign
+// whenever its runs came more than Grace after the previous turn's first
+// token: under load).
+func TestForeignPrefillCreditPending(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
+	s := cands[0].Slot
+	f := NewForeignPrefill()
+	f.SetRouter(rt)
+	t0 := time.Unix(100, 0)
+	f.FirstToken(s, t0) // the previous turn's first token
+
+	res := rt.Reserve(s, 0)
+	res.prompt = 400 // the bytes' estimate, all of it overlapping
+	f.Reserved(res, 448)
+	if _, pend := rt.Load(s); pend != 48 || res.Prefill() != 48 {
+		t.Fatalf("pending %d, reserved %d, want the preflight's 48", pend, res.Prefill())
+	}
+	f.StoredRun(s, 4, 16, t0.Add(time.Second)) // 64 stored, 48 ours, a second later
+	if got, _ := f.Counted(); got != 16 {
+		t.Errorf("foreign %d tokens, want 16", got)
+	}
+	res.PrefillDone()
+	if _, pend := rt.Load(s); pend != 0 {
+		t.Errorf("pending %d after the first token, want 0", pend)
+	}
+	res.Release()
+	if _, pend := rt.Load(s); pend != 0 {
+		t.Errorf("pending %d after the release, want 0", pend)
+	}
+}

@@ -1507,6 +1507,16 @@ func (r *Reservation) PrefillDone() bool {
 	return false
 }
 
+// setPrefill makes n the prefill tokens r reserves (in its slot's pending
+// prefill while it is prefilling): before its request is sent, by the
+// goroutine that reserved it (ForeignPrefill.Reserved).
+func (r *Reservation) setPrefill(n int64) {
+	if c := &r.rt.loads[r.slot]; r.state.Load() == 0 && c.gen() == r.gen {
+		c.pending.Add(n - r.prefill)
+	}
+	r.prefill = n
+}
+
 // Release ends the reservation. It reports whether this call did it.
 func (r *Reservation) Release() bool {
 	old := r.state.Swap(2)

@@ -108,6 +108,7 @@ type rank struct {
 	reqs    map[uint64]*pending
 	evs     []engine.Event
 	kvBatch []engine.KVEvent
+	kvAt    time.Time // when kvBatch's first event was stored: the batch's ts
 	last    *Recorded
 }
 
@@ -462,7 +463,12 @@ func (s *Server) LastRequestAt(rank int) (Recorded, bool) {
 // reset gives the rank a fresh engine (r.mu held or not yet shared).
 func (r *rank) reset() {
 	r.eng = engine.New(r.s.opts.Engine)
-	r.eng.SetKVEventHandler(func(ev engine.KVEvent) { r.kvBatch = append(r.kvBatch, ev) })
+	r.eng.SetKVEventHandler(func(ev engine.KVEvent) {
+		if len(r.kvBatch) == 0 {
+			r.kvAt = time.Now()
+		}
+		r.kvBatch = append(r.kvBatch, ev)
+	})
 	r.epoch = time.Now()
 }
 
@@ -515,12 +521,18 @@ func (r *rank) run() {
 		if ok && !instant {
 			wait = time.Until(r.wallAt(next))
 		}
-		batch := r.kvBatch
+		batch, at := r.kvBatch, r.kvAt
 		r.kvBatch = nil
 		r.mu.Unlock()
 		if len(batch) > 0 && r.pub != nil {
-			ts := float64(time.Now().UnixNano()) / 1e9
-			_ = r.pub.publish(ts, batch) // a PUB socket drops on error, as vLLM's
+			// The batch's ts is when its blocks were stored, before
+			// dispatch woke their requests' handlers, as vLLM stamps a
+			// step's batch before its outputs leave the engine core:
+			// stamped here, after the first tokens went out, a stall of
+			// this goroutine put it later than them, and a router read
+			// its own request's blocks as another instance's prefill
+			// (TestE2EForeignOwnRuns under load).
+			_ = r.pub.publish(float64(at.UnixNano())/1e9, batch) // a PUB socket drops on error, as vLLM's
 		}
 		r.pubMu.Unlock()
 		if ok && wait <= 0 {
