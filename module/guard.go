@@ -131,10 +131,10 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	var st *reqState
 	if r.Body != nil && r.Body != http.NoBody {
 		// The guard wraps the whole chain: a request state it creates ends
-		// when it returns (no sweeper registration).
+		// when it returns (no sweeper registration), and is recycled.
 		var created bool
 		if st, created = ownedState(r); created {
-			defer st.finish()
+			defer st.recycle()
 		}
 	}
 	noDeadline := true

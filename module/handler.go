@@ -108,16 +108,6 @@ func (h *Handler) Validate() error {
 	return fleetstate.CheckStateKey(h.StateKey)
 }
 
-// observedState returns the request's reqState, creating it when the
-// handler is the first ramjet module to see the request. A state created
-// here needs no context.AfterFunc: ServeHTTP ends it on every path (return
-// or abort panic).
-func observedState(r *http.Request) *reqState {
-	st, _ := ownedState(r)
-	st.observed = true
-	return st
-}
-
 func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	var m Handler
 	err := m.UnmarshalCaddyfile(h.Dispenser)
@@ -126,7 +116,12 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 
 // ServeHTTP wraps w and calls next.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	st := observedState(r)
+	// A state created here needs no sweeper: ServeHTTP ends and recycles
+	// it on every path (return or abort panic).
+	st, created := ownedState(r)
+	if st.observed = true; created {
+		defer st.recycle()
+	}
 	if f := lookupFleet(h.StateKey); f != nil {
 		if pf := f.kv.Load(); pf != nil {
 			logger := h.logger

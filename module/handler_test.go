@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/ramjet-llm/ramjet/observe"
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // recordingObserver records what the handler fed it.
@@ -50,12 +51,15 @@ func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
 	rec := httptest.NewRecorder()
 	rt := p.fleet.Base()
 	errNext := errors.New("next failed after writing")
+	var slot selection.Slot // the state's, read while it runs: the handler recycles it
+	var routeID string
 
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 		if p.Select(pool, r, w) == nil {
 			t.Fatal("no upstream")
 		}
 		st := lookupRequest(r)
+		slot, routeID = st.slot, st.routeID
 		if in, pend := rt.Load(st.slot); in != 1 || pend == 0 {
 			t.Fatalf("before the first byte: inflight %d pending %d", in, pend)
 		}
@@ -78,15 +82,17 @@ func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
 	if err := (Handler{extra: recordObserver}).ServeHTTP(rec, r, next); err != errNext {
 		t.Fatalf("ServeHTTP error %v, want next's", err)
 	}
-	st := lookupRequest(r)
-	if in, pend := rt.Load(st.slot); in != 0 || pend != 0 {
+	if lookupRequest(r) != nil {
+		t.Error("the handler's state is still in the vars after it returned")
+	}
+	if in, pend := rt.Load(slot); in != 0 || pend != 0 {
 		t.Fatalf("after the handler: inflight %d pending %d", in, pend)
 	}
 	if !rec.Flushed {
 		t.Fatal("flush did not reach the client writer")
 	}
-	if got := rec.Result().Header.Values(HeaderUpstream); len(got) != 1 || got[0] != st.routeID {
-		t.Fatalf("X-Ramjet-Upstream %q, want only %q", got, st.routeID)
+	if got := rec.Result().Header.Values(HeaderUpstream); len(got) != 1 || got[0] != routeID {
+		t.Fatalf("X-Ramjet-Upstream %q, want only %q", got, routeID)
 	}
 	o := testObservers[r]
 	delete(testObservers, r)

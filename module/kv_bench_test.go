@@ -72,7 +72,8 @@ func BenchmarkSelectKV(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				r := newTestRequest(ctx, bodies[i%len(bodies)])
 				// The handler's part: the preflight, ahead of Select.
-				p.fleet.kv.Load().preflight(r, observedState(r), p.x, p.logger)
+				st, _ := observedState(r)
+				p.fleet.kv.Load().preflight(r, st, p.x, p.logger)
 				if p.Select(pool, r, nil) == nil {
 					b.Fatal("no upstream")
 				}

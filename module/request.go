@@ -3,6 +3,7 @@ package module
 import (
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -19,8 +20,8 @@ import (
 const VarRequest = "ramjet.request"
 
 // reqState is ramjet's state for one request. It is created by whichever
-// ramjet module sees the request first (matcher, handler or policy) and
-// lives in the vars under VarRequest.
+// ramjet module sees the request first (matcher, handler, guard or policy)
+// and lives in the vars under VarRequest (the guard's, the handler's: recycle).
 //
 // Concurrency: the fields without atomics are written and read only on the
 // request's own goroutine (matcher, handler, Select). finish may run on
@@ -41,10 +42,9 @@ type reqState struct {
 	// bodyErr is why the body could not be read (edge.ErrTooLarge, I/O).
 	bodyErr error
 	// origReader is the reader the matcher put back into the original
-	// request, so that Select can tell whether it is still untouched.
+	// request, so that Select can tell whether it is still untouched. Its
+	// own allocation: a transport may read it after the request ended.
 	origReader *edge.Reader
-	// reader is the storage of origReader (no allocation for it).
-	reader edge.Reader
 
 	// Filled by Select for the last attempt.
 	fleet      *fleet
@@ -81,6 +81,7 @@ type reqState struct {
 	obsv observedParts
 	// bodyDL is the guard's deferred body deadline (guard.go).
 	bodyDL edge.DeferredDeadline
+	vars   map[string]any // the Caddy vars holding the state (recycle)
 }
 
 // observedParts are what the ramjet handler wraps a response in: the
@@ -120,7 +121,8 @@ func ownedState(r *http.Request) (st *reqState, created bool) {
 	if st, ok := vars[VarRequest].(*reqState); ok {
 		return st, false
 	}
-	st = &reqState{slot: -1}
+	st = statePool.Get().(*reqState)
+	st.slot, st.vars = -1, vars
 	if vars != nil {
 		vars[VarRequest] = st
 	}
@@ -171,6 +173,21 @@ func (st *reqState) finish() {
 	if b := st.owner.Swap(nil); b != nil {
 		b.Release()
 	}
+}
+
+var statePool = sync.Pool{New: func() any { return new(reqState) }}
+
+// recycle ends the request of a state the caller created (ownedState) and
+// pools the state, unless a late preflight (kv) or a queued learn not yet
+// landed may still read it; the body's reader is its own allocation.
+func (st *reqState) recycle() {
+	st.finish()
+	if st.route.kv != nil || !st.route.res.Settled() {
+		return
+	}
+	delete(st.vars, VarRequest) // a later handler (handle_errors) makes its own
+	*st = reqState{}
+	statePool.Put(st)
 }
 
 // acquireBody takes a reference on the request's body and returns it, or
@@ -247,7 +264,7 @@ func (st *reqState) readBody(r *http.Request, limit int64) {
 		return
 	}
 	st.bodyRead = true
-	b, rd, err := edge.ReadBody(r, limit, &st.reader)
+	b, rd, err := edge.ReadBody(r, limit, nil)
 	if b == nil {
 		st.bodyErr = err
 		return

@@ -102,12 +102,12 @@ func BenchmarkSelectObserved(b *testing.B) {
 			for b.Loop() {
 				ctx, cancel := context.WithCancel(context.Background())
 				r := newTestRequest(ctx, bodies[i%len(bodies)])
-				st := observedState(r)
+				st, _ := observedState(r)
 				if p.Select(pool, r, nil) == nil {
 					b.Fatal("no upstream")
 				}
 				r.Body.Close() // as the transport does
-				st.finish()    // as the handler does
+				st.recycle()   // as the handler does
 				cancel()
 				i++
 			}

@@ -1494,6 +1494,11 @@ func (r *Reservation) unchain() int64 {
 // Slot is the reserved replica.
 func (r *Reservation) Slot() Slot { return r.slot }
 
+// Settled reports that no queued learn will write into r any more (its
+// learn was applied, or none was queued): its storage may be zeroed or
+// reused by a caller that pools it.
+func (r *Reservation) Settled() bool { return !r.learned.pending.Load() }
+
 // PrefillDone marks the prompt as computed (the first token arrived): the
 // pending prefill no longer counts as load. It reports whether this call
 // did it.
