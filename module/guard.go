@@ -114,7 +114,7 @@ func (g *Guard) Provision(ctx caddy.Context) error {
 }
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
-func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
 	// Only the API: the path is normalised first, so that no spelling of
 	// an engine-internal route (or of an API route) skips the checks below.
 	if !g.allow.Allow(r) {
@@ -134,7 +134,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		// when it returns (no sweeper registration), and is recycled.
 		var created bool
 		if st, created = ownedState(r); created {
-			defer st.recycle()
+			defer st.recycle(&err)
 		}
 	}
 	noDeadline := true
@@ -153,7 +153,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		st.bodyDL.Lift()
 	}
 	if ae := bodyErr; ae != nil {
-		if st := lookupRequest(r); st != nil {
+		if st != nil {
 			st.finish() // nothing was routed: release the body at once
 		}
 		edge.Write(w, ae)
@@ -177,8 +177,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		gw.Init(w, nil)
 		gw.SetScrub(g.scrubFn)
 	}
-	err := next.ServeHTTP(gw, r)
-	if err == nil {
+	if err = next.ServeHTTP(gw, r); err == nil {
 		return nil
 	}
 	if gw.Responded() {

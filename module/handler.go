@@ -115,12 +115,12 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 }
 
 // ServeHTTP wraps w and calls next.
-func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
 	// A state created here needs no sweeper: ServeHTTP ends and recycles
 	// it on every path (return or abort panic).
 	st, created := ownedState(r)
 	if st.observed = true; created {
-		defer st.recycle()
+		defer st.recycle(&err)
 	}
 	if f := lookupFleet(h.StateKey); f != nil {
 		if pf := f.kv.Load(); pf != nil {

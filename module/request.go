@@ -3,6 +3,7 @@ package module
 import (
 	"errors"
 	"net/http"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -21,7 +22,8 @@ const VarRequest = "ramjet.request"
 
 // reqState is ramjet's state for one request. It is created by whichever
 // ramjet module sees the request first (matcher, handler, guard or policy)
-// and lives in the vars under VarRequest (the guard's, the handler's: recycle).
+// and lives in the vars under VarRequest (the guard's and the handler's are
+// recycled: recycle).
 //
 // Concurrency: the fields without atomics are written and read only on the
 // request's own goroutine (matcher, handler, Select). finish may run on
@@ -81,7 +83,7 @@ type reqState struct {
 	obsv observedParts
 	// bodyDL is the guard's deferred body deadline (guard.go).
 	bodyDL edge.DeferredDeadline
-	vars   map[string]any // the Caddy vars holding the state (recycle)
+	vars   uintptr // the identity of the Caddy vars holding the state (recycle)
 }
 
 // observedParts are what the ramjet handler wraps a response in: the
@@ -118,11 +120,12 @@ func requestState(r *http.Request) *reqState {
 func ownedState(r *http.Request) (st *reqState, created bool) {
 	// caddyhttp.GetVar then SetVar, with one walk up the context.
 	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
-	if st, ok := vars[VarRequest].(*reqState); ok {
+	id := reflect.ValueOf(vars).Pointer()
+	if st, ok := vars[VarRequest].(*reqState); ok && st.vars == id {
 		return st, false
 	}
 	st = statePool.Get().(*reqState)
-	st.slot, st.vars = -1, vars
+	st.slot, st.vars = -1, id
 	if vars != nil {
 		vars[VarRequest] = st
 	}
@@ -137,12 +140,6 @@ var openStates edge.Sweeper
 
 // Finish ends the request (edge.Finisher, for the sweeper).
 func (st *reqState) Finish() { st.finish() }
-
-// lookupRequest returns the request's reqState or nil.
-func lookupRequest(r *http.Request) *reqState {
-	st, _ := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState)
-	return st
-}
 
 // markTried records that an attempt picked slot s.
 func (st *reqState) markTried(s selection.Slot) {
@@ -178,14 +175,15 @@ func (st *reqState) finish() {
 var statePool = sync.Pool{New: func() any { return new(reqState) }}
 
 // recycle ends the request of a state the caller created (ownedState) and
-// pools the state, unless a late preflight (kv) or a queued learn not yet
-// landed may still read it; the body's reader is its own allocation.
-func (st *reqState) recycle() {
+// pools the state when the chain returned no error (*errp: a handle_errors
+// route reads the vars) and no late preflight (kv) or queued learn may
+// still read it. The vars entry stays (a dial goroutine may read the map):
+// ownedState ignores a state that is no longer the request's.
+func (st *reqState) recycle(errp *error) {
 	st.finish()
-	if st.route.kv != nil || !st.route.res.Settled() {
+	if *errp != nil || st.route.kv != nil || !st.route.res.Settled() {
 		return
 	}
-	delete(st.vars, VarRequest) // a later handler (handle_errors) makes its own
 	*st = reqState{}
 	statePool.Put(st)
 }

@@ -106,8 +106,8 @@ func BenchmarkSelectObserved(b *testing.B) {
 				if p.Select(pool, r, nil) == nil {
 					b.Fatal("no upstream")
 				}
-				r.Body.Close() // as the transport does
-				st.recycle()   // as the handler does
+				r.Body.Close()         // as the transport does
+				st.recycle(new(error)) // as the handler does
 				cancel()
 				i++
 			}
