@@ -2,6 +2,7 @@ package module
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -215,4 +216,51 @@ func TestEdgeChainAllocs(t *testing.T) {
 		t.Errorf("guard + observe allocate %.0f times per request, want at most %d", got, budget)
 	}
 	t.Logf("guard + observe: %.0f allocations per request (harness %.0f)", chain-harness, harness)
+}
+
+// BenchmarkWholeChain is everything ramjet adds to one small request in
+// the overhead bench's ramjet site (bench/loadgen/caddyrun,
+// GuardedRamjetSite): ramjet_guard, ramjet_observe and the policy's
+// Select over 8 replicas, in front of the engine stand-in that reads and
+// closes the body as the transport does. Its "harness" is the stand-in
+// alone, what round_robin's request costs here besides Caddy's own work.
+func BenchmarkWholeChain(b *testing.B) {
+	g := benchGuard(b)
+	p := newTestPolicy(b, "")
+	pool := newTestPool(8)
+	var h Handler
+	h.WriteTimeout = caddy.Duration(DefaultWriteTimeout)
+	cr := newChainRequest(benchBody(1 << 10))
+	w := &chainWriter{h: http.Header{}}
+	proxy := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		if p.Select(pool, r, w) == nil {
+			return errors.New("no upstream")
+		}
+		return chainEngine.ServeHTTP(w, r)
+	})
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		return h.ServeHTTP(w, r, proxy)
+	})
+	b.Run("harness", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			cancel := cr.start()
+			clear(w.h)
+			if err := chainEngine.ServeHTTP(w, cr.r); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+		}
+	})
+	b.Run("1KiB", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			cancel := cr.start()
+			clear(w.h)
+			if err := g.ServeHTTP(w, cr.r, next); err != nil || w.status != http.StatusOK {
+				b.Fatalf("status %d, error %v", w.status, err)
+			}
+			cancel()
+		}
+	})
 }
