@@ -92,37 +92,9 @@ func indexDigest(budget int64) uint64 {
 				}
 			}
 			prompts = append(prompts, p)
-			put(uint64(x.learn(p, s, r.IntN(len(p)+2))))
-			var depth [MaxReplicas]int32
-			x.Depths(p, interest, &depth)
-			for _, v := range depth[:slots] {
-				put(uint64(v))
-			}
+			putLearn(put, x, p, s, r.IntN(len(p)+2), interest, slots)
 		}
-		put(uint64(x.Entries()))
-		put(uint64(x.Pairs()))
-		put(uint64(x.Bytes()))
-		put(x.Evictions())
-		put(x.Dropped())
-		if op%16 != 0 {
-			continue
-		}
-		g, reps := x.state(slots)
-		put(uint64(len(g)))
-		for _, k := range g {
-			put(k)
-		}
-		for s := range Slot(slots) {
-			put(uint64(len(reps[s])))
-			for _, p := range reps[s] {
-				put(p.key)
-				put(uint64(p.stamp))
-			}
-			put(uint64(x.Held(s)))
-			put(uint64(x.clockOf(s)))
-			put(uint64(x.Capacity(s)))
-			put(uint64(x.Horizon(s)))
-		}
+		putState(put, x, slots, op%16 == 0)
 	}
 	if err := x.checkTables(); err != nil {
 		panic(fmt.Sprintf("budget %d: %v", budget, err))
@@ -150,5 +122,46 @@ func TestIndexDigest(t *testing.T) {
 		if got != want {
 			t.Errorf("budget %d: digest %#x, want %#x", budget, got, want)
 		}
+	}
+}
+
+// putLearn learns p on s (n: the learn's reply depth argument) and puts
+// what the learn returned and every slot's depth of p after it.
+func putLearn(put func(uint64), x *Index, p []uint64, s Slot, n int, interest SlotSet, slots int) {
+	put(uint64(x.learn(p, s, n)))
+	var depth [MaxReplicas]int32
+	x.Depths(p, interest, &depth)
+	for _, v := range depth[:slots] {
+		put(uint64(v))
+	}
+}
+
+// putState puts the index's counts and, when full, what it believes: the
+// global LRU order and every replica's list with its stamps, held tokens,
+// clock, capacity and horizon.
+func putState(put func(uint64), x *Index, slots int, full bool) {
+	put(uint64(x.Entries()))
+	put(uint64(x.Pairs()))
+	put(uint64(x.Bytes()))
+	put(x.Evictions())
+	put(x.Dropped())
+	if !full {
+		return
+	}
+	g, reps := x.state(slots)
+	put(uint64(len(g)))
+	for _, k := range g {
+		put(k)
+	}
+	for s := range Slot(slots) {
+		put(uint64(len(reps[s])))
+		for _, p := range reps[s] {
+			put(p.key)
+			put(uint64(p.stamp))
+		}
+		put(uint64(x.Held(s)))
+		put(uint64(x.clockOf(s)))
+		put(uint64(x.Capacity(s)))
+		put(uint64(x.Horizon(s)))
 	}
 }

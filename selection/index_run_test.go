@@ -112,37 +112,9 @@ func resentDigest(budget int64, seed uint64) uint64 {
 			default:
 				p = prompts[r.IntN(len(prompts))]
 			}
-			put(uint64(x.learn(p, s, r.IntN(len(p)+2))))
-			var depth [MaxReplicas]int32
-			x.Depths(p, interest, &depth)
-			for _, v := range depth[:slots] {
-				put(uint64(v))
-			}
+			putLearn(put, x, p, s, r.IntN(len(p)+2), interest, slots)
 		}
-		put(uint64(x.Entries()))
-		put(uint64(x.Pairs()))
-		put(uint64(x.Bytes()))
-		put(x.Evictions())
-		put(x.Dropped())
-		if op%8 != 0 {
-			continue
-		}
-		g, reps := x.state(slots)
-		put(uint64(len(g)))
-		for _, k := range g {
-			put(k)
-		}
-		for s := range Slot(slots) {
-			put(uint64(len(reps[s])))
-			for _, p := range reps[s] {
-				put(p.key)
-				put(uint64(p.stamp))
-			}
-			put(uint64(x.Held(s)))
-			put(uint64(x.clockOf(s)))
-			put(uint64(x.Capacity(s)))
-			put(uint64(x.Horizon(s)))
-		}
+		putState(put, x, slots, op%8 == 0)
 	}
 	if err := x.checkTables(); err != nil {
 		panic(fmt.Sprintf("budget %d: %v", budget, err))
