@@ -395,3 +395,26 @@ func TestForeignPrefillCreditPending(t *testing.T) {
 		t.Errorf("pending %d after the release, want 0", pend)
 	}
 }
+
+// TestSetPrefillRacesRelease: the preflight's credit changes a reservation's
+// pending prefill while its request's context may end on another goroutine
+// (the sweeper's Release); whichever comes first, the slot's pending
+// prefill returns to 0, never keeps the change or loses it twice. Under
+// -race the form that read the reservation's prefill in Release fails here.
+func TestSetPrefillRacesRelease(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
+	s := cands[0].Slot
+	for i := range 2000 {
+		res := rt.Reserve(s, i%3*16) // 0 (the case that lost its credit), 16, 32
+		done := make(chan struct{})
+		go func() {
+			res.Release()
+			close(done)
+		}()
+		res.setPrefill(48)
+		<-done
+		if _, pend := rt.Load(s); pend != 0 {
+			t.Fatalf("run %d: pending %d after the release, want 0", i, pend)
+		}
+	}
+}

@@ -1324,6 +1324,10 @@ type Reservation struct {
 	prefill  int64
 	resident int64
 	state    atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
+	// pend is what r put in its slot's pending prefill, taken out whole
+	// (swapped for pendTaken) by PrefillDone or Release; setPrefill changes
+	// it only while it is there.
+	pend atomic.Int64
 
 	// What the approximate index predicted, for Observe: the blocks it
 	// believed the replica held, the age (blocks touched on the replica
@@ -1387,6 +1391,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 		subFloor(&c.linger, int32(min(resident, math.MaxInt32)))
 	}
 	r.rt, r.slot, r.gen, r.prefill, r.resident = rt, s, gen, int64(prefill), resident
+	r.pend.Store(int64(prefill))
 	r.predicted, r.prompt, r.precise = 0, 0, false
 	r.learned.age.Store(-1)
 	r.learned.clock.Store(0)
@@ -1500,21 +1505,34 @@ func (r *Reservation) Slot() Slot { return r.slot }
 func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
 		if c := &r.rt.loads[r.slot]; c.gen() == r.gen {
-			c.pending.Add(-r.prefill)
+			c.pending.Add(-r.pend.Swap(pendTaken))
 		}
 		return true
 	}
 	return false
 }
 
+// pendTaken marks a reservation's pending prefill as taken out.
+const pendTaken = math.MinInt64
+
 // setPrefill makes n the prefill tokens r reserves (in its slot's pending
 // prefill while it is prefilling): before its request is sent, by the
-// goroutine that reserved it (ForeignPrefill.Reserved).
+// goroutine that reserved it (ForeignPrefill.Reserved). A Release racing
+// it (the request's context ended) takes out what is there, before or
+// after the change, never both.
 func (r *Reservation) setPrefill(n int64) {
-	if c := &r.rt.loads[r.slot]; r.state.Load() == 0 && c.gen() == r.gen {
-		c.pending.Add(n - r.prefill)
-	}
 	r.prefill = n
+	c := &r.rt.loads[r.slot]
+	for c.gen() == r.gen {
+		old := r.pend.Load()
+		if old == pendTaken {
+			return
+		}
+		if r.pend.CompareAndSwap(old, n) {
+			c.pending.Add(n - old)
+			return
+		}
+	}
 }
 
 // Release ends the reservation. It reports whether this call did it.
@@ -1528,7 +1546,7 @@ func (r *Reservation) Release() bool {
 		return true // the replica was unregistered since: its load was dropped
 	}
 	if old == 0 {
-		c.pending.Add(-r.prefill)
+		c.pending.Add(-r.pend.Swap(pendTaken))
 	}
 	if res := r.unchain(); res != 0 {
 		c.resident.Add(-res)
