@@ -1323,11 +1323,11 @@ type Reservation struct {
 	gen      uint32 // the slot's generation when reserved
 	prefill  int64
 	resident int64
-	state    atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
 	// pend is what r put in its slot's pending prefill, taken out whole
 	// (swapped for pendTaken) by PrefillDone or Release; setPrefill changes
 	// it only while it is there.
-	pend atomic.Int64
+	pend  atomic.Int64
+	state atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
 
 	// What the approximate index predicted, for Observe: the blocks it
 	// believed the replica held, the age (blocks touched on the replica
