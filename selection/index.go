@@ -551,17 +551,23 @@ func (x *Index) unlinkBlock(e uint32) { x.unlinkFrom(&x.head, &x.tail, e) }
 // unlinkFrom takes block e out of the list head..tail.
 func (x *Index) unlinkFrom(head, tail *uint32, e uint32) {
 	b := &x.blocks[e-1]
-	if b.prev != 0 {
-		x.blocks[b.prev-1].next = b.next
-	} else {
-		*head = b.next
-	}
-	if b.next != 0 {
-		x.blocks[b.next-1].prev = b.prev
-	} else {
-		*tail = b.prev
-	}
+	x.joinFrom(head, tail, b.prev, b.next)
 	b.prev, b.next = 0, 0
+}
+
+// joinFrom makes blocks prev and next neighbours in the list head..tail,
+// cutting out what was between them (0: the list's end on that side).
+func (x *Index) joinFrom(head, tail *uint32, prev, next uint32) {
+	if prev != 0 {
+		x.blocks[prev-1].next = next
+	} else {
+		*head = next
+	}
+	if next != 0 {
+		x.blocks[next-1].prev = prev
+	} else {
+		*tail = prev
+	}
 }
 
 // haunt makes block e, which no replica holds any more, a ghost: the
@@ -838,17 +844,7 @@ func (x *Index) dropTail(s Slot, limit, horizon int64) {
 		free = pe
 		set[int(blk-1)*w+word] &^= bit
 		// Out of the global list, onto the ghost list (haunt).
-		bp, bn := b.prev, b.next
-		if bp != 0 {
-			bs[bp-1].next = bn
-		} else {
-			x.head = bn
-		}
-		if bn != 0 {
-			bs[bn-1].prev = bp
-		} else {
-			x.tail = bp
-		}
+		x.joinFrom(&x.head, &x.tail, b.prev, b.next)
 		b.pairs, b.hint = ghost, 0
 		b.prev, b.next = gtail, 0
 		if gtail != 0 {
@@ -1243,16 +1239,7 @@ func (x *Index) reviveRun(blocks []uint64, s Slot, g uint32) (int, uint32) {
 		}
 	}
 	// Cut the run out of the ghost list: before and e are its neighbours.
-	if before != 0 {
-		bs[before-1].next = e
-	} else {
-		x.ghead = e
-	}
-	if e != 0 {
-		bs[e-1].prev = before
-	} else {
-		x.gtail = before
-	}
+	x.joinFrom(&x.ghead, &x.gtail, before, e)
 	x.ghosts -= int(m)
 	x.pairs, x.pfree = ps, free
 	x.head, r.head, r.clock = head, phead, clock
