@@ -32,6 +32,8 @@ func decodeStrict(t *testing.T, where string, doc []byte) any {
 	switch tm.APIVersion + "/" + tm.Kind {
 	case "apps/v1/Deployment":
 		obj = &appsv1.Deployment{}
+	case "apps/v1/StatefulSet":
+		obj = &appsv1.StatefulSet{}
 	case "v1/Service":
 		obj = &corev1.Service{}
 	case "v1/ConfigMap":
@@ -111,13 +113,14 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 
 // built is what one kustomization renders, by kind and name.
 type built struct {
-	deployments map[string]*appsv1.Deployment
-	services    map[string]*corev1.Service
-	configMaps  map[string]*corev1.ConfigMap
-	pdbs        map[string]*policyv1.PodDisruptionBudget
-	monitors    map[string]*monitoringv1.ServiceMonitor
-	rules       map[string]*monitoringv1.PrometheusRule
-	namespace   string
+	deployments  map[string]*appsv1.Deployment
+	statefulSets map[string]*appsv1.StatefulSet
+	services     map[string]*corev1.Service
+	configMaps   map[string]*corev1.ConfigMap
+	pdbs         map[string]*policyv1.PodDisruptionBudget
+	monitors     map[string]*monitoringv1.ServiceMonitor
+	rules        map[string]*monitoringv1.PrometheusRule
+	namespace    string
 }
 
 func build(t *testing.T, dir string) built {
@@ -131,13 +134,15 @@ func build(t *testing.T, dir string) built {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := built{deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
+	b := built{deployments: map[string]*appsv1.Deployment{}, statefulSets: map[string]*appsv1.StatefulSet{}, services: map[string]*corev1.Service{},
 		configMaps: map[string]*corev1.ConfigMap{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		monitors: map[string]*monitoringv1.ServiceMonitor{}, rules: map[string]*monitoringv1.PrometheusRule{}}
 	for _, d := range splitDocs(out) {
 		switch o := decodeStrict(t, dir+" (built)", d).(type) {
 		case *appsv1.Deployment:
 			b.deployments[o.Name] = o
+		case *appsv1.StatefulSet:
+			b.statefulSets[o.Name] = o
 			b.namespace = o.Namespace
 		case *corev1.Service:
 			b.services[o.Name] = o
@@ -181,15 +186,27 @@ func TestOverlays(t *testing.T) {
 			if b.namespace != tc.namespace {
 				t.Errorf("namespace %q, want %q", b.namespace, tc.namespace)
 			}
-			rj := b.deployments["ramjet"]
+			// A StatefulSet: its pods' host names (ramjet's default
+			// instance_id) end in ordinals, the spill positions that
+			// spread several instances best (selection.InstancePosition).
+			rj := b.statefulSets["ramjet"]
 			if rj == nil {
-				t.Fatal("no ramjet Deployment")
+				t.Fatal("no ramjet StatefulSet")
 			}
 			if rj.Spec.Replicas == nil || *rj.Spec.Replicas != tc.replicas || *rj.Spec.Replicas < 2 {
 				t.Errorf("ramjet replicas %v, want %d (2+)", rj.Spec.Replicas, tc.replicas)
 			}
-			if u := rj.Spec.Strategy.RollingUpdate; u == nil || u.MaxUnavailable == nil || u.MaxUnavailable.IntValue() != 0 {
-				t.Errorf("ramjet rollout may take a replica down first: %+v", rj.Spec.Strategy)
+			if rj.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+				t.Errorf("podManagementPolicy %q, want Parallel (no ordered start-up for stateless pods)", rj.Spec.PodManagementPolicy)
+			}
+			if rj.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
+				t.Errorf("updateStrategy %+v, want RollingUpdate", rj.Spec.UpdateStrategy)
+			}
+			if b.services[rj.Spec.ServiceName] == nil {
+				t.Errorf("serviceName %q names no Service", rj.Spec.ServiceName)
+			}
+			if len(rj.Spec.VolumeClaimTemplates) != 0 {
+				t.Error("ramjet pods claim volumes: they keep no state")
 			}
 			pod := rj.Spec.Template.Spec
 			if !selects(t, rj.Spec.Selector, rj.Spec.Template.Labels) {
@@ -230,6 +247,9 @@ func TestOverlays(t *testing.T) {
 			}
 			if got := env["RJ_ENGINES_SRV"].Value; got != "_http._tcp.engines.$(POD_NAMESPACE).svc.cluster.local" {
 				t.Errorf("RJ_ENGINES_SRV %q", got)
+			}
+			if e, ok := env["RJ_INSTANCE_ID"]; ok {
+				t.Errorf("RJ_INSTANCE_ID set (%+v): the pod's host name, ramjet-<ordinal>, is the id that spreads", e)
 			}
 			for _, s := range []string{"RJ_UPSTREAM_TOKEN", "RJ_CLIENT_TOKENS", "RJ_ROUTE_ID_SECRET"} {
 				if e := env[s]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.Value != "" {
