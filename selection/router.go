@@ -130,11 +130,13 @@ type Scratch struct {
 	Keys  []uint64
 	Exact []int
 
-	marg     []Candidate // the marginal variant's second candidate set
-	spill    []uint64    // the instance-aware spill's ranking (spill.go)
-	depth    [MaxReplicas]int32
-	interest []uint64 // the slots Pick asks the index about
-	work     depthWork
+	marg  []Candidate // the marginal variant's second candidate set
+	spill []uint64    // the instance-aware spill's ranking (spill.go)
+	depth [MaxReplicas]int32
+	work  depthWork
+	// top1 and top2 are the deepest and second deepest usable overlaps
+	// of the last Pick (topTwo of s.Overlap as Pick left it).
+	top1, top2 int
 }
 
 // NewScratch returns a Scratch sized for n candidates.
@@ -894,15 +896,40 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 // loadPairN is loadPair and the in-flight count it read (the busy guard
 // in Pick charges by the same reading).
 func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
+	k := rt.loadKnobs()
+	return rt.loadWith(&k, s, prompt, pairOn, now, hit)
+}
+
+// loadKnobs are the options loadWith reads, their defaults applied: the
+// same for every candidate of one Pick, which reads them once.
+type loadKnobs struct {
+	ow, floor float64 // OverflowWeight, PairFloor
+	lingerOn  bool
+	ttl       uint32
+	bare      bool // no decode-side term: the reservations only
+}
+
+func (rt *Router) loadKnobs() loadKnobs {
+	k := loadKnobs{ow: rt.opt.OverflowWeight, floor: float64(rt.opt.PairFloor)} // floor negative: none
+	if k.ow == 0 {
+		k.ow = DefaultOverflowWeight
+	}
+	if rt.opt.PairFloor == 0 {
+		k.floor = DefaultPairFloor
+	}
+	k.lingerOn, k.ttl = rt.lingerOn()
+	k.bare = rt.cfg.ContextWeight == 0 && rt.cfg.PairWeight == 0 && k.ow <= 0
+	return k
+}
+
+// loadWith is loadPairN with its options read (rt.loadKnobs).
+func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	n := c.count()
 	ld := float64((n+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
-	ow := rt.opt.OverflowWeight
-	if ow == 0 {
-		ow = DefaultOverflowWeight
-	}
-	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && ow <= 0 {
+	ow := k.ow
+	if k.bare {
 		return ld, n
 	}
 	// The others' contexts: the engine-reported KV tokens or the estimate
@@ -923,13 +950,9 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	// and whose successor has not come yet (c.linger): a closed-loop agent
 	// between turns still holds its context there and will be back. Once
 	// nothing was released on r for the linger TTL, it is presumed done.
-	floor := float64(rt.opt.PairFloor) // negative: none
-	if rt.opt.PairFloor == 0 {
-		floor = DefaultPairFloor
-	}
-	pres, pcap := res, max(capa, floor)
+	pres, pcap := res, max(capa, k.floor)
 	lgr := 0.0
-	if on, ttl := rt.lingerOn(); on && pairOn {
+	if ttl := k.ttl; k.lingerOn && pairOn {
 		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
 			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
 			pres += lgr
@@ -1038,30 +1061,28 @@ func (rt *Router) TieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
 // no state: call Reserve and Learn with the decision.
 func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	s.ensure(len(cands))
+	var interest [MaxReplicas / 64]uint64 // the slots Pick asks the index about
 	words := 0
 	for i := range cands {
 		if c := &cands[i]; c.Usable && !c.Precise {
-			words = max(words, int(c.Slot)/64+1)
-		}
-	}
-	interest := grow64(s.interest, words)
-	s.interest = interest
-	clear(interest)
-	for i := range cands {
-		c := &cands[i]
-		if c.Usable && !c.Precise {
-			interest[c.Slot>>6] |= 1 << (uint(c.Slot) & 63)
+			w := int(c.Slot) >> 6
+			interest[w] |= 1 << (uint(c.Slot) & 63)
 			s.depth[c.Slot] = 0
+			words = max(words, w+1)
 		}
 	}
 	if words > 0 {
-		rt.idx.depths(f.Blocks, interest, s.depth[:], &s.work)
+		rt.idx.depths(f.Blocks, interest[:words], s.depth[:], &s.work)
 	}
 
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
-	now := rt.lingerNow()
+	knobs := rt.loadKnobs()
+	now := uint32(0) // lingerNow's reading
+	if knobs.lingerOn && knobs.ttl > 0 {
+		now = rt.clockMS()
+	}
 	prompt := f.PromptTokens(rt.cfg)
 	want, wantSet := ProfileStandard, f.MaxTokens > 0
 	if f.MaxTokens >= cfg.LongOutputTokens {
@@ -1107,6 +1128,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			top2 = ov
 		}
 	}
+	s.top1, s.top2 = top1, top2
 	hit := min(top1, cfg.AffinityCap)
 	// The output bonus's queue limit (Options.ProfileQueue), where the
 	// usable replicas' profiles differ.
@@ -1139,7 +1161,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
-		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
+		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
 		}
