@@ -135,8 +135,9 @@ type Scratch struct {
 	depth [MaxReplicas]int32
 	work  depthWork
 	// top1 and top2 are the deepest and second deepest usable overlaps
-	// of the last Pick (topTwo of s.Overlap as Pick left it).
-	top1, top2 int
+	// of the last Pick (topTwo of s.Overlap as Pick left it), low the
+	// least (-1 when none is usable).
+	top1, top2, low int
 }
 
 // NewScratch returns a Scratch sized for n candidates.
@@ -1041,13 +1042,7 @@ func (rt *Router) tieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
 	if key, ok := rt.agentTie(f, cands, s); ok {
 		return key
 	}
-	k := -1
-	for i := range cands {
-		if cands[i].Usable && (k < 0 || s.Overlap[i] < k) {
-			k = s.Overlap[i]
-		}
-	}
-	return f.Blocks[min(max(k, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
+	return f.Blocks[min(max(s.low, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
 }
 
 // TieKey is the block of f that the rendezvous tie-break hashes in Pick
@@ -1061,6 +1056,9 @@ func (rt *Router) TieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
 // no state: call Reserve and Learn with the decision.
 func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	s.ensure(len(cands))
+	// The per-candidate figures as slices of cands' length, so that the
+	// loops below index them without bounds checks.
+	ovs, lds, scs := s.Overlap[:len(cands)], s.Load[:len(cands)], s.Score[:len(cands)]
 	var interest [MaxReplicas / 64]uint64 // the slots Pick asks the index about
 	words := 0
 	for i := range cands {
@@ -1118,7 +1116,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if !c.Precise {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
 		}
-		s.Overlap[i] = ov
+		ovs[i] = ov
 		if low < 0 || ov < low {
 			low = ov
 		}
@@ -1128,7 +1126,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			top2 = ov
 		}
 	}
-	s.top1, s.top2 = top1, top2
+	s.top1, s.top2, s.low = top1, top2, low
 	hit := min(top1, cfg.AffinityCap)
 	// The output bonus's queue limit (Options.ProfileQueue), where the
 	// usable replicas' profiles differ.
@@ -1153,10 +1151,10 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
-			s.Overlap[i], s.Load[i], s.Score[i] = 0, 0, math.NaN()
+			ovs[i], lds[i], scs[i] = 0, 0, math.NaN()
 			continue
 		}
-		ov := s.Overlap[i]
+		ov := ovs[i]
 		pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
@@ -1177,7 +1175,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if wantSet && c.Profile == want && float64(rt.loads[c.Slot].pending.Load()) <= queueLim {
 			sc += bonus
 		}
-		s.Overlap[i], s.Load[i], s.Score[i] = ov, ld, sc
+		ovs[i], lds[i], scs[i] = ov, ld, sc
 		d.Usable++
 		if ov > d.BestOverlap {
 			d.BestOverlap = ov
@@ -1195,8 +1193,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	first := rt.tieKey(f, cands, s)
 	w := -1
 	ties := 0
+	tied := best - cfg.TieEpsilon // the least score within TieEpsilon of the best
 	for i := range cands {
-		if !cands[i].Usable || s.Score[i] < best-cfg.TieEpsilon {
+		if !cands[i].Usable || scs[i] < tied {
 			continue
 		}
 		ties++
@@ -1226,7 +1225,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.
 	for i := range cands {
-		if i == w || !cands[i].Usable || s.Score[i] < best-cfg.TieEpsilon {
+		if i == w || !cands[i].Usable || scs[i] < tied {
 			continue
 		}
 		if _, rule := rt.prefer(cands, s, w, i, want, wantSet, first); rule > d.Tie {

@@ -23,10 +23,10 @@ func topTwo(cands []Candidate, s *Scratch) (top1, top2 int) {
 	return top1, top2
 }
 
-// Pick leaves in s the two deepest usable overlaps (agentKey and the
-// agreement read them there instead of walking the candidates again):
-// topTwo of s.Overlap as Pick left it, over random fleets, overlaps and
-// filters.
+// Pick leaves in s the two deepest usable overlaps and the least (agentKey,
+// the agreement and tieKey read them there instead of walking the
+// candidates again): topTwo of s.Overlap as Pick left it and its minimum,
+// over random fleets, overlaps and filters.
 func TestPickTopTwo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for n := 1; n <= 12; n++ {
@@ -44,6 +44,15 @@ func TestPickTopTwo(t *testing.T) {
 			top1, top2 := topTwo(cands, s)
 			if s.top1 != top1 || s.top2 != top2 {
 				t.Fatalf("n=%d: Pick left top two %d, %d; topTwo says %d, %d", n, s.top1, s.top2, top1, top2)
+			}
+			low := -1
+			for i := range cands {
+				if cands[i].Usable && (low < 0 || s.Overlap[i] < low) {
+					low = s.Overlap[i]
+				}
+			}
+			if s.low != low {
+				t.Fatalf("n=%d: Pick left the least usable overlap %d, want %d", n, s.low, low)
 			}
 		}
 	}
