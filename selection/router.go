@@ -951,7 +951,10 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	// and whose successor has not come yet (c.linger): a closed-loop agent
 	// between turns still holds its context there and will be back. Once
 	// nothing was released on r for the linger TTL, it is presumed done.
-	pres, pcap := res, max(capa, k.floor)
+	pres, pcap := res, capa
+	if k.floor > capa { // max(capa, floor): capa is at least 1, neither is NaN
+		pcap = k.floor
+	}
 	lgr := 0.0
 	if ttl := k.ttl; k.lingerOn && pairOn {
 		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
