@@ -65,8 +65,7 @@ func (rt *Router) agentKey(f *Features, cands []Candidate, s *Scratch) uint64 {
 	if lim := rt.agreeMax(); lim <= 0 || len(f.Blocks) == 0 {
 		return 0
 	}
-	_, top2 := topTwo(cands, s)
-	return f.Blocks[min(max(top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
+	return f.Blocks[min(max(s.top2, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
 }
 
 // agentTie returns the block Pick's rendezvous tie-break hashes for a
@@ -135,7 +134,7 @@ func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, b
 	// most likely where the band sends it (following the stale home moved
 	// agents back and forth between an instance's own load override and
 	// the band's replica).
-	top1, top2 := topTwo(cands, s)
+	top1, top2 := s.top1, s.top2
 	stale := rt.opt.AgreeStale
 	if stale == 0 {
 		stale = DefaultAgreeStale
@@ -253,22 +252,4 @@ func (rt *Router) agree(cands []Candidate, s *Scratch, w int, best, band float64
 		return w
 	}
 	return k
-}
-
-// topTwo returns the deepest and the second deepest overlap among the
-// usable candidates (equal when two replicas share the deepest; -1 when
-// none).
-func topTwo(cands []Candidate, s *Scratch) (top1, top2 int) {
-	top1, top2 = -1, -1
-	for i := range cands {
-		if !cands[i].Usable {
-			continue
-		}
-		if ov := s.Overlap[i]; ov > top1 {
-			top1, top2 = ov, top1
-		} else if ov > top2 {
-			top2 = ov
-		}
-	}
-	return top1, top2
 }

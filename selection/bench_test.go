@@ -18,6 +18,18 @@ func BenchmarkParse(b *testing.B) {
 	c.SetDefaults()
 	x := NewExtractor(c)
 	f := x.NewFeatures()
+	// The overhead bench's small request (module's benchBody(1 << 10)):
+	// a 1 KiB system prompt and a short user turn.
+	small := []byte(smallChatBody)
+	b.Run("body=small/size=1KiB/parse", func(b *testing.B) {
+		b.SetBytes(int64(len(small)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := x.Parse(EndpointChat, small, f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	for _, shape := range []string{"agent", "onestring"} {
 		for _, kib := range []int{4, 64, 256} {
 			body := []byte(chatBodyOfSize(kib << 10))
@@ -45,6 +57,11 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// smallChatBody is the overhead bench's small request as module's
+// benchBody(1 << 10) builds it.
+var smallChatBody = `{"model":"qwen3-32b","messages":[{"role":"system","content":"` +
+	strings.Repeat("You are a helpful assistant. ", (1<<10)/29) + `"},{"role":"user","content":"hi"}],"max_tokens":64}`
 
 // oneStringBody is a chat body of about n bytes whose prompt is one long
 // string without escapes.
@@ -116,5 +133,28 @@ func BenchmarkRoute(b *testing.B) {
 				r.Release()
 			}
 		})
+	}
+}
+
+// BenchmarkRouteSmall is the overhead bench's small request as the router
+// sees it in module's BenchmarkWholeChain: Route of the parsed 1 KiB body
+// (smallChatBody) over 8 replicas with default knobs, Observe of the
+// engine stand-in's answer (12 prompt tokens, 8 cached, 1 completion),
+// Release.
+func BenchmarkRouteSmall(b *testing.B) {
+	rt, cands := newTestRouter(b, Config{}, 8)
+	x := rt.Extractor()
+	f := x.NewFeatures()
+	if err := x.Parse(EndpointChat, []byte(smallChatBody), f); err != nil {
+		b.Fatal(err)
+	}
+	s := NewScratch(8)
+	var res Reservation
+	b.ReportAllocs()
+	for b.Loop() {
+		_, r := rt.Route(f, cands, s, nil, &res)
+		rt.Observe(r, 12, 8, 1)
+		r.Release()
+		res = Reservation{}
 	}
 }

@@ -453,6 +453,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	// overrides, as it does in encoding/json maps); syntax errors found
 	// later win over all of them.
 	var terrs [numKeys]error
+	typed := false // some terrs entry was set to an error (else all are nil)
 	maxTok, maxCompl, maxOut := -1, -1, -1
 	llm := ep != EndpointUnknown
 	var kbuf [24]byte
@@ -518,7 +519,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 				n, ok := parseUint(b[v:end])
 				terrs[ki] = nil
 				if !ok {
-					n, terrs[ki] = -1, typeErr(key, v, "a non-negative integer or null")
+					n, terrs[ki], typed = -1, typeErr(key, v, "a non-negative integer or null"), true
 				}
 				*dst = n
 				it.i = end
@@ -537,6 +538,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 						return inField(err, key)
 					}
 					terrs[ki], f.Messages, msgsHashed = err, spanOf(v, end), true
+					typed = typed || err != nil
 					it.i = end
 					continue
 				}
@@ -598,7 +600,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 		case b[v] == 'n':
 			// null: absent
 		default:
-			terrs[ki] = typeErr(key, v, want+" or null")
+			terrs[ki], typed = typeErr(key, v, want+" or null"), true
 		}
 	}
 	if it.err != nil {
@@ -607,8 +609,8 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	if j := skipWS(b, it.end); j != len(b) {
 		return syntaxErr(j, "unexpected data after the JSON object")
 	}
-	for _, err := range terrs {
-		if err != nil {
+	for i := 0; typed && i < len(terrs); i++ {
+		if err := terrs[i]; err != nil {
 			return err
 		}
 	}
@@ -626,12 +628,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 
 	// The seed: model, then cache_salt. A LoRA adapter is addressed by its
 	// model name in vLLM and SGLang, so the model covers it.
-	var d xxhash.Digest
-	d.Reset()
-	_, _ = d.Write(f.Model)
-	_, _ = d.Write([]byte{0})
-	_, _ = d.Write(f.CacheSalt)
-	f.Seed = d.Sum64()
+	f.Seed = seedOf(f.Model, f.CacheSalt)
 
 	// The second pass: the prompt fields of a body known valid, in
 	// canonical order, checking the types inside messages.
@@ -682,6 +679,24 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	return err
 }
 
+// seedOf is the seed of a prompt's block chain: xxhash of model, a zero
+// byte and salt, in one call over a copy on the stack when they fit (a
+// streaming digest costs several times that for a short model name).
+func seedOf(model, salt []byte) uint64 {
+	var buf [64]byte
+	if n := len(model) + 1 + len(salt); n <= len(buf) {
+		copy(buf[:], model)
+		copy(buf[len(model)+1:], salt)
+		return xxhash.Sum64(buf[:n])
+	}
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.Write(model)
+	_, _ = d.Write([]byte{0})
+	_, _ = d.Write(salt)
+	return d.Sum64()
+}
+
 // topKeys are the top-level fields Parse reads.
 var topKeys = [...]string{"model", "cache_salt", "stream", "max_tokens", "max_completion_tokens",
 	"max_output_tokens", "messages", "tools", "prompt", "input", "instructions"}
@@ -692,12 +707,35 @@ const numKeys = len(topKeys)
 // of topKeys, so that errors keep it without allocating) and its index, or
 // "" and 0.
 func knownKey(k []byte) (string, int) {
-	for i, name := range topKeys {
-		if string(k) == name {
-			return name, i
-		}
+	i := -1
+	switch string(k) { // one jump on the length, then one comparison
+	case "model":
+		i = 0
+	case "cache_salt":
+		i = 1
+	case "stream":
+		i = 2
+	case "max_tokens":
+		i = 3
+	case "max_completion_tokens":
+		i = 4
+	case "max_output_tokens":
+		i = 5
+	case "messages":
+		i = 6
+	case "tools":
+		i = 7
+	case "prompt":
+		i = 8
+	case "input":
+		i = 9
+	case "instructions":
+		i = 10
 	}
-	return "", 0
+	if i < 0 {
+		return "", 0
+	}
+	return topKeys[i], i
 }
 
 // decoded returns the string s of b with its escapes decoded (into f.buf

@@ -1,12 +1,14 @@
 package selection
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -319,5 +321,34 @@ func TestParseModelAndSpans(t *testing.T) {
 	g := extract(t, c, EndpointChat, `{"model":"org/m1","cache_salt":"s1","messages":[{"role":"user","content":"hi"}],"tools":[{"a":1}]}`)
 	if g.Seed != f.Seed {
 		t.Error("escaped model seeds differently")
+	}
+}
+
+// knownKey's switch names every top-level field Parse reads, with its
+// index in topKeys, and nothing else.
+func TestKnownKey(t *testing.T) {
+	for i, name := range topKeys {
+		if got, gi := knownKey([]byte(name)); got != name || gi != i {
+			t.Errorf("knownKey(%q) = %q, %d, want %q, %d", name, got, gi, name, i)
+		}
+		for _, other := range []string{name[1:], name + "s", strings.ToUpper(name), ""} {
+			if got, gi := knownKey([]byte(other)); got != "" || gi != 0 {
+				t.Errorf("knownKey(%q) = %q, %d, want none", other, got, gi)
+			}
+		}
+	}
+}
+
+// seedOf is xxhash of model, a zero byte and salt, whatever their
+// lengths (the stack copy and the streaming digest alike).
+func TestSeedOf(t *testing.T) {
+	for m := 0; m < 80; m += 3 {
+		for s := 0; s < 80; s += 5 {
+			model, salt := bytes.Repeat([]byte{'m'}, m), bytes.Repeat([]byte{'s'}, s)
+			want := xxhash.Sum64(append(append(append([]byte{}, model...), 0), salt...))
+			if got := seedOf(model, salt); got != want {
+				t.Fatalf("seedOf(%d, %d bytes) = %x, want %x", m, s, got, want)
+			}
+		}
 	}
 }

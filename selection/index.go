@@ -1487,6 +1487,22 @@ func (x *Index) depths(blocks []uint64, interest []uint64, depth []int32, wk *de
 	if n > 1 {
 		hN = x.holders(blocks[n-1])
 	}
+	if W == 1 && n <= shortDepths {
+		// One word of slots, a short prompt: the same probes, depth
+		// first over a mask in a register.
+		full := m0[0]
+		if n > 1 {
+			full = 0
+			if hN != nil {
+				full = m0[0] & hN[0]
+			}
+		}
+		setDepthWord(full, 0, int32(n), depth)
+		if rest := m0[0] &^ full; rest != 0 {
+			x.bisect1(blocks, 0, int32(n-1), rest, depth)
+		}
+		return
+	}
 	cur := grow64(wk.masks[0], W)
 	open := 0
 	rest := uint64(0)
@@ -1553,6 +1569,34 @@ func (x *Index) depths(blocks []uint64, interest []uint64, depth []int32, wk *de
 	}
 	wk.spans[0], wk.spans[1] = spans[:0], nextSpans[:0]
 	wk.masks[0], wk.masks[1] = cur[:0], next[:0]
+}
+
+// shortDepths is the longest prompt (in blocks) whose bisection over one
+// word of slots runs depth first (bisect1): a few probes, whose memory
+// accesses the breadth-first form overlaps for long prompts.
+const shortDepths = 64
+
+// bisect1 is depths' bisection of the span (lo, hi) for the slots of m,
+// all in the first word of a set (read lock held): the probes and the
+// outcome of the breadth-first form, one span after the other.
+func (x *Index) bisect1(blocks []uint64, lo, hi int32, m uint64, depth []int32) {
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		in := uint64(0)
+		if hm := x.holders(blocks[mid]); hm != nil {
+			in = m & hm[0]
+		}
+		switch left := m &^ in; {
+		case left != 0 && in != 0:
+			x.bisect1(blocks, lo, mid, left, depth)
+			lo, m = mid, in
+		case left != 0:
+			hi = mid
+		default:
+			lo = mid
+		}
+	}
+	setDepthWord(m, 0, lo+1, depth)
 }
 
 // setDepthWord sets depth[s] = d for every slot s of word i of a set.

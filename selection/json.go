@@ -515,6 +515,11 @@ func (it *objectIter) next() bool {
 		}
 	}
 	it.key, it.esc = b[i+1:kend-1], esc
+	if kend+1 < len(b) && b[kend] == ':' && b[kend+1] > ' ' {
+		// Compact JSON: the value right after the colon.
+		it.val, it.i = kend+1, kend+1
+		return true
+	}
 	i = skipWS(b, kend)
 	if i >= len(b) || b[i] != ':' {
 		it.err = syntaxErr(i, "expected ':' after object key")

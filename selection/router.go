@@ -130,11 +130,14 @@ type Scratch struct {
 	Keys  []uint64
 	Exact []int
 
-	marg     []Candidate // the marginal variant's second candidate set
-	spill    []uint64    // the instance-aware spill's ranking (spill.go)
-	depth    [MaxReplicas]int32
-	interest []uint64 // the slots Pick asks the index about
-	work     depthWork
+	marg  []Candidate // the marginal variant's second candidate set
+	spill []uint64    // the instance-aware spill's ranking (spill.go)
+	depth [MaxReplicas]int32
+	work  depthWork
+	// top1 and top2 are the deepest and second deepest usable overlaps
+	// of the last Pick (topTwo of s.Overlap as Pick left it), low the
+	// least (-1 when none is usable).
+	top1, top2, low int
 }
 
 // NewScratch returns a Scratch sized for n candidates.
@@ -894,15 +897,40 @@ func (rt *Router) loadPair(s Slot, prompt int, pairOn bool, now uint32, hit int)
 // loadPairN is loadPair and the in-flight count it read (the busy guard
 // in Pick charges by the same reading).
 func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
+	k := rt.loadKnobs()
+	return rt.loadWith(&k, s, prompt, pairOn, now, hit)
+}
+
+// loadKnobs are the options loadWith reads, their defaults applied: the
+// same for every candidate of one Pick, which reads them once.
+type loadKnobs struct {
+	ow, floor float64 // OverflowWeight, PairFloor
+	lingerOn  bool
+	ttl       uint32
+	bare      bool // no decode-side term: the reservations only
+}
+
+func (rt *Router) loadKnobs() loadKnobs {
+	k := loadKnobs{ow: rt.opt.OverflowWeight, floor: float64(rt.opt.PairFloor)} // floor negative: none
+	if k.ow == 0 {
+		k.ow = DefaultOverflowWeight
+	}
+	if rt.opt.PairFloor == 0 {
+		k.floor = DefaultPairFloor
+	}
+	k.lingerOn, k.ttl = rt.lingerOn()
+	k.bare = rt.cfg.ContextWeight == 0 && rt.cfg.PairWeight == 0 && k.ow <= 0
+	return k
+}
+
+// loadWith is loadPairN with its options read (rt.loadKnobs).
+func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	n := c.count()
 	ld := float64((n+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
-	ow := rt.opt.OverflowWeight
-	if ow == 0 {
-		ow = DefaultOverflowWeight
-	}
-	if cfg.ContextWeight == 0 && cfg.PairWeight == 0 && ow <= 0 {
+	ow := k.ow
+	if k.bare {
 		return ld, n
 	}
 	// The others' contexts: the engine-reported KV tokens or the estimate
@@ -923,13 +951,12 @@ func (rt *Router) loadPairN(s Slot, prompt int, pairOn bool, now uint32, hit int
 	// and whose successor has not come yet (c.linger): a closed-loop agent
 	// between turns still holds its context there and will be back. Once
 	// nothing was released on r for the linger TTL, it is presumed done.
-	floor := float64(rt.opt.PairFloor) // negative: none
-	if rt.opt.PairFloor == 0 {
-		floor = DefaultPairFloor
+	pres, pcap := res, capa
+	if k.floor > capa { // max(capa, floor): capa is at least 1, neither is NaN
+		pcap = k.floor
 	}
-	pres, pcap := res, max(capa, floor)
 	lgr := 0.0
-	if on, ttl := rt.lingerOn(); on && pairOn {
+	if ttl := k.ttl; k.lingerOn && pairOn {
 		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
 			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
 			pres += lgr
@@ -1018,13 +1045,7 @@ func (rt *Router) tieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
 	if key, ok := rt.agentTie(f, cands, s); ok {
 		return key
 	}
-	k := -1
-	for i := range cands {
-		if cands[i].Usable && (k < 0 || s.Overlap[i] < k) {
-			k = s.Overlap[i]
-		}
-	}
-	return f.Blocks[min(max(k, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
+	return f.Blocks[min(max(s.low, 0)/rt.cfg.BlockTokens, len(f.Blocks)-1)]
 }
 
 // TieKey is the block of f that the rendezvous tie-break hashes in Pick
@@ -1038,30 +1059,31 @@ func (rt *Router) TieKey(f *Features, cands []Candidate, s *Scratch) uint64 {
 // no state: call Reserve and Learn with the decision.
 func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	s.ensure(len(cands))
+	// The per-candidate figures as slices of cands' length, so that the
+	// loops below index them without bounds checks.
+	ovs, lds, scs := s.Overlap[:len(cands)], s.Load[:len(cands)], s.Score[:len(cands)]
+	var interest [MaxReplicas / 64]uint64 // the slots Pick asks the index about
 	words := 0
 	for i := range cands {
 		if c := &cands[i]; c.Usable && !c.Precise {
-			words = max(words, int(c.Slot)/64+1)
-		}
-	}
-	interest := grow64(s.interest, words)
-	s.interest = interest
-	clear(interest)
-	for i := range cands {
-		c := &cands[i]
-		if c.Usable && !c.Precise {
-			interest[c.Slot>>6] |= 1 << (uint(c.Slot) & 63)
+			w := int(c.Slot) >> 6
+			interest[w] |= 1 << (uint(c.Slot) & 63)
 			s.depth[c.Slot] = 0
+			words = max(words, w+1)
 		}
 	}
 	if words > 0 {
-		rt.idx.depths(f.Blocks, interest, s.depth[:], &s.work)
+		rt.idx.depths(f.Blocks, interest[:words], s.depth[:], &s.work)
 	}
 
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
-	now := rt.lingerNow()
+	knobs := rt.loadKnobs()
+	now := uint32(0) // lingerNow's reading
+	if knobs.lingerOn && knobs.ttl > 0 {
+		now = rt.clockMS()
+	}
 	prompt := f.PromptTokens(rt.cfg)
 	want, wantSet := ProfileStandard, f.MaxTokens > 0
 	if f.MaxTokens >= cfg.LongOutputTokens {
@@ -1097,7 +1119,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if !c.Precise {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
 		}
-		s.Overlap[i] = ov
+		ovs[i] = ov
 		if low < 0 || ov < low {
 			low = ov
 		}
@@ -1107,6 +1129,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			top2 = ov
 		}
 	}
+	s.top1, s.top2, s.low = top1, top2, low
 	hit := min(top1, cfg.AffinityCap)
 	// The output bonus's queue limit (Options.ProfileQueue), where the
 	// usable replicas' profiles differ.
@@ -1131,15 +1154,15 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
-			s.Overlap[i], s.Load[i], s.Score[i] = 0, 0, math.NaN()
+			ovs[i], lds[i], scs[i] = 0, 0, math.NaN()
 			continue
 		}
-		ov := s.Overlap[i]
+		ov := ovs[i]
 		pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
-		ld, n := rt.loadPairN(c.Slot, prompt, pairOn, now, hit)
+		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
 		}
@@ -1155,7 +1178,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if wantSet && c.Profile == want && float64(rt.loads[c.Slot].pending.Load()) <= queueLim {
 			sc += bonus
 		}
-		s.Overlap[i], s.Load[i], s.Score[i] = ov, ld, sc
+		ovs[i], lds[i], scs[i] = ov, ld, sc
 		d.Usable++
 		if ov > d.BestOverlap {
 			d.BestOverlap = ov
@@ -1173,8 +1196,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	first := rt.tieKey(f, cands, s)
 	w := -1
 	ties := 0
+	tied := best - cfg.TieEpsilon // the least score within TieEpsilon of the best
 	for i := range cands {
-		if !cands[i].Usable || s.Score[i] < best-cfg.TieEpsilon {
+		if !cands[i].Usable || scs[i] < tied {
 			continue
 		}
 		ties++
@@ -1204,7 +1228,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate.
 	for i := range cands {
-		if i == w || !cands[i].Usable || s.Score[i] < best-cfg.TieEpsilon {
+		if i == w || !cands[i].Usable || scs[i] < tied {
 			continue
 		}
 		if _, rule := rt.prefer(cands, s, w, i, want, wantSet, first); rule > d.Tie {

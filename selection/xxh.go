@@ -39,13 +39,19 @@ func hashSeeded(seed uint64, p []byte) uint64 {
 		v2 := seed + xxPrime2
 		v3 := seed
 		v4 := seed - xxPrime1
-		for len(p) >= 32 {
-			v1 = xxRound(v1, binary.LittleEndian.Uint64(p[0:8]))
-			v2 = xxRound(v2, binary.LittleEndian.Uint64(p[8:16]))
-			v3 = xxRound(v3, binary.LittleEndian.Uint64(p[16:24]))
-			v4 = xxRound(v4, binary.LittleEndian.Uint64(p[24:32]))
-			p = p[32:]
+		// The stripes by index, each read through one array pointer
+		// (one bounds check a stripe, and the slice advanced once), the
+		// rounds written out (xxRound's inlining leaves a marker
+		// instruction per call).
+		i := 0
+		for ; i <= n-32; i += 32 {
+			q := (*[32]byte)(p[i : i+32])
+			v1 = bits.RotateLeft64(v1+binary.LittleEndian.Uint64(q[0:8])*xxPrime2, 31) * xxPrime1
+			v2 = bits.RotateLeft64(v2+binary.LittleEndian.Uint64(q[8:16])*xxPrime2, 31) * xxPrime1
+			v3 = bits.RotateLeft64(v3+binary.LittleEndian.Uint64(q[16:24])*xxPrime2, 31) * xxPrime1
+			v4 = bits.RotateLeft64(v4+binary.LittleEndian.Uint64(q[24:32])*xxPrime2, 31) * xxPrime1
 		}
+		p = p[i:]
 		h = bits.RotateLeft64(v1, 1) + bits.RotateLeft64(v2, 7) + bits.RotateLeft64(v3, 12) + bits.RotateLeft64(v4, 18)
 		h = xxMergeRound(h, v1)
 		h = xxMergeRound(h, v2)
