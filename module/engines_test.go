@@ -236,38 +236,13 @@ func TestEngineMetricsReload(t *testing.T) {
 func TestEngineMetricsStallAndGarbage(t *testing.T) {
 	ss := startSims(t, 2, enginesim.Options{})
 	stop := make(chan struct{})
-	front := func(sim *enginesim.Server, metrics http.HandlerFunc) string {
-		u, _ := url.Parse(sim.URL())
-		proxy := httputil.NewSingleHostReverseProxy(u)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/metrics" {
-				metrics(w, r)
-				return
-			}
-			// The body is read whole first: the HTTP/1.x server closes the
-			// request body once the response starts, and the proxy's
-			// transport, still reading it for its EOF when the engine
-			// answers a stream, would then close its connection mid-stream
-			// (the test's stream ended in "unexpected EOF" about 1 run in 100).
-			body, err := io.ReadAll(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r.ContentLength = int64(len(body))
-			proxy.ServeHTTP(w, r)
-		}))
-		t.Cleanup(srv.Close)
-		return strings.TrimPrefix(srv.URL, "http://")
-	}
-	stalled := front(ss[0], func(w http.ResponseWriter, r *http.Request) {
+	stalled := metricsFront(t, ss[0], func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-stop:
 		}
 	})
-	garbage := front(ss[1], func(w http.ResponseWriter, r *http.Request) {
+	garbage := metricsFront(t, ss[1], func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("<html>upstream connect error</html>\n"))
 	})
 	defer close(stop)
@@ -303,4 +278,33 @@ func TestEngineMetricsStallAndGarbage(t *testing.T) {
 	if resp, b := c.chat(chatBody("qwen3-8b", true, [2]string{"user", "still served"})); resp.StatusCode != 200 {
 		t.Fatalf("chat: %s: %s", resp.Status, b)
 	}
+}
+
+// metricsFront puts a front before sim that answers /metrics with metrics
+// and proxies everything else to the engine; it returns its dial address.
+func metricsFront(t *testing.T, sim *enginesim.Server, metrics http.HandlerFunc) string {
+	t.Helper()
+	u, _ := url.Parse(sim.URL())
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			metrics(w, r)
+			return
+		}
+		// The body is read whole first: the HTTP/1.x server closes the
+		// request body once the response starts, and the proxy's
+		// transport, still reading it for its EOF when the engine
+		// answers a stream, would then close its connection mid-stream
+		// (the test's stream ended in "unexpected EOF" about 1 run in 100).
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
 }
