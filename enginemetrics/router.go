@@ -72,9 +72,12 @@ func (f *RouterFeed) Push(sn Snapshot) {
 // without; bench/RESULTS.md, "Several instances, engine load without the
 // engines' KV figure"). The KV figure stays in the snapshot (ops JSON).
 // The engine's whole KV usage (e.KVHeld, -1: none) goes to SetEngineKV,
-// which only selection.Options.EngineOverflow reads.
+// which only selection.Options.EngineOverflow reads; e.Fresh to
+// SetExternalFresh (a stale replica gets the others'-queues prior of the
+// precise path, as without engine_metrics).
 func (e External) Apply(rt *selection.Router, s selection.Slot) {
 	rt.SetExternalLoad(s, e.Running, e.Waiting, 0)
+	rt.SetExternalFresh(s, e.Fresh)
 	rt.SetEngineKV(s, e.KVHeld)
 }
 

@@ -65,6 +65,9 @@ func TestRouterFeed(t *testing.T) {
 	if used, ok := rt.EngineKV(s); !ok || used != 3000 {
 		t.Fatalf("engine KV %d, %v; want 3000", used, ok)
 	}
+	if !rt.ExternalFresh(s) {
+		t.Fatal("fresh snapshot: the slot is not marked fresh (the others'-queues prior would count the queue twice)")
+	}
 	// A stale snapshot: local reservations only.
 	old := now.Add(-time.Hour)
 	f.Push(Snapshot{Key: "127.0.0.1:8001", ScrapedAt: old, AttemptedAt: old, StaleAfter: time.Second,
@@ -74,5 +77,8 @@ func TestRouterFeed(t *testing.T) {
 	}
 	if used, ok := rt.EngineKV(s); ok {
 		t.Fatalf("stale snapshot: engine KV %d", used)
+	}
+	if rt.ExternalFresh(s) {
+		t.Fatal("stale snapshot: the slot is still marked fresh (no fallback to the others'-queues prior)")
 	}
 }

@@ -95,7 +95,8 @@ type PolicySettings struct {
 	// on with kv (with the spill band), with engine_metrics too since the
 	// others' contexts made it win there on the tuning seeds
 	// (bench/RESULTS.md, 2026-12-05, "the others' contexts"); off without
-	// kv. Unset it also counts, without engine_metrics, the others' queued
+	// kv. Unset it also counts (with engine_metrics: on replicas without a
+	// fresh scrape, whose reported queue counts them otherwise) the others' queued
 	// requests, which store nothing until their prefill runs, as their
 	// learned share of this instance's pending prefill (ForeignPrior), as
 	// "queues" asks; "on" leaves them out: without them several instances
@@ -251,13 +252,15 @@ func (s *PolicySettings) ForeignPrefillOn() bool {
 }
 
 // ForeignPrior is the scale of the others' unseen load with the estimate
-// on (selection.ForeignPrefill.SetPrior): without engine_metrics (with it
-// the engines' reported queues count them already) 1 with foreign_prefill
-// queues and selection.DefaultForeignPrior unset, else 0 (on: the stored
-// runs alone).
+// on (selection.ForeignPrefill.SetPrior): 1 with foreign_prefill queues
+// and selection.DefaultForeignPrior unset, else 0 (on: the stored runs
+// alone). With engine_metrics it applies only to replicas without a fresh
+// scrape (selection.Router.ExternalFresh): a fresh scrape's queue counts
+// the others' queued requests already, and a stalled or failing one falls
+// back to what the instance does without engine_metrics.
 func (s *PolicySettings) ForeignPrior() float64 {
 	switch {
-	case s.EngineMetrics != nil || !s.ForeignPrefillOn() || s.ForeignPrefill == "on":
+	case !s.ForeignPrefillOn() || s.ForeignPrefill == "on":
 		return 0
 	case s.ForeignPrefill == "queues":
 		return 1

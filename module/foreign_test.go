@@ -21,8 +21,9 @@ import (
 // path (Caddyfile -> JSON -> Provision): on by default with kv (with or
 // without engine_metrics), off otherwise, off with "off"; "on" without kv
 // and a word other than on|off|queues are errors. The others' unseen load
-// (SetPrior) is counted without engine_metrics (with it the engines report
-// the queues) by default and with queues, not with on.
+// (SetPrior) is counted by default and with queues, not with on; with
+// engine_metrics too (it then applies only to replicas without a fresh
+// scrape: selection.Router.ExternalFresh).
 func TestForeignPrefillWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
@@ -37,10 +38,10 @@ func TestForeignPrefillWired(t *testing.T) {
 		{"kv only, on", kv + "foreign_prefill on\n", true, 0},
 		{"kv only, queues", kv + "foreign_prefill queues\n", true, 1},
 		{"kv only, off", kv + "foreign_prefill off\n", false, 0},
-		{"kv and engine_metrics", kv + em, true, 0},
+		{"kv and engine_metrics", kv + em, true, selection.DefaultForeignPrior},
 		{"kv and engine_metrics, off", kv + em + "foreign_prefill off\n", false, 0},
 		{"kv and engine_metrics, on", kv + em + "foreign_prefill on\n", true, 0},
-		{"kv and engine_metrics, queues", kv + em + "foreign_prefill queues\n", true, 0},
+		{"kv and engine_metrics, queues", kv + em + "foreign_prefill queues\n", true, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

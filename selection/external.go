@@ -51,6 +51,23 @@ func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) 
 	e.kv.Store(min(max(kvUsedTokens, 0), maxExternalKV))
 }
 
+// SetExternalFresh records whether slot s's engine-reported load
+// (SetExternalLoad) comes from a fresh scrape. While it does, the engine's
+// queue already counts the other instances' queued requests, and
+// ForeignPrefill's prior (SetPrior) leaves the slot alone; a slot with no
+// fresh scrape (engine_metrics off, none yet, or stale: SetExternalLoad's
+// zeros) gets the prior, as without engine_metrics. Unregister resets it.
+func (rt *Router) SetExternalFresh(s Slot, fresh bool) {
+	if s >= 0 && s < MaxReplicas && rt.extFresh[s].Load() != fresh {
+		rt.extFresh[s].Store(fresh)
+	}
+}
+
+// ExternalFresh reports SetExternalFresh's last value for slot s.
+func (rt *Router) ExternalFresh(s Slot) bool {
+	return s >= 0 && s < MaxReplicas && rt.extFresh[s].Load()
+}
+
 // ExternalLoad returns slot s's external load as last set by
 // SetExternalLoad (zeros: none).
 func (rt *Router) ExternalLoad(s Slot) (running, waiting, kvUsedTokens int64) {

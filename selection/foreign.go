@@ -366,7 +366,7 @@ func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 		res.setPrefill(max(res.prefill+int64(tokens)-int64(res.prompt), 0))
 	}
 	f.Routed(res.slot, int(res.prefill))
-	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas {
+	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas && !rt.ExternalFresh(res.slot) {
 		if p := f.unseen(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
 			rt.SetExternalPrefill(res.slot, p)
 		}
@@ -377,8 +377,11 @@ func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 }
 
 // SetPrior sets the scale of the others' unseen load (0: off, as a new
-// ForeignPrefill has it; the module sets DefaultForeignPrior by default
-// where the engines' queues are not scraped). With it, each replica
+// ForeignPrefill has it; the module sets DefaultForeignPrior by default).
+// It applies only to replicas whose engine-reported load is not fresh
+// (Router.ExternalFresh: no engine_metrics, no good scrape yet, or a
+// stale one): a fresh scrape's queue counts the others' queued requests
+// already. With it, each replica
 // counts x rho times this instance's own pending prefill there (its
 // requests not yet at their first token: queued or prefilling) as the
 // others' pending prefill, the larger of it
@@ -428,8 +431,8 @@ func (f *ForeignPrefill) Share() float64 {
 // unseen is the others' unseen load on s in tokens (SetPrior).
 func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
 	p := f.Prior()
-	if p <= 0 {
-		return 0 // off (the default): Refresh and Apply read no more
+	if p <= 0 || rt.ExternalFresh(s) {
+		return 0 // off (the default), or the engine's fresh queue counts them: Refresh and Apply read no more
 	}
 	k := p * f.Share()
 	if k <= 0 {

@@ -316,6 +316,25 @@ func TestForeignPrefillPrior(t *testing.T) {
 		t.Errorf("c once our request ended: %d, want 0", got)
 	}
 
+	// A fresh engine scrape of c (engine_metrics) counts the others'
+	// queue there already: no prior on c while it is fresh, the prior
+	// again once it is stale.
+	rt.SetExternalFresh(c, true)
+	res = rt.Reserve(c, 1000)
+	f.Reserved(res, 0)
+	f.Refresh(t0.Add(22 * time.Millisecond))
+	if got := rt.ExternalPrefill(c); got != 0 {
+		t.Errorf("c with a fresh scrape: external prefill %d, want 0", got)
+	}
+	rt.SetExternalFresh(c, false)
+	f.Reserved(res, 0)
+	f.Refresh(t0.Add(24 * time.Millisecond))
+	if got, want := rt.ExternalPrefill(c), int64(3*1000); got != want {
+		t.Errorf("c once the scrape is stale: external prefill %d, want %d", got, want)
+	}
+	res.Release()
+	f.Refresh(t0.Add(26 * time.Millisecond))
+
 	f.SetPrior(0)
 	res = rt.Reserve(c, 1000)
 	f.Reserved(res, 0)

@@ -600,6 +600,9 @@ type shared struct {
 	loads  [MaxReplicas]loadCell
 	chains [MaxReplicas]chainList
 	warm   [MaxReplicas]warmCell // warm arrivals' rate (Options.ColdAway)
+	// extFresh: the slot's engine-reported load is from a fresh scrape
+	// (SetExternalFresh; ForeignPrefill's prior skips it).
+	extFresh [MaxReplicas]atomic.Bool
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
@@ -813,6 +816,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 	rt.keyHash[s] = 0
 	c.linger.Store(0)
 	c.resetExternal()
+	rt.extFresh[s].Store(false)
 	rt.kvcap[s] = 0
 	rt.idx.release(s)
 	rt.free = append(rt.free, s)

@@ -20,8 +20,8 @@ import (
 // alone, 0 off), "fplife=<s>" assuming that life until one has ended (the
 // default: the oldest request's age), "fpq=<x>" counting x times the others'
 // unseen load (ForeignPrefill.SetPrior; "fp" alone: as the module's default,
-// selection.DefaultForeignPrior without -engine-load and 0 with it; the
-// module's foreign_prefill on is fpq=0, queues fpq=1 without -engine-load),
+// selection.DefaultForeignPrior, which a fresh -engine-load scrape turns
+// off per replica; the module's foreign_prefill on is fpq=0, queues fpq=1),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -190,8 +190,8 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 				fp.ResidentLife = ps.life
 			}
 			prior := ps.prior // fpq=
-			if !ps.priorOn && rp.setup.EngineLoad <= 0 {
-				prior = selection.DefaultForeignPrior // the module's default without engine_metrics
+			if !ps.priorOn {
+				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)
 			}
 			fp.SetPrior(prior)
 			rp.SetForeignPrefill(fp)
