@@ -92,8 +92,8 @@ func (b *minRateBody) Read(p []byte) (int, error) {
 type DeferredDeadline struct {
 	io.ReadCloser
 	w     http.ResponseWriter
-	at    time.Time
-	reads int
+	at    time.Duration // the deadline, since monoBase (a time.Time is 24 bytes)
+	reads int32
 	set   bool
 	done  bool
 }
@@ -101,16 +101,20 @@ type DeferredDeadline struct {
 // Defer wraps r's body so that its second read sets the read deadline
 // now+d first. Lift ends it.
 func (b *DeferredDeadline) Defer(w http.ResponseWriter, r *http.Request, d time.Duration) {
-	*b = DeferredDeadline{ReadCloser: r.Body, w: w, at: time.Now().Add(d)}
+	*b = DeferredDeadline{ReadCloser: r.Body, w: w, at: time.Since(monoBase) + d}
 	r.Body = b
 }
 
 func (b *DeferredDeadline) Read(p []byte) (int, error) {
-	if b.reads++; b.reads == 2 && !b.done && http.NewResponseController(b.w).SetReadDeadline(b.at) == nil {
+	if b.reads++; b.reads == 2 && !b.done && http.NewResponseController(b.w).SetReadDeadline(monoBase.Add(b.at)) == nil {
 		b.set = true
 	}
 	return b.ReadCloser.Read(p)
 }
+
+// monoBase is the origin of DeferredDeadline's times: a time it adds to
+// carries its monotonic reading, as time.Now's do.
+var monoBase = time.Now()
 
 // Lift lifts the deadline a read set, if any; later reads set none.
 func (b *DeferredDeadline) Lift() {

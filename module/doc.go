@@ -40,7 +40,7 @@
 //	                        (edge.ErrTooLarge) and a byte-exact r.Body
 //	st.features(x, ep)      parsed features (nil on error; st.parse(x, ep)
 //	                        returns the *selection.RequestError for a 400)
-//	st.fleet, st.slot, st.replica, st.routeID, st.model (observed requests
+//	st.fleet, st.slot, st.routeIDHdr (st.routeID()), st.model (observed requests
 //	only), st.decision, st.fallback, st.attempts, st.hold (the
 //	reservation, a selection.Hold)
 //

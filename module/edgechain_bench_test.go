@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -258,4 +259,14 @@ func BenchmarkWholeChain(b *testing.B) {
 			cancel()
 		}
 	})
+}
+
+// TestRequestStateSizeClass pins the request state, the one allocation of
+// every request, to the 768-byte size class: an object of more than 512
+// bytes with pointers carries an 8-byte header in its span, so 760 bytes
+// is the most the state may hold (at 896 it took the 1,024-byte class).
+func TestRequestStateSizeClass(t *testing.T) {
+	if s := unsafe.Sizeof(reqState{}); s > 760 {
+		t.Errorf("reqState is %d bytes, want at most 760 (the 768-byte size class with its 8-byte header)", s)
+	}
 }

@@ -153,7 +153,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		st.bodyDL.Lift()
 	}
 	if ae := bodyErr; ae != nil {
-		if st := lookupRequest(r); st != nil {
+		if st != nil {
 			st.finish() // nothing was routed: release the body at once
 		}
 		edge.Write(w, ae)
@@ -169,8 +169,8 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	// adopts it; a second guard on the same request allocates its own).
 	gw, _ := w.(*observe.Writer)
 	if gw == nil || !gw.SetScrub(g.scrubFn) {
-		if st != nil && !st.obsv.inUse && !st.obsv.guardW {
-			gw, st.obsv.guardW = &st.obsv.w, true
+		if st != nil && !st.obsvInUse && !st.guardW {
+			gw, st.guardW = &st.obsv.w, true
 		} else {
 			gw = new(observe.Writer)
 		}

@@ -108,16 +108,6 @@ func (h *Handler) Validate() error {
 	return fleetstate.CheckStateKey(h.StateKey)
 }
 
-// observedState returns the request's reqState, creating it when the
-// handler is the first ramjet module to see the request. A state created
-// here needs no context.AfterFunc: ServeHTTP ends it on every path (return
-// or abort panic).
-func observedState(r *http.Request) *reqState {
-	st, _ := ownedState(r)
-	st.observed = true
-	return st
-}
-
 func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	var m Handler
 	err := m.UnmarshalCaddyfile(h.Dispenser)
@@ -126,7 +116,10 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 
 // ServeHTTP wraps w and calls next.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	st := observedState(r)
+	// A state created here needs no sweeper: ServeHTTP ends it on every
+	// path (return or abort panic).
+	st, _ := ownedState(r)
+	st.observed = true
 	if f := lookupFleet(h.StateKey); f != nil {
 		if pf := f.kv.Load(); pf != nil {
 			logger := h.logger
@@ -136,11 +129,11 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			pf.preflight(r, st, f.Router().Extractor(), logger)
 		}
 	}
-	p := &st.obsv
-	if p.inUse {
+	p, own := &st.obsv, !st.obsvInUse
+	if !own {
 		p = new(observedParts)
 	}
-	p.inUse = true
+	st.obsvInUse = true
 	p.state = stateObserver{st: st}
 	p.outcome = outcomeObserver{r: r, st: st}
 	obs := append(p.list[:0], &p.state, newMetricsObserver(r, st), &p.outcome)
@@ -155,7 +148,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	// Behind the guard its writer feeds the observers (one writer).
 	ow, _ := w.(*observe.Writer)
 	if ow == nil || !ow.Adopt(obs) {
-		if ow = &p.w; p.guardW { // a guard in front writes through p.w
+		if ow = &p.w; own && st.guardW { // a guard in front writes through p.w
 			ow = new(observe.Writer)
 		}
 		ow.Init(w, obs)
@@ -174,8 +167,8 @@ func (st *reqState) ResponseDone() { st.finish() }
 
 // observerFactory returns an observer of one request's response, or nil
 // to skip it. st is the request's ramjet state: after the upstream's
-// response headers arrived it names the chosen replica (st.routeID,
-// st.replica, st.model, st.decision).
+// response headers arrived it names the chosen replica (st.routeID(),
+// st.slot, st.model, st.decision).
 type observerFactory func(r *http.Request, st *reqState) observe.Observer
 
 // stateObserver is the first observer of every response: it sends the

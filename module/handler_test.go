@@ -85,8 +85,8 @@ func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
 	if !rec.Flushed {
 		t.Fatal("flush did not reach the client writer")
 	}
-	if got := rec.Result().Header.Values(HeaderUpstream); len(got) != 1 || got[0] != st.routeID {
-		t.Fatalf("X-Ramjet-Upstream %q, want only %q", got, st.routeID)
+	if got := rec.Result().Header.Values(HeaderUpstream); len(got) != 1 || got[0] != st.routeID() {
+		t.Fatalf("X-Ramjet-Upstream %q, want only %q", got, st.routeID())
 	}
 	o := testObservers[r]
 	delete(testObservers, r)
@@ -151,4 +151,18 @@ func TestIdleWriterBounds(t *testing.T) {
 			t.Errorf("%s: Bounds %v, want %v", tt.name, got, tt.want)
 		}
 	}
+}
+
+// lookupRequest returns the request's reqState or nil.
+func lookupRequest(r *http.Request) *reqState {
+	st, _ := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState)
+	return st
+}
+
+// observedState returns the request's reqState as the ramjet handler takes
+// it, creating it when none exists.
+func observedState(r *http.Request) *reqState {
+	st, _ := ownedState(r)
+	st.observed = true
+	return st
 }

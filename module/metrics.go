@@ -76,7 +76,7 @@ func newMetricsObserver(r *http.Request, st *reqState) observe.Observer {
 func observeSelect(r *http.Request, st *reqState, t0 time.Duration) {
 	took := metrics.MonoNow() - t0
 	m := processMetrics()
-	m.ObserveSelection(st.routeID, st.decision, st.fallback, took)
+	m.ObserveSelection(st.routeID(), st.decision, st.fallback, took)
 	if o := st.metrics; o != nil && !o.selected && o.st == st {
 		o.selected = true
 		o.inflight = m.StartRequest(st.model)
@@ -88,7 +88,7 @@ func (o *metricsObserver) End(status int, err error) {
 	x := metrics.Exchange{
 		// End only ever meets Start in a difference: Start plus the
 		// monotonic time since (one clock read, not time.Now's two).
-		Upstream: st.routeID, Model: st.model, Start: o.start, End: o.start.Add(time.Since(o.start)),
+		Upstream: st.routeID(), Model: st.model, Start: o.start, End: o.start.Add(time.Since(o.start)),
 		Decision: st.decision, Fallback: st.fallback, Selected: o.selected,
 	}
 	if st.fleet != nil {

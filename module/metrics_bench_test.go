@@ -41,7 +41,7 @@ func BenchmarkObserverStream(b *testing.B) {
 			vars := map[string]any{}
 			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader("{}"))
 			r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, vars))
-			st := &reqState{routeID: "00112233aabbccdd", model: "m",
+			st := &reqState{routeIDHdr: []string{"00112233aabbccdd"}, model: "m",
 				decision: selection.Decision{Index: 0, Reason: selection.ReasonAffinity, Overlap: 1024}}
 			for b.Loop() {
 				clear(vars)

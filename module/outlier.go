@@ -34,7 +34,7 @@ func (o *outcomeObserver) End(status int, err error) {
 		kind = selection.FailStatus // a 5xx answer Caddy retried until out of tries
 	}
 	if failed {
-		od.Failure(st.slot, kind, st.poolSize)
+		od.Failure(st.slot, kind, int(st.poolSize))
 	} else if status != 0 {
 		od.Success(st.slot)
 	}
@@ -53,7 +53,7 @@ func reportRetried(st *reqState, status int) {
 	if status >= 500 {
 		kind = selection.FailStatus
 	}
-	st.fleet.Detector().Failure(st.slot, kind, st.poolSize)
+	st.fleet.Detector().Failure(st.slot, kind, int(st.poolSize))
 }
 
 // picked records that the attempt now starting goes to st.slot.
@@ -62,7 +62,7 @@ func picked(st *reqState, poolSize int) {
 		return
 	}
 	st.pending = true
-	st.poolSize = poolSize
+	st.poolSize = int32(poolSize)
 	st.fleet.Detector().Picked(st.slot)
 }
 

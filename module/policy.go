@@ -397,10 +397,10 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	st.hold.Set(res)
 	st.learned = res
 	if c := s.logger.Check(zapcore.DebugLevel, "ramjet pick"); c != nil {
-		c.Write(zap.String("route_id", st.routeID), zap.Stringer("reason", d.Reason),
+		c.Write(zap.String("route_id", st.routeID()), zap.Stringer("reason", d.Reason),
 			zap.Stringer("tie", d.Tie), zap.Int("overlap", d.Overlap),
 			zap.Int("best_overlap", d.BestOverlap), zap.Float64("load", d.Load),
-			zap.Int("usable", d.Usable), zap.Int("attempt", st.attempts))
+			zap.Int("usable", d.Usable), zap.Int32("attempt", st.attempts))
 	}
 	return pool[d.Index]
 }
@@ -480,8 +480,6 @@ func (s *RamjetSelection) selectFallback(pool reverseproxy.UpstreamPool, r *http
 func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqState, v *poolView, i int) {
 	st.fleet = s.fleet
 	st.slot = v.Slots[i]
-	st.replica = v.Keys[i]
-	st.routeID = v.IDs[i]
 	st.routeIDHdr = v.IDHdr[i]
 	if w != nil {
 		w.Header()[HeaderUpstream] = v.IDHdr[i]
@@ -490,11 +488,12 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	// headers from on every attempt when header operations are configured;
 	// keep the rank current there too, so that a retry to another rank
 	// carries its own.
-	if st.attempts == 1 {
-		st.baseHeader = r.Header
-	}
 	setRank(r.Header, v.RankHdr[i])
-	setRank(st.baseHeader, v.RankHdr[i])
+	if st.attempts == 1 {
+		st.baseHeader = r.Header // the same map: set above
+	} else {
+		setRank(st.baseHeader, v.RankHdr[i])
+	}
 }
 
 // setRank sets or removes the data-parallel rank header.
@@ -521,14 +520,15 @@ func (s *RamjetSelection) restoreBody(r *http.Request, st *reqState) {
 	if br, ok := r.Body.(*edge.Reader); ok && br.Untouched() {
 		return
 	}
-	if st.attempts == 1 && st.origReader != nil && st.origReader.Untouched() {
+	orig := &st.reader // the original request's reader when st.hasReader
+	if st.attempts == 1 && st.hasReader && orig.Untouched() {
 		// The body reaching Caddy's wrappers is still the matcher's reader,
 		// unread: leave Caddy's chain (trailers, close handling) intact.
 		return
 	}
-	if st.origReader != nil && st.origReader.Untouched() {
+	if st.hasReader && orig.Untouched() {
 		// Superseded: nobody will read it now.
-		st.origReader.Close()
+		orig.Close()
 	}
 	r.Body = st.body.NewReader(nil)
 }

@@ -40,10 +40,8 @@ type reqState struct {
 	owner atomic.Pointer[edge.Body]
 	// bodyErr is why the body could not be read (edge.ErrTooLarge, I/O).
 	bodyErr error
-	// origReader is the reader the matcher put back into the original
-	// request, so that Select can tell whether it is still untouched.
-	origReader *edge.Reader
-	// reader is the storage of origReader (no allocation for it).
+	// reader is the reader readBody put back into the original request
+	// (when hasReader), so that Select can tell whether it is untouched.
 	reader edge.Reader
 
 	// Filled by Select for the last attempt.
@@ -54,14 +52,15 @@ type reqState struct {
 	fallback   bool               // the fallback policy chose (no usable features)
 	bodyRead   bool               // ramjet tried to read the body
 	pending    bool               // the outcome of the attempt to slot is not reported to the outlier detector yet (outlier.go)
-	replica    string             // replica key: "addr" or "addr#rank"
-	routeID    string             // opaque id sent in X-Ramjet-Upstream
-	routeIDHdr []string           // the same, as a shared header value; never modify
-	model      string             // interned model name ("" when unknown or not observed)
-	attempts   int                // Select calls for this request (1 + retries)
+	hasReader  bool               // reader is the original request's body (readBody)
+	obsvInUse  bool               // a ramjet handler uses obsv (handler.go)
+	guardW     bool               // obsv.w is the guard's writer (a guard in front: guard.go)
+	attempts   int32              // Select calls for this request (1 + retries)
 	tried1     selection.Slot     // the first attempt's slot plus one (0: none): see markTried
+	poolSize   int32              // the size of the attempt's pool (outlier.go)
+	routeIDHdr []string           // the chosen replica's opaque id sent in X-Ramjet-Upstream (routeID), as a shared header value; never modify
+	model      string             // interned model name ("" when unknown or not observed)
 	tried      *selection.SlotSet // every attempt's slot, allocated on a retry
-	poolSize   int                // the size of the attempt's pool (outlier.go)
 	metrics    *metricsObserver   // the request's metrics observer (metrics.go), for Select
 	baseHeader http.Header        // the request header map of the first attempt
 
@@ -86,16 +85,15 @@ type reqState struct {
 // observedParts are what the ramjet handler wraps a response in: the
 // observe.Writer, the state and outcome observers and the list of
 // observers, kept in the request's state so that observing a response
-// allocates nothing besides it. inUse: a second ramjet handler on the same
-// request (a nested route) allocates its own. A guard in front of the
-// handler writes through w too (the handler adopts it).
+// allocates nothing besides it. reqState.obsvInUse: a second ramjet
+// handler on the same request (a nested route) allocates its own. A guard
+// in front of the handler writes through w too (the handler adopts it;
+// reqState.guardW).
 type observedParts struct {
 	w       observe.Writer
 	state   stateObserver
 	outcome outcomeObserver
-	list    [5]observe.Observer
-	inUse   bool
-	guardW  bool // w is the guard's writer (a guard in front: guard.go)
+	list    [4]observe.Observer // state, metrics, outcome and the precise path's (more allocate)
 }
 
 // requestState returns the request's reqState, creating it (and handing
@@ -136,10 +134,13 @@ var openStates edge.Sweeper
 // Finish ends the request (edge.Finisher, for the sweeper).
 func (st *reqState) Finish() { st.finish() }
 
-// lookupRequest returns the request's reqState or nil.
-func lookupRequest(r *http.Request) *reqState {
-	st, _ := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState)
-	return st
+// routeID is the chosen replica's opaque id (X-Ramjet-Upstream), "" when
+// none was chosen.
+func (st *reqState) routeID() string {
+	if len(st.routeIDHdr) == 0 {
+		return ""
+	}
+	return st.routeIDHdr[0]
 }
 
 // markTried records that an attempt picked slot s.
@@ -254,7 +255,7 @@ func (st *reqState) readBody(r *http.Request, limit int64) {
 	}
 	// The reader holds its own reference, so that the bytes outlive the
 	// request's hold as long as a transport may read them.
-	st.origReader = rd
+	st.hasReader = rd == &st.reader
 	st.body, st.bodyGen = b, b.Gen()
 	st.owner.Store(b)
 	if st.hold.Ended() && st.owner.CompareAndSwap(b, nil) {

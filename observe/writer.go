@@ -26,24 +26,35 @@ type Observer interface {
 // Write.
 type Writer struct {
 	http.ResponseWriter
-	obs     []Observer
-	status  int
-	started bool
-	// scrub edits the header before any status is written (SetScrub);
-	// responded: a final status or 101 was written.
-	scrub     func(http.Header)
-	responded bool
-	tail      [2]byte // the last two body bytes written
+	obs []Observer
+	// scrub edits the header before any status is written (SetScrub).
+	scrub func(http.Header)
 
 	// The write deadline (SetWriteTimeout).
 	writeTimeout time.Duration
-	bound        Bound     // what may bound the writes already (SetWriteTimeout)
-	armedAt      time.Time // when the deadline was last pushed; zero: never
+	bound        Bound // what may bound the writes already (SetWriteTimeout)
 	onTimeout    func()
-	timedOut     bool
-	flushed      bool // a flush was asked for (a stream)
-	unflushed    bool // body bytes were written since the last flush
+	// armedAt is when the deadline was last pushed, since monoBase plus
+	// one; 0: never.
+	armedAt time.Duration
+
+	status int32
+	tail   [2]byte // the last two body bytes written
+	flags  uint8   // started, responded, ... below
 }
+
+// Writer.flags' bits.
+const (
+	flagStarted   = 1 << iota // body bytes were written
+	flagResponded             // a final status or 101 was written
+	flagTimedOut              // a write or flush hit the write deadline
+	flagFlushed               // a flush was asked for (a stream)
+	flagUnflushed             // body bytes were written since the last flush
+)
+
+// monoBase is the origin of Writer.armedAt: a duration since it reads the
+// monotonic clock only, in 8 bytes where a time.Time takes 24.
+var monoBase = time.Now()
 
 // NewWriter wraps w, feeding obs.
 func NewWriter(w http.ResponseWriter, obs ...Observer) *Writer {
@@ -83,16 +94,16 @@ func (w *Writer) SetWriteTimeout(d time.Duration, onTimeout func(), b Bound) {
 type Bound interface{ Bounds(d time.Duration) bool }
 
 // WriteTimedOut reports that a write or flush hit the write deadline.
-func (w *Writer) WriteTimedOut() bool { return w.timedOut }
+func (w *Writer) WriteTimedOut() bool { return w.flags&flagTimedOut != 0 }
 
 // armWrite pushes the write deadline before a write or flush.
 func (w *Writer) armWrite() {
-	if w.writeTimeout <= 0 || (w.armedAt.IsZero() && w.bound != nil && w.bound.Bounds(w.writeTimeout)) {
+	if w.writeTimeout <= 0 || (w.armedAt == 0 && w.bound != nil && w.bound.Bounds(w.writeTimeout)) {
 		return
 	}
 	// The check reads the monotonic clock only (time.Since); time.Now,
 	// which reads the wall clock too, only when the deadline is pushed.
-	if !w.armedAt.IsZero() && time.Since(w.armedAt) < w.writeTimeout/8 {
+	if w.armedAt != 0 && time.Since(monoBase)+1-w.armedAt < w.writeTimeout/8 {
 		return
 	}
 	now := time.Now()
@@ -100,17 +111,17 @@ func (w *Writer) armWrite() {
 		w.writeTimeout = 0 // the connection takes no deadline: stop trying
 		return
 	}
-	w.armedAt = now
+	w.armedAt = now.Sub(monoBase) + 1
 }
 
 // wrote notes a write or flush error that is the write deadline's.
 func (w *Writer) wrote(err error) {
-	if err == nil || w.writeTimeout <= 0 || w.timedOut {
+	if err == nil || w.writeTimeout <= 0 || w.flags&flagTimedOut != 0 {
 		return
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		w.timedOut = true
+		w.flags |= flagTimedOut
 		if w.onTimeout != nil {
 			w.onTimeout()
 		}
@@ -124,21 +135,21 @@ func (w *Writer) wrote(err error) {
 // since its last flush (reverse_proxy with flush_interval -1 flushes after
 // every write), which would flush nothing.
 func (w *Writer) disarm() {
-	if w.armedAt.IsZero() || w.timedOut {
+	if w.armedAt == 0 || w.flags&flagTimedOut != 0 {
 		return
 	}
-	if w.flushed && w.unflushed {
+	if w.flags&(flagFlushed|flagUnflushed) == flagFlushed|flagUnflushed {
 		_ = w.FlushError()
-		if w.timedOut {
+		if w.flags&flagTimedOut != 0 {
 			return
 		}
 	}
 	_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Time{})
-	w.armedAt = time.Time{}
+	w.armedAt = 0
 }
 
 // Status is the final status written, 0 when none yet.
-func (w *Writer) Status() int { return w.status }
+func (w *Writer) Status() int { return int(w.status) }
 
 // SetScrub has scrub edit the response header before each status is
 // written (1xx included; before the observers see it) and drops a final
@@ -146,7 +157,7 @@ func (w *Writer) Status() int { return w.status }
 // that a guard behind a Writer needs no writer of its own. It reports
 // false, setting nothing, when w scrubs already or has responded.
 func (w *Writer) SetScrub(scrub func(http.Header)) bool {
-	if w.scrub != nil || w.responded {
+	if w.scrub != nil || w.flags&flagResponded != 0 {
 		return false
 	}
 	w.scrub = scrub
@@ -157,7 +168,7 @@ func (w *Writer) SetScrub(scrub func(http.Header)) bool {
 // from now on, so that one writer serves both; it reports false, setting
 // nothing, when w has observers or has responded.
 func (w *Writer) Adopt(obs []Observer) bool {
-	if w.obs != nil || w.responded || w.status != 0 {
+	if w.obs != nil || w.flags&flagResponded != 0 || w.status != 0 {
 		return false
 	}
 	w.obs = obs
@@ -165,21 +176,23 @@ func (w *Writer) Adopt(obs []Observer) bool {
 }
 
 // Responded reports that a final status (or 101) was written.
-func (w *Writer) Responded() bool { return w.responded }
+func (w *Writer) Responded() bool { return w.flags&flagResponded != 0 }
 
 // WriteHeader tells the observers the first final (non-1xx) status, then
 // writes it.
 func (w *Writer) WriteHeader(status int) {
 	final := status >= 200 || status == http.StatusSwitchingProtocols
 	if w.scrub != nil {
-		if final && w.responded {
+		if final && w.flags&flagResponded != 0 {
 			return
 		}
 		w.scrub(w.Header())
 	}
-	w.responded = w.responded || final
+	if final {
+		w.flags |= flagResponded
+	}
 	if w.status == 0 && status >= 200 {
-		w.status = status
+		w.status = int32(status)
 		for _, o := range w.obs {
 			o.WriteHeader(status, w.Header())
 		}
@@ -192,7 +205,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	if len(p) > 0 {
-		w.started = true
+		w.flags |= flagStarted
 	}
 	for _, o := range w.obs {
 		o.Write(p)
@@ -203,7 +216,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.tail = [2]byte{w.tail[1], p[0]}
 	}
 	w.armWrite()
-	w.unflushed = true
+	w.flags |= flagUnflushed
 	n, err := w.ResponseWriter.Write(p)
 	w.wrote(err)
 	return n, err
@@ -214,7 +227,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 // answer, Adopt) goes through unobserved, as through the writer below.
 func (w *Writer) End(err error) {
 	for _, o := range w.obs {
-		o.End(w.status, err)
+		o.End(int(w.status), err)
 	}
 	w.obs, w.writeTimeout = nil, 0
 }
@@ -227,7 +240,7 @@ func (w *Writer) FlushError() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
-	w.flushed, w.unflushed = true, false
+	w.flags = w.flags&^flagUnflushed | flagFlushed
 	w.armWrite()
 	err := http.NewResponseController(w.ResponseWriter).Flush()
 	w.wrote(err)
@@ -245,7 +258,7 @@ func (w *Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // first end an event the engine left half-written. The observers do not
 // see it.
 func (w *Writer) StreamError(event []byte) {
-	if !w.started || w.timedOut || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+	if w.flags&flagStarted == 0 || w.flags&flagTimedOut != 0 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
 		return
 	}
 	if w.tail != [2]byte{'\n', '\n'} {
