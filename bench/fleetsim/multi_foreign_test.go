@@ -1,7 +1,6 @@
 package fleetsim
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -147,15 +146,7 @@ func TestMultiBurstColdForeign(t *testing.T) {
 // with the host names of a Deployment's pods. The figure per name set is
 // logged; the upper median must stay >= 6.
 func TestMultiBurstColdForeignHashed(t *testing.T) {
-	var got []int
-	for i := range 20 {
-		got = append(got, burstSpreadOf(t, fmt.Sprintf("ramjet-precise~cs+band=1024+fp+inst=host-%c%d", 'a'+i, i*7919), 4))
-	}
-	slices.Sort(got)
-	t.Logf("4 hashed precise instances: replicas used per name set, sorted: %v", got)
-	if med := got[len(got)/2]; med < 6 {
-		t.Errorf("median %d of 8 replicas over 20 name sets, want >= 6", med)
-	}
+	hashedBurstSpread(t, "ramjet-precise~cs+band=1024+fp+inst=host-%c%d")
 }
 
 // The oracle experiment hands each instance exactly the pending prefill
