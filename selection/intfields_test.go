@@ -146,6 +146,38 @@ func BenchmarkIntFields(b *testing.B) {
 	})
 }
 
+// usageBenchFields are usage.usageFields (the module's list: both usage
+// shapes, six fields).
+var usageBenchFields = []IntField{
+	{Name: "prompt_tokens"}, {Name: "completion_tokens"},
+	{Parent: "prompt_tokens_details", Name: "cached_tokens"},
+	{Name: "input_tokens"}, {Name: "output_tokens"},
+	{Parent: "input_tokens_details", Name: "cached_tokens"},
+}
+
+// BenchmarkIntFieldsUsage is IntFields over the chat usage objects vLLM and
+// SGLang send (about 150 bytes, with prompt_tokens_details), with the
+// module's six fields; the per-op instruction count under callgrind is the
+// yardstick (bench/RESULTS.md).
+func BenchmarkIntFieldsUsage(b *testing.B) {
+	for _, c := range []struct{ name, body string }{
+		{"vllm", `{"prompt_tokens":1234,"total_tokens":1290,"completion_tokens":56,"prompt_tokens_details":{"cached_tokens":1024}}`},
+		{"sglang", `{"prompt_tokens":1234,"total_tokens":1290,"completion_tokens":56,"prompt_tokens_details":{"cached_tokens":1024},"reasoning_tokens":0}`},
+		{"responses", `{"input_tokens":1234,"input_tokens_details":{"cached_tokens":1024},"output_tokens":56,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1290}`},
+	} {
+		body := []byte(c.body)
+		out := make([]int64, len(usageBenchFields))
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !IntFields(body, usageBenchFields, out) {
+					b.Fatal("not decided")
+				}
+			}
+		})
+	}
+}
+
 // TestKeyFold: keyFold answers as bytes.EqualFold for keys shorter,
 // longer and as long as the name, ASCII or not.
 func TestKeyFold(t *testing.T) {

@@ -747,34 +747,38 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 		if it.esc {
 			return 0, false
 		}
-		matched := false
-		for k, f := range fields {
-			if f.Parent == parent && keyFold(it.key, f.Name) {
-				end, ok := intValue(b, it.val, &out[k])
+		k, nested := matchField(it.key, parent, fields)
+		switch {
+		case k >= 0 && !nested:
+			end, ok := intValue(b, it.val, &out[k])
+			if !ok {
+				return 0, false
+			}
+			it.i = end
+		case k >= 0:
+			switch b[it.val] {
+			case 'n':
+				it.skip() // null: the struct stays as it is
+			case '{':
+				end, ok := intMembers(b, it.val, depth+1, fields[k].Parent, fields, out)
 				if !ok {
 					return 0, false
 				}
-				it.i, matched = end, true
-				break
+				it.i = end
+			default:
+				return 0, false
 			}
-			if parent == "" && f.Parent != "" && keyFold(it.key, f.Parent) {
-				switch b[it.val] {
-				case 'n':
-					it.skip() // null: the struct stays as it is
-				case '{':
-					end, ok := intMembers(b, it.val, depth+1, f.Parent, fields, out)
-					if !ok {
-						return 0, false
-					}
-					it.i = end
-				default:
+		default:
+			// A member read by no field: a number (total_tokens) is
+			// validated here, without skipValue's dispatch.
+			if c := b[it.val]; c == '-' || c >= '0' && c <= '9' {
+				end, err := scanNumber(b, it.val)
+				if err != nil {
 					return 0, false
 				}
-				matched = true
-				break
+				it.i = end
+				continue
 			}
-		}
-		if !matched {
 			it.skip()
 		}
 	}
@@ -784,23 +788,72 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 	return it.end, true
 }
 
+// matchField returns the first field of fields that key matches in the
+// object of parent (top level: ""): its Name there, or, at the top level,
+// the Parent of a nested field (nested true); -1 when none does. Each name
+// is matched as keyFold matches it, with the key's ASCII test done once.
+func matchField(key []byte, parent string, fields []IntField) (k int, nested bool) {
+	ascii := -1 // unknown; 0 or 1 once isASCII(key) ran
+	for k := range fields {
+		f := &fields[k]
+		name := f.Name
+		nested := false
+		if f.Parent != parent {
+			if parent != "" {
+				continue
+			}
+			name, nested = f.Parent, true
+		}
+		if foldName(key, name, &ascii) {
+			return k, nested
+		}
+	}
+	return -1, false
+}
+
 // keyFold is bytes.EqualFold(key, name) for an ASCII name, without its
 // walk over the two when they cannot match: a key shorter than the name
 // never matches, nor does a longer one of ASCII bytes only (only a
 // multi-byte character, such as the Kelvin sign, folds to an ASCII
-// letter).
+// letter), nor one as long whose first byte differs from the name's by
+// more than ASCII case (the key must be ASCII then, for the same reason).
 func keyFold(key []byte, name string) bool {
-	switch {
-	case len(key) == len(name):
-		return string(key) == name || bytes.EqualFold(key, []byte(name))
-	case len(key) < len(name) || isASCII(key):
-		return false
-	}
-	return bytes.EqualFold(key, []byte(name))
+	ascii := -1
+	return foldName(key, name, &ascii)
 }
 
-// isASCII reports whether b holds ASCII bytes only.
+// foldName is keyFold with the key's isASCII memoised in *ascii (-1:
+// not computed yet) across the names of one key.
+func foldName(key []byte, name string, ascii *int) bool {
+	switch {
+	case len(key) == len(name):
+		if len(name) == 0 || string(key) == name {
+			return true
+		}
+		if key[0]|0x20 != name[0]|0x20 {
+			return false
+		}
+		return bytes.EqualFold(key, []byte(name))
+	case len(key) < len(name):
+		return false
+	}
+	if *ascii < 0 {
+		*ascii = 0
+		if isASCII(key) {
+			*ascii = 1
+		}
+	}
+	return *ascii == 0 && bytes.EqualFold(key, []byte(name))
+}
+
+// isASCII reports whether b holds ASCII bytes only, a word at a time.
 func isASCII(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b)&msb != 0 {
+			return false
+		}
+		b = b[8:]
+	}
 	for _, c := range b {
 		if c >= 0x80 {
 			return false
@@ -812,36 +865,35 @@ func isASCII(b []byte) bool {
 // intValue reads the integer or null at b[i] into *dst (null: left as is)
 // and returns the index past it; ok is false for any other value, or a
 // number that is not an integer within int64 (encoding/json's
-// strconv.ParseInt).
+// strconv.ParseInt). It validates and converts the digits in one walk
+// (what follows them is the caller's to check, as after scanNumber).
 func intValue(b []byte, i int, dst *int64) (int, bool) {
 	if b[i] == 'n' {
 		end, err := literal(b, i, "null")
 		return end, err == nil
-	}
-	if b[i] != '-' && (b[i] < '0' || b[i] > '9') {
-		return 0, false
-	}
-	end, err := scanNumber(b, i)
-	if err != nil {
-		return 0, false
 	}
 	neg := b[i] == '-'
 	j := i
 	if neg {
 		j++
 	}
+	start := j
 	var n uint64
-	for ; j < end; j++ {
-		c := b[j]
-		if c < '0' || c > '9' {
-			return 0, false // a fraction or an exponent
+	for ; j < len(b); j++ {
+		d := b[j] - '0'
+		if d > 9 {
+			break
 		}
 		if n > (1<<63)/10 {
 			return 0, false
 		}
-		n = n*10 + uint64(c-'0')
+		n = n*10 + uint64(d)
 	}
 	switch {
+	case j == start, j-start > 1 && b[start] == '0':
+		return 0, false // not a number (or "-" alone), or a leading zero
+	case j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E'):
+		return 0, false // a fraction or an exponent
 	case !neg && n > 1<<63-1, neg && n > 1<<63:
 		return 0, false
 	case neg:
@@ -849,5 +901,5 @@ func intValue(b []byte, i int, dst *int64) (int, bool) {
 	default:
 		*dst = int64(n)
 	}
-	return end, true
+	return j, true
 }
