@@ -465,6 +465,10 @@ type objectIter struct {
 	err   error
 }
 
+// keyWords is how many words of a key objectIter.next reads itself before
+// it leaves the key to scanString.
+const keyWords = 3
+
 func newObjectIter(b []byte, i, depth int) objectIter {
 	// b[i] must be '{'.
 	return objectIter{b: b, i: i + 1, depth: depth, first: true}
@@ -496,15 +500,17 @@ func (it *objectIter) next() bool {
 		it.err = syntaxErr(i, "expected a string key in object")
 		return false
 	}
-	// A key that ends within a word is read here; scanString would
-	// read the same word first.
+	// A key that ends within keyWords words is read here (the usage
+	// object's keys run to 21 bytes); scanString would read the same
+	// words first.
 	var kend int
 	var esc bool
-	if i+9 <= len(b) {
-		if m := special(binary.LittleEndian.Uint64(b[i+1:])); m != 0 {
-			if q := i + 1 + bits.TrailingZeros64(m)>>3; b[q] == '"' {
+	for j := i + 1; j+8 <= len(b) && j < i+1+8*keyWords; j += 8 {
+		if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+			if q := j + bits.TrailingZeros64(m)>>3; b[q] == '"' {
 				kend = q + 1
 			}
+			break
 		}
 	}
 	if kend == 0 {
@@ -790,22 +796,32 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 
 // matchField returns the first field of fields that key matches in the
 // object of parent (top level: ""): its Name there, or, at the top level,
-// the Parent of a nested field (nested true); -1 when none does. Each name
-// is matched as keyFold matches it, with the key's ASCII test done once.
+// the Parent of a nested field (nested true); -1 when none does. A name
+// matches as keyFold has it; the key's ASCII test is done once, and an
+// ASCII key is folded only against the names as long as it.
 func matchField(key []byte, parent string, fields []IntField) (k int, nested bool) {
-	ascii := -1 // unknown; 0 or 1 once isASCII(key) ran
+	if !isASCII(key) {
+		for k := range fields {
+			f := &fields[k]
+			if f.Parent == parent {
+				if keyFold(key, f.Name) {
+					return k, false
+				}
+			} else if parent == "" && keyFold(key, f.Parent) {
+				return k, true
+			}
+		}
+		return -1, false
+	}
+	n := len(key)
 	for k := range fields {
 		f := &fields[k]
-		name := f.Name
-		nested := false
-		if f.Parent != parent {
-			if parent != "" {
-				continue
+		if len(f.Name) == n && f.Parent == parent {
+			if asciiFold(key, f.Name) {
+				return k, false
 			}
-			name, nested = f.Parent, true
-		}
-		if foldName(key, name, &ascii) {
-			return k, nested
+		} else if parent == "" && n > 0 && len(f.Parent) == n && asciiFold(key, f.Parent) {
+			return k, true
 		}
 	}
 	return -1, false
@@ -813,53 +829,44 @@ func matchField(key []byte, parent string, fields []IntField) (k int, nested boo
 
 // keyFold is bytes.EqualFold(key, name) for an ASCII name, without its
 // walk over the two when they cannot match: a key shorter than the name
-// never matches, nor does a longer one of ASCII bytes only (only a
-// multi-byte character, such as the Kelvin sign, folds to an ASCII
-// letter), nor one as long whose first byte differs from the name's by
-// more than ASCII case (the key must be ASCII then, for the same reason).
+// never matches, nor does one of ASCII bytes only unless it is as long
+// (only a multi-byte character, such as the Kelvin sign, folds to an
+// ASCII letter; for the same reason a key as long as the name matches
+// only if it is ASCII).
 func keyFold(key []byte, name string) bool {
-	ascii := -1
-	return foldName(key, name, &ascii)
-}
-
-// foldName is keyFold with the key's isASCII memoised in *ascii (-1:
-// not computed yet) across the names of one key.
-func foldName(key []byte, name string, ascii *int) bool {
 	switch {
-	case len(key) == len(name):
-		if len(name) == 0 || string(key) == name {
-			return true
-		}
-		if key[0]|0x20 != name[0]|0x20 {
-			return false
-		}
-		return bytes.EqualFold(key, []byte(name))
 	case len(key) < len(name):
 		return false
+	case isASCII(key):
+		return len(key) == len(name) && asciiFold(key, name)
 	}
-	if *ascii < 0 {
-		*ascii = 0
-		if isASCII(key) {
-			*ascii = 1
-		}
-	}
-	return *ascii == 0 && bytes.EqualFold(key, []byte(name))
+	return len(key) > len(name) && bytes.EqualFold(key, []byte(name))
 }
 
-// isASCII reports whether b holds ASCII bytes only, a word at a time.
+// asciiFold is bytes.EqualFold(key, name) for an ASCII key as long as the
+// ASCII name: their first bytes must agree up to ASCII case before the
+// whole is folded.
+func asciiFold(key []byte, name string) bool {
+	return string(key) == name || key[0]|0x20 == name[0]|0x20 && bytes.EqualFold(key, []byte(name))
+}
+
+// isASCII reports whether b holds ASCII bytes only, a word at a time (the
+// last word overlapping the one before it: no byte loop for a key of 8
+// bytes or more).
 func isASCII(b []byte) bool {
-	for len(b) >= 8 {
-		if binary.LittleEndian.Uint64(b)&msb != 0 {
-			return false
+	if len(b) < 8 {
+		for _, c := range b {
+			if c >= 0x80 {
+				return false
+			}
 		}
-		b = b[8:]
+		return true
 	}
-	for _, c := range b {
-		if c >= 0x80 {
-			return false
-		}
+	x := binary.LittleEndian.Uint64(b[len(b)-8:])
+	for ; len(b) > 8; b = b[8:] {
+		x |= binary.LittleEndian.Uint64(b)
 	}
-	return true
+	return x&msb == 0
 }
 
 // intValue reads the integer or null at b[i] into *dst (null: left as is)
