@@ -891,14 +891,13 @@ func intValue(b []byte, i int, dst *int64) (int, bool) {
 		if d > 9 {
 			break
 		}
-		if n > (1<<63)/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(d)
+		n = n*10 + uint64(d) // wraps past 19 digits, refused below
 	}
 	switch {
 	case j == start, j-start > 1 && b[start] == '0':
 		return 0, false // not a number (or "-" alone), or a leading zero
+	case j-start > 19:
+		return 0, false // beyond int64 (19 digits stay below 1<<64)
 	case j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E'):
 		return 0, false // a fraction or an exponent
 	case !neg && n > 1<<63-1, neg && n > 1<<63:
