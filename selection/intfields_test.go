@@ -62,6 +62,11 @@ func TestIntFields(t *testing.T) {
 		{name: "int64 bounds", give: `{"prompt_tokens":9223372036854775807,"completion_tokens":-9223372036854775808}`, wantDecided: true},
 		{name: "null field", give: `{"prompt_tokens":null}`, wantDecided: true},
 		{name: "empty object", give: `{}`, wantDecided: true},
+		{name: "keys of 8, 16, 24 and more bytes", give: `{"abcdefgh":1,"abcdefghijklmnop":2,"abcdefghijklmnopqrstuvwx":3,"abcdefghijklmnopqrstuvwxyz_prompt_tokens":4,"prompt_tokens":5}`, wantDecided: true},
+		{name: "non-ASCII keys as long as a name", give: "{\"prompt_toke\u00e9\":1,\"\u00e9rompt_token\":2,\"cached_tok\u00e9s\":3,\"prompt_tokens\":4}", wantDecided: true},
+		{name: "kelvin sign in a parent", give: "{\"prompt_to\u212aens_details\":{\"cached_to\u212aens\":9}}", wantDecided: true},
+		{name: "negative zero and a key at the end of a word", give: `{"completion_tokens":-0,"input_tokens":-12}`, wantDecided: true},
+		{name: "unread members of every kind", give: `{"total_tokens":-1.5e-3,"a":0,"b":"\"","c":{},"d":[],"e":true,"prompt_tokens":3}`, wantDecided: true},
 		// Left to encoding/json (which rejects or decodes them itself).
 		{name: "escaped key", give: `{"prompt\u005ftokens":5}`},
 		{name: "overflow", give: `{"prompt_tokens":9223372036854775808}`},
@@ -75,6 +80,15 @@ func TestIntFields(t *testing.T) {
 		{name: "not an object", give: `[1]`},
 		{name: "unterminated", give: `{"prompt_tokens":1`},
 		{name: "leading zero", give: `{"x":01}`},
+		{name: "leading zero in a field", give: `{"prompt_tokens":01}`},
+		{name: "minus alone", give: `{"prompt_tokens":-}`},
+		{name: "minus alone in an unread member", give: `{"total_tokens":-}`},
+		{name: "fraction without digits", give: `{"total_tokens":1.}`},
+		{name: "number at the end", give: `{"prompt_tokens":12`},
+		{name: "int64 overflow negative", give: `{"prompt_tokens":-9223372036854775809}`},
+		{name: "many digits", give: `{"prompt_tokens":123456789012345678901234567890}`},
+		{name: "unterminated long key", give: `{"prompt_tokens_details_and_more`},
+		{name: "control character in a key", give: "{\"prompt\x01tokens\":1}"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,11 +160,44 @@ func BenchmarkIntFields(b *testing.B) {
 	})
 }
 
+// usageBenchFields are usage.usageFields (the module's list: both usage
+// shapes, six fields).
+var usageBenchFields = []IntField{
+	{Name: "prompt_tokens"}, {Name: "completion_tokens"},
+	{Parent: "prompt_tokens_details", Name: "cached_tokens"},
+	{Name: "input_tokens"}, {Name: "output_tokens"},
+	{Parent: "input_tokens_details", Name: "cached_tokens"},
+}
+
+// BenchmarkIntFieldsUsage is IntFields over the chat usage objects vLLM and
+// SGLang send (about 150 bytes, with prompt_tokens_details), with the
+// module's six fields; the per-op instruction count under callgrind is the
+// yardstick (bench/RESULTS.md).
+func BenchmarkIntFieldsUsage(b *testing.B) {
+	for _, c := range []struct{ name, body string }{
+		{"vllm", `{"prompt_tokens":1234,"total_tokens":1290,"completion_tokens":56,"prompt_tokens_details":{"cached_tokens":1024}}`},
+		{"sglang", `{"prompt_tokens":1234,"total_tokens":1290,"completion_tokens":56,"prompt_tokens_details":{"cached_tokens":1024},"reasoning_tokens":0}`},
+		{"responses", `{"input_tokens":1234,"input_tokens_details":{"cached_tokens":1024},"output_tokens":56,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1290}`},
+	} {
+		body := []byte(c.body)
+		out := make([]int64, len(usageBenchFields))
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !IntFields(body, usageBenchFields, out) {
+					b.Fatal("not decided")
+				}
+			}
+		})
+	}
+}
+
 // TestKeyFold: keyFold answers as bytes.EqualFold for keys shorter,
 // longer and as long as the name, ASCII or not.
 func TestKeyFold(t *testing.T) {
 	keys := []string{"", "k", "K", "\u212a", "s", "\u017f", "ss", "cached_tokens", "CACHED_TOKENS", "cached_to\u212aens",
-		"cached_token\u017f", "cached_tokenss", "cached_token", "cached_tokens\u00e9", "\u00e9ached_tokens"}
+		"cached_token\u017f", "cached_tokenss", "cached_token", "cached_tokens\u00e9", "\u00e9ached_tokens",
+		"cached_tok\u00e9s", "\u00e9ached_token", "Cached_Tokens", "xached_tokens", "prompt_to\u212aens_details", "prompt_tokens_detail\u017f"}
 	names := []string{"k", "s", "cached_tokens", "prompt_tokens_details"}
 	for _, k := range keys {
 		for _, n := range names {

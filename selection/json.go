@@ -465,6 +465,10 @@ type objectIter struct {
 	err   error
 }
 
+// keyWords is how many words of a key objectIter.next reads itself before
+// it leaves the key to scanString.
+const keyWords = 3
+
 func newObjectIter(b []byte, i, depth int) objectIter {
 	// b[i] must be '{'.
 	return objectIter{b: b, i: i + 1, depth: depth, first: true}
@@ -496,15 +500,17 @@ func (it *objectIter) next() bool {
 		it.err = syntaxErr(i, "expected a string key in object")
 		return false
 	}
-	// A key that ends within a word is read here; scanString would
-	// read the same word first.
+	// A key that ends within keyWords words is read here (the usage
+	// object's keys run to 21 bytes); scanString would read the same
+	// words first.
 	var kend int
 	var esc bool
-	if i+9 <= len(b) {
-		if m := special(binary.LittleEndian.Uint64(b[i+1:])); m != 0 {
-			if q := i + 1 + bits.TrailingZeros64(m)>>3; b[q] == '"' {
+	for j := i + 1; j+8 <= len(b) && j < i+1+8*keyWords; j += 8 {
+		if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+			if q := j + bits.TrailingZeros64(m)>>3; b[q] == '"' {
 				kend = q + 1
 			}
+			break
 		}
 	}
 	if kend == 0 {
@@ -747,34 +753,38 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 		if it.esc {
 			return 0, false
 		}
-		matched := false
-		for k, f := range fields {
-			if f.Parent == parent && keyFold(it.key, f.Name) {
-				end, ok := intValue(b, it.val, &out[k])
+		k, nested := matchField(it.key, parent, fields)
+		switch {
+		case k >= 0 && !nested:
+			end, ok := intValue(b, it.val, &out[k])
+			if !ok {
+				return 0, false
+			}
+			it.i = end
+		case k >= 0:
+			switch b[it.val] {
+			case 'n':
+				it.skip() // null: the struct stays as it is
+			case '{':
+				end, ok := intMembers(b, it.val, depth+1, fields[k].Parent, fields, out)
 				if !ok {
 					return 0, false
 				}
-				it.i, matched = end, true
-				break
+				it.i = end
+			default:
+				return 0, false
 			}
-			if parent == "" && f.Parent != "" && keyFold(it.key, f.Parent) {
-				switch b[it.val] {
-				case 'n':
-					it.skip() // null: the struct stays as it is
-				case '{':
-					end, ok := intMembers(b, it.val, depth+1, f.Parent, fields, out)
-					if !ok {
-						return 0, false
-					}
-					it.i = end
-				default:
+		default:
+			// A member read by no field: a number (total_tokens) is
+			// validated here, without skipValue's dispatch.
+			if c := b[it.val]; c == '-' || c >= '0' && c <= '9' {
+				end, err := scanNumber(b, it.val)
+				if err != nil {
 					return 0, false
 				}
-				matched = true
-				break
+				it.i = end
+				continue
 			}
-		}
-		if !matched {
 			it.skip()
 		}
 	}
@@ -784,64 +794,112 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 	return it.end, true
 }
 
-// keyFold is bytes.EqualFold(key, name) for an ASCII name, without its
-// walk over the two when they cannot match: a key shorter than the name
-// never matches, nor does a longer one of ASCII bytes only (only a
-// multi-byte character, such as the Kelvin sign, folds to an ASCII
-// letter).
-func keyFold(key []byte, name string) bool {
-	switch {
-	case len(key) == len(name):
-		return string(key) == name || bytes.EqualFold(key, []byte(name))
-	case len(key) < len(name) || isASCII(key):
-		return false
+// matchField returns the first field of fields that key matches in the
+// object of parent (top level: ""): its Name there, or, at the top level,
+// the Parent of a nested field (nested true); -1 when none does. A name
+// matches as keyFold has it; the key's ASCII test is done once, and an
+// ASCII key is folded only against the names as long as it.
+func matchField(key []byte, parent string, fields []IntField) (k int, nested bool) {
+	if !isASCII(key) {
+		for k := range fields {
+			f := &fields[k]
+			if f.Parent == parent {
+				if keyFold(key, f.Name) {
+					return k, false
+				}
+			} else if parent == "" && keyFold(key, f.Parent) {
+				return k, true
+			}
+		}
+		return -1, false
 	}
-	return bytes.EqualFold(key, []byte(name))
-}
-
-// isASCII reports whether b holds ASCII bytes only.
-func isASCII(b []byte) bool {
-	for _, c := range b {
-		if c >= 0x80 {
-			return false
+	n := len(key)
+	for k := range fields {
+		f := &fields[k]
+		if len(f.Name) == n && f.Parent == parent {
+			if asciiFold(key, f.Name) {
+				return k, false
+			}
+		} else if parent == "" && n > 0 && len(f.Parent) == n && asciiFold(key, f.Parent) {
+			return k, true
 		}
 	}
-	return true
+	return -1, false
+}
+
+// keyFold is bytes.EqualFold(key, name) for an ASCII name, without its
+// walk over the two when they cannot match: a key shorter than the name
+// never matches, nor does one of ASCII bytes only unless it is as long
+// (only a multi-byte character, such as the Kelvin sign, folds to an
+// ASCII letter; for the same reason a key as long as the name matches
+// only if it is ASCII).
+func keyFold(key []byte, name string) bool {
+	switch {
+	case len(key) < len(name):
+		return false
+	case isASCII(key):
+		return len(key) == len(name) && asciiFold(key, name)
+	}
+	return len(key) > len(name) && bytes.EqualFold(key, []byte(name))
+}
+
+// asciiFold is bytes.EqualFold(key, name) for an ASCII key as long as the
+// ASCII name: their first bytes must agree up to ASCII case before the
+// whole is folded.
+func asciiFold(key []byte, name string) bool {
+	return string(key) == name || key[0]|0x20 == name[0]|0x20 && bytes.EqualFold(key, []byte(name))
+}
+
+// isASCII reports whether b holds ASCII bytes only, a word at a time (the
+// last word overlapping the one before it: no byte loop for a key of 8
+// bytes or more).
+func isASCII(b []byte) bool {
+	if len(b) < 8 {
+		for _, c := range b {
+			if c >= 0x80 {
+				return false
+			}
+		}
+		return true
+	}
+	x := binary.LittleEndian.Uint64(b[len(b)-8:])
+	for ; len(b) > 8; b = b[8:] {
+		x |= binary.LittleEndian.Uint64(b)
+	}
+	return x&msb == 0
 }
 
 // intValue reads the integer or null at b[i] into *dst (null: left as is)
 // and returns the index past it; ok is false for any other value, or a
 // number that is not an integer within int64 (encoding/json's
-// strconv.ParseInt).
+// strconv.ParseInt). It validates and converts the digits in one walk
+// (what follows them is the caller's to check, as after scanNumber).
 func intValue(b []byte, i int, dst *int64) (int, bool) {
 	if b[i] == 'n' {
 		end, err := literal(b, i, "null")
 		return end, err == nil
-	}
-	if b[i] != '-' && (b[i] < '0' || b[i] > '9') {
-		return 0, false
-	}
-	end, err := scanNumber(b, i)
-	if err != nil {
-		return 0, false
 	}
 	neg := b[i] == '-'
 	j := i
 	if neg {
 		j++
 	}
+	start := j
 	var n uint64
-	for ; j < end; j++ {
-		c := b[j]
-		if c < '0' || c > '9' {
-			return 0, false // a fraction or an exponent
+	for ; j < len(b); j++ {
+		d := b[j] - '0'
+		if d > 9 {
+			break
 		}
-		if n > (1<<63)/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
+		n = n*10 + uint64(d) // wraps past 19 digits, refused below
 	}
 	switch {
+	case j == start, j-start > 1 && b[start] == '0':
+		return 0, false // not a number (or "-" alone), or a leading zero
+	case j-start > 19:
+		return 0, false // beyond int64 (19 digits stay below 1<<64)
+	case j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E'):
+		return 0, false // a fraction or an exponent
 	case !neg && n > 1<<63-1, neg && n > 1<<63:
 		return 0, false
 	case neg:
@@ -849,5 +907,5 @@ func intValue(b []byte, i int, dst *int64) (int, bool) {
 	default:
 		*dst = int64(n)
 	}
-	return end, true
+	return j, true
 }
