@@ -882,8 +882,12 @@ func (rt *Router) load(s Slot, prompt int) float64 {
 
 // lingerNow is the clock reading loadPair takes (any value when released
 // context does not count).
-func (rt *Router) lingerNow() uint32 {
-	if on, ttl := rt.lingerOn(); on && ttl > 0 {
+func (rt *Router) lingerNow() uint32 { return rt.lingerClock(rt.lingerOn()) }
+
+// lingerClock is lingerNow for lingerOn's answer (on, ttl), which Pick has
+// read already (loadKnobs).
+func (rt *Router) lingerClock(on bool, ttl uint32) uint32 {
+	if on && ttl > 0 {
 		return rt.clockMS()
 	}
 	return 0
@@ -1084,10 +1088,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
 	knobs := rt.loadKnobs()
-	now := uint32(0) // lingerNow's reading
-	if knobs.lingerOn && knobs.ttl > 0 {
-		now = rt.clockMS()
-	}
+	now := rt.lingerClock(knobs.lingerOn, knobs.ttl)
 	prompt := f.PromptTokens(rt.cfg)
 	want, wantSet := ProfileStandard, f.MaxTokens > 0
 	if f.MaxTokens >= cfg.LongOutputTokens {
