@@ -44,9 +44,9 @@
 //	only), st.decision, st.fallback, st.attempts, st.hold (the
 //	reservation, a selection.Hold)
 //
-// A state created by the ramjet handler is ended by it; one created first
-// by the matcher, the guard or a bare policy is ended by the sweeper
-// (openStates, an edge.Sweeper) once the request context is done.
+// A state created by the guard or the ramjet handler is ended by it and
+// pooled (recycle: the vars then lead to none); one created first by the
+// matcher or a bare policy is ended by the sweeper (openStates).
 //
 // Fleet state (state.go): lookupFleet(stateKey) returns the *fleet most
 // recently provisioned under a state_key ("" = "default"), or nil;

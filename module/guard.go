@@ -129,12 +129,13 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	g.creds.Set(r.Header)
 
 	var st *reqState
+	reuse := false // the chain returned no error: the state may be pooled
 	if r.Body != nil && r.Body != http.NoBody {
 		// The guard wraps the whole chain: a request state it creates ends
-		// when it returns (no sweeper registration).
+		// when it returns (no sweeper registration), and is recycled.
 		var created bool
 		if st, created = ownedState(r); created {
-			defer st.finish()
+			defer func() { st.recycle(reuse) }()
 		}
 	}
 	noDeadline := true
@@ -179,6 +180,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	}
 	err := next.ServeHTTP(gw, r)
 	if err == nil {
+		reuse = true
 		return nil
 	}
 	if gw.Responded() {
@@ -263,10 +265,5 @@ func apiErrorFromHandler(err error) *edge.Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
-	status := http.StatusInternalServerError
-	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && he.StatusCode != 0 {
-		status = he.StatusCode
-	}
-	return edge.FromStatus(status)
+	return edge.FromStatus(errStatus(err))
 }

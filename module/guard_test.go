@@ -236,11 +236,15 @@ func TestGuardParse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var seen *reqState
+			var f *selection.Features
 			parses := bodyParses.Load()
 			req := httptest.NewRequest(http.MethodPost, tt.path, strings.NewReader(tt.body))
 			req.Header.Set("Content-Type", "application/json")
 			rec := serveGuard(t, g, req, func(w http.ResponseWriter, r *http.Request) error {
-				seen = lookupRequest(r)
+				// While the request runs: at its end the state is pooled.
+				if seen = lookupRequest(r); seen != nil {
+					f = seen.features(sharedExtractor(), selection.EndpointForPath(tt.path))
+				}
 				w.WriteHeader(http.StatusOK)
 				return nil
 			})
@@ -255,7 +259,6 @@ func TestGuardParse(t *testing.T) {
 				if seen == nil {
 					t.Fatal("no request state")
 				}
-				f := seen.features(sharedExtractor(), selection.EndpointForPath(tt.path))
 				if f == nil || string(f.Model) != tt.wantModel {
 					t.Fatalf("features = %+v, want model %q", f, tt.wantModel)
 				}
@@ -477,10 +480,10 @@ func TestGuardAndHandlerShareOneWriter(t *testing.T) {
 	dial := g.Upstreams[0]
 	for _, guardFirst := range []bool{false, true} {
 		for _, fail := range []bool{false, true} {
-			var seen http.ResponseWriter
+			var seen, want http.ResponseWriter
 			var seenReq *http.Request
 			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-				seen, seenReq = w, r
+				seen, seenReq, want = w, r, &lookupRequest(r).obsv.w // while the request runs
 				if fail {
 					return caddyhttp.Error(http.StatusBadGateway, errors.New("dial tcp "+dial+": connection refused"))
 				}
@@ -510,10 +513,9 @@ func TestGuardAndHandlerShareOneWriter(t *testing.T) {
 					return g.ServeHTTP(w, r, next)
 				}))
 			}
-			st := lookupRequest(seenReq)
 			o := testObservers[seenReq]
 			delete(testObservers, seenReq)
-			if want := &st.obsv.w; seen != want {
+			if seen != want {
 				t.Errorf("guard first %v: the upstream wrote through %T %p, want the one writer %p", guardFirst, seen, seen, want)
 			}
 			if err != nil || rec.leaked || o == nil || !o.ended {

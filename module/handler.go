@@ -117,8 +117,8 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 // ServeHTTP wraps w and calls next.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	// A state created here needs no sweeper: ServeHTTP ends it on every
-	// path (return or abort panic).
-	st, _ := ownedState(r)
+	// path (return or abort panic), and recycles it (recycle).
+	st, created := ownedState(r)
 	st.observed = true
 	if f := lookupFleet(h.StateKey); f != nil {
 		if pf := f.kv.Load(); pf != nil {
@@ -157,7 +157,11 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		_, iw := caddyhttp.IdleTimeoutsFromContext(r.Context())
 		ow.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader, (*idleWriter)(iw))
 	}
-	return ow.Serve(r, next, edge.StreamCutEvent, st)
+	err := ow.Serve(r, next, edge.StreamCutEvent, st)
+	if created {
+		st.recycle(err == nil)
+	}
+	return err
 }
 
 // ResponseDone ends the request once the handler's response ended

@@ -153,10 +153,13 @@ func TestIdleWriterBounds(t *testing.T) {
 	}
 }
 
-// lookupRequest returns the request's reqState or nil.
+// lookupRequest returns the request's reqState or nil (none, or the
+// request ended and its state went back to the pool).
 func lookupRequest(r *http.Request) *reqState {
-	st, _ := caddyhttp.GetVar(r.Context(), VarRequest).(*reqState)
-	return st
+	if ref, _ := caddyhttp.GetVar(r.Context(), VarRequest).(*stateRef); ref != nil {
+		return ref.st.Load()
+	}
+	return nil
 }
 
 // observedState returns the request's reqState as the ramjet handler takes

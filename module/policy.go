@@ -520,7 +520,7 @@ func (s *RamjetSelection) restoreBody(r *http.Request, st *reqState) {
 	if br, ok := r.Body.(*edge.Reader); ok && br.Untouched() {
 		return
 	}
-	orig := &st.reader // the original request's reader when st.hasReader
+	orig := &st.ref.reader // the original request's reader when st.hasReader
 	if st.attempts == 1 && st.hasReader && orig.Untouched() {
 		// The body reaching Caddy's wrappers is still the matcher's reader,
 		// unread: leave Caddy's chain (trailers, close handling) intact.

@@ -13,36 +13,39 @@ import (
 )
 
 // VarRequest is the Caddy vars key (caddyhttp.GetVar) under which ramjet
-// keeps its per-request state, a *reqState. The body matcher, the lb_policy
-// and the ramjet handler all attach to the same one; use requestState(r)
-// rather than reading the var directly.
+// keeps its per-request state, behind a *stateRef. The body matcher, the
+// lb_policy and the ramjet handler all attach to the same one; use
+// requestState(r) rather than reading the var directly.
 const VarRequest = "ramjet.request"
 
-// reqState is ramjet's state for one request. It is created by whichever
-// ramjet module sees the request first (matcher, handler or policy) and
-// lives in the vars under VarRequest.
+// stateRef is the vars entry: the state while its creator runs, nil once
+// recycled, so that a late reader of the ended request's vars finds none,
+// never another request's. Never reused; holds the body's reader, which a
+// transport may read after the request ended.
+type stateRef struct {
+	st     atomic.Pointer[reqState]
+	reader edge.Reader
+}
+
+// reqState is ramjet's state for one request, created by the ramjet module
+// that sees the request first (guard, matcher, handler or policy).
 //
 // Concurrency: the fields without atomics are written and read only on the
 // request's own goroutine (matcher, handler, Select). finish may run on
 // another goroutine (the sweeper, when the request context ended), so the
 // reservation is an atomic pointer and the body is reference counted.
 type reqState struct {
-	// body holds the request body and its parsed features; nil until read.
-	// Written only by readBody on the request goroutine. Take a reference
-	// (acquireBody) before using its bytes or features: the request may
-	// end (client gone) at any time, on another goroutine.
-	body *edge.Body
-	// bodyGen is body's generation when this request got it: a pooled
-	// buffer recycled to another request has moved on (acquireBody).
-	bodyGen uint64
-	// owner holds the request's own reference on body until finish takes
-	// and drops it (the only field of the body that finish touches).
-	owner atomic.Pointer[edge.Body]
+	// body holds the request body and its parsed features; nil until read
+	// (readBody, on the request goroutine). Take a reference (acquireBody)
+	// to use it: the request may end (client gone) at any time, anywhere.
+	body    *edge.Body
+	bodyGen uint64                    // body's generation when this request got it (acquireBody)
+	owner   atomic.Pointer[edge.Body] // the request's reference on body, until finish drops it
 	// bodyErr is why the body could not be read (edge.ErrTooLarge, I/O).
 	bodyErr error
-	// reader is the reader readBody put back into the original request
-	// (when hasReader), so that Select can tell whether it is untouched.
-	reader edge.Reader
+	// ref is the vars entry; ref.reader is what readBody put back into the
+	// request (hasReader): Select tells whether it is untouched.
+	ref *stateRef
 
 	// Filled by Select for the last attempt.
 	fleet      *fleet
@@ -69,10 +72,9 @@ type reqState struct {
 	route routeState
 
 	hold selection.Hold // the current attempt's reservation
-	// learned is the reservation of the last ramjet decision: the engine's
-	// cached-token count in its answer is fed back to the index through it
-	// (Router.Observe, metricsObserver.End); it stays readable after its
-	// release.
+	// learned is the last ramjet decision's reservation, through which the
+	// answer's cached-token count corrects the index (Router.Observe,
+	// metricsObserver.End); readable after its release.
 	learned *selection.Reservation
 
 	// observed holds the ramjet handler's writer and observers of this
@@ -82,13 +84,10 @@ type reqState struct {
 	bodyDL edge.DeferredDeadline
 }
 
-// observedParts are what the ramjet handler wraps a response in: the
-// observe.Writer, the state and outcome observers and the list of
-// observers, kept in the request's state so that observing a response
-// allocates nothing besides it. reqState.obsvInUse: a second ramjet
-// handler on the same request (a nested route) allocates its own. A guard
-// in front of the handler writes through w too (the handler adopts it;
-// reqState.guardW).
+// observedParts are what the ramjet handler wraps a response in (writer,
+// observers, their list), in the state so that observing allocates nothing
+// besides it. A second handler on the request (obsvInUse) allocates its
+// own; a guard in front writes through w too (guardW).
 type observedParts struct {
 	w       observe.Writer
 	state   stateObserver
@@ -107,23 +106,43 @@ func requestState(r *http.Request) *reqState {
 	return st
 }
 
-// ownedState returns the request's reqState and whether the caller
-// created it. A state it creates is not handed to the sweeper: the caller
-// must finish it when the request ends (the guard, which wraps the whole
-// chain, does on return), which saves the sweeper's registration and its
-// timer while requests are open.
+// ownedState returns the request's reqState and whether the caller created
+// it, which the caller must then end (finish or recycle): a state without
+// the sweeper's registration and timer.
 func ownedState(r *http.Request) (st *reqState, created bool) {
 	// caddyhttp.GetVar then SetVar, with one walk up the context.
 	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
-	if st, ok := vars[VarRequest].(*reqState); ok {
-		return st, false
+	if ref, ok := vars[VarRequest].(*stateRef); ok {
+		if st := ref.st.Load(); st != nil {
+			return st, false
+		}
 	}
-	st = &reqState{slot: -1}
+	st = states.Get()
+	st.slot, st.ref = -1, new(stateRef)
+	st.ref.st.Store(st)
 	if vars != nil {
-		vars[VarRequest] = st
+		vars[VarRequest] = st.ref
 	}
 	return st, true
 }
+
+// recycle ends a state its caller created (ownedState) and pools it when
+// the chain returned without an error or a panic (Caddy's error routes read
+// the vars), the body was read whole, no late preflight (kvrequest.go) may
+// ask it and its reservation is settled (no queued learn writes into it).
+func (st *reqState) recycle(reuse bool) {
+	st.finish()
+	if !reuse || st.bodyRead && st.body == nil || st.route.kv != nil || !st.route.res.Settled() {
+		states.Keep()
+		return
+	}
+	st.ref.st.Store(nil)
+	*st = reqState{}
+	states.Put(st)
+}
+
+// states pools request states (768 bytes each), at most 512 kept.
+var states = edge.FreeList[reqState]{Max: 512}
 
 // openStates holds the request states created without the ramjet handler
 // in front (a bare lb_policy ramjet, or the body matcher or guard first):
@@ -188,11 +207,10 @@ func (st *reqState) acquireBody() *edge.Body {
 // body is missing, too large or malformed (parse then returns the
 // *selection.RequestError).
 func (st *reqState) features(x selection.Extractor, ep selection.Endpoint) *selection.Features {
-	f, err := st.parse(x, ep)
-	if err != nil {
-		return nil
+	if f, err := st.parse(x, ep); err == nil {
+		return f
 	}
-	return f
+	return nil
 }
 
 // parse parses the body with selection's parser once per request
@@ -201,11 +219,10 @@ func (st *reqState) features(x selection.Extractor, ep selection.Endpoint) *sele
 // parses. It returns errNoBody when there is no body. The caller must hold
 // a reference on the body (acquireBody) while it uses the result.
 func (st *reqState) parse(x selection.Extractor, ep selection.Endpoint) (*selection.Features, error) {
-	b := st.body
-	if b == nil {
+	if st.body == nil {
 		return nil, errNoBody
 	}
-	f, fresh, err := b.Parse(x, ep)
+	f, fresh, err := st.body.Parse(x, ep)
 	if fresh {
 		bodyParses.Add(1)
 	}
@@ -248,14 +265,14 @@ func (st *reqState) readBody(r *http.Request, limit int64) {
 		return
 	}
 	st.bodyRead = true
-	b, rd, err := edge.ReadBody(r, limit, &st.reader)
+	b, rd, err := edge.ReadBody(r, limit, &st.ref.reader)
 	if b == nil {
 		st.bodyErr = err
 		return
 	}
 	// The reader holds its own reference, so that the bytes outlive the
 	// request's hold as long as a transport may read them.
-	st.hasReader = rd == &st.reader
+	st.hasReader = rd == &st.ref.reader
 	st.body, st.bodyGen = b, b.Gen()
 	st.owner.Store(b)
 	if st.hold.Ended() && st.owner.CompareAndSwap(b, nil) {

@@ -188,3 +188,36 @@ func TestLearnQueueRouteDoesNotAllocate(t *testing.T) {
 		t.Fatal("nothing was queued")
 	}
 }
+
+// TestReservationSettled: a reservation is settled (its storage may be
+// reused by a caller that pools it) only once released and once no queued
+// learn will write into it; one never reserved is settled.
+func TestReservationSettled(t *testing.T) {
+	var res Reservation
+	if !res.Settled() {
+		t.Fatal("a reservation never reserved is not settled")
+	}
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, PrefixTokens: 16 * 512}, 4)
+	rt.Index().SetLearnQueue(1) // every learn queued
+	f := features(rt.Config(), blocksOf(1, 64), 0)
+	_, got := rt.Route(f, cands, NewScratch(4), nil, &res)
+	if got != &res {
+		t.Fatalf("Route reserved into %p, want the given storage %p", got, &res)
+	}
+	if res.Settled() {
+		t.Fatal("a reservation in flight is settled")
+	}
+	res.Release()
+	res.learned.pending.Store(true) // a queued learn not yet applied
+	if res.Settled() {
+		t.Fatal("a released reservation with its learn still queued is settled")
+	}
+	res.learned.pending.Store(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for !res.Settled() {
+		if time.Now().After(deadline) {
+			t.Fatal("the released reservation never settled")
+		}
+		runtime.Gosched()
+	}
+}

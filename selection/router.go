@@ -1528,6 +1528,13 @@ func (r *Reservation) unchain() int64 {
 // Slot is the reserved replica.
 func (r *Reservation) Slot() Slot { return r.slot }
 
+// Settled reports that nothing but its owner refers to r: it was released
+// (or never reserved) and no queued learn will write into it, so that a
+// caller that pools it may zero and reuse its storage.
+func (r *Reservation) Settled() bool {
+	return (r.rt == nil || r.state.Load() == 2) && !r.learned.pending.Load()
+}
+
 // PrefillDone marks the prompt as computed (the first token arrived): the
 // pending prefill no longer counts as load. It reports whether this call
 // did it.

@@ -147,3 +147,16 @@ func BenchmarkUsageScanner(b *testing.B) {
 		s.Write(body)
 	}
 }
+
+// BenchmarkUsageScannerAnswer is the scanner over one small non-streamed
+// chat answer with its usage object, as the overhead bench's engine sends it.
+func BenchmarkUsageScannerAnswer(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","model":"qwen3-32b","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}}`)
+	var s Scanner
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Reset()
+		s.Write(body)
+	}
+}
