@@ -194,8 +194,9 @@ func (w *chainWriter) SetWriteDeadline(time.Time) error { return nil }
 
 // TestEdgeChainAllocs pins what guard and observe allocate per request
 // (BenchmarkEdgeChain's chain, Select aside), over the harness's own
-// allocations: the request state (which holds the observe writer, its
-// observers and the guard's writer), the model name, the upstream
+// allocations: the request state's vars entry (stateRef; the state, which
+// holds the observe writer, its observers and the guard's writer, is
+// pooled and allocates once per concurrent request), the model name, the upstream
 // Authorization value's slice and serveChain's next handler. It was 26
 // before the observer parts moved into the request state, 13 before the
 // usage decode left encoding/json (selection.IntFields), 6 before the
@@ -261,8 +262,8 @@ func BenchmarkWholeChain(b *testing.B) {
 	})
 }
 
-// TestRequestStateSizeClass pins the request state, the one allocation of
-// every request, to the 768-byte size class: an object of more than 512
+// TestRequestStateSizeClass pins the request state (pooled: allocated once
+// per concurrent request) to the 768-byte size class: an object of more than 512
 // bytes with pointers carries an 8-byte header in its span, so 760 bytes
 // is the most the state may hold (at 896 it took the 1,024-byte class).
 func TestRequestStateSizeClass(t *testing.T) {
