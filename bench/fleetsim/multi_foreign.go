@@ -17,7 +17,9 @@ import (
 // engines' time for that many tokens, "fpres=<x>" counting the others' stored
 // runs as resident contexts for x times the learned mean life of a
 // request (ForeignPrefill.ResidentLives: DefaultResidentLives with "fp"
-// alone, 0 off), "fplife=<s>" assuming that life until one has ended (the
+// alone, 0 off), "fpwhole" each of those tokens as the whole context it
+// stands for (ForeignPrefill.ResidentWhole), "fpearly" from the first
+// stored run on (ForeignPrefill.ResidentEarly), "fplife=<s>" assuming that life until one has ended (the
 // default: the oldest request's age), "fpq=<x>" counting x times the others'
 // unseen load (ForeignPrefill.SetPrior; "fp" alone: as the module's default,
 // selection.DefaultForeignPrior, which a fresh -engine-load scrape turns
@@ -62,6 +64,8 @@ type preciseSpec struct {
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
+	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
+	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
 	priorOn bool          // fpq given (else the module's default)
 	oracle  bool          // OracleSpec
 	delay   time.Duration // "oracle=<ms>"
@@ -100,6 +104,10 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a number of request lives, 0 or more", SpillSep, spec)
 			}
 			ps.lives, ps.livesOn = x, true
+		case k == "fpwhole" && !hasV:
+			ps.whole = true
+		case k == "fpearly" && !hasV:
+			ps.early = true
 		case k == "fpq" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x < 0 {
@@ -189,6 +197,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.life > 0 {
 				fp.ResidentLife = ps.life
 			}
+			fp.ResidentWhole, fp.ResidentEarly = ps.whole, ps.early
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)
