@@ -105,6 +105,9 @@ type ForeignPrefill struct {
 	// on a replica counts as its few new tokens (bench/RESULTS.md,
 	// 2026-12-06, "the others' whole contexts").
 	ResidentWhole bool
+	// ResidentWholeMax, when positive, bounds ResidentWhole's scale below
+	// MaxResidentWhole.
+	ResidentWholeMax float64
 
 	// ResidentEarly counts the others' contexts from the first stored run
 	// this instance sees, not from its own first request: the life's lower
@@ -358,13 +361,18 @@ const MaxResidentWhole = 64
 
 // WholeScale is the context one foreign stored token stands for
 // (ResidentWhole): this instance's prompt over prefill tokens so far,
-// within [1, MaxResidentWhole]; 1 while off or before a prefill.
+// within [1, MaxResidentWhole] (or ResidentWholeMax); 1 while off or
+// before a prefill.
 func (f *ForeignPrefill) WholeScale() float64 {
 	fills := f.fills.Load()
 	if !f.ResidentWhole || fills == 0 {
 		return 1
 	}
-	return min(max(float64(f.prompts.Load())/float64(fills), 1), MaxResidentWhole)
+	top := float64(MaxResidentWhole)
+	if f.ResidentWholeMax > 0 {
+		top = min(top, max(f.ResidentWholeMax, 1))
+	}
+	return min(max(float64(f.prompts.Load())/float64(fills), 1), top)
 }
 
 // SetRouter sets the router whose load the estimate joins: StoredRun

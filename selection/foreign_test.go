@@ -447,20 +447,22 @@ func TestForeignResidentWhole(t *testing.T) {
 		name           string
 		whole          bool
 		prompt, prefix int // the own request's prompt tokens and the overlap its reservation leaves out
+		max            float64
 		want           int64
 	}{
-		{"off", false, 1000, 900, 64},
-		{"on, no own request", true, 0, 0, 64},
-		{"on, 1000 over 100", true, 1000, 900, 640},
-		{"on, nothing cached", true, 1000, 0, 64},
-		{"on, bounded", true, 100000, 99984, 64 * MaxResidentWhole},
+		{"off", false, 1000, 900, 0, 64},
+		{"on, no own request", true, 0, 0, 0, 64},
+		{"on, 1000 over 100", true, 1000, 900, 0, 640},
+		{"on, nothing cached", true, 1000, 0, 0, 64},
+		{"on, bounded", true, 100000, 99984, 0, 64 * MaxResidentWhole},
+		{"on, bounded by ResidentWholeMax 3", true, 1000, 900, 3, 192},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rt, cands := newTestRouter(t, Config{BlockTokens: 16, ContextWeight: 1}, 2)
 			t0 := time.Unix(100, 0)
 			f := NewForeignPrefill()
 			f.ResidentLife = time.Second
-			f.ResidentWhole = tt.whole
+			f.ResidentWhole, f.ResidentWholeMax = tt.whole, tt.max
 			f.SetRouter(rt)
 			if tt.prompt > 0 {
 				res := rt.Reserve(cands[0].Slot, tt.prompt-tt.prefix)
