@@ -95,6 +95,30 @@ type ForeignPrefill struct {
 	// the oldest request, a lower bound of its life).
 	ResidentLife time.Duration
 
+	// ResidentWhole counts each foreign stored token as the context it
+	// stands for: a run stored by another instance's request is only the
+	// part of its prompt the engine had not cached, and the request keeps
+	// its whole prompt resident. The scale is this instance's own ratio of
+	// prompt tokens to prefill tokens (Reserved; at most
+	// MaxResidentWhole): behind a front that deals requests alike, the
+	// others' requests extend the same contexts. Off, an agent's next turn
+	// on a replica counts as its few new tokens (bench/RESULTS.md,
+	// 2026-12-06, "the others' whole contexts").
+	ResidentWhole bool
+	// ResidentWholeMax, when positive, bounds ResidentWhole's scale below
+	// MaxResidentWhole.
+	ResidentWholeMax float64
+
+	// ResidentEarly counts the others' contexts from the first stored run
+	// this instance sees, not from its own first request: the life's lower
+	// bound (ResidentLife 0) is the age of the oldest stored run, and a
+	// run stored while no life is known yet counts undecayed until one is.
+	// Off, an instance whose first request comes after the others' first
+	// agents were placed sees none of their contexts, and its first
+	// decisions' decay is the few seconds since its own first request
+	// (bench/RESULTS.md, 2026-12-06, "the others' whole contexts").
+	ResidentEarly bool
+
 	// RefreshEvery bounds how often Refresh decays the estimates on the
 	// router (each Route calls it): at most once per RefreshEvery.
 	RefreshEvery time.Duration
@@ -108,6 +132,8 @@ type ForeignPrefill struct {
 	runs    atomic.Uint64 // stored runs with a foreign part, ever
 	own     atomic.Uint64 // stored tokens credited to this instance's own requests, ever
 	prior   atomic.Uint64 // SetPrior's scale (float64 bits), 0: off
+	prompts atomic.Uint64 // this instance's prompt tokens reserved, ever (ResidentWhole)
+	fills   atomic.Uint64 // their prefill tokens, ever
 
 	mu     sync.Mutex
 	cells  [MaxReplicas]foreignCell
@@ -304,6 +330,9 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	if ownPending <= 0 && t.Sub(c.lastFirst) > f.Grace {
 		c.credit = 0
 	}
+	if f.ResidentEarly {
+		f.first.CompareAndSwap(0, t.UnixNano())
+	}
 	own := min(n, c.credit)
 	c.credit -= own
 	foreign := n - own
@@ -314,7 +343,10 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
 		if rtau := f.ResidentDecay(t); rtau > 0 {
-			c.r = decay(c.r, c.rat, t, rtau) + float64(foreign)
+			c.r = decay(c.r, c.rat, t, rtau) + float64(foreign)*f.WholeScale()
+			c.rat = t
+		} else if f.ResidentEarly && f.ResidentLives > 0 {
+			c.r += float64(foreign) * f.WholeScale() // no life known yet: kept whole until one is
 			c.rat = t
 		}
 		f.active.Add(s)
@@ -322,6 +354,25 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 		f.runs.Add(1)
 	}
 	return foreign
+}
+
+// MaxResidentWhole bounds ResidentWhole's scale.
+const MaxResidentWhole = 64
+
+// WholeScale is the context one foreign stored token stands for
+// (ResidentWhole): this instance's prompt over prefill tokens so far,
+// within [1, MaxResidentWhole] (or ResidentWholeMax); 1 while off or
+// before a prefill.
+func (f *ForeignPrefill) WholeScale() float64 {
+	fills := f.fills.Load()
+	if !f.ResidentWhole || fills == 0 {
+		return 1
+	}
+	top := float64(MaxResidentWhole)
+	if f.ResidentWholeMax > 0 {
+		top = min(top, max(f.ResidentWholeMax, 1))
+	}
+	return min(max(float64(f.prompts.Load())/float64(fills), 1), top)
 }
 
 // SetRouter sets the router whose load the estimate joins: StoredRun
@@ -366,6 +417,10 @@ func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 		res.setPrefill(max(res.prefill+int64(tokens)-int64(res.prompt), 0))
 	}
 	f.Routed(res.slot, int(res.prefill))
+	if f.ResidentWhole {
+		f.prompts.Add(uint64(max(tokens, int(res.prompt), 0)))
+		f.fills.Add(uint64(max(res.prefill, 0)))
+	}
 	if rt := f.rt.Load(); rt != nil && f.Prior() > 0 && res.slot >= 0 && res.slot < MaxReplicas && !rt.ExternalFresh(res.slot) {
 		if p := f.unseen(rt, res.slot); p > rt.ExternalPrefill(res.slot) {
 			rt.SetExternalPrefill(res.slot, p)

@@ -437,3 +437,76 @@ func TestSetPrefillRacesRelease(t *testing.T) {
 		}
 	}
 }
+
+// ResidentWhole: a foreign stored run counts as the whole context it
+// stands for, at this instance's own ratio of prompt to prefill tokens
+// (a prompt of 1,000 tokens with 100 to prefill: 10); off, as its tokens;
+// before any own prefill, as its tokens; the scale bounded.
+func TestForeignResidentWhole(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		whole          bool
+		prompt, prefix int // the own request's prompt tokens and the overlap its reservation leaves out
+		max            float64
+		want           int64
+	}{
+		{"off", false, 1000, 900, 0, 64},
+		{"on, no own request", true, 0, 0, 0, 64},
+		{"on, 1000 over 100", true, 1000, 900, 0, 640},
+		{"on, nothing cached", true, 1000, 0, 0, 64},
+		{"on, bounded", true, 100000, 99984, 0, 64 * MaxResidentWhole},
+		{"on, bounded by ResidentWholeMax 3", true, 1000, 900, 3, 192},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rt, cands := newTestRouter(t, Config{BlockTokens: 16, ContextWeight: 1}, 2)
+			t0 := time.Unix(100, 0)
+			f := NewForeignPrefill()
+			f.ResidentLife = time.Second
+			f.ResidentWhole, f.ResidentWholeMax = tt.whole, tt.max
+			f.SetRouter(rt)
+			if tt.prompt > 0 {
+				res := rt.Reserve(cands[0].Slot, tt.prompt-tt.prefix)
+				res.prompt = int32(tt.prompt) // the bytes' estimate, as Route sets it
+				f.Reserved(res, 0)
+				defer res.Release()
+			}
+			f.StoredRun(cands[1].Slot, 4, 16, t0) // 64 foreign tokens on the other replica
+			if _, ctx := f.Estimate(cands[1].Slot, t0); ctx != tt.want {
+				t.Errorf("context %d, want %d (scale %v)", ctx, tt.want, f.WholeScale())
+			}
+		})
+	}
+}
+
+// ResidentEarly: the others' runs stored before this instance's first
+// request count as contexts (off: none, TestForeignResidentContexts), kept
+// whole until a life is known; the life's lower bound is the age of the
+// first stored run, not of this instance's first Refresh.
+func TestForeignResidentEarly(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, ContextWeight: 1}, 1)
+	s := cands[0].Slot
+	t0 := time.Unix(100, 0)
+	f := NewForeignPrefill()
+	f.ResidentEarly = true
+	f.SetRouter(rt)
+	f.StoredRun(s, 64, 16, t0) // 1024 tokens, the others' first agent
+	if _, ctx := f.Estimate(s, t0); ctx != 1024 {
+		t.Fatalf("context %d at the first run, want its 1024 tokens", ctx)
+	}
+	if got := rt.ExternalContext(s); got != 1024 {
+		t.Fatalf("context on the router %d, want 1024", got)
+	}
+	f.StoredRun(s, 64, 16, t0.Add(time.Second))
+	if got := f.ResidentDecay(t0.Add(time.Second)); got != 2*time.Second {
+		t.Fatalf("resident decay 1 s after the first run %v, want 2 x 1 s", got)
+	}
+	// This instance's first request 4 s after the others' first run: the
+	// decay is 2 x 4 s, and the runs are still counted.
+	f.Refresh(t0.Add(4 * time.Second))
+	if got := f.ResidentDecay(t0.Add(4 * time.Second)); got != 8*time.Second {
+		t.Fatalf("resident decay at the first Refresh %v, want 2 x 4 s", got)
+	}
+	if got := rt.ExternalContext(s); got < 1000 {
+		t.Fatalf("context at this instance's first request %d, want most of 2048", got)
+	}
+}

@@ -859,6 +859,18 @@ func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
 // under Config.ContextWeight.
 func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
 
+// Lingering returns the released context slot s's pair term counts now
+// (0 once the linger TTL has passed since the replica's last release, or
+// with the linger off).
+func (rt *Router) Lingering(s Slot) int64 {
+	on, ttl := rt.lingerOn()
+	c := &rt.loads[s]
+	if lg := c.linger.Load(); on && lg > 0 && (ttl == 0 || rt.lingerClock(on, ttl)-c.lingerAt.Load() < ttl) {
+		return int64(lg)
+	}
+	return 0
+}
+
 // AssumedKVTokens is the KV capacity the context load assumes of a replica
 // whose capacity is unknown: 262,144 tokens, about one H200's after the
 // weights of a 32B model (bench/engine's default deployment).

@@ -17,7 +17,10 @@ import (
 // engines' time for that many tokens, "fpres=<x>" counting the others' stored
 // runs as resident contexts for x times the learned mean life of a
 // request (ForeignPrefill.ResidentLives: DefaultResidentLives with "fp"
-// alone, 0 off), "fplife=<s>" assuming that life until one has ended (the
+// alone, 0 off), "fpwhole" each of those tokens as the whole context it
+// stands for (ForeignPrefill.ResidentWhole; "fpwhole=<x>" its scale at most
+// x, ResidentWholeMax), "fpearly" from the first
+// stored run on (ForeignPrefill.ResidentEarly), "fplife=<s>" assuming that life until one has ended (the
 // default: the oldest request's age), "fpq=<x>" counting x times the others'
 // unseen load (ForeignPrefill.SetPrior; "fp" alone: as the module's default,
 // selection.DefaultForeignPrior, which a fresh -engine-load scrape turns
@@ -62,6 +65,9 @@ type preciseSpec struct {
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
+	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
+	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
+	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
 	priorOn bool          // fpq given (else the module's default)
 	oracle  bool          // OracleSpec
 	delay   time.Duration // "oracle=<ms>"
@@ -100,6 +106,17 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a number of request lives, 0 or more", SpillSep, spec)
 			}
 			ps.lives, ps.livesOn = x, true
+		case k == "fpwhole":
+			ps.whole = true
+			if hasV {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil || x < 1 {
+					return ps, true, fmt.Errorf("%s%s: want a scale bound, 1 or more", SpillSep, spec)
+				}
+				ps.wholeMx = x
+			}
+		case k == "fpearly" && !hasV:
+			ps.early = true
 		case k == "fpq" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x < 0 {
@@ -189,6 +206,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			if ps.life > 0 {
 				fp.ResidentLife = ps.life
 			}
+			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)

@@ -45,6 +45,9 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+oracle", preciseSpec{}, true, true},
 		{"cs+oracle=20", preciseSpec{cold: true, oracle: true, delay: 20 * time.Millisecond}, true, false},
 		{"oracle=0", preciseSpec{}, true, true},
+		{"fp+fpwhole", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, whole: true}, true, false},
+		{"fp+fpwhole=3+fpearly", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, whole: true, wholeMx: 3, early: true}, true, false},
+		{"fp+fpwhole=0.5", preciseSpec{}, true, true},
 	}
 	for _, tt := range tests {
 		got, ok, err := parsePreciseSpec(tt.give)

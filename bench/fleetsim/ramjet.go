@@ -60,7 +60,8 @@ type Ramjet struct {
 
 // SetTrace makes the policy write one line per decision to w: the
 // request, the chosen replica and reason, and every usable candidate's
-// overlap, load and score (explain's figures), beside what its engine
+// overlap, load and score (explain's figures), the others' prefill and
+// context it counts (lg: Router.Lingering; xp, xc: SetExternalPrefill, SetExternalContext), beside what its engine
 // holds of the prompt (eng) and in all (ecache, tokens) and what the
 // index believes it holds (icache) and its horizon (hz, blocks), for
 // finding where the index departs from the engine and where a rule
@@ -86,8 +87,9 @@ func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replic
 			st := e.Stats()
 			all = st.CachedBlocks * e.Config().BlockSize
 		}
-		fmt.Fprintf(p.trace, " %d:ov%d/ld%.0f/sc%.0f/n%d/p%d/run%d/wait%d/kv%.2f/res%d/eng%d/ecache%d/icache%d/hz%d", i, p.s.Overlap[i], p.s.Load[i], p.s.Score[i],
-			inf, pend, fleet[i].Running(), fleet[i].Waiting(), fleet[i].KVUsage(), p.rt.Resident(p.cands[i].Slot), held, all,
+		fmt.Fprintf(p.trace, " %d:ov%d/ld%.0f/sc%.0f/n%d/p%d/run%d/wait%d/kv%.2f/res%d/lg%d/xp%d/xc%d/eng%d/ecache%d/icache%d/hz%d", i, p.s.Overlap[i], p.s.Load[i], p.s.Score[i],
+			inf, pend, fleet[i].Running(), fleet[i].Waiting(), fleet[i].KVUsage(), p.rt.Resident(p.cands[i].Slot), p.rt.Lingering(p.cands[i].Slot),
+			p.rt.ExternalPrefill(p.cands[i].Slot), p.rt.ExternalContext(p.cands[i].Slot), held, all,
 			p.rt.Index().Held(p.cands[i].Slot)*int64(p.rt.Config().BlockTokens), p.rt.Index().Horizon(p.cands[i].Slot))
 	}
 	fmt.Fprintln(p.trace)
