@@ -37,6 +37,10 @@ type FeedSpec struct {
 	// kv_topic; required to tell apart engines sharing a bound address,
 	// e.g. "kv@10.0.0.5:8000@<model>".
 	Topic string `json:"topic,omitempty"`
+	// Resolvers are the DNS servers ("host" or "host:port") a dialed
+	// feed's host name is resolved with, like the reverse_proxy
+	// transport's resolvers option. Default: the system's resolver.
+	Resolvers []string `json:"resolvers,omitempty"`
 }
 
 // ValidateFeeds rejects unusable feeds, naming the entry: a missing
@@ -54,6 +58,11 @@ func ValidateFeeds(feeds []FeedSpec) error {
 			return fmt.Errorf("engines[%d]: upstream %s listed twice", i, e.Upstream)
 		}
 		seen[e.Upstream] = true
+		for _, r := range e.Resolvers {
+			if _, err := resolverAddr(r); err != nil {
+				return fmt.Errorf("engines[%d]: resolvers: %w", i, err)
+			}
+		}
 		if e.Scheme != "" && e.Scheme != "http" && e.Scheme != "https" {
 			return fmt.Errorf("engines[%d]: scheme must be http or https, got %q", i, e.Scheme)
 		}
@@ -91,7 +100,7 @@ func (e FeedSpec) Endpoints(topic string) ([]Endpoint, error) {
 		if ranks == 1 {
 			ep.Replica = e.Upstream
 		}
-		ep.Bind = e.Bind
+		ep.Bind, ep.Resolvers = e.Bind, e.Resolvers
 		eps = append(eps, ep)
 	}
 	return eps, nil

@@ -134,6 +134,7 @@ func (e FeedSpec) Expand(key, topic, rankHeader string) (PreciseEngine, error) {
 	if err != nil {
 		return PreciseEngine{}, err
 	}
+	ep.Resolvers = e.Resolvers
 	out := PreciseEngine{Feed: ep, BaseURL: c.scheme() + "://" + dial}
 	if ranks == 1 {
 		out.Feed.Replica = dial

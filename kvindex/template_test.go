@@ -221,3 +221,58 @@ func TestTemplateBadKeyAndStatic(t *testing.T) {
 		t.Errorf("template feeds %d, want 1", pr.TemplateFeeds())
 	}
 }
+
+// TestResolveEndpoint: a feed's host name resolved through its own DNS
+// servers (a stub on 127.0.0.1 answering one A record).
+func TestResolveEndpoint(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	defer func() { pc.Close(); <-done }()
+	go func() { // a minimal DNS server: any A query of engine.test. -> 127.0.0.1
+		defer close(done)
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := buf[:n]
+			if n < 12 {
+				continue
+			}
+			// Header: same id, QR+RD+RA, one question; answer A only for
+			// type A (the question's type is the 2 bytes after its name).
+			end := 12
+			for end < n && q[end] != 0 {
+				end += int(q[end]) + 1
+			}
+			qtype := int(q[end+1])<<8 | int(q[end+2])
+			resp := append([]byte{q[0], q[1], 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0}, q[12:end+5]...)
+			if qtype == 1 {
+				resp[7] = 1
+				resp = append(resp, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, 127, 0, 0, 1)
+			}
+			_, _ = pc.WriteTo(resp, from)
+		}
+	}()
+	server := pc.LocalAddr().String()
+	got, err := resolveEndpoint(context.Background(), "tcp://engine.test.:21557", []string{server})
+	if err != nil || got != "tcp://127.0.0.1:21557" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if got, _ := resolveEndpoint(context.Background(), "tcp://[::1]:21557", []string{server}); got != "tcp://[::1]:21557" {
+		t.Errorf("an IP was resolved: %q", got)
+	}
+	if got, _ := resolveEndpoint(context.Background(), "tcp://engine.test.:21557", nil); got != "tcp://engine.test.:21557" {
+		t.Errorf("resolved without resolvers: %q", got)
+	}
+	if err := ValidateFeeds([]FeedSpec{{Upstream: "*", Events: "tcp://{upstream.host}:5557", Resolvers: []string{"a b"}}}); err == nil {
+		t.Error("a bad resolver accepted")
+	}
+	if a, err := resolverAddr("127.0.0.1"); err != nil || a != "127.0.0.1:53" {
+		t.Errorf("resolverAddr: %q %v", a, err)
+	}
+}

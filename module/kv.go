@@ -27,6 +27,7 @@ import (
 //		ranks  <n>
 //		scheme http|https
 //		topic  <topic>
+//		resolvers <dns server>...
 //	}]
 //	kv_upstream_token <token>
 //	kv_topic        <topic>
@@ -79,7 +80,7 @@ func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
 		if len(args) == 3 {
 			e.Replay = args[2]
 		}
-		if err := b.Sub(d, "kv_events", &e, map[string]string{"ranks": "ranks", "scheme": "scheme", "topic": "topic"}); err != nil {
+		if err := b.Sub(d, "kv_events", &e, map[string]string{"ranks": "ranks", "scheme": "scheme", "topic": "topic", "resolvers": "resolvers"}); err != nil {
 			return err
 		}
 		c := kv()
