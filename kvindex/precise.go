@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -241,10 +242,17 @@ func NewPrecise(cfg PreciseConfig) (*Precise, error) {
 	}
 	tc := cfg.Tokenizer
 	tc.Header = mergeHeader(tc.Header, auth)
+	if t := cfg.Template; t != nil && tc.Resolver == nil {
+		// The template's engines are reached by name like their feeds.
+		tc.Resolver = dnsResolver(t.Feed.Resolvers)
+	}
 	p.tk = NewTokenizer(tc)
 	if cfg.Canary.Model != "" {
 		cc := cfg.Canary
 		cc.Header = mergeHeader(cc.Header, auth)
+		if cc.Client == nil && tc.Resolver != nil {
+			cc.Client = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Resolver: tc.Resolver}).DialContext}}
+		}
 		c, err := newCanary(p.x, cc)
 		if err != nil {
 			return nil, err

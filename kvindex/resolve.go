@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 )
 
 // resolverAddr is a DNS server's address as Endpoint.Resolvers gives it
@@ -19,10 +20,28 @@ func resolverAddr(s string) (string, error) {
 	return net.JoinHostPort(strings.Trim(s, "[]"), "53"), nil
 }
 
+// dnsResolver is a resolver asking the DNS servers servers, one in turn
+// per query, as Caddy's transport resolvers option does; nil (the
+// system's) without servers. The servers were validated (ValidateFeeds).
+func dnsResolver(servers []string) *net.Resolver {
+	if len(servers) == 0 {
+		return nil
+	}
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i], _ = resolverAddr(s)
+	}
+	var next atomic.Uint32
+	var d net.Dialer
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, addrs[int(next.Add(1)-1)%len(addrs)])
+	}}
+}
+
 // resolveEndpoint returns ep ("tcp://host:port") with its host name
-// resolved through the DNS servers resolvers, tried in turn, as Caddy's
-// transport resolvers option does for the engines' HTTP; ep unchanged
-// without resolvers or when its host is an IP address.
+// resolved through the DNS servers resolvers; ep unchanged without
+// resolvers or when its host is an IP address. (zmq4 dials with the
+// system's resolver.)
 func resolveEndpoint(ctx context.Context, ep string, resolvers []string) (string, error) {
 	if len(resolvers) == 0 {
 		return ep, nil
@@ -34,21 +53,9 @@ func resolveEndpoint(ctx context.Context, ep string, resolvers []string) (string
 	if net.ParseIP(host) != nil {
 		return ep, nil
 	}
-	var lastErr error
-	for _, s := range resolvers {
-		server, err := resolverAddr(s)
-		if err != nil {
-			return "", err
-		}
-		var d net.Dialer
-		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, network, server)
-		}}
-		ips, err := r.LookupIP(ctx, "ip", host)
-		if err == nil && len(ips) > 0 {
-			return "tcp://" + net.JoinHostPort(ips[0].String(), port), nil
-		}
-		lastErr = err
+	ips, err := dnsResolver(resolvers).LookupIP(ctx, "ip", host)
+	if err != nil {
+		return "", fmt.Errorf("kvindex: resolving %s: %w", host, err)
 	}
-	return "", fmt.Errorf("kvindex: resolving %s: %w", host, lastErr)
+	return "tcp://" + net.JoinHostPort(ips[0].String(), port), nil
 }
