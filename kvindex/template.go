@@ -90,11 +90,11 @@ func expand(s, dial string) (string, error) {
 // expanded for an IPv4 and an IPv6 upstream.
 func (e FeedSpec) validateTemplate() error {
 	if e.Bind {
-		return errors.New("kv_events *: a template dials each upstream's engine; bind is not supported (list each engine on its own kv_events line)")
+		return errors.New("a template dials each upstream's engine; bind is not supported (list each engine on its own kv_events line)")
 	}
 	for _, dial := range []string{"10.0.0.5:8000", "[fd00::5]:8000"} {
 		if _, err := e.Expand(dial, "", ""); err != nil {
-			return fmt.Errorf("kv_events *: %w", err)
+			return fmt.Errorf("template: %w", err)
 		}
 	}
 	return nil

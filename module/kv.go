@@ -84,10 +84,8 @@ func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
 			return err
 		}
 		c := kv()
-		for _, o := range c.Engines {
-			if o.Upstream == e.Upstream {
-				return d.Errf("kv_events %s: specified more than once", e.Upstream)
-			}
+		if err := kvindex.ValidateFeeds(append(c.Engines, e)); err != nil { // a template's placeholders included
+			return d.Errf("kv_events %s: %v", e.Upstream, err)
 		}
 		c.Engines = append(c.Engines, e)
 		return nil

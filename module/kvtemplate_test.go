@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
@@ -228,4 +229,20 @@ func kvGauge(t *testing.T, name string) float64 {
 	}
 	t.Fatalf("no gauge %s", name)
 	return 0
+}
+
+// TestKVTemplateCaddyfileHostShorthand: {host} in a Caddyfile is the
+// request's host (the adapter rewrites it), so the template refuses it
+// with the placeholder to write instead.
+func TestKVTemplateCaddyfileHostShorthand(t *testing.T) {
+	_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(`http://127.0.0.1:21090 {
+	reverse_proxy 127.0.0.1:21091 {
+		lb_policy ramjet {
+			kv_events * tcp://{host}:5557
+		}
+	}
+}`), nil)
+	if err == nil || !strings.Contains(err.Error(), "write {upstream.host}") {
+		t.Fatalf("adapting kv_events * tcp://{host}:5557: %v", err)
+	}
 }
