@@ -127,10 +127,12 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	// A replica joins: its feed starts, and conversations homed on it are
 	// routed by its exact overlap.
 	set(0, 1, 2)
+	joined := time.Now()
 	tick := func() { // the SRV answer is re-read on requests (after RJ_DNS_REFRESH)
 		kvChat(t, cl, "qwen3-8b", []openai.ChatCompletionMessageParamUnion{userMsg("tick")})
 	}
 	eventually(t, "k2's template feed", func() bool { tick(); return k.p.TemplateFeeds() == 3 })
+	feedAfter := time.Since(joined)
 	onNew := false
 	for conv := 0; conv < 30 && !onNew; conv++ {
 		home, warm := conversation(fmt.Sprintf("joined %d", conv), 3)
@@ -144,6 +146,7 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	if !onNew || !fresh(2) {
 		t.Fatalf("no conversation homed on the new replica k2 (fresh %v): %+v", fresh(2), k.x.AppendReplicaStats(nil))
 	}
+	t.Logf("k2 joined: its feed started %v after the SRV answer listed it; a conversation homed on it %v after", feedAfter, time.Since(joined))
 	if n := kvGauge(t, "ramjet_kv_template_feeds"); n != 3 {
 		t.Errorf("ramjet_kv_template_feeds = %v, want 3", n)
 	}
@@ -188,7 +191,9 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	}
 	departed := k.x.Fences(kvindex.FenceDeparted)
 	set(1, 2)
+	left := time.Now()
 	eventually(t, "k0 departed", func() bool { _, ok := rep(0); return !ok && k.p.TemplateFeeds() == 2 })
+	t.Logf("k0 left: its feed stopped and entries dropped %v after the SRV answer dropped it (depart_after 1s)", time.Since(left))
 	if got := k.x.Fences(kvindex.FenceDeparted); got != departed+1 {
 		t.Errorf("departed fences %d, want %d", got, departed+1)
 	}
@@ -203,8 +208,10 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	// fresh from its engine's events (the join replay rebuilds what the
 	// engine still holds).
 	set(0, 1, 2)
+	back := time.Now()
 	eventually(t, "k0's new feed", func() bool { _, ok := rep(0); return ok && k.p.TemplateFeeds() == 3 })
 	eventually(t, "k0 fresh again", func() bool { return fresh(0) })
+	t.Logf("k0 back: fresh again %v after the SRV answer listed it", time.Since(back))
 	stopTraffic()
 	t.Logf("%d requests while k0 left and came back, %d failed; engines %v; precise %d approximate %d",
 		sent.Load(), failed.Load(), ss.requests(), k.preciseN(), k.approxN())
