@@ -134,8 +134,13 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	eventually(t, "k2's template feed", func() bool { tick(); return k.p.TemplateFeeds() == 3 })
 	feedAfter := time.Since(joined)
 	onNew := false
-	for conv := 0; conv < 30 && !onNew; conv++ {
+	homes := map[string]int{}
+	// New prefixes go where rendezvous hashing over the three puts them
+	// (a third each); passive health may hold k2 out for a while on a
+	// stalled machine, so up to 20 s of conversations.
+	for conv, deadline := 0, time.Now().Add(20*time.Second); conv < 400 && !onNew && time.Now().Before(deadline); conv++ {
 		home, warm := conversation(fmt.Sprintf("joined %d", conv), 3)
+		homes[home]++
 		if home == routeOf(2) {
 			onNew = true
 			if warm != 2 {
@@ -144,7 +149,8 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 		}
 	}
 	if !onNew || !fresh(2) {
-		t.Fatalf("no conversation homed on the new replica k2 (fresh %v): %+v", fresh(2), k.x.AppendReplicaStats(nil))
+		t.Fatalf("no conversation homed on the new replica k2 %s (fresh %v; homes %v; k0 %s, k1 %s): %+v",
+			routeOf(2), fresh(2), homes, routeOf(0), routeOf(1), k.x.AppendReplicaStats(nil))
 	}
 	t.Logf("k2 joined: its feed started %v after the SRV answer listed it; a conversation homed on it %v after", feedAfter, time.Since(joined))
 	if n := kvGauge(t, "ramjet_kv_template_feeds"); n != 3 {
