@@ -276,3 +276,41 @@ func TestResolveEndpoint(t *testing.T) {
 		t.Errorf("resolverAddr: %q %v", a, err)
 	}
 }
+
+// TestTemplateCanaryTargets: with a template and no static engine the
+// canary starts with no target, probes the live template engines (with
+// the template's scheme) and drops a departed one.
+func TestTemplateCanaryTargets(t *testing.T) {
+	pr, err := NewPrecise(PreciseConfig{
+		Template: &TemplateConfig{Feed: FeedSpec{Upstream: "*", Events: "tcp://{upstream.host}:{upstream.port+1}", Scheme: "https"}},
+		Canary:   CanaryConfig{Model: "m"},
+		Subscriber: SubscriberConfig{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+			DialTimeout: 50 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	c := pr.Canary()
+	targets := func() []CanaryTarget {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.targets
+	}
+	if _, err := c.Probe(context.Background()); err == nil || c.Errors() != 0 {
+		t.Errorf("probe without a target: %v, errors %d", err, c.Errors())
+	}
+	if !pr.Bind(0, "127.0.0.1:21030") {
+		t.Fatal("no feed")
+	}
+	if tg := targets(); len(tg) != 1 || tg[0].BaseURL != "https://127.0.0.1:21030" {
+		t.Errorf("targets %+v", tg)
+	}
+	pr.Depart(0, "127.0.0.1:21030")
+	if tg := targets(); len(tg) != 0 {
+		t.Errorf("targets after the departure %+v", tg)
+	}
+	if _, err := pr.tokenizeBase(false); err == nil {
+		t.Error("a tokenize base with no engine left")
+	}
+}
