@@ -3,12 +3,14 @@ package module
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -223,6 +225,26 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 		sent.Load(), failed.Load(), ss.requests(), k.preciseN(), k.approxN())
 	if n := failed.Load(); n != 0 {
 		t.Errorf("%d of %d requests failed; first: %v", n, sent.Load(), firstErr.Load())
+	}
+
+	// A reload of the same config keeps the precise path and its
+	// template feeds, as static ones (kvStates keyed by the kv settings).
+	resp, cfg := c.do(http.MethodGet, "http://"+c.admin+"/config/", "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /config/: %s", resp.Status)
+	}
+	fences := k.x.Fences(kvindex.FenceReconnect) + k.x.Fences(kvindex.FenceDeparted)
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatal(err)
+	}
+	if liveKV(t) != k || k.p.TemplateFeeds() != 3 {
+		t.Fatalf("after a reload: kv state kept %v, template feeds %d", liveKV(t) == k, k.p.TemplateFeeds())
+	}
+	before := k.preciseN()
+	kvChat(t, cl, "qwen3-8b", []openai.ChatCompletionMessageParamUnion{userMsg(longText("after the reload", 400))})
+	if k.preciseN() != before+1 || k.x.Fences(kvindex.FenceReconnect)+k.x.Fences(kvindex.FenceDeparted) != fences {
+		t.Errorf("after a reload: precise decisions +%d, fences +%d", k.preciseN()-before,
+			k.x.Fences(kvindex.FenceReconnect)+k.x.Fences(kvindex.FenceDeparted)-fences)
 	}
 }
 
