@@ -7,6 +7,9 @@ import "github.com/ramjet-llm/ramjet/kvindex"
 func KVFeeds(stats []kvindex.ReplicaStats) map[string]*KVFeedHealth {
 	out := make(map[string]*KVFeedHealth, len(stats))
 	for _, st := range stats {
+		if st.ID == "" {
+			continue // a departed replica's handle (kvindex.Index.Retire)
+		}
 		h := &KVFeedHealth{Healthy: st.Healthy && st.Fresh}
 		switch {
 		case !st.Healthy:

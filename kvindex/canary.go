@@ -78,7 +78,7 @@ type CanaryResult struct {
 type Canary struct {
 	x       *Index
 	cfg     CanaryConfig
-	targets []CanaryTarget
+	targets []CanaryTarget // under mu (setTargets: a template's replicas)
 
 	mu     sync.Mutex
 	next   int
@@ -91,14 +91,33 @@ type Canary struct {
 
 // NewCanary returns a Canary probing targets against x.
 func NewCanary(x *Index, targets []CanaryTarget, cfg CanaryConfig) (*Canary, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("kvindex: canary needs at least one target")
+	}
+	c, err := newCanary(x, cfg)
+	if err == nil {
+		c.targets = targets
+	}
+	return c, err
+}
+
+func newCanary(x *Index, cfg CanaryConfig) (*Canary, error) {
 	cfg.setDefaults()
 	if cfg.Model == "" {
 		return nil, errors.New("kvindex: canary model is required")
 	}
-	if len(targets) == 0 {
-		return nil, errors.New("kvindex: canary needs at least one target")
+	return &Canary{x: x, cfg: cfg}, nil
+}
+
+// setTargets replaces the targets with the engines of bases.
+func (c *Canary) setTargets(bases []preciseBase) {
+	targets := make([]CanaryTarget, len(bases))
+	for i, b := range bases {
+		targets[i] = CanaryTarget{Replica: b.r, BaseURL: b.url, Header: b.hdr}
 	}
-	return &Canary{x: x, cfg: cfg, targets: targets}, nil
+	c.mu.Lock()
+	c.targets = targets
+	c.mu.Unlock()
 }
 
 // Tokens returns the canary prompt of replica r: Blocks full blocks plus
@@ -159,6 +178,10 @@ func (c *Canary) Close() error {
 // Probe probes the next replica in turn and records the outcome.
 func (c *Canary) Probe(ctx context.Context) (CanaryResult, error) {
 	c.mu.Lock()
+	if len(c.targets) == 0 {
+		c.mu.Unlock()
+		return CanaryResult{}, errors.New("kvindex: no canary target yet")
+	}
 	tg := c.targets[c.next%len(c.targets)]
 	c.next++
 	c.mu.Unlock()

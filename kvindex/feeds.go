@@ -37,12 +37,17 @@ type FeedSpec struct {
 	// kv_topic; required to tell apart engines sharing a bound address,
 	// e.g. "kv@10.0.0.5:8000@<model>".
 	Topic string `json:"topic,omitempty"`
+	// Resolvers are the DNS servers ("host" or "host:port") a dialed
+	// feed's host name is resolved with, like the reverse_proxy
+	// transport's resolvers option. Default: the system's resolver.
+	Resolvers []string `json:"resolvers,omitempty"`
 }
 
 // ValidateFeeds rejects unusable feeds, naming the entry: a missing
-// upstream or events address, an upstream listed twice, a scheme other
-// than http or https, a rank count outside [1, MaxReplicas] (0 is the
-// default, 1) or an address Endpoints cannot offset by the rank.
+// upstream or events address, an upstream listed twice (the template "*"
+// included), a scheme other than http or https, a rank count outside
+// [1, MaxReplicas] (0 is the default, 1), an address Endpoints cannot
+// offset by the rank or a template that cannot expand (template.go).
 func ValidateFeeds(feeds []FeedSpec) error {
 	seen := map[string]bool{}
 	for i, e := range feeds {
@@ -53,11 +58,22 @@ func ValidateFeeds(feeds []FeedSpec) error {
 			return fmt.Errorf("engines[%d]: upstream %s listed twice", i, e.Upstream)
 		}
 		seen[e.Upstream] = true
+		for _, r := range e.Resolvers {
+			if _, err := resolverAddr(r); err != nil {
+				return fmt.Errorf("engines[%d]: resolvers: %w", i, err)
+			}
+		}
 		if e.Scheme != "" && e.Scheme != "http" && e.Scheme != "https" {
 			return fmt.Errorf("engines[%d]: scheme must be http or https, got %q", i, e.Scheme)
 		}
 		if e.Ranks < 0 || e.Ranks > MaxReplicas {
 			return fmt.Errorf("engines[%d]: ranks must be in [1,%d]", i, MaxReplicas)
+		}
+		if e.IsTemplate() {
+			if err := e.validateTemplate(); err != nil {
+				return fmt.Errorf("engines[%d]: %w", i, err)
+			}
+			continue
 		}
 		if _, err := e.Endpoints(""); err != nil {
 			return fmt.Errorf("engines[%d]: %w", i, err)
@@ -84,27 +100,28 @@ func (e FeedSpec) Endpoints(topic string) ([]Endpoint, error) {
 		if ranks == 1 {
 			ep.Replica = e.Upstream
 		}
-		ep.Bind = e.Bind
+		ep.Bind, ep.Resolvers = e.Bind, e.Resolvers
 		eps = append(eps, ep)
 	}
 	return eps, nil
 }
 
-// PreciseEngines are the engines of a Precise for feeds: one per rank,
+// PreciseEngines are the engines of a Precise for feeds (templates left
+// out): one per rank,
 // reached at scheme://upstream (http by default), each rank of a
 // data-parallel engine with its rank in header rankHeader (vLLM's
 // X-data-parallel-rank).
 func PreciseEngines(feeds []FeedSpec, topic, rankHeader string) ([]PreciseEngine, error) {
 	var out []PreciseEngine
 	for _, e := range feeds {
+		if e.IsTemplate() {
+			continue // Precise.Bind expands it (PreciseConfig.Template)
+		}
 		eps, err := e.Endpoints(topic)
 		if err != nil {
 			return nil, err
 		}
-		scheme := e.Scheme
-		if scheme == "" {
-			scheme = "http"
-		}
+		scheme := e.scheme()
 		for rank, ep := range eps {
 			var hdr http.Header
 			if len(eps) > 1 {

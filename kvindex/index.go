@@ -79,6 +79,8 @@ const (
 	FenceCleared
 	// FenceDecode: a message could not be decoded, so its events are lost.
 	FenceDecode
+	// FenceDeparted: the replica left the fleet (Retire).
+	FenceDeparted
 	numFenceReasons
 )
 
@@ -94,12 +96,14 @@ func (f FenceReason) String() string {
 		return "cleared"
 	case FenceDecode:
 		return "decode"
+	case FenceDeparted:
+		return "departed"
 	}
 	return "unknown"
 }
 
 // FenceReasons lists every FenceReason, for metric labels.
-var FenceReasons = []FenceReason{FenceGap, FenceReset, FenceReconnect, FenceCleared, FenceDecode}
+var FenceReasons = []FenceReason{FenceGap, FenceReset, FenceReconnect, FenceCleared, FenceDecode, FenceDeparted}
 
 // Config configures an Index. Zero values take the defaults.
 type Config struct {
@@ -237,7 +241,8 @@ type Index struct {
 	mu    sync.RWMutex
 	byID  map[string]Replica
 	reps  []*replica
-	live  set            // registered replicas
+	live  set            // registered replicas (not retired)
+	free  []Replica      // retired handles Register reuses (Retire, Free)
 	fresh set            // replicas whose feed is trusted
 	keys  map[uint64]set // router key -> replicas holding it
 	head  rec            // LRU sentinel: head.next is the most recent
@@ -290,6 +295,17 @@ func (x *Index) Register(id string) (Replica, error) {
 	if r, ok := x.byID[id]; ok {
 		return r, nil
 	}
+	if n := len(x.free); n > 0 {
+		// A retired handle: everything of its last replica is dropped.
+		r := x.free[n-1]
+		x.free = x.free[:n-1]
+		x.pred.dropReplica(r)
+		x.own.dropReplica(r)
+		x.reps[r] = &replica{id: id, byEngine: map[uint64]*rec{}, refs: map[uint64]int32{}}
+		x.byID[id] = r
+		x.live.add(r)
+		return r, nil
+	}
 	if len(x.reps) >= MaxReplicas {
 		return -1, fmt.Errorf("%w: %d", ErrTooManyReplicas, MaxReplicas)
 	}
@@ -298,6 +314,34 @@ func (x *Index) Register(id string) (Replica, error) {
 	x.byID[id] = r
 	x.live.add(r)
 	return r, nil
+}
+
+// Retire forgets replica r (it left the fleet): its entries and
+// predictions are dropped, its id is no longer found (Lookup), and events
+// still applied to it are ignored. Its handle is reused by Register once
+// Free releases it (after its feed stopped); an id registered again meanwhile
+// gets another handle and starts cold.
+func (x *Index) Retire(r Replica) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r < 0 || int(r) >= len(x.reps) || !x.live.has(r) {
+		return
+	}
+	x.fenceLocked(r, FenceDeparted)
+	rep := x.reps[r]
+	delete(x.byID, rep.id)
+	rep.id, rep.connected = "", false
+	x.live.del(r)
+}
+
+// Free makes a retired handle reusable by Register: nothing applies events
+// to it any more.
+func (x *Index) Free(r Replica) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r >= 0 && int(r) < len(x.reps) && !x.live.has(r) {
+		x.free = append(x.free, r)
+	}
 }
 
 // Lookup returns the handle of a registered replica.
@@ -356,6 +400,9 @@ func (x *Index) Keys(dst []uint64, seed uint64, tokens []uint32) []uint64 {
 func (x *Index) Apply(r Replica, b *Batch) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if !x.live.has(r) {
+		return // retired: its feed is stopping
+	}
 	rep := x.reps[r]
 	now := x.cfg.Now()
 	at := publishedAt(b.TS, now)
@@ -614,7 +661,9 @@ func (x *Index) unlink(rc *rec) {
 func (x *Index) Fence(r Replica, why FenceReason) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.fenceLocked(r, why)
+	if x.live.has(r) {
+		x.fenceLocked(r, why)
+	}
 }
 
 func (x *Index) fenceLocked(r Replica, why FenceReason) {

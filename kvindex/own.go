@@ -63,3 +63,13 @@ func (m *ownMem) take(id predID) bool {
 	delete(m.at, id)
 	return true
 }
+
+// dropReplica forgets every pair of r (its handle is reused by another
+// replica).
+func (m *ownMem) dropReplica(r Replica) {
+	for id := range m.at {
+		if id.r == r {
+			delete(m.at, id)
+		}
+	}
+}

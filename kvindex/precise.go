@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -43,6 +44,10 @@ type PreciseConfig struct {
 	Index Config
 	// Engines lists the replicas with a feed.
 	Engines []PreciseEngine
+	// Template, when set, gives a feed to every replica key Bind is
+	// given that Engines does not list (template.go); it starts at Bind
+	// and stops at Depart.
+	Template *TemplateConfig
 	// Token, when set, is sent as "Authorization: Bearer <Token>" with
 	// every tokenize preflight and canary probe (the upstream token).
 	Token string
@@ -81,6 +86,15 @@ type PreciseConfig struct {
 	CapForeign bool
 }
 
+// TemplateConfig is a feed template with what its expansion needs.
+type TemplateConfig struct {
+	// Feed is the template (Upstream TemplateUpstream).
+	Feed FeedSpec
+	// Topic is the default topic; RankHeader carries a data-parallel
+	// rank on the replica's own requests.
+	Topic, RankHeader string
+}
+
 // Precise is the precise path as one service: the index, the subscribers
 // that feed it, the tokenizer for the preflight and the optional canary.
 // It implements selection.Annotator: Route asks it for the exact overlap of
@@ -96,8 +110,17 @@ type Precise struct {
 	sub    *Subscriber // nil without feeds to dial
 	tk     *Tokenizer
 	canary *Canary // nil unless configured
-	bases  []preciseBase
+	bases  atomic.Pointer[[]preciseBase]
+	static []preciseBase // Engines' bases
 	next   atomic.Uint32
+
+	// The template's feeds (Bind starts, Depart stops), under mu; they
+	// run under dynCtx until Close.
+	dyn     map[string]*dynFeed
+	dynBad  map[string]bool // keys the template did not expand for (logged once)
+	dynCtx  context.Context
+	dynStop context.CancelFunc
+	dynWG   sync.WaitGroup
 
 	// bySlot maps a selection.Slot to its Replica plus one (0: unbound).
 	bySlot [selection.MaxReplicas]atomic.Int32
@@ -154,6 +177,13 @@ func (p *Precise) SetEstimate(rt *selection.Router) {
 	p.est.Store(&estimate{x: rt.Index(), cfg: rt.Config()})
 }
 
+// dynFeed is one running template feed.
+type dynFeed struct {
+	r      Replica
+	base   preciseBase
+	cancel context.CancelFunc
+}
+
 type preciseBase struct {
 	r   Replica
 	url string
@@ -177,7 +207,8 @@ func NewPrecise(cfg PreciseConfig) (*Precise, error) {
 	if cfg.Token != "" {
 		auth = http.Header{"Authorization": {"Bearer " + cfg.Token}}
 	}
-	p := &Precise{cfg: cfg, x: New(cfg.Index)}
+	p := &Precise{cfg: cfg, x: New(cfg.Index), dyn: map[string]*dynFeed{}, dynBad: map[string]bool{}}
+	p.dynCtx, p.dynStop = context.WithCancel(context.Background())
 	var feeds []Endpoint
 	for _, e := range cfg.Engines {
 		if e.Feed.Replica == "" {
@@ -194,10 +225,11 @@ func NewPrecise(cfg PreciseConfig) (*Precise, error) {
 			if !strings.HasPrefix(e.BaseURL, "http://") && !strings.HasPrefix(e.BaseURL, "https://") {
 				return nil, fmt.Errorf("kvindex: base URL %q: want http:// or https://", e.BaseURL)
 			}
-			p.bases = append(p.bases, preciseBase{r: r, url: e.BaseURL, hdr: e.Header})
+			p.static = append(p.static, preciseBase{r: r, url: e.BaseURL, hdr: e.Header})
 		}
 	}
-	if len(feeds) > 0 {
+	p.bases.Store(&p.static)
+	if len(feeds) > 0 || cfg.Template != nil {
 		sc := cfg.Subscriber
 		if sc.Logger == nil {
 			sc.Logger = cfg.Logger
@@ -210,17 +242,23 @@ func NewPrecise(cfg PreciseConfig) (*Precise, error) {
 	}
 	tc := cfg.Tokenizer
 	tc.Header = mergeHeader(tc.Header, auth)
+	if t := cfg.Template; t != nil && tc.Resolver == nil {
+		// The template's engines are reached by name like their feeds.
+		tc.Resolver = dnsResolver(t.Feed.Resolvers)
+	}
 	p.tk = NewTokenizer(tc)
 	if cfg.Canary.Model != "" {
-		var targets []CanaryTarget
-		for _, b := range p.bases {
-			targets = append(targets, CanaryTarget{Replica: b.r, BaseURL: b.url, Header: b.hdr})
-		}
 		cc := cfg.Canary
 		cc.Header = mergeHeader(cc.Header, auth)
-		c, err := NewCanary(p.x, targets, cc)
+		if cc.Client == nil && tc.Resolver != nil {
+			cc.Client = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Resolver: tc.Resolver}).DialContext}}
+		}
+		c, err := newCanary(p.x, cc)
 		if err != nil {
 			return nil, err
+		}
+		if c.setTargets(p.static); len(p.static) == 0 && cfg.Template == nil {
+			return nil, errors.New("kvindex: canary needs at least one target")
 		}
 		p.canary = c
 	}
@@ -258,7 +296,8 @@ func (p *Precise) Start(ctx context.Context) {
 	}
 }
 
-// Close stops the feeds and the canary and waits for them.
+// Close stops the feeds (the template's too) and the canary and waits for
+// them.
 func (p *Precise) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -267,6 +306,8 @@ func (p *Precise) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
+	p.dynStop()
+	p.dynWG.Wait()
 	var err error
 	if p.canary != nil {
 		err = p.canary.Close()
@@ -292,12 +333,17 @@ func (p *Precise) Subscriber() *Subscriber { return p.sub }
 
 // Bind maps the router's slot s to the replica key key. It reports whether
 // key has a feed; candidates of slots without one are routed by the
-// estimate. Bind before routing over s; rebinding is allowed.
+// estimate. With a template, a key without a feed gets one, started at
+// once (cold), until Depart or Close. Bind before routing over s;
+// rebinding is allowed.
 func (p *Precise) Bind(s selection.Slot, key string) bool {
 	if s < 0 || int(s) >= len(p.bySlot) {
 		return false
 	}
 	r, ok := p.x.Lookup(key)
+	if !ok && p.cfg.Template != nil {
+		r, ok = p.startFeed(key)
+	}
 	if !ok {
 		p.bySlot[s].Store(0)
 		return false
@@ -347,10 +393,11 @@ func (p *Precise) tokenizeBase(fresh bool) (string, error) {
 	if p.cfg.TokenizeURL != "" {
 		return p.cfg.TokenizeURL, nil
 	}
-	n := len(p.bases)
+	bases := *p.bases.Load()
+	n := len(bases)
 	start := int(p.next.Add(1))
 	for i := range n {
-		b := p.bases[(start+i)%n]
+		b := bases[(start+i)%n]
 		if !fresh || p.x.Fresh(b.r) {
 			return b.url, nil
 		}

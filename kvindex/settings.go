@@ -20,7 +20,9 @@ import (
 // of reverse_proxy, with the policy's state_key), before selection:
 // without the handler in the chain every decision uses the estimate.
 type Settings struct {
-	// Engines lists the event feeds, one entry per engine.
+	// Engines lists the event feeds, one entry per engine, and at most
+	// one template (upstream "*", template.go) for every upstream
+	// without an entry of its own.
 	Engines []FeedSpec `json:"engines,omitempty"`
 
 	// Topic is the subscription prefix of every feed (vLLM's "topic");
@@ -153,6 +155,11 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}
+	}
+	for i := range c.Engines {
+		if c.Engines[i].IsTemplate() {
+			pc.Template = &TemplateConfig{Feed: c.Engines[i], Topic: c.Topic, RankHeader: rankHeader}
+		}
 	}
 	var err error
 	pc.Engines, err = PreciseEngines(c.Engines, c.Topic, rankHeader)

@@ -40,6 +40,9 @@ type Endpoint struct {
 	// told apart by topic, so each needs a distinct non-empty Topic there
 	// (e.g. llm-d's "kv@<pod-ip>:<port>@<model>").
 	Bind bool
+	// Resolvers, when set, are the DNS servers the host names of Events
+	// and Replay are resolved with before each dial (resolve.go).
+	Resolvers []string
 }
 
 // RankEndpoint returns the endpoint of data-parallel rank rank of an engine
@@ -444,7 +447,11 @@ func (s *Subscriber) session(ctx context.Context, ep Endpoint, r Replica, f *fee
 	sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
 		zmq4.WithLogger(discard))
 	defer CloseDrained(sub)
-	if err := sub.Dial(ep.Events); err != nil {
+	addr, err := resolveEndpoint(ctx, ep.Events, ep.Resolvers)
+	if err != nil {
+		return false, err
+	}
+	if err := sub.Dial(addr); err != nil {
 		return false, fmt.Errorf("dial %s: %w", ep.Events, err)
 	}
 	if err := sub.SetOption(zmq4.OptionSubscribe, ep.Topic); err != nil {
@@ -546,7 +553,11 @@ func (s *Subscriber) replay(ctx context.Context, ep Endpoint, r Replica, f *feed
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout),
 		zmq4.WithLogger(discard), zmq4.WithTimeout(s.cfg.ReplayTimeout))
 	defer CloseDrained(d)
-	if err := d.Dial(ep.Replay); err != nil {
+	addr, err := resolveEndpoint(ctx, ep.Replay, ep.Resolvers)
+	if err != nil {
+		return fail(err)
+	}
+	if err := d.Dial(addr); err != nil {
 		return fail(fmt.Errorf("dial %s: %w", ep.Replay, err))
 	}
 	var start [8]byte

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"context"
 	"encoding/binary"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -386,7 +387,7 @@ func TestRankEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Endpoint{Replica: "127.0.0.1:8000#2", Events: "tcp://127.0.0.1:5559", Replay: "tcp://127.0.0.1:5560", Topic: "kv"}
-	if ep != want {
+	if !reflect.DeepEqual(ep, want) {
 		t.Errorf("got %+v, want %+v", ep, want)
 	}
 	for _, bad := range []string{"ipc:///tmp/x", "tcp://host", "tcp://host:0x"} {

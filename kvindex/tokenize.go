@@ -78,8 +78,10 @@ type TokenizerConfig struct {
 	// MaxTokens is the longest tokenization accepted; longer responses are
 	// refused (fallback). Default 1<<18.
 	MaxTokens int
-	// Client sends the requests; default a client with no redirects.
-	Client *http.Client
+	// Client sends the requests; default a client with no redirects,
+	// resolving host names with Resolver (nil: the system's).
+	Client   *http.Client
+	Resolver *net.Resolver
 	// Header is added to every request (e.g. the upstream Authorization).
 	Header http.Header
 	// OnLatency, when set, observes the latency of every preflight sent.
@@ -112,7 +114,7 @@ func (c *TokenizerConfig) setDefaults() {
 		// each, which an overloaded engine answers slowest of all.
 		c.Client = &http.Client{
 			Transport: &http.Transport{
-				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Resolver: c.Resolver}).DialContext,
 				MaxIdleConnsPerHost: c.MaxConcurrent,
 				IdleConnTimeout:     90 * time.Second,
 				ForceAttemptHTTP2:   true,

@@ -54,6 +54,8 @@ var (
 		"Accounted memory of the precise index, in bytes.", nil, nil)
 	kvPredictedDesc = prometheus.NewDesc("ramjet_kv_index_predicted_entries",
 		"Predicted entries (routed, not yet confirmed by an event).", nil, nil)
+	kvTemplateFeedsDesc = prometheus.NewDesc("ramjet_kv_template_feeds",
+		"Live event feeds started from the kv_events template, one per replica of the fleet without a kv_events line of its own.", nil, nil)
 	kvOwnGoneDesc = prometheus.NewDesc("ramjet_kv_index_own_remembered_entries",
 		"(replica, block) pairs this router sent that the index lost, remembered to keep them marked as its own when the engine stores them again (bounded by 4 x max_predicted).", nil, nil)
 	kvEventsDesc = prometheus.NewDesc("ramjet_kv_events_applied_total",
@@ -136,7 +138,7 @@ func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
 		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
 		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
-		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc, kvForeignDecayDesc, kvForeignShareDesc} {
+		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc, kvForeignDecayDesc, kvForeignShareDesc, kvTemplateFeedsDesc} {
 		ch <- d
 	}
 }
@@ -146,7 +148,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	if len(states) == 0 {
 		return
 	}
-	var entries, bytes, predicted, ownGone int64
+	var entries, bytes, predicted, ownGone, tmplFeeds int64
 	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
 	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail, predDropped uint64
 	var foreignTok, foreignRuns uint64
@@ -167,6 +169,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 		bytes += x.Bytes()
 		predicted += int64(x.Predicted())
 		ownGone += int64(x.OwnRemembered())
+		tmplFeeds += int64(k.Precise.TemplateFeeds())
 		events += x.EventsApplied()
 		decodeErr += x.DecodeErrors()
 		gaps += x.Gaps()
@@ -247,6 +250,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(kvBytesDesc, float64(bytes))
 	gauge(kvPredictedDesc, float64(predicted))
 	gauge(kvOwnGoneDesc, float64(ownGone))
+	gauge(kvTemplateFeedsDesc, float64(tmplFeeds))
 	counter(kvEventsDesc, events)
 	counter(kvDecodeErrDesc, decodeErr)
 	counter(kvGapsDesc, gaps)

@@ -104,9 +104,9 @@ func (s *dnsStub) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	_ = w.WriteMsg(m)
 }
 
-// startK8sCaddy adapts deploy/k8s/base/Caddyfile with the stub as resolver
-// and loads it in-process.
-func startK8sCaddy(t *testing.T, stub *dnsStub, srvName string) *testCaddy {
+// startK8sCaddy adapts deploy/k8s/base/Caddyfile with the stub as resolver,
+// after edits, and loads it in-process.
+func startK8sCaddy(t *testing.T, stub *dnsStub, srvName string, edits ...func(string) string) *testCaddy {
 	t.Helper()
 	c := &testCaddy{t: t, client: listenLocal(t), admin: listenLocal(t)}
 	metrics := listenLocal(t)
@@ -114,10 +114,14 @@ func startK8sCaddy(t *testing.T, stub *dnsStub, srvName string) *testCaddy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(src), "# resolvers <dns server>"); n != 2 {
-		t.Fatalf("deploy/k8s/base/Caddyfile has %d resolver slots, want 2 (SRV lookup and dial)", n)
+	if n := strings.Count(string(src), "# resolvers <dns server>"); n != 3 {
+		t.Fatalf("deploy/k8s/base/Caddyfile has %d resolver slots, want 3 (SRV lookup, dial, kv_events)", n)
 	}
-	cf := strings.ReplaceAll(string(src), "# resolvers <dns server>", "resolvers "+stub.addr)
+	cf := string(src)
+	for _, e := range edits {
+		cf = e(cf)
+	}
+	cf = strings.ReplaceAll(cf, "# resolvers <dns server>", "resolvers "+stub.addr)
 	t.Setenv("RJ_ENGINES_SRV", srvName)
 	t.Setenv("RJ_DNS_REFRESH", "100ms")
 	t.Setenv("RJ_LISTEN", c.client)

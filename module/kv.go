@@ -23,10 +23,11 @@ import (
 // (kv_<name> is kvindex.Settings' field <name>; tokenize's options are its
 // tokenize_* fields):
 //
-//	kv_events <upstream> [dial|bind] <events> [<replay>] [{
+//	kv_events <upstream>|* [dial|bind] <events> [<replay>] [{
 //		ranks  <n>
 //		scheme http|https
 //		topic  <topic>
+//		resolvers <dns server>...
 //	}]
 //	kv_upstream_token <token>
 //	kv_topic        <topic>
@@ -44,7 +45,8 @@ import (
 //		url            <base url>
 //	}]
 //
-// kv_events may appear once per engine; it turns the precise index on.
+// kv_events may appear once per engine, and once with "*" as the template
+// of every other upstream (kvindex/template.go); it turns the precise index on.
 // "dial" (the default) connects to the engine's PUB socket; "bind" listens
 // on <events> for the engine's PUB socket to connect to.
 func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
@@ -78,14 +80,12 @@ func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
 		if len(args) == 3 {
 			e.Replay = args[2]
 		}
-		if err := b.Sub(d, "kv_events", &e, map[string]string{"ranks": "ranks", "scheme": "scheme", "topic": "topic"}); err != nil {
+		if err := b.Sub(d, "kv_events", &e, map[string]string{"ranks": "ranks", "scheme": "scheme", "topic": "topic", "resolvers": "resolvers"}); err != nil {
 			return err
 		}
 		c := kv()
-		for _, o := range c.Engines {
-			if o.Upstream == e.Upstream {
-				return d.Errf("kv_events %s: specified more than once", e.Upstream)
-			}
+		if err := kvindex.ValidateFeeds(append(c.Engines, e)); err != nil { // a template's placeholders included
+			return d.Errf("kv_events %s: %v", e.Upstream, err)
 		}
 		c.Engines = append(c.Engines, e)
 		return nil
@@ -165,6 +165,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 		return fmt.Errorf("kv: %w", err)
 	}
 	s.kv, s.kvKey = v.(*kvState), key
+	s.kvUnhook = s.fleet.OnUnregister(s.kv.p.Depart) // a departed replica's template feed stops
 	s.kv.fleet.Store(s.fleet)
 	s.kv.setForeign(s.ForeignPrefillOn(), s.rt, s.ForeignPrior()) // foreign.go
 	s.fleet.kv.Store(&kvPreflight{kv: s.kv, maxBody: s.MaxBodyBytes, owner: s})
@@ -176,6 +177,7 @@ func (s *RamjetSelection) cleanupKV() error {
 	if s.kv == nil {
 		return nil
 	}
+	s.kvUnhook()
 	if pf := s.fleet.kv.Load(); pf != nil && pf.owner == s {
 		s.fleet.kv.CompareAndSwap(pf, nil)
 	}
@@ -185,25 +187,12 @@ func (s *RamjetSelection) cleanupKV() error {
 	return err
 }
 
-// bindKV maps the slots of a new pool view to the precise index's feeds,
-// warning once per pool change about a feed configured for an address
-// under another rank count (it never reaches the candidate).
+// bindKV maps the slots of a new pool view to the precise index's feeds
+// (starting the kv_events template's for new replicas; kvindex.Precise.BindAll).
 func (s *RamjetSelection) bindKV(v *poolView) {
-	if s.kv == nil {
-		return
-	}
-	s.kv.p.SetEstimate(s.rt) // the estimate cap (kvindex.Precise.SetEstimate)
-	for i, key := range v.Keys {
-		if s.kv.p.Bind(v.Slots[i], key) {
-			continue
-		}
-		for _, e := range s.KV.Engines {
-			if e.Upstream == v.pool[i].Dial {
-				s.logger.Warn("kv feed does not match the upstream list: check kv_events ranks against how often the address is listed",
-					zap.String("replica", key), zap.Int("ranks", e.Ranks))
-				break
-			}
-		}
+	if s.kv != nil {
+		s.kv.p.SetEstimate(s.rt) // the estimate cap (kvindex.Precise.SetEstimate)
+		s.kv.p.BindAll(v.Slots, v.Keys)
 	}
 }
 

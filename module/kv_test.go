@@ -94,7 +94,7 @@ func TestKVCaddyfile(t *testing.T) {
 		},
 		{name: "engine topic twice", give: "ramjet {\n kv_events a:1 bind tcp://a:2 {\n topic x\n topic y\n }\n}", wantErr: "topic specified more than once"},
 		{name: "kv_events twice", give: "ramjet {\n kv_events a:1 tcp://a:2\n kv_events a:1 tcp://a:3\n}",
-			wantErr: "specified more than once"},
+			wantErr: "upstream a:1 listed twice"},
 		{name: "ranks zero", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n ranks 0\n }\n}", wantErr: `kv_events ranks: "0" is not a positive integer`},
 		{name: "ranks unknown", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n rank 2\n }\n}", wantErr: "unrecognized option 'rank'"},
 		{name: "topic twice", give: "ramjet {\n kv_topic a\n kv_topic b\n}", wantErr: "specified more than once"},
@@ -113,6 +113,27 @@ func TestKVCaddyfile(t *testing.T) {
 		{name: "bad scheme", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme ftp\n }\n}", wantErr: "must be http or https"},
 		{name: "scheme twice", give: "ramjet {\n kv_events a:1 tcp://a:2 {\n scheme http\n scheme https\n }\n}", wantErr: "scheme specified more than once"},
 		{name: "token twice", give: "ramjet {\n kv_upstream_token a\n kv_upstream_token b\n}", wantErr: "specified more than once"},
+		{
+			name: "template",
+			give: `ramjet {
+				kv_events 127.0.0.1:21005 tcp://127.0.0.1:21557
+				kv_events * tcp://{upstream.host}:{upstream.port+1} tcp://{upstream.host}:5558 {
+					scheme https
+					resolvers 127.0.0.1:21053 127.0.0.1
+				}
+			}`,
+			want: &kvindex.Settings{Engines: []kvindex.FeedSpec{
+				{Upstream: "127.0.0.1:21005", Events: "tcp://127.0.0.1:21557"},
+				{Upstream: "*", Events: "tcp://{upstream.host}:{upstream.port+1}", Replay: "tcp://{upstream.host}:5558",
+					Scheme: "https", Resolvers: []string{"127.0.0.1:21053", "127.0.0.1"}},
+			}},
+		},
+		{name: "template twice", give: "ramjet {\n kv_events * tcp://{upstream.host}:5557\n kv_events * tcp://{upstream.host}:5558\n}",
+			wantErr: "kv_events *: engines[1]: upstream * listed twice"},
+		{name: "template bind", give: "ramjet {\n kv_events * bind tcp://{upstream.host}:5557\n}", wantErr: "bind is not supported"},
+		// The Caddyfile adapter turns {host} into {http.request.host}.
+		{name: "template request host", give: "ramjet {\n kv_events * tcp://{http.request.host}:5557\n}", wantErr: "write {upstream.host}"},
+		{name: "template unknown placeholder", give: "ramjet {\n kv_events * tcp://{upstream.name}:5557\n}", wantErr: "unknown placeholder {upstream.name}"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

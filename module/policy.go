@@ -75,6 +75,7 @@ type RamjetSelection struct {
 	logger     *zap.Logger
 	kv         *kvState // precise index, when KV is set
 	kvKey      string
+	kvUnhook   func()       // removes kv's hook on the fleet's departures
 	engines    *engineState // engine metrics scraper, when EngineMetrics is set
 	enginesKey string
 	integ      *integState // engine integrity, when Integrity is set (integrity.go)
