@@ -459,6 +459,11 @@ type Options struct {
 	// copies of it past the replica's KV capacity (sharedonce.go). The
 	// pair term's resident context is unchanged.
 	SharedOnce bool
+	// OnceBelow, when positive, applies SharedOnce's count on a replica
+	// whose KV capacity is below OnceBelow times the mean prompt this
+	// router reserved lately (the gated form, sharedonce.go); 0 or
+	// negative: only SharedOnce.
+	OnceBelow float64
 	// EngineOverflow makes the overflow term read what the replica's
 	// engine reported holding at the last scrape (SetEngineKV:
 	// engine_metrics' KV usage, a prefix shared by running requests held
@@ -600,6 +605,9 @@ type shared struct {
 	loads  [MaxReplicas]loadCell
 	chains [MaxReplicas]chainList
 	warm   [MaxReplicas]warmCell // warm arrivals' rate (Options.ColdAway)
+	// promptAvg: the mean prompt (tokens) of this router's recent
+	// reservations, scaled by promptAvgScale (Options.OnceBelow).
+	promptAvg atomic.Int64
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
@@ -1000,6 +1008,8 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	// weight counts both (the experiment's form).
 	if rt.opt.SharedOnce {
 		mine = rt.chains[s].kv.Load()
+	} else if rt.onceOn(capa) {
+		mine = min(mine, rt.chains[s].kv.Load())
 	}
 	own := float64(mine + others)
 	if rt.opt.OverflowWeight == 0 {
@@ -1454,10 +1464,15 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if rt.opt.NoChainDedup && rt.opt.ObserveShadowed || resident == 0 || len(blocks) == 0 {
 		return
 	}
-	if rt.opt.SharedOnce {
+	once, gated := rt.opt.SharedOnce, rt.opt.OnceBelow > 0
+	c := &rt.loads[s]
+	if gated {
+		rt.notePrompt(resident)
+		once = once || rt.onceOn(float64(c.kv()))
+	}
+	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
 	}
-	c := &rt.loads[s]
 	nb := int32(len(blocks))
 	r.depths = [4]int32{nb, nb - nb/16, nb - nb/4, nb / 2}
 	for i, d := range r.depths {
@@ -1469,12 +1484,12 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	l := &rt.chains[s]
 	l.mu.Lock()
 	n := 0
-	if rt.opt.SharedOnce {
+	if rt.opt.SharedOnce || gated {
 		r.kv = resident
 		l.kv.Add(resident)
 	}
 	for j := l.head; j != nil && n < maxChainScan; j, n = j.next, n+1 {
-		if rt.opt.SharedOnce {
+		if rt.opt.SharedOnce || gated {
 			rt.shareOnce(l, j, blocks)
 		}
 		for i, d := range j.depths {

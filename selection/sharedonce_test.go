@@ -98,3 +98,57 @@ func TestSharedOnceRouteAllocs(t *testing.T) {
 	g := features(rt.Config(), tokensOf(1, 8, 100, 170), 0)
 	twoRoutesAllocFree(t, rt, cands, s, f, g)
 }
+
+// The gated form (OnceBelow) counts a shared prefix once where the
+// replica's KV capacity is below OnceBelow times the mean prompt
+// reserved lately, and as the rule does where it is above: the same
+// three 7,200-token prompts charge the once load under 16,000 tokens of
+// KV (3 x 7,200 = 21,600 above it) and the rule's load under 22,000.
+// Reservations made while the gate was shut count fully until released.
+func TestOnceBelowGate(t *testing.T) {
+	const bt = 16
+	load := func(opt Options, capa int64) (float64, *Router) {
+		rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 1)
+		rt = rt.WithOptions(opt)
+		rt.SetCapacity(cands[0].Slot, capa)
+		for i := range 3 {
+			routeTo(t, rt, cands, 0, tokensOf(1, uint64(7+i), 200, 450)) // 7,200 tokens, 3,200 shared
+		}
+		return rt.load(cands[0].Slot, 1_000), rt
+	}
+	for _, capa := range []int64{16_000, 22_000} {
+		rule, _ := load(Options{}, capa)
+		once, _ := load(Options{SharedOnce: true}, capa)
+		gated, rt := load(Options{OnceBelow: 3}, capa)
+		if got := rt.promptAvg.Load() / promptAvgScale; got != 7_200 {
+			t.Errorf("capacity %d: mean prompt %d, want 7,200", capa, got)
+		}
+		want, name := rule, "the rule's"
+		if capa < 3*7_200 {
+			want, name = once, "SharedOnce's"
+		}
+		if gated != want || rule == once {
+			t.Errorf("capacity %d: gated load %.0f, want %s %.0f (rule %.0f, once %.0f)", capa, gated, name, want, rule, once)
+		}
+	}
+
+	// Shut, then open: what was reserved shut counts as the rule counts it.
+	rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 1)
+	rt = rt.WithOptions(Options{OnceBelow: 3})
+	s0 := cands[0].Slot
+	rt.SetCapacity(s0, 1_000_000)
+	a := routeTo(t, rt, cands, 0, tokensOf(1, 7, 200, 450))
+	rt.SetCapacity(s0, 16_000)
+	b := routeTo(t, rt, cands, 0, tokensOf(1, 8, 200, 450))
+	c := routeTo(t, rt, cands, 0, tokensOf(1, 9, 200, 450))
+	// a counts 7,200 (its blocks not kept); b gives c its 3,200 shared.
+	if got, want := rt.chains[s0].kv.Load(), int64(7_200+4_000+7_200); got != want {
+		t.Errorf("KV context %d, want %d", got, want)
+	}
+	a.Release()
+	b.Release()
+	c.Release()
+	if got := rt.chains[s0].kv.Load(); got != 0 {
+		t.Errorf("KV context %d after every release", got)
+	}
+}
