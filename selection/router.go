@@ -461,8 +461,9 @@ type Options struct {
 	SharedOnce bool
 	// OnceBelow, when positive, applies SharedOnce's count on a replica
 	// whose KV capacity is below OnceBelow times the mean prompt this
-	// router reserved lately (the gated form, sharedonce.go); 0 or
-	// negative: only SharedOnce.
+	// router reserved lately, the rule's elsewhere (the gated form,
+	// sharedonce.go; both counts are kept); 0 or negative: only
+	// SharedOnce.
 	OnceBelow float64
 	// EngineOverflow makes the overflow term read what the replica's
 	// engine reported holding at the last scrape (SetEngineKV:
@@ -1006,10 +1007,8 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	// reservations only, not the engine-reported KV of others
 	// (SetExternalLoad), which was not measured with it; an explicit
 	// weight counts both (the experiment's form).
-	if rt.opt.SharedOnce {
+	if rt.opt.SharedOnce || rt.onceOn(capa) {
 		mine = rt.chains[s].kv.Load()
-	} else if rt.onceOn(capa) {
-		mine = min(mine, rt.chains[s].kv.Load())
 	}
 	own := float64(mine + others)
 	if rt.opt.OverflowWeight == 0 {
@@ -1464,15 +1463,12 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if rt.opt.NoChainDedup && rt.opt.ObserveShadowed || resident == 0 || len(blocks) == 0 {
 		return
 	}
-	once, gated := rt.opt.SharedOnce, rt.opt.OnceBelow > 0
-	c := &rt.loads[s]
-	if gated {
-		rt.notePrompt(resident)
-		once = once || rt.onceOn(float64(c.kv()))
-	}
+	once := rt.opt.SharedOnce || rt.opt.OnceBelow > 0
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
+		rt.notePrompt(resident)
 	}
+	c := &rt.loads[s]
 	nb := int32(len(blocks))
 	r.depths = [4]int32{nb, nb - nb/16, nb - nb/4, nb / 2}
 	for i, d := range r.depths {
@@ -1484,12 +1480,12 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	l := &rt.chains[s]
 	l.mu.Lock()
 	n := 0
-	if rt.opt.SharedOnce || gated {
+	if once {
 		r.kv = resident
 		l.kv.Add(resident)
 	}
 	for j := l.head; j != nil && n < maxChainScan; j, n = j.next, n+1 {
-		if rt.opt.SharedOnce || gated {
+		if once {
 			rt.shareOnce(l, j, blocks)
 		}
 		for i, d := range j.depths {

@@ -104,7 +104,6 @@ func TestSharedOnceRouteAllocs(t *testing.T) {
 // reserved lately, and as the rule does where it is above: the same
 // three 7,200-token prompts charge the once load under 16,000 tokens of
 // KV (3 x 7,200 = 21,600 above it) and the rule's load under 22,000.
-// Reservations made while the gate was shut count fully until released.
 func TestOnceBelowGate(t *testing.T) {
 	const bt = 16
 	load := func(opt Options, capa int64) (float64, *Router) {
@@ -132,23 +131,32 @@ func TestOnceBelowGate(t *testing.T) {
 		}
 	}
 
-	// Shut, then open: what was reserved shut counts as the rule counts it.
-	rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 1)
-	rt = rt.WithOptions(Options{OnceBelow: 3})
-	s0 := cands[0].Slot
-	rt.SetCapacity(s0, 1_000_000)
-	a := routeTo(t, rt, cands, 0, tokensOf(1, 7, 200, 450))
-	rt.SetCapacity(s0, 16_000)
-	b := routeTo(t, rt, cands, 0, tokensOf(1, 8, 200, 450))
-	c := routeTo(t, rt, cands, 0, tokensOf(1, 9, 200, 450))
-	// a counts 7,200 (its blocks not kept); b gives c its 3,200 shared.
-	if got, want := rt.chains[s0].kv.Load(), int64(7_200+4_000+7_200); got != want {
-		t.Errorf("KV context %d, want %d", got, want)
+	// Both counts are kept whatever the gate says: shut (a large KV),
+	// the chain list already counts the shared 3,200 tokens once, and the
+	// gate opening reads it, as SharedOnce would.
+	var rs []*Reservation
+	var loads [2]float64
+	for k, opt := range []Options{{OnceBelow: 3}, {SharedOnce: true}} {
+		rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 1)
+		rt = rt.WithOptions(opt)
+		s0 := cands[0].Slot
+		rt.SetCapacity(s0, 1_000_000)
+		for i := range 3 {
+			rs = append(rs, routeTo(t, rt, cands, 0, tokensOf(1, uint64(7+i), 200, 450)))
+		}
+		if got, want := rt.chains[s0].kv.Load(), int64(4_000+4_000+7_200); got != want {
+			t.Errorf("%+v: KV context %d, want %d", opt, got, want)
+		}
+		rt.SetCapacity(s0, 16_000)
+		loads[k] = rt.load(s0, 1_000)
 	}
-	a.Release()
-	b.Release()
-	c.Release()
-	if got := rt.chains[s0].kv.Load(); got != 0 {
+	if loads[0] != loads[1] {
+		t.Errorf("gate opened: load %.0f, SharedOnce's %.0f", loads[0], loads[1])
+	}
+	for _, r := range rs {
+		r.Release()
+	}
+	if got := rs[0].rt.chains[rs[0].Slot()].kv.Load(); got != 0 {
 		t.Errorf("KV context %d after every release", got)
 	}
 }
