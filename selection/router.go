@@ -463,7 +463,13 @@ type Options struct {
 	// whose KV capacity is below OnceBelow times the mean prompt this
 	// router reserved lately, the rule's elsewhere (the gated form,
 	// sharedonce.go; both counts are kept); 0 or negative: only
-	// SharedOnce.
+	// SharedOnce. Off by default: at 6 it takes the tool-agent trace at 8
+	// replicas with 65,536 tokens of KV from TTFT p50 1.077x to 1.017x
+	// Dynamo's (traces 1-12; held out 13-24: 1.086x to 1.053x) and leaves
+	// the trace at the default KV as the rule, but it opens on agent-fleet
+	// at the default KV (contexts past 100k), whose seed-1 row it moves
+	// (output tok/s 288 -> 281, cached 0.512 -> 0.502; p99 better)
+	// (bench/EXPERIMENTS.md section 71).
 	OnceBelow float64
 	// EngineOverflow makes the overflow term read what the replica's
 	// engine reported holding at the last scrape (SetEngineKV:
