@@ -459,6 +459,18 @@ type Options struct {
 	// copies of it past the replica's KV capacity (sharedonce.go). The
 	// pair term's resident context is unchanged.
 	SharedOnce bool
+	// OnceBelow, when positive, applies SharedOnce's count on a replica
+	// whose KV capacity is below OnceBelow times the mean prompt this
+	// router reserved lately, the rule's elsewhere (the gated form,
+	// sharedonce.go; both counts are kept); 0 or negative: only
+	// SharedOnce. Off by default: at 6 it takes the tool-agent trace at 8
+	// replicas with 65,536 tokens of KV from TTFT p50 1.077x to 1.017x
+	// Dynamo's (traces 1-12; held out 13-24: 1.086x to 1.053x) and leaves
+	// the trace at the default KV as the rule, but it opens on agent-fleet
+	// at the default KV (contexts past 100k), whose seed-1 row it moves
+	// (output tok/s 288 -> 281, cached 0.512 -> 0.502; p99 better)
+	// (bench/EXPERIMENTS.md section 71).
+	OnceBelow float64
 	// EngineOverflow makes the overflow term read what the replica's
 	// engine reported holding at the last scrape (SetEngineKV:
 	// engine_metrics' KV usage, a prefix shared by running requests held
@@ -600,6 +612,9 @@ type shared struct {
 	loads  [MaxReplicas]loadCell
 	chains [MaxReplicas]chainList
 	warm   [MaxReplicas]warmCell // warm arrivals' rate (Options.ColdAway)
+	// promptAvg: the mean prompt (tokens) of this router's recent
+	// reservations, scaled by promptAvgScale (Options.OnceBelow).
+	promptAvg atomic.Int64
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
@@ -1010,7 +1025,7 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	// reservations only, not the engine-reported KV of others
 	// (SetExternalLoad), which was not measured with it; an explicit
 	// weight counts both (the experiment's form).
-	if rt.opt.SharedOnce {
+	if rt.opt.SharedOnce || rt.onceOn(capa) {
 		mine = rt.chains[s].kv.Load()
 	}
 	own := float64(mine + others)
@@ -1466,8 +1481,10 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if rt.opt.NoChainDedup && rt.opt.ObserveShadowed || resident == 0 || len(blocks) == 0 {
 		return
 	}
-	if rt.opt.SharedOnce {
+	once := rt.opt.SharedOnce || rt.opt.OnceBelow > 0
+	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
+		rt.notePrompt(resident)
 	}
 	c := &rt.loads[s]
 	nb := int32(len(blocks))
@@ -1481,12 +1498,12 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	l := &rt.chains[s]
 	l.mu.Lock()
 	n := 0
-	if rt.opt.SharedOnce {
+	if once {
 		r.kv = resident
 		l.kv.Add(resident)
 	}
 	for j := l.head; j != nil && n < maxChainScan; j, n = j.next, n+1 {
-		if rt.opt.SharedOnce {
+		if once {
 			rt.shareOnce(l, j, blocks)
 		}
 		for i, d := range j.depths {

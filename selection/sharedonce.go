@@ -46,3 +46,37 @@ func sharedDepth(a, b []uint64) int32 {
 	}
 	return int32(lo)
 }
+
+// The gated form (Options.OnceBelow): SharedOnce's count where a
+// replica's KV capacity is small against the contexts it holds, the rule's
+// elsewhere. Where an agent's context is a large part of a replica's KV
+// (the tool-agent trace at 65,536 tokens), the rule's count, which reads
+// a deep prefix shared by in-flight agents once per request, spreads
+// turns cold over a fleet whose caches cannot take them; where the KV
+// holds many contexts (the engine model's default), reading that prefix
+// several times spreads agents before a queue forms at their home, which
+// SharedOnce alone gives up (bench/EXPERIMENTS.md section 71). The
+// contexts are the prompts this router reserved, a running mean.
+
+// promptAvgScale is promptAvg's fixed-point scale, promptAvgShift its
+// mean's weight: each reservation moves it 1/2^promptAvgShift of the way.
+const (
+	promptAvgScale = 16
+	promptAvgShift = 6
+)
+
+// notePrompt adds a reserved prompt of tokens to the running mean
+// (a lost update under a race only delays it).
+func (rt *Router) notePrompt(tokens int64) {
+	a := rt.promptAvg.Load()
+	if a == 0 {
+		a = tokens * promptAvgScale // the first prompt starts the mean
+	}
+	rt.promptAvg.Store(a + (tokens*promptAvgScale-a)>>promptAvgShift)
+}
+
+// onceOn reports whether the gated form applies SharedOnce's count on a
+// replica of capa tokens of KV.
+func (rt *Router) onceOn(capa float64) bool {
+	return rt.opt.OnceBelow > 0 && capa < rt.opt.OnceBelow*float64(rt.promptAvg.Load())/promptAvgScale
+}

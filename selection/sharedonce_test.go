@@ -98,3 +98,65 @@ func TestSharedOnceRouteAllocs(t *testing.T) {
 	g := features(rt.Config(), tokensOf(1, 8, 100, 170), 0)
 	twoRoutesAllocFree(t, rt, cands, s, f, g)
 }
+
+// The gated form (OnceBelow) counts a shared prefix once where the
+// replica's KV capacity is below OnceBelow times the mean prompt
+// reserved lately, and as the rule does where it is above: the same
+// three 7,200-token prompts charge the once load under 16,000 tokens of
+// KV (3 x 7,200 = 21,600 above it) and the rule's load under 22,000.
+func TestOnceBelowGate(t *testing.T) {
+	const bt = 16
+	load := func(opt Options, capa int64) (float64, *Router) {
+		rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 1)
+		rt = rt.WithOptions(opt)
+		rt.SetCapacity(cands[0].Slot, capa)
+		for i := range 3 {
+			routeTo(t, rt, cands, 0, tokensOf(1, uint64(7+i), 200, 450)) // 7,200 tokens, 3,200 shared
+		}
+		return rt.load(cands[0].Slot, 1_000), rt
+	}
+	for _, capa := range []int64{16_000, 22_000} {
+		rule, _ := load(Options{}, capa)
+		once, _ := load(Options{SharedOnce: true}, capa)
+		gated, rt := load(Options{OnceBelow: 3}, capa)
+		if got := rt.promptAvg.Load() / promptAvgScale; got != 7_200 {
+			t.Errorf("capacity %d: mean prompt %d, want 7,200", capa, got)
+		}
+		want, name := rule, "the rule's"
+		if capa < 3*7_200 {
+			want, name = once, "SharedOnce's"
+		}
+		if gated != want || rule == once {
+			t.Errorf("capacity %d: gated load %.0f, want %s %.0f (rule %.0f, once %.0f)", capa, gated, name, want, rule, once)
+		}
+	}
+
+	// Both counts are kept whatever the gate says: shut (a large KV),
+	// the chain list already counts the shared 3,200 tokens once, and the
+	// gate opening reads it, as SharedOnce would.
+	var rs []*Reservation
+	var loads [2]float64
+	for k, opt := range []Options{{OnceBelow: 3}, {SharedOnce: true}} {
+		rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 1)
+		rt = rt.WithOptions(opt)
+		s0 := cands[0].Slot
+		rt.SetCapacity(s0, 1_000_000)
+		for i := range 3 {
+			rs = append(rs, routeTo(t, rt, cands, 0, tokensOf(1, uint64(7+i), 200, 450)))
+		}
+		if got, want := rt.chains[s0].kv.Load(), int64(4_000+4_000+7_200); got != want {
+			t.Errorf("%+v: KV context %d, want %d", opt, got, want)
+		}
+		rt.SetCapacity(s0, 16_000)
+		loads[k] = rt.load(s0, 1_000)
+	}
+	if loads[0] != loads[1] {
+		t.Errorf("gate opened: load %.0f, SharedOnce's %.0f", loads[0], loads[1])
+	}
+	for _, r := range rs {
+		r.Release()
+	}
+	if got := rs[0].rt.chains[rs[0].Slot()].kv.Load(); got != 0 {
+		t.Errorf("KV context %d after every release", got)
+	}
+}
