@@ -3,6 +3,7 @@ package module
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -23,29 +24,40 @@ import (
 
 // The kv_events template over `dynamic srv`: deploy/k8s/base/Caddyfile
 // with its precise-path lines uncommented, against the DNS stub. Every
-// engine runs on 127.0.0.1 (this helper's ports 21100-21199), told apart
-// by port: HTTP on p, its KV events on p+1 and its replay on p+2, so the
-// template is tcp://{upstream.host}:{upstream.port+1}; {upstream.host} is
-// the pod's DNS name, resolved through the stub (the block's resolvers).
+// engine runs on 127.0.0.1, told apart by port: HTTP on p, its KV events
+// on p+1 and its replay on p+2, so the template is
+// tcp://{upstream.host}:{upstream.port+1}; {upstream.host} is the pod's
+// DNS name, resolved through the stub (the block's resolvers).
 
-// startKVSims starts n simulated engines publishing KV events, engine i's
-// HTTP on 127.0.0.1:21100+10i.
+// startKVSims starts n simulated engines publishing KV events. Each takes
+// three consecutive ports p, p+1, p+2 (the template needs their relation,
+// so port 0 cannot be asked for): p is drawn at random below the kernel's
+// ephemeral range (no port another test got from port 0) and the engine
+// binds all three itself; a port in use (a suite beside this one) fails
+// that start, and another p is drawn. Nothing is probed and released.
 func startKVSims(t *testing.T, n int) sims {
 	t.Helper()
 	out := make(sims, n)
 	for i := range out {
-		p := 21100 + 10*i
-		s, err := enginesim.Start(context.Background(), enginesim.Options{
-			Addr: fmt.Sprintf("127.0.0.1:%d", p), Model: "qwen3-8b", Instant: true,
-			Engine: engine.Config{BlockSize: 16, CapacityTokens: 4096 * 16},
-			KVEvents: enginesim.KVEventsOptions{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p+1),
-				ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p+2), Topic: "kv-events"},
-		})
-		if err != nil {
+		var err error
+		for try := 0; try < 50; try++ {
+			p := 20000 + 3*rand.IntN(4000) // 20000-31999
+			var s *enginesim.Server
+			s, err = enginesim.Start(context.Background(), enginesim.Options{
+				Addr: fmt.Sprintf("127.0.0.1:%d", p), Model: "qwen3-8b", Instant: true,
+				Engine: engine.Config{BlockSize: 16, CapacityTokens: 4096 * 16},
+				KVEvents: enginesim.KVEventsOptions{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p+1),
+					ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p+2), Topic: "kv-events"},
+			})
+			if err == nil {
+				t.Cleanup(func() { s.Close() })
+				out[i] = s
+				break
+			}
+		}
+		if out[i] == nil {
 			t.Fatalf("engine %d: %v", i, err)
 		}
-		t.Cleanup(func() { s.Close() })
-		out[i] = s
 	}
 	return out
 }
