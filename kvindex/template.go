@@ -92,7 +92,7 @@ func (e FeedSpec) validateTemplate() error {
 	if e.Bind {
 		return errors.New("a template dials each upstream's engine; bind is not supported (list each engine on its own kv_events line)")
 	}
-	for _, dial := range []string{"10.0.0.5:8000", "[fd00::5]:8000"} {
+	for _, dial := range []string{"127.0.0.1:8000", "[::1]:8000"} {
 		if _, err := e.Expand(dial, "", ""); err != nil {
 			return fmt.Errorf("template: %w", err)
 		}
