@@ -21,6 +21,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/fleetstate"
@@ -497,21 +498,37 @@ func adminFleetIDs(t *testing.T, c *testCaddy) []string {
 // departures reads ramjet_upstream_departures_total of fleet from the
 // collector ramjet registers.
 func departures(t *testing.T, fleet string) float64 {
+	m := collectorMetric(t, departuresCollector(), "ramjet_upstream_departures_total", "fleet", fleet)
+	return m.GetCounter().GetValue() // 0 without the series
+}
+
+// collectorMetric gathers c and returns the series of family name whose
+// labels include the given name/value pairs (nil: none).
+func collectorMetric(t *testing.T, c prometheus.Collector, name string, labels ...string) *dto.Metric {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(departuresCollector())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
 		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "fleet" && l.GetValue() == fleet {
-					return m.GetCounter().GetValue()
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}
+				if !found {
+					continue series
 				}
 			}
+			return m
 		}
 	}
-	return 0
+	return nil
 }

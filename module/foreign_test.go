@@ -307,18 +307,8 @@ func TestE2EForeignPrefillDecay(t *testing.T) {
 // no such series).
 func foreignShareGauge(t *testing.T) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(kvCollector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if mf.GetName() == "ramjet_kv_foreign_share" && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == DefaultStateKey {
-				return m.GetGauge().GetValue()
-			}
-		}
+	if m := collectorMetric(t, kvCollector(), "ramjet_kv_foreign_share", "fleet", DefaultStateKey); m != nil {
+		return m.GetGauge().GetValue()
 	}
 	return -1
 }

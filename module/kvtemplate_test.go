@@ -15,7 +15,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
@@ -263,19 +262,11 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 // kvGauge reads the unlabelled gauge name from the kv collector.
 func kvGauge(t *testing.T, name string) float64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(kvCollector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := collectorMetric(t, kvCollector(), name)
+	if m == nil {
+		t.Fatalf("no gauge %s", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
+	return m.GetGauge().GetValue()
 }
 
 // TestKVTemplateCaddyfileHostShorthand: {host} in a Caddyfile is the
