@@ -491,8 +491,11 @@ type Options struct {
 	// requests it lacks room beside; on the tool-agent trace at 64
 	// replicas of 65,536 tokens the term pushed agents off their homes
 	// (cached share 0.70 of the pooled oracle, TTFT p50 2.2-2.6x
-	// Dynamo's). Off by default: it costs agent-fleet 8/196,608 about 1%
-	// of TTFT p99 (bench/EXPERIMENTS.md section 73).
+	// Dynamo's). 0.9 (a turn adding at most a tenth of its context) keeps
+	// them home there (p50 0.94-0.96x Dynamo's, p99 0.50-1.15x
+	// dynamo-tuned's) and leaves agent-fleet at 8 replicas about as it
+	// was; 0.8 keeps turns with larger additions home too and loses the
+	// p99 (bench/EXPERIMENTS.md section 73). Off by default.
 	OverflowHome float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
