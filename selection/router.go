@@ -495,7 +495,9 @@ type Options struct {
 	// them home there (p50 0.94-0.96x Dynamo's, p99 0.50-1.15x
 	// dynamo-tuned's) and leaves agent-fleet at 8 replicas about as it
 	// was; 0.8 keeps turns with larger additions home too and loses the
-	// p99 (bench/EXPERIMENTS.md section 73). Off by default.
+	// p99. Off by default: with the default KV at 8 replicas, where a
+	// crowded home holds several contexts, it costs the tool-agent traces
+	// p99 and 3-6% of throughput (bench/EXPERIMENTS.md section 73).
 	OverflowHome float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
