@@ -154,6 +154,41 @@ func TestOverflowWeightLoad(t *testing.T) {
 	}
 }
 
+// Options.OverflowHome: a home past its capacity keeps the request (the
+// overflow term skips it) when it holds at least that share of the prompt;
+// without the option, or below the share, the request moves to the idle
+// replica with room.
+func TestOverflowHomeExempt(t *testing.T) {
+	rt0, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, Explicit: KnobPairWeight}, 2)
+	for _, c := range cands {
+		rt0.SetCapacity(c.Slot, 10_000)
+	}
+	res := routeResident(t, rt0, cands, 0, 1, 375) // 6,000 tokens in flight on replica 0
+	defer res.Release()
+	long := blocksOf(2, 400) // 6,400 tokens, 6,000 of them held by replica 0
+	rt0.Learn(&Features{Blocks: long[:375]}, cands[0].Slot)
+	s := NewScratch(2)
+	for _, tt := range []struct {
+		home     float64
+		want     int
+		overflow bool // replica 0's load holds 4 x (6,000 + 6,400 - 10,000)
+	}{
+		{0, 1, true},
+		{0.5, 0, false},
+		{0.9, 0, false},
+		{0.95, 1, true}, // 6,000 < 0.95 x 6,400
+	} {
+		rt := rt0.WithOptions(Options{OverflowHome: tt.home})
+		d := rt.Pick(features(rt.Config(), long, 0), cands, s)
+		if d.Index != tt.want {
+			t.Errorf("OverflowHome %v: picked %d (loads %v), want %d", tt.home, d.Index, s.Load, tt.want)
+		}
+		if got, over := s.Load[0], s.Load[0] >= DefaultOverflowWeight*2400; over != tt.overflow {
+			t.Errorf("OverflowHome %v: replica 0's load %v, overflow charged %v, want %v", tt.home, got, over, tt.overflow)
+		}
+	}
+}
+
 // A long request that shares only a common prefix with the warm
 // replicas goes where the resident context is short, an idle cold replica
 // included; a conversation stays on its home (the only replica holding

@@ -483,6 +483,22 @@ type Options struct {
 	// replicas 4-8% of its TTFT p99 and the tool-agent traces at the default
 	// KV theirs (bench/EXPERIMENTS.md section 53).
 	EngineOverflow bool
+	// OverflowHome, when positive, exempts the request's home from the
+	// overflow term: the replica holding strictly the deepest overlap, at
+	// least OverflowHome of the prompt. Moving an agent whose context
+	// only its home holds costs that whole context prefilled cold, while
+	// the engine's overflow at home costs a wait for the in-flight
+	// requests it lacks room beside; on the tool-agent trace at 64
+	// replicas of 65,536 tokens the term pushed agents off their homes
+	// (cached share 0.70 of the pooled oracle, TTFT p50 2.2-2.6x
+	// Dynamo's). 0.9 (a turn adding at most a tenth of its context) keeps
+	// them home there (p50 0.94-0.96x Dynamo's, p99 0.50-1.15x
+	// dynamo-tuned's) and leaves agent-fleet at 8 replicas about as it
+	// was; 0.8 keeps turns with larger additions home too and loses the
+	// p99. Off by default: with the default KV at 8 replicas, where a
+	// crowded home holds several contexts, it costs the tool-agent traces
+	// p99 and 3-6% of throughput (bench/EXPERIMENTS.md section 73).
+	OverflowHome float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -943,6 +959,7 @@ type loadKnobs struct {
 	lingerOn  bool
 	ttl       uint32
 	bare      bool // no decode-side term: the reservations only
+	owOff     bool // Options.OverflowHome: the candidate is the home, exempt
 }
 
 func (rt *Router) loadKnobs() loadKnobs {
@@ -965,6 +982,9 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	n := c.count()
 	ld := float64((n+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
 	ow := k.ow
+	if k.owOff {
+		ow = 0
+	}
 	if k.bare {
 		return ld, n
 	}
@@ -1194,6 +1214,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
+		knobs.owOff = rt.opt.OverflowHome > 0 && ov > top2 && float64(ov) >= rt.opt.OverflowHome*float64(prompt)
 		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
