@@ -55,6 +55,41 @@ func (l *FreeList[T]) Keep() {
 	l.mu.Unlock()
 }
 
+// NewFreeList returns a list keeping at most max objects, reported by
+// name in FreeLists (the ramjet_free_list_* metrics).
+func NewFreeList[T any](name string, max int) *FreeList[T] {
+	l := &FreeList[T]{Max: max}
+	freeLists.Lock()
+	freeLists.l = append(freeLists.l, namedFreeList{name, l.Stats, max})
+	freeLists.Unlock()
+	return l
+}
+
+// namedFreeList is a list NewFreeList made, for FreeLists.
+type namedFreeList struct {
+	name  string
+	stats func() (FreeListStats, int)
+	max   int
+}
+
+// freeLists are the lists NewFreeList made.
+var freeLists struct {
+	sync.Mutex
+	l []namedFreeList
+}
+
+// FreeLists calls f with each list NewFreeList made: its name, counts, the
+// objects it holds and its bound.
+func FreeLists(f func(name string, s FreeListStats, held, max int)) {
+	freeLists.Lock()
+	l := freeLists.l
+	freeLists.Unlock()
+	for _, n := range l {
+		s, held := n.stats()
+		f(n.name, s, held, n.max)
+	}
+}
+
 // Stats returns the counts so far and how many objects the list holds.
 func (l *FreeList[T]) Stats() (FreeListStats, int) {
 	l.mu.Lock()

@@ -35,3 +35,40 @@ func (bodyBuffers) Collect(ch chan<- prometheus.Metric) {
 }
 
 var _ prometheus.Collector = bodyBuffers{}
+
+var (
+	descFreeHeld = prometheus.NewDesc("ramjet_free_list_objects",
+		"Objects a free list holds for reuse (pool=\"request_state\": ramjet's per-request state, 768 bytes each).", []string{"pool"}, nil)
+	descFreeLimit = prometheus.NewDesc("ramjet_free_list_limit",
+		"The most objects the list holds; one handed back past it is left to the garbage collector.", []string{"pool"}, nil)
+	descFreeGets = prometheus.NewDesc("ramjet_free_list_gets_total",
+		"Objects taken: result=\"reused\" from the list, \"made\" newly allocated (the list was empty).", []string{"pool", "result"}, nil)
+	descFreeReturns = prometheus.NewDesc("ramjet_free_list_returns_total",
+		"Objects at the end of their use: result=\"pooled\" kept for reuse, \"dropped\" past the limit, \"kept\" not handed back (a request that ended in an error, or whose reservation or late preflight still referred to it).", []string{"pool", "result"}, nil)
+)
+
+// freeLists reads the process's free lists (edge.FreeLists) at scrape time.
+type freeLists struct{}
+
+// Describe sends the four descriptors.
+func (freeLists) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descFreeHeld
+	ch <- descFreeLimit
+	ch <- descFreeGets
+	ch <- descFreeReturns
+}
+
+// Collect reads the lists.
+func (freeLists) Collect(ch chan<- prometheus.Metric) {
+	edge.FreeLists(func(name string, s edge.FreeListStats, held, max int) {
+		ch <- prometheus.MustNewConstMetric(descFreeHeld, prometheus.GaugeValue, float64(held), name)
+		ch <- prometheus.MustNewConstMetric(descFreeLimit, prometheus.GaugeValue, float64(max), name)
+		ch <- prometheus.MustNewConstMetric(descFreeGets, prometheus.CounterValue, float64(s.Reused), name, "reused")
+		ch <- prometheus.MustNewConstMetric(descFreeGets, prometheus.CounterValue, float64(s.Made), name, "made")
+		ch <- prometheus.MustNewConstMetric(descFreeReturns, prometheus.CounterValue, float64(s.Put-s.Dropped), name, "pooled")
+		ch <- prometheus.MustNewConstMetric(descFreeReturns, prometheus.CounterValue, float64(s.Dropped), name, "dropped")
+		ch <- prometheus.MustNewConstMetric(descFreeReturns, prometheus.CounterValue, float64(s.Kept), name, "kept")
+	})
+}
+
+var _ prometheus.Collector = freeLists{}

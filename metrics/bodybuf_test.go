@@ -63,3 +63,48 @@ func TestBodyBuffersCollector(t *testing.T) {
 		t.Errorf("%d series, want 3", c)
 	}
 }
+
+// The free-list collector reports every list edge.NewFreeList made, by
+// name: what it holds, its bound, how objects were taken and returned.
+func TestFreeListsCollector(t *testing.T) {
+	l := edge.NewFreeList[[32]byte]("metrics_test", 2)
+	xs := []*[32]byte{l.Get(), l.Get(), l.Get()}
+	for _, x := range xs {
+		l.Put(x)
+	}
+	l.Get()
+	l.Keep()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(freeLists{})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key, mine := mf.GetName(), false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "pool" {
+					mine = lp.GetValue() == "metrics_test"
+				} else {
+					key += "/" + lp.GetValue()
+				}
+			}
+			if mine {
+				got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"ramjet_free_list_objects": 1, "ramjet_free_list_limit": 2,
+		"ramjet_free_list_gets_total/made": 3, "ramjet_free_list_gets_total/reused": 1,
+		"ramjet_free_list_returns_total/pooled": 2, "ramjet_free_list_returns_total/dropped": 1,
+		"ramjet_free_list_returns_total/kept": 1,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}

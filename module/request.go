@@ -142,7 +142,7 @@ func (st *reqState) recycle(reuse bool) {
 }
 
 // states pools request states (768 bytes each), at most 512 kept.
-var states = edge.FreeList[reqState]{Max: 512}
+var states = edge.NewFreeList[reqState]("request_state", 512)
 
 // openStates holds the request states created without the ramjet handler
 // in front (a bare lb_policy ramjet, or the body matcher or guard first):
