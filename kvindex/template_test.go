@@ -20,15 +20,15 @@ func TestTemplateExpand(t *testing.T) {
 		replica, base string
 		rank          string
 	}{
-		{tmpl, "10.0.0.5:8000", "tcp://10.0.0.5:5557", "tcp://10.0.0.5:8100", "10.0.0.5:8000", "http://10.0.0.5:8000", ""},
+		{tmpl, "127.0.0.1:8000", "tcp://127.0.0.1:5557", "tcp://127.0.0.1:8100", "127.0.0.1:8000", "http://127.0.0.1:8000", ""},
 		{tmpl, "[::1]:8000", "tcp://[::1]:5557", "tcp://[::1]:8100", "[::1]:8000", "http://[::1]:8000", ""},
-		{tmpl, "engine-0.vllm.svc:8000", "tcp://engine-0.vllm.svc:5557", "tcp://engine-0.vllm.svc:8100",
-			"engine-0.vllm.svc:8000", "http://engine-0.vllm.svc:8000", ""},
+		{tmpl, "engine-0.engines.test:8000", "tcp://engine-0.engines.test:5557", "tcp://engine-0.engines.test:8100",
+			"engine-0.engines.test:8000", "http://engine-0.engines.test:8000", ""},
 		{FeedSpec{Upstream: "*", Events: "tcp://127.0.0.1:{upstream.port+1}", Scheme: "https"}, "127.0.0.1:21000",
 			"tcp://127.0.0.1:21001", "", "127.0.0.1:21000", "https://127.0.0.1:21000", ""},
 		// Ranks: rank r offsets both ports by r, after the template.
 		{FeedSpec{Upstream: "*", Events: "tcp://{upstream.host}:5557", Replay: "tcp://{upstream.host}:5600", Ranks: 2},
-			"10.0.0.5:8000#1", "tcp://10.0.0.5:5558", "tcp://10.0.0.5:5601", "10.0.0.5:8000#1", "http://10.0.0.5:8000", "1"},
+			"127.0.0.1:8000#1", "tcp://127.0.0.1:5558", "tcp://127.0.0.1:5601", "127.0.0.1:8000#1", "http://127.0.0.1:8000", "1"},
 	} {
 		e, err := tc.spec.Expand(tc.key, "kv", "X-Rank")
 		if err != nil {
@@ -39,13 +39,13 @@ func TestTemplateExpand(t *testing.T) {
 			t.Errorf("%s: got %+v", tc.key, e)
 		}
 	}
-	for _, key := range []string{"10.0.0.5:8000#0", "10.0.0.5", "host:port"} {
+	for _, key := range []string{"127.0.0.1:8000#0", "127.0.0.1", "host:port"} {
 		if _, err := tmpl.Expand(key, "", ""); err == nil {
 			t.Errorf("%s: expanded", key)
 		}
 	}
 	two := FeedSpec{Upstream: "*", Events: "tcp://{upstream.host}:5557", Ranks: 2}
-	for _, key := range []string{"10.0.0.5:8000", "10.0.0.5:8000#2", "10.0.0.5:8000#x"} {
+	for _, key := range []string{"127.0.0.1:8000", "127.0.0.1:8000#2", "127.0.0.1:8000#x"} {
 		if _, err := two.Expand(key, "", ""); err == nil {
 			t.Errorf("ranks 2, %s: expanded", key)
 		}
@@ -73,7 +73,7 @@ func TestTemplateValidate(t *testing.T) {
 			t.Errorf("%+v: got %v, want %q", tc.feeds, err, tc.want)
 		}
 	}
-	ok := []FeedSpec{{Upstream: "10.0.0.9:8000", Events: "tcp://10.0.0.9:5557"},
+	ok := []FeedSpec{{Upstream: "127.0.0.1:8009", Events: "tcp://127.0.0.1:5559"},
 		{Upstream: "*", Events: "tcp://{upstream.host}:5557", Replay: "tcp://{upstream.host}:5558"}}
 	if err := ValidateFeeds(ok); err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestTemplateFeedLifecycle(t *testing.T) {
 // (routed by the estimate), and a static feed's key is not templated.
 func TestTemplateBadKeyAndStatic(t *testing.T) {
 	pr, err := NewPrecise(PreciseConfig{
-		Engines:  []PreciseEngine{{Feed: Endpoint{Replica: "10.0.0.9:8000"}}},
+		Engines:  []PreciseEngine{{Feed: Endpoint{Replica: "127.0.0.1:8009"}}},
 		Template: &TemplateConfig{Feed: FeedSpec{Upstream: "*", Events: "tcp://{upstream.host}:21557", Ranks: 2}},
 		Subscriber: SubscriberConfig{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 			DialTimeout: 50 * time.Millisecond},
@@ -208,7 +208,7 @@ func TestTemplateBadKeyAndStatic(t *testing.T) {
 			t.Error("a key without a rank got a feed from a 2-rank template")
 		}
 	}
-	if !pr.Bind(1, "10.0.0.9:8000") || pr.TemplateFeeds() != 0 {
+	if !pr.Bind(1, "127.0.0.1:8009") || pr.TemplateFeeds() != 0 {
 		t.Error("the static feed was templated")
 	}
 	pr.BindAll([]selection.Slot{2, 3}, []string{"127.0.0.1:21001#0", "127.0.0.1:21001#1"})
