@@ -143,6 +143,17 @@ func startK8sCaddy(t *testing.T, stub *dnsStub, srvName string, edits ...func(st
 	return c
 }
 
+// serveEngines answers the SRV name with engines ss[i] of idx, each under
+// names[i] at its port.
+func (s *dnsStub) serveEngines(t *testing.T, names []string, ss sims, idx ...int) {
+	t.Helper()
+	m := map[string]uint16{}
+	for _, i := range idx {
+		m[names[i]] = srvPort(t, ss[i])
+	}
+	s.setTargets(m)
+}
+
 func srvPort(t *testing.T, s *enginesim.Server) uint16 {
 	t.Helper()
 	_, p, err := net.SplitHostPort(s.Addr())
@@ -167,13 +178,7 @@ func TestDynamicSRVReplicasComeAndGo(t *testing.T) {
 	names := []string{"e0.engines.test.", "e1.engines.test.", "e2.engines.test.", "e3.engines.test."}
 	key := func(i int) string { return fmt.Sprintf("%s:%d", names[i], srvPort(t, ss[i])) }
 	stub := startDNSStub(t, srvName, "")
-	set := func(idx ...int) {
-		m := map[string]uint16{}
-		for _, i := range idx {
-			m[names[i]] = srvPort(t, ss[i])
-		}
-		stub.setTargets(m)
-	}
+	set := func(idx ...int) { stub.serveEngines(t, names, ss, idx...) }
 	set(0, 1, 2)
 	c := startK8sCaddy(t, stub, srvName)
 	cl := newClient(c)

@@ -83,13 +83,7 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	names := []string{"k0.engines.test.", "k1.engines.test.", "k2.engines.test."}
 	key := func(i int) string { return fmt.Sprintf("%s:%d", names[i], srvPort(t, ss[i])) }
 	stub := startDNSStub(t, srvName, "")
-	set := func(idx ...int) {
-		m := map[string]uint16{}
-		for _, i := range idx {
-			m[names[i]] = srvPort(t, ss[i])
-		}
-		stub.setTargets(m)
-	}
+	set := func(idx ...int) { stub.serveEngines(t, names, ss, idx...) }
 	set(0, 1)
 	c := startK8sCaddy(t, stub, srvName, func(cf string) string {
 		const commented = `# kv_events * tcp://{upstream.host}:5557 tcp://{upstream.host}:5558 {
