@@ -895,9 +895,24 @@ func (rt *Router) Resident(s Slot) int64 { return rt.loads[s].resident.Load() }
 // with the linger off).
 func (rt *Router) Lingering(s Slot) int64 {
 	on, ttl := rt.lingerOn()
-	c := &rt.loads[s]
-	if lg := c.linger.Load(); on && lg > 0 && (ttl == 0 || rt.lingerClock(on, ttl)-c.lingerAt.Load() < ttl) {
-		return int64(lg)
+	if !on {
+		return 0
+	}
+	return int64(rt.lingered(&rt.loads[s], rt.lingerClock(on, ttl), ttl))
+}
+
+// lingered is the released context of c the pair term counts at now (the
+// router's clock, ms): decayed by Options.LingerHalfLife when set, else
+// whole until ttl (0: forever) has passed since the last release.
+func (rt *Router) lingered(c *loadCell, now, ttl uint32) float64 {
+	lg := c.linger.Load()
+	switch {
+	case lg <= 0:
+		return 0
+	case rt.opt.LingerHalfLife > 0:
+		return float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
+	case ttl == 0 || now-c.lingerAt.Load() < ttl:
+		return float64(lg)
 	}
 	return 0
 }
@@ -1011,14 +1026,9 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 		pcap = k.floor
 	}
 	lgr := 0.0
-	if ttl := k.ttl; k.lingerOn && pairOn {
-		if lg := c.linger.Load(); lg > 0 && rt.opt.LingerHalfLife > 0 {
-			lgr = float64(lg) * math.Exp2(-float64(now-c.lingerAt.Load())/float64(rt.opt.LingerHalfLife.Milliseconds()))
-			pres += lgr
-		} else if lg > 0 && (ttl == 0 || now-c.lingerAt.Load() < ttl) {
-			lgr = float64(lg)
-			pres += lgr
-		}
+	if k.lingerOn && pairOn {
+		lgr = rt.lingered(c, now, k.ttl)
+		pres += lgr
 	}
 	if pres > 0 && pairOn {
 		if rt.opt.PairSat {
