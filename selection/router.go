@@ -499,6 +499,16 @@ type Options struct {
 	// crowded home holds several contexts, it costs the tool-agent traces
 	// p99 and 3-6% of throughput (bench/EXPERIMENTS.md section 73).
 	OverflowHome float64
+	// Experimental gates on OverflowHome (bench/EXPERIMENTS.md section 74):
+	// HomeFew K exempts the home only while its KV capacity is below K
+	// times the prompt (HomeAvg: the mean prompt this router reserved
+	// lately); HomeMove X only while no other replica holds X of the
+	// prompt; HomeInflight N only while the home has at most N requests in
+	// flight.
+	HomeFew      float64
+	HomeAvg      bool
+	HomeMove     float64
+	HomeInflight int
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -1073,6 +1083,27 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	return ld, n
 }
 
+// homeGate: the experimental gates on the home exemption.
+func (rt *Router) homeGate(s Slot, prompt, top2 int) bool {
+	c := &rt.loads[s]
+	if k := rt.opt.HomeFew; k > 0 {
+		m := float64(prompt)
+		if rt.opt.HomeAvg {
+			m = float64(rt.promptAvg.Load()) / promptAvgScale
+		}
+		if float64(c.kv()) >= k*m {
+			return false
+		}
+	}
+	if x := rt.opt.HomeMove; x > 0 && float64(top2) >= x*float64(prompt) {
+		return false
+	}
+	if n := rt.opt.HomeInflight; n > 0 && c.count() > int64(n) {
+		return false
+	}
+	return true
+}
+
 // Learn records that slot s now holds f's prompt prefix.
 func (rt *Router) Learn(f *Features, s Slot) { rt.idx.Learn(f.Blocks, s) }
 
@@ -1224,7 +1255,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
-		knobs.owOff = rt.opt.OverflowHome > 0 && ov > top2 && float64(ov) >= rt.opt.OverflowHome*float64(prompt)
+		knobs.owOff = rt.opt.OverflowHome > 0 && ov > top2 && float64(ov) >= rt.opt.OverflowHome*float64(prompt) && rt.homeGate(c.Slot, prompt, top2)
 		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
@@ -1515,6 +1546,8 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	once := rt.opt.SharedOnce || rt.opt.OnceBelow > 0
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
+	}
+	if once || rt.opt.HomeAvg {
 		rt.notePrompt(resident)
 	}
 	c := &rt.loads[s]

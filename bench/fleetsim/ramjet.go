@@ -277,6 +277,14 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.EngineOverflow = true
 		case "owhome":
 			setup.Options.OverflowHome = x
+		case "owk":
+			setup.Options.HomeFew = x
+		case "owka":
+			setup.Options.HomeFew, setup.Options.HomeAvg = x, true
+		case "owmv":
+			setup.Options.HomeMove = x
+		case "owinf":
+			setup.Options.HomeInflight = int(x)
 		case "cawmax":
 			setup.Options.ColdAwayMax = int(x)
 		case "caw":
