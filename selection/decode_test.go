@@ -155,9 +155,11 @@ func TestOverflowWeightLoad(t *testing.T) {
 }
 
 // Options.OverflowHome: a home past its capacity keeps the request (the
-// overflow term skips it) when it holds at least that share of the prompt;
-// without the option, or below the share, the request moves to the idle
-// replica with room.
+// overflow term skips it) when it holds at least that share of the prompt
+// and its capacity is below OverflowHomeRoom times the prompt (it holds
+// fewer than that many contexts of this size); with the option off, below
+// the share or past the room, the request moves to the idle replica with
+// room.
 func TestOverflowHomeExempt(t *testing.T) {
 	rt0, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 1, Explicit: KnobPairWeight}, 2)
 	for _, c := range cands {
@@ -169,22 +171,27 @@ func TestOverflowHomeExempt(t *testing.T) {
 	rt0.Learn(&Features{Blocks: long[:375]}, cands[0].Slot)
 	s := NewScratch(2)
 	for _, tt := range []struct {
-		home     float64
-		want     int
-		overflow bool // replica 0's load holds 4 x (6,000 + 6,400 - 10,000)
+		home, room float64
+		want       int
+		overflow   bool // replica 0's load holds 4 x (6,000 + 6,400 - 10,000)
 	}{
-		{0, 1, true},
-		{0.5, 0, false},
-		{0.9, 0, false},
-		{0.95, 1, true}, // 6,000 < 0.95 x 6,400
+		{-1, 0, 1, true},   // off
+		{0, 0, 0, false},   // the defaults: 0.9, and 10,000 < 2 x 6,400
+		{0.5, 0, 0, false}, //
+		{0.9, 0, 0, false},
+		{0.95, 0, 1, true}, // 6,000 < 0.95 x 6,400
+		{0, 1.5, 1, true},  // 10,000 >= 1.5 x 6,400: room for more than this context
+		{0, 1.6, 0, false}, // 10,000 < 1.6 x 6,400
+		{0, -1, 0, false},  // no gate
+		{0.95, -1, 1, true},
 	} {
-		rt := rt0.WithOptions(Options{OverflowHome: tt.home})
+		rt := rt0.WithOptions(Options{OverflowHome: tt.home, OverflowHomeRoom: tt.room})
 		d := rt.Pick(features(rt.Config(), long, 0), cands, s)
 		if d.Index != tt.want {
-			t.Errorf("OverflowHome %v: picked %d (loads %v), want %d", tt.home, d.Index, s.Load, tt.want)
+			t.Errorf("OverflowHome %v, room %v: picked %d (loads %v), want %d", tt.home, tt.room, d.Index, s.Load, tt.want)
 		}
 		if got, over := s.Load[0], s.Load[0] >= DefaultOverflowWeight*2400; over != tt.overflow {
-			t.Errorf("OverflowHome %v: replica 0's load %v, overflow charged %v, want %v", tt.home, got, over, tt.overflow)
+			t.Errorf("OverflowHome %v, room %v: replica 0's load %v, overflow charged %v, want %v", tt.home, tt.room, got, over, tt.overflow)
 		}
 	}
 }

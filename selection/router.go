@@ -234,6 +234,18 @@ const DefaultPairFloor = 196_608
 // (bench/EXPERIMENTS.md section 16).
 const DefaultOverflowWeight = 4.0
 
+// DefaultOverflowHome and DefaultOverflowHomeRoom are Options.OverflowHome's
+// and Options.OverflowHomeRoom's defaults: a home holding at least 0.9 of
+// the prompt, whose KV capacity is below twice the prompt, pays no overflow
+// term. Chosen in the fleet simulation on the tool-agent trace at 64
+// replicas of 65,536 tokens (TTFT p50 1.1-1.4 s -> 0.50-0.51 s, p99 15.4-15.6 s ->
+// 1.5-3.5 s) with every 8-replica row as it was (bench/EXPERIMENTS.md
+// sections 73, 74).
+const (
+	DefaultOverflowHome     = 0.9
+	DefaultOverflowHomeRoom = 2.0
+)
+
 // DefaultHotGuard is Options.HotGuard's default: a replica running more
 // than twice the usable replicas' mean count of in-flight requests (a
 // mean of at least one: on a nearly idle fleet, past 2 requests) pays
@@ -483,32 +495,31 @@ type Options struct {
 	// replicas 4-8% of its TTFT p99 and the tool-agent traces at the default
 	// KV theirs (bench/EXPERIMENTS.md section 53).
 	EngineOverflow bool
-	// OverflowHome, when positive, exempts the request's home from the
-	// overflow term: the replica holding strictly the deepest overlap, at
-	// least OverflowHome of the prompt. Moving an agent whose context
-	// only its home holds costs that whole context prefilled cold, while
-	// the engine's overflow at home costs a wait for the in-flight
-	// requests it lacks room beside; on the tool-agent trace at 64
-	// replicas of 65,536 tokens the term pushed agents off their homes
-	// (cached share 0.70 of the pooled oracle, TTFT p50 2.2-2.6x
-	// Dynamo's). 0.9 (a turn adding at most a tenth of its context) keeps
-	// them home there (p50 0.94-0.96x Dynamo's, p99 0.50-1.15x
-	// dynamo-tuned's) and leaves agent-fleet at 8 replicas about as it
-	// was; 0.8 keeps turns with larger additions home too and loses the
-	// p99. Off by default: with the default KV at 8 replicas, where a
-	// crowded home holds several contexts, it costs the tool-agent traces
-	// p99 and 3-6% of throughput (bench/EXPERIMENTS.md section 73).
+	// OverflowHome exempts the request's home from the overflow term: the
+	// replica holding strictly the deepest overlap, at least OverflowHome
+	// of the prompt, whose KV capacity is below OverflowHomeRoom times the
+	// prompt. 0 is DefaultOverflowHome, negative none (the rule before).
+	// Moving an agent whose context only its home holds costs that whole
+	// context prefilled cold, while the engine's overflow at home costs a
+	// wait for the in-flight requests it lacks room beside; on the
+	// tool-agent trace at 64 replicas of 65,536 tokens the term pushed
+	// agents off their homes (cached share 0.70 of the pooled oracle,
+	// TTFT p50 2.2-2.6x Dynamo's). 0.9 (a turn adding at most a tenth of
+	// its context) keeps them home there; 0.8 keeps turns with larger
+	// additions home too and loses the p99 (bench/EXPERIMENTS.md section
+	// 73).
 	OverflowHome float64
-	// Experimental gates on OverflowHome (bench/EXPERIMENTS.md section 74):
-	// HomeFew K exempts the home only while its KV capacity is below K
-	// times the prompt (HomeAvg: the mean prompt this router reserved
-	// lately); HomeMove X only while no other replica holds X of the
-	// prompt; HomeInflight N only while the home has at most N requests in
-	// flight.
-	HomeFew      float64
-	HomeAvg      bool
-	HomeMove     float64
-	HomeInflight int
+	// OverflowHomeRoom gates OverflowHome on how many contexts of the
+	// request's size the home's KV holds: the home is exempt only while
+	// its capacity is below OverflowHomeRoom times the prompt. 0 is
+	// DefaultOverflowHomeRoom, negative no gate. Where a replica holds
+	// only a couple of such contexts, one more in flight overflows it and
+	// the wait beside it is short; where it holds several, an overflowing
+	// home is a crowded one and the turn is better moved (without the
+	// gate the exemption cost the tool-agent traces at 8 replicas with the
+	// default KV their TTFT p99 and 3-6% of throughput; bench/EXPERIMENTS.md
+	// section 74).
+	OverflowHomeRoom float64
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -1083,25 +1094,18 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	return ld, n
 }
 
-// homeGate: the experimental gates on the home exemption.
-func (rt *Router) homeGate(s Slot, prompt, top2 int) bool {
-	c := &rt.loads[s]
-	if k := rt.opt.HomeFew; k > 0 {
-		m := float64(prompt)
-		if rt.opt.HomeAvg {
-			m = float64(rt.promptAvg.Load()) / promptAvgScale
-		}
-		if float64(c.kv()) >= k*m {
-			return false
-		}
+// overflowHome is the home exemption's share of the prompt (0: off) and
+// room (negative: no gate), Options.OverflowHome and OverflowHomeRoom
+// with their defaults applied.
+func (rt *Router) overflowHome() (at, room float64) {
+	at, room = rt.opt.OverflowHome, rt.opt.OverflowHomeRoom
+	if at == 0 {
+		at = DefaultOverflowHome
 	}
-	if x := rt.opt.HomeMove; x > 0 && float64(top2) >= x*float64(prompt) {
-		return false
+	if room == 0 {
+		room = DefaultOverflowHomeRoom
 	}
-	if n := rt.opt.HomeInflight; n > 0 && c.count() > int64(n) {
-		return false
-	}
-	return true
+	return max(at, 0), room
 }
 
 // Learn records that slot s now holds f's prompt prefix.
@@ -1239,6 +1243,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			hotSub = min(hot, max(gs*mean, rt.subsetFloor()))
 		}
 	}
+	homeAt, homeRoom := rt.overflowHome()
 	awayMS := uint32(0)
 	away := rt.opt.ColdAway > 0 && top1 <= 0 && usable < SubsetGuardReplicas && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
 	if away {
@@ -1255,7 +1260,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
-		knobs.owOff = rt.opt.OverflowHome > 0 && ov > top2 && float64(ov) >= rt.opt.OverflowHome*float64(prompt) && rt.homeGate(c.Slot, prompt, top2)
+		knobs.owOff = homeAt > 0 && ov > top2 && float64(ov) >= homeAt*float64(prompt) &&
+			(homeRoom < 0 || float64(rt.loads[c.Slot].kv()) < homeRoom*float64(prompt))
 		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
@@ -1546,8 +1552,6 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	once := rt.opt.SharedOnce || rt.opt.OnceBelow > 0
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
-	}
-	if once || rt.opt.HomeAvg {
 		rt.notePrompt(resident)
 	}
 	c := &rt.loads[s]
