@@ -176,7 +176,7 @@ func TestOverflowHomeExempt(t *testing.T) {
 		overflow   bool // replica 0's load holds 4 x (6,000 + 6,400 - 10,000)
 	}{
 		{-1, 0, 1, true},   // off
-		{0, 0, 0, false},   // the defaults: 0.9, and 10,000 < 2 x 6,400
+		{0, 0, 0, false},   // the defaults: 0.9, and 10,000 < 2.5 x 6,400
 		{0.5, 0, 0, false}, //
 		{0.9, 0, 0, false},
 		{0.95, 0, 1, true}, // 6,000 < 0.95 x 6,400
