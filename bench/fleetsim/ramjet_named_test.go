@@ -37,3 +37,27 @@ func TestRamjetNamedOutputWeight(t *testing.T) {
 		}
 	}
 }
+
+// ramjet@owhome=0 turns the home exemption off and ramjet@owroom=0 its
+// gate (-1: none); unset both are 0, selection's defaults.
+func TestRamjetNamedOverflowHome(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		home, room float64
+	}{
+		{"ramjet", 0, 0},
+		{"ramjet@owhome=0", -1, 0},
+		{"ramjet@owhome=0.8", 0.8, 0},
+		{"ramjet@owroom=0", 0, -1},
+		{"ramjet@owroom=3", 0, 3},
+	} {
+		p, err := NewPolicy(tc.name, 1, selection.Config{})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		o := p.(*Ramjet).rt.Options()
+		if o.OverflowHome != tc.home || o.OverflowHomeRoom != tc.room {
+			t.Errorf("%s: OverflowHome %v, OverflowHomeRoom %v, want %v, %v", tc.name, o.OverflowHome, o.OverflowHomeRoom, tc.home, tc.room)
+		}
+	}
+}
