@@ -1,0 +1,137 @@
+package kvindex
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// TestWaitRule: a request without a cached message prefix waits for its
+// preflight until divergeChecks precise decisions were recorded, none of
+// them recently with an exact overlap apart from the estimate's; then it
+// is routed at once, its preflight a Late handle whose tokens come later,
+// but one request in divergeSample still waits; a diverged decision makes
+// requests wait again. Without the estimate cap every request waits.
+func TestWaitRule(t *testing.T) {
+	srv := newChatTokenizer(t, false)
+	p, preflight := prefixPrecise(t, srv)
+	if !p.waitPreflight() {
+		t.Fatal("no estimate cap: want a wait")
+	}
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetEstimate(rt)
+	for i := range divergeChecks {
+		if !p.waitPreflight() {
+			t.Fatalf("after %d decisions: want a wait (too few recorded)", i)
+		}
+		p.noteDiverged(false)
+	}
+	waits := 0
+	for range 4 * divergeSample {
+		if p.waitPreflight() {
+			waits++
+		}
+	}
+	if waits != 4 {
+		t.Errorf("calm: %d of %d requests waited, want 4", waits, 4*divergeSample)
+	}
+
+	// A request routed at once: no tokens, no error, a Late handle whose
+	// tokens predict the replica it was routed to once the engine answers.
+	gate := make(chan struct{})
+	srv.gate.Store(&gate)
+	for !p.div.calm.Load() || (p.div.n.Load()+1)%divergeSample == 0 {
+		p.waitPreflight() // step past a sampled wait
+	}
+	toks, late, err := preflight(time.Minute, "a prompt of its own, one message")
+	if toks != nil || late == nil || err != nil {
+		t.Fatalf("calm: tokens %v, late %v, err %v; want a Late handle at once", toks, late, err)
+	}
+	if !p.Bind(0, "a") {
+		t.Fatal("bind a")
+	}
+	late.Routed(0)
+	close(gate)
+	eventually(t, "the late tokens predicted", func() bool { return p.LateOutcomes(LatePredicted) == 1 })
+	late.End()
+	if _, _, unwaited := p.DivergeStats(); unwaited != 1 {
+		t.Errorf("unwaited %d, want 1", unwaited)
+	}
+
+	p.noteDiverged(true)
+	for i := range 4 {
+		if !p.waitPreflight() {
+			t.Fatalf("%d decisions after a diverged one: want a wait", i)
+		}
+		p.noteDiverged(false)
+	}
+	p.cfg.ExactPastEstimate = true
+	for range divergeSample {
+		if !p.waitPreflight() {
+			t.Fatal("ExactPastEstimate: want every request to wait")
+		}
+	}
+}
+
+// TestDiverged: a precise decision diverges from the estimate when a kept
+// exact overlap is more than one router block below the estimate's credit
+// (the engine evicted it) or above it in blocks this router did not route,
+// not when the two agree.
+func TestDiverged(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
+	for _, c := range []struct {
+		name     string
+		stored   int // blocks a's engine stored of the prompt
+		routed   bool
+		diverged bool
+	}{
+		{"agree", 3, true, false},
+		{"evicted", 1, true, true},
+		{"foreign", 3, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := NewPrecise(PreciseConfig{
+				Index:   Config{BlockSize: 4, Now: func() time.Time { return time.Unix(100, 0) }},
+				Engines: []PreciseEngine{{Feed: Endpoint{Replica: "a"}}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.SetEstimate(rt)
+			s0, _ := rt.Register("a")
+			p.Bind(s0, "a")
+			x := p.Index()
+			ra, _ := x.Lookup("a")
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			keys := x.Keys(nil, 0, toks)
+			if c.routed {
+				rt.Learn(f, s0)
+				x.Hold(ra, keys, time.Minute)
+			}
+			x.Apply(ra, batchOf(storedEv(0, false, 4, toks[:4*c.stored], []uint64{11, 12, 13}[:c.stored]...)))
+			if c.routed {
+				x.Release(ra, keys, 0)
+			}
+			cands := []selection.Candidate{{Slot: s0, Usable: true}}
+			s := selection.NewScratch(1)
+			s.Tokens = toks
+			if !p.Annotate(f, cands, s) {
+				t.Fatal("no precise candidate")
+			}
+			seen, diverged, _ := p.DivergeStats()
+			if seen != 1 || (diverged == 1) != c.diverged {
+				t.Errorf("recorded %d, diverged %d; want 1 recorded, diverged %v (candidate %+v)", seen, diverged, c.diverged, cands[0])
+			}
+		})
+	}
+}
