@@ -7,16 +7,14 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// TestWaitRule: a request without a cached message prefix waits for its
-// preflight until divergeChecks precise decisions were recorded, none of
-// them recently with an exact overlap apart from the estimate's; then it
-// is routed at once, its preflight a Late handle whose tokens come later,
-// but one request in divergeSample still waits; a diverged decision makes
-// requests wait again. Without the estimate cap every request waits.
+// TestWaitRule: a request without a cached message prefix is routed at
+// once, its preflight a Late handle whose tokens come later, unless an
+// engine dropped indexed blocks within RemovalWindow, the router saw other
+// instances, or there is no estimate cap: then it waits, as before.
 func TestWaitRule(t *testing.T) {
 	srv := newChatTokenizer(t, false)
 	p, preflight := prefixPrecise(t, srv)
-	if !p.waitPreflight() {
+	if !p.WaitPreflight() {
 		t.Fatal("no estimate cap: want a wait")
 	}
 	rt, err := selection.NewRouter(selection.Config{})
@@ -24,32 +22,15 @@ func TestWaitRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.SetEstimate(rt)
-	for i := range divergeChecks {
-		if !p.waitPreflight() {
-			t.Fatalf("after %d decisions: want a wait (too few recorded)", i)
-		}
-		p.noteDiverged(false)
-	}
-	waits := 0
-	for range 4 * divergeSample {
-		if p.waitPreflight() {
-			waits++
-		}
-	}
-	if waits != 4 {
-		t.Errorf("calm: %d of %d requests waited, want 4", waits, 4*divergeSample)
+	if p.WaitPreflight() {
+		t.Fatal("a lone instance, nothing evicted: want no wait")
 	}
 
-	// A request routed at once: no tokens, no error, a Late handle whose
-	// tokens predict the replica it was routed to once the engine answers.
 	gate := make(chan struct{})
 	srv.gate.Store(&gate)
-	for !p.div.calm.Load() || (p.div.n.Load()+1)%divergeSample == 0 {
-		p.waitPreflight() // step past a sampled wait
-	}
 	toks, late, err := preflight(time.Minute, "a prompt of its own, one message")
 	if toks != nil || late == nil || err != nil {
-		t.Fatalf("calm: tokens %v, late %v, err %v; want a Late handle at once", toks, late, err)
+		t.Fatalf("no wait: tokens %v, late %v, err %v; want a Late handle at once", toks, late, err)
 	}
 	if !p.Bind(0, "a") {
 		t.Fatal("bind a")
@@ -61,19 +42,34 @@ func TestWaitRule(t *testing.T) {
 	if _, _, unwaited := p.DivergeStats(); unwaited != 1 {
 		t.Errorf("unwaited %d, want 1", unwaited)
 	}
-
-	p.noteDiverged(true)
-	for i := range 4 {
-		if !p.waitPreflight() {
-			t.Fatalf("%d decisions after a diverged one: want a wait", i)
-		}
-		p.noteDiverged(false)
+	if waited, _ := p.Waited(); waited != 0 {
+		t.Errorf("waited %d, want 0", waited)
 	}
-	p.cfg.ExactPastEstimate = true
-	for range divergeSample {
-		if !p.waitPreflight() {
-			t.Fatal("ExactPastEstimate: want every request to wait")
-		}
+
+	// The engine evicts one of its indexed blocks: requests wait for the
+	// window.
+	now := time.Now()
+	p.x.cfg.Now = func() time.Time { return now }
+	ra, _ := p.Index().Lookup("a")
+	p.Index().Apply(ra, batchOf(Event{Kind: KindBlockRemoved, BlockHashes: []uint64{1}, Medium: "GPU"}))
+	if !p.WaitPreflight() {
+		t.Fatal("a block evicted just now: want a wait")
+	}
+	if _, late, err := preflight(time.Minute, "another prompt"); late != nil || err != nil {
+		t.Fatalf("after an eviction: late %v, err %v; want the tokens", late, err)
+	}
+	now = now.Add(RemovalWindow)
+	if p.WaitPreflight() {
+		t.Fatal("RemovalWindow after the eviction: want no wait")
+	}
+
+	rt.SetExternalLoad(0, 1, 0, 0) // load this instance did not route: another instance
+	if !p.WaitPreflight() {
+		t.Fatal("other instances seen: want a wait")
+	}
+	p.SetEstimate(nil)
+	if !p.WaitPreflight() {
+		t.Fatal("no estimate cap: want a wait")
 	}
 }
 

@@ -148,6 +148,7 @@ type Precise struct {
 type estimate struct {
 	x   *selection.Index
 	cfg selection.Config
+	rt  *selection.Router
 }
 
 type estimateWork struct {
@@ -175,7 +176,7 @@ func (p *Precise) SetEstimate(rt *selection.Router) {
 		p.est.Store(nil)
 		return
 	}
-	p.est.Store(&estimate{x: rt.Index(), cfg: rt.Config()})
+	p.est.Store(&estimate{x: rt.Index(), cfg: rt.Config(), rt: rt})
 }
 
 // dynFeed is one running template feed.

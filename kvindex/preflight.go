@@ -61,7 +61,7 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 			return m.tokens, p.deferLate(key, req, probe, m), nil
 		}
 	}
-	if !p.waitPreflight() {
+	if !p.WaitPreflight() {
 		return p.preflight(ctx, key, req, probe, m, false)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
