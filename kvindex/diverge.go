@@ -8,8 +8,10 @@ import (
 // The wait rule. A request whose prompt has no cached message prefix
 // (prefix.go) is routed by the estimate at once, its preflight sent in the
 // background as a Late handle (its tokens predict the chosen replica's
-// blocks and teach the message-prefix cache), unless the exact overlaps
-// may tell otherwise: under the estimate cap (SetEstimate) a precise
+// blocks and teach the message-prefix cache), and one routed on a cached
+// prefix is routed by the estimate too, without the lookup of the
+// prefix's exact overlaps (its deferred preflight unchanged), unless the
+// exact overlaps may tell otherwise: under the estimate cap (SetEstimate) a precise
 // decision differs from the estimate's only where a kept exact overlap
 // differs from the estimate's credit, that is where an engine dropped
 // blocks the estimate still credits (evicted, or its cache cleared) or
@@ -18,10 +20,12 @@ import (
 // blocks within the last RemovalWindow, or once the router has seen other
 // instances (selection.Router.SawOthers), or without the estimate cap (no
 // SetEstimate, ExactPastEstimate: every request waits, as before). A lone
-// instance whose engines evict nothing pays no round trip: through HTTP
-// the preflight added about 10 ms to every request of a 200-row tool-agent
-// window (TTFT p50 +3-5% against the default path, bench/RESULTS.md,
-// 2026-12-06, "the preflight's p50 cost").
+// instance whose engines evict nothing pays no round trip and no exact
+// lookup: through HTTP the preflight added 5-10 ms to every request of a
+// 200-row tool-agent window, and agent-fleet's turns routed on a cached
+// prefix paid the precise decision's lookup of a long context's engine
+// blocks before routing (TTFT p50 +3-5% against the default path,
+// bench/RESULTS.md, 2026-12-06, "the preflight's p50 cost").
 //
 // Measured first as a sampled share of diverged decisions (one in 16
 // requests waiting to keep measuring it): the fleet simulation's burst

@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,5 +130,46 @@ func TestDiverged(t *testing.T) {
 				t.Errorf("recorded %d, diverged %d; want 1 recorded, diverged %v (candidate %+v)", seen, diverged, c.diverged, cands[0])
 			}
 		})
+	}
+}
+
+// TestWaitRulePrefix: a chat routed on its cached message prefix is routed
+// by the estimate, without the prefix's tokens, when the wait rule would not
+// wait (the exact overlaps would decide as the estimate); its Late handle
+// still counts the prefix's tokens in the prompt's (PromptTokens) and its
+// deferred preflight still teaches the cache.
+func TestWaitRulePrefix(t *testing.T) {
+	srv := newChatTokenizer(t, false)
+	p, preflight := prefixPrecise(t, srv)
+	sys := "a shared system prompt, several blocks long"
+	if _, late, err := preflight(time.Minute, sys, "q0"); err != nil || late != nil {
+		t.Fatalf("first preflight: late %v, err %v", late, err)
+	}
+	eventually(t, "system prompt tokenized", func() bool { n, _ := p.Tokenizer().CacheLen(); return n == 3 })
+	for i := 1; i <= prefixTrustChecks; i++ {
+		if _, late, err := preflight(time.Minute, sys, "q"+strconv.Itoa(i)); err != nil || late != nil {
+			t.Fatalf("question %d: late %v, err %v", i, late, err)
+		}
+	}
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetEstimate(rt)
+	prefix, _ := chatTokens(chatBody(sys, "q1"))
+	prefix = append(prefix, 1, 'a')
+	body := chatBody(sys, "q1", "r1", "q1b")
+	toks, late, err := preflight(time.Minute, sys, "q1", "r1", "q1b")
+	if toks != nil || late == nil || err != nil {
+		t.Fatalf("next turn: tokens %v, late %v, err %v; want a Late handle and no tokens", toks, late, err)
+	}
+	if got := late.PromptTokens(0, 1); got <= len(prefix) || got >= len(prefix)+len(body) {
+		t.Errorf("PromptTokens(0, 1) = %d, want the prefix's %d plus the other messages' bytes", got, len(prefix))
+	}
+	before, _ := p.Tokenizer().CacheLen()
+	late.End() // sends the deferred preflight: the cache learns the turn
+	eventually(t, "the turn's messages learned", func() bool { n, _ := p.Tokenizer().CacheLen(); return n > before })
+	if _, _, unwaited := p.DivergeStats(); unwaited != 1 {
+		t.Errorf("unwaited %d, want 1", unwaited)
 	}
 }

@@ -60,6 +60,9 @@ type Late struct {
 	// (FirstByte) or its end, whichever comes first.
 	start func()
 	tail  int // the bytes of the messages past that prefix
+	// prefix is the prefix's tokens when they were not returned (the
+	// wait rule routed the request by the estimate), for PromptTokens.
+	prefix int
 }
 
 // Preflight is Tokenize for one request on its way to Route: the tokens
@@ -328,6 +331,9 @@ func (p *Precise) ColdPreflight(ep selection.Endpoint, body []byte, f *selection
 // bytes (their JSON: about their text and the template's tokens) over
 // charsPerToken; a preflight past its timeout returned none (0).
 func (l *Late) PromptTokens(n int, charsPerToken float64) int {
+	if l != nil {
+		n = max(n, l.prefix)
+	}
 	if l != nil && l.tail > 0 && charsPerToken > 0 {
 		return n + int(math.Ceil(float64(l.tail)/charsPerToken))
 	}

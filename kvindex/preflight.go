@@ -58,7 +58,15 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 				return nil, nil, err
 			}
 			p.pfx.routed.Add(1)
-			return m.tokens, p.deferLate(key, req, probe, m), nil
+			l := p.deferLate(key, req, probe, m)
+			if !p.WaitPreflight() {
+				// The exact overlaps would decide as the estimate (the
+				// wait rule): routed by it, without their lookup.
+				p.div.unwaited.Add(1)
+				l.prefix = len(m.tokens)
+				return nil, l, nil
+			}
+			return m.tokens, l, nil
 		}
 	}
 	if !p.WaitPreflight() {
