@@ -84,6 +84,10 @@ type PreciseConfig struct {
 	// several routers it discards what each learns from the others'
 	// placements (bench/RESULTS.md, 2026-12-02).
 	CapForeign bool
+	// WaitAlways turns the wait rule off (diverge.go): every request
+	// without a cached message prefix waits for its preflight and every
+	// chat with one is routed on its tokens.
+	WaitAlways bool
 }
 
 // TemplateConfig is a feed template with what its expansion needs.
