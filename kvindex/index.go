@@ -261,6 +261,7 @@ type Index struct {
 	orphans         atomic.Uint64
 	unknownRemovals atomic.Uint64
 	removed         atomic.Uint64
+	lastRemoval     atomic.Int64 // when an engine last dropped indexed blocks (Unix ns; 0 never)
 	skipped         atomic.Uint64
 	sizeMismatch    atomic.Uint64
 	nonChain        atomic.Uint64
@@ -423,11 +424,13 @@ func (x *Index) Apply(r Replica, b *Batch) {
 				if rc, ok := rep.byEngine[h]; ok {
 					x.remove(rc)
 					x.removed.Add(1)
+					x.lastRemoval.Store(now.UnixNano())
 				} else {
 					x.unknownRemovals.Add(1)
 				}
 			}
 		case KindAllBlocksCleared:
+			x.lastRemoval.Store(now.UnixNano())
 			x.fenceLocked(r, FenceCleared)
 			rep.complete = true // the engine's cache is empty: known exactly
 			rep.applied++

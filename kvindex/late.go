@@ -12,7 +12,8 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// Outcomes of preflights that missed their timeout (Precise.LateOutcomes).
+// Outcomes of preflights that missed their timeout or were not waited for
+// (Precise.LateOutcomes).
 const (
 	// LatePredicted: the tokens came after the decision and the chosen
 	// replica's blocks were predicted from them.
@@ -31,7 +32,8 @@ const (
 // LateOutcomeNames names the late outcomes, by index, for metric labels.
 var LateOutcomeNames = [numLate]string{"predicted", "after_end", "failed", "unrouted"}
 
-// LateOutcomes counts the preflights that missed their timeout, by
+// LateOutcomes counts the preflights that missed their timeout or were
+// not waited for (deferLate, the wait rule), by
 // outcome (LatePredicted, LateAfterEnd, LateFailed, LateUnrouted).
 func (p *Precise) LateOutcomes(outcome int) uint64 { return p.late[outcome].Load() }
 
@@ -58,6 +60,9 @@ type Late struct {
 	// (FirstByte) or its end, whichever comes first.
 	start func()
 	tail  int // the bytes of the messages past that prefix
+	// prefix is the prefix's tokens when they were not returned (the
+	// wait rule routed the request by the estimate), for PromptTokens.
+	prefix int
 }
 
 // Preflight is Tokenize for one request on its way to Route: the tokens
@@ -67,12 +72,14 @@ type Late struct {
 // the handle the request's decision once it is made (it is asked when
 // the tokens arrive; Late.Routed tells it too).
 func (p *Precise) Preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
-	return p.preflight(ctx, key, req, probe, msgPrefix{})
+	return p.preflight(ctx, key, req, probe, msgPrefix{}, true)
 }
 
 // preflight is Preflight that also teaches the message-prefix cache (m:
-// what it knew of req's messages) with the tokens.
-func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix) ([]uint32, *Late, error) {
+// what it knew of req's messages) with the tokens. Unless wait, a
+// preflight not answered at once is not waited for: its Late handle
+// returns with no tokens and no error (the wait rule, diverge.go).
+func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest, probe func() (selection.Slot, bool), m msgPrefix, wait bool) ([]uint32, *Late, error) {
 	base, err := p.tokenizeBase(true)
 	if err != nil || base == "" {
 		return nil, nil, err
@@ -93,6 +100,12 @@ func (p *Precise) preflight(ctx context.Context, key uint64, req TokenizeRequest
 				p.learned(m, toks)
 			}
 		})
+	}
+	if !wait {
+		p.div.unwaited.Add(1)
+		l := &Late{p: p, slot: -1, held: -1, probe: probe}
+		p.tk.Then(c, l.arrived)
+		return nil, l, nil
 	}
 	t0 := time.Now()
 	toks, err = p.tk.Wait(ctx, c)
@@ -318,6 +331,9 @@ func (p *Precise) ColdPreflight(ep selection.Endpoint, body []byte, f *selection
 // bytes (their JSON: about their text and the template's tokens) over
 // charsPerToken; a preflight past its timeout returned none (0).
 func (l *Late) PromptTokens(n int, charsPerToken float64) int {
+	if l != nil {
+		n = max(n, l.prefix)
+	}
 	if l != nil && l.tail > 0 && charsPerToken > 0 {
 		return n + int(math.Ceil(float64(l.tail)/charsPerToken))
 	}

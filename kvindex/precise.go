@@ -84,6 +84,10 @@ type PreciseConfig struct {
 	// several routers it discards what each learns from the others'
 	// placements (bench/RESULTS.md, 2026-12-02).
 	CapForeign bool
+	// WaitAlways turns the wait rule off (diverge.go): every request
+	// without a cached message prefix waits for its preflight and every
+	// chat with one is routed on its tokens.
+	WaitAlways bool
 }
 
 // TemplateConfig is a feed template with what its expansion needs.
@@ -137,6 +141,7 @@ type Precise struct {
 	est       atomic.Pointer[estimate]
 	estWork   sync.Pool // of *estimateWork
 	pfx       prefixTrust
+	div       divergence // the wait rule's record (diverge.go)
 
 	mu      sync.Mutex
 	started bool
@@ -147,6 +152,7 @@ type Precise struct {
 type estimate struct {
 	x   *selection.Index
 	cfg selection.Config
+	rt  *selection.Router
 }
 
 type estimateWork struct {
@@ -174,7 +180,7 @@ func (p *Precise) SetEstimate(rt *selection.Router) {
 		p.est.Store(nil)
 		return
 	}
-	p.est.Store(&estimate{x: rt.Index(), cfg: rt.Config()})
+	p.est.Store(&estimate{x: rt.Index(), cfg: rt.Config(), rt: rt})
 }
 
 // dynFeed is one running template feed.
@@ -456,7 +462,7 @@ func (p *Precise) Annotate(f *selection.Features, cands []selection.Candidate, s
 	if e := p.est.Load(); e != nil {
 		onGrid(e.cfg.BlockTokens, cands)
 		if !p.cfg.ExactPastEstimate && f != nil {
-			p.capByEstimate(e, f, cands, s.Keys, len(s.Tokens))
+			p.noteDiverged(p.capByEstimate(e, f, cands, s.Keys, len(s.Tokens)))
 		}
 	}
 	p.precise.Add(1)
@@ -489,11 +495,19 @@ func onGrid(bt int, cands []selection.Candidate) {
 // past the estimate's (Index.Own), compared in the request's real tokens (the estimate counts tokens
 // estimated from bytes). A candidate the estimate credits with the whole
 // fingerprinted prefix of a longer prompt keeps its exact overlap: the
-// estimate cannot see further.
-func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []selection.Candidate, keys []uint64, tokens int) {
+// estimate cannot see further. It reports whether a kept exact overlap
+// differs from the estimate's credit by more than one router block (the
+// wait rule, diverge.go): only then can the decision differ from the
+// estimate's.
+func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []selection.Candidate, keys []uint64, tokens int) (diverged bool) {
 	est := f.PromptTokens(e.cfg)
 	if est <= 0 || len(f.Blocks) == 0 {
-		return
+		for i := range cands {
+			if cands[i].Precise && cands[i].Overlap > 0 {
+				return true
+			}
+		}
+		return false
 	}
 	w, _ := p.estWork.Get().(*estimateWork)
 	if w == nil {
@@ -508,7 +522,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 	}
 	e.x.DepthsWith(f.Blocks, &w.interest, &w.depth, w.s)
 	bs := p.x.cfg.BlockSize
-	slack := int(int64(e.cfg.BlockTokens) * int64(tokens) / int64(est))
+	slack := tokensOf(1, e, tokens, est)
 	for i := range cands {
 		c := &cands[i]
 		if !c.Precise {
@@ -516,10 +530,12 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		}
 		d := int(w.depth[c.Slot])
 		if f.Truncated && d == len(f.Blocks) {
+			diverged = diverged || c.Overlap-tokensOf(d, e, tokens, est) > slack
 			continue
 		}
-		credit := int(int64(d) * int64(e.cfg.BlockTokens) * int64(tokens) / int64(est))
+		credit := tokensOf(d, e, tokens, est)
 		if credit >= c.Overlap {
+			diverged = diverged || credit-c.Overlap > slack // evicted
 			continue
 		}
 		// The block one router block past the estimate's credit (the
@@ -530,9 +546,19 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// previous answer's own output), which the estimate cannot know.
 		if b := (credit + slack) / bs; p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
+		} else if c.Overlap-credit > slack {
+			diverged = true // blocks this router did not route
 		}
 	}
 	p.estWork.Put(w)
+	return diverged
+}
+
+// tokensOf is d of the estimate's router blocks in the request's real
+// tokens (the estimate counts est tokens estimated from bytes, the
+// request has tokens).
+func tokensOf(d int, e *estimate, tokens, est int) int {
+	return int(int64(d) * int64(e.cfg.BlockTokens) * int64(tokens) / int64(est))
 }
 
 // Decided implements selection.Annotator: the chosen replica's blocks

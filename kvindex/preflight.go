@@ -34,7 +34,10 @@ const prefixMaxTail = 2
 // cache, prefix.go) does not wait once cached prefixes proved to be the
 // engine's: it returns the prefix's tokens at once, to route on, with the
 // Late handle of its own preflight, which is sent once the request's
-// response begins (Late.FirstByte) or it ends (deferLate).
+// response begins (Late.FirstByte) or it ends (deferLate). Any other
+// request waits only while recent precise decisions differed from the
+// estimate's (the wait rule, diverge.go); else it returns at once with the
+// Late handle of its preflight, sent now, and no tokens.
 func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body []byte, f *selection.Features, timeout time.Duration, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
 	key := xxhash.Sum64(body)
 	if toks, ok := p.Tokenizer().Cached(key); ok {
@@ -55,10 +58,21 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 				return nil, nil, err
 			}
 			p.pfx.routed.Add(1)
-			return m.tokens, p.deferLate(key, req, probe, m), nil
+			l := p.deferLate(key, req, probe, m)
+			if !p.WaitPreflight() {
+				// The exact overlaps would decide as the estimate (the
+				// wait rule): routed by it, without their lookup.
+				p.div.unwaited.Add(1)
+				l.prefix = len(m.tokens)
+				return nil, l, nil
+			}
+			return m.tokens, l, nil
 		}
+	}
+	if !p.WaitPreflight() {
+		return p.preflight(ctx, key, req, probe, m, false)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return p.preflight(ctx, key, req, probe, m)
+	return p.preflight(ctx, key, req, probe, m, true)
 }

@@ -33,6 +33,12 @@ type PreflightReport struct {
 	PrefixRouted    uint64 `json:"prefix_routed"`
 	PrefixAgreed    uint64 `json:"prefix_agreed"`
 	PrefixDisagreed uint64 `json:"prefix_disagreed"`
+	// Checked counts the precise decisions the wait rule recorded,
+	// Diverged those whose exact overlaps differed from the estimate's,
+	// Unwaited the requests routed at once by the rule (DivergeStats).
+	Checked  uint64 `json:"diverge_checked"`
+	Diverged uint64 `json:"diverged"`
+	Unwaited uint64 `json:"unwaited"`
 }
 
 // NewPreflightReport reads p's counters and the preflights' latencies.
@@ -58,6 +64,7 @@ func NewPreflightReport(p *Precise, latency *LatencyHist) PreflightReport {
 	waited, wait := p.Waited()
 	rep.Waited, rep.WaitSum = waited, wait.Seconds()
 	rep.PrefixRouted, rep.PrefixAgreed, rep.PrefixDisagreed = p.PrefixStats()
+	rep.Checked, rep.Diverged, rep.Unwaited = p.DivergeStats()
 	return rep
 }
 

@@ -54,6 +54,15 @@ type Settings struct {
 	// TokenizeCache bounds the cached tokenizations. Default: 4096.
 	TokenizeCache int `json:"tokenize_cache,omitempty"`
 
+	// TokenizeWait is when a request waits for its preflight: "auto"
+	// (the default) only while the exact overlaps may decide otherwise
+	// than the estimate (an engine dropped blocks within the last minute,
+	// or other instances seen: the wait rule, diverge.go), else it is
+	// routed by the estimate at once and tokenized in the background;
+	// "always" every request without a cached message prefix waits, and
+	// every chat with one is routed on its tokens (before 2026-12-06).
+	TokenizeWait string `json:"tokenize_wait,omitempty"`
+
 	// TokenizeURL is the base URL of the /tokenize endpoint, e.g.
 	// "http://10.0.0.5:8000". Default: the scheme and dial address of an
 	// engine whose feed is healthy, in turn.
@@ -124,6 +133,8 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: predict_ttl and tokenize_timeout must not be negative")
 	case c.TokenizeConcurrency < 0 || c.TokenizeCache < 0:
 		return fmt.Errorf("kv: tokenize_concurrency and tokenize_cache must be positive")
+	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
+		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":
 		return fmt.Errorf("kv: canary.model is required")
 	case c.Canary != nil && (c.Canary.Interval < 0 || c.Canary.Blocks < 0):
@@ -152,6 +163,7 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 		},
 		Subscriber: SubscriberConfig{Logger: logger},
 		Logger:     logger,
+		WaitAlways: c.TokenizeWait == "always",
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

@@ -36,3 +36,27 @@ func TestSettingsValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestSettingsTokenizeWait: tokenize_wait is auto (the wait rule, the
+// default) or always (WaitAlways); anything else is rejected.
+func TestSettingsTokenizeWait(t *testing.T) {
+	for _, c := range []struct {
+		give   string
+		always bool
+		bad    bool
+	}{{"", false, false}, {"auto", false, false}, {"always", true, false}, {"never", false, true}} {
+		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, TokenizeWait: c.give}
+		s.SetDefaults()
+		if err := s.Validate(); (err != nil) != c.bad {
+			t.Errorf("tokenize_wait %q: Validate %v, want an error %v", c.give, err, c.bad)
+			continue
+		}
+		if c.bad {
+			continue
+		}
+		pc, err := s.Precise("", "", nil, nil)
+		if err != nil || pc.WaitAlways != c.always {
+			t.Errorf("tokenize_wait %q: WaitAlways %v (err %v), want %v", c.give, pc.WaitAlways, err, c.always)
+		}
+	}
+}

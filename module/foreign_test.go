@@ -128,7 +128,9 @@ func TestForeignPrefillFeeds(t *testing.T) {
 // client of the Caddy, the model and the live precise-path state. The
 // preflight's timeout exceeds a loaded machine's stalls: a preflight that
 // timed out credits a request with the bytes' estimate only, and its
-// template's tokens read as foreign.
+// template's tokens read as foreign; so does a request the wait rule
+// routes at once (tokenize_wait auto, the default, in a lone instance:
+// the reservation counts the bytes' estimate), hence always here.
 func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (*enginesim.Server, openai.Client, string, *kvState) {
 	t.Helper()
 	sim, events, replay := startKVSim(t, opts...)
@@ -137,6 +139,7 @@ func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (*engines
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "10s",
+		"tokenize_wait":    "always",
 	}}})
 	return sim, newClient(c), sim.Model(), liveKV(t)
 }

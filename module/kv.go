@@ -43,6 +43,7 @@ import (
 //		max_concurrent <n>
 //		cache_entries  <n>
 //		url            <base url>
+//		wait           auto|always
 //	}]
 //
 // kv_events may appear once per engine, and once with "*" as the template
@@ -64,7 +65,7 @@ func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
 			return d.ArgErr()
 		}
 		return b.Sub(d, "tokenize", kv(), map[string]string{"timeout": "tokenize_timeout",
-			"max_concurrent": "tokenize_concurrency", "cache_entries": "tokenize_cache", "url": "tokenize_url"})
+			"max_concurrent": "tokenize_concurrency", "cache_entries": "tokenize_cache", "url": "tokenize_url", "wait": "tokenize_wait"})
 	}
 	b.Custom["kv_events"] = func(d *caddyfile.Dispenser) error {
 		var e kvindex.FeedSpec

@@ -258,6 +258,7 @@ func startPreciseCaddy(t *testing.T) (sim *enginesim.Server, addr string, cl ope
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "2s",
+		"tokenize_wait":    "always", // the precise decisions under test (a lone instance, nothing evicted)
 	}}})
 	return sim, addr, newClient(c), liveKV(t)
 }
@@ -473,6 +474,7 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "5s",
+		"tokenize_wait":    "always", // fleetsim's ramjet-precise (not @wait)
 	}}})
 	k := liveKV(t)
 	f := lookupFleet("")

@@ -122,7 +122,8 @@ func TestE2EKVBindMode(t *testing.T) {
 	c := startCaddyfile(t, directiveCaddyfile([]string{a, b}, fmt.Sprintf(`
 		kv_bind tcp://127.0.0.1:0
 		kv_topics %s=kv@a %s=kv@b
-		tokenize_timeout 2s`, a, b)))
+		tokenize_timeout 2s
+		tokenize_wait always`, a, b)))
 	k := liveKV(t)
 	var bound string
 	eventually(t, "ramjet bound its event socket", func() bool {

@@ -80,6 +80,7 @@ http://{ADDR} {
 				kv_block_size 16
 				tokenize {
 					timeout 2s
+					wait always
 				}
 			}
 		}

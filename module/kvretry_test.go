@@ -28,6 +28,7 @@ func TestE2EKVRetryReleasesEarlierHold(t *testing.T) {
 		"block_size":       16,
 		"predict_ttl":      "10m",
 		"tokenize_timeout": "5s",
+		"tokenize_wait":    "always", // the precise decision under test
 		// The preflight asks B, which keeps answering while A refuses.
 		"tokenize_url": "http://" + b,
 	}}})

@@ -70,6 +70,7 @@ const kvTemplateBlock = `depart_after 1s
 				kv_topic kv-events
 				tokenize {
 					timeout 5s
+					wait always
 				}`
 
 // TestDynamicSRVKVTemplate: replicas discovered through `dynamic srv` get

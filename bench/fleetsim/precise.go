@@ -65,6 +65,12 @@ type PreciseConfig struct {
 	ExactPastEstimate bool
 	// CapForeign: kvindex.PreciseConfig.CapForeign.
 	CapForeign bool
+	// WaitRule applies the module's wait rule (kvindex.Precise.
+	// WaitPreflight) to every decision, as to a request with no cached
+	// message prefix (the simulation models no message-prefix cache): a
+	// decision the rule does not wait for is routed by the estimate, its
+	// tokens coming TokenizeLate later, as a missed preflight's.
+	WaitRule bool
 	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
@@ -422,7 +428,13 @@ type lateAnswer struct {
 // missed reports whether r's preflight misses its timeout: production
 // sends one only when some feed is fresh.
 func (p *RamjetPrecise) missed(r *Request) bool {
-	if p.pc.TokenizeMiss == 0 || !p.pre.Ready() {
+	if !p.pre.Ready() {
+		return false
+	}
+	if p.pc.WaitRule && !p.pre.WaitPreflight() {
+		return true
+	}
+	if p.pc.TokenizeMiss == 0 {
 		return false
 	}
 	h := xxhash.Sum64String(fmt.Sprintf("tokenize-miss/%d", r.Row.ID))
@@ -483,7 +495,7 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 
 // preciseNamed returns the ramjet-precise variant name names,
 // "ramjet-precise@k+k...": flags exact (PreciseConfig.ExactPastEstimate),
-// all (CapForeign), nocold (NoCold) and defer (no change: the estimate cap is
+// all (CapForeign), nocold (NoCold), wait (WaitRule) and defer (no change: the estimate cap is
 // the default).
 // ok is
 // false when name is not one.
@@ -501,6 +513,11 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			pc.CapForeign = true
 		case "nocold":
 			pc.NoCold = true
+		case "wait": // the wait rule on every decision, the answer one round trip (10 ms) later
+			pc.WaitRule = true
+			if pc.TokenizeLate == 0 {
+				pc.TokenizeLate = 10 * time.Millisecond
+			}
 		case "defer": // the name the estimate cap was measured under
 		default:
 			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)

@@ -197,3 +197,31 @@ func TestRamjetPreciseColdStart(t *testing.T) {
 	}
 	t.Logf("cold-start holds %d of %d decisions", cold.ColdHolds, len(w.Trace))
 }
+
+// TestRamjetPreciseWaitRule: ramjet-precise@wait routes by the estimate
+// every decision the module's wait rule (kvindex.Precise.WaitPreflight)
+// would not wait for: here all but the cold start's, a lone instance
+// whose engines drop nothing; their answers, one round trip later, hold
+// the chosen replicas' blocks as a missed preflight's do.
+func TestRamjetPreciseWaitRule(t *testing.T) {
+	w := generate(t, "shared-prefix", workload.Options{Seed: 2, Scale: 0.1})
+	q, ok, err := preciseNamed("ramjet-precise@wait", selection.Config{})
+	if !ok || err != nil {
+		t.Fatalf("ramjet-precise@wait: ok %v, err %v", ok, err)
+	}
+	p := q.(*RamjetPrecise)
+	if _, err := Run(Config{Workload: w, Replicas: 4, Policy: p, Salt: 2}); err != nil {
+		t.Fatal(err)
+	}
+	n := len(w.Trace)
+	if p.Index().Removed() != 0 {
+		t.Fatalf("%d blocks removed: the rule's case needs none", p.Index().Removed())
+	}
+	if p.Misses*10 < n*9 || p.LateHolds == 0 || p.PreciseDecisions() != 0 {
+		t.Errorf("%d of %d routed at once (want nearly all), %d late holds (want > 0), %d precise decisions (want 0)",
+			p.Misses, n, p.LateHolds, p.PreciseDecisions())
+	}
+	if p.PreciseDecisions()+p.ApproxDecisions()+p.Misses != n {
+		t.Errorf("precise %d + approximate %d + at once %d decisions, want %d", p.PreciseDecisions(), p.ApproxDecisions(), p.Misses, n)
+	}
+}

@@ -479,10 +479,11 @@ func markdown(rows []Row) string {
 		if p == nil || p.Sent == 0 {
 			continue
 		}
-		fmt.Fprintf(&sb, "\n%s/%s preflights: %d sent (wall time), mean %.0f ms, within 50 ms %.1f%%, 100 ms %.1f%%, 150 ms %.1f%%, 250 ms %.1f%%, 500 ms %.1f%%; fallbacks %v; late %v; decisions precise %d approximate %d; predicted %d, dropped %d; %d requests waited, mean %.0f ms (wall); routed on a cached message prefix %d, prefix checks agreed %d disagreed %d\n",
+		fmt.Fprintf(&sb, "\n%s/%s preflights: %d sent (wall time), mean %.0f ms, within 50 ms %.1f%%, 100 ms %.1f%%, 150 ms %.1f%%, 250 ms %.1f%%, 500 ms %.1f%%; fallbacks %v; late %v; decisions precise %d approximate %d; predicted %d, dropped %d; %d requests waited, mean %.0f ms (wall); routed on a cached message prefix %d, prefix checks agreed %d disagreed %d; wait rule: %d of %d precise decisions diverged from the estimate, %d requests not waited for\n",
 			r.Workload, r.Policy, p.Sent, 1000*p.Sum/float64(p.Sent), 100*p.Within(.05), 100*p.Within(.1), 100*p.Within(.15),
 			100*p.Within(.25), 100*p.Within(.5), p.Fallbacks, p.Late, p.Precise, p.Approx, p.Predicted, p.PredictionsDropped,
-			p.Waited, 1000*p.WaitSum/float64(max(p.Waited, 1)), p.PrefixRouted, p.PrefixAgreed, p.PrefixDisagreed)
+			p.Waited, 1000*p.WaitSum/float64(max(p.Waited, 1)), p.PrefixRouted, p.PrefixAgreed, p.PrefixDisagreed,
+			p.Diverged, p.Checked, p.Unwaited)
 	}
 	for _, r := range rows {
 		if p := r.Peer; p != nil {

@@ -1,0 +1,72 @@
+package kvindex
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// The wait rule. A request whose prompt has no cached message prefix
+// (prefix.go) is routed by the estimate at once, its preflight sent in the
+// background as a Late handle (its tokens predict the chosen replica's
+// blocks and teach the message-prefix cache), and one routed on a cached
+// prefix is routed by the estimate too, without the lookup of the
+// prefix's exact overlaps (its deferred preflight unchanged), unless the
+// exact overlaps may tell otherwise: under the estimate cap (SetEstimate) a precise
+// decision differs from the estimate's only where a kept exact overlap
+// differs from the estimate's credit, that is where an engine dropped
+// blocks the estimate still credits (evicted, or its cache cleared) or
+// holds blocks this router did not route (other instances' placements).
+// So the request waits for its preflight while an engine dropped indexed
+// blocks within the last RemovalWindow, or once the router has seen other
+// instances (selection.Router.SawOthers), or without the estimate cap (no
+// SetEstimate, ExactPastEstimate) or with WaitAlways (tokenize_wait
+// always): every request waits, as before. A lone
+// instance whose engines evict nothing pays no round trip and no exact
+// lookup: through HTTP the preflight added 5-10 ms to every request of a
+// 200-row tool-agent window, and agent-fleet's turns routed on a cached
+// prefix paid the precise decision's lookup of a long context's engine
+// blocks before routing (TTFT p50 +3-5% against the default path,
+// bench/RESULTS.md, 2026-12-06, "the preflight's p50 cost").
+//
+// Measured first as a sampled share of diverged decisions (one in 16
+// requests waiting to keep measuring it): the fleet simulation's burst
+// then lost its tail (a sampled precise decision saw the exact overlaps
+// without the predictions of the requests routed at once, their tokens
+// still on the way), bench/EXPERIMENTS.md 76.
+const RemovalWindow = time.Minute
+
+// divergence counts what the wait rule saw: precise decisions under the
+// estimate cap, those whose kept exact overlaps differed from the
+// estimate's credit (capByEstimate), and requests routed at once.
+type divergence struct {
+	seen, diverged, unwaited atomic.Uint64
+}
+
+// noteDiverged records one precise decision under the estimate cap.
+func (p *Precise) noteDiverged(diverged bool) {
+	p.div.seen.Add(1)
+	if diverged {
+		p.div.diverged.Add(1)
+	}
+}
+
+// WaitPreflight reports whether a request without a usable cached prefix
+// waits for its preflight (the wait rule above; PreflightBody asks it, and
+// the fleet simulation's ramjet-precise@wait for every decision).
+func (p *Precise) WaitPreflight() bool {
+	e := p.est.Load()
+	if e == nil || p.cfg.WaitAlways || p.cfg.ExactPastEstimate || e.rt.SawOthers() {
+		return true
+	}
+	last := p.x.lastRemoval.Load()
+	return last != 0 && p.x.cfg.Now().UnixNano()-last < int64(RemovalWindow)
+}
+
+// DivergeStats counts the precise decisions under the estimate cap and
+// those whose kept exact overlaps differed from the estimate's credit by
+// more than one router block, and the requests routed by the estimate
+// without waiting for their preflight (the wait rule).
+func (p *Precise) DivergeStats() (decisions, diverged, unwaited uint64) {
+	d := &p.div
+	return d.seen.Load(), d.diverged.Load(), d.unwaited.Load()
+}

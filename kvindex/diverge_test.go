@@ -1,0 +1,175 @@
+package kvindex
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// TestWaitRule: a request without a cached message prefix is routed at
+// once, its preflight a Late handle whose tokens come later, unless an
+// engine dropped indexed blocks within RemovalWindow, the router saw other
+// instances, or there is no estimate cap: then it waits, as before.
+func TestWaitRule(t *testing.T) {
+	srv := newChatTokenizer(t, false)
+	p, preflight := prefixPrecise(t, srv)
+	if !p.WaitPreflight() {
+		t.Fatal("no estimate cap: want a wait")
+	}
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetEstimate(rt)
+	if p.WaitPreflight() {
+		t.Fatal("a lone instance, nothing evicted: want no wait")
+	}
+
+	gate := make(chan struct{})
+	srv.gate.Store(&gate)
+	toks, late, err := preflight(time.Minute, "a prompt of its own, one message")
+	if toks != nil || late == nil || err != nil {
+		t.Fatalf("no wait: tokens %v, late %v, err %v; want a Late handle at once", toks, late, err)
+	}
+	if !p.Bind(0, "a") {
+		t.Fatal("bind a")
+	}
+	late.Routed(0)
+	close(gate)
+	eventually(t, "the late tokens predicted", func() bool { return p.LateOutcomes(LatePredicted) == 1 })
+	late.End()
+	if _, _, unwaited := p.DivergeStats(); unwaited != 1 {
+		t.Errorf("unwaited %d, want 1", unwaited)
+	}
+	if waited, _ := p.Waited(); waited != 0 {
+		t.Errorf("waited %d, want 0", waited)
+	}
+
+	// The engine evicts one of its indexed blocks: requests wait for the
+	// window.
+	now := time.Now()
+	p.x.cfg.Now = func() time.Time { return now }
+	ra, _ := p.Index().Lookup("a")
+	p.Index().Apply(ra, batchOf(Event{Kind: KindBlockRemoved, BlockHashes: []uint64{1}, Medium: "GPU"}))
+	if !p.WaitPreflight() {
+		t.Fatal("a block evicted just now: want a wait")
+	}
+	if _, late, err := preflight(time.Minute, "another prompt"); late != nil || err != nil {
+		t.Fatalf("after an eviction: late %v, err %v; want the tokens", late, err)
+	}
+	now = now.Add(RemovalWindow)
+	if p.WaitPreflight() {
+		t.Fatal("RemovalWindow after the eviction: want no wait")
+	}
+
+	rt.SetExternalLoad(0, 1, 0, 0) // load this instance did not route: another instance
+	if !p.WaitPreflight() {
+		t.Fatal("other instances seen: want a wait")
+	}
+	p.SetEstimate(nil)
+	if !p.WaitPreflight() {
+		t.Fatal("no estimate cap: want a wait")
+	}
+}
+
+// TestDiverged: a precise decision diverges from the estimate when a kept
+// exact overlap is more than one router block below the estimate's credit
+// (the engine evicted it) or above it in blocks this router did not route,
+// not when the two agree.
+func TestDiverged(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
+	for _, c := range []struct {
+		name     string
+		stored   int // blocks a's engine stored of the prompt
+		routed   bool
+		diverged bool
+	}{
+		{"agree", 3, true, false},
+		{"evicted", 1, true, true},
+		{"foreign", 3, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := NewPrecise(PreciseConfig{
+				Index:   Config{BlockSize: 4, Now: func() time.Time { return time.Unix(100, 0) }},
+				Engines: []PreciseEngine{{Feed: Endpoint{Replica: "a"}}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.SetEstimate(rt)
+			s0, _ := rt.Register("a")
+			p.Bind(s0, "a")
+			x := p.Index()
+			ra, _ := x.Lookup("a")
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			keys := x.Keys(nil, 0, toks)
+			if c.routed {
+				rt.Learn(f, s0)
+				x.Hold(ra, keys, time.Minute)
+			}
+			x.Apply(ra, batchOf(storedEv(0, false, 4, toks[:4*c.stored], []uint64{11, 12, 13}[:c.stored]...)))
+			if c.routed {
+				x.Release(ra, keys, 0)
+			}
+			cands := []selection.Candidate{{Slot: s0, Usable: true}}
+			s := selection.NewScratch(1)
+			s.Tokens = toks
+			if !p.Annotate(f, cands, s) {
+				t.Fatal("no precise candidate")
+			}
+			seen, diverged, _ := p.DivergeStats()
+			if seen != 1 || (diverged == 1) != c.diverged {
+				t.Errorf("recorded %d, diverged %d; want 1 recorded, diverged %v (candidate %+v)", seen, diverged, c.diverged, cands[0])
+			}
+		})
+	}
+}
+
+// TestWaitRulePrefix: a chat routed on its cached message prefix is routed
+// by the estimate, without the prefix's tokens, when the wait rule would not
+// wait (the exact overlaps would decide as the estimate); its Late handle
+// still counts the prefix's tokens in the prompt's (PromptTokens) and its
+// deferred preflight still teaches the cache.
+func TestWaitRulePrefix(t *testing.T) {
+	srv := newChatTokenizer(t, false)
+	p, preflight := prefixPrecise(t, srv)
+	sys := "a shared system prompt, several blocks long"
+	if _, late, err := preflight(time.Minute, sys, "q0"); err != nil || late != nil {
+		t.Fatalf("first preflight: late %v, err %v", late, err)
+	}
+	eventually(t, "system prompt tokenized", func() bool { n, _ := p.Tokenizer().CacheLen(); return n == 3 })
+	for i := 1; i <= prefixTrustChecks; i++ {
+		if _, late, err := preflight(time.Minute, sys, "q"+strconv.Itoa(i)); err != nil || late != nil {
+			t.Fatalf("question %d: late %v, err %v", i, late, err)
+		}
+	}
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetEstimate(rt)
+	prefix, _ := chatTokens(chatBody(sys, "q1"))
+	prefix = append(prefix, 1, 'a')
+	body := chatBody(sys, "q1", "r1", "q1b")
+	toks, late, err := preflight(time.Minute, sys, "q1", "r1", "q1b")
+	if toks != nil || late == nil || err != nil {
+		t.Fatalf("next turn: tokens %v, late %v, err %v; want a Late handle and no tokens", toks, late, err)
+	}
+	if got := late.PromptTokens(0, 1); got <= len(prefix) || got >= len(prefix)+len(body) {
+		t.Errorf("PromptTokens(0, 1) = %d, want the prefix's %d plus the other messages' bytes", got, len(prefix))
+	}
+	before, _ := p.Tokenizer().CacheLen()
+	late.End() // sends the deferred preflight: the cache learns the turn
+	eventually(t, "the turn's messages learned", func() bool { n, _ := p.Tokenizer().CacheLen(); return n > before })
+	if _, _, unwaited := p.DivergeStats(); unwaited != 1 {
+		t.Errorf("unwaited %d, want 1", unwaited)
+	}
+}
