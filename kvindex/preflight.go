@@ -35,9 +35,11 @@ const prefixMaxTail = 2
 // engine's: it returns the prefix's tokens at once, to route on, with the
 // Late handle of its own preflight, which is sent once the request's
 // response begins (Late.FirstByte) or it ends (deferLate). Any other
-// request waits only while recent precise decisions differed from the
-// estimate's (the wait rule, diverge.go); else it returns at once with the
-// Late handle of its preflight, sent now, and no tokens.
+// request waits only where the exact overlaps may decide otherwise than
+// the estimate (the wait rule, diverge.go: an engine dropped indexed blocks
+// within RemovalWindow, other instances seen, or tokenize_wait always);
+// else it returns at once with the Late handle of its preflight, sent now,
+// and no tokens.
 func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body []byte, f *selection.Features, timeout time.Duration, probe func() (selection.Slot, bool)) ([]uint32, *Late, error) {
 	key := xxhash.Sum64(body)
 	if toks, ok := p.Tokenizer().Cached(key); ok {
