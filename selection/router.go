@@ -602,6 +602,13 @@ type Options struct {
 	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
 	// no limit (an agent's long context is left to the pair term).
 	ColdAwayMax int
+	// EngineQueue, when positive, charges each request that a replica's
+	// engine reported waiting at the last fresh scrape and that this
+	// instance did not send (SetExternalLoad's waiting) EngineQueue tokens
+	// of load beside request_cost (enginequeue.go). EngineQueueHome
+	// charges it on the request's home only (experiment).
+	EngineQueue     float64
+	EngineQueueHome bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -995,7 +1002,7 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	n := c.count()
-	ld := float64((n+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
+	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(c, pairOn)
 	ow := k.ow
 	if k.owOff {
 		ow = 0
