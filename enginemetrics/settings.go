@@ -2,6 +2,7 @@ package enginemetrics
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ramjet-llm/ramjet/duration"
@@ -64,6 +65,16 @@ type Settings struct {
 	// and the tool-agent trace at the default KV its p99 (bench/RESULTS.md, 2026-12-06, "the overflow term from the
 	// engines' KV usage"). Default: off.
 	Overflow bool `json:"overflow,omitempty"`
+	// Queue, when positive, charges each request an engine reports
+	// waiting that this instance did not send Queue tokens of load beside
+	// request_cost (selection.Options.EngineQueue), so that several
+	// instances' turns leave a home whose engine queue is long though each
+	// instance sent little of it. A lone instance routes as without it;
+	// a stale replica counts local reservations only. In the fleet
+	// simulation, the tool-agent trace at 8 replicas on the precise path
+	// (kv_events), 2 and 4 instances: see bench/RESULTS.md, 2026-12-06,
+	// "the engines' own queues". Default: 0 (off).
+	Queue float64 `json:"queue,omitempty"`
 }
 
 // SetDefaults fills the zero path and scheme (the scraper fills the rest).
@@ -84,6 +95,9 @@ func (c *Settings) Validate() error {
 	}
 	if err := c.Config("").Validate(); err != nil {
 		return fmt.Errorf("engine_metrics: %w", err)
+	}
+	if !(c.Queue >= 0) || math.IsInf(c.Queue, 1) {
+		return fmt.Errorf("engine_metrics: queue must be a finite number of tokens, 0 or more, got %v", c.Queue)
 	}
 	return nil
 }
