@@ -16,11 +16,13 @@ package selection
 // only, SetExternalLoad's zeros).
 
 // engineQueue is the load Options.EngineQueue adds on c: its others'
-// waiting requests at the last fresh scrape times EngineQueue, on the
-// request's home only with EngineQueueHome (pairOn false: the replica
-// holding strictly the deepest overlap).
-func (rt *Router) engineQueue(c *loadCell, pairOn bool) float64 {
-	if rt.opt.EngineQueue <= 0 || rt.opt.EngineQueueHome && pairOn {
+// waiting requests at the last fresh scrape times EngineQueue. Every
+// candidate pays it, not the home alone: a turn that leaves a queued home
+// must not land on another queued replica (charged on the home only, the
+// tool-agent trace's p99 at 8 replicas with 2 instances was 1.84x one
+// instance's, against 1.31x; bench/EXPERIMENTS.md section 75).
+func (rt *Router) engineQueue(c *loadCell) float64 {
+	if rt.opt.EngineQueue <= 0 {
 		return 0
 	}
 	return rt.opt.EngineQueue * float64(c.ext.waiting.Load())

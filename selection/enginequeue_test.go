@@ -31,13 +31,10 @@ func TestEngineQueue(t *testing.T) {
 		t.Fatalf("on: slot %d, loads %v; want away from home %d, load %v there", d.Slot, ld, home, cost+1024)
 	}
 
-	// EngineQueueHome charges the home only.
+	// Every replica pays it.
 	base.SetExternalLoad(other, 0, 1, 0)
 	if _, ld := pick(on); ld[1] != cost+1024 {
 		t.Fatalf("on: loads %v; want %v on the other waiting replica", ld, cost+1024)
-	}
-	if _, ld := pick(Options{EngineQueue: 1024, EngineQueueHome: true}); ld[0] != cost+1024 || ld[1] != cost {
-		t.Fatalf("home only: loads %v; want [%v %v 0]", ld, cost+1024, cost)
 	}
 	base.SetExternalLoad(other, 0, 0, 0)
 

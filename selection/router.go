@@ -605,10 +605,9 @@ type Options struct {
 	// EngineQueue, when positive, charges each request that a replica's
 	// engine reported waiting at the last fresh scrape and that this
 	// instance did not send (SetExternalLoad's waiting) EngineQueue tokens
-	// of load beside request_cost (enginequeue.go). EngineQueueHome
-	// charges it on the request's home only (experiment).
-	EngineQueue     float64
-	EngineQueueHome bool
+	// of load beside request_cost (enginequeue.go), on every replica.
+	// engine_metrics' queue. Off by default (opt-in).
+	EngineQueue float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -1002,7 +1001,7 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	n := c.count()
-	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(c, pairOn)
+	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(c)
 	ow := k.ow
 	if k.owOff {
 		ow = 0

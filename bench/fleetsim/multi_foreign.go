@@ -37,7 +37,7 @@ import (
 // DefaultKVEventDelay): real processes' event delivery under load.
 // "eq=<tokens>" charges each request an engine reports waiting that the
 // instance did not send that many tokens of load (Options.EngineQueue;
-// needs -engine-load), "eqhome" on the request's home only.
+// needs -engine-load).
 const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
@@ -76,7 +76,6 @@ type preciseSpec struct {
 	delay   time.Duration // "oracle=<ms>"
 	kvDelay time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
 	queue   float64       // "eq=<tokens>": selection.Options.EngineQueue (with -engine-load)
-	qHome   bool          // "eqhome": Options.EngineQueueHome
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -126,8 +125,6 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive cost in tokens per waiting request", SpillSep, spec)
 			}
 			ps.queue = x
-		case k == "eqhome" && !hasV:
-			ps.qHome = true
 		case k == "fpearly" && !hasV:
 			ps.early = true
 		case k == "fpq" && hasV:
@@ -205,7 +202,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		if ps.cold || ps.band > 0 || ps.queue > 0 {
 			o := rp.rt.Options()
 			o.ColdSpill, o.SpillBand, o.SpillBandAlone = ps.cold, ps.band, ps.alone
-			o.EngineQueue, o.EngineQueueHome = ps.queue, ps.qHome
+			o.EngineQueue = ps.queue
 			rp.rt = rp.rt.WithOptions(o)
 		}
 		if ps.foreign {

@@ -49,7 +49,6 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+fpwhole=3+fpearly", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, whole: true, wholeMx: 3, early: true}, true, false},
 		{"fp+fpwhole=0.5", preciseSpec{}, true, true},
 		{"cs+eq=16384", preciseSpec{cold: true, queue: 16384}, true, false},
-		{"eq=4096+eqhome", preciseSpec{queue: 4096, qHome: true}, true, false},
 		{"eq=0", preciseSpec{}, true, true},
 		{"eq=x", preciseSpec{}, true, true},
 	}
@@ -270,7 +269,7 @@ func TestMultiPreciseEngineQueue(t *testing.T) {
 	want, _ := run(base, 1)
 	got, m := run(base+"+eq=16384", 1)
 	rp := m.inst[0].(*RamjetPrecise)
-	if o := rp.rt.Options(); o.EngineQueue != 16384 || o.EngineQueueHome || !o.ColdSpill {
+	if o := rp.rt.Options(); o.EngineQueue != 16384 || !o.ColdSpill {
 		t.Fatalf("lone instance's options %+v", o)
 	}
 	if rp.Scrapes() == 0 || rp.ExternalSeen() != 0 {
@@ -284,10 +283,10 @@ func TestMultiPreciseEngineQueue(t *testing.T) {
 			t.Fatalf("record %d differs: without %+v, with eq %+v", i, want.Records[i], got.Records[i])
 		}
 	}
-	_, m = run(base+"+eq=16384+eqhome", 2)
+	_, m = run(base+"+eq=16384", 2)
 	for k, q := range m.inst {
 		rp := q.(*RamjetPrecise)
-		if o := rp.rt.Options(); o.EngineQueue != 16384 || !o.EngineQueueHome {
+		if o := rp.rt.Options(); o.EngineQueue != 16384 {
 			t.Errorf("instance %d options %+v", k, o)
 		}
 		if rp.ExternalSeen() == 0 {
