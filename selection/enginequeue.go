@@ -25,5 +25,5 @@ func (rt *Router) engineQueue(c *loadCell) float64 {
 	if rt.opt.EngineQueue <= 0 {
 		return 0
 	}
-	return rt.opt.EngineQueue * float64(c.ext.waiting.Load())
+	return rt.opt.EngineQueue * float64(max(c.ext.waiting.Load()-int32(rt.opt.EngineQueueFree), 0))
 }

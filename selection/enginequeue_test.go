@@ -38,6 +38,15 @@ func TestEngineQueue(t *testing.T) {
 	}
 	base.SetExternalLoad(other, 0, 0, 0)
 
+	// EngineQueueFree leaves the first ones uncharged.
+	base.SetExternalLoad(home, 0, 3, 0)
+	if _, ld := pick(Options{EngineQueue: 1024, EngineQueueFree: 2}); ld[0] != 3*cost+1024 {
+		t.Fatalf("2 free: loads %v; want %v at home", ld, 3*cost+1024)
+	}
+	if _, ld := pick(Options{EngineQueue: 1024, EngineQueueFree: 4}); ld[0] != 3*cost {
+		t.Fatalf("4 free: loads %v; want %v at home", ld, 3*cost)
+	}
+
 	// Running requests are charged request_cost only.
 	base.SetExternalLoad(home, 1, 0, 0)
 	if d, ld := pick(on); d.Slot != home || ld[0] != cost {

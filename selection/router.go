@@ -606,8 +606,11 @@ type Options struct {
 	// engine reported waiting at the last fresh scrape and that this
 	// instance did not send (SetExternalLoad's waiting) EngineQueue tokens
 	// of load beside request_cost (enginequeue.go), on every replica.
-	// engine_metrics' queue. Off by default (opt-in).
-	EngineQueue float64
+	// engine_metrics' queue. Off by default (opt-in). EngineQueueFree
+	// leaves that many of them uncharged (a short queue: an engine
+	// reports a request waiting until its next step admits it).
+	EngineQueue     float64
+	EngineQueueFree int
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry

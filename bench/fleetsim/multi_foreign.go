@@ -37,7 +37,7 @@ import (
 // DefaultKVEventDelay): real processes' event delivery under load.
 // "eq=<tokens>" charges each request an engine reports waiting that the
 // instance did not send that many tokens of load (Options.EngineQueue;
-// needs -engine-load).
+// needs -engine-load), "eqfree=<n>" the first n of them free.
 const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
@@ -76,6 +76,7 @@ type preciseSpec struct {
 	delay   time.Duration // "oracle=<ms>"
 	kvDelay time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
 	queue   float64       // "eq=<tokens>": selection.Options.EngineQueue (with -engine-load)
+	qFree   int           // "eqfree=<n>": Options.EngineQueueFree
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -125,6 +126,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive cost in tokens per waiting request", SpillSep, spec)
 			}
 			ps.queue = x
+		case k == "eqfree" && hasV:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return ps, true, fmt.Errorf("%s%s: want a number of waiting requests, 0 or more", SpillSep, spec)
+			}
+			ps.qFree = n
 		case k == "fpearly" && !hasV:
 			ps.early = true
 		case k == "fpq" && hasV:
@@ -202,7 +209,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		if ps.cold || ps.band > 0 || ps.queue > 0 {
 			o := rp.rt.Options()
 			o.ColdSpill, o.SpillBand, o.SpillBandAlone = ps.cold, ps.band, ps.alone
-			o.EngineQueue = ps.queue
+			o.EngineQueue, o.EngineQueueFree = ps.queue, ps.qFree
 			rp.rt = rp.rt.WithOptions(o)
 		}
 		if ps.foreign {
