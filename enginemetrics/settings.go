@@ -71,9 +71,13 @@ type Settings struct {
 	// instances' turns leave a home whose engine queue is long though each
 	// instance sent little of it. A lone instance routes as without it;
 	// a stale replica counts local reservations only. In the fleet
-	// simulation, the tool-agent trace at 8 replicas on the precise path
-	// (kv_events), 2 and 4 instances: see bench/RESULTS.md, 2026-12-06,
-	// "the engines' own queues". Default: 0 (off).
+	// simulation with kv_events, 32768 takes the tool-agent trace at 8
+	// replicas with 2 and 4 instances to TTFT p99 0.97x and 0.98x one
+	// instance's (medians of 12 traces; 1.57x and 1.75x without), but
+	// turns short queues into moves where the fleet is not saturated:
+	// the trace at 64 replicas with 4 instances 1.06x -> 2.37x, the
+	// conversation trace at 8 1.24x -> 1.38x (bench/RESULTS.md,
+	// 2026-12-06, "the engines' own queues"). Default: 0 (off).
 	Queue float64 `json:"queue,omitempty"`
 }
 

@@ -606,7 +606,11 @@ type Options struct {
 	// engine reported waiting at the last fresh scrape and that this
 	// instance did not send (SetExternalLoad's waiting) EngineQueue tokens
 	// of load beside request_cost (enginequeue.go), on every replica.
-	// engine_metrics' queue. Off by default (opt-in). EngineQueueFree
+	// engine_metrics' queue. Off by default: 32768 brings several
+	// precise instances on the tool-agent trace at 8 replicas to one
+	// instance's TTFT p99 and costs the unsaturated 64-replica trace and
+	// the conversation trace theirs (bench/EXPERIMENTS.md section 75).
+	// EngineQueueFree
 	// leaves that many of them uncharged (a short queue: an engine
 	// reports a request waiting until its next step admits it).
 	EngineQueue     float64
