@@ -15,15 +15,19 @@ package selection
 // are the rule's), and a stale scrape leaves none (local reservations
 // only, SetExternalLoad's zeros).
 
-// engineQueue is the load Options.EngineQueue adds on c: its others'
+// engineQueue is the load Options.EngineQueue adds on slot s: its others'
 // waiting requests at the last fresh scrape times EngineQueue. Every
 // candidate pays it, not the home alone: a turn that leaves a queued home
 // must not land on another queued replica (charged on the home only, the
 // tool-agent trace's p99 at 8 replicas with 2 instances was 1.84x one
 // instance's, against 1.31x; bench/EXPERIMENTS.md section 75).
-func (rt *Router) engineQueue(c *loadCell) float64 {
+func (rt *Router) engineQueue(s Slot) float64 {
 	if rt.opt.EngineQueue <= 0 {
 		return 0
 	}
-	return rt.opt.EngineQueue * float64(max(c.ext.waiting.Load()-int32(rt.opt.EngineQueueFree), 0))
+	w := rt.loads[s].ext.waiting.Load()
+	if rt.opt.EngineQueueSteady {
+		w = min(w, rt.qPrev[s].Load())
+	}
+	return rt.opt.EngineQueue * float64(max(w-int32(rt.opt.EngineQueueFree), 0))
 }

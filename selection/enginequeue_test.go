@@ -47,6 +47,18 @@ func TestEngineQueue(t *testing.T) {
 		t.Fatalf("4 free: loads %v; want %v at home", ld, 3*cost)
 	}
 
+	// EngineQueueSteady charges the smaller of the last two scrapes.
+	steady := Options{EngineQueue: 1024, EngineQueueSteady: true}
+	base.SetExternalLoad(home, 0, 0, 0)
+	base.SetExternalLoad(home, 0, 1, 0) // a step's wait: seen once
+	if _, ld := pick(steady); ld[0] != cost {
+		t.Fatalf("steady, seen once: loads %v; want %v at home", ld, cost)
+	}
+	base.SetExternalLoad(home, 0, 1, 0) // seen twice
+	if _, ld := pick(steady); ld[0] != cost+1024 {
+		t.Fatalf("steady, seen twice: loads %v; want %v at home", ld, cost+1024)
+	}
+
 	// Running requests are charged request_cost only.
 	base.SetExternalLoad(home, 1, 0, 0)
 	if d, ld := pick(on); d.Slot != home || ld[0] != cost {

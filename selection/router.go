@@ -615,6 +615,9 @@ type Options struct {
 	// reports a request waiting until its next step admits it).
 	EngineQueue     float64
 	EngineQueueFree int
+	// EngineQueueSteady charges the smaller of the last two scrapes'
+	// figures: a queue seen twice in a row, not a step's wait.
+	EngineQueueSteady bool
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -647,6 +650,9 @@ type shared struct {
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
+	// qPrev: the others' waiting requests at the scrape before the last
+	// (SetExternalLoad; Options.EngineQueueSteady).
+	qPrev [MaxReplicas]atomic.Int32
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
@@ -1008,7 +1014,7 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	n := c.count()
-	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(c)
+	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(s)
 	ow := k.ow
 	if k.owOff {
 		ow = 0
