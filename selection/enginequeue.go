@@ -25,9 +25,5 @@ func (rt *Router) engineQueue(s Slot) float64 {
 	if rt.opt.EngineQueue <= 0 {
 		return 0
 	}
-	w := rt.loads[s].ext.waiting.Load()
-	if rt.opt.EngineQueueSteady {
-		w = min(w, rt.qPrev[s].Load())
-	}
-	return rt.opt.EngineQueue * float64(max(w-int32(rt.opt.EngineQueueFree), 0))
+	return rt.opt.EngineQueue * float64(rt.loads[s].ext.waiting.Load())
 }

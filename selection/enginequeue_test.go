@@ -38,27 +38,6 @@ func TestEngineQueue(t *testing.T) {
 	}
 	base.SetExternalLoad(other, 0, 0, 0)
 
-	// EngineQueueFree leaves the first ones uncharged.
-	base.SetExternalLoad(home, 0, 3, 0)
-	if _, ld := pick(Options{EngineQueue: 1024, EngineQueueFree: 2}); ld[0] != 3*cost+1024 {
-		t.Fatalf("2 free: loads %v; want %v at home", ld, 3*cost+1024)
-	}
-	if _, ld := pick(Options{EngineQueue: 1024, EngineQueueFree: 4}); ld[0] != 3*cost {
-		t.Fatalf("4 free: loads %v; want %v at home", ld, 3*cost)
-	}
-
-	// EngineQueueSteady charges the smaller of the last two scrapes.
-	steady := Options{EngineQueue: 1024, EngineQueueSteady: true}
-	base.SetExternalLoad(home, 0, 0, 0)
-	base.SetExternalLoad(home, 0, 1, 0) // a step's wait: seen once
-	if _, ld := pick(steady); ld[0] != cost {
-		t.Fatalf("steady, seen once: loads %v; want %v at home", ld, cost)
-	}
-	base.SetExternalLoad(home, 0, 1, 0) // seen twice
-	if _, ld := pick(steady); ld[0] != cost+1024 {
-		t.Fatalf("steady, seen twice: loads %v; want %v at home", ld, cost+1024)
-	}
-
 	// Running requests are charged request_cost only.
 	base.SetExternalLoad(home, 1, 0, 0)
 	if d, ld := pick(on); d.Slot != home || ld[0] != cost {

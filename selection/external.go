@@ -46,7 +46,6 @@ func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) 
 			rt.engOthers.Store(true)
 		}
 	}
-	rt.qPrev[s].Store(e.waiting.Load())
 	e.waiting.Store(int32(waiting))
 	e.requests.Store(running + waiting)
 	e.kv.Store(min(max(kvUsedTokens, 0), maxExternalKV))

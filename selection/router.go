@@ -610,14 +610,7 @@ type Options struct {
 	// precise instances on the tool-agent trace at 8 replicas to one
 	// instance's TTFT p99 and costs the unsaturated 64-replica trace and
 	// the conversation trace theirs (bench/EXPERIMENTS.md section 75).
-	// EngineQueueFree
-	// leaves that many of them uncharged (a short queue: an engine
-	// reports a request waiting until its next step admits it).
-	EngineQueue     float64
-	EngineQueueFree int
-	// EngineQueueSteady charges the smaller of the last two scrapes'
-	// figures: a queue seen twice in a row, not a step's wait.
-	EngineQueueSteady bool
+	EngineQueue float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -650,9 +643,6 @@ type shared struct {
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
-	// qPrev: the others' waiting requests at the scrape before the last
-	// (SetExternalLoad; Options.EngineQueueSteady).
-	qPrev [MaxReplicas]atomic.Int32
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)

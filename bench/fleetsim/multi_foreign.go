@@ -37,8 +37,7 @@ import (
 // DefaultKVEventDelay): real processes' event delivery under load.
 // "eq=<tokens>" charges each request an engine reports waiting that the
 // instance did not send that many tokens of load (Options.EngineQueue;
-// needs -engine-load), "eqfree=<n>" the first n of them free, "eqsteady"
-// the smaller of two scrapes' figures.
+// needs -engine-load).
 const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
@@ -77,8 +76,6 @@ type preciseSpec struct {
 	delay   time.Duration // "oracle=<ms>"
 	kvDelay time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
 	queue   float64       // "eq=<tokens>": selection.Options.EngineQueue (with -engine-load)
-	qFree   int           // "eqfree=<n>": Options.EngineQueueFree
-	qSteady bool          // "eqsteady": Options.EngineQueueSteady
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -128,14 +125,6 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive cost in tokens per waiting request", SpillSep, spec)
 			}
 			ps.queue = x
-		case k == "eqfree" && hasV:
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return ps, true, fmt.Errorf("%s%s: want a number of waiting requests, 0 or more", SpillSep, spec)
-			}
-			ps.qFree = n
-		case k == "eqsteady" && !hasV:
-			ps.qSteady = true
 		case k == "fpearly" && !hasV:
 			ps.early = true
 		case k == "fpq" && hasV:
@@ -213,7 +202,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		if ps.cold || ps.band > 0 || ps.queue > 0 {
 			o := rp.rt.Options()
 			o.ColdSpill, o.SpillBand, o.SpillBandAlone = ps.cold, ps.band, ps.alone
-			o.EngineQueue, o.EngineQueueFree, o.EngineQueueSteady = ps.queue, ps.qFree, ps.qSteady
+			o.EngineQueue = ps.queue
 			rp.rt = rp.rt.WithOptions(o)
 		}
 		if ps.foreign {

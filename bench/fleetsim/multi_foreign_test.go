@@ -50,9 +50,6 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+fpwhole=0.5", preciseSpec{}, true, true},
 		{"cs+eq=16384", preciseSpec{cold: true, queue: 16384}, true, false},
 		{"eq=0", preciseSpec{}, true, true},
-		{"eq=32768+eqfree=2", preciseSpec{queue: 32768, qFree: 2}, true, false},
-		{"eq=32768+eqfree=-1", preciseSpec{}, true, true},
-		{"eq=32768+eqsteady", preciseSpec{queue: 32768, qSteady: true}, true, false},
 		{"eq=x", preciseSpec{}, true, true},
 	}
 	for _, tt := range tests {
