@@ -84,7 +84,7 @@ func TestRouterFeed(t *testing.T) {
 	}
 }
 
-// engine_metrics' queue is a finite number of tokens, 0 (off) or more.
+// engine_metrics' queue and queue_sat are finite numbers, 0 (off) or more.
 func TestSettingsQueue(t *testing.T) {
 	for _, tt := range []struct {
 		queue float64
@@ -94,6 +94,11 @@ func TestSettingsQueue(t *testing.T) {
 		s.SetDefaults()
 		if err := s.Validate(); (err == nil) != tt.ok {
 			t.Errorf("queue %v: error %v, want ok %v", tt.queue, err, tt.ok)
+		}
+		s = Settings{QueueSat: tt.queue}
+		s.SetDefaults()
+		if err := s.Validate(); (err == nil) != tt.ok {
+			t.Errorf("queue_sat %v: error %v, want ok %v", tt.queue, err, tt.ok)
 		}
 	}
 }

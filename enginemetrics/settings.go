@@ -79,6 +79,12 @@ type Settings struct {
 	// conversation trace at 8 1.24x -> 1.38x (bench/RESULTS.md,
 	// 2026-12-06, "the engines' own queues"). Default: 0 (off).
 	Queue float64 `json:"queue,omitempty"`
+	// QueueSat, when positive, scales Queue's charge by the fleet's mean
+	// of those waiting requests per replica over QueueSat, at most 1
+	// (selection.Options.EngineQueueSat): a saturated fleet's queues
+	// count whole, an unsaturated one's (a request waiting for the next
+	// step) little. Default: 0 (no scale).
+	QueueSat float64 `json:"queue_sat,omitempty"`
 }
 
 // SetDefaults fills the zero path and scheme (the scraper fills the rest).
@@ -102,6 +108,9 @@ func (c *Settings) Validate() error {
 	}
 	if !(c.Queue >= 0) || math.IsInf(c.Queue, 1) {
 		return fmt.Errorf("engine_metrics: queue must be a finite number of tokens, 0 or more, got %v", c.Queue)
+	}
+	if !(c.QueueSat >= 0) || math.IsInf(c.QueueSat, 1) {
+		return fmt.Errorf("engine_metrics: queue_sat must be a finite number, 0 or more, got %v", c.QueueSat)
 	}
 	return nil
 }

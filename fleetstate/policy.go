@@ -230,7 +230,7 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 	em := s.EngineMetrics
 	o := selection.Options{AgreeExt: em != nil && em.Agree, EngineOverflow: em != nil && em.Overflow}
 	if em != nil {
-		o.EngineQueue = em.Queue
+		o.EngineQueue, o.EngineQueueSat = em.Queue, em.QueueSat
 	}
 	band := s.SpillBand
 	if band == 0 && s.KV != nil && (s.EngineMetrics != nil || s.ForeignPrefillOn()) {

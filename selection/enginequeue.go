@@ -25,5 +25,9 @@ func (rt *Router) engineQueue(s Slot) float64 {
 	if rt.opt.EngineQueue <= 0 {
 		return 0
 	}
-	return rt.opt.EngineQueue * float64(rt.loads[s].ext.waiting.Load())
+	q := rt.opt.EngineQueue * float64(rt.loads[s].ext.waiting.Load())
+	if sat := rt.opt.EngineQueueSat; sat > 0 && q > 0 {
+		q *= min(1, float64(rt.qSum.Load())/float64(max(rt.Len(), 1))/sat)
+	}
+	return q
 }

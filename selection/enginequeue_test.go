@@ -38,6 +38,26 @@ func TestEngineQueue(t *testing.T) {
 	}
 	base.SetExternalLoad(other, 0, 0, 0)
 
+	// EngineQueueSat scales it by the fleet's mean of the others'
+	// waiting requests per replica (here 1 of 3 replicas: 1/3) over
+	// EngineQueueSat, at most 1.
+	sat := func(x float64) Options { return Options{EngineQueue: 1024, EngineQueueSat: x} }
+	base.SetExternalLoad(home, 0, 1, 0)
+	if _, ld := pick(sat(2.0 / 3)); ld[0] != cost+512 {
+		t.Fatalf("sat 2/3: loads %v; want %v at home", ld, cost+512)
+	}
+	if _, ld := pick(sat(0.25)); ld[0] != cost+1024 {
+		t.Fatalf("sat 0.25: loads %v; want %v at home", ld, cost+1024)
+	}
+	base.SetExternalLoad(other, 0, 2, 0) // mean 1: the whole charge
+	if _, ld := pick(sat(1)); ld[0] != cost+1024 || ld[1] != 2*cost+2048 {
+		t.Fatalf("sat 1, mean 1: loads %v; want [%v %v 0]", ld, cost+1024, 2*cost+2048)
+	}
+	base.SetExternalLoad(other, 0, 0, 0)
+	if _, ld := pick(sat(1)); ld[0] != cost+1024.0/3 {
+		t.Fatalf("sat 1, mean 1/3: loads %v; want %v at home", ld, cost+1024.0/3)
+	}
+
 	// Running requests are charged request_cost only.
 	base.SetExternalLoad(home, 1, 0, 0)
 	if d, ld := pick(on); d.Slot != home || ld[0] != cost {

@@ -611,6 +611,10 @@ type Options struct {
 	// instance's TTFT p99 and costs the unsaturated 64-replica trace and
 	// the conversation trace theirs (bench/EXPERIMENTS.md section 75).
 	EngineQueue float64
+	// EngineQueueSat scales EngineQueue by the fleet's mean of the
+	// others' waiting requests per replica over EngineQueueSat, at most 1
+	// (experiment).
+	EngineQueueSat float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -643,6 +647,7 @@ type shared struct {
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
+	qSum     atomic.Int64 // the others' waiting requests summed over the slots (SetExternalLoad)
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
@@ -855,6 +860,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 	rt.keys[s] = ""
 	rt.keyHash[s] = 0
 	c.linger.Store(0)
+	rt.qSum.Add(-int64(c.ext.waiting.Load()))
 	c.resetExternal()
 	rt.extFresh[s].Store(false)
 	rt.kvcap[s] = 0

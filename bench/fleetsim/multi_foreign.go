@@ -76,6 +76,7 @@ type preciseSpec struct {
 	delay   time.Duration // "oracle=<ms>"
 	kvDelay time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
 	queue   float64       // "eq=<tokens>": selection.Options.EngineQueue (with -engine-load)
+	qSat    float64       // "eqsat=<x>": Options.EngineQueueSat
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -125,6 +126,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive cost in tokens per waiting request", SpillSep, spec)
 			}
 			ps.queue = x
+		case k == "eqsat" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive mean queue", SpillSep, spec)
+			}
+			ps.qSat = x
 		case k == "fpearly" && !hasV:
 			ps.early = true
 		case k == "fpq" && hasV:
@@ -202,7 +209,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		if ps.cold || ps.band > 0 || ps.queue > 0 {
 			o := rp.rt.Options()
 			o.ColdSpill, o.SpillBand, o.SpillBandAlone = ps.cold, ps.band, ps.alone
-			o.EngineQueue = ps.queue
+			o.EngineQueue, o.EngineQueueSat = ps.queue, ps.qSat
 			rp.rt = rp.rt.WithOptions(o)
 		}
 		if ps.foreign {

@@ -50,6 +50,8 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+fpwhole=0.5", preciseSpec{}, true, true},
 		{"cs+eq=16384", preciseSpec{cold: true, queue: 16384}, true, false},
 		{"eq=0", preciseSpec{}, true, true},
+		{"eq=32768+eqsat=0.25", preciseSpec{queue: 32768, qSat: 0.25}, true, false},
+		{"eq=32768+eqsat=0", preciseSpec{}, true, true},
 		{"eq=x", preciseSpec{}, true, true},
 	}
 	for _, tt := range tests {
