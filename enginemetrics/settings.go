@@ -75,8 +75,9 @@ type Settings struct {
 	// replicas with 2 and 4 instances to TTFT p99 0.97x and 0.98x one
 	// instance's (medians of 12 traces; 1.57x and 1.75x without), but
 	// turns short queues into moves where the fleet is not saturated:
-	// the trace at 64 replicas with 4 instances 1.06x -> 2.37x, the
-	// conversation trace at 8 1.24x -> 1.38x (bench/RESULTS.md,
+	// the trace at 64 replicas with 4 instances 1.06x -> 2.37x (with
+	// queue_sat 0.25 no cost there, the gain at 8 kept: 0.96x and 0.98x),
+	// the conversation trace at 8 1.24x -> 1.38x (bench/RESULTS.md,
 	// 2026-12-06, "the engines' own queues"). Default: 0 (off).
 	Queue float64 `json:"queue,omitempty"`
 	// QueueSat, when positive, scales Queue's charge by the fleet's mean
