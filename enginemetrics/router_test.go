@@ -1,6 +1,7 @@
 package enginemetrics
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -80,5 +81,24 @@ func TestRouterFeed(t *testing.T) {
 	}
 	if rt.ExternalFresh(s) {
 		t.Fatal("stale snapshot: the slot is still marked fresh (no fallback to the others'-queues prior)")
+	}
+}
+
+// engine_metrics' queue and queue_sat are finite numbers, 0 (off) or more.
+func TestSettingsQueue(t *testing.T) {
+	for _, tt := range []struct {
+		queue float64
+		ok    bool
+	}{{0, true}, {16384, true}, {-1, false}, {math.NaN(), false}, {math.Inf(1), false}} {
+		s := Settings{Queue: tt.queue}
+		s.SetDefaults()
+		if err := s.Validate(); (err == nil) != tt.ok {
+			t.Errorf("queue %v: error %v, want ok %v", tt.queue, err, tt.ok)
+		}
+		s = Settings{QueueSat: tt.queue}
+		s.SetDefaults()
+		if err := s.Validate(); (err == nil) != tt.ok {
+			t.Errorf("queue_sat %v: error %v, want ok %v", tt.queue, err, tt.ok)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package enginemetrics
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ramjet-llm/ramjet/duration"
@@ -64,6 +65,27 @@ type Settings struct {
 	// and the tool-agent trace at the default KV its p99 (bench/RESULTS.md, 2026-12-06, "the overflow term from the
 	// engines' KV usage"). Default: off.
 	Overflow bool `json:"overflow,omitempty"`
+	// Queue, when positive, charges each request an engine reports
+	// waiting that this instance did not send Queue tokens of load beside
+	// request_cost (selection.Options.EngineQueue), so that several
+	// instances' turns leave a home whose engine queue is long though each
+	// instance sent little of it. A lone instance routes as without it;
+	// a stale replica counts local reservations only. In the fleet
+	// simulation with kv_events, 32768 takes the tool-agent trace at 8
+	// replicas with 2 and 4 instances to TTFT p99 0.97x and 0.98x one
+	// instance's (medians of 12 traces; 1.57x and 1.75x without), but
+	// turns short queues into moves where the fleet is not saturated:
+	// the trace at 64 replicas with 4 instances 1.06x -> 2.37x (with
+	// queue_sat 0.25 no cost there, the gain at 8 kept: 0.96x and 0.98x),
+	// the conversation trace at 8 1.24x -> 1.38x (bench/RESULTS.md,
+	// 2026-12-06, "the engines' own queues"). Default: 0 (off).
+	Queue float64 `json:"queue,omitempty"`
+	// QueueSat, when positive, scales Queue's charge by the fleet's mean
+	// of those waiting requests per replica over QueueSat, at most 1
+	// (selection.Options.EngineQueueSat): a saturated fleet's queues
+	// count whole, an unsaturated one's (a request waiting for the next
+	// step) little. Default: 0 (no scale).
+	QueueSat float64 `json:"queue_sat,omitempty"`
 }
 
 // SetDefaults fills the zero path and scheme (the scraper fills the rest).
@@ -84,6 +106,12 @@ func (c *Settings) Validate() error {
 	}
 	if err := c.Config("").Validate(); err != nil {
 		return fmt.Errorf("engine_metrics: %w", err)
+	}
+	if !(c.Queue >= 0) || math.IsInf(c.Queue, 1) {
+		return fmt.Errorf("engine_metrics: queue must be a finite number of tokens, 0 or more, got %v", c.Queue)
+	}
+	if !(c.QueueSat >= 0) || math.IsInf(c.QueueSat, 1) {
+		return fmt.Errorf("engine_metrics: queue_sat must be a finite number, 0 or more, got %v", c.QueueSat)
 	}
 	return nil
 }

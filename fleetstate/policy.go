@@ -225,10 +225,13 @@ func (s *PolicySettings) Validate() error {
 const DefaultSpillBand = 1024
 
 // SpillOptions are the rule variants spill_band and engine_metrics'
-// agree and overflow ask for (the zero Options when all are off).
+// agree, overflow and queue ask for (the zero Options when all are off).
 func (s *PolicySettings) SpillOptions() selection.Options {
 	em := s.EngineMetrics
 	o := selection.Options{AgreeExt: em != nil && em.Agree, EngineOverflow: em != nil && em.Overflow}
+	if em != nil {
+		o.EngineQueue, o.EngineQueueSat = em.Queue, em.QueueSat
+	}
 	band := s.SpillBand
 	if band == 0 && s.KV != nil && (s.EngineMetrics != nil || s.ForeignPrefillOn()) {
 		band = DefaultSpillBand

@@ -27,6 +27,8 @@ func TestSpillOptions(t *testing.T) {
 		{"both, agree", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Agree: true}},
 			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, AgreeExt: true}},
 		{"engine_metrics overflow", PolicySettings{EngineMetrics: &enginemetrics.Settings{Overflow: true}}, selection.Options{EngineOverflow: true}},
+		{"engine_metrics queue", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Queue: 32768, QueueSat: 0.25}},
+			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, EngineQueue: 32768, EngineQueueSat: 0.25}},
 	}
 	for _, tt := range tests {
 		if got := tt.s.SpillOptions(); got != tt.want {

@@ -128,7 +128,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		instance_id        <id>
 //		spill_band         <tokens>|off
 //		foreign_prefill    on|off|queues
-//		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency, agree, overflow }]
+//		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency, agree, overflow, queue, queue_sat }]
 //		outlier {
 //			consecutive_failures <n>|off
 //			base_ejection        <duration>

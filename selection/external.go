@@ -46,7 +46,7 @@ func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) 
 			rt.engOthers.Store(true)
 		}
 	}
-	e.waiting.Store(int32(waiting))
+	rt.qSum.Add(waiting - int64(e.waiting.Swap(int32(waiting))))
 	e.requests.Store(running + waiting)
 	e.kv.Store(min(max(kvUsedTokens, 0), maxExternalKV))
 }

@@ -625,6 +625,19 @@ type Options struct {
 	// ColdAwayMax is the longest prompt (tokens) ColdAway charges: 0 is
 	// no limit (an agent's long context is left to the pair term).
 	ColdAwayMax int
+	// EngineQueue, when positive, charges each request that a replica's
+	// engine reported waiting at the last fresh scrape and that this
+	// instance did not send (SetExternalLoad's waiting) EngineQueue tokens
+	// of load beside request_cost (enginequeue.go), on every replica.
+	// engine_metrics' queue. Off by default: 32768 brings several
+	// precise instances on the tool-agent trace at 8 replicas to one
+	// instance's TTFT p99 and costs the unsaturated 64-replica trace and
+	// the conversation trace theirs (bench/EXPERIMENTS.md section 75).
+	EngineQueue float64
+	// EngineQueueSat scales EngineQueue by the fleet's mean of the
+	// others' waiting requests per replica over EngineQueueSat, at most 1
+	// (experiment).
+	EngineQueueSat float64
 }
 
 // WithOptions returns a Router applying o that shares rt's index, registry
@@ -657,6 +670,7 @@ type shared struct {
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
+	qSum     atomic.Int64 // the others' waiting requests summed over the slots (SetExternalLoad)
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
@@ -869,6 +883,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 	rt.keys[s] = ""
 	rt.keyHash[s] = 0
 	c.linger.Store(0)
+	rt.qSum.Add(-int64(c.ext.waiting.Load()))
 	c.resetExternal()
 	rt.extFresh[s].Store(false)
 	rt.kvcap[s] = 0
@@ -1018,7 +1033,7 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	c := &rt.loads[s]
 	cfg := &rt.cfg
 	n := c.count()
-	ld := float64((n+c.extRequests())*int64(cfg.RequestCost) + c.pending.Load() + c.extPrefill())
+	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(s)
 	ow := k.ow
 	if k.owOff {
 		ow = 0

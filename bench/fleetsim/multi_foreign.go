@@ -35,6 +35,9 @@ import (
 // position 0, and the variants apply to it too). "kvd=<ms>" delays every
 // instance's KV events by that much (PreciseConfig.Delay, default
 // DefaultKVEventDelay): real processes' event delivery under load.
+// "eq=<tokens>" charges each request an engine reports waiting that the
+// instance did not send that many tokens of load (Options.EngineQueue;
+// needs -engine-load).
 const (
 	ForeignSpec = "fp"
 	ColdSpec    = "cs"
@@ -72,6 +75,8 @@ type preciseSpec struct {
 	oracle  bool          // OracleSpec
 	delay   time.Duration // "oracle=<ms>"
 	kvDelay time.Duration // "kvd=<ms>": every instance's KV event delivery delay (PreciseConfig.Delay)
+	queue   float64       // "eq=<tokens>": selection.Options.EngineQueue (with -engine-load)
+	qSat    float64       // "eqsat=<x>": Options.EngineQueueSat
 }
 
 func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
@@ -115,6 +120,18 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				}
 				ps.wholeMx = x
 			}
+		case k == "eq" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive cost in tokens per waiting request", SpillSep, spec)
+			}
+			ps.queue = x
+		case k == "eqsat" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive mean queue", SpillSep, spec)
+			}
+			ps.qSat = x
 		case k == "fpearly" && !hasV:
 			ps.early = true
 		case k == "fpq" && hasV:
@@ -189,9 +206,10 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 		if ps.kvDelay > 0 {
 			rp.pc.Delay = ps.kvDelay
 		}
-		if ps.cold || ps.band > 0 {
+		if ps.cold || ps.band > 0 || ps.queue > 0 {
 			o := rp.rt.Options()
 			o.ColdSpill, o.SpillBand, o.SpillBandAlone = ps.cold, ps.band, ps.alone
+			o.EngineQueue, o.EngineQueueSat = ps.queue, ps.qSat
 			rp.rt = rp.rt.WithOptions(o)
 		}
 		if ps.foreign {

@@ -48,6 +48,11 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+fpwhole", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, whole: true}, true, false},
 		{"fp+fpwhole=3+fpearly", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, whole: true, wholeMx: 3, early: true}, true, false},
 		{"fp+fpwhole=0.5", preciseSpec{}, true, true},
+		{"cs+eq=16384", preciseSpec{cold: true, queue: 16384}, true, false},
+		{"eq=0", preciseSpec{}, true, true},
+		{"eq=32768+eqsat=0.25", preciseSpec{queue: 32768, qSat: 0.25}, true, false},
+		{"eq=32768+eqsat=0", preciseSpec{}, true, true},
+		{"eq=x", preciseSpec{}, true, true},
 	}
 	for _, tt := range tests {
 		got, ok, err := parsePreciseSpec(tt.give)
@@ -244,5 +249,50 @@ func TestMultiFirstTurnsSpread(t *testing.T) {
 	}
 	if on, _ := firstTurnsMax(t, "ramjet-precise~cs+band=1024+fp+fpq=0", 25); on < 10 {
 		t.Errorf("the stored runs alone (foreign_prefill on): %d first turns on one replica; the pile-up this test guards against is gone, re-check it", on)
+	}
+}
+
+// The engines' queue cost ("eq", selection.Options.EngineQueue) reaches
+// every instance's router; a lone instance, which sent every request its
+// engines queue, routes as without it, record for record, with the
+// engines scraped every 250 ms; two instances see each other's requests.
+func TestMultiPreciseEngineQueue(t *testing.T) {
+	w := generate(t, "agent-fleet", workload.Options{Seed: 1, Scale: 0.1})
+	const base = "ramjet-precise~cs+band=1024+fp"
+	run := func(name string, routers int) (*Result, *Multi) {
+		t.Helper()
+		p := newMulti(t, name, routers, FrontRoundRobin, 1)
+		m := multiOf(p)
+		for _, q := range m.inst {
+			q.(*RamjetPrecise).setup.EngineLoad = 250 * time.Millisecond
+		}
+		return runPolicy(t, w, p, 8, 1), m
+	}
+	want, _ := run(base, 1)
+	got, m := run(base+"+eq=16384", 1)
+	rp := m.inst[0].(*RamjetPrecise)
+	if o := rp.rt.Options(); o.EngineQueue != 16384 || !o.ColdSpill {
+		t.Fatalf("lone instance's options %+v", o)
+	}
+	if rp.Scrapes() == 0 || rp.ExternalSeen() != 0 {
+		t.Fatalf("lone instance: %d scrapes, %d external requests seen; want some, none", rp.Scrapes(), rp.ExternalSeen())
+	}
+	if len(want.Records) != len(got.Records) {
+		t.Fatalf("%d records, want %d", len(got.Records), len(want.Records))
+	}
+	for i := range want.Records {
+		if want.Records[i] != got.Records[i] {
+			t.Fatalf("record %d differs: without %+v, with eq %+v", i, want.Records[i], got.Records[i])
+		}
+	}
+	_, m = run(base+"+eq=16384", 2)
+	for k, q := range m.inst {
+		rp := q.(*RamjetPrecise)
+		if o := rp.rt.Options(); o.EngineQueue != 16384 {
+			t.Errorf("instance %d options %+v", k, o)
+		}
+		if rp.ExternalSeen() == 0 {
+			t.Errorf("instance %d saw none of the other's requests", k)
+		}
 	}
 }
