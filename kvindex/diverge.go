@@ -52,7 +52,7 @@ func (p *Precise) noteDiverged(diverged bool) {
 
 // WaitPreflight reports whether a request without a usable cached prefix
 // waits for its preflight (the wait rule above; PreflightBody asks it, and
-// the fleet simulation's ramjet-precise@wait for every decision).
+// the fleet simulation's ramjet-precise, unless @always, for every decision).
 func (p *Precise) WaitPreflight() bool {
 	e := p.est.Load()
 	if e == nil || p.cfg.WaitAlways || p.cfg.ExactPastEstimate || e.rt.SawOthers() {

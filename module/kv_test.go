@@ -474,7 +474,7 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 		"engines":          []any{map[string]any{"upstream": addr, "events": events, "replay": replay, "ranks": 2}},
 		"topic":            "kv-events",
 		"tokenize_timeout": "5s",
-		"tokenize_wait":    "always", // fleetsim's ramjet-precise (not @wait)
+		"tokenize_wait":    "always", // fleetsim's ramjet-precise@always
 	}}})
 	k := liveKV(t)
 	f := lookupFleet("")

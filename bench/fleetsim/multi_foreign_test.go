@@ -97,10 +97,12 @@ func TestMultiPreciseVariantsOneInstance(t *testing.T) {
 // With several instances, the foreign prefill estimate sees the other
 // instances' prefill (each instance's router is handed some), and the
 // variant's instances each spread the 12-request burst over at least 7 of
-// 8 replicas.
+// 8 replicas. The counting instances wait for every preflight (@always):
+// under the default wait rule instances 2 and 3 count no foreign prefill
+// here; the burst is spread under the default.
 func TestMultiPreciseVariantsSeveral(t *testing.T) {
 	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.1})
-	p := newMulti(t, "ramjet-precise~cs+band=1024+fp", 4, FrontRoundRobin, 1)
+	p := newMulti(t, "ramjet-precise@always~cs+band=1024+fp", 4, FrontRoundRobin, 1)
 	runPolicy(t, w, p, 4, 1)
 	m := multiOf(p)
 	for k, p := range m.inst {
@@ -238,16 +240,18 @@ func firstTurnsMax(t *testing.T, spec string, seed uint64) (int, *Result) {
 // 25, 4 instances put 11 of the 48 agents on one replica (p99 20 s) with
 // the stored runs alone (foreign_prefill on, fpq=0); with the others'
 // queues counted as the module now does by default (fp alone: fpq=1,
-// selection.DefaultForeignPrior) at most 7 (one instance: 10).
+// selection.DefaultForeignPrior) at most 7 (one instance: 10). Both wait
+// for every preflight (@always), as measured then; under the default wait
+// rule fpq=0 too puts at most 7 there.
 func TestMultiFirstTurnsSpread(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two agent-fleet runs")
 	}
-	got, _ := firstTurnsMax(t, "ramjet-precise~cs+band=1024+fp", 25)
+	got, _ := firstTurnsMax(t, "ramjet-precise@always~cs+band=1024+fp", 25)
 	if got > 9 {
 		t.Errorf("the module's default: %d first turns on one replica, want at most 9", got)
 	}
-	if on, _ := firstTurnsMax(t, "ramjet-precise~cs+band=1024+fp+fpq=0", 25); on < 10 {
+	if on, _ := firstTurnsMax(t, "ramjet-precise@always~cs+band=1024+fp+fpq=0", 25); on < 10 {
 		t.Errorf("the stored runs alone (foreign_prefill on): %d first turns on one replica; the pile-up this test guards against is gone, re-check it", on)
 	}
 }

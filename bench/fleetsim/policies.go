@@ -83,12 +83,6 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 		return NewRamjetMarginal(cfg)
 	case "ramjet-context":
 		return NewRamjetContext(cfg, RamjetContextWeight)
-	case "ramjet-precise":
-		p, err := NewRamjetPrecise(cfg, PreciseConfig{})
-		if err == nil {
-			p.setup.EngineLoad = RamjetEngineLoad // -engine-load, as for ramjet
-		}
-		return p, err
 	case "round-robin":
 		return &RoundRobin{}, nil
 	case "least-inflight":
@@ -126,7 +120,7 @@ func NewPolicy(name string, seed uint64, cfg selection.Config) (Policy, error) {
 			Precise: true, Label: name, rng: rng,
 		}}, nil
 	}
-	if p, ok, err := preciseNamed(name, cfg); ok {
+	if p, ok, err := preciseNamed(name, cfg); ok { // ramjet-precise and its variants
 		return p, err
 	}
 	if p, ok, err := ramjetNamed(name, cfg); ok {

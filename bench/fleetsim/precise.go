@@ -92,7 +92,10 @@ type PreciseConfig struct {
 // with token ids, BlockRemoved, AllBlocksCleared) are queued as emitted and
 // applied Delay later, in emission order, so a decision sees only what
 // ZMQ would have delivered by then. The preflight's latency is not
-// modelled.
+// modelled. The policies NewPolicy names (ramjet-precise and its @
+// variants) apply the module's default wait rule (WaitRule) unless
+// flagged always; NewRamjetPrecise's zero PreciseConfig waits for every
+// preflight (tokenize { wait always }).
 type RamjetPrecise struct {
 	*Ramjet
 	pc PreciseConfig
@@ -493,19 +496,31 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 	p.Ramjet.Done(r, rep)
 }
 
-// preciseNamed returns the ramjet-precise variant name names,
-// "ramjet-precise@k+k...": flags exact (PreciseConfig.ExactPastEstimate),
-// all (CapForeign), nocold (NoCold), wait (WaitRule) and defer (no change: the estimate cap is
-// the default).
-// ok is
-// false when name is not one.
+// WaitRuleLate is TokenizeLate under the wait rule (the default of every
+// ramjet-precise name): a request the rule routes at once has its
+// preflight's answer one /tokenize round trip (10 ms) after its decision,
+// since its preflight was sent alongside it rather than timed out.
+const WaitRuleLate = 10 * time.Millisecond
+
+// preciseNamed returns the policy named "ramjet-precise" or
+// "ramjet-precise@k+k...". Every one of them applies the module's default
+// wait rule (tokenize { wait auto }; PreciseConfig.WaitRule, answers
+// WaitRuleLate later) unless flagged always (wait always: every decision
+// with some fresh feed waits for its preflight, the behaviour of
+// ramjet-precise before the rule shipped). Other flags: exact
+// (PreciseConfig.ExactPastEstimate), all (CapForeign), nocold (NoCold),
+// wait (no-op: the rule is the default) and defer (no change: the
+// estimate cap is the default). ok is false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
-	if !found {
+	if !found && name != "ramjet-precise" {
 		return nil, false, nil
 	}
-	var pc PreciseConfig
+	pc := PreciseConfig{WaitRule: true}
 	for _, k := range strings.Split(spec, "+") {
+		if !found {
+			break
+		}
 		switch k {
 		case "exact":
 			pc.ExactPastEstimate = true
@@ -513,15 +528,16 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			pc.CapForeign = true
 		case "nocold":
 			pc.NoCold = true
-		case "wait": // the wait rule on every decision, the answer one round trip (10 ms) later
-			pc.WaitRule = true
-			if pc.TokenizeLate == 0 {
-				pc.TokenizeLate = 10 * time.Millisecond
-			}
+		case "always":
+			pc.WaitRule = false
+		case "wait": // the default; the name the rule was measured under
 		case "defer": // the name the estimate cap was measured under
 		default:
 			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 		}
+	}
+	if pc.WaitRule {
+		pc.TokenizeLate = WaitRuleLate
 	}
 	q, err := NewRamjetPrecise(cfg, pc)
 	if err != nil {

@@ -198,16 +198,17 @@ func TestRamjetPreciseColdStart(t *testing.T) {
 	t.Logf("cold-start holds %d of %d decisions", cold.ColdHolds, len(w.Trace))
 }
 
-// TestRamjetPreciseWaitRule: ramjet-precise@wait routes by the estimate
+// TestRamjetPreciseWaitRule: ramjet-precise (and its alias
+// ramjet-precise@wait) routes by the estimate
 // every decision the module's wait rule (kvindex.Precise.WaitPreflight)
 // would not wait for: here all but the cold start's, a lone instance
 // whose engines drop nothing; their answers, one round trip later, hold
 // the chosen replicas' blocks as a missed preflight's do.
 func TestRamjetPreciseWaitRule(t *testing.T) {
 	w := generate(t, "shared-prefix", workload.Options{Seed: 2, Scale: 0.1})
-	q, ok, err := preciseNamed("ramjet-precise@wait", selection.Config{})
-	if !ok || err != nil {
-		t.Fatalf("ramjet-precise@wait: ok %v, err %v", ok, err)
+	q, err := NewPolicy("ramjet-precise", 2, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	p := q.(*RamjetPrecise)
 	if _, err := Run(Config{Workload: w, Replicas: 4, Policy: p, Salt: 2}); err != nil {
@@ -223,5 +224,37 @@ func TestRamjetPreciseWaitRule(t *testing.T) {
 	}
 	if p.PreciseDecisions()+p.ApproxDecisions()+p.Misses != n {
 		t.Errorf("precise %d + approximate %d + at once %d decisions, want %d", p.PreciseDecisions(), p.ApproxDecisions(), p.Misses, n)
+	}
+}
+
+// TestRamjetPreciseNames: every ramjet-precise name applies the wait rule,
+// its answers one round trip (WaitRuleLate) later, unless flagged always;
+// wait is a no-op alias.
+func TestRamjetPreciseNames(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		wait bool
+	}{
+		{"ramjet-precise", true},
+		{"ramjet-precise@wait", true},
+		{"ramjet-precise@nocold", true},
+		{"ramjet-precise@always", false},
+		{"ramjet-precise@exact+always", false},
+		{"ramjet-precise@wait+always", false},
+	} {
+		q, err := NewPolicy(tt.name, 1, selection.Config{})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		p := q.(*RamjetPrecise)
+		if p.pc.WaitRule != tt.wait || p.Name() != tt.name {
+			t.Errorf("%s: wait rule %v, label %q; want %v, %q", tt.name, p.pc.WaitRule, p.Name(), tt.wait, tt.name)
+		}
+		if late := p.pc.TokenizeLate; tt.wait && late != WaitRuleLate {
+			t.Errorf("%s: tokenize late %v, want %v", tt.name, late, WaitRuleLate)
+		}
+	}
+	if _, err := NewPolicy("ramjet-precise@sometimes", 1, selection.Config{}); err == nil {
+		t.Error("ramjet-precise@sometimes accepted")
 	}
 }

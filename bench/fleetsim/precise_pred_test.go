@@ -140,7 +140,7 @@ func TestRamjetPrecisePredictionProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pp.setup.EngineLoad = RamjetEngineLoad // as NewPolicy("ramjet-precise")
+	pp.setup.EngineLoad = RamjetEngineLoad // as NewPolicy("ramjet-precise@always")
 	p := &predProbe{RamjetPrecise: pp, inPrefill: map[int]int{}, prefill: map[int]int{}}
 	res, err := Run(Config{Workload: w, Replicas: 64, Engine: ec, Policy: p, Salt: seed})
 	if err != nil {

@@ -238,12 +238,13 @@ func TestRamjetPreciseFenceFallsBack(t *testing.T) {
 }
 
 // TestRamjetPreciseRun: through the simulation the policy is
-// deterministic, decides precisely once the feeds are warm, and its index
+// deterministic, decides precisely once the feeds are warm (every
+// decision waiting for its preflight: @always), and its index
 // ends holding exactly the engines' cached blocks.
 func TestRamjetPreciseRun(t *testing.T) {
 	w := generate(t, "agent-fleet", workload.Options{Seed: 5, Scale: 0.1})
 	run := func() (*Result, *RamjetPrecise) {
-		p, err := NewPolicy("ramjet-precise", 5, selection.Config{})
+		p, err := NewPolicy("ramjet-precise@always", 5, selection.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +259,7 @@ func TestRamjetPreciseRun(t *testing.T) {
 	if diff := cmp.Diff(a.Records, b.Records); diff != "" {
 		t.Fatalf("two runs differ (-a +b):\n%s", diff)
 	}
-	if a.Policy != "ramjet-precise" {
+	if a.Policy != "ramjet-precise@always" {
 		t.Errorf("policy label %q", a.Policy)
 	}
 	total := pa.PreciseDecisions() + pa.ApproxDecisions()
@@ -382,7 +383,9 @@ func (a *accuracy) servedErr(res *Result) float64 {
 // the engines' capacity nor their answers (ramjet-nocap-noobs), and as
 // well as ramjet's own estimate (capacity-aware and corrected by the
 // cached-token counts) up to 10%; ramjet-precise@exact (every exact
-// overlap, the precise path before the estimate cap) is logged. The distance to what the engine held at
+// overlap, the precise path before the estimate cap) is logged. Both
+// precise names wait for every preflight (@always): the default wait
+// rule would route nearly all of them by the estimate. The distance to what the engine held at
 // the instant of the decision is logged beside it: the exact overlap is
 // the closest to that, but on agent-fleet the requests queue and the
 // engine evicts part of it before they run, which is why the precise path
@@ -395,7 +398,7 @@ func TestRamjetPreciseAccuracy(t *testing.T) {
 		seed := *preciseSeed
 		w := generate(t, wl, workload.Options{Seed: seed, Replicas: 8, Scale: *preciseScale})
 		var served [4]float64
-		for k, name := range []string{"ramjet-nocap-noobs", "ramjet-precise", "ramjet", "ramjet-precise@exact"} {
+		for k, name := range []string{"ramjet-nocap-noobs", "ramjet-precise@always", "ramjet", "ramjet-precise@exact+always"} {
 			p, err := NewPolicy(name, seed, selection.Config{})
 			if err != nil {
 				t.Fatal(err)
