@@ -86,7 +86,9 @@ type PreciseConfig struct {
 	CapForeign bool
 	// WaitAlways turns the wait rule off (diverge.go): every request
 	// without a cached message prefix waits for its preflight and every
-	// chat with one is routed on its tokens.
+	// chat with one is routed on its tokens. Settings.Precise sets it
+	// unless tokenize_wait is auto (the rule is opt-in: with several
+	// instances it ruins routing, bench/RESULTS.md 2026-12-06).
 	WaitAlways bool
 }
 

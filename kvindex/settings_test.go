@@ -37,14 +37,14 @@ func TestSettingsValidate(t *testing.T) {
 	}
 }
 
-// TestSettingsTokenizeWait: tokenize_wait is auto (the wait rule, the
-// default) or always (WaitAlways); anything else is rejected.
+// TestSettingsTokenizeWait: tokenize_wait is always (WaitAlways, the
+// default) or auto (the wait rule); anything else is rejected.
 func TestSettingsTokenizeWait(t *testing.T) {
 	for _, c := range []struct {
 		give   string
 		always bool
 		bad    bool
-	}{{"", false, false}, {"auto", false, false}, {"always", true, false}, {"never", false, true}} {
+	}{{"", true, false}, {"auto", false, false}, {"always", true, false}, {"never", false, true}} {
 		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, TokenizeWait: c.give}
 		s.SetDefaults()
 		if err := s.Validate(); (err != nil) != c.bad {

@@ -43,7 +43,7 @@ import (
 //		max_concurrent <n>
 //		cache_entries  <n>
 //		url            <base url>
-//		wait           auto|always
+//		wait           always|auto
 //	}]
 //
 // kv_events may appear once per engine, and once with "*" as the template

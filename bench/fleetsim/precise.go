@@ -503,20 +503,22 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 const WaitRuleLate = 10 * time.Millisecond
 
 // preciseNamed returns the policy named "ramjet-precise" or
-// "ramjet-precise@k+k...". Every one of them applies the module's default
-// wait rule (tokenize { wait auto }; PreciseConfig.WaitRule, answers
-// WaitRuleLate later) unless flagged always (wait always: every decision
-// with some fresh feed waits for its preflight, the behaviour of
-// ramjet-precise before the rule shipped). Other flags: exact
+// "ramjet-precise@k+k...". Each waits for every preflight with some fresh
+// feed, as the module does by default (tokenize { wait always }), unless
+// flagged wait: the module's opt-in wait rule (tokenize { wait auto };
+// PreciseConfig.WaitRule, answers WaitRuleLate later), not the default
+// because it ruins several instances (4 instances on the tool-agent trace
+// at 8 replicas: TTFT p50 9-35x one instance's, bench/RESULTS.md, "Lead,
+// the 2026-12-06 13:49 session"). Other flags: exact
 // (PreciseConfig.ExactPastEstimate), all (CapForeign), nocold (NoCold),
-// wait (no-op: the rule is the default) and defer (no change: the
-// estimate cap is the default). ok is false when name is not one.
+// always (no-op: the default) and defer (no change: the estimate cap is
+// the default). ok is false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
 	if !found && name != "ramjet-precise" {
 		return nil, false, nil
 	}
-	pc := PreciseConfig{WaitRule: true}
+	pc := PreciseConfig{}
 	for _, k := range strings.Split(spec, "+") {
 		if !found {
 			break
@@ -528,9 +530,10 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			pc.CapForeign = true
 		case "nocold":
 			pc.NoCold = true
-		case "always":
+		case "always": // the default
 			pc.WaitRule = false
-		case "wait": // the default; the name the rule was measured under
+		case "wait":
+			pc.WaitRule = true
 		case "defer": // the name the estimate cap was measured under
 		default:
 			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)

@@ -198,15 +198,14 @@ func TestRamjetPreciseColdStart(t *testing.T) {
 	t.Logf("cold-start holds %d of %d decisions", cold.ColdHolds, len(w.Trace))
 }
 
-// TestRamjetPreciseWaitRule: ramjet-precise (and its alias
-// ramjet-precise@wait) routes by the estimate
+// TestRamjetPreciseWaitRule: ramjet-precise@wait routes by the estimate
 // every decision the module's wait rule (kvindex.Precise.WaitPreflight)
 // would not wait for: here all but the cold start's, a lone instance
 // whose engines drop nothing; their answers, one round trip later, hold
 // the chosen replicas' blocks as a missed preflight's do.
 func TestRamjetPreciseWaitRule(t *testing.T) {
 	w := generate(t, "shared-prefix", workload.Options{Seed: 2, Scale: 0.1})
-	q, err := NewPolicy("ramjet-precise", 2, selection.Config{})
+	q, err := NewPolicy("ramjet-precise@wait", 2, selection.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,17 +226,18 @@ func TestRamjetPreciseWaitRule(t *testing.T) {
 	}
 }
 
-// TestRamjetPreciseNames: every ramjet-precise name applies the wait rule,
-// its answers one round trip (WaitRuleLate) later, unless flagged always;
-// wait is a no-op alias.
+// TestRamjetPreciseNames: a ramjet-precise name flagged wait applies the
+// wait rule, its answers one round trip (WaitRuleLate) later; the others
+// wait for every preflight (always is the default, a later flag wins).
 func TestRamjetPreciseNames(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		wait bool
 	}{
-		{"ramjet-precise", true},
+		{"ramjet-precise", false},
 		{"ramjet-precise@wait", true},
-		{"ramjet-precise@nocold", true},
+		{"ramjet-precise@nocold", false},
+		{"ramjet-precise@nocold+wait", true},
 		{"ramjet-precise@always", false},
 		{"ramjet-precise@exact+always", false},
 		{"ramjet-precise@wait+always", false},
