@@ -138,20 +138,17 @@ func FuzzUsageScanner(f *testing.F) {
 }
 
 func BenchmarkUsageScanner(b *testing.B) {
-	body := []byte(strings.Repeat("data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello world\"}}],\"usage\":null}\n\n", 200) + chatSSEBody)
-	var s Scanner
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		s.Reset()
-		s.Write(body)
-	}
+	benchScan(b, []byte(strings.Repeat("data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello world\"}}],\"usage\":null}\n\n", 200)+chatSSEBody))
 }
 
 // BenchmarkUsageScannerAnswer is the scanner over one small non-streamed
 // chat answer with its usage object, as the overhead bench's engine sends it.
 func BenchmarkUsageScannerAnswer(b *testing.B) {
-	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","model":"qwen3-32b","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}}`)
+	benchScan(b, []byte(`{"id":"chatcmpl-1","object":"chat.completion","model":"qwen3-32b","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}}`))
+}
+
+// benchScan measures one Scanner over body, reset before each pass.
+func benchScan(b *testing.B, body []byte) {
 	var s Scanner
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
