@@ -23,8 +23,8 @@ import (
 // So the request waits for its preflight while an engine dropped indexed
 // blocks within the last RemovalWindow, or once the router has seen other
 // instances (selection.Router.SawOthers), or without the estimate cap (no
-// SetEstimate, ExactPastEstimate) or with WaitAlways (tokenize_wait
-// always): every request waits, as before. A lone
+// SetEstimate, ExactPastEstimate) or without WaitAuto (tokenize_wait
+// always, the default): every request waits, as before. A lone
 // instance whose engines evict nothing pays no round trip and no exact
 // lookup: through HTTP the preflight added 5-10 ms to every request of a
 // 200-row tool-agent window, and agent-fleet's turns routed on a cached
@@ -59,7 +59,7 @@ func (p *Precise) noteDiverged(diverged bool) {
 // the fleet simulation's ramjet-precise, unless @always, for every decision).
 func (p *Precise) WaitPreflight() bool {
 	e := p.est.Load()
-	if e == nil || p.cfg.WaitAlways || p.cfg.ExactPastEstimate || e.rt.SawOthers() {
+	if e == nil || !p.cfg.WaitAuto || p.cfg.ExactPastEstimate || e.rt.SawOthers() {
 		return true
 	}
 	last := p.x.lastRemoval.Load()

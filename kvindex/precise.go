@@ -84,12 +84,12 @@ type PreciseConfig struct {
 	// several routers it discards what each learns from the others'
 	// placements (bench/RESULTS.md, 2026-12-02).
 	CapForeign bool
-	// WaitAlways turns the wait rule off (diverge.go): every request
+	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto).
+	// Without it (the zero value, tokenize_wait always) every request
 	// without a cached message prefix waits for its preflight and every
-	// chat with one is routed on its tokens. Settings.Precise sets it
-	// unless tokenize_wait is auto (the rule is opt-in: with several
-	// instances it ruins routing, bench/RESULTS.md 2026-12-06).
-	WaitAlways bool
+	// chat with one is routed on its tokens. The rule is opt-in: with
+	// several instances it ruins routing (bench/RESULTS.md 2026-12-06).
+	WaitAuto bool
 }
 
 // TemplateConfig is a feed template with what its expansion needs.

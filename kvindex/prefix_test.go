@@ -163,6 +163,7 @@ func prefixPrecise(t *testing.T, srv *chatTokenizer) (*Precise, func(timeout tim
 		Index:     Config{BlockSize: 4},
 		Engines:   []PreciseEngine{{Feed: Endpoint{Replica: "a"}, BaseURL: srv.URL}},
 		Tokenizer: TokenizerConfig{Timeout: time.Minute, LateTimeout: time.Minute},
+		WaitAuto:  true,
 	})
 	if err != nil {
 		t.Fatal(err)

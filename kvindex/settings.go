@@ -166,7 +166,7 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 		},
 		Subscriber: SubscriberConfig{Logger: logger},
 		Logger:     logger,
-		WaitAlways: c.TokenizeWait != "auto",
+		WaitAuto:   c.TokenizeWait == "auto",
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

@@ -37,14 +37,14 @@ func TestSettingsValidate(t *testing.T) {
 	}
 }
 
-// TestSettingsTokenizeWait: tokenize_wait is always (WaitAlways, the
-// default) or auto (the wait rule); anything else is rejected.
+// TestSettingsTokenizeWait: tokenize_wait is always (the default, the
+// zero PreciseConfig) or auto (WaitAuto, the wait rule); anything else is rejected.
 func TestSettingsTokenizeWait(t *testing.T) {
 	for _, c := range []struct {
-		give   string
-		always bool
-		bad    bool
-	}{{"", true, false}, {"auto", false, false}, {"always", true, false}, {"never", false, true}} {
+		give string
+		auto bool
+		bad  bool
+	}{{"", false, false}, {"auto", true, false}, {"always", false, false}, {"never", false, true}} {
 		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, TokenizeWait: c.give}
 		s.SetDefaults()
 		if err := s.Validate(); (err != nil) != c.bad {
@@ -55,8 +55,8 @@ func TestSettingsTokenizeWait(t *testing.T) {
 			continue
 		}
 		pc, err := s.Precise("", "", nil, nil)
-		if err != nil || pc.WaitAlways != c.always {
-			t.Errorf("tokenize_wait %q: WaitAlways %v (err %v), want %v", c.give, pc.WaitAlways, err, c.always)
+		if err != nil || pc.WaitAuto != c.auto {
+			t.Errorf("tokenize_wait %q: WaitAuto %v (err %v), want %v", c.give, pc.WaitAuto, err, c.auto)
 		}
 	}
 }

@@ -248,6 +248,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			PredictGrace:      p.pc.PredictGrace,
 			ExactPastEstimate: p.pc.ExactPastEstimate,
 			CapForeign:        p.pc.CapForeign,
+			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
 			panic(err) // a static configuration
