@@ -2,9 +2,7 @@ package usage
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"math/bits"
 
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -156,47 +154,33 @@ func (s *Scanner) step(p []byte) int {
 // until the object closes, it would grow past maxUsageBytes (it is then
 // dropped, and the byte that would pass the bound is left to the idle
 // state), or p ends; it returns how many bytes it used. The bytes it
-// used are appended to cur at once, not one by one. Outside an escape it
-// skips the bytes that change nothing a word at a time (objectMask).
+// used are appended to cur at once, not one by one.
 func (s *Scanner) object(p []byte) int {
 	limit := min(len(p), max(maxUsageBytes-len(s.cur), 0))
-	inStr, esc, depth := s.inStr, s.esc, s.depth
-	for i := 0; i < limit; i++ {
-		if !esc {
-			for i+8 <= limit {
-				if m := objectMask(binary.LittleEndian.Uint64(p[i:])); m != 0 {
-					i += bits.TrailingZeros64(m) >> 3
-					break
-				}
-				i += 8
-			}
-			if i >= limit {
-				break
-			}
-			if !objectByte[p[i]] {
-				continue // a byte that changes nothing below
-			}
+	for i := range limit {
+		c := p[i]
+		if !objectByte[c] && !s.esc {
+			continue // a byte that changes nothing below
 		}
-		switch c := p[i]; {
+		switch {
 		case c == '\n':
-			inStr, esc = false, false // never inside a valid string
-		case inStr:
+			s.inStr, s.esc = false, false // never inside a valid string
+		case s.inStr:
 			switch {
-			case esc:
-				esc = false
+			case s.esc:
+				s.esc = false
 			case c == '\\':
-				esc = true
+				s.esc = true
 			case c == '"':
-				inStr = false
+				s.inStr = false
 			}
 		case c == '"':
-			inStr = true
+			s.inStr = true
 		case c == '{':
-			depth++
+			s.depth++
 		case c == '}':
-			depth--
-			if depth == 0 {
-				s.inStr, s.esc, s.depth = inStr, esc, depth
+			s.depth--
+			if s.depth == 0 {
 				s.cur = append(s.cur, p[:i+1]...)
 				s.cur, s.last = s.last[:0], s.cur
 				s.state = usageIdle
@@ -204,7 +188,6 @@ func (s *Scanner) object(p []byte) int {
 			}
 		}
 	}
-	s.inStr, s.esc, s.depth = inStr, esc, depth
 	if limit < len(p) {
 		// The object reached maxUsageBytes with bytes left: too large.
 		s.state = usageIdle
@@ -218,17 +201,6 @@ func (s *Scanner) object(p []byte) int {
 // objectByte marks the bytes object's state machine acts on (all others
 // only clear an escape).
 var objectByte = [256]bool{'\n': true, '"': true, '\\': true, '{': true, '}': true}
-
-// objectMask returns a mask whose lowest set bit is the high bit of the
-// first byte of x (little endian) that objectByte marks; 0 when there is
-// none. Each "has zero byte" term is exact at its lowest set bit, so
-// their union is exact there too (bits above it may be false).
-func objectMask(x uint64) uint64 {
-	const lsb, msb = 0x0101010101010101, 0x8080808080808080
-	n, q, b := x^(lsb*'\n'), x^(lsb*'"'), x^(lsb*'\\')
-	o, c := x^(lsb*'{'), x^(lsb*'}')
-	return ((n-lsb)&^n | (q-lsb)&^q | (b-lsb)&^b | (o-lsb)&^o | (c-lsb)&^c) & msb
-}
 
 // usageJSON is both usage shapes. Absent counts stay at absent (-1):
 // value fields, not pointers, so that the decode allocates nothing for
