@@ -237,6 +237,7 @@ func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 	}
 	if len(f.Model) > 0 && g.checkOn && g.fleet != nil {
 		model := modelNames.Intern(f.Model) // the held name: no copy for the models in use
+		st.model = model                    // Select's for the observers: not interned twice
 		if known, listed := g.fleet.Knows(r.Context(), model); listed && !known {
 			return edge.ModelNotFound(model)
 		}

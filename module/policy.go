@@ -385,8 +385,8 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	st.markTried(d.Slot)
 	s.observeShadow(r, pool, v, feat, d) // integrity.go: records only, after the decision
-	if st.observed {
-		// Only the handler's observers read the model name.
+	if st.observed && st.model == "" {
+		// Only the handler's observers read the model name (the guard's model check may have interned it).
 		st.model = modelNames.Intern(feat.Model)
 	}
 	body.Release()

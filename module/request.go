@@ -62,7 +62,7 @@ type reqState struct {
 	tried1     selection.Slot     // the first attempt's slot plus one (0: none): see markTried
 	poolSize   int32              // the size of the attempt's pool (outlier.go)
 	routeIDHdr []string           // the chosen replica's opaque id sent in X-Ramjet-Upstream (routeID), as a shared header value; never modify
-	model      string             // interned model name ("" when unknown or not observed)
+	model      string             // interned model name (the guard's model check, or Select when observed; "" when unknown)
 	tried      *selection.SlotSet // every attempt's slot, allocated on a retry
 	metrics    *metricsObserver   // the request's metrics observer (metrics.go), for Select
 	baseHeader http.Header        // the request header map of the first attempt
