@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -73,6 +74,37 @@ func TestNamesBounded(t *testing.T) {
 	b := []byte("model-2")
 	if allocs := testing.AllocsPerRun(100, func() { _ = n.Intern(b) }); allocs != 0 {
 		t.Errorf("Intern of a held name allocates %v times", allocs)
+	}
+}
+
+// TestNamesOne: a set of one name (read without a map lookup) answers as
+// the map does, before and after a second name joins, and Intern of its
+// one name returns the held string without allocating.
+func TestNamesOne(t *testing.T) {
+	for _, n := range []*Names{NewNames(4, "qwen"), func() *Names { n := NewNames(4); n.Add("qwen"); return n }()} {
+		if n.one.Load() == nil {
+			t.Fatal("one name held: no single-name entry")
+		}
+		for _, s := range []string{"qwen", "qwe", "qwen3", "", Other} {
+			if got, want := n.Has(s), s == "qwen"; got != want {
+				t.Errorf("Has(%q) = %v, want %v", s, got, want)
+			}
+			if got := string(n.Intern([]byte(s))); got != s {
+				t.Errorf("Intern(%q) = %q", s, got)
+			}
+		}
+		b := []byte("qwen")
+		held := n.Intern(b)
+		if allocs := testing.AllocsPerRun(100, func() { held = n.Intern(b) }); allocs != 0 || unsafe.StringData(held) != unsafe.StringData(*n.one.Load()) {
+			t.Errorf("Intern of the one name: %v allocations, held string %v", allocs, unsafe.StringData(held) == unsafe.StringData(*n.one.Load()))
+		}
+		n.Add("llama")
+		if n.one.Load() != nil || !n.Has("qwen") || !n.Has("llama") || n.Has("x") || n.Len() != 2 {
+			t.Errorf("two names: single entry %v, Has qwen %v llama %v x %v, %d held", n.one.Load() != nil, n.Has("qwen"), n.Has("llama"), n.Has("x"), n.Len())
+		}
+	}
+	if NewNames(4).one.Load() != nil || NewNames(4, "a", "b").one.Load() != nil {
+		t.Error("a single-name entry for an empty set or two names")
 	}
 }
 

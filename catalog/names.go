@@ -18,6 +18,22 @@ type Names struct {
 	max   int
 	mu    sync.Mutex // serializes Add's copies
 	known atomic.Pointer[map[string]string]
+	// one is the held name when the set holds exactly one (a one-model
+	// fleet), which the readers compare with instead of a map lookup; nil
+	// otherwise. Stored before known (store).
+	one atomic.Pointer[string]
+}
+
+// store makes m the set (m is never changed after).
+func (n *Names) store(m map[string]string) {
+	var one *string
+	for _, v := range m {
+		if len(m) == 1 {
+			one = &v
+		}
+	}
+	n.one.Store(one)
+	n.known.Store(&m)
 }
 
 // NewNames returns a set holding at most max names, with the first of
@@ -30,12 +46,15 @@ func NewNames(max int, names ...string) *Names {
 		}
 	}
 	n := &Names{max: max}
-	n.known.Store(&m)
+	n.store(m)
 	return n
 }
 
 // Has reports whether name is in the set.
 func (n *Names) Has(name string) bool {
+	if one := n.one.Load(); one != nil {
+		return *one == name
+	}
 	_, ok := (*n.known.Load())[name]
 	return ok
 }
@@ -53,6 +72,12 @@ func (n *Names) Label(name string) string {
 func (n *Names) Intern(b []byte) string {
 	if len(b) == 0 {
 		return ""
+	}
+	if one := n.one.Load(); one != nil {
+		if *one == string(b) {
+			return *one
+		}
+		return string(b)
 	}
 	if s, ok := (*n.known.Load())[string(b)]; ok {
 		return s
@@ -82,7 +107,7 @@ func (n *Names) Add(name string) string {
 		m[k] = v
 	}
 	m[name] = name
-	n.known.Store(&m)
+	n.store(m)
 	return name
 }
 

@@ -169,6 +169,22 @@ func TestHeaderValue(t *testing.T) {
 	}
 }
 
+// TestSetValues sets a header's values as given (shared, not copied),
+// removes it for nil values and leaves a nil header alone.
+func TestSetValues(t *testing.T) {
+	h := http.Header{"X-Data-Parallel-Rank": {"1"}, "Accept": {"*/*"}}
+	rank := []string{"3"}
+	SetValues(h, "X-Data-Parallel-Rank", rank)
+	if got := h["X-Data-Parallel-Rank"]; len(got) != 1 || &got[0] != &rank[0] {
+		t.Fatalf("set: got %v, want the shared slice %v", got, rank)
+	}
+	SetValues(h, "X-Data-Parallel-Rank", nil)
+	if _, ok := h["X-Data-Parallel-Rank"]; ok || len(h) != 1 || h.Get("Accept") != "*/*" {
+		t.Fatalf("nil values: got %v, want the name removed and Accept kept", h)
+	}
+	SetValues(nil, "X-Data-Parallel-Rank", rank) // no panic
+}
+
 // TestStripRequestHeadersReference holds StripRequestHeaders' one pass to
 // the deletes it replaced (each hop-by-hop name in canonical form deleted
 // from the map), over every hop-by-hop name in canonical and other

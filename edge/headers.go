@@ -17,6 +17,19 @@ func HeaderValue(h http.Header, key string) string {
 	return ""
 }
 
+// SetValues sets h's values of name, a key in canonical form, to vals, as
+// they are (shared: never modify them), or removes name when vals is nil;
+// a nil h is left alone.
+func SetValues(h http.Header, name string, vals []string) {
+	switch {
+	case h == nil:
+	case vals != nil:
+		h[name] = vals
+	default:
+		delete(h, name)
+	}
+}
+
 // StripRequestHeaders removes what a client must not be able to send to an
 // engine: ramjet's own X-Ramjet-* headers, the data-parallel rank (the
 // policy sets it) and hop-by-hop headers, including those named in

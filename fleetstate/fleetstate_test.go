@@ -93,6 +93,36 @@ func TestLatest(t *testing.T) {
 	}
 }
 
+// TestLatestOne: Get answers as the map does whether the map holds one
+// key (read without a map lookup) or several, through every change
+// between the two.
+func TestLatestOne(t *testing.T) {
+	var l Latest[*int]
+	one, two := new(int), new(int)
+	check := func(step string, want map[string]*int) {
+		t.Helper()
+		for _, k := range []string{"a", "b", "", "ab"} {
+			v, ok := l.Get(k)
+			if w, wok := want[k]; v != w || ok != wok {
+				t.Errorf("%s: Get(%q) = %p, %v; want %p, %v", step, k, v, ok, w, wok)
+			}
+		}
+		if e := l.one.Load(); (e != nil) != (len(want) == 1) {
+			t.Errorf("%s: single-entry cache %v with %d keys", step, e != nil, len(want))
+		}
+	}
+	l.Set("a", one)
+	check("one key", map[string]*int{"a": one})
+	l.Set("a", two)
+	check("replaced", map[string]*int{"a": two})
+	l.Set("b", one)
+	check("two keys", map[string]*int{"a": two, "b": one})
+	l.Drop("a", two)
+	check("back to one", map[string]*int{"b": one})
+	l.Drop("b", one)
+	check("none", map[string]*int{})
+}
+
 func TestNewHealthReport(t *testing.T) {
 	tests := []struct {
 		name    string

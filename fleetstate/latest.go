@@ -12,6 +12,15 @@ import (
 type Latest[T comparable] struct {
 	mu sync.Mutex // serialises writers
 	m  atomic.Pointer[map[string]T]
+	// one is the map's entry when it holds exactly one (one state_key, the
+	// common configuration), which Get compares the key with instead of a
+	// map lookup; nil otherwise. Stored before m.
+	one atomic.Pointer[latestEntry[T]]
+}
+
+type latestEntry[T any] struct {
+	key string
+	v   T
 }
 
 // update replaces the map with a copy changed by fn.
@@ -25,6 +34,13 @@ func (l *Latest[T]) update(fn func(map[string]T)) {
 		}
 	}
 	fn(next)
+	var one *latestEntry[T]
+	for k, v := range next {
+		if len(next) == 1 {
+			one = &latestEntry[T]{k, v}
+		}
+	}
+	l.one.Store(one)
 	l.m.Store(&next)
 }
 
@@ -44,6 +60,9 @@ func (l *Latest[T]) Drop(key string, old T) {
 
 // Get returns the value of key.
 func (l *Latest[T]) Get(key string) (T, bool) {
+	if e := l.one.Load(); e != nil && e.key == key {
+		return e.v, true
+	}
 	var zero T
 	m := l.m.Load()
 	if m == nil {

@@ -191,6 +191,7 @@ type Exchange struct {
 type Inflight struct {
 	label string        // the model label
 	n     *atomic.Int64 // its count in flight
+	known bool          // label is the model's own name: it was in Models (which only grow)
 }
 
 // StartRequest counts a request in flight for model and returns what to
@@ -199,7 +200,7 @@ func (m *Set) StartRequest(model string) Inflight {
 	l := m.Models.Label(model)
 	n := m.Dash.Inflight(l)
 	n.Add(1)
-	return Inflight{l, n}
+	return Inflight{l, n, l == model && model != "" && model != catalog.Other}
 }
 
 // EndRequest records a finished request; in is what StartRequest
@@ -212,9 +213,12 @@ func (m *Set) end(in Inflight, x *Exchange) (model string, oi int) {
 	in.n.Add(-1)
 	oi = outcomeOf(x.Status, x.Canceled, x.NoReplica)
 	outcome := outcomes[oi]
-	if outcome == OutcomeOK {
+	switch {
+	case in.known && x.Model == in.label:
+		model = x.Model // in Models at the start, so still: what Add and Label return
+	case outcome == OutcomeOK:
 		model = m.Models.Add(x.Model)
-	} else {
+	default:
 		model = m.Models.Label(x.Model)
 	}
 	dx := dashboard.Exchange{Upstream: x.Upstream, Model: model, Error: outcome != OutcomeOK, HasUsage: x.HasUsage,

@@ -161,3 +161,35 @@ func TestResponseFirstFromStart(t *testing.T) {
 		}
 	}
 }
+
+// TestEndModelLabel: a request whose model Models held when it started
+// ends under that name without asking Models again; any other ends as
+// before: Add for a success, Label otherwise, "other" sent as a name
+// included (it joins on a success while there is room).
+func TestEndModelLabel(t *testing.T) {
+	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(3, "known"))
+	for i, tc := range []struct {
+		model   string
+		status  int
+		want    string
+		held    int
+		started bool // the Inflight says the model was held
+	}{
+		{"known", 200, "known", 1, true},
+		{"known", 500, "known", 1, true},
+		{"new", 500, catalog.Other, 1, false}, // an error adds no name
+		{"new", 200, "new", 2, false},
+		{"new", 200, "new", 2, true},
+		{catalog.Other, 200, catalog.Other, 3, false}, // joins as a name
+		{"late", 200, catalog.Other, 3, false},        // full
+		{"", 200, "", 3, false},
+	} {
+		in := m.StartRequest(tc.model)
+		if in.known != tc.started {
+			t.Errorf("%d %q: Inflight.known %v, want %v", i, tc.model, in.known, tc.started)
+		}
+		if got, _ := m.end(in, &Exchange{Model: tc.model, Status: tc.status}); got != tc.want || m.Models.Len() != tc.held {
+			t.Errorf("%d %q status %d: label %q with %d names held, want %q with %d", i, tc.model, tc.status, got, m.Models.Len(), tc.want, tc.held)
+		}
+	}
+}

@@ -134,7 +134,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		// The guard wraps the whole chain: a request state it creates ends
 		// when it returns (no sweeper registration), and is recycled.
 		var created bool
-		if st, created = ownedState(r); created {
+		if st, created = ownedState(w, r); created {
 			defer func() { st.recycle(reuse) }()
 		}
 	}
@@ -177,6 +177,9 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		}
 		gw.Init(w, nil)
 		gw.SetScrub(g.scrubFn)
+		if st != nil {
+			gw.SetOwner(st) // the handler and policy behind find st there
+		}
 	}
 	err := next.ServeHTTP(gw, r)
 	if err == nil {
@@ -234,6 +237,7 @@ func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 	}
 	if len(f.Model) > 0 && g.checkOn && g.fleet != nil {
 		model := modelNames.Intern(f.Model) // the held name: no copy for the models in use
+		st.model = model                    // Select's for the observers: not interned twice
 		if known, listed := g.fleet.Knows(r.Context(), model); listed && !known {
 			return edge.ModelNotFound(model)
 		}

@@ -118,7 +118,7 @@ func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	// A state created here needs no sweeper: ServeHTTP ends it on every
 	// path (return or abort panic), and recycles it (recycle).
-	st, created := ownedState(r)
+	st, created := ownedState(w, r)
 	st.observed = true
 	if f := lookupFleet(h.StateKey); f != nil {
 		if pf := f.kv.Load(); pf != nil {
@@ -152,6 +152,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 			ow = new(observe.Writer)
 		}
 		ow.Init(w, obs)
+		ow.SetOwner(st) // a guard and the policy behind find st there
 	}
 	if h.WriteTimeout > 0 {
 		_, iw := caddyhttp.IdleTimeoutsFromContext(r.Context())

@@ -165,7 +165,7 @@ func lookupRequest(r *http.Request) *reqState {
 // observedState returns the request's reqState as the ramjet handler takes
 // it, creating it when none exists.
 func observedState(r *http.Request) *reqState {
-	st, _ := ownedState(r)
+	st, _ := ownedState(nil, r)
 	st.observed = true
 	return st
 }

@@ -104,7 +104,7 @@ func (m BodyMatcher) MatchWithError(r *http.Request) (bool, error) {
 	if ep == selection.EndpointUnknown {
 		return false, nil
 	}
-	st := requestState(r)
+	st := requestState(nil, r)
 	limit := m.MaxBodyBytes
 	if limit == 0 {
 		limit = DefaultMaxBodyBytes

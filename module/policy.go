@@ -327,7 +327,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	if len(pool) == 0 {
 		return nil
 	}
-	st := requestState(r)
+	st := requestState(w, r)
 	defer observeSelect(r, st, metrics.MonoNow()) // metrics.go: decision counts, selection latency
 	st.attempts++
 	if st.attempts > 1 {
@@ -385,8 +385,8 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	st.markTried(d.Slot)
 	s.observeShadow(r, pool, v, feat, d) // integrity.go: records only, after the decision
-	if st.observed {
-		// Only the handler's observers read the model name.
+	if st.observed && st.model == "" {
+		// Only the handler's observers read the model name (the guard's model check may have interned it).
 		st.model = modelNames.Intern(feat.Model)
 	}
 	body.Release()
@@ -489,23 +489,11 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	// headers from on every attempt when header operations are configured;
 	// keep the rank current there too, so that a retry to another rank
 	// carries its own.
-	setRank(r.Header, v.RankHdr[i])
+	edge.SetValues(r.Header, HeaderRank, v.RankHdr[i])
 	if st.attempts == 1 {
 		st.baseHeader = r.Header // the same map: set above
 	} else {
-		setRank(st.baseHeader, v.RankHdr[i])
-	}
-}
-
-// setRank sets or removes the data-parallel rank header.
-func setRank(h http.Header, rank []string) {
-	if h == nil {
-		return
-	}
-	if rank != nil {
-		h[HeaderRank] = rank
-	} else {
-		delete(h, HeaderRank)
+		edge.SetValues(st.baseHeader, HeaderRank, v.RankHdr[i])
 	}
 }
 

@@ -78,7 +78,7 @@ func TestRecycledStateLeavesNoHolder(t *testing.T) {
 				if got := lookupRequest(late); got != nil {
 					t.Errorf("guard first %v: the ended request's vars lead to a state (the second's: %v)", guardFirst, got == st2)
 				}
-				st, created := ownedState(late)
+				st, created := ownedState(nil, late)
 				if !created || st == st2 {
 					t.Errorf("guard first %v: a late reader took a state it did not create (the second's: %v)", guardFirst, st == st2)
 				}

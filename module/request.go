@@ -62,7 +62,7 @@ type reqState struct {
 	tried1     selection.Slot     // the first attempt's slot plus one (0: none): see markTried
 	poolSize   int32              // the size of the attempt's pool (outlier.go)
 	routeIDHdr []string           // the chosen replica's opaque id sent in X-Ramjet-Upstream (routeID), as a shared header value; never modify
-	model      string             // interned model name ("" when unknown or not observed)
+	model      string             // interned model name (the guard's model check, or Select when observed; "" when unknown)
 	tried      *selection.SlotSet // every attempt's slot, allocated on a retry
 	metrics    *metricsObserver   // the request's metrics observer (metrics.go), for Select
 	baseHeader http.Header        // the request header map of the first attempt
@@ -97,9 +97,9 @@ type observedParts struct {
 
 // requestState returns the request's reqState, creating it (and handing
 // it to the sweeper, which finishes it when the request context ends) on
-// first use.
-func requestState(r *http.Request) *reqState {
-	st, created := ownedState(r)
+// first use. w is the request's writer (nil: none), see ownedState.
+func requestState(w http.ResponseWriter, r *http.Request) *reqState {
+	st, created := ownedState(w, r)
 	if created {
 		openStates.Add(r.Context(), st)
 	}
@@ -108,8 +108,14 @@ func requestState(r *http.Request) *reqState {
 
 // ownedState returns the request's reqState and whether the caller created
 // it, which the caller must then end (finish or recycle): a state without
-// the sweeper's registration and timer.
-func ownedState(r *http.Request) (st *reqState, created bool) {
+// the sweeper's registration and timer. A guard or handler in front hands
+// the state down as the owner of its writer w: then no context walk.
+func ownedState(w http.ResponseWriter, r *http.Request) (st *reqState, created bool) {
+	if ow, ok := w.(*observe.Writer); ok {
+		if st, ok := ow.Owner().(*reqState); ok && st != nil && st.ref != nil && st.ref.st.Load() == st {
+			return st, false
+		}
+	}
 	// caddyhttp.GetVar then SetVar, with one walk up the context.
 	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 	if ref, ok := vars[VarRequest].(*stateRef); ok {

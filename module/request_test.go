@@ -11,6 +11,7 @@ import (
 	"testing/iotest"
 
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/observe"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -47,7 +48,7 @@ func TestReadBody(t *testing.T) {
 			defer cancel()
 			r := newTestRequest(ctx, nil)
 			r.Body, r.ContentLength = io.NopCloser(tt.reader()), tt.length
-			st := requestState(r)
+			st := requestState(nil, r)
 			st.readBody(r, tt.limit)
 			if !errors.Is(st.bodyErr, tt.wantErr) {
 				t.Fatalf("body error %v, want %v", st.bodyErr, tt.wantErr)
@@ -97,4 +98,38 @@ func TestMarkTried(t *testing.T) {
 	if st := (&reqState{}); st.triedSet().Has(0) {
 		t.Error("no attempt yet, slot 0 in the set")
 	}
+}
+
+// TestOwnedStateFromWriter: a state handed down as the owner of the
+// request's writer (a guard or handler in front) is found there, with no
+// context lookup (the writer's request below has other vars); once
+// recycled it is not, and the context's vars decide again.
+func TestOwnedStateFromWriter(t *testing.T) {
+	r := newTestRequest(context.Background(), nil)
+	st, created := ownedState(nil, r)
+	if !created {
+		t.Fatal("first lookup: want a new state")
+	}
+	var ow observe.Writer
+	ow.Init(nil, nil)
+	ow.SetOwner(st)
+	other := newTestRequest(context.Background(), nil) // its vars know no state
+	if got, created := ownedState(&ow, other); got != st || created {
+		t.Fatalf("through the writer: got %p created %v, want %p not created", got, created, st)
+	}
+	if got := requestState(&ow, other); got != st {
+		t.Fatalf("requestState through the writer: got %p, want %p", got, st)
+	}
+	if got, created := ownedState(&ow, r); got != st || created {
+		t.Fatalf("same request: got %p created %v, want %p not created", got, created, st)
+	}
+	st.recycle(true) // pooled: the writer's owner is no longer this request's
+	got, created := ownedState(&ow, other)
+	if !created {
+		t.Fatal("after recycle: want a new state from other's vars")
+	}
+	if got2, created2 := ownedState(nil, other); got2 != got || created2 {
+		t.Fatal("other's vars do not hold the state created for it")
+	}
+	got.recycle(true)
 }

@@ -41,6 +41,9 @@ type Writer struct {
 	status int32
 	tail   [2]byte // the last two body bytes written
 	flags  uint8   // started, responded, ... below
+
+	// owner is the caller's per-request state (SetOwner).
+	owner any
 }
 
 // Writer.flags' bits.
@@ -174,6 +177,15 @@ func (w *Writer) Adopt(obs []Observer) bool {
 	w.obs = obs
 	return true
 }
+
+// SetOwner records v, the per-request state of the handler that set w up,
+// so that the handlers and the selection policy further down the chain,
+// which are handed w, find it there (Owner) instead of looking it up in
+// the request's context. Init clears it.
+func (w *Writer) SetOwner(v any) { w.owner = v }
+
+// Owner is what SetOwner recorded, nil when nothing was.
+func (w *Writer) Owner() any { return w.owner }
 
 // Responded reports that a final status (or 101) was written.
 func (w *Writer) Responded() bool { return w.flags&flagResponded != 0 }

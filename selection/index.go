@@ -821,7 +821,7 @@ func (x *Index) dropTail(s Slot, limit, horizon int64) {
 			break
 		}
 		if n%warmRun == 0 {
-			x.warmTail(tail)
+			x.warmTail(tail, limit-n, r.clock, horizon)
 		}
 		blk := p.blk
 		b := &bs[blk-1]
@@ -871,12 +871,18 @@ func (x *Index) settleDrops(r *holder, k int64) {
 // warmTail loads the blocks of the warmRun least recent pairs of a
 // replica's list, from its tail on: the next ones bound drops, as warm
 // does for touch. (A dropped block stays in the table, a ghost: its table
-// entry is not needed.)
-func (x *Index) warmTail(tail uint32) {
+// entry is not needed.) It stops where dropTail will: after left pairs
+// (negative: no limit), or at the first pair touched less than horizon
+// (when positive) touches before clock, the replica's.
+func (x *Index) warmTail(tail uint32, left, clock, horizon int64) {
 	acc := int32(0)
-	n := 0
-	for e := tail; e != 0 && n < warmRun; e = x.pairs[e-1].prev {
-		acc += x.blocks[x.pairs[e-1].blk-1].pairs
+	n := int64(0)
+	for e := tail; e != 0 && n < warmRun && n != left; e = x.pairs[e-1].prev {
+		p := &x.pairs[e-1]
+		if horizon > 0 && clock-p.stamp < horizon {
+			break
+		}
+		acc += x.blocks[p.blk-1].pairs
 		n++
 	}
 	x.warmSink = uint32(acc)

@@ -270,3 +270,31 @@ func TestTableSize(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmTailStopsAtTheDrops: dropTail's prefetch reads the pairs it is
+// about to drop and no more: up to its limit, or down to the first pair
+// younger than the horizon (a replica's list whose drops are a few pairs
+// past the horizon no longer pays for warmRun of them per learn).
+func TestWarmTailStopsAtTheDrops(t *testing.T) {
+	x := NewIndex(1 << 20)
+	for i := range 40 {
+		x.Learn([]uint64{uint64(1000 + i)}, 0) // 40 pairs of slot 0, one block each
+	}
+	r := &x.reps[0]
+	for _, tc := range []struct {
+		left, horizon int64
+		want          uint32
+	}{
+		{-1, 0, warmRun}, // no bound: a whole run
+		{3, 0, 3},        // a limit of 3 drops
+		{-1, 38, 2},      // the two pairs 38 and 39 touches old
+		{1, 38, 1},       // both bounds: the nearer
+		{-1, 41, 0},      // none old enough
+	} {
+		x.warmSink = 99
+		x.warmTail(r.tail, tc.left, r.clock, tc.horizon)
+		if x.warmSink != tc.want { // each block has one holder: the sum counts the pairs read
+			t.Errorf("left %d horizon %d: warmed %d pairs, want %d", tc.left, tc.horizon, x.warmSink, tc.want)
+		}
+	}
+}

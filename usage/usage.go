@@ -2,7 +2,9 @@ package usage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -157,7 +159,7 @@ func (s *Scanner) step(p []byte) int {
 // used are appended to cur at once, not one by one.
 func (s *Scanner) object(p []byte) int {
 	limit := min(len(p), max(maxUsageBytes-len(s.cur), 0))
-	for i := range limit {
+	for i := 0; i < limit; i++ {
 		c := p[i]
 		if !objectByte[c] && !s.esc {
 			continue // a byte that changes nothing below
@@ -176,6 +178,16 @@ func (s *Scanner) object(p []byte) int {
 			}
 		case c == '"':
 			s.inStr = true
+			// Inside a string only a quote, a backslash or a newline
+			// changes anything: skip to the byte before the first one,
+			// a word at a time.
+			for i+9 <= limit {
+				if m := inStringMask(binary.LittleEndian.Uint64(p[i+1:])); m != 0 {
+					i += bits.TrailingZeros64(m) >> 3
+					break
+				}
+				i += 8
+			}
 		case c == '{':
 			s.depth++
 		case c == '}':
@@ -196,6 +208,16 @@ func (s *Scanner) object(p []byte) int {
 	}
 	s.cur = append(s.cur, p...)
 	return len(p)
+}
+
+// inStringMask returns a mask whose lowest set bit is the high bit of the
+// first byte of x (little endian) that is '"', '\\' or '\n'; 0 when there
+// is none. Each "has zero byte" term is exact at its lowest set bit, so
+// their union is exact there too.
+func inStringMask(x uint64) uint64 {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	q, b, n := x^(lsb*'"'), x^(lsb*'\\'), x^(lsb*'\n')
+	return ((q-lsb)&^q | (b-lsb)&^b | (n-lsb)&^n) & msb
 }
 
 // objectByte marks the bytes object's state machine acts on (all others
