@@ -265,6 +265,22 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.AgreeWalk = true
 		case "em":
 			setup.Options.AgentMove = x
+		case "owl":
+			setup.Options.OverflowLight = x
+		case "owlm":
+			setup.Options.OverflowLightMean = x != 0
+		case "owln":
+			setup.Options.OverflowLightN = int(x)
+		case "owlf":
+			setup.Options.OverflowLightFull = x != 0
+		case "owla":
+			setup.Options.OverflowLightAvg = x
+		case "owlr":
+			setup.Options.OverflowLightRoom = zeroIsNone(x)
+		case "hs":
+			setup.Options.HomeShare = x
+		case "cp":
+			setup.Options.CrowdPair = x
 		case "emt":
 			setup.Options.AgentMoveRoom = x
 		case "noagenttie":
