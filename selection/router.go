@@ -400,6 +400,15 @@ type Options struct {
 	// (R without the engine-reported KV of others), negative none (the
 	// rule before); a positive weight counts R with it.
 	OverflowWeight float64
+	// OverflowFull, when positive, is the overflow term's weight (in place
+	// of OverflowWeight, when lower) for a request that no usable replica
+	// has room for: every one's context in flight (this router's), with
+	// the prompt, passes its KV capacity (overflowfull.go). The term then
+	// weighs resident context about as much as pending prefill, as
+	// Dynamo's active blocks do, instead of 4 times, which sends turns
+	// cold away from their homes on a fleet whose caches are all full.
+	// 0: off (the rule). Off by default: EXPERIMENTS 79.
+	OverflowFull float64
 	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
 	// prefix too: several instances that all learn every replica's blocks
 	// (the precise path) need not agree on where a cold prefix goes.
@@ -605,45 +614,6 @@ type Options struct {
 	// AgentMoveRoom is AgentMove's bound on the replica it moves to: 0 is
 	// DefaultAgentMoveRoom.
 	AgentMoveRoom float64
-	// CrowdPair, when positive, makes a request's home pay the pair term
-	// like every other replica while this router's requests in flight
-	// there exceed CrowdPair times their mean over the usable replicas
-	// (crowd.go). 0: off (the rule). Experiment (bench/EXPERIMENTS.md
-	// section 79).
-	CrowdPair float64
-	// HomeShare, when positive, exempts a request's home from the pair
-	// term only while it holds at least HomeShare of the prompt: a home
-	// that holds only a shared prefix (a new session's framework prompt)
-	// pays it like every other replica. 0: off (the rule). Experiment
-	// (bench/EXPERIMENTS.md section 79).
-	HomeShare float64
-	// OverflowLight, when positive, is the overflow term's weight on a
-	// replica whose KV capacity is below OverflowLightRoom times the
-	// prompt (a cache that holds few contexts of the prompt's size), in
-	// place of OverflowWeight when lower. 0: off (the rule).
-	OverflowLight float64
-	// OverflowLightRoom is OverflowLight's gate; 0 is
-	// DefaultOverflowLightRoom, negative none (every replica).
-	OverflowLightRoom float64
-	// OverflowLightAvg, when positive, gates OverflowLight on the mean
-	// prompt this router reserved lately instead of the request's own:
-	// the lighter weight where the capacity is below OverflowLightAvg
-	// times that mean (OnceBelow's measure).
-	OverflowLightAvg float64
-	// OverflowLightFull gates OverflowLight on the fleet instead: the
-	// lighter weight for every candidate while every usable replica's
-	// context in flight, with the prompt, passes its KV capacity.
-	OverflowLightFull bool
-	// OverflowLightN gates OverflowLight on the replica's requests in
-	// flight instead: the lighter weight where at most OverflowLightN of
-	// this router's requests are in flight there (few contexts fill it,
-	// not a crowd).
-	OverflowLightN int
-	// OverflowLightMean gates OverflowLightFull's form on the fleet's
-	// mean instead of every replica: the lighter weight while the usable
-	// replicas' contexts in flight, with the prompt on each, pass their
-	// summed KV capacity.
-	OverflowLightMean bool
 	// ColdAway, when positive, charges a cold prompt (one no usable
 	// replica holds any block of) on each replica with the warm arrivals
 	// the replica can expect within ColdAway, each of which would queue
@@ -1144,13 +1114,6 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 			own = float64(e)
 		}
 	}
-	if rt.opt.OverflowLight > 0 && rt.opt.OverflowLightN > 0 {
-		if n <= int64(rt.opt.OverflowLightN) {
-			ow = min(ow, rt.opt.OverflowLight)
-		}
-	} else if rt.opt.OverflowLight > 0 && !rt.opt.OverflowLightFull {
-		ow = rt.lightOverflow(ow, capa, p)
-	}
 	if over := own + p - capa; over > 0 && ow > 0 {
 		ld += ow * over
 	}
@@ -1307,8 +1270,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	homeAt, homeRoom := rt.overflowHome()
-	if rt.opt.OverflowLightFull && rt.opt.OverflowLight > 0 && rt.fleetFull(cands, prompt) {
-		knobs.ow = min(knobs.ow, rt.opt.OverflowLight)
+	if rt.opt.OverflowFull > 0 && rt.fleetFull(cands, prompt) {
+		knobs.ow = min(knobs.ow, rt.opt.OverflowFull)
 	}
 	awayMS := uint32(0)
 	away := rt.opt.ColdAway > 0 && top1 <= 0 && usable < SubsetGuardReplicas && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
@@ -1325,12 +1288,6 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
-		}
-		if !pairOn && rt.opt.HomeShare > 0 {
-			pairOn = float64(ov) < rt.opt.HomeShare*float64(prompt)
-		}
-		if !pairOn && rt.opt.CrowdPair > 0 {
-			pairOn = rt.crowded(c.Slot, busy, usable)
 		}
 		knobs.owOff = homeAt > 0 && ov > top2 && float64(ov) >= homeAt*float64(prompt) &&
 			(homeRoom < 0 || float64(rt.loads[c.Slot].kv()) < homeRoom*float64(prompt))
@@ -1624,8 +1581,6 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	once := rt.opt.SharedOnce || rt.opt.OnceBelow > 0
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
-	}
-	if once || rt.opt.OverflowLightAvg > 0 {
 		rt.notePrompt(resident)
 	}
 	c := &rt.loads[s]

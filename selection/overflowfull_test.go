@@ -1,0 +1,40 @@
+package selection
+
+import "testing"
+
+// Under OverflowFull the overflow term's weight drops where no replica has
+// room for the prompt: an agent's next turn then stays on its home (4,800
+// of its 5,440 tokens there) rather than going cold to a replica that
+// overflows by less. Where another replica has room, the rule's weight
+// still moves it there, with the option or without.
+func TestOverflowFull(t *testing.T) {
+	const bt = 16
+	for _, tt := range []struct {
+		name  string
+		other int // blocks in flight on replica 1
+		opt   Options
+		want  int
+	}{
+		{"full fleet, rule", 375, Options{}, 1},
+		{"full fleet, OverflowFull 1", 375, Options{OverflowFull: 1}, 0},
+		{"room elsewhere, rule", 125, Options{}, 1},
+		{"room elsewhere, OverflowFull 1", 125, Options{OverflowFull: 1}, 1},
+	} {
+		rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 2)
+		rt = rt.WithOptions(tt.opt)
+		for _, c := range cands {
+			rt.SetCapacity(c.Slot, 8_000)
+		}
+		routeTo(t, rt, cands, 0, tokensOf(1, 7, 0, 300)).PrefillDone()      // the agent's context: 4,800 tokens
+		routeTo(t, rt, cands, 0, tokensOf(2, 8, 0, 250)).PrefillDone()      // another's: 4,000
+		routeTo(t, rt, cands, 1, tokensOf(3, 9, 0, tt.other)).PrefillDone() // 6,000 or 2,000
+		f := features(rt.Config(), tokensOf(1, 7, 0, 340), 0)               // the next turn: 5,440
+		if full := rt.fleetFull(cands, f.PromptTokens(rt.Config())); full != (tt.other == 375) {
+			t.Errorf("%s: fleetFull %v", tt.name, full)
+		}
+		d := rt.Pick(f, cands, NewScratch(len(cands)))
+		if d.Index != tt.want {
+			t.Errorf("%s: picked %d (overlap %d, load %.0f), want %d", tt.name, d.Index, d.Overlap, d.Load, tt.want)
+		}
+	}
+}
