@@ -409,6 +409,13 @@ type Options struct {
 	// cold away from their homes on a fleet whose caches are all full.
 	// 0: off (the rule). Off by default: EXPERIMENTS 79.
 	OverflowFull float64
+	// IndexShare, when in (0, 1), is the share of each replica's KV
+	// capacity the index models as its prefix cache (the LRU bound of
+	// what it presumes the replica still holds); the load's capacity
+	// stays the whole. The engine's cache shares its blocks with the
+	// running requests' KV, so fewer prefixes stay than the capacity
+	// holds. 0: the whole (the rule). Opt-in: EXPERIMENTS 79.
+	IndexShare float64
 	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
 	// prefix too: several instances that all learn every replica's blocks
 	// (the precise path) need not agree on where a cold prefix goes.
@@ -842,7 +849,11 @@ func (rt *Router) applyCapacity(s Slot) {
 	}
 	blocks := int64(0)
 	if tokens > 0 {
-		blocks = max(1, tokens/int64(rt.cfg.BlockTokens))
+		it := tokens
+		if sh := rt.opt.IndexShare; sh > 0 && sh < 1 {
+			it = int64(float64(tokens) * sh)
+		}
+		blocks = max(1, it/int64(rt.cfg.BlockTokens))
 	}
 	rt.idx.SetCapacity(s, blocks)
 	rt.loads[s].kvtokens.Store(int32(min(tokens, math.MaxInt32)))
