@@ -62,3 +62,35 @@ func TestIndexShare(t *testing.T) {
 		}
 	}
 }
+
+// IndexShareRoom applies IndexShare only while the replica's capacity is
+// at least that many mean prompts: the index's bound follows the mean as
+// reservations move it, whole before any prompt is known.
+func TestIndexShareRoom(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
+	rt = rt.WithOptions(Options{IndexShare: 0.8, IndexShareRoom: 8})
+	s := cands[0].Slot
+	rt.SetCapacity(s, 196_608)
+	if got := rt.Capacity(s); got != 196_608 {
+		t.Errorf("no prompt yet: index capacity %d, want 196608", got)
+	}
+	for _, tt := range []struct {
+		avg  int64
+		want int64
+	}{
+		{10_000, 157_280}, // 196,608 >= 8 x 10,000: the share
+		{30_000, 196_608}, // 196,608 < 8 x 30,000: whole
+		{20_000, 157_280},
+	} {
+		rt.promptAvg.Store(tt.avg * promptAvgScale)
+		rt.reapplyIndexShare()
+		if got := rt.Capacity(s); got != tt.want {
+			t.Errorf("mean prompt %d: index capacity %d, want %d", tt.avg, got, tt.want)
+		}
+	}
+	// A reservation notes its prompt and re-applies the gate.
+	routeTo(t, rt, cands, 0, tokensOf(1, 7, 0, 4_000)) // 64,000 tokens: the mean moves up by 1/64
+	if got := rt.promptAvg.Load() / promptAvgScale; got <= 20_000 {
+		t.Errorf("mean prompt %d after a 64,000-token reservation, want above 20,000", got)
+	}
+}

@@ -414,8 +414,16 @@ type Options struct {
 	// what it presumes the replica still holds); the load's capacity
 	// stays the whole. The engine's cache shares its blocks with the
 	// running requests' KV, so fewer prefixes stay than the capacity
-	// holds. 0: the whole (the rule). Opt-in: EXPERIMENTS 79.
+	// holds. 0: the whole (the rule). Opt-in: EXPERIMENTS 79 (0.8 with
+	// IndexShareRoom 24: shared-prefix 8/196,608's TTFT p99 1.092x ->
+	// 1.052x dynamo-tuned's over 12 seeds, every other row measured
+	// unchanged; ungated it costs agent-fleet 8 and the 65,536-token rows).
 	IndexShare float64
+	// IndexShareRoom, when positive, applies IndexShare only on a replica
+	// whose KV capacity is at least IndexShareRoom times the mean prompt
+	// this router reserved lately (OnceBelow's measure): where the cache
+	// holds many prompts, not where a few contexts fill it. 0: no gate.
+	IndexShareRoom float64
 	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
 	// prefix too: several instances that all learn every replica's blocks
 	// (the precise path) need not agree on where a cold prefix goes.
@@ -683,6 +691,9 @@ type shared struct {
 	// promptAvg: the mean prompt (tokens) of this router's recent
 	// reservations, scaled by promptAvgScale (Options.OnceBelow).
 	promptAvg atomic.Int64
+	// ixAvg: promptAvg when the index's capacities were last applied
+	// under Options.IndexShareRoom.
+	ixAvg atomic.Int64
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
@@ -831,6 +842,11 @@ func (rt *Router) SetCapacity(s Slot, tokens int64) {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if rt.kvcap[s] == max(0, tokens) && tokens > 0 && rt.opt.IndexShare > 0 {
+		// Unchanged (an engine scrape repeating it): the index keeps the
+		// bound IndexShare gave it, which Capacity reports.
+		return
+	}
 	rt.kvcap[s] = max(0, tokens)
 	rt.applyCapacity(s)
 }
@@ -850,7 +866,7 @@ func (rt *Router) applyCapacity(s Slot) {
 	blocks := int64(0)
 	if tokens > 0 {
 		it := tokens
-		if sh := rt.opt.IndexShare; sh > 0 && sh < 1 {
+		if sh := rt.opt.IndexShare; sh > 0 && sh < 1 && rt.indexShareOn(tokens) {
 			it = int64(float64(tokens) * sh)
 		}
 		blocks = max(1, it/int64(rt.cfg.BlockTokens))
@@ -1592,7 +1608,12 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	once := rt.opt.SharedOnce || rt.opt.OnceBelow > 0
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
+	}
+	if once || rt.opt.IndexShareRoom > 0 {
 		rt.notePrompt(resident)
+	}
+	if rt.opt.IndexShareRoom > 0 {
+		rt.reapplyIndexShare()
 	}
 	c := &rt.loads[s]
 	nb := int32(len(blocks))
