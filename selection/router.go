@@ -400,6 +400,30 @@ type Options struct {
 	// (R without the engine-reported KV of others), negative none (the
 	// rule before); a positive weight counts R with it.
 	OverflowWeight float64
+	// OverflowFull, when positive, is the overflow term's weight (in place
+	// of OverflowWeight, when lower) for a request that no usable replica
+	// has room for: every one's context in flight (this router's), with
+	// the prompt, passes its KV capacity (overflowfull.go). The term then
+	// weighs resident context about as much as pending prefill, as
+	// Dynamo's active blocks do, instead of 4 times, which sends turns
+	// cold away from their homes on a fleet whose caches are all full.
+	// 0: off (the rule). Off by default: EXPERIMENTS 79.
+	OverflowFull float64
+	// IndexShare, when in (0, 1), is the share of each replica's KV
+	// capacity the index models as its prefix cache (the LRU bound of
+	// what it presumes the replica still holds); the load's capacity
+	// stays the whole. The engine's cache shares its blocks with the
+	// running requests' KV, so fewer prefixes stay than the capacity
+	// holds. 0: the whole (the rule). Opt-in: EXPERIMENTS 79 (0.8 with
+	// IndexShareRoom 24: shared-prefix 8/196,608's TTFT p99 1.092x ->
+	// 1.052x dynamo-tuned's over 12 seeds, every other row measured
+	// unchanged; ungated it costs agent-fleet 8 and the 65,536-token rows).
+	IndexShare float64
+	// IndexShareRoom, when positive, applies IndexShare only on a replica
+	// whose KV capacity is at least IndexShareRoom times the mean prompt
+	// this router reserved lately (OnceBelow's measure): where the cache
+	// holds many prompts, not where a few contexts fill it. 0: no gate.
+	IndexShareRoom float64
 	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
 	// prefix too: several instances that all learn every replica's blocks
 	// (the precise path) need not agree on where a cold prefix goes.
@@ -667,6 +691,9 @@ type shared struct {
 	// promptAvg: the mean prompt (tokens) of this router's recent
 	// reservations, scaled by promptAvgScale (Options.OnceBelow).
 	promptAvg atomic.Int64
+	// ixAvg: promptAvg when the index's capacities were last applied
+	// under Options.IndexShareRoom.
+	ixAvg atomic.Int64
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
@@ -815,6 +842,11 @@ func (rt *Router) SetCapacity(s Slot, tokens int64) {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if rt.kvcap[s] == max(0, tokens) && tokens > 0 && rt.opt.IndexShare > 0 {
+		// Unchanged (an engine scrape repeating it): the index keeps the
+		// bound IndexShare gave it, which Capacity reports.
+		return
+	}
 	rt.kvcap[s] = max(0, tokens)
 	rt.applyCapacity(s)
 }
@@ -833,7 +865,11 @@ func (rt *Router) applyCapacity(s Slot) {
 	}
 	blocks := int64(0)
 	if tokens > 0 {
-		blocks = max(1, tokens/int64(rt.cfg.BlockTokens))
+		it := tokens
+		if sh := rt.opt.IndexShare; sh > 0 && sh < 1 && rt.indexShareOn(tokens) {
+			it = int64(float64(tokens) * sh)
+		}
+		blocks = max(1, it/int64(rt.cfg.BlockTokens))
 	}
 	rt.idx.SetCapacity(s, blocks)
 	rt.loads[s].kvtokens.Store(int32(min(tokens, math.MaxInt32)))
@@ -1261,6 +1297,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	homeAt, homeRoom := rt.overflowHome()
+	if rt.opt.OverflowFull > 0 && rt.fleetFull(cands, prompt) {
+		knobs.ow = min(knobs.ow, rt.opt.OverflowFull)
+	}
 	awayMS := uint32(0)
 	away := rt.opt.ColdAway > 0 && top1 <= 0 && usable < SubsetGuardReplicas && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
 	if away {
@@ -1569,7 +1608,12 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	once := rt.opt.SharedOnce || rt.opt.OnceBelow > 0
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
+	}
+	if once || rt.opt.IndexShareRoom > 0 {
 		rt.notePrompt(resident)
+	}
+	if rt.opt.IndexShareRoom > 0 {
+		rt.reapplyIndexShare()
 	}
 	c := &rt.loads[s]
 	nb := int32(len(blocks))
