@@ -510,3 +510,65 @@ func TestForeignResidentEarly(t *testing.T) {
 		t.Fatalf("context at this instance's first request %d, want most of 2048", got)
 	}
 }
+
+// TestForeignPrefillQueueCost: with QueueCost, each of this instance's
+// requests not yet at its first token on a replica adds QueueCost tokens to
+// the prior's base (scaled by prior x rho like the pending prefill), a
+// request reserving no prefill (an agent's next turn at its home)
+// included; its first token takes it out; alone (rho 0) nothing counts.
+func TestForeignPrefillQueueCost(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 3)
+	a, b, c := cands[0].Slot, cands[1].Slot, cands[2].Slot
+	f := NewForeignPrefill()
+	f.QueueCost = 4096
+	f.SetRouter(rt)
+	f.SetPrior(1)
+	t0 := time.Unix(100, 0)
+
+	res := rt.Reserve(a, 1024)
+	f.Reserved(res, 0)
+	if got := rt.ExternalPrefill(a); got != 0 {
+		t.Fatalf("alone: external prefill %d on a, want 0", got)
+	}
+	f.StoredRun(a, 64, 16, t0) // our 1024 tokens stored
+	f.FirstToken(a, t0)
+	res.Release()
+	f.StoredRun(b, 96, 16, t0) // 1536 foreign tokens: rho 1.5
+
+	r1 := rt.Reserve(c, 0) // a next turn: no prefill reserved
+	f.Reserved(r1, 0)
+	if got, want := rt.ExternalPrefill(c), int64(1.5*4096); got != want {
+		t.Errorf("one queued turn on c: external prefill %d, want rho x QueueCost %d", got, want)
+	}
+	r2 := rt.Reserve(c, 1000)
+	f.Reserved(r2, 0)
+	f.Refresh(t0.Add(10 * time.Millisecond))
+	if got, want := rt.ExternalPrefill(c), int64(1.5*(2*4096+1000)); got != want {
+		t.Errorf("two queued on c: external prefill %d, want %d", got, want)
+	}
+	f.FirstToken(c, t0.Add(15*time.Millisecond))
+	r2.PrefillDone()
+	f.Refresh(t0.Add(20 * time.Millisecond))
+	if got, want := rt.ExternalPrefill(c), int64(1.5*4096); got != want {
+		t.Errorf("one at its first token: external prefill %d, want %d", got, want)
+	}
+	f.FirstToken(c, t0.Add(25*time.Millisecond))
+	f.FirstToken(c, t0.Add(26*time.Millisecond)) // more first tokens than queued: the count stays at 0
+	f.Refresh(t0.Add(30 * time.Millisecond))
+	if got := rt.ExternalPrefill(c); got != 0 {
+		t.Errorf("none queued: external prefill %d, want 0", got)
+	}
+	r1.Release()
+	r2.Release()
+
+	r3 := rt.Reserve(c, 0)
+	f.Reserved(r3, 0)
+	f.Reset(c) // the replica left: its count dropped
+	r4 := rt.Reserve(c, 0)
+	f.Reserved(r4, 0)
+	if got, want := rt.ExternalPrefill(c), int64(1.5*4096); got != want {
+		t.Errorf("after Reset, one queued: external prefill %d, want %d (the count before Reset dropped)", got, want)
+	}
+	r3.Release()
+	r4.Release()
+}

@@ -25,6 +25,8 @@ import (
 // unseen load (ForeignPrefill.SetPrior; "fp" alone: as the module's default,
 // selection.DefaultForeignPrior, which a fresh -engine-load scrape turns
 // off per replica; the module's foreign_prefill on is fpq=0, queues fpq=1),
+// "fpn=<tokens>" adding that many tokens per own request not yet at its
+// first token to the unseen load's base (ForeignPrefill.QueueCost),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -68,6 +70,7 @@ type preciseSpec struct {
 	livesOn bool          // fpres given
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
+	qcost   int64         // "fpn=<tokens>": ForeignPrefill.QueueCost
 	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
 	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
 	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
@@ -140,6 +143,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a prior scale, 0 or more", SpillSep, spec)
 			}
 			ps.prior, ps.priorOn = x, true
+		case k == "fpn" && hasV:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive cost in tokens per queued request", SpillSep, spec)
+			}
+			ps.qcost = n
 		case k == "fplife" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -225,6 +234,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 				fp.ResidentLife = ps.life
 			}
 			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
+			fp.QueueCost = ps.qcost
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)
