@@ -125,12 +125,23 @@ type ForeignPrefill struct {
 
 	// QueueCost, when positive, adds to SetPrior's estimate of the others'
 	// unseen load QueueCost tokens per request of this instance's still
-	// waiting for its first token on the replica (counted from Reserved to
-	// FirstToken), scaled as the pending prefill is (prior x rho): an
+	// before its first token on the replica (Router.Queued: reserved,
+	// neither PrefillDone nor released), scaled as the pending prefill is
+	// (prior x rho): an
 	// agent's next turn at its home reserves few prefill tokens, so a home
 	// queue of such turns shows in the prior as next to nothing
 	// (experiment, fleetsim fpn=<tokens>; off by default).
 	QueueCost int64
+	// QueueSat, when positive, scales QueueCost by min(1, the mean of
+	// Router.Queued over the replicas / QueueSat): the charge whole once
+	// this instance's own requests queue across the fleet, little while a
+	// queued request is one waiting for a step (experiment, fleetsim
+	// fpnsat=<x>).
+	QueueSat float64
+	// QueueExcess counts only the requests queued on the replica beyond
+	// the fleet's mean of Router.Queued (a home deeper than the rest),
+	// not every one (experiment, fleetsim fpnx).
+	QueueExcess bool
 
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
@@ -147,10 +158,6 @@ type ForeignPrefill struct {
 	mu     sync.Mutex
 	cells  [MaxReplicas]foreignCell
 	active SlotSet // slots with a foreign estimate, under mu
-
-	// queued is this instance's requests not yet at their first token per
-	// slot (QueueCost).
-	queued [MaxReplicas]atomic.Int32
 }
 
 type foreignCell struct {
@@ -229,14 +236,6 @@ func (f *ForeignPrefill) FirstToken(s Slot, t time.Time) {
 	f.mu.Lock()
 	f.cells[s].lastFirst = t
 	f.mu.Unlock()
-	if f.QueueCost > 0 {
-		for q := &f.queued[s]; ; {
-			n := q.Load()
-			if n <= 0 || q.CompareAndSwap(n, n-1) {
-				break
-			}
-		}
-	}
 }
 
 // FirstTokenAfter is FirstToken for a request whose reservation expected
@@ -438,9 +437,6 @@ func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 		res.setPrefill(max(res.prefill+int64(tokens)-int64(res.prompt), 0))
 	}
 	f.Routed(res.slot, int(res.prefill))
-	if f.QueueCost > 0 && res.slot >= 0 && res.slot < MaxReplicas {
-		f.queued[res.slot].Add(1)
-	}
 	if f.ResidentWhole {
 		f.prompts.Add(uint64(max(tokens, int(res.prompt), 0)))
 		f.fills.Add(uint64(max(res.prefill, 0)))
@@ -519,7 +515,15 @@ func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
 	}
 	_, pend := rt.Load(s)
 	if f.QueueCost > 0 {
-		pend += f.QueueCost * int64(f.queued[s].Load())
+		n := float64(rt.Queued(s))
+		if f.QueueExcess {
+			n = max(n-rt.QueuedMean(), 0)
+		}
+		q := float64(f.QueueCost) * n
+		if f.QueueSat > 0 && q > 0 {
+			q *= min(1, rt.QueuedMean()/f.QueueSat)
+		}
+		pend += int64(q)
 	}
 	return int64(k * float64(pend))
 }
@@ -571,9 +575,6 @@ func (f *ForeignPrefill) Detach() {
 	}
 	f.cells = [MaxReplicas]foreignCell{}
 	f.active.Clear()
-	for i := range f.queued {
-		f.queued[i].Store(0)
-	}
 }
 
 // Counted reports the foreign prefill tokens counted and the stored runs
@@ -616,7 +617,6 @@ func (f *ForeignPrefill) Reset(s Slot) {
 	f.cells[s] = foreignCell{}
 	f.active.Remove(s)
 	f.mu.Unlock()
-	f.queued[s].Store(0)
 }
 
 // estimate is the cell's prefill and resident context estimates at now, in

@@ -512,10 +512,11 @@ func TestForeignResidentEarly(t *testing.T) {
 }
 
 // TestForeignPrefillQueueCost: with QueueCost, each of this instance's
-// requests not yet at its first token on a replica adds QueueCost tokens to
-// the prior's base (scaled by prior x rho like the pending prefill), a
-// request reserving no prefill (an agent's next turn at its home)
-// included; its first token takes it out; alone (rho 0) nothing counts.
+// requests before its first token on a replica (Router.Queued) adds
+// QueueCost tokens to the prior's base (scaled by prior x rho like the
+// pending prefill), a request reserving no prefill (an agent's next turn
+// at its home) included; its first token or its end takes it out; alone
+// (rho 0) nothing counts.
 func TestForeignPrefillQueueCost(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 3)
 	a, b, c := cands[0].Slot, cands[1].Slot, cands[2].Slot
@@ -531,7 +532,7 @@ func TestForeignPrefillQueueCost(t *testing.T) {
 		t.Fatalf("alone: external prefill %d on a, want 0", got)
 	}
 	f.StoredRun(a, 64, 16, t0) // our 1024 tokens stored
-	f.FirstToken(a, t0)
+	res.PrefillDone()
 	res.Release()
 	f.StoredRun(b, 96, 16, t0) // 1536 foreign tokens: rho 1.5
 
@@ -546,29 +547,95 @@ func TestForeignPrefillQueueCost(t *testing.T) {
 	if got, want := rt.ExternalPrefill(c), int64(1.5*(2*4096+1000)); got != want {
 		t.Errorf("two queued on c: external prefill %d, want %d", got, want)
 	}
-	f.FirstToken(c, t0.Add(15*time.Millisecond))
 	r2.PrefillDone()
 	f.Refresh(t0.Add(20 * time.Millisecond))
 	if got, want := rt.ExternalPrefill(c), int64(1.5*4096); got != want {
 		t.Errorf("one at its first token: external prefill %d, want %d", got, want)
 	}
-	f.FirstToken(c, t0.Add(25*time.Millisecond))
-	f.FirstToken(c, t0.Add(26*time.Millisecond)) // more first tokens than queued: the count stays at 0
+	r1.Release() // ended before its first token
 	f.Refresh(t0.Add(30 * time.Millisecond))
 	if got := rt.ExternalPrefill(c); got != 0 {
 		t.Errorf("none queued: external prefill %d, want 0", got)
 	}
-	r1.Release()
 	r2.Release()
+}
 
-	r3 := rt.Reserve(c, 0)
-	f.Reserved(r3, 0)
-	f.Reset(c) // the replica left: its count dropped
-	r4 := rt.Reserve(c, 0)
-	f.Reserved(r4, 0)
-	if got, want := rt.ExternalPrefill(c), int64(1.5*4096); got != want {
-		t.Errorf("after Reset, one queued: external prefill %d, want %d (the count before Reset dropped)", got, want)
+// TestRouterQueued: Queued counts the reservations before their first
+// token: PrefillDone and a release before it take one out once, a release
+// after it nothing, and Unregister drops the old generation's.
+func TestRouterQueued(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
+	s := cands[0].Slot
+	r1, r2, r3 := rt.Reserve(s, 100), rt.Reserve(s, 0), rt.Reserve(s, 50)
+	if got := rt.Queued(s); got != 3 {
+		t.Fatalf("three reserved: Queued %d, want 3", got)
 	}
+	r1.PrefillDone()
+	r1.PrefillDone()
+	r1.Release()
+	if got := rt.Queued(s); got != 2 {
+		t.Errorf("one past its first token and ended: Queued %d, want 2", got)
+	}
+	r2.Release()
+	r2.Release()
+	if got := rt.Queued(s); got != 1 {
+		t.Errorf("one ended before its first token: Queued %d, want 1", got)
+	}
+	if got := rt.Queued(cands[1].Slot); got != 0 {
+		t.Errorf("the other slot: Queued %d, want 0", got)
+	}
+	if !rt.Unregister("127.0.0.1:8000") {
+		t.Fatal("Unregister failed")
+	}
+	if got := rt.Queued(s); got != 0 {
+		t.Errorf("unregistered: Queued %d, want 0", got)
+	}
+	r3.PrefillDone() // the old generation's: changes nothing
 	r3.Release()
-	r4.Release()
+	if got := rt.Queued(s); got != 0 {
+		t.Errorf("old generation's reservation ended: Queued %d, want 0", got)
+	}
+}
+
+// TestForeignPrefillQueueSat: QueueSat scales QueueCost's charge by the
+// fleet's mean of this instance's queued requests per replica over
+// QueueSat, at most 1.
+func TestForeignPrefillQueueSat(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 4)
+	a, b, c := cands[0].Slot, cands[1].Slot, cands[2].Slot
+	f := NewForeignPrefill()
+	f.QueueCost, f.QueueSat = 4096, 1
+	f.SetRouter(rt)
+	f.SetPrior(1)
+	t0 := time.Unix(100, 0)
+	res := rt.Reserve(a, 1024)
+	f.Reserved(res, 0)
+	f.StoredRun(a, 64, 16, t0) // our 1024 tokens
+	res.PrefillDone()
+	res.Release()
+	f.StoredRun(b, 64, 16, t0) // 1024 foreign: rho 1
+
+	r1 := rt.Reserve(c, 0) // one queued over 4 replicas: mean 0.25
+	f.Reserved(r1, 0)
+	if got, want := rt.ExternalPrefill(c), int64(4096/4); got != want {
+		t.Errorf("mean 0.25: external prefill %d, want %d", got, want)
+	}
+	var more []*Reservation
+	for range 4 { // five queued on c: mean 1.25, the charge whole
+		r := rt.Reserve(c, 0)
+		f.Reserved(r, 0)
+		more = append(more, r)
+	}
+	if got, want := rt.ExternalPrefill(c), int64(5*4096); got != want {
+		t.Errorf("mean 1.25: external prefill %d, want %d", got, want)
+	}
+	if got := rt.QueuedMean(); got != 1.25 {
+		t.Errorf("QueuedMean %v, want 1.25", got)
+	}
+	for _, r := range append(more, r1) {
+		r.Release()
+	}
+	if got := rt.QueuedMean(); got != 0 {
+		t.Errorf("all ended: QueuedMean %v, want 0", got)
+	}
 }

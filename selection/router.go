@@ -698,6 +698,10 @@ type shared struct {
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
 	qSum     atomic.Int64 // the others' waiting requests summed over the slots (SetExternalLoad)
+	// firsts: the slot's reservations of this generation still before
+	// their first token (neither PrefillDone nor released; Queued).
+	firsts    [MaxReplicas]atomic.Int32
+	firstsAll atomic.Int64 // firsts summed over the slots
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
@@ -908,6 +912,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 		// The old generation's reservations no longer count.
 		c.pending.Store(0)
 		c.resident.Store(0)
+		rt.firstsAll.Add(-int64(rt.firsts[s].Swap(0)))
 		rt.chains[s].mu.Lock()
 		rt.chains[s].head = nil
 		rt.chains[s].kv.Store(0)
@@ -958,6 +963,16 @@ func (rt *Router) Registered() int {
 func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
 	c := &rt.loads[s]
 	return c.count(), c.pending.Load()
+}
+
+// Queued returns how many of this router's reservations on slot s are
+// before their first token (neither Reservation.PrefillDone nor released):
+// queued or prefilling on the engine.
+func (rt *Router) Queued(s Slot) int64 { return max(int64(rt.firsts[s].Load()), 0) }
+
+// QueuedMean is Queued summed over the slots, per replica (Len).
+func (rt *Router) QueuedMean() float64 {
+	return float64(max(rt.firstsAll.Load(), 0)) / float64(max(rt.Len(), 1))
 }
 
 // Resident returns the context tokens slot s's in-flight requests weigh
@@ -1566,6 +1581,8 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	c := &rt.loads[s]
 	gen := uint32(uint64(c.inflight.Add(1)) >> 32)
 	c.pending.Add(int64(prefill))
+	rt.firsts[s].Add(1)
+	rt.firstsAll.Add(1)
 	if resident != 0 {
 		c.resident.Add(resident)
 		subFloor(&c.linger, int32(min(resident, math.MaxInt32)))
@@ -1700,6 +1717,8 @@ func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
 		if c := &r.rt.loads[r.slot]; c.gen() == r.gen {
 			c.pending.Add(-r.pend.Swap(pendTaken))
+			r.rt.firsts[r.slot].Add(-1)
+			r.rt.firstsAll.Add(-1)
 		}
 		return true
 	}
@@ -1741,6 +1760,8 @@ func (r *Reservation) Release() bool {
 	}
 	if old == 0 {
 		c.pending.Add(-r.pend.Swap(pendTaken))
+		r.rt.firsts[r.slot].Add(-1)
+		r.rt.firstsAll.Add(-1)
 	}
 	if res := r.unchain(); res != 0 {
 		c.resident.Add(-res)

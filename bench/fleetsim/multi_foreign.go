@@ -27,6 +27,8 @@ import (
 // off per replica; the module's foreign_prefill on is fpq=0, queues fpq=1),
 // "fpn=<tokens>" adding that many tokens per own request not yet at its
 // first token to the unseen load's base (ForeignPrefill.QueueCost),
+// "fpnsat=<x>" scaled by the fleet's mean of those over x (QueueSat),
+// "fpnx" counting only those beyond the fleet's mean (QueueExcess),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -71,6 +73,8 @@ type preciseSpec struct {
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
 	qcost   int64         // "fpn=<tokens>": ForeignPrefill.QueueCost
+	qcSat   float64       // "fpnsat=<x>": ForeignPrefill.QueueSat
+	qcExc   bool          // "fpnx": ForeignPrefill.QueueExcess
 	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
 	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
 	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
@@ -149,6 +153,14 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive cost in tokens per queued request", SpillSep, spec)
 			}
 			ps.qcost = n
+		case k == "fpnx" && !hasV:
+			ps.qcExc = true
+		case k == "fpnsat" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive mean of queued requests", SpillSep, spec)
+			}
+			ps.qcSat = x
 		case k == "fplife" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -234,7 +246,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 				fp.ResidentLife = ps.life
 			}
 			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
-			fp.QueueCost = ps.qcost
+			fp.QueueCost, fp.QueueSat, fp.QueueExcess = ps.qcost, ps.qcSat, ps.qcExc
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)

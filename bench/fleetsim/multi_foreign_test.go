@@ -40,6 +40,8 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+fpq=-1", preciseSpec{}, true, true},
 		{"fp+fpn=16384", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, qcost: 16384}, true, false},
 		{"fp+fpn=0", preciseSpec{}, true, true},
+		{"fp+fpn=8192+fpnsat=0.5", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, qcost: 8192, qcSat: 0.5}, true, false},
+		{"fp+fpnsat=0", preciseSpec{}, true, true},
 		{"fp+fpn=x", preciseSpec{}, true, true},
 		{"fp+fpres=1.5+fplife=10", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, lives: 1.5, livesOn: true, life: 10 * time.Second}, true, false},
 		{"fp+fpres=-1", preciseSpec{}, true, true},
