@@ -142,6 +142,13 @@ type ForeignPrefill struct {
 	// the fleet's mean of Router.Queued (a home deeper than the rest),
 	// not every one (experiment, fleetsim fpnx).
 	QueueExcess bool
+	// QueueWait, when positive, scales QueueCost's charge on a replica by
+	// min(1, w / QueueWait), w the mean (exponentially weighted) of this
+	// instance's own requests' wait there beyond their prefill: the time
+	// to the first token less the prefill at the learned speed
+	// (FirstTokenAfter). A saturated home's turns wait seconds, a step's
+	// wait is milliseconds (experiment, fleetsim fpnw=<seconds>).
+	QueueWait time.Duration
 
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
@@ -158,6 +165,8 @@ type ForeignPrefill struct {
 	mu     sync.Mutex
 	cells  [MaxReplicas]foreignCell
 	active SlotSet // slots with a foreign estimate, under mu
+
+	waits [MaxReplicas]atomic.Uint64 // QueueWait's mean wait per slot, seconds (float64 bits)
 }
 
 type foreignCell struct {
@@ -244,7 +253,16 @@ func (f *ForeignPrefill) FirstToken(s Slot, t time.Time) {
 func (f *ForeignPrefill) FirstTokenAfter(s Slot, t time.Time, prefill int64, took time.Duration) {
 	f.FirstToken(s, t)
 	f.learn(prefill, took)
+	if f.QueueWait > 0 && s >= 0 && s < MaxReplicas && took > 0 {
+		x := took.Seconds() - float64(max(prefill, 0))*math.Float64frombits(f.perTok.Load())
+		w := &f.waits[s]
+		old := math.Float64frombits(w.Load())
+		w.Store(math.Float64bits(old + waitWeight*(max(x, 0)-old)))
+	}
 }
+
+// waitWeight is the weight of each new wait in QueueWait's mean.
+const waitWeight = 1.0 / 8
 
 // learn moves the time per prefill token towards the foreignQuantile of
 // the observed ones (a multiplicative quantile tracker: lock-free, one
@@ -518,6 +536,9 @@ func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
 		n := float64(rt.Queued(s))
 		if f.QueueExcess {
 			n = max(n-rt.QueuedMean(), 0)
+		}
+		if f.QueueWait > 0 {
+			n *= min(1, math.Float64frombits(f.waits[s].Load())/f.QueueWait.Seconds())
 		}
 		q := float64(f.QueueCost) * n
 		if f.QueueSat > 0 && q > 0 {

@@ -639,3 +639,43 @@ func TestForeignPrefillQueueSat(t *testing.T) {
 		t.Errorf("all ended: QueuedMean %v, want 0", got)
 	}
 }
+
+// TestForeignPrefillQueueWait: QueueWait scales QueueCost's charge on a
+// replica by its own requests' mean wait beyond prefill over QueueWait:
+// nothing before any wait, half once the mean is half of it, whole past it.
+func TestForeignPrefillQueueWait(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 3)
+	a, b, c := cands[0].Slot, cands[1].Slot, cands[2].Slot
+	f := NewForeignPrefill()
+	f.QueueCost, f.QueueWait = 4096, time.Second
+	f.SetRouter(rt)
+	f.SetPrior(1)
+	t0 := time.Unix(100, 0)
+	res := rt.Reserve(a, 1024)
+	f.Reserved(res, 0)
+	f.StoredRun(a, 64, 16, t0) // our 1024 tokens
+	res.PrefillDone()
+	res.Release()
+	f.StoredRun(b, 64, 16, t0) // 1024 foreign: rho 1
+
+	r1 := rt.Reserve(c, 0)
+	f.Reserved(r1, 0)
+	if got := rt.ExternalPrefill(c); got != 0 {
+		t.Errorf("no wait seen on c: external prefill %d, want 0", got)
+	}
+	f.FirstTokenAfter(c, t0, 0, 4*time.Second) // mean wait 4 s / 8 = 0.5 s
+	r2 := rt.Reserve(c, 0)
+	f.Reserved(r2, 0)
+	if got, want := rt.ExternalPrefill(c), int64(2*4096/2); got != want {
+		t.Errorf("mean wait 0.5 s, two queued: external prefill %d, want %d", got, want)
+	}
+	for range 16 {
+		f.FirstTokenAfter(c, t0, 0, 4*time.Second)
+	}
+	f.Refresh(t0.Add(10 * time.Millisecond))
+	if got, want := rt.ExternalPrefill(c), int64(2*4096); got != want {
+		t.Errorf("mean wait past 1 s: external prefill %d, want %d", got, want)
+	}
+	r1.Release()
+	r2.Release()
+}

@@ -29,6 +29,7 @@ import (
 // first token to the unseen load's base (ForeignPrefill.QueueCost),
 // "fpnsat=<x>" scaled by the fleet's mean of those over x (QueueSat),
 // "fpnx" counting only those beyond the fleet's mean (QueueExcess),
+// "fpnw=<s>" scaled by the replica's mean wait beyond prefill over s (QueueWait),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -75,6 +76,7 @@ type preciseSpec struct {
 	qcost   int64         // "fpn=<tokens>": ForeignPrefill.QueueCost
 	qcSat   float64       // "fpnsat=<x>": ForeignPrefill.QueueSat
 	qcExc   bool          // "fpnx": ForeignPrefill.QueueExcess
+	qcWait  time.Duration // "fpnw=<s>": ForeignPrefill.QueueWait
 	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
 	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
 	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
@@ -153,6 +155,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive cost in tokens per queued request", SpillSep, spec)
 			}
 			ps.qcost = n
+		case k == "fpnw" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive wait in seconds", SpillSep, spec)
+			}
+			ps.qcWait = seconds(x)
 		case k == "fpnx" && !hasV:
 			ps.qcExc = true
 		case k == "fpnsat" && hasV:
@@ -246,7 +254,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 				fp.ResidentLife = ps.life
 			}
 			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
-			fp.QueueCost, fp.QueueSat, fp.QueueExcess = ps.qcost, ps.qcSat, ps.qcExc
+			fp.QueueCost, fp.QueueSat, fp.QueueExcess, fp.QueueWait = ps.qcost, ps.qcSat, ps.qcExc, ps.qcWait
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)
