@@ -149,6 +149,18 @@ type ForeignPrefill struct {
 	// (FirstTokenAfter). A saturated home's turns wait seconds, a step's
 	// wait is milliseconds (experiment, fleetsim fpnw=<seconds>).
 	QueueWait time.Duration
+	// QueueWaitMult, when above 1, counts as wait only the time to the
+	// first token past QueueWaitMult times the prefill at the learned
+	// speed: a prefill slowed by the replica's batch is not a queue
+	// (experiment, fleetsim fpnwm=<m>).
+	QueueWaitMult float64
+	// QueueWaitExcess gates QueueWait on the replica's mean wait less the
+	// mean over every replica's first tokens (weight 1/32): a wait every
+	// replica shares is a step's, not a home's queue (fleetsim fpnwx).
+	QueueWaitExcess bool
+	// QueueWaitFloor is subtracted from the replica's mean wait before
+	// QueueWait's scale (fleetsim fpnwf=<s>).
+	QueueWaitFloor time.Duration
 
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
@@ -166,7 +178,8 @@ type ForeignPrefill struct {
 	cells  [MaxReplicas]foreignCell
 	active SlotSet // slots with a foreign estimate, under mu
 
-	waits [MaxReplicas]atomic.Uint64 // QueueWait's mean wait per slot, seconds (float64 bits)
+	waits   [MaxReplicas]atomic.Uint64 // QueueWait's mean wait per slot, seconds (float64 bits)
+	waitAll atomic.Uint64              // QueueWaitExcess's mean wait over every slot, seconds (float64 bits)
 }
 
 type foreignCell struct {
@@ -254,15 +267,24 @@ func (f *ForeignPrefill) FirstTokenAfter(s Slot, t time.Time, prefill int64, too
 	f.FirstToken(s, t)
 	f.learn(prefill, took)
 	if f.QueueWait > 0 && s >= 0 && s < MaxReplicas && took > 0 {
-		x := took.Seconds() - float64(max(prefill, 0))*math.Float64frombits(f.perTok.Load())
+		m := max(f.QueueWaitMult, 1)
+		x := max(took.Seconds()-m*float64(max(prefill, 0))*math.Float64frombits(f.perTok.Load()), 0)
 		w := &f.waits[s]
 		old := math.Float64frombits(w.Load())
-		w.Store(math.Float64bits(old + waitWeight*(max(x, 0)-old)))
+		w.Store(math.Float64bits(old + waitWeight*(x-old)))
+		if f.QueueWaitExcess {
+			old := math.Float64frombits(f.waitAll.Load())
+			f.waitAll.Store(math.Float64bits(old + waitAllWeight*(x-old)))
+		}
 	}
 }
 
 // waitWeight is the weight of each new wait in QueueWait's mean.
 const waitWeight = 1.0 / 8
+
+// waitAllWeight is the weight of each new wait in QueueWaitExcess's mean
+// over every replica.
+const waitAllWeight = 1.0 / 32
 
 // learn moves the time per prefill token towards the foreignQuantile of
 // the observed ones (a multiplicative quantile tracker: lock-free, one
@@ -538,7 +560,11 @@ func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
 			n = max(n-rt.QueuedMean(), 0)
 		}
 		if f.QueueWait > 0 {
-			n *= min(1, math.Float64frombits(f.waits[s].Load())/f.QueueWait.Seconds())
+			w := math.Float64frombits(f.waits[s].Load()) - f.QueueWaitFloor.Seconds()
+			if f.QueueWaitExcess {
+				w -= math.Float64frombits(f.waitAll.Load())
+			}
+			n *= min(1, max(w, 0)/f.QueueWait.Seconds())
 		}
 		q := float64(f.QueueCost) * n
 		if f.QueueSat > 0 && q > 0 {

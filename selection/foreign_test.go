@@ -679,3 +679,50 @@ func TestForeignPrefillQueueWait(t *testing.T) {
 	r1.Release()
 	r2.Release()
 }
+
+// TestForeignPrefillQueueWaitGates: QueueWaitMult counts as wait only the
+// time past that multiple of the prefill, QueueWaitExcess only the part
+// beyond the mean over every replica, QueueWaitFloor only the part beyond
+// it. The speed is learned from one request (1024 tokens in 1 s); c's
+// request of 512 tokens (0.5 s of prefill) takes 4.5 s.
+func TestForeignPrefillQueueWaitGates(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		set    func(*ForeignPrefill)
+		wantPx int64 // external prefill on c, two queued
+	}{
+		{"plain", func(*ForeignPrefill) {}, 4096},                                       // wait 4 s, mean 0.5 s
+		{"mult 3", func(f *ForeignPrefill) { f.QueueWaitMult = 3 }, 3072},               // wait 3 s, mean 0.375 s
+		{"excess", func(f *ForeignPrefill) { f.QueueWaitExcess = true }, 3072},          // 0.5 s less the fleet's 4/32
+		{"floor", func(f *ForeignPrefill) { f.QueueWaitFloor = time.Second / 4 }, 2048}, // 0.5 s less 0.25 s
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 3)
+			a, b, c := cands[0].Slot, cands[1].Slot, cands[2].Slot
+			f := NewForeignPrefill()
+			f.QueueCost, f.QueueWait = 4096, time.Second
+			tc.set(f)
+			f.SetRouter(rt)
+			f.SetPrior(1)
+			t0 := time.Unix(100, 0)
+			res := rt.Reserve(a, 1024)
+			f.Reserved(res, 0)
+			f.StoredRun(a, 64, 16, t0) // our 1024 tokens
+			f.FirstTokenAfter(a, t0, 1024, time.Second)
+			res.PrefillDone()
+			res.Release()
+			f.StoredRun(b, 64, 16, t0) // 1024 foreign: rho 1
+
+			r1 := rt.Reserve(c, 0)
+			f.Reserved(r1, 0)
+			f.FirstTokenAfter(c, t0, 512, 4500*time.Millisecond)
+			r2 := rt.Reserve(c, 0)
+			f.Reserved(r2, 0)
+			if got := rt.ExternalPrefill(c); got != tc.wantPx {
+				t.Errorf("external prefill on c %d, want %d", got, tc.wantPx)
+			}
+			r1.Release()
+			r2.Release()
+		})
+	}
+}

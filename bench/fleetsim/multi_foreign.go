@@ -30,6 +30,9 @@ import (
 // "fpnsat=<x>" scaled by the fleet's mean of those over x (QueueSat),
 // "fpnx" counting only those beyond the fleet's mean (QueueExcess),
 // "fpnw=<s>" scaled by the replica's mean wait beyond prefill over s (QueueWait),
+// "fpnwm=<m>" the wait past m times the prefill (QueueWaitMult), "fpnwx" the
+// wait beyond the mean over every replica (QueueWaitExcess), "fpnwf=<s>" the
+// wait beyond s (QueueWaitFloor),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -77,6 +80,9 @@ type preciseSpec struct {
 	qcSat   float64       // "fpnsat=<x>": ForeignPrefill.QueueSat
 	qcExc   bool          // "fpnx": ForeignPrefill.QueueExcess
 	qcWait  time.Duration // "fpnw=<s>": ForeignPrefill.QueueWait
+	qcWaitM float64       // "fpnwm=<m>": ForeignPrefill.QueueWaitMult
+	qcWaitX bool          // "fpnwx": ForeignPrefill.QueueWaitExcess
+	qcWaitF time.Duration // "fpnwf=<s>": ForeignPrefill.QueueWaitFloor
 	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
 	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
 	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
@@ -161,6 +167,20 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive wait in seconds", SpillSep, spec)
 			}
 			ps.qcWait = seconds(x)
+		case k == "fpnwm" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x < 1 {
+				return ps, true, fmt.Errorf("%s%s: want a multiple of the prefill, 1 or more", SpillSep, spec)
+			}
+			ps.qcWaitM = x
+		case k == "fpnwf" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive wait in seconds", SpillSep, spec)
+			}
+			ps.qcWaitF = seconds(x)
+		case k == "fpnwx" && !hasV:
+			ps.qcWaitX = true
 		case k == "fpnx" && !hasV:
 			ps.qcExc = true
 		case k == "fpnsat" && hasV:
@@ -255,6 +275,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			}
 			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
 			fp.QueueCost, fp.QueueSat, fp.QueueExcess, fp.QueueWait = ps.qcost, ps.qcSat, ps.qcExc, ps.qcWait
+			fp.QueueWaitMult, fp.QueueWaitExcess, fp.QueueWaitFloor = ps.qcWaitM, ps.qcWaitX, ps.qcWaitF
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)
