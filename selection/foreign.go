@@ -161,6 +161,13 @@ type ForeignPrefill struct {
 	// QueueWaitFloor is subtracted from the replica's mean wait before
 	// QueueWait's scale (fleetsim fpnwf=<s>).
 	QueueWaitFloor time.Duration
+	// QueueWaitTokens charges each queued request the replica's mean wait
+	// in tokens at the learned prefill speed, at most QueueCost, instead
+	// of QueueCost scaled by QueueWait (fleetsim fpnwt).
+	QueueWaitTokens bool
+	// QueueMin counts only the queued requests beyond QueueMin on the
+	// replica (fleetsim fpnm=<k>).
+	QueueMin int
 
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
@@ -266,7 +273,7 @@ func (f *ForeignPrefill) FirstToken(s Slot, t time.Time) {
 func (f *ForeignPrefill) FirstTokenAfter(s Slot, t time.Time, prefill int64, took time.Duration) {
 	f.FirstToken(s, t)
 	f.learn(prefill, took)
-	if f.QueueWait > 0 && s >= 0 && s < MaxReplicas && took > 0 {
+	if (f.QueueWait > 0 || f.QueueWaitTokens) && s >= 0 && s < MaxReplicas && took > 0 {
 		m := max(f.QueueWaitMult, 1)
 		x := max(took.Seconds()-m*float64(max(prefill, 0))*math.Float64frombits(f.perTok.Load()), 0)
 		w := &f.waits[s]
@@ -555,18 +562,29 @@ func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
 	}
 	_, pend := rt.Load(s)
 	if f.QueueCost > 0 {
-		n := float64(rt.Queued(s))
+		n := float64(max(rt.Queued(s)-int64(f.QueueMin), 0))
 		if f.QueueExcess {
 			n = max(n-rt.QueuedMean(), 0)
 		}
-		if f.QueueWait > 0 {
+		cost := float64(f.QueueCost)
+		if f.QueueWait > 0 || f.QueueWaitTokens {
 			w := math.Float64frombits(f.waits[s].Load()) - f.QueueWaitFloor.Seconds()
 			if f.QueueWaitExcess {
 				w -= math.Float64frombits(f.waitAll.Load())
 			}
-			n *= min(1, max(w, 0)/f.QueueWait.Seconds())
+			w = max(w, 0)
+			if f.QueueWait > 0 {
+				n *= min(1, w/f.QueueWait.Seconds())
+			}
+			if f.QueueWaitTokens {
+				if pt := math.Float64frombits(f.perTok.Load()); pt > 0 {
+					cost = min(cost, w/pt)
+				} else {
+					cost = 0
+				}
+			}
 		}
-		q := float64(f.QueueCost) * n
+		q := cost * n
 		if f.QueueSat > 0 && q > 0 {
 			q *= min(1, rt.QueuedMean()/f.QueueSat)
 		}

@@ -32,7 +32,9 @@ import (
 // "fpnw=<s>" scaled by the replica's mean wait beyond prefill over s (QueueWait),
 // "fpnwm=<m>" the wait past m times the prefill (QueueWaitMult), "fpnwx" the
 // wait beyond the mean over every replica (QueueWaitExcess), "fpnwf=<s>" the
-// wait beyond s (QueueWaitFloor),
+// wait beyond s (QueueWaitFloor), "fpnwt" each queued request charged the
+// replica's mean wait in tokens, at most fpn (QueueWaitTokens), "fpnm=<k>"
+// only the queued beyond k (QueueMin),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -83,6 +85,8 @@ type preciseSpec struct {
 	qcWaitM float64       // "fpnwm=<m>": ForeignPrefill.QueueWaitMult
 	qcWaitX bool          // "fpnwx": ForeignPrefill.QueueWaitExcess
 	qcWaitF time.Duration // "fpnwf=<s>": ForeignPrefill.QueueWaitFloor
+	qcWaitT bool          // "fpnwt": ForeignPrefill.QueueWaitTokens
+	qcMin   int           // "fpnm=<k>": ForeignPrefill.QueueMin
 	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
 	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
 	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
@@ -179,6 +183,14 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive wait in seconds", SpillSep, spec)
 			}
 			ps.qcWaitF = seconds(x)
+		case k == "fpnwt" && !hasV:
+			ps.qcWaitT = true
+		case k == "fpnm" && hasV:
+			x, err := strconv.Atoi(v)
+			if err != nil || x <= 0 {
+				return ps, true, fmt.Errorf("%s%s: want a positive count of queued requests", SpillSep, spec)
+			}
+			ps.qcMin = x
 		case k == "fpnwx" && !hasV:
 			ps.qcWaitX = true
 		case k == "fpnx" && !hasV:
@@ -276,6 +288,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
 			fp.QueueCost, fp.QueueSat, fp.QueueExcess, fp.QueueWait = ps.qcost, ps.qcSat, ps.qcExc, ps.qcWait
 			fp.QueueWaitMult, fp.QueueWaitExcess, fp.QueueWaitFloor = ps.qcWaitM, ps.qcWaitX, ps.qcWaitF
+			fp.QueueWaitTokens, fp.QueueMin = ps.qcWaitT, ps.qcMin
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)
