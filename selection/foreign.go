@@ -165,6 +165,12 @@ type ForeignPrefill struct {
 	// in tokens at the learned prefill speed, at most QueueCost, instead
 	// of QueueCost scaled by QueueWait (fleetsim fpnwt).
 	QueueWaitTokens bool
+	// QueueWaitShare, when positive, scales QueueWait's charge by
+	// min(1, the share of the replicas whose mean wait is at least
+	// QueueWait / QueueWaitShare): a saturated fleet's homes wait, one
+	// hot replica among many does not make the fleet saturated
+	// (fleetsim fpnws=<share>).
+	QueueWaitShare float64
 	// QueueMin counts only the queued requests beyond QueueMin on the
 	// replica (fleetsim fpnm=<k>).
 	QueueMin int
@@ -187,6 +193,7 @@ type ForeignPrefill struct {
 
 	waits   [MaxReplicas]atomic.Uint64 // QueueWait's mean wait per slot, seconds (float64 bits)
 	waitAll atomic.Uint64              // QueueWaitExcess's mean wait over every slot, seconds (float64 bits)
+	waiting atomic.Int64               // QueueWaitShare: slots whose mean wait is at least QueueWait
 }
 
 type foreignCell struct {
@@ -278,7 +285,16 @@ func (f *ForeignPrefill) FirstTokenAfter(s Slot, t time.Time, prefill int64, too
 		x := max(took.Seconds()-m*float64(max(prefill, 0))*math.Float64frombits(f.perTok.Load()), 0)
 		w := &f.waits[s]
 		old := math.Float64frombits(w.Load())
-		w.Store(math.Float64bits(old + waitWeight*(x-old)))
+		nw := old + waitWeight*(x-old)
+		w.Store(math.Float64bits(nw))
+		if thr := f.QueueWait.Seconds(); f.QueueWaitShare > 0 && thr > 0 {
+			switch {
+			case old < thr && nw >= thr:
+				f.waiting.Add(1)
+			case old >= thr && nw < thr:
+				f.waiting.Add(-1)
+			}
+		}
 		if f.QueueWaitExcess {
 			old := math.Float64frombits(f.waitAll.Load())
 			f.waitAll.Store(math.Float64bits(old + waitAllWeight*(x-old)))
@@ -575,6 +591,9 @@ func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
 			w = max(w, 0)
 			if f.QueueWait > 0 {
 				n *= min(1, w/f.QueueWait.Seconds())
+				if f.QueueWaitShare > 0 {
+					n *= min(1, float64(f.waiting.Load())/(f.QueueWaitShare*float64(max(rt.Len(), 1))))
+				}
 			}
 			if f.QueueWaitTokens {
 				if pt := math.Float64frombits(f.perTok.Load()); pt > 0 {

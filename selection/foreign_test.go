@@ -684,7 +684,8 @@ func TestForeignPrefillQueueWait(t *testing.T) {
 // time past that multiple of the prefill, QueueWaitExcess only the part
 // beyond the mean over every replica, QueueWaitFloor only the part beyond
 // it; QueueWaitTokens charges the mean wait in tokens instead, QueueMin
-// counts only the queued beyond it. The speed is learned from one request (1024 tokens in 1 s); c's
+// counts only the queued beyond it; QueueWaitShare scales the charge by
+// the share of replicas whose mean wait reaches QueueWait. The speed is learned from one request (1024 tokens in 1 s); c's
 // request of 512 tokens (0.5 s of prefill) takes 4.5 s.
 func TestForeignPrefillQueueWaitGates(t *testing.T) {
 	for _, tc := range []struct {
@@ -692,12 +693,13 @@ func TestForeignPrefillQueueWaitGates(t *testing.T) {
 		set    func(*ForeignPrefill)
 		wantPx int64 // external prefill on c, two queued
 	}{
-		{"plain", func(*ForeignPrefill) {}, 4096},                                              // wait 4 s, mean 0.5 s
-		{"mult 3", func(f *ForeignPrefill) { f.QueueWaitMult = 3 }, 3072},                      // wait 3 s, mean 0.375 s
-		{"excess", func(f *ForeignPrefill) { f.QueueWaitExcess = true }, 3072},                 // 0.5 s less the fleet's 4/32
-		{"floor", func(f *ForeignPrefill) { f.QueueWaitFloor = time.Second / 4 }, 2048},        // 0.5 s less 0.25 s
-		{"tokens", func(f *ForeignPrefill) { f.QueueWait, f.QueueWaitTokens = 0, true }, 1024}, // 0.5 s is 512 tokens each
-		{"min 1", func(f *ForeignPrefill) { f.QueueMin = 1 }, 2048},                            // one of the two counted
+		{"plain", func(*ForeignPrefill) {}, 4096},                                                       // wait 4 s, mean 0.5 s
+		{"mult 3", func(f *ForeignPrefill) { f.QueueWaitMult = 3 }, 3072},                               // wait 3 s, mean 0.375 s
+		{"excess", func(f *ForeignPrefill) { f.QueueWaitExcess = true }, 3072},                          // 0.5 s less the fleet's 4/32
+		{"floor", func(f *ForeignPrefill) { f.QueueWaitFloor = time.Second / 4 }, 2048},                 // 0.5 s less 0.25 s
+		{"tokens", func(f *ForeignPrefill) { f.QueueWait, f.QueueWaitTokens = 0, true }, 1024},          // 0.5 s is 512 tokens each
+		{"min 1", func(f *ForeignPrefill) { f.QueueMin = 1 }, 2048},                                     // one of the two counted
+		{"share", func(f *ForeignPrefill) { f.QueueWait, f.QueueWaitShare = time.Second/2, 0.5 }, 5461}, // c waits: 1 of 3 replicas over 1.5
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 3)

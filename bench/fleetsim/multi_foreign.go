@@ -34,7 +34,8 @@ import (
 // wait beyond the mean over every replica (QueueWaitExcess), "fpnwf=<s>" the
 // wait beyond s (QueueWaitFloor), "fpnwt" each queued request charged the
 // replica's mean wait in tokens, at most fpn (QueueWaitTokens), "fpnm=<k>"
-// only the queued beyond k (QueueMin),
+// only the queued beyond k (QueueMin), "fpnws=<x>" fpnw's charge times the
+// share of replicas waiting at least fpnw over x (QueueWaitShare),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -87,6 +88,7 @@ type preciseSpec struct {
 	qcWaitF time.Duration // "fpnwf=<s>": ForeignPrefill.QueueWaitFloor
 	qcWaitT bool          // "fpnwt": ForeignPrefill.QueueWaitTokens
 	qcMin   int           // "fpnm=<k>": ForeignPrefill.QueueMin
+	qcWaitS float64       // "fpnws=<x>": ForeignPrefill.QueueWaitShare
 	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
 	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
 	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
@@ -183,6 +185,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive wait in seconds", SpillSep, spec)
 			}
 			ps.qcWaitF = seconds(x)
+		case k == "fpnws" && hasV:
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 || x > 1 {
+				return ps, true, fmt.Errorf("%s%s: want a share of the replicas, above 0 and at most 1", SpillSep, spec)
+			}
+			ps.qcWaitS = x
 		case k == "fpnwt" && !hasV:
 			ps.qcWaitT = true
 		case k == "fpnm" && hasV:
@@ -288,7 +296,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
 			fp.QueueCost, fp.QueueSat, fp.QueueExcess, fp.QueueWait = ps.qcost, ps.qcSat, ps.qcExc, ps.qcWait
 			fp.QueueWaitMult, fp.QueueWaitExcess, fp.QueueWaitFloor = ps.qcWaitM, ps.qcWaitX, ps.qcWaitF
-			fp.QueueWaitTokens, fp.QueueMin = ps.qcWaitT, ps.qcMin
+			fp.QueueWaitTokens, fp.QueueMin, fp.QueueWaitShare = ps.qcWaitT, ps.qcMin, ps.qcWaitS
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)

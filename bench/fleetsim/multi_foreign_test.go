@@ -48,6 +48,8 @@ func TestParsePreciseSpec(t *testing.T) {
 		{"fp+fpnwm=0.5", preciseSpec{}, true, true},
 		{"fp+fpn=16384+fpnwt+fpnm=1", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, qcost: 16384, qcWaitT: true, qcMin: 1}, true, false},
 		{"fp+fpnm=0", preciseSpec{}, true, true},
+		{"fp+fpn=16384+fpnw=0.5+fpnws=0.25", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, qcost: 16384, qcWait: 500 * time.Millisecond, qcWaitS: 0.25}, true, false},
+		{"fp+fpnws=2", preciseSpec{}, true, true},
 		{"fp+fpn=x", preciseSpec{}, true, true},
 		{"fp+fpres=1.5+fplife=10", preciseSpec{foreign: true, tau: selection.DefaultForeignTau, tauTok: selection.DefaultForeignTauTokens, lives: 1.5, livesOn: true, life: 10 * time.Second}, true, false},
 		{"fp+fpres=-1", preciseSpec{}, true, true},
