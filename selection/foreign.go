@@ -132,16 +132,6 @@ type ForeignPrefill struct {
 	// queue of such turns shows in the prior as next to nothing
 	// (experiment, fleetsim fpn=<tokens>; off by default).
 	QueueCost int64
-	// QueueSat, when positive, scales QueueCost by min(1, the mean of
-	// Router.Queued over the replicas / QueueSat): the charge whole once
-	// this instance's own requests queue across the fleet, little while a
-	// queued request is one waiting for a step (experiment, fleetsim
-	// fpnsat=<x>).
-	QueueSat float64
-	// QueueExcess counts only the requests queued on the replica beyond
-	// the fleet's mean of Router.Queued (a home deeper than the rest),
-	// not every one (experiment, fleetsim fpnx).
-	QueueExcess bool
 	// QueueWait, when positive, scales QueueCost's charge on a replica by
 	// min(1, w / QueueWait), w the mean (exponentially weighted) of this
 	// instance's own requests' wait there beyond their prefill: the time
@@ -149,31 +139,13 @@ type ForeignPrefill struct {
 	// (FirstTokenAfter). A saturated home's turns wait seconds, a step's
 	// wait is milliseconds (experiment, fleetsim fpnw=<seconds>).
 	QueueWait time.Duration
-	// QueueWaitMult, when above 1, counts as wait only the time to the
-	// first token past QueueWaitMult times the prefill at the learned
-	// speed: a prefill slowed by the replica's batch is not a queue
-	// (experiment, fleetsim fpnwm=<m>).
-	QueueWaitMult float64
-	// QueueWaitExcess gates QueueWait on the replica's mean wait less the
-	// mean over every replica's first tokens (weight 1/32): a wait every
-	// replica shares is a step's, not a home's queue (fleetsim fpnwx).
-	QueueWaitExcess bool
-	// QueueWaitFloor is subtracted from the replica's mean wait before
-	// QueueWait's scale (fleetsim fpnwf=<s>).
-	QueueWaitFloor time.Duration
-	// QueueWaitTokens charges each queued request the replica's mean wait
-	// in tokens at the learned prefill speed, at most QueueCost, instead
-	// of QueueCost scaled by QueueWait (fleetsim fpnwt).
-	QueueWaitTokens bool
 	// QueueWaitShare, when positive, scales QueueWait's charge by
-	// min(1, the share of the replicas whose mean wait is at least
-	// QueueWait / QueueWaitShare): a saturated fleet's homes wait, one
-	// hot replica among many does not make the fleet saturated
-	// (fleetsim fpnws=<share>).
+	// min(1, w / (QueueWaitShare x the replicas)), w how many replicas'
+	// mean waits (as QueueWait's) are at least QueueWait: whole once that
+	// share of the fleet waits. A saturated fleet's homes all wait; a few
+	// replicas waiting half a second among 64 do not open it (experiment,
+	// fleetsim fpnws=<share>).
 	QueueWaitShare float64
-	// QueueMin counts only the queued requests beyond QueueMin on the
-	// replica (fleetsim fpnm=<k>).
-	QueueMin int
 
 	rt      atomic.Pointer[Router]
 	perTok  atomic.Uint64 // learned seconds per prefill token (float64 bits), 0 until learned
@@ -192,7 +164,6 @@ type ForeignPrefill struct {
 	active SlotSet // slots with a foreign estimate, under mu
 
 	waits   [MaxReplicas]atomic.Uint64 // QueueWait's mean wait per slot, seconds (float64 bits)
-	waitAll atomic.Uint64              // QueueWaitExcess's mean wait over every slot, seconds (float64 bits)
 	waiting atomic.Int64               // QueueWaitShare: slots whose mean wait is at least QueueWait
 }
 
@@ -280,14 +251,13 @@ func (f *ForeignPrefill) FirstToken(s Slot, t time.Time) {
 func (f *ForeignPrefill) FirstTokenAfter(s Slot, t time.Time, prefill int64, took time.Duration) {
 	f.FirstToken(s, t)
 	f.learn(prefill, took)
-	if (f.QueueWait > 0 || f.QueueWaitTokens) && s >= 0 && s < MaxReplicas && took > 0 {
-		m := max(f.QueueWaitMult, 1)
-		x := max(took.Seconds()-m*float64(max(prefill, 0))*math.Float64frombits(f.perTok.Load()), 0)
+	if f.QueueWait > 0 && s >= 0 && s < MaxReplicas && took > 0 {
+		x := max(took.Seconds()-float64(max(prefill, 0))*math.Float64frombits(f.perTok.Load()), 0)
 		w := &f.waits[s]
 		old := math.Float64frombits(w.Load())
 		nw := old + waitWeight*(x-old)
 		w.Store(math.Float64bits(nw))
-		if thr := f.QueueWait.Seconds(); f.QueueWaitShare > 0 && thr > 0 {
+		if thr := f.QueueWait.Seconds(); f.QueueWaitShare > 0 {
 			switch {
 			case old < thr && nw >= thr:
 				f.waiting.Add(1)
@@ -295,19 +265,11 @@ func (f *ForeignPrefill) FirstTokenAfter(s Slot, t time.Time, prefill int64, too
 				f.waiting.Add(-1)
 			}
 		}
-		if f.QueueWaitExcess {
-			old := math.Float64frombits(f.waitAll.Load())
-			f.waitAll.Store(math.Float64bits(old + waitAllWeight*(x-old)))
-		}
 	}
 }
 
 // waitWeight is the weight of each new wait in QueueWait's mean.
 const waitWeight = 1.0 / 8
-
-// waitAllWeight is the weight of each new wait in QueueWaitExcess's mean
-// over every replica.
-const waitAllWeight = 1.0 / 32
 
 // learn moves the time per prefill token towards the foreignQuantile of
 // the observed ones (a multiplicative quantile tracker: lock-free, one
@@ -461,8 +423,14 @@ func (f *ForeignPrefill) WholeScale() float64 {
 // SetRouter sets the router whose load the estimate joins: StoredRun
 // reads this instance's pending prefill from it and, with Refresh, hands
 // it the estimate (Router.SetExternalPrefill). Routers retuned from one
-// another share their load, so any of them will do.
-func (f *ForeignPrefill) SetRouter(rt *Router) { f.rt.Store(rt) }
+// another share their load, so any of them will do. With QueueCost set
+// it turns on the router's count of queued requests (Router.CountQueued).
+func (f *ForeignPrefill) SetRouter(rt *Router) {
+	if f.QueueCost > 0 && rt != nil {
+		rt.CountQueued()
+	}
+	f.rt.Store(rt)
+}
 
 // StoredRun takes one BlockStored event of a KV feed (a
 // kvindex.StoredFunc): Stored with this instance's pending prefill on s
@@ -578,35 +546,14 @@ func (f *ForeignPrefill) unseen(rt *Router, s Slot) int64 {
 	}
 	_, pend := rt.Load(s)
 	if f.QueueCost > 0 {
-		n := float64(max(rt.Queued(s)-int64(f.QueueMin), 0))
-		if f.QueueExcess {
-			n = max(n-rt.QueuedMean(), 0)
-		}
-		cost := float64(f.QueueCost)
-		if f.QueueWait > 0 || f.QueueWaitTokens {
-			w := math.Float64frombits(f.waits[s].Load()) - f.QueueWaitFloor.Seconds()
-			if f.QueueWaitExcess {
-				w -= math.Float64frombits(f.waitAll.Load())
-			}
-			w = max(w, 0)
-			if f.QueueWait > 0 {
-				n *= min(1, w/f.QueueWait.Seconds())
-				if f.QueueWaitShare > 0 {
-					n *= min(1, float64(f.waiting.Load())/(f.QueueWaitShare*float64(max(rt.Len(), 1))))
-				}
-			}
-			if f.QueueWaitTokens {
-				if pt := math.Float64frombits(f.perTok.Load()); pt > 0 {
-					cost = min(cost, w/pt)
-				} else {
-					cost = 0
-				}
+		n := float64(rt.Queued(s))
+		if f.QueueWait > 0 {
+			n *= min(1, math.Float64frombits(f.waits[s].Load())/f.QueueWait.Seconds())
+			if f.QueueWaitShare > 0 && n > 0 {
+				n *= min(1, float64(max(f.waiting.Load(), 0))/(f.QueueWaitShare*float64(max(rt.Len(), 1))))
 			}
 		}
-		q := cost * n
-		if f.QueueSat > 0 && q > 0 {
-			q *= min(1, rt.QueuedMean()/f.QueueSat)
-		}
+		q := float64(f.QueueCost) * n
 		pend += int64(q)
 	}
 	return int64(k * float64(pend))

@@ -560,13 +560,21 @@ func TestForeignPrefillQueueCost(t *testing.T) {
 	r2.Release()
 }
 
-// TestRouterQueued: Queued counts the reservations before their first
-// token: PrefillDone and a release before it take one out once, a release
+// TestRouterQueued: once CountQueued is on, Queued counts the
+// reservations before their first token (those made before it never):
+// PrefillDone and a release before it take one out once, a release
 // after it nothing, and Unregister drops the old generation's.
 func TestRouterQueued(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
 	s := cands[0].Slot
+	r0 := rt.Reserve(s, 100) // before CountQueued: never counted
+	if got := rt.Queued(s); got != 0 {
+		t.Fatalf("not counting: Queued %d, want 0", got)
+	}
+	rt.CountQueued()
 	r1, r2, r3 := rt.Reserve(s, 100), rt.Reserve(s, 0), rt.Reserve(s, 50)
+	r0.PrefillDone()
+	r0.Release()
 	if got := rt.Queued(s); got != 3 {
 		t.Fatalf("three reserved: Queued %d, want 3", got)
 	}
@@ -594,49 +602,6 @@ func TestRouterQueued(t *testing.T) {
 	r3.Release()
 	if got := rt.Queued(s); got != 0 {
 		t.Errorf("old generation's reservation ended: Queued %d, want 0", got)
-	}
-}
-
-// TestForeignPrefillQueueSat: QueueSat scales QueueCost's charge by the
-// fleet's mean of this instance's queued requests per replica over
-// QueueSat, at most 1.
-func TestForeignPrefillQueueSat(t *testing.T) {
-	rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 4)
-	a, b, c := cands[0].Slot, cands[1].Slot, cands[2].Slot
-	f := NewForeignPrefill()
-	f.QueueCost, f.QueueSat = 4096, 1
-	f.SetRouter(rt)
-	f.SetPrior(1)
-	t0 := time.Unix(100, 0)
-	res := rt.Reserve(a, 1024)
-	f.Reserved(res, 0)
-	f.StoredRun(a, 64, 16, t0) // our 1024 tokens
-	res.PrefillDone()
-	res.Release()
-	f.StoredRun(b, 64, 16, t0) // 1024 foreign: rho 1
-
-	r1 := rt.Reserve(c, 0) // one queued over 4 replicas: mean 0.25
-	f.Reserved(r1, 0)
-	if got, want := rt.ExternalPrefill(c), int64(4096/4); got != want {
-		t.Errorf("mean 0.25: external prefill %d, want %d", got, want)
-	}
-	var more []*Reservation
-	for range 4 { // five queued on c: mean 1.25, the charge whole
-		r := rt.Reserve(c, 0)
-		f.Reserved(r, 0)
-		more = append(more, r)
-	}
-	if got, want := rt.ExternalPrefill(c), int64(5*4096); got != want {
-		t.Errorf("mean 1.25: external prefill %d, want %d", got, want)
-	}
-	if got := rt.QueuedMean(); got != 1.25 {
-		t.Errorf("QueuedMean %v, want 1.25", got)
-	}
-	for _, r := range append(more, r1) {
-		r.Release()
-	}
-	if got := rt.QueuedMean(); got != 0 {
-		t.Errorf("all ended: QueuedMean %v, want 0", got)
 	}
 }
 
@@ -680,26 +645,21 @@ func TestForeignPrefillQueueWait(t *testing.T) {
 	r2.Release()
 }
 
-// TestForeignPrefillQueueWaitGates: QueueWaitMult counts as wait only the
-// time past that multiple of the prefill, QueueWaitExcess only the part
-// beyond the mean over every replica, QueueWaitFloor only the part beyond
-// it; QueueWaitTokens charges the mean wait in tokens instead, QueueMin
-// counts only the queued beyond it; QueueWaitShare scales the charge by
-// the share of replicas whose mean wait reaches QueueWait. The speed is learned from one request (1024 tokens in 1 s); c's
-// request of 512 tokens (0.5 s of prefill) takes 4.5 s.
+// TestForeignPrefillQueueWaitGates: QueueWaitShare scales QueueWait's
+// charge by the share of replicas whose mean wait reaches QueueWait over
+// QueueWaitShare. The speed is learned from one request (1024 tokens in
+// 1 s); c's request of 512 tokens (0.5 s of prefill) takes 4.5 s: a wait
+// of 4 s, a mean of 0.5 s.
 func TestForeignPrefillQueueWaitGates(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		set    func(*ForeignPrefill)
 		wantPx int64 // external prefill on c, two queued
 	}{
-		{"plain", func(*ForeignPrefill) {}, 4096},                                                       // wait 4 s, mean 0.5 s
-		{"mult 3", func(f *ForeignPrefill) { f.QueueWaitMult = 3 }, 3072},                               // wait 3 s, mean 0.375 s
-		{"excess", func(f *ForeignPrefill) { f.QueueWaitExcess = true }, 3072},                          // 0.5 s less the fleet's 4/32
-		{"floor", func(f *ForeignPrefill) { f.QueueWaitFloor = time.Second / 4 }, 2048},                 // 0.5 s less 0.25 s
-		{"tokens", func(f *ForeignPrefill) { f.QueueWait, f.QueueWaitTokens = 0, true }, 1024},          // 0.5 s is 512 tokens each
-		{"min 1", func(f *ForeignPrefill) { f.QueueMin = 1 }, 2048},                                     // one of the two counted
-		{"share", func(f *ForeignPrefill) { f.QueueWait, f.QueueWaitShare = time.Second/2, 0.5 }, 5461}, // c waits: 1 of 3 replicas over 1.5
+		{"plain", func(*ForeignPrefill) {}, 4096}, // 0.5 s of 1 s
+		{"share whole", func(f *ForeignPrefill) { f.QueueWait, f.QueueWaitShare = time.Second/2, 1.0/3 }, 8192},
+		{"share part", func(f *ForeignPrefill) { f.QueueWait, f.QueueWaitShare = time.Second/2, 0.5 }, 5461}, // 1 of 3 replicas over 1.5
+		{"none waiting", func(f *ForeignPrefill) { f.QueueWaitShare = 0.25 }, 0},                             // 0.5 s below the 1 s counted
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt, cands := newTestRouter(t, Config{BlockTokens: 16, RequestCost: 512}, 3)

@@ -699,9 +699,10 @@ type shared struct {
 	extFresh [MaxReplicas]atomic.Bool
 	qSum     atomic.Int64 // the others' waiting requests summed over the slots (SetExternalLoad)
 	// firsts: the slot's reservations of this generation still before
-	// their first token (neither PrefillDone nor released; Queued).
-	firsts    [MaxReplicas]atomic.Int32
-	firstsAll atomic.Int64 // firsts summed over the slots
+	// their first token (neither PrefillDone nor released; Queued),
+	// counted only once CountQueued has been called (queuedOn).
+	firsts   [MaxReplicas]atomic.Int32
+	queuedOn atomic.Bool
 
 	spread    atomic.Uint64 // this instance's spill position (SetInstance)
 	others    atomic.Bool   // external load, prefill or context seen (SawOthers)
@@ -912,7 +913,7 @@ func (rt *Router) unregister(key string, idle bool) bool {
 		// The old generation's reservations no longer count.
 		c.pending.Store(0)
 		c.resident.Store(0)
-		rt.firstsAll.Add(-int64(rt.firsts[s].Swap(0)))
+		rt.firsts[s].Store(0)
 		rt.chains[s].mu.Lock()
 		rt.chains[s].head = nil
 		rt.chains[s].kv.Store(0)
@@ -967,13 +968,14 @@ func (rt *Router) Load(s Slot) (inflight, pendingPrefill int64) {
 
 // Queued returns how many of this router's reservations on slot s are
 // before their first token (neither Reservation.PrefillDone nor released):
-// queued or prefilling on the engine.
+// queued or prefilling on the engine. It counts only the reservations
+// made after CountQueued (0 without it).
 func (rt *Router) Queued(s Slot) int64 { return max(int64(rt.firsts[s].Load()), 0) }
 
-// QueuedMean is Queued summed over the slots, per replica (Len).
-func (rt *Router) QueuedMean() float64 {
-	return float64(max(rt.firstsAll.Load(), 0)) / float64(max(rt.Len(), 1))
-}
+// CountQueued turns on Queued's count for the reservations from now on
+// (ForeignPrefill.QueueCost's SetRouter calls it); without it a request
+// pays no count.
+func (rt *Router) CountQueued() { rt.queuedOn.Store(true) }
 
 // Resident returns the context tokens slot s's in-flight requests weigh
 // under Config.ContextWeight.
@@ -1523,6 +1525,9 @@ type Reservation struct {
 	// it only while it is there.
 	pend  atomic.Int64
 	state atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
+	// queued: counted in the router's firsts (CountQueued) until
+	// PrefillDone or Release.
+	queued bool
 
 	// What the approximate index predicted, for Observe: the blocks it
 	// believed the replica held, the age (blocks touched on the replica
@@ -1581,8 +1586,9 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	c := &rt.loads[s]
 	gen := uint32(uint64(c.inflight.Add(1)) >> 32)
 	c.pending.Add(int64(prefill))
-	rt.firsts[s].Add(1)
-	rt.firstsAll.Add(1)
+	if r.queued = rt.queuedOn.Load(); r.queued {
+		rt.firsts[s].Add(1)
+	}
 	if resident != 0 {
 		c.resident.Add(resident)
 		subFloor(&c.linger, int32(min(resident, math.MaxInt32)))
@@ -1717,8 +1723,9 @@ func (r *Reservation) PrefillDone() bool {
 	if r.state.CompareAndSwap(0, 1) {
 		if c := &r.rt.loads[r.slot]; c.gen() == r.gen {
 			c.pending.Add(-r.pend.Swap(pendTaken))
-			r.rt.firsts[r.slot].Add(-1)
-			r.rt.firstsAll.Add(-1)
+			if r.queued {
+				r.rt.firsts[r.slot].Add(-1)
+			}
 		}
 		return true
 	}
@@ -1760,8 +1767,9 @@ func (r *Reservation) Release() bool {
 	}
 	if old == 0 {
 		c.pending.Add(-r.pend.Swap(pendTaken))
-		r.rt.firsts[r.slot].Add(-1)
-		r.rt.firstsAll.Add(-1)
+		if r.queued {
+			r.rt.firsts[r.slot].Add(-1)
+		}
 	}
 	if res := r.unchain(); res != 0 {
 		c.resident.Add(-res)

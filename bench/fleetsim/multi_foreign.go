@@ -27,15 +27,9 @@ import (
 // off per replica; the module's foreign_prefill on is fpq=0, queues fpq=1),
 // "fpn=<tokens>" adding that many tokens per own request not yet at its
 // first token to the unseen load's base (ForeignPrefill.QueueCost),
-// "fpnsat=<x>" scaled by the fleet's mean of those over x (QueueSat),
-// "fpnx" counting only those beyond the fleet's mean (QueueExcess),
 // "fpnw=<s>" scaled by the replica's mean wait beyond prefill over s (QueueWait),
-// "fpnwm=<m>" the wait past m times the prefill (QueueWaitMult), "fpnwx" the
-// wait beyond the mean over every replica (QueueWaitExcess), "fpnwf=<s>" the
-// wait beyond s (QueueWaitFloor), "fpnwt" each queued request charged the
-// replica's mean wait in tokens, at most fpn (QueueWaitTokens), "fpnm=<k>"
-// only the queued beyond k (QueueMin), "fpnws=<x>" fpnw's charge times the
-// share of replicas waiting at least fpnw over x (QueueWaitShare),
+// "fpnws=<x>" fpnw's charge times the share of replicas waiting at least
+// fpnw over x (QueueWaitShare),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -80,14 +74,7 @@ type preciseSpec struct {
 	life    time.Duration // "fplife=<s>": the life assumed until learned (ForeignPrefill.ResidentLife)
 	prior   float64       // "fpq=<x>": ForeignPrefill.SetPrior
 	qcost   int64         // "fpn=<tokens>": ForeignPrefill.QueueCost
-	qcSat   float64       // "fpnsat=<x>": ForeignPrefill.QueueSat
-	qcExc   bool          // "fpnx": ForeignPrefill.QueueExcess
 	qcWait  time.Duration // "fpnw=<s>": ForeignPrefill.QueueWait
-	qcWaitM float64       // "fpnwm=<m>": ForeignPrefill.QueueWaitMult
-	qcWaitX bool          // "fpnwx": ForeignPrefill.QueueWaitExcess
-	qcWaitF time.Duration // "fpnwf=<s>": ForeignPrefill.QueueWaitFloor
-	qcWaitT bool          // "fpnwt": ForeignPrefill.QueueWaitTokens
-	qcMin   int           // "fpnm=<k>": ForeignPrefill.QueueMin
 	qcWaitS float64       // "fpnws=<x>": ForeignPrefill.QueueWaitShare
 	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
 	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
@@ -173,42 +160,12 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 				return ps, true, fmt.Errorf("%s%s: want a positive wait in seconds", SpillSep, spec)
 			}
 			ps.qcWait = seconds(x)
-		case k == "fpnwm" && hasV:
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || x < 1 {
-				return ps, true, fmt.Errorf("%s%s: want a multiple of the prefill, 1 or more", SpillSep, spec)
-			}
-			ps.qcWaitM = x
-		case k == "fpnwf" && hasV:
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || x <= 0 {
-				return ps, true, fmt.Errorf("%s%s: want a positive wait in seconds", SpillSep, spec)
-			}
-			ps.qcWaitF = seconds(x)
 		case k == "fpnws" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 || x > 1 {
 				return ps, true, fmt.Errorf("%s%s: want a share of the replicas, above 0 and at most 1", SpillSep, spec)
 			}
 			ps.qcWaitS = x
-		case k == "fpnwt" && !hasV:
-			ps.qcWaitT = true
-		case k == "fpnm" && hasV:
-			x, err := strconv.Atoi(v)
-			if err != nil || x <= 0 {
-				return ps, true, fmt.Errorf("%s%s: want a positive count of queued requests", SpillSep, spec)
-			}
-			ps.qcMin = x
-		case k == "fpnwx" && !hasV:
-			ps.qcWaitX = true
-		case k == "fpnx" && !hasV:
-			ps.qcExc = true
-		case k == "fpnsat" && hasV:
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || x <= 0 {
-				return ps, true, fmt.Errorf("%s%s: want a positive mean of queued requests", SpillSep, spec)
-			}
-			ps.qcSat = x
 		case k == "fplife" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x <= 0 {
@@ -294,9 +251,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 				fp.ResidentLife = ps.life
 			}
 			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
-			fp.QueueCost, fp.QueueSat, fp.QueueExcess, fp.QueueWait = ps.qcost, ps.qcSat, ps.qcExc, ps.qcWait
-			fp.QueueWaitMult, fp.QueueWaitExcess, fp.QueueWaitFloor = ps.qcWaitM, ps.qcWaitX, ps.qcWaitF
-			fp.QueueWaitTokens, fp.QueueMin, fp.QueueWaitShare = ps.qcWaitT, ps.qcMin, ps.qcWaitS
+			fp.QueueCost, fp.QueueWait, fp.QueueWaitShare = ps.qcost, ps.qcWait, ps.qcWaitS
 			prior := ps.prior // fpq=
 			if !ps.priorOn {
 				prior = selection.DefaultForeignPrior // the module's default (with -engine-load: where a scrape is not fresh)
