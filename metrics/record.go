@@ -101,6 +101,9 @@ type pairRecord struct {
 	created                [len(outcomes) + 1]time.Time // requests by outcome, tokens
 }
 
+// pairKey is a pair record's upstream and model label.
+type pairKey struct{ upstream, model string }
+
 // copyWith returns a copy of *old (nil: none) with k set to v, for a map
 // read without a lock and replaced under one.
 func copyWith[K comparable, V any](old *map[K]V, k K, v V) *map[K]V {
@@ -119,11 +122,8 @@ func copyWith[K comparable, V any](old *map[K]V, k K, v V) *map[K]V {
 // joins (as bounded as the labels), read without a lock, and the
 // tie-breaks by rule.
 type records struct {
-	mu sync.Mutex // held to add a pair or mark a series seen
-	// m: the pairs by upstream, then model label (two string-keyed maps
-	// of a few keys each, which a lookup reads without hashing: cheaper
-	// per request than one map keyed by the pair).
-	m   atomic.Pointer[map[string]map[string]*pairRecord]
+	mu  sync.Mutex // held to add a pair or mark a series seen
+	m   atomic.Pointer[map[pairKey]*pairRecord]
 	ups map[string]*upRecord // under mu
 	// dash is the dashboard's Recorder, whose tallies the pairs hold (reset
 	// with the records).
@@ -145,22 +145,17 @@ func (r *records) tie(t selection.TieRule) {
 
 // get returns the record of the pair (upstream, model).
 func (r *records) get(upstream, model string) *pairRecord {
+	k := pairKey{upstream, model}
 	if m := r.m.Load(); m != nil {
-		if p := (*m)[upstream][model]; p != nil {
+		if p := (*m)[k]; p != nil {
 			return p
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := r.m.Load()
-	var models *map[string]*pairRecord
-	if old != nil {
-		if ms, ok := (*old)[upstream]; ok {
-			if ms[model] != nil {
-				return ms[model]
-			}
-			models = &ms
-		}
+	if old != nil && (*old)[k] != nil {
+		return (*old)[k]
 	}
 	u := r.ups[upstream]
 	if u == nil {
@@ -171,7 +166,7 @@ func (r *records) get(upstream, model string) *pairRecord {
 		r.ups[upstream] = u
 	}
 	p := &pairRecord{up: u, dash: r.dash.Tally(upstream, model), upstream: upstream, model: model}
-	r.m.Store(copyWith(old, upstream, *copyWith(models, model, p)))
+	r.m.Store(copyWith(old, k, p))
 	return p
 }
 
@@ -292,22 +287,20 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ups := map[*upRecord]string{}
-	for _, models := range *m {
-		for _, p := range models {
-			seen := p.seen.Load()
-			for oi, o := range outcomes {
-				if seen&(1<<oi) != 0 {
-					counter(e.requests, p.requests[oi].Load(), p.created[oi], p.upstream, p.model, o)
-				}
+	for _, p := range *m {
+		seen := p.seen.Load()
+		for oi, o := range outcomes {
+			if seen&(1<<oi) != 0 {
+				counter(e.requests, p.requests[oi].Load(), p.created[oi], p.upstream, p.model, o)
 			}
-			if seen&seenTokens != 0 {
-				c := p.created[len(outcomes)]
-				counter(e.prompt, p.prompt.Load(), c, p.upstream, p.model)
-				counter(e.cached, p.cached.Load(), c, p.upstream, p.model)
-				counter(e.output, p.output.Load(), c, p.upstream, p.model)
-			}
-			ups[p.up] = p.upstream
 		}
+		if seen&seenTokens != 0 {
+			c := p.created[len(outcomes)]
+			counter(e.prompt, p.prompt.Load(), c, p.upstream, p.model)
+			counter(e.cached, p.cached.Load(), c, p.upstream, p.model)
+			counter(e.output, p.output.Load(), c, p.upstream, p.model)
+		}
+		ups[p.up] = p.upstream
 	}
 	for u, id := range ups {
 		seen := u.seen.Load()
