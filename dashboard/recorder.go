@@ -134,11 +134,9 @@ type Sample struct {
 // (every routing decision and request, from every core), which Sample
 // adds up.
 type Recorder struct {
-	// decisions by upstream then reason (two string-keyed maps, each a
-	// handful of keys, read without hashing: cheaper per decision than one
-	// map keyed by the pair), the requests in flight by model, the
-	// finished requests' counts by (upstream, model).
-	decisions cowMap[string, cowMap[string, Count]]
+	// decisions by (upstream, reason), the requests in flight by model,
+	// the finished requests' counts by (upstream, model).
+	decisions cowMap[decisionKey, Count]
 	inflight  cowMap[string, atomic.Int64]
 	tallies   cowMap[pairKey, Tally]
 }
@@ -204,6 +202,10 @@ func (c *cowMap[K, V]) reset() {
 	c.mu.Unlock()
 }
 
+// decisionKey is the upstream ("" when none was chosen) and reason of a
+// routing decision.
+type decisionKey struct{ upstream, reason string }
+
 // pairKey is the upstream ("" when none was chosen) and model key of a
 // finished request.
 type pairKey struct{ upstream, model string }
@@ -223,7 +225,7 @@ func NewRecorder() *Recorder {
 		panic("dashboard: more TTFT bounds than a tally holds")
 	}
 	r := new(Recorder)
-	r.decisions.init = func(m *cowMap[string, Count]) { m.init = func(c *Count) { c.Created = time.Now() } }
+	r.decisions.init = func(c *Count) { c.Created = time.Now() }
 	return r
 }
 
@@ -245,15 +247,13 @@ func modelKey(name string) string {
 // Decisions is the counter of routing decisions for upstream ("" when
 // none was chosen) by reason: add one per decision.
 func (r *Recorder) Decisions(upstream, reason string) *Count {
-	return r.decisions.get(upstream).get(reason)
+	return r.decisions.get(decisionKey{upstream, reason})
 }
 
 // EachDecisions calls f with every counter of decisions and its upstream
 // and reason.
 func (r *Recorder) EachDecisions(f func(upstream, reason string, c *Count)) {
-	r.decisions.each(func(upstream string, m *cowMap[string, Count]) {
-		m.each(func(reason string, c *Count) { f(upstream, reason, c) })
-	})
+	r.decisions.each(func(k decisionKey, c *Count) { f(k.upstream, k.reason, c) })
 }
 
 // Inflight is the counter of model's requests in flight: add one when a
@@ -336,11 +336,11 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 			s.TTFT.Counts[i] += n
 		}
 	})
-	r.EachDecisions(func(up, reason string, c *Count) {
+	r.decisions.each(func(k decisionKey, c *Count) {
 		n := float64(c.Load())
-		s.Reasons[reason] += n
-		if up != "" {
-			upstream(up).Reasons[reason] += n
+		s.Reasons[k.reason] += n
+		if k.upstream != "" {
+			upstream(k.upstream).Reasons[k.reason] += n
 		}
 	})
 	r.inflight.each(func(k string, c *atomic.Int64) {
