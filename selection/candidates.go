@@ -1,5 +1,7 @@
 package selection
 
+import "slices"
+
 // AppendCandidates appends to dst one candidate per replica of a pool, in
 // pool order: slots[i] is the replica's slot (negative: not routed by the
 // router), profiles[i] its profile, available(i) the proxy's own view of
@@ -10,6 +12,8 @@ package selection
 // (better a replica that may fail than certain failure).
 func AppendCandidates(dst []Candidate, slots []Slot, profiles []Profile, available func(i int) bool, od *Outlier, tried *SlotSet) []Candidate {
 	start := len(dst)
+	dst = slices.Grow(dst, len(slots))[:start+len(slots)]
+	out, profiles := dst[start:], profiles[:len(slots)] // no bounds checks below
 	usable, admitted := 0, 0
 	for i, slot := range slots {
 		ok := slot >= 0 && available(i)
@@ -25,12 +29,12 @@ func AppendCandidates(dst []Candidate, slots []Slot, profiles []Profile, availab
 		if ok {
 			usable++
 		}
-		dst = append(dst, Candidate{Slot: slot, Usable: ok, Profile: profiles[i]})
+		out[i] = Candidate{Slot: slot, Usable: ok, Profile: profiles[i]}
 	}
 	if usable == 0 {
 		for i, slot := range slots {
 			ok := slot >= 0 && available(i)
-			dst[start+i].Usable = ok && (admitted == 0 || od.Usable(slot))
+			out[i].Usable = ok && (admitted == 0 || od.Usable(slot))
 		}
 	}
 	return dst

@@ -3,6 +3,7 @@ package selection
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -39,9 +40,18 @@ func refIntFields(b []byte) ([]int64, error) {
 	return []int64{r.PromptTokens, r.CompletionTokens, r.PromptDetails.CachedTokens, r.InputTokens, r.InputDetails.CachedTokens}, err
 }
 
-func runIntFields(b []byte) ([]int64, bool) {
+var intFieldSetTest = NewIntFieldSet(intFieldsTest)
+
+// runIntFields runs IntFields and IntFieldSet.Ints on b and fails t when
+// their answers differ.
+func runIntFields(t *testing.T, b []byte) ([]int64, bool) {
 	out := []int64{intUnset, intUnset, intUnset, intUnset, intUnset}
 	ok := IntFields(b, intFieldsTest, out)
+	out2 := []int64{intUnset, intUnset, intUnset, intUnset, intUnset}
+	ok2 := intFieldSetTest.Ints(b, out2)
+	if ok != ok2 || ok && !slices.Equal(out, out2) {
+		t.Fatalf("%q: IntFields %v %v, IntFieldSet.Ints %v %v", b, out, ok, out2, ok2)
+	}
 	return out, ok
 }
 
@@ -92,7 +102,7 @@ func TestIntFields(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, decided := runIntFields([]byte(tt.give))
+			got, decided := runIntFields(t, []byte(tt.give))
 			if decided != tt.wantDecided {
 				t.Fatalf("decided = %v, want %v", decided, tt.wantDecided)
 			}
@@ -115,6 +125,9 @@ func TestIntFieldsAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { IntFields(b, intFieldsTest, out) }); n != 0 {
 		t.Fatalf("IntFields allocates %v times", n)
 	}
+	if n := testing.AllocsPerRun(100, func() { intFieldSetTest.Ints(b, out) }); n != 0 {
+		t.Fatalf("IntFieldSet.Ints allocates %v times", n)
+	}
 }
 
 // FuzzIntFields holds IntFields to encoding/json: whatever it decides,
@@ -129,7 +142,7 @@ func FuzzIntFields(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, decided := runIntFields(b)
+		got, decided := runIntFields(t, b)
 		if !decided {
 			return
 		}
@@ -150,6 +163,12 @@ func BenchmarkIntFields(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			IntFields(body, intFieldsTest, out)
+		}
+	})
+	b.Run("IntFieldSet", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			intFieldSetTest.Ints(body, out)
 		}
 	})
 	b.Run("encoding_json", func(b *testing.B) {

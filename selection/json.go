@@ -737,23 +737,102 @@ func IntFields(b []byte, fields []IntField, out []int64) (decided bool) {
 	if i >= len(b) || b[i] != '{' {
 		return false
 	}
-	end, ok := intMembers(b, i, 1, "", fields, out)
+	end, ok := intMembers(b, i, 1, "", fields, out, nil, nil)
 	if !ok {
 		return false
 	}
 	return skipWS(b, end) == len(b)
 }
 
+// IntFieldSet is fields prepared once for Ints: for each key length, the
+// fields an ASCII key of that length may match, in fields' order, so that
+// a key is folded against those alone (matchField walks every field for
+// every key).
+type IntFieldSet struct {
+	fields []IntField
+	top    [][]fieldMatch   // at the top level, by key length
+	sub    [][][]fieldMatch // inside the object of fields[k].Parent, by key length
+}
+
+// fieldMatch is one field a key may match: fields[k].Name, or its Parent
+// (nested).
+type fieldMatch struct {
+	k      int
+	nested bool
+	name   string
+}
+
+// NewIntFieldSet prepares fields for Ints (fields is kept: not to be
+// changed after).
+func NewIntFieldSet(fields []IntField) *IntFieldSet {
+	s := &IntFieldSet{fields: fields, sub: make([][][]fieldMatch, len(fields))}
+	add := func(t *[][]fieldMatch, m fieldMatch) {
+		for len(*t) <= len(m.name) {
+			*t = append(*t, nil)
+		}
+		(*t)[len(m.name)] = append((*t)[len(m.name)], m)
+	}
+	for k, f := range fields {
+		if f.Parent == "" {
+			add(&s.top, fieldMatch{k, false, f.Name})
+			continue
+		}
+		add(&s.top, fieldMatch{k, true, f.Parent})
+		for j, g := range fields {
+			if g.Parent == f.Parent {
+				add(&s.sub[k], fieldMatch{j, false, g.Name})
+			}
+		}
+	}
+	return s
+}
+
+// Ints is IntFields(b, fields, out) for the set's fields, the same answer.
+func (s *IntFieldSet) Ints(b []byte, out []int64) (decided bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	end, ok := intMembers(b, i, 1, "", s.fields, out, s, s.top)
+	if !ok {
+		return false
+	}
+	return skipWS(b, end) == len(b)
+}
+
+// match is matchField(key, parent, s.fields), t the fields of parent's
+// object by key length.
+func (s *IntFieldSet) match(key []byte, parent string, t [][]fieldMatch) (k int, nested bool) {
+	if !isASCII(key) {
+		return matchField(key, parent, s.fields)
+	}
+	if n := len(key); n < len(t) {
+		for _, m := range t[n] {
+			if asciiFold(key, m.name) {
+				return m.k, m.nested
+			}
+		}
+	}
+	return -1, false
+}
+
 // intMembers walks the object at b[i] == '{' whose members are at depth,
 // reading the fields of parent (top level: ""), and returns the index
-// past it.
-func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []int64) (int, bool) {
+// past it. With set, keys are matched with set.match over t (the fields
+// of parent's object by key length), else with matchField.
+func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []int64, set *IntFieldSet, t [][]fieldMatch) (int, bool) {
 	it := newObjectIter(b, i, depth)
 	for it.next() {
 		if it.esc {
 			return 0, false
 		}
-		k, nested := matchField(it.key, parent, fields)
+		var k int
+		var nested bool
+		if set != nil {
+			k, nested = set.match(it.key, parent, t)
+		} else {
+			k, nested = matchField(it.key, parent, fields)
+		}
 		switch {
 		case k >= 0 && !nested:
 			end, ok := intValue(b, it.val, &out[k])
@@ -766,7 +845,11 @@ func intMembers(b []byte, i, depth int, parent string, fields []IntField, out []
 			case 'n':
 				it.skip() // null: the struct stays as it is
 			case '{':
-				end, ok := intMembers(b, it.val, depth+1, fields[k].Parent, fields, out)
+				var sub [][]fieldMatch
+				if set != nil {
+					sub = set.sub[k]
+				}
+				end, ok := intMembers(b, it.val, depth+1, fields[k].Parent, fields, out, set, sub)
 				if !ok {
 					return 0, false
 				}

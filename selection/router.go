@@ -1267,7 +1267,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// replica holds: Options.SubsetGuard).
 	top1, top2, low := -1, -1, -1
 	busy, usable := int64(0), 0
-	pendMin, mixed, prof := int64(math.MaxInt64), false, Profile(0)
+	mixed, prof := false, Profile(0)
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1276,7 +1276,6 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		busy += rt.loads[c.Slot].count()
 		usable++
 		if wantSet {
-			pendMin = min(pendMin, rt.loads[c.Slot].pending.Load())
 			if usable == 1 {
 				prof = c.Profile
 			}
@@ -1299,10 +1298,17 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	s.top1, s.top2, s.low = top1, top2, low
 	hit := min(top1, cfg.AffinityCap)
 	// The output bonus's queue limit (Options.ProfileQueue), where the
-	// usable replicas' profiles differ.
-	queueLim := math.Inf(1)
+	// usable replicas' profiles differ: their least pending prefill is
+	// read only then, and each candidate's only against a limit.
+	queueLim, limited := math.Inf(1), false
 	if pq := rt.profileQueue(); pq > 0 && wantSet && mixed {
-		queueLim = float64(pendMin) + pq*float64(cfg.RequestCost)
+		pendMin := int64(math.MaxInt64)
+		for i := range cands {
+			if cands[i].Usable {
+				pendMin = min(pendMin, rt.loads[cands[i].Slot].pending.Load())
+			}
+		}
+		queueLim, limited = float64(pendMin)+pq*float64(cfg.RequestCost), true
 	}
 	// The busy guard's limit (Options.HotGuard; hot 0: no guard).
 	hot, hotSub := 0.0, 0.0
@@ -1348,7 +1354,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			}
 		}
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
-		if wantSet && c.Profile == want && float64(rt.loads[c.Slot].pending.Load()) <= queueLim {
+		if wantSet && c.Profile == want && (!limited || float64(rt.loads[c.Slot].pending.Load()) <= queueLim) {
 			sc += bonus
 		}
 		ovs[i], lds[i], scs[i] = ov, ld, sc

@@ -249,12 +249,15 @@ var usageFields = []selection.IntField{
 	{Parent: "input_tokens_details", Name: "cached_tokens"},
 }
 
-// fast decodes b into j with selection.IntFields, which reads the common
+// usageSet is usageFields prepared once for selection.IntFieldSet.Ints.
+var usageSet = selection.NewIntFieldSet(usageFields)
+
+// fast decodes b into j with selection.IntFieldSet.Ints, which reads the common
 // usage object without encoding/json's reflection; false leaves the decode
 // to json.Unmarshal (j partly written).
 func (j *usageJSON) fast(b []byte) bool {
 	out := [6]int64{j.PromptTokens, j.CompletionTokens, j.PromptDetails.CachedTokens, j.InputTokens, j.OutputTokens, j.InputDetails.CachedTokens}
-	if !selection.IntFields(b, usageFields, out[:]) {
+	if !usageSet.Ints(b, out[:]) {
 		return false
 	}
 	j.PromptTokens, j.CompletionTokens, j.PromptDetails.CachedTokens = out[0], out[1], out[2]
