@@ -409,12 +409,6 @@ type Options struct {
 	// cold away from their homes on a fleet whose caches are all full.
 	// 0: off (the rule). Off by default: EXPERIMENTS 79.
 	OverflowFull float64
-	// scratch gates (ow20)
-	OFQueue, OFRes, OFPR float64
-	OFHome, OFHot        float64
-	OFHomeOnly           bool
-	OFRoom, OFPRoom      float64
-	OFAvg                float64
 	// IndexShare, when in (0, 1), is the share of each replica's KV
 	// capacity the index models as its prefix cache (the LRU bound of
 	// what it presumes the replica still holds); the load's capacity
@@ -1303,13 +1297,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	homeAt, homeRoom := rt.overflowHome()
-	owFull, owLight, pendMean := knobs.ow, knobs.ow, 0.0
-	if rt.opt.OverflowFull > 0 && rt.fleetFullGate(cands, prompt, &pendMean) &&
-		(rt.opt.OFHome <= 0 || float64(top1-low) >= rt.opt.OFHome*float64(prompt)) {
-		owLight = min(knobs.ow, rt.opt.OverflowFull)
-	}
-	if owStat {
-		rt.owStatDump(cands, prompt, top1, top2, rt.fleetFull(cands, prompt))
+	if rt.opt.OverflowFull > 0 && rt.fleetFull(cands, prompt) {
+		knobs.ow = min(knobs.ow, rt.opt.OverflowFull)
 	}
 	awayMS := uint32(0)
 	away := rt.opt.ColdAway > 0 && top1 <= 0 && usable < SubsetGuardReplicas && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
@@ -1326,11 +1315,6 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
-		}
-		knobs.ow = owLight
-		if owLight != owFull && (rt.opt.OFHot > 0 && float64(rt.loads[c.Slot].pending.Load()) > rt.opt.OFHot*pendMean ||
-			rt.opt.OFHomeOnly && !(ov > top2)) {
-			knobs.ow = owFull
 		}
 		knobs.owOff = homeAt > 0 && ov > top2 && float64(ov) >= homeAt*float64(prompt) &&
 			(homeRoom < 0 || float64(rt.loads[c.Slot].kv()) < homeRoom*float64(prompt))
@@ -1625,7 +1609,7 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
 	}
-	if once || rt.opt.IndexShareRoom > 0 || rt.opt.OFAvg > 0 {
+	if once || rt.opt.IndexShareRoom > 0 {
 		rt.notePrompt(resident)
 	}
 	if rt.opt.IndexShareRoom > 0 {

@@ -267,24 +267,6 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.IndexShareRoom = x
 		case "ixs":
 			setup.Options.IndexShare = x
-		case "owh":
-			setup.Options.OFHome = x
-		case "owhot":
-			setup.Options.OFHot = x
-		case "owho":
-			setup.Options.OFHomeOnly = true
-		case "owfr":
-			setup.Options.OFRoom = x
-		case "owrr":
-			setup.Options.OFPRoom = x
-		case "owfa":
-			setup.Options.OFAvg = x
-		case "owq":
-			setup.Options.OFQueue = x
-		case "owr":
-			setup.Options.OFRes = x
-		case "owpr":
-			setup.Options.OFPR = x
 		case "owfull":
 			setup.Options.OverflowFull = x
 		case "em":
