@@ -2,11 +2,15 @@ package selection
 
 import "testing"
 
-// Under OverflowFull the overflow term's weight drops where no replica has
-// room for the prompt: an agent's next turn then stays on its home (4,800
-// of its 5,440 tokens there) rather than going cold to a replica that
-// overflows by less. Where another replica has room, the rule's weight
-// still moves it there, with the option or without.
+// Under OverflowFull (on by default) the overflow term's weight drops
+// where no replica has room for the prompt: an agent's next turn then
+// stays on its home (4,800 of its 5,440 tokens there) rather than going
+// cold to a replica that overflows by less. Where another replica has
+// room, the rule's weight still moves it there. The gates keep the rule
+// for a request without a home (OverflowFullHome: the home's lead under
+// that share of the prompt) and on replicas large against the mean prompt
+// (OverflowFullRoom: the capacity, 8,000, at least that many mean prompts
+// of about 5,000).
 func TestOverflowFull(t *testing.T) {
 	const bt = 16
 	for _, tt := range []struct {
@@ -15,10 +19,14 @@ func TestOverflowFull(t *testing.T) {
 		opt   Options
 		want  int
 	}{
-		{"full fleet, rule", 375, Options{}, 1},
-		{"full fleet, OverflowFull 1", 375, Options{OverflowFull: 1}, 0},
-		{"room elsewhere, rule", 125, Options{}, 1},
-		{"room elsewhere, OverflowFull 1", 125, Options{OverflowFull: 1}, 1},
+		{"full fleet, rule", 375, Options{OverflowFull: -1}, 1},
+		{"full fleet, default", 375, Options{}, 0},
+		{"full fleet, OverflowFull 1 ungated", 375, Options{OverflowFull: 1, OverflowFullHome: -1, OverflowFullRoom: -1}, 0},
+		{"full fleet, home lead under 0.9 of the prompt", 375, Options{OverflowFullHome: 0.9}, 1},
+		{"full fleet, capacity over 1.5 mean prompts", 375, Options{OverflowFullRoom: 1.5}, 1},
+		{"full fleet, capacity under 2 mean prompts", 375, Options{OverflowFullRoom: 2}, 0},
+		{"room elsewhere, rule", 125, Options{OverflowFull: -1}, 1},
+		{"room elsewhere, default", 125, Options{}, 1},
 	} {
 		rt, cands := newTestRouter(t, Config{BlockTokens: bt}, 2)
 		rt = rt.WithOptions(tt.opt)
@@ -29,8 +37,9 @@ func TestOverflowFull(t *testing.T) {
 		routeTo(t, rt, cands, 0, tokensOf(2, 8, 0, 250)).PrefillDone()      // another's: 4,000
 		routeTo(t, rt, cands, 1, tokensOf(3, 9, 0, tt.other)).PrefillDone() // 6,000 or 2,000
 		f := features(rt.Config(), tokensOf(1, 7, 0, 340), 0)               // the next turn: 5,440
-		if full := rt.fleetFull(cands, f.PromptTokens(rt.Config())); full != (tt.other == 375) {
-			t.Errorf("%s: fleetFull %v", tt.name, full)
+		full, kv, n := rt.fleetFull(cands, f.PromptTokens(rt.Config()))
+		if full != (tt.other == 375) || full && (kv != 16_000 || n != 2) {
+			t.Errorf("%s: fleetFull %v, %d tokens over %d replicas", tt.name, full, kv, n)
 		}
 		d := rt.Pick(f, cands, NewScratch(len(cands)))
 		if d.Index != tt.want {

@@ -403,12 +403,31 @@ type Options struct {
 	// OverflowFull, when positive, is the overflow term's weight (in place
 	// of OverflowWeight, when lower) for a request that no usable replica
 	// has room for: every one's context in flight (this router's), with
-	// the prompt, passes its KV capacity (overflowfull.go). The term then
-	// weighs resident context about as much as pending prefill, as
-	// Dynamo's active blocks do, instead of 4 times, which sends turns
-	// cold away from their homes on a fleet whose caches are all full.
-	// 0: off (the rule). Off by default: EXPERIMENTS 79.
+	// the prompt, passes its KV capacity (overflowfull.go), gated by
+	// OverflowFullHome and OverflowFullRoom. The term then weighs resident
+	// context about as much as pending prefill, as Dynamo's active blocks
+	// do, instead of 4 times, which sends turns cold away from their homes
+	// on a fleet whose caches are all full. 0 is DefaultOverflowFull,
+	// negative off (the rule before). Ungated it took the tool-agent
+	// trace at 8 replicas of 65,536 tokens to TTFT p50 0.96x Dynamo's but
+	// cost agent-fleet's p99 and a tool-agent trace's at 196,608
+	// (bench/EXPERIMENTS.md sections 79, 80).
 	OverflowFull float64
+	// OverflowFullHome gates OverflowFull on the request's home: the
+	// lighter weight only where the warmest usable replica holds at least
+	// this share of the prompt more than the coldest. 0 is
+	// DefaultOverflowFullHome, negative no gate. A request cold everywhere
+	// but a shared prefix (agent-fleet's late turns, whose contexts no
+	// cache keeps) has no overlap to keep, and there the weight only
+	// trades resident context for pending prefill, which costs the tail.
+	OverflowFullHome float64
+	// OverflowFullRoom gates OverflowFull on the replicas' size: the
+	// lighter weight only while the usable replicas' mean KV capacity is
+	// below this many of this router's mean prompts (the running mean of
+	// its reservations). 0 is DefaultOverflowFullRoom, negative no gate.
+	// Where a replica holds several contexts a full fleet is a crowded
+	// one, and keeping turns home piles them on the hottest.
+	OverflowFullRoom float64
 	// IndexShare, when in (0, 1), is the share of each replica's KV
 	// capacity the index models as its prefix cache (the LRU bound of
 	// what it presumes the replica still holds); the load's capacity
@@ -1320,8 +1339,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	homeAt, homeRoom := rt.overflowHome()
-	if rt.opt.OverflowFull > 0 && rt.fleetFull(cands, prompt) {
-		knobs.ow = min(knobs.ow, rt.opt.OverflowFull)
+	if w, ok := rt.overflowFull(cands, prompt, top1, low); ok {
+		knobs.ow = min(knobs.ow, w)
 	}
 	awayMS := uint32(0)
 	away := rt.opt.ColdAway > 0 && top1 <= 0 && usable < SubsetGuardReplicas && (rt.opt.ColdAwayMax <= 0 || prompt <= rt.opt.ColdAwayMax)
@@ -1638,7 +1657,7 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
 	}
-	if once || rt.opt.IndexShareRoom > 0 {
+	if once || rt.opt.IndexShareRoom > 0 || rt.fullRoomOn() {
 		rt.notePrompt(resident)
 	}
 	if rt.opt.IndexShareRoom > 0 {

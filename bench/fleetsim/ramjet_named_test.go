@@ -61,3 +61,28 @@ func TestRamjetNamedOverflowHome(t *testing.T) {
 		}
 	}
 }
+
+// ramjet@owfull=0 turns OverflowFull off, ramjet@owfh=0 and
+// ramjet@owfroom=0 its gates (-1: none); unset all are 0, selection's
+// defaults.
+func TestRamjetNamedOverflowFull(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		full, home, room float64
+	}{
+		{"ramjet", 0, 0, 0},
+		{"ramjet@owfull=0", -1, 0, 0},
+		{"ramjet@owfull=2", 2, 0, 0},
+		{"ramjet@owfh=0+owfroom=0", 0, -1, -1},
+		{"ramjet@owfh=0.5+owfroom=3", 0, 0.5, 3},
+	} {
+		p, err := NewPolicy(tc.name, 1, selection.Config{})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		o := p.(*Ramjet).rt.Options()
+		if o.OverflowFull != tc.full || o.OverflowFullHome != tc.home || o.OverflowFullRoom != tc.room {
+			t.Errorf("%s: OverflowFull %v, OverflowFullHome %v, OverflowFullRoom %v, want %v, %v, %v", tc.name, o.OverflowFull, o.OverflowFullHome, o.OverflowFullRoom, tc.full, tc.home, tc.room)
+		}
+	}
+}
