@@ -1550,9 +1550,6 @@ type Reservation struct {
 	// it only while it is there.
 	pend  atomic.Int64
 	state atomic.Uint32 // 0 prefilling, 1 decoding, 2 released
-	// queued: counted in the router's firsts (CountQueued) until
-	// PrefillDone or Release.
-	queued bool
 
 	// What the approximate index predicted, for Observe: the blocks it
 	// believed the replica held, the age (blocks touched on the replica
@@ -1582,6 +1579,9 @@ type Reservation struct {
 	// shadowed: when reserved, the prompt shared a prefix with a request
 	// still prefilling on the replica (Observe).
 	shadowed bool
+	// queued: counted in the router's firsts (CountQueued) until
+	// PrefillDone or Release (beside the bools above: no padding added).
+	queued bool
 	// agent: the prompt's agentKey (agree.go), for Observe.
 	agent uint64
 	// blocks: the prompt's blocks, which later prompts on the replica
