@@ -606,6 +606,10 @@ func (f *ForeignPrefill) Detach() {
 	}
 	f.cells = [MaxReplicas]foreignCell{}
 	f.active.Clear()
+	for i := range f.waits {
+		f.waits[i].Store(0)
+	}
+	f.waiting.Store(0)
 }
 
 // Counted reports the foreign prefill tokens counted and the stored runs
@@ -648,6 +652,11 @@ func (f *ForeignPrefill) Reset(s Slot) {
 	f.cells[s] = foreignCell{}
 	f.active.Remove(s)
 	f.mu.Unlock()
+	// QueueWait's mean wait there, and its count among the waiting slots.
+	old := math.Float64frombits(f.waits[s].Swap(0))
+	if f.QueueWaitShare > 0 && f.QueueWait > 0 && old >= f.QueueWait.Seconds() {
+		f.waiting.Add(-1)
+	}
 }
 
 // estimate is the cell's prefill and resident context estimates at now, in

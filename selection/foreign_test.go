@@ -686,6 +686,13 @@ func TestForeignPrefillQueueWaitGates(t *testing.T) {
 			if got := rt.ExternalPrefill(c); got != tc.wantPx {
 				t.Errorf("external prefill on c %d, want %d", got, tc.wantPx)
 			}
+			f.Reset(c) // c's replica left: its mean wait and its place among the waiting go with it
+			if got := f.waiting.Load(); got != 0 {
+				t.Errorf("after Reset(c): %d slots waiting, want 0", got)
+			}
+			if got := f.unseen(rt, c); got != 0 {
+				t.Errorf("after Reset(c), two queued: unseen load %d, want 0 (no wait seen there)", got)
+			}
 			r1.Release()
 			r2.Release()
 		})
