@@ -16,7 +16,6 @@ const (
 	DefaultOverflowFull     = 1.0
 	DefaultOverflowFullHome = 0.25
 	DefaultOverflowFullRoom = 4.0
-	DefaultOverflowFullCold = -1.0
 )
 
 // overflowFull is the overflow term's weight under Options.OverflowFull
@@ -34,28 +33,13 @@ func (rt *Router) overflowFull(cands []Candidate, prompt, top1, low int) (float6
 	if home == 0 {
 		home = DefaultOverflowFullHome
 	}
-	if w <= 0 {
+	if w <= 0 || home > 0 && (top1 <= low || float64(top1-low) < home*float64(prompt)) {
 		return 0, false
 	}
+	avg := 0.0
 	if room == 0 {
 		room = DefaultOverflowFullRoom
 	}
-	cold := home > 0 && (top1 <= low || float64(top1-low) < home*float64(prompt))
-	if cold {
-		// No home: the lighter weight only under OverflowFullCold's
-		// tighter room gate.
-		c := rt.opt.OverflowFullCold
-		if c == 0 {
-			c = DefaultOverflowFullCold
-		}
-		if c <= 0 {
-			return 0, false
-		}
-		if room <= 0 || c < room {
-			room = c
-		}
-	}
-	avg := 0.0
 	if room > 0 {
 		if avg = float64(rt.promptAvg.Load()) / promptAvgScale; avg <= 0 {
 			return 0, false
@@ -65,27 +49,13 @@ func (rt *Router) overflowFull(cands []Candidate, prompt, top1, low int) (float6
 	if !full || room > 0 && float64(kv) >= room*avg*float64(n) {
 		return 0, false
 	}
-	if cold && rt.opt.ScratchColdPrompt > 0 && float64(prompt)*float64(n) < rt.opt.ScratchColdPrompt*float64(kv) {
-		return 0, false
-	}
-	if cold && rt.opt.ScratchColdPending > 0 {
-		var pend int64
-		for i := range cands {
-			if cands[i].Usable {
-				pend += rt.loads[cands[i].Slot].pending.Load()
-			}
-		}
-		if float64(pend) < rt.opt.ScratchColdPending*float64(kv) {
-			return 0, false
-		}
-	}
 	return w, true
 }
 
 // fullRoomOn reports whether OverflowFull's room gate is on (it reads the
 // running mean prompt, notePrompt).
 func (rt *Router) fullRoomOn() bool {
-	return rt.opt.OverflowFull >= 0 && (rt.opt.OverflowFullRoom >= 0 || rt.opt.OverflowFullCold > 0)
+	return rt.opt.OverflowFull >= 0 && rt.opt.OverflowFullRoom >= 0
 }
 
 // fleetFull reports whether no usable candidate has room for a prompt of

@@ -428,15 +428,6 @@ type Options struct {
 	// Where a replica holds several contexts a full fleet is a crowded
 	// one, and keeping turns home piles them on the hottest.
 	OverflowFullRoom float64
-	// OverflowFullCold, when positive, gives OverflowFull to a request
-	// that fails OverflowFullHome's gate (no home) too, but only while
-	// the usable replicas' mean KV capacity is below this many of this
-	// router's mean prompts (a tighter OverflowFullRoom for it). 0 is
-	// DefaultOverflowFullCold, negative none (such a request keeps the
-	// full weight).
-	OverflowFullCold float64
-	// Scratch (cella21): gates for a request without a home.
-	ScratchColdPrompt, ScratchColdPending float64
 	// IndexShare, when in (0, 1), is the share of each replica's KV
 	// capacity the index models as its prefix cache (the LRU bound of
 	// what it presumes the replica still holds); the load's capacity
