@@ -53,6 +53,10 @@ type Scanner struct {
 	depth      int
 	cur        []byte // the object being read
 	last       []byte // the last complete object
+	// lastInts is last decoded by usageSet.IntsObject as last was read
+	// (when lastRead; Result then reads no byte of it again).
+	lastInts [6]int64
+	lastRead bool
 }
 
 var usageKey = []byte(`"usage"`)
@@ -138,6 +142,9 @@ func (s *Scanner) step(p []byte) int {
 		case c == ':' && s.state == usageAfterKey:
 			s.state = usageAfterCol
 		case c == '{' && s.state == usageAfterCol:
+			if n := s.whole(p[i:]); n > 0 {
+				return i + n
+			}
 			s.state = usageObject
 			s.depth = 1
 			s.inStr, s.esc = false, false
@@ -150,6 +157,29 @@ func (s *Scanner) step(p []byte) int {
 		}
 	}
 	return len(p)
+}
+
+// whole reads the usage object that starts p (p[0] == '{') in one walk
+// when p holds all of it and usageSet.IntsObject decodes it (the usual
+// answer): as object would, it keeps the object as last and goes idle,
+// and it keeps the decoded counts, so that Result does not walk the
+// object a second time. It returns the object's length, or 0 (nothing
+// done) for one that object reads byte by byte instead: split across
+// writes, larger than maxUsageBytes, or left to encoding/json. IntsObject
+// decides only a valid JSON object, whose end is the brace object's
+// string and nesting tracking closes on.
+func (s *Scanner) whole(p []byte) int {
+	out := [6]int64{absent, absent, absent, absent, absent, absent}
+	end, ok := usageSet.IntsObject(p, out[:])
+	if !ok || end > maxUsageBytes {
+		return 0
+	}
+	s.cur = append(s.cur[:0], p[:end]...)
+	s.cur, s.last = s.last[:0], s.cur
+	s.lastInts, s.lastRead = out, true
+	s.state, s.depth = usageIdle, 0
+	s.inStr, s.esc = false, false
+	return end
 }
 
 // object reads p inside the usage object, tracking strings and nesting,
@@ -195,6 +225,7 @@ func (s *Scanner) object(p []byte) int {
 			if s.depth == 0 {
 				s.cur = append(s.cur, p[:i+1]...)
 				s.cur, s.last = s.last[:0], s.cur
+				s.lastRead = false
 				s.state = usageIdle
 				return i + 1
 			}
@@ -260,9 +291,14 @@ func (j *usageJSON) fast(b []byte) bool {
 	if !usageSet.Ints(b, out[:]) {
 		return false
 	}
+	j.setInts(out)
+	return true
+}
+
+// setInts sets j's counts from out, in usageFields' order.
+func (j *usageJSON) setInts(out [6]int64) {
 	j.PromptTokens, j.CompletionTokens, j.PromptDetails.CachedTokens = out[0], out[1], out[2]
 	j.InputTokens, j.OutputTokens, j.InputDetails.CachedTokens = out[3], out[4], out[5]
-	return true
 }
 
 // slow decodes b into j with encoding/json (what fast does not decide),
@@ -295,7 +331,9 @@ func (s *Scanner) Result() (u Usage, ok bool) {
 		return Usage{}, false
 	}
 	j := *newUsageJSON()
-	if !j.fast(s.last) && !j.slow(s.last) {
+	if s.lastRead {
+		j.setInts(s.lastInts)
+	} else if !j.fast(s.last) && !j.slow(s.last) {
 		return Usage{}, false
 	}
 	return j.usage()
