@@ -161,7 +161,8 @@ func (s *Scanner) step(p []byte) int {
 
 // whole reads the usage object that starts p (p[0] == '{') in one walk
 // when p holds all of it and usageSet.IntsObject decodes it (the usual
-// answer): as object would, it keeps the object as last and goes idle,
+// answer; an object laid out as one decoded before is read by its layout,
+// shape.go, without walking its JSON): as object would, it keeps the object as last and goes idle,
 // and it keeps the decoded counts, so that Result does not walk the
 // object a second time. It returns the object's length, or 0 (nothing
 // done) for one that object reads byte by byte instead: split across
@@ -170,7 +171,12 @@ func (s *Scanner) step(p []byte) int {
 // string and nesting tracking closes on.
 func (s *Scanner) whole(p []byte) int {
 	out := [6]int64{absent, absent, absent, absent, absent, absent}
-	end, ok := usageSet.IntsObject(p, out[:])
+	end, ok := matchShapes(p, &out)
+	if !ok {
+		if end, ok = usageSet.IntsObject(p, out[:]); ok && end <= maxUsageBytes {
+			learnShape(p[:end])
+		}
+	}
 	if !ok || end > maxUsageBytes {
 		return 0
 	}
