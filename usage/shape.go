@@ -57,7 +57,7 @@ func matchShapes(p []byte, out *[6]int64) (end int, ok bool) {
 // match reads p's leading object with sh's layout (see shape). out is
 // written only when it fits.
 func (sh *shape) match(p []byte, out *[6]int64) (end int, ok bool) {
-	var vals [maxSlots]int64
+	vals := *out // written back only when all of p fits
 	i := 0
 	last := len(sh.lits) - 1
 	for s, lit := range sh.lits[:last] {
@@ -77,20 +77,18 @@ func (sh *shape) match(p []byte, out *[6]int64) (end int, ok bool) {
 		if n := j - i; n == 0 || n > 18 || n > 1 && p[i] == '0' {
 			return 0, false
 		}
-		if sh.neg[s] {
-			v = -v
+		if f := sh.field[s]; f >= 0 {
+			if sh.neg[s] {
+				v = -v
+			}
+			vals[f] = v
 		}
-		vals[s] = v
 		i = j
 	}
 	if lit := sh.lits[last]; len(p)-i < len(lit) || string(p[i:i+len(lit)]) != string(lit) {
 		return 0, false
 	}
-	for s, f := range sh.field {
-		if f >= 0 {
-			out[f] = vals[s]
-		}
-	}
+	*out = vals
 	return i + len(sh.lits[last]), true
 }
 
