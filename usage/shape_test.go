@@ -109,3 +109,38 @@ func FuzzShapes(f *testing.F) {
 		checkShapeRead(t, b)
 	})
 }
+
+// TestShapesConcurrent has scanners on several goroutines learn and read
+// layouts at once (the layouts are the process's): every Result is the
+// decode of the object the scanner kept. Run with -race.
+func TestShapesConcurrent(t *testing.T) {
+	defer shapes.Store(nil)
+	shapes.Store(nil)
+	bodies := [][]byte{
+		[]byte(`{"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}}`),
+		[]byte(`{"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}`),
+		[]byte(`{"usage":{"input_tokens":900,"input_tokens_details":{"cached_tokens":512},"output_tokens":4}}`),
+	}
+	errs := make(chan string, 4)
+	for g := range 4 {
+		go func() {
+			var s Scanner
+			for i := range 200 {
+				s.Reset()
+				s.Write(bodies[(g+i)%len(bodies)])
+				got, ok := s.Result()
+				want, wantOK := refLastResult(s.last)
+				if got != want || ok != wantOK || !ok {
+					errs <- string(s.last)
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range 4 {
+		if e := <-errs; e != "" {
+			t.Errorf("%s: Result differs from its decode", e)
+		}
+	}
+}
