@@ -102,7 +102,7 @@ func (s *Scanner) Write(p []byte) {
 			}
 			s.partial = 0
 		}
-		i := bytes.Index(p, usageKey)
+		i := indexKey(p)
 		if i < 0 {
 			// Keep the longest suffix of p that begins the key.
 			for k := min(len(usageKey)-1, len(p)); k > 0; k-- {
@@ -128,6 +128,27 @@ func (s *Scanner) Write(p []byte) {
 		before = p[i+len(usageKey)-1]
 		p = p[i+len(usageKey):]
 	}
+}
+
+// keyTail is usageKey without its opening quote: quotes are every few
+// bytes of a JSON body, a 'u' seldom, so that bytes.Index, which looks
+// for its first byte before it compares, tries fewer places.
+var keyTail = usageKey[1:]
+
+// indexKey is bytes.Index(p, usageKey): the first keyTail found with a
+// quote right before it.
+func indexKey(p []byte) int {
+	for i := 1; i < len(p); {
+		j := bytes.Index(p[i:], keyTail)
+		if j < 0 {
+			return -1
+		}
+		if i += j; p[i-1] == '"' {
+			return i - 1
+		}
+		i++
+	}
+	return -1
 }
 
 // step runs the state machine after a key over p until it is idle again or
