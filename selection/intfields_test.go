@@ -52,7 +52,31 @@ func runIntFields(t *testing.T, b []byte) ([]int64, bool) {
 	if ok != ok2 || ok && !slices.Equal(out, out2) {
 		t.Fatalf("%q: IntFields %v %v, IntFieldSet.Ints %v %v", b, out, ok, out2, ok2)
 	}
+	checkIntsObject(t, b, out, ok)
 	return out, ok
+}
+
+// checkIntsObject holds IntFieldSet.IntsObject to Ints: over b's object
+// (leading whitespace cut) followed by other bytes, a decided object must
+// be one Ints decides alike over the bytes up to its end; and an object
+// Ints decided (out, ok) must be decided there, ending where it ends.
+func checkIntsObject(t *testing.T, b []byte, out []int64, ok bool) {
+	t.Helper()
+	trim := bytes.TrimLeft(b, " \t\r\n")
+	for _, suffix := range []string{"", "}", `,"prompt_tokens":7}`, "\n\ndata: [DONE]", "]\"x\":1 ", "\x00\xff"} {
+		buf := append(slices.Clip(trim), suffix...)
+		got := []int64{intUnset, intUnset, intUnset, intUnset, intUnset}
+		end, decided := intFieldSetTest.IntsObject(buf, got)
+		if decided {
+			want := []int64{intUnset, intUnset, intUnset, intUnset, intUnset}
+			if end <= 0 || end > len(buf) || !intFieldSetTest.Ints(buf[:end], want) || !slices.Equal(got, want) {
+				t.Fatalf("%q: IntsObject decided %v up to %d, Ints over those bytes %v", buf, got, end, want)
+			}
+		}
+		if obj := bytes.TrimRight(trim, " \t\r\n"); ok && (!decided || end != len(obj) || !slices.Equal(got, out)) {
+			t.Fatalf("%q: Ints decided %v; IntsObject %v, %v up to %d (the object is %d bytes)", buf, out, got, decided, end, len(obj))
+		}
+	}
 }
 
 func TestIntFields(t *testing.T) {

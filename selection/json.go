@@ -800,6 +800,19 @@ func (s *IntFieldSet) Ints(b []byte, out []int64) (decided bool) {
 	return skipWS(b, end) == len(b)
 }
 
+// IntsObject is Ints for the object that starts b (b[0] == '{'), which
+// anything may follow (a body read past the object): it returns the index
+// just past the object. decided means that Ints(b[:end], out) decides,
+// with the same out (the walk reads nothing of b past end that changes
+// what it finds); false says nothing of b[:end], which the caller then
+// decodes as before.
+func (s *IntFieldSet) IntsObject(b []byte, out []int64) (end int, decided bool) {
+	if len(b) == 0 || b[0] != '{' {
+		return 0, false
+	}
+	return intMembers(b, 0, 1, "", s.fields, out, s, s.top)
+}
+
 // match is matchField(key, parent, s.fields), t the fields of parent's
 // object by key length.
 func (s *IntFieldSet) match(key []byte, parent string, t [][]fieldMatch) (k int, nested bool) {

@@ -167,6 +167,26 @@ func FuzzScannerMatchesReference(f *testing.F) {
 				!bytes.Equal(s.cur, r.cur) || !bytes.Equal(s.last, r.last) {
 				t.Fatalf("after %d bytes: scanner %+v, reference %+v", len(body)-len(b), s, r)
 			}
+			// The counts decoded while reading (Scanner.whole) are what
+			// decoding the reference's last object gives.
+			got, ok := s.Result()
+			want, wantOK := refLastResult(r.last)
+			if got != want || ok != wantOK {
+				t.Fatalf("after %d bytes: Result %+v, %v; the reference's object %q decodes to %+v, %v", len(body)-len(b), got, ok, r.last, want, wantOK)
+			}
 		}
 	})
+}
+
+// refLastResult is Result as it was before Scanner.whole: last, the last
+// complete object, decoded after the body (fast, else encoding/json).
+func refLastResult(last []byte) (Usage, bool) {
+	if len(last) == 0 {
+		return Usage{}, false
+	}
+	j := *newUsageJSON()
+	if !j.fast(last) && !j.slow(last) {
+		return Usage{}, false
+	}
+	return j.usage()
 }

@@ -53,6 +53,10 @@ type Scanner struct {
 	depth      int
 	cur        []byte // the object being read
 	last       []byte // the last complete object
+	// lastInts is last decoded by usageSet.IntsObject as last was read
+	// (when lastRead; Result then reads no byte of it again).
+	lastInts [6]int64
+	lastRead bool
 }
 
 var usageKey = []byte(`"usage"`)
@@ -98,7 +102,7 @@ func (s *Scanner) Write(p []byte) {
 			}
 			s.partial = 0
 		}
-		i := bytes.Index(p, usageKey)
+		i := indexKey(p)
 		if i < 0 {
 			// Keep the longest suffix of p that begins the key.
 			for k := min(len(usageKey)-1, len(p)); k > 0; k-- {
@@ -126,6 +130,27 @@ func (s *Scanner) Write(p []byte) {
 	}
 }
 
+// keyTail is usageKey without its opening quote: quotes are every few
+// bytes of a JSON body, a 'u' seldom, so that bytes.Index, which looks
+// for its first byte before it compares, tries fewer places.
+var keyTail = usageKey[1:]
+
+// indexKey is bytes.Index(p, usageKey): the first keyTail found with a
+// quote right before it.
+func indexKey(p []byte) int {
+	for i := 1; i < len(p); {
+		j := bytes.Index(p[i:], keyTail)
+		if j < 0 {
+			return -1
+		}
+		if i += j; p[i-1] == '"' {
+			return i - 1
+		}
+		i++
+	}
+	return -1
+}
+
 // step runs the state machine after a key over p until it is idle again or
 // p ends, and returns how many bytes it used.
 func (s *Scanner) step(p []byte) int {
@@ -138,6 +163,9 @@ func (s *Scanner) step(p []byte) int {
 		case c == ':' && s.state == usageAfterKey:
 			s.state = usageAfterCol
 		case c == '{' && s.state == usageAfterCol:
+			if n := s.whole(p[i:]); n > 0 {
+				return i + n
+			}
 			s.state = usageObject
 			s.depth = 1
 			s.inStr, s.esc = false, false
@@ -150,6 +178,35 @@ func (s *Scanner) step(p []byte) int {
 		}
 	}
 	return len(p)
+}
+
+// whole reads the usage object that starts p (p[0] == '{') in one walk
+// when p holds all of it and usageSet.IntsObject decodes it (the usual
+// answer; an object laid out as one decoded before is read by its layout,
+// shape.go, without walking its JSON): as object would, it keeps the object as last and goes idle,
+// and it keeps the decoded counts, so that Result does not walk the
+// object a second time. It returns the object's length, or 0 (nothing
+// done) for one that object reads byte by byte instead: split across
+// writes, larger than maxUsageBytes, or left to encoding/json. IntsObject
+// decides only a valid JSON object, whose end is the brace object's
+// string and nesting tracking closes on.
+func (s *Scanner) whole(p []byte) int {
+	out := [6]int64{absent, absent, absent, absent, absent, absent}
+	end, ok := matchShapes(p, &out)
+	if !ok {
+		if end, ok = usageSet.IntsObject(p, out[:]); ok && end <= maxUsageBytes {
+			learnShape(p[:end])
+		}
+	}
+	if !ok || end > maxUsageBytes {
+		return 0
+	}
+	s.cur = append(s.cur[:0], p[:end]...)
+	s.cur, s.last = s.last[:0], s.cur
+	s.lastInts, s.lastRead = out, true
+	s.state, s.depth = usageIdle, 0
+	s.inStr, s.esc = false, false
+	return end
 }
 
 // object reads p inside the usage object, tracking strings and nesting,
@@ -195,6 +252,7 @@ func (s *Scanner) object(p []byte) int {
 			if s.depth == 0 {
 				s.cur = append(s.cur, p[:i+1]...)
 				s.cur, s.last = s.last[:0], s.cur
+				s.lastRead = false
 				s.state = usageIdle
 				return i + 1
 			}
@@ -260,9 +318,14 @@ func (j *usageJSON) fast(b []byte) bool {
 	if !usageSet.Ints(b, out[:]) {
 		return false
 	}
+	j.setInts(out)
+	return true
+}
+
+// setInts sets j's counts from out, in usageFields' order.
+func (j *usageJSON) setInts(out [6]int64) {
 	j.PromptTokens, j.CompletionTokens, j.PromptDetails.CachedTokens = out[0], out[1], out[2]
 	j.InputTokens, j.OutputTokens, j.InputDetails.CachedTokens = out[3], out[4], out[5]
-	return true
 }
 
 // slow decodes b into j with encoding/json (what fast does not decide),
@@ -295,7 +358,9 @@ func (s *Scanner) Result() (u Usage, ok bool) {
 		return Usage{}, false
 	}
 	j := *newUsageJSON()
-	if !j.fast(s.last) && !j.slow(s.last) {
+	if s.lastRead {
+		j.setInts(s.lastInts)
+	} else if !j.fast(s.last) && !j.slow(s.last) {
 		return Usage{}, false
 	}
 	return j.usage()

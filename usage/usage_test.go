@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -156,4 +157,16 @@ func benchScan(b *testing.B, body []byte) {
 		s.Reset()
 		s.Write(body)
 	}
+}
+
+// FuzzIndexKey holds indexKey to bytes.Index(p, usageKey).
+func FuzzIndexKey(f *testing.F) {
+	for _, s := range []string{chatJSONBody, `"usage"`, `usage"`, `""usage"`, `x"usage`, `"usage""usage"`, `usage""usage"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if got, want := indexKey(p), bytes.Index(p, usageKey); got != want {
+			t.Fatalf("%q: indexKey %d, bytes.Index %d", p, got, want)
+		}
+	})
 }

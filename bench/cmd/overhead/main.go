@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		policy    = fs.String("ramjet-policy", "ramjet", "selection policy of target (c)")
 		engineK   = fs.String("engine", "sim", "instant engines: sim (bench/enginesim Instant mode) or echo (an OpenAI-shaped responder that models nothing)")
 		echoUsage = fs.String("echo-usage", "cached-zero", "the echo engine's usage object: cached-zero (prompt_tokens_details.cached_tokens 0 on every answer: ramjet's index relearns every prompt) or no-details (no prompt_tokens_details, vLLM's and SGLang's default)")
-		only      = fs.String("targets", "direct,round_robin,ramjet", "targets to measure (a subset for profiling one of them: -targets ramjet -cpuprofile cpu.out); -parts adds its two")
+		only      = fs.String("targets", "direct,round_robin,ramjet", "targets to measure (a subset for profiling one of them: -targets ramjet -cpuprofile cpu.out, or "+nameRRGuard+" alone); -parts adds its two")
 		spin      = fs.Duration("spin", 0, "also measure "+nameRRSpin+": round_robin behind a handler that busy-waits this long per request (e.g. 10us), to see what that much serial handler work costs in req/s, p50 and CPU (at c=1 several times itself)")
 		parts     = fs.Bool("parts", false, "also measure ramjet's edge handlers in front of round_robin: "+nameRRGuard+" (ramjet_guard) and "+nameRRGuardObserve+" (ramjet_guard, ramjet_observe), to split ramjet's cost between the handlers and the policy")
 		asJSON    = fs.Bool("json", false, "print the rows as JSON instead of a Markdown table")
@@ -155,8 +155,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	targetNames := *only
 	if *parts {
-		sites = append(sites, partSites(addrs)...)
 		targetNames += "," + nameRRGuard + "," + nameRRGuardObserve
+	}
+	// -targets may name a part alone (callgrind, one target per process).
+	if names := strings.Split(targetNames, ","); slices.Contains(names, nameRRGuard) || slices.Contains(names, nameRRGuardObserve) {
+		sites = append(sites, partSites(addrs)...)
 	}
 	if *spin < 0 {
 		return errors.New("-spin must not be negative")
