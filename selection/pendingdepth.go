@@ -17,9 +17,11 @@ package selection
 //
 // pendingDepth counts, on a replica, only the part of the overlap that was
 // there before the in-flight requests still prefilling it: a request in
-// flight on s whose whole prompt is a prefix of this one and that has not
-// produced its first token has its pending prefill (its prompt less what it
-// found cached) deducted from what s is believed to hold of this prompt.
+// flight on s whose prompt is a prefix of this one (at its whole length or
+// at 15/16, 3/4 or 1/2 of it, reserveChain's depths) and that has not
+// produced its first token bounds what s is believed to hold of this
+// prompt by what it found cached there (its prompt less its pending
+// prefill).
 
 // pendingDepth is ov, what slot s is believed to hold of the prompt of
 // blocks, less what requests still prefilling on s are computing of it.
@@ -37,15 +39,27 @@ func (rt *Router) pendingDepth(s Slot, blocks []uint64, ov int) int {
 		if j.state.Load() != 0 {
 			continue
 		}
-		d := j.depths[0]
-		if d <= 0 || d > nb || blocks[d-1] != j.tips[0] {
-			continue
+		// j's prompt is a prefix of this one at its whole length or at
+		// 15/16, 3/4 or 1/2 of it (reserveChain's depths: a prompt that
+		// extends j's diverges at j's last, partial block).
+		found := false
+		for i, d := range j.depths {
+			if d > 0 && d <= nb && blocks[d-1] == j.tips[i] {
+				found = true
+				break
+			}
 		}
 		p := j.pend.Load()
-		if p <= 0 {
+		if !found || p <= 0 {
 			continue
 		}
-		eff = min(eff, max(0, int64(d)*bt-p))
+		// What j found there when it was routed; its last p tokens are
+		// still being computed.
+		whole := int64(j.prompt)
+		if whole <= 0 {
+			whole = int64(j.depths[0]) * bt
+		}
+		eff = min(eff, max(0, whole-p))
 	}
 	l.mu.Unlock()
 	return int(eff)
