@@ -565,6 +565,10 @@ type Options struct {
 	// default KV their TTFT p99 and 3-6% of throughput; bench/EXPERIMENTS.md
 	// section 74).
 	OverflowHomeRoom float64
+	// PendingDepth counts a replica's overlap only up to what was there
+	// before the requests still prefilling on it whose whole prompt is a
+	// prefix of this one (pendingdepth.go; experiment).
+	PendingDepth bool
 	// AgreeBand is the agreement band (agree.go): while the answers show
 	// other instances' placements, the candidate with the highest
 	// rendezvous weight among those scoring within AgreeBand of the best
@@ -1303,6 +1307,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		ov := c.Overlap
 		if !c.Precise {
 			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
+			if rt.opt.PendingDepth {
+				ov = rt.pendingDepth(c.Slot, f.Blocks, ov)
+			}
 		}
 		ovs[i] = ov
 		if low < 0 || ov < low {

@@ -38,6 +38,7 @@ func run(args []string, stdout io.Writer) error {
 		short    = fs.Bool("short", false, "the CI form: scale 0.1")
 		jsonOut  = fs.String("json", "", "also write the rows as JSON to this file (- for stdout)")
 		plots    = fs.String("plots", "", "write one TTFT CDF per workload (first seed) as SVG into this directory")
+		records  = fs.String("records", "", "write every request's outcome (first seed; id, session, turn, replica, sent, TTFT, prompt, cached, output, error) per workload and policy as CSV into this directory")
 		writeTr  = fs.String("write-trace", "", "write the workload's trace (JSONL, or CSV for a .csv name), or with -gen-trace a Mooncake-format trace, to this file and exit")
 		genTr    = fs.String("gen-trace", "", "with -write-trace: generate a Mooncake-format trace of this kind ("+strings.Join(workload.MooncakeKinds, ", ")+")")
 		genSess  = fs.Int("gen-sessions", 0, "sessions (agents) of -gen-trace (0: the kind's default)")
@@ -183,6 +184,11 @@ func run(args []string, stdout io.Writer) error {
 			}
 			fmt.Fprintf(stdout, "plot: %s\n\n", p)
 		}
+		if *records != "" {
+			if err := writeRecords(*records, wr); err != nil {
+				return err
+			}
+		}
 	}
 	fmt.Fprintf(stdout, "suite wall time: %.1fs\n", time.Since(start).Seconds())
 	if *jsonOut != "" {
@@ -257,6 +263,31 @@ func writeJSON(path string, stdout io.Writer, v any) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+// writeRecords writes the first seed's per-request outcomes of every policy
+// of one workload, one CSV file per policy, for comparing the requests that
+// make a tail across policies.
+func writeRecords(dir string, wr fleetsim.SeedsResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, res := range wr.First {
+		p := filepath.Join(dir, fmt.Sprintf("records-%s-%d-%s.csv", wr.Workload.Name, res.Replicas, res.Policy))
+		var b strings.Builder
+		b.WriteString("id,session,turn,replica,sent,ttft,prompt,cached,output,err\n")
+		for _, rec := range res.Records {
+			sess, turn := -1, -1
+			if rec.ID >= 0 && rec.ID < len(wr.Workload.Trace) {
+				sess, turn = wr.Workload.Trace[rec.ID].Session, wr.Workload.Trace[rec.ID].Turn
+			}
+			fmt.Fprintf(&b, "%d,%d,%d,%d,%.4f,%.4f,%d,%d,%d,%q\n", rec.ID, sess, turn, rec.Replica, rec.Sent, rec.TTFT(), rec.Prompt, rec.Cached, rec.Output, rec.Err)
+		}
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func writePlot(path string, wr fleetsim.SeedsResult) error {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -129,6 +131,62 @@ func TestBadFlags(t *testing.T) {
 	} {
 		if err := run(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", args)
+		}
+	}
+}
+
+// TestRecords checks -records: one CSV per policy with a row per request,
+// whose TTFTs give the row's median.
+func TestRecords(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	jsonPath := filepath.Join(dir, "rows.json")
+	if err := run([]string{"-workload", "locality", "-scale", "0.1", "-replicas", "4", "-seeds", "1",
+		"-policy", "ramjet,dynamo", "-json", jsonPath, "-records", dir}, &out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []fleetsim.SeedSummary
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, pol := range []string{"ramjet", "dynamo"} {
+		b, err := os.ReadFile(filepath.Join(dir, "records-locality-4-"+pol+".csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if lines[0] != "id,session,turn,replica,sent,ttft,prompt,cached,output,err" || len(lines) < 10 {
+			t.Fatalf("%s: header %q, %d lines", pol, lines[0], len(lines))
+		}
+		var ttfts []float64
+		for i, l := range lines[1:] {
+			f := strings.Split(l, ",")
+			if len(f) != 10 || f[0] != strconv.Itoa(i) || f[9] != `""` {
+				t.Fatalf("%s line %d: %q", pol, i+1, l)
+			}
+			v, err := strconv.ParseFloat(f[5], 64)
+			if err != nil || v <= 0 {
+				t.Fatalf("%s line %d: ttft %q", pol, i+1, f[5])
+			}
+			ttfts = append(ttfts, v)
+		}
+		sort.Float64s(ttfts)
+		var row *fleetsim.SeedSummary
+		for i := range rows {
+			if rows[i].Policy == pol {
+				row = &rows[i]
+			}
+		}
+		if row == nil {
+			t.Fatalf("no %s row", pol)
+		}
+		med := ttfts[len(ttfts)/2]
+		if lo, hi := ttfts[(len(ttfts)-1)/2], med; row.TTFTp50.Median < lo-1e-3 || row.TTFTp50.Median > hi+1e-3 {
+			t.Errorf("%s: row p50 %.4f, records' median %.4f-%.4f", pol, row.TTFTp50.Median, lo, hi)
 		}
 	}
 }
