@@ -443,6 +443,20 @@ type Options struct {
 	// this router reserved lately (OnceBelow's measure): where the cache
 	// holds many prompts, not where a few contexts fill it. 0: no gate.
 	IndexShareRoom float64
+	// IndexLive (scratch, cellb21), when positive, bounds the index on a
+	// replica, each time Route learns a prompt there, to its KV capacity
+	// less IndexLive times the resident context of the requests in flight
+	// there (Resident), at least IndexLiveFloor of the capacity.
+	IndexLive float64
+	// QueueExtra (scratch, cellb21), when positive, weighs a replica's
+	// pending prefill past QueueExtraFree tokens that much more.
+	QueueExtra     float64
+	QueueExtraFree float64
+	// IndexLiveFloor is IndexLive's least share of the capacity (0: 0.5).
+	IndexLiveFloor float64
+	// IndexLiveMode picks what IndexLive subtracts (scratch): 0 resident
+	// context, 1 pending prefill, 2 requests in flight times 1,024 tokens.
+	IndexLiveMode int
 	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
 	// prefix too: several instances that all learn every replica's blocks
 	// (the precise path) need not agree on where a cold prefix goes.
@@ -1363,6 +1377,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
+		}
+		if qx := rt.opt.QueueExtra; qx > 0 {
+			ld += qx * max(0, float64(rt.loads[c.Slot].pending.Load())-rt.opt.QueueExtraFree)
 		}
 		if lim := hot; lim > 0 {
 			if ov > low {

@@ -265,6 +265,16 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.AgreeWalk = true
 		case "ixsr":
 			setup.Options.IndexShareRoom = x
+		case "ixl":
+			setup.Options.IndexLive = x
+		case "ixlf":
+			setup.Options.IndexLiveFloor = x
+		case "ixlm":
+			setup.Options.IndexLiveMode = int(x)
+		case "qx":
+			setup.Options.QueueExtra = x
+		case "qxf":
+			setup.Options.QueueExtraFree = x
 		case "ixs":
 			setup.Options.IndexShare = x
 		case "owfull":
