@@ -29,3 +29,15 @@ func (rt *Router) applyIndexLive(s Slot) {
 	it := max(int64(float64(capa)*floor), capa-int64(rt.opt.IndexLive*float64(held)))
 	rt.idx.SetCapacity(s, max(1, it/int64(rt.cfg.BlockTokens)))
 }
+
+// queueExtraOn reports whether Options.QueueExtra applies on slot s: always
+// without QueueExtraRoom; with it, only while a mean prompt is known and
+// s's KV capacity is at least QueueExtraRoom times it.
+func (rt *Router) queueExtraOn(s Slot) bool {
+	k := rt.opt.QueueExtraRoom
+	if k <= 0 {
+		return true
+	}
+	avg := float64(rt.promptAvg.Load()) / promptAvgScale
+	return avg > 0 && float64(rt.loads[s].kv()) >= k*avg
+}

@@ -452,6 +452,10 @@ type Options struct {
 	// pending prefill past QueueExtraFree tokens that much more.
 	QueueExtra     float64
 	QueueExtraFree float64
+	// QueueExtraRoom, when positive, applies QueueExtra only on a replica
+	// whose KV capacity is at least that many mean prompts (as
+	// IndexShareRoom).
+	QueueExtraRoom float64
 	// IndexLiveFloor is IndexLive's least share of the capacity (0: 0.5).
 	IndexLiveFloor float64
 	// IndexLiveMode picks what IndexLive subtracts (scratch): 0 resident
@@ -1378,7 +1382,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
 		}
-		if qx := rt.opt.QueueExtra; qx > 0 {
+		if qx := rt.opt.QueueExtra; qx > 0 && rt.queueExtraOn(c.Slot) {
 			ld += qx * max(0, float64(rt.loads[c.Slot].pending.Load())-rt.opt.QueueExtraFree)
 		}
 		if lim := hot; lim > 0 {
@@ -1674,7 +1678,7 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
 	}
-	if once || rt.opt.IndexShareRoom > 0 || rt.fullRoomOn() {
+	if once || rt.opt.IndexShareRoom > 0 || rt.opt.QueueExtraRoom > 0 || rt.fullRoomOn() {
 		rt.notePrompt(resident)
 	}
 	if rt.opt.IndexShareRoom > 0 {

@@ -273,6 +273,8 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.IndexLiveMode = int(x)
 		case "qx":
 			setup.Options.QueueExtra = x
+		case "qxr":
+			setup.Options.QueueExtraRoom = x
 		case "qxf":
 			setup.Options.QueueExtraFree = x
 		case "ixs":
