@@ -72,9 +72,6 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 	if !precise || !cands[d.Index].Precise {
 		predicted = min(d.Overlap/rt.cfg.BlockTokens, len(f.Blocks))
 	}
-	if rt.opt.IndexLive > 0 {
-		rt.applyIndexLive(d.Slot)
-	}
 	rt.idx.learnOrQueue(f.Blocks, d.Slot, predicted, &res.learned)
 	res.predicted, res.prompt, res.precise = int32(predicted), int32(f.PromptTokens(rt.cfg)), precise && cands[d.Index].Precise
 	if n := len(f.Blocks); n > 0 {

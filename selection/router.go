@@ -443,19 +443,25 @@ type Options struct {
 	// this router reserved lately (OnceBelow's measure): where the cache
 	// holds many prompts, not where a few contexts fill it. 0: no gate.
 	IndexShareRoom float64
-	// IndexLive (scratch, cellb21), when positive, bounds the index on a
-	// replica, each time Route learns a prompt there, to its KV capacity
-	// less IndexLive times the resident context of the requests in flight
-	// there (Resident), at least IndexLiveFloor of the capacity.
-	IndexLive float64
-	// QueueExtra (scratch, cellb21), when positive, weighs a replica's
-	// pending prefill past QueueExtraFree tokens that much more.
-	QueueExtra     float64
-	QueueExtraFree float64
+	// QueueExtra, when positive, weighs a replica's pending prefill (the
+	// uncached prompt tokens of its requests not yet past their first
+	// token) QueueExtra times more in load(r), on top of its weight 1, so
+	// that a request goes where its first token comes soonest rather
+	// than behind another group's cold prefill on a replica whose decode
+	// side looks lighter. 0: off (the rule). Opt-in: EXPERIMENTS 85 (1 with
+	// QueueExtraRoom 24, IndexShare 0.8 and IndexShareRoom 24:
+	// shared-prefix 8/196,608's TTFT p99 1.092x -> 0.996x dynamo-tuned's
+	// over 12 seeds; it moves the README table's locality and hotspot
+	// rows slightly).
+	QueueExtra float64
 	// QueueExtraRoom, when positive, applies QueueExtra only on a replica
-	// whose KV capacity is at least that many mean prompts (as
-	// IndexShareRoom).
+	// whose KV capacity is at least QueueExtraRoom times the mean prompt
+	// this router reserved lately (IndexShareRoom's measure). 0: no gate.
 	QueueExtraRoom float64
+	// QueueExtraFull, when positive, applies QueueExtra only on a replica
+	// the index believes holds at least QueueExtraFull of its capacity
+	// (a bounded index that is evicting: cache pressure). 0: no gate.
+	QueueExtraFull float64
 	// IndexLiveFloor is IndexLive's least share of the capacity (0: 0.5).
 	IndexLiveFloor float64
 	// IndexLiveMode picks what IndexLive subtracts (scratch): 0 resident
@@ -1383,7 +1389,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
 		}
 		if qx := rt.opt.QueueExtra; qx > 0 && rt.queueExtraOn(c.Slot) {
-			ld += qx * max(0, float64(rt.loads[c.Slot].pending.Load())-rt.opt.QueueExtraFree)
+			ld += qx * float64(rt.loads[c.Slot].pending.Load())
 		}
 		if lim := hot; lim > 0 {
 			if ov > low {

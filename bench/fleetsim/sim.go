@@ -280,7 +280,6 @@ func Run(cfg Config) (*Result, error) {
 		res.Engine = append(res.Engine, e.Stats())
 	}
 	res.Wall = time.Since(start)
-	dumpRecords(cfg, res)
 	return res, nil
 }
 

@@ -1,0 +1,58 @@
+package selection
+
+import "testing"
+
+// QueueExtra adds QueueExtra x the replica's pending prefill to its load
+// (and so moves a request off a replica queueing a cold prefill);
+// QueueExtraRoom applies it only where the KV capacity holds that many
+// mean prompts, QueueExtraFull only where the index is that full.
+func TestQueueExtra(t *testing.T) {
+	pick := func(o Options, avg, capa int64) (Decision, []float64) {
+		t.Helper()
+		rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
+		rt = rt.WithOptions(o)
+		rt.SetCapacity(cands[0].Slot, capa)
+		rt.SetCapacity(cands[1].Slot, 196_608)
+		// Replica 0: one cold prompt pending (500 blocks of 16 tokens); replica 1:
+		// three requests past their prefill, with their context.
+		routeTo(t, rt, cands, 0, tokensOf(1, 1, 0, 500))
+		for k := range 3 {
+			r := routeTo(t, rt, cands, 1, tokensOf(uint64(10+k), uint64(10+k), 0, 2_000))
+			r.PrefillDone()
+		}
+		if p := rt.loads[cands[0].Slot].pending.Load(); p != 8_000 {
+			t.Fatalf("replica 0 pending %d, want 8000", p)
+		}
+		rt.promptAvg.Store(avg * promptAvgScale)
+		s := NewScratch(2)
+		d := rt.Pick(features(rt.Config(), tokensOf(99, 99, 0, 100), 0), cands, s)
+		return d, append([]float64(nil), s.Load...)
+	}
+	d0, l0 := pick(Options{}, 1_000, 196_608)
+	d1, l1 := pick(Options{QueueExtra: 1}, 1_000, 196_608)
+	if got := l1[0] - l0[0]; got != 8_000 {
+		t.Errorf("QueueExtra 1: replica 0's load up by %v, want 8000 (its pending prefill)", got)
+	}
+	if l1[1] != l0[1] {
+		t.Errorf("QueueExtra 1: replica 1's load %v, want %v (nothing pending)", l1[1], l0[1])
+	}
+	if d0.Index != 0 || d1.Index != 1 {
+		t.Errorf("picked %d without QueueExtra and %d with it, want 0 and 1", d0.Index, d1.Index)
+	}
+	// The room gate: 196,608 >= 24 x 1,000 applies it; < 24 x 10,000 not.
+	if _, l := pick(Options{QueueExtra: 1, QueueExtraRoom: 24}, 1_000, 196_608); l[0] != l1[0] {
+		t.Errorf("QueueExtraRoom 24, mean prompt 1,000: load %v, want %v", l[0], l1[0])
+	}
+	if _, l := pick(Options{QueueExtra: 1, QueueExtraRoom: 24}, 10_000, 196_608); l[0] != l0[0] {
+		t.Errorf("QueueExtraRoom 24, mean prompt 10,000: load %v, want the rule's %v", l[0], l0[0])
+	}
+	// The full gate: replica 0's index holds its 500 blocks; at 196,608
+	// tokens of capacity it is far from full (the rule), at 8,000 full.
+	if _, l := pick(Options{QueueExtra: 1, QueueExtraFull: 0.9}, 1_000, 196_608); l[0] != l0[0] {
+		t.Errorf("QueueExtraFull 0.9, index far from full: load %v, want the rule's %v", l[0], l0[0])
+	}
+	_, lf0 := pick(Options{}, 1_000, 8_000)
+	if _, l := pick(Options{QueueExtra: 1, QueueExtraFull: 0.9}, 1_000, 8_000); l[0]-lf0[0] != 8_000 {
+		t.Errorf("QueueExtraFull 0.9, index full: load %v, want %v + 8000", l[0], lf0[0])
+	}
+}
