@@ -5,7 +5,8 @@ import "testing"
 // QueueExtra adds QueueExtra x the replica's pending prefill to its load
 // (and so moves a request off a replica queueing a cold prefill);
 // QueueExtraRoom applies it only where the KV capacity holds that many
-// mean prompts, QueueExtraFull only where the index is that full.
+// mean prompts, QueueExtraFull only where the index is that full,
+// QueueExtraCold only for a request cold everywhere.
 func TestQueueExtra(t *testing.T) {
 	pick := func(o Options, avg, capa int64) (Decision, []float64) {
 		t.Helper()
@@ -54,5 +55,29 @@ func TestQueueExtra(t *testing.T) {
 	_, lf0 := pick(Options{}, 1_000, 8_000)
 	if _, l := pick(Options{QueueExtra: 1, QueueExtraFull: 0.9}, 1_000, 8_000); l[0]-lf0[0] != 8_000 {
 		t.Errorf("QueueExtraFull 0.9, index full: load %v, want %v + 8000", l[0], lf0[0])
+	}
+	// The cold gate: the request shares nothing with either replica, so
+	// QueueExtraCold keeps the charge; a request replica 0 holds part of
+	// is scored as the rule.
+	if _, l := pick(Options{QueueExtra: 1, QueueExtraCold: true}, 1_000, 196_608); l[0] != l1[0] {
+		t.Errorf("QueueExtraCold, a cold request: load %v, want %v", l[0], l1[0])
+	}
+	warm := func(o Options) float64 {
+		t.Helper()
+		rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
+		rt = rt.WithOptions(o)
+		routeTo(t, rt, cands, 0, tokensOf(1, 1, 0, 500))
+		s := NewScratch(2)
+		rt.Pick(features(rt.Config(), tokensOf(1, 2, 100, 200), 0), cands, s)
+		if s.Overlap[0] == 0 {
+			t.Fatalf("the warm request has no overlap on replica 0")
+		}
+		return s.Load[0]
+	}
+	if a, b := warm(Options{}), warm(Options{QueueExtra: 1, QueueExtraCold: true}); a != b {
+		t.Errorf("QueueExtraCold, a warm request: load %v, want the rule's %v", b, a)
+	}
+	if a, b := warm(Options{}), warm(Options{QueueExtra: 1}); b-a != 8_000 {
+		t.Errorf("QueueExtra without the cold gate, a warm request: load %v, want %v + 8000", b, a)
 	}
 }

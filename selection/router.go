@@ -449,10 +449,10 @@ type Options struct {
 	// that a request goes where its first token comes soonest rather
 	// than behind another group's cold prefill on a replica whose decode
 	// side looks lighter. 0: off (the rule). Opt-in: EXPERIMENTS 85 (1 with
-	// QueueExtraRoom 24, IndexShare 0.8 and IndexShareRoom 24:
-	// shared-prefix 8/196,608's TTFT p99 1.092x -> 0.996x dynamo-tuned's
-	// over 12 seeds; it moves the README table's locality and hotspot
-	// rows slightly).
+	// QueueExtraRoom 24, QueueExtraFull 0.5, QueueExtraCold, IndexShare
+	// 0.8 and IndexShareRoom 24: shared-prefix 8/196,608's TTFT p99
+	// 1.092x -> 1.016x dynamo-tuned's over seeds 1-12, 1.101x -> 0.998x
+	// on seeds 13-24, every guard row measured unchanged).
 	QueueExtra float64
 	// QueueExtraRoom, when positive, applies QueueExtra only on a replica
 	// whose KV capacity is at least QueueExtraRoom times the mean prompt
@@ -462,6 +462,13 @@ type Options struct {
 	// the index believes holds at least QueueExtraFull of its capacity
 	// (a bounded index that is evicting: cache pressure). 0: no gate.
 	QueueExtraFull float64
+	// QueueExtraCold applies QueueExtra only to a request no usable
+	// replica holds any of (cold everywhere): a warm request keeps the
+	// rule's trade of its overlap against the home's queue (a
+	// conversation's follow-up turns stay home). QueueExtra never applies
+	// where the usable replicas' profiles differ for a request that
+	// wants one (ProfileQueue's case).
+	QueueExtraCold bool
 	// IndexLiveFloor is IndexLive's least share of the capacity (0: 0.5).
 	IndexLiveFloor float64
 	// IndexLiveMode picks what IndexLive subtracts (scratch): 0 resident
@@ -1388,7 +1395,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
 		}
-		if qx := rt.opt.QueueExtra; qx > 0 && rt.queueExtraOn(c.Slot) {
+		if qx := rt.opt.QueueExtra; qx > 0 && !(wantSet && mixed) && (!rt.opt.QueueExtraCold || top1 <= 0) && rt.queueExtraOn(c.Slot) {
 			ld += qx * float64(rt.loads[c.Slot].pending.Load())
 		}
 		if lim := hot; lim > 0 {
