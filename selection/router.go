@@ -448,10 +448,10 @@ type Options struct {
 	// token) QueueExtra times more in load(r), on top of its weight 1, so
 	// that a request goes where its first token comes soonest rather
 	// than behind another group's cold prefill on a replica whose decode
-	// side looks lighter. 0: off (the rule). Opt-in: EXPERIMENTS 85 (1 with
+	// side looks lighter. 0: off (the rule). Opt-in: EXPERIMENTS 85 (2 with
 	// QueueExtraRoom 24, QueueExtraFull 0.5, QueueExtraCold, IndexShare
 	// 0.8 and IndexShareRoom 24: shared-prefix 8/196,608's TTFT p99
-	// 1.092x -> 1.016x dynamo-tuned's over seeds 1-12, 1.101x -> 0.998x
+	// 1.092x -> 1.002x dynamo-tuned's over seeds 1-12, 1.101x -> 1.001x
 	// on seeds 13-24, every guard row measured unchanged).
 	QueueExtra float64
 	// QueueExtraRoom, when positive, applies QueueExtra only on a replica
