@@ -80,4 +80,21 @@ func TestQueueExtra(t *testing.T) {
 	if a, b := warm(Options{}), warm(Options{QueueExtra: 1}); b-a != 8_000 {
 		t.Errorf("QueueExtra without the cold gate, a warm request: load %v, want %v + 8000", b, a)
 	}
+	// Mixed profiles for a request that wants one (ProfileQueue's case):
+	// QueueExtra stays off; the same request without max_tokens pays it.
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 2)
+	cands[1].Profile = ProfileSpeculative
+	r := rt.Reserve(cands[0].Slot, 300)
+	defer r.Release()
+	loadOf := func(o Options, maxTokens int) float64 {
+		s := NewScratch(2)
+		rt.WithOptions(o).Pick(features(rt.Config(), blocksOf(31, 10), maxTokens), cands, s)
+		return s.Load[0]
+	}
+	if a, b := loadOf(Options{}, 2000), loadOf(Options{QueueExtra: 1}, 2000); a != b {
+		t.Errorf("mixed profiles, max_tokens set: load %v, want the rule's %v", b, a)
+	}
+	if a, b := loadOf(Options{}, 0), loadOf(Options{QueueExtra: 1}, 0); b-a != 300 {
+		t.Errorf("mixed profiles, no max_tokens: load %v, want %v + 300", b, a)
+	}
 }
