@@ -1,20 +1,94 @@
 package selection
 
-// queueExtraOn reports whether Options.QueueExtra applies on slot s: with
-// QueueExtraFull, only while the index believes s holds at least that share
-// of its capacity; with QueueExtraRoom, only while a mean prompt is known
-// and s's KV capacity is at least QueueExtraRoom times it.
-func (rt *Router) queueExtraOn(s Slot) bool {
-	if f := rt.opt.QueueExtraFull; f > 0 {
-		c := rt.idx.Capacity(s)
-		if c <= 0 || float64(rt.idx.Held(s)) < f*float64(c) {
-			return false
-		}
+// DefaultIndexShare and DefaultIndexShareRoom are Options.IndexShare's
+// and IndexShareRoom's defaults; DefaultQueueExtra, DefaultQueueExtraRoom
+// and DefaultQueueExtraFull are Options.QueueExtra's and its gates'. The
+// index models 0.8 of a replica's KV capacity as its prefix cache where
+// that capacity holds at least 24 of this router's mean prompts, and a
+// request cold everywhere weighs a replica's pending prefill 3 times (2
+// more) where the capacity holds 24 mean prompts and the index believes
+// the cache at least half full. Chosen in the fleet simulation on
+// shared-prefix at 8 replicas of 196,608 tokens (issue 12's cell B, seeds
+// 1-12; held out 13-24: TTFT p99 1.101x -> 1.001x dynamo-tuned's), with
+// every guard row unchanged but the README shared-prefix row's max/mean
+// load (1.11 -> 1.09): bench/EXPERIMENTS.md sections 85 and 87.
+const (
+	DefaultIndexShare     = 0.8
+	DefaultIndexShareRoom = 24.0
+	DefaultQueueExtra     = 2.0
+	DefaultQueueExtraRoom = 24.0
+	DefaultQueueExtraFull = 0.5
+)
+
+// indexShare is Options.IndexShare with its default applied: the share of
+// the capacity the index models, 0 when off (the whole).
+func (rt *Router) indexShare() float64 {
+	sh := rt.opt.IndexShare
+	if sh == 0 {
+		sh = DefaultIndexShare
+	}
+	if sh <= 0 || sh >= 1 {
+		return 0
+	}
+	return sh
+}
+
+// indexShareRoomOn reports whether IndexShare is on with its room gate
+// (it reads the running mean prompt, notePrompt).
+func (rt *Router) indexShareRoomOn() bool {
+	return rt.opt.IndexShareRoom >= 0 && rt.indexShare() > 0
+}
+
+// queueExtra is Options.QueueExtra's weight for a request whose deepest
+// usable overlap is top1, 0 when it does not apply: off, the request is
+// warm somewhere (without QueueExtraWarm), or the usable replicas'
+// profiles differ for a request that wants one (profiles).
+func (rt *Router) queueExtra(top1 int, profiles bool) float64 {
+	qx := rt.opt.QueueExtra
+	if qx == 0 {
+		qx = DefaultQueueExtra
+	}
+	if qx <= 0 || profiles || top1 > 0 && !rt.opt.QueueExtraWarm {
+		return 0
+	}
+	return qx
+}
+
+// queueExtraRoomOn reports whether QueueExtra is on with its room gate
+// (it reads the running mean prompt, notePrompt).
+func (rt *Router) queueExtraRoomOn() bool {
+	return rt.opt.QueueExtraRoom >= 0 && rt.opt.QueueExtra >= 0
+}
+
+// queueExtraLoad is QueueExtra's charge on slot s at weight qx: qx times
+// s's pending prefill while its gates hold. The cheap tests come first:
+// nothing pending, then the room gate (atomics; no known KV capacity
+// fails it), then the full gate (the index's lock).
+func (rt *Router) queueExtraLoad(s Slot, qx float64) float64 {
+	c := &rt.loads[s]
+	p := c.pending.Load()
+	if p == 0 {
+		return 0
 	}
 	k := rt.opt.QueueExtraRoom
-	if k <= 0 {
-		return true
+	if k == 0 {
+		k = DefaultQueueExtraRoom
 	}
-	avg := float64(rt.promptAvg.Load()) / promptAvgScale
-	return avg > 0 && float64(rt.loads[s].kv()) >= k*avg
+	if k > 0 {
+		avg := float64(rt.promptAvg.Load()) / promptAvgScale
+		if avg <= 0 || float64(c.kv()) < k*avg {
+			return 0
+		}
+	}
+	f := rt.opt.QueueExtraFull
+	if f == 0 {
+		f = DefaultQueueExtraFull
+	}
+	if f > 0 {
+		capa := rt.idx.Capacity(s)
+		if capa <= 0 || float64(rt.idx.Held(s)) < f*float64(capa) {
+			return 0
+		}
+	}
+	return qx * float64(p)
 }
