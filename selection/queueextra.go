@@ -41,17 +41,35 @@ func (rt *Router) indexShareRoomOn() bool {
 
 // queueExtra is Options.QueueExtra's weight for a request whose deepest
 // usable overlap is top1, 0 when it does not apply: off, the request is
-// warm somewhere (without QueueExtraWarm), or the usable replicas'
-// profiles differ for a request that wants one (profiles).
-func (rt *Router) queueExtra(top1 int, profiles bool) float64 {
-	qx := rt.opt.QueueExtra
+// warm somewhere (without QueueExtraWarm), the usable replicas' profiles
+// differ for a request that wants one (profiles), no mean prompt is known
+// yet under the room gate, or no KV capacity is known under the full gate
+// (the index unbounded: never full). kv is the least KV capacity in tokens
+// the room gate lets through (0: no gate). Every test is per request, so
+// that without a known capacity the candidates' loop pays one compare.
+func (rt *Router) queueExtra(top1 int, profiles bool) (qx, kv float64) {
+	qx = rt.opt.QueueExtra
 	if qx == 0 {
 		qx = DefaultQueueExtra
 	}
 	if qx <= 0 || profiles || top1 > 0 && !rt.opt.QueueExtraWarm {
-		return 0
+		return 0, 0
 	}
-	return qx
+	if f := rt.opt.QueueExtraFull; f >= 0 && !rt.capKnown.Load() {
+		return 0, 0
+	}
+	k := rt.opt.QueueExtraRoom
+	if k == 0 {
+		k = DefaultQueueExtraRoom
+	}
+	if k > 0 {
+		avg := float64(rt.promptAvg.Load()) / promptAvgScale
+		if avg <= 0 {
+			return 0, 0
+		}
+		kv = k * avg
+	}
+	return qx, kv
 }
 
 // queueExtraRoomOn reports whether QueueExtra is on with its room gate
@@ -60,25 +78,15 @@ func (rt *Router) queueExtraRoomOn() bool {
 	return rt.opt.QueueExtraRoom >= 0 && rt.opt.QueueExtra >= 0
 }
 
-// queueExtraLoad is QueueExtra's charge on slot s at weight qx: qx times
-// s's pending prefill while its gates hold. The cheap tests come first:
-// nothing pending, then the room gate (atomics; no known KV capacity
-// fails it), then the full gate (the index's lock).
-func (rt *Router) queueExtraLoad(s Slot, qx float64) float64 {
+// queueExtraLoad is QueueExtra's charge on slot s at weight qx (queueExtra
+// gave qx and kv): qx times s's pending prefill while its gates hold. The
+// cheap tests come first: nothing pending, then the room gate (s's KV
+// capacity at least kv: an atomic), then the full gate (the index's lock).
+func (rt *Router) queueExtraLoad(s Slot, qx, kv float64) float64 {
 	c := &rt.loads[s]
 	p := c.pending.Load()
-	if p == 0 {
+	if p == 0 || float64(c.kv()) < kv {
 		return 0
-	}
-	k := rt.opt.QueueExtraRoom
-	if k == 0 {
-		k = DefaultQueueExtraRoom
-	}
-	if k > 0 {
-		avg := float64(rt.promptAvg.Load()) / promptAvgScale
-		if avg <= 0 || float64(c.kv()) < k*avg {
-			return 0
-		}
 	}
 	f := rt.opt.QueueExtraFull
 	if f == 0 {

@@ -741,6 +741,9 @@ type shared struct {
 	// ixAvg: promptAvg when the index's capacities were last applied
 	// under Options.IndexShareRoom.
 	ixAvg atomic.Int64
+	// capKnown: some slot's KV capacity was applied (applyCapacity);
+	// QueueExtraFull's gate is shut for every request until then.
+	capKnown atomic.Bool
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
@@ -925,6 +928,9 @@ func (rt *Router) applyCapacity(s Slot) {
 	}
 	rt.idx.SetCapacity(s, blocks)
 	rt.loads[s].kvtokens.Store(int32(min(tokens, math.MaxInt32)))
+	if blocks > 0 && !rt.capKnown.Load() {
+		rt.capKnown.Store(true)
+	}
 }
 
 // Unregister forgets the replica named key (it left the fleet): its index
@@ -1375,7 +1381,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	if away {
 		awayMS = rt.clockMS()
 	}
-	qx := rt.queueExtra(top1, wantSet && mixed)
+	qx, qxKV := rt.queueExtra(top1, wantSet && mixed)
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1394,7 +1400,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
 		}
 		if qx > 0 {
-			ld += rt.queueExtraLoad(c.Slot, qx)
+			ld += rt.queueExtraLoad(c.Slot, qx, qxKV)
 		}
 		if lim := hot; lim > 0 {
 			if ov > low {
