@@ -225,7 +225,8 @@ func (s *PolicySettings) Validate() error {
 const DefaultSpillBand = 1024
 
 // SpillOptions are the rule variants spill_band and engine_metrics'
-// agree, overflow and queue ask for (the zero Options when all are off).
+// agree, overflow and queue ask for (the zero Options when all are off
+// and kv is), with selection's IndexShare and QueueExtra off under kv.
 func (s *PolicySettings) SpillOptions() selection.Options {
 	em := s.EngineMetrics
 	o := selection.Options{AgreeExt: em != nil && em.Agree, EngineOverflow: em != nil && em.Overflow}
@@ -238,6 +239,13 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 	}
 	if band > 0 {
 		o.ColdSpill, o.SpillBand = true, float64(band)
+	}
+	if s.KV != nil {
+		// The precise index knows what the engines hold: IndexShare's
+		// model of their eviction cost several precise instances their
+		// TTFT p99 on shared-prefix at 196,608 tokens, and QueueExtra is
+		// kept with it (bench/EXPERIMENTS.md section 87).
+		o.IndexShare, o.QueueExtra = -1, -1
 	}
 	return o
 }

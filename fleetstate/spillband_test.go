@@ -10,7 +10,9 @@ import (
 
 func TestSpillOptions(t *testing.T) {
 	kv, em := &kvindex.Settings{}, &enginemetrics.Settings{}
-	on := selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand}
+	// With kv the precise path keeps IndexShare and QueueExtra off.
+	on := selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, IndexShare: -1, QueueExtra: -1}
+	precise := selection.Options{IndexShare: -1, QueueExtra: -1}
 	tests := []struct {
 		name string
 		s    PolicySettings
@@ -18,17 +20,17 @@ func TestSpillOptions(t *testing.T) {
 	}{
 		{"none", PolicySettings{}, selection.Options{}},
 		{"kv (with foreign_prefill, its default there)", PolicySettings{KV: kv}, on},
-		{"kv, foreign_prefill off", PolicySettings{KV: kv, ForeignPrefill: "off"}, selection.Options{}},
+		{"kv, foreign_prefill off", PolicySettings{KV: kv, ForeignPrefill: "off"}, precise},
 		{"engine_metrics", PolicySettings{EngineMetrics: em}, selection.Options{}},
 		{"both", PolicySettings{KV: kv, EngineMetrics: em}, on},
-		{"both, off", PolicySettings{KV: kv, EngineMetrics: em, SpillBand: -1}, selection.Options{}},
+		{"both, off", PolicySettings{KV: kv, EngineMetrics: em, SpillBand: -1}, precise},
 		{"set", PolicySettings{SpillBand: 512}, selection.Options{ColdSpill: true, SpillBand: 512}},
 		{"engine_metrics agree", PolicySettings{EngineMetrics: &enginemetrics.Settings{Agree: true}}, selection.Options{AgreeExt: true}},
 		{"both, agree", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Agree: true}},
-			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, AgreeExt: true}},
+			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, AgreeExt: true, IndexShare: -1, QueueExtra: -1}},
 		{"engine_metrics overflow", PolicySettings{EngineMetrics: &enginemetrics.Settings{Overflow: true}}, selection.Options{EngineOverflow: true}},
 		{"engine_metrics queue", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Queue: 32768, QueueSat: 0.25}},
-			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, EngineQueue: 32768, EngineQueueSat: 0.25}},
+			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, EngineQueue: 32768, EngineQueueSat: 0.25, IndexShare: -1, QueueExtra: -1}},
 	}
 	for _, tt := range tests {
 		if got := tt.s.SpillOptions(); got != tt.want {

@@ -20,18 +20,20 @@ func TestSpillBandWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
 	const em = "engine_metrics 1h\n"
-	on := selection.Options{ColdSpill: true, SpillBand: fleetstate.DefaultSpillBand}
+	// With kv the precise path keeps IndexShare and QueueExtra off.
+	precise := func(o selection.Options) selection.Options { o.IndexShare, o.QueueExtra = -1, -1; return o }
+	on := precise(selection.Options{ColdSpill: true, SpillBand: fleetstate.DefaultSpillBand})
 	tests := []struct {
 		name, block string
 		want        selection.Options
 	}{
 		{"bare", "", selection.Options{}},
 		{"kv only, foreign_prefill by default", kv, on},
-		{"kv only, foreign_prefill off", kv + "foreign_prefill off\n", selection.Options{}},
+		{"kv only, foreign_prefill off", kv + "foreign_prefill off\n", precise(selection.Options{})},
 		{"engine_metrics only", em, selection.Options{}},
 		{"kv and engine_metrics", kv + em, on},
-		{"kv and engine_metrics, off", kv + em + "spill_band off\n", selection.Options{}},
-		{"kv and engine_metrics, wider", kv + em + "spill_band 4096\n", selection.Options{ColdSpill: true, SpillBand: 4096}},
+		{"kv and engine_metrics, off", kv + em + "spill_band off\n", precise(selection.Options{})},
+		{"kv and engine_metrics, wider", kv + em + "spill_band 4096\n", precise(selection.Options{ColdSpill: true, SpillBand: 4096})},
 		{"set alone", "spill_band 2048\n", selection.Options{ColdSpill: true, SpillBand: 2048}},
 	}
 	for _, tt := range tests {

@@ -49,19 +49,21 @@ func TestOverflowFull(t *testing.T) {
 }
 
 // IndexShare bounds the index's model of a replica's prefix cache to that
-// share of its KV capacity, and leaves the load's capacity whole; outside
-// (0, 1) it is the rule.
+// share of its KV capacity, and leaves the load's capacity whole; 0 is
+// DefaultIndexShare, negative or 1 and more the rule (IndexShareRoom's
+// gate off here: TestIndexShareDefault has it).
 func TestIndexShare(t *testing.T) {
 	for _, tt := range []struct {
 		share     float64
 		wantIndex int64
 	}{
-		{0, 196_608},
+		{-1, 196_608},
 		{1, 196_608},
 		{0.8, 157_280}, // 157,286 tokens, whole 16-token blocks
+		{0, 157_280},
 	} {
 		rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
-		rt = rt.WithOptions(Options{IndexShare: tt.share})
+		rt = rt.WithOptions(Options{IndexShare: tt.share, IndexShareRoom: -1})
 		rt.SetCapacity(cands[0].Slot, 196_608)
 		if got := rt.Capacity(cands[0].Slot); got != tt.wantIndex {
 			t.Errorf("share %v: index capacity %d tokens, want %d", tt.share, got, tt.wantIndex)

@@ -433,16 +433,44 @@ type Options struct {
 	// what it presumes the replica still holds); the load's capacity
 	// stays the whole. The engine's cache shares its blocks with the
 	// running requests' KV, so fewer prefixes stay than the capacity
-	// holds. 0: the whole (the rule). Opt-in: EXPERIMENTS 79 (0.8 with
-	// IndexShareRoom 24: shared-prefix 8/196,608's TTFT p99 1.092x ->
-	// 1.052x dynamo-tuned's over 12 seeds, every other row measured
-	// unchanged; ungated it costs agent-fleet 8 and the 65,536-token rows).
+	// holds. 0 is DefaultIndexShare, negative (or 1 and more) the whole
+	// (main's rule before it). EXPERIMENTS 79, 85, 87: with
+	// IndexShareRoom and QueueExtra's defaults, shared-prefix 8/196,608's
+	// TTFT p99 1.092x -> 1.002x dynamo-tuned's over seeds 1-12, 1.101x ->
+	// 1.001x on seeds 13-24, every other row measured unchanged; ungated
+	// by IndexShareRoom it costs agent-fleet 8 and the 65,536-token rows.
 	IndexShare float64
-	// IndexShareRoom, when positive, applies IndexShare only on a replica
-	// whose KV capacity is at least IndexShareRoom times the mean prompt
-	// this router reserved lately (OnceBelow's measure): where the cache
-	// holds many prompts, not where a few contexts fill it. 0: no gate.
+	// IndexShareRoom applies IndexShare only on a replica whose KV
+	// capacity is at least IndexShareRoom times the mean prompt this
+	// router reserved lately (OnceBelow's measure): where the cache holds
+	// many prompts, not where a few contexts fill it. 0 is
+	// DefaultIndexShareRoom, negative no gate.
 	IndexShareRoom float64
+	// QueueExtra, when positive, weighs a replica's pending prefill (the
+	// uncached prompt tokens of its requests not yet past their first
+	// token) QueueExtra times more in load(r), on top of its weight 1, so
+	// that a request goes where its first token comes soonest rather
+	// than behind another group's cold prefill on a replica whose decode
+	// side looks lighter. 0 is DefaultQueueExtra, negative off (main's
+	// rule before it); its three gates below (EXPERIMENTS 85, 87).
+	QueueExtra float64
+	// QueueExtraRoom applies QueueExtra only on a replica whose KV
+	// capacity is at least QueueExtraRoom times the mean prompt this
+	// router reserved lately (IndexShareRoom's measure). 0 is
+	// DefaultQueueExtraRoom, negative no gate.
+	QueueExtraRoom float64
+	// QueueExtraFull applies QueueExtra only on a replica the index
+	// believes holds at least QueueExtraFull of its capacity (a bounded
+	// index that is evicting: cache pressure). 0 is
+	// DefaultQueueExtraFull, negative no gate.
+	QueueExtraFull float64
+	// QueueExtraWarm applies QueueExtra to every request; by default it
+	// applies only to a request no usable replica holds any of (cold
+	// everywhere): a warm request keeps the rule's trade of its overlap
+	// against the home's queue (a conversation's follow-up turns stay
+	// home). QueueExtra never applies where the usable replicas' profiles
+	// differ for a request that wants one (ProfileQueue's case).
+	QueueExtraWarm bool
 	// ColdSpill applies the instance-aware spill (SetInstance) to a cold
 	// prefix too: several instances that all learn every replica's blocks
 	// (the precise path) need not agree on where a cold prefix goes.
@@ -717,6 +745,9 @@ type shared struct {
 	// ixAvg: promptAvg when the index's capacities were last applied
 	// under Options.IndexShareRoom.
 	ixAvg atomic.Int64
+	// capKnown: some slot's KV capacity was applied (applyCapacity);
+	// QueueExtraFull's gate is shut for every request until then.
+	capKnown atomic.Bool
 	// extFresh: the slot's engine-reported load is from a fresh scrape
 	// (SetExternalFresh; ForeignPrefill's prior skips it).
 	extFresh [MaxReplicas]atomic.Bool
@@ -870,7 +901,7 @@ func (rt *Router) SetCapacity(s Slot, tokens int64) {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if rt.kvcap[s] == max(0, tokens) && tokens > 0 && rt.opt.IndexShare > 0 {
+	if rt.kvcap[s] == max(0, tokens) && tokens > 0 && rt.indexShare() > 0 {
 		// Unchanged (an engine scrape repeating it): the index keeps the
 		// bound IndexShare gave it, which Capacity reports.
 		return
@@ -894,13 +925,16 @@ func (rt *Router) applyCapacity(s Slot) {
 	blocks := int64(0)
 	if tokens > 0 {
 		it := tokens
-		if sh := rt.opt.IndexShare; sh > 0 && sh < 1 && rt.indexShareOn(tokens) {
+		if sh := rt.indexShare(); sh > 0 && rt.indexShareOn(tokens) {
 			it = int64(float64(tokens) * sh)
 		}
 		blocks = max(1, it/int64(rt.cfg.BlockTokens))
 	}
 	rt.idx.SetCapacity(s, blocks)
 	rt.loads[s].kvtokens.Store(int32(min(tokens, math.MaxInt32)))
+	if blocks > 0 && !rt.capKnown.Load() {
+		rt.capKnown.Store(true)
+	}
 }
 
 // Unregister forgets the replica named key (it left the fleet): its index
@@ -1354,6 +1388,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	if away {
 		awayMS = rt.clockMS()
 	}
+	qx, qxKV := rt.queueExtra(top1, wantSet && mixed)
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1370,6 +1405,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
 		if away {
 			ld += rt.coldAway(c.Slot, prompt, awayMS)
+		}
+		if qx > 0 {
+			ld += rt.queueExtraLoad(c.Slot, qx, qxKV)
 		}
 		if lim := hot; lim > 0 {
 			if ov > low {
@@ -1664,10 +1702,10 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
 	}
-	if once || rt.opt.IndexShareRoom > 0 || rt.fullRoomOn() {
+	if once || rt.indexShareRoomOn() || rt.queueExtraRoomOn() || rt.fullRoomOn() {
 		rt.notePrompt(resident)
 	}
-	if rt.opt.IndexShareRoom > 0 {
+	if rt.indexShareRoomOn() {
 		rt.reapplyIndexShare()
 	}
 	c := &rt.loads[s]

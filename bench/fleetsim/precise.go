@@ -503,6 +503,13 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 // since its preflight was sent alongside it rather than timed out.
 const WaitRuleLate = 10 * time.Millisecond
 
+// PreciseOptions are the ramjet-precise policies' rule variants: main's
+// rule before IndexShare and QueueExtra became the default, as the module
+// runs with kv on (fleetstate.PolicySettings.SpillOptions). On shared-prefix
+// at 8 replicas of 196,608 tokens IndexShare cost two and four precise
+// instances' TTFT p99 (bench/EXPERIMENTS.md section 87).
+var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
+
 // preciseNamed returns the policy named "ramjet-precise" or
 // "ramjet-precise@k+k...". Each waits for every preflight with some fresh
 // feed, as the module does by default (tokenize { wait always }), unless
@@ -512,14 +519,19 @@ const WaitRuleLate = 10 * time.Millisecond
 // at 8 replicas: TTFT p50 9-35x one instance's, bench/RESULTS.md, "Lead,
 // the 2026-12-06 13:49 session"). Other flags: exact
 // (PreciseConfig.ExactPastEstimate), all (CapForeign), nocold (NoCold),
-// always (no-op: the default) and defer (no change: the estimate cap is
-// the default). ok is false when name is not one.
+// always (no-op: the default), defer (no change: the estimate cap is
+// the default), ixs and qx (selection.Options.IndexShare and QueueExtra
+// at their defaults; without them off, PreciseOptions). ok is false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
 	if !found && name != "ramjet-precise" {
 		return nil, false, nil
 	}
 	pc := PreciseConfig{}
+	// The precise path keeps main's rule: IndexShare and QueueExtra off
+	// (selection's defaults on the approximate path) unless flagged, as
+	// fleetstate.PolicySettings.SpillOptions does with kv on.
+	opt := PreciseOptions
 	for _, k := range strings.Split(spec, "+") {
 		if !found {
 			break
@@ -536,6 +548,10 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 		case "wait":
 			pc.WaitRule = true
 		case "defer": // the name the estimate cap was measured under
+		case "ixs":
+			opt.IndexShare = 0
+		case "qx":
+			opt.QueueExtra = 0
 		default:
 			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 		}
@@ -548,6 +564,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 		return nil, true, err
 	}
 	q.setup.EngineLoad = RamjetEngineLoad
+	q.rt, q.setup.Options = q.rt.WithOptions(opt), opt
 	q.label = name
 	return q, true, nil
 }

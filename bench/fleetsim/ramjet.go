@@ -142,7 +142,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // context_weight, pw pair_weight, ow overflow_weight (0: none), outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, obsall (Options.ObserveShadowed),
-// nochain (Options.NoChainDedup), once (Options.SharedOnce), onceb (Options.OnceBelow), agreeext (Options.AgreeExt: engine_metrics agree), eo (Options.EngineOverflow; with el or -engine-load), owhome (Options.OverflowHome, 0: none) and owroom (Options.OverflowHomeRoom, 0: no gate), owfull (Options.OverflowFull, 0: off), owfh (Options.OverflowFullHome, 0: no gate) and owfroom (Options.OverflowFullRoom, 0: no gate), ixs (Options.IndexShare) and ixsr (Options.IndexShareRoom), homewarm (Options.HomeWarm), pdepth (Options.PendingDepth), reply (Options.ReplyCharge), guard (Options.InflightGuard), gc (guard with Options.GuardCap), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), pq (Options.ProfileQueue, 0: none), wh (Options.WarmHold, 0: none), em (Options.AgentMove) and emt (Options.AgentMoveRoom), caw (Options.ColdAway, seconds) and cawmax (Options.ColdAwayMax), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
+// nochain (Options.NoChainDedup), once (Options.SharedOnce), onceb (Options.OnceBelow), agreeext (Options.AgreeExt: engine_metrics agree), eo (Options.EngineOverflow; with el or -engine-load), owhome (Options.OverflowHome, 0: none) and owroom (Options.OverflowHomeRoom, 0: no gate), owfull (Options.OverflowFull, 0: off), owfh (Options.OverflowFullHome, 0: no gate) and owfroom (Options.OverflowFullRoom, 0: no gate), ixs (Options.IndexShare, 0: off; ixs=-1+qx=-1 is the rule before they became the default) and ixsr (Options.IndexShareRoom, 0: no gate), qx (Options.QueueExtra, 0: off) with its gates qxr (Options.QueueExtraRoom, 0: no gate), qxfull (Options.QueueExtraFull, 0: no gate) and qxwarm (Options.QueueExtraWarm: warm requests too; qxcold, the default, is accepted), homewarm (Options.HomeWarm), pdepth (Options.PendingDepth), reply (Options.ReplyCharge), guard (Options.InflightGuard), gc (guard with Options.GuardCap), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), pq (Options.ProfileQueue, 0: none), wh (Options.WarmHold, 0: none), em (Options.AgentMove) and emt (Options.AgentMoveRoom), caw (Options.ColdAway, seconds) and cawmax (Options.ColdAwayMax), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
 // paireverywhere, pairshare, pairsqrt, pairsat, nolinger; lt the linger
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
 // floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
@@ -264,9 +264,19 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		case "agreewalk":
 			setup.Options.AgreeWalk = true
 		case "ixsr":
-			setup.Options.IndexShareRoom = x
+			setup.Options.IndexShareRoom = zeroIsNone(x)
+		case "qx":
+			setup.Options.QueueExtra = zeroIsNone(x)
+		case "qxfull":
+			setup.Options.QueueExtraFull = zeroIsNone(x)
+		case "qxcold":
+			setup.Options.QueueExtraWarm = false // the default
+		case "qxwarm":
+			setup.Options.QueueExtraWarm = true
+		case "qxr":
+			setup.Options.QueueExtraRoom = zeroIsNone(x)
 		case "ixs":
-			setup.Options.IndexShare = x
+			setup.Options.IndexShare = zeroIsNone(x)
 		case "owfull":
 			setup.Options.OverflowFull = zeroIsNone(x)
 		case "owfh":
