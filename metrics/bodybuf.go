@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/usage"
 )
 
 var (
@@ -72,3 +73,27 @@ func (freeLists) Collect(ch chan<- prometheus.Metric) {
 }
 
 var _ prometheus.Collector = freeLists{}
+
+var (
+	descLayouts = prometheus.NewDesc("ramjet_usage_layouts",
+		"Layouts of the engines' usage objects kept to read the next answers laid out alike without walking their JSON (usage.Layouts).", nil, nil)
+	descLayoutsLimit = prometheus.NewDesc("ramjet_usage_layouts_limit",
+		"The most layouts kept (usage.MaxLayouts); an answer laid out otherwise is decoded by its JSON.", nil, nil)
+)
+
+// usageLayouts reads the process's kept answer layouts at scrape time.
+type usageLayouts struct{}
+
+// Describe sends the two descriptors.
+func (usageLayouts) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descLayouts
+	ch <- descLayoutsLimit
+}
+
+// Collect reads the layouts kept.
+func (usageLayouts) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descLayouts, prometheus.GaugeValue, float64(usage.Layouts()))
+	ch <- prometheus.MustNewConstMetric(descLayoutsLimit, prometheus.GaugeValue, float64(usage.MaxLayouts))
+}
+
+var _ prometheus.Collector = usageLayouts{}

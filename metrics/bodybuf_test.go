@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/edge"
+	"github.com/ramjet-llm/ramjet/usage"
 )
 
 // The set's collectors report the store of large body buffers: after a
@@ -106,5 +107,35 @@ func TestFreeListsCollector(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
 		}
+	}
+}
+
+// The usage-layout collector reports the answer layouts the usage package
+// keeps and their bound: a scanner that read one answer keeps its layout.
+func TestUsageLayoutsCollector(t *testing.T) {
+	var s usage.Scanner
+	s.Write([]byte(`{"id":"x","usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":8}}}`))
+	if r, ok := s.Result(); !ok || r.PromptTokens != 12 || r.CachedTokens != 8 {
+		t.Fatalf("Result %+v, %v", r, ok)
+	}
+	n := usage.Layouts()
+	if n < 1 || n > usage.MaxLayouts {
+		t.Fatalf("%d layouts kept after an answer, want 1..%d", n, usage.MaxLayouts)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(usageLayouts{})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+	}
+	if got["ramjet_usage_layouts"] != float64(n) || got["ramjet_usage_layouts_limit"] != float64(usage.MaxLayouts) {
+		t.Errorf("gathered %v, want %d layouts of at most %d", got, n, usage.MaxLayouts)
+	}
+	if probs, err := testutil.CollectAndLint(usageLayouts{}); err != nil || len(probs) > 0 {
+		t.Errorf("lint: %v %v", probs, err)
 	}
 }

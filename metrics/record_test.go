@@ -148,7 +148,7 @@ func newReference(m *Set) *reference {
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
 	}
-	r.reg.MustRegister(r.Decisions, r.TieBreaks, r.Overlap, r.SelectTime, r.Inflight, m.Fleet, bodyBuffers{}, freeLists{},
+	r.reg.MustRegister(r.Decisions, r.TieBreaks, r.Overlap, r.SelectTime, r.Inflight, m.Fleet, bodyBuffers{}, freeLists{}, usageLayouts{},
 		r.Requests, r.PromptTokens, r.CachedTokens, r.OutputTokens, r.NoUsage, r.TTFT, r.Duration)
 	return r
 }

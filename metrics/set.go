@@ -101,7 +101,7 @@ func (m *Set) Reset() {
 
 // Collectors lists every collector of the set.
 func (m *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Requests, m.Fleet, bodyBuffers{}, freeLists{}}
+	return []prometheus.Collector{m.Requests, m.Fleet, bodyBuffers{}, freeLists{}, usageLayouts{}}
 }
 
 // Register adds collectors to reg (a config's registry), tolerating

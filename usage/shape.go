@@ -29,6 +29,18 @@ type shape struct {
 // without the cached count); later ones are read as before.
 const maxShapes = 8
 
+// Layouts reports how many answer layouts the process keeps and their
+// bound (MaxLayouts), for the metrics (ramjet_usage_layouts).
+func Layouts() int {
+	if p := shapes.Load(); p != nil {
+		return len(*p)
+	}
+	return 0
+}
+
+// MaxLayouts is the most answer layouts kept (maxShapes).
+const MaxLayouts = maxShapes
+
 // maxSlots bounds the integers of a kept layout.
 const maxSlots = 32
 
