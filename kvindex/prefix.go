@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // The message-prefix cache. A chat request usually repeats an earlier
@@ -57,26 +59,18 @@ func messageEnds(dst []int32, msgs []byte) ([]int32, bool) {
 		return dst, false
 	}
 	depth, last := 0, -1
-	inStr, esc := false, false
 	for i++; i < len(msgs); i++ {
 		c := msgs[i]
-		if inStr {
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
-			}
-			last = i + 1
-			continue
-		}
 		switch {
 		case isSpace(c):
 			continue
 		case c == '"':
-			inStr = true
+			end, ok := selection.StringEnd(msgs, i)
+			if !ok {
+				return dst, false
+			}
+			i, last = end-1, end
+			continue
 		case c == '{' || c == '[':
 			depth++
 		case c == '}' || c == ']':

@@ -99,6 +99,20 @@ func quoteOrBackslash(x uint64) uint64 {
 // a word at a time before they switch to bytes.IndexByte.
 const shortWords = 4
 
+// StringEnd returns the index just past the closing quote of the JSON
+// string that starts at b[i] == '"', validated as the parse validates
+// strings; false when it is not a valid string. For the walkers over
+// bytes Parse or IntFieldSet already decided (kvindex's message split,
+// usage's answer layouts), so that a string is skipped by this scanner's
+// rules, not by a copy of them.
+func StringEnd(b []byte, i int) (end int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	end, _, err := scanString(b, i)
+	return end, err == nil
+}
+
 // scanString validates the string starting at b[i] == '"' and returns the
 // index just past its closing quote and whether it contains escapes. It
 // runs over the string with bytes.IndexByte (vectorised) for the quote and

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // shape is the layout of a usage object an engine sent, so that the next
@@ -153,22 +155,15 @@ func (sh *shape) same(o *shape) bool {
 func cutIntegers(obj []byte) *shape {
 	sh := &shape{}
 	from := 0
-	inStr, esc := false, false
 	for i := 0; i < len(obj); i++ {
 		c := obj[i]
 		switch {
-		case inStr:
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
-			}
-			continue
 		case c == '"':
-			inStr = true
+			end, ok := selection.StringEnd(obj, i)
+			if !ok {
+				return nil
+			}
+			i = end - 1
 			continue
 		case c != '-' && (c < '0' || c > '9'):
 			continue
