@@ -1,14 +1,13 @@
 package selection
 
+import "cmp"
+
 // indexShareOn reports whether Options.IndexShare applies to a replica of
 // capa tokens of KV: always without IndexShareRoom (negative); with it
 // (0: DefaultIndexShareRoom), only while a mean prompt is known and capa
 // is at least IndexShareRoom times it.
 func (rt *Router) indexShareOn(capa int64) bool {
-	k := rt.opt.IndexShareRoom
-	if k == 0 {
-		k = DefaultIndexShareRoom
-	}
+	k := cmp.Or(rt.opt.IndexShareRoom, DefaultIndexShareRoom)
 	if k < 0 {
 		return true
 	}

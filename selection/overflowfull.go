@@ -1,5 +1,7 @@
 package selection
 
+import "cmp"
+
 // DefaultOverflowFull, DefaultOverflowFullHome and DefaultOverflowFullRoom
 // are Options.OverflowFull's, OverflowFullHome's and OverflowFullRoom's
 // defaults: where no usable replica has room for the prompt, the overflow
@@ -26,20 +28,13 @@ const (
 // The cheap tests come first: on a fleet with room fleetFull returns at
 // the first replica that has it.
 func (rt *Router) overflowFull(cands []Candidate, prompt, top1, low int) (float64, bool) {
-	w, home, room := rt.opt.OverflowFull, rt.opt.OverflowFullHome, rt.opt.OverflowFullRoom
-	if w == 0 {
-		w = DefaultOverflowFull
-	}
-	if home == 0 {
-		home = DefaultOverflowFullHome
-	}
+	w := cmp.Or(rt.opt.OverflowFull, DefaultOverflowFull)
+	home := cmp.Or(rt.opt.OverflowFullHome, DefaultOverflowFullHome)
+	room := cmp.Or(rt.opt.OverflowFullRoom, DefaultOverflowFullRoom)
 	if w <= 0 || home > 0 && (top1 <= low || float64(top1-low) < home*float64(prompt)) {
 		return 0, false
 	}
 	avg := 0.0
-	if room == 0 {
-		room = DefaultOverflowFullRoom
-	}
 	if room > 0 {
 		if avg = float64(rt.promptAvg.Load()) / promptAvgScale; avg <= 0 {
 			return 0, false

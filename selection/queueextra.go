@@ -1,5 +1,7 @@
 package selection
 
+import "cmp"
+
 // DefaultIndexShare and DefaultIndexShareRoom are Options.IndexShare's
 // and IndexShareRoom's defaults; DefaultQueueExtra, DefaultQueueExtraRoom
 // and DefaultQueueExtraFull are Options.QueueExtra's and its gates'. The
@@ -23,10 +25,7 @@ const (
 // indexShare is Options.IndexShare with its default applied: the share of
 // the capacity the index models, 0 when off (the whole).
 func (rt *Router) indexShare() float64 {
-	sh := rt.opt.IndexShare
-	if sh == 0 {
-		sh = DefaultIndexShare
-	}
+	sh := cmp.Or(rt.opt.IndexShare, DefaultIndexShare)
 	if sh <= 0 || sh >= 1 {
 		return 0
 	}
@@ -48,21 +47,14 @@ func (rt *Router) indexShareRoomOn() bool {
 // the room gate lets through (0: no gate). Every test is per request, so
 // that without a known capacity the candidates' loop pays one compare.
 func (rt *Router) queueExtra(top1 int, profiles bool) (qx, kv float64) {
-	qx = rt.opt.QueueExtra
-	if qx == 0 {
-		qx = DefaultQueueExtra
-	}
+	qx = cmp.Or(rt.opt.QueueExtra, DefaultQueueExtra)
 	if qx <= 0 || profiles || top1 > 0 && !rt.opt.QueueExtraWarm {
 		return 0, 0
 	}
 	if f := rt.opt.QueueExtraFull; f >= 0 && !rt.capKnown.Load() {
 		return 0, 0
 	}
-	k := rt.opt.QueueExtraRoom
-	if k == 0 {
-		k = DefaultQueueExtraRoom
-	}
-	if k > 0 {
+	if k := cmp.Or(rt.opt.QueueExtraRoom, DefaultQueueExtraRoom); k > 0 {
 		avg := float64(rt.promptAvg.Load()) / promptAvgScale
 		if avg <= 0 {
 			return 0, 0
@@ -88,11 +80,7 @@ func (rt *Router) queueExtraLoad(s Slot, qx, kv float64) float64 {
 	if p == 0 || float64(c.kv()) < kv {
 		return 0
 	}
-	f := rt.opt.QueueExtraFull
-	if f == 0 {
-		f = DefaultQueueExtraFull
-	}
-	if f > 0 {
+	if f := cmp.Or(rt.opt.QueueExtraFull, DefaultQueueExtraFull); f > 0 {
 		capa := rt.idx.Capacity(s)
 		if capa <= 0 || float64(rt.idx.Held(s)) < f*float64(capa) {
 			return 0

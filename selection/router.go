@@ -1702,10 +1702,11 @@ func (rt *Router) reserveChain(r *Reservation, s Slot, prefill int, resident int
 	if once {
 		r.blocks = append(r.blocks[:0], blocks...)
 	}
-	if once || rt.indexShareRoomOn() || rt.queueExtraRoomOn() || rt.fullRoomOn() {
+	ixRoom := rt.indexShareRoomOn()
+	if once || ixRoom || rt.queueExtraRoomOn() || rt.fullRoomOn() {
 		rt.notePrompt(resident)
 	}
-	if rt.indexShareRoomOn() {
+	if ixRoom {
 		rt.reapplyIndexShare()
 	}
 	c := &rt.loads[s]
