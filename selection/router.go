@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"sync"
@@ -1126,13 +1127,8 @@ type loadKnobs struct {
 }
 
 func (rt *Router) loadKnobs() loadKnobs {
-	k := loadKnobs{ow: rt.opt.OverflowWeight, floor: float64(rt.opt.PairFloor)} // floor negative: none
-	if k.ow == 0 {
-		k.ow = DefaultOverflowWeight
-	}
-	if rt.opt.PairFloor == 0 {
-		k.floor = DefaultPairFloor
-	}
+	k := loadKnobs{ow: cmp.Or(rt.opt.OverflowWeight, DefaultOverflowWeight),
+		floor: float64(cmp.Or(rt.opt.PairFloor, DefaultPairFloor))} // floor negative: none
 	k.lingerOn, k.ttl = rt.lingerOn()
 	k.bare = rt.cfg.ContextWeight == 0 && rt.cfg.PairWeight == 0 && k.ow <= 0
 	return k
@@ -1225,14 +1221,8 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 // room (negative: no gate), Options.OverflowHome and OverflowHomeRoom
 // with their defaults applied.
 func (rt *Router) overflowHome() (at, room float64) {
-	at, room = rt.opt.OverflowHome, rt.opt.OverflowHomeRoom
-	if at == 0 {
-		at = DefaultOverflowHome
-	}
-	if room == 0 {
-		room = DefaultOverflowHomeRoom
-	}
-	return max(at, 0), room
+	at = cmp.Or(rt.opt.OverflowHome, DefaultOverflowHome)
+	return max(at, 0), cmp.Or(rt.opt.OverflowHomeRoom, DefaultOverflowHomeRoom)
 }
 
 // Learn records that slot s now holds f's prompt prefix.
@@ -1527,10 +1517,7 @@ func (rt *Router) profileQueue() float64 {
 // prefill less overlap) is at most w's pending prefill, the one with the
 // shortest queue (ties: the best score), else w.
 func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usable int) int {
-	g := rt.opt.WarmHold
-	if g == 0 {
-		g = DefaultWarmHold
-	}
+	g := cmp.Or(rt.opt.WarmHold, DefaultWarmHold)
 	if g <= 0 {
 		return w
 	}
