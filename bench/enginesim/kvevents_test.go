@@ -170,10 +170,12 @@ func toInt(v any) int64 {
 }
 
 // awaitMsg sends requests until a message arrives (the PUB socket drops
-// messages until the subscription reached it), bounded.
+// messages until the subscription reached it), for up to 20 s (how many
+// requests that takes depends on the machine's load).
 func awaitMsg(t *testing.T, ch <-chan kvMsg, send func(i int)) kvMsg {
 	t.Helper()
-	for i := 0; i < 40; i++ {
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
 		send(i)
 		select {
 		case m := <-ch:
@@ -181,7 +183,7 @@ func awaitMsg(t *testing.T, ch <-chan kvMsg, send func(i int)) kvMsg {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	t.Fatal("no KV event message")
+	t.Fatal("no KV event message in 20 s")
 	return kvMsg{}
 }
 
