@@ -58,7 +58,7 @@ func TestHealthReportsCaddyUpstreamState(t *testing.T) {
 						"handler":   "reverse_proxy",
 						"upstreams": ups,
 						"health_checks": map[string]any{
-							"active":  map[string]any{"uri": "/v1/models", "interval": "50ms", "timeout": "1s"},
+							"active":  map[string]any{"uri": "/v1/models", "interval": "50ms", "timeout": "5s", "fails": 2}, // a stall is not a failed check
 							"passive": map[string]any{"fail_duration": "1m", "max_fails": 1},
 						},
 					}}},
