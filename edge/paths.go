@@ -97,15 +97,6 @@ func CheckAllowPath(p string) error {
 	return nil
 }
 
-// apiPOSTRoutes are the default routes whose POST body must be JSON (415
-// otherwise).
-var apiPOSTRoutes = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
-	"/v1/responses":        true,
-	"/v1/embeddings":       true,
-}
-
 // jsonRoutes are the OpenAI (and vLLM/SGLang) POST routes whose body must be
 // a JSON object.
 var jsonRoutes = map[string]bool{
@@ -128,7 +119,16 @@ var jsonRoutes = map[string]bool{
 
 // IsAPIPOSTRoute reports whether path (normalised) is a default API route
 // whose POST body must be JSON.
-func IsAPIPOSTRoute(path string) bool { return apiPOSTRoutes[path] }
+func IsAPIPOSTRoute(path string) bool {
+	// The default routes whose POST body must be JSON (415 otherwise): a
+	// switch, compiled to a few length and byte compares, where a map
+	// lookup hashes the path on every request.
+	switch path {
+	case "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings":
+		return true
+	}
+	return false
+}
 
 // IsJSONRoute reports whether path is a POST route whose body is a JSON
 // object.
