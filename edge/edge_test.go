@@ -254,4 +254,14 @@ func TestIsAPIPOSTRoute(t *testing.T) {
 	if IsAPIPOSTRoute("") || IsAPIPOSTRoute("/") {
 		t.Error("empty or root path is an API route")
 	}
+	// Allow answers the API routes before its map: each must be in every
+	// list's exact set, extras or not.
+	for _, extra := range [][]string{nil, {"/metrics"}, {"/v1/*"}} {
+		a := NewAllowList(extra)
+		for p := range want {
+			if !a.exact[p] {
+				t.Errorf("allow list with %v: API route %q not in its exact set", extra, p)
+			}
+		}
+	}
 }

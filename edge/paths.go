@@ -62,7 +62,9 @@ func NewAllowList(extra []string) AllowList {
 // allowed request continues with the normalised path (the engine, the body
 // checks and the policy's affinity all see the canonical route).
 func (a AllowList) Allow(r *http.Request) bool {
-	if a.exact[r.URL.Path] {
+	// The API routes are in every list (DefaultAllowedPaths): their switch
+	// answers before the map's hash.
+	if IsAPIPOSTRoute(r.URL.Path) || a.exact[r.URL.Path] {
 		// Already a normalised path (the exact paths are, and
 		// NormalizePath leaves a normalised path as it is): nothing to
 		// clean or rewrite.
