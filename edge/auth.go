@@ -72,14 +72,28 @@ func NewUpstreamAuth(token string, forward bool) UpstreamAuth {
 // in canonical form (the form of every key Go's server stores): the
 // constant names are deleted without Del's canonicalisation.
 func (a UpstreamAuth) Set(h http.Header) {
+	a.SetKnown(h, CredAll)
+}
+
+// SetKnown is Set for a header known to hold none of the credential
+// headers but those in creds: only those are deleted (StripRequestHeaders
+// reports them from the pass it makes anyway; a delete costs a hash of
+// the name, present or not).
+func (a UpstreamAuth) SetKnown(h http.Header, creds Creds) {
 	switch {
 	case a.bearer != "":
 		h["Authorization"] = []string{a.bearer}
-		delete(h, "Api-Key")
-		delete(h, "X-Api-Key")
-	case !a.forward:
+		creds &^= CredAuthorization
+	case a.forward:
+		return
+	}
+	if creds&CredAuthorization != 0 {
 		delete(h, "Authorization")
+	}
+	if creds&CredAPIKey != 0 {
 		delete(h, "Api-Key")
+	}
+	if creds&CredXAPIKey != 0 {
 		delete(h, "X-Api-Key")
 	}
 }

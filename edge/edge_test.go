@@ -234,3 +234,34 @@ func TestStripRequestHeadersReference(t *testing.T) {
 		}
 	}
 }
+
+// TestIsAPIPOSTRoute: exactly the four default API routes (a switch since
+// 2026-12-06; it was a map of these four), normalised form only.
+func TestIsAPIPOSTRoute(t *testing.T) {
+	want := map[string]bool{"/v1/chat/completions": true, "/v1/completions": true, "/v1/responses": true, "/v1/embeddings": true}
+	for p := range jsonRoutes {
+		for _, q := range []string{p, p + "/", strings.ToUpper(p), "/x" + p, p[:len(p)-1]} {
+			if got := IsAPIPOSTRoute(q); got != want[q] {
+				t.Errorf("IsAPIPOSTRoute(%q) = %v, want %v", q, got, want[q])
+			}
+		}
+	}
+	for p := range want {
+		if !IsAPIPOSTRoute(p) || !jsonRoutes[p] {
+			t.Errorf("%q: IsAPIPOSTRoute %v, a JSON route %v", p, IsAPIPOSTRoute(p), jsonRoutes[p])
+		}
+	}
+	if IsAPIPOSTRoute("") || IsAPIPOSTRoute("/") {
+		t.Error("empty or root path is an API route")
+	}
+	// Allow answers the API routes before its map: each must be in every
+	// list's exact set, extras or not.
+	for _, extra := range [][]string{nil, {"/metrics"}, {"/v1/*"}} {
+		a := NewAllowList(extra)
+		for p := range want {
+			if !a.exact[p] {
+				t.Errorf("allow list with %v: API route %q not in its exact set", extra, p)
+			}
+		}
+	}
+}

@@ -33,8 +33,9 @@ func SetValues(h http.Header, name string, vals []string) {
 // StripRequestHeaders removes what a client must not be able to send to an
 // engine: ramjet's own X-Ramjet-* headers, the data-parallel rank (the
 // policy sets it) and hop-by-hop headers, including those named in
-// Connection.
-func StripRequestHeaders(h http.Header) {
+// Connection. It reports the credential headers UpstreamAuth replaces that
+// h still holds, seen in the same pass: for UpstreamAuth.SetKnown.
+func StripRequestHeaders(h http.Header) (creds Creds) {
 	for _, v := range h["Connection"] {
 		for name := range strings.SplitSeq(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
@@ -51,8 +52,36 @@ func StripRequestHeaders(h http.Header) {
 			(strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
 				hasPrefixFold(name, "x-ramjet-")) {
 			delete(h, name)
+		} else {
+			creds |= credential(name)
 		}
 	}
+	return creds
+}
+
+// Creds is a set of the credential headers UpstreamAuth sets or deletes.
+type Creds uint8
+
+// The credential headers, by their canonical names.
+const (
+	CredAuthorization Creds = 1 << iota // Authorization
+	CredAPIKey                          // Api-Key
+	CredXAPIKey                         // X-Api-Key
+	CredAll           = CredAuthorization | CredAPIKey | CredXAPIKey
+)
+
+// credential returns name's bit in Creds (name canonical), 0 for another
+// header.
+func credential(name string) Creds {
+	switch name {
+	case "Authorization":
+		return CredAuthorization
+	case "Api-Key":
+		return CredAPIKey
+	case "X-Api-Key":
+		return CredXAPIKey
+	}
+	return 0
 }
 
 // isHopHeader reports whether name is one of the hop-by-hop headers of RFC

@@ -62,7 +62,9 @@ func NewAllowList(extra []string) AllowList {
 // allowed request continues with the normalised path (the engine, the body
 // checks and the policy's affinity all see the canonical route).
 func (a AllowList) Allow(r *http.Request) bool {
-	if a.exact[r.URL.Path] {
+	// The API routes are in every list (DefaultAllowedPaths): their switch
+	// answers before the map's hash.
+	if IsAPIPOSTRoute(r.URL.Path) || a.exact[r.URL.Path] {
 		// Already a normalised path (the exact paths are, and
 		// NormalizePath leaves a normalised path as it is): nothing to
 		// clean or rewrite.
@@ -97,15 +99,6 @@ func CheckAllowPath(p string) error {
 	return nil
 }
 
-// apiPOSTRoutes are the default routes whose POST body must be JSON (415
-// otherwise).
-var apiPOSTRoutes = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
-	"/v1/responses":        true,
-	"/v1/embeddings":       true,
-}
-
 // jsonRoutes are the OpenAI (and vLLM/SGLang) POST routes whose body must be
 // a JSON object.
 var jsonRoutes = map[string]bool{
@@ -128,7 +121,16 @@ var jsonRoutes = map[string]bool{
 
 // IsAPIPOSTRoute reports whether path (normalised) is a default API route
 // whose POST body must be JSON.
-func IsAPIPOSTRoute(path string) bool { return apiPOSTRoutes[path] }
+func IsAPIPOSTRoute(path string) bool {
+	// The default routes whose POST body must be JSON (415 otherwise): a
+	// switch, compiled to a few length and byte compares, where a map
+	// lookup hashes the path on every request.
+	switch path {
+	case "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings":
+		return true
+	}
+	return false
+}
 
 // IsJSONRoute reports whether path is a POST route whose body is a JSON
 // object.

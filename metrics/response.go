@@ -20,8 +20,9 @@ import (
 // it so again (keeping the scanner's buffers).
 type Response struct {
 	// Status is the final status written, Stream reports a
-	// text/event-stream body, First the time of the first body byte (zero
-	// when none was written).
+	// text/event-stream body, First the time of the first body byte of a
+	// stream (zero when none was written, and for a body that is not a
+	// stream: TTFT is a stream's, and the clock read is saved).
 	Status int
 	Stream bool
 	First  time.Time
@@ -51,7 +52,7 @@ func (o *Response) WriteHeader(status int, h http.Header) {
 
 // Write reads one chunk of body (p is only read during the call).
 func (o *Response) Write(p []byte) {
-	if o.First.IsZero() && len(p) > 0 {
+	if o.Stream && o.First.IsZero() && len(p) > 0 {
 		if o.Start.IsZero() {
 			o.First = time.Now()
 		} else {

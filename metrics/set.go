@@ -177,7 +177,7 @@ type Exchange struct {
 	NoReplica bool
 	Stream    bool
 	Start     time.Time
-	FirstByte time.Time // zero when no body byte was written
+	FirstByte time.Time // zero when no body byte was written, and for a response that is not a stream (its only reader is the TTFT of a stream)
 	End       time.Time
 	Usage     usage.Usage
 	HasUsage  bool

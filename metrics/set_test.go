@@ -162,6 +162,25 @@ func TestResponseFirstFromStart(t *testing.T) {
 	}
 }
 
+// TestResponseFirstOnlyForStreams: a body that is not a stream reads no
+// clock for its first byte (First stays zero; only a stream's TTFT reads
+// it), and the exchange it fills reports the same histograms and record
+// fields as one with First set would: TTFT is a stream's only.
+func TestResponseFirstOnlyForStreams(t *testing.T) {
+	var o Response
+	o.Start = time.Now()
+	o.WriteHeader(200, http.Header{"Content-Type": {"application/json"}})
+	o.Write([]byte(`{"id":"x","usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`))
+	if !o.First.IsZero() {
+		t.Fatalf("First %v set for a JSON body", o.First)
+	}
+	var x Exchange
+	o.Fill(&x, 200, nil, false)
+	if x.Stream || !x.FirstByte.IsZero() || !x.HasUsage || x.Usage.PromptTokens != 12 {
+		t.Fatalf("filled %+v", x)
+	}
+}
+
 // TestEndModelLabel: a request whose model Models held when it started
 // ends under that name without asking Models again; any other ends as
 // before: Add for a success, Label otherwise, "other" sent as a name

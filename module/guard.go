@@ -125,8 +125,8 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		edge.Write(w, ae)
 		return nil
 	}
-	edge.StripRequestHeaders(r.Header)
-	g.creds.Set(r.Header)
+	creds := edge.StripRequestHeaders(r.Header)
+	g.creds.SetKnown(r.Header, creds)
 
 	var st *reqState
 	reuse := false // the chain returned no error: the state may be pooled

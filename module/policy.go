@@ -482,14 +482,17 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	st.fleet = s.fleet
 	st.slot = v.Slots[i]
 	st.routeIDHdr = v.IDHdr[i]
-	if w != nil {
+	if w != nil && !st.observed { // observed: the handler's stateObserver sets it on WriteHeader
 		w.Header()[HeaderUpstream] = v.IDHdr[i]
 	}
 	// On the first attempt r.Header is the map Caddy copies the request
 	// headers from on every attempt when header operations are configured;
 	// keep the rank current there too, so that a retry to another rank
-	// carries its own.
-	edge.SetValues(r.Header, HeaderRank, v.RankHdr[i])
+	// carries its own. A first attempt without a rank has nothing to
+	// remove: servers store keys canonical, and only ramjet writes this one.
+	if vals := v.RankHdr[i]; vals != nil || st.attempts > 1 {
+		edge.SetValues(r.Header, HeaderRank, vals)
+	}
 	if st.attempts == 1 {
 		st.baseHeader = r.Header // the same map: set above
 	} else {
