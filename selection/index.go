@@ -163,10 +163,6 @@ type Index struct {
 	bytes     atomic.Int64
 
 	q learnQueue // learns Route queued, not yet applied (learnq.go)
-
-	// slack, when set, is added to a bounded replica's capacity (blocks;
-	// Options.IndexPending, indexpending.go).
-	slack func(s Slot, capacity int64) int64
 }
 
 // counts are the Index's counters under its write lock.
@@ -797,8 +793,8 @@ func (x *Index) touchEntry(key uint64, s Slot, h uint64, e uint32) bool {
 // horizon (write lock held).
 func (x *Index) bound(s Slot) {
 	r := &x.reps[s]
-	if c := x.limit(r, s); c > 0 && r.blocks > c {
-		x.dropTail(s, r.blocks-c, 0)
+	if r.capacity > 0 && r.blocks > r.capacity {
+		x.dropTail(s, r.blocks-r.capacity, 0)
 	}
 	if r.horizon > 0 {
 		x.dropTail(s, -1, r.horizon)
@@ -989,8 +985,8 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 	if r.horizon > 0 && r.horizon < int64(keep) {
 		keep = int(r.horizon)
 	}
-	if c := x.limit(r, s); c > 0 && c < int64(keep) {
-		keep = int(c)
+	if r.capacity > 0 && r.capacity < int64(keep) {
+		keep = int(r.capacity)
 	}
 	if n-keep < minAhead {
 		return n
@@ -1078,7 +1074,7 @@ func (x *Index) Replied(tail uint64, s Slot, n int) {
 	x.lock()
 	defer x.unlock()
 	x.widen(s)
-	if c := x.limit(&x.reps[s], s); c > 0 {
+	if c := x.reps[s].capacity; c > 0 {
 		n = int(min(int64(n), c))
 	}
 	// The engine releases a finished sequence's blocks deepest first, so

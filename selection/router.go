@@ -446,22 +446,6 @@ type Options struct {
 	// many prompts, not where a few contexts fill it. 0 is
 	// DefaultIndexShareRoom, negative no gate.
 	IndexShareRoom float64
-	// OverflowNew makes the overflow term count only the part of the
-	// prompt a candidate does not hold already (its overlap): the engine
-	// shares a cached prefix's blocks with the new request, which needs
-	// room for the rest only (experiment).
-	OverflowNew bool
-	// IndexPending, when positive, lets the index hold, beyond each
-	// bounded replica's capacity, IndexPending times the prompt tokens
-	// this router sent there that are not yet computed (its pending
-	// prefill): a queued request's blocks take no room in the engine's
-	// cache until it is admitted, so they should not push out what the
-	// engine still holds (indexpending.go). The slack is installed on the
-	// shared index by WithOptions. 0 or negative: off (the default).
-	IndexPending float64
-	// IndexPendingMax bounds IndexPending's slack to IndexPendingMax
-	// times the replica's capacity (0 or negative: no bound).
-	IndexPendingMax float64
 	// QueueExtra, when positive, weighs a replica's pending prefill (the
 	// uncached prompt tokens of its requests not yet past their first
 	// token) QueueExtra times more in load(r), on top of its weight 1, so
@@ -734,9 +718,7 @@ type Options struct {
 // WithOptions returns a Router applying o that shares rt's index, registry
 // and live load.
 func (rt *Router) WithOptions(o Options) *Router {
-	r := &Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}
-	r.applyIndexPending()
-	return r
+	return &Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}
 }
 
 // Options returns the Router's rule variants.
@@ -1141,7 +1123,6 @@ type loadKnobs struct {
 	ttl       uint32
 	bare      bool // no decode-side term: the reservations only
 	owOff     bool // Options.OverflowHome: the candidate is the home, exempt
-	held      int  // Options.OverflowNew: the candidate's overlap, which the overflow leaves out
 }
 
 func (rt *Router) loadKnobs() loadKnobs {
@@ -1233,9 +1214,6 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 		if e, ok := rt.engineHeld(s, c); ok {
 			own = float64(e)
 		}
-	}
-	if rt.opt.OverflowNew {
-		p -= float64(min(k.held, prompt))
 	}
 	if over := own + p - capa; over > 0 && ow > 0 {
 		ld += ow * over
@@ -1422,7 +1400,6 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if !pairOn && rt.opt.AgentMove > 0 {
 			pairOn = rt.agentMove(cands, i, prompt, ov)
 		}
-		knobs.held = ov
 		knobs.owOff = homeAt > 0 && ov > top2 && float64(ov) >= homeAt*float64(prompt) &&
 			(homeRoom < 0 || float64(rt.loads[c.Slot].kv()) < homeRoom*float64(prompt))
 		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)

@@ -277,12 +277,6 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.QueueExtraRoom = zeroIsNone(x)
 		case "ixs":
 			setup.Options.IndexShare = zeroIsNone(x)
-		case "ownew":
-			setup.Options.OverflowNew = true
-		case "ixp":
-			setup.Options.IndexPending = x
-		case "ixpm":
-			setup.Options.IndexPendingMax = x
 		case "owfull":
 			setup.Options.OverflowFull = zeroIsNone(x)
 		case "owfh":
