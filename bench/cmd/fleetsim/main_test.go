@@ -159,18 +159,23 @@ func TestRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		if lines[0] != "id,session,turn,replica,sent,ttft,prompt,cached,output,err" || len(lines) < 10 {
+		if lines[0] != "id,session,turn,replica,sent,ttft,prompt,cached,output,err,done" || len(lines) < 10 {
 			t.Fatalf("%s: header %q, %d lines", pol, lines[0], len(lines))
 		}
 		var ttfts []float64
 		for i, l := range lines[1:] {
 			f := strings.Split(l, ",")
-			if len(f) != 10 || f[0] != strconv.Itoa(i) || f[9] != `""` {
+			if len(f) != 11 || f[0] != strconv.Itoa(i) || f[9] != `""` {
 				t.Fatalf("%s line %d: %q", pol, i+1, l)
 			}
 			v, err := strconv.ParseFloat(f[5], 64)
 			if err != nil || v <= 0 {
 				t.Fatalf("%s line %d: ttft %q", pol, i+1, f[5])
+			}
+			sent, err1 := strconv.ParseFloat(f[4], 64)
+			done, err2 := strconv.ParseFloat(f[10], 64)
+			if err1 != nil || err2 != nil || done < sent+v-1e-3 {
+				t.Fatalf("%s line %d: sent %q ttft %q done %q", pol, i+1, f[4], f[5], f[10])
 			}
 			ttfts = append(ttfts, v)
 		}
