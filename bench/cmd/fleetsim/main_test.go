@@ -195,3 +195,42 @@ func TestRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteClosedTrace checks -gen-closed: the generated sessions written
+// in this package's JSONL, each later turn chained to an earlier row, the
+// same prompts as the Mooncake form row for row.
+func TestWriteClosedTrace(t *testing.T) {
+	dir := t.TempDir()
+	open, closed := filepath.Join(dir, "open.jsonl"), filepath.Join(dir, "closed.jsonl")
+	gen := []string{"-gen-trace", "tool-agent", "-gen-sessions", "3", "-gen-rate", "2", "-seed", "5"}
+	var out bytes.Buffer
+	if err := run(append([]string{"-write-trace", open}, gen...), &out); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(append([]string{"-write-trace", closed, "-gen-closed"}, gen...), &out); err != nil {
+		t.Fatal(err)
+	}
+	wo, err := workload.LoadFile(open, workload.MooncakeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := workload.LoadFile(closed, workload.MooncakeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wc.Trace) != len(wo.Trace) || len(wc.Trace) < 24 {
+		t.Fatalf("%d closed rows, %d open", len(wc.Trace), len(wo.Trace))
+	}
+	chained := 0
+	for i, r := range wc.Trace {
+		if o := wo.Trace[i]; r.Input != o.Input || len(r.HashIDs) != len(o.HashIDs) || o.After != -1 {
+			t.Fatalf("row %d: closed %+v, open %+v", i, r, o)
+		}
+		if r.After >= 0 {
+			chained++
+		}
+	}
+	if chained != len(wc.Trace)-3 {
+		t.Fatalf("%d of %d rows chained, want all but the 3 sessions' first turns", chained, len(wc.Trace))
+	}
+}
