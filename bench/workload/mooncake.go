@@ -184,6 +184,78 @@ type MooncakeGenOptions struct {
 // id; new whole blocks get new ids (the id space is shared, so equal ids
 // mean equal content everywhere). Rows are in timestamp order.
 func GenerateMooncake(kind string, o MooncakeGenOptions) ([]MooncakeRow, error) {
+	gen, err := generateMooncake(kind, o)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(gen, func(i, j int) bool { return gen[i].Timestamp < gen[j].Timestamp })
+	rows := make([]MooncakeRow, len(gen))
+	for i := range gen {
+		rows[i] = gen[i].MooncakeRow
+	}
+	return rows, nil
+}
+
+// GenerateMooncakeClosed generates the same sessions as GenerateMooncake
+// (the same draws for the same options) as a closed-loop trace of this
+// package: a session's first turn is sent at its start, and each later
+// turn its gap after the previous turn completes (GenerateMooncake's
+// rows send it its gap after the previous turn was sent, whether or not
+// that turn was answered: an agent's next step can then arrive before
+// the answer it is meant to contain). Each row keeps its hash ids and is
+// its own one-turn session, chained to the previous turn by After and
+// Think, and not sent before its session's start (At, seconds after the
+// first session's).
+func GenerateMooncakeClosed(kind string, o MooncakeGenOptions) (Trace, error) {
+	gen, err := generateMooncake(kind, o)
+	if err != nil {
+		return nil, err
+	}
+	if o.BlockTokens <= 0 {
+		o.BlockTokens = DefaultMooncakeBlockTokens
+	}
+	// Rows in GenerateMooncake's order (by arrival in the open form), so
+	// row i is the same prompt in both traces; a turn's previous turn
+	// arrived earlier there, so After points backwards.
+	order := make([]int, len(gen))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return gen[order[i]].Timestamp < gen[order[j]].Timestamp })
+	id := make([]int, len(gen))
+	for n, g := range order {
+		id[g] = n
+	}
+	t0 := gen[order[0]].Timestamp
+	t := make(Trace, len(gen))
+	for n, g := range order {
+		r := gen[g]
+		after, think := -1, 0.0
+		if r.turn > 0 { // gen[g-1] is the session's previous turn
+			after, think = id[g-1], (r.Timestamp-gen[g-1].Timestamp)/1000
+		}
+		t[n] = Request{
+			ID: n, At: (r.start - t0) / 1000, After: after, Think: think, Session: n, Group: n,
+			Input: r.InputLength, Output: max(1, r.OutputLength),
+			HashIDs: r.HashIDs, BlockTokens: o.BlockTokens,
+		}
+	}
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("closed mooncake trace: %w", err)
+	}
+	return t, nil
+}
+
+// genRow is a generated row, its turn within its session and the
+// session's first timestamp; rows come session after session, turn after
+// turn.
+type genRow struct {
+	MooncakeRow
+	turn  int
+	start float64
+}
+
+func generateMooncake(kind string, o MooncakeGenOptions) ([]genRow, error) {
 	if o.BlockTokens <= 0 {
 		o.BlockTokens = DefaultMooncakeBlockTokens
 	}
@@ -228,7 +300,7 @@ func GenerateMooncake(kind string, o MooncakeGenOptions) ([]MooncakeRow, error) 
 	if o.Rate > 0 {
 		rate = o.Rate
 	}
-	var rows []MooncakeRow
+	var rows []genRow
 	start := 0.0
 	for range sessions {
 		start += rng.ExpFloat64() / rate
@@ -237,15 +309,15 @@ func GenerateMooncake(kind string, o MooncakeGenOptions) ([]MooncakeRow, error) 
 		ids := append([]int64(nil), prefix...)
 		length := len(prefix) * bt // tokens of the context so far
 		turns := turnsLo + rng.IntN(turnsHi-turnsLo+1)
-		for range turns {
+		for turn := range turns {
 			input := length + userLo + rng.IntN(userHi-userLo+1)
 			whole := len(ids) // blocks whole in the previous prompt keep their ids
 			ids = append(ids[:whole:whole], newIDs((input+bt-1)/bt-whole)...)
 			out := outLo + rng.IntN(outHi-outLo+1)
-			rows = append(rows, MooncakeRow{
+			rows = append(rows, genRow{MooncakeRow{
 				Timestamp: math.Round(at * 1000), InputLength: input, OutputLength: out,
 				HashIDs: append([]int64(nil), ids...),
-			})
+			}, turn, math.Round(start * 1000)})
 			// The next prompt holds this one and its output; only this
 			// prompt's whole blocks are shared with it.
 			length = input + out
@@ -253,7 +325,6 @@ func GenerateMooncake(kind string, o MooncakeGenOptions) ([]MooncakeRow, error) 
 			at += gapLo + rng.Float64()*(gapHi-gapLo)
 		}
 	}
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Timestamp < rows[j].Timestamp })
 	return rows, nil
 }
 

@@ -191,3 +191,62 @@ func TestGenerateMooncake(t *testing.T) {
 		t.Fatal("unknown kind accepted")
 	}
 }
+
+// TestGenerateMooncakeClosed checks the closed form: row for row the open
+// trace's prompts, each later turn chained to its session's previous turn
+// (whose whole blocks its ids extend) by the open form's gap, and the
+// trace survives a JSONL round trip.
+func TestGenerateMooncakeClosed(t *testing.T) {
+	for _, kind := range MooncakeKinds {
+		t.Run(kind, func(t *testing.T) {
+			o := MooncakeGenOptions{Seed: 3, Sessions: 12, Rate: 2}
+			open, err := GenerateMooncake(kind, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, err := GenerateMooncakeClosed(kind, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tr) != len(open) {
+				t.Fatalf("%d closed rows, %d open", len(tr), len(open))
+			}
+			t0 := open[0].Timestamp
+			firsts, chained := 0, 0
+			for i, r := range tr {
+				o := open[i]
+				if r.Input != o.InputLength || r.Output != max(1, o.OutputLength) || !slices.Equal(r.HashIDs, o.HashIDs) || r.BlockTokens != 512 {
+					t.Fatalf("row %d: %+v, open %+v", i, r, o)
+				}
+				if r.After < 0 {
+					firsts++
+					if r.At != (o.Timestamp-t0)/1000 || r.Think != 0 {
+						t.Fatalf("row %d: first turn at %v think %v, open at %v", i, r.At, r.Think, o.Timestamp)
+					}
+					continue
+				}
+				chained++
+				p, po := tr[r.After], open[r.After]
+				whole := po.InputLength / 512
+				if r.After >= i || r.At != p.At || !slices.Equal(r.HashIDs[:whole], po.HashIDs[:whole]) ||
+					r.Input < p.Input+p.Output || r.Think != (o.Timestamp-po.Timestamp)/1000 || r.Think < 1 {
+					t.Fatalf("row %d after %d: %+v, previous %+v", i, r.After, r, p)
+				}
+			}
+			if firsts != 12 || chained == 0 {
+				t.Fatalf("%d sessions, %d chained turns", firsts, chained)
+			}
+			var buf bytes.Buffer
+			if err := tr.WriteJSONL(&buf); err != nil {
+				t.Fatal(err)
+			}
+			back, err := Read(bytes.NewReader(buf.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(back) != len(tr) || back[len(tr)-1].After != tr[len(tr)-1].After || !slices.Equal(back[len(tr)-1].HashIDs, tr[len(tr)-1].HashIDs) {
+				t.Fatal("JSONL round trip changed the trace")
+			}
+		})
+	}
+}

@@ -38,10 +38,12 @@ func run(args []string, stdout io.Writer) error {
 		short    = fs.Bool("short", false, "the CI form: scale 0.1")
 		jsonOut  = fs.String("json", "", "also write the rows as JSON to this file (- for stdout)")
 		plots    = fs.String("plots", "", "write one TTFT CDF per workload (first seed) as SVG into this directory")
-		records  = fs.String("records", "", "write every request's outcome (first seed; id, session, turn, replica, sent, TTFT, prompt, cached, output, error) per workload and policy as CSV into this directory")
+		records  = fs.String("records", "", "write every request's outcome (first seed; id, session, turn, replica, sent, TTFT, prompt, cached, output, error, done) per workload and policy as CSV into this directory")
 		writeTr  = fs.String("write-trace", "", "write the workload's trace (JSONL, or CSV for a .csv name), or with -gen-trace a Mooncake-format trace, to this file and exit")
 		genTr    = fs.String("gen-trace", "", "with -write-trace: generate a Mooncake-format trace of this kind ("+strings.Join(workload.MooncakeKinds, ", ")+")")
 		genSess  = fs.Int("gen-sessions", 0, "sessions (agents) of -gen-trace (0: the kind's default)")
+		genRate  = fs.Float64("gen-rate", 0, "new sessions per second of -gen-trace (0: the kind's default)")
+		genClose = fs.Bool("gen-closed", false, "with -gen-trace: write the sessions closed loop (each turn its gap after the previous turn completes) in this package's JSONL instead of the Mooncake format")
 		traceF   = fs.String("trace", "", "replay this trace file (Mooncake-style JSONL, or this package's JSONL/CSV) as one more workload")
 		sweep    = fs.Bool("sweep", false, "sweep ramjet's knobs instead of comparing policies (-policy names the swept variant; -affinity-cap etc. set the start)")
 		parallel = fs.Int("parallel", 0, "concurrent runs (0: GOMAXPROCS)")
@@ -133,7 +135,8 @@ func run(args []string, stdout io.Writer) error {
 	rcfg := selection.Config{AffinityCap: *cap_, Alpha: *alpha, RequestCost: *cost, PrefixTokens: *prefix, IndexBudget: *budget, OutputWeight: *outW}
 
 	if *writeTr != "" {
-		return writeTrace(*writeTr, *genTr, *genSess, names, *seed, *replicas, *scale, mo.BlockTokens)
+		gen := workload.MooncakeGenOptions{Seed: *seed, Sessions: *genSess, Rate: *genRate, BlockTokens: mo.BlockTokens}
+		return writeTrace(*writeTr, *genTr, gen, *genClose, names, *replicas, *scale)
 	}
 	var traces []*workload.Workload
 	if *traceF != "" {
@@ -220,15 +223,21 @@ func parseSeeds(s string) ([]uint64, error) {
 	return out, nil
 }
 
-func writeTrace(path, gen string, sessions int, names []string, seed uint64, replicas int, scale float64, block int) error {
+func writeTrace(path, gen string, mo workload.MooncakeGenOptions, closed bool, names []string, replicas int, scale float64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	switch {
+	case gen != "" && closed:
+		var t workload.Trace
+		t, err = workload.GenerateMooncakeClosed(gen, mo)
+		if err == nil {
+			err = t.WriteJSONL(f)
+		}
 	case gen != "":
 		var rows []workload.MooncakeRow
-		rows, err = workload.GenerateMooncake(gen, workload.MooncakeGenOptions{Seed: seed, Sessions: sessions, BlockTokens: block})
+		rows, err = workload.GenerateMooncake(gen, mo)
 		if err == nil {
 			err = workload.WriteMooncake(f, rows)
 		}
@@ -236,7 +245,7 @@ func writeTrace(path, gen string, sessions int, names []string, seed uint64, rep
 		err = fmt.Errorf("-write-trace needs exactly one -workload (or -gen-trace)")
 	default:
 		var w *workload.Workload
-		w, err = workload.Generate(names[0], workload.Options{Seed: seed, Replicas: replicas, Scale: scale})
+		w, err = workload.Generate(names[0], workload.Options{Seed: mo.Seed, Replicas: replicas, Scale: scale})
 		if err == nil && strings.HasSuffix(path, ".csv") {
 			err = w.Trace.WriteCSV(f)
 		} else if err == nil {
@@ -275,13 +284,13 @@ func writeRecords(dir string, wr fleetsim.SeedsResult) error {
 	for _, res := range wr.First {
 		p := filepath.Join(dir, fmt.Sprintf("records-%s-%d-%s.csv", wr.Workload.Name, res.Replicas, res.Policy))
 		var b strings.Builder
-		b.WriteString("id,session,turn,replica,sent,ttft,prompt,cached,output,err\n")
+		b.WriteString("id,session,turn,replica,sent,ttft,prompt,cached,output,err,done\n")
 		for _, rec := range res.Records {
 			sess, turn := -1, -1
 			if rec.ID >= 0 && rec.ID < len(wr.Workload.Trace) {
 				sess, turn = wr.Workload.Trace[rec.ID].Session, wr.Workload.Trace[rec.ID].Turn
 			}
-			fmt.Fprintf(&b, "%d,%d,%d,%d,%.4f,%.4f,%d,%d,%d,%q\n", rec.ID, sess, turn, rec.Replica, rec.Sent, rec.TTFT(), rec.Prompt, rec.Cached, rec.Output, rec.Err)
+			fmt.Fprintf(&b, "%d,%d,%d,%d,%.4f,%.4f,%d,%d,%d,%q,%.4f\n", rec.ID, sess, turn, rec.Replica, rec.Sent, rec.TTFT(), rec.Prompt, rec.Cached, rec.Output, rec.Err, rec.Done)
 		}
 		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
 			return err

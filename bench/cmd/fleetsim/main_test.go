@@ -159,18 +159,23 @@ func TestRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		if lines[0] != "id,session,turn,replica,sent,ttft,prompt,cached,output,err" || len(lines) < 10 {
+		if lines[0] != "id,session,turn,replica,sent,ttft,prompt,cached,output,err,done" || len(lines) < 10 {
 			t.Fatalf("%s: header %q, %d lines", pol, lines[0], len(lines))
 		}
 		var ttfts []float64
 		for i, l := range lines[1:] {
 			f := strings.Split(l, ",")
-			if len(f) != 10 || f[0] != strconv.Itoa(i) || f[9] != `""` {
+			if len(f) != 11 || f[0] != strconv.Itoa(i) || f[9] != `""` {
 				t.Fatalf("%s line %d: %q", pol, i+1, l)
 			}
 			v, err := strconv.ParseFloat(f[5], 64)
 			if err != nil || v <= 0 {
 				t.Fatalf("%s line %d: ttft %q", pol, i+1, f[5])
+			}
+			sent, err1 := strconv.ParseFloat(f[4], 64)
+			done, err2 := strconv.ParseFloat(f[10], 64)
+			if err1 != nil || err2 != nil || done < sent+v-1e-3 {
+				t.Fatalf("%s line %d: sent %q ttft %q done %q", pol, i+1, f[4], f[5], f[10])
 			}
 			ttfts = append(ttfts, v)
 		}
@@ -188,5 +193,44 @@ func TestRecords(t *testing.T) {
 		if lo, hi := ttfts[(len(ttfts)-1)/2], med; row.TTFTp50.Median < lo-1e-3 || row.TTFTp50.Median > hi+1e-3 {
 			t.Errorf("%s: row p50 %.4f, records' median %.4f-%.4f", pol, row.TTFTp50.Median, lo, hi)
 		}
+	}
+}
+
+// TestWriteClosedTrace checks -gen-closed: the generated sessions written
+// in this package's JSONL, each later turn chained to an earlier row, the
+// same prompts as the Mooncake form row for row.
+func TestWriteClosedTrace(t *testing.T) {
+	dir := t.TempDir()
+	open, closed := filepath.Join(dir, "open.jsonl"), filepath.Join(dir, "closed.jsonl")
+	gen := []string{"-gen-trace", "tool-agent", "-gen-sessions", "3", "-gen-rate", "2", "-seed", "5"}
+	var out bytes.Buffer
+	if err := run(append([]string{"-write-trace", open}, gen...), &out); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(append([]string{"-write-trace", closed, "-gen-closed"}, gen...), &out); err != nil {
+		t.Fatal(err)
+	}
+	wo, err := workload.LoadFile(open, workload.MooncakeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := workload.LoadFile(closed, workload.MooncakeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wc.Trace) != len(wo.Trace) || len(wc.Trace) < 24 {
+		t.Fatalf("%d closed rows, %d open", len(wc.Trace), len(wo.Trace))
+	}
+	chained := 0
+	for i, r := range wc.Trace {
+		if o := wo.Trace[i]; r.Input != o.Input || len(r.HashIDs) != len(o.HashIDs) || o.After != -1 {
+			t.Fatalf("row %d: closed %+v, open %+v", i, r, o)
+		}
+		if r.After >= 0 {
+			chained++
+		}
+	}
+	if chained != len(wc.Trace)-3 {
+		t.Fatalf("%d of %d rows chained, want all but the 3 sessions' first turns", chained, len(wc.Trace))
 	}
 }
