@@ -482,7 +482,7 @@ func (s *RamjetSelection) tag(r *http.Request, w http.ResponseWriter, st *reqSta
 	st.fleet = s.fleet
 	st.slot = v.Slots[i]
 	st.routeIDHdr = v.IDHdr[i]
-	if w != nil && !st.observed { // observed: the handler's stateObserver sets it on WriteHeader
+	if w != nil {
 		w.Header()[HeaderUpstream] = v.IDHdr[i]
 	}
 	// On the first attempt r.Header is the map Caddy copies the request
