@@ -115,6 +115,10 @@ type ramjetDirective struct {
 	// defaults.
 	SpillBand      int    `json:"spill_band"`
 	ForeignPrefill string `json:"foreign_prefill"`
+	// IndexShare and QueueExtra are the policy's index_share and
+	// queue_extra (fleetstate.PolicySettings); unset keeps their defaults.
+	IndexShare float64 `json:"index_share"`
+	QueueExtra float64 `json:"queue_extra"`
 	// SessionShadow is the session key header of the session-affinity
 	// shadow telemetry (integrity.ShadowSettings); empty keeps it off.
 	SessionShadow    string `json:"session_shadow"`
@@ -147,6 +151,8 @@ type ramjetDirective struct {
 //	    instance_id         <id>
 //	    depart_after        <duration>
 //	    spill_band          <tokens>|off
+//	    index_share         <share>|off   (the approximate path's full-cache model)
+//	    queue_extra         <weight>|off
 //	    foreign_prefill     on|off|queues (needs kv_events or kv_bind)
 //	    session_shadow      <header>    (shadow telemetry, off when empty)
 //	    allow_paths         <paths...>
@@ -387,7 +393,8 @@ func (rd *ramjetDirective) block() *caddyblock.Block {
 		Check: map[string]func(string) (string, error){"model_check": catalog.ParseModelCheck, "mode": integrity.ParseSpecMode,
 			"foreign_prefill": fleetstate.ParseForeign},
 		Words: map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
-			"spec_decode_position": {"overall": nil}, "spill_band": {"off": -1}},
+			"spec_decode_position": {"overall": nil}, "spill_band": {"off": -1},
+			"index_share": {"off": -1}, "queue_extra": {"off": -1}},
 	}
 	for name := range kvDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.kv.read(b, d, name) }
@@ -555,7 +562,8 @@ func (rd *ramjetDirective) tuneTransport(rp *reverseproxy.Handler, h httpcaddyfi
 func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 	p := &module.RamjetSelection{PolicySettings: fleetstate.PolicySettings{Config: rd.Config, RouteIDSecret: rd.Secret,
 		InstanceID: rd.InstanceID, DepartAfter: duration.Duration(rd.DepartAfter),
-		SpillBand: rd.SpillBand, ForeignPrefill: rd.ForeignPrefill}}
+		SpillBand: rd.SpillBand, ForeignPrefill: rd.ForeignPrefill,
+		IndexShare: rd.IndexShare, QueueExtra: rd.QueueExtra}}
 	if rd.MaxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.MaxBodySize

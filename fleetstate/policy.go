@@ -2,6 +2,7 @@ package fleetstate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -84,6 +85,17 @@ type PolicySettings struct {
 	// It changes nothing for an instance at spill position 0 (no id, or
 	// an ordinal 0).
 	SpillBand int `json:"spill_band,omitempty"`
+
+	// IndexShare and QueueExtra set selection.Options.IndexShare and
+	// QueueExtra, the approximate path's model of a full KV cache: the
+	// share of a replica's KV capacity the index counts as prefix cache
+	// (in (0, 1]; 1 counts the whole), and the extra weight of pending
+	// prefill for a request cold on every replica (positive). 0 (unset) is
+	// the default: selection's DefaultIndexShare and DefaultQueueExtra on
+	// the approximate path, off with kv (the engines' events say what they
+	// hold; bench/EXPERIMENTS.md section 87); -1 (Caddyfile "off") is off.
+	IndexShare float64 `json:"index_share,omitempty"`
+	QueueExtra float64 `json:"queue_extra,omitempty"`
 
 	// ForeignPrefill, "on", "queues" or "off", counts the prefill other ramjet
 	// instances put on a replica as load, estimated from the block runs
@@ -208,6 +220,12 @@ func (s *PolicySettings) Validate() error {
 	if s.SpillBand < -1 {
 		return fmt.Errorf("spill_band must be positive, 0 (the default) or -1 (off), got %d", s.SpillBand)
 	}
+	if v := s.IndexShare; v != -1 && (v < 0 || v > 1) {
+		return fmt.Errorf("index_share must be in (0, 1], 0 (the default) or -1 (off), got %v", v)
+	}
+	if v := s.QueueExtra; v != -1 && v < 0 {
+		return fmt.Errorf("queue_extra must be positive, 0 (the default) or -1 (off), got %v", v)
+	}
 	if _, err := ParseForeign(s.ForeignPrefill); err != nil {
 		return fmt.Errorf("foreign_prefill: %w", err)
 	}
@@ -226,7 +244,8 @@ const DefaultSpillBand = 1024
 
 // SpillOptions are the rule variants spill_band and engine_metrics'
 // agree, overflow and queue ask for (the zero Options when all are off
-// and kv is), with selection's IndexShare and QueueExtra off under kv.
+// and kv is), with selection's IndexShare and QueueExtra off under kv
+// unless index_share or queue_extra is set.
 func (s *PolicySettings) SpillOptions() selection.Options {
 	em := s.EngineMetrics
 	o := selection.Options{AgreeExt: em != nil && em.Agree, EngineOverflow: em != nil && em.Overflow}
@@ -247,6 +266,8 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 		// kept with it (bench/EXPERIMENTS.md section 87).
 		o.IndexShare, o.QueueExtra = -1, -1
 	}
+	o.IndexShare = cmp.Or(s.IndexShare, o.IndexShare) // set: on either path
+	o.QueueExtra = cmp.Or(s.QueueExtra, o.QueueExtra)
 	return o
 }
 

@@ -25,6 +25,9 @@ func TestSpillOptions(t *testing.T) {
 		{"both", PolicySettings{KV: kv, EngineMetrics: em}, on},
 		{"both, off", PolicySettings{KV: kv, EngineMetrics: em, SpillBand: -1}, precise},
 		{"set", PolicySettings{SpillBand: 512}, selection.Options{ColdSpill: true, SpillBand: 512}},
+		{"index_share and queue_extra off", PolicySettings{IndexShare: -1, QueueExtra: -1}, selection.Options{IndexShare: -1, QueueExtra: -1}},
+		{"kv, index_share and queue_extra set", PolicySettings{KV: kv, ForeignPrefill: "off", IndexShare: 0.5, QueueExtra: 4},
+			selection.Options{IndexShare: 0.5, QueueExtra: 4}},
 		{"engine_metrics agree", PolicySettings{EngineMetrics: &enginemetrics.Settings{Agree: true}}, selection.Options{AgreeExt: true}},
 		{"both, agree", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Agree: true}},
 			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, AgreeExt: true, IndexShare: -1, QueueExtra: -1}},
@@ -48,6 +51,19 @@ func TestSpillOptions(t *testing.T) {
 	s.SetDefaults()
 	if err := s.Validate(); err == nil {
 		t.Error("spill_band -2 accepted")
+	}
+	for _, v := range [][2]float64{{-1, -1}, {0, 0}, {0.5, 4}, {1, 0.5}} {
+		s := PolicySettings{IndexShare: v[0], QueueExtra: v[1]}
+		s.SetDefaults()
+		if err := s.Validate(); err != nil {
+			t.Errorf("index_share %v, queue_extra %v: %v", v[0], v[1], err)
+		}
+	}
+	for _, s := range []PolicySettings{{IndexShare: 1.5}, {IndexShare: -0.5}, {QueueExtra: -2}} {
+		s.SetDefaults()
+		if err := s.Validate(); err == nil {
+			t.Errorf("%+v accepted", s)
+		}
 	}
 }
 

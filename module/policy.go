@@ -127,6 +127,8 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		route_id_secret    <secret>
 //		instance_id        <id>
 //		spill_band         <tokens>|off
+//		index_share        <share>|off
+//		queue_extra        <weight>|off
 //		foreign_prefill    on|off|queues
 //		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency, agree, overflow, queue, queue_sat }]
 //		outlier {
@@ -163,6 +165,8 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		Words: map[string]map[string]any{
 			"outlier consecutive_failures":   {"off": -1},
 			"spill_band":                     {"off": -1},
+			"index_share":                    {"off": -1},
+			"queue_extra":                    {"off": -1},
 			"integrity spec_decode position": {"overall": nil},
 		},
 	}

@@ -35,6 +35,9 @@ func TestSpillBandWired(t *testing.T) {
 		{"kv and engine_metrics, off", kv + em + "spill_band off\n", precise(selection.Options{})},
 		{"kv and engine_metrics, wider", kv + em + "spill_band 4096\n", precise(selection.Options{ColdSpill: true, SpillBand: 4096})},
 		{"set alone", "spill_band 2048\n", selection.Options{ColdSpill: true, SpillBand: 2048}},
+		{"index_share and queue_extra off", "index_share off\nqueue_extra off\n", selection.Options{IndexShare: -1, QueueExtra: -1}},
+		{"index_share and queue_extra set", "index_share 0.6\nqueue_extra 3\n", selection.Options{IndexShare: 0.6, QueueExtra: 3}},
+		{"kv with index_share set", kv + "foreign_prefill off\nindex_share 0.8\n", selection.Options{IndexShare: 0.8, QueueExtra: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,6 +56,12 @@ func TestSpillBandWired(t *testing.T) {
 	}
 	if _, err := provisionSpillErr(t, "ramjet {\n spill_band -2\n}"); err == nil || !strings.Contains(err.Error(), "spill_band") {
 		t.Errorf("spill_band -2: error %v, want one naming spill_band", err)
+	}
+	for _, bad := range []string{"index_share 1.5", "index_share -0.5", "queue_extra -2"} {
+		name := strings.Fields(bad)[0]
+		if _, err := provisionSpillErr(t, "ramjet {\n "+bad+"\n}"); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: error %v, want one naming %s", bad, err, name)
+		}
 	}
 }
 
