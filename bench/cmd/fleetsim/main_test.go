@@ -31,14 +31,7 @@ func TestShortSuite(t *testing.T) {
 			t.Errorf("plot: %v", err)
 		}
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []fleetsim.SeedSummary
-	if err := json.Unmarshal(b, &rows); err != nil {
-		t.Fatal(err)
-	}
+	rows := readJSON[[]fleetsim.SeedSummary](t, jsonPath)
 	if want := len(workload.Names) * (len(fleetsim.PolicyNames) + 1); len(rows) != want {
 		t.Fatalf("%d JSON rows, want %d", len(rows), want)
 	}
@@ -95,14 +88,7 @@ func TestMooncakeTraceReplay(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []fleetsim.SeedSummary
-	if err := json.Unmarshal(b, &rows); err != nil {
-		t.Fatal(err)
-	}
+	rows := readJSON[[]fleetsim.SeedSummary](t, jsonPath)
 	if len(rows) != 5 {
 		t.Fatalf("%d rows, want 4 policies and the oracle", len(rows))
 	}
@@ -145,14 +131,7 @@ func TestRecords(t *testing.T) {
 		"-policy", "ramjet,dynamo", "-json", jsonPath, "-records", dir}, &out); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []fleetsim.SeedSummary
-	if err := json.Unmarshal(b, &rows); err != nil {
-		t.Fatal(err)
-	}
+	rows := readJSON[[]fleetsim.SeedSummary](t, jsonPath)
 	for _, pol := range []string{"ramjet", "dynamo"} {
 		b, err := os.ReadFile(filepath.Join(dir, "records-locality-4-"+pol+".csv"))
 		if err != nil {
@@ -233,4 +212,18 @@ func TestWriteClosedTrace(t *testing.T) {
 	if chained != len(wc.Trace)-3 {
 		t.Fatalf("%d of %d rows chained, want all but the 3 sessions' first turns", chained, len(wc.Trace))
 	}
+}
+
+// readJSON decodes the JSON file at path (a run's -json rows) into a T.
+func readJSON[T any](t *testing.T, path string) T {
+	t.Helper()
+	var v T
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &v)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

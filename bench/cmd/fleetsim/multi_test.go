@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,14 +20,7 @@ func TestMultiRouters(t *testing.T) {
 	if !strings.Contains(out.String(), "### burst, several routers (") {
 		t.Fatalf("no table:\n%s", out.String())
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []fleetsim.MultiRow
-	if err := json.Unmarshal(b, &rows); err != nil {
-		t.Fatal(err)
-	}
+	rows := readJSON[[]fleetsim.MultiRow](t, jsonPath)
 	// ramjet x1, x2, x4; dynamo x1 (dynamo-sync's one instance), dynamo-sync x2, x4.
 	var got []string
 	for _, r := range rows {
