@@ -136,18 +136,10 @@ func (b *builder) next(session int, think float64, user, output int) int {
 // and every dependency still points backwards.
 func (b *builder) sorted() Trace {
 	t := b.t
-	order := make([]int, len(t))
-	for i := range order {
-		order[i] = i
-	}
 	// Depth-respecting order: sort by At, breaking ties by original ID.
 	// Every dependent row has At equal to its parent's and a larger ID,
 	// so it sorts after it.
-	sort.SliceStable(order, func(i, j int) bool { return t[order[i]].At < t[order[j]].At })
-	newID := make([]int, len(t))
-	for n, o := range order {
-		newID[o] = n
-	}
+	order, newID := stableOrder(len(t), func(i, j int) bool { return t[i].At < t[j].At })
 	out := make(Trace, len(t))
 	for n, o := range order {
 		r := t[o]
@@ -342,4 +334,20 @@ func specPair(rng *rand.Rand, o Options, shared bool) *Workload {
 		Replicas:    2,
 		Speculative: []int{0},
 	}
+}
+
+// stableOrder returns the indices 0..n-1 stably sorted by less (which
+// compares two indices) and its inverse: order[k] is the k-th index,
+// rank[i] the position of index i.
+func stableOrder(n int, less func(i, j int) bool) (order, rank []int) {
+	order = make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return less(order[a], order[b]) })
+	rank = make([]int, n)
+	for k, i := range order {
+		rank[i] = k
+	}
+	return order, rank
 }

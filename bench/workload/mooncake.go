@@ -217,15 +217,7 @@ func GenerateMooncakeClosed(kind string, o MooncakeGenOptions) (Trace, error) {
 	// Rows in GenerateMooncake's order (by arrival in the open form), so
 	// row i is the same prompt in both traces; a turn's previous turn
 	// arrived earlier there, so After points backwards.
-	order := make([]int, len(gen))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(i, j int) bool { return gen[order[i]].Timestamp < gen[order[j]].Timestamp })
-	id := make([]int, len(gen))
-	for n, g := range order {
-		id[g] = n
-	}
+	order, id := stableOrder(len(gen), func(i, j int) bool { return gen[i].Timestamp < gen[j].Timestamp })
 	t0 := gen[order[0]].Timestamp
 	t := make(Trace, len(gen))
 	for n, g := range order {
