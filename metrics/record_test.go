@@ -3,6 +3,8 @@ package metrics
 import (
 	"fmt"
 	"maps"
+	"math"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -382,5 +384,27 @@ func TestRecordsHotCache(t *testing.T) {
 	}
 	if n := len(*r.m.Load()); n != len(ups)*len(models) {
 		t.Errorf("%d pair records, want %d", n, len(ups)*len(models))
+	}
+}
+
+// TestHistBucketMatchesSearch: hist.observe's bucket is
+// sort.SearchFloat64s's for every bound list, at, between and past the
+// bounds, and for NaN and the infinities.
+func TestHistBucketMatchesSearch(t *testing.T) {
+	for _, bounds := range [][]float64{durationBounds, selectBounds, overlapBounds, dashboard.TTFTBounds} {
+		vals := []float64{math.NaN(), math.Inf(-1), math.Inf(1), -1, 0}
+		for _, b := range bounds {
+			vals = append(vals, b, math.Nextafter(b, math.Inf(-1)), math.Nextafter(b, math.Inf(1)), b*1.5)
+		}
+		for _, v := range vals {
+			var h hist
+			h.observe(bounds, v)
+			want := sort.SearchFloat64s(bounds, v)
+			for i := range h.buckets {
+				if n := h.buckets[i].Load(); n != 0 && i != want || i == want && n != 1 {
+					t.Fatalf("bounds %v, value %v: bucket %d holds %d, want the one in bucket %d", bounds, v, i, n, want)
+				}
+			}
+		}
 	}
 }
