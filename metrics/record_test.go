@@ -1,7 +1,10 @@
 package metrics
 
 import (
+	"fmt"
 	"maps"
+	"math"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -350,5 +353,58 @@ func TestRecordsConcurrentScrape(t *testing.T) {
 	ties, _ := m.Value("tie_breaks_total", "rule", "load")
 	if reqs != 800 || durations != 800 || prompt != 2400 || ties != 800 {
 		t.Errorf("requests %v, durations %v, prompt tokens %v, ties %v; want 800, 800, 2400, 800", reqs, durations, prompt, ties)
+	}
+}
+
+// TestRecordsHotCache: the records' cache by string address returns the
+// map's record of the pair asked, with many pairs (collisions) and with
+// equal strings at other addresses.
+func TestRecordsHotCache(t *testing.T) {
+	var r records
+	r.dash = dashboard.NewRecorder()
+	ups, models := make([]string, 40), []string{"m", "n", "o"}
+	for i := range ups {
+		ups[i] = fmt.Sprintf("%04x", i)
+	}
+	for round := range 3 {
+		for _, u := range ups {
+			for _, m := range models {
+				if round == 2 {
+					u, m = strings.Clone(u), strings.Clone(m) // same text, other addresses
+				}
+				p := r.get(u, m)
+				if p.upstream != u || p.model != m {
+					t.Fatalf("get(%q, %q) = the record of (%q, %q)", u, m, p.upstream, p.model)
+				}
+				if q := (*r.m.Load())[pairKey{u, m}]; q != p {
+					t.Fatalf("get(%q, %q) is not the map's record", u, m)
+				}
+			}
+		}
+	}
+	if n := len(*r.m.Load()); n != len(ups)*len(models) {
+		t.Errorf("%d pair records, want %d", n, len(ups)*len(models))
+	}
+}
+
+// TestHistBucketMatchesSearch: hist.observe's bucket is
+// sort.SearchFloat64s's for every bound list, at, between and past the
+// bounds, and for NaN and the infinities.
+func TestHistBucketMatchesSearch(t *testing.T) {
+	for _, bounds := range [][]float64{durationBounds, selectBounds, overlapBounds, dashboard.TTFTBounds} {
+		vals := []float64{math.NaN(), math.Inf(-1), math.Inf(1), -1, 0}
+		for _, b := range bounds {
+			vals = append(vals, b, math.Nextafter(b, math.Inf(-1)), math.Nextafter(b, math.Inf(1)), b*1.5)
+		}
+		for _, v := range vals {
+			var h hist
+			h.observe(bounds, v)
+			want := sort.SearchFloat64s(bounds, v)
+			for i := range h.buckets {
+				if n := h.buckets[i].Load(); n != 0 && i != want || i == want && n != 1 {
+					t.Fatalf("bounds %v, value %v: bucket %d holds %d, want the one in bucket %d", bounds, v, i, n, want)
+				}
+			}
+		}
 	}
 }

@@ -120,5 +120,6 @@ func (o *Response) Fill(x *Exchange, status int, err error, clientGone bool) {
 // Reset readies o for another response.
 func (o *Response) Reset() {
 	o.usage.Reset()
-	*o = Response{usage: o.usage}
+	// Field by field: the scanner is not copied out and back.
+	o.Status, o.Stream, o.First, o.Start, o.scan, o.tail, o.tailLen = 0, false, time.Time{}, time.Time{}, false, [16]byte{}, 0
 }

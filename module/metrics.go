@@ -113,7 +113,7 @@ func (o *metricsObserver) End(status int, err error) {
 		st.metrics = nil
 	}
 	o.Reset()
-	*o = metricsObserver{Response: o.Response}
+	o.m, o.st, o.r, o.start, o.selected, o.inflight = nil, nil, nil, time.Time{}, false, metrics.Inflight{} // Reset cleared the Response in place
 	observerPool.Put(o)
 }
 

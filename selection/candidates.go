@@ -14,22 +14,29 @@ func AppendCandidates(dst []Candidate, slots []Slot, profiles []Profile, availab
 	start := len(dst)
 	dst = slices.Grow(dst, len(slots))[:start+len(slots)]
 	out, profiles := dst[start:], profiles[:len(slots)] // no bounds checks below
-	usable, admitted := 0, 0
+	// The proxy's view first, in a pass of its own: the rest of the
+	// checks make no call unless a replica is ejected, so that their
+	// loop keeps its figures in registers.
 	for i, slot := range slots {
-		ok := slot >= 0 && available(i)
-		if ok && !od.Usable(slot) {
+		out[i] = Candidate{Slot: slot, Usable: slot >= 0 && available(i), Profile: profiles[i]}
+	}
+	usable, admitted := 0, 0
+	for i := range out {
+		c := &out[i]
+		ok := c.Usable
+		if ok && od.Ejected(c.Slot) && !od.Usable(c.Slot) { // Ejected inlined: Usable is true otherwise
 			// Ejected by outlier detection: its recent answers failed.
 			ok = false
 		} else if ok {
 			admitted++
 		}
-		if ok && tried != nil && tried.Has(slot) {
+		if ok && tried != nil && tried.Has(c.Slot) {
 			ok = false
 		}
 		if ok {
 			usable++
 		}
-		out[i] = Candidate{Slot: slot, Usable: ok, Profile: profiles[i]}
+		c.Usable = ok
 	}
 	if usable == 0 {
 		for i, slot := range slots {

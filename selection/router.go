@@ -1443,6 +1443,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = i
 		}
 	}
+	tieWinner := w // the only tied candidate when ties == 1
 	if s.Overlap[w] == 0 && d.BestOverlap > 0 && usable >= SubsetGuardReplicas && prompt <= DefaultAgreeMax {
 		w = rt.warmHold(cands, s, w, busy, usable)
 	}
@@ -1459,8 +1460,12 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	}
 	w = rt.agreePick(f, cands, s, w, best, prompt, first)
 	// The rule that decided: the latest one the winner needed against any
-	// other tied candidate.
+	// other tied candidate (none to compare when the winner is the only
+	// one: the loop is skipped).
 	for i := range cands {
+		if ties == 1 && w == tieWinner {
+			break
+		}
 		if i == w || !cands[i].Usable || scs[i] < tied {
 			continue
 		}

@@ -400,5 +400,7 @@ func (j *usageJSON) usage() (u Usage, ok bool) {
 
 // Reset clears s for reuse, keeping its buffers.
 func (s *Scanner) Reset() {
-	*s = Scanner{cur: s.cur[:0], last: s.last[:0]}
+	cur, last := s.cur[:0], s.last[:0]
+	*s = Scanner{} // cleared in place, then the buffers kept
+	s.cur, s.last = cur, last
 }
