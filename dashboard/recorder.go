@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // TTFTBounds are the upper bounds of the time-to-first-token histogram, in
@@ -138,9 +137,7 @@ type Recorder struct {
 	// decisions by (upstream, reason), the requests in flight by model,
 	// the finished requests' counts by (upstream, model).
 	decisions cowMap[decisionKey, Count]
-	hot       [HotSlots]atomic.Pointer[Count] // decisions by their strings' addresses (HotSlot)
-	inflight  cowMap[string, inflightCount]
-	hotIn     [HotSlots]atomic.Pointer[inflightCount] // inflight by its model's address (HotSlot)
+	inflight  cowMap[string, atomic.Int64]
 	tallies   cowMap[pairKey, Tally]
 }
 
@@ -149,24 +146,6 @@ type Recorder struct {
 type Count struct {
 	atomic.Int64
 	Created time.Time
-	key     decisionKey // its key in Recorder.decisions, for Recorder.hot
-}
-
-// HotSlots is the size of the caches by string address (HotSlot).
-const HotSlots = 64
-
-// HotSlot is the entry of a cache of HotSlots entries for the key whose
-// strings are a and b: a hash of the strings' addresses. The strings that
-// label the request path's counters (a pool view's route ids, the
-// interned model labels, the reasons' constants) are the same strings
-// request after request, so a cache entry found there is checked by
-// comparing strings with equal pointers (no byte read) instead of hashing
-// them for a map. The address only places the entry: a hit is a match of
-// the strings' text.
-func HotSlot(a, b string) int {
-	x := uint64(uintptr(unsafe.Pointer(unsafe.StringData(a))))
-	y := uint64(uintptr(unsafe.Pointer(unsafe.StringData(b))))
-	return int((x*0x9E3779B97F4A7C15 ^ y) * 0xC2B2AE3D27D4EB4F >> (64 - 6)) // 6 = log2(HotSlots)
 }
 
 // cowMap holds values by key in a map copied on each new key (the keys are
@@ -175,7 +154,7 @@ func HotSlot(a, b string) int {
 type cowMap[K comparable, V any] struct {
 	mu   sync.Mutex
 	m    atomic.Pointer[map[K]*V]
-	init func(K, *V) // readies a new value of a key, when set
+	init func(*V) // readies a new value, when set
 }
 
 // get returns k's value, created zero on first use.
@@ -200,7 +179,7 @@ func (c *cowMap[K, V]) get(k K) *V {
 	}
 	n := new(V)
 	if c.init != nil {
-		c.init(k, n)
+		c.init(n)
 	}
 	m[k] = n
 	c.m.Store(&m)
@@ -246,21 +225,14 @@ func NewRecorder() *Recorder {
 		panic("dashboard: more TTFT bounds than a tally holds")
 	}
 	r := new(Recorder)
-	r.decisions.init = func(k decisionKey, c *Count) { c.Created, c.key = time.Now(), k }
-	r.inflight.init = func(k string, c *inflightCount) { c.model = k }
+	r.decisions.init = func(c *Count) { c.Created = time.Now() }
 	return r
 }
 
 // Reset forgets every count.
 func (r *Recorder) Reset() {
 	r.decisions.reset()
-	for i := range r.hot {
-		r.hot[i].Store(nil)
-	}
 	r.inflight.reset()
-	for i := range r.hotIn {
-		r.hotIn[i].Store(nil)
-	}
 	r.tallies.reset()
 }
 
@@ -275,19 +247,7 @@ func modelKey(name string) string {
 // Decisions is the counter of routing decisions for upstream ("" when
 // none was chosen) by reason: add one per decision.
 func (r *Recorder) Decisions(upstream, reason string) *Count {
-	i := HotSlot(upstream, reason)
-	if c := r.hot[i].Load(); c != nil && c.key.upstream == upstream && c.key.reason == reason {
-		return c
-	}
-	m := r.decisions.m.Load()
-	c := r.decisions.get(decisionKey{upstream, reason})
-	r.hot[i].Store(c)
-	if r.decisions.m.Load() != m {
-		// A key joined or Reset ran meanwhile: c may be gone from the
-		// map, so it does not stay cached (the next call caches it).
-		r.hot[i].CompareAndSwap(c, nil)
-	}
-	return c
+	return r.decisions.get(decisionKey{upstream, reason})
 }
 
 // EachDecisions calls f with every counter of decisions and its upstream
@@ -299,32 +259,11 @@ func (r *Recorder) EachDecisions(f func(upstream, reason string, c *Count)) {
 // Inflight is the counter of model's requests in flight: add one when a
 // request starts, take it off when it ends. The samples count model ""
 // as "unknown".
-func (r *Recorder) Inflight(model string) *atomic.Int64 {
-	i := HotSlot(model, "")
-	if c := r.hotIn[i].Load(); c != nil && c.model == model {
-		return &c.n
-	}
-	m := r.inflight.m.Load()
-	c := r.inflight.get(model)
-	r.hotIn[i].Store(c)
-	if r.inflight.m.Load() != m {
-		r.hotIn[i].CompareAndSwap(c, nil) // as in Decisions
-	}
-	return &c.n
-}
-
-// inflightCount is a model's count of requests in flight, with its key
-// (for Recorder.hotIn).
-type inflightCount struct {
-	n     atomic.Int64
-	model string
-}
+func (r *Recorder) Inflight(model string) *atomic.Int64 { return r.inflight.get(model) }
 
 // EachInflight calls f with every counter of requests in flight and its
 // model.
-func (r *Recorder) EachInflight(f func(model string, c *atomic.Int64)) {
-	r.inflight.each(func(k string, c *inflightCount) { f(k, &c.n) })
-}
+func (r *Recorder) EachInflight(f func(model string, c *atomic.Int64)) { r.inflight.each(f) }
 
 // Tally is where the requests of model to upstream ("" when none was
 // chosen) are counted when they end (Tally.End). The caller may keep it
@@ -404,8 +343,8 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 			upstream(k.upstream).Reasons[k.reason] += n
 		}
 	})
-	r.inflight.each(func(k string, c *inflightCount) {
-		n := c.n.Load()
+	r.inflight.each(func(k string, c *atomic.Int64) {
+		n := c.Load()
 		if n == 0 {
 			return
 		}

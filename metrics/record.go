@@ -134,9 +134,6 @@ type records struct {
 	// dash is the dashboard's Recorder, whose tallies the pairs hold (reset
 	// with the records).
 	dash *dashboard.Recorder
-	// hot caches pair records by their strings' addresses
-	// (dashboard.HotSlot).
-	hot [dashboard.HotSlots]atomic.Pointer[pairRecord]
 
 	tieSeen    atomic.Uint32
 	ties       [8]atomic.Uint64 // by selection.TieRule
@@ -154,19 +151,9 @@ func (r *records) tie(t selection.TieRule) {
 
 // get returns the record of the pair (upstream, model).
 func (r *records) get(upstream, model string) *pairRecord {
-	i := dashboard.HotSlot(upstream, model)
-	if p := r.hot[i].Load(); p != nil && p.upstream == upstream && p.model == model {
-		return p
-	}
 	k := pairKey{upstream, model}
 	if m := r.m.Load(); m != nil {
 		if p := (*m)[k]; p != nil {
-			r.hot[i].Store(p)
-			if r.m.Load() != m {
-				// The map changed meanwhile (a pair joined, or reset):
-				// p may be gone from it, so it does not stay cached.
-				r.hot[i].CompareAndSwap(p, nil)
-			}
 			return p
 		}
 	}
@@ -207,9 +194,6 @@ func (r *records) mark(seen *atomic.Uint32, bit uint32, created *time.Time) {
 func (r *records) reset() {
 	r.mu.Lock()
 	r.m.Store(nil)
-	for i := range r.hot {
-		r.hot[i].Store(nil)
-	}
 	r.ups = nil
 	r.tieSeen.Store(0)
 	for i := range r.ties {

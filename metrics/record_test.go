@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"fmt"
 	"maps"
 	"math"
 	"sort"
@@ -353,37 +352,6 @@ func TestRecordsConcurrentScrape(t *testing.T) {
 	ties, _ := m.Value("tie_breaks_total", "rule", "load")
 	if reqs != 800 || durations != 800 || prompt != 2400 || ties != 800 {
 		t.Errorf("requests %v, durations %v, prompt tokens %v, ties %v; want 800, 800, 2400, 800", reqs, durations, prompt, ties)
-	}
-}
-
-// TestRecordsHotCache: the records' cache by string address returns the
-// map's record of the pair asked, with many pairs (collisions) and with
-// equal strings at other addresses.
-func TestRecordsHotCache(t *testing.T) {
-	var r records
-	r.dash = dashboard.NewRecorder()
-	ups, models := make([]string, 40), []string{"m", "n", "o"}
-	for i := range ups {
-		ups[i] = fmt.Sprintf("%04x", i)
-	}
-	for round := range 3 {
-		for _, u := range ups {
-			for _, m := range models {
-				if round == 2 {
-					u, m = strings.Clone(u), strings.Clone(m) // same text, other addresses
-				}
-				p := r.get(u, m)
-				if p.upstream != u || p.model != m {
-					t.Fatalf("get(%q, %q) = the record of (%q, %q)", u, m, p.upstream, p.model)
-				}
-				if q := (*r.m.Load())[pairKey{u, m}]; q != p {
-					t.Fatalf("get(%q, %q) is not the map's record", u, m)
-				}
-			}
-		}
-	}
-	if n := len(*r.m.Load()); n != len(ups)*len(models) {
-		t.Errorf("%d pair records, want %d", n, len(ups)*len(models))
 	}
 }
 
