@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -439,5 +441,19 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 		if !charted[n] {
 			t.Errorf("series %s has no Grafana panel", n)
 		}
+	}
+}
+
+// TestMetricsObserverFieldsClearedByEnd: End clears a pooled
+// metricsObserver field by field (keeping its Response's scanner buffers),
+// so a field added to it must be cleared there too: this list is End's.
+func TestMetricsObserverFieldsClearedByEnd(t *testing.T) {
+	var names []string
+	for f := range reflect.TypeFor[metricsObserver]().Fields() {
+		names = append(names, f.Name)
+	}
+	want := []string{"Response", "m", "st", "r", "start", "selected", "inflight"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("metricsObserver's fields are %v, End clears %v: clear the new ones in End and update this list", names, want)
 	}
 }
