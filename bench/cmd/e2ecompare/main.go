@@ -348,6 +348,12 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	row := reportRow(w.Name, pol, n, ts, rep, time.Since(start))
 	row.Preflight = pre
 	if peer != nil {
+		// Read once Caddy is down: every handler has returned, so the
+		// adapter's in-flight counts must all be 0 (Stats.InFlight).
+		client.Close()
+		if err := caddyrun.Stop(); err != nil {
+			return Row{}, err
+		}
 		st := peer.Stats()
 		row.Peer = &st
 	}
@@ -498,8 +504,8 @@ func markdown(rows []Row) string {
 	}
 	for _, r := range rows {
 		if p := r.Peer; p != nil {
-			fmt.Fprintf(&sb, "\n%s/%s (fleetsim's policy in Caddy): %d requests tokenized, %d picks, %d not routed by it, %d KV events applied\n",
-				r.Workload, r.Policy, p.Requests, p.Picks, p.Fallbacks, p.KVEvents)
+			fmt.Fprintf(&sb, "\n%s/%s (fleetsim's policy in Caddy): %d requests tokenized, %d picks, %d not routed by it, %d KV events applied, in flight at the end %v\n",
+				r.Workload, r.Policy, p.Requests, p.Picks, p.Fallbacks, p.KVEvents, p.InFlight)
 		}
 	}
 	return sb.String()
