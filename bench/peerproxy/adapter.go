@@ -69,6 +69,10 @@ type Stats struct {
 	Picks     int // Pick calls (a retry picks again)
 	Fallbacks int // generation requests not routed by the policy (body too large or not a valid request, pick not in the pool)
 	KVEvents  int // KV events applied
+	// InFlight is the policy's in-flight count per replica when the
+	// stats were read (what its Pick reads): all 0 once every request
+	// has ended.
+	InFlight []int
 }
 
 // liveEngine is a replica's engine metrics as of the decision's start
@@ -171,7 +175,12 @@ func (a *Adapter) Close() error {
 func (a *Adapter) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.stats
+	st := a.stats
+	st.InFlight = make([]int, len(a.fleet))
+	for i, r := range a.fleet {
+		st.InFlight[i] = r.InFlight
+	}
+	return st
 }
 
 // request is one live request: its fleetsim view and where it went.

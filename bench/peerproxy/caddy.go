@@ -94,10 +94,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	st := h.a.newRequest(prompt)
 	caddyhttp.SetVar(r.Context(), varRequest, st)
+	// Deferred: reverse_proxy ends a response it could not finish (the
+	// client went away mid-stream, or right after the last event while
+	// the proxy still waited for the upstream's end) by panicking with
+	// http.ErrAbortHandler, and the request must end in the policy then
+	// too, as a gateway's in-flight count (SGLang's load guard) drops
+	// whatever way the response ended. Called after the return only, the
+	// abort path left the request in flight for good: its replica's
+	// InFlight (SGLang's load) and the policy's own state (Dynamo's active
+	// blocks) grew for the rest of the run.
+	defer h.a.done(st)
 	fw := &firstWriter{ResponseWriter: w, first: func() { h.a.firstToken(st) }}
-	err = next.ServeHTTP(fw, r)
-	h.a.done(st)
-	return err
+	return next.ServeHTTP(fw, r)
 }
 
 // firstWriter calls first at the response's first body byte (the first

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -173,4 +174,51 @@ func startInCaddy(t *testing.T, cfg Config) (*Adapter, *caddyrun.Running) {
 	}
 	t.Cleanup(func() { caddyrun.Stop() })
 	return a, running
+}
+
+// TestAbortedResponseEndsTheRequest checks that a request whose response
+// reverse_proxy aborts (the client closes the stream after its first
+// event: Caddy's copy fails and it panics with http.ErrAbortHandler) ends
+// in the policy as one that completes does: its replica's in-flight count
+// (SGLang's load) returns to 0. Before the handler deferred Done, the
+// abort path left it in flight for the rest of the run (a replay of
+// shared-prefix leaked a few such counts, which steered SGLang's
+// least-loaded choices away from the replicas holding them).
+func TestAbortedResponseEndsTheRequest(t *testing.T) {
+	addrs := startEngines(t, 2)
+	a, running := startInCaddy(t, Config{Policy: "sglang", Seed: 1, Upstreams: addrs})
+	inFlight := func() int {
+		n := 0
+		for _, c := range a.Stats().InFlight {
+			n += c
+		}
+		return n
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	for k := range 3 {
+		resp, err := hc.Post(running.URL("lb")+"/chat/completions", "application/json", strings.NewReader(string(chatBody(k, 64, k, 16))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first event: routed, streaming 8,000 tokens in real time.
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		if n := inFlight(); n != 1 {
+			t.Fatalf("request %d streaming: %d in flight, want 1", k, n)
+		}
+		resp.Body.Close() // unread: the transport closes the connection
+		deadline := time.Now().Add(10 * time.Second)
+		for inFlight() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d aborted: still in flight after 10s: %v", k, a.Stats().InFlight)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if st := a.Stats(); st.Requests != 3 || st.Picks != 3 {
+		t.Errorf("stats %+v, want 3 requests and picks", st)
+	}
 }

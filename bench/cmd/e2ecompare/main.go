@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		workloads = fs.String("workload", "locality,burst,agent-fleet", "workloads, comma-separated ("+strings.Join(workload.Names, ", ")+")")
-		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet and ramjet-precise (lb_policy ramjet fed by the engines' KV events) know the engines' KV capacity (kv_capacity), ramjet-nocap does not; "+strings.Join(Peers, ", ")+" are the fleet simulation's peers run inside Caddy (bench/peerproxy); empty: only the -routers rows")
+		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet and ramjet-precise (lb_policy ramjet fed by the engines' KV events) know the engines' KV capacity (kv_capacity), ramjet-nocap does not; each takes fleetsim's options ixs (index_share) and qx (queue_extra), 0 or -1 off: ramjet@ixs=-1+qx=-1 is the approximate path before the full-cache model; "+strings.Join(Peers, ", ")+" are the fleet simulation's peers run inside Caddy (bench/peerproxy); empty: only the -routers rows")
 		replicas  = fs.Int("replicas", 8, "engine simulators")
 		seed      = fs.Uint64("seed", 1, "workload seed (the fleet simulation's -seed)")
 		scale     = fs.Float64("scale", 0.25, "workload request-count scale (the fleet simulation's -scale)")
@@ -147,6 +147,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, pol := range strings.Split(*policies, ",") {
+		if _, _, err := parseTarget(strings.TrimSpace(pol)); err != nil {
+			return err
+		}
+	}
 	var progress io.Writer
 	if f, ok := stderr.(*os.File); ok && loadgen.IsTerminal(f) {
 		progress = stderr
@@ -168,7 +173,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			cpu0 := cpuSeconds()
-			publish := *kvEvents == "all" || pol == "ramjet-precise" || peerNeedsKV(pol)
+			publish := *kvEvents == "all" || policyBase(pol) == "ramjet-precise" || peerNeedsKV(pol)
 			results, closeResults, err := resultsFile(*resultsF, len(rows), w.Name, pol)
 			if err != nil {
 				return err
@@ -335,7 +340,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		return Row{}, err
 	}
 	var pre *module.KVPreflightReport
-	if pol == "ramjet-precise" {
+	if policyBase(pol) == "ramjet-precise" {
 		if r, ok := module.KVPreflight(module.DefaultStateKey); ok {
 			pre = &r
 		}
@@ -343,6 +348,12 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	row := reportRow(w.Name, pol, n, ts, rep, time.Since(start))
 	row.Preflight = pre
 	if peer != nil {
+		// Read once Caddy is down: every handler has returned, so the
+		// adapter's in-flight counts must all be 0 (Stats.InFlight).
+		client.Close()
+		if err := caddyrun.Stop(); err != nil {
+			return Row{}, err
+		}
 		st := peer.Stats()
 		row.Peer = &st
 	}
@@ -351,7 +362,9 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 
 // siteFor is the Caddy site "lb" of policy pol over the engines sims at
 // addrs; ramjet-precise is lb_policy ramjet subscribed to their KV events,
-// with the tokenize timeout tokTO (0: the module's default).
+// with the tokenize timeout tokTO (0: the module's default). A ramjet
+// target with options (ramjet@ixs=-1+qx=-1, parseTarget) is its base with
+// those lb_policy ramjet settings.
 //
 // ramjet and ramjet-precise know the engines' KV capacity (kv_capacity), as
 // the fleet simulation's rows of those names do (SetCapacity, what the
@@ -367,18 +380,22 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 // rows do not (bench/RESULTS.md, "The precise path's placements through
 // HTTP on the tool-agent window").
 func siteFor(pol string, addrs []string, sims []*enginesim.Server, tokTO time.Duration, inst string) caddyrun.Site {
-	switch pol {
+	base, settings, _ := parseTarget(pol) // checked by run
+	switch base {
 	case "ramjet", "ramjet-nocap", "ramjet-precise":
 		site := caddyrun.RamjetSite("lb", "ramjet", addrs)
 		site.PolicyConfig = map[string]any{}
 		if inst != "" {
 			site.PolicyConfig["instance_id"] = inst
 		}
-		if pol != "ramjet-nocap" {
+		if base != "ramjet-nocap" {
 			site.PolicyConfig["kv_capacity"] = engineCapacity(sims)
 		}
-		if pol == "ramjet-precise" {
+		if base == "ramjet-precise" {
 			site.PolicyConfig["kv"] = kvConfig(sims, addrs, tokTO)
+		}
+		for k, v := range settings {
+			site.PolicyConfig[k] = v
 		}
 		return site
 	}
@@ -487,8 +504,8 @@ func markdown(rows []Row) string {
 	}
 	for _, r := range rows {
 		if p := r.Peer; p != nil {
-			fmt.Fprintf(&sb, "\n%s/%s (fleetsim's policy in Caddy): %d requests tokenized, %d picks, %d not routed by it, %d KV events applied\n",
-				r.Workload, r.Policy, p.Requests, p.Picks, p.Fallbacks, p.KVEvents)
+			fmt.Fprintf(&sb, "\n%s/%s (fleetsim's policy in Caddy): %d requests tokenized, %d picks, %d not routed by it, %d KV events applied, in flight at the end %v\n",
+				r.Workload, r.Policy, p.Requests, p.Picks, p.Fallbacks, p.KVEvents, p.InFlight)
 		}
 	}
 	return sb.String()

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/bench/loadgen"
+	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
+	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// TestParseTarget checks the ramjet targets' options: fleetsim's keys and
+// values (0 or -1 off), the base kept, other names passed through, and
+// unknown keys, bad values and options on a non-ramjet policy refused.
+func TestParseTarget(t *testing.T) {
+	tests := []struct {
+		pol, base string
+		want      map[string]any
+	}{
+		{"ramjet", "ramjet", nil},
+		{"round_robin", "round_robin", nil},
+		{"sglang", "sglang", nil},
+		{"ramjet@ixs=-1+qx=-1", "ramjet", map[string]any{"index_share": -1.0, "queue_extra": -1.0}},
+		{"ramjet@ixs=0", "ramjet", map[string]any{"index_share": -1.0}},
+		{"ramjet-nocap@qx=3", "ramjet-nocap", map[string]any{"queue_extra": 3.0}},
+		{"ramjet-precise@ixs=0.8", "ramjet-precise", map[string]any{"index_share": 0.8}},
+	}
+	for _, tt := range tests {
+		base, got, err := parseTarget(tt.pol)
+		if err != nil || base != tt.base || !maps.Equal(got, tt.want) {
+			t.Errorf("parseTarget(%q) = %q, %v, %v; want %q, %v", tt.pol, base, got, err, tt.base, tt.want)
+		}
+	}
+	for _, bad := range []string{"sglang@ixs=-1", "round_robin@qx=-1", "ramjet@ow=-1", "ramjet@ixs", "ramjet@ixs=x", "ramjet@"} {
+		if _, _, err := parseTarget(bad); err == nil {
+			t.Errorf("parseTarget(%q): no error", bad)
+		}
+	}
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"-workload", "burst", "-policy", "ramjet,ramjet@bogus=1"}, &out, &errOut); err == nil ||
+		!strings.Contains(err.Error(), "bogus") || strings.Contains(errOut.String(), "with ramjet") {
+		t.Errorf("run with a bad target: %v (want it refused before the first run)\n%s", err, errOut.String())
+	}
+}
+
+// TestRamjetTargetReachesCaddy checks that ramjet@ixs=-1+qx=-1 (the
+// approximate path before the full-cache model) puts index_share and
+// queue_extra -1 in the lb_policy ramjet JSON Caddy loads, beside what
+// plain ramjet sets, that those fields decode into the module's settings as
+// IndexShare and QueueExtra off, that the real Caddy accepts the site and
+// routes through it, and that a value the module refuses fails the load.
+func TestRamjetTargetReachesCaddy(t *testing.T) {
+	sims, addrs := startCapacityEngines(t)
+	const pol = "ramjet@ixs=-1+qx=-1"
+	site := siteFor(pol, addrs, sims, 0, SoloInstance)
+	plain := siteFor("ramjet", addrs, sims, 0, SoloInstance)
+	cfg, err := caddyrun.Config([]caddyrun.Site{site}, map[string]string{"lb": "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Routes []struct {
+						Handle []json.RawMessage `json:"handle"`
+					} `json:"routes"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(cfg, &doc); err != nil {
+		t.Fatal(err)
+	}
+	handle := doc.Apps.HTTP.Servers["lb"].Routes[0].Handle
+	var proxy struct {
+		Handler       string `json:"handler"`
+		LoadBalancing struct {
+			SelectionPolicy json.RawMessage `json:"selection_policy"`
+		} `json:"load_balancing"`
+	}
+	if err := json.Unmarshal(handle[len(handle)-1], &proxy); err != nil || proxy.Handler != "reverse_proxy" {
+		t.Fatalf("last handler %s: %v", handle[len(handle)-1], err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(proxy.LoadBalancing.SelectionPolicy, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if fields["policy"] != "ramjet" || fields["index_share"] != -1.0 || fields["queue_extra"] != -1.0 ||
+		fields["instance_id"] != SoloInstance || fields["kv_capacity"] != 65536.0 {
+		t.Errorf("selection_policy %s", proxy.LoadBalancing.SelectionPolicy)
+	}
+	if len(fields) != len(plain.PolicyConfig)+3 { // policy, index_share, queue_extra
+		t.Errorf("selection_policy %s: want plain ramjet's %v and the two options", proxy.LoadBalancing.SelectionPolicy, plain.PolicyConfig)
+	}
+	// The module's own decoding (unknown fields refused), as Caddy's of
+	// the lb_policy ramjet struct that embeds the settings.
+	delete(fields, "policy")
+	rest, err := json.Marshal(fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps fleetstate.PolicySettings
+	if err := json.Unmarshal(rest, &ps); err != nil {
+		t.Fatal(err)
+	}
+	ps.SetDefaults()
+	if err := ps.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o := ps.SpillOptions(); o.IndexShare != -1 || o.QueueExtra != -1 {
+		t.Errorf("module options %+v: want IndexShare and QueueExtra off", o)
+	}
+	var def fleetstate.PolicySettings
+	if o := def.SpillOptions(); o.IndexShare != 0 || o.QueueExtra != 0 {
+		t.Errorf("plain ramjet's options %+v: want the defaults (0)", o)
+	}
+	if selection.DefaultIndexShare <= 0 || selection.DefaultQueueExtra <= 0 {
+		t.Fatalf("the defaults are off already (%v, %v): the target changes nothing", selection.DefaultIndexShare, selection.DefaultQueueExtra)
+	}
+
+	running, err := caddyrun.Start([]caddyrun.Site{site})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := loadgen.NewClient(loadgen.ClientConfig{BaseURL: running.URL("lb"), Model: engineModel, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := client.Do(context.Background(), []loadgen.Message{{Role: "user", Content: "hello"}}, 4, false)
+	client.Close()
+	if err := caddyrun.Stop(); err != nil {
+		t.Error(err)
+	}
+	if !res.OK() {
+		t.Errorf("request through %s: %+v", pol, res)
+	}
+	bad := siteFor("ramjet@ixs=2", addrs, sims, 0, SoloInstance)
+	if _, err := caddyrun.Start([]caddyrun.Site{bad}); err == nil || !strings.Contains(err.Error(), "index_share") {
+		_ = caddyrun.Stop()
+		t.Errorf("ramjet@ixs=2 loaded (err %v): the module should refuse index_share 2", err)
+	}
+}
