@@ -392,9 +392,8 @@ func (rd *ramjetDirective) block() *caddyblock.Block {
 		Set:    func(path string) { rd.Explicit |= selection.KnobNamed(path) },
 		Check: map[string]func(string) (string, error){"model_check": catalog.ParseModelCheck, "mode": integrity.ParseSpecMode,
 			"foreign_prefill": fleetstate.ParseForeign},
-		Words: map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
-			"spec_decode_position": {"overall": nil}, "spill_band": {"off": -1},
-			"index_share": {"off": -1}, "queue_extra": {"off": -1}},
+		Words: fleetstate.PolicyWords(map[string]map[string]any{"write_timeout": {"off": -1}, "spec_decode": {"off": ""},
+			"spec_decode_position": {"overall": nil}}),
 	}
 	for name := range kvDirectiveOptions {
 		b.Custom[name] = func(d *caddyfile.Dispenser) error { return rd.kv.read(b, d, name) }

@@ -238,6 +238,17 @@ func (s *PolicySettings) Validate() error {
 	return nil
 }
 
+// PolicyWords adds to words (caddyblock.Block.Words of lb_policy ramjet
+// or the ramjet directive) the Caddyfile keywords of PolicySettings'
+// options, the same in both: "off" is -1 for spill_band, index_share and
+// queue_extra. It returns words.
+func PolicyWords(words map[string]map[string]any) map[string]map[string]any {
+	for _, name := range []string{"spill_band", "index_share", "queue_extra"} {
+		words[name] = map[string]any{"off": -1}
+	}
+	return words
+}
+
 // DefaultSpillBand is spill_band's default with kv and engine_metrics on,
 // in tokens.
 const DefaultSpillBand = 1024

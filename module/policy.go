@@ -162,13 +162,10 @@ func (s *RamjetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		Set: func(path string) { s.Explicit |= selection.KnobNamed(path) },
 		Check: map[string]func(string) (string, error){"scheme": upstream.ParseScheme, "mode": integrity.ParseSpecMode,
 			"foreign_prefill": fleetstate.ParseForeign},
-		Words: map[string]map[string]any{
+		Words: fleetstate.PolicyWords(map[string]map[string]any{
 			"outlier consecutive_failures":   {"off": -1},
-			"spill_band":                     {"off": -1},
-			"index_share":                    {"off": -1},
-			"queue_extra":                    {"off": -1},
 			"integrity spec_decode position": {"overall": nil},
-		},
+		}),
 	}
 	s.kvOptions(b) // kv.go
 	return b.Parse(d, s)
