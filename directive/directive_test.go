@@ -240,3 +240,36 @@ func TestClosestName(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRamjetPolicyWords checks the directive's "off" words of the
+// policy's options (fleetstate.PolicyWords, shared with lb_policy ramjet)
+// and that the values reach the policy's settings.
+func TestParseRamjetPolicyWords(t *testing.T) {
+	tests := []struct {
+		give                   string
+		band                   int
+		indexShare, queueExtra float64
+	}{
+		{"ramjet a:1 {\n spill_band off\n index_share off\n queue_extra off\n}", -1, -1, -1},
+		{"ramjet a:1 {\n spill_band 2048\n index_share 0.5\n queue_extra 3\n}", 2048, 0.5, 3},
+		{"ramjet a:1", 0, 0, 0},
+	}
+	for _, tt := range tests {
+		rd, err := parseRamjetTokens(caddyfile.NewTestDispenser(tt.give))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.give, err)
+		}
+		p, err := rd.policy()
+		if err != nil {
+			t.Fatalf("%q: policy: %v", tt.give, err)
+		}
+		s := p.PolicySettings
+		if s.SpillBand != tt.band || s.IndexShare != tt.indexShare || s.QueueExtra != tt.queueExtra {
+			t.Errorf("%q: spill_band %d, index_share %v, queue_extra %v; want %d, %v, %v",
+				tt.give, s.SpillBand, s.IndexShare, s.QueueExtra, tt.band, tt.indexShare, tt.queueExtra)
+		}
+	}
+	if _, err := parseRamjetTokens(caddyfile.NewTestDispenser("ramjet a:1 {\n queue_extra never\n}")); err == nil {
+		t.Error("queue_extra never: accepted, want an error")
+	}
+}

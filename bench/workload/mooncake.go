@@ -211,9 +211,7 @@ func GenerateMooncakeClosed(kind string, o MooncakeGenOptions) (Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.BlockTokens <= 0 {
-		o.BlockTokens = DefaultMooncakeBlockTokens
-	}
+	bt := o.blockTokens()
 	// Rows in GenerateMooncake's order (by arrival in the open form), so
 	// row i is the same prompt in both traces; a turn's previous turn
 	// arrived earlier there, so After points backwards.
@@ -229,7 +227,7 @@ func GenerateMooncakeClosed(kind string, o MooncakeGenOptions) (Trace, error) {
 		t[n] = Request{
 			ID: n, At: (r.start - t0) / 1000, After: after, Think: think, Session: n, Group: n,
 			Input: r.InputLength, Output: max(1, r.OutputLength),
-			HashIDs: r.HashIDs, BlockTokens: o.BlockTokens,
+			HashIDs: r.HashIDs, BlockTokens: bt,
 		}
 	}
 	if err := t.Validate(); err != nil {
@@ -247,11 +245,16 @@ type genRow struct {
 	start float64
 }
 
-func generateMooncake(kind string, o MooncakeGenOptions) ([]genRow, error) {
+// blockTokens is BlockTokens with its default applied.
+func (o MooncakeGenOptions) blockTokens() int {
 	if o.BlockTokens <= 0 {
-		o.BlockTokens = DefaultMooncakeBlockTokens
+		return DefaultMooncakeBlockTokens
 	}
-	bt := o.BlockTokens
+	return o.BlockTokens
+}
+
+func generateMooncake(kind string, o MooncakeGenOptions) ([]genRow, error) {
+	bt := o.blockTokens()
 	rng := rand.New(rand.NewPCG(o.Seed, 0x6d6f6f6e63616b65))
 	var (
 		prefixes                     [][]int64
