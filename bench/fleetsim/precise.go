@@ -344,6 +344,16 @@ func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 	if p.x == nil {
 		panic("fleetsim: ramjet-precise used without Run attaching its engines")
 	}
+	// Register the fleet with the precise index bound (as the module binds
+	// every upstream's slot when it builds its pool view) before a
+	// decision routed at once can register it with no annotator: an
+	// instance whose first decision was not waited for (the wait rule,
+	// with another instance's events already fresh) otherwise never bound
+	// a slot, so its feeds' stored runs reached neither its exact
+	// overlaps nor its foreign prefill estimate.
+	if err := p.ensure(fleet); err != nil {
+		panic(err) // more than selection.MaxReplicas: rejected by Run first
+	}
 	p.deliver(p.now)
 	p.clock = max(p.clock, p.now)
 	p.answers(p.now)
