@@ -84,11 +84,10 @@ type PreciseConfig struct {
 	// several routers it discards what each learns from the others'
 	// placements (bench/RESULTS.md, 2026-12-02).
 	CapForeign bool
-	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto).
-	// Without it (the zero value, tokenize_wait always) every request
-	// without a cached message prefix waits for its preflight and every
-	// chat with one is routed on its tokens. The rule is opt-in: with
-	// several instances it ruins routing (bench/RESULTS.md 2026-12-06).
+	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
+	// Settings' default). Without it (the zero value, tokenize_wait
+	// always) every request without a cached message prefix waits for its
+	// preflight and every chat with one is routed on its tokens.
 	WaitAuto bool
 }
 
