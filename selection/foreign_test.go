@@ -704,8 +704,8 @@ func TestForeignPrefillQueueWaitGates(t *testing.T) {
 // misread at 15% stays lone however long it runs, and one own run wholly
 // misread after a quiet spell is not evidence (EvidenceMinOwn); another
 // instance that starts storing as much as this one after an hour alone is
-// seen within 0.29 EvidenceWindow, where the share since ever needed a
-// third of the hour.
+// seen within 0.3 EvidenceWindow, where the share since ever took 6 min 47 s
+// (it needs the newcomer's share since ever past 0.25 less the 15%).
 func TestForeignEvidenceWindow(t *testing.T) {
 	rt, err := NewRouter(Config{})
 	if err != nil {
