@@ -286,3 +286,54 @@ func TestWaitRuleSeesOthersWithoutWaiting(t *testing.T) {
 	}
 	t.Logf("the other instance seen after %d of its requests, rho %.3f", seen, fp.Share())
 }
+
+// TestLateCredit: a request the wait rule routes at once reserves the
+// bytes' estimate of its prompt (no tokens yet), and its engine stores
+// all its tokens, a chat template's among them; once its late tokens
+// come, the tokens past that estimate are credited as this instance's own
+// (ForeignPrefill.Credit), so its stored run does not read as another
+// instance's prefill.
+func TestLateCredit(t *testing.T) {
+	srv := newChatTokenizer(t, false)
+	p, preflight := prefixPrecise(t, srv)
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetEstimate(rt)
+	fp := selection.NewForeignPrefill()
+	fp.SetRouter(rt)
+	p.SetForeign(fp)
+	s0, err := rt.Register("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Bind(s0, "a")
+	now := time.Unix(100, 0)
+	for i, credit := range []bool{false, true} {
+		gate := make(chan struct{})
+		srv.gate.Store(&gate)
+		_, late, err := preflight(time.Minute, "a prompt of its own, one message, long enough "+strconv.Itoa(i))
+		if late == nil || err != nil {
+			t.Fatalf("late %v, err %v: want a Late handle at once", late, err)
+		}
+		est := late.estimate
+		fp.Routed(s0, est) // Reserved with no tokens: the bytes' estimate
+		if credit {
+			late.Routed(s0)
+		}
+		close(gate)
+		eventually(t, "the late tokens", func() bool { late.mu.Lock(); defer late.mu.Unlock(); return late.done })
+		n := len(late.tokens)
+		if est <= 0 || n <= est+4 {
+			t.Fatalf("estimate %d, tokens %d: the test's premise is a template past the bytes' estimate", est, n)
+		}
+		before, _ := fp.Counted()
+		fp.Stored(s0, n, 1, 1, now) // the engine stores them all
+		after, _ := fp.Counted()
+		late.End()
+		if foreign := after - before; credit && foreign != 0 || !credit && foreign != uint64(n-est) {
+			t.Errorf("credited %v: %d of %d stored tokens read as foreign (estimate %d)", credit, foreign, n, est)
+		}
+	}
+}

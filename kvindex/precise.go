@@ -140,7 +140,8 @@ type Precise struct {
 	waitNanos atomic.Int64
 	keys      sync.Pool // of *[]uint64, for Ended
 	est       atomic.Pointer[estimate]
-	estWork   sync.Pool // of *estimateWork
+	estWork   sync.Pool                                // of *estimateWork
+	foreign   atomic.Pointer[selection.ForeignPrefill] // SetForeign (stored.go)
 	pfx       prefixTrust
 	div       divergence // the wait rule's record (diverge.go)
 

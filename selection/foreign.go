@@ -239,6 +239,20 @@ func (f *ForeignPrefill) Routed(s Slot, prefill int) {
 	f.mu.Unlock()
 }
 
+// Credit adds tokens to slot s's credit of this instance's own expected
+// stored tokens, as Routed does, for a request already routed: the
+// tokens of its prompt past what its reservation credited (the bytes'
+// estimate, its tokens known only later: kvindex.Late). Non-positive
+// tokens and slots out of range are ignored.
+func (f *ForeignPrefill) Credit(s Slot, tokens int64) {
+	if s < 0 || s >= MaxReplicas || tokens <= 0 {
+		return
+	}
+	f.mu.Lock()
+	f.cells[s].credit += tokens
+	f.mu.Unlock()
+}
+
 // FirstToken records that one of this instance's requests on slot s got
 // its first token at t (its prefill is done).
 func (f *ForeignPrefill) FirstToken(s Slot, t time.Time) {

@@ -257,7 +257,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 		pre.SetEstimate(p.rt)
 		if p.fp != nil {
 			p.fp.SetRouter(p.rt)
-			pre.OnStored(p.fp.StoredRun)
+			pre.SetForeign(p.fp) // its stored runs; fleetsim's late answers do not go through kvindex.Late
 		}
 		for i, c := range p.cands {
 			pre.Bind(c.Slot, replicaKey(i))
