@@ -33,8 +33,11 @@ import (
 // prefill estimate (selection.ForeignPrefill, foreign_prefill, on by
 // default with kv) counts the stored runs of every feed beyond this
 // instance's own reservations, routed at once or not, and its evidence
-// (ForeignEvidenceShare) sets SawOthers; so does another instance's load
-// in the engines' metrics (engine_metrics). In the fleet simulation 2 and
+// (ForeignEvidenceShare, since ever or within selection.EvidenceWindow)
+// sets SawOthers; so does another instance's load in the engines' metrics
+// (engine_metrics). A request routed at once reserves the bytes' estimate
+// of its prompt, and its Late handle's tokens credit the rest
+// (SetForeign), so a lone instance's own runs do not read as foreign. In the fleet simulation 2 and
 // 4 instances under the rule then wait from their first few decisions on
 // and route as with always (tool-agent traces at 8 replicas, agent-fleet,
 // shared-prefix: bench/RESULTS.md, 2026-12-07, "The wait rule with
