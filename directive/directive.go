@@ -607,7 +607,7 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 //	kv_topic     <topic>                         the topic of every engine otherwise
 //	kv_block_size <tokens>                       the engines' KV block size
 //	tokenize_timeout <duration>                  the /tokenize preflight's timeout
-//	tokenize_wait always|auto                    when a request waits for it (auto: one instance only)
+//	tokenize_wait auto|always                    when a request waits for it (default auto: the wait rule)
 //
 // Lists are space- or comma-separated; an empty value (an unset
 // environment variable) keeps the default, and without kv_events or

@@ -5,11 +5,8 @@ import (
 	"time"
 )
 
-// The wait rule (opt-in, tokenize_wait auto; for one instance only: in
-// the fleet simulation 4 instances on the tool-agent trace at 8 replicas
-// reached 9-35x one instance's TTFT p50 with it, as instances that route
-// at once count no foreign prefill and never see each other). A request
-// whose prompt has no cached message prefix
+// The wait rule (tokenize_wait auto, the default; always opts out). A
+// request whose prompt has no cached message prefix
 // (prefix.go) is routed by the estimate at once, its preflight sent in the
 // background as a Late handle (its tokens predict the chosen replica's
 // blocks and teach the message-prefix cache), and one routed on a cached
@@ -24,13 +21,30 @@ import (
 // blocks within the last RemovalWindow, or once the router has seen other
 // instances (selection.Router.SawOthers), or without the estimate cap (no
 // SetEstimate, ExactPastEstimate) or without WaitAuto (tokenize_wait
-// always, the default): every request waits, as before. A lone
+// always): every request waits, as before. A lone
 // instance whose engines evict nothing pays no round trip and no exact
 // lookup: through HTTP the preflight added 5-10 ms to every request of a
 // 200-row tool-agent window, and agent-fleet's turns routed on a cached
 // prefix paid the precise decision's lookup of a long context's engine
 // blocks before routing (TTFT p50 +3-5% against the default path,
 // bench/RESULTS.md, 2026-12-06, "the preflight's p50 cost").
+//
+// Other instances are seen without a waiting decision: the others'
+// prefill estimate (selection.ForeignPrefill, foreign_prefill, on by
+// default with kv) counts the stored runs of every feed beyond this
+// instance's own reservations, routed at once or not, and its evidence
+// (ForeignEvidenceShare, since ever or within selection.EvidenceWindow)
+// sets SawOthers; so does another instance's load in the engines' metrics
+// (engine_metrics). A request routed at once reserves the bytes' estimate
+// of its prompt, and its Late handle's tokens credit the rest
+// (SetForeign), so a lone instance's own runs do not read as foreign. In the fleet simulation 2 and
+// 4 instances under the rule then wait from their first few decisions on
+// and route as with always (tool-agent traces at 8 replicas, agent-fleet,
+// shared-prefix: bench/RESULTS.md, 2026-12-07, "The wait rule with
+// several instances"). The 9-35x TTFT p50 of 4 instances on the
+// tool-agent trace that kept the rule opt-in (2026-12-06) was the
+// simulation's: an instance whose first decision was routed at once never
+// bound its slots to the feeds, so it counted no foreign run.
 //
 // Measured first as a sampled share of diverged decisions (one in 16
 // requests waiting to keep measuring it): the fleet simulation's burst

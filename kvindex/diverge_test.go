@@ -173,3 +173,167 @@ func TestWaitRulePrefix(t *testing.T) {
 		t.Errorf("unwaited %d, want 1", unwaited)
 	}
 }
+
+// TestWaitRuleSeesOthersWithoutWaiting: the wait rule's evidence of other
+// instances needs no waiting decision. A lone instance that routes every
+// request at once (the reservations' prefill is the prompt bytes'
+// estimate: no tokens) and whose engines store up to 15% more tokens than
+// that estimate (a chat template's) keeps routing at once; once another
+// instance's requests store runs on the same engines (no reservation of
+// this instance's explains them), the others' prefill estimate sees it
+// within the other's first few requests, whatever this instance's
+// history alone (EvidenceWindow): here 8 requests, 11 s, where the share
+// since ever (250 s alone, rho 0.15 of its own runs misread) would take
+// 34; then every request waits.
+func TestWaitRuleSeesOthersWithoutWaiting(t *testing.T) {
+	const bs = 16
+	now := time.Unix(1000, 0)
+	p, err := NewPrecise(PreciseConfig{
+		Index:    Config{BlockSize: bs, Now: func() time.Time { return now }},
+		Engines:  []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}},
+		WaitAuto: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := selection.NewRouter(selection.Config{BlockTokens: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetEstimate(rt)
+	var cands []selection.Candidate
+	var reps []Replica
+	for _, key := range []string{"a", "b"} {
+		s, err := rt.Register(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Bind(s, key)
+		r, _ := p.Index().Lookup(key)
+		cands, reps = append(cands, selection.Candidate{Slot: s, Usable: true}), append(reps, r)
+	}
+	fp := selection.NewForeignPrefill()
+	fp.SetRouter(rt)
+	p.OnStored(fp.StoredRun)
+	next := uint32(1)
+	prompt := func(blocks int) []uint32 {
+		toks := make([]uint32, blocks*bs)
+		for i := range toks {
+			toks[i] = next
+			next++
+		}
+		return toks
+	}
+	// store has replica r's engine compute toks in chunks of 8 blocks.
+	store := func(r Replica, toks []uint32) {
+		var parent uint64
+		for i := 0; i < len(toks); i += 8 * bs {
+			chunk := toks[i:min(i+8*bs, len(toks))]
+			var hashes []uint64
+			for j := 0; j < len(chunk); j += bs {
+				hashes = append(hashes, uint64(chunk[j])<<8|1)
+			}
+			p.Index().Apply(r, batchOf(storedEv(parent, parent != 0, bs, chunk, hashes...)))
+			parent = hashes[len(hashes)-1]
+			now = now.Add(20 * time.Millisecond)
+		}
+	}
+	s := selection.NewScratch(len(cands))
+	// own routes one request of blocks blocks at once, as the module does
+	// under the rule (Reserved with no tokens), and its engine stores
+	// extra blocks more than the bytes' estimate.
+	own := func(blocks, extra int) {
+		fp.Refresh(now)
+		toks := prompt(blocks)
+		f := rt.Extractor().NewFeatures()
+		f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, bs)
+		f.PromptBytes = len(toks) * int(selection.DefaultCharsPerToken)
+		d, res := rt.Route(f, cands, s, nil, nil)
+		if res == nil {
+			t.Fatal("no reservation")
+		}
+		fp.Reserved(res, 0)
+		store(reps[d.Index], append(toks, prompt(extra)...))
+		res.PrefillDone()
+		fp.FirstToken(cands[d.Index].Slot, now)
+		now = now.Add(50 * time.Millisecond)
+		res.Release()
+		now = now.Add(time.Second)
+	}
+	for i := range 200 {
+		own(64+8*(i%5), (64+8*(i%5))*15/100)
+	}
+	fp.Refresh(now)
+	if p.WaitPreflight() {
+		t.Fatalf("a lone instance whose engines stored 15%% past its estimate reads as several (rho %.3f): want no wait", fp.Share())
+	}
+	if tok, _ := fp.Counted(); tok == 0 {
+		t.Fatal("no own run past the estimate read as foreign: the test's premise")
+	}
+	// Another instance starts: its requests' runs, interleaved with this
+	// instance's own.
+	seen := -1
+	for i := range 40 {
+		store(reps[i%2], prompt(64))
+		own(64, 0)
+		if fp.Refresh(now.Add(time.Millisecond)); p.WaitPreflight() {
+			seen = i + 1
+			break
+		}
+	}
+	if seen < 0 || seen > 10 {
+		t.Fatalf("the other instance seen after %d of its requests (rho %.3f since ever): want within 10", seen, fp.Share())
+	}
+	t.Logf("the other instance seen after %d of its requests, rho %.3f", seen, fp.Share())
+}
+
+// TestLateCredit: a request the wait rule routes at once reserves the
+// bytes' estimate of its prompt (no tokens yet), and its engine stores
+// all its tokens, a chat template's among them; once its late tokens
+// come, the tokens past that estimate are credited as this instance's own
+// (ForeignPrefill.Credit), so its stored run does not read as another
+// instance's prefill.
+func TestLateCredit(t *testing.T) {
+	srv := newChatTokenizer(t, false)
+	p, preflight := prefixPrecise(t, srv)
+	rt, err := selection.NewRouter(selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetEstimate(rt)
+	fp := selection.NewForeignPrefill()
+	fp.SetRouter(rt)
+	p.SetForeign(fp)
+	s0, err := rt.Register("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Bind(s0, "a")
+	now := time.Unix(100, 0)
+	for i, credit := range []bool{false, true} {
+		gate := make(chan struct{})
+		srv.gate.Store(&gate)
+		_, late, err := preflight(time.Minute, "a prompt of its own, one message, long enough "+strconv.Itoa(i))
+		if late == nil || err != nil {
+			t.Fatalf("late %v, err %v: want a Late handle at once", late, err)
+		}
+		est := late.estimate
+		fp.Routed(s0, est) // Reserved with no tokens: the bytes' estimate
+		if credit {
+			late.Routed(s0)
+		}
+		close(gate)
+		eventually(t, "the late tokens", func() bool { late.mu.Lock(); defer late.mu.Unlock(); return late.done })
+		n := len(late.tokens)
+		if est <= 0 || n <= est+4 {
+			t.Fatalf("estimate %d, tokens %d: the test's premise is a template past the bytes' estimate", est, n)
+		}
+		before, _ := fp.Counted()
+		fp.Stored(s0, n, 1, 1, now) // the engine stores them all
+		after, _ := fp.Counted()
+		late.End()
+		if foreign := after - before; credit && foreign != 0 || !credit && foreign != uint64(n-est) {
+			t.Errorf("credited %v: %d of %d stored tokens read as foreign (estimate %d)", credit, foreign, n, est)
+		}
+	}
+}

@@ -63,6 +63,24 @@ type Late struct {
 	// prefix is the prefix's tokens when they were not returned (the
 	// wait rule routed the request by the estimate), for PromptTokens.
 	prefix int
+	// estimate is the prompt's tokens as the request's reservation
+	// estimated them from its bytes (estimated), 0 unknown: the tokens
+	// past it top up the others' prefill estimate's credit (predictLocked).
+	estimate int
+}
+
+// estimated records, on a handle whose tokens are still to come (l nil:
+// none), the prompt's tokens as the reservation estimates them from f's
+// bytes (selection.Features.PromptTokens under the estimate's router).
+// Call it before the request is routed.
+func (l *Late) estimated(p *Precise, f *selection.Features) {
+	e := p.est.Load()
+	if l == nil || f == nil || e == nil {
+		return
+	}
+	l.mu.Lock()
+	l.estimate = f.PromptTokens(e.cfg)
+	l.mu.Unlock()
 }
 
 // Preflight is Tokenize for one request on its way to Route: the tokens
@@ -194,6 +212,14 @@ func (l *Late) predictLocked() {
 	l.p.x.Hold(r, l.keys, l.p.cfg.PredictTTL)
 	l.held = r
 	l.p.late[LatePredicted].Add(1)
+	// The reservation credited the others' prefill estimate with the
+	// bytes' estimate of the prompt (no tokens then): the engine stores the
+	// tokens past it too (a chat template's), which would read as another
+	// instance's prefill and, past ForeignEvidenceShare, make a lone
+	// instance under the wait rule read itself as several.
+	if fp := l.p.foreign.Load(); fp != nil && l.estimate > 0 && len(l.tokens) > l.estimate {
+		fp.Credit(l.slot, int64(len(l.tokens)-l.estimate))
+	}
 }
 
 // deferLate is the Late handle of a request routed on a cached message
@@ -313,6 +339,7 @@ func (p *Precise) ColdPreflight(ep selection.Endpoint, body []byte, f *selection
 		return nil
 	}
 	l := &Late{p: p, slot: -1, held: -1, probe: probe}
+	l.estimated(p, f)
 	toks, c, _ := p.tk.Start(base, xxhash.Sum64(body), req)
 	if c == nil {
 		if toks == nil {

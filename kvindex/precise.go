@@ -84,11 +84,10 @@ type PreciseConfig struct {
 	// several routers it discards what each learns from the others'
 	// placements (bench/RESULTS.md, 2026-12-02).
 	CapForeign bool
-	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto).
-	// Without it (the zero value, tokenize_wait always) every request
-	// without a cached message prefix waits for its preflight and every
-	// chat with one is routed on its tokens. The rule is opt-in: with
-	// several instances it ruins routing (bench/RESULTS.md 2026-12-06).
+	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
+	// Settings' default). Without it (the zero value, tokenize_wait
+	// always) every request without a cached message prefix waits for its
+	// preflight and every chat with one is routed on its tokens.
 	WaitAuto bool
 }
 
@@ -141,7 +140,8 @@ type Precise struct {
 	waitNanos atomic.Int64
 	keys      sync.Pool // of *[]uint64, for Ended
 	est       atomic.Pointer[estimate]
-	estWork   sync.Pool // of *estimateWork
+	estWork   sync.Pool                                // of *estimateWork
+	foreign   atomic.Pointer[selection.ForeignPrefill] // SetForeign (stored.go)
 	pfx       prefixTrust
 	div       divergence // the wait rule's record (diverge.go)
 

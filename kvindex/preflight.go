@@ -71,10 +71,15 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 			return m.tokens, l, nil
 		}
 	}
+	var toks []uint32
+	var l *Late
 	if !p.WaitPreflight() {
-		return p.preflight(ctx, key, req, probe, m, false)
+		toks, l, err = p.preflight(ctx, key, req, probe, m, false)
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		toks, l, err = p.preflight(ctx, key, req, probe, m, true)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return p.preflight(ctx, key, req, probe, m, true)
+	l.estimated(p, f)
+	return toks, l, err
 }

@@ -54,16 +54,14 @@ type Settings struct {
 	// TokenizeCache bounds the cached tokenizations. Default: 4096.
 	TokenizeCache int `json:"tokenize_cache,omitempty"`
 
-	// TokenizeWait is when a request waits for its preflight: "always"
-	// (the default) every request without a cached message prefix waits,
-	// and every chat with one is routed on its tokens; "auto" (opt-in, one
-	// instance only) only while the exact overlaps may decide otherwise
-	// than the estimate (an engine dropped blocks within the last minute,
-	// or other instances seen: the wait rule, diverge.go), else it is
-	// routed by the estimate at once and tokenized in the background. Not
-	// the default: instances that route at once do not see each other
-	// (4 instances on the tool-agent trace at 8 replicas: TTFT p50 9-35x
-	// one instance's in the fleet simulation).
+	// TokenizeWait is when a request waits for its preflight: "auto"
+	// (the default, "" too) only while the exact overlaps may decide
+	// otherwise than the estimate (an engine dropped blocks within the
+	// last minute, or other instances seen: the wait rule, diverge.go),
+	// else it is routed by the estimate at once and tokenized in the
+	// background; "always": every request without a cached message prefix
+	// waits, and every chat with one is routed on its tokens (the default
+	// until 2026-12-07).
 	TokenizeWait string `json:"tokenize_wait,omitempty"`
 
 	// TokenizeURL is the base URL of the /tokenize endpoint, e.g.
@@ -166,7 +164,7 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 		},
 		Subscriber: SubscriberConfig{Logger: logger},
 		Logger:     logger,
-		WaitAuto:   c.TokenizeWait == "auto",
+		WaitAuto:   c.TokenizeWait != "always",
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

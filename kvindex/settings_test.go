@@ -37,14 +37,14 @@ func TestSettingsValidate(t *testing.T) {
 	}
 }
 
-// TestSettingsTokenizeWait: tokenize_wait is always (the default, the
-// zero PreciseConfig) or auto (WaitAuto, the wait rule); anything else is rejected.
+// TestSettingsTokenizeWait: tokenize_wait is auto (the default: WaitAuto,
+// the wait rule) or always (the zero PreciseConfig); anything else is rejected.
 func TestSettingsTokenizeWait(t *testing.T) {
 	for _, c := range []struct {
 		give string
 		auto bool
 		bad  bool
-	}{{"", false, false}, {"auto", true, false}, {"always", false, false}, {"never", false, true}} {
+	}{{"", true, false}, {"auto", true, false}, {"always", false, false}, {"never", false, true}} {
 		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, TokenizeWait: c.give}
 		s.SetDefaults()
 		if err := s.Validate(); (err != nil) != c.bad {

@@ -85,6 +85,21 @@ func (p *Precise) OnStored(f StoredFunc) {
 	})
 }
 
+// SetForeign makes fp the estimate of the prefill other routers put on
+// the replicas (nil: none): it receives every stored run (OnStored with
+// fp.StoredRun) and, from a Late handle whose tokens came after its
+// request was routed on the bytes' estimate of its prompt, the tokens past
+// that estimate as this instance's own (ForeignPrefill.Credit).
+func (p *Precise) SetForeign(fp *selection.ForeignPrefill) {
+	if fp == nil {
+		p.foreign.Store(nil)
+		p.OnStored(nil)
+		return
+	}
+	p.OnStored(fp.StoredRun)
+	p.foreign.Store(fp)
+}
+
 // slotCache maps a Replica to the slot bound to it (Precise.Bind), the
 // inverse of Precise.bySlot: each entry is slot+1 (0: not cached), checked
 // against bySlot on every use, so a rebinding is found by one scan.

@@ -19,13 +19,13 @@ import (
 // policy provisioned last decides, as it does for the preflight.
 func (k *kvState) setForeign(on bool, rt *selection.Router, prior float64) {
 	if k.fp.SetPrior(prior); !on {
-		k.p.OnStored(nil)
+		k.p.SetForeign(nil)
 		k.foreign.Store(nil)
 		k.fp.Detach()
 		return
 	}
 	k.fp.SetRouter(rt)
-	k.p.OnStored(k.fp.StoredRun)
+	k.p.SetForeign(k.fp)
 	k.foreign.Store(k.fp)
 }
 

@@ -129,8 +129,9 @@ func TestForeignPrefillFeeds(t *testing.T) {
 // preflight's timeout exceeds a loaded machine's stalls: a preflight that
 // timed out credits a request with the bytes' estimate only, and its
 // template's tokens read as foreign; so does a request the wait rule
-// routes at once (tokenize_wait auto, opt-in, in a lone instance: the
-// reservation counts the bytes' estimate), hence always (the default) here.
+// routes at once (tokenize_wait auto, the default, in a lone instance:
+// the reservation counts the bytes' estimate until its late tokens come),
+// hence always here.
 func startForeignCaddy(t *testing.T, opts ...func(*enginesim.Options)) (*enginesim.Server, openai.Client, string, *kvState) {
 	t.Helper()
 	sim, events, replay := startKVSim(t, opts...)

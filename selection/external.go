@@ -95,7 +95,7 @@ func (rt *Router) SetExternalPrefill(s Slot, tokens int64) {
 // SawOthers reports whether this instance has seen load it did not
 // reserve (SetExternalLoad above zero), other instances' stored runs in
 // the KV feeds (ForeignPrefill, from ForeignEvidenceShare of this
-// instance's own on), or answers showing other instances' placements
+// instance's own on, since ever or within EvidenceWindow), or answers showing other instances' placements
 // (Several). SetExternalPrefill and SetExternalContext alone are not
 // evidence: a lone instance misreads a few of its own runs as foreign.
 func (rt *Router) SawOthers() bool { return rt.others.Load() || rt.Several() }

@@ -155,6 +155,7 @@ type ForeignPrefill struct {
 	counted atomic.Uint64 // foreign tokens counted (Stored), ever
 	runs    atomic.Uint64 // stored runs with a foreign part, ever
 	own     atomic.Uint64 // stored tokens credited to this instance's own requests, ever
+	recent  atomic.Bool   // the windowed share reached ForeignEvidenceShare (Stored)
 	prior   atomic.Uint64 // SetPrior's scale (float64 bits), 0: off
 	prompts atomic.Uint64 // this instance's prompt tokens reserved, ever (ResidentWhole)
 	fills   atomic.Uint64 // their prefill tokens, ever
@@ -162,6 +163,10 @@ type ForeignPrefill struct {
 	mu     sync.Mutex
 	cells  [MaxReplicas]foreignCell
 	active SlotSet // slots with a foreign estimate, under mu
+	// wOwn and wForeign are the own and foreign stored tokens decayed with
+	// EvidenceWindow, as of wAt (under mu).
+	wOwn, wForeign float64
+	wAt            time.Time
 
 	waits   [MaxReplicas]atomic.Uint64 // QueueWait's mean wait per slot, seconds (float64 bits)
 	waiting atomic.Int64               // QueueWaitShare: slots whose mean wait is at least QueueWait
@@ -231,6 +236,20 @@ func (f *ForeignPrefill) Routed(s Slot, prefill int) {
 	}
 	f.mu.Lock()
 	f.cells[s].credit += int64(prefill)
+	f.mu.Unlock()
+}
+
+// Credit adds tokens to slot s's credit of this instance's own expected
+// stored tokens, as Routed does, for a request already routed: the
+// tokens of its prompt past what its reservation credited (the bytes'
+// estimate, its tokens known only later: kvindex.Late). Non-positive
+// tokens and slots out of range are ignored.
+func (f *ForeignPrefill) Credit(s Slot, tokens int64) {
+	if s < 0 || s >= MaxReplicas || tokens <= 0 {
+		return
+	}
+	f.mu.Lock()
+	f.cells[s].credit += tokens
 	f.mu.Unlock()
 }
 
@@ -384,6 +403,7 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	if own > 0 {
 		f.own.Add(uint64(own))
 	}
+	f.window(own, foreign, t)
 	if foreign > 0 {
 		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
@@ -513,15 +533,48 @@ func (f *ForeignPrefill) Prior() float64 { return math.Float64frombits(f.prior.L
 // HTTP a lone instance misread a few of its own runs as foreign, rho at
 // most 0.016 (bench/RESULTS.md, 2026-12-05, "the lone instance's spill
 // band under the new gating"); behind a front that deals requests alike, each
-// other instance adds about 1.
+// other instance adds about 1. It is evidence since ever and within
+// EvidenceWindow (evidence); the wait rule's default (kvindex, tokenize_wait
+// auto) relies on it to see other instances without waiting.
 const ForeignEvidenceShare = 0.25
+
+// EvidenceWindow is the time constant of the windowed share that is
+// evidence of other instances too (evidence): the share since ever alone
+// let an instance with a long history alone see one that joined only once
+// the newcomer had stored a third of that history (an hour alone: twenty
+// minutes at equal rates). Windowed, an instance that stores as much as
+// this one is seen within about 0.29 EvidenceWindow of its start. The
+// windowed share counts only while this instance's own stored tokens in
+// the window are at least EvidenceMinOwn: after a quiet spell one own
+// request's run misread as foreign (its credit dropped before its last
+// chunk's events came) would be a share of 1.
+const (
+	EvidenceWindow = time.Minute
+	EvidenceMinOwn = 16384
+)
 
 // evidence tells rt it has seen other instances once the foreign stored
 // tokens reach ForeignEvidenceShare of this instance's own (any foreign
-// tokens before its own first).
+// tokens before its own first), since ever or within EvidenceWindow
+// (decayed: window).
 func (f *ForeignPrefill) evidence(rt *Router) {
-	if c := f.counted.Load(); c > 0 && float64(c) >= ForeignEvidenceShare*float64(f.own.Load()) {
+	if c := f.counted.Load(); c > 0 && float64(c) >= ForeignEvidenceShare*float64(f.own.Load()) || f.recent.Load() {
 		rt.sawOthers()
+	}
+}
+
+// window adds one stored run's own and foreign tokens, stored at t, to the
+// decayed counts, and notes when their share reaches
+// ForeignEvidenceShare. Under mu.
+func (f *ForeignPrefill) window(own, foreign int64, t time.Time) {
+	if dt := t.Sub(f.wAt); dt > 0 {
+		k := math.Exp(-dt.Seconds() / EvidenceWindow.Seconds())
+		f.wOwn, f.wForeign, f.wAt = f.wOwn*k, f.wForeign*k, t
+	}
+	f.wOwn += float64(own)
+	f.wForeign += float64(foreign)
+	if f.wOwn >= EvidenceMinOwn && f.wForeign >= ForeignEvidenceShare*f.wOwn && !f.recent.Load() {
+		f.recent.Store(true)
 	}
 }
 

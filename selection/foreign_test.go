@@ -698,3 +698,51 @@ func TestForeignPrefillQueueWaitGates(t *testing.T) {
 		})
 	}
 }
+
+// TestForeignEvidenceWindow: the others' share within EvidenceWindow is
+// evidence of other instances too. A lone instance whose own runs are
+// misread at 15% stays lone however long it runs, and one own run wholly
+// misread after a quiet spell is not evidence (EvidenceMinOwn); another
+// instance that starts storing as much as this one after an hour alone is
+// seen within 0.3 EvidenceWindow, where the share since ever took 6 min 47 s
+// (it needs the newcomer's share since ever past 0.25 less the 15%).
+func TestForeignEvidenceWindow(t *testing.T) {
+	rt, err := NewRouter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := NewForeignPrefill()
+	fp.SetRouter(rt)
+	now := time.Unix(1000, 0)
+	// own stores one own request of 4096 tokens, 15% of it (its template's
+	// tokens) past its credit, at now, then a second passes.
+	own := func() {
+		fp.Routed(0, 4096)
+		fp.Stored(0, 256, 16, 4096, now)
+		fp.Stored(0, 38, 16, 0, now) // 608 tokens past the credit, with nothing pending: foreign
+		fp.FirstToken(0, now)
+		now = now.Add(time.Second)
+		fp.Refresh(now)
+	}
+	for range 3600 {
+		own()
+	}
+	if rt.SawOthers() {
+		t.Fatalf("a lone instance misread at 15%% for an hour saw others (rho %.3f)", fp.Share())
+	}
+	now = now.Add(time.Hour)
+	fp.Routed(0, 4096)
+	fp.Stored(0, 256, 16, 0, now.Add(time.Second)) // after a quiet hour, one own run misread whole
+	fp.Refresh(now.Add(time.Second))
+	if rt.SawOthers() {
+		t.Fatal("one own run misread after a quiet spell saw others")
+	}
+	start := now
+	for !rt.SawOthers() && now.Sub(start) < 20*time.Minute {
+		own()
+		fp.Stored(1, 256, 16, 0, now) // the other instance's request
+	}
+	if took := now.Sub(start); !rt.SawOthers() || took > EvidenceWindow*3/10 {
+		t.Fatalf("the other instance seen after %s (%v): want within %s", took, rt.SawOthers(), EvidenceWindow*3/10)
+	}
+}

@@ -307,3 +307,35 @@ func TestMultiPreciseEngineQueue(t *testing.T) {
 		}
 	}
 }
+
+// Under the wait rule four precise instances see each other from the
+// engines' stored runs (the others' prefill estimate's evidence), which
+// needs no waiting decision: every instance binds its slots to the feeds
+// though its first decision was routed at once (before, instances 1-3
+// never bound a slot, counted no foreign run and routed by the estimate
+// to the end: here instances 2 and 3; on tool-agent at 8 replicas x4,
+// TTFT p50 34x one instance's),
+// so each counts foreign runs, sees the others and then waits. A lone
+// instance counts none and keeps routing at once.
+func TestMultiWaitRuleSeesOthers(t *testing.T) {
+	w := generate(t, "shared-prefix", workload.Options{Seed: 1, Scale: 0.1})
+	n := len(w.Trace)
+	p := newMulti(t, "ramjet-precise@wait~cs+band=1024+fp", 4, FrontRoundRobin, 1)
+	runPolicy(t, w, p, 4, 1)
+	for k, ip := range multiOf(p).inst {
+		rp := ip.(*RamjetPrecise)
+		tok, runs := rp.fp.Counted()
+		if tok == 0 || runs == 0 || !rp.rt.SawOthers() {
+			t.Errorf("instance %d: %d foreign tokens in %d runs, saw others %v: want the other's runs and sight of it", k, tok, runs, rp.rt.SawOthers())
+		}
+		if rp.PreciseDecisions() == 0 || rp.Misses*4 > rp.PreciseDecisions() {
+			t.Errorf("instance %d: %d precise decisions, %d routed at once: want it waiting once it saw the other", k, rp.PreciseDecisions(), rp.Misses)
+		}
+	}
+	one := newMulti(t, "ramjet-precise@wait~cs+band=1024+fp", 1, FrontRoundRobin, 1)
+	runPolicy(t, w, one, 4, 1)
+	rp := multiOf(one).inst[0].(*RamjetPrecise)
+	if tok, _ := rp.fp.Counted(); rp.rt.SawOthers() || tok != 0 || rp.Misses*10 < n*9 {
+		t.Errorf("lone instance: saw others %v, %d foreign tokens, %d of %d routed at once: want none, 0, nearly all", rp.rt.SawOthers(), tok, rp.Misses, n)
+	}
+}

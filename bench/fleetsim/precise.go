@@ -257,7 +257,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 		pre.SetEstimate(p.rt)
 		if p.fp != nil {
 			p.fp.SetRouter(p.rt)
-			pre.OnStored(p.fp.StoredRun)
+			pre.SetForeign(p.fp) // its stored runs; fleetsim's late answers do not go through kvindex.Late
 		}
 		for i, c := range p.cands {
 			pre.Bind(c.Slot, replicaKey(i))
@@ -343,6 +343,16 @@ func toKVIndex(ev engine.KVEvent) kvindex.Event {
 func (p *RamjetPrecise) Pick(r *Request, fleet []*Replica) int {
 	if p.x == nil {
 		panic("fleetsim: ramjet-precise used without Run attaching its engines")
+	}
+	// Register the fleet with the precise index bound (as the module binds
+	// every upstream's slot when it builds its pool view) before a
+	// decision routed at once can register it with no annotator: an
+	// instance whose first decision was not waited for (the wait rule,
+	// with another instance's events already fresh) otherwise never bound
+	// a slot, so its feeds' stored runs reached neither its exact
+	// overlaps nor its foreign prefill estimate.
+	if err := p.ensure(fleet); err != nil {
+		panic(err) // more than selection.MaxReplicas: rejected by Run first
 	}
 	p.deliver(p.now)
 	p.clock = max(p.clock, p.now)
@@ -511,23 +521,22 @@ const WaitRuleLate = 10 * time.Millisecond
 var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 
 // preciseNamed returns the policy named "ramjet-precise" or
-// "ramjet-precise@k+k...". Each waits for every preflight with some fresh
-// feed, as the module does by default (tokenize { wait always }), unless
-// flagged wait: the module's opt-in wait rule (tokenize { wait auto };
-// PreciseConfig.WaitRule, answers WaitRuleLate later), not the default
-// because it ruins several instances (4 instances on the tool-agent trace
-// at 8 replicas: TTFT p50 9-35x one instance's, bench/RESULTS.md, "Lead,
-// the 2026-12-06 13:49 session"). Other flags: exact
-// (PreciseConfig.ExactPastEstimate), all (CapForeign), nocold (NoCold),
-// always (no-op: the default), defer (no change: the estimate cap is
-// the default), ixs and qx (selection.Options.IndexShare and QueueExtra
-// at their defaults; without them off, PreciseOptions). ok is false when name is not one.
+// "ramjet-precise@k+k...". Each applies the module's default wait rule
+// (tokenize { wait auto }; PreciseConfig.WaitRule, answers WaitRuleLate
+// later) unless flagged always: it then waits for every preflight with
+// some fresh feed (tokenize { wait always }, the module's default until
+// 2026-12-07). Other flags: exact (PreciseConfig.ExactPastEstimate), all
+// (CapForeign), nocold (NoCold), wait (no-op: the default), defer (no
+// change: the estimate cap is the default), ixs and qx
+// (selection.Options.IndexShare and QueueExtra at their defaults; without
+// them off, PreciseOptions); a later wait or always wins. ok is false
+// when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
 	if !found && name != "ramjet-precise" {
 		return nil, false, nil
 	}
-	pc := PreciseConfig{}
+	pc := PreciseConfig{WaitRule: true}
 	// The precise path keeps main's rule: IndexShare and QueueExtra off
 	// (selection's defaults on the approximate path) unless flagged, as
 	// fleetstate.PolicySettings.SpillOptions does with kv on.
@@ -543,9 +552,9 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			pc.CapForeign = true
 		case "nocold":
 			pc.NoCold = true
-		case "always": // the default
+		case "always":
 			pc.WaitRule = false
-		case "wait":
+		case "wait": // the default
 			pc.WaitRule = true
 		case "defer": // the name the estimate cap was measured under
 		case "ixs":

@@ -226,21 +226,23 @@ func TestRamjetPreciseWaitRule(t *testing.T) {
 	}
 }
 
-// TestRamjetPreciseNames: a ramjet-precise name flagged wait applies the
-// wait rule, its answers one round trip (WaitRuleLate) later; the others
-// wait for every preflight (always is the default, a later flag wins).
+// TestRamjetPreciseNames: a ramjet-precise name applies the wait rule
+// (the default; flagged wait or not), its answers one round trip
+// (WaitRuleLate) later; one flagged always waits for every preflight (a
+// later flag wins).
 func TestRamjetPreciseNames(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		wait bool
 	}{
-		{"ramjet-precise", false},
+		{"ramjet-precise", true},
 		{"ramjet-precise@wait", true},
-		{"ramjet-precise@nocold", false},
+		{"ramjet-precise@nocold", true},
 		{"ramjet-precise@nocold+wait", true},
 		{"ramjet-precise@always", false},
 		{"ramjet-precise@exact+always", false},
 		{"ramjet-precise@wait+always", false},
+		{"ramjet-precise@always+wait", true},
 	} {
 		q, err := NewPolicy(tt.name, 1, selection.Config{})
 		if err != nil {

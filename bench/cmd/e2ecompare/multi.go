@@ -12,6 +12,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
+	"github.com/ramjet-llm/ramjet/module"
 )
 
 // multiRouteIDSecret is the route-id secret every instance shares (as
@@ -145,6 +146,16 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	}
 	row := reportRow(w.Name, label, n, ts, rep, time.Since(start))
 	row.Front = fr.Counts()
+	if precise && bin == "" {
+		// In one process each instance's preflight record is its state
+		// key's: how many of its requests the wait rule routed at once.
+		for i := range sites {
+			if r, ok := module.KVPreflight(fmt.Sprintf("e2e-r%d", i)); ok {
+				fmt.Fprintf(logw, "e2ecompare: %s/%s instance %d: preflights %d sent, %d waited, %d not waited for; decisions precise %d approximate %d\n",
+					w.Name, label, i, r.Sent, r.Waited, r.Unwaited, r.Precise, r.Approx)
+			}
+		}
+	}
 	if procsKV != nil {
 		for i, a := range procsKV.admins {
 			lines, err := scrapeKV("http://" + a)
