@@ -175,7 +175,7 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		case "pw":
 			cfg.PairWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobPairWeight
 		case "ow":
-			setup.Options.OverflowWeight = zeroIsNone(x)
+			setup.Options.OverflowWeight = ZeroIsNone(x)
 		case "outw":
 			cfg.OutputWeight, cfg.Explicit = x, cfg.Explicit|selection.KnobOutputWeight
 		case "rc":
@@ -220,11 +220,11 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 				setup.Options.LingerTTL = -1
 			}
 		case "hot":
-			setup.Options.HotGuard = zeroIsNone(x)
+			setup.Options.HotGuard = ZeroIsNone(x)
 		case "subfloor":
 			setup.Options.SubsetFloor = x
 		case "subset":
-			setup.Options.SubsetGuard = zeroIsNone(x)
+			setup.Options.SubsetGuard = ZeroIsNone(x)
 		case "reply":
 			setup.Options.ReplyCharge = true
 		case "hfloor":
@@ -244,45 +244,45 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		case "gc":
 			setup.Options.InflightGuard, setup.Options.GuardCap = true, x
 		case "pq":
-			setup.Options.ProfileQueue = zeroIsNone(x)
+			setup.Options.ProfileQueue = ZeroIsNone(x)
 		case "wh":
-			setup.Options.WarmHold = zeroIsNone(x)
+			setup.Options.WarmHold = ZeroIsNone(x)
 		case "firsttie":
 			setup.Options.FirstBlockTie = true
 		case "el":
 			setup.EngineLoad = seconds(x)
 		case "agree":
-			setup.Options.AgreeBand = zeroIsNone(x)
+			setup.Options.AgreeBand = ZeroIsNone(x)
 		case "agreemax":
 			setup.Options.AgreeMax = int(x)
 		case "agreeall":
 			setup.Options.AgreeAlways = true
 		case "home":
-			setup.Options.AgreeHome = zeroIsNone(x)
+			setup.Options.AgreeHome = ZeroIsNone(x)
 		case "stale":
-			setup.Options.AgreeStale = zeroIsNone(x)
+			setup.Options.AgreeStale = ZeroIsNone(x)
 		case "agreewalk":
 			setup.Options.AgreeWalk = true
 		case "ixsr":
-			setup.Options.IndexShareRoom = zeroIsNone(x)
+			setup.Options.IndexShareRoom = ZeroIsNone(x)
 		case "qx":
-			setup.Options.QueueExtra = zeroIsNone(x)
+			setup.Options.QueueExtra = ZeroIsNone(x)
 		case "qxfull":
-			setup.Options.QueueExtraFull = zeroIsNone(x)
+			setup.Options.QueueExtraFull = ZeroIsNone(x)
 		case "qxcold":
 			setup.Options.QueueExtraWarm = false // the default
 		case "qxwarm":
 			setup.Options.QueueExtraWarm = true
 		case "qxr":
-			setup.Options.QueueExtraRoom = zeroIsNone(x)
+			setup.Options.QueueExtraRoom = ZeroIsNone(x)
 		case "ixs":
-			setup.Options.IndexShare = zeroIsNone(x)
+			setup.Options.IndexShare = ZeroIsNone(x)
 		case "owfull":
-			setup.Options.OverflowFull = zeroIsNone(x)
+			setup.Options.OverflowFull = ZeroIsNone(x)
 		case "owfh":
-			setup.Options.OverflowFullHome = zeroIsNone(x)
+			setup.Options.OverflowFullHome = ZeroIsNone(x)
 		case "owfroom":
-			setup.Options.OverflowFullRoom = zeroIsNone(x)
+			setup.Options.OverflowFullRoom = ZeroIsNone(x)
 		case "em":
 			setup.Options.AgentMove = x
 		case "emt":
@@ -296,11 +296,11 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 		case "eo":
 			setup.Options.EngineOverflow = true
 		case "owhome":
-			setup.Options.OverflowHome = zeroIsNone(x)
+			setup.Options.OverflowHome = ZeroIsNone(x)
 		case "pdepth":
 			setup.Options.PendingDepth = true
 		case "owroom":
-			setup.Options.OverflowHomeRoom = zeroIsNone(x)
+			setup.Options.OverflowHomeRoom = ZeroIsNone(x)
 		case "cawmax":
 			setup.Options.ColdAwayMax = int(x)
 		case "caw":
@@ -538,9 +538,10 @@ func (p *Ramjet) Done(r *Request, _ int) {
 	}
 }
 
-// zeroIsNone is a policy key's value for an Options field whose 0 means
+// ZeroIsNone is a policy key's value for an Options field whose 0 means
 // its default and a negative value none: a key given 0 turns the rule off.
-func zeroIsNone(x float64) float64 {
+// e2ecompare's ramjet targets read their option keys with it too.
+func ZeroIsNone(x float64) float64 {
 	if x == 0 {
 		return -1
 	}

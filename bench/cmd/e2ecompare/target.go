@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ramjet-llm/ramjet/bench/fleetsim"
 )
 
 // ramjetBases are the -policy names that run lb_policy ramjet (siteFor).
@@ -45,10 +47,7 @@ func parseTarget(pol string) (base string, settings map[string]any, err error) {
 		if err != nil {
 			return "", nil, fmt.Errorf("policy %q: %s: %w", pol, k, err)
 		}
-		if x == 0 {
-			x = -1 // fleetsim's zeroIsNone
-		}
-		settings[field] = x
+		settings[field] = fleetsim.ZeroIsNone(x)
 	}
 	return base, settings, nil
 }
