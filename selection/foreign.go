@@ -479,13 +479,29 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 // prefill is pending, and a reservation of 0 (an exact overlap past the
 // bytes' estimate of the prompt: an agent's next turn) with a credit of
 // its template's tokens lost the credit once Grace had passed since the
-// replica's last first token, before its own runs were stored.
+// replica's last first token, before its own runs were stored. A
+// reservation whose overlap is the estimate's (not Reservation.precise) and
+// whose prompt has fewer tokens than the estimate counted takes its
+// prefill scaled to the prompt's tokens instead, when that is more: the
+// estimate's overlap is in its own units (kvindex's lone-chat test).
 func (f *ForeignPrefill) Reserved(res *Reservation, tokens int) {
 	if res == nil {
 		return
 	}
 	if tokens > 0 && res.prompt > 0 {
-		res.setPrefill(max(res.prefill+int64(tokens)-int64(res.prompt), 0))
+		n := res.prefill + int64(tokens) - int64(res.prompt)
+		if !res.precise {
+			// The overlap is the estimate's, in tokens estimated from
+			// bytes: where the prompt has fewer tokens than that
+			// estimate, the shift leaves the cached part counted in the
+			// estimate's larger units and credits less than the engine
+			// stores (a long conversation in prose lighter than
+			// chars_per_token routed on its cached message prefix:
+			// every turn's run read as foreign). The prefill in the
+			// prompt's tokens is the estimate's share of them.
+			n = max(n, res.prefill*int64(tokens)/int64(res.prompt))
+		}
+		res.setPrefill(max(n, 0))
 	}
 	f.Routed(res.slot, int(res.prefill))
 	if f.ResidentWhole {

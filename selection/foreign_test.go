@@ -379,6 +379,64 @@ func TestForeignPrefillExactCredit(t *testing.T) {
 	}
 }
 
+// TestForeignPrefillEstimateUnits: a request routed by the estimate onto a
+// replica the estimate credits with an overlap, whose prompt has fewer
+// tokens than its bytes' estimate (prose lighter than chars_per_token), is
+// credited its estimated prefill in the prompt's tokens: the engine holds
+// the overlap in those tokens too, and stores the rest. The shift (the
+// estimate's prefill less the difference) credited less than that and read
+// the rest as foreign. A precise reservation's overlap is in the prompt's
+// tokens already: it keeps the shift; and a prompt with more tokens than
+// its estimate keeps it too (the template's tokens, all still to compute).
+func TestForeignPrefillEstimateUnits(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
+	s := cands[0].Slot
+	f := NewForeignPrefill()
+	f.SetRouter(rt)
+	blocks := make([]uint64, 25)
+	for i := range blocks {
+		blocks[i] = uint64(i) + 1
+	}
+	_, first := rt.Route(features(rt.Config(), blocks[:20], 0), cands, NewScratch(1), nil, nil)
+	first.PrefillDone()
+	first.Release()
+	// 25 blocks' worth of bytes: 400 tokens by the estimate, 320 of them
+	// held; the prompt has 360 tokens (0.9 of the estimate), the engine
+	// holds 288 of them and stores 72.
+	_, res := rt.Route(features(rt.Config(), blocks, 0), cands, NewScratch(1), nil, nil)
+	if res.Prefill() != 80 || res.precise {
+		t.Fatalf("reserved prefill %d (precise %v), want the estimate's 80", res.Prefill(), res.precise)
+	}
+	f.Reserved(res, 360)
+	if res.Prefill() != 72 {
+		t.Errorf("credited %d, want 72 (80 x 360/400); the shift's was 40", res.Prefill())
+	}
+	f.StoredRun(s, 4, 18, time.Unix(100, 0)) // the engine's 72
+	if got, _ := f.Counted(); got != 0 {
+		t.Errorf("foreign %d tokens, want 0", got)
+	}
+	res.PrefillDone()
+	res.Release()
+
+	// More tokens than the estimate: the shift (80 + 40), above the scale.
+	other := append(blocks[:20:20], 101, 102, 103, 104, 105)
+	_, res = rt.Route(features(rt.Config(), other, 0), cands, NewScratch(1), nil, nil)
+	f.Reserved(res, 440)
+	if res.Prefill() != 120 {
+		t.Errorf("credited %d for 440 tokens, want the shift's 120", res.Prefill())
+	}
+	res.Release()
+
+	// A precise reservation: the shift.
+	pres := rt.Reserve(s, 80)
+	pres.prompt, pres.precise = 400, true
+	f.Reserved(pres, 360)
+	if pres.Prefill() != 40 {
+		t.Errorf("precise: credited %d, want the shift's 40", pres.Prefill())
+	}
+	pres.Release()
+}
+
 // A reservation whose estimate leaves nothing to prefill (the exact
 // overlap covers the prompt's bytes' estimate: an agent's next turn) but
 // whose preflight counts more tokens (the chat template's) reserves that
