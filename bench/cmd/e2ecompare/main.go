@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		workloads = fs.String("workload", "locality,burst,agent-fleet", "workloads, comma-separated ("+strings.Join(workload.Names, ", ")+")")
-		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet and ramjet-precise (lb_policy ramjet fed by the engines' KV events) know the engines' KV capacity (kv_capacity), ramjet-nocap does not; each takes fleetsim's options ixs (index_share) and qx (queue_extra), 0 or -1 off: ramjet@ixs=-1+qx=-1 is the approximate path before the full-cache model; "+strings.Join(Peers, ", ")+" are the fleet simulation's peers run inside Caddy (bench/peerproxy); empty: only the -routers rows")
+		policies  = fs.String("policy", "ramjet,round_robin,least_conn", "Caddy selection policies, comma-separated; ramjet and ramjet-precise (lb_policy ramjet fed by the engines' KV events) know the engines' KV capacity (kv_capacity), ramjet-nocap does not; each takes fleetsim's options ixs (index_share) and qx (queue_extra), 0 or -1 off: ramjet@ixs=-1+qx=-1 is the approximate path before the full-cache model; ramjet-precise takes always (tokenize_wait always: ramjet-precise@always, as fleetsim's) and wait (auto, the default); "+strings.Join(Peers, ", ")+" are the fleet simulation's peers run inside Caddy (bench/peerproxy); empty: only the -routers rows")
 		replicas  = fs.Int("replicas", 8, "engine simulators")
 		seed      = fs.Uint64("seed", 1, "workload seed (the fleet simulation's -seed)")
 		scale     = fs.Float64("scale", 0.25, "workload request-count scale (the fleet simulation's -scale)")
@@ -97,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		kvCap     = fs.Int("kv-capacity", 0, "KV cache capacity per engine in tokens (0: default)")
 		routersS  = fs.String("routers", "", "also run ramjet as this many independent instances (comma-separated, e.g. 2,4) behind a front balancer: one row per count after each workload's policies")
 		frontS    = fs.String("front", "rr", "with -routers: the front balancer's policy (rr or random), per request")
-		routerPol = fs.String("routers-policy", "ramjet", "with -routers: the instances' policy, comma-separated: ramjet (each its own approximate index) or ramjet-precise (each subscribed to every engine's KV events), both told the engines' KV capacity (kv_capacity) as the single-instance rows; ramjet-nocap and ramjet-precise-nocap leave it unknown (every -routers row before 2026-12-05 21:30)")
+		routerPol = fs.String("routers-policy", "ramjet", "with -routers: the instances' policy, comma-separated: ramjet (each its own approximate index) or ramjet-precise (each subscribed to every engine's KV events), both told the engines' KV capacity (kv_capacity) as the single-instance rows; ramjet-nocap and ramjet-precise-nocap leave it unknown (every -routers row before 2026-12-05 21:30); each takes -policy's @options (ramjet-precise@always, ramjet@ixs=-1+qx=-1)")
 		procsBin  = fs.String("procs", "", "with -routers: run each instance as its own Caddy process of this binary (go build -o caddy ./xcaddy) instead of a site of the in-process Caddy")
 		engMet    = fs.Duration("engine-metrics", 0, "with -routers: every instance scrapes the engines' metrics at this wall interval (engine_metrics; 0: off)")
 		foreignS  = fs.String("foreign-prefill", "", "with -routers -routers-policy ramjet-precise: every instance's foreign_prefill (on, off or queues; empty: the module's default)")
@@ -152,6 +152,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if len(routers) > 0 {
+		for _, rpol := range strings.Split(*routerPol, ",") {
+			if _, _, err := parseRoutersTarget(strings.TrimSpace(rpol)); err != nil {
+				return err
+			}
+		}
+	}
 	var progress io.Writer
 	if f, ok := stderr.(*os.File); ok && loadgen.IsTerminal(f) {
 		progress = stderr
@@ -204,11 +211,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		for _, rpol := range strings.Split(*routerPol, ",") {
 			rpol = strings.TrimSpace(rpol)
-			base, nocap := strings.CutSuffix(rpol, "-nocap")
-			precise := base == "ramjet-precise"
-			if !precise && base != "ramjet" {
-				return fmt.Errorf("-routers-policy %q: want ramjet, ramjet-precise, ramjet-nocap or ramjet-precise-nocap", rpol)
+			base, settings, err := parseRoutersTarget(rpol) // checked above
+			if err != nil {
+				return err
 			}
+			base, nocap := strings.CutSuffix(base, "-nocap")
+			precise := base == "ramjet-precise"
 			for _, k := range routers {
 				fmt.Fprintf(stderr, "e2ecompare: %s with %d %s instances behind a %s front (%d requests, %d replicas)\n", w.Name, k, rpol, front, len(w.Trace), n)
 				label := fmt.Sprintf("%s-x%d", rpol, k)
@@ -217,7 +225,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 				row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur,
-					multiOpts{bin: *procsBin, precise: precise, nocap: nocap, em: *engMet, tokTO: *tokTO, foreign: *foreignS, results: results}, progress, stderr)
+					multiOpts{bin: *procsBin, precise: precise, nocap: nocap, em: *engMet, tokTO: *tokTO, foreign: *foreignS, results: results,
+						name: rpol, settings: settings}, progress, stderr)
 				if cerr := closeResults(); err == nil {
 					err = cerr
 				}
@@ -394,9 +403,7 @@ func siteFor(pol string, addrs []string, sims []*enginesim.Server, tokTO time.Du
 		if base == "ramjet-precise" {
 			site.PolicyConfig["kv"] = kvConfig(sims, addrs, tokTO)
 		}
-		for k, v := range settings {
-			site.PolicyConfig[k] = v
-		}
+		applySettings(site.PolicyConfig, settings)
 		return site
 	}
 	return caddyrun.Site{Name: "lb", Policy: pol, Upstreams: addrs}

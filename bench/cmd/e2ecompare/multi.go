@@ -63,13 +63,17 @@ func multiSites(k int, upstreams []string, kv map[string]any, capacity int, em t
 // preflight's timeout; with nocap the instances are not told the engines'
 // KV capacity (ramjet-nocap; every -routers row before 2026-12-05 21:30);
 // em and foreign as multiSites takes them; results, when set, receives
-// every request's result (-results).
+// every request's result (-results); settings are the -routers-policy
+// target's options (parseRoutersTarget), set in every instance's policy,
+// and name, when set, the target's name (the rows' policy).
 type multiOpts struct {
 	bin            string
 	precise, nocap bool
 	em, tokTO      time.Duration
 	foreign        string
 	results        func(*loadgen.Result)
+	name           string
+	settings       map[string]any
 }
 
 // runMulti replays w through k ramjet instances (sites of one in-process
@@ -175,7 +179,8 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 // addrs (multiSites) and their policy's name: ramjet or ramjet-precise
 // (o.precise), told the engines' KV capacity (engineCapacity) as siteFor's
 // single-instance rows and the fleet simulation's instances are, or with
-// o.nocap not (the name then ends in -nocap).
+// o.nocap not (the name then ends in -nocap); o.settings set in each (a
+// target's options), o.name the name when set.
 func multiSitesFor(k int, sims []*enginesim.Server, addrs []string, o multiOpts) ([]caddyrun.Site, string) {
 	var kv map[string]any
 	pol, capacity := "ramjet", engineCapacity(sims)
@@ -185,7 +190,14 @@ func multiSitesFor(k int, sims []*enginesim.Server, addrs []string, o multiOpts)
 	if o.nocap {
 		pol, capacity = pol+"-nocap", 0
 	}
-	return multiSites(k, addrs, kv, capacity, o.em, o.foreign), pol
+	sites := multiSites(k, addrs, kv, capacity, o.em, o.foreign)
+	for _, s := range sites {
+		applySettings(s.PolicyConfig, o.settings)
+	}
+	if o.name != "" {
+		pol = o.name
+	}
+	return sites, pol
 }
 
 // parseRouters parses -routers and -front.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,10 @@ import (
 
 // ramjetBases are the -policy names that run lb_policy ramjet (siteFor).
 var ramjetBases = []string{"ramjet", "ramjet-nocap", "ramjet-precise"}
+
+// routerBases are the -routers-policy names (multiSitesFor): ramjetBases
+// and ramjet-precise-nocap.
+var routerBases = []string{"ramjet", "ramjet-nocap", "ramjet-precise", "ramjet-precise-nocap"}
 
 // ramjetKeys map the option keys a ramjet target may carry after "@" to the
 // lb_policy ramjet JSON fields they set (fleetstate.PolicySettings). The
@@ -23,33 +28,82 @@ var ramjetKeys = map[string]string{
 	"qx":  "queue_extra", // selection.Options.QueueExtra
 }
 
+// preciseFlags map the flags (no value) a precise target (a base with kv)
+// may carry to the kv block's tokenize_wait, as fleetsim's ramjet-precise
+// flags of those names: always waits for every preflight
+// (ramjet-precise@always), wait is the wait rule (the default).
+var preciseFlags = map[string]string{"always": "always", "wait": "auto"}
+
 // parseTarget splits a -policy target into its base policy and the
 // lb_policy ramjet settings it names: "ramjet@ixs=-1+qx=-1" is lb_policy
-// ramjet with index_share and queue_extra off. A name without "@" is its
-// own base with no settings; only the ramjet bases take options. The
-// module validates the values when Caddy loads the config.
+// ramjet with index_share and queue_extra off, "ramjet-precise@always" is
+// the precise path with tokenize_wait always (settings["kv"], merged into
+// the kv block by applySettings). A name without "@" is its own base with
+// no settings; only the ramjet bases take options. The module validates
+// the values when Caddy loads the config.
 func parseTarget(pol string) (base string, settings map[string]any, err error) {
+	return parseOptions(pol, ramjetBases, "policy")
+}
+
+// parseRoutersTarget is parseTarget for a -routers-policy target: its base
+// must be one of routerBases, and takes the same options.
+func parseRoutersTarget(pol string) (base string, settings map[string]any, err error) {
+	base, settings, err = parseOptions(pol, routerBases, "-routers-policy")
+	if err == nil && !slices.Contains(routerBases, base) {
+		err = fmt.Errorf("-routers-policy %q: want %s, with @options or not", pol, strings.Join(routerBases, ", "))
+	}
+	return base, settings, err
+}
+
+// parseOptions parses pol's options after "@" for a base among bases.
+func parseOptions(pol string, bases []string, what string) (base string, settings map[string]any, err error) {
 	base, spec, found := strings.Cut(pol, "@")
 	if !found {
 		return pol, nil, nil
 	}
-	if !slices.Contains(ramjetBases, base) {
-		return "", nil, fmt.Errorf("policy %q: only %s take @options", pol, strings.Join(ramjetBases, ", "))
+	if !slices.Contains(bases, base) {
+		return "", nil, fmt.Errorf("%s %q: only %s take @options", what, pol, strings.Join(bases, ", "))
 	}
 	settings = map[string]any{}
 	for _, kv := range strings.Split(spec, "+") {
-		k, v, _ := strings.Cut(kv, "=")
+		k, v, hasValue := strings.Cut(kv, "=")
+		if wait, ok := preciseFlags[k]; ok && !hasValue {
+			if !strings.HasPrefix(base, "ramjet-precise") {
+				return "", nil, fmt.Errorf("%s %q: %s needs a ramjet-precise base (the kv block's tokenize_wait)", what, pol, k)
+			}
+			settings["kv"] = map[string]any{"tokenize_wait": wait}
+			continue
+		}
 		field, ok := ramjetKeys[k]
 		if !ok {
-			return "", nil, fmt.Errorf("policy %q: unknown option %q (want ixs or qx, as fleetsim's)", pol, k)
+			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs or qx, as fleetsim's, or always or wait on ramjet-precise)", what, pol, k)
 		}
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return "", nil, fmt.Errorf("policy %q: %s: %w", pol, k, err)
+			return "", nil, fmt.Errorf("%s %q: %s: %w", what, pol, k, err)
 		}
 		settings[field] = fleetsim.ZeroIsNone(x)
 	}
 	return base, settings, nil
+}
+
+// applySettings sets a target's settings (parseTarget) in an lb_policy
+// ramjet config: each field, and the kv block's fields merged into a copy
+// of cfg's kv block (sites may share one).
+func applySettings(cfg, settings map[string]any) {
+	for k, v := range settings {
+		sub, ok := v.(map[string]any)
+		if k != "kv" || !ok {
+			cfg[k] = v
+			continue
+		}
+		kv := map[string]any{}
+		if old, ok := cfg["kv"].(map[string]any); ok {
+			maps.Copy(kv, old)
+		}
+		maps.Copy(kv, sub)
+		cfg["kv"] = kv
+	}
 }
 
 // policyBase is pol's base policy (parseTarget), pol itself when it does

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/kvindex"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -144,5 +146,111 @@ func TestRamjetTargetReachesCaddy(t *testing.T) {
 	if _, err := caddyrun.Start([]caddyrun.Site{bad}); err == nil || !strings.Contains(err.Error(), "index_share") {
 		_ = caddyrun.Stop()
 		t.Errorf("ramjet@ixs=2 loaded (err %v): the module should refuse index_share 2", err)
+	}
+}
+
+// TestParseRoutersTarget: -routers-policy takes -policy's options (fleetsim's
+// keys and values) on its four bases, and ramjet-precise's always and wait
+// flags (the kv block's tokenize_wait) on the precise ones; other bases,
+// flags on a base without kv, unknown keys and bad values are refused,
+// before the first run.
+func TestParseRoutersTarget(t *testing.T) {
+	always := map[string]any{"tokenize_wait": "always"}
+	tests := []struct {
+		pol, base string
+		want      map[string]any
+	}{
+		{"ramjet", "ramjet", nil},
+		{"ramjet-precise-nocap", "ramjet-precise-nocap", nil},
+		{"ramjet-precise@always", "ramjet-precise", map[string]any{"kv": always}},
+		{"ramjet-precise@wait", "ramjet-precise", map[string]any{"kv": map[string]any{"tokenize_wait": "auto"}}},
+		{"ramjet-precise-nocap@ixs=-1+always", "ramjet-precise-nocap", map[string]any{"index_share": -1.0, "kv": always}},
+		{"ramjet@ixs=0+qx=3", "ramjet", map[string]any{"index_share": -1.0, "queue_extra": 3.0}},
+		{"ramjet-nocap@qx=-1", "ramjet-nocap", map[string]any{"queue_extra": -1.0}},
+	}
+	for _, tt := range tests {
+		base, got, err := parseRoutersTarget(tt.pol)
+		if err != nil || base != tt.base || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("parseRoutersTarget(%q) = %q, %v, %v; want %q, %v", tt.pol, base, got, err, tt.base, tt.want)
+		}
+	}
+	for _, bad := range []string{"sglang", "round_robin", "ramjet@always", "ramjet-nocap@wait", "ramjet-precise@always=1",
+		"ramjet-precise@bogus", "ramjet@ixs=x", "sglang@ixs=-1", "ramjet-precise@"} {
+		if _, _, err := parseRoutersTarget(bad); err == nil {
+			t.Errorf("parseRoutersTarget(%q): no error", bad)
+		}
+	}
+	// -policy takes the flags too.
+	if base, got, err := parseTarget("ramjet-precise@always"); err != nil || base != "ramjet-precise" || !reflect.DeepEqual(got, map[string]any{"kv": always}) {
+		t.Errorf("parseTarget(ramjet-precise@always) = %q, %v, %v", base, got, err)
+	}
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"-workload", "burst", "-policy", "", "-routers", "2", "-routers-policy", "ramjet,ramjet@always"}, &out, &errOut); err == nil ||
+		!strings.Contains(err.Error(), "always") || strings.Contains(errOut.String(), "instances behind") {
+		t.Errorf("run with a bad -routers-policy: %v (want it refused before the first run)\n%s", err, errOut.String())
+	}
+}
+
+// TestRoutersTargetReachesCaddy: a -routers-policy target's options reach
+// every instance's lb_policy ramjet (ramjet-precise@always+ixs=-1:
+// index_share -1 beside the kv block's engines, tokenize_wait always),
+// without changing the kv block the instances share; the kv block decodes
+// into the module's settings as the wait rule off; the real Caddy loads
+// every instance and routes a request through each; the row's policy is
+// the target's name.
+func TestRoutersTargetReachesCaddy(t *testing.T) {
+	sims, addrs := startCapacityEngines(t)
+	const pol = "ramjet-precise@always+ixs=-1"
+	base, settings, err := parseRoutersTarget(pol)
+	if err != nil || base != "ramjet-precise" {
+		t.Fatalf("parseRoutersTarget: %q, %v", base, err)
+	}
+	sites, name := multiSitesFor(2, sims, addrs, multiOpts{precise: true, name: pol, settings: settings})
+	if name != pol || len(sites) != 2 {
+		t.Fatalf("policy %q with %d sites, want %q with 2", name, len(sites), pol)
+	}
+	plain, _ := multiSitesFor(2, sims, addrs, multiOpts{precise: true})
+	for i, s := range sites {
+		kv, _ := s.PolicyConfig["kv"].(map[string]any)
+		if s.PolicyConfig["index_share"] != -1.0 || kv["tokenize_wait"] != "always" || kv["engines"] == nil {
+			t.Errorf("%s: policy config %v", s.Name, s.PolicyConfig)
+		}
+		if len(s.PolicyConfig) != len(plain[i].PolicyConfig)+1 { // index_share
+			t.Errorf("%s: %v, want plain ramjet-precise's %v and index_share", s.Name, s.PolicyConfig, plain[i].PolicyConfig)
+		}
+		if _, ok := plain[i].PolicyConfig["kv"].(map[string]any)["tokenize_wait"]; ok {
+			t.Errorf("plain %s: tokenize_wait set", plain[i].Name)
+		}
+		b, err := json.Marshal(kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ks kvindex.Settings
+		if err := json.Unmarshal(b, &ks); err != nil {
+			t.Fatal(err)
+		}
+		ks.SetDefaults()
+		if err := ks.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		pc, err := ks.Precise("", "", nil, nil)
+		if err != nil || pc.WaitAuto {
+			t.Errorf("%s: the module's precise config: wait rule %v, err %v; want off (always)", s.Name, pc.WaitAuto, err)
+		}
+	}
+	running, err := caddyrun.Start(sites)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caddyrun.Stop()
+	for _, s := range sites {
+		client, err := loadgen.NewClient(loadgen.ClientConfig{BaseURL: running.URL(s.Name), Model: engineModel, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := client.Do(context.Background(), []loadgen.Message{{Role: "user", Content: "hello"}}, 4, false); !res.OK() {
+			t.Errorf("request through %s of %s: %+v", s.Name, pol, res)
+		}
+		client.Close()
 	}
 }
