@@ -37,7 +37,12 @@ import (
 // sets SawOthers; so does another instance's load in the engines' metrics
 // (engine_metrics). A request routed at once reserves the bytes' estimate
 // of its prompt, and its Late handle's tokens credit the rest
-// (SetForeign), so a lone instance's own runs do not read as foreign. In the fleet simulation 2 and
+// (SetForeign); one routed on its cached message prefix reserves the
+// prefix's tokens and the other messages' bytes' estimate (Late.PromptTokens;
+// its own tokens come only after its prefill), its estimated prefill
+// scaled to them where they are fewer than the bytes' estimate
+// (selection.ForeignPrefill.Reserved: TestLoneChatOwnRuns), so a lone
+// instance's own runs do not read as foreign. In the fleet simulation 2 and
 // 4 instances under the rule then wait from their first few decisions on
 // and route as with always (tool-agent traces at 8 replicas, agent-fleet,
 // shared-prefix: bench/RESULTS.md, 2026-12-07, "The wait rule with

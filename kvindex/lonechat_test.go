@@ -394,13 +394,18 @@ func TestLoneChatSurvey(t *testing.T) {
 		lonechat(t, lonechatShapes[1], 4.5, 2, 1)
 		return
 	}
-	if os.Getenv("RAMJET_LONECHAT") == "" {
-		t.Skip("a survey: RAMJET_LONECHAT=1")
+	mode := os.Getenv("RAMJET_LONECHAT")
+	if mode == "" {
+		t.Skip("a survey: RAMJET_LONECHAT=1 (2 replicas, seeds 1-3) or heldout (4 replicas, seeds 4-6)")
+	}
+	replicas, seeds, densities := 2, []uint64{1, 2, 3}, []float64{5, 4.5, 4, 3.5, 3, 2, 1.5}
+	if mode == "heldout" {
+		replicas, seeds, densities = 4, []uint64{4, 5, 6}, []float64{5, 4.5, 4, 3, 2}
 	}
 	for _, sh := range lonechatShapes {
-		for _, d := range []float64{5, 4.5, 4, 3.5, 3, 2, 1.5} {
-			for seed := uint64(1); seed <= 3; seed++ {
-				st := lonechat(t, sh, d, 2, seed)
+		for _, d := range densities {
+			for _, seed := range seeds {
+				st := lonechat(t, sh, d, replicas, seed)
 				t.Logf("%-10s density %.1f seed %d: requests %d deferred %d unwaited %d; stored %d foreign %d (%.3f) rho %.3f; waits from request %d",
 					sh.name, d, seed, st.requests, st.deferred, st.unwaited, st.stored, st.foreign, float64(st.foreign)/float64(max(st.stored, 1)), st.rho, st.sawAt)
 			}
