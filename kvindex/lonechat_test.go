@@ -138,6 +138,12 @@ type chatShape struct {
 	system             int
 	user, reply        [2]int
 	turns, convs, live int
+	// newcomer, when positive, starts another instance at this instance's
+	// request newcomer: from then on, before each of this instance's
+	// requests, one of the other's (its own conversations under the same
+	// system prompt) is computed by a replica drawn at random, with no
+	// reservation of this instance to explain its runs.
+	newcomer int
 }
 
 // lonechatStats is what one lone instance saw.
@@ -237,7 +243,31 @@ func lonechat(t *testing.T, sh chatShape, density float64, replicas int, seed ui
 	st := lonechatStats{sawAt: -1}
 	s := selection.NewScratch(len(cands))
 	ctx := context.Background()
+	var others []*conv
+	for range sh.live {
+		others = append(others, &conv{msgs: []msg{{"system", system}}})
+	}
+	other := func() {
+		oc := others[rng.IntN(len(others))]
+		oc.msgs = append(oc.msgs, msg{"user", text(sh.user)})
+		body, _ := json.Marshal(map[string]any{"model": "m", "messages": oc.msgs, "max_tokens": 64})
+		prompt, err := fetchDense(srv, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := engs[rng.IntN(len(engs))]
+		e.compute(prompt, 128, &now, 30*time.Millisecond)
+		reply := text(sh.reply)
+		e.compute(append(srv.content(append([]uint32(nil), prompt...), reply), tplEnd), 1, &now, 10*time.Millisecond)
+		oc.msgs = append(oc.msgs, msg{"assistant", reply})
+		if oc.turn++; oc.turn == sh.turns {
+			*oc = conv{msgs: []msg{{"system", system}}}
+		}
+	}
 	for len(live) > 0 {
+		if sh.newcomer > 0 && st.requests >= sh.newcomer {
+			other()
+		}
 		ci := rng.IntN(len(live))
 		c := live[ci]
 		c.msgs = append(c.msgs, msg{"user", text(sh.user)})
@@ -379,6 +409,27 @@ func TestLoneChatOwnRuns(t *testing.T) {
 				t.Errorf("density %v: %d of %d stored tokens read as foreign (rho %.3f), waits from request %d: want a lone instance",
 					d, st.foreign, st.stored, st.rho, st.sawAt)
 			}
+		})
+	}
+}
+
+// TestLoneChatSeesNewcomer: the credit that keeps a lone instance's own
+// runs its own does not hide another instance's: once a second instance
+// starts sending the same workload to the same engines, the first reads
+// its runs as foreign and waits for its preflights within a few dozen of
+// its own requests, at every content density (before the scaled credit,
+// at 4.5 and 5 bytes per token it waited from its 11th-20th request
+// alone, with or without a newcomer).
+func TestLoneChatSeesNewcomer(t *testing.T) {
+	sh := lonechatShapes[1]
+	sh.newcomer = 60
+	for _, d := range []float64{5, 4.5, 4, 2} {
+		t.Run(strconv.FormatFloat(d, 'f', -1, 64), func(t *testing.T) {
+			st := lonechat(t, sh, d, 2, 1)
+			if st.sawAt < sh.newcomer || st.sawAt > sh.newcomer+40 {
+				t.Errorf("density %v: waits from request %d (rho %.3f); want within 40 of the newcomer's start at %d", d, st.sawAt, st.rho, sh.newcomer)
+			}
+			t.Logf("density %v: the newcomer seen at request %d (rho %.3f)", d, st.sawAt, st.rho)
 		})
 	}
 }
