@@ -321,8 +321,8 @@ func lonechat(t *testing.T, sh chatShape, density float64, replicas int, seed ui
 		n := e.compute(prompt, 128, &now, 30*time.Millisecond)
 		st.stored += int64(n)
 		if lonechatDebug && (foreign.Load() > f0 || st.requests < 30) {
-			t.Logf("req %d conv %d turn %d: toks %d deferred %v prompt %d est %d overlap %d credit %d stored %d foreign %d precise %v rep %d",
-				st.requests, next, c.turn, len(toks), deferred, len(prompt), f.PromptTokens(rt.Config()), d.Overlap, res.Prefill(), n, foreign.Load()-f0, d.Precise, d.Index)
+			t.Logf("req %d turn %d: toks %d deferred %v prompt %d est %d overlap %d credit %d stored %d foreign %d precise %v rep %d",
+				st.requests, c.turn, len(toks), deferred, len(prompt), f.PromptTokens(rt.Config()), d.Overlap, res.Prefill(), n, foreign.Load()-f0, d.Precise, d.Index)
 		}
 		res.PrefillDone()
 		fp.FirstToken(slot, now)
