@@ -514,7 +514,9 @@ func onGrid(bt int, cands []selection.Candidate) {
 // past the estimate's (Index.Own), compared in the request's real tokens (the estimate counts tokens
 // estimated from bytes). A candidate the estimate credits with the whole
 // fingerprinted prefix of a longer prompt keeps its exact overlap: the
-// estimate cannot see further. It reports whether a kept exact overlap
+// estimate cannot see further. One whose exact overlap is below the
+// estimate's credit keeps it unless its replica's queue is past
+// QueueEstimate (queuedPast): then the estimate decides. It reports whether a kept exact overlap
 // differs from the estimate's credit by more than one router block (the
 // wait rule, diverge.go): only then can the decision differ from the
 // estimate's.
