@@ -20,6 +20,9 @@ import (
 const (
 	DefaultPredictTTL   = 5 * time.Minute
 	DefaultPredictGrace = 2 * time.Second
+	// DefaultQueueEstimate is QueueEstimate's default: a replica whose
+	// queue ahead holds at least its whole KV capacity of prefill.
+	DefaultQueueEstimate = 1.0
 )
 
 // PreciseEngine is one replica of the precise path: its feed and the
@@ -84,6 +87,20 @@ type PreciseConfig struct {
 	// several routers it discards what each learns from the others'
 	// placements (bench/RESULTS.md, 2026-12-02).
 	CapForeign bool
+	// QueueEstimate, with SetEstimate, leaves to the estimate a candidate
+	// whose exact overlap is below the estimate's credit (the engine has
+	// evicted what the estimate believes it holds) while the replica's
+	// pending prefill (the router's requests there not yet past their
+	// first token) is at least QueueEstimate times its KV capacity as the
+	// router knows it (Router.Capacity; unknown: never). The engine's
+	// events say what it holds now; the request runs after that queue,
+	// which rewrites more than the whole cache first and recomputes what
+	// its own requests share with this one, as the estimate (learned in
+	// routing order, bounded by the capacity) models. 0 is
+	// DefaultQueueEstimate, negative off (every exact overlap below the
+	// estimate decides, the rule before 2026-12-07). bench/EXPERIMENTS.md
+	// section 99.
+	QueueEstimate float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
 	// always) every request without a cached message prefix waits for its
@@ -497,7 +514,9 @@ func onGrid(bt int, cands []selection.Candidate) {
 // past the estimate's (Index.Own), compared in the request's real tokens (the estimate counts tokens
 // estimated from bytes). A candidate the estimate credits with the whole
 // fingerprinted prefix of a longer prompt keeps its exact overlap: the
-// estimate cannot see further. It reports whether a kept exact overlap
+// estimate cannot see further. One whose exact overlap is below the
+// estimate's credit keeps it unless its replica's queue is past
+// QueueEstimate (queuedPast): then the estimate decides. It reports whether a kept exact overlap
 // differs from the estimate's credit by more than one router block (the
 // wait rule, diverge.go): only then can the decision differ from the
 // estimate's.
@@ -537,6 +556,10 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		}
 		credit := tokensOf(d, e, tokens, est)
 		if credit >= c.Overlap {
+			if credit-c.Overlap > slack && p.queuedPast(e.rt, c.Slot) {
+				c.Precise = false // the queue runs first: the estimate's view
+				continue
+			}
 			diverged = diverged || credit-c.Overlap > slack // evicted
 			continue
 		}
@@ -554,6 +577,25 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 	}
 	p.estWork.Put(w)
 	return diverged
+}
+
+// queuedPast reports whether slot s's pending prefill on rt is at least
+// QueueEstimate times its KV capacity (never when the capacity is not
+// known or the rule is off).
+func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
+	k := p.cfg.QueueEstimate
+	if k == 0 {
+		k = DefaultQueueEstimate
+	}
+	if k < 0 {
+		return false
+	}
+	_, pend := rt.Load(s)
+	if pend <= 0 {
+		return false // no queue: the engine's state now is what it will find
+	}
+	capa := rt.Capacity(s)
+	return capa > 0 && float64(pend) >= k*float64(capa)
 }
 
 // tokensOf is d of the estimate's router blocks in the request's real

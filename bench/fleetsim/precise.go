@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +66,9 @@ type PreciseConfig struct {
 	ExactPastEstimate bool
 	// CapForeign: kvindex.PreciseConfig.CapForeign.
 	CapForeign bool
+	// QueueEstimate: kvindex.PreciseConfig.QueueEstimate (0: its
+	// default, negative: off).
+	QueueEstimate float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -248,6 +252,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			PredictGrace:      p.pc.PredictGrace,
 			ExactPastEstimate: p.pc.ExactPastEstimate,
 			CapForeign:        p.pc.CapForeign,
+			QueueEstimate:     p.pc.QueueEstimate,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -529,8 +534,9 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // (CapForeign), nocold (NoCold), wait (no-op: the default), defer (no
 // change: the estimate cap is the default), ixs and qx
 // (selection.Options.IndexShare and QueueExtra at their defaults; without
-// them off, PreciseOptions); a later wait or always wins. ok is false
-// when name is not one.
+// them off, PreciseOptions); a later wait or always wins. qe=K sets
+// PreciseConfig.QueueEstimate (qe=0: off, the rule before it). ok is
+// false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
 	if !found && name != "ramjet-precise" {
@@ -562,7 +568,15 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 		case "qx":
 			opt.QueueExtra = 0
 		default:
-			return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
+			v, ok := strings.CutPrefix(k, "qe=")
+			if !ok {
+				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
+			}
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, true, fmt.Errorf("ramjet-precise@: qe: %w", err)
+			}
+			pc.QueueEstimate = ZeroIsNone(x)
 		}
 	}
 	if pc.WaitRule {

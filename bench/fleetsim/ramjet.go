@@ -54,8 +54,10 @@ type Ramjet struct {
 	// Reasons counts decisions by reason.
 	Reasons map[string]int
 
-	// trace, when set, receives one line per decision (SetTrace).
-	trace io.Writer
+	// trace, when set, receives one line per decision (SetTrace);
+	// traceEst is the estimate's depth per slot before the decision.
+	trace    io.Writer
+	traceEst [selection.MaxReplicas]int32
 }
 
 // SetTrace makes the policy write one line per decision to w: the
@@ -74,6 +76,10 @@ func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replic
 	fmt.Fprintf(p.trace, "id=%d now=%.3f at=%.3f sess=%d turn=%d group=%d in=%d out=%d -> %d %s/%s ov=%d best=%d |",
 		r.Row.ID, p.now.Seconds(), r.Row.At, r.Row.Session, r.Row.Turn, r.Row.Group, r.Row.Input, r.Row.Output,
 		d.Index, d.Reason, d.Tie, d.Overlap, d.BestOverlap)
+	// The precise path: each candidate's estimate (est, what the
+	// approximate index alone credits) beside its exact overlap (x, -1: no
+	// fresh feed) and whether Pick read the exact one (P1).
+	est := &p.traceEst
 	for i := range p.s.Score {
 		if p.s.Score[i] != p.s.Score[i] {
 			continue
@@ -91,6 +97,16 @@ func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replic
 			inf, pend, fleet[i].Running(), fleet[i].Waiting(), fleet[i].KVUsage(), p.rt.Resident(p.cands[i].Slot), p.rt.Lingering(p.cands[i].Slot),
 			p.rt.ExternalPrefill(p.cands[i].Slot), p.rt.ExternalContext(p.cands[i].Slot), held, all,
 			p.rt.Index().Held(p.cands[i].Slot)*int64(p.rt.Config().BlockTokens), p.rt.Index().Horizon(p.cands[i].Slot))
+		if p.pre != nil {
+			x, pr := -1, 0
+			if d.Precise || p.cands[i].Precise {
+				x = p.cands[i].Overlap
+			}
+			if p.cands[i].Precise {
+				pr = 1
+			}
+			fmt.Fprintf(p.trace, "/est%d/x%d/P%d", int(est[p.cands[i].Slot])*p.rt.Config().BlockTokens, x, pr)
+		}
 	}
 	fmt.Fprintln(p.trace)
 }
@@ -489,6 +505,15 @@ func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int 
 		if p.pre.Ready() {
 			p.s.Tokens = r.Prompt
 		}
+	}
+	if p.trace != nil && p.pre != nil {
+		// The estimate before Route learns the request (traceDecision).
+		var in selection.SlotSet
+		for i := range cands {
+			in.Add(cands[i].Slot)
+		}
+		p.traceEst = [selection.MaxReplicas]int32{}
+		p.rt.Index().DepthsWith(f.Blocks, &in, &p.traceEst, selection.NewScratch(0))
 	}
 	d, res := p.rt.Route(f, cands, p.s, a, nil)
 	p.s.Tokens = nil

@@ -1,0 +1,111 @@
+package kvindex
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// TestPreciseQueueEstimate checks PreciseConfig.QueueEstimate: an exact
+// overlap below the estimate's credit decides on a replica without a
+// queue, and is left to the estimate on a replica whose pending prefill is
+// at least QueueEstimate times its KV capacity (by default once), never
+// where the capacity is not known, and always with the rule off.
+func TestPreciseQueueEstimate(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12} // three full blocks
+	for _, tc := range []struct {
+		name string
+		k    float64
+		// want: whether a (queued past the bound), b (no queue) and c
+		// (queued, capacity unknown) keep their exact overlap.
+		wantA, wantB, wantC bool
+	}{
+		{"default", 0, false, true, true},
+		{"off", -1, true, true, true},
+		{"twice", 2, true, true, true}, // a's queue is under twice its capacity
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewPrecise(PreciseConfig{
+				Index:         Config{BlockSize: 4, Now: func() time.Time { return now }},
+				Engines:       []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}},
+				QueueEstimate: tc.k,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.SetEstimate(rt)
+			var cands []selection.Candidate
+			for _, k := range []string{"a", "b", "c"} {
+				s, _ := rt.Register(k)
+				p.Bind(s, k)
+				cands = append(cands, selection.Candidate{Slot: s, Usable: true})
+			}
+			const capa = 400 // tokens: 100 router blocks, room for the prompt
+			rt.SetCapacity(cands[0].Slot, capa)
+			rt.SetCapacity(cands[1].Slot, capa)
+			x := p.Index()
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			// The estimate credits every replica with the whole prompt; the
+			// engines kept its first block only (they evicted the rest).
+			for i, k := range []string{"a", "b", "c"} {
+				rt.Learn(f, cands[i].Slot)
+				r, _ := x.Lookup(k)
+				x.Apply(r, batchOf(storedEv(0, false, 4, toks[:4], uint64(11+10*i))))
+			}
+			// A long cold prompt queued on a and on c: its pending prefill
+			// (about 1.5 times a's capacity as the index applies it) is
+			// ahead of the request.
+			g := rt.Extractor().NewFeatures()
+			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
+			g.PromptBytes = int(1.5*float64(rt.Capacity(cands[0].Slot))) * 4
+			s := selection.NewScratch(3)
+			var queued []*selection.Reservation
+			for _, i := range []int{0, 2} {
+				only := []selection.Candidate{cands[i]}
+				_, res := rt.Route(g, only, s, nil, nil)
+				queued = append(queued, res)
+			}
+			if _, pend := rt.Load(cands[0].Slot); float64(pend) < float64(rt.Capacity(cands[0].Slot)) || rt.Capacity(cands[2].Slot) != 0 {
+				t.Fatalf("setup: a's pending %d against capacity %d; c's capacity %d (want unknown)", pend, rt.Capacity(cands[0].Slot), rt.Capacity(cands[2].Slot))
+			}
+			s.Tokens = toks
+			if !p.Annotate(f, cands, s) {
+				t.Fatal("no precise candidate")
+			}
+			for i, want := range []bool{tc.wantA, tc.wantB, tc.wantC} {
+				if c := cands[i]; c.Precise != want || want && c.Overlap != 4 {
+					t.Errorf("%c: %+v, want precise %v (exact 4)", 'a'+i, c, want)
+				}
+			}
+			d := rt.Pick(f, cands, s)
+			wantA := 4
+			if !tc.wantA {
+				wantA = 12 // the estimate's credit
+			}
+			if s.Overlap[0] != wantA || s.Overlap[1] != 4 {
+				t.Errorf("Pick's overlaps %v, want a %d, b 4 (decision %+v)", s.Overlap[:3], wantA, d)
+			}
+
+			// The queue ahead reaches its first tokens: the exact overlap
+			// decides again.
+			for _, res := range queued {
+				res.PrefillDone()
+			}
+			p.Annotate(f, cands, s)
+			if !cands[0].Precise || cands[0].Overlap != 4 {
+				t.Errorf("a without a queue: %+v, want the exact 4", cands[0])
+			}
+			for _, res := range queued {
+				res.Release()
+			}
+		})
+	}
+}
