@@ -240,10 +240,10 @@ func (s *PolicySettings) Validate() error {
 
 // PolicyWords adds to words (caddyblock.Block.Words of lb_policy ramjet
 // or the ramjet directive) the Caddyfile keywords of PolicySettings'
-// options, the same in both: "off" is -1 for spill_band, index_share and
-// queue_extra. It returns words.
+// options, the same in both: "off" is -1 for spill_band, index_share,
+// queue_extra and kv_queue_estimate. It returns words.
 func PolicyWords(words map[string]map[string]any) map[string]map[string]any {
-	for _, name := range []string{"spill_band", "index_share", "queue_extra"} {
+	for _, name := range []string{"spill_band", "index_share", "queue_extra", "kv_queue_estimate"} {
 		words[name] = map[string]any{"off": -1}
 	}
 	return words

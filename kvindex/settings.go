@@ -69,6 +69,14 @@ type Settings struct {
 	// engine whose feed is healthy, in turn.
 	TokenizeURL string `json:"tokenize_url,omitempty"`
 
+	// QueueEstimate is the queue rule (PreciseConfig.QueueEstimate): an
+	// exact overlap below the estimate's credit is left to the estimate
+	// while the replica's pending prefill is at least QueueEstimate times
+	// its KV capacity (the capacity known: scraped or kv_capacity). 0 is
+	// the default (1: a whole cache's worth queued), -1 off (every exact
+	// overlap decides, the rule before 2026-12-07).
+	QueueEstimate float64 `json:"queue_estimate,omitempty"`
+
 	// UpstreamToken is the bearer token sent to the engines with every
 	// tokenize preflight and canary probe ("Authorization: Bearer
 	// <token>"), as the guard sends it with proxied requests.
@@ -134,6 +142,8 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: predict_ttl and tokenize_timeout must not be negative")
 	case c.TokenizeConcurrency < 0 || c.TokenizeCache < 0:
 		return fmt.Errorf("kv: tokenize_concurrency and tokenize_cache must be positive")
+	case c.QueueEstimate < 0 && c.QueueEstimate != -1:
+		return fmt.Errorf("kv: queue_estimate must be positive, 0 (the default) or -1 (off), got %v", c.QueueEstimate)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":
@@ -165,6 +175,8 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 		Subscriber: SubscriberConfig{Logger: logger},
 		Logger:     logger,
 		WaitAuto:   c.TokenizeWait != "always",
+
+		QueueEstimate: c.QueueEstimate,
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

@@ -60,3 +60,28 @@ func TestSettingsTokenizeWait(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsQueueEstimate: queue_estimate reaches PreciseConfig as given
+// (0 the default rule, -1 off, a positive factor), anything else negative
+// is rejected naming the field.
+func TestSettingsQueueEstimate(t *testing.T) {
+	for _, c := range []struct {
+		give float64
+		bad  bool
+	}{{0, false}, {-1, false}, {0.5, false}, {2, false}, {-0.5, true}, {-2, true}} {
+		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, QueueEstimate: c.give}
+		s.SetDefaults()
+		err := s.Validate()
+		if (err != nil) != c.bad || c.bad && !strings.Contains(err.Error(), "queue_estimate") {
+			t.Errorf("queue_estimate %v: Validate %v, want an error naming it %v", c.give, err, c.bad)
+			continue
+		}
+		if c.bad {
+			continue
+		}
+		pc, err := s.Precise("", "", nil, nil)
+		if err != nil || pc.QueueEstimate != c.give {
+			t.Errorf("queue_estimate %v: PreciseConfig.QueueEstimate %v (err %v)", c.give, pc.QueueEstimate, err)
+		}
+	}
+}

@@ -34,6 +34,21 @@ var ramjetKeys = map[string]string{
 // (ramjet-precise@always), wait is the wait rule (the default).
 var preciseFlags = map[string]string{"always": "always", "wait": "auto"}
 
+// preciseKeys map the option keys only a precise target may carry to the
+// kv block's fields they set, with ramjetKeys' values: qe is fleetsim's
+// ramjet-precise@qe (kvindex's QueueEstimate; qe=0 the rule before it).
+var preciseKeys = map[string]string{"qe": "queue_estimate"}
+
+// kvSetting sets the kv block's field k to v in a target's settings.
+func kvSetting(settings map[string]any, k string, v any) {
+	kv, _ := settings["kv"].(map[string]any)
+	if kv == nil {
+		kv = map[string]any{}
+		settings["kv"] = kv
+	}
+	kv[k] = v
+}
+
 // parseTarget splits a -policy target into its base policy and the
 // lb_policy ramjet settings it names: "ramjet@ixs=-1+qx=-1" is lb_policy
 // ramjet with index_share and queue_extra off, "ramjet-precise@always" is
@@ -71,16 +86,24 @@ func parseOptions(pol string, bases []string, what string) (base string, setting
 			if !strings.HasPrefix(base, "ramjet-precise") {
 				return "", nil, fmt.Errorf("%s %q: %s needs a ramjet-precise base (the kv block's tokenize_wait)", what, pol, k)
 			}
-			settings["kv"] = map[string]any{"tokenize_wait": wait}
+			kvSetting(settings, "tokenize_wait", wait)
 			continue
 		}
 		field, ok := ramjetKeys[k]
-		if !ok {
-			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs or qx, as fleetsim's, or always or wait on ramjet-precise)", what, pol, k)
+		kvField, precise := preciseKeys[k]
+		if !ok && !precise {
+			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs or qx, as fleetsim's, or always, wait or qe on ramjet-precise)", what, pol, k)
+		}
+		if precise && !strings.HasPrefix(base, "ramjet-precise") {
+			return "", nil, fmt.Errorf("%s %q: %s needs a ramjet-precise base (the kv block's %s)", what, pol, k, kvField)
 		}
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil {
 			return "", nil, fmt.Errorf("%s %q: %s: %w", what, pol, k, err)
+		}
+		if precise {
+			kvSetting(settings, kvField, fleetsim.ZeroIsNone(x))
+			continue
 		}
 		settings[field] = fleetsim.ZeroIsNone(x)
 	}

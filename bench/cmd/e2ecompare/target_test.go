@@ -152,6 +152,8 @@ func TestRamjetTargetReachesCaddy(t *testing.T) {
 // TestParseRoutersTarget: -routers-policy takes -policy's options (fleetsim's
 // keys and values) on its four bases, and ramjet-precise's always and wait
 // flags (the kv block's tokenize_wait) on the precise ones; other bases,
+// and the qe key (the kv block's queue_estimate, fleetsim's
+// ramjet-precise@qe); other bases,
 // flags on a base without kv, unknown keys and bad values are refused,
 // before the first run.
 func TestParseRoutersTarget(t *testing.T) {
@@ -167,6 +169,8 @@ func TestParseRoutersTarget(t *testing.T) {
 		{"ramjet-precise-nocap@ixs=-1+always", "ramjet-precise-nocap", map[string]any{"index_share": -1.0, "kv": always}},
 		{"ramjet@ixs=0+qx=3", "ramjet", map[string]any{"index_share": -1.0, "queue_extra": 3.0}},
 		{"ramjet-nocap@qx=-1", "ramjet-nocap", map[string]any{"queue_extra": -1.0}},
+		{"ramjet-precise@qe=0", "ramjet-precise", map[string]any{"kv": map[string]any{"queue_estimate": -1.0}}},
+		{"ramjet-precise@always+qe=0.5", "ramjet-precise", map[string]any{"kv": map[string]any{"tokenize_wait": "always", "queue_estimate": 0.5}}},
 	}
 	for _, tt := range tests {
 		base, got, err := parseRoutersTarget(tt.pol)
@@ -175,7 +179,7 @@ func TestParseRoutersTarget(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"sglang", "round_robin", "ramjet@always", "ramjet-nocap@wait", "ramjet-precise@always=1",
-		"ramjet-precise@bogus", "ramjet@ixs=x", "sglang@ixs=-1", "ramjet-precise@"} {
+		"ramjet-precise@bogus", "ramjet@ixs=x", "sglang@ixs=-1", "ramjet-precise@", "ramjet@qe=1", "ramjet-precise@qe"} {
 		if _, _, err := parseRoutersTarget(bad); err == nil {
 			t.Errorf("parseRoutersTarget(%q): no error", bad)
 		}
@@ -192,15 +196,16 @@ func TestParseRoutersTarget(t *testing.T) {
 }
 
 // TestRoutersTargetReachesCaddy: a -routers-policy target's options reach
-// every instance's lb_policy ramjet (ramjet-precise@always+ixs=-1:
-// index_share -1 beside the kv block's engines, tokenize_wait always),
-// without changing the kv block the instances share; the kv block decodes
-// into the module's settings as the wait rule off; the real Caddy loads
+// every instance's lb_policy ramjet (ramjet-precise@always+ixs=-1+qe=0:
+// index_share -1 beside the kv block's engines, tokenize_wait always,
+// queue_estimate -1), without changing the kv block the instances share;
+// the kv block decodes into the module's settings as the wait rule and the
+// queue rule off; the real Caddy loads
 // every instance and routes a request through each; the row's policy is
 // the target's name.
 func TestRoutersTargetReachesCaddy(t *testing.T) {
 	sims, addrs := startCapacityEngines(t)
-	const pol = "ramjet-precise@always+ixs=-1"
+	const pol = "ramjet-precise@always+ixs=-1+qe=0"
 	base, settings, err := parseRoutersTarget(pol)
 	if err != nil || base != "ramjet-precise" {
 		t.Fatalf("parseRoutersTarget: %q, %v", base, err)
@@ -212,7 +217,7 @@ func TestRoutersTargetReachesCaddy(t *testing.T) {
 	plain, _ := multiSitesFor(2, sims, addrs, multiOpts{precise: true})
 	for i, s := range sites {
 		kv, _ := s.PolicyConfig["kv"].(map[string]any)
-		if s.PolicyConfig["index_share"] != -1.0 || kv["tokenize_wait"] != "always" || kv["engines"] == nil {
+		if s.PolicyConfig["index_share"] != -1.0 || kv["tokenize_wait"] != "always" || kv["queue_estimate"] != -1.0 || kv["engines"] == nil {
 			t.Errorf("%s: policy config %v", s.Name, s.PolicyConfig)
 		}
 		if len(s.PolicyConfig) != len(plain[i].PolicyConfig)+1 { // index_share
@@ -234,8 +239,8 @@ func TestRoutersTargetReachesCaddy(t *testing.T) {
 			t.Fatal(err)
 		}
 		pc, err := ks.Precise("", "", nil, nil)
-		if err != nil || pc.WaitAuto {
-			t.Errorf("%s: the module's precise config: wait rule %v, err %v; want off (always)", s.Name, pc.WaitAuto, err)
+		if err != nil || pc.WaitAuto || pc.QueueEstimate != -1 {
+			t.Errorf("%s: the module's precise config: wait rule %v, queue rule %v, err %v; want both off", s.Name, pc.WaitAuto, pc.QueueEstimate, err)
 		}
 	}
 	running, err := caddyrun.Start(sites)
