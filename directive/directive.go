@@ -608,13 +608,15 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 //	kv_block_size <tokens>                       the engines' KV block size
 //	tokenize_timeout <duration>                  the /tokenize preflight's timeout
 //	tokenize_wait auto|always                    when a request waits for it (default auto: the wait rule)
+//	kv_queue_estimate <x>|off                    the queue rule (default 1; kvindex.Settings.QueueEstimate)
 //
 // Lists are space- or comma-separated; an empty value (an unset
 // environment variable) keeps the default, and without kv_events or
 // kv_bind the precise path stays off. dp_ranks and the upstream's scheme
 // apply to the feeds too.
 var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "kv_bind": true,
-	"kv_topics": true, "kv_topic": true, "kv_block_size": true, "tokenize_timeout": true, "tokenize_wait": true}
+	"kv_topics": true, "kv_topic": true, "kv_block_size": true, "tokenize_timeout": true, "tokenize_wait": true,
+	"kv_queue_estimate": true}
 
 // kvDirective is the parsed precise-path options of the ramjet directive.
 type kvDirective struct {
@@ -622,11 +624,12 @@ type kvDirective struct {
 	BlockSize       int               `json:"kv_block_size"`
 	TokenizeTimeout duration.Duration `json:"tokenize_timeout"`
 	TokenizeWait    string            `json:"tokenize_wait"`
+	QueueEstimate   float64           `json:"kv_queue_estimate"`
 }
 
 // read reads option name of kvDirectiveOptions at d.
 func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name string) error {
-	if name == "kv_block_size" || name == "tokenize_timeout" || name == "tokenize_wait" {
+	if name == "kv_block_size" || name == "tokenize_timeout" || name == "tokenize_wait" || name == "kv_queue_estimate" {
 		return b.Option(d, name, k, name)
 	}
 	args := caddyblock.SplitList(d.RemainingArgs())
@@ -642,7 +645,7 @@ func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name str
 func (k *kvDirective) config(dials, schemes []string, ranks []int) (*kvindex.Settings, error) {
 	f := k.feeds
 	if !f.On() {
-		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || k.TokenizeWait != "" || f.Topic != "" {
+		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || k.TokenizeWait != "" || k.QueueEstimate != 0 || f.Topic != "" {
 			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
 		}
 		return nil, nil
@@ -652,7 +655,7 @@ func (k *kvDirective) config(dials, schemes []string, ranks []int) (*kvindex.Set
 		return nil, err
 	}
 	return &kvindex.Settings{Engines: engines, Topic: f.Topic, BlockSize: k.BlockSize, TokenizeTimeout: k.TokenizeTimeout,
-		TokenizeWait: k.TokenizeWait}, nil
+		TokenizeWait: k.TokenizeWait, QueueEstimate: k.QueueEstimate}, nil
 }
 
 // integrityDirectiveOptions are the ramjet directive's integrity options

@@ -273,3 +273,38 @@ func TestParseRamjetPolicyWords(t *testing.T) {
 		t.Error("queue_extra never: accepted, want an error")
 	}
 }
+
+// TestParseRamjetQueueEstimate: the directive's kv_queue_estimate (the
+// precise path's queue rule) reaches the policy's kv settings, off as -1,
+// unset as the default (0), and needs kv_events like the other kv options.
+func TestParseRamjetQueueEstimate(t *testing.T) {
+	const kv = " kv_events 127.0.0.1:1=tcp://127.0.0.1:2\n"
+	for _, tt := range []struct {
+		give string
+		want float64
+	}{
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate off\n}", -1},
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate 0.5\n}", 0.5},
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate\n}", 0},
+		{"ramjet 127.0.0.1:1 {\n" + kv + "}", 0},
+	} {
+		rd, err := parseRamjetTokens(caddyfile.NewTestDispenser(tt.give))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.give, err)
+		}
+		p, err := rd.policy()
+		if err != nil {
+			t.Fatalf("%q: policy: %v", tt.give, err)
+		}
+		if p.KV == nil || p.KV.QueueEstimate != tt.want {
+			t.Errorf("%q: kv %+v, want queue_estimate %v", tt.give, p.KV, tt.want)
+		}
+	}
+	rd, err := parseRamjetTokens(caddyfile.NewTestDispenser("ramjet 127.0.0.1:1 {\n kv_queue_estimate 2\n}"))
+	if err == nil {
+		_, err = rd.policy()
+	}
+	if err == nil || !strings.Contains(err.Error(), "kv_events") {
+		t.Errorf("kv_queue_estimate without kv_events: %v, want an error naming kv_events", err)
+	}
+}
