@@ -135,21 +135,29 @@ func TestMultiSitesKnowTheEnginesCapacity(t *testing.T) {
 					t.Errorf("%s: kv set %v, want %v", s.Name, kv, tt.give.precise)
 				}
 			}
-			running, err := caddyrun.Start(sites)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer caddyrun.Stop()
-			for _, s := range sites {
-				client, err := loadgen.NewClient(loadgen.ClientConfig{BaseURL: running.URL(s.Name), Model: engineModel, Timeout: time.Minute})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res := client.Do(context.Background(), []loadgen.Message{{Role: "user", Content: "hello"}}, 4, false); !res.OK() {
-					t.Errorf("request through %s of %s: %+v", s.Name, pol, res)
-				}
-				client.Close()
-			}
+			helloThroughEach(t, sites, pol)
 		})
+	}
+}
+
+// helloThroughEach starts the real Caddy with sites and sends one chat
+// completion through each site, which must succeed (pol names the policy
+// in errors).
+func helloThroughEach(t *testing.T, sites []caddyrun.Site, pol string) {
+	t.Helper()
+	running, err := caddyrun.Start(sites)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caddyrun.Stop()
+	for _, s := range sites {
+		client, err := loadgen.NewClient(loadgen.ClientConfig{BaseURL: running.URL(s.Name), Model: engineModel, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := client.Do(context.Background(), []loadgen.Message{{Role: "user", Content: "hello"}}, 4, false); !res.OK() {
+			t.Errorf("request through %s of %s: %+v", s.Name, pol, res)
+		}
+		client.Close()
 	}
 }

@@ -243,19 +243,5 @@ func TestRoutersTargetReachesCaddy(t *testing.T) {
 			t.Errorf("%s: the module's precise config: wait rule %v, queue rule %v, err %v; want both off", s.Name, pc.WaitAuto, pc.QueueEstimate, err)
 		}
 	}
-	running, err := caddyrun.Start(sites)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer caddyrun.Stop()
-	for _, s := range sites {
-		client, err := loadgen.NewClient(loadgen.ClientConfig{BaseURL: running.URL(s.Name), Model: engineModel, Timeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res := client.Do(context.Background(), []loadgen.Message{{Role: "user", Content: "hello"}}, 4, false); !res.OK() {
-			t.Errorf("request through %s of %s: %+v", s.Name, pol, res)
-		}
-		client.Close()
-	}
+	helloThroughEach(t, sites, pol)
 }
