@@ -738,19 +738,21 @@ func TestDeployCaddyfileKV(t *testing.T) {
 	kv, err := adapt(map[string]string{"RJ_UPSTREAM": "127.0.0.1:8100,127.0.0.1:8200",
 		"RJ_KV_EVENTS":        "127.0.0.1:8100=tcp://127.0.0.1:5557,127.0.0.1:8200=tcp://127.0.0.1:5567",
 		"RJ_KV_REPLAY":        "127.0.0.1:8100=tcp://127.0.0.1:5558",
-		"RJ_TOKENIZE_TIMEOUT": "250ms"})
+		"RJ_TOKENIZE_TIMEOUT": "250ms", "RJ_TOKENIZE_WAIT": "always", "RJ_KV_QUEUE_ESTIMATE": "off"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &kvindex.Settings{Engines: []kvindex.FeedSpec{
 		{Upstream: "127.0.0.1:8100", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558"},
 		{Upstream: "127.0.0.1:8200", Events: "tcp://127.0.0.1:5567"},
-	}, TokenizeTimeout: duration.Duration(250 * time.Millisecond)}
+	}, TokenizeTimeout: duration.Duration(250 * time.Millisecond), TokenizeWait: "always", QueueEstimate: -1}
 	if diff := cmp.Diff(want, kv); diff != "" {
 		t.Errorf("dial (-want +got):\n%s", diff)
 	}
 	t.Setenv("RJ_KV_EVENTS", "")
 	t.Setenv("RJ_KV_REPLAY", "")
+	t.Setenv("RJ_TOKENIZE_WAIT", "")
+	t.Setenv("RJ_KV_QUEUE_ESTIMATE", "")
 	kv, err = adapt(map[string]string{"RJ_KV_BIND": "tcp://127.0.0.1:5557",
 		"RJ_KV_TOPICS": "127.0.0.1:8100=kv@a 127.0.0.1:8200=kv@b"})
 	if err != nil {
