@@ -22,11 +22,12 @@ import (
 // rule shows up here and in the module with no second edit.
 //
 // Features are built from the synthesised token ids rather than from a
-// request body: Blocks are selection.AppendTokenBlocks over the bounded
-// prefix with the router's BlockTokens, and PromptBytes is the prompt's
-// tokens times CharsPerToken, so the router sees the same structure (a
-// shared prefix, a conversation extending its previous turn) that it
-// derives from bytes in production.
+// request body: Blocks and PromptBytes are those of a body whose text has
+// RamjetDensity bytes per real token (DensityBlocks; by default the
+// router's CharsPerToken, where the blocks are selection.AppendTokenBlocks
+// over the bounded prefix with the router's BlockTokens), so the router
+// sees the same structure (a shared prefix, a conversation extending its
+// previous turn) that it derives from bytes in production.
 type Ramjet struct {
 	rt    *selection.Router
 	f     *selection.Features
@@ -35,6 +36,9 @@ type Ramjet struct {
 	res   map[int]*selection.Reservation // by trace ID
 	seed  uint64
 	label string
+	// density is the prompts' bytes per real token (RamjetDensity when
+	// the policy was made; 0: the router's CharsPerToken).
+	density float64
 
 	// pre is the precise path (ramjet-precise), nil otherwise.
 	pre *kvindex.Precise
@@ -352,6 +356,7 @@ func newRamjet(cfg selection.Config, opt selection.Options, label string) (*Ramj
 		res:     make(map[int]*selection.Reservation),
 		seed:    xxhash.Sum64String("model\x00"),
 		label:   label,
+		density: RamjetDensity,
 		Reasons: make(map[string]int),
 		trace:   RamjetTrace,
 	}
@@ -465,14 +470,7 @@ func (p *Ramjet) features(r *Request) {
 	f.Seed = p.seed
 	f.MaxTokens = r.Row.Output
 	f.Stream = true
-	limit := cfg.PrefixTokens / cfg.BlockTokens * cfg.BlockTokens
-	toks := r.Prompt
-	if len(toks) > limit {
-		toks = toks[:limit]
-		f.Truncated = true
-	}
-	f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], f.Seed, toks, cfg.BlockTokens)
-	f.PromptBytes = int(float64(len(r.Prompt)) * cfg.CharsPerToken)
+	f.Blocks, f.PromptBytes, f.Truncated = DensityBlocks(f.Blocks[:0], f.Seed, r.Prompt, p.density, cfg)
 }
 
 // Pick is one Route call; for the precise path, s.Tokens stands for the

@@ -62,6 +62,7 @@ func run(args []string, stdout io.Writer) error {
 		front    = fs.String("front", "rr", "with -routers: the front balancer splitting traffic over the instances ("+strings.Join(fleetsim.FrontNames, ", ")+")")
 		decide   = fs.String("decisions", "", "write every ramjet decision (request, choice, each replica's overlap/load/score) to this file; forces -parallel 1")
 		engLd    = fs.Duration("engine-load", 0, "ramjet policies scrape each simulated engine's running/waiting/KV at this interval and add the load they did not reserve (the module's engine_metrics; 0: off)")
+		density  = fs.Float64("density", 0, "bytes of prompt text per real token that the ramjet policies' router sees (its blocks, PromptBytes and prefix bound are those of such a body; the engines count real tokens): code/JSON 2.5-3.5, prose 4.2-5 (0: the router's chars_per_token, 4)")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	)
 	var mo workload.MooncakeOptions
@@ -90,6 +91,11 @@ func run(args []string, stdout io.Writer) error {
 	}
 	fleetsim.RamjetContextWeight = *ctxW
 	fleetsim.RamjetEngineLoad = *engLd
+	if *density != 0 && !(*density >= 0.5 && *density <= 64) {
+		return fmt.Errorf("-density must be 0 or in [0.5, 64], got %v", *density)
+	}
+	fleetsim.RamjetDensity = *density
+	defer func() { fleetsim.RamjetDensity = 0 }()
 	if *decide != "" {
 		f, err := os.Create(*decide)
 		if err != nil {

@@ -1,0 +1,190 @@
+package fleetsim
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// densityConfig is a small router configuration: blocks of 4 tokens (16
+// bytes at 4 bytes per token), 64 of them at most.
+func densityConfig(t *testing.T) selection.Config {
+	t.Helper()
+	c := selection.Config{BlockTokens: 4, PrefixTokens: 4 * 64, CharsPerToken: 4}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func randomTokens(rng *rand.Rand, n int) []uint32 {
+	toks := make([]uint32, n)
+	for i := range toks {
+		toks[i] = uint32(rng.IntN(600))
+	}
+	return toks
+}
+
+// sharedBlocks is how many leading keys a and b have in common.
+func sharedBlocks(a, b []uint64) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// At the router's own chars_per_token the blocks are AppendTokenBlocks over
+// the bounded prefix: the fleet simulation's figures before -density.
+func TestDensityBlocksAtCharsPerToken(t *testing.T) {
+	c := densityConfig(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 3, 4, 5, 63, 64, 255, 256, 257, 1000} {
+		toks := randomTokens(rng, n)
+		limit := c.PrefixTokens / c.BlockTokens * c.BlockTokens
+		want := selection.AppendTokenBlocks(nil, 7, toks[:min(n, limit)], c.BlockTokens)
+		for _, d := range []float64{0, c.CharsPerToken} {
+			got, bytes, trunc := DensityBlocks(nil, 7, toks, d, c)
+			if !slices.Equal(got, want) {
+				t.Fatalf("n=%d density=%v: %d blocks differ from AppendTokenBlocks' %d", n, d, len(got), len(want))
+			}
+			if bytes != n*4 || trunc != (n >= limit) {
+				t.Fatalf("n=%d density=%v: bytes=%d truncated=%v, want %d %v", n, d, bytes, trunc, n*4, n >= limit)
+			}
+		}
+	}
+}
+
+// At any density a block is the same for two prompts exactly when the
+// bytes it covers lie within their common prefix: two prompts sharing t
+// tokens share floor(t x density / B) blocks (B: the block's bytes), and a
+// prompt of n tokens has floor(n x density / B) of them, both at most the
+// bound's.
+func TestDensityBlocksPrefix(t *testing.T) {
+	c := densityConfig(t)
+	bb := float64(c.BlockTokens) * c.CharsPerToken
+	maxBlocks := c.PrefixTokens / c.BlockTokens
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, d := range []float64{0.5, 1, 2.5, 3, 3.3, 4, 4.7, 5, 7.5} {
+		for range 300 {
+			n := rng.IntN(600)
+			share := rng.IntN(n + 1)
+			a := randomTokens(rng, n)
+			b := slices.Clone(a)
+			for i := share; i < n; i++ {
+				b[i] = a[i] + 1 + uint32(rng.IntN(5)) // differs from a[i]
+			}
+			ka, bytes, trunc := DensityBlocks(nil, 9, a, d, c)
+			kb, _, _ := DensityBlocks(nil, 9, b, d, c)
+			wantN := min(maxBlocks, int(math.Floor(float64(n)*d/bb)))
+			if len(ka) != wantN || len(kb) != wantN {
+				t.Fatalf("density %v n=%d: %d and %d blocks, want %d", d, n, len(ka), len(kb), wantN)
+			}
+			if want := min(wantN, int(math.Floor(float64(share)*d/bb))); sharedBlocks(ka, kb) != want {
+				t.Fatalf("density %v n=%d sharing %d tokens: %d blocks shared, want %d", d, n, share, sharedBlocks(ka, kb), want)
+			}
+			if bytes != int(float64(n)*d) || trunc != (bytes >= maxBlocks*int(bb)) {
+				t.Fatalf("density %v n=%d: bytes=%d truncated=%v", d, n, bytes, trunc)
+			}
+		}
+	}
+}
+
+// The mapping gives the router the structure its own Extractor derives from
+// a body whose text has density bytes per token: every token rendered as
+// density bytes, two prompts' blocks have the same count and the same
+// common prefix as the production fingerprint's, and the same truncation.
+func TestDensityBlocksMatchesExtractor(t *testing.T) {
+	c := densityConfig(t)
+	x := selection.NewExtractor(c)
+	render := func(toks []uint32, d int) string {
+		var sb strings.Builder
+		for _, id := range toks {
+			// d base-26 letters of id (ids < 600 < 26^2), lowest first: b's
+			// differing tokens (id + 1) differ from their first byte on.
+			for k := range d {
+				sb.WriteByte(byte('a' + (id/pow26(k))%26))
+			}
+		}
+		return sb.String()
+	}
+	parse := func(text string) *selection.Features {
+		f := x.NewFeatures()
+		if err := x.Parse(selection.EndpointCompletions, []byte(`{"model":"m","prompt":"`+text+`"}`), f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, d := range []int{2, 3, 4, 5, 7} {
+		for range 100 {
+			n := rng.IntN(400)
+			share := rng.IntN(n + 1)
+			a := randomTokens(rng, n)
+			b := slices.Clone(a)
+			for i := share; i < n; i++ {
+				b[i] = (a[i] + 1) % 600
+			}
+			pa, pb := parse(render(a, d)), parse(render(b, d))
+			ka, bytes, trunc := DensityBlocks(nil, 0, a, float64(d), c)
+			kb, _, _ := DensityBlocks(nil, 0, b, float64(d), c)
+			if len(ka) != len(pa.Blocks) || bytes != pa.PromptBytes || trunc != pa.Truncated {
+				t.Fatalf("density %d n=%d: blocks=%d bytes=%d truncated=%v, Extractor %d %d %v", d, n, len(ka), bytes, trunc, len(pa.Blocks), pa.PromptBytes, pa.Truncated)
+			}
+			if got, want := sharedBlocks(ka, kb), sharedBlocks(pa.Blocks, pb.Blocks); got != want {
+				t.Fatalf("density %d n=%d sharing %d tokens: %d blocks shared, Extractor %d", d, n, share, got, want)
+			}
+		}
+	}
+}
+
+func pow26(k int) uint32 {
+	p := uint32(1)
+	for range k {
+		p *= 26
+	}
+	return p
+}
+
+// Every ramjet policy made while RamjetDensity is set (ramjet, the precise
+// path, each instance of several) sees the prompts at that density.
+func TestDensityReachesPolicies(t *testing.T) {
+	RamjetDensity = 3
+	defer func() { RamjetDensity = 0 }()
+	var pols []*Ramjet
+	for _, name := range []string{"ramjet", "ramjet-precise", "ramjet@cw=0.5"} {
+		p, err := NewPolicy(name, 1, selection.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch p := p.(type) {
+		case *Ramjet:
+			pols = append(pols, p)
+		case *RamjetPrecise:
+			pols = append(pols, p.Ramjet)
+		default:
+			t.Fatalf("%s: %T", name, p)
+		}
+	}
+	m, err := NewMulti("ramjet", 2, FrontRoundRobin, 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.(*Multi).Instances() {
+		pols = append(pols, p.(*Ramjet))
+	}
+	toks := randomTokens(rand.New(rand.NewPCG(7, 8)), 1000)
+	r := &Request{Prompt: toks}
+	for _, p := range pols {
+		p.features(r)
+		want, bytes, _ := DensityBlocks(nil, p.seed, toks, 3, p.rt.Config())
+		if p.f.PromptBytes != 3000 || bytes != 3000 || !slices.Equal(p.f.Blocks, want) {
+			t.Fatalf("%s: PromptBytes %d and %d blocks, want 3000 and %d", p.Name(), p.f.PromptBytes, len(p.f.Blocks), len(want))
+		}
+	}
+}
