@@ -1,7 +1,10 @@
 package fleetsim
 
 import (
+	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -50,4 +53,64 @@ func DensityBlocks(dst []uint64, seed uint64, toks []uint32, density float64, cf
 		dst = append(dst, prev)
 	}
 	return dst, promptBytes, truncated
+}
+
+// estUnits is the precise path's annotator with every exact overlap it
+// gives converted from the request's real tokens into the router's
+// estimated tokens (x the estimate's prompt tokens / the real ones, then
+// down to whole router blocks), the units of the estimate beside it and of
+// the prompt Pick subtracts it from: the "dpx" probe of ramjet-precise.
+// The annotator's own comparisons (the estimate cap, the queue rule) are
+// untouched.
+type estUnits struct {
+	a   selection.Annotator
+	cfg selection.Config
+}
+
+func (e estUnits) Annotate(f *selection.Features, cands []selection.Candidate, s *selection.Scratch) bool {
+	ok := e.a.Annotate(f, cands, s)
+	n, est := len(s.Tokens), f.PromptTokens(e.cfg)
+	if !ok || n == 0 || est == n {
+		return ok
+	}
+	for i := range cands {
+		if c := &cands[i]; c.Precise {
+			c.Overlap = int(int64(c.Overlap) * int64(est) / int64(n))
+			c.Overlap -= c.Overlap % e.cfg.BlockTokens
+		}
+	}
+	return ok
+}
+
+func (e estUnits) Decided(f *selection.Features, cands []selection.Candidate, d selection.Decision, s *selection.Scratch) {
+	e.a.Decided(f, cands, d, s)
+}
+
+// annotator is Route's annotator: the precise path's, converted to the
+// estimate's units with the dpx probe.
+func (p *Ramjet) annotator() selection.Annotator {
+	if p.dpx {
+		return estUnits{a: p.pre, cfg: p.rt.Config()}
+	}
+	return p.pre
+}
+
+// densityProbe reads a ramjet-precise@ flag of this file's probes: dpx
+// (estUnits) and capx=K (the capacity told scaled by K, as ramjet@capx).
+// It reports whether k was one.
+func densityProbe(k string, dpx *bool, capx *float64) (bool, error) {
+	if k == "dpx" {
+		*dpx = true
+		return true, nil
+	}
+	v, ok := strings.CutPrefix(k, "capx=")
+	if !ok {
+		return false, nil
+	}
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return true, fmt.Errorf("ramjet-precise@: capx: %w", err)
+	}
+	*capx = x
+	return true, nil
 }

@@ -188,3 +188,45 @@ func TestDensityReachesPolicies(t *testing.T) {
 		}
 	}
 }
+
+// fixedAnnotator gives candidate 0 an exact overlap of x tokens.
+type fixedAnnotator struct{ x, decided int }
+
+func (a *fixedAnnotator) Annotate(_ *selection.Features, cands []selection.Candidate, _ *selection.Scratch) bool {
+	for i := range cands {
+		cands[i].Precise = i == 0
+	}
+	cands[0].Overlap = a.x
+	return true
+}
+
+func (a *fixedAnnotator) Decided(*selection.Features, []selection.Candidate, selection.Decision, *selection.Scratch) {
+	a.decided++
+}
+
+// The dpx probe hands Pick the exact overlap in the estimate's tokens: a
+// prompt of 10,000 real tokens at 2.5 bytes per token is 6,250 estimated
+// tokens, so an exact 8,000 is 5,000 of them (on the 64-token grid: 4,992).
+func TestEstUnits(t *testing.T) {
+	cfg := selection.Config{}
+	cfg.SetDefaults()
+	inner := &fixedAnnotator{x: 8000}
+	a := estUnits{a: inner, cfg: cfg}
+	f := &selection.Features{PromptBytes: 25000}
+	s := &selection.Scratch{Tokens: make([]uint32, 10000)}
+	cands := make([]selection.Candidate, 2)
+	if !a.Annotate(f, cands, s) || !cands[0].Precise || cands[1].Precise {
+		t.Fatal("annotation lost")
+	}
+	if want := 5000 - 5000%cfg.BlockTokens; cands[0].Overlap != want {
+		t.Fatalf("overlap %d, want %d", cands[0].Overlap, want)
+	}
+	a.Decided(f, cands, selection.Decision{}, s)
+	if inner.decided != 1 {
+		t.Fatal("Decided not passed on")
+	}
+	f.PromptBytes = 40000 // at chars_per_token: unchanged
+	if a.Annotate(f, cands, s); cands[0].Overlap != 8000 {
+		t.Fatalf("at chars_per_token: overlap %d, want 8000", cands[0].Overlap)
+	}
+}

@@ -547,6 +547,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	// (selection's defaults on the approximate path) unless flagged, as
 	// fleetstate.PolicySettings.SpillOptions does with kv on.
 	opt := PreciseOptions
+	dpx, capx := false, 0.0
 	for _, k := range strings.Split(spec, "+") {
 		if !found {
 			break
@@ -568,6 +569,12 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 		case "qx":
 			opt.QueueExtra = 0
 		default:
+			if probe, err := densityProbe(k, &dpx, &capx); probe || err != nil {
+				if err != nil {
+					return nil, true, err
+				}
+				continue
+			}
 			v, ok := strings.CutPrefix(k, "qe=")
 			if !ok {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
@@ -589,5 +596,6 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	q.setup.EngineLoad = RamjetEngineLoad
 	q.rt, q.setup.Options = q.rt.WithOptions(opt), opt
 	q.label = name
+	q.dpx, q.setup.CapacityScale = dpx, capx
 	return q, true, nil
 }

@@ -39,6 +39,8 @@ type Ramjet struct {
 	// density is the prompts' bytes per real token (RamjetDensity when
 	// the policy was made; 0: the router's CharsPerToken).
 	density float64
+	// dpx: the precise path's exact overlaps in estimated tokens (estUnits).
+	dpx bool
 
 	// pre is the precise path (ramjet-precise), nil otherwise.
 	pre *kvindex.Precise
@@ -499,7 +501,7 @@ func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int 
 	var a selection.Annotator
 	p.s.Tokens = nil
 	if p.pre != nil {
-		a = p.pre
+		a = p.annotator()
 		if p.pre.Ready() {
 			p.s.Tokens = r.Prompt
 		}
