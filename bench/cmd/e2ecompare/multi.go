@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
@@ -65,8 +66,10 @@ func multiSites(k int, upstreams []string, kv map[string]any, capacity int, em t
 // em and foreign as multiSites takes them; results, when set, receives
 // every request's result (-results); settings are the -routers-policy
 // target's options (parseRoutersTarget), set in every instance's policy,
-// and name, when set, the target's name (the rows' policy).
+// and name, when set, the target's name (the rows' policy); tok is the
+// engines' tokenizer (-density).
 type multiOpts struct {
+	tok            engine.Tokenizer
 	bin            string
 	precise, nocap bool
 	em, tokTO      time.Duration
@@ -83,7 +86,7 @@ type multiOpts struct {
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
 	hist loadgen.HistoryMode, timeout, maxDur time.Duration, o multiOpts, progress, logw io.Writer) (Row, error) {
 	bin, precise := o.bin, o.precise
-	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, precise)
+	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, o.tok, precise)
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
@@ -135,7 +138,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	start := time.Now()
 	rep, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Label: w.Name + "/" + label, Trace: w.Trace, Client: client,
-		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
+		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist, Tokenizer: o.tok},
 		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
 		Progress: progress, Results: o.results,
 	})

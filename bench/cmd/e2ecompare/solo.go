@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
@@ -69,10 +70,10 @@ func withAdmin(cfg []byte, listen string) ([]byte, error) {
 // without extension) the Caddy process is profiled through its admin
 // endpoint into <prof>-caddy-<k>.pprof, one file per chunk. The kv
 // metrics the process exports are written to logw at the end.
-func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
+func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64, tok engine.Tokenizer,
 	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer,
 	sf soloFlags, prof, inst string, logw io.Writer) (Row, error) {
-	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, publish)
+	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, tok, publish)
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
@@ -116,7 +117,7 @@ func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacit
 	start := time.Now()
 	rep, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Label: w.Name + "/" + pol + " (caddy process)", Trace: w.Trace, Client: client,
-		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
+		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist, Tokenizer: tok},
 		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
 		Progress: progress,
 	})
