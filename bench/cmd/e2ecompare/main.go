@@ -78,6 +78,11 @@ type Row struct {
 	// decisions by mode, tokenize fallbacks and applied KV events, read
 	// from its /metrics before it stops (summarizeKV).
 	InstanceKV []string `json:"instance_kv,omitempty"`
+	// KV is, for the runs in the in-process Caddy, its routing series
+	// (scrapeRouting: tokenize preflights, decisions by mode, foreign
+	// prefill and share, other instances seen, index evictions) read
+	// after the run, summed over the instances of a -routers row.
+	KV string `json:"kv,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -334,7 +339,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		}
 		defer stopPeer()
 	}
-	running, err := caddyrun.Start([]caddyrun.Site{site})
+	running, err := caddyrun.Start([]caddyrun.Site{site, metricsSite(addrs)})
 	if err != nil {
 		return Row{}, err
 	}
@@ -366,6 +371,9 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	}
 	row := reportRow(w.Name, pol, n, ts, rep, time.Since(start))
 	row.Preflight = pre
+	if row.KV, err = scrapeRouting(running); err != nil {
+		return Row{}, fmt.Errorf("metrics: %w", err)
+	}
 	if peer != nil {
 		// Read once Caddy is down: every handler has returned, so the
 		// adapter's in-flight counts must all be 0 (Stats.InFlight).

@@ -197,3 +197,26 @@ func TestE2ECompareDensity(t *testing.T) {
 		t.Errorf("-density 3 with a peer: %v", err)
 	}
 }
+
+// TestRowKVSeries checks that a single-instance row and a -routers row
+// carry the in-process Caddy's routing series: decisions by mode and the
+// tokenize preflights for ramjet-precise, other instances seen for both.
+func TestRowKVSeries(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-workload", "burst", "-scale", "0.125", "-policy", "ramjet-precise",
+		"-routers", "2", "-routers-policy", "ramjet-precise", "-replicas", "2", "-time-scale", "20", "-json"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var rows []Row
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, r := range rows {
+		for _, want := range []string{"kv_decisions_total{mode=precise}=", "tokenize_requests_total", "other_instances_seen="} {
+			if !strings.Contains(r.KV, want) {
+				t.Errorf("%s: KV %q lacks %q", r.Policy, r.KV, want)
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,6 +95,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	sites, pol := multiSitesFor(k, sims, addrs, o)
 	var backends []string
 	var procsKV *procs
+	var inproc *caddyrun.Running
 	label := fmt.Sprintf("%s x%d %s", pol, k, front)
 	if bin != "" {
 		// With precise, each process's admin endpoint is on so that its
@@ -112,7 +114,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		label = fmt.Sprintf("%s x%d procs %s", pol, k, front)
 		procsKV = ps
 	} else {
-		running, err := caddyrun.Start(sites)
+		running, err := caddyrun.Start(append(slices.Clip(sites), metricsSite(addrs)))
 		if err != nil {
 			return Row{}, err
 		}
@@ -120,6 +122,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		for _, s := range sites {
 			backends = append(backends, running.Addr[s.Name])
 		}
+		inproc = running
 	}
 	fr, err := loadgen.StartFront(backends, front, seed)
 	if err != nil {
@@ -153,6 +156,12 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	}
 	row := reportRow(w.Name, label, n, ts, rep, time.Since(start))
 	row.Front = fr.Counts()
+	if inproc != nil {
+		if row.KV, err = scrapeRouting(inproc); err != nil {
+			return Row{}, fmt.Errorf("metrics: %w", err)
+		}
+		fmt.Fprintf(logw, "e2ecompare: %s/%s: %s\n", w.Name, label, row.KV)
+	}
 	if precise && bin == "" {
 		// In one process each instance's preflight record is its state
 		// key's: how many of its requests the wait rule routed at once.

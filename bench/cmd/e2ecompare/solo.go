@@ -208,9 +208,19 @@ func fetchProfile(hc *http.Client, url, path string) error {
 // ramjet_kv_decisions_total, ramjet_kv_events_applied_total,
 // ramjet_kv_feed_connected, ramjet_kv_foreign_prefill_*, ramjet_kv_foreign_share), from its admin
 // /metrics; histogram buckets left out.
-func scrapeKV(admin string) ([]string, error) {
+func scrapeKV(admin string) ([]string, error) { return scrapeSeries(admin, kvSeries) }
+
+// kvSeries reports whether a /metrics line is one of scrapeKV's.
+func kvSeries(l string) bool {
+	return (strings.HasPrefix(l, "ramjet_tokenize_") || strings.HasPrefix(l, "ramjet_kv_decisions_total") ||
+		strings.HasPrefix(l, "ramjet_kv_events_applied_total") || strings.HasPrefix(l, "ramjet_kv_feed_connected") ||
+		strings.HasPrefix(l, "ramjet_kv_foreign_prefill_") || strings.HasPrefix(l, "ramjet_kv_foreign_share")) && !strings.Contains(l, "_bucket{")
+}
+
+// scrapeSeries returns the lines of base's /metrics that keep selects.
+func scrapeSeries(base string, keep func(string) bool) ([]string, error) {
 	hc := &http.Client{Timeout: 10 * time.Second}
-	resp, err := hc.Get(admin + "/metrics")
+	resp, err := hc.Get(base + "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -222,10 +232,7 @@ func scrapeKV(admin string) ([]string, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		l := sc.Text()
-		if (strings.HasPrefix(l, "ramjet_tokenize_") || strings.HasPrefix(l, "ramjet_kv_decisions_total") ||
-			strings.HasPrefix(l, "ramjet_kv_events_applied_total") || strings.HasPrefix(l, "ramjet_kv_feed_connected") ||
-			strings.HasPrefix(l, "ramjet_kv_foreign_prefill_") || strings.HasPrefix(l, "ramjet_kv_foreign_share")) && !strings.Contains(l, "_bucket{") {
+		if l := sc.Text(); keep(l) {
 			out = append(out, l)
 		}
 	}
