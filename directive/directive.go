@@ -119,6 +119,8 @@ type ramjetDirective struct {
 	// queue_extra (fleetstate.PolicySettings); unset keeps their defaults.
 	IndexShare float64 `json:"index_share"`
 	QueueExtra float64 `json:"queue_extra"`
+	// FixedDensity is the policy's fixed_density.
+	FixedDensity bool `json:"fixed_density"`
 	// SessionShadow is the session key header of the session-affinity
 	// shadow telemetry (integrity.ShadowSettings); empty keeps it off.
 	SessionShadow    string `json:"session_shadow"`
@@ -153,6 +155,7 @@ type ramjetDirective struct {
 //	    spill_band          <tokens>|off
 //	    index_share         <share>|off   (the approximate path's full-cache model)
 //	    queue_extra         <weight>|off
+//	    fixed_density       [true|false] (chars_per_token, not the learned bytes per token)
 //	    foreign_prefill     on|off|queues (needs kv_events or kv_bind)
 //	    session_shadow      <header>    (shadow telemetry, off when empty)
 //	    allow_paths         <paths...>
@@ -562,7 +565,7 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 	p := &module.RamjetSelection{PolicySettings: fleetstate.PolicySettings{Config: rd.Config, RouteIDSecret: rd.Secret,
 		InstanceID: rd.InstanceID, DepartAfter: duration.Duration(rd.DepartAfter),
 		SpillBand: rd.SpillBand, ForeignPrefill: rd.ForeignPrefill,
-		IndexShare: rd.IndexShare, QueueExtra: rd.QueueExtra}}
+		IndexShare: rd.IndexShare, QueueExtra: rd.QueueExtra, FixedDensity: rd.FixedDensity}}
 	if rd.MaxBodySize > 0 {
 		// The policy fingerprints every body the guard accepts.
 		p.MaxBodyBytes = rd.MaxBodySize

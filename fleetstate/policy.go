@@ -97,6 +97,13 @@ type PolicySettings struct {
 	IndexShare float64 `json:"index_share,omitempty"`
 	QueueExtra float64 `json:"queue_extra,omitempty"`
 
+	// FixedDensity keeps chars_per_token as the prompts' bytes per real
+	// token where the engines' token figures (KV capacity, KV in use, the
+	// others' prefill) meet the index's estimated tokens, rather than the
+	// density the engines' usage.prompt_tokens show
+	// (selection.Options.FixedDensity; gauge ramjet_prompt_bytes_per_token).
+	FixedDensity bool `json:"fixed_density,omitempty"`
+
 	// ForeignPrefill, "on", "queues" or "off", counts the prefill other ramjet
 	// instances put on a replica as load, estimated from the block runs
 	// the engine's KV events report beyond this instance's own pending
@@ -279,6 +286,7 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 	}
 	o.IndexShare = cmp.Or(s.IndexShare, o.IndexShare) // set: on either path
 	o.QueueExtra = cmp.Or(s.QueueExtra, o.QueueExtra)
+	o.FixedDensity = s.FixedDensity
 	return o
 }
 

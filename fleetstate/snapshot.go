@@ -19,6 +19,9 @@ type Snapshot struct {
 	// instances placed on the fleet's replicas, and the agreement band is
 	// on (selection.Router.Several).
 	OtherInstances bool
+	// Density: the prompts' bytes per real token the router applies to
+	// the engines' figures (selection.Router.Density).
+	Density float64
 }
 
 // ReplicaSnapshot is one replica at scrape time. It carries the opaque id
@@ -54,7 +57,7 @@ func (f *Fleet) Snapshot(reps []Replica) Snapshot {
 	fs := Snapshot{Key: f.StateKey, Config: cfg, IndexEntries: idx.Entries(),
 		IndexBytes: idx.Bytes(), IndexBudget: idx.Budget(), IndexEvictions: idx.Evictions()}
 	fs.IndexLearnsQueued, fs.IndexLearnsInline = idx.QueuedLearns()
-	fs.OtherInstances = rt.Several()
+	fs.OtherInstances, fs.Density = rt.Several(), rt.Density()
 	od := f.Detector()
 	for _, r := range reps {
 		if r.Key == "" {

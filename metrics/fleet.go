@@ -52,6 +52,8 @@ var (
 		"1 when outlier detection holds the upstream out (its recent answers failed: 5xx, connection failures, cut streams, timeouts), else 0.", replicaLabels, nil)
 	descEjections = prometheus.NewDesc("ramjet_ejections_total",
 		"Ejections of the upstream by outlier detection, by the kind of the failure that ejected it (status, connect, cut, timeout).", append(replicaLabels, "reason"), nil)
+	descDensity = prometheus.NewDesc("ramjet_prompt_bytes_per_token",
+		"The prompts' bytes per real token, learned from the engines' usage.prompt_tokens (chars_per_token until the answers move it), at which the engines' KV capacities meet the index's estimated tokens.", fleetLabels, nil)
 	descOthers = prometheus.NewDesc("ramjet_other_instances_seen",
 		"1 while the engines' answers (cached tokens past what this instance sent) show prompts other ramjet instances placed on the fleet's replicas, among the last 1024 answers: the agreement band is on; else 0.", fleetLabels, nil)
 	descReplicas = prometheus.NewDesc("ramjet_upstreams",
@@ -62,7 +64,7 @@ var (
 // fleet, the descriptors never do.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInflight, descPending, descLoad, descHealthy,
-		descAvailable, descQuarantined, descEjected, descEjections, descEntries, descBytes, descBudget, descEvictions, descLearnsQueued, descLearnsInline, descOthers, descReplicas} {
+		descAvailable, descQuarantined, descEjected, descEjections, descEntries, descBytes, descBudget, descEvictions, descLearnsQueued, descLearnsInline, descOthers, descDensity, descReplicas} {
 		ch <- d
 	}
 }
@@ -78,6 +80,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLearnsInline, prometheus.CounterValue, float64(f.IndexLearnsInline), f.Key)
 		ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(len(f.Replicas)), f.Key)
 		ch <- prometheus.MustNewConstMetric(descOthers, prometheus.GaugeValue, b2f(f.OtherInstances), f.Key)
+		ch <- prometheus.MustNewConstMetric(descDensity, prometheus.GaugeValue, f.Density, f.Key)
 		seen := make(map[string]bool, len(f.Replicas))
 		for _, r := range f.Replicas {
 			if r.ID == "" || seen[r.ID] {

@@ -50,3 +50,19 @@ ramjet_other_instances_seen{fleet="b"} 0
 		t.Fatal(err)
 	}
 }
+
+// The prompts' learned density is exported per fleet.
+func TestFleetCollectorDensity(t *testing.T) {
+	c := NewFleetCollector(func() []fleetstate.Snapshot {
+		return []fleetstate.Snapshot{{Key: "a", Density: 2.75}, {Key: "b", Density: 4}}
+	})
+	want := `
+# HELP ramjet_prompt_bytes_per_token The prompts' bytes per real token, learned from the engines' usage.prompt_tokens (chars_per_token until the answers move it), at which the engines' KV capacities meet the index's estimated tokens.
+# TYPE ramjet_prompt_bytes_per_token gauge
+ramjet_prompt_bytes_per_token{fleet="a"} 2.75
+ramjet_prompt_bytes_per_token{fleet="b"} 4
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ramjet_prompt_bytes_per_token"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -64,8 +64,8 @@ func TestMetricsLint(t *testing.T) {
 	for _, p := range probs {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(m.Fleet); n != 19 { // 8 fleet (the learn queue's two counters and other instances seen included) + 11 for its one replica
-		t.Errorf("fleet collector emitted %d series, want 19", n)
+	if n := testutil.CollectAndCount(m.Fleet); n != 20 { // 9 fleet (the learn queue's two counters, other instances seen and the density included) + 11 for its one replica
+		t.Errorf("fleet collector emitted %d series, want 20", n)
 	}
 	mfs, err := m.Own.Gather()
 	if err != nil {

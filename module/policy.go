@@ -129,6 +129,7 @@ func (RamjetSelection) CaddyModule() caddy.ModuleInfo {
 //		spill_band         <tokens>|off
 //		index_share        <share>|off
 //		queue_extra        <weight>|off
+//		fixed_density      [true|false]
 //		foreign_prefill    on|off|queues
 //		engine_metrics     [<interval>] [{ path, timeout, scheme, upstream_token, stale_after, max_body_bytes, concurrency, agree, overflow, queue, queue_sat }]
 //		outlier {

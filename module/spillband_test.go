@@ -38,6 +38,8 @@ func TestSpillBandWired(t *testing.T) {
 		{"index_share and queue_extra off", "index_share off\nqueue_extra off\n", selection.Options{IndexShare: -1, QueueExtra: -1}},
 		{"index_share and queue_extra set", "index_share 0.6\nqueue_extra 3\n", selection.Options{IndexShare: 0.6, QueueExtra: 3}},
 		{"kv with index_share set", kv + "foreign_prefill off\nindex_share 0.8\n", selection.Options{IndexShare: 0.8, QueueExtra: -1}},
+		{"fixed_density", "fixed_density\n", selection.Options{FixedDensity: true}},
+		{"fixed_density false", "fixed_density false\n", selection.Options{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

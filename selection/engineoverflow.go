@@ -16,7 +16,9 @@ package selection
 // negative: none (no fresh scrape, or no KV figure), and the overflow
 // term estimates from this router's reservations. It records this
 // router's resident context at the call, so that what it reserves or
-// releases until the next scrape moves the figure. It does not allocate
+// releases until the next scrape moves the figure. The engine's (real)
+// tokens are stored in the index's at the learned density (Density), as
+// EngineKV reports them. It does not allocate
 // and is safe to call concurrently with Pick; Unregister resets it.
 func (rt *Router) SetEngineKV(s Slot, used int64) {
 	if s < 0 || s >= MaxReplicas {
@@ -28,7 +30,7 @@ func (rt *Router) SetEngineKV(s Slot, used int64) {
 		return
 	}
 	ch.base.Store(rt.loads[s].resident.Load())
-	ch.eng.Store(min(used, maxExternalKV) + 1)
+	ch.eng.Store(min(rt.RealTokens(min(used, maxExternalKV)), maxExternalKV) + 1) // in the index's tokens
 }
 
 // EngineKV returns slot s's engine-reported KV tokens in use as last set

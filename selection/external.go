@@ -31,8 +31,10 @@ type extCell struct {
 //	load(r) = (inflight + running + waiting) x request_cost + pending prefill
 //	          + context_weight x (resident + kvUsedTokens)^2 / kv_capacity
 //
-// Negative figures count as zero. It does not allocate and is safe to
-// call concurrently with Pick and Route; Unregister resets it.
+// Negative figures count as zero. The KV tokens are the engine's (real)
+// tokens, stored in the index's at the learned density (Density). It does
+// not allocate and is safe to call concurrently with Pick and Route;
+// Unregister resets it.
 func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) {
 	if s < 0 || s >= MaxReplicas {
 		return
@@ -48,7 +50,7 @@ func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) 
 	}
 	rt.qSum.Add(waiting - int64(e.waiting.Swap(int32(waiting))))
 	e.requests.Store(running + waiting)
-	e.kv.Store(min(max(kvUsedTokens, 0), maxExternalKV))
+	e.kv.Store(rt.RealTokens(min(max(kvUsedTokens, 0), maxExternalKV)))
 }
 
 // SetExternalFresh records whether slot s's engine-reported load
@@ -83,13 +85,14 @@ func (rt *Router) ExternalLoad(s Slot) (running, waiting, kvUsedTokens int64) {
 // are believed to have pending on slot s (ForeignPrefill's estimate from
 // the engine's KV events). They count in load(r) as this instance's own
 // pending prefill does, until the next call; 0 means none. Negative
-// figures count as zero. It does not allocate and is safe to call
+// figures count as zero; tokens are the engine's (real) ones, stored in
+// the index's at the learned density (Density). It does not allocate and is safe to call
 // concurrently with Pick; Unregister resets it.
 func (rt *Router) SetExternalPrefill(s Slot, tokens int64) {
 	if s < 0 || s >= MaxReplicas {
 		return
 	}
-	rt.loads[s].ext.prefill.Store(int32(min(max(tokens, 0), maxExternalPrefill)))
+	rt.loads[s].ext.prefill.Store(int32(min(rt.RealTokens(min(max(tokens, 0), maxExternalPrefill)), maxExternalPrefill)))
 }
 
 // SawOthers reports whether this instance has seen load it did not
@@ -123,12 +126,13 @@ func (rt *Router) ExternalPrefill(s Slot) int64 {
 // same contexts, measured: the larger of the two counts), and not for a
 // prompt whose prefix no replica holds (rendezvous placement decides
 // there, alike on every instance). 0 means none; negative figures count
-// as zero. It does not allocate; Unregister resets it.
+// as zero; tokens are real ones, stored as SetExternalPrefill's. It does
+// not allocate; Unregister resets it.
 func (rt *Router) SetExternalContext(s Slot, tokens int64) {
 	if s < 0 || s >= MaxReplicas {
 		return
 	}
-	rt.loads[s].extCtx.Store(int32(min(max(tokens, 0), maxExternalPrefill)))
+	rt.loads[s].extCtx.Store(int32(min(rt.RealTokens(min(max(tokens, 0), maxExternalPrefill)), maxExternalPrefill)))
 }
 
 // ExternalContext returns slot s's external context as last set by

@@ -52,6 +52,10 @@ package selection
 // hundred blocks on an overloaded replica and the index forgot the
 // replica's agents: bench/EXPERIMENTS.md, section 16).
 //
+// promptTokens, the first time a reservation is given one, also feeds the
+// prompts' learned density (density.go), precise decisions included: the
+// engines' KV capacities meet the index's estimated tokens at it.
+//
 // Counts within one block of the prediction confirm it. promptTokens
 // scales cachedTokens to the index's estimated tokens (the index counts
 // tokens estimated from bytes, the engine real ones).
@@ -69,6 +73,9 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 		// estimated tokens, as cachedTokens below).
 		reply := res.estimated(completionTokens, promptTokens)
 		rt.idx.Replied(res.last, s, int((int64(res.prompt)+reply)/int64(rt.cfg.BlockTokens))-int(res.nblocks))
+	}
+	if promptTokens > 0 && !rt.opt.FixedDensity && res.densed.CompareAndSwap(false, true) && rt.noteDensity(int(res.prompt), promptTokens) {
+		rt.reapplyDensity()
 	}
 	if res.precise || cachedTokens < 0 || !res.observed.CompareAndSwap(false, true) {
 		return false

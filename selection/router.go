@@ -441,6 +441,11 @@ type Options struct {
 	// 1.001x on seeds 13-24, every other row measured unchanged; ungated
 	// by IndexShareRoom it costs agent-fleet 8 and the 65,536-token rows.
 	IndexShare float64
+	// FixedDensity keeps Config.CharsPerToken as the prompts' bytes per
+	// real token where the engines' figures (KV capacity) meet the index's
+	// estimated tokens, rather than the density the answers show
+	// (density.go; fleet simulation key dl=0).
+	FixedDensity bool
 	// IndexShareRoom applies IndexShare only on a replica whose KV
 	// capacity is at least IndexShareRoom times the mean prompt this
 	// router reserved lately (OnceBelow's measure): where the cache holds
@@ -736,6 +741,7 @@ type shared struct {
 	n       atomic.Int32       // slots ever used: 0..n-1
 	free    []Slot             // unregistered slots, reused first
 	kvcap   [MaxReplicas]int64 // SetCapacity's tokens per slot; 0: Config.KVCapacity
+	dens    densitySums        // the prompts' learned density (density.go)
 
 	loads  [MaxReplicas]loadCell
 	chains [MaxReplicas]chainList
@@ -912,7 +918,7 @@ func (rt *Router) SetCapacity(s Slot, tokens int64) {
 }
 
 // Capacity is slot s's KV cache capacity in tokens as the index applies
-// it (0: unbounded).
+// it, in its estimated tokens (RealTokens; 0: unbounded).
 func (rt *Router) Capacity(s Slot) int64 {
 	return rt.idx.Capacity(s) * int64(rt.cfg.BlockTokens)
 }
@@ -923,6 +929,7 @@ func (rt *Router) applyCapacity(s Slot) {
 	if tokens == 0 {
 		tokens = rt.cfg.KVCapacity
 	}
+	tokens = rt.RealTokens(tokens) // the engine's tokens in the index's
 	blocks := int64(0)
 	if tokens > 0 {
 		it := tokens
@@ -1597,6 +1604,7 @@ type Reservation struct {
 	prompt    int32
 	precise   bool
 	observed  atomic.Bool
+	densed    atomic.Bool // its prompt tokens went to the density (Observe)
 	// The prompt's last block key and full blocks, which its reply's
 	// charge hangs off (Index.Replied); replied once charged. held is the
 	// key of the deepest block predicted held (0 none): the end of an
@@ -1663,6 +1671,7 @@ func (rt *Router) reserveInto(r *Reservation, s Slot, prefill int, resident int6
 	r.tips, r.depths, r.prev, r.next, r.linked, r.shadowed = [4]uint64{}, [4]int32{}, nil, nil, false, false
 	r.state.Store(0)
 	r.observed.Store(false)
+	r.densed.Store(false)
 	r.last, r.held, r.nblocks = 0, 0, 0
 	r.replied.Store(false)
 	r.blocks, r.shared, r.kv = r.blocks[:0], 0, 0

@@ -534,7 +534,7 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // (CapForeign), nocold (NoCold), wait (no-op: the default), defer (no
 // change: the estimate cap is the default), ixs and qx
 // (selection.Options.IndexShare and QueueExtra at their defaults; without
-// them off, PreciseOptions); a later wait or always wins. qe=K sets
+// them off, PreciseOptions); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
@@ -567,6 +567,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			opt.IndexShare = 0
 		case "qx":
 			opt.QueueExtra = 0
+		case "dl=0": // the density fixed at chars_per_token
+			opt.FixedDensity = true
 		default:
 			v, ok := strings.CutPrefix(k, "qe=")
 			if !ok {

@@ -89,10 +89,15 @@ func parseOptions(pol string, bases []string, what string) (base string, setting
 			kvSetting(settings, "tokenize_wait", wait)
 			continue
 		}
+		if k == "dl" && v == "0" {
+			// fleetsim's dl=0: the density fixed at chars_per_token.
+			settings["fixed_density"] = true
+			continue
+		}
 		field, ok := ramjetKeys[k]
 		kvField, precise := preciseKeys[k]
 		if !ok && !precise {
-			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs or qx, as fleetsim's, or always, wait or qe on ramjet-precise)", what, pol, k)
+			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs, qx or dl=0, as fleetsim's, or always, wait or qe on ramjet-precise)", what, pol, k)
 		}
 		if precise && !strings.HasPrefix(base, "ramjet-precise") {
 			return "", nil, fmt.Errorf("%s %q: %s needs a ramjet-precise base (the kv block's %s)", what, pol, k, kvField)

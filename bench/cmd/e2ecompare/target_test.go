@@ -31,6 +31,8 @@ func TestParseTarget(t *testing.T) {
 		{"ramjet@ixs=0", "ramjet", map[string]any{"index_share": -1.0}},
 		{"ramjet-nocap@qx=3", "ramjet-nocap", map[string]any{"queue_extra": 3.0}},
 		{"ramjet-precise@ixs=0.8", "ramjet-precise", map[string]any{"index_share": 0.8}},
+		{"ramjet@dl=0", "ramjet", map[string]any{"fixed_density": true}},
+		{"ramjet-precise@dl=0+ixs=0.8", "ramjet-precise", map[string]any{"fixed_density": true, "index_share": 0.8}},
 	}
 	for _, tt := range tests {
 		base, got, err := parseTarget(tt.pol)
@@ -38,7 +40,7 @@ func TestParseTarget(t *testing.T) {
 			t.Errorf("parseTarget(%q) = %q, %v, %v; want %q, %v", tt.pol, base, got, err, tt.base, tt.want)
 		}
 	}
-	for _, bad := range []string{"sglang@ixs=-1", "round_robin@qx=-1", "ramjet@ow=-1", "ramjet@ixs", "ramjet@ixs=x", "ramjet@"} {
+	for _, bad := range []string{"sglang@ixs=-1", "round_robin@qx=-1", "ramjet@ow=-1", "ramjet@ixs", "ramjet@ixs=x", "ramjet@", "ramjet@dl=1"} {
 		if _, _, err := parseTarget(bad); err == nil {
 			t.Errorf("parseTarget(%q): no error", bad)
 		}
