@@ -24,9 +24,10 @@ func metricsSite(addrs []string) caddyrun.Site {
 
 // routingSeries are the series prefixes a row's KV summary keeps beside
 // scrapeKV's: whether an instance saw others (the approximate path's
-// agreement band and the wait rule's evidence) and the approximate index's
-// evictions.
-var routingSeries = []string{"ramjet_other_instances_seen", "ramjet_index_evictions_total"}
+// agreement band and the wait rule's evidence), the approximate index's
+// evictions and the prompts' learned bytes per real token (summed over
+// the instances of a -routers row, as every series).
+var routingSeries = []string{"ramjet_other_instances_seen", "ramjet_index_evictions_total", "ramjet_prompt_bytes_per_token"}
 
 // scrapeRouting is scrapeKV's lines of the in-process Caddy's metrics
 // site (running) plus routingSeries, condensed by summarizeKV.

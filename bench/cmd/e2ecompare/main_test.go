@@ -213,7 +213,7 @@ func TestRowKVSeries(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, r := range rows {
-		for _, want := range []string{"kv_decisions_total{mode=precise}=", "tokenize_requests_total", "other_instances_seen="} {
+		for _, want := range []string{"kv_decisions_total{mode=precise}=", "tokenize_requests_total", "other_instances_seen=", "prompt_bytes_per_token="} {
 			if !strings.Contains(r.KV, want) {
 				t.Errorf("%s: KV %q lacks %q", r.Policy, r.KV, want)
 			}
