@@ -67,6 +67,11 @@ type Late struct {
 	// estimated them from its bytes (estimated), 0 unknown: the tokens
 	// past it top up the others' prefill estimate's credit (predictLocked).
 	estimate int
+	// bytes is the prompt's bytes (estimated), for the estimate when the
+	// estimate's router was not set yet when it was recorded: the module
+	// sets it at its first pool view, after the cold start's first
+	// preflight (TestColdStartCredit).
+	bytes int
 }
 
 // estimated records, on a handle whose tokens are still to come (l nil:
@@ -74,13 +79,27 @@ type Late struct {
 // bytes (selection.Features.PromptTokens under the estimate's router).
 // Call it before the request is routed.
 func (l *Late) estimated(p *Precise, f *selection.Features) {
-	e := p.est.Load()
-	if l == nil || f == nil || e == nil {
+	if l == nil || f == nil {
 		return
 	}
 	l.mu.Lock()
-	l.estimate = f.PromptTokens(e.cfg)
+	l.bytes = f.PromptBytes
+	if e := p.est.Load(); e != nil {
+		l.estimate = f.PromptTokens(e.cfg)
+	}
 	l.mu.Unlock()
+}
+
+// estimateLocked is estimate, or when it was not known the bytes'
+// estimate under the estimate's router now (0: still none).
+func (l *Late) estimateLocked() int {
+	if l.estimate > 0 || l.bytes <= 0 {
+		return l.estimate
+	}
+	if e := l.p.est.Load(); e != nil {
+		return int(float64(l.bytes) / e.cfg.CharsPerToken)
+	}
+	return 0
 }
 
 // Preflight is Tokenize for one request on its way to Route: the tokens
@@ -217,8 +236,16 @@ func (l *Late) predictLocked() {
 	// tokens past it too (a chat template's), which would read as another
 	// instance's prefill and, past ForeignEvidenceShare, make a lone
 	// instance under the wait rule read itself as several.
-	if fp := l.p.foreign.Load(); fp != nil && l.estimate > 0 && len(l.tokens) > l.estimate {
-		fp.Credit(l.slot, int64(len(l.tokens)-l.estimate))
+	// The cold start's first request recorded no estimate (no router
+	// yet): its reservation's was the bytes' all the same, and where
+	// content is denser than chars_per_token (2.5 bytes per token: 37.5%
+	// of the prompt past it) its uncredited tokens alone made a lone
+	// instance read itself as several and wait for every preflight for
+	// good.
+	if est := l.estimateLocked(); est > 0 && len(l.tokens) > est {
+		if fp := l.p.foreign.Load(); fp != nil {
+			fp.Credit(l.slot, int64(len(l.tokens)-est))
+		}
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 
 // output is the synthetic generation of one request: an optional reasoning
 // region, a body (text or one tool call) and, for chat, <|im_end|>. Token i
-// of a region covers its bytes [4i, 4i+4).
+// of a region covers its bytes [tok.Cut(i), tok.Cut(i+1)).
 type output struct {
 	think     string // "<think>\n" + reasoning + "\n</think>\n\n", or ""
 	reasoning [2]int // byte range of the reasoning text inside think
@@ -22,21 +22,22 @@ type output struct {
 	nameEnd   int    // body offset where the call's header is complete
 	chat      bool
 	tokens    []uint32
+	tok       engine.Tokenizer
 }
 
-func (o *output) thinkTokens() int { return engine.CountTextTokens(o.think) }
+func (o *output) thinkTokens() int { return o.tok.Count(o.think) }
 
 // total is the number of generated tokens.
 func (o *output) total() int { return len(o.tokens) }
 
 // bodyBytes is how many body bytes g generated tokens cover.
 func (o *output) bodyBytes(g int) int {
-	return min(max(g-o.thinkTokens(), 0)*engine.BytesPerToken, len(o.body))
+	return min(o.tok.Cut(max(g-o.thinkTokens(), 0)), len(o.body))
 }
 
 // reasoningBytes is how many reasoning-text bytes g generated tokens cover.
 func (o *output) reasoningBytes(g int) int {
-	b := min(g*engine.BytesPerToken, len(o.think))
+	b := min(o.tok.Cut(g), len(o.think))
 	return min(max(b-o.reasoning[0], 0), o.reasoning[1]-o.reasoning[0])
 }
 
@@ -63,16 +64,16 @@ const (
 // buildOutput plans about n generated tokens. For chat, the last token is
 // <|im_end|>; reasoning takes about half when asked; a tool call is padded
 // to fill its share. Tiny n may be exceeded by the fixed parts of a tool
-// call or of the reasoning tags.
-func buildOutput(seed uint64, n int, chat, reasoning bool, call *engine.ToolCall, argKey string) *output {
-	o := &output{chat: chat}
+// call or of the reasoning tags. Text is cut at tok's density.
+func buildOutput(tok engine.Tokenizer, seed uint64, n int, chat, reasoning bool, call *engine.ToolCall, argKey string) *output {
+	o := &output{chat: chat, tok: tok}
 	bodyN := n
 	if chat {
 		bodyN = n - 1
 	}
 	if chat && reasoning {
 		rt := max(bodyN/2-5, 1) // 5 tokens of tags
-		text := engine.SyntheticText(seed^0x7468696e6b, rt)
+		text := tok.SyntheticText(seed^0x7468696e6b, rt)
 		o.think = thinkOpen + text + thinkClose
 		o.reasoning = [2]int{len(thinkOpen), len(thinkOpen) + len(text)}
 		bodyN -= o.thinkTokens()
@@ -83,8 +84,8 @@ func buildOutput(seed uint64, n int, chat, reasoning bool, call *engine.ToolCall
 		prefix := engine.AssistantBody("", []engine.ToolCall{{Name: c.Name, Arguments: "\x00"}})
 		cut := strings.IndexByte(prefix, 0)
 		overhead := len(prefix) - 1 + len(`{"`+argKey+`": ""}`)
-		valLen := max(bodyN*engine.BytesPerToken-overhead, 1)
-		val := engine.SyntheticText(seed, (valLen+3)/4)[:valLen]
+		valLen := max(tok.Cut(bodyN)-overhead, 1)
+		val := tok.SyntheticText(seed, tok.CountBytes(valLen))[:valLen]
 		args, _ := json.Marshal(map[string]string{argKey: val})
 		c.Arguments = strings.Replace(string(args), `":"`, `": "`, 1)
 		o.call = &c
@@ -92,13 +93,13 @@ func buildOutput(seed uint64, n int, chat, reasoning bool, call *engine.ToolCall
 		o.argsAt = [2]int{cut, cut + len(c.Arguments)}
 		o.nameEnd = cut
 	} else {
-		o.body = engine.SyntheticText(seed, bodyN)
+		o.body = tok.SyntheticText(seed, bodyN)
 	}
-	o.tokens = engine.TokenizeText(o.tokens, o.think)
+	o.tokens = tok.Text(o.tokens, o.think)
 	if chat {
-		o.tokens = engine.ReplyTokens(o.tokens, o.body)
+		o.tokens = tok.ReplyTokens(o.tokens, o.body)
 	} else {
-		o.tokens = engine.TokenizeText(o.tokens, o.body)
+		o.tokens = tok.Text(o.tokens, o.body)
 	}
 	return o
 }

@@ -187,10 +187,10 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		var tools []tool
 		if tools, err = parseTools(req.Tools); err == nil {
 			addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
-			toks, err = renderChat(&req, tools, addGen)
+			toks, err = renderChat(&req, tools, addGen, s.tok())
 		}
 	} else {
-		toks, err = promptTokens(req.Prompt)
+		toks, err = promptTokens(req.Prompt, s.tok())
 	}
 	if err != nil {
 		writeAPIError(w, err)
@@ -352,7 +352,7 @@ func (c *genCall) prepare() error {
 		if err != nil {
 			return err
 		}
-		if c.prompt, err = renderChat(r, tools, true); err != nil {
+		if c.prompt, err = renderChat(r, tools, true, c.s.tok()); err != nil {
 			return err
 		}
 		seed := seedOf(c.prompt)
@@ -360,13 +360,13 @@ func (c *genCall) prepare() error {
 		if err != nil {
 			return err
 		}
-		c.out = buildOutput(seed, n, true, wantsReasoning(r), call, key)
+		c.out = buildOutput(c.s.tok(), seed, n, true, wantsReasoning(r), call, key)
 		return nil
 	}
-	if c.prompt, err = promptTokens(r.Prompt); err != nil {
+	if c.prompt, err = promptTokens(r.Prompt, c.s.tok()); err != nil {
 		return err
 	}
-	c.out = buildOutput(seedOf(c.prompt), n, false, false, nil, "")
+	c.out = buildOutput(c.s.tok(), seedOf(c.prompt), n, false, false, nil, "")
 	return nil
 }
 

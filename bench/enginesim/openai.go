@@ -235,8 +235,8 @@ func wantsReasoning(r *genRequest) bool {
 	return ok && v
 }
 
-// renderChat turns messages and tools into prompt tokens.
-func renderChat(r *genRequest, tools []tool, addGen bool) ([]uint32, error) {
+// renderChat turns messages and tools into prompt tokens at tok's density.
+func renderChat(r *genRequest, tools []tool, addGen bool, tok engine.Tokenizer) ([]uint32, error) {
 	msgs := make([]engine.Message, 0, len(r.Messages))
 	for i, m := range r.Messages {
 		text, err := contentText(m.Content)
@@ -261,12 +261,12 @@ func renderChat(r *genRequest, tools []tool, addGen bool) ([]uint32, error) {
 	for i, t := range tools {
 		raws[i] = t.raw
 	}
-	return engine.RenderChat(nil, raws, msgs, addGen), nil
+	return tok.RenderChat(nil, raws, msgs, addGen), nil
 }
 
 // promptTokens reads a completions prompt: a string or an array of token
-// ids (a single prompt only).
-func promptTokens(raw json.RawMessage) ([]uint32, error) {
+// ids (a single prompt only), text cut at tok's density.
+func promptTokens(raw json.RawMessage, tok engine.Tokenizer) ([]uint32, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest("prompt", "prompt is required")
@@ -276,7 +276,7 @@ func promptTokens(raw json.RawMessage) ([]uint32, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, badRequest("prompt", "prompt: %v", err)
 		}
-		return engine.RenderPrompt(nil, s), nil
+		return tok.Text(nil, s), nil
 	}
 	var ids []uint32
 	if err := json.Unmarshal(raw, &ids); err == nil {
@@ -284,7 +284,7 @@ func promptTokens(raw json.RawMessage) ([]uint32, error) {
 	}
 	var strs []string
 	if err := json.Unmarshal(raw, &strs); err == nil && len(strs) == 1 {
-		return engine.RenderPrompt(nil, strs[0]), nil
+		return tok.Text(nil, strs[0]), nil
 	}
 	return nil, badRequest("prompt", "prompt must be a string, one-element string array or token id array")
 }

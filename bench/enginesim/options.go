@@ -24,6 +24,12 @@ type Options struct {
 	ModelRoot string
 	// Engine is the engine model of every rank (see bench/engine.Config).
 	Engine engine.Config
+	// Density is the tokenizer stand-in's bytes of text per token
+	// (engine.Tokenizer), fractional allowed: prompts, /tokenize, usage,
+	// KV events and generated text all follow it. Default 0: 4, what every
+	// simulator did before it existed. Real content is 2.5-3.5 bytes per
+	// token for code, JSON and tool output and 4.2-5 for prose.
+	Density float64
 	// DP is the number of data-parallel ranks behind the port. Default 1.
 	DP int
 	// TimeScale is how much faster than real time the engines run: 10
@@ -206,6 +212,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("KVEvents.HashEncoding must be uint, int or bytes")
 	case o.KVEvents.ReplayBuffer < 0 || o.KVEvents.HWM < 0:
 		return fmt.Errorf("KVEvents.ReplayBuffer and HWM must not be negative")
+	}
+	if err := (engine.Tokenizer{Density: o.Density}).Validate(); err != nil {
+		return err
 	}
 	if err := o.Engine.Validate(); err != nil {
 		return fmt.Errorf("engine: %w", err)

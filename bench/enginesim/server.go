@@ -211,6 +211,9 @@ func (s *Server) Model() string { return s.opts.Model }
 // Options returns the options with defaults filled.
 func (s *Server) Options() Options { return s.opts }
 
+// tok is the simulator's tokenizer stand-in (Options.Density).
+func (s *Server) tok() engine.Tokenizer { return engine.Tokenizer{Density: s.opts.Density} }
+
 // KVEndpoints are the ranks' bound PUB addresses (tcp://host:port), in
 // rank order; nil when events are off.
 func (s *Server) KVEndpoints() []string {

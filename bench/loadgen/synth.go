@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/workload"
 )
 
@@ -69,6 +70,40 @@ func AppendText(dst []byte, ids []uint32) []byte {
 	return dst
 }
 
+// AppendTextAt renders synthetic token ids as text for engines whose
+// tokenizer is tok (engine.Tokenizer, the simulators' Options.Density):
+// token i of ids becomes bytes [tok.Cut(i), tok.Cut(i+1)) of the text, so
+// the text is exactly len(ids) of tok's tokens, token i of it a function
+// of ids[i] and i alone: equal id prefixes give equal byte prefixes and
+// equal engine tokens. A 4-byte piece is AppendText's word; other widths
+// are a space and letters drawn from the id (a 1-byte piece is one
+// letter). At the default density it is AppendText.
+func AppendTextAt(dst []byte, ids []uint32, tok engine.Tokenizer) []byte {
+	if tok.Cut(1) == pieceLen && tok.Cut(2) == 2*pieceLen && tok.Cut(1000) == 1000*pieceLen {
+		return AppendText(dst, ids)
+	}
+	for i, id := range ids {
+		w := tok.Cut(i+1) - tok.Cut(i)
+		if w == pieceLen {
+			dst = append(dst, ' ')
+			dst = append(dst, pieceWords[id%uint32(len(pieceWords))]...)
+			continue
+		}
+		if w > 1 {
+			dst = append(dst, ' ')
+			w--
+		}
+		x := uint64(id)*0x9E3779B97F4A7C15 + 1
+		for range w {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			dst = append(dst, byte('a'+x%26))
+		}
+	}
+	return dst
+}
+
 // Synthesizer turns trace rows into chat messages. It is a value and safe
 // for concurrent use.
 type Synthesizer struct {
@@ -76,6 +111,11 @@ type Synthesizer struct {
 	Synth workload.Synth
 	// History decides what earlier assistant turns carry.
 	History HistoryMode
+	// Tokenizer is the engines' tokenizer stand-in (its Density): every
+	// message's text is rendered at its density (AppendTextAt), so that a
+	// row's n tokens are n tokens to the engine at any density. The zero
+	// value is 4 bytes per token (AppendText).
+	Tokenizer engine.Tokenizer
 }
 
 // Messages renders r's prompt as chat messages: the group's shared prefix
@@ -103,7 +143,7 @@ func (s Synthesizer) Messages(history []workload.Request, replies []string, r wo
 			turn++
 		}
 		ids = s.Synth.Tokens(ids[:0], r, g)
-		buf = AppendText(buf[:0], ids)
+		buf = AppendTextAt(buf[:0], ids, s.Tokenizer)
 		msgs = append(msgs, Message{Role: g.Role.String(), Content: string(buf)})
 	}
 	return msgs, nil

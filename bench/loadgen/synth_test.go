@@ -1,7 +1,9 @@
 package loadgen
 
 import (
+	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -199,5 +201,58 @@ func TestAppendTextEmptyAndWords(t *testing.T) {
 	}
 	if strings.ContainsAny(got, "\n\t\"\\") {
 		t.Fatal("text needs escaping")
+	}
+}
+
+// TestSynthesisDensity renders the traces for engines of other densities:
+// every message is exactly its segment's tokens to the engine's tokenizer,
+// and an id sequence's prefix renders to a byte prefix that the engine
+// tokenizes to the same first tokens (a block shared by two rows of a
+// hash-id trace is the same tokens to the engine).
+func TestSynthesisDensity(t *testing.T) {
+	tr := genTrace(t, "agent-fleet", 0.1)
+	hist := history(tr)
+	for _, d := range []float64{2.5, 3.3, 4.2, 5} {
+		tok := engine.Tokenizer{Density: d}
+		s := Synthesizer{Synth: workload.Synth{Salt: 9}, History: HistorySynthetic, Tokenizer: tok}
+		for i, q := range tr[:min(len(tr), 200)] {
+			msgs, err := s.Messages(hist[i], nil, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, nb := 0, 0
+			for _, m := range msgs {
+				body += tok.Count(m.Content)
+				nb += len(m.Content)
+			}
+			if body != q.Input {
+				t.Fatalf("D=%g row %d: %d body tokens, trace asks %d", d, i, body, q.Input)
+			}
+			if lo, hi := float64(q.Input)*d-float64(len(msgs)), float64(q.Input)*d+float64(len(msgs)); float64(nb) < lo || float64(nb) > hi {
+				t.Fatalf("D=%g row %d: %d bytes for %d tokens", d, i, nb, q.Input)
+			}
+		}
+		ids := workload.Synth{Salt: 3}.BlockTokens(nil, 7, 300)
+		full := AppendTextAt(nil, ids, tok)
+		want := tok.Text(nil, string(full))
+		if len(want) != len(ids) {
+			t.Fatalf("D=%g: %d ids rendered as %d tokens", d, len(ids), len(want))
+		}
+		for _, k := range []int{1, 16, 17, 150, 299} {
+			pre := AppendTextAt(nil, ids[:k], tok)
+			if !bytes.HasPrefix(full, pre) || !slices.Equal(tok.Text(nil, string(pre)), want[:k]) {
+				t.Fatalf("D=%g: the first %d ids are not the text's first %d tokens", d, k, k)
+			}
+		}
+		other := slices.Clone(ids)
+		other[200]++
+		if o := tok.Text(nil, string(AppendTextAt(nil, other, tok))); !slices.Equal(o[:200], want[:200]) || slices.Equal(o, want) {
+			t.Fatalf("D=%g: a different id at 200 changed the wrong tokens", d)
+		}
+	}
+	// Density 4 is AppendText's text.
+	ids := workload.Synth{Salt: 1}.BlockTokens(nil, 1, 64)
+	if !bytes.Equal(AppendTextAt(nil, ids, engine.Tokenizer{Density: 4}), AppendText(nil, ids)) {
+		t.Fatal("density 4 differs from AppendText")
 	}
 }

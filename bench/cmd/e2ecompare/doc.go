@@ -6,5 +6,8 @@
 // fresh engines for every run, and prints one table: cached-prompt share,
 // TTFT p50/p95, output throughput and replica spread. Times are reported in
 // simulated seconds (wall time x -time-scale) so they compare with the
-// fleet simulation (bench/cmd/fleetsim). See bench/loadgen/README.md.
+// fleet simulation (bench/cmd/fleetsim). -density D runs the engines'
+// tokenizer stand-in at D bytes per token and renders every row's tokens at
+// it (bench/engine.Tokenizer): the engines run the same tokens, the router
+// sees other bytes. See bench/loadgen/README.md.
 package main

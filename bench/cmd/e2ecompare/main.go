@@ -78,6 +78,11 @@ type Row struct {
 	// decisions by mode, tokenize fallbacks and applied KV events, read
 	// from its /metrics before it stops (summarizeKV).
 	InstanceKV []string `json:"instance_kv,omitempty"`
+	// KV is, for the runs in the in-process Caddy, its routing series
+	// (scrapeRouting: tokenize preflights, decisions by mode, foreign
+	// prefill and share, other instances seen, index evictions) read
+	// after the run, summed over the instances of a -routers row.
+	KV string `json:"kv,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -107,6 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of each run (engines, Caddy and load generator: one process) to <prefix>-<n>-<workload>-<policy>.pprof")
 		resultsF  = fs.String("results", "", "also write every request's result (trace index, upstream, TTFT, cached tokens...) as JSON lines, one file per run (not with -caddy-bin): <prefix>-<n>-<workload>-<policy>.jsonl")
 		traceF    = fs.String("trace", "", "also replay this trace file (Mooncake-style JSONL or bench/workload JSONL/CSV; see -trace-*); alone unless -workload is given")
+		density   = fs.Float64("density", engine.BytesPerToken, "content density: the engines' tokenizer stand-in cuts text at this many bytes per token (fractional allowed; code and tool output 2.5-3.5, prose 4.2-5) and the load generator renders every row's tokens at it, so the engines run the same tokens at any density and only the bytes the router sees change")
 	)
 	solo := registerSolo(fs)
 	var mo workload.MooncakeOptions
@@ -143,6 +149,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *kvEvents != "all" && *kvEvents != "precise" {
 		return fmt.Errorf("-kv-events %q: want all or precise", *kvEvents)
 	}
+	tok := engine.Tokenizer{Density: *density}
+	if err := tok.Validate(); err != nil {
+		return fmt.Errorf("-density: %w", err)
+	}
 	routers, front, err := parseRouters(*routersS, *frontS)
 	if err != nil {
 		return err
@@ -150,6 +160,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, pol := range strings.Split(*policies, ",") {
 		if _, _, err := parseTarget(strings.TrimSpace(pol)); err != nil {
 			return err
+		}
+		if isPeer(strings.TrimSpace(pol)) && tok.BytesPerToken() != engine.BytesPerToken {
+			return fmt.Errorf("-density %g: the peers' adapter (bench/peerproxy) tokenizes at %d bytes per token", *density, engine.BytesPerToken)
 		}
 	}
 	if len(routers) > 0 {
@@ -189,10 +202,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if *solo.bin != "" && isPeer(pol) {
 				err = fmt.Errorf("-caddy-bin: the peers run only in the in-process Caddy")
 			} else if *solo.bin != "" {
-				row, err = runSolo(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, publish, progress,
+				row, err = runSolo(ctx, w, pol, n, *kvCap, *seed, *timeScale, tok, hist, *timeout, *maxDur, *tokTO, publish, progress,
 					solo, profileName(*cpuProf, len(rows), w.Name, pol+"-router"), *instID, stderr)
 			} else {
-				row, err = runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur, *tokTO, *instID, publish, progress, results)
+				row, err = runOne(ctx, w, pol, n, *kvCap, *seed, *timeScale, tok, hist, *timeout, *maxDur, *tokTO, *instID, publish, progress, results)
 			}
 			if cerr := closeResults(); err == nil {
 				err = cerr
@@ -225,7 +238,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 				row, err := runMulti(ctx, w, k, front, n, *kvCap, *seed, *timeScale, hist, *timeout, *maxDur,
-					multiOpts{bin: *procsBin, precise: precise, nocap: nocap, em: *engMet, tokTO: *tokTO, foreign: *foreignS, results: results,
+					multiOpts{tok: tok, bin: *procsBin, precise: precise, nocap: nocap, em: *engMet, tokTO: *tokTO, foreign: *foreignS, results: results,
 						name: rpol, settings: settings}, progress, stderr)
 				if cerr := closeResults(); err == nil {
 					err = cerr
@@ -256,9 +269,10 @@ const engineModel = "sim"
 
 // startEngines starts n engine simulators for w (the speculative replicas
 // w names draft 4 tokens), whose PUB and replay sockets are on when
-// publish, and returns them with their addresses; on an error the ones
-// started are returned too, for closeEngines.
-func startEngines(ctx context.Context, w *workload.Workload, n, kvCapacity int, ts float64, publish bool) ([]*enginesim.Server, []string, error) {
+// publish, and whose tokenizer is tok (-density), and returns them with
+// their addresses; on an error the ones started are returned too, for
+// closeEngines.
+func startEngines(ctx context.Context, w *workload.Workload, n, kvCapacity int, ts float64, tok engine.Tokenizer, publish bool) ([]*enginesim.Server, []string, error) {
 	sims := make([]*enginesim.Server, 0, n)
 	addrs := make([]string, 0, n)
 	for i := range n {
@@ -266,7 +280,8 @@ func startEngines(ctx context.Context, w *workload.Workload, n, kvCapacity int, 
 			Model: engineModel, TimeScale: ts, Seed: uint64(i) + 1,
 			// The fleet simulation's context limit (fleetsim.DefaultMaxModelLen),
 			// so that agent contexts may pass 100k tokens as there.
-			Engine: engine.Config{MaxModelLen: 131072, CapacityTokens: kvCapacity},
+			Engine:  engine.Config{MaxModelLen: 131072, CapacityTokens: kvCapacity},
+			Density: tok.Density,
 		}
 		if slices.Contains(w.Speculative, i) {
 			o.Engine.SpecTokens = 4
@@ -308,9 +323,9 @@ func kvConfig(sims []*enginesim.Server, addrs []string, tokTO time.Duration) map
 // runOne replays w through Caddy with policy pol in front of n fresh
 // engine simulators, whose PUB and replay sockets are on when publish;
 // inst is the ramjet instance_id (siteFor).
-func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
+func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64, tok engine.Tokenizer,
 	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, inst string, publish bool, progress io.Writer, results func(*loadgen.Result)) (Row, error) {
-	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, publish)
+	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, tok, publish)
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
@@ -324,7 +339,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 		}
 		defer stopPeer()
 	}
-	running, err := caddyrun.Start([]caddyrun.Site{site})
+	running, err := caddyrun.Start([]caddyrun.Site{site, metricsSite(addrs)})
 	if err != nil {
 		return Row{}, err
 	}
@@ -341,7 +356,7 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	start := time.Now()
 	rep, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Label: w.Name + "/" + pol, Trace: w.Trace, Client: client,
-		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
+		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist, Tokenizer: tok},
 		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
 		Progress: progress, Results: results,
 	})
@@ -356,6 +371,9 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	}
 	row := reportRow(w.Name, pol, n, ts, rep, time.Since(start))
 	row.Preflight = pre
+	if row.KV, err = scrapeRouting(running); err != nil {
+		return Row{}, fmt.Errorf("metrics: %w", err)
+	}
 	if peer != nil {
 		// Read once Caddy is down: every handler has returned, so the
 		// adapter's in-flight counts must all be 0 (Stats.InFlight).

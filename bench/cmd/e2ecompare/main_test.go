@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
@@ -135,10 +137,86 @@ func startCapacityEngines(t *testing.T) ([]*enginesim.Server, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sims, addrs, err := startEngines(context.Background(), w, 2, 65536, 20, true)
+	sims, addrs, err := startEngines(context.Background(), w, 2, 65536, 20, engine.Tokenizer{}, true)
 	t.Cleanup(func() { closeEngines(sims) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sims, addrs
+}
+
+// TestE2ECompareDensity replays a window of a Mooncake-format trace at
+// -density 2.5 and 4 through ramjet-precise: the engines count the trace's
+// tokens at either density (prompt drift within the chat template's few
+// tokens; rendered at 4 bytes per token for engines at 2.5 it would be
+// +60%), and the prompt tokens of the two runs differ only by the
+// template's fixed parts cut at 2.5.
+func TestE2ECompareDensity(t *testing.T) {
+	rowsM, err := workload.GenerateMooncake("tool-agent", workload.MooncakeGenOptions{Seed: 2, Sessions: 2, Rate: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tb bytes.Buffer
+	if err := workload.WriteMooncake(&tb, rowsM); err != nil {
+		t.Fatal(err)
+	}
+	trace := filepath.Join(t.TempDir(), "agents.jsonl")
+	if err := os.WriteFile(trace, tb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]Row{}
+	for _, d := range []string{"2.5", "4"} {
+		var out, errOut bytes.Buffer
+		err = run(context.Background(), []string{"-trace", trace, "-trace-rows", "8", "-density", d,
+			"-policy", "ramjet-precise", "-replicas", "2", "-time-scale", "20", "-json"}, &out, &errOut)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, errOut.String())
+		}
+		var rs []Row
+		if err := json.Unmarshal(out.Bytes(), &rs); err != nil || len(rs) != 1 {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		r := rs[0]
+		if r.OK != 8 || r.Failed != 0 || r.Report == nil || r.Report.Density.Samples != 8 {
+			t.Fatalf("density %s: %+v", d, r)
+		}
+		if r.DensityDrift < 0 || r.DensityDrift > 0.03 {
+			t.Errorf("density %s: median prompt drift %+.3f, want the template's few tokens", d, r.DensityDrift)
+		}
+		rows[d] = r
+	}
+	a, b := rows["2.5"].Report.PromptTokens, rows["4"].Report.PromptTokens
+	if a < b || a > b+8*8 {
+		t.Errorf("prompt tokens %d at 2.5, %d at 4: want the same rows' tokens and at most 8 more per request", a, b)
+	}
+	var errOut bytes.Buffer
+	if err := run(context.Background(), []string{"-density", "0.5", "-policy", "ramjet"}, io.Discard, &errOut); err == nil || !strings.Contains(err.Error(), "-density") {
+		t.Errorf("-density 0.5: %v", err)
+	}
+	if err := run(context.Background(), []string{"-density", "3", "-policy", "dynamo"}, io.Discard, &errOut); err == nil || !strings.Contains(err.Error(), "peers") {
+		t.Errorf("-density 3 with a peer: %v", err)
+	}
+}
+
+// TestRowKVSeries checks that a single-instance row and a -routers row
+// carry the in-process Caddy's routing series: decisions by mode and the
+// tokenize preflights for ramjet-precise, other instances seen for both.
+func TestRowKVSeries(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-workload", "burst", "-scale", "0.125", "-policy", "ramjet-precise",
+		"-routers", "2", "-routers-policy", "ramjet-precise", "-replicas", "2", "-time-scale", "20", "-json"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var rows []Row
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, r := range rows {
+		for _, want := range []string{"kv_decisions_total{mode=precise}=", "tokenize_requests_total", "other_instances_seen=", "prompt_bytes_per_token="} {
+			if !strings.Contains(r.KV, want) {
+				t.Errorf("%s: KV %q lacks %q", r.Policy, r.KV, want)
+			}
+		}
+	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/enginesim"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
@@ -65,8 +67,10 @@ func multiSites(k int, upstreams []string, kv map[string]any, capacity int, em t
 // em and foreign as multiSites takes them; results, when set, receives
 // every request's result (-results); settings are the -routers-policy
 // target's options (parseRoutersTarget), set in every instance's policy,
-// and name, when set, the target's name (the rows' policy).
+// and name, when set, the target's name (the rows' policy); tok is the
+// engines' tokenizer (-density).
 type multiOpts struct {
+	tok            engine.Tokenizer
 	bin            string
 	precise, nocap bool
 	em, tokTO      time.Duration
@@ -83,7 +87,7 @@ type multiOpts struct {
 func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.FrontPolicy, n, kvCapacity int, seed uint64, ts float64,
 	hist loadgen.HistoryMode, timeout, maxDur time.Duration, o multiOpts, progress, logw io.Writer) (Row, error) {
 	bin, precise := o.bin, o.precise
-	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, precise)
+	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, o.tok, precise)
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
@@ -91,6 +95,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	sites, pol := multiSitesFor(k, sims, addrs, o)
 	var backends []string
 	var procsKV *procs
+	var inproc *caddyrun.Running
 	label := fmt.Sprintf("%s x%d %s", pol, k, front)
 	if bin != "" {
 		// With precise, each process's admin endpoint is on so that its
@@ -109,7 +114,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		label = fmt.Sprintf("%s x%d procs %s", pol, k, front)
 		procsKV = ps
 	} else {
-		running, err := caddyrun.Start(sites)
+		running, err := caddyrun.Start(append(slices.Clip(sites), metricsSite(addrs)))
 		if err != nil {
 			return Row{}, err
 		}
@@ -117,6 +122,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 		for _, s := range sites {
 			backends = append(backends, running.Addr[s.Name])
 		}
+		inproc = running
 	}
 	fr, err := loadgen.StartFront(backends, front, seed)
 	if err != nil {
@@ -135,7 +141,7 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	start := time.Now()
 	rep, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Label: w.Name + "/" + label, Trace: w.Trace, Client: client,
-		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
+		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist, Tokenizer: o.tok},
 		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
 		Progress: progress, Results: o.results,
 	})
@@ -150,6 +156,12 @@ func runMulti(ctx context.Context, w *workload.Workload, k int, front loadgen.Fr
 	}
 	row := reportRow(w.Name, label, n, ts, rep, time.Since(start))
 	row.Front = fr.Counts()
+	if inproc != nil {
+		if row.KV, err = scrapeRouting(inproc); err != nil {
+			return Row{}, fmt.Errorf("metrics: %w", err)
+		}
+		fmt.Fprintf(logw, "e2ecompare: %s/%s: %s\n", w.Name, label, row.KV)
+	}
 	if precise && bin == "" {
 		// In one process each instance's preflight record is its state
 		// key's: how many of its requests the wait rule routed at once.

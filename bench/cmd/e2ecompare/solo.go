@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
 	"github.com/ramjet-llm/ramjet/bench/loadgen"
 	"github.com/ramjet-llm/ramjet/bench/loadgen/caddyrun"
 	"github.com/ramjet-llm/ramjet/bench/workload"
@@ -69,10 +70,10 @@ func withAdmin(cfg []byte, listen string) ([]byte, error) {
 // without extension) the Caddy process is profiled through its admin
 // endpoint into <prof>-caddy-<k>.pprof, one file per chunk. The kv
 // metrics the process exports are written to logw at the end.
-func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64,
+func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity int, seed uint64, ts float64, tok engine.Tokenizer,
 	hist loadgen.HistoryMode, timeout, maxDur, tokTO time.Duration, publish bool, progress io.Writer,
 	sf soloFlags, prof, inst string, logw io.Writer) (Row, error) {
-	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, publish)
+	sims, addrs, err := startEngines(ctx, w, n, kvCapacity, ts, tok, publish)
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
@@ -116,7 +117,7 @@ func runSolo(ctx context.Context, w *workload.Workload, pol string, n, kvCapacit
 	start := time.Now()
 	rep, err := loadgen.Run(ctx, loadgen.RunConfig{
 		Label: w.Name + "/" + pol + " (caddy process)", Trace: w.Trace, Client: client,
-		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist},
+		Synth: loadgen.Synthesizer{Synth: workload.Synth{Salt: seed}, History: hist, Tokenizer: tok},
 		Mode:  loadgen.ModeOpen, Concurrency: 1024, TimeScale: ts, MaxDuration: maxDur,
 		Progress: progress,
 	})
@@ -207,9 +208,19 @@ func fetchProfile(hc *http.Client, url, path string) error {
 // ramjet_kv_decisions_total, ramjet_kv_events_applied_total,
 // ramjet_kv_feed_connected, ramjet_kv_foreign_prefill_*, ramjet_kv_foreign_share), from its admin
 // /metrics; histogram buckets left out.
-func scrapeKV(admin string) ([]string, error) {
+func scrapeKV(admin string) ([]string, error) { return scrapeSeries(admin, kvSeries) }
+
+// kvSeries reports whether a /metrics line is one of scrapeKV's.
+func kvSeries(l string) bool {
+	return (strings.HasPrefix(l, "ramjet_tokenize_") || strings.HasPrefix(l, "ramjet_kv_decisions_total") ||
+		strings.HasPrefix(l, "ramjet_kv_events_applied_total") || strings.HasPrefix(l, "ramjet_kv_feed_connected") ||
+		strings.HasPrefix(l, "ramjet_kv_foreign_prefill_") || strings.HasPrefix(l, "ramjet_kv_foreign_share")) && !strings.Contains(l, "_bucket{")
+}
+
+// scrapeSeries returns the lines of base's /metrics that keep selects.
+func scrapeSeries(base string, keep func(string) bool) ([]string, error) {
 	hc := &http.Client{Timeout: 10 * time.Second}
-	resp, err := hc.Get(admin + "/metrics")
+	resp, err := hc.Get(base + "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -221,10 +232,7 @@ func scrapeKV(admin string) ([]string, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		l := sc.Text()
-		if (strings.HasPrefix(l, "ramjet_tokenize_") || strings.HasPrefix(l, "ramjet_kv_decisions_total") ||
-			strings.HasPrefix(l, "ramjet_kv_events_applied_total") || strings.HasPrefix(l, "ramjet_kv_feed_connected") ||
-			strings.HasPrefix(l, "ramjet_kv_foreign_prefill_") || strings.HasPrefix(l, "ramjet_kv_foreign_share")) && !strings.Contains(l, "_bucket{") {
+		if l := sc.Text(); keep(l) {
 			out = append(out, l)
 		}
 	}
