@@ -100,8 +100,9 @@ type PolicySettings struct {
 	// FixedDensity keeps chars_per_token as the prompts' bytes per real
 	// token where the engines' token figures (KV capacity, KV in use, the
 	// others' prefill) meet the index's estimated tokens, rather than the
-	// density the engines' usage.prompt_tokens show
-	// (selection.Options.FixedDensity; gauge ramjet_prompt_bytes_per_token).
+	// density the engines' usage.prompt_tokens show where prompts are
+	// lighter than that (selection.Options.FixedDensity; gauge
+	// ramjet_prompt_bytes_per_token).
 	FixedDensity bool `json:"fixed_density,omitempty"`
 
 	// ForeignPrefill, "on", "queues" or "off", counts the prefill other ramjet

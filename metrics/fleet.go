@@ -53,7 +53,7 @@ var (
 	descEjections = prometheus.NewDesc("ramjet_ejections_total",
 		"Ejections of the upstream by outlier detection, by the kind of the failure that ejected it (status, connect, cut, timeout).", append(replicaLabels, "reason"), nil)
 	descDensity = prometheus.NewDesc("ramjet_prompt_bytes_per_token",
-		"The prompts' bytes per real token, learned from the engines' usage.prompt_tokens (chars_per_token until the answers move it), at which the engines' KV capacities meet the index's estimated tokens.", fleetLabels, nil)
+		"The prompts' bytes per real token, learned from the engines' usage.prompt_tokens (chars_per_token before any answer); above chars_per_token the engines' KV capacities are applied to the index's estimated tokens at it.", fleetLabels, nil)
 	descOthers = prometheus.NewDesc("ramjet_other_instances_seen",
 		"1 while the engines' answers (cached tokens past what this instance sent) show prompts other ramjet instances placed on the fleet's replicas, among the last 1024 answers: the agreement band is on; else 0.", fleetLabels, nil)
 	descReplicas = prometheus.NewDesc("ramjet_upstreams",

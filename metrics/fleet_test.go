@@ -57,7 +57,7 @@ func TestFleetCollectorDensity(t *testing.T) {
 		return []fleetstate.Snapshot{{Key: "a", Density: 2.75}, {Key: "b", Density: 4}}
 	})
 	want := `
-# HELP ramjet_prompt_bytes_per_token The prompts' bytes per real token, learned from the engines' usage.prompt_tokens (chars_per_token until the answers move it), at which the engines' KV capacities meet the index's estimated tokens.
+# HELP ramjet_prompt_bytes_per_token The prompts' bytes per real token, learned from the engines' usage.prompt_tokens (chars_per_token before any answer); above chars_per_token the engines' KV capacities are applied to the index's estimated tokens at it.
 # TYPE ramjet_prompt_bytes_per_token gauge
 ramjet_prompt_bytes_per_token{fleet="a"} 2.75
 ramjet_prompt_bytes_per_token{fleet="b"} 4

@@ -14,17 +14,26 @@ import (
 // bytes per token with Qwen3's tokenizer, prose 4.2-5, and what the prompt
 // carries that the engine renders otherwise, an image's base64, more). A
 // replica's KV capacity, which an engine reports in real tokens, bounds
-// what the index believes it holds in estimated tokens: at 2.5 bytes per
-// token against the default 4, a replica of 65,536 real tokens was
-// believed to hold 1.6 times what it does.
+// what the index believes it holds in estimated tokens.
 //
 // Every answer's usage.prompt_tokens against the reservation's estimated
 // tokens (Observe) feeds a ratio of sums with an exponential decay per
 // real token (densityHalfLife), from a prior of CharsPerToken worth
-// densityPrior tokens. Capacities are applied in estimated tokens at the
-// learned ratio, re-applied when it moves by more than densityStep; until
-// then (and at exactly CharsPerToken bytes per token, forever) nothing
-// changes. Options.FixedDensity keeps CharsPerToken's ratio.
+// densityPrior tokens. Where prompts are lighter than CharsPerToken (more
+// bytes per token), the index in estimated tokens would believe a replica
+// holds less than it does and forget prefixes the engine still serves,
+// which no answer can undo (an answer showing more cached than predicted
+// restores nothing the index dropped): the capacities (and the engines'
+// other token figures, RealTokens) are then applied in estimated tokens at
+// the learned ratio, re-applied when it moves by more than densityStep.
+// Where prompts are denser, the index believes more than the engine holds;
+// the answers' shortfalls correct that (Observe's horizon), and applying
+// the density there measured worse (fleet simulation, 200-row windows of
+// the tool-agent traces at 2.5 bytes per token: cached share -0.047 over
+// 12 of 12 traces; bench/RESULTS.md "The learned density, applied only
+// upwards"), so the scale never goes below 1. At CharsPerToken bytes per
+// token or more densely nothing changes. Options.FixedDensity keeps
+// CharsPerToken's ratio always.
 const (
 	// densityPrior is the prior's weight in real tokens: the first
 	// answers move the ratio only as far as their size warrants.
@@ -80,15 +89,19 @@ func (rt *Router) noteDensity(est, real int) bool {
 		e, t := unpackSums(old)
 		e, t = e*decay+float32(r*float64(real)), t*decay+float32(real)
 		if d.w.CompareAndSwap(old, packSums(e, t)) {
-			s := float64(e) / float64(t)
-			a := rt.densityScale()
+			s, a := applicable(e, t), rt.densityScale()
 			return s > a*(1+densityStep) || s < a*(1-densityStep)
 		}
 	}
 }
 
+// applicable is the scale the sums e and t call for: their ratio, never
+// below 1 (see above).
+func applicable(e, t float32) float64 { return max(1, float64(e)/float64(t)) }
+
 // densityScale is the scale applied to the capacities: estimated tokens
-// per real token (1 until the learned one moved past densityStep).
+// per real token (1 until the learned one moved past densityStep, and
+// never below 1).
 func (rt *Router) densityScale() float64 {
 	if b := rt.dens.scale.Load(); b != 0 {
 		return math.Float64frombits(b)
@@ -96,11 +109,10 @@ func (rt *Router) densityScale() float64 {
 	return 1
 }
 
-// reapplyDensity takes the learned scale as the applied one and hands
+// reapplyDensity takes the applicable scale as the applied one and hands
 // every registered slot's capacity to the index again.
 func (rt *Router) reapplyDensity() {
-	e, t := unpackSums(rt.dens.w.Load())
-	s := float64(e) / float64(t)
+	s := applicable(unpackSums(rt.dens.w.Load()))
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.dens.scale.Store(math.Float64bits(s))
@@ -111,10 +123,14 @@ func (rt *Router) reapplyDensity() {
 	}
 }
 
-// Density is the prompts' bytes per real token as the router applies it to
-// the engines' figures: Config.CharsPerToken until the answers moved it
-// (and always with Options.FixedDensity).
-func (rt *Router) Density() float64 { return rt.cfg.CharsPerToken * rt.densityScale() }
+// Density is the prompts' bytes per real token as the answers show it
+// (Config.CharsPerToken's before any; with Options.FixedDensity never
+// learned). The engines' figures are applied at it where it is above
+// CharsPerToken (see above).
+func (rt *Router) Density() float64 {
+	e, t := unpackSums(rt.dens.w.Load())
+	return rt.cfg.CharsPerToken * float64(e) / float64(t)
+}
 
 // RealTokens converts real tokens (an engine's count) to the index's
 // estimated tokens at the applied density.

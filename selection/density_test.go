@@ -30,9 +30,12 @@ func TestDensityLearnedScalesCapacity(t *testing.T) {
 		dlo, dhi   float64
 	}{
 		// 2 bytes per real token against chars_per_token 4: a replica's
-		// 65,536 real tokens are about 32,768 estimated ones.
-		{"dense", false, 2, 31_000, 35_500, 1.9, 2.2},
-		// 5 bytes per token: more than the engine's count.
+		// 65,536 real tokens are about 32,768 estimated ones, but the
+		// index is left to believe more (the answers' shortfalls trim
+		// it); the density is learned all the same.
+		{"dense", false, 2, 65_536, 65_536, 1.9, 2.2},
+		// 5 bytes per token: the engine holds 81,920 estimated tokens,
+		// which the index must not forget early.
 		{"light", false, 0.8, 76_000, 84_000, 4.6, 5.2},
 		// Exactly chars_per_token: nothing moves, not even by rounding.
 		{"exact", false, 1, 65_536, 65_536, 4, 4},
@@ -74,7 +77,7 @@ func TestDensityPriorAndBounds(t *testing.T) {
 	rt.SetCapacity(cands[0].Slot, 65_536)
 	routeObserved(t, rt, cands, 1, 2)                    // 1,024 estimated tokens, 2,048 real
 	if got := rt.Capacity(cands[0].Slot); got < 61_000 { // (16,384 + 1,024) / (16,384 + 2,048) of it
-		t.Errorf("one answer of 2,048 tokens moved the capacity to %d", got)
+		t.Errorf("one answer of 512 tokens moved the capacity to %d", got)
 	}
 	routeObserved(t, rt, cands, 3, 1.0/1024) // one real token per prompt
 	if d := rt.Density(); d > 64 {

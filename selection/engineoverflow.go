@@ -17,7 +17,7 @@ package selection
 // term estimates from this router's reservations. It records this
 // router's resident context at the call, so that what it reserves or
 // releases until the next scrape moves the figure. The engine's (real)
-// tokens are stored in the index's at the learned density (Density), as
+// tokens are stored in the index's at the applied density (RealTokens), as
 // EngineKV reports them. It does not allocate
 // and is safe to call concurrently with Pick; Unregister resets it.
 func (rt *Router) SetEngineKV(s Slot, used int64) {

@@ -32,7 +32,7 @@ type extCell struct {
 //	          + context_weight x (resident + kvUsedTokens)^2 / kv_capacity
 //
 // Negative figures count as zero. The KV tokens are the engine's (real)
-// tokens, stored in the index's at the learned density (Density). It does
+// tokens, stored in the index's at the applied density (RealTokens). It does
 // not allocate and is safe to call concurrently with Pick and Route;
 // Unregister resets it.
 func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) {
@@ -86,7 +86,7 @@ func (rt *Router) ExternalLoad(s Slot) (running, waiting, kvUsedTokens int64) {
 // the engine's KV events). They count in load(r) as this instance's own
 // pending prefill does, until the next call; 0 means none. Negative
 // figures count as zero; tokens are the engine's (real) ones, stored in
-// the index's at the learned density (Density). It does not allocate and is safe to call
+// the index's at the applied density (RealTokens). It does not allocate and is safe to call
 // concurrently with Pick; Unregister resets it.
 func (rt *Router) SetExternalPrefill(s Slot, tokens int64) {
 	if s < 0 || s >= MaxReplicas {

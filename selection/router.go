@@ -443,8 +443,8 @@ type Options struct {
 	IndexShare float64
 	// FixedDensity keeps Config.CharsPerToken as the prompts' bytes per
 	// real token where the engines' figures (KV capacity) meet the index's
-	// estimated tokens, rather than the density the answers show
-	// (density.go; fleet simulation key dl=0).
+	// estimated tokens, rather than the density the answers show where
+	// prompts are lighter than that (density.go; fleet simulation key dl=0).
 	FixedDensity bool
 	// IndexShareRoom applies IndexShare only on a replica whose KV
 	// capacity is at least IndexShareRoom times the mean prompt this
