@@ -19,11 +19,11 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// TestE2ECompareSmoke replays one round of the burst workload and a window
-// of a Mooncake-format trace through ramjet and round_robin and checks
-// every row is complete.
-func TestE2ECompareSmoke(t *testing.T) {
-	rowsM, err := workload.GenerateMooncake("tool-agent", workload.MooncakeGenOptions{Seed: 1, Sessions: 2, Rate: 2})
+// agentTrace writes a small generated tool-agent trace (two sessions, seed
+// seed) to a temp file and returns its path.
+func agentTrace(t *testing.T, seed uint64) string {
+	t.Helper()
+	rowsM, err := workload.GenerateMooncake("tool-agent", workload.MooncakeGenOptions{Seed: seed, Sessions: 2, Rate: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +35,15 @@ func TestE2ECompareSmoke(t *testing.T) {
 	if err := os.WriteFile(trace, tb.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return trace
+}
+
+// TestE2ECompareSmoke replays one round of the burst workload and a window
+// of a Mooncake-format trace through ramjet and round_robin and checks
+// every row is complete.
+func TestE2ECompareSmoke(t *testing.T) {
+	trace := agentTrace(t, 1)
+	var err error
 	var out, errOut bytes.Buffer
 	err = run(context.Background(), []string{"-workload", "burst", "-scale", "0.125", "-trace", trace, "-trace-rows", "8",
 		"-policy", "ramjet,round_robin", "-replicas", "4", "-time-scale", "20", "-json"}, &out, &errOut)
@@ -152,22 +161,11 @@ func startCapacityEngines(t *testing.T) ([]*enginesim.Server, []string) {
 // +60%), and the prompt tokens of the two runs differ only by the
 // template's fixed parts cut at 2.5.
 func TestE2ECompareDensity(t *testing.T) {
-	rowsM, err := workload.GenerateMooncake("tool-agent", workload.MooncakeGenOptions{Seed: 2, Sessions: 2, Rate: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tb bytes.Buffer
-	if err := workload.WriteMooncake(&tb, rowsM); err != nil {
-		t.Fatal(err)
-	}
-	trace := filepath.Join(t.TempDir(), "agents.jsonl")
-	if err := os.WriteFile(trace, tb.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	trace := agentTrace(t, 2)
 	rows := map[string]Row{}
 	for _, d := range []string{"2.5", "4"} {
 		var out, errOut bytes.Buffer
-		err = run(context.Background(), []string{"-trace", trace, "-trace-rows", "8", "-density", d,
+		err := run(context.Background(), []string{"-trace", trace, "-trace-rows", "8", "-density", d,
 			"-policy", "ramjet-precise", "-replicas", "2", "-time-scale", "20", "-json"}, &out, &errOut)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, errOut.String())
