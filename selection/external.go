@@ -50,7 +50,7 @@ func (rt *Router) SetExternalLoad(s Slot, running, waiting, kvUsedTokens int64) 
 	}
 	rt.qSum.Add(waiting - int64(e.waiting.Swap(int32(waiting))))
 	e.requests.Store(running + waiting)
-	e.kv.Store(rt.RealTokens(min(max(kvUsedTokens, 0), maxExternalKV)))
+	e.kv.Store(min(rt.RealTokens(min(max(kvUsedTokens, 0), maxExternalKV)), maxExternalKV))
 }
 
 // SetExternalFresh records whether slot s's engine-reported load

@@ -53,8 +53,9 @@ package selection
 // replica's agents: bench/EXPERIMENTS.md, section 16).
 //
 // promptTokens, the first time a reservation is given one, also feeds the
-// prompts' learned density (density.go), precise decisions included: the
-// engines' KV capacities meet the index's estimated tokens at it.
+// prompts' learned density (density.go), precise decisions included: where
+// prompts are lighter than CharsPerToken, the engines' KV capacities meet
+// the index's estimated tokens at it.
 //
 // Counts within one block of the prediction confirm it. promptTokens
 // scales cachedTokens to the index's estimated tokens (the index counts
