@@ -10,9 +10,9 @@ import (
 // TestPreciseCapQueue checks PreciseConfig.CapQueue: an exact overlap past
 // the estimate's credit, on blocks this router routed there, stands on a
 // replica whose pending prefill is below CapQueue times its KV capacity
-// (by default once), and is left to the estimate on one queued past it,
-// on one whose capacity is not known, and everywhere with the rule off
-// (the estimate cap before 2026-12-07).
+// (opt-in), and is left to the estimate on one queued past it, on one
+// whose capacity is not known, and everywhere without the rule (the
+// default).
 func TestPreciseCapQueue(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
@@ -23,8 +23,8 @@ func TestPreciseCapQueue(t *testing.T) {
 		// (no queue, capacity unknown) keep their exact overlap.
 		wantA, wantB, wantC bool
 	}{
-		{"default", 0, true, false, false},
-		{"off", -1, false, false, false},
+		{"default", 0, false, false, false},
+		{"once", 1, true, false, false},
 		{"twice", 2, true, true, false}, // b's queue is under twice its capacity
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,11 +99,11 @@ func TestPreciseCapQueue(t *testing.T) {
 			}
 
 			// b's queue reaches its first tokens: its exact overlap stands
-			// unless the rule is off.
+			// under the rule.
 			queued.PrefillDone()
 			p.Annotate(f, cands, s)
-			if cands[1].Precise != (tc.k >= 0) {
-				t.Errorf("b without a queue: %+v, want precise %v", cands[1], tc.k >= 0)
+			if cands[1].Precise != (tc.k > 0) {
+				t.Errorf("b without a queue: %+v, want precise %v", cands[1], tc.k > 0)
 			}
 			queued.Release()
 		})

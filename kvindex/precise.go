@@ -23,9 +23,6 @@ const (
 	// DefaultQueueEstimate is QueueEstimate's default: a replica whose
 	// queue ahead holds at least its whole KV capacity of prefill.
 	DefaultQueueEstimate = 1.0
-	// DefaultCapQueue is CapQueue's default: a replica whose queue
-	// ahead holds less than its whole KV capacity of prefill.
-	DefaultCapQueue = 1.0
 )
 
 // PreciseEngine is one replica of the precise path: its feed and the
@@ -82,8 +79,7 @@ type PreciseConfig struct {
 	// ExactPastEstimate, with SetEstimate, credits a candidate its exact
 	// overlap even where the router's approximate estimate credits it with
 	// less (the precise path before the estimate cap). By default such a
-	// candidate is routed by the estimate on a queued replica (see
-	// SetEstimate, CapQueue).
+	// candidate is routed by the estimate (see SetEstimate, CapQueue).
 	ExactPastEstimate bool
 	// CapForeign leaves to the estimate also the candidates whose blocks
 	// past the estimate came from traffic this router did not route. For
@@ -105,17 +101,19 @@ type PreciseConfig struct {
 	// estimate decides, the rule before 2026-12-07). bench/EXPERIMENTS.md
 	// section 99.
 	QueueEstimate float64
-	// CapQueue, with SetEstimate, bounds the estimate cap to queued
-	// replicas: a candidate whose exact overlap exceeds the estimate's
-	// credit on blocks this router routed there keeps its exact overlap
-	// while the replica's pending prefill is below CapQueue times its KV
-	// capacity as the router knows it (Router.Capacity; unknown: capped),
-	// and is left to the estimate past it. The mirror of QueueEstimate:
-	// the estimate dropped those blocks for the capacity of what the
-	// router sent since, but without a cache's worth of queue ahead the
-	// engine still holds them when the request runs. 0 is
-	// DefaultCapQueue, negative off (the cap everywhere, the rule before
-	// 2026-12-07). bench/EXPERIMENTS.md section 103.
+	// CapQueue, with SetEstimate, when positive bounds the estimate cap
+	// to queued replicas: a candidate whose exact overlap exceeds the
+	// estimate's credit on blocks this router routed there keeps its
+	// exact overlap while the replica's pending prefill is below CapQueue
+	// times its KV capacity as the router knows it (Router.Capacity;
+	// unknown: capped), and is left to the estimate past it. The mirror of
+	// QueueEstimate: the estimate dropped those blocks for the capacity of
+	// what the router sent since, but without a cache's worth of queue
+	// ahead the engine still holds them when the request runs. 0 or
+	// negative (the default): the cap everywhere. Opt-in: at 1 it gained
+	// agent-fleet 0.12-0.13 of cached share at 8 replicas and cost the
+	// overloaded tool-agent traces' held-out TTFT p99 8% (bench/
+	// EXPERIMENTS.md section 103).
 	CapQueue float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
@@ -201,22 +199,22 @@ type estimateWork struct {
 // token). Annotate then leaves to the estimate every candidate that the
 // estimate credits with less than its exact overlap on blocks this router
 // routed there (Precise cleared, so that Pick reads the estimate and
-// Observe corrects it as on the default path) while the replica's pending
-// prefill is at least CapQueue times its KV capacity (or the capacity is
-// not known), unless ExactPastEstimate. The exact overlap still decides
+// Observe corrects it as on the default path), unless ExactPastEstimate,
+// or CapQueue and the replica's pending prefill is below CapQueue times
+// its KV capacity. The exact overlap still decides
 // where it is the lower one (the engine evicted what the estimate
 // believes) unless the queue rule (QueueEstimate) says otherwise, and
 // predictions are still made. Why: the estimate learns a request's blocks
 // at the decision and bounds each replica by its capacity, so it already
 // drops what the requests queued ahead will evict, while the engine's
 // events only say what it holds now; on a fleet whose contexts outgrow its
-// KV and whose queues hold more than a cache, the exact overlap keeps a
-// conversation on a replica that will have evicted it by the time the
-// request runs (bench/RESULTS.md, 2026-12-02; the tool-agent traces at 8 x
-// 65,536 tokens). Without such a queue the engine still holds what it
-// shows when the request runs, and the cap cost agent-fleet at 8 replicas
-// 0.075 of cached share (bench/EXPERIMENTS.md section 103). nil turns it
-// off.
+// KV, the exact overlap keeps a conversation on a replica that will have
+// evicted it by the time the request runs (bench/RESULTS.md, 2026-12-02;
+// the tool-agent traces at 8 x 65,536 tokens, where lifting it costs TTFT
+// p99 18%). On agent-fleet at 8 replicas of the default KV it now costs
+// 0.075-0.13 of cached share, which CapQueue recovers there but not
+// without a cost on the tool-agent traces (bench/EXPERIMENTS.md section
+// 103). nil turns it off.
 func (p *Precise) SetEstimate(rt *selection.Router) {
 	if rt == nil {
 		p.est.Store(nil)
@@ -534,7 +532,7 @@ func onGrid(bt int, cands []selection.Candidate) {
 
 // capByEstimate leaves to the estimate every precise candidate whose exact
 // overlap exceeds the estimate's where this router routed the first block
-// past the estimate's (Index.Own) and the replica's queue is not under
+// past the estimate's (Index.Own), unless the replica's queue is under
 // CapQueue (queuedUnder), compared in the request's real tokens (the estimate counts tokens
 // estimated from bytes). A candidate the estimate credits with the whole
 // fingerprinted prefix of a longer prompt keeps its exact overlap: the
@@ -624,13 +622,10 @@ func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
 
 // queuedUnder reports whether slot s's pending prefill on rt is below
 // CapQueue times its KV capacity (never when the capacity is not known or
-// the rule is off): an exact overlap past the estimate then stands.
+// CapQueue is not positive): an exact overlap past the estimate then stands.
 func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot) bool {
 	k := p.cfg.CapQueue
-	if k == 0 {
-		k = DefaultCapQueue
-	}
-	if k < 0 {
+	if k <= 0 {
 		return false
 	}
 	capa := rt.Capacity(s)

@@ -69,8 +69,8 @@ type PreciseConfig struct {
 	// QueueEstimate: kvindex.PreciseConfig.QueueEstimate (0: its
 	// default, negative: off).
 	QueueEstimate float64
-	// CapQueue: kvindex.PreciseConfig.CapQueue (0: its default,
-	// negative: off, the estimate cap everywhere).
+	// CapQueue: kvindex.PreciseConfig.CapQueue (0: off, the estimate
+	// cap everywhere).
 	CapQueue float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
@@ -540,7 +540,7 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // (selection.Options.IndexShare and QueueExtra at their defaults; without
 // them off, PreciseOptions); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
-// PreciseConfig.CapQueue (capq=0: off, the estimate cap everywhere). ok is
+// PreciseConfig.CapQueue (capq=0, the default: the estimate cap everywhere). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -587,7 +587,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				if err != nil {
 					return nil, true, fmt.Errorf("ramjet-precise@: capq: %w", err)
 				}
-				pc.CapQueue = ZeroIsNone(x)
+				pc.CapQueue = x
 				continue
 			}
 			v, ok := strings.CutPrefix(k, "qe=")
