@@ -79,7 +79,7 @@ type PreciseConfig struct {
 	// ExactPastEstimate, with SetEstimate, credits a candidate its exact
 	// overlap even where the router's approximate estimate credits it with
 	// less (the precise path before the estimate cap). By default such a
-	// candidate is routed by the estimate (see SetEstimate).
+	// candidate is routed by the estimate (see SetEstimate, CapQueue).
 	ExactPastEstimate bool
 	// CapForeign leaves to the estimate also the candidates whose blocks
 	// past the estimate came from traffic this router did not route. For
@@ -101,6 +101,20 @@ type PreciseConfig struct {
 	// estimate decides, the rule before 2026-12-07). bench/EXPERIMENTS.md
 	// section 99.
 	QueueEstimate float64
+	// CapQueue, with SetEstimate, when positive bounds the estimate cap
+	// to queued replicas: a candidate whose exact overlap exceeds the
+	// estimate's credit on blocks this router routed there keeps its
+	// exact overlap while the replica's pending prefill is below CapQueue
+	// times its KV capacity as the router knows it (Router.Capacity;
+	// unknown: capped), and is left to the estimate past it. The mirror of
+	// QueueEstimate: the estimate dropped those blocks for the capacity of
+	// what the router sent since, but without a cache's worth of queue
+	// ahead the engine still holds them when the request runs. 0 or
+	// negative (the default): the cap everywhere. Opt-in: at 1 it gained
+	// agent-fleet 0.12-0.13 of cached share at 8 replicas and cost the
+	// overloaded tool-agent traces' held-out TTFT p99 8% (bench/
+	// EXPERIMENTS.md section 103).
+	CapQueue float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
 	// always) every request without a cached message prefix waits for its
@@ -183,17 +197,24 @@ type estimateWork struct {
 // SetEstimate gives the service the router's approximate index (rt's, which
 // Retune keeps, and its shape: block size, prefix bound, characters per
 // token). Annotate then leaves to the estimate every candidate that the
-// estimate credits with less than its exact overlap (Precise cleared, so
-// that Pick reads the estimate and Observe corrects it as on the default
-// path), unless ExactPastEstimate. The exact overlap still decides where it
-// is the lower one (the engine evicted what the estimate believes), and
+// estimate credits with less than its exact overlap on blocks this router
+// routed there (Precise cleared, so that Pick reads the estimate and
+// Observe corrects it as on the default path), unless ExactPastEstimate,
+// or CapQueue and the replica's pending prefill is below CapQueue times
+// its KV capacity. The exact overlap still decides
+// where it is the lower one (the engine evicted what the estimate
+// believes) unless the queue rule (QueueEstimate) says otherwise, and
 // predictions are still made. Why: the estimate learns a request's blocks
 // at the decision and bounds each replica by its capacity, so it already
 // drops what the requests queued ahead will evict, while the engine's
 // events only say what it holds now; on a fleet whose contexts outgrow its
 // KV, the exact overlap keeps a conversation on a replica that will have
-// evicted it by the time the request runs (bench/RESULTS.md, 2026-12-02,
-// agent-fleet at 8 replicas). nil turns it off.
+// evicted it by the time the request runs (bench/RESULTS.md, 2026-12-02;
+// the tool-agent traces at 8 x 65,536 tokens, where lifting it costs TTFT
+// p99 18%). On agent-fleet at 8 replicas of the default KV it now costs
+// 0.075-0.13 of cached share, which CapQueue recovers there but not
+// without a cost on the tool-agent traces (bench/EXPERIMENTS.md section
+// 103). nil turns it off.
 func (p *Precise) SetEstimate(rt *selection.Router) {
 	if rt == nil {
 		p.est.Store(nil)
@@ -511,7 +532,8 @@ func onGrid(bt int, cands []selection.Candidate) {
 
 // capByEstimate leaves to the estimate every precise candidate whose exact
 // overlap exceeds the estimate's where this router routed the first block
-// past the estimate's (Index.Own), compared in the request's real tokens (the estimate counts tokens
+// past the estimate's (Index.Own), unless the replica's queue is under
+// CapQueue (queuedUnder), compared in the request's real tokens (the estimate counts tokens
 // estimated from bytes). A candidate the estimate credits with the whole
 // fingerprinted prefix of a longer prompt keeps its exact overlap: the
 // estimate cannot see further. One whose exact overlap is below the
@@ -569,7 +591,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) {
+		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !p.queuedUnder(e.rt, c.Slot) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		} else if c.Overlap-credit > slack {
 			diverged = true // blocks this router did not route
@@ -596,6 +618,22 @@ func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
 	}
 	capa := rt.Capacity(s)
 	return capa > 0 && float64(pend) >= k*float64(capa)
+}
+
+// queuedUnder reports whether slot s's pending prefill on rt is below
+// CapQueue times its KV capacity (never when the capacity is not known or
+// CapQueue is not positive): an exact overlap past the estimate then stands.
+func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot) bool {
+	k := p.cfg.CapQueue
+	if k <= 0 {
+		return false
+	}
+	capa := rt.Capacity(s)
+	if capa <= 0 {
+		return false
+	}
+	_, pend := rt.Load(s)
+	return float64(pend) < k*float64(capa)
 }
 
 // tokensOf is d of the estimate's router blocks in the request's real

@@ -69,6 +69,9 @@ type PreciseConfig struct {
 	// QueueEstimate: kvindex.PreciseConfig.QueueEstimate (0: its
 	// default, negative: off).
 	QueueEstimate float64
+	// CapQueue: kvindex.PreciseConfig.CapQueue (0: off, the estimate
+	// cap everywhere).
+	CapQueue float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -253,6 +256,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			ExactPastEstimate: p.pc.ExactPastEstimate,
 			CapForeign:        p.pc.CapForeign,
 			QueueEstimate:     p.pc.QueueEstimate,
+			CapQueue:          p.pc.CapQueue,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -535,7 +539,8 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // change: the estimate cap is the default), ixs and qx
 // (selection.Options.IndexShare and QueueExtra at their defaults; without
 // them off, PreciseOptions); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
-// PreciseConfig.QueueEstimate (qe=0: off, the rule before it). ok is
+// PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
+// PreciseConfig.CapQueue (capq=0, the default: the estimate cap everywhere). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -575,6 +580,14 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				if err != nil {
 					return nil, true, err
 				}
+				continue
+			}
+			if v, ok := strings.CutPrefix(k, "capq="); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, true, fmt.Errorf("ramjet-precise@: capq: %w", err)
+				}
+				pc.CapQueue = x
 				continue
 			}
 			v, ok := strings.CutPrefix(k, "qe=")

@@ -1,0 +1,111 @@
+package kvindex
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ramjet-llm/ramjet/selection"
+)
+
+// TestPreciseCapQueue checks PreciseConfig.CapQueue: an exact overlap past
+// the estimate's credit, on blocks this router routed there, stands on a
+// replica whose pending prefill is below CapQueue times its KV capacity
+// (opt-in), and is left to the estimate on one queued past it, on one
+// whose capacity is not known, and everywhere without the rule (the
+// default).
+func TestPreciseCapQueue(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
+	for _, tc := range []struct {
+		name string
+		k    float64
+		// want: whether a (no queue), b (queued past its capacity) and c
+		// (no queue, capacity unknown) keep their exact overlap.
+		wantA, wantB, wantC bool
+	}{
+		{"default", 0, false, false, false},
+		{"once", 1, true, false, false},
+		{"twice", 2, true, true, false}, // b's queue is under twice its capacity
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewPrecise(PreciseConfig{
+				Index:    Config{BlockSize: 4, Now: func() time.Time { return now }},
+				Engines:  []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}},
+				CapQueue: tc.k,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.SetEstimate(rt)
+			var cands []selection.Candidate
+			for _, k := range []string{"a", "b", "c"} {
+				s, _ := rt.Register(k)
+				p.Bind(s, k)
+				cands = append(cands, selection.Candidate{Slot: s, Usable: true})
+			}
+			const capa = 400 // tokens: 100 router blocks
+			rt.SetCapacity(cands[0].Slot, capa)
+			rt.SetCapacity(cands[1].Slot, capa)
+			x := p.Index()
+			keys := x.Keys(nil, 0, toks)
+			// Every replica holds two blocks this router routed there
+			// (predicted, then stored), which its estimate no longer
+			// credits (it credits none).
+			for i, k := range []string{"a", "b", "c"} {
+				r, _ := x.Lookup(k)
+				x.Hold(r, keys[:2], time.Minute)
+				x.Apply(r, batchOf(storedEv(0, false, 4, toks[:8], uint64(11+10*i), uint64(12+10*i))))
+				x.Release(r, keys[:2], 0)
+				if !x.Own(r, keys[1]) {
+					t.Fatalf("%s: own %v, want true", k, x.Own(r, keys[1]))
+				}
+			}
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			// A long cold prompt queued on b: its pending prefill (about 1.5
+			// times b's capacity as the index applies it) is ahead of the
+			// request.
+			g := rt.Extractor().NewFeatures()
+			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
+			g.PromptBytes = int(1.5*float64(rt.Capacity(cands[1].Slot))) * 4
+			s := selection.NewScratch(3)
+			_, queued := rt.Route(g, []selection.Candidate{cands[1]}, s, nil, nil)
+			if _, pend := rt.Load(cands[1].Slot); float64(pend) < float64(rt.Capacity(cands[1].Slot)) || float64(pend) >= 2*float64(rt.Capacity(cands[1].Slot)) || rt.Capacity(cands[2].Slot) != 0 {
+				t.Fatalf("setup: b's pending %d against capacity %d; c's capacity %d (want unknown)", pend, rt.Capacity(cands[1].Slot), rt.Capacity(cands[2].Slot))
+			}
+			s.Tokens = toks
+			if !p.Annotate(f, cands, s) {
+				t.Fatal("no precise candidate")
+			}
+			for i, want := range []bool{tc.wantA, tc.wantB, tc.wantC} {
+				if c := cands[i]; c.Precise != want || want && c.Overlap != 8 {
+					t.Errorf("%c: %+v, want precise %v (exact 8)", 'a'+i, c, want)
+				}
+			}
+			rt.Pick(f, cands, s)
+			for i, want := range []bool{tc.wantA, tc.wantB, tc.wantC} {
+				o := 0 // the estimate's credit
+				if want {
+					o = 8
+				}
+				if s.Overlap[i] != o {
+					t.Errorf("Pick's overlap of %c %d, want %d", 'a'+i, s.Overlap[i], o)
+				}
+			}
+
+			// b's queue reaches its first tokens: its exact overlap stands
+			// under the rule.
+			queued.PrefillDone()
+			p.Annotate(f, cands, s)
+			if cands[1].Precise != (tc.k > 0) {
+				t.Errorf("b without a queue: %+v, want precise %v", cands[1], tc.k > 0)
+			}
+			queued.Release()
+		})
+	}
+}
