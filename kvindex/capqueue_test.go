@@ -28,25 +28,7 @@ func TestPreciseCapQueue(t *testing.T) {
 		{"twice", 2, true, true, false}, // b's queue is under twice its capacity
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := NewPrecise(PreciseConfig{
-				Index:    Config{BlockSize: 4, Now: func() time.Time { return now }},
-				Engines:  []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}},
-				CapQueue: tc.k,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.SetEstimate(rt)
-			var cands []selection.Candidate
-			for _, k := range []string{"a", "b", "c"} {
-				s, _ := rt.Register(k)
-				p.Bind(s, k)
-				cands = append(cands, selection.Candidate{Slot: s, Usable: true})
-			}
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapQueue: tc.k})
 			const capa = 400 // tokens: 100 router blocks
 			rt.SetCapacity(cands[0].Slot, capa)
 			rt.SetCapacity(cands[1].Slot, capa)
@@ -108,4 +90,28 @@ func TestPreciseCapQueue(t *testing.T) {
 			queued.Release()
 		})
 	}
+}
+
+// threeEstimated is a Precise of cfg over three bound replicas a, b and c
+// with the estimate of a router of 4-token blocks (SetEstimate), that
+// router, and its candidates in that order.
+func threeEstimated(t *testing.T, cfg PreciseConfig) (*Precise, *selection.Router, []selection.Candidate) {
+	t.Helper()
+	cfg.Engines = []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}}
+	p, err := NewPrecise(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetEstimate(rt)
+	var cands []selection.Candidate
+	for _, k := range []string{"a", "b", "c"} {
+		s, _ := rt.Register(k)
+		p.Bind(s, k)
+		cands = append(cands, selection.Candidate{Slot: s, Usable: true})
+	}
+	return p, rt, cands
 }

@@ -27,25 +27,7 @@ func TestPreciseQueueEstimate(t *testing.T) {
 		{"twice", 2, true, true, true}, // a's queue is under twice its capacity
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := NewPrecise(PreciseConfig{
-				Index:         Config{BlockSize: 4, Now: func() time.Time { return now }},
-				Engines:       []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}},
-				QueueEstimate: tc.k,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.SetEstimate(rt)
-			var cands []selection.Candidate
-			for _, k := range []string{"a", "b", "c"} {
-				s, _ := rt.Register(k)
-				p.Bind(s, k)
-				cands = append(cands, selection.Candidate{Slot: s, Usable: true})
-			}
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, QueueEstimate: tc.k})
 			const capa = 400 // tokens: 100 router blocks, room for the prompt
 			rt.SetCapacity(cands[0].Slot, capa)
 			rt.SetCapacity(cands[1].Slot, capa)
