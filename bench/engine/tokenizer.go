@@ -92,14 +92,6 @@ func (t Tokenizer) Count(text string) int { return t.CountBytes(len(text)) }
 // default of not parsing special tokens in user content).
 func (t Tokenizer) Text(dst []uint32, text string) []uint32 {
 	m := t.milli()
-	if m == BytesPerToken*1000 {
-		for len(text) > 0 {
-			n := min(len(text), BytesPerToken)
-			dst = append(dst, pieceID(text[:n]))
-			text = text[n:]
-		}
-		return dst
-	}
 	for i, at := int64(1), 0; at < len(text); i++ {
 		end := min(int(i*m/1000), len(text))
 		dst = append(dst, pieceID(text[at:end]))

@@ -79,7 +79,7 @@ func AppendText(dst []byte, ids []uint32) []byte {
 // are a space and letters drawn from the id (a 1-byte piece is one
 // letter). At the default density it is AppendText.
 func AppendTextAt(dst []byte, ids []uint32, tok engine.Tokenizer) []byte {
-	if tok.Cut(1) == pieceLen && tok.Cut(2) == 2*pieceLen && tok.Cut(1000) == 1000*pieceLen {
+	if tok.BytesPerToken() == pieceLen {
 		return AppendText(dst, ids)
 	}
 	for i, id := range ids {
