@@ -1,10 +1,7 @@
 package fleetsim
 
 import (
-	"fmt"
 	"math"
-	"strconv"
-	"strings"
 
 	"github.com/ramjet-llm/ramjet/selection"
 )
@@ -93,24 +90,4 @@ func (p *Ramjet) annotator() selection.Annotator {
 		return estUnits{a: p.pre, cfg: p.rt.Config()}
 	}
 	return p.pre
-}
-
-// densityProbe reads a ramjet-precise@ flag of this file's probes: dpx
-// (estUnits) and capx=K (the capacity told scaled by K, as ramjet@capx).
-// It reports whether k was one.
-func densityProbe(k string, dpx *bool, capx *float64) (bool, error) {
-	if k == "dpx" {
-		*dpx = true
-		return true, nil
-	}
-	v, ok := strings.CutPrefix(k, "capx=")
-	if !ok {
-		return false, nil
-	}
-	x, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return true, fmt.Errorf("ramjet-precise@: capx: %w", err)
-	}
-	*capx = x
-	return true, nil
 }

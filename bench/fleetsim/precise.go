@@ -575,30 +575,25 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			opt.QueueExtra = 0
 		case "dl=0": // the density fixed at chars_per_token
 			opt.FixedDensity = true
+		case "dpx": // a probe: the exact overlaps in estimated tokens (estUnits)
+			dpx = true
 		default:
-			if probe, err := densityProbe(k, &dpx, &capx); probe || err != nil {
-				if err != nil {
-					return nil, true, err
-				}
-				continue
-			}
-			if v, ok := strings.CutPrefix(k, "capq="); ok {
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					return nil, true, fmt.Errorf("ramjet-precise@: capq: %w", err)
-				}
-				pc.CapQueue = x
-				continue
-			}
-			v, ok := strings.CutPrefix(k, "qe=")
-			if !ok {
+			name, v, _ := strings.Cut(k, "=")
+			if name != "qe" && name != "capq" && name != "capx" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return nil, true, fmt.Errorf("ramjet-precise@: qe: %w", err)
+				return nil, true, fmt.Errorf("ramjet-precise@: %s: %w", name, err)
 			}
-			pc.QueueEstimate = ZeroIsNone(x)
+			switch name {
+			case "qe":
+				pc.QueueEstimate = ZeroIsNone(x)
+			case "capq":
+				pc.CapQueue = x
+			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
+				capx = x
+			}
 		}
 	}
 	if pc.WaitRule {
