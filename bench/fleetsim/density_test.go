@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ramjet-llm/ramjet/bench/engine"
+	"github.com/ramjet-llm/ramjet/bench/workload"
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
@@ -228,5 +230,78 @@ func TestEstUnits(t *testing.T) {
 	f.PromptBytes = 40000 // at chars_per_token: unchanged
 	if a.Annotate(f, cands, s); cands[0].Overlap != 8000 {
 		t.Fatalf("at chars_per_token: overlap %d, want 8000", cands[0].Overlap)
+	}
+}
+
+// unitsRun replays w over 8 replicas of 65,536 tokens with policy name,
+// the ramjet policies seeing every prompt at density bytes per token.
+func unitsRun(t *testing.T, w *workload.Workload, name string, density float64) *Result {
+	t.Helper()
+	RamjetDensity = density
+	defer func() { RamjetDensity = 0 }()
+	p, err := NewPolicy(name, 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(Config{Workload: w, Replicas: 8, Engine: engine.Config{CapacityTokens: 65536}, Policy: p, Salt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// At 2.5 bytes per token, the rule with every figure in the same real
+// tokens as at chars_per_token (the capacity told in the index's
+// estimated tokens, capx = 2.5/4, dl=0; request_cost, affinity_cap,
+// prefix_tokens, the pair floor, output_weight and tie_epsilon x 2.5/4;
+// blocks of 40 estimated tokens, 160 bytes, which cover the same 64 real
+// tokens) decides every request as ramjet does at 4 bytes per token: the
+// yardstick of bench/RESULTS.md "Dense content at the true capacity".
+// Without the block grain (bt, pt) the runs differ.
+func TestDensityUnitsConsistent(t *testing.T) {
+	w := generate(t, "agent-fleet", workload.Options{Seed: 1, Scale: 0.25})
+	const units = "ramjet@dl=0+capx=0.625+rc=320+cap=40960+pairfloor=122880+outw=2.5+eps=0.625"
+	want := unitsRun(t, w, "ramjet", 4)
+	same := func(r *Result) bool {
+		for i := range r.Records {
+			a, b := r.Records[i], want.Records[i]
+			if a.Replica != b.Replica || a.Cached != b.Cached || a.First != b.First {
+				return false
+			}
+		}
+		return true
+	}
+	if got := unitsRun(t, w, units+"+bt=40+pt=81920", 2.5); !same(got) {
+		t.Errorf("%s+bt=40+pt=81920 at 2.5 bytes per token decides otherwise than ramjet at 4", units)
+	}
+	if got := unitsRun(t, w, "ramjet@cpt=2.5", 2.5); !same(got) {
+		t.Errorf("ramjet@cpt=2.5 at 2.5 bytes per token decides otherwise than ramjet at 4")
+	}
+	if got := unitsRun(t, w, units, 2.5); same(got) {
+		t.Errorf("%s (the block grain of 256 bytes) at 2.5 decides as ramjet at 4: the test cannot see the grain", units)
+	}
+}
+
+// ramjet@capi=K tells the index K x the capacity the load terms get
+// (IndexShare off); cpt, bt and pt set chars_per_token, block_tokens and
+// prefix_tokens.
+func TestRamjetNamedUnitsProbes(t *testing.T) {
+	p, err := NewPolicy("ramjet@capi=1.5+cpt=2.5+bt=40+pt=81920", 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.(*Ramjet)
+	if c := r.rt.Config(); c.CharsPerToken != 2.5 || c.BlockTokens != 40 || c.PrefixTokens != 81920 {
+		t.Errorf("config %+v, want chars_per_token 2.5, block_tokens 40, prefix_tokens 81920", c)
+	}
+	if r.rt.Options().IndexShare != -1 {
+		t.Errorf("IndexShare %v with capi, want -1 (off)", r.rt.Options().IndexShare)
+	}
+	fleet := []*Replica{{KVCapacity: 64000}}
+	if err := r.ensure(fleet); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.rt.Capacity(r.cands[0].Slot), int64(96000); got != want {
+		t.Errorf("index capacity %d tokens, want %d (1.5 x 64000)", got, want)
 	}
 }

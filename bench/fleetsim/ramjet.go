@@ -137,6 +137,14 @@ type RamjetSetup struct {
 	// IndexOnly, LoadOnly: the capacity bounds only the index, or only
 	// the load term's (probes).
 	IndexOnly, LoadOnly bool
+	// IndexScale, when positive, tells the index alone IndexScale x the
+	// capacity the load terms are told (probe "capi": the over-belief of
+	// the index apart from the load terms' capacity). It turns IndexShare
+	// off, which would hand the index the load terms' capacity again; a
+	// learned density past chars_per_token (which re-applies it) undoes
+	// it too: use it at densities of chars_per_token or denser, or with
+	// dl=0.
+	IndexScale float64
 	// NoObserve does not feed the engines' cached-token counts back
 	// (Router.Observe).
 	NoObserve bool
@@ -161,7 +169,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 
 // ramjetNamed returns the ramjet variant name names: one of
 // ramjetVariants, or "ramjet@k=v+k=v..." for an experiment (knobs cw
-// context_weight, pw pair_weight, ow overflow_weight (0: none), outw output_weight, rc request_cost, cap affinity_cap, alpha, eps
+// context_weight, pw pair_weight, ow overflow_weight (0: none), outw output_weight, rc request_cost, cap affinity_cap, cpt chars_per_token, bt block_tokens, pt prefix_tokens, alpha, eps
 // tie_epsilon, el engine-load scrape interval in seconds (0: off); flags
 // nocap, noobs, marginal, firsttie, obsall (Options.ObserveShadowed),
 // nochain (Options.NoChainDedup), dl=0 (Options.FixedDensity), once (Options.SharedOnce), onceb (Options.OnceBelow), agreeext (Options.AgreeExt: engine_metrics agree), eo (Options.EngineOverflow; with el or -engine-load), owhome (Options.OverflowHome, 0: none) and owroom (Options.OverflowHomeRoom, 0: no gate), owfull (Options.OverflowFull, 0: off), owfh (Options.OverflowFullHome, 0: no gate) and owfroom (Options.OverflowFullRoom, 0: no gate), ixs (Options.IndexShare, 0: off; ixs=-1+qx=-1 is the rule before they became the default) and ixsr (Options.IndexShareRoom, 0: no gate), qx (Options.QueueExtra, 0: off) with its gates qxr (Options.QueueExtraRoom, 0: no gate), qxfull (Options.QueueExtraFull, 0: no gate) and qxwarm (Options.QueueExtraWarm: warm requests too; qxcold, the default, is accepted), homewarm (Options.HomeWarm), pdepth (Options.PendingDepth), reply (Options.ReplyCharge), guard (Options.InflightGuard), gc (guard with Options.GuardCap), hot (Options.HotGuard, 0: none), subset (Options.SubsetGuard, 0: none), subfloor (Options.SubsetFloor), pq (Options.ProfileQueue, 0: none), wh (Options.WarmHold, 0: none), em (Options.AgentMove) and emt (Options.AgentMoveRoom), caw (Options.ColdAway, seconds) and cawmax (Options.ColdAwayMax), lhl (Options.LingerHalfLife, seconds), and the pair term's forms
@@ -169,7 +177,7 @@ func init() { Variants = append(Variants, ramjetVariantNames...) }
 // TTL in seconds, negative: forever; pairfloor the pair term's capacity
 // floor in tokens (0: selection.DefaultPairFloor, negative: none), paircap and lingercap its bound (whole, or its
 // lingering part) as a fraction of the request's deepest overlap; probes
-// of the capacity: capx scales it, capidx tells it to the index only,
+// of the capacity: capx scales it, capi=K tells the index alone K x it (IndexShare off), capidx tells it to the index only,
 // capload to the load term only). ok is false when
 // name is neither. Keys are separated by "+" (-policy splits on commas).
 func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
@@ -204,6 +212,12 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			cfg.RequestCost, cfg.Explicit = int(x), cfg.Explicit|selection.KnobRequestCost
 		case "cap":
 			cfg.AffinityCap = int(x)
+		case "cpt":
+			cfg.CharsPerToken = x
+		case "bt":
+			cfg.BlockTokens = int(x)
+		case "pt":
+			cfg.PrefixTokens = int(x)
 		case "alpha":
 			cfg.Alpha, cfg.Explicit = x, cfg.Explicit|selection.KnobAlpha
 		case "eps":
@@ -259,6 +273,9 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.LoadOnly = true
 		case "capx":
 			setup.CapacityScale = x
+		case "capi":
+			setup.IndexScale = x
+			setup.Options.IndexShare = -1
 		case "once":
 			setup.Options.SharedOnce = true
 		case "onceb":
@@ -451,6 +468,9 @@ func (p *Ramjet) ensure(fleet []*Replica) error {
 				p.rt.Index().SetCapacity(s, 0)
 			default:
 				p.rt.SetCapacity(s, c)
+			}
+			if k := p.setup.IndexScale; k > 0 {
+				p.rt.Index().SetCapacity(s, max(1, int64(float64(c)*k)/int64(p.rt.Config().BlockTokens)))
 			}
 		}
 		prof := selection.ProfileStandard
