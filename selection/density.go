@@ -31,7 +31,11 @@ import (
 // the density there measured worse (fleet simulation, 200-row windows of
 // the tool-agent traces at 2.5 bytes per token: cached share -0.047 over
 // 12 of 12 traces; bench/RESULTS.md "The learned density, applied only
-// upwards"), so the scale never goes below 1. At CharsPerToken bytes per
+// upwards"), so the scale never goes below 1. What that loss is made of
+// (bench/EXPERIMENTS.md 105): not the index's belief but the load terms'
+// capacity (the overflow term, softer at a capacity in larger units), and
+// the rule with every constant in real tokens too (request_cost and the
+// pair floor weigh 1.6x and 0.625x at 2.5) still lost those windows. At CharsPerToken bytes per
 // token or more densely nothing changes. Options.FixedDensity keeps
 // CharsPerToken's ratio always.
 const (
