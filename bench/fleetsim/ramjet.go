@@ -316,8 +316,11 @@ func ramjetNamed(name string, cfg selection.Config) (p Policy, ok bool, err erro
 			setup.Options.QueueExtraRoom = ZeroIsNone(x)
 		case "ixs":
 			setup.Options.IndexShare = ZeroIsNone(x)
-		case "dl": // dl=0: the density fixed at chars_per_token
-			setup.Options.FixedDensity = hasV && x == 0
+		case "dl": // dl=0: the density fixed at chars_per_token (the learned one is the default)
+			if !hasV || x != 0 {
+				return nil, true, fmt.Errorf("policy %s: dl takes only =0 (the density fixed at chars_per_token; the learned one is the default)", name)
+			}
+			setup.Options.FixedDensity = true
 		case "owfull":
 			setup.Options.OverflowFull = ZeroIsNone(x)
 		case "owfh":

@@ -86,3 +86,20 @@ func TestRamjetNamedOverflowFull(t *testing.T) {
 		}
 	}
 }
+
+// ramjet@dl=0 fixes the density at chars_per_token; dl alone or with any
+// other value is refused rather than read as the default (learned).
+func TestRamjetNamedFixedDensity(t *testing.T) {
+	p, err := NewPolicy("ramjet@dl=0", 1, selection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.(*Ramjet).rt.Options().FixedDensity {
+		t.Error("ramjet@dl=0: FixedDensity false, want true")
+	}
+	for _, name := range []string{"ramjet@dl", "ramjet@dl=1"} {
+		if _, err := NewPolicy(name, 1, selection.Config{}); err == nil {
+			t.Errorf("%s: accepted, want an error", name)
+		}
+	}
+}
