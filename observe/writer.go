@@ -230,7 +230,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	w.armWrite()
 	w.flags |= flagUnflushed
 	n, err := w.ResponseWriter.Write(p)
-	w.wrote(err)
+	if err != nil { // wrote has nothing to note without an error: no call
+		w.wrote(err)
+	}
 	return n, err
 }
 
