@@ -179,11 +179,15 @@ func (r *records) get(upstream, model string) *pairRecord {
 }
 
 // mark records that the series bit of seen exists from now on (created
-// is where its creation time goes).
+// is where its creation time goes). Inlined: a series that exists (every
+// request but its first) costs a load, not a call.
 func (r *records) mark(seen *atomic.Uint32, bit uint32, created *time.Time) {
-	if seen.Load()&bit != 0 {
-		return
+	if seen.Load()&bit == 0 {
+		r.markNew(seen, bit, created)
 	}
+}
+
+func (r *records) markNew(seen *atomic.Uint32, bit uint32, created *time.Time) {
 	r.mu.Lock()
 	if seen.Load()&bit == 0 {
 		*created = time.Now()

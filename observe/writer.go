@@ -205,8 +205,9 @@ func (w *Writer) WriteHeader(status int) {
 	}
 	if w.status == 0 && status >= 200 {
 		w.status = int32(status)
+		h := w.Header() // one map for every observer: one call below, not one each
 		for _, o := range w.obs {
-			o.WriteHeader(status, w.Header())
+			o.WriteHeader(status, h)
 		}
 	}
 	w.ResponseWriter.WriteHeader(status)
