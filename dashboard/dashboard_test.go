@@ -161,24 +161,6 @@ func TestStoreData(t *testing.T) {
 	}
 }
 
-func TestRecentBounded(t *testing.T) {
-	var r Recent
-	for i := range RecentLen + 50 {
-		r.Add(Record{Time: int64(i)})
-	}
-	l := r.List()
-	if len(l) != RecentLen {
-		t.Fatalf("%d records kept, want %d", len(l), RecentLen)
-	}
-	if l[0].Time != RecentLen+49 || l[len(l)-1].Time != 50 {
-		t.Errorf("order: newest %d, oldest %d", l[0].Time, l[len(l)-1].Time)
-	}
-	r.Reset()
-	if len(r.List()) != 0 {
-		t.Error("Reset kept records")
-	}
-}
-
 func TestStoreSamplerStops(t *testing.T) {
 	rec := NewRecorder()
 	s := NewStore(10*time.Millisecond, 8, func(now time.Time) Sample { return rec.Sample(now, Gauges{}) })

@@ -136,7 +136,7 @@ type Sample struct {
 type Recorder struct {
 	// decisions by (upstream, reason), the requests in flight by model,
 	// the finished requests' counts by (upstream, model).
-	decisions cowMap[decisionKey, Count]
+	decisions cowMap[string, cowMap[string, Count]] // by upstream, then reason: string keys take the maps' fast path
 	inflight  cowMap[string, atomic.Int64]
 	tallies   cowMap[pairKey, Tally]
 }
@@ -202,10 +202,6 @@ func (c *cowMap[K, V]) reset() {
 	c.mu.Unlock()
 }
 
-// decisionKey is the upstream ("" when none was chosen) and reason of a
-// routing decision.
-type decisionKey struct{ upstream, reason string }
-
 // pairKey is the upstream ("" when none was chosen) and model key of a
 // finished request.
 type pairKey struct{ upstream, model string }
@@ -225,7 +221,7 @@ func NewRecorder() *Recorder {
 		panic("dashboard: more TTFT bounds than a tally holds")
 	}
 	r := new(Recorder)
-	r.decisions.init = func(c *Count) { c.Created = time.Now() }
+	r.decisions.init = func(in *cowMap[string, Count]) { in.init = func(c *Count) { c.Created = time.Now() } }
 	return r
 }
 
@@ -247,13 +243,15 @@ func modelKey(name string) string {
 // Decisions is the counter of routing decisions for upstream ("" when
 // none was chosen) by reason: add one per decision.
 func (r *Recorder) Decisions(upstream, reason string) *Count {
-	return r.decisions.get(decisionKey{upstream, reason})
+	return r.decisions.get(upstream).get(reason)
 }
 
 // EachDecisions calls f with every counter of decisions and its upstream
 // and reason.
 func (r *Recorder) EachDecisions(f func(upstream, reason string, c *Count)) {
-	r.decisions.each(func(k decisionKey, c *Count) { f(k.upstream, k.reason, c) })
+	r.decisions.each(func(upstream string, in *cowMap[string, Count]) {
+		in.each(func(reason string, c *Count) { f(upstream, reason, c) })
+	})
 }
 
 // Inflight is the counter of model's requests in flight: add one when a
@@ -336,11 +334,11 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 			s.TTFT.Counts[i] += n
 		}
 	})
-	r.decisions.each(func(k decisionKey, c *Count) {
+	r.EachDecisions(func(up, reason string, c *Count) {
 		n := float64(c.Load())
-		s.Reasons[k.reason] += n
-		if k.upstream != "" {
-			upstream(k.upstream).Reasons[k.reason] += n
+		s.Reasons[reason] += n
+		if up != "" {
+			upstream(up).Reasons[reason] += n
 		}
 	})
 	r.inflight.each(func(k string, c *atomic.Int64) {

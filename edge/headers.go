@@ -36,24 +36,32 @@ func SetValues(h http.Header, name string, vals []string) {
 // Connection. It reports the credential headers UpstreamAuth replaces that
 // h still holds, seen in the same pass: for UpstreamAuth.SetKnown.
 func StripRequestHeaders(h http.Header) (creds Creds) {
-	for _, v := range h["Connection"] {
-		for name := range strings.SplitSeq(v, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
 	// One pass over the request's few headers instead of a map delete (a
-	// hash of the name) per hop-by-hop name, most of them absent.
-	for name := range h {
+	// hash of the name) per hop-by-hop name, most of them absent; it finds
+	// Connection too (no lookup of a header most requests lack), whose
+	// names go after it.
+	var conn []string
+	for name, vals := range h {
 		// Both names begin with an X: most names are decided by their
 		// first byte.
 		if isHopHeader(name) || len(name) >= len("X-Ramjet-") && name[0]|0x20 == 'x' &&
 			(strings.HasPrefix(name, "X-Ramjet-") || strings.EqualFold(name, "X-Data-Parallel-Rank") ||
 				hasPrefixFold(name, "x-ramjet-")) {
+			if name == "Connection" {
+				conn = vals
+			}
 			delete(h, name)
 		} else {
 			creds |= credential(name)
+		}
+	}
+	for _, v := range conn {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				name = http.CanonicalHeaderKey(name) // as h.Del
+				delete(h, name)
+				creds &^= credential(name)
+			}
 		}
 	}
 	return creds

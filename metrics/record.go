@@ -86,8 +86,9 @@ func (h *hist) metric(d *prometheus.Desc, bounds []float64, created time.Time, l
 	return prometheus.MustNewConstHistogramWithCreatedTimestamp(d, n, math.Float64frombits(h.sum.Load()), cum, created, labels...)
 }
 
-// upRecord is one upstream's series.
+// upRecord is one upstream's series, and its pairs by model label.
 type upRecord struct {
+	pairs    atomic.Pointer[map[string]*pairRecord] // copied when a pair joins (under records.mu)
 	seen     atomic.Uint32
 	noUse    atomic.Uint64
 	duration hist
@@ -107,9 +108,6 @@ type pairRecord struct {
 	created                [len(outcomes) + 1]time.Time // requests by outcome, tokens
 }
 
-// pairKey is a pair record's upstream and model label.
-type pairKey struct{ upstream, model string }
-
 // copyWith returns a copy of *old (nil: none) with k set to v, for a map
 // read without a lock and replaced under one.
 func copyWith[K comparable, V any](old *map[K]V, k K, v V) *map[K]V {
@@ -124,13 +122,14 @@ func copyWith[K comparable, V any](old *map[K]V, k K, v V) *map[K]V {
 	return &m
 }
 
-// records are the pair and upstream records, in maps copied when a pair
-// joins (as bounded as the labels), read without a lock, and the
+// records are the upstream records by route id and their pair records by
+// model label, in maps copied when one joins (as bounded as the labels),
+// read without a lock (two string-keyed lookups: the map's fast path for
+// string keys, where one struct key took the generic one), and the
 // tie-breaks by rule.
 type records struct {
-	mu  sync.Mutex // held to add a pair or mark a series seen
-	m   atomic.Pointer[map[pairKey]*pairRecord]
-	ups map[string]*upRecord // under mu
+	mu sync.Mutex // held to add an upstream or a pair or mark a series seen
+	m  atomic.Pointer[map[string]*upRecord]
 	// dash is the dashboard's Recorder, whose tallies the pairs hold (reset
 	// with the records).
 	dash *dashboard.Recorder
@@ -151,37 +150,44 @@ func (r *records) tie(t selection.TieRule) {
 
 // get returns the record of the pair (upstream, model).
 func (r *records) get(upstream, model string) *pairRecord {
-	k := pairKey{upstream, model}
 	if m := r.m.Load(); m != nil {
-		if p := (*m)[k]; p != nil {
-			return p
+		if u := (*m)[upstream]; u != nil {
+			if ps := u.pairs.Load(); ps != nil {
+				if p := (*ps)[model]; p != nil {
+					return p
+				}
+			}
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := r.m.Load()
-	if old != nil && (*old)[k] != nil {
-		return (*old)[k]
+	var u *upRecord
+	if m := r.m.Load(); m != nil {
+		u = (*m)[upstream]
 	}
-	u := r.ups[upstream]
 	if u == nil {
-		if r.ups == nil {
-			r.ups = map[string]*upRecord{}
-		}
 		u = new(upRecord)
-		r.ups[upstream] = u
+		r.m.Store(copyWith(r.m.Load(), upstream, u))
+	}
+	ps := u.pairs.Load()
+	if ps != nil && (*ps)[model] != nil {
+		return (*ps)[model]
 	}
 	p := &pairRecord{up: u, dash: r.dash.Tally(upstream, model), upstream: upstream, model: model}
-	r.m.Store(copyWith(old, k, p))
+	u.pairs.Store(copyWith(ps, model, p))
 	return p
 }
 
 // mark records that the series bit of seen exists from now on (created
-// is where its creation time goes).
+// is where its creation time goes). Inlined: a series that exists (every
+// request but its first) costs a load, not a call.
 func (r *records) mark(seen *atomic.Uint32, bit uint32, created *time.Time) {
-	if seen.Load()&bit != 0 {
-		return
+	if seen.Load()&bit == 0 {
+		r.markNew(seen, bit, created)
 	}
+}
+
+func (r *records) markNew(seen *atomic.Uint32, bit uint32, created *time.Time) {
 	r.mu.Lock()
 	if seen.Load()&bit == 0 {
 		*created = time.Now()
@@ -194,7 +200,6 @@ func (r *records) mark(seen *atomic.Uint32, bit uint32, created *time.Time) {
 func (r *records) reset() {
 	r.mu.Lock()
 	r.m.Store(nil)
-	r.ups = nil
 	r.tieSeen.Store(0)
 	for i := range r.ties {
 		r.ties[i].Store(0)
@@ -292,23 +297,23 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 	if m == nil {
 		return
 	}
-	ups := map[*upRecord]string{}
-	for _, p := range *m {
-		seen := p.seen.Load()
-		for oi, o := range outcomes {
-			if seen&(1<<oi) != 0 {
-				counter(e.requests, p.requests[oi].Load(), p.created[oi], p.upstream, p.model, o)
+	for id, u := range *m {
+		if ps := u.pairs.Load(); ps != nil {
+			for _, p := range *ps {
+				seen := p.seen.Load()
+				for oi, o := range outcomes {
+					if seen&(1<<oi) != 0 {
+						counter(e.requests, p.requests[oi].Load(), p.created[oi], p.upstream, p.model, o)
+					}
+				}
+				if seen&seenTokens != 0 {
+					c := p.created[len(outcomes)]
+					counter(e.prompt, p.prompt.Load(), c, p.upstream, p.model)
+					counter(e.cached, p.cached.Load(), c, p.upstream, p.model)
+					counter(e.output, p.output.Load(), c, p.upstream, p.model)
+				}
 			}
 		}
-		if seen&seenTokens != 0 {
-			c := p.created[len(outcomes)]
-			counter(e.prompt, p.prompt.Load(), c, p.upstream, p.model)
-			counter(e.cached, p.cached.Load(), c, p.upstream, p.model)
-			counter(e.output, p.output.Load(), c, p.upstream, p.model)
-		}
-		ups[p.up] = p.upstream
-	}
-	for u, id := range ups {
 		seen := u.seen.Load()
 		if seen&seenNoUse != 0 {
 			counter(e.noUse, u.noUse.Load(), u.created[0], id)

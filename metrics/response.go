@@ -97,11 +97,13 @@ const StatusClientClosed = 499
 // (http.ErrAbortHandler) after them; a client that closes right after the
 // end marker got a complete response.
 func (o *Response) Canceled(status int, err error, clientGone, hasUsage bool) bool {
-	gone := clientGone || errors.Is(err, context.Canceled) || errors.Is(err, http.ErrAbortHandler)
 	switch {
 	case status == StatusClientClosed:
 		return true
-	case err != nil && gone:
+	case err == nil: // clientGone is not read without an error (callers may skip finding it)
+		return false
+	}
+	if clientGone || errors.Is(err, context.Canceled) || errors.Is(err, http.ErrAbortHandler) {
 		return !(status < 300 && o.Complete(hasUsage))
 	}
 	return false

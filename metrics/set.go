@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,10 +58,10 @@ type Set struct {
 	Fleet prometheus.Collector
 	// Own is a registry holding only this set.
 	Own *prometheus.Registry
-	// Dash counts the same events for the dashboard, typed; Recent keeps
-	// the last routed requests (Finish).
-	Dash   *dashboard.Recorder
-	Recent dashboard.Recent
+	// Dash counts the same events for the dashboard, typed.
+	Dash *dashboard.Recorder
+	// recent keeps the last routed requests (Finish, RecentRecords).
+	recent recent
 
 	// Models names the model labels (a name joins once an engine answered
 	// a request for it successfully).
@@ -96,7 +97,7 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 func (m *Set) Reset() {
 	m.Dash.Reset()
 	m.recs.reset()
-	m.Recent.Reset()
+	m.recent.reset()
 }
 
 // Collectors lists every collector of the set.
@@ -233,17 +234,62 @@ func (m *Set) end(in Inflight, x *Exchange) (model string, oi int) {
 }
 
 // Finish records a finished request: a routed one (x.Selected) under
-// in, what StartRequest returned, and in Recent; an LLM
+// in, what StartRequest returned, and among the recent ones; an LLM
 // request (llm) answered before any routing (malformed, unknown model,
 // too large) counts too, with no upstream.
 func (m *Set) Finish(x *Exchange, in Inflight, llm bool) {
 	switch {
 	case x.Selected:
 		model, oi := m.end(in, x)
-		m.Recent.Add(record(x, model, outcomes[oi]))
+		m.recent.add(x, model, oi)
 	case llm:
 		m.EndRequest(m.StartRequest(x.Model), x)
 	}
+}
+
+// recent keeps the last dashboard.RecentLen routed requests as their
+// exchanges with what EndRequest found (model label, outcome): a request
+// copies its exchange, and the dashboard's records are made when the list
+// is read (RecentRecords), not on the request path.
+type recent struct {
+	mu      sync.Mutex
+	buf     [dashboard.RecentLen]recentExchange
+	next, n int
+}
+
+type recentExchange struct {
+	x     Exchange
+	model string
+	oi    int
+}
+
+func (r *recent) add(x *Exchange, model string, oi int) {
+	r.mu.Lock()
+	e := &r.buf[r.next]
+	e.x, e.model, e.oi = *x, model, oi
+	r.next = (r.next + 1) % len(r.buf)
+	r.n = min(r.n+1, len(r.buf))
+	r.mu.Unlock()
+}
+
+func (r *recent) reset() {
+	r.mu.Lock()
+	r.next, r.n = 0, 0
+	r.mu.Unlock()
+}
+
+// RecentRecords returns the dashboard's records of the last routed
+// requests, newest first.
+func (m *Set) RecentRecords() []dashboard.Record {
+	r := &m.recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]dashboard.Record, 0, r.n)
+	for i := 1; i <= r.n; i++ {
+		e := &r.buf[(r.next-i+len(r.buf))%len(r.buf)]
+		out = append(out, record(&e.x, e.model, outcomes[e.oi]))
+	}
+	return out
 }
 
 // record is the dashboard's view of an exchange whose model label and

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ramjet-llm/ramjet/catalog"
+	"github.com/ramjet-llm/ramjet/dashboard"
 	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/selection"
 	"github.com/ramjet-llm/ramjet/usage"
@@ -210,5 +211,26 @@ func TestEndModelLabel(t *testing.T) {
 		if got, _ := m.end(in, &Exchange{Model: tc.model, Status: tc.status}); got != tc.want || m.Models.Len() != tc.held {
 			t.Errorf("%d %q status %d: label %q with %d names held, want %q with %d", i, tc.model, tc.status, got, m.Models.Len(), tc.want, tc.held)
 		}
+	}
+}
+
+func TestRecentBounded(t *testing.T) {
+	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
+	for i := range dashboard.RecentLen + 50 {
+		m.recent.add(&Exchange{Start: time.UnixMilli(int64(i)), Upstream: "u", Selected: true}, "m", 2)
+	}
+	l := m.RecentRecords()
+	if len(l) != dashboard.RecentLen {
+		t.Fatalf("%d records kept, want %d", len(l), dashboard.RecentLen)
+	}
+	if l[0].Time != dashboard.RecentLen+49 || l[len(l)-1].Time != 50 {
+		t.Errorf("order: newest %d, oldest %d", l[0].Time, l[len(l)-1].Time)
+	}
+	if l[0].Model != "m" || l[0].Outcome != OutcomeUpstreamError || l[0].Upstream != "u" {
+		t.Errorf("record %+v", l[0])
+	}
+	m.Reset()
+	if len(m.RecentRecords()) != 0 {
+		t.Error("Reset kept records")
 	}
 }

@@ -136,7 +136,7 @@ func newHistory(m *metrics.Set, interval time.Duration, n int) *history {
 
 // data is the page's JSON now, with the recent decisions.
 func (h *history) data(now time.Time) dashboard.Data {
-	return h.Data(now, processMetrics().Recent.List())
+	return h.Data(now, processMetrics().RecentRecords())
 }
 
 // Destruct stops the sampler (the last dashboard using it was cleaned up).

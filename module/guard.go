@@ -215,11 +215,11 @@ func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 		return edge.TooLarge(g.MaxBodySize)
 	}
 	st.readBody(r, g.MaxBodySize)
-	if edge.BodyTimedOut(st.bodyErr) {
-		return edge.BodyTimeout()
-	}
-	if ae := edge.ReadError(st.bodyErr, g.MaxBodySize); ae != nil || st.body == nil {
-		return ae
+	if st.bodyErr != nil || st.body == nil { // both map a nil error to none: not called then
+		if edge.BodyTimedOut(st.bodyErr) {
+			return edge.BodyTimeout()
+		}
+		return edge.ReadError(st.bodyErr, g.MaxBodySize)
 	}
 	ep, parse, ae := edge.BodyRoute(r.Method, r.URL.Path, edge.HeaderValue(r.Header, "Content-Type"))
 	if !parse {

@@ -396,7 +396,7 @@ http://{ADDR} {
 			t.Errorf("%v requests on %s went to the fallback policy", got, id)
 		}
 	}
-	for _, rec := range processMetrics().Recent.List() {
+	for _, rec := range processMetrics().RecentRecords() {
 		if rec.Upstream != "" && (rec.Model != "org/m1" || rec.Reason == "fallback") {
 			t.Errorf("dashboard record %+v, want model org/m1 routed by ramjet", rec)
 		}

@@ -98,7 +98,7 @@ func (o *metricsObserver) End(status int, err error) {
 		status = errStatus(err)
 	}
 	x.NoReplica = o.selected && !st.fallback && st.decision.Index < 0
-	o.Fill(&x, status, err, o.r.Context().Err() != nil)
+	o.Fill(&x, status, err, err != nil && o.r.Context().Err() != nil) // Fill reads clientGone only with an error
 	if x.HasUsage && st.learned != nil && st.fleet != nil {
 		// Learn from the answer: the engine's own count of cached prompt
 		// tokens corrects the index for what it evicted (selection.Observe).

@@ -29,7 +29,7 @@ func (o *outcomeObserver) End(status int, err error) {
 	}
 	st.pending = false
 	od := st.fleet.Detector()
-	kind, failed := selection.ClassifyOutcome(status, err, o.r.Context().Err() != nil)
+	kind, failed := selection.ClassifyOutcome(status, err, (err != nil || status >= 500) && o.r.Context().Err() != nil)
 	if failed && kind == selection.FailConnect && responseStatus(o.r) >= 500 {
 		kind = selection.FailStatus // a 5xx answer Caddy retried until out of tries
 	}

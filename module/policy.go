@@ -386,7 +386,9 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st.markTried(d.Slot)
-	s.observeShadow(r, pool, v, feat, d) // integrity.go: records only, after the decision
+	if s.shadow != nil { // off by default: no call (the decision is copied into it)
+		s.observeShadow(r, pool, v, feat, d) // integrity.go: records only, after the decision
+	}
 	if st.observed && st.model == "" {
 		// Only the handler's observers read the model name (the guard's model check may have interned it).
 		st.model = modelNames.Intern(feat.Model)

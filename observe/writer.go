@@ -205,8 +205,9 @@ func (w *Writer) WriteHeader(status int) {
 	}
 	if w.status == 0 && status >= 200 {
 		w.status = int32(status)
+		h := w.Header() // one map for every observer: one call below, not one each
 		for _, o := range w.obs {
-			o.WriteHeader(status, w.Header())
+			o.WriteHeader(status, h)
 		}
 	}
 	w.ResponseWriter.WriteHeader(status)
@@ -230,7 +231,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	w.armWrite()
 	w.flags |= flagUnflushed
 	n, err := w.ResponseWriter.Write(p)
-	w.wrote(err)
+	if err != nil { // wrote has nothing to note without an error: no call
+		w.wrote(err)
+	}
 	return n, err
 }
 

@@ -72,7 +72,7 @@ func (c OutlierConfig) CheckSettings() error {
 // cut), clientGone that the client's context ended: a request its client
 // abandoned says nothing about the replica.
 func ClassifyOutcome(status int, err error, clientGone bool) (FailureKind, bool) {
-	if clientGone {
+	if clientGone || err == nil && status < 500 { // the second: a success, clientGone or not (callers may skip finding it)
 		return 0, false
 	}
 	switch {

@@ -29,4 +29,18 @@
 //
 // Each argument is FILE:COUNT, COUNT being the run's requests or ops, or
 // the overhead command's -json output, whose requests it sums.
+//
+// Runs made with --dump-instr=yes (and --compress-pos=no, or not) also get
+// a "lines" column: the distinct 64-byte code lines a part or function
+// touches per request (those whose instructions' Ir slope is at least
+// 0.5), the code footprint that the I1 misses follow. Functions of
+// _test.go files count as the harness (a package benchmark's stand-ins),
+// e.g. for module's BenchmarkWholeChain:
+//
+//	go test -c -o m.test ./module
+//	GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind --cache-sim=yes --branch-sim=yes \
+//	    --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,8,64 --dump-instr=yes --compress-pos=no \
+//	    --callgrind-out-file=cg-$n.out ./m.test -test.run XXX -test.bench 'WholeChain/1KiB' -test.benchtime ${n}x -test.cpu 1
+//	# n = 2000, 6000
+//	go run ./bench/cmd/cgcost cg-2000.out:2000 cg-6000.out:6000
 package main

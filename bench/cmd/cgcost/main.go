@@ -50,6 +50,12 @@ type profile struct {
 	events []string
 	self   map[string][]int64
 	count  float64 // requests or ops
+	// code is every function's Ir by 64-byte code line (addresses >> 6),
+	// when the run was made with --dump-instr=yes; test are the functions
+	// whose file is a _test.go (a benchmark's harness in the package
+	// under test).
+	code map[string]map[int64]int64
+	test map[string]bool
 }
 
 // loadRun reads FILE:COUNT.
@@ -107,10 +113,12 @@ func parseCount(s string) (float64, error) {
 // current fn=, except the line after calls=, which is the call's inclusive
 // cost.
 func parseCallgrind(r io.Reader) (*profile, error) {
-	p := &profile{self: map[string][]int64{}}
-	names := map[string]string{}
-	npos := 1
+	p := &profile{self: map[string][]int64{}, code: map[string]map[int64]int64{}, test: map[string]bool{}}
+	names, files := map[string]string{}, map[string]string{}
+	npos, instr, fl := 1, false, ""
 	var cur []int64
+	var curCode map[int64]int64
+	var addr int64 // the last instruction address (positions may be relative to it)
 	skip := false
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
@@ -121,6 +129,10 @@ func parseCallgrind(r io.Reader) (*profile, error) {
 		}
 		switch c := line[0]; {
 		case c >= '0' && c <= '9' || c == '+' || c == '-' || c == '*':
+			f := strings.Fields(line)
+			if instr && len(f) > 0 {
+				addr = position(f[0], addr)
+			}
 			if skip {
 				skip = false
 				continue
@@ -128,9 +140,13 @@ func parseCallgrind(r io.Reader) (*profile, error) {
 			if cur == nil {
 				return nil, errors.New("cost line before fn=")
 			}
-			f := strings.Fields(line)
 			if len(f) < npos {
 				continue
+			}
+			if instr && len(f) > npos && p.events[0] == "Ir" {
+				if n, err := strconv.ParseInt(f[npos], 10, 64); err == nil {
+					curCode[addr>>6] += n
+				}
 			}
 			for i, v := range f[npos:] {
 				if i >= len(cur) {
@@ -147,13 +163,25 @@ func parseCallgrind(r io.Reader) (*profile, error) {
 			if cur = p.self[name]; cur == nil {
 				cur = make([]int64, len(p.events))
 				p.self[name] = cur
+				p.code[name] = map[int64]int64{}
 			}
+			curCode = p.code[name]
+			if strings.HasSuffix(fl, "_test.go") {
+				p.test[name] = true
+			}
+		case strings.HasPrefix(line, "fl="):
+			fl = resolve(line[3:], files)
+		case strings.HasPrefix(line, "fi="), strings.HasPrefix(line, "fe="):
+			resolve(line[3:], files)
+		case strings.HasPrefix(line, "cfi="), strings.HasPrefix(line, "cfl="):
+			resolve(line[4:], files)
 		case strings.HasPrefix(line, "cfn="):
 			resolve(line[4:], names)
 		case strings.HasPrefix(line, "calls="):
 			skip = true
 		case strings.HasPrefix(line, "positions:"):
 			npos = len(strings.Fields(line)) - 1
+			instr = strings.Fields(line)[1] == "instr"
 		case strings.HasPrefix(line, "events:"):
 			p.events = strings.Fields(line)[1:]
 		}
@@ -165,6 +193,20 @@ func parseCallgrind(r io.Reader) (*profile, error) {
 		return nil, errors.New("no events: line")
 	}
 	return p, nil
+}
+
+// position reads an instruction address: absolute (hex or decimal), +n
+// or -n relative to the last, or * for the same.
+func position(s string, last int64) int64 {
+	switch s[0] {
+	case '*':
+		return last
+	case '+', '-':
+		n, _ := strconv.ParseInt(s, 0, 64)
+		return last + n
+	}
+	n, _ := strconv.ParseInt(s, 0, 64)
+	return n
 }
 
 // resolve reads a function name, "(id) name" defining id, "(id)" using it.
@@ -209,6 +251,21 @@ func (c costs) add(d costs) {
 type slopes struct {
 	fns       map[string]costs
 	simulated bool // cache and branch events present
+	// lines are the 64-byte code lines each function touches per request
+	// (its Ir slope on the line at least 0.5), and partLines the distinct
+	// ones of each part, "total" and "steady"; nil without
+	// --dump-instr=yes.
+	lines     map[string]int
+	partLines map[string]int
+	test      map[string]bool // functions of _test.go files: the harness
+}
+
+// part is fn's part, a function of a _test.go file being the harness.
+func (s *slopes) part(fn string) string {
+	if s.test[fn] {
+		return "harness"
+	}
+	return partOf(fn)
 }
 
 func slope(a, b *profile) (*slopes, error) {
@@ -219,7 +276,12 @@ func slope(a, b *profile) (*slopes, error) {
 	if dn <= 0 {
 		return nil, fmt.Errorf("the second run must count more requests than the first (%g, %g)", a.count, b.count)
 	}
-	s := &slopes{fns: map[string]costs{}}
+	s := &slopes{fns: map[string]costs{}, test: map[string]bool{}}
+	for fn := range union(a.self, b.self) {
+		if a.test[fn] || b.test[fn] {
+			s.test[fn] = true
+		}
+	}
 	for _, e := range a.events {
 		if e == "I1mr" {
 			s.simulated = true
@@ -239,6 +301,30 @@ func slope(a, b *profile) (*slopes, error) {
 			c[e] = float64(vb[i]-va[i]) / dn
 		}
 		s.fns[name] = c
+	}
+	if len(a.code)+len(b.code) > 0 {
+		s.lines, s.partLines = map[string]int{}, map[string]int{}
+		touched := map[string]map[int64]bool{}
+		for name := range union(a.self, b.self) {
+			la, lb := a.code[name], b.code[name]
+			for l := range lb {
+				if float64(lb[l]-la[l])/dn >= 0.5 {
+					s.lines[name]++
+					for _, p := range []string{s.part(name), "total", "steady"} {
+						if p == "steady" && (s.part(name) == "collector" || s.part(name) == "scheduler") {
+							continue
+						}
+						if touched[p] == nil {
+							touched[p] = map[int64]bool{}
+						}
+						touched[p][l] = true
+					}
+				}
+			}
+		}
+		for p, ls := range touched {
+			s.partLines[p] = len(ls)
+		}
 	}
 	return s, nil
 }
@@ -316,7 +402,7 @@ func (s *slopes) write(w io.Writer, top int) {
 	by := map[string]costs{}
 	total, steady := costs{}, costs{}
 	for fn, c := range s.fns {
-		p := partOf(fn)
+		p := s.part(fn)
 		if by[p] == nil {
 			by[p] = costs{}
 		}
@@ -326,26 +412,34 @@ func (s *slopes) write(w io.Writer, top int) {
 			steady.add(c)
 		}
 	}
-	if s.simulated {
-		fmt.Fprintf(w, "%-10s %9s %7s %7s %7s %7s %9s %9s\n", "per req.", "Ir", "I1", "D1", "LL", "mispr.", "estA", "estB")
-	} else {
-		fmt.Fprintf(w, "%-10s %9s\n", "per req.", "Ir")
+	lines := ""
+	if s.lines != nil {
+		lines = fmt.Sprintf(" %6s", "lines") // 64-byte code lines touched per request
 	}
-	row := func(name string, c costs) {
+	if s.simulated {
+		fmt.Fprintf(w, "%-10s %9s %7s %7s %7s %7s %9s %9s%s\n", "per req.", "Ir", "I1", "D1", "LL", "mispr.", "estA", "estB", lines)
+	} else {
+		fmt.Fprintf(w, "%-10s %9s%s\n", "per req.", "Ir", lines)
+	}
+	row := func(name string, c costs, n int) {
+		nl := ""
+		if s.lines != nil {
+			nl = fmt.Sprintf(" %6d", n)
+		}
 		if !s.simulated {
-			fmt.Fprintf(w, "%-10s %9.0f\n", name, c["Ir"])
+			fmt.Fprintf(w, "%-10s %9.0f%s\n", name, c["Ir"], nl)
 			return
 		}
-		fmt.Fprintf(w, "%-10s %9.0f %7.0f %7.0f %7.0f %7.0f %9.0f %9.0f\n", name, c["Ir"], c["I1mr"],
-			c["D1mr"]+c["D1mw"], c.ll(), c.mp(), c.estA(), c.estB())
+		fmt.Fprintf(w, "%-10s %9.0f %7.0f %7.0f %7.0f %7.0f %9.0f %9.0f%s\n", name, c["Ir"], c["I1mr"],
+			c["D1mr"]+c["D1mw"], c.ll(), c.mp(), c.estA(), c.estB(), nl)
 	}
 	for _, p := range parts {
 		if c := by[p]; c != nil {
-			row(p, c)
+			row(p, c, s.partLines[p])
 		}
 	}
-	row("total", total)
-	row("steady", steady)
+	row("total", total, s.partLines["total"])
+	row("steady", steady, s.partLines["steady"])
 	if top <= 0 {
 		return
 	}
@@ -367,7 +461,7 @@ func (s *slopes) write(w io.Writer, top int) {
 	})
 	fmt.Fprintln(w)
 	for _, fn := range names[:min(top, len(names))] {
-		row(partOf(fn), s.fns[fn])
+		row(s.part(fn), s.fns[fn], s.lines[fn])
 		fmt.Fprintf(w, "           %s\n", fn)
 	}
 }

@@ -29,6 +29,10 @@ fn=(2)
 0x40 9 PARSE 1 0 0 1 0 0 0 0 0 1
 fn=(3) runtime.findRunnable
 0x80 1 7
+fl=(2) chain_test.go
+fn=(4) github.com/ramjet-llm/ramjet/module.(*chainRequest).start
+0xc0 3 PICK
++0x40 4 PICK
 `)
 }
 
@@ -80,9 +84,19 @@ func TestSlopePerRequest(t *testing.T) {
 	if got := s.fns["runtime.findRunnable"]["Ir"]; got != 0 {
 		t.Errorf("findRunnable per request %v, want 0 (the same in both runs)", got)
 	}
+	// Lines: Pick's cost line (0x10; the call's 0x14 is the callee's
+	// cost) and memmove's each one 64-byte line; the test file's function
+	// two (0xc0, 0x100 relative to it), in the harness.
+	if s.lines["github.com/ramjet-llm/ramjet/selection.(*Router).Pick"] != 1 || s.lines["runtime.memmove"] != 1 ||
+		s.lines["runtime.findRunnable"] != 0 {
+		t.Errorf("lines %v, want Pick 1, memmove 1, findRunnable 0", s.lines)
+	}
+	if got := s.part("github.com/ramjet-llm/ramjet/module.(*chainRequest).start"); got != "harness" || s.partLines["harness"] != 2 || s.partLines["ramjet"] != 1 {
+		t.Errorf("the _test.go function's part %q, lines by part %v; want harness with 2 lines, ramjet 1", got, s.partLines)
+	}
 	var out bytes.Buffer
 	s.write(&out, 2)
-	for _, want := range []string{"ramjet", "runtime", "scheduler", "steady", "estA"} {
+	for _, want := range []string{"ramjet", "runtime", "scheduler", "steady", "estA", "lines"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
