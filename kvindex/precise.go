@@ -115,6 +115,16 @@ type PreciseConfig struct {
 	// overloaded tool-agent traces' held-out TTFT p99 8% (bench/
 	// EXPERIMENTS.md section 103).
 	CapQueue float64
+	// CapLoad, with SetEstimate, when positive bounds the estimate cap by
+	// the replica's load in cache units instead of its pending prefill
+	// (CapQueue): the exact overlap past the estimate stands while the
+	// replica's in-flight requests with this one, each weighed as this
+	// request's prompt, fit in CapLoad times its KV capacity ((in-flight
+	// + 1) x prompt tokens < CapLoad x Router.Capacity; unknown: capped).
+	// It counts requests decoding as well as queued, which hold their
+	// context in the cache the request's blocks must survive. 0 (the
+	// default): CapQueue decides. bench/EXPERIMENTS.md section 104.
+	CapLoad float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
 	// always) every request without a cached message prefix waits for its
@@ -591,7 +601,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !p.queuedUnder(e.rt, c.Slot) {
+		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !p.queuedUnder(e.rt, c.Slot, tokens) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		} else if c.Overlap-credit > slack {
 			diverged = true // blocks this router did not route
@@ -621,18 +631,23 @@ func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
 }
 
 // queuedUnder reports whether slot s's pending prefill on rt is below
-// CapQueue times its KV capacity (never when the capacity is not known or
-// CapQueue is not positive): an exact overlap past the estimate then stands.
-func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot) bool {
-	k := p.cfg.CapQueue
-	if k <= 0 {
+// CapQueue times its KV capacity, or with CapLoad whether its in-flight
+// requests and this one (tokens each) fit in CapLoad times it (never when
+// the capacity is not known or neither is positive): an exact overlap
+// past the estimate then stands.
+func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot, tokens int) bool {
+	k, kl := p.cfg.CapQueue, p.cfg.CapLoad
+	if k <= 0 && kl <= 0 {
 		return false
 	}
 	capa := rt.Capacity(s)
 	if capa <= 0 {
 		return false
 	}
-	_, pend := rt.Load(s)
+	inf, pend := rt.Load(s)
+	if kl > 0 {
+		return float64(inf+1)*float64(tokens) < kl*float64(capa)
+	}
 	return float64(pend) < k*float64(capa)
 }
 

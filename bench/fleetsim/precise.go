@@ -72,6 +72,8 @@ type PreciseConfig struct {
 	// CapQueue: kvindex.PreciseConfig.CapQueue (0: off, the estimate
 	// cap everywhere).
 	CapQueue float64
+	// CapLoad: kvindex.PreciseConfig.CapLoad (0: off).
+	CapLoad float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -257,6 +259,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapForeign:        p.pc.CapForeign,
 			QueueEstimate:     p.pc.QueueEstimate,
 			CapQueue:          p.pc.CapQueue,
+			CapLoad:           p.pc.CapLoad,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -540,7 +543,8 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // (selection.Options.IndexShare and QueueExtra at their defaults; without
 // them off, PreciseOptions); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
-// PreciseConfig.CapQueue (capq=0, the default: the estimate cap everywhere). ok is
+// PreciseConfig.CapQueue (capq=0, the default: the estimate cap everywhere), capl=K
+// PreciseConfig.CapLoad. ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -579,7 +583,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capx" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -591,6 +595,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.QueueEstimate = ZeroIsNone(x)
 			case "capq":
 				pc.CapQueue = x
+			case "capl":
+				pc.CapLoad = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
 			}
