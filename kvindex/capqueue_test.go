@@ -10,9 +10,9 @@ import (
 // TestPreciseCapQueue checks PreciseConfig.CapQueue: an exact overlap past
 // the estimate's credit, on blocks this router routed there, stands on a
 // replica whose pending prefill is below CapQueue times its KV capacity
-// (opt-in), and is left to the estimate on one queued past it, on one
-// whose capacity is not known, and everywhere without the rule (the
-// default).
+// (opt-in, with CapLoad off), and is left to the estimate on one queued
+// past it, on one whose capacity is not known, and everywhere without the
+// rule.
 func TestPreciseCapQueue(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
@@ -28,7 +28,7 @@ func TestPreciseCapQueue(t *testing.T) {
 		{"twice", 2, true, true, false}, // b's queue is under twice its capacity
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapQueue: tc.k})
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapQueue: tc.k, CapLoad: -1})
 			const capa = 400 // tokens: 100 router blocks
 			rt.SetCapacity(cands[0].Slot, capa)
 			rt.SetCapacity(cands[1].Slot, capa)
@@ -119,9 +119,9 @@ func threeEstimated(t *testing.T, cfg PreciseConfig) (*Precise, *selection.Route
 // TestPreciseCapLoad checks PreciseConfig.CapLoad: an exact overlap past
 // the estimate's credit, on blocks this router routed there, stands while
 // the replica's in-flight requests and this one, each weighed as this
-// prompt, fit in CapLoad times its KV capacity, counting requests past
-// their prefill (which CapQueue does not); capped past it and with the
-// capacity unknown.
+// prompt, fit in CapLoad times its KV capacity (by default 3), counting
+// requests past their prefill (which CapQueue does not); capped past it,
+// with the capacity unknown, and everywhere with CapLoad off.
 func TestPreciseCapLoad(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
@@ -130,9 +130,10 @@ func TestPreciseCapLoad(t *testing.T) {
 		k                   float64
 		wantA, wantB, wantC bool // a idle, b three decoding requests, c capacity unknown
 	}{
-		{"default", 0, false, false, false},
+		{"off", -1, false, false, false},
 		{"tenth", 0.1, true, false, false}, // 40 tokens: a's 13 fit, b's 4 x 13 do not
 		{"once", 1, true, true, false},
+		{"default", 0, true, true, false}, // three caches
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapLoad: tc.k})
@@ -178,8 +179,8 @@ func TestPreciseCapLoad(t *testing.T) {
 				r.Release()
 			}
 			p.Annotate(f, cands, s)
-			if cands[1].Precise != (tc.k > 0) {
-				t.Errorf("b idle: %+v, want precise %v", cands[1], tc.k > 0)
+			if cands[1].Precise != (tc.k >= 0) {
+				t.Errorf("b idle: %+v, want precise %v", cands[1], tc.k >= 0)
 			}
 		})
 	}
