@@ -10,9 +10,9 @@ import (
 // TestPreciseCapQueue checks PreciseConfig.CapQueue: an exact overlap past
 // the estimate's credit, on blocks this router routed there, stands on a
 // replica whose pending prefill is below CapQueue times its KV capacity
-// (opt-in), and is left to the estimate on one queued past it, on one
-// whose capacity is not known, and everywhere without the rule (the
-// default).
+// (opt-in, with CapLoad off), and is left to the estimate on one queued
+// past it, on one whose capacity is not known, and everywhere without the
+// rule.
 func TestPreciseCapQueue(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
@@ -28,7 +28,7 @@ func TestPreciseCapQueue(t *testing.T) {
 		{"twice", 2, true, true, false}, // b's queue is under twice its capacity
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapQueue: tc.k})
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapQueue: tc.k, CapLoad: -1})
 			const capa = 400 // tokens: 100 router blocks
 			rt.SetCapacity(cands[0].Slot, capa)
 			rt.SetCapacity(cands[1].Slot, capa)
@@ -114,4 +114,74 @@ func threeEstimated(t *testing.T, cfg PreciseConfig) (*Precise, *selection.Route
 		cands = append(cands, selection.Candidate{Slot: s, Usable: true})
 	}
 	return p, rt, cands
+}
+
+// TestPreciseCapLoad checks PreciseConfig.CapLoad: an exact overlap past
+// the estimate's credit, on blocks this router routed there, stands while
+// the replica's in-flight requests and this one, each weighed as this
+// prompt, fit in CapLoad times its KV capacity (by default 3), counting
+// requests past their prefill (which CapQueue does not); capped past it,
+// with the capacity unknown, and everywhere with CapLoad off.
+func TestPreciseCapLoad(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
+	for _, tc := range []struct {
+		name                string
+		k                   float64
+		wantA, wantB, wantC bool // a idle, b three decoding requests, c capacity unknown
+	}{
+		{"off", -1, false, false, false},
+		{"tenth", 0.1, true, false, false}, // 40 tokens: a's 13 fit, b's 4 x 13 do not
+		{"once", 1, true, true, false},
+		{"default", 0, true, true, false}, // three caches
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapLoad: tc.k})
+			rt.SetCapacity(cands[0].Slot, 400)
+			rt.SetCapacity(cands[1].Slot, 400)
+			x := p.Index()
+			keys := x.Keys(nil, 0, toks)
+			for i, k := range []string{"a", "b", "c"} {
+				r, _ := x.Lookup(k)
+				x.Hold(r, keys[:2], time.Minute)
+				x.Apply(r, batchOf(storedEv(0, false, 4, toks[:8], uint64(11+10*i), uint64(12+10*i))))
+				x.Release(r, keys[:2], 0)
+			}
+			// Three short requests on b, past their first token: no pending
+			// prefill, three in flight.
+			var held []*selection.Reservation
+			for j := range 3 {
+				g := rt.Extractor().NewFeatures()
+				g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], uint64(7+j), []uint32{90, 91, 92, 93}, 4)
+				g.PromptBytes = 16
+				_, r := rt.Route(g, []selection.Candidate{cands[1]}, selection.NewScratch(1), nil, nil)
+				r.PrefillDone()
+				held = append(held, r)
+			}
+			if inf, pend := rt.Load(cands[1].Slot); inf != 3 || pend != 0 {
+				t.Fatalf("setup: b in flight %d, pending %d; want 3, 0", inf, pend)
+			}
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			s := selection.NewScratch(3)
+			s.Tokens = toks
+			if !p.Annotate(f, cands, s) {
+				t.Fatal("no precise candidate")
+			}
+			for i, want := range []bool{tc.wantA, tc.wantB, tc.wantC} {
+				if c := cands[i]; c.Precise != want || want && c.Overlap != 8 {
+					t.Errorf("%c: %+v, want precise %v (exact 8)", 'a'+i, c, want)
+				}
+			}
+			// b's requests end: its exact overlap stands under the rule.
+			for _, r := range held {
+				r.Release()
+			}
+			p.Annotate(f, cands, s)
+			if cands[1].Precise != (tc.k >= 0) {
+				t.Errorf("b idle: %+v, want precise %v", cands[1], tc.k >= 0)
+			}
+		})
+	}
 }

@@ -17,10 +17,11 @@ import (
 // differs from the estimate's credit, that is where an engine dropped
 // blocks the estimate still credits (evicted, or its cache cleared) or
 // holds blocks this router did not route (other instances' placements),
-// or with CapQueue holds blocks the estimate dropped on a replica without a
-// cache's worth of queue (the rule does not wait for those alone: an
-// engine that evicts nothing holds what the estimate's bound dropped only
-// where the bound is below the engine's real capacity).
+// or under CapLoad (the default) or CapQueue holds blocks the estimate
+// dropped on a replica whose load is under the gate (the rule does not
+// wait for those alone: an engine that evicts nothing holds what the
+// estimate's bound dropped only where the bound is below the engine's
+// real capacity).
 // So the request waits for its preflight while an engine dropped indexed
 // blocks within the last RemovalWindow, or once the router has seen other
 // instances (selection.Router.SawOthers), or without the estimate cap (no

@@ -23,6 +23,10 @@ const (
 	// DefaultQueueEstimate is QueueEstimate's default: a replica whose
 	// queue ahead holds at least its whole KV capacity of prefill.
 	DefaultQueueEstimate = 1.0
+	// DefaultCapLoad is CapLoad's default: the estimate cap lifted while
+	// the replica's in-flight requests and this one, each as long as this
+	// prompt, fit in three KV caches.
+	DefaultCapLoad = 3.0
 )
 
 // PreciseEngine is one replica of the precise path: its feed and the
@@ -101,8 +105,8 @@ type PreciseConfig struct {
 	// estimate decides, the rule before 2026-12-07). bench/EXPERIMENTS.md
 	// section 99.
 	QueueEstimate float64
-	// CapQueue, with SetEstimate, when positive bounds the estimate cap
-	// to queued replicas: a candidate whose exact overlap exceeds the
+	// CapQueue, with SetEstimate, CapLoad off and CapQueue positive,
+	// bounds the estimate cap to queued replicas: a candidate whose exact overlap exceeds the
 	// estimate's credit on blocks this router routed there keeps its
 	// exact overlap while the replica's pending prefill is below CapQueue
 	// times its KV capacity as the router knows it (Router.Capacity;
@@ -115,6 +119,20 @@ type PreciseConfig struct {
 	// overloaded tool-agent traces' held-out TTFT p99 8% (bench/
 	// EXPERIMENTS.md section 103).
 	CapQueue float64
+	// CapLoad, with SetEstimate, bounds the estimate cap by the replica's
+	// load in cache units: a candidate whose exact overlap exceeds the
+	// estimate's credit on blocks this router routed there keeps its
+	// exact overlap while the replica's in-flight requests and this one,
+	// each weighed as this request's prompt, fit in CapLoad times its KV
+	// capacity as the router knows it ((in-flight + 1) x prompt tokens <
+	// CapLoad x Router.Capacity; unknown: capped). It counts requests
+	// decoding as well as queued: each holds a context in the cache the
+	// request's blocks must survive until it runs. 0 is DefaultCapLoad,
+	// negative off (then CapQueue decides; without it the cap everywhere,
+	// the rule before 2026-12-07). At 3 it recovers agent-fleet's 0.07-0.13
+	// of cached share at 8 replicas and is neutral on the overloaded
+	// tool-agent traces (bench/EXPERIMENTS.md section 104).
+	CapLoad float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
 	// always) every request without a cached message prefix waits for its
@@ -200,8 +218,9 @@ type estimateWork struct {
 // estimate credits with less than its exact overlap on blocks this router
 // routed there (Precise cleared, so that Pick reads the estimate and
 // Observe corrects it as on the default path), unless ExactPastEstimate,
-// or CapQueue and the replica's pending prefill is below CapQueue times
-// its KV capacity. The exact overlap still decides
+// or the replica's load is under CapLoad (by default its in-flight
+// requests and this one, each as long as this prompt, fit in three KV
+// caches; with CapLoad off, CapQueue's pending prefill). The exact overlap still decides
 // where it is the lower one (the engine evicted what the estimate
 // believes) unless the queue rule (QueueEstimate) says otherwise, and
 // predictions are still made. Why: the estimate learns a request's blocks
@@ -211,10 +230,10 @@ type estimateWork struct {
 // KV, the exact overlap keeps a conversation on a replica that will have
 // evicted it by the time the request runs (bench/RESULTS.md, 2026-12-02;
 // the tool-agent traces at 8 x 65,536 tokens, where lifting it costs TTFT
-// p99 18%). On agent-fleet at 8 replicas of the default KV it now costs
-// 0.075-0.13 of cached share, which CapQueue recovers there but not
-// without a cost on the tool-agent traces (bench/EXPERIMENTS.md section
-// 103). nil turns it off.
+// p99 18%). Everywhere it cost agent-fleet at 8 replicas of the default
+// KV 0.075-0.13 of cached share, which CapLoad's default recovers there
+// without a cost on the tool-agent traces (bench/EXPERIMENTS.md sections
+// 103, 104). nil turns it off.
 func (p *Precise) SetEstimate(rt *selection.Router) {
 	if rt == nil {
 		p.est.Store(nil)
@@ -532,8 +551,8 @@ func onGrid(bt int, cands []selection.Candidate) {
 
 // capByEstimate leaves to the estimate every precise candidate whose exact
 // overlap exceeds the estimate's where this router routed the first block
-// past the estimate's (Index.Own), unless the replica's queue is under
-// CapQueue (queuedUnder), compared in the request's real tokens (the estimate counts tokens
+// past the estimate's (Index.Own), unless the replica's load is under
+// CapLoad or CapQueue (queuedUnder), compared in the request's real tokens (the estimate counts tokens
 // estimated from bytes). A candidate the estimate credits with the whole
 // fingerprinted prefix of a longer prompt keeps its exact overlap: the
 // estimate cannot see further. One whose exact overlap is below the
@@ -591,7 +610,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !p.queuedUnder(e.rt, c.Slot) {
+		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !p.queuedUnder(e.rt, c.Slot, tokens) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		} else if c.Overlap-credit > slack {
 			diverged = true // blocks this router did not route
@@ -620,19 +639,27 @@ func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
 	return capa > 0 && float64(pend) >= k*float64(capa)
 }
 
-// queuedUnder reports whether slot s's pending prefill on rt is below
-// CapQueue times its KV capacity (never when the capacity is not known or
-// CapQueue is not positive): an exact overlap past the estimate then stands.
-func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot) bool {
-	k := p.cfg.CapQueue
-	if k <= 0 {
+// queuedUnder reports whether slot s's in-flight requests on rt and this
+// one (tokens each) fit in CapLoad times its KV capacity, or with CapLoad
+// off whether its pending prefill is below CapQueue times it (never when
+// the capacity is not known or both are off): an exact overlap past the
+// estimate then stands.
+func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot, tokens int) bool {
+	k, kl := p.cfg.CapQueue, p.cfg.CapLoad
+	if kl == 0 {
+		kl = DefaultCapLoad
+	}
+	if k <= 0 && kl < 0 {
 		return false
 	}
 	capa := rt.Capacity(s)
 	if capa <= 0 {
 		return false
 	}
-	_, pend := rt.Load(s)
+	inf, pend := rt.Load(s)
+	if kl > 0 {
+		return float64(inf+1)*float64(tokens) < kl*float64(capa)
+	}
 	return float64(pend) < k*float64(capa)
 }
 

@@ -77,6 +77,15 @@ type Settings struct {
 	// overlap decides, the rule before 2026-12-07).
 	QueueEstimate float64 `json:"queue_estimate,omitempty"`
 
+	// CapLoad bounds the estimate cap by the replica's load
+	// (PreciseConfig.CapLoad): an exact overlap past the estimate's credit
+	// on blocks this router routed there stands while the replica's
+	// in-flight requests and this one, each as long as this prompt, fit in
+	// CapLoad times its KV capacity (the capacity known). 0 is the default
+	// (3), -1 off (the estimate cap everywhere, the rule before
+	// 2026-12-07).
+	CapLoad float64 `json:"cap_load,omitempty"`
+
 	// UpstreamToken is the bearer token sent to the engines with every
 	// tokenize preflight and canary probe ("Authorization: Bearer
 	// <token>"), as the guard sends it with proxied requests.
@@ -144,6 +153,8 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: tokenize_concurrency and tokenize_cache must be positive")
 	case c.QueueEstimate < 0 && c.QueueEstimate != -1:
 		return fmt.Errorf("kv: queue_estimate must be positive, 0 (the default) or -1 (off), got %v", c.QueueEstimate)
+	case c.CapLoad < 0 && c.CapLoad != -1:
+		return fmt.Errorf("kv: cap_load must be positive, 0 (the default) or -1 (off), got %v", c.CapLoad)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":
@@ -177,6 +188,7 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 		WaitAuto:   c.TokenizeWait != "always",
 
 		QueueEstimate: c.QueueEstimate,
+		CapLoad:       c.CapLoad,
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

@@ -85,3 +85,28 @@ func TestSettingsQueueEstimate(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsCapLoad: cap_load reaches PreciseConfig.CapLoad as given (0
+// the default, -1 off, a positive factor), anything else negative is
+// rejected naming the field.
+func TestSettingsCapLoad(t *testing.T) {
+	for _, c := range []struct {
+		give float64
+		bad  bool
+	}{{0, false}, {-1, false}, {3, false}, {1.5, false}, {-0.5, true}, {-3, true}} {
+		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, CapLoad: c.give}
+		s.SetDefaults()
+		err := s.Validate()
+		if (err != nil) != c.bad || c.bad && !strings.Contains(err.Error(), "cap_load") {
+			t.Errorf("cap_load %v: Validate %v, want an error naming it %v", c.give, err, c.bad)
+			continue
+		}
+		if c.bad {
+			continue
+		}
+		pc, err := s.Precise("", "", nil, nil)
+		if err != nil || pc.CapLoad != c.give {
+			t.Errorf("cap_load %v: PreciseConfig.CapLoad %v (err %v)", c.give, pc.CapLoad, err)
+		}
+	}
+}

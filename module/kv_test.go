@@ -102,6 +102,9 @@ func TestKVCaddyfile(t *testing.T) {
 		{name: "queue rule off", give: "ramjet {\n kv_queue_estimate off\n}", want: &kvindex.Settings{QueueEstimate: -1}},
 		{name: "queue rule at half a cache", give: "ramjet {\n kv_queue_estimate 0.5\n}", want: &kvindex.Settings{QueueEstimate: 0.5}},
 		{name: "bad queue rule", give: "ramjet {\n kv_queue_estimate soon\n}", wantErr: "kv_queue_estimate"},
+		{name: "cap load off", give: "ramjet {\n kv_cap_load off\n}", want: &kvindex.Settings{CapLoad: -1}},
+		{name: "cap load at two caches", give: "ramjet {\n kv_cap_load 2\n}", want: &kvindex.Settings{CapLoad: 2}},
+		{name: "bad cap load", give: "ramjet {\n kv_cap_load soon\n}", wantErr: "kv_cap_load"},
 		{name: "tokenize unknown", give: "ramjet {\n tokenize {\n retries 3\n }\n}", wantErr: "unrecognized option 'retries'"},
 		{name: "canary unknown", give: "ramjet {\n kv_canary m {\n every 1s\n }\n}", wantErr: "unrecognized option 'every'"},
 		{name: "unknown kv option", give: "ramjet {\n kv_everything 1\n}", wantErr: "ramjet: unrecognized option 'kv_everything'"},
@@ -738,14 +741,15 @@ func TestDeployCaddyfileKV(t *testing.T) {
 	kv, err := adapt(map[string]string{"RJ_UPSTREAM": "127.0.0.1:8100,127.0.0.1:8200",
 		"RJ_KV_EVENTS":        "127.0.0.1:8100=tcp://127.0.0.1:5557,127.0.0.1:8200=tcp://127.0.0.1:5567",
 		"RJ_KV_REPLAY":        "127.0.0.1:8100=tcp://127.0.0.1:5558",
-		"RJ_TOKENIZE_TIMEOUT": "250ms", "RJ_TOKENIZE_WAIT": "always", "RJ_KV_QUEUE_ESTIMATE": "off"})
+		"RJ_TOKENIZE_TIMEOUT": "250ms", "RJ_TOKENIZE_WAIT": "always", "RJ_KV_QUEUE_ESTIMATE": "off",
+		"RJ_KV_CAP_LOAD": "2.5"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &kvindex.Settings{Engines: []kvindex.FeedSpec{
 		{Upstream: "127.0.0.1:8100", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558"},
 		{Upstream: "127.0.0.1:8200", Events: "tcp://127.0.0.1:5567"},
-	}, TokenizeTimeout: duration.Duration(250 * time.Millisecond), TokenizeWait: "always", QueueEstimate: -1}
+	}, TokenizeTimeout: duration.Duration(250 * time.Millisecond), TokenizeWait: "always", QueueEstimate: -1, CapLoad: 2.5}
 	if diff := cmp.Diff(want, kv); diff != "" {
 		t.Errorf("dial (-want +got):\n%s", diff)
 	}
@@ -753,6 +757,7 @@ func TestDeployCaddyfileKV(t *testing.T) {
 	t.Setenv("RJ_KV_REPLAY", "")
 	t.Setenv("RJ_TOKENIZE_WAIT", "")
 	t.Setenv("RJ_KV_QUEUE_ESTIMATE", "")
+	t.Setenv("RJ_KV_CAP_LOAD", "")
 	kv, err = adapt(map[string]string{"RJ_KV_BIND": "tcp://127.0.0.1:5557",
 		"RJ_KV_TOPICS": "127.0.0.1:8100=kv@a 127.0.0.1:8200=kv@b"})
 	if err != nil {

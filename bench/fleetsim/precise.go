@@ -72,6 +72,9 @@ type PreciseConfig struct {
 	// CapQueue: kvindex.PreciseConfig.CapQueue (0: off, the estimate
 	// cap everywhere).
 	CapQueue float64
+	// CapLoad: kvindex.PreciseConfig.CapLoad (0: its default, negative:
+	// off).
+	CapLoad float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -257,6 +260,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapForeign:        p.pc.CapForeign,
 			QueueEstimate:     p.pc.QueueEstimate,
 			CapQueue:          p.pc.CapQueue,
+			CapLoad:           p.pc.CapLoad,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -540,7 +544,9 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // (selection.Options.IndexShare and QueueExtra at their defaults; without
 // them off, PreciseOptions); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
-// PreciseConfig.CapQueue (capq=0, the default: the estimate cap everywhere). ok is
+// PreciseConfig.CapQueue with CapLoad off (unless capl is given), capl=K
+// PreciseConfig.CapLoad (capl=0: off, the estimate cap everywhere, the
+// rule before 2026-12-07; without it DefaultCapLoad). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -552,7 +558,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	// (selection's defaults on the approximate path) unless flagged, as
 	// fleetstate.PolicySettings.SpillOptions does with kv on.
 	opt := PreciseOptions
-	dpx, capx := false, 0.0
+	dpx, capx, capl := false, 0.0, false
 	for _, k := range strings.Split(spec, "+") {
 		if !found {
 			break
@@ -579,7 +585,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capx" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -591,10 +597,15 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.QueueEstimate = ZeroIsNone(x)
 			case "capq":
 				pc.CapQueue = x
+			case "capl":
+				pc.CapLoad, capl = ZeroIsNone(x), true
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
 			}
 		}
+	}
+	if pc.CapQueue > 0 && !capl {
+		pc.CapLoad = -1 // capq=K: cap26's pending gate alone
 	}
 	if pc.WaitRule {
 		pc.TokenizeLate = WaitRuleLate
