@@ -119,9 +119,9 @@ func threeEstimated(t *testing.T, cfg PreciseConfig) (*Precise, *selection.Route
 // TestPreciseCapLoad checks PreciseConfig.CapLoad: an exact overlap past
 // the estimate's credit, on blocks this router routed there, stands while
 // the replica's in-flight requests and this one, each weighed as this
-// prompt, fit in CapLoad times its KV capacity (by default 3), counting
+// prompt, fit in CapLoad times its KV capacity (opt-in), counting
 // requests past their prefill (which CapQueue does not); capped past it,
-// with the capacity unknown, and everywhere with CapLoad off.
+// with the capacity unknown, and everywhere with CapLoad off (the default).
 func TestPreciseCapLoad(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
@@ -131,9 +131,10 @@ func TestPreciseCapLoad(t *testing.T) {
 		wantA, wantB, wantC bool // a idle, b three decoding requests, c capacity unknown
 	}{
 		{"off", -1, false, false, false},
-		{"tenth", 0.1, true, false, false}, // 40 tokens: a's 13 fit, b's 4 x 13 do not
+		{"default", 0, false, false, false}, // off
+		{"tenth", 0.1, true, false, false},  // 40 tokens: a's 13 fit, b's 4 x 13 do not
 		{"once", 1, true, true, false},
-		{"default", 0, true, true, false}, // three caches
+		{"three", 3, true, true, false}, // the measured value
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapLoad: tc.k})
@@ -179,8 +180,8 @@ func TestPreciseCapLoad(t *testing.T) {
 				r.Release()
 			}
 			p.Annotate(f, cands, s)
-			if cands[1].Precise != (tc.k >= 0) {
-				t.Errorf("b idle: %+v, want precise %v", cands[1], tc.k >= 0)
+			if cands[1].Precise != (tc.k > 0) {
+				t.Errorf("b idle: %+v, want precise %v", cands[1], tc.k > 0)
 			}
 		})
 	}

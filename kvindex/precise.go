@@ -23,10 +23,6 @@ const (
 	// DefaultQueueEstimate is QueueEstimate's default: a replica whose
 	// queue ahead holds at least its whole KV capacity of prefill.
 	DefaultQueueEstimate = 1.0
-	// DefaultCapLoad is CapLoad's default: the estimate cap lifted while
-	// the replica's in-flight requests and this one, each as long as this
-	// prompt, fit in three KV caches.
-	DefaultCapLoad = 3.0
 )
 
 // PreciseEngine is one replica of the precise path: its feed and the
@@ -127,11 +123,13 @@ type PreciseConfig struct {
 	// capacity as the router knows it ((in-flight + 1) x prompt tokens <
 	// CapLoad x Router.Capacity; unknown: capped). It counts requests
 	// decoding as well as queued: each holds a context in the cache the
-	// request's blocks must survive until it runs. 0 is DefaultCapLoad,
-	// negative off (then CapQueue decides; without it the cap everywhere,
-	// the rule before 2026-12-07). At 3 it recovers agent-fleet's 0.07-0.13
-	// of cached share at 8 replicas and is neutral on the overloaded
-	// tool-agent traces (bench/EXPERIMENTS.md section 104).
+	// request's blocks must survive until it runs. 0 or negative (the
+	// default): off (then CapQueue decides; without it the cap
+	// everywhere). Opt-in: at 3 it recovers agent-fleet's 0.07-0.13 of
+	// cached share at 8 replicas and is neutral on the overloaded
+	// tool-agent traces, but costs agent-fleet at a half or a quarter of
+	// its load with 65,536-131,072-token caches TTFT p95 8-18% and output
+	// 2-4% (bench/EXPERIMENTS.md section 104).
 	CapLoad float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
@@ -218,9 +216,7 @@ type estimateWork struct {
 // estimate credits with less than its exact overlap on blocks this router
 // routed there (Precise cleared, so that Pick reads the estimate and
 // Observe corrects it as on the default path), unless ExactPastEstimate,
-// or the replica's load is under CapLoad (by default its in-flight
-// requests and this one, each as long as this prompt, fit in three KV
-// caches; with CapLoad off, CapQueue's pending prefill). The exact overlap still decides
+// or the replica's load is under CapLoad or CapQueue (both opt-in). The exact overlap still decides
 // where it is the lower one (the engine evicted what the estimate
 // believes) unless the queue rule (QueueEstimate) says otherwise, and
 // predictions are still made. Why: the estimate learns a request's blocks
@@ -230,10 +226,10 @@ type estimateWork struct {
 // KV, the exact overlap keeps a conversation on a replica that will have
 // evicted it by the time the request runs (bench/RESULTS.md, 2026-12-02;
 // the tool-agent traces at 8 x 65,536 tokens, where lifting it costs TTFT
-// p99 18%). Everywhere it cost agent-fleet at 8 replicas of the default
-// KV 0.075-0.13 of cached share, which CapLoad's default recovers there
-// without a cost on the tool-agent traces (bench/EXPERIMENTS.md sections
-// 103, 104). nil turns it off.
+// p99 18%). On agent-fleet at 8 replicas of the default KV it costs
+// 0.075-0.13 of cached share, which CapLoad recovers there but not
+// without a cost at lower loads with small caches (bench/EXPERIMENTS.md
+// sections 103, 104). nil turns it off.
 func (p *Precise) SetEstimate(rt *selection.Router) {
 	if rt == nil {
 		p.est.Store(nil)
@@ -646,10 +642,7 @@ func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
 // estimate then stands.
 func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot, tokens int) bool {
 	k, kl := p.cfg.CapQueue, p.cfg.CapLoad
-	if kl == 0 {
-		kl = DefaultCapLoad
-	}
-	if k <= 0 && kl < 0 {
+	if k <= 0 && kl <= 0 {
 		return false
 	}
 	capa := rt.Capacity(s)

@@ -81,9 +81,9 @@ type Settings struct {
 	// (PreciseConfig.CapLoad): an exact overlap past the estimate's credit
 	// on blocks this router routed there stands while the replica's
 	// in-flight requests and this one, each as long as this prompt, fit in
-	// CapLoad times its KV capacity (the capacity known). 0 is the default
-	// (3), -1 off (the estimate cap everywhere, the rule before
-	// 2026-12-07).
+	// CapLoad times its KV capacity (the capacity known). Opt-in: 0 (the
+	// default) and -1 are off, the estimate cap everywhere; 3 is the
+	// measured value (bench/EXPERIMENTS.md 104).
 	CapLoad float64 `json:"cap_load,omitempty"`
 
 	// UpstreamToken is the bearer token sent to the engines with every
@@ -154,7 +154,7 @@ func (c *Settings) Validate() error {
 	case c.QueueEstimate < 0 && c.QueueEstimate != -1:
 		return fmt.Errorf("kv: queue_estimate must be positive, 0 (the default) or -1 (off), got %v", c.QueueEstimate)
 	case c.CapLoad < 0 && c.CapLoad != -1:
-		return fmt.Errorf("kv: cap_load must be positive, 0 (the default) or -1 (off), got %v", c.CapLoad)
+		return fmt.Errorf("kv: cap_load must be positive, 0 (off, the default) or -1 (off), got %v", c.CapLoad)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":

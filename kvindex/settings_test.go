@@ -87,7 +87,7 @@ func TestSettingsQueueEstimate(t *testing.T) {
 }
 
 // TestSettingsCapLoad: cap_load reaches PreciseConfig.CapLoad as given (0
-// the default, -1 off, a positive factor), anything else negative is
+// the default and -1 off, a positive factor), anything else negative is
 // rejected naming the field.
 func TestSettingsCapLoad(t *testing.T) {
 	for _, c := range []struct {

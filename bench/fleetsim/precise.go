@@ -72,8 +72,8 @@ type PreciseConfig struct {
 	// CapQueue: kvindex.PreciseConfig.CapQueue (0: off, the estimate
 	// cap everywhere).
 	CapQueue float64
-	// CapLoad: kvindex.PreciseConfig.CapLoad (0: its default, negative:
-	// off).
+	// CapLoad: kvindex.PreciseConfig.CapLoad (0: off, the estimate cap
+	// everywhere).
 	CapLoad float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
@@ -544,9 +544,9 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // (selection.Options.IndexShare and QueueExtra at their defaults; without
 // them off, PreciseOptions); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
-// PreciseConfig.CapQueue with CapLoad off (unless capl is given), capl=K
-// PreciseConfig.CapLoad (capl=0: off, the estimate cap everywhere, the
-// rule before 2026-12-07; without it DefaultCapLoad). ok is
+// PreciseConfig.CapQueue, capl=K PreciseConfig.CapLoad (both opt-in:
+// without them, or at 0, the estimate cap everywhere; with both, CapLoad
+// decides). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -558,7 +558,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	// (selection's defaults on the approximate path) unless flagged, as
 	// fleetstate.PolicySettings.SpillOptions does with kv on.
 	opt := PreciseOptions
-	dpx, capx, capl := false, 0.0, false
+	dpx, capx := false, 0.0
 	for _, k := range strings.Split(spec, "+") {
 		if !found {
 			break
@@ -598,14 +598,11 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			case "capq":
 				pc.CapQueue = x
 			case "capl":
-				pc.CapLoad, capl = ZeroIsNone(x), true
+				pc.CapLoad = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
 			}
 		}
-	}
-	if pc.CapQueue > 0 && !capl {
-		pc.CapLoad = -1 // capq=K: cap26's pending gate alone
 	}
 	if pc.WaitRule {
 		pc.TokenizeLate = WaitRuleLate
