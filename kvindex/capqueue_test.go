@@ -32,20 +32,10 @@ func TestPreciseCapQueue(t *testing.T) {
 			const capa = 400 // tokens: 100 router blocks
 			rt.SetCapacity(cands[0].Slot, capa)
 			rt.SetCapacity(cands[1].Slot, capa)
-			x := p.Index()
-			keys := x.Keys(nil, 0, toks)
 			// Every replica holds two blocks this router routed there
 			// (predicted, then stored), which its estimate no longer
 			// credits (it credits none).
-			for i, k := range []string{"a", "b", "c"} {
-				r, _ := x.Lookup(k)
-				x.Hold(r, keys[:2], time.Minute)
-				x.Apply(r, batchOf(storedEv(0, false, 4, toks[:8], uint64(11+10*i), uint64(12+10*i))))
-				x.Release(r, keys[:2], 0)
-				if !x.Own(r, keys[1]) {
-					t.Fatalf("%s: own %v, want true", k, x.Own(r, keys[1]))
-				}
-			}
+			ownTwoBlocks(t, p.Index(), toks)
 			f := rt.Extractor().NewFeatures()
 			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
 			f.PromptBytes = len(toks) * 4
@@ -61,14 +51,7 @@ func TestPreciseCapQueue(t *testing.T) {
 				t.Fatalf("setup: b's pending %d against capacity %d; c's capacity %d (want unknown)", pend, rt.Capacity(cands[1].Slot), rt.Capacity(cands[2].Slot))
 			}
 			s.Tokens = toks
-			if !p.Annotate(f, cands, s) {
-				t.Fatal("no precise candidate")
-			}
-			for i, want := range []bool{tc.wantA, tc.wantB, tc.wantC} {
-				if c := cands[i]; c.Precise != want || want && c.Overlap != 8 {
-					t.Errorf("%c: %+v, want precise %v (exact 8)", 'a'+i, c, want)
-				}
-			}
+			annotateWant(t, p, f, cands, s, 8, tc.wantA, tc.wantB, tc.wantC)
 			rt.Pick(f, cands, s)
 			for i, want := range []bool{tc.wantA, tc.wantB, tc.wantC} {
 				o := 0 // the estimate's credit
@@ -140,14 +123,7 @@ func TestPreciseCapLoad(t *testing.T) {
 			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapLoad: tc.k})
 			rt.SetCapacity(cands[0].Slot, 400)
 			rt.SetCapacity(cands[1].Slot, 400)
-			x := p.Index()
-			keys := x.Keys(nil, 0, toks)
-			for i, k := range []string{"a", "b", "c"} {
-				r, _ := x.Lookup(k)
-				x.Hold(r, keys[:2], time.Minute)
-				x.Apply(r, batchOf(storedEv(0, false, 4, toks[:8], uint64(11+10*i), uint64(12+10*i))))
-				x.Release(r, keys[:2], 0)
-			}
+			ownTwoBlocks(t, p.Index(), toks)
 			// Three short requests on b, past their first token: no pending
 			// prefill, three in flight.
 			var held []*selection.Reservation
@@ -167,14 +143,7 @@ func TestPreciseCapLoad(t *testing.T) {
 			f.PromptBytes = len(toks) * 4
 			s := selection.NewScratch(3)
 			s.Tokens = toks
-			if !p.Annotate(f, cands, s) {
-				t.Fatal("no precise candidate")
-			}
-			for i, want := range []bool{tc.wantA, tc.wantB, tc.wantC} {
-				if c := cands[i]; c.Precise != want || want && c.Overlap != 8 {
-					t.Errorf("%c: %+v, want precise %v (exact 8)", 'a'+i, c, want)
-				}
-			}
+			annotateWant(t, p, f, cands, s, 8, tc.wantA, tc.wantB, tc.wantC)
 			// b's requests end: its exact overlap stands under the rule.
 			for _, r := range held {
 				r.Release()
@@ -184,5 +153,35 @@ func TestPreciseCapLoad(t *testing.T) {
 				t.Errorf("b idle: %+v, want precise %v", cands[1], tc.k > 0)
 			}
 		})
+	}
+}
+
+// ownTwoBlocks has replicas a, b and c of x hold toks' first two blocks
+// (of 4 tokens) as this router's: predicted, then stored, then released.
+func ownTwoBlocks(t *testing.T, x *Index, toks []uint32) {
+	t.Helper()
+	keys := x.Keys(nil, 0, toks)
+	for i, k := range []string{"a", "b", "c"} {
+		r, _ := x.Lookup(k)
+		x.Hold(r, keys[:2], time.Minute)
+		x.Apply(r, batchOf(storedEv(0, false, 4, toks[:8], uint64(11+10*i), uint64(12+10*i))))
+		x.Release(r, keys[:2], 0)
+		if !x.Own(r, keys[1]) {
+			t.Fatalf("%s: own %v, want true", k, x.Own(r, keys[1]))
+		}
+	}
+}
+
+// annotateWant annotates cands for f and checks which of them (a, b, c in
+// order) keep their exact overlap, exact tokens long, as precise.
+func annotateWant(t *testing.T, p *Precise, f *selection.Features, cands []selection.Candidate, s *selection.Scratch, exact int, want ...bool) {
+	t.Helper()
+	if !p.Annotate(f, cands, s) {
+		t.Fatal("no precise candidate")
+	}
+	for i, w := range want {
+		if c := cands[i]; c.Precise != w || w && c.Overlap != exact {
+			t.Errorf("%c: %+v, want precise %v (exact %d)", 'a'+i, c, w, exact)
+		}
 	}
 }

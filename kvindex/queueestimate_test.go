@@ -59,14 +59,7 @@ func TestPreciseQueueEstimate(t *testing.T) {
 				t.Fatalf("setup: a's pending %d against capacity %d; c's capacity %d (want unknown)", pend, rt.Capacity(cands[0].Slot), rt.Capacity(cands[2].Slot))
 			}
 			s.Tokens = toks
-			if !p.Annotate(f, cands, s) {
-				t.Fatal("no precise candidate")
-			}
-			for i, want := range []bool{tc.wantA, tc.wantB, tc.wantC} {
-				if c := cands[i]; c.Precise != want || want && c.Overlap != 4 {
-					t.Errorf("%c: %+v, want precise %v (exact 4)", 'a'+i, c, want)
-				}
-			}
+			annotateWant(t, p, f, cands, s, 4, tc.wantA, tc.wantB, tc.wantC)
 			d := rt.Pick(f, cands, s)
 			wantA := 4
 			if !tc.wantA {
