@@ -2,7 +2,8 @@
 // request-path collectors (a Set: routing decisions, requests by outcome,
 // tokens, time to first token, durations), the fleet collector reading
 // typed fleetstate.Snapshot values at scrape time, the precise path's
-// collector reading typed KVSource values (kvindex.Precise), the
+// collector reading typed KVSource values (kvindex.Precise), the ops
+// port's gatherer without address-labelled families (WithoutAddresses), the
 // classification of a finished request (OutcomeOf, ReasonLabel, Exchange)
 // and Response, which accounts one response body as it streams (status,
 // first byte, usage, end marker). The series a finished request updates

@@ -3,16 +3,15 @@ package module
 import (
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
+
+	"github.com/ramjet-llm/ramjet/metrics"
 )
 
 func init() {
@@ -31,7 +30,7 @@ func init() {
 // `caddy_reverse_proxy_upstreams_healthy{upstream="<dial address>"}`).
 // The same health state is in `ramjet_upstream_healthy`, labelled with
 // route ids. Everything else (the ramjet_* series, Caddy's HTTP, admin,
-// process and Go series) is served unchanged.
+// process and Go series) is served unchanged (metrics.WithoutAddresses).
 //
 // Caddyfile:
 //
@@ -65,7 +64,7 @@ func (m *OpsMetrics) Provision(ctx caddy.Context) error {
 	if registry == nil {
 		return errors.New("ramjet_metrics: no metrics registry")
 	}
-	m.handler = promhttp.InstrumentMetricHandler(registry, promhttp.HandlerFor(withoutAddresses{registry}, promhttp.HandlerOpts{
+	m.handler = promhttp.InstrumentMetricHandler(registry, promhttp.HandlerFor(metrics.WithoutAddresses(registry), promhttp.HandlerOpts{
 		ErrorLog:          zap.NewStdLog(ctx.Logger()),
 		EnableOpenMetrics: !m.DisableOpenMetrics,
 	}))
@@ -78,28 +77,9 @@ func (m *OpsMetrics) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyht
 	return nil
 }
 
-// addressFamilies is the prefix of the metric families that label series
-// with engine addresses.
-const addressFamilies = "caddy_reverse_proxy_"
-
-// withoutAddresses gathers g without the families named by addressFamilies.
-type withoutAddresses struct{ g prometheus.Gatherer }
-
-func (w withoutAddresses) Gather() ([]*dto.MetricFamily, error) {
-	mfs, err := w.g.Gather()
-	out := mfs[:0]
-	for _, mf := range mfs {
-		if !strings.HasPrefix(mf.GetName(), addressFamilies) {
-			out = append(out, mf)
-		}
-	}
-	return out, err
-}
-
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*OpsMetrics)(nil)
 	_ caddyhttp.MiddlewareHandler = (*OpsMetrics)(nil)
 	_ caddyfile.Unmarshaler       = (*OpsMetrics)(nil)
-	_ prometheus.Gatherer         = withoutAddresses{}
 )
