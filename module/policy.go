@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -531,7 +532,7 @@ func (s *RamjetSelection) restoreBody(r *http.Request, st *reqState) {
 
 // viewFor returns the cached view of pool, building it on a change.
 func (s *RamjetSelection) viewFor(pool reverseproxy.UpstreamPool) *poolView {
-	if v := s.view.Load(); v != nil && v.same(pool) {
+	if v := s.view.Load(); v != nil && slices.Equal(pool, v.pool) {
 		return v
 	}
 	v := &poolView{pool: append(reverseproxy.UpstreamPool(nil), pool...)}

@@ -172,16 +172,3 @@ type poolView struct {
 	pool reverseproxy.UpstreamPool
 	fleetstate.View
 }
-
-// same reports whether pool is the pool v was built for.
-func (v *poolView) same(pool reverseproxy.UpstreamPool) bool {
-	if len(pool) != len(v.pool) {
-		return false
-	}
-	for i := range pool {
-		if pool[i] != v.pool[i] {
-			return false
-		}
-	}
-	return true
-}
