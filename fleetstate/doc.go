@@ -16,7 +16,8 @@
 // per fleet from its first policy to its last).
 //
 // Package module keeps a Fleet per state_key across config reloads (in a
-// caddy.UsagePool) and adds the health that Caddy's upstream pools report;
+// caddy.UsagePool, under PoolKey; its optional parts under SettingsKey)
+// and adds the health that Caddy's upstream pools report;
 // package metrics reads the snapshots. No address ever leaves a snapshot:
 // replicas are named by their route id.
 package fleetstate

@@ -80,8 +80,17 @@ func New(stateKey, poolKey string, cfg selection.Config) (*Fleet, error) {
 // other knobs are retuned on the same state.
 func PoolKey(stateKey string, cfg selection.Config) string {
 	cfg.SetDefaults()
-	b, _ := json.Marshal(cfg.IndexShape())
-	return fmt.Sprintf("ramjet/%s/%016x", stateKey, xxhash.Sum64(b))
+	return SettingsKey("ramjet", stateKey, cfg.IndexShape())
+}
+
+// SettingsKey is the key under which a fleet's part (kind: "ramjet-kv",
+// "ramjet-engines", ...) of scope (a state_key or a pool key) with these
+// settings is kept across config reloads: kind/scope/<hash of the
+// settings' JSON>. A reload with the same settings finds the same part;
+// any change to them starts a new one.
+func SettingsKey(kind, scope string, settings any) string {
+	b, _ := json.Marshal(settings)
+	return fmt.Sprintf("%s/%s/%016x", kind, scope, xxhash.Sum64(b))
 }
 
 // Base returns the Router the fleet was created with (the knobs of its

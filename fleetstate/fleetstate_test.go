@@ -236,3 +236,28 @@ func TestHealthReportWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsKey: a part's key names its kind and scope and changes with
+// its settings only; PoolKey is the fleet's own.
+func TestSettingsKey(t *testing.T) {
+	type settings struct{ A, B int }
+	k := SettingsKey("ramjet-kv", "default", settings{1, 2})
+	if !strings.HasPrefix(k, "ramjet-kv/default/") || len(k) != len("ramjet-kv/default/")+16 {
+		t.Errorf("SettingsKey = %q, want ramjet-kv/default/<16 hex digits>", k)
+	}
+	if k2 := SettingsKey("ramjet-kv", "default", &settings{1, 2}); k2 != k {
+		t.Errorf("the same settings by pointer: %q, want %q", k2, k)
+	}
+	for _, other := range []string{
+		SettingsKey("ramjet-kv", "default", settings{1, 3}),
+		SettingsKey("ramjet-kv", "other", settings{1, 2}),
+		SettingsKey("ramjet-engines", "default", settings{1, 2}),
+	} {
+		if other == k {
+			t.Errorf("%q: another kind, scope or settings got the same key", other)
+		}
+	}
+	if pk := PoolKey("default", selection.Config{}); !strings.HasPrefix(pk, "ramjet/default/") {
+		t.Errorf("PoolKey = %q, want ramjet/default/<hash>", pk)
+	}
+}

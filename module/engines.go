@@ -2,13 +2,11 @@ package module
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/ramjet-llm/ramjet/enginemetrics"
 	"github.com/ramjet-llm/ramjet/fleetstate"
@@ -54,8 +52,7 @@ func (s *RamjetSelection) provisionEngines(ctx caddy.Context) error {
 	if err := register(ctx.GetMetricsRegistry(), engineCollector); err != nil {
 		return fmt.Errorf("engine metrics: %w", err)
 	}
-	b, _ := json.Marshal(c)
-	key := fmt.Sprintf("ramjet-engines/%s/%016x", s.StateKey, xxhash.Sum64(b))
+	key := fleetstate.SettingsKey("ramjet-engines", s.StateKey, c)
 	v, _, err := engineStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		e := &engineState{stateKey: s.StateKey, cfg: *c}
 		sc := c.Config(resolveSecret(c.UpstreamToken))

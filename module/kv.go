@@ -2,7 +2,6 @@ package module
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
 	"github.com/ramjet-llm/ramjet/caddyblock"
@@ -146,8 +144,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	if err := register(ctx.GetMetricsRegistry(), kvCollector()); err != nil {
 		return fmt.Errorf("kv metrics: %w", err)
 	}
-	b, _ := json.Marshal(s.KV)
-	key := fmt.Sprintf("ramjet-kv/%s/%016x", s.StateKey, xxhash.Sum64(b))
+	key := fleetstate.SettingsKey("ramjet-kv", s.StateKey, s.KV)
 	logger := s.logger.Named("kv")
 	v, _, err := kvStates.LoadOrNew(key, func() (caddy.Destructor, error) {
 		k := &kvState{key: key, timeout: time.Duration(s.KV.TokenizeTimeout),

@@ -1,15 +1,14 @@
 package module
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
+	"github.com/ramjet-llm/ramjet/fleetstate"
 	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/snapshot"
 )
@@ -50,8 +49,7 @@ func (s *RamjetSelection) provisionSnapshot(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("snapshot path: %w", err)
 	}
-	b, _ := json.Marshal(c)
-	pk := fmt.Sprintf("ramjet-snapshot/%s/%016x", s.poolKey, xxhash.Sum64(b))
+	pk := fleetstate.SettingsKey("ramjet-snapshot", s.poolKey, c)
 	rt, fleet, logger := s.rt, s.fleet.StateKey, s.logger.Named("snapshot")
 	v, _, err := snapStates.LoadOrNew(pk, func() (caddy.Destructor, error) {
 		// The writes outlive this config (a reload keeps them): they stop
