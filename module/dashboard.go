@@ -17,8 +17,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(Dashboard{})
-	httpcaddyfile.RegisterHandlerDirective("ramjet_dashboard", parseDashboardCaddyfile)
-	httpcaddyfile.RegisterDirectiveOrder("ramjet_dashboard", httpcaddyfile.After, "metrics")
+	registerHandler[Dashboard]("ramjet_dashboard", httpcaddyfile.After, "metrics")
 }
 
 // Defaults of the dashboard.
@@ -68,12 +67,6 @@ func (Dashboard) CaddyModule() caddy.ModuleInfo {
 //	}
 func (d *Dashboard) UnmarshalCaddyfile(disp *caddyfile.Dispenser) error {
 	return optionBlock(disp, "ramjet_dashboard", d, nil)
-}
-
-func parseDashboardCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	var d Dashboard
-	err := d.UnmarshalCaddyfile(h.Dispenser)
-	return &d, err
 }
 
 // Provision registers the metrics and joins (or starts) the sampler.

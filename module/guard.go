@@ -19,12 +19,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(Guard{})
-	httpcaddyfile.RegisterHandlerDirective("ramjet_guard", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-		m := new(Guard)
-		err := m.UnmarshalCaddyfile(h.Dispenser)
-		return m, err
-	})
-	httpcaddyfile.RegisterDirectiveOrder("ramjet_guard", httpcaddyfile.Before, "reverse_proxy")
+	registerHandler[Guard]("ramjet_guard", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // DefaultMaxBodySize is the largest request body the guard accepts by

@@ -20,8 +20,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(Handler{})
-	httpcaddyfile.RegisterHandlerDirective("ramjet_observe", parseHandlerCaddyfile)
-	httpcaddyfile.RegisterDirectiveOrder("ramjet_observe", httpcaddyfile.Before, "reverse_proxy")
+	registerHandler[Handler]("ramjet_observe", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // Handler watches the response of a request routed by the ramjet policy.
@@ -78,6 +77,22 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return optionBlock(d, "ramjet_observe", h, map[string]map[string]any{"write_timeout": {"off": -1}})
 }
 
+// registerHandler registers the Caddyfile directive name of the handler
+// module T (each file's init registers its own), parsed by
+// T.UnmarshalCaddyfile and ordered pos (httpcaddyfile.Before or After)
+// the directive other.
+func registerHandler[T any, PT interface {
+	*T
+	caddyhttp.MiddlewareHandler
+	caddyfile.Unmarshaler
+}](name string, pos httpcaddyfile.Positional, other string) {
+	httpcaddyfile.RegisterHandlerDirective(name, func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		m := PT(new(T))
+		return m, m.UnmarshalCaddyfile(h.Dispenser)
+	})
+	httpcaddyfile.RegisterDirectiveOrder(name, pos, other)
+}
+
 // optionBlock parses a directive that takes no arguments and a block of
 // v's options (package caddyblock), each given at most once with one
 // value; words are the keywords of options besides their values.
@@ -106,12 +121,6 @@ func (h *Handler) Validate() error {
 		return fmt.Errorf("write_timeout must be positive or -1 (off), got %v", time.Duration(h.WriteTimeout))
 	}
 	return fleetstate.CheckStateKey(h.StateKey)
-}
-
-func parseHandlerCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	var m Handler
-	err := m.UnmarshalCaddyfile(h.Dispenser)
-	return &m, err
 }
 
 // ServeHTTP wraps w and calls next.

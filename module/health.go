@@ -20,12 +20,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(Health{})
-	httpcaddyfile.RegisterHandlerDirective("ramjet_health", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-		m := new(Health)
-		err := m.UnmarshalCaddyfile(h.Dispenser)
-		return m, err
-	})
-	httpcaddyfile.RegisterDirectiveOrder("ramjet_health", httpcaddyfile.Before, "reverse_proxy")
+	registerHandler[Health]("ramjet_health", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // Health answers GET /health on the client port (module

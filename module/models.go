@@ -20,12 +20,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(Models{})
-	httpcaddyfile.RegisterHandlerDirective("ramjet_models", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-		m := new(Models)
-		err := m.UnmarshalCaddyfile(h.Dispenser)
-		return m, err
-	})
-	httpcaddyfile.RegisterDirectiveOrder("ramjet_models", httpcaddyfile.Before, "reverse_proxy")
+	registerHandler[Models]("ramjet_models", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // Models answers GET /v1/models (and GET /v1/models/{id}) for a ramjet route

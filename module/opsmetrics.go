@@ -16,12 +16,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(OpsMetrics{})
-	httpcaddyfile.RegisterHandlerDirective("ramjet_metrics", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-		m := new(OpsMetrics)
-		err := m.UnmarshalCaddyfile(h.Dispenser)
-		return m, err
-	})
-	httpcaddyfile.RegisterDirectiveOrder("ramjet_metrics", httpcaddyfile.Before, "metrics")
+	registerHandler[OpsMetrics]("ramjet_metrics", httpcaddyfile.Before, "metrics")
 }
 
 // OpsMetrics serves the config's Prometheus registry as Caddy's `metrics`
