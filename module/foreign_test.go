@@ -90,13 +90,13 @@ func TestForeignPrefillFeeds(t *testing.T) {
 	if !p.kv.p.Bind(s, "127.0.0.1:9") {
 		t.Fatal("no feed for 127.0.0.1:9")
 	}
-	r, _ := p.kv.x.Lookup("127.0.0.1:9")
-	bs := p.kv.x.BlockSize()
+	r, _ := p.kv.p.Index().Lookup("127.0.0.1:9")
+	bs := p.kv.p.Index().BlockSize()
 	toks := make([]uint32, 8*bs)
 	for i := range toks {
 		toks[i] = uint32(i)
 	}
-	p.kv.x.Apply(r, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.KindBlockStored, Medium: "GPU",
+	p.kv.p.Index().Apply(r, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.KindBlockStored, Medium: "GPU",
 		BlockHashes: []uint64{1, 2, 3, 4, 5, 6, 7, 8}, TokenIDs: toks, BlockSize: bs}}})
 	if got := p.rt.ExternalPrefill(s); got != int64(8*bs) {
 		t.Fatalf("external prefill %d after a foreign run of %d tokens", got, 8*bs)
@@ -227,7 +227,7 @@ func TestE2EForeignPrefill(t *testing.T) {
 		if after, _ := fp.Counted(); after != before {
 			return false // a run of it read as foreign rewrote the slot: another
 		}
-		if floor := fp.Share() * float64(k.x.BlockSize()); got <= 0 || float64(got) < floor {
+		if floor := fp.Share() * float64(k.p.Index().BlockSize()); got <= 0 || float64(got) < floor {
 			t.Errorf("external prefill %d on the own request's replica, want at least rho (%.3f) x a block", got, fp.Share())
 		}
 		t.Logf("own request %d: external prefill %d, rho %.3f", i, got, fp.Share())

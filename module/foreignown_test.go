@@ -41,7 +41,7 @@ func TestE2EForeignOwnRuns(t *testing.T) {
 				for _, r := range sim.Stats() {
 					blocks += r.Engine.CachedBlocks
 				}
-				return k.x.Entries() == int64(blocks)
+				return k.p.Index().Entries() == int64(blocks)
 			}
 			eventually(t, "the warm-up's runs in the index", settled)
 			agent := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(longText("agent system", 4000)), userMsg(longText("task", 800))}

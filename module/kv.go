@@ -102,11 +102,7 @@ var kvStates = caddy.NewUsagePool()
 // reloads, with what the module adds: the preflight's latency histogram
 // and the fleet whose route ids label its metrics.
 type kvState struct {
-	key    string
-	p      *kvindex.Precise
-	x      *kvindex.Index     // p's index
-	tk     *kvindex.Tokenizer // p's tokenizer
-	canary *kvindex.Canary    // p's canary; nil unless configured
+	p *kvindex.Precise
 
 	// timeout bounds the whole preflight of one request (waiting for an
 	// identical one in flight included).
@@ -147,7 +143,7 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 	key := fleetstate.SettingsKey("ramjet-kv", s.StateKey, s.KV)
 	logger := s.logger.Named("kv")
 	v, _, err := kvStates.LoadOrNew(key, func() (caddy.Destructor, error) {
-		k := &kvState{key: key, timeout: time.Duration(s.KV.TokenizeTimeout),
+		k := &kvState{timeout: time.Duration(s.KV.TokenizeTimeout),
 			tokLatency: kvindex.NewLatencyHist(), stateKey: s.StateKey, fp: selection.NewForeignPrefill()}
 		pc, err := s.KV.Precise(resolveSecret(s.KV.UpstreamToken), HeaderRank, logger, k.tokLatency.Observe)
 		if err != nil {
@@ -157,7 +153,6 @@ func (s *RamjetSelection) provisionKV(ctx caddy.Context) error {
 		if k.p, err = kvindex.NewPrecise(pc); err != nil {
 			return nil, err
 		}
-		k.x, k.tk, k.canary = k.p.Index(), k.p.Tokenizer(), k.p.Canary()
 		k.p.Start(context.Background()) // the feeds outlive this config (a reload keeps them): Destruct stops them
 		return k, nil
 	})

@@ -57,8 +57,8 @@ func BenchmarkSelectKV(b *testing.B) {
 			p.logger = zap.NewNop()
 			// Every replica holds a first block of its own: fresh feeds.
 			for i, up := range pool {
-				r, _ := p.kv.x.Lookup(up.Dial)
-				p.kv.x.Apply(r, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.KindBlockStored,
+				r, _ := p.kv.p.Index().Lookup(up.Dial)
+				p.kv.p.Index().Apply(r, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.KindBlockStored,
 					BlockHashes: []uint64{uint64(i + 1)}, TokenIDs: make([]uint32, 16), BlockSize: 16}}})
 			}
 			bodies := make([][]byte, 32)
@@ -81,8 +81,8 @@ func BenchmarkSelectKV(b *testing.B) {
 				i++
 			}
 			b.StopTimer()
-			if p.kv.preciseN() == 0 || p.kv.tk.CacheHits() == 0 {
-				b.Fatalf("precise %d approximate %d cache hits %d", p.kv.preciseN(), p.kv.approxN(), p.kv.tk.CacheHits())
+			if p.kv.preciseN() == 0 || p.kv.p.Tokenizer().CacheHits() == 0 {
+				b.Fatalf("precise %d approximate %d cache hits %d", p.kv.preciseN(), p.kv.approxN(), p.kv.p.Tokenizer().CacheHits())
 			}
 		})
 	}

@@ -240,13 +240,13 @@ func warmKV(t *testing.T, cl openai.Client, model string, k *kvState, addr strin
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
-		r0, _ := k.x.Lookup(addr + "#0")
-		r1, _ := k.x.Lookup(addr + "#1")
-		if k.x.Fresh(r0) && k.x.Fresh(r1) {
+		r0, _ := k.p.Index().Lookup(addr + "#0")
+		r1, _ := k.p.Index().Lookup(addr + "#1")
+		if k.p.Index().Fresh(r0) && k.p.Index().Fresh(r1) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("feeds never became fresh: %+v", k.x.AppendReplicaStats(nil))
+			t.Fatalf("feeds never became fresh: %+v", k.p.Index().AppendReplicaStats(nil))
 		}
 		// Distinct prompts longer than a block, so that the rendezvous
 		// tie-break spreads them over both ranks.
@@ -316,8 +316,8 @@ func TestE2EKVPreciseRouting(t *testing.T) {
 	}
 	eventually(t, "every deferred preflight compared", func() bool { _, agreed, _ := k.p.PrefixStats(); return agreed >= routed })
 	t.Logf("precise decisions %d, later turns with cached tokens %d/%d, index entries %d, tokenize cache hits %d",
-		k.preciseN()-before, hits, turnsAfterFirst, k.x.Entries(), k.tk.CacheHits())
-	if n := k.tk.Fallbacks(kvindex.FallbackTimeout) + k.tk.Fallbacks(kvindex.FallbackError); n != 0 {
+		k.preciseN()-before, hits, turnsAfterFirst, k.p.Index().Entries(), k.p.Tokenizer().CacheHits())
+	if n := k.p.Tokenizer().Fallbacks(kvindex.FallbackTimeout) + k.p.Tokenizer().Fallbacks(kvindex.FallbackError); n != 0 {
 		t.Errorf("%d tokenize fallbacks", n)
 	}
 
@@ -385,13 +385,13 @@ func TestE2EKVCanary(t *testing.T) {
 	// Each rank is probed every 300ms (time for the previous probe's events
 	// to arrive); its first probe warms the prefix (not counted: the feed is
 	// not fresh before its first event).
-	eventually(t, "four measured probes", func() bool { _, n := k.canary.Accuracy(); return n >= 4 })
-	acc, n := k.canary.Accuracy()
-	if acc != 1 || k.canary.MeanAbsError() != 0 {
-		t.Errorf("canary accuracy %v over %d probes, mean abs error %v", acc, n, k.canary.MeanAbsError())
+	eventually(t, "four measured probes", func() bool { _, n := k.p.Canary().Accuracy(); return n >= 4 })
+	acc, n := k.p.Canary().Accuracy()
+	if acc != 1 || k.p.Canary().MeanAbsError() != 0 {
+		t.Errorf("canary accuracy %v over %d probes, mean abs error %v", acc, n, k.p.Canary().MeanAbsError())
 	}
-	if k.canary.Errors() != 0 || k.canary.Unsupported() != 0 {
-		t.Errorf("canary errors %d unsupported %d", k.canary.Errors(), k.canary.Unsupported())
+	if k.p.Canary().Errors() != 0 || k.p.Canary().Unsupported() != 0 {
+		t.Errorf("canary errors %d unsupported %d", k.p.Canary().Errors(), k.p.Canary().Unsupported())
 	}
 	if probs, err := testutil.CollectAndLint(kvCollector()); err != nil || len(probs) > 0 {
 		t.Errorf("lint: %v %v", err, probs)
@@ -414,7 +414,7 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 	// ZMQ drops what a PUB sends before the SUB's subscription reached it:
 	// wait for the feeds, then chat until the engine's stores land.
 	eventually(t, "the feeds connected", func() bool {
-		stats := k.x.AppendReplicaStats(nil)
+		stats := k.p.Index().AppendReplicaStats(nil)
 		for _, st := range stats {
 			if !st.Connected {
 				return false
@@ -426,9 +426,9 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 	eventually(t, "entries", func() bool {
 		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("reload %d", i), 400))})
 		i++
-		return i >= 4 && k.x.Entries() > 0
+		return i >= 4 && k.p.Index().Entries() > 0
 	})
-	entries := k.x.Entries()
+	entries := k.p.Index().Entries()
 
 	// A reload that keeps the kv settings keeps the index and its feeds.
 	opts.Tag = "second"
@@ -436,8 +436,8 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 	if liveKV(t) != k {
 		t.Fatal("the kv state was rebuilt by a reload with the same kv settings")
 	}
-	if k.x.Entries() < entries || k.x.Fences(kvindex.FenceReconnect) != 0 {
-		t.Errorf("entries %d (had %d), reconnect fences %d", k.x.Entries(), entries, k.x.Fences(kvindex.FenceReconnect))
+	if k.p.Index().Entries() < entries || k.p.Index().Fences(kvindex.FenceReconnect) != 0 {
+		t.Errorf("entries %d (had %d), reconnect fences %d", k.p.Index().Entries(), entries, k.p.Index().Fences(kvindex.FenceReconnect))
 	}
 	kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText("after reload", 400))})
 
@@ -448,7 +448,7 @@ func TestE2EKVSurvivesReload(t *testing.T) {
 		t.Fatal("the kv state was kept across a change of block_size")
 	}
 	eventually(t, "the old feeds closed", func() bool {
-		for _, st := range k.x.AppendReplicaStats(nil) {
+		for _, st := range k.p.Index().AppendReplicaStats(nil) {
 			if st.Connected {
 				return false
 			}
@@ -521,16 +521,16 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 		if totalInflight(f) != 0 || totalPending(f) != 0 {
 			return false
 		}
-		a, b := stats(k.x), stats(pre.Index())
+		a, b := stats(k.p.Index()), stats(pre.Index())
 		for _, key := range keys {
 			if a[key].Fresh != b[key].Fresh || a[key].Applied != b[key].Applied || a[key].Entries != b[key].Entries {
 				return false
 			}
 		}
-		return k.x.Predicted() == pre.Index().Predicted()
+		return k.p.Index().Predicted() == pre.Index().Predicted()
 	}
 	allFresh := func() bool {
-		a, b := stats(k.x), stats(pre.Index())
+		a, b := stats(k.p.Index()), stats(pre.Index())
 		return a[keys[0]].Fresh && a[keys[1]].Fresh && b[keys[0]].Fresh && b[keys[1]].Fresh
 	}
 	keyOf := func(id string) string {
@@ -561,7 +561,7 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 	// and the simulation's approximate index learns the same choices.
 	for i := 0; !(allFresh() && poll(2*time.Second, synced)); i++ {
 		if i == 40 {
-			t.Fatalf("indexes never in step: module %+v, simulation %+v", k.x.AppendReplicaStats(nil), pre.Index().AppendReplicaStats(nil))
+			t.Fatalf("indexes never in step: module %+v, simulation %+v", k.p.Index().AppendReplicaStats(nil), pre.Index().AppendReplicaStats(nil))
 		}
 		body := chatBody(sim.Model(), false, [2]string{"user", longText(fmt.Sprintf("warm-up %d", i), 400)})
 		got := send(body)
@@ -601,7 +601,7 @@ func TestModuleAndFleetsimDecideAlikePrecise(t *testing.T) {
 			convs[ci] = append(convs[ci], [2]string{"assistant", "noted"})
 			if !poll(10*time.Second, synced) {
 				t.Fatalf("request %d: indexes out of step: module %+v predicted %d, simulation %+v predicted %d", n,
-					k.x.AppendReplicaStats(nil), k.x.Predicted(), pre.Index().AppendReplicaStats(nil), pre.Index().Predicted())
+					k.p.Index().AppendReplicaStats(nil), k.p.Index().Predicted(), pre.Index().AppendReplicaStats(nil), pre.Index().Predicted())
 			}
 			parse(body)
 			req, err := kvindex.RequestFor(selection.EndpointChat, []byte(body), feat)
@@ -647,14 +647,14 @@ func TestE2EKVNoPreflightInSelect(t *testing.T) {
 	cl := newClient(c)
 	k := liveKV(t)
 	fresh := func() bool {
-		r0, _ := k.x.Lookup(addr + "#0")
-		r1, _ := k.x.Lookup(addr + "#1")
-		return k.x.Fresh(r0) && k.x.Fresh(r1)
+		r0, _ := k.p.Index().Lookup(addr + "#0")
+		r1, _ := k.p.Index().Lookup(addr + "#1")
+		return k.p.Index().Fresh(r0) && k.p.Index().Fresh(r1)
 	}
 	n := 0
 	for ; !fresh(); n++ {
 		if n == 40 {
-			t.Fatalf("feeds never became fresh: %+v", k.x.AppendReplicaStats(nil))
+			t.Fatalf("feeds never became fresh: %+v", k.p.Index().AppendReplicaStats(nil))
 		}
 		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("no handler %d", n), 400))})
 	}
@@ -662,7 +662,7 @@ func TestE2EKVNoPreflightInSelect(t *testing.T) {
 		kvChat(t, cl, sim.Model(), []openai.ChatCompletionMessageParamUnion{userMsg(longText(fmt.Sprintf("fresh %d", i), 400))})
 		n++
 	}
-	if sent := k.tk.CacheMisses() + k.tk.CacheHits(); sent != 0 {
+	if sent := k.p.Tokenizer().CacheMisses() + k.p.Tokenizer().CacheHits(); sent != 0 {
 		t.Errorf("%d preflight lookups without the handler, want 0", sent)
 	}
 	if k.preciseN() != 0 || k.approxN() != uint64(n) {
@@ -786,9 +786,9 @@ func TestDeployCaddyfileKV(t *testing.T) {
 // fresh with the request's first stores, shows the whole prompt on its way.
 func TestE2EKVColdStartPredicts(t *testing.T) {
 	sim, addr, cl, k := startPreciseCaddy(t)
-	r0, _ := k.x.Lookup(addr + "#0")
-	r1, _ := k.x.Lookup(addr + "#1")
-	eventually(t, "the feeds connected", func() bool { return k.x.Stats(r0).Connected && k.x.Stats(r1).Connected })
+	r0, _ := k.p.Index().Lookup(addr + "#0")
+	r1, _ := k.p.Index().Lookup(addr + "#1")
+	eventually(t, "the feeds connected", func() bool { return k.p.Index().Stats(r0).Connected && k.p.Index().Stats(r1).Connected })
 	if k.p.Ready() || !k.p.Cold() {
 		t.Fatalf("ready %v cold %v before any store, want the cold start", k.p.Ready(), k.p.Cold())
 	}

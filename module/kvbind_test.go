@@ -147,8 +147,8 @@ func TestE2EKVBindMode(t *testing.T) {
 	fa.target.Store(simA.Addr())
 	fb.target.Store(simB.Addr())
 	cl := newClient(c)
-	ra, _ := k.x.Lookup(a)
-	rb, _ := k.x.Lookup(b)
+	ra, _ := k.p.Index().Lookup(a)
+	rb, _ := k.p.Index().Lookup(b)
 
 	// Engine B's stores never land: sent to it directly (not through the
 	// router, which may prefer A), until its feed is flagged.
@@ -166,14 +166,14 @@ func TestE2EKVBindMode(t *testing.T) {
 	eventually(t, "engine B's feed flagged", func() bool {
 		direct(simB.URL(), i)
 		i++
-		st := k.x.Stats(rb)
+		st := k.p.Index().Stats(rb)
 		return st.Messages > 0 && !st.Healthy
 	})
 	// Engine A's feed turns fresh with its first event.
 	eventually(t, "engine A's feed fresh", func() bool {
 		direct(simA.URL(), i)
 		i++
-		return k.x.Fresh(ra)
+		return k.p.Index().Fresh(ra)
 	})
 
 	resp, body := c.do(http.MethodGet, c.url("/health"), "")
@@ -222,8 +222,8 @@ func TestE2EKVBindMode(t *testing.T) {
 	if onA == 0 || hits != onA {
 		t.Errorf("%d of %d later turns on A found cached tokens", hits, onA)
 	}
-	if st := k.x.Stats(rb); st.Fresh || k.x.BlockSizeMismatches() == 0 {
-		t.Errorf("engine B: %+v, %d block size mismatches", st, k.x.BlockSizeMismatches())
+	if st := k.p.Index().Stats(rb); st.Fresh || k.p.Index().BlockSizeMismatches() == 0 {
+		t.Errorf("engine B: %+v, %d block size mismatches", st, k.p.Index().BlockSizeMismatches())
 	}
 }
 
@@ -288,7 +288,7 @@ func TestE2EKVBindReload(t *testing.T) {
 	user := func(s string) string { return fmt.Sprintf(`{"role":"user","content":%q}`, s) }
 	fresh := func(k *kvState) bool {
 		for _, up := range []string{a, b} {
-			if r, ok := k.x.Lookup(up); !ok || !k.x.Fresh(r) {
+			if r, ok := k.p.Index().Lookup(up); !ok || !k.p.Index().Fresh(r) {
 				return false
 			}
 		}
@@ -366,7 +366,7 @@ func TestE2EKVBindReload(t *testing.T) {
 		return fresh(k2)
 	})
 	for i, up := range []string{a, b} {
-		r, _ := k2.x.Lookup(up)
+		r, _ := k2.p.Index().Lookup(up)
 		// The conversation stored before the reload, one turn on: the
 		// new index has its blocks (replayed) and agrees with the engine.
 		msgs := "[" + convs[i] + `,{"role":"assistant","content":"noted"},` + user("and then?") + "]"
@@ -374,19 +374,19 @@ func TestE2EKVBindReload(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := make([]int, k2.x.NumReplicas())
-		k2.x.Overlap(k2.x.Keys(nil, 0, toks), out)
+		out := make([]int, k2.p.Index().NumReplicas())
+		k2.p.Index().Overlap(k2.p.Index().Keys(nil, 0, toks), out)
 		if got := chat(i, msgs); got != out[r] || got == 0 {
 			t.Errorf("%s after the reload: engine cached %d, index %d", up, got, out[r])
 		}
-		if s := k2.x.Stats(r); !s.Complete || s.ReplayFailures != 0 || s.Fences != 0 {
+		if s := k2.p.Index().Stats(r); !s.Complete || s.ReplayFailures != 0 || s.Fences != 0 {
 			t.Errorf("%s: the new index does not mirror the engine: %+v", up, s)
 		} else {
 			t.Logf("%s: the new index: %d messages, %d of them replayed", up, s.Messages, s.Replayed)
 		}
 	}
 	eventually(t, "the old feeds closed", func() bool {
-		for _, s := range k.x.AppendReplicaStats(nil) {
+		for _, s := range k.p.Index().AppendReplicaStats(nil) {
 			if s.Connected {
 				return false
 			}

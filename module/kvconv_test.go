@@ -96,9 +96,9 @@ http://{ADDR} {
 	simB := start(enginesim.KVEventsOptions{Endpoint: bound, Connect: true, Topic: "kv@b", ParentZero: true})
 	fb.target.Store(simB.Addr())
 	model := simA.Model()
-	ra, _ := k.x.Lookup(a)
-	rb, _ := k.x.Lookup(b)
-	rc, _ := k.x.Lookup(c)
+	ra, _ := k.p.Index().Lookup(a)
+	rb, _ := k.p.Index().Lookup(b)
+	rc, _ := k.p.Index().Lookup(c)
 
 	// direct sends a fresh prompt straight to an engine (not through the
 	// router, which may prefer another), to make it publish.
@@ -112,13 +112,13 @@ http://{ADDR} {
 	eventually(t, "A's and B's feeds fresh", func() bool {
 		direct(simA)
 		direct(simB)
-		return k.x.Fresh(ra) && k.x.Fresh(rb)
+		return k.p.Index().Fresh(ra) && k.p.Index().Fresh(rb)
 	})
 	// C's stores never land: flagged within seconds of its first.
 	began := time.Now()
 	eventually(t, "C's feed flagged", func() bool {
 		direct(simC)
-		st := k.x.Stats(rc)
+		st := k.p.Index().Stats(rc)
 		return st.Messages > 0 && !st.Healthy
 	})
 	took := time.Since(began)
@@ -138,13 +138,13 @@ http://{ADDR} {
 	if r := rep.Replicas[2]; r.KV == nil || r.KV.Healthy || !strings.HasPrefix(r.KV.Reason, "stores_not_landing: ") || !r.Healthy {
 		t.Errorf("C in /health: %+v, kv %+v (want usable, its feed unhealthy with the reason)", r, r.KV)
 	}
-	if st := k.x.Stats(rc); st.Fresh || st.Entries != 0 || st.Orphans == 0 {
+	if st := k.p.Index().Stats(rc); st.Fresh || st.Entries != 0 || st.Orphans == 0 {
 		t.Errorf("C's feed: %+v (want not fresh, nothing indexed, orphans counted)", st)
 	}
-	if st := k.x.Stats(ra); !st.Complete || st.Orphans != 0 || st.DecodeErrors != 0 {
+	if st := k.p.Index().Stats(ra); !st.Complete || st.Orphans != 0 || st.DecodeErrors != 0 {
 		t.Errorf("A's feed (dial, replayable) does not mirror the engine: %+v", st)
 	}
-	if st := k.x.Stats(rb); st.Orphans != 0 || st.DecodeErrors != 0 {
+	if st := k.p.Index().Stats(rb); st.Orphans != 0 || st.DecodeErrors != 0 {
 		t.Errorf("B's feed: %+v", st)
 	}
 	byID := map[string]kvindex.Replica{rep.Replicas[0].ID: ra, rep.Replicas[1].ID: rb, rep.Replicas[2].ID: rc}
@@ -178,8 +178,8 @@ http://{ADDR} {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out := make([]int, k.x.NumReplicas())
-			k.x.Overlap(k.x.Keys(nil, 0, toks), out)
+			out := make([]int, k.p.Index().NumReplicas())
+			k.p.Index().Overlap(k.p.Index().Keys(nil, 0, toks), out)
 			id, cached := kvChat(t, client, model, sdk)
 			r, ok := byID[id]
 			if !ok {
@@ -200,7 +200,7 @@ http://{ADDR} {
 				// blocks are indexed (the engine's stores arrive over ZMQ
 				// after its response).
 				eventually(t, "the request's blocks indexed", func() bool {
-					k.x.Overlap(k.x.Keys(nil, 0, toks), out)
+					k.p.Index().Overlap(k.p.Index().Keys(nil, 0, toks), out)
 					return out[r] == len(toks)/bs*bs
 				})
 			}
@@ -225,7 +225,7 @@ http://{ADDR} {
 		t.Fatal(err)
 	}
 	cands := make([]selection.Candidate, 3)
-	k.x.Annotate(k.x.Keys(nil, 0, toks), []kvindex.Replica{ra, rb, rc}, cands, make([]int, k.x.NumReplicas()))
+	k.p.Index().Annotate(k.p.Index().Keys(nil, 0, toks), []kvindex.Replica{ra, rb, rc}, cands, make([]int, k.p.Index().NumReplicas()))
 	if !cands[0].Precise || !cands[1].Precise || cands[2].Precise {
 		t.Errorf("annotation %+v: want A and B precise, C by the estimate", cands)
 	}
@@ -241,7 +241,7 @@ http://{ADDR} {
 		b, _ := json.Marshal(msgs)
 		return engineCached(t, simA.URL(), model, b)
 	}
-	prev := k.x.Stats(ra)
+	prev := k.p.Index().Stats(ra)
 	fe.cut()
 	system := longText("stored while A's feed was cut", 2000)
 	missed := []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": "first question"}}
@@ -252,14 +252,14 @@ http://{ADDR} {
 		t.Fatal(err)
 	}
 	fe.target.Store(strings.TrimPrefix(simA.KVEndpoints()[0], "tcp://"))
-	out := make([]int, k.x.NumReplicas())
+	out := make([]int, k.p.Index().NumReplicas())
 	eventually(t, "the stores A made while cut off replayed", func() bool {
 		direct(simA) // makes A publish once the path is back
-		k.x.Overlap(k.x.Keys(nil, 0, missedToks), out)
+		k.p.Index().Overlap(k.p.Index().Keys(nil, 0, missedToks), out)
 		// (Replayed counts a replay once its last message is applied.)
-		return k.x.Fresh(ra) && out[ra] == len(missedToks)/bs*bs && k.x.Stats(ra).Replayed > prev.Replayed
+		return k.p.Index().Fresh(ra) && out[ra] == len(missedToks)/bs*bs && k.p.Index().Stats(ra).Replayed > prev.Replayed
 	})
-	if st := k.x.Stats(ra); st.Fences <= prev.Fences || st.Replayed <= prev.Replayed || st.ReplayFailures != 0 {
+	if st := k.p.Index().Stats(ra); st.Fences <= prev.Fences || st.Replayed <= prev.Replayed || st.ReplayFailures != 0 {
 		t.Errorf("A after the cut: fences %d (before %d), replayed %d (before %d), replay failures %d",
 			st.Fences, prev.Fences, st.Replayed, prev.Replayed, st.ReplayFailures)
 	}
@@ -269,13 +269,13 @@ http://{ADDR} {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.x.Overlap(k.x.Keys(nil, 0, toks), out)
+	k.p.Index().Overlap(k.p.Index().Keys(nil, 0, toks), out)
 	if cached := chatA(missed); cached != out[ra] || cached < len(missedToks)/bs*bs {
 		t.Errorf("the missed conversation's next turn on A: engine cached %d, index %d (the missed prompt's blocks: %d)",
 			cached, out[ra], len(missedToks)/bs*bs)
 	}
-	t.Logf("A's feed after the cut: %+v", k.x.Stats(ra))
-	t.Logf("later turns agreeing: %v of %v; requests on C %d; C flagged after %v: %+v", hits, checked, onC, took, k.x.Stats(rc))
+	t.Logf("A's feed after the cut: %+v", k.p.Index().Stats(ra))
+	t.Logf("later turns agreeing: %v of %v; requests on C %d; C flagged after %v: %+v", hits, checked, onC, took, k.p.Index().Stats(rc))
 }
 
 // engineCached sends a chat of msgs (a JSON array) straight to the engine

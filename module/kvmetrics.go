@@ -41,7 +41,7 @@ func kvFeeds(f *fleet) map[string]*fleetstate.KVFeedHealth {
 	if pf == nil {
 		return nil
 	}
-	return fleetstate.KVFeeds(pf.kv.x.AppendReplicaStats(nil))
+	return fleetstate.KVFeeds(pf.kv.p.Index().AppendReplicaStats(nil))
 }
 
 // KVPreflightReport is what the precise path of one state key recorded of

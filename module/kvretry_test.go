@@ -45,14 +45,14 @@ func TestE2EKVRetryReleasesEarlierHold(t *testing.T) {
 		}
 		return resp.Header.Get(HeaderUpstream)
 	}
-	ra, _ := k.x.Lookup(a)
-	rb, _ := k.x.Lookup(b)
+	ra, _ := k.p.Index().Lookup(a)
+	rb, _ := k.p.Index().Lookup(b)
 	// Until both feeds delivered an event the replicas are routed by the
 	// estimate; distinct warm-up prompts make both engines publish.
 	deadline := time.Now().Add(20 * time.Second)
-	for i := 0; !k.x.Fresh(ra) || !k.x.Fresh(rb); i++ {
+	for i := 0; !k.p.Index().Fresh(ra) || !k.p.Index().Fresh(rb); i++ {
 		if time.Now().After(deadline) {
-			t.Fatalf("feeds never became fresh: %+v", k.x.AppendReplicaStats(nil))
+			t.Fatalf("feeds never became fresh: %+v", k.p.Index().AppendReplicaStats(nil))
 		}
 		send([]openai.ChatCompletionMessageParamUnion{userMsg(longText("warm-up "+itoa(i), 400))})
 	}
@@ -69,7 +69,7 @@ func TestE2EKVRetryReleasesEarlierHold(t *testing.T) {
 	if sys == "" {
 		t.Fatal("no precise decision landed on engine A")
 	}
-	eventually(t, "first turn's predictions confirmed or released", func() bool { return k.x.Predicted() == 0 })
+	eventually(t, "first turn's predictions confirmed or released", func() bool { return k.p.Index().Predicted() == 0 })
 
 	// A refuses: the precise decision holds the new turn's blocks on A, the
 	// dial fails, the retry goes to B. When the request ends, nothing may
@@ -85,5 +85,5 @@ func TestE2EKVRetryReleasesEarlierHold(t *testing.T) {
 	if got := k.preciseN() - before; got != 2 {
 		t.Fatalf("%d precise decisions for the retried request, want 2 (A, then B)", got)
 	}
-	eventually(t, "predictions of the failed attempt on A released", func() bool { return k.x.Predicted() == 0 })
+	eventually(t, "predictions of the failed attempt on A released", func() bool { return k.p.Index().Predicted() == 0 })
 }

@@ -97,8 +97,8 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	})
 	cl := newClient(c)
 	k := liveKV(t)
-	rep := func(i int) (kvindex.Replica, bool) { return k.x.Lookup(key(i)) }
-	fresh := func(i int) bool { r, ok := rep(i); return ok && k.x.Fresh(r) }
+	rep := func(i int) (kvindex.Replica, bool) { return k.p.Index().Lookup(key(i)) }
+	fresh := func(i int) bool { r, ok := rep(i); return ok && k.p.Index().Fresh(r) }
 
 	// freshAfterPokes waits until engine i's feed is fresh, asking the
 	// engine itself (not through the router) for a completion while it is
@@ -122,7 +122,7 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 			return fresh(i)
 		}) {
 			r, _ := rep(i)
-			t.Fatalf("%s: feed not fresh after %d requests to its engine: %+v; engine %+v", what, pokes, k.x.Stats(r), ss[i].Stats())
+			t.Fatalf("%s: feed not fresh after %d requests to its engine: %+v; engine %+v", what, pokes, k.p.Index().Stats(r), ss[i].Stats())
 		}
 	}
 
@@ -189,7 +189,7 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	}
 	if !onNew {
 		t.Fatalf("no conversation of %d homed on the new replica k2 %s in %v (fresh %v; homes %v; k0 %s, k1 %s): %+v",
-			conv, routeOf(2), time.Since(joined), fresh(2), homes, routeOf(0), routeOf(1), k.x.AppendReplicaStats(nil))
+			conv, routeOf(2), time.Since(joined), fresh(2), homes, routeOf(0), routeOf(1), k.p.Index().AppendReplicaStats(nil))
 	}
 	// The conversation's stores reach k2's feed after its answers, and a
 	// subscription that joined as they were published (under load its
@@ -236,18 +236,18 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	// k0 leaves the answer: after depart_after its feed stops and its
 	// entries are dropped.
 	r0, _ := rep(0)
-	if k.x.Stats(r0).Entries == 0 {
+	if k.p.Index().Stats(r0).Entries == 0 {
 		t.Fatal("k0 holds no entries before it leaves")
 	}
-	departed := k.x.Fences(kvindex.FenceDeparted)
+	departed := k.p.Index().Fences(kvindex.FenceDeparted)
 	set(1, 2)
 	left := time.Now()
 	eventually(t, "k0 departed", func() bool { _, ok := rep(0); return !ok && k.p.TemplateFeeds() == 2 })
 	t.Logf("k0 left: its feed stopped and entries dropped %v after the SRV answer dropped it (depart_after 1s)", time.Since(left))
-	if got := k.x.Fences(kvindex.FenceDeparted); got != departed+1 {
+	if got := k.p.Index().Fences(kvindex.FenceDeparted); got != departed+1 {
 		t.Errorf("departed fences %d, want %d", got, departed+1)
 	}
-	if st := k.x.Stats(r0); st.Entries != 0 || st.Fresh || st.ID != "" {
+	if st := k.p.Index().Stats(r0); st.Entries != 0 || st.Fresh || st.ID != "" {
 		t.Errorf("k0's handle after departure: %+v", st)
 	}
 	if feeds := kvFeeds(lookupFleet("")); feeds[key(0)] != nil {
@@ -275,7 +275,7 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /config/: %s", resp.Status)
 	}
-	fences := k.x.Fences(kvindex.FenceReconnect) + k.x.Fences(kvindex.FenceDeparted)
+	fences := k.p.Index().Fences(kvindex.FenceReconnect) + k.p.Index().Fences(kvindex.FenceDeparted)
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatal(err)
 	}
@@ -284,9 +284,9 @@ func TestDynamicSRVKVTemplate(t *testing.T) {
 	}
 	before := k.preciseN()
 	kvChat(t, cl, "qwen3-8b", []openai.ChatCompletionMessageParamUnion{userMsg(longText("after the reload", 400))})
-	if k.preciseN() != before+1 || k.x.Fences(kvindex.FenceReconnect)+k.x.Fences(kvindex.FenceDeparted) != fences {
+	if k.preciseN() != before+1 || k.p.Index().Fences(kvindex.FenceReconnect)+k.p.Index().Fences(kvindex.FenceDeparted) != fences {
 		t.Errorf("after a reload: precise decisions +%d, fences +%d", k.preciseN()-before,
-			k.x.Fences(kvindex.FenceReconnect)+k.x.Fences(kvindex.FenceDeparted)-fences)
+			k.p.Index().Fences(kvindex.FenceReconnect)+k.p.Index().Fences(kvindex.FenceDeparted)-fences)
 	}
 }
 
