@@ -102,11 +102,8 @@ func (o *metricsObserver) End(status int, err error) {
 	if x.HasUsage && st.learned != nil && st.fleet != nil {
 		// Learn from the answer: the engine's own count of cached prompt
 		// tokens corrects the index for what it evicted (selection.Observe).
-		cached := int(x.Usage.CachedTokens)
-		if x.Usage.CachedUnreported {
-			cached = -1 // unknown, not "none cached"
-		}
-		st.fleet.Router().Observe(st.learned, int(x.Usage.PromptTokens), cached, int(x.Usage.CompletionTokens))
+		// An unreported count is unknown, not "none cached" (usage.Usage.Cached).
+		st.fleet.Router().Observe(st.learned, int(x.Usage.PromptTokens), x.Usage.Cached(), int(x.Usage.CompletionTokens))
 	}
 	o.m.Finish(&x, o.inflight, !o.selected && o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
 	if st.metrics == o {

@@ -28,6 +28,16 @@ type Usage struct {
 	CachedUnreported bool
 }
 
+// Cached is the cached prompt tokens as selection.Router.Observe takes
+// them: CachedTokens, or -1 (unknown, not "none cached") when the object
+// had no cached count (CachedUnreported).
+func (u Usage) Cached() int {
+	if u.CachedUnreported {
+		return -1
+	}
+	return int(u.CachedTokens)
+}
+
 // Scanner finds the last "usage" object of a JSON or server-sent-events
 // response body as the body streams past, without buffering it. It looks
 // for the key "usage" with bytes.Index: in valid JSON the bytes "usage"

@@ -170,3 +170,20 @@ func FuzzIndexKey(f *testing.F) {
 		}
 	})
 }
+
+// TestUsageCached: an unreported cached count is -1 for Router.Observe
+// (unknown), a reported one is itself, zero included.
+func TestUsageCached(t *testing.T) {
+	for _, tt := range []struct {
+		give Usage
+		want int
+	}{
+		{Usage{PromptTokens: 100, CachedTokens: 64}, 64},
+		{Usage{PromptTokens: 100}, 0},
+		{Usage{PromptTokens: 100, CachedUnreported: true}, -1},
+	} {
+		if got := tt.give.Cached(); got != tt.want {
+			t.Errorf("%+v.Cached() = %d, want %d", tt.give, got, tt.want)
+		}
+	}
+}
