@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -112,4 +113,23 @@ func (o *FeedOptions) Set(name string, args []string) (bool, error) {
 		return false, nil
 	}
 	return true, err
+}
+
+// ParseFeedLine reads the arguments of the policy's kv_events line,
+// <upstream> [dial|bind] <events> [<replay>], into a FeedSpec; the
+// options of its block are read into the spec after.
+func ParseFeedLine(args []string) (FeedSpec, error) {
+	var e FeedSpec
+	if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
+		e.Bind = args[1] == "bind"
+		args = append(args[:1:1], args[2:]...)
+	}
+	if len(args) < 2 || len(args) > 3 {
+		return e, errors.New("want <upstream> [dial|bind] <events> [<replay>]")
+	}
+	e.Upstream, e.Events = args[0], args[1]
+	if len(args) == 3 {
+		e.Replay = args[2]
+	}
+	return e, nil
 }

@@ -48,3 +48,45 @@ func TestFeedOptions(t *testing.T) {
 		t.Errorf("ParsePairs twice: %v", err)
 	}
 }
+
+// TestParseFeedLine: the policy's kv_events line, with and without the
+// dial|bind word and the replay address; a wrong count is an error and the
+// caller's arguments are left as given.
+func TestParseFeedLine(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		give    []string
+		want    FeedSpec
+		wantErr bool
+	}{
+		{name: "dial", give: []string{"a:1", "tcp://a:5557"}, want: FeedSpec{Upstream: "a:1", Events: "tcp://a:5557"}},
+		{name: "replay", give: []string{"a:1", "tcp://a:5557", "tcp://a:5558"},
+			want: FeedSpec{Upstream: "a:1", Events: "tcp://a:5557", Replay: "tcp://a:5558"}},
+		{name: "bind", give: []string{"*", "bind", "tcp://*:5557"}, want: FeedSpec{Upstream: "*", Events: "tcp://*:5557", Bind: true}},
+		{name: "explicit dial", give: []string{"a:1", "dial", "tcp://a:5557", "tcp://a:5558"},
+			want: FeedSpec{Upstream: "a:1", Events: "tcp://a:5557", Replay: "tcp://a:5558"}},
+		{name: "no events", give: []string{"a:1"}, wantErr: true},
+		{name: "bind without events", give: []string{"a:1", "bind"}, wantErr: true},
+		{name: "too many", give: []string{"a:1", "e", "r", "x"}, wantErr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			give := append([]string(nil), tt.give...)
+			got, err := ParseFeedLine(give)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error = %v, want error %v", err, tt.wantErr)
+			}
+			if tt.wantErr {
+				if !strings.Contains(err.Error(), "want <upstream> [dial|bind] <events> [<replay>]") {
+					t.Errorf("error = %v", err)
+				}
+				return
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ParseFeedLine(%q) (-want +got):\n%s", tt.give, diff)
+			}
+			if diff := cmp.Diff(tt.give, give); diff != "" {
+				t.Errorf("arguments changed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -68,18 +68,9 @@ func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
 			"max_concurrent": "tokenize_concurrency", "cache_entries": "tokenize_cache", "url": "tokenize_url", "wait": "tokenize_wait"})
 	}
 	b.Custom["kv_events"] = func(d *caddyfile.Dispenser) error {
-		var e kvindex.FeedSpec
-		args := d.RemainingArgs()
-		if len(args) >= 2 && (args[1] == "bind" || args[1] == "dial") {
-			e.Bind = args[1] == "bind"
-			args = append(args[:1], args[2:]...)
-		}
-		if len(args) < 2 || len(args) > 3 {
-			return d.Errf("kv_events: want <upstream> [dial|bind] <events> [<replay>]")
-		}
-		e.Upstream, e.Events = args[0], args[1]
-		if len(args) == 3 {
-			e.Replay = args[2]
+		e, err := kvindex.ParseFeedLine(d.RemainingArgs())
+		if err != nil {
+			return d.Errf("kv_events: %v", err)
 		}
 		if err := b.Sub(d, "kv_events", &e, map[string]string{"ranks": "ranks", "scheme": "scheme", "topic": "topic", "resolvers": "resolvers"}); err != nil {
 			return err
