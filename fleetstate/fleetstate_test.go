@@ -98,6 +98,9 @@ func TestLatest(t *testing.T) {
 // between the two.
 func TestLatestOne(t *testing.T) {
 	var l Latest[*int]
+	if !l.Empty() {
+		t.Error("zero Latest: Empty() = false")
+	}
 	one, two := new(int), new(int)
 	check := func(step string, want map[string]*int) {
 		t.Helper()
@@ -109,6 +112,9 @@ func TestLatestOne(t *testing.T) {
 		}
 		if e := l.one.Load(); (e != nil) != (len(want) == 1) {
 			t.Errorf("%s: single-entry cache %v with %d keys", step, e != nil, len(want))
+		}
+		if l.Empty() != (len(want) == 0) {
+			t.Errorf("%s: Empty() = %v with %d keys", step, l.Empty(), len(want))
 		}
 	}
 	l.Set("a", one)

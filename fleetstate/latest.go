@@ -72,6 +72,13 @@ func (l *Latest[T]) Get(key string) (T, bool) {
 	return v, ok
 }
 
+// Empty reports whether no key is set: one atomic load and no lookup,
+// for a request path that has nothing to do while nothing is.
+func (l *Latest[T]) Empty() bool {
+	m := l.m.Load()
+	return m == nil || len(*m) == 0
+}
+
 // Keys lists the keys, sorted.
 func (l *Latest[T]) Keys() []string {
 	keys, _ := l.sorted()

@@ -129,13 +129,17 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	// path (return or abort panic), and recycles it (recycle).
 	st, created := ownedState(w, r)
 	st.observed = true
-	if f := lookupFleet(h.StateKey); f != nil {
-		if pf := f.kv.Load(); pf != nil {
-			logger := h.logger
-			if logger == nil {
-				logger = zap.NewNop()
+	// No fleet lookup while no policy has the precise path on (kvLive is
+	// empty; a policy stores its preflight before it joins kvLive: kv.go).
+	if !kvLive.Empty() {
+		if f := lookupFleet(h.StateKey); f != nil {
+			if pf := f.kv.Load(); pf != nil {
+				logger := h.logger
+				if logger == nil {
+					logger = zap.NewNop()
+				}
+				pf.preflight(r, st, f.Router().Extractor(), logger)
 			}
-			pf.preflight(r, st, f.Router().Extractor(), logger)
 		}
 	}
 	p, own := &st.obsv, !st.obsvInUse
