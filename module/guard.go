@@ -134,8 +134,8 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		}
 	}
 	noDeadline := true
-	if ir, _ := caddyhttp.IdleTimeoutsFromContext(r.Context()); st != nil && !st.bodyRead && g.BodyMinRate == 0 &&
-		ir != nil && idleBounds(&ir.Deadline, time.Duration(g.BodyTimeout)) {
+	ir, iw := caddyhttp.IdleTimeoutsFromContext(r.Context()) // iw: for the ramjet handler behind (below)
+	if st != nil && !st.bodyRead && g.BodyMinRate == 0 && ir != nil && idleBounds(&ir.Deadline, time.Duration(g.BodyTimeout)) {
 		// Caddy's read idle timeout bounds the first read: the deadline
 		// waits for a second one (edge.DeferredDeadline).
 		st.bodyDL.Defer(w, r, time.Duration(g.BodyTimeout))
@@ -172,6 +172,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		}
 		gw.Init(w, nil)
 		gw.SetScrub(g.scrubFn)
+		gw.SetWriteTimeout(0, nil, (*idleWriter)(iw)) // bounds nothing; the handler's write_timeout reads it
 		if st != nil {
 			gw.SetOwner(st) // the handler and policy behind find st there
 		}

@@ -168,8 +168,12 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		ow.SetOwner(st) // a guard and the policy behind find st there
 	}
 	if h.WriteTimeout > 0 {
-		_, iw := caddyhttp.IdleTimeoutsFromContext(r.Context())
-		ow.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader, (*idleWriter)(iw))
+		b := ow.Bound() // a guard in front looked Caddy's idle timeouts up (guard.go)
+		if b == nil {
+			_, iw := caddyhttp.IdleTimeoutsFromContext(r.Context())
+			b = (*idleWriter)(iw)
+		}
+		ow.SetWriteTimeout(time.Duration(h.WriteTimeout), countSlowReader, b)
 	}
 	err := ow.Serve(r, next, edge.StreamCutEvent, st)
 	if created {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
@@ -149,6 +150,62 @@ func TestIdleWriterBounds(t *testing.T) {
 	} {
 		if got := (*idleWriter)(tt.w).Bounds(d); got != tt.want {
 			t.Errorf("%s: Bounds %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// idleLookups counts the lookups of Caddy's idle timeouts in a request's
+// context (caddyhttp.IdleTimeoutsFromContext's key).
+type idleLookups struct {
+	context.Context
+	n *int
+}
+
+func (c idleLookups) Value(key any) any {
+	if key == caddy.CtxKey("idle_timeouts") {
+		*c.n++
+	}
+	return c.Context.Value(key)
+}
+
+// TestGuardHandsIdleTimeoutsToHandler: with the guard in front, the
+// observe handler bounds its writes by the idle timeout writer the guard
+// looked up (one context walk per request, not two); alone, it looks it up
+// itself.
+func TestGuardHandsIdleTimeoutsToHandler(t *testing.T) {
+	g := newTestGuard(t, &Guard{})
+	iw := &caddyhttp.IdleTimeoutWriter{Deadline: caddyhttp.IdleDeadline{Timeout: time.Second}}
+	for _, guardFirst := range []bool{true, false} {
+		var lookups int
+		var bound observe.Bound
+		next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			if ow, ok := w.(*observe.Writer); ok {
+				bound = ow.Bound()
+			}
+			_, err := w.Write([]byte("ok"))
+			return err
+		})
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m1"}`))
+		ctx := caddyhttp.ContextWithIdleTimeouts(req.Context(), nil, iw)
+		ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
+		req = req.WithContext(idleLookups{context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{}), &lookups})
+		h := Handler{WriteTimeout: caddy.Duration(time.Minute)}
+		var err error
+		if guardFirst {
+			err = g.ServeHTTP(httptest.NewRecorder(), req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				return h.ServeHTTP(w, r, next)
+			}))
+		} else {
+			err = h.ServeHTTP(httptest.NewRecorder(), req, next)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, ok := bound.(*idleWriter); !ok || (*caddyhttp.IdleTimeoutWriter)(b) != iw {
+			t.Errorf("guard first %v: the handler's writes are bounded by %#v, want the request's idle timeout writer", guardFirst, bound)
+		}
+		if lookups != 1 {
+			t.Errorf("guard first %v: %d lookups of the idle timeouts, want 1", guardFirst, lookups)
 		}
 	}
 }

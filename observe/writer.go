@@ -91,6 +91,11 @@ func (w *Writer) SetWriteTimeout(d time.Duration, onTimeout func(), b Bound) {
 	w.writeTimeout, w.onTimeout, w.bound = d, onTimeout, b
 }
 
+// Bound is the b SetWriteTimeout was last given, nil when it was not
+// called since Init: a handler that sets up w can look the server's bound
+// up once for the handlers behind it that adopt w.
+func (w *Writer) Bound() Bound { return w.bound }
+
 // Bound reports whether every write and flush below a Writer is already
 // bounded by at most d without progress (SetWriteTimeout). It is asked
 // before each write or flush until the Writer sets a deadline of its own.

@@ -207,7 +207,13 @@ func TestWriterBound(t *testing.T) {
 			rw := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 			var w Writer
 			w.Init(rw, nil)
+			if w.Bound() != nil {
+				t.Fatal("Bound() after Init is not nil")
+			}
 			w.SetWriteTimeout(time.Minute, nil, tt.bound)
+			if w.Bound() != tt.bound {
+				t.Errorf("Bound() = %v, want %v", w.Bound(), tt.bound)
+			}
 			next := handlerFunc(func(hw http.ResponseWriter, _ *http.Request) error {
 				_, _ = hw.Write([]byte("x"))
 				return http.NewResponseController(hw).Flush()
