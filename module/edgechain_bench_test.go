@@ -98,7 +98,7 @@ func (cr *chainRequest) start() context.CancelFunc {
 // completion with usage. The request itself is built once.
 func BenchmarkEdgeChain(b *testing.B) {
 	g := benchGuard(b)
-	var h Handler
+	h := Handler{set: processMetrics()}
 	b.Run("harness", func(b *testing.B) {
 		benchHarness(b, newChainRequest(benchBody(1<<10)), &chainWriter{h: http.Header{}})
 	})
@@ -123,7 +123,7 @@ func BenchmarkEdgeChain(b *testing.B) {
 // request over BenchmarkEdgeChain/1KiB's is what the cores' sharing adds.
 func BenchmarkEdgeChainParallel(b *testing.B) {
 	g := benchGuard(b)
-	var h Handler
+	h := Handler{set: processMetrics()}
 	body := benchBody(1 << 10)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -207,7 +207,7 @@ func TestEdgeChainAllocs(t *testing.T) {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	g := benchGuard(t)
-	var h Handler
+	h := Handler{set: processMetrics()}
 	h.WriteTimeout = caddy.Duration(DefaultWriteTimeout)
 	cr := newChainRequest(benchBody(1 << 10))
 	w := &chainWriter{h: http.Header{}}
@@ -235,7 +235,7 @@ func BenchmarkWholeChain(b *testing.B) {
 	g := benchGuard(b)
 	p := newTestPolicy(b, "")
 	pool := newTestPool(8)
-	var h Handler
+	h := Handler{set: processMetrics()}
 	h.WriteTimeout = caddy.Duration(DefaultWriteTimeout)
 	cr := newChainRequest(benchBody(1 << 10))
 	w := &chainWriter{h: http.Header{}}

@@ -502,7 +502,7 @@ func TestGuardAndHandlerShareOneWriter(t *testing.T) {
 			ctx := context.WithValue(req.Context(), caddy.ReplacerCtxKey, caddy.NewReplacer())
 			req = req.WithContext(context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{}))
 			rec := &statusLog{ResponseRecorder: httptest.NewRecorder(), dial: dial}
-			h := Handler{extra: recordObserver}
+			h := Handler{extra: recordObserver, set: processMetrics()}
 			var err error
 			if guardFirst {
 				err = g.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {

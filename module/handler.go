@@ -15,6 +15,7 @@ import (
 	"github.com/ramjet-llm/ramjet/caddyblock"
 	"github.com/ramjet-llm/ramjet/edge"
 	"github.com/ramjet-llm/ramjet/fleetstate"
+	"github.com/ramjet-llm/ramjet/metrics"
 	"github.com/ramjet-llm/ramjet/observe"
 )
 
@@ -55,6 +56,7 @@ type Handler struct {
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
 
 	logger *zap.Logger
+	set    *metrics.Set // the process's metric set (processMetrics), held from Provision
 	// extra adds an observer to each request's (tests).
 	extra observerFactory
 }
@@ -105,10 +107,10 @@ func optionBlock(d *caddyfile.Dispenser, directive string, v any, words map[stri
 	return b.Parse(d, v)
 }
 
-// Provision takes the logger, fills the default write_timeout and
-// registers the slow reader counter.
+// Provision takes the logger and the metric set, fills the default
+// write_timeout and registers the slow reader counter.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.logger = ctx.Logger()
+	h.logger, h.set = ctx.Logger(), processMetrics()
 	if h.WriteTimeout == 0 {
 		h.WriteTimeout = caddy.Duration(DefaultWriteTimeout)
 	}
@@ -149,7 +151,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	st.obsvInUse = true
 	p.state = stateObserver{st: st}
 	p.outcome = outcomeObserver{r: r, st: st}
-	obs := append(p.list[:0], &p.state, newMetricsObserver(r, st), &p.outcome)
+	obs := append(p.list[:0], &p.state, newMetricsObserver(r, st, h.set), &p.outcome)
 	if st.route.kv != nil { // kvrequest.go: the request's predictions end with it
 		obs = append(obs, st.route.kv)
 	}

@@ -36,7 +36,7 @@ func BenchmarkHandlerServe(b *testing.B) {
 		r := httptest.NewRequest(http.MethodGet, "/v1/models", strings.NewReader(""))
 		r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
 		clear(w.h)
-		if err := (Handler{}).ServeHTTP(w, r, next); err != nil {
+		if err := (Handler{set: processMetrics()}).ServeHTTP(w, r, next); err != nil {
 			b.Fatal(err)
 		}
 	}

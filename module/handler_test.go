@@ -76,7 +76,7 @@ func TestHandlerPrefillReleaseAndObserve(t *testing.T) {
 		w.Write([]byte("data: [DONE]\n\n"))
 		return errNext
 	})
-	if err := (Handler{extra: recordObserver}).ServeHTTP(rec, r, next); err != errNext {
+	if err := (Handler{extra: recordObserver, set: processMetrics()}).ServeHTTP(rec, r, next); err != errNext {
 		t.Fatalf("ServeHTTP error %v, want next's", err)
 	}
 	st := lookupRequest(r)
@@ -189,7 +189,7 @@ func TestGuardHandsIdleTimeoutsToHandler(t *testing.T) {
 		ctx := caddyhttp.ContextWithIdleTimeouts(req.Context(), nil, iw)
 		ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
 		req = req.WithContext(idleLookups{context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{}), &lookups})
-		h := Handler{WriteTimeout: caddy.Duration(time.Minute)}
+		h := Handler{WriteTimeout: caddy.Duration(time.Minute), set: processMetrics()}
 		var err error
 		if guardFirst {
 			err = g.ServeHTTP(httptest.NewRecorder(), req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {

@@ -63,9 +63,9 @@ type metricsObserver struct {
 
 var observerPool = sync.Pool{New: func() any { return new(metricsObserver) }}
 
-func newMetricsObserver(r *http.Request, st *reqState) observe.Observer {
+func newMetricsObserver(r *http.Request, st *reqState, m *metrics.Set) observe.Observer {
 	o := observerPool.Get().(*metricsObserver)
-	o.m, o.st, o.r, o.start = processMetrics(), st, r, time.Now()
+	o.m, o.st, o.r, o.start = m, st, r, time.Now()
 	o.Response.Start = o.start // its first byte's time is read from the monotonic clock
 	st.metrics = o             // found by observeSelect
 	return o

@@ -19,7 +19,7 @@ import (
 // the vars and the request as a late reader of them would see it.
 func recycleChain(t *testing.T, guardFirst bool) func(body string, next caddyhttp.HandlerFunc) (*http.Request, error) {
 	g := newTestGuard(t, &Guard{})
-	var h Handler
+	h := Handler{set: processMetrics()}
 	return func(body string, next caddyhttp.HandlerFunc) (*http.Request, error) {
 		t.Helper()
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
@@ -107,7 +107,7 @@ func TestRecycledStateLeavesNoHolder(t *testing.T) {
 // then runs its error routes over the same vars) the state is not pooled:
 // a reader after the chain still finds the request's own state.
 func TestStateKeptAfterChainError(t *testing.T) {
-	var h Handler // alone: no guard in front rewrites the error
+	h := Handler{set: processMetrics()} // alone: no guard in front rewrites the error
 	var st1 *reqState
 	late := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m1","messages":[]}`))
 	late = late.WithContext(context.WithValue(late.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
