@@ -71,11 +71,11 @@ func newMetricsObserver(r *http.Request, st *reqState, m *metrics.Set) observe.O
 	return o
 }
 
-// observeSelect is called by the policy's Select (deferred, with metrics.MonoNow
-// when Select started) once st holds the attempt's decision.
-func observeSelect(r *http.Request, st *reqState, t0 time.Duration) {
+// observeSelect is called by the policy's Select (deferred, with its
+// metric set and metrics.MonoNow when Select started) once st holds the
+// attempt's decision.
+func observeSelect(m *metrics.Set, st *reqState, t0 time.Duration) {
 	took := metrics.MonoNow() - t0
-	m := processMetrics()
 	m.ObserveSelection(st.routeID(), st.decision, st.fallback, took)
 	if o := st.metrics; o != nil && !o.selected && o.st == st {
 		o.selected = true

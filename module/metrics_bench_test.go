@@ -46,7 +46,7 @@ func BenchmarkObserverStream(b *testing.B) {
 			for b.Loop() {
 				clear(vars)
 				o := newMetricsObserver(r, st, processMetrics())
-				observeSelect(r, st, metrics.MonoNow())
+				observeSelect(processMetrics(), st, metrics.MonoNow())
 				o.WriteHeader(200, h)
 				for _, c := range chunks {
 					o.Write(c)

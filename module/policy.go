@@ -74,7 +74,8 @@ type RamjetSelection struct {
 	profiles   map[string]selection.Profile
 	view       *atomic.Pointer[poolView] // set in Provision
 	logger     *zap.Logger
-	kv         *kvState // precise index, when KV is set
+	set        *metrics.Set // the process's metric set (processMetrics), held from Provision
+	kv         *kvState     // precise index, when KV is set
 	kvKey      string
 	kvUnhook   func()       // removes kv's hook on the fleet's departures
 	engines    *engineState // engine metrics scraper, when EngineMetrics is set
@@ -220,7 +221,7 @@ func (s *RamjetSelection) Provision(ctx caddy.Context) error {
 	if err := CheckRetiredEnv(); err != nil { // env.go: refuse MD_* settings
 		return err
 	}
-	s.logger = ctx.Logger()
+	s.logger, s.set = ctx.Logger(), processMetrics()
 	s.view = new(atomic.Pointer[poolView])
 	s.SetDefaults()
 	if err := s.Validate(); err != nil {
@@ -331,7 +332,7 @@ func (s *RamjetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request
 		return nil
 	}
 	st := requestState(w, r)
-	defer observeSelect(r, st, metrics.MonoNow()) // metrics.go: decision counts, selection latency
+	defer observeSelect(s.set, st, metrics.MonoNow()) // metrics.go: decision counts, selection latency
 	st.attempts++
 	if st.attempts > 1 {
 		reportRetried(st, retriedStatus(r))
