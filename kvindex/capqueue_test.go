@@ -185,3 +185,55 @@ func annotateWant(t *testing.T, p *Precise, f *selection.Features, cands []selec
 		}
 	}
 }
+
+// TestPreciseCapPeer checks PreciseConfig.CapPeer: under CapLoad, an exact
+// overlap past the estimate's credit on this router's blocks stands only
+// on a replica whose resident context is at most CapPeer times the
+// candidates' mean (the in-flight counts with CapPeerInflight); a busier
+// one is capped. Off (0), CapLoad alone decides.
+func TestPreciseCapPeer(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
+	for _, tc := range []struct {
+		name         string
+		k            float64
+		inflight     bool
+		wantA, wantB bool // a idle, b three decoding requests
+	}{
+		{"off", 0, false, true, true},
+		{"resident once", 1, false, true, false},
+		{"inflight once", 1, true, true, false},
+		{"resident thrice", 3.5, false, true, true}, // b holds all: 3 x its mean
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }},
+				CapLoad: 3, CapPeer: tc.k, CapPeerInflight: tc.inflight})
+			for _, c := range cands {
+				rt.SetCapacity(c.Slot, 400)
+			}
+			ownTwoBlocks(t, p.Index(), toks)
+			var held []*selection.Reservation
+			for j := range 3 {
+				g := rt.Extractor().NewFeatures()
+				g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], uint64(7+j), []uint32{90, 91, 92, 93}, 4)
+				g.PromptBytes = 16
+				_, r := rt.Route(g, []selection.Candidate{cands[1]}, selection.NewScratch(1), nil, nil)
+				r.PrefillDone()
+				held = append(held, r)
+			}
+			if inf, _ := rt.Load(cands[1].Slot); inf != 3 || rt.Resident(cands[1].Slot) <= 0 || rt.Resident(cands[0].Slot) != 0 {
+				t.Fatalf("setup: b in flight %d, resident %d, a resident %d; want 3, > 0, 0", inf, rt.Resident(cands[1].Slot), rt.Resident(cands[0].Slot))
+			}
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			s := selection.NewScratch(3)
+			s.Tokens = toks
+			annotateWant(t, p, f, cands, s, 8, tc.wantA, tc.wantB, true)
+			for _, r := range held {
+				r.Release()
+			}
+			annotateWant(t, p, f, cands, s, 8, true, true, true) // all idle: no peer is busier
+		})
+	}
+}

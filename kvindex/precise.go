@@ -131,6 +131,22 @@ type PreciseConfig struct {
 	// its load with 65,536-131,072-token caches TTFT p95 8-18% and output
 	// 2-4% (bench/EXPERIMENTS.md section 104).
 	CapLoad float64
+	// CapPeer, with CapLoad on, lifts the estimate cap only on a replica
+	// no busier than its peers: an exact overlap past the estimate's
+	// credit on blocks this router routed there (and within CapLoad)
+	// stands only while the replica's resident context (Router.Resident:
+	// the contexts its in-flight requests keep) is at most CapPeer times
+	// the mean over the decision's candidates. Where the fleet is loaded
+	// evenly, moving the request away buys no shorter queue and its
+	// context evicts another replica's conversations, so the exact
+	// overlap pays; where its home is busier than the others, keeping the
+	// request there makes it a magnet that queues it and its neighbours
+	// (bench/EXPERIMENTS.md section 107). 0 or negative: off (CapLoad
+	// alone decides).
+	CapPeer float64
+	// CapPeerInflight, with CapPeer, compares the in-flight request counts
+	// (Router.Load) instead of the resident contexts: a probe.
+	CapPeerInflight bool
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
 	// always) every request without a cached message prefix waits for its
@@ -606,7 +622,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !p.queuedUnder(e.rt, c.Slot, tokens) {
+		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands)) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		} else if c.Overlap-credit > slack {
 			diverged = true // blocks this router did not route
@@ -654,6 +670,28 @@ func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot, tokens int
 		return float64(inf+1)*float64(tokens) < kl*float64(capa)
 	}
 	return float64(pend) < k*float64(capa)
+}
+
+// peerUnder reports whether slot s is no busier than CapPeer times the
+// mean of cands (resident context, or in-flight requests with
+// CapPeerInflight); always with CapPeer off.
+func (p *Precise) peerUnder(rt *selection.Router, s selection.Slot, cands []selection.Candidate) bool {
+	k := p.cfg.CapPeer
+	if k <= 0 || len(cands) == 0 {
+		return true
+	}
+	busy := func(s selection.Slot) int64 {
+		if p.cfg.CapPeerInflight {
+			n, _ := rt.Load(s)
+			return n
+		}
+		return rt.Resident(s)
+	}
+	var sum int64
+	for i := range cands {
+		sum += busy(cands[i].Slot)
+	}
+	return float64(busy(s))*float64(len(cands)) <= k*float64(sum)
 }
 
 // tokensOf is d of the estimate's router blocks in the request's real

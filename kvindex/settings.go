@@ -86,6 +86,14 @@ type Settings struct {
 	// measured value (bench/EXPERIMENTS.md 104).
 	CapLoad float64 `json:"cap_load,omitempty"`
 
+	// CapPeer, with CapLoad, lifts the estimate cap only on a replica no
+	// busier than its peers (PreciseConfig.CapPeer): its resident context
+	// (the contexts of the requests in flight there) at most CapPeer times
+	// the mean over the request's candidates. Opt-in: 0 (the default) is
+	// off, CapLoad alone decides; 1.1 is the measured value
+	// (bench/EXPERIMENTS.md 107).
+	CapPeer float64 `json:"cap_peer,omitempty"`
+
 	// UpstreamToken is the bearer token sent to the engines with every
 	// tokenize preflight and canary probe ("Authorization: Bearer
 	// <token>"), as the guard sends it with proxied requests.
@@ -155,6 +163,8 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: queue_estimate must be positive, 0 (the default) or -1 (off), got %v", c.QueueEstimate)
 	case c.CapLoad < 0 && c.CapLoad != -1:
 		return fmt.Errorf("kv: cap_load must be positive, 0 (off, the default) or -1 (off), got %v", c.CapLoad)
+	case c.CapPeer < 0:
+		return fmt.Errorf("kv: cap_peer must be positive or 0 (off, the default), got %v", c.CapPeer)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":
@@ -189,6 +199,7 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 
 		QueueEstimate: c.QueueEstimate,
 		CapLoad:       c.CapLoad,
+		CapPeer:       c.CapPeer,
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

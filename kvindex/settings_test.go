@@ -110,3 +110,27 @@ func TestSettingsCapLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsCapPeer: cap_peer reaches PreciseConfig.CapPeer as given (0
+// off, a positive factor); a negative one is rejected naming the field.
+func TestSettingsCapPeer(t *testing.T) {
+	for _, c := range []struct {
+		give float64
+		bad  bool
+	}{{0, false}, {1.1, false}, {2, false}, {-1, true}} {
+		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, CapLoad: 3, CapPeer: c.give}
+		s.SetDefaults()
+		err := s.Validate()
+		if (err != nil) != c.bad || c.bad && !strings.Contains(err.Error(), "cap_peer") {
+			t.Errorf("cap_peer %v: Validate %v, want an error naming it %v", c.give, err, c.bad)
+			continue
+		}
+		if c.bad {
+			continue
+		}
+		pc, err := s.Precise("", "", nil, nil)
+		if err != nil || pc.CapPeer != c.give || pc.CapLoad != 3 {
+			t.Errorf("cap_peer %v: PreciseConfig.CapPeer %v, CapLoad %v (err %v)", c.give, pc.CapPeer, pc.CapLoad, err)
+		}
+	}
+}

@@ -75,6 +75,9 @@ type PreciseConfig struct {
 	// CapLoad: kvindex.PreciseConfig.CapLoad (0: off, the estimate cap
 	// everywhere).
 	CapLoad float64
+	// CapPeer, CapPeerInflight: kvindex.PreciseConfig's (0: off).
+	CapPeer         float64
+	CapPeerInflight bool
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -261,6 +264,8 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			QueueEstimate:     p.pc.QueueEstimate,
 			CapQueue:          p.pc.CapQueue,
 			CapLoad:           p.pc.CapLoad,
+			CapPeer:           p.pc.CapPeer,
+			CapPeerInflight:   p.pc.CapPeerInflight,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -546,7 +551,10 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
 // PreciseConfig.CapQueue, capl=K PreciseConfig.CapLoad (both opt-in:
 // without them, or at 0, the estimate cap everywhere; with both, CapLoad
-// decides). ok is
+// decides), capm=K PreciseConfig.CapPeer (with capl: the cap lifted only
+// on a replica whose resident context is at most K x the candidates'
+// mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe).
+// ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -585,7 +593,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -599,6 +607,10 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapQueue = x
 			case "capl":
 				pc.CapLoad = x
+			case "capm":
+				pc.CapPeer = x
+			case "capmn":
+				pc.CapPeer, pc.CapPeerInflight = x, true
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
 			}

@@ -64,6 +64,10 @@ type Ramjet struct {
 	// traceEst is the estimate's depth per slot before the decision.
 	trace    io.Writer
 	traceEst [selection.MaxReplicas]int32
+	// traceOwn: whether this router routed to the slot the block one
+	// router block past the estimate's credit (the estimate cap's test,
+	// kvindex capByEstimate), before the decision.
+	traceOwn [selection.MaxReplicas]bool
 }
 
 // SetTrace makes the policy write one line per decision to w: the
@@ -111,7 +115,11 @@ func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replic
 			if p.cands[i].Precise {
 				pr = 1
 			}
-			fmt.Fprintf(p.trace, "/est%d/x%d/P%d", int(est[p.cands[i].Slot])*p.rt.Config().BlockTokens, x, pr)
+			own := 0
+			if p.traceOwn[p.cands[i].Slot] {
+				own = 1
+			}
+			fmt.Fprintf(p.trace, "/est%d/x%d/P%d/own%d", int(est[p.cands[i].Slot])*p.rt.Config().BlockTokens, x, pr, own)
 		}
 	}
 	fmt.Fprintln(p.trace)
@@ -539,6 +547,7 @@ func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int 
 		}
 		p.traceEst = [selection.MaxReplicas]int32{}
 		p.rt.Index().DepthsWith(f.Blocks, &in, &p.traceEst, selection.NewScratch(0))
+		p.traceOwnFlags(f, r, cands)
 	}
 	d, res := p.rt.Route(f, cands, p.s, a, nil)
 	p.s.Tokens = nil
@@ -548,6 +557,37 @@ func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int 
 	p.Reasons[d.Reason.String()]++
 	p.res[r.Row.ID] = res
 	return d.Index
+}
+
+// traceOwnFlags fills traceOwn as capByEstimate tests it: the key of the
+// block one router block past the estimate's credit, in the request's real
+// tokens, routed there by this router.
+func (p *Ramjet) traceOwnFlags(f *selection.Features, r *Request, cands []selection.Candidate) {
+	p.traceOwn = [selection.MaxReplicas]bool{}
+	cfg := p.rt.Config()
+	est := f.PromptTokens(cfg)
+	if est <= 0 || len(r.Prompt) == 0 {
+		return
+	}
+	x := p.pre.Index()
+	keys := x.Keys(nil, 0, r.Prompt)
+	tok := int64(len(r.Prompt))
+	slack := int(int64(cfg.BlockTokens) * tok / int64(est))
+	for i := range cands {
+		s := cands[i].Slot
+		key := replicaKey(i)
+		if i < len(p.keys) {
+			key = p.keys[i]
+		}
+		rep, ok := x.Lookup(key)
+		if !ok {
+			continue
+		}
+		credit := int(int64(p.traceEst[s]) * int64(cfg.BlockTokens) * tok / int64(est))
+		if b := (credit + slack) / x.BlockSize(); b < len(keys) {
+			p.traceOwn[s] = x.Own(rep, keys[b])
+		}
+	}
 }
 
 func (*Ramjet) Routed(*Request, int) {}
