@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""precise_grid.py: summarise precise_grid.sh's draws (EXPERIMENTS 108, helper prec28).
+
+    python3 bench/scripts/precise_grid.py OUT [B_POLICY [A_POLICY]]
+
+Per draw (one JSON file, both policies in one fleetsim process): B over A ratios of TTFT p50/p95/p99 and output
+tok/s, the difference of cached share. Per cell: the median over draws, [draws worse], and a 90% bootstrap
+interval of the median resampling the cell's units (tool-agent traces: a trace's rates move together; seeds
+otherwise), 4,000 resamples, random.Random(1), 5th-95th percentile. Class: equal (every draw's figures identical),
+better / LOSS (some metric's interval excludes no-change on the good / wrong side), noise (every interval spans it).
+"""
+import glob, json, os, random, sys
+from collections import defaultdict
+
+out = sys.argv[1]
+B = sys.argv[2] if len(sys.argv) > 2 else 'ramjet-precise'
+A = sys.argv[3] if len(sys.argv) > 3 else 'ramjet'
+KEYS = ['cached_share', 'ttft_p50_s', 'ttft_p95_s', 'ttft_p99_s', 'output_tokens_per_s']
+LOWER = {'ttft_p50_s', 'ttft_p95_s', 'ttft_p99_s'}  # lower is better
+
+cells = defaultdict(list)  # cell -> [(unit, draw-figures)]
+for f in sorted(glob.glob(os.path.join(out, '*.json'))):
+    base = os.path.basename(f)[:-5]
+    cell, draw = base.split('__')
+    unit = draw.split('_r')[0]
+    rows = json.load(open(f))
+    by = defaultdict(dict)
+    for r in rows:
+        by[r['workload']][r['policy']] = r
+    for wl, p in by.items():
+        if A not in p or B not in p:
+            continue
+        a, b = p[A], p[B]
+        fig = {}
+        ident = all(a[k]['median'] == b[k]['median'] for k in KEYS + ['failed', 'requests'])
+        for k in KEYS:
+            x, y = a[k]['median'], b[k]['median']
+            fig[k] = y - x if k == 'cached_share' else (y / x if x else float('nan'))
+        fig['ident'] = ident
+        name = cell if wl.startswith('trace:') or cell.startswith('af_') or cell.startswith('r64_') else cell + ':' + wl
+        cells[name].append((unit, fig))
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+def boot(draws, k, rng, n=4000):
+    units = sorted({u for u, _ in draws})
+    per = defaultdict(list)
+    for u, f in draws:
+        per[u].append(f[k])
+    ms = []
+    for _ in range(n):
+        s = []
+        for _ in units:
+            s.extend(per[rng.choice(units)])
+        ms.append(median(s))
+    ms.sort()
+    return ms[int(0.05 * n)], ms[int(0.95 * n) - 1]
+
+def order(c):
+    pri = ['tool_kv65536', 'tool_kv196608', 'tool_kv0', 'af_sc1_', 'af_sc0.5_', 'af_sc0.25_', 'syn_kv65536', 'syn_kv0', 'syn_kv196608', 'r64']
+    for i, p in enumerate(pri):
+        if c.startswith(p):
+            return (i, c)
+    return (99, c)
+
+print(f'B = {B}, A = {A}; median over draws [draws worse] (90% bootstrap interval of the median, units resampled)\n')
+print('| cell | draws (units) | identical | d cached | TTFT p50 x | TTFT p95 x | TTFT p99 x | output tok/s x | class |')
+print('|---|---:|---:|---|---|---|---|---|---|')
+for c in sorted(cells, key=order):
+    d = cells[c]
+    rng = random.Random(1)
+    nid = sum(1 for _, f in d if f['ident'])
+    cols, cls = [], set()
+    for k in KEYS:
+        v = [f[k] for _, f in d]
+        m = median(v)
+        lo, hi = boot(d, k, rng)
+        if k == 'cached_share':
+            worse = sum(1 for x in v if x < 0)
+            cols.append(f'{m:+.4f} [{worse}] ({lo:+.4f}..{hi:+.4f})')
+            good, bad = lo > 0, hi < 0
+        else:
+            worse = sum(1 for x in v if (x > 1 if k in LOWER else x < 1))
+            cols.append(f'{m:.3f} [{worse}] ({lo:.3f}-{hi:.3f})')
+            if k in LOWER:
+                good, bad = hi < 1, lo > 1
+            else:
+                good, bad = lo > 1, hi < 1
+        if bad:
+            cls.add('LOSS ' + k.replace('ttft_', '').replace('_s', '').replace('output_tokens_per_s', 'tok/s').replace('cached_share', 'cached'))
+        elif good:
+            cls.add('better ' + k.replace('ttft_', '').replace('_s', '').replace('output_tokens_per_s', 'tok/s').replace('cached_share', 'cached'))
+    if nid == len(d):
+        klass = 'equal'
+    elif not cls:
+        klass = 'noise'
+    else:
+        klass = ', '.join(sorted(cls, key=lambda s: (not s.startswith('LOSS'), s)))
+    units = len({u for u, _ in d})
+    print(f'| {c} | {len(d)} ({units}) | {nid} | ' + ' | '.join(cols) + f' | {klass} |')
