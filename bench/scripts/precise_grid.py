@@ -2,6 +2,7 @@
 """precise_grid.py: summarise precise_grid.sh's draws (EXPERIMENTS 108, helper prec28).
 
     python3 bench/scripts/precise_grid.py OUT [B_POLICY [A_POLICY]]
+    UNITS=tool_kv65536 python3 bench/scripts/precise_grid.py OUT   # also one row per unit (trace) of that cell
 
 Per draw (one JSON file, both policies in one fleetsim process): B over A ratios of TTFT p50/p95/p99 and output
 tok/s, the difference of cached share. Per cell: the median over draws, [draws worse], and a 90% bootstrap
@@ -17,6 +18,7 @@ B = sys.argv[2] if len(sys.argv) > 2 else 'ramjet-precise'
 A = sys.argv[3] if len(sys.argv) > 3 else 'ramjet'
 KEYS = ['cached_share', 'ttft_p50_s', 'ttft_p95_s', 'ttft_p99_s', 'output_tokens_per_s']
 LOWER = {'ttft_p50_s', 'ttft_p95_s', 'ttft_p99_s'}  # lower is better
+SHORT = {'cached_share': 'cached', 'ttft_p50_s': 'p50', 'ttft_p95_s': 'p95', 'ttft_p99_s': 'p99', 'output_tokens_per_s': 'tok/s'}
 
 cells = defaultdict(list)  # cell -> [(unit, draw-figures)]
 for f in sorted(glob.glob(os.path.join(out, '*.json'))):
@@ -66,14 +68,15 @@ def order(c):
             return (i, c)
     return (99, c)
 
-print(f'B = {B}, A = {A}; median over draws [draws worse] (90% bootstrap interval of the median, units resampled)\n')
+print(f'B = {B}, A = {A}; median over draws [draws worse] (90% bootstrap interval of the median, units resampled)')
+print('class: equal = every draw identical; LOSS / better = an interval excludes no change; noise = every interval spans it\n')
 print('| cell | draws (units) | identical | d cached | TTFT p50 x | TTFT p95 x | TTFT p99 x | output tok/s x | class |')
 print('|---|---:|---:|---|---|---|---|---|---|')
 for c in sorted(cells, key=order):
     d = cells[c]
     rng = random.Random(1)
     nid = sum(1 for _, f in d if f['ident'])
-    cols, cls = [], set()
+    cols, cls, flat = [], set(), True
     for k in KEYS:
         v = [f[k] for _, f in d]
         m = median(v)
@@ -89,15 +92,38 @@ for c in sorted(cells, key=order):
                 good, bad = hi < 1, lo > 1
             else:
                 good, bad = lo > 1, hi < 1
+        flat = flat and lo == hi == (0 if k == 'cached_share' else 1)
         if bad:
-            cls.add('LOSS ' + k.replace('ttft_', '').replace('_s', '').replace('output_tokens_per_s', 'tok/s').replace('cached_share', 'cached'))
+            cls.add('LOSS ' + SHORT[k])
         elif good:
-            cls.add('better ' + k.replace('ttft_', '').replace('_s', '').replace('output_tokens_per_s', 'tok/s').replace('cached_share', 'cached'))
+            cls.add('better ' + SHORT[k])
     if nid == len(d):
         klass = 'equal'
+    elif flat:
+        klass = 'equal but %d draw%s' % (len(d) - nid, 's' if len(d) - nid > 1 else '')
     elif not cls:
         klass = 'noise'
     else:
         klass = ', '.join(sorted(cls, key=lambda s: (not s.startswith('LOSS'), s)))
     units = len({u for u, _ in d})
     print(f'| {c} | {len(d)} ({units}) | {nid} | ' + ' | '.join(cols) + f' | {klass} |')
+
+cell = os.environ.get('UNITS')
+if cell:
+    print(f'\n{cell}, per unit: median over its draws [draws worse]\n')
+    print('| unit | draws | d cached | TTFT p50 x | TTFT p95 x | TTFT p99 x | output tok/s x |')
+    print('|---|---:|---|---|---|---|---|')
+    per = defaultdict(list)
+    for u, f in cells[cell]:
+        per[u].append(f)
+    for u in sorted(per, key=lambda u: int(''.join(ch for ch in u if ch.isdigit()) or 0)):
+        fs = per[u]
+        cols = []
+        for k in KEYS:
+            v = [f[k] for f in fs]
+            if k == 'cached_share':
+                cols.append(f'{median(v):+.4f} [{sum(1 for x in v if x < 0)}]')
+            else:
+                w = sum(1 for x in v if (x > 1 if k in LOWER else x < 1))
+                cols.append(f'{median(v):.3f} [{w}]')
+        print(f'| {u} | {len(fs)} | ' + ' | '.join(cols) + ' |')

@@ -61,9 +61,10 @@ jobs() {
 	*) echo "unknown group $g" >&2; exit 2 ;;
 	esac; done
 }
-if [ "$mode" = list ]; then jobs; exit 0; fi
+# xargs -L continues a line ending in a blank: strip trailing blanks.
+if [ "$mode" = list ]; then jobs | sed 's/ *$//'; exit 0; fi
 export FS OUT POL
-jobs | xargs -P "$JOBS" -L 1 sh -c '
+jobs | sed 's/ *$//' | xargs -P "$JOBS" -L 1 sh -c '
 	name=$0; f="$OUT/$name.json"
 	[ -s "$f" ] && exit 0
 	"$FS" "$@" -parallel 1 -policy "$POL" -json "$f.tmp" >"$OUT/$name.log" 2>&1 && mv "$f.tmp" "$f" || echo "failed: $name" >&2'
