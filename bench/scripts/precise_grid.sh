@@ -7,8 +7,8 @@
 #   go build -o /tmp/fs ./bench/cmd/fleetsim
 #   FS=/tmp/fs OUT=/tmp/grid TRACES=/tmp/traces JOBS=2 sh bench/scripts/precise_grid.sh [list|run] [GROUP...]
 #
-# Groups (default: all, in this order): tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 afrest sp196k
-# r64 tool196k-rest toolDef-rest
+# Groups (default: all, in this order): tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 sp196k r64
+# afrest tool196k-rest toolDef-rest
 # Tool-agent traces N = 1..12 are written to TRACES first (fs -write-trace toolN.jsonl -gen-trace tool-agent -seed N).
 set -eu
 FS=${FS:-/tmp/fs}
@@ -18,7 +18,7 @@ JOBS=${JOBS:-2}
 POL='ramjet,ramjet-precise'
 mode=${1:-run}
 [ $# -gt 0 ] && shift
-groups=${*:-tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 afrest sp196k r64 tool196k-rest toolDef-rest}
+groups=${*:-tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 sp196k r64 afrest tool196k-rest toolDef-rest}
 mkdir -p "$OUT" "$TRACES"
 for n in 1 2 3 4 5 6 7 8 9 10 11 12; do
 	[ -s "$TRACES/tool$n.jsonl" ] || "$FS" -write-trace "$TRACES/tool$n.jsonl" -gen-trace tool-agent -seed "$n" >/dev/null
