@@ -2,6 +2,7 @@
 """precise_grid.py: summarise precise_grid.sh's draws (EXPERIMENTS 108, helper prec28).
 
     python3 bench/scripts/precise_grid.py OUT [B_POLICY [A_POLICY]]
+    PRETTY=1 python3 bench/scripts/precise_grid.py OUT                # cells named for the reader
     UNITS=tool_kv65536 python3 bench/scripts/precise_grid.py OUT   # also one row per unit (trace) of that cell
 
 Per draw (one JSON file, both policies in one fleetsim process): B over A ratios of TTFT p50/p95/p99 and output
@@ -61,6 +62,26 @@ def boot(draws, k, rng, n=4000):
     ms.sort()
     return ms[int(0.05 * n)], ms[int(0.95 * n) - 1]
 
+def kvname(k):
+    return 'default KV (259,136)' if k == '0' else f'{int(k):,}'
+
+def pretty(c):
+    """The cell's name for the table (PRETTY=1)."""
+    if not os.environ.get('PRETTY'):
+        return c
+    base, _, wl = c.partition(':')
+    if base.startswith('tool_kv'):
+        return f'tool-agent traces, 8 x {kvname(base[7:])}'
+    if base.startswith('af_sc'):
+        sc, kv = base[5:].split('_kv')
+        return f'agent-fleet scale {sc}, 8 x {kvname(kv)}'
+    if base.startswith('r64_'):
+        return {'af': 'agent-fleet', 'sp': 'shared-prefix'}.get(base[4:], base[4:]) + ', 64 x default KV'
+    if base.startswith('syn_kv') or base.startswith('sp_kv'):
+        kv = base.split('_kv')[1]
+        return f'{wl}, {"2" if wl == "spec-pair" else "8"} x {kvname(kv)}'
+    return c
+
 def order(c):
     pri = ['tool_kv65536', 'tool_kv196608', 'tool_kv0', 'af_sc1_', 'af_sc0.5_', 'af_sc0.25_', 'syn_kv65536', 'syn_kv0', 'syn_kv196608', 'r64']
     for i, p in enumerate(pri):
@@ -106,7 +127,7 @@ for c in sorted(cells, key=order):
     else:
         klass = ', '.join(sorted(cls, key=lambda s: (not s.startswith('LOSS'), s)))
     units = len({u for u, _ in d})
-    print(f'| {c} | {len(d)} ({units}) | {nid} | ' + ' | '.join(cols) + f' | {klass} |')
+    print(f'| {pretty(c)} | {len(d)} ({units}) | {nid} | ' + ' | '.join(cols) + f' | {klass} |')
 
 cell = os.environ.get('UNITS')
 if cell:
