@@ -76,7 +76,7 @@ def pretty(c):
         sc, kv = base[5:].split('_kv')
         return f'agent-fleet scale {sc}, 8 x {kvname(kv)}'
     if base.startswith('r64_'):
-        return {'af': 'agent-fleet', 'sp': 'shared-prefix'}.get(base[4:], base[4:]) + ', 64 x default KV'
+        return {'af': 'agent-fleet', 'sp': 'shared-prefix', 'conv': 'conversation traces'}.get(base[4:], base[4:]) + ', 64 x default KV'
     if base.startswith('syn_kv') or base.startswith('sp_kv'):
         kv = base.split('_kv')[1]
         return f'{wl}, {"2" if wl == "spec-pair" else "8"} x {kvname(kv)}'

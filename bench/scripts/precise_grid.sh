@@ -8,8 +8,9 @@
 #   FS=/tmp/fs OUT=/tmp/grid TRACES=/tmp/traces JOBS=2 sh bench/scripts/precise_grid.sh [list|run] [GROUP...]
 #
 # Groups (default: all, in this order): tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 sp196k r64
-# afrest tool196k-rest toolDef-rest
-# Tool-agent traces N = 1..12 are written to TRACES first (fs -write-trace toolN.jsonl -gen-trace tool-agent -seed N).
+# afrest tool196k-rest toolDef-rest r64conv
+# Tool-agent traces N = 1..12 are written to TRACES first (fs -write-trace toolN.jsonl -gen-trace tool-agent -seed N),
+# and conversation traces N = 1..6 (convN.jsonl, -gen-trace conversation) for r64conv.
 set -eu
 FS=${FS:-/tmp/fs}
 OUT=${OUT:-/tmp/precise_grid}
@@ -18,10 +19,13 @@ JOBS=${JOBS:-2}
 POL='ramjet,ramjet-precise'
 mode=${1:-run}
 [ $# -gt 0 ] && shift
-groups=${*:-tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 sp196k r64 afrest tool196k-rest toolDef-rest}
+groups=${*:-tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 sp196k r64 afrest tool196k-rest toolDef-rest r64conv}
 mkdir -p "$OUT" "$TRACES"
 for n in 1 2 3 4 5 6 7 8 9 10 11 12; do
 	[ -s "$TRACES/tool$n.jsonl" ] || "$FS" -write-trace "$TRACES/tool$n.jsonl" -gen-trace tool-agent -seed "$n" >/dev/null
+done
+for n in 1 2 3 4 5 6; do
+	[ -s "$TRACES/conv$n.jsonl" ] || "$FS" -write-trace "$TRACES/conv$n.jsonl" -gen-trace conversation -seed "$n" >/dev/null
 done
 SEEDS='1 2 3 4 5 6 7 8 9 10 11 12'
 
@@ -58,6 +62,7 @@ jobs() {
 		echo "r64_af__s$s -workload agent-fleet -replicas 64 -seeds $s"
 		echo "r64_sp__s$s -workload shared-prefix -replicas 64 -seeds $s"
 	     done ;;
+	r64conv) for n in 1 2 3 4 5 6; do echo "r64_conv__s$n -trace $TRACES/conv$n.jsonl -replicas 64 -seeds $n"; done ;;
 	*) echo "unknown group $g" >&2; exit 2 ;;
 	esac; done
 }
