@@ -85,6 +85,11 @@ type PreciseConfig struct {
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
 	MaxEntries int
+	// OwnScale, when positive, scales the index's own-block memory:
+	// kvindex.Config.MaxPredicted (65,536) and MaxOwnGone (4 x it) times
+	// OwnScale (a probe of whether the estimate cap loses its marks on
+	// long overloaded traces; 0: the defaults).
+	OwnScale float64
 }
 
 // RamjetPrecise is the "ramjet-precise" policy: Ramjet's Route call with
@@ -247,12 +252,17 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 		for i := range engines {
 			engines[i].Feed.Replica = replicaKey(i)
 		}
+		ic := kvindex.Config{
+			BlockSize:  e.Config().BlockSize,
+			MaxEntries: budget,
+			Now:        func() time.Time { return epoch.Add(p.clock) },
+		}
+		if p.pc.OwnScale > 0 {
+			ic.MaxPredicted = max(1, int(65536*p.pc.OwnScale))
+			ic.MaxOwnGone = 4 * ic.MaxPredicted
+		}
 		pre, err := kvindex.NewPrecise(kvindex.PreciseConfig{
-			Index: kvindex.Config{
-				BlockSize:  e.Config().BlockSize,
-				MaxEntries: budget,
-				Now:        func() time.Time { return epoch.Add(p.clock) },
-			},
+			Index:             ic,
 			Engines:           engines,
 			PredictTTL:        p.pc.PredictTTL,
 			PredictGrace:      p.pc.PredictGrace,
@@ -546,7 +556,8 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
 // PreciseConfig.CapQueue, capl=K PreciseConfig.CapLoad (both opt-in:
 // without them, or at 0, the estimate cap everywhere; with both, CapLoad
-// decides). ok is
+// decides); own=K scales the index's own-block memory (MaxPredicted,
+// MaxOwnGone) by K, a probe (PreciseConfig.OwnScale). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -585,7 +596,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "own" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -601,6 +612,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapLoad = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
+			case "own": // a probe: the own-block memory scaled by x (OwnScale)
+				pc.OwnScale = x
 			}
 		}
 	}
