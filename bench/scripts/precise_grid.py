@@ -9,7 +9,7 @@ Per draw (one JSON file, both policies in one fleetsim process): B over A ratios
 tok/s, the difference of cached share. Per cell: the median over draws, [draws worse], and a 90% bootstrap
 interval of the median resampling the cell's units (tool-agent traces: a trace's rates move together; seeds
 otherwise), 4,000 resamples, random.Random(1), 5th-95th percentile. Class: equal (every draw's figures identical),
-better / LOSS (some metric's interval excludes no-change on the good / wrong side), noise (every interval spans it).
+medians equal (every median and interval exactly no change, some draws not), better / LOSS (some metric's interval excludes no-change on the good / wrong side), noise (every interval spans it).
 """
 import glob, json, os, random, sys
 from collections import defaultdict
@@ -90,7 +90,8 @@ def order(c):
     return (99, c)
 
 print(f'B = {B}, A = {A}; median over draws [draws worse] (90% bootstrap interval of the median, units resampled)')
-print('class: equal = every draw identical; LOSS / better = an interval excludes no change; noise = every interval spans it\n')
+print('class: equal = every draw identical; medians equal = every median and interval exactly no change, some draws not;')
+print('LOSS / better = an interval excludes no change (wrong / good side); noise = every interval spans it\n')
 print('| cell | draws (units) | identical | d cached | TTFT p50 x | TTFT p95 x | TTFT p99 x | output tok/s x | class |')
 print('|---|---:|---:|---|---|---|---|---|---|')
 for c in sorted(cells, key=order):
@@ -121,7 +122,7 @@ for c in sorted(cells, key=order):
     if nid == len(d):
         klass = 'equal'
     elif flat:
-        klass = 'equal but %d draw%s' % (len(d) - nid, 's' if len(d) - nid > 1 else '')
+        klass = 'medians equal (%d of %d draws differ)' % (len(d) - nid, len(d))
     elif not cls:
         klass = 'noise'
     else:
