@@ -10,18 +10,21 @@
 # Groups (default: all, in this order): tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 sp196k r64
 # afrest tool196k-rest toolDef-rest r64conv
 # Tool-agent traces N = 1..12 are written to TRACES first (fs -write-trace toolN.jsonl -gen-trace tool-agent -seed N),
-# and conversation traces N = 1..6 (convN.jsonl, -gen-trace conversation) for r64conv.
+# and conversation traces N = 1..6 (convN.jsonl, -gen-trace conversation) for r64conv. Held out (not in the default
+# list; NTRACES=60 writes their traces): tool65k-held (traces 13-36 x 0.99/1/1.01, 37-60 at 1), sp-held (shared-prefix
+# seeds 13-24 at the default KV), cellB-held (seeds 13-24 at 196,608); give them their own OUT to keep them apart
+# from the grid's cells of the same name (in one OUT they pool).
 set -eu
 FS=${FS:-/tmp/fs}
 OUT=${OUT:-/tmp/precise_grid}
 TRACES=${TRACES:-$OUT/traces}
 JOBS=${JOBS:-2}
-POL='ramjet,ramjet-precise'
+POL=${POL:-ramjet,ramjet-precise}   # e.g. POL='ramjet,ramjet-precise,ramjet-precise@qx'
 mode=${1:-run}
 [ $# -gt 0 ] && shift
 groups=${*:-tool65k-r1 syn af-low tool65k-rest af-full tool196k-r1 toolDef-r1 sp196k r64 afrest tool196k-rest toolDef-rest r64conv}
 mkdir -p "$OUT" "$TRACES"
-for n in 1 2 3 4 5 6 7 8 9 10 11 12; do
+for n in $(seq 1 ${NTRACES:-12}); do
 	[ -s "$TRACES/tool$n.jsonl" ] || "$FS" -write-trace "$TRACES/tool$n.jsonl" -gen-trace tool-agent -seed "$n" >/dev/null
 done
 for n in 1 2 3 4 5 6; do
@@ -62,6 +65,9 @@ jobs() {
 		echo "r64_af__s$s -workload agent-fleet -replicas 64 -seeds $s"
 		echo "r64_sp__s$s -workload shared-prefix -replicas 64 -seeds $s"
 	     done ;;
+	tool65k-held) (SEEDS=$(seq 13 36); tool 65536 '0.99 1 1.01'); (SEEDS=$(seq 37 60); tool 65536 1) ;;
+	sp-held) (SEEDS=$(seq 13 24); syn 0 shared-prefix) ;;
+	cellB-held) (SEEDS=$(seq 13 24); syn 196608 shared-prefix) ;;
 	r64conv) for n in 1 2 3 4 5 6; do echo "r64_conv__s$n -trace $TRACES/conv$n.jsonl -replicas 64 -seeds $n"; done ;;
 	*) echo "unknown group $g" >&2; exit 2 ;;
 	esac; done
