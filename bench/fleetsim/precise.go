@@ -88,6 +88,11 @@ type PreciseConfig struct {
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
 	MaxEntries int
+	// OwnScale, when positive, scales the index's own-block memory:
+	// kvindex.Config.MaxPredicted (65,536) and MaxOwnGone (4 x it) times
+	// OwnScale (a probe of whether the estimate cap loses its marks on
+	// long overloaded traces; 0: the defaults).
+	OwnScale float64
 }
 
 // RamjetPrecise is the "ramjet-precise" policy: Ramjet's Route call with
@@ -250,12 +255,17 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 		for i := range engines {
 			engines[i].Feed.Replica = replicaKey(i)
 		}
+		ic := kvindex.Config{
+			BlockSize:  e.Config().BlockSize,
+			MaxEntries: budget,
+			Now:        func() time.Time { return epoch.Add(p.clock) },
+		}
+		if p.pc.OwnScale > 0 {
+			ic.MaxPredicted = max(1, int(65536*p.pc.OwnScale))
+			ic.MaxOwnGone = 4 * ic.MaxPredicted
+		}
 		pre, err := kvindex.NewPrecise(kvindex.PreciseConfig{
-			Index: kvindex.Config{
-				BlockSize:  e.Config().BlockSize,
-				MaxEntries: budget,
-				Now:        func() time.Time { return epoch.Add(p.clock) },
-			},
+			Index:             ic,
 			Engines:           engines,
 			PredictTTL:        p.pc.PredictTTL,
 			PredictGrace:      p.pc.PredictGrace,
@@ -553,8 +563,9 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // without them, or at 0, the estimate cap everywhere; with both, CapLoad
 // decides), capm=K PreciseConfig.CapPeer (with capl: the cap lifted only
 // on a replica whose resident context is at most K x the candidates'
-// mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe).
-// ok is
+// mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe);
+// own=K scales the index's own-block memory (MaxPredicted, MaxOwnGone) by
+// K, a probe (PreciseConfig.OwnScale). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -593,7 +604,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "own" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -613,6 +624,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapPeer, pc.CapPeerInflight = x, true
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
+			case "own": // a probe: the own-block memory scaled by x (OwnScale)
+				pc.OwnScale = x
 			}
 		}
 	}
