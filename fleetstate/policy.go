@@ -91,9 +91,10 @@ type PolicySettings struct {
 	// share of a replica's KV capacity the index counts as prefix cache
 	// (in (0, 1]; 1 counts the whole), and the extra weight of pending
 	// prefill for a request cold on every replica (positive). 0 (unset) is
-	// the default: selection's DefaultIndexShare and DefaultQueueExtra on
-	// the approximate path, off with kv (the engines' events say what they
-	// hold; bench/EXPERIMENTS.md section 87); -1 (Caddyfile "off") is off.
+	// the default: selection's DefaultIndexShare and DefaultQueueExtra,
+	// except IndexShare off with kv (the engines' events say what they
+	// hold; bench/EXPERIMENTS.md sections 87 and 108); -1 (Caddyfile "off")
+	// is off.
 	IndexShare float64 `json:"index_share,omitempty"`
 	QueueExtra float64 `json:"queue_extra,omitempty"`
 
@@ -263,8 +264,8 @@ const DefaultSpillBand = 1024
 
 // SpillOptions are the rule variants spill_band and engine_metrics'
 // agree, overflow and queue ask for (the zero Options when all are off
-// and kv is), with selection's IndexShare and QueueExtra off under kv
-// unless index_share or queue_extra is set.
+// and kv is), with selection's IndexShare off under kv unless
+// index_share is set.
 func (s *PolicySettings) SpillOptions() selection.Options {
 	em := s.EngineMetrics
 	o := selection.Options{AgreeExt: em != nil && em.Agree, EngineOverflow: em != nil && em.Overflow}
@@ -281,9 +282,10 @@ func (s *PolicySettings) SpillOptions() selection.Options {
 	if s.KV != nil {
 		// The precise index knows what the engines hold: IndexShare's
 		// model of their eviction cost several precise instances their
-		// TTFT p99 on shared-prefix at 196,608 tokens, and QueueExtra is
-		// kept with it (bench/EXPERIMENTS.md section 87).
-		o.IndexShare, o.QueueExtra = -1, -1
+		// TTFT p99 on shared-prefix at 196,608 tokens (bench/EXPERIMENTS.md
+		// section 87). QueueExtra stays on: without it the precise path's
+		// p99 there was 1.04x the approximate path's (section 108).
+		o.IndexShare = -1
 	}
 	o.IndexShare = cmp.Or(s.IndexShare, o.IndexShare) // set: on either path
 	o.QueueExtra = cmp.Or(s.QueueExtra, o.QueueExtra)

@@ -10,9 +10,10 @@ import (
 
 func TestSpillOptions(t *testing.T) {
 	kv, em := &kvindex.Settings{}, &enginemetrics.Settings{}
-	// With kv the precise path keeps IndexShare and QueueExtra off.
-	on := selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, IndexShare: -1, QueueExtra: -1}
-	precise := selection.Options{IndexShare: -1, QueueExtra: -1}
+	// With kv the precise path keeps IndexShare off (QueueExtra at its
+	// default, as on the approximate path).
+	on := selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, IndexShare: -1}
+	precise := selection.Options{IndexShare: -1}
 	tests := []struct {
 		name string
 		s    PolicySettings
@@ -30,10 +31,11 @@ func TestSpillOptions(t *testing.T) {
 			selection.Options{IndexShare: 0.5, QueueExtra: 4}},
 		{"engine_metrics agree", PolicySettings{EngineMetrics: &enginemetrics.Settings{Agree: true}}, selection.Options{AgreeExt: true}},
 		{"both, agree", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Agree: true}},
-			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, AgreeExt: true, IndexShare: -1, QueueExtra: -1}},
+			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, AgreeExt: true, IndexShare: -1}},
 		{"engine_metrics overflow", PolicySettings{EngineMetrics: &enginemetrics.Settings{Overflow: true}}, selection.Options{EngineOverflow: true}},
 		{"engine_metrics queue", PolicySettings{KV: kv, EngineMetrics: &enginemetrics.Settings{Queue: 32768, QueueSat: 0.25}},
-			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, EngineQueue: 32768, EngineQueueSat: 0.25, IndexShare: -1, QueueExtra: -1}},
+			selection.Options{ColdSpill: true, SpillBand: DefaultSpillBand, EngineQueue: 32768, EngineQueueSat: 0.25, IndexShare: -1}},
+		{"kv, queue_extra off", PolicySettings{KV: kv, ForeignPrefill: "off", QueueExtra: -1}, selection.Options{IndexShare: -1, QueueExtra: -1}},
 	}
 	for _, tt := range tests {
 		if got := tt.s.SpillOptions(); got != tt.want {

@@ -20,8 +20,9 @@ func TestSpillBandWired(t *testing.T) {
 	// Nothing listens on these: the feeds and the scrapes only retry.
 	const kv = "kv_events 127.0.0.1:9 tcp://127.0.0.1:9\n"
 	const em = "engine_metrics 1h\n"
-	// With kv the precise path keeps IndexShare and QueueExtra off.
-	precise := func(o selection.Options) selection.Options { o.IndexShare, o.QueueExtra = -1, -1; return o }
+	// With kv the precise path keeps IndexShare off (QueueExtra at its
+	// default, as without kv).
+	precise := func(o selection.Options) selection.Options { o.IndexShare = -1; return o }
 	on := precise(selection.Options{ColdSpill: true, SpillBand: fleetstate.DefaultSpillBand})
 	tests := []struct {
 		name, block string
@@ -37,7 +38,8 @@ func TestSpillBandWired(t *testing.T) {
 		{"set alone", "spill_band 2048\n", selection.Options{ColdSpill: true, SpillBand: 2048}},
 		{"index_share and queue_extra off", "index_share off\nqueue_extra off\n", selection.Options{IndexShare: -1, QueueExtra: -1}},
 		{"index_share and queue_extra set", "index_share 0.6\nqueue_extra 3\n", selection.Options{IndexShare: 0.6, QueueExtra: 3}},
-		{"kv with index_share set", kv + "foreign_prefill off\nindex_share 0.8\n", selection.Options{IndexShare: 0.8, QueueExtra: -1}},
+		{"kv with index_share set", kv + "foreign_prefill off\nindex_share 0.8\n", selection.Options{IndexShare: 0.8}},
+		{"kv with queue_extra off", kv + "foreign_prefill off\nqueue_extra off\n", selection.Options{IndexShare: -1, QueueExtra: -1}},
 		{"fixed_density", "fixed_density\n", selection.Options{FixedDensity: true}},
 		{"fixed_density false", "fixed_density false\n", selection.Options{}},
 	}

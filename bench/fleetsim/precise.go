@@ -541,12 +541,13 @@ func (p *RamjetPrecise) Done(r *Request, rep int) {
 // since its preflight was sent alongside it rather than timed out.
 const WaitRuleLate = 10 * time.Millisecond
 
-// PreciseOptions are the ramjet-precise policies' rule variants: main's
-// rule before IndexShare and QueueExtra became the default, as the module
-// runs with kv on (fleetstate.PolicySettings.SpillOptions). On shared-prefix
-// at 8 replicas of 196,608 tokens IndexShare cost two and four precise
-// instances' TTFT p99 (bench/EXPERIMENTS.md section 87).
-var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
+// PreciseOptions are the ramjet-precise policies' rule variants: IndexShare
+// off, as the module runs with kv on (fleetstate.PolicySettings.
+// SpillOptions). On shared-prefix at 8 replicas of 196,608 tokens
+// IndexShare cost two and four precise instances' TTFT p99
+// (bench/EXPERIMENTS.md section 87); QueueExtra, off here until
+// 2026-12-07, closed the precise path's p99 loss there (section 108).
+var PreciseOptions = selection.Options{IndexShare: -1}
 
 // preciseNamed returns the policy named "ramjet-precise" or
 // "ramjet-precise@k+k...". Each applies the module's default wait rule
@@ -555,9 +556,10 @@ var PreciseOptions = selection.Options{IndexShare: -1, QueueExtra: -1}
 // some fresh feed (tokenize { wait always }, the module's default until
 // 2026-12-07). Other flags: exact (PreciseConfig.ExactPastEstimate), all
 // (CapForeign), nocold (NoCold), wait (no-op: the default), defer (no
-// change: the estimate cap is the default), ixs and qx
-// (selection.Options.IndexShare and QueueExtra at their defaults; without
-// them off, PreciseOptions); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
+// change: the estimate cap is the default), ixs (selection.Options.
+// IndexShare at its default; without it off, PreciseOptions), qx (no-op:
+// QueueExtra's default, since 2026-12-07) and noqx (QueueExtra off, the
+// rule before); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
 // PreciseConfig.CapQueue, capl=K PreciseConfig.CapLoad (both opt-in:
 // without them, or at 0, the estimate cap everywhere; with both, CapLoad
@@ -596,8 +598,10 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 		case "defer": // the name the estimate cap was measured under
 		case "ixs":
 			opt.IndexShare = 0
-		case "qx":
+		case "qx": // the default since 2026-12-07
 			opt.QueueExtra = 0
+		case "noqx": // the rule before: QueueExtra off
+			opt.QueueExtra = -1
 		case "dl=0": // the density fixed at chars_per_token
 			opt.FixedDensity = true
 		case "dpx": // a probe: the exact overlaps in estimated tokens (estUnits)
