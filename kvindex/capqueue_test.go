@@ -124,17 +124,7 @@ func TestPreciseCapLoad(t *testing.T) {
 			rt.SetCapacity(cands[0].Slot, 400)
 			rt.SetCapacity(cands[1].Slot, 400)
 			ownTwoBlocks(t, p.Index(), toks)
-			// Three short requests on b, past their first token: no pending
-			// prefill, three in flight.
-			var held []*selection.Reservation
-			for j := range 3 {
-				g := rt.Extractor().NewFeatures()
-				g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], uint64(7+j), []uint32{90, 91, 92, 93}, 4)
-				g.PromptBytes = 16
-				_, r := rt.Route(g, []selection.Candidate{cands[1]}, selection.NewScratch(1), nil, nil)
-				r.PrefillDone()
-				held = append(held, r)
-			}
+			held := threeDecoding(rt, cands[1]) // no pending prefill, three in flight
 			if inf, pend := rt.Load(cands[1].Slot); inf != 3 || pend != 0 {
 				t.Fatalf("setup: b in flight %d, pending %d; want 3, 0", inf, pend)
 			}
@@ -212,15 +202,7 @@ func TestPreciseCapPeer(t *testing.T) {
 				rt.SetCapacity(c.Slot, 400)
 			}
 			ownTwoBlocks(t, p.Index(), toks)
-			var held []*selection.Reservation
-			for j := range 3 {
-				g := rt.Extractor().NewFeatures()
-				g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], uint64(7+j), []uint32{90, 91, 92, 93}, 4)
-				g.PromptBytes = 16
-				_, r := rt.Route(g, []selection.Candidate{cands[1]}, selection.NewScratch(1), nil, nil)
-				r.PrefillDone()
-				held = append(held, r)
-			}
+			held := threeDecoding(rt, cands[1])
 			if inf, _ := rt.Load(cands[1].Slot); inf != 3 || rt.Resident(cands[1].Slot) <= 0 || rt.Resident(cands[0].Slot) != 0 {
 				t.Fatalf("setup: b in flight %d, resident %d, a resident %d; want 3, > 0, 0", inf, rt.Resident(cands[1].Slot), rt.Resident(cands[0].Slot))
 			}
@@ -236,4 +218,20 @@ func TestPreciseCapPeer(t *testing.T) {
 			annotateWant(t, p, f, cands, s, 8, true, true, true) // all idle: no peer is busier
 		})
 	}
+}
+
+// threeDecoding routes three short requests to c, each past its first
+// token (no pending prefill, three in flight), and returns their
+// reservations for the caller to release.
+func threeDecoding(rt *selection.Router, c selection.Candidate) []*selection.Reservation {
+	var held []*selection.Reservation
+	for j := range 3 {
+		g := rt.Extractor().NewFeatures()
+		g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], uint64(7+j), []uint32{90, 91, 92, 93}, 4)
+		g.PromptBytes = 16
+		_, r := rt.Route(g, []selection.Candidate{c}, selection.NewScratch(1), nil, nil)
+		r.PrefillDone()
+		held = append(held, r)
+	}
+	return held
 }
