@@ -69,19 +69,9 @@ func TestSettingsQueueEstimate(t *testing.T) {
 		give float64
 		bad  bool
 	}{{0, false}, {-1, false}, {0.5, false}, {2, false}, {-0.5, true}, {-2, true}} {
-		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, QueueEstimate: c.give}
-		s.SetDefaults()
-		err := s.Validate()
-		if (err != nil) != c.bad || c.bad && !strings.Contains(err.Error(), "queue_estimate") {
-			t.Errorf("queue_estimate %v: Validate %v, want an error naming it %v", c.give, err, c.bad)
-			continue
-		}
-		if c.bad {
-			continue
-		}
-		pc, err := s.Precise("", "", nil, nil)
-		if err != nil || pc.QueueEstimate != c.give {
-			t.Errorf("queue_estimate %v: PreciseConfig.QueueEstimate %v (err %v)", c.give, pc.QueueEstimate, err)
+		pc, ok := validPrecise(t, Settings{QueueEstimate: c.give}, "queue_estimate", c.give, c.bad)
+		if ok && pc.QueueEstimate != c.give {
+			t.Errorf("queue_estimate %v: PreciseConfig.QueueEstimate %v", c.give, pc.QueueEstimate)
 		}
 	}
 }
@@ -94,19 +84,9 @@ func TestSettingsCapLoad(t *testing.T) {
 		give float64
 		bad  bool
 	}{{0, false}, {-1, false}, {3, false}, {1.5, false}, {-0.5, true}, {-3, true}} {
-		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, CapLoad: c.give}
-		s.SetDefaults()
-		err := s.Validate()
-		if (err != nil) != c.bad || c.bad && !strings.Contains(err.Error(), "cap_load") {
-			t.Errorf("cap_load %v: Validate %v, want an error naming it %v", c.give, err, c.bad)
-			continue
-		}
-		if c.bad {
-			continue
-		}
-		pc, err := s.Precise("", "", nil, nil)
-		if err != nil || pc.CapLoad != c.give {
-			t.Errorf("cap_load %v: PreciseConfig.CapLoad %v (err %v)", c.give, pc.CapLoad, err)
+		pc, ok := validPrecise(t, Settings{CapLoad: c.give}, "cap_load", c.give, c.bad)
+		if ok && pc.CapLoad != c.give {
+			t.Errorf("cap_load %v: PreciseConfig.CapLoad %v", c.give, pc.CapLoad)
 		}
 	}
 }
@@ -118,19 +98,32 @@ func TestSettingsCapPeer(t *testing.T) {
 		give float64
 		bad  bool
 	}{{0, false}, {1.1, false}, {2, false}, {-1, true}} {
-		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, CapLoad: 3, CapPeer: c.give}
-		s.SetDefaults()
-		err := s.Validate()
-		if (err != nil) != c.bad || c.bad && !strings.Contains(err.Error(), "cap_peer") {
-			t.Errorf("cap_peer %v: Validate %v, want an error naming it %v", c.give, err, c.bad)
-			continue
-		}
-		if c.bad {
-			continue
-		}
-		pc, err := s.Precise("", "", nil, nil)
-		if err != nil || pc.CapPeer != c.give || pc.CapLoad != 3 {
-			t.Errorf("cap_peer %v: PreciseConfig.CapPeer %v, CapLoad %v (err %v)", c.give, pc.CapPeer, pc.CapLoad, err)
+		pc, ok := validPrecise(t, Settings{CapLoad: 3, CapPeer: c.give}, "cap_peer", c.give, c.bad)
+		if ok && (pc.CapPeer != c.give || pc.CapLoad != 3) {
+			t.Errorf("cap_peer %v: PreciseConfig.CapPeer %v, CapLoad %v", c.give, pc.CapPeer, pc.CapLoad)
 		}
 	}
+}
+
+// validPrecise gives s one engine and its defaults and validates it: an
+// error naming field is wanted exactly when bad (field set to give). A
+// valid s's PreciseConfig is returned with ok; ok is false when s is bad
+// or a check failed (reported).
+func validPrecise(t *testing.T, s Settings, field string, give float64, bad bool) (pc PreciseConfig, ok bool) {
+	t.Helper()
+	s.Engines = []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}
+	s.SetDefaults()
+	err := s.Validate()
+	if (err != nil) != bad || bad && !strings.Contains(err.Error(), field) {
+		t.Errorf("%s %v: Validate %v, want an error naming it %v", field, give, err, bad)
+		return pc, false
+	}
+	if bad {
+		return pc, false
+	}
+	if pc, err = s.Precise("", "", nil, nil); err != nil {
+		t.Errorf("%s %v: Precise: %v", field, give, err)
+		return pc, false
+	}
+	return pc, true
 }
