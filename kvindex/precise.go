@@ -597,6 +597,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 	e.x.DepthsWith(f.Blocks, &w.interest, &w.depth, w.s)
 	bs := p.x.cfg.BlockSize
 	slack := tokensOf(1, e, tokens, est)
+	peers := int64(-1) // the candidates' load sum for peerUnder, summed once when first asked
 	for i := range cands {
 		c := &cands[i]
 		if !c.Precise {
@@ -622,7 +623,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands)) {
+		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands, &peers)) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		} else if c.Overlap-credit > slack {
 			diverged = true // blocks this router did not route
@@ -674,8 +675,9 @@ func (p *Precise) queuedUnder(rt *selection.Router, s selection.Slot, tokens int
 
 // peerUnder reports whether slot s is no busier than CapPeer times the
 // mean of cands (resident context, or in-flight requests with
-// CapPeerInflight); always with CapPeer off.
-func (p *Precise) peerUnder(rt *selection.Router, s selection.Slot, cands []selection.Candidate) bool {
+// CapPeerInflight); always with CapPeer off. *sum caches the candidates'
+// sum for one decision (negative: not summed yet).
+func (p *Precise) peerUnder(rt *selection.Router, s selection.Slot, cands []selection.Candidate, sum *int64) bool {
 	k := p.cfg.CapPeer
 	if k <= 0 || len(cands) == 0 {
 		return true
@@ -687,11 +689,13 @@ func (p *Precise) peerUnder(rt *selection.Router, s selection.Slot, cands []sele
 		}
 		return rt.Resident(s)
 	}
-	var sum int64
-	for i := range cands {
-		sum += busy(cands[i].Slot)
+	if *sum < 0 {
+		*sum = 0
+		for i := range cands {
+			*sum += busy(cands[i].Slot)
+		}
 	}
-	return float64(busy(s))*float64(len(cands)) <= k*float64(sum)
+	return float64(busy(s))*float64(len(cands)) <= k*float64(*sum)
 }
 
 // tokensOf is d of the estimate's router blocks in the request's real
