@@ -147,6 +147,19 @@ type PreciseConfig struct {
 	// CapPeerInflight, with CapPeer, compares the in-flight request counts
 	// (Router.Load) instead of the resident contexts: a probe.
 	CapPeerInflight bool
+	// CapForeignQueue, with SetEstimate, leaves to the estimate also a
+	// candidate whose exact overlap past the estimate's credit is on
+	// blocks this router did not route there (other routers' and
+	// clients' traffic, the engine's own output, own blocks the
+	// own-block memory forgot) while the replica's pending prefill (the
+	// router's requests there not yet past their first token) is at
+	// least CapForeignQueue times its KV capacity as the router knows it
+	// (Router.Capacity; unknown: kept): that queue rewrites the cache
+	// before the request runs, so the engine no longer holds what its
+	// events show now (foreignQueued). 0 or negative: off (the foreign
+	// exact overlaps stand, unless CapForeign). bench/EXPERIMENTS.md
+	// section 110.
+	CapForeignQueue float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
 	// always) every request without a cached message prefix waits for its
@@ -623,7 +636,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b])) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands, &peers)) {
+		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) || p.foreignQueued(e.rt, c.Slot)) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands, &peers)) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		} else if c.Overlap-credit > slack {
 			diverged = true // blocks this router did not route
@@ -650,6 +663,20 @@ func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
 	}
 	capa := rt.Capacity(s)
 	return capa > 0 && float64(pend) >= k*float64(capa)
+}
+
+// foreignQueued reports whether slot s's pending prefill on rt is at
+// least CapForeignQueue times its KV capacity (never when the capacity is
+// not known or the gate is off): an exact overlap past the estimate on
+// blocks this router did not route is then left to the estimate too.
+func (p *Precise) foreignQueued(rt *selection.Router, s selection.Slot) bool {
+	k := p.cfg.CapForeignQueue
+	if k <= 0 {
+		return false
+	}
+	_, pend := rt.Load(s)
+	capa := rt.Capacity(s)
+	return pend > 0 && capa > 0 && float64(pend) >= k*float64(capa)
 }
 
 // queuedUnder reports whether slot s's in-flight requests on rt and this

@@ -94,6 +94,13 @@ type Settings struct {
 	// (bench/EXPERIMENTS.md 107).
 	CapPeer float64 `json:"cap_peer,omitempty"`
 
+	// CapForeignQueue leaves to the estimate also an exact overlap past
+	// its credit on blocks this router did not route there, on a replica
+	// whose pending prefill is at least CapForeignQueue times its KV
+	// capacity (PreciseConfig.CapForeignQueue). Opt-in: 0 (the default)
+	// and -1 are off (bench/EXPERIMENTS.md 110).
+	CapForeignQueue float64 `json:"cap_foreign_queue,omitempty"`
+
 	// UpstreamToken is the bearer token sent to the engines with every
 	// tokenize preflight and canary probe ("Authorization: Bearer
 	// <token>"), as the guard sends it with proxied requests.
@@ -165,6 +172,8 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: cap_load must be positive, 0 (off, the default) or -1 (off), got %v", c.CapLoad)
 	case c.CapPeer < 0:
 		return fmt.Errorf("kv: cap_peer must be positive or 0 (off, the default), got %v", c.CapPeer)
+	case c.CapForeignQueue < 0 && c.CapForeignQueue != -1:
+		return fmt.Errorf("kv: cap_foreign_queue must be positive, 0 (off, the default) or -1 (off), got %v", c.CapForeignQueue)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":
@@ -200,6 +209,8 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 		QueueEstimate: c.QueueEstimate,
 		CapLoad:       c.CapLoad,
 		CapPeer:       c.CapPeer,
+
+		CapForeignQueue: c.CapForeignQueue,
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

@@ -78,6 +78,8 @@ type PreciseConfig struct {
 	// CapPeer, CapPeerInflight: kvindex.PreciseConfig's (0: off).
 	CapPeer         float64
 	CapPeerInflight bool
+	// CapForeignQueue: kvindex.PreciseConfig.CapForeignQueue (0: off).
+	CapForeignQueue float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -276,6 +278,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapLoad:           p.pc.CapLoad,
 			CapPeer:           p.pc.CapPeer,
 			CapPeerInflight:   p.pc.CapPeerInflight,
+			CapForeignQueue:   p.pc.CapForeignQueue,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -566,6 +569,9 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // decides), capm=K PreciseConfig.CapPeer (with capl: the cap lifted only
 // on a replica whose resident context is at most K x the candidates'
 // mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe);
+// capfq=K PreciseConfig.CapForeignQueue (the exact overlaps past the
+// estimate on blocks this router did not route capped too where the
+// replica's pending prefill is at least K x its capacity);
 // own=K scales the index's own-block memory (MaxPredicted, MaxOwnGone) by
 // K, a probe (PreciseConfig.OwnScale). ok is
 // false when name is not one.
@@ -608,7 +614,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "own" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "own" && name != "capfq" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -628,6 +634,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapPeer, pc.CapPeerInflight = x, true
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
+			case "capfq":
+				pc.CapForeignQueue = x
 			case "own": // a probe: the own-block memory scaled by x (OwnScale)
 				pc.OwnScale = x
 			}
