@@ -9,23 +9,25 @@ import (
 
 // TestPreciseCapForeignQueue checks PreciseConfig.CapForeignQueue: an exact
 // overlap past the estimate's credit on blocks this router did not route
-// there stands (the default), except, under the gate, on a replica whose
-// pending prefill is at least CapForeignQueue times its KV capacity, where
-// it is left to the estimate; a replica without a queue, or whose capacity
-// is not known, keeps it; once the queue reaches its first tokens it
-// stands again.
+// there stands, except on a replica whose pending prefill is at least
+// CapForeignQueue times its KV capacity (by default 4), where it is left
+// to the estimate; a replica without a queue, or whose capacity is not
+// known, keeps it, and so does every replica with the gate off (-1, the
+// rule before); once the queue reaches its first tokens it stands again.
 func TestPreciseCapForeignQueue(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
 	for _, tc := range []struct {
 		name  string
 		k     float64
-		wantB bool // b: queued 1.5 times its capacity (a: no queue, c: capacity unknown keep theirs)
+		queue float64 // b's and c's pending prefill in b's capacities
+		wantB bool    // a: no queue, c: capacity unknown keep theirs
 	}{
-		{"off", 0, true},
-		{"negative", -1, true},
-		{"once", 1, false},
-		{"twice", 2, true}, // b's queue is under twice its capacity
+		{"off", -1, 4.5, true},
+		{"default", 0, 4.5, false},
+		{"default under", 0, 1.5, true}, // b's queue is under 4 times its capacity
+		{"once", 1, 1.5, false},
+		{"twice", 2, 1.5, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapForeignQueue: tc.k})
@@ -44,17 +46,17 @@ func TestPreciseCapForeignQueue(t *testing.T) {
 				}
 			}
 			// A long cold prompt queued on b and on c: pending prefill of
-			// about 1.5 times b's capacity (c's is not known).
+			// about queue times b's capacity (c's is not known).
 			var queued []*selection.Reservation
 			for _, c := range cands[1:] {
 				g := rt.Extractor().NewFeatures()
 				g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
-				g.PromptBytes = int(1.5*float64(rt.Capacity(cands[1].Slot))) * 4
+				g.PromptBytes = int(tc.queue*float64(rt.Capacity(cands[1].Slot))) * 4
 				_, r := rt.Route(g, []selection.Candidate{c}, selection.NewScratch(1), nil, nil)
 				queued = append(queued, r)
 			}
 			capa := float64(rt.Capacity(cands[1].Slot))
-			if _, pend := rt.Load(cands[1].Slot); float64(pend) < capa || float64(pend) >= 2*capa || rt.Capacity(cands[2].Slot) != 0 {
+			if _, pend := rt.Load(cands[1].Slot); float64(pend) < (tc.queue-0.5)*capa || float64(pend) >= (tc.queue+0.5)*capa || rt.Capacity(cands[2].Slot) != 0 {
 				t.Fatalf("setup: b's pending %d against capacity %v; c's capacity %d (want unknown)", pend, capa, rt.Capacity(cands[2].Slot))
 			}
 			f := rt.Extractor().NewFeatures()
@@ -76,8 +78,8 @@ func TestPreciseCapForeignQueue(t *testing.T) {
 }
 
 // TestSettingsCapForeignQueue: cap_foreign_queue reaches
-// PreciseConfig.CapForeignQueue as given (0 and -1 off, a positive
-// factor); another negative one is rejected naming the field.
+// PreciseConfig.CapForeignQueue as given (0 the default, -1 off, a
+// positive factor); another negative one is rejected naming the field.
 func TestSettingsCapForeignQueue(t *testing.T) {
 	for _, c := range []struct {
 		give float64

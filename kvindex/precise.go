@@ -23,6 +23,10 @@ const (
 	// DefaultQueueEstimate is QueueEstimate's default: a replica whose
 	// queue ahead holds at least its whole KV capacity of prefill.
 	DefaultQueueEstimate = 1.0
+	// DefaultCapForeignQueue is CapForeignQueue's default: a replica
+	// whose queue ahead holds at least four times its KV capacity of
+	// prefill.
+	DefaultCapForeignQueue = 4.0
 )
 
 // PreciseEngine is one replica of the precise path: its feed and the
@@ -155,10 +159,14 @@ type PreciseConfig struct {
 	// router's requests there not yet past their first token) is at
 	// least CapForeignQueue times its KV capacity as the router knows it
 	// (Router.Capacity; unknown: kept): that queue rewrites the cache
-	// before the request runs, so the engine no longer holds what its
-	// events show now (foreignQueued). 0 or negative: off (the foreign
-	// exact overlaps stand, unless CapForeign). bench/EXPERIMENTS.md
-	// section 110.
+	// several times before the request runs, so the engine no longer
+	// holds what its events show now (on the overloaded tool-agent
+	// traces at 8 x 65,536 it held 0.40 of such an overlap past 4 caches
+	// of queue), and the overlap only draws the conversation to a
+	// replica it makes the fleet's last to finish. 0 is
+	// DefaultCapForeignQueue, negative off (the foreign exact overlaps
+	// stand unless CapForeign: the rule before 2026-12-07).
+	// bench/EXPERIMENTS.md section 110.
 	CapForeignQueue float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
@@ -671,7 +679,10 @@ func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
 // blocks this router did not route is then left to the estimate too.
 func (p *Precise) foreignQueued(rt *selection.Router, s selection.Slot) bool {
 	k := p.cfg.CapForeignQueue
-	if k <= 0 {
+	if k == 0 {
+		k = DefaultCapForeignQueue
+	}
+	if k < 0 {
 		return false
 	}
 	_, pend := rt.Load(s)

@@ -97,8 +97,9 @@ type Settings struct {
 	// CapForeignQueue leaves to the estimate also an exact overlap past
 	// its credit on blocks this router did not route there, on a replica
 	// whose pending prefill is at least CapForeignQueue times its KV
-	// capacity (PreciseConfig.CapForeignQueue). Opt-in: 0 (the default)
-	// and -1 are off (bench/EXPERIMENTS.md 110).
+	// capacity (PreciseConfig.CapForeignQueue). 0: the default, 4
+	// (DefaultCapForeignQueue); -1: off, the rule before 2026-12-07
+	// (bench/EXPERIMENTS.md 110).
 	CapForeignQueue float64 `json:"cap_foreign_queue,omitempty"`
 
 	// UpstreamToken is the bearer token sent to the engines with every
@@ -173,7 +174,7 @@ func (c *Settings) Validate() error {
 	case c.CapPeer < 0:
 		return fmt.Errorf("kv: cap_peer must be positive or 0 (off, the default), got %v", c.CapPeer)
 	case c.CapForeignQueue < 0 && c.CapForeignQueue != -1:
-		return fmt.Errorf("kv: cap_foreign_queue must be positive, 0 (off, the default) or -1 (off), got %v", c.CapForeignQueue)
+		return fmt.Errorf("kv: cap_foreign_queue must be positive, 0 (the default) or -1 (off), got %v", c.CapForeignQueue)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":

@@ -78,7 +78,8 @@ type PreciseConfig struct {
 	// CapPeer, CapPeerInflight: kvindex.PreciseConfig's (0: off).
 	CapPeer         float64
 	CapPeerInflight bool
-	// CapForeignQueue: kvindex.PreciseConfig.CapForeignQueue (0: off).
+	// CapForeignQueue: kvindex.PreciseConfig.CapForeignQueue (0: its
+	// default, negative: off).
 	CapForeignQueue float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
@@ -571,7 +572,8 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe);
 // capfq=K PreciseConfig.CapForeignQueue (the exact overlaps past the
 // estimate on blocks this router did not route capped too where the
-// replica's pending prefill is at least K x its capacity);
+// replica's pending prefill is at least K x its capacity; the default 4
+// since 2026-12-07, capfq=0 off: the rule before);
 // own=K scales the index's own-block memory (MaxPredicted, MaxOwnGone) by
 // K, a probe (PreciseConfig.OwnScale). ok is
 // false when name is not one.
@@ -635,7 +637,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
 			case "capfq":
-				pc.CapForeignQueue = x
+				pc.CapForeignQueue = ZeroIsNone(x)
 			case "own": // a probe: the own-block memory scaled by x (OwnScale)
 				pc.OwnScale = x
 			}

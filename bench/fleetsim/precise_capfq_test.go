@@ -7,14 +7,16 @@ import (
 )
 
 // TestRamjetPreciseCapForeignQueueKey: ramjet-precise@capfq=K sets
-// PreciseConfig.CapForeignQueue (kvindex's) to K; without it the gate is
-// off; a bad value is rejected.
+// PreciseConfig.CapForeignQueue (kvindex's) to K; without it the default
+// (0), capfq=0 turns it off (-1, the rule before); a bad value is
+// rejected.
 func TestRamjetPreciseCapForeignQueueKey(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		want float64
 	}{
 		{"ramjet-precise", 0},
+		{"ramjet-precise@capfq=0", -1},
 		{"ramjet-precise@capfq=1", 1},
 		{"ramjet-precise@wait+capfq=2.5", 2.5},
 	} {
