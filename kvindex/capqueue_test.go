@@ -235,3 +235,48 @@ func threeDecoding(rt *selection.Router, c selection.Candidate) []*selection.Res
 	}
 	return held
 }
+
+// TestPreciseCapGain checks PreciseConfig.CapGain: under CapLoad, an exact
+// overlap past the estimate's credit on this router's blocks stands only
+// where the replica's pending prefill exceeds the least of the other
+// candidates' by less than CapGain times the tokens it credits past the
+// estimate; a replica queued further than that is capped. Off (0),
+// CapLoad alone decides.
+func TestPreciseCapGain(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
+	for _, tc := range []struct {
+		name         string
+		k            float64
+		wantA, wantB bool // a idle, b a 200-token prefill queued
+	}{
+		{"off", 0, true, true},
+		{"once", 1, true, false},  // b's queue (200) past 8 tokens saved
+		{"large", 30, true, true}, // 200 < 30 x 8
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }},
+				CapLoad: 3, CapGain: tc.k})
+			for _, c := range cands {
+				rt.SetCapacity(c.Slot, 400)
+			}
+			ownTwoBlocks(t, p.Index(), toks)
+			g := rt.Extractor().NewFeatures()
+			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
+			g.PromptBytes = 200 * 4
+			_, queued := rt.Route(g, []selection.Candidate{cands[1]}, selection.NewScratch(1), nil, nil)
+			if _, pend := rt.Load(cands[1].Slot); pend < 100 || pend >= 240 {
+				t.Fatalf("setup: b's pending %d, want about 200", pend)
+			}
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			s := selection.NewScratch(3)
+			s.Tokens = toks
+			annotateWant(t, p, f, cands, s, 8, tc.wantA, tc.wantB, true)
+			queued.PrefillDone() // b's queue runs: nothing ahead of the request
+			annotateWant(t, p, f, cands, s, 8, true, true, true)
+			queued.Release()
+		})
+	}
+}

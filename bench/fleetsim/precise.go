@@ -78,6 +78,8 @@ type PreciseConfig struct {
 	// CapPeer, CapPeerInflight: kvindex.PreciseConfig's (0: off).
 	CapPeer         float64
 	CapPeerInflight bool
+	// CapGain, CapPeerSlack: kvindex.PreciseConfig's (0: off).
+	CapGain, CapPeerSlack float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -276,6 +278,8 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapLoad:           p.pc.CapLoad,
 			CapPeer:           p.pc.CapPeer,
 			CapPeerInflight:   p.pc.CapPeerInflight,
+			CapGain:           p.pc.CapGain,
+			CapPeerSlack:      p.pc.CapPeerSlack,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -565,7 +569,11 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // without them, or at 0, the estimate cap everywhere; with both, CapLoad
 // decides), capm=K PreciseConfig.CapPeer (with capl: the cap lifted only
 // on a replica whose resident context is at most K x the candidates'
-// mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe);
+// mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe),
+// capg=K PreciseConfig.CapGain (with capl: the cap lifted only where the
+// replica's pending prefill less the least other candidate's is below K x
+// the tokens the exact overlap saves), capmd=D PreciseConfig.CapPeerSlack
+// (a probe: with capm, also fewer in-flight requests than the mean + D);
 // own=K scales the index's own-block memory (MaxPredicted, MaxOwnGone) by
 // K, a probe (PreciseConfig.OwnScale). ok is
 // false when name is not one.
@@ -608,7 +616,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "own" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capmd" && name != "own" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -626,6 +634,10 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapPeer = x
 			case "capmn":
 				pc.CapPeer, pc.CapPeerInflight = x, true
+			case "capg":
+				pc.CapGain = x
+			case "capmd":
+				pc.CapPeerSlack = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
 			case "own": // a probe: the own-block memory scaled by x (OwnScale)
