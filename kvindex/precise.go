@@ -156,6 +156,9 @@ type PreciseConfig struct {
 	// sent to the least queued peer, the estimate's credit is what it
 	// reads. 0 or negative: off (bench/EXPERIMENTS.md section 111).
 	CapGain float64
+	// CapGainMean, with CapGain, compares the replica's pending prefill
+	// with the candidates' mean instead of the least other's: a probe.
+	CapGainMean bool
 	// CapPeerSlack, with CapPeer, also requires the replica's in-flight
 	// requests to be fewer than the candidates' mean plus CapPeerSlack:
 	// a probe (0 or negative: off).
@@ -723,13 +726,16 @@ func (p *Precise) gainOver(rt *selection.Router, s selection.Slot, cands []selec
 		return true
 	}
 	inf, pend := rt.Load(s)
-	least, sum := int64(-1), int64(0)
+	least, sum, psum := int64(-1), int64(0), int64(0)
 	for i := range cands {
 		n, q := rt.Load(cands[i].Slot)
-		sum += n
+		sum, psum = sum+n, psum+q
 		if cands[i].Slot != s && (least < 0 || q < least) {
 			least = q
 		}
+	}
+	if p.cfg.CapGainMean {
+		least = psum / int64(len(cands))
 	}
 	if kg > 0 && least >= 0 && float64(pend-least) >= kg*float64(gain) {
 		return false

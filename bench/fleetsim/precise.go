@@ -80,6 +80,7 @@ type PreciseConfig struct {
 	CapPeerInflight bool
 	// CapGain, CapPeerSlack: kvindex.PreciseConfig's (0: off).
 	CapGain, CapPeerSlack float64
+	CapGainMean           bool
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -280,6 +281,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapPeerInflight:   p.pc.CapPeerInflight,
 			CapGain:           p.pc.CapGain,
 			CapPeerSlack:      p.pc.CapPeerSlack,
+			CapGainMean:       p.pc.CapGainMean,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -616,7 +618,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capmd" && name != "own" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capgm" && name != "capmd" && name != "own" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -636,6 +638,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapPeer, pc.CapPeerInflight = x, true
 			case "capg":
 				pc.CapGain = x
+			case "capgm": // a probe: CapGain against the candidates' mean pending
+				pc.CapGain, pc.CapGainMean = x, true
 			case "capmd":
 				pc.CapPeerSlack = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
