@@ -154,7 +154,10 @@ type PreciseConfig struct {
 	// the exact overlap credits past the estimate's. Kept at home, the
 	// request waits behind that queue difference to save those tokens;
 	// sent to the least queued peer, the estimate's credit is what it
-	// reads. 0 or negative: off (bench/EXPERIMENTS.md section 111).
+	// reads. 0 or negative: off. Opt-in: at 1 with CapPeer 1.1 it removed
+	// CapPeer's half-load TTFT p95 loss on held-out agent-fleet seeds and
+	// kept about 3/4 of the full-load gain, but cost 0.5 x 65,536 TTFT p50
+	// 2% (bench/EXPERIMENTS.md section 111).
 	CapGain float64
 	// CapGainMean, with CapGain, compares the replica's pending prefill
 	// with the candidates' mean instead of the least other's: a probe.
