@@ -162,6 +162,10 @@ type PreciseConfig struct {
 	// CapGainMean, with CapGain, compares the replica's pending prefill
 	// with the candidates' mean instead of the least other's: a probe.
 	CapGainMean bool
+	// CapGainFleet, with CapGain, scales CapGain by the candidates' mean
+	// resident context over their mean KV capacity (how saturated the
+	// fleet is): a probe.
+	CapGainFleet bool
 	// CapPeerSlack, with CapPeer, also requires the replica's in-flight
 	// requests to be fewer than the candidates' mean plus CapPeerSlack:
 	// a probe (0 or negative: off).
@@ -729,16 +733,22 @@ func (p *Precise) gainOver(rt *selection.Router, s selection.Slot, cands []selec
 		return true
 	}
 	inf, pend := rt.Load(s)
-	least, sum, psum := int64(-1), int64(0), int64(0)
+	least, sum, psum, res, capa := int64(-1), int64(0), int64(0), int64(0), int64(0)
 	for i := range cands {
 		n, q := rt.Load(cands[i].Slot)
 		sum, psum = sum+n, psum+q
+		if p.cfg.CapGainFleet {
+			res, capa = res+rt.Resident(cands[i].Slot), capa+rt.Capacity(cands[i].Slot)
+		}
 		if cands[i].Slot != s && (least < 0 || q < least) {
 			least = q
 		}
 	}
 	if p.cfg.CapGainMean {
 		least = psum / int64(len(cands))
+	}
+	if p.cfg.CapGainFleet && capa > 0 {
+		kg *= float64(res) / float64(capa)
 	}
 	if kg > 0 && least >= 0 && float64(pend-least) >= kg*float64(gain) {
 		return false

@@ -81,6 +81,7 @@ type PreciseConfig struct {
 	// CapGain, CapPeerSlack: kvindex.PreciseConfig's (0: off).
 	CapGain, CapPeerSlack float64
 	CapGainMean           bool
+	CapGainFleet          bool
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -282,6 +283,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapGain:           p.pc.CapGain,
 			CapPeerSlack:      p.pc.CapPeerSlack,
 			CapGainMean:       p.pc.CapGainMean,
+			CapGainFleet:      p.pc.CapGainFleet,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -618,7 +620,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capgm" && name != "capmd" && name != "own" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capgm" && name != "capgf" && name != "capmd" && name != "own" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -640,6 +642,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapGain = x
 			case "capgm": // a probe: CapGain against the candidates' mean pending
 				pc.CapGain, pc.CapGainMean = x, true
+			case "capgf": // a probe: CapGain scaled by the candidates' resident / capacity
+				pc.CapGain, pc.CapGainFleet = x, true
 			case "capmd":
 				pc.CapPeerSlack = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
