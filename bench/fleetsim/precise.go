@@ -576,8 +576,11 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe),
 // capg=K PreciseConfig.CapGain (with capl: the cap lifted only where the
 // replica's pending prefill less the least other candidate's is below K x
-// the tokens the exact overlap saves), capmd=D PreciseConfig.CapPeerSlack
-// (a probe: with capm, also fewer in-flight requests than the mean + D);
+// the tokens the exact overlap saves), capgm=K the same against the
+// candidates' mean pending prefill (CapGainMean, a probe), capgf=K CapGain
+// scaled by the candidates' resident context over their capacity
+// (CapGainFleet, a probe), capmd=D PreciseConfig.CapPeerSlack (a probe:
+// also fewer in-flight requests than the candidates' mean + D);
 // own=K scales the index's own-block memory (MaxPredicted, MaxOwnGone) by
 // K, a probe (PreciseConfig.OwnScale). ok is
 // false when name is not one.
