@@ -235,3 +235,58 @@ func threeDecoding(rt *selection.Router, c selection.Candidate) []*selection.Res
 	}
 	return held
 }
+
+// TestPreciseCapGain checks PreciseConfig.CapGain: under CapLoad, an exact
+// overlap past the estimate's credit on this router's blocks stands only
+// where the replica's pending prefill exceeds the least of the other
+// candidates' by less than CapGain times the tokens it credits past the
+// estimate; a replica queued further than that is capped. Off (0),
+// CapLoad alone decides. The probes: CapGainMean (against the candidates'
+// mean pending), CapGainFleet (CapGain scaled by their resident context
+// over their capacity), CapPeerSlack (fewer in flight than the mean plus
+// it).
+func TestPreciseCapGain(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
+	for _, tc := range []struct {
+		name        string
+		k, slack    float64
+		mean, fleet bool
+		wantB       bool // b: a 200-token prefill queued (a and c idle)
+		wantRun     bool // b once that prefill has run (one in flight, none pending)
+	}{
+		{"off", 0, 0, false, false, true, true},
+		{"once", 1, 0, false, false, false, true},          // b's queue (200) past 8 tokens saved
+		{"large", 30, 0, false, false, true, true},         // 200 < 30 x 8
+		{"twenty", 20, 0, false, false, false, true},       // 200 >= 160
+		{"twenty, mean", 20, 0, true, false, true, true},   // 200 - 200/3 < 160
+		{"large, fleet", 30, 0, false, true, false, true},  // 30 x 200/1200 x 8 = 40 <= 200
+		{"slack half", 0, 0.5, false, false, false, false}, // b's one in flight >= 1/3 + 0.5
+		{"slack one", 0, 1, false, false, true, true},      // 1 < 1/3 + 1
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }},
+				CapLoad: 3, CapGain: tc.k, CapGainMean: tc.mean, CapGainFleet: tc.fleet, CapPeerSlack: tc.slack})
+			for _, c := range cands {
+				rt.SetCapacity(c.Slot, 400)
+			}
+			ownTwoBlocks(t, p.Index(), toks)
+			g := rt.Extractor().NewFeatures()
+			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
+			g.PromptBytes = 200 * 4
+			_, queued := rt.Route(g, []selection.Candidate{cands[1]}, selection.NewScratch(1), nil, nil)
+			if _, pend := rt.Load(cands[1].Slot); pend != 200 || rt.Resident(cands[1].Slot) != 200 {
+				t.Fatalf("setup: b's pending %d, resident %d, want 200 each", pend, rt.Resident(cands[1].Slot))
+			}
+			f := rt.Extractor().NewFeatures()
+			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+			f.PromptBytes = len(toks) * 4
+			s := selection.NewScratch(3)
+			s.Tokens = toks
+			annotateWant(t, p, f, cands, s, 8, true, tc.wantB, true)
+			queued.PrefillDone() // b's queue runs: nothing ahead of the request
+			annotateWant(t, p, f, cands, s, 8, true, tc.wantRun, true)
+			queued.Release()
+		})
+	}
+}

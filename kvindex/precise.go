@@ -168,6 +168,29 @@ type PreciseConfig struct {
 	// stand unless CapForeign: the rule before 2026-12-07).
 	// bench/EXPERIMENTS.md section 110.
 	CapForeignQueue float64
+	// CapGain, with CapLoad, lifts the estimate cap only where the lift
+	// saves more prefill than the home's queue adds: the replica's
+	// pending prefill (Router.Load) less the least pending prefill among
+	// the decision's other candidates is below CapGain times the tokens
+	// the exact overlap credits past the estimate's. Kept at home, the
+	// request waits behind that queue difference to save those tokens;
+	// sent to the least queued peer, the estimate's credit is what it
+	// reads. 0 or negative: off. Opt-in: at 1 with CapPeer 1.1 it removed
+	// CapPeer's half-load TTFT p95 loss on held-out agent-fleet seeds and
+	// kept about 3/4 of the full-load gain, but cost 0.5 x 65,536 TTFT p50
+	// 2% (bench/EXPERIMENTS.md section 111).
+	CapGain float64
+	// CapGainMean, with CapGain, compares the replica's pending prefill
+	// with the candidates' mean instead of the least other's: a probe.
+	CapGainMean bool
+	// CapGainFleet, with CapGain, scales CapGain by the candidates' mean
+	// resident context over their mean KV capacity (how saturated the
+	// fleet is): a probe.
+	CapGainFleet bool
+	// CapPeerSlack, with CapPeer, also requires the replica's in-flight
+	// requests to be fewer than the candidates' mean plus CapPeerSlack:
+	// a probe (0 or negative: off).
+	CapPeerSlack float64
 	// WaitAuto turns the wait rule on (diverge.go; tokenize_wait auto,
 	// Settings' default). Without it (the zero value, tokenize_wait
 	// always) every request without a cached message prefix waits for its
@@ -644,7 +667,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) || p.foreignQueued(e.rt, c.Slot)) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands, &peers)) {
+		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) || p.foreignQueued(e.rt, c.Slot)) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands, &peers) && p.gainOver(e.rt, c.Slot, cands, c.Overlap-credit)) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		} else if c.Overlap-credit > slack {
 			diverged = true // blocks this router did not route
@@ -734,6 +757,41 @@ func (p *Precise) peerUnder(rt *selection.Router, s selection.Slot, cands []sele
 		}
 	}
 	return float64(busy(s))*float64(len(cands)) <= k*float64(*sum)
+}
+
+// gainOver reports whether lifting the estimate cap on slot s saves more
+// prefill than the queue it keeps the request behind: s's pending prefill
+// less the least among the other candidates' is below CapGain times gain
+// (the tokens the exact overlap credits past the estimate's), and with
+// CapPeerSlack s has fewer in-flight requests than the candidates' mean
+// plus it. Always with both off.
+func (p *Precise) gainOver(rt *selection.Router, s selection.Slot, cands []selection.Candidate, gain int) bool {
+	kg, ks := p.cfg.CapGain, p.cfg.CapPeerSlack
+	if kg <= 0 && ks <= 0 {
+		return true
+	}
+	inf, pend := rt.Load(s)
+	least, sum, psum, res, capa := int64(-1), int64(0), int64(0), int64(0), int64(0)
+	for i := range cands {
+		n, q := rt.Load(cands[i].Slot)
+		sum, psum = sum+n, psum+q
+		if p.cfg.CapGainFleet {
+			res, capa = res+rt.Resident(cands[i].Slot), capa+rt.Capacity(cands[i].Slot)
+		}
+		if cands[i].Slot != s && (least < 0 || q < least) {
+			least = q
+		}
+	}
+	if p.cfg.CapGainMean {
+		least = psum / int64(len(cands))
+	}
+	if p.cfg.CapGainFleet && capa > 0 {
+		kg *= float64(res) / float64(capa)
+	}
+	if kg > 0 && least >= 0 && float64(pend-least) >= kg*float64(gain) {
+		return false
+	}
+	return ks <= 0 || float64(inf)*float64(len(cands)) < float64(sum)+ks*float64(len(cands))
 }
 
 // tokensOf is d of the estimate's router blocks in the request's real

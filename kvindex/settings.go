@@ -101,6 +101,13 @@ type Settings struct {
 	// (DefaultCapForeignQueue); -1: off, the rule before 2026-12-07
 	// (bench/EXPERIMENTS.md 110).
 	CapForeignQueue float64 `json:"cap_foreign_queue,omitempty"`
+	// CapGain, with CapLoad, lifts the estimate cap only where the lift
+	// saves more prefill than the queue it keeps the request behind
+	// (PreciseConfig.CapGain): the replica's pending prefill less the
+	// least of the other candidates' below CapGain times the tokens its
+	// exact overlap credits past the estimate's. Opt-in: 0 (the default)
+	// is off (bench/EXPERIMENTS.md 111).
+	CapGain float64 `json:"cap_gain,omitempty"`
 
 	// UpstreamToken is the bearer token sent to the engines with every
 	// tokenize preflight and canary probe ("Authorization: Bearer
@@ -175,6 +182,8 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: cap_peer must be positive or 0 (off, the default), got %v", c.CapPeer)
 	case c.CapForeignQueue < 0 && c.CapForeignQueue != -1:
 		return fmt.Errorf("kv: cap_foreign_queue must be positive, 0 (the default) or -1 (off), got %v", c.CapForeignQueue)
+	case c.CapGain < 0:
+		return fmt.Errorf("kv: cap_gain must be positive or 0 (off, the default), got %v", c.CapGain)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":
@@ -212,6 +221,7 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 		CapPeer:       c.CapPeer,
 
 		CapForeignQueue: c.CapForeignQueue,
+		CapGain:         c.CapGain,
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

@@ -105,6 +105,20 @@ func TestSettingsCapPeer(t *testing.T) {
 	}
 }
 
+// TestSettingsCapGain: cap_gain reaches PreciseConfig.CapGain as given (0
+// off, a positive factor); a negative one is rejected naming the field.
+func TestSettingsCapGain(t *testing.T) {
+	for _, c := range []struct {
+		give float64
+		bad  bool
+	}{{0, false}, {1, false}, {0.5, false}, {-1, true}} {
+		pc, ok := validPrecise(t, Settings{CapLoad: 3, CapPeer: 1.1, CapGain: c.give}, "cap_gain", c.give, c.bad)
+		if ok && (pc.CapGain != c.give || pc.CapPeer != 1.1) {
+			t.Errorf("cap_gain %v: PreciseConfig.CapGain %v, CapPeer %v", c.give, pc.CapGain, pc.CapPeer)
+		}
+	}
+}
+
 // validPrecise gives s one engine and its defaults and validates it: an
 // error naming field is wanted exactly when bad (field set to give). A
 // valid s's PreciseConfig is returned with ok; ok is false when s is bad

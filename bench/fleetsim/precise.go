@@ -81,6 +81,10 @@ type PreciseConfig struct {
 	// CapForeignQueue: kvindex.PreciseConfig.CapForeignQueue (0: its
 	// default, negative: off).
 	CapForeignQueue float64
+	// CapGain, CapPeerSlack: kvindex.PreciseConfig's (0: off).
+	CapGain, CapPeerSlack float64
+	CapGainMean           bool
+	CapGainFleet          bool
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -280,6 +284,10 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapPeer:           p.pc.CapPeer,
 			CapPeerInflight:   p.pc.CapPeerInflight,
 			CapForeignQueue:   p.pc.CapForeignQueue,
+			CapGain:           p.pc.CapGain,
+			CapPeerSlack:      p.pc.CapPeerSlack,
+			CapGainMean:       p.pc.CapGainMean,
+			CapGainFleet:      p.pc.CapGainFleet,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -574,6 +582,13 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // estimate on blocks this router did not route capped too where the
 // replica's pending prefill is at least K x its capacity; the default 4
 // since 2026-12-07, capfq=0 off: the rule before);
+// capg=K PreciseConfig.CapGain (with capl: the cap lifted only where the
+// replica's pending prefill less the least other candidate's is below K x
+// the tokens the exact overlap saves), capgm=K the same against the
+// candidates' mean pending prefill (CapGainMean, a probe), capgf=K CapGain
+// scaled by the candidates' resident context over their capacity
+// (CapGainFleet, a probe), capmd=D PreciseConfig.CapPeerSlack (a probe:
+// also fewer in-flight requests than the candidates' mean + D);
 // own=K scales the index's own-block memory (MaxPredicted, MaxOwnGone) by
 // K, a probe (PreciseConfig.OwnScale). ok is
 // false when name is not one.
@@ -616,7 +631,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "own" && name != "capfq" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capgm" && name != "capgf" && name != "capmd" && name != "own" && name != "capfq" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -634,6 +649,14 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapPeer = x
 			case "capmn":
 				pc.CapPeer, pc.CapPeerInflight = x, true
+			case "capg":
+				pc.CapGain = x
+			case "capgm": // a probe: CapGain against the candidates' mean pending
+				pc.CapGain, pc.CapGainMean = x, true
+			case "capgf": // a probe: CapGain scaled by the candidates' resident / capacity
+				pc.CapGain, pc.CapGainFleet = x, true
+			case "capmd":
+				pc.CapPeerSlack = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx
 				capx = x
 			case "capfq":
