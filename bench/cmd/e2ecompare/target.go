@@ -90,6 +90,15 @@ func parseOptions(pol string, bases []string, what string) (base string, setting
 			kvSetting(settings, "tokenize_wait", wait)
 			continue
 		}
+		if k == "noqx" && !hasValue {
+			// fleetsim's ramjet-precise@noqx: the precise path's rule
+			// before 2026-12-07, QueueExtra off (queue_extra -1).
+			if !strings.HasPrefix(base, "ramjet-precise") {
+				return "", nil, fmt.Errorf("%s %q: noqx needs a ramjet-precise base (ramjet@qx=-1 elsewhere)", what, pol)
+			}
+			settings["queue_extra"] = -1.0
+			continue
+		}
 		if k == "dl" && v == "0" {
 			// fleetsim's dl=0: the density fixed at chars_per_token.
 			settings["fixed_density"] = true
@@ -98,7 +107,7 @@ func parseOptions(pol string, bases []string, what string) (base string, setting
 		field, ok := ramjetKeys[k]
 		kvField, precise := preciseKeys[k]
 		if !ok && !precise {
-			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs, qx or dl=0, as fleetsim's, or always, wait, qe or capl on ramjet-precise)", what, pol, k)
+			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs, qx or dl=0, as fleetsim's, or always, wait, noqx, qe or capl on ramjet-precise)", what, pol, k)
 		}
 		if precise && !strings.HasPrefix(base, "ramjet-precise") {
 			return "", nil, fmt.Errorf("%s %q: %s needs a ramjet-precise base (the kv block's %s)", what, pol, k, kvField)

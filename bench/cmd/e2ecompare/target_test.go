@@ -174,6 +174,9 @@ func TestParseRoutersTarget(t *testing.T) {
 		{"ramjet-precise@qe=0", "ramjet-precise", map[string]any{"kv": map[string]any{"queue_estimate": -1.0}}},
 		{"ramjet-precise@always+qe=0.5", "ramjet-precise", map[string]any{"kv": map[string]any{"tokenize_wait": "always", "queue_estimate": 0.5}}},
 		{"ramjet-precise@capl=0", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_load": -1.0}}},
+		// fleetsim's ramjet-precise@noqx: queue_extra off, as ramjet-precise@qx=-1.
+		{"ramjet-precise@noqx", "ramjet-precise", map[string]any{"queue_extra": -1.0}},
+		{"ramjet-precise-nocap@noqx+always", "ramjet-precise-nocap", map[string]any{"queue_extra": -1.0, "kv": always}},
 	}
 	for _, tt := range tests {
 		base, got, err := parseRoutersTarget(tt.pol)
@@ -182,7 +185,7 @@ func TestParseRoutersTarget(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"sglang", "round_robin", "ramjet@always", "ramjet-nocap@wait", "ramjet-precise@always=1",
-		"ramjet-precise@bogus", "ramjet@ixs=x", "sglang@ixs=-1", "ramjet-precise@", "ramjet@qe=1", "ramjet-precise@qe", "ramjet@capl=3"} {
+		"ramjet-precise@bogus", "ramjet@ixs=x", "sglang@ixs=-1", "ramjet@noqx", "ramjet-precise@noqx=1", "ramjet-precise@", "ramjet@qe=1", "ramjet-precise@qe", "ramjet@capl=3"} {
 		if _, _, err := parseRoutersTarget(bad); err == nil {
 			t.Errorf("parseRoutersTarget(%q): no error", bad)
 		}
