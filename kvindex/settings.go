@@ -89,8 +89,8 @@ type Settings struct {
 	// CapPeer, with CapLoad, lifts the estimate cap only on a replica no
 	// busier than its peers (PreciseConfig.CapPeer): its resident context
 	// (the contexts of the requests in flight there) at most CapPeer times
-	// the mean over the request's candidates. Opt-in: 0 (the default) is
-	// off, CapLoad alone decides; 1.1 is the measured value
+	// the mean over the request's candidates. Opt-in: 0 (the default) and
+	// -1 are off, CapLoad alone decides; 1.1 is the measured value
 	// (bench/EXPERIMENTS.md 107).
 	CapPeer float64 `json:"cap_peer,omitempty"`
 
@@ -106,7 +106,7 @@ type Settings struct {
 	// (PreciseConfig.CapGain): the replica's pending prefill less the
 	// least of the other candidates' below CapGain times the tokens its
 	// exact overlap credits past the estimate's. Opt-in: 0 (the default)
-	// is off (bench/EXPERIMENTS.md 111).
+	// and -1 are off (bench/EXPERIMENTS.md 111).
 	CapGain float64 `json:"cap_gain,omitempty"`
 
 	// UpstreamToken is the bearer token sent to the engines with every
@@ -178,12 +178,12 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: queue_estimate must be positive, 0 (the default) or -1 (off), got %v", c.QueueEstimate)
 	case c.CapLoad < 0 && c.CapLoad != -1:
 		return fmt.Errorf("kv: cap_load must be positive, 0 (off, the default) or -1 (off), got %v", c.CapLoad)
-	case c.CapPeer < 0:
-		return fmt.Errorf("kv: cap_peer must be positive or 0 (off, the default), got %v", c.CapPeer)
+	case c.CapPeer < 0 && c.CapPeer != -1:
+		return fmt.Errorf("kv: cap_peer must be positive, 0 (off, the default) or -1 (off), got %v", c.CapPeer)
 	case c.CapForeignQueue < 0 && c.CapForeignQueue != -1:
 		return fmt.Errorf("kv: cap_foreign_queue must be positive, 0 (the default) or -1 (off), got %v", c.CapForeignQueue)
-	case c.CapGain < 0:
-		return fmt.Errorf("kv: cap_gain must be positive or 0 (off, the default), got %v", c.CapGain)
+	case c.CapGain < 0 && c.CapGain != -1:
+		return fmt.Errorf("kv: cap_gain must be positive, 0 (off, the default) or -1 (off), got %v", c.CapGain)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":

@@ -92,12 +92,13 @@ func TestSettingsCapLoad(t *testing.T) {
 }
 
 // TestSettingsCapPeer: cap_peer reaches PreciseConfig.CapPeer as given (0
-// off, a positive factor); a negative one is rejected naming the field.
+// and -1 off, a positive factor); another negative one is rejected naming
+// the field.
 func TestSettingsCapPeer(t *testing.T) {
 	for _, c := range []struct {
 		give float64
 		bad  bool
-	}{{0, false}, {1.1, false}, {2, false}, {-1, true}} {
+	}{{0, false}, {1.1, false}, {2, false}, {-1, false}, {-0.5, true}, {-2, true}} {
 		pc, ok := validPrecise(t, Settings{CapLoad: 3, CapPeer: c.give}, "cap_peer", c.give, c.bad)
 		if ok && (pc.CapPeer != c.give || pc.CapLoad != 3) {
 			t.Errorf("cap_peer %v: PreciseConfig.CapPeer %v, CapLoad %v", c.give, pc.CapPeer, pc.CapLoad)
@@ -106,12 +107,13 @@ func TestSettingsCapPeer(t *testing.T) {
 }
 
 // TestSettingsCapGain: cap_gain reaches PreciseConfig.CapGain as given (0
-// off, a positive factor); a negative one is rejected naming the field.
+// and -1 off, a positive factor); another negative one is rejected naming
+// the field.
 func TestSettingsCapGain(t *testing.T) {
 	for _, c := range []struct {
 		give float64
 		bad  bool
-	}{{0, false}, {1, false}, {0.5, false}, {-1, true}} {
+	}{{0, false}, {1, false}, {0.5, false}, {-1, false}, {-3, true}} {
 		pc, ok := validPrecise(t, Settings{CapLoad: 3, CapPeer: 1.1, CapGain: c.give}, "cap_gain", c.give, c.bad)
 		if ok && (pc.CapGain != c.give || pc.CapPeer != 1.1) {
 			t.Errorf("cap_gain %v: PreciseConfig.CapGain %v, CapPeer %v", c.give, pc.CapGain, pc.CapPeer)

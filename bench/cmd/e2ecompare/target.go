@@ -37,8 +37,10 @@ var preciseFlags = map[string]string{"always": "always", "wait": "auto"}
 // preciseKeys map the option keys only a precise target may carry to the
 // kv block's fields they set, with ramjetKeys' values: qe is fleetsim's
 // ramjet-precise@qe (kvindex's QueueEstimate; qe=0 the rule before it),
-// capl its @capl (kvindex's CapLoad; capl=0 the estimate cap everywhere).
-var preciseKeys = map[string]string{"qe": "queue_estimate", "capl": "cap_load"}
+// capl its @capl (kvindex's CapLoad; capl=0 the estimate cap everywhere),
+// capm its @capm (CapPeer), capg its @capg (CapGain) and capfq its @capfq
+// (CapForeignQueue; capfq=0 the rule before 2026-12-07).
+var preciseKeys = map[string]string{"qe": "queue_estimate", "capl": "cap_load", "capm": "cap_peer", "capg": "cap_gain", "capfq": "cap_foreign_queue"}
 
 // kvSetting sets the kv block's field k to v in a target's settings.
 func kvSetting(settings map[string]any, k string, v any) {
@@ -107,7 +109,7 @@ func parseOptions(pol string, bases []string, what string) (base string, setting
 		field, ok := ramjetKeys[k]
 		kvField, precise := preciseKeys[k]
 		if !ok && !precise {
-			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs, qx or dl=0, as fleetsim's, or always, wait, noqx, qe or capl on ramjet-precise)", what, pol, k)
+			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs, qx or dl=0, as fleetsim's, or always, wait, noqx, qe, capl, capm, capg or capfq on ramjet-precise)", what, pol, k)
 		}
 		if precise && !strings.HasPrefix(base, "ramjet-precise") {
 			return "", nil, fmt.Errorf("%s %q: %s needs a ramjet-precise base (the kv block's %s)", what, pol, k, kvField)

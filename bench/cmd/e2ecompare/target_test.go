@@ -174,6 +174,9 @@ func TestParseRoutersTarget(t *testing.T) {
 		{"ramjet-precise@qe=0", "ramjet-precise", map[string]any{"kv": map[string]any{"queue_estimate": -1.0}}},
 		{"ramjet-precise@always+qe=0.5", "ramjet-precise", map[string]any{"kv": map[string]any{"tokenize_wait": "always", "queue_estimate": 0.5}}},
 		{"ramjet-precise@capl=0", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_load": -1.0}}},
+		{"ramjet-precise@capfq=0", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_foreign_queue": -1.0}}},
+		{"ramjet-precise@capl=3+capm=0", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_load": 3.0, "cap_peer": -1.0}}},
+		{"ramjet-precise@capl=3+capm=1.1+capg=1", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_load": 3.0, "cap_peer": 1.1, "cap_gain": 1.0}}},
 		// fleetsim's ramjet-precise@noqx: queue_extra off, as ramjet-precise@qx=-1.
 		{"ramjet-precise@noqx", "ramjet-precise", map[string]any{"queue_extra": -1.0}},
 		{"ramjet-precise-nocap@noqx+always", "ramjet-precise-nocap", map[string]any{"queue_extra": -1.0, "kv": always}},
