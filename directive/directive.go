@@ -613,6 +613,7 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 //	tokenize_wait auto|always                    when a request waits for it (default auto: the wait rule)
 //	kv_queue_estimate <x>|off                    the queue rule (default 1; kvindex.Settings.QueueEstimate)
 //	kv_cap_load <x>|off                          the estimate cap's load gate (default off; kvindex.Settings.CapLoad)
+//	kv_cap_foreign_queue <x>|off                 foreign exact overlaps capped past x caches of queue (default 4; kvindex.Settings.CapForeignQueue)
 //
 // Lists are space- or comma-separated; an empty value (an unset
 // environment variable) keeps the default, and without kv_events or
@@ -620,7 +621,7 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 // apply to the feeds too.
 var kvDirectiveOptions = map[string]bool{"kv_events": true, "kv_replay": true, "kv_bind": true,
 	"kv_topics": true, "kv_topic": true, "kv_block_size": true, "tokenize_timeout": true, "tokenize_wait": true,
-	"kv_queue_estimate": true, "kv_cap_load": true}
+	"kv_queue_estimate": true, "kv_cap_load": true, "kv_cap_foreign_queue": true}
 
 // kvDirective is the parsed precise-path options of the ramjet directive.
 type kvDirective struct {
@@ -630,11 +631,12 @@ type kvDirective struct {
 	TokenizeWait    string            `json:"tokenize_wait"`
 	QueueEstimate   float64           `json:"kv_queue_estimate"`
 	CapLoad         float64           `json:"kv_cap_load"`
+	CapForeign      float64           `json:"kv_cap_foreign_queue"`
 }
 
 // read reads option name of kvDirectiveOptions at d.
 func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name string) error {
-	if name == "kv_block_size" || name == "tokenize_timeout" || name == "tokenize_wait" || name == "kv_queue_estimate" || name == "kv_cap_load" {
+	if name == "kv_block_size" || name == "tokenize_timeout" || name == "tokenize_wait" || name == "kv_queue_estimate" || name == "kv_cap_load" || name == "kv_cap_foreign_queue" {
 		return b.Option(d, name, k, name)
 	}
 	args := caddyblock.SplitList(d.RemainingArgs())
@@ -650,7 +652,7 @@ func (k *kvDirective) read(b *caddyblock.Block, d *caddyfile.Dispenser, name str
 func (k *kvDirective) config(dials, schemes []string, ranks []int) (*kvindex.Settings, error) {
 	f := k.feeds
 	if !f.On() {
-		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || k.TokenizeWait != "" || k.QueueEstimate != 0 || k.CapLoad != 0 || f.Topic != "" {
+		if len(f.Replay)+len(f.Topics) > 0 || k.BlockSize != 0 || k.TokenizeTimeout != 0 || k.TokenizeWait != "" || k.QueueEstimate != 0 || k.CapLoad != 0 || k.CapForeign != 0 || f.Topic != "" {
 			return nil, fmt.Errorf("kv options need kv_events or kv_bind")
 		}
 		return nil, nil
@@ -660,7 +662,7 @@ func (k *kvDirective) config(dials, schemes []string, ranks []int) (*kvindex.Set
 		return nil, err
 	}
 	return &kvindex.Settings{Engines: engines, Topic: f.Topic, BlockSize: k.BlockSize, TokenizeTimeout: k.TokenizeTimeout,
-		TokenizeWait: k.TokenizeWait, QueueEstimate: k.QueueEstimate, CapLoad: k.CapLoad}, nil
+		TokenizeWait: k.TokenizeWait, QueueEstimate: k.QueueEstimate, CapLoad: k.CapLoad, CapForeignQueue: k.CapForeign}, nil
 }
 
 // integrityDirectiveOptions are the ramjet directive's integrity options

@@ -280,15 +280,17 @@ func TestParseRamjetPolicyWords(t *testing.T) {
 func TestParseRamjetQueueEstimate(t *testing.T) {
 	const kv = " kv_events 127.0.0.1:1=tcp://127.0.0.1:2\n"
 	for _, tt := range []struct {
-		give      string
-		want, cap float64
+		give          string
+		want, cap, fq float64
 	}{
-		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate off\n}", -1, 0},
-		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate 0.5\n}", 0.5, 0},
-		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate\n}", 0, 0},
-		{"ramjet 127.0.0.1:1 {\n" + kv + "}", 0, 0},
-		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_cap_load off\n}", 0, -1}, // kv_cap_load the same way
-		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_cap_load 2\n}", 0, 2},
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate off\n}", -1, 0, 0},
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate 0.5\n}", 0.5, 0, 0},
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_queue_estimate\n}", 0, 0, 0},
+		{"ramjet 127.0.0.1:1 {\n" + kv + "}", 0, 0, 0},
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_cap_load off\n}", 0, -1, 0}, // kv_cap_load the same way
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_cap_load 2\n}", 0, 2, 0},
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_cap_foreign_queue off\n}", 0, 0, -1}, // kv_cap_foreign_queue too
+		{"ramjet 127.0.0.1:1 {\n" + kv + " kv_cap_foreign_queue 6\n}", 0, 0, 6},
 	} {
 		rd, err := parseRamjetTokens(caddyfile.NewTestDispenser(tt.give))
 		if err != nil {
@@ -298,8 +300,8 @@ func TestParseRamjetQueueEstimate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: policy: %v", tt.give, err)
 		}
-		if p.KV == nil || p.KV.QueueEstimate != tt.want || p.KV.CapLoad != tt.cap {
-			t.Errorf("%q: kv %+v, want queue_estimate %v, cap_load %v", tt.give, p.KV, tt.want, tt.cap)
+		if p.KV == nil || p.KV.QueueEstimate != tt.want || p.KV.CapLoad != tt.cap || p.KV.CapForeignQueue != tt.fq {
+			t.Errorf("%q: kv %+v, want queue_estimate %v, cap_load %v, cap_foreign_queue %v", tt.give, p.KV, tt.want, tt.cap, tt.fq)
 		}
 	}
 	rd, err := parseRamjetTokens(caddyfile.NewTestDispenser("ramjet 127.0.0.1:1 {\n kv_queue_estimate 2\n}"))

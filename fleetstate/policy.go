@@ -250,9 +250,10 @@ func (s *PolicySettings) Validate() error {
 // PolicyWords adds to words (caddyblock.Block.Words of lb_policy ramjet
 // or the ramjet directive) the Caddyfile keywords of PolicySettings'
 // options, the same in both: "off" is -1 for spill_band, index_share,
-// queue_extra, kv_queue_estimate and kv_cap_load. It returns words.
+// queue_extra, kv_queue_estimate, kv_cap_load and kv_cap_foreign_queue.
+// It returns words.
 func PolicyWords(words map[string]map[string]any) map[string]map[string]any {
-	for _, name := range []string{"spill_band", "index_share", "queue_extra", "kv_queue_estimate", "kv_cap_load"} {
+	for _, name := range []string{"spill_band", "index_share", "queue_extra", "kv_queue_estimate", "kv_cap_load", "kv_cap_foreign_queue"} {
 		words[name] = map[string]any{"off": -1}
 	}
 	return words

@@ -34,6 +34,7 @@ import (
 //	kv_predict_ttl  <duration>
 //	kv_queue_estimate <x>|off
 //	kv_cap_load       <x>|off
+//	kv_cap_foreign_queue <x>|off
 //	kv_canary <model> [{
 //		interval <duration>
 //		blocks   <n>
@@ -57,7 +58,7 @@ func (s *RamjetSelection) kvOptions(b *caddyblock.Block) {
 		}
 		return s.KV
 	}
-	for _, name := range []string{"topic", "upstream_token", "block_size", "max_entries", "predict_ttl", "queue_estimate", "cap_load", "canary"} {
+	for _, name := range []string{"topic", "upstream_token", "block_size", "max_entries", "predict_ttl", "queue_estimate", "cap_load", "cap_foreign_queue", "canary"} {
 		b.Custom["kv_"+name] = func(d *caddyfile.Dispenser) error { return b.Option(d, "kv_"+name, kv(), name) }
 	}
 	b.Custom["tokenize"] = func(d *caddyfile.Dispenser) error {

@@ -105,6 +105,9 @@ func TestKVCaddyfile(t *testing.T) {
 		{name: "cap load off", give: "ramjet {\n kv_cap_load off\n}", want: &kvindex.Settings{CapLoad: -1}},
 		{name: "cap load at two caches", give: "ramjet {\n kv_cap_load 2\n}", want: &kvindex.Settings{CapLoad: 2}},
 		{name: "bad cap load", give: "ramjet {\n kv_cap_load soon\n}", wantErr: "kv_cap_load"},
+		{name: "foreign queue cap off", give: "ramjet {\n kv_cap_foreign_queue off\n}", want: &kvindex.Settings{CapForeignQueue: -1}},
+		{name: "foreign queue cap at two caches", give: "ramjet {\n kv_cap_foreign_queue 2\n}", want: &kvindex.Settings{CapForeignQueue: 2}},
+		{name: "bad foreign queue cap", give: "ramjet {\n kv_cap_foreign_queue soon\n}", wantErr: "kv_cap_foreign_queue"},
 		{name: "tokenize unknown", give: "ramjet {\n tokenize {\n retries 3\n }\n}", wantErr: "unrecognized option 'retries'"},
 		{name: "canary unknown", give: "ramjet {\n kv_canary m {\n every 1s\n }\n}", wantErr: "unrecognized option 'every'"},
 		{name: "unknown kv option", give: "ramjet {\n kv_everything 1\n}", wantErr: "ramjet: unrecognized option 'kv_everything'"},
@@ -742,14 +745,14 @@ func TestDeployCaddyfileKV(t *testing.T) {
 		"RJ_KV_EVENTS":        "127.0.0.1:8100=tcp://127.0.0.1:5557,127.0.0.1:8200=tcp://127.0.0.1:5567",
 		"RJ_KV_REPLAY":        "127.0.0.1:8100=tcp://127.0.0.1:5558",
 		"RJ_TOKENIZE_TIMEOUT": "250ms", "RJ_TOKENIZE_WAIT": "always", "RJ_KV_QUEUE_ESTIMATE": "off",
-		"RJ_KV_CAP_LOAD": "2.5"})
+		"RJ_KV_CAP_LOAD": "2.5", "RJ_KV_CAP_FOREIGN_QUEUE": "off"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &kvindex.Settings{Engines: []kvindex.FeedSpec{
 		{Upstream: "127.0.0.1:8100", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558"},
 		{Upstream: "127.0.0.1:8200", Events: "tcp://127.0.0.1:5567"},
-	}, TokenizeTimeout: duration.Duration(250 * time.Millisecond), TokenizeWait: "always", QueueEstimate: -1, CapLoad: 2.5}
+	}, TokenizeTimeout: duration.Duration(250 * time.Millisecond), TokenizeWait: "always", QueueEstimate: -1, CapLoad: 2.5, CapForeignQueue: -1}
 	if diff := cmp.Diff(want, kv); diff != "" {
 		t.Errorf("dial (-want +got):\n%s", diff)
 	}
@@ -758,6 +761,7 @@ func TestDeployCaddyfileKV(t *testing.T) {
 	t.Setenv("RJ_TOKENIZE_WAIT", "")
 	t.Setenv("RJ_KV_QUEUE_ESTIMATE", "")
 	t.Setenv("RJ_KV_CAP_LOAD", "")
+	t.Setenv("RJ_KV_CAP_FOREIGN_QUEUE", "")
 	kv, err = adapt(map[string]string{"RJ_KV_BIND": "tcp://127.0.0.1:5557",
 		"RJ_KV_TOPICS": "127.0.0.1:8100=kv@a 127.0.0.1:8200=kv@b"})
 	if err != nil {
