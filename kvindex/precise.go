@@ -607,8 +607,10 @@ func onGrid(bt int, cands []selection.Candidate) {
 
 // capByEstimate leaves to the estimate every precise candidate whose exact
 // overlap exceeds the estimate's where this router routed the first block
-// past the estimate's (Index.Own), unless the replica's load is under
-// CapLoad or CapQueue (queuedUnder), compared in the request's real tokens (the estimate counts tokens
+// past the estimate's (Index.Own), or where it did not but the replica's
+// queue is past CapForeignQueue (foreignQueued), unless the replica's load
+// is under CapLoad or CapQueue (queuedUnder, with CapPeer's peerUnder and
+// CapGain's gainOver when set), compared in the request's real tokens (the estimate counts tokens
 // estimated from bytes). A candidate the estimate credits with the whole
 // fingerprinted prefix of a longer prompt keeps its exact overlap: the
 // estimate cannot see further. One whose exact overlap is below the
