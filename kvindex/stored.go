@@ -94,9 +94,10 @@ func (p *Precise) onStored(f func(s selection.Slot, blocks, own, blockTokens int
 
 // SetForeign makes fp the estimate of the prefill other routers put on
 // the replicas (nil: none): it receives every stored run with the blocks
-// of it the index marks as this router's own (fp.StoredRunOwn: an own
-// request's blocks recomputed past its reservation, after a preemption or
-// an eviction while it queued, are not another instance's prefill) and,
+// of it the index marks as this router's own (fp.StoredRunOwn: while the
+// router has seen no other instance, an own request's blocks recomputed
+// past its reservation, after a preemption or an eviction while it
+// queued, are not another instance's prefill) and,
 // from a Late handle whose tokens came after its request was routed on the
 // bytes' estimate of its prompt, the tokens past that estimate as this
 // instance's own (ForeignPrefill.Credit).

@@ -480,11 +480,23 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 }
 
 // StoredRunOwn is StoredRun with own of the run's blocks known to be this
-// instance's (StoredOwn; kvindex.Precise.SetForeign).
+// instance's (StoredOwn; kvindex.Precise.SetForeign), until the router has
+// seen other instances' load or stored runs (Router.SawOthers, not its
+// answers' agreement): then as StoredRun. The marks tell this router's
+// blocks from the others' but not its requests from theirs: with several
+// instances behind a front that deals an agent's turns to any of them, an
+// agent's context evicted and recomputed by another instance's turn is
+// marked as this router's too, and counted so the others' share fell to a
+// third of its value (the tool-agent windows at 8 x 65,536 with 2 and 4
+// instances: cached share -0.011 and -0.036; bench/EXPERIMENTS.md, section
+// 113).
 func (f *ForeignPrefill) StoredRunOwn(s Slot, blocks, own, blockTokens int, at time.Time) {
 	rt := f.rt.Load()
 	if rt == nil || s < 0 || s >= MaxReplicas {
 		return
+	}
+	if rt.others.Load() {
+		own = 0
 	}
 	_, pend := rt.Load(s)
 	if f.StoredOwn(s, blocks, own, blockTokens, pend, at) > 0 {

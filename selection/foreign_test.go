@@ -838,3 +838,26 @@ func TestForeignStoredOwn(t *testing.T) {
 		})
 	}
 }
+
+// StoredRunOwn takes the index's marks while the router has seen no other
+// instance, and not once it has (its load or their stored runs): the marks
+// then cover the others' recomputing of contexts this instance also routed.
+func TestForeignStoredRunOwnUntilOthers(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
+	a := cands[0].Slot
+	f := NewForeignPrefill()
+	f.SetRouter(rt)
+	t0 := time.Unix(100, 0)
+	f.StoredRunOwn(a, 8, 8, 16, t0) // alone: marked, its own
+	if got, _ := f.Counted(); got != 0 {
+		t.Fatalf("alone: %d foreign tokens, want 0", got)
+	}
+	rt.SetExternalLoad(a, 1, 0, 0) // another instance's request on a
+	if !rt.SawOthers() {
+		t.Fatal("the engine's load did not show the other instance")
+	}
+	f.StoredRunOwn(a, 8, 8, 16, t0)
+	if got, _ := f.Counted(); got != 128 {
+		t.Fatalf("after others: %d foreign tokens, want 128 (the marks not taken)", got)
+	}
+}
