@@ -268,6 +268,7 @@ type Index struct {
 	replayFailures  atomic.Uint64
 	entries         atomic.Int64
 	stored          atomic.Pointer[storedHook] // stored.go: Precise.OnStored
+	storedOwn       int                        // the last store's blocks marked ownRef (noteStored), under mu
 }
 
 // New returns an empty Index.
@@ -414,6 +415,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			if !x.relevant(e) {
 				continue
 			}
+			x.storedOwn = 0
 			x.noteStore(r, rep, x.store(r, rep, e), now)
 			x.noteStored(r, e, at) // stored.go
 		case KindBlockRemoved:
@@ -520,6 +522,9 @@ func (x *Index) store(r Replica, rep *replica, e *Event) bool {
 		x.put(r, rep, h, key)
 		if x.pred.confirm(r, key) || x.own.take(predID{key, r}) {
 			rep.refs[key] |= ownRef
+		}
+		if rep.refs[key]&ownRef != 0 {
+			x.storedOwn++
 		}
 	}
 	return landed

@@ -384,6 +384,21 @@ func (f *ForeignPrefill) Decay() time.Duration {
 // on slot s, delivered at t; ownPending is this instance's prefill still
 // reserved on s (Router.Load). It reports the tokens counted as foreign.
 func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int64, t time.Time) int64 {
+	return f.StoredOwn(s, blocks, 0, blockTokens, ownPending, t)
+}
+
+// StoredOwn is Stored for a run of which own blocks are known to be this
+// instance's (its precise index marks them as routed there by it:
+// kvindex.Index.Own). The run takes the credit first, as Stored; what the
+// credit does not cover counts as foreign except for up to own blocks'
+// tokens, which count as own. Under KV pressure this instance's requests
+// store more than their reservations credit: a request preempted and
+// recomputed stores again the blocks the engine evicted meanwhile, and one
+// whose cached prefix the engine evicted while it queued prefills it
+// again. Without it a lone instance read those runs as other instances'
+// prefill (the tool-agent traces at 8 x 65,536: a third to a half of its
+// own stored tokens; bench/EXPERIMENTS.md, section 113).
+func (f *ForeignPrefill) StoredOwn(s Slot, blocks, own, blockTokens int, ownPending int64, t time.Time) int64 {
 	if s < 0 || s >= MaxReplicas || blocks < max(f.MinBlocks, 1) || blockTokens <= 0 {
 		return 0
 	}
@@ -397,13 +412,17 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 	if f.ResidentEarly {
 		f.first.CompareAndSwap(0, t.UnixNano())
 	}
-	own := min(n, c.credit)
-	c.credit -= own
-	foreign := n - own
-	if own > 0 {
-		f.own.Add(uint64(own))
+	mine := min(n, c.credit)
+	c.credit -= mine
+	foreign := n - mine
+	if marked := min(foreign, int64(max(own, 0))*int64(blockTokens)); marked > 0 {
+		mine += marked
+		foreign -= marked
 	}
-	f.window(own, foreign, t)
+	if mine > 0 {
+		f.own.Add(uint64(mine))
+	}
+	f.window(mine, foreign, t)
 	if foreign > 0 {
 		c.v = c.decayed(t, f.Decay()) + float64(foreign)
 		c.at = t
@@ -457,12 +476,30 @@ func (f *ForeignPrefill) SetRouter(rt *Router) {
 // (Router.Load), then the new estimate to the router. Without a router it
 // does nothing.
 func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time) {
+	f.StoredRunOwn(s, blocks, 0, blockTokens, at)
+}
+
+// StoredRunOwn is StoredRun with own of the run's blocks known to be this
+// instance's (StoredOwn; kvindex.Precise.SetForeign), until the router has
+// seen other instances' load or stored runs (Router.SawOthers, not its
+// answers' agreement): then as StoredRun. The marks tell this router's
+// blocks from the others' but not its requests from theirs: with several
+// instances behind a front that deals an agent's turns to any of them, an
+// agent's context evicted and recomputed by another instance's turn is
+// marked as this router's too, and counted so the others' share fell to a
+// third of its value (the tool-agent windows at 8 x 65,536 with 2 and 4
+// instances: cached share -0.011 and -0.036; bench/EXPERIMENTS.md, section
+// 113).
+func (f *ForeignPrefill) StoredRunOwn(s Slot, blocks, own, blockTokens int, at time.Time) {
 	rt := f.rt.Load()
 	if rt == nil || s < 0 || s >= MaxReplicas {
 		return
 	}
+	if rt.others.Load() {
+		own = 0
+	}
 	_, pend := rt.Load(s)
-	if f.Stored(s, blocks, blockTokens, pend, at) > 0 {
+	if f.StoredOwn(s, blocks, own, blockTokens, pend, at) > 0 {
 		f.Apply(rt, s, at)
 	}
 }

@@ -804,3 +804,60 @@ func TestForeignEvidenceWindow(t *testing.T) {
 		t.Fatalf("the other instance seen after %s (%v): want within %s", took, rt.SawOthers(), EvidenceWindow*3/10)
 	}
 }
+
+// StoredOwn: the credit covers a run first; past it, the blocks known to
+// be this instance's (own) count as its own, the rest as foreign.
+func TestForeignStoredOwn(t *testing.T) {
+	const bt = 16
+	at := time.Unix(100, 0)
+	tests := []struct {
+		name              string
+		credit            int
+		blocks, own       int
+		wantForeign, mine int64
+	}{
+		{"no marks: as Stored", 64, 8, 0, 64, 64},
+		{"marked past the credit", 0, 8, 8, 0, 128},
+		{"part marked past the credit", 32, 8, 3, 48, 80},
+		{"marks within the credit change nothing", 128, 8, 8, 0, 128},
+		{"marks past the run are capped", 0, 4, 9, 0, 64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := NewForeignPrefill()
+			f.Routed(0, tt.credit)
+			if got := f.StoredOwn(0, tt.blocks, tt.own, bt, 1, at); got != tt.wantForeign {
+				t.Errorf("foreign %d, want %d", got, tt.wantForeign)
+			}
+			if tok, _ := f.Counted(); int64(tok) != tt.wantForeign {
+				t.Errorf("counted %d, want %d", tok, tt.wantForeign)
+			}
+			if mine := int64(f.own.Load()); mine != tt.mine {
+				t.Errorf("own %d, want %d", mine, tt.mine)
+			}
+		})
+	}
+}
+
+// StoredRunOwn takes the index's marks while the router has seen no other
+// instance, and not once it has (its load or their stored runs): the marks
+// then cover the others' recomputing of contexts this instance also routed.
+func TestForeignStoredRunOwnUntilOthers(t *testing.T) {
+	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
+	a := cands[0].Slot
+	f := NewForeignPrefill()
+	f.SetRouter(rt)
+	t0 := time.Unix(100, 0)
+	f.StoredRunOwn(a, 8, 8, 16, t0) // alone: marked, its own
+	if got, _ := f.Counted(); got != 0 {
+		t.Fatalf("alone: %d foreign tokens, want 0", got)
+	}
+	rt.SetExternalLoad(a, 1, 0, 0) // another instance's request on a
+	if !rt.SawOthers() {
+		t.Fatal("the engine's load did not show the other instance")
+	}
+	f.StoredRunOwn(a, 8, 8, 16, t0)
+	if got, _ := f.Counted(); got != 128 {
+		t.Fatalf("after others: %d foreign tokens, want 128 (the marks not taken)", got)
+	}
+}
