@@ -683,19 +683,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 // QueueEstimate times its KV capacity (never when the capacity is not
 // known or the rule is off).
 func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
-	k := p.cfg.QueueEstimate
-	if k == 0 {
-		k = DefaultQueueEstimate
-	}
-	if k < 0 {
-		return false
-	}
-	_, pend := rt.Load(s)
-	if pend <= 0 {
-		return false // no queue: the engine's state now is what it will find
-	}
-	capa := rt.Capacity(s)
-	return capa > 0 && float64(pend) >= k*float64(capa)
+	return queuedCaches(rt, s, p.cfg.QueueEstimate, DefaultQueueEstimate)
 }
 
 // foreignQueued reports whether slot s's pending prefill on rt is at
@@ -703,16 +691,26 @@ func (p *Precise) queuedPast(rt *selection.Router, s selection.Slot) bool {
 // not known or the gate is off): an exact overlap past the estimate on
 // blocks this router did not route is then left to the estimate too.
 func (p *Precise) foreignQueued(rt *selection.Router, s selection.Slot) bool {
-	k := p.cfg.CapForeignQueue
+	return queuedCaches(rt, s, p.cfg.CapForeignQueue, DefaultCapForeignQueue)
+}
+
+// queuedCaches reports whether slot s's pending prefill on rt is at least
+// k times its KV capacity (k 0: def; negative: never; never without a
+// queue, where the engine's state now is what the request will find, or
+// when the capacity is not known).
+func queuedCaches(rt *selection.Router, s selection.Slot, k, def float64) bool {
 	if k == 0 {
-		k = DefaultCapForeignQueue
+		k = def
 	}
 	if k < 0 {
 		return false
 	}
 	_, pend := rt.Load(s)
+	if pend <= 0 {
+		return false
+	}
 	capa := rt.Capacity(s)
-	return pend > 0 && capa > 0 && float64(pend) >= k*float64(capa)
+	return capa > 0 && float64(pend) >= k*float64(capa)
 }
 
 // queuedUnder reports whether slot s's in-flight requests on rt and this
