@@ -49,19 +49,13 @@ func TestPreciseCapForeignQueue(t *testing.T) {
 			// about queue times b's capacity (c's is not known).
 			var queued []*selection.Reservation
 			for _, c := range cands[1:] {
-				g := rt.Extractor().NewFeatures()
-				g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
-				g.PromptBytes = int(tc.queue*float64(rt.Capacity(cands[1].Slot))) * 4
-				_, r := rt.Route(g, []selection.Candidate{c}, selection.NewScratch(1), nil, nil)
-				queued = append(queued, r)
+				queued = append(queued, coldQueued(rt, c, int(tc.queue*float64(rt.Capacity(cands[1].Slot)))))
 			}
 			capa := float64(rt.Capacity(cands[1].Slot))
 			if _, pend := rt.Load(cands[1].Slot); float64(pend) < (tc.queue-0.5)*capa || float64(pend) >= (tc.queue+0.5)*capa || rt.Capacity(cands[2].Slot) != 0 {
 				t.Fatalf("setup: b's pending %d against capacity %v; c's capacity %d (want unknown)", pend, capa, rt.Capacity(cands[2].Slot))
 			}
-			f := rt.Extractor().NewFeatures()
-			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
-			f.PromptBytes = len(toks) * 4
+			f := promptOf(rt, toks)
 			s := selection.NewScratch(3)
 			s.Tokens = toks
 			annotateWant(t, p, f, cands, s, 8, true, tc.wantB, true)

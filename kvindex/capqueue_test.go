@@ -36,17 +36,12 @@ func TestPreciseCapQueue(t *testing.T) {
 			// (predicted, then stored), which its estimate no longer
 			// credits (it credits none).
 			ownTwoBlocks(t, p.Index(), toks)
-			f := rt.Extractor().NewFeatures()
-			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
-			f.PromptBytes = len(toks) * 4
+			f := promptOf(rt, toks)
 			// A long cold prompt queued on b: its pending prefill (about 1.5
 			// times b's capacity as the index applies it) is ahead of the
 			// request.
-			g := rt.Extractor().NewFeatures()
-			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
-			g.PromptBytes = int(1.5*float64(rt.Capacity(cands[1].Slot))) * 4
+			queued := coldQueued(rt, cands[1], int(1.5*float64(rt.Capacity(cands[1].Slot))))
 			s := selection.NewScratch(3)
-			_, queued := rt.Route(g, []selection.Candidate{cands[1]}, s, nil, nil)
 			if _, pend := rt.Load(cands[1].Slot); float64(pend) < float64(rt.Capacity(cands[1].Slot)) || float64(pend) >= 2*float64(rt.Capacity(cands[1].Slot)) || rt.Capacity(cands[2].Slot) != 0 {
 				t.Fatalf("setup: b's pending %d against capacity %d; c's capacity %d (want unknown)", pend, rt.Capacity(cands[1].Slot), rt.Capacity(cands[2].Slot))
 			}
@@ -128,9 +123,7 @@ func TestPreciseCapLoad(t *testing.T) {
 			if inf, pend := rt.Load(cands[1].Slot); inf != 3 || pend != 0 {
 				t.Fatalf("setup: b in flight %d, pending %d; want 3, 0", inf, pend)
 			}
-			f := rt.Extractor().NewFeatures()
-			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
-			f.PromptBytes = len(toks) * 4
+			f := promptOf(rt, toks)
 			s := selection.NewScratch(3)
 			s.Tokens = toks
 			annotateWant(t, p, f, cands, s, 8, tc.wantA, tc.wantB, tc.wantC)
@@ -206,9 +199,7 @@ func TestPreciseCapPeer(t *testing.T) {
 			if inf, _ := rt.Load(cands[1].Slot); inf != 3 || rt.Resident(cands[1].Slot) <= 0 || rt.Resident(cands[0].Slot) != 0 {
 				t.Fatalf("setup: b in flight %d, resident %d, a resident %d; want 3, > 0, 0", inf, rt.Resident(cands[1].Slot), rt.Resident(cands[0].Slot))
 			}
-			f := rt.Extractor().NewFeatures()
-			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
-			f.PromptBytes = len(toks) * 4
+			f := promptOf(rt, toks)
 			s := selection.NewScratch(3)
 			s.Tokens = toks
 			annotateWant(t, p, f, cands, s, 8, tc.wantA, tc.wantB, true)
@@ -218,6 +209,26 @@ func TestPreciseCapPeer(t *testing.T) {
 			annotateWant(t, p, f, cands, s, 8, true, true, true) // all idle: no peer is busier
 		})
 	}
+}
+
+// promptOf is the features of a request for toks in blocks of 4 tokens,
+// estimated at 4 bytes per token.
+func promptOf(rt *selection.Router, toks []uint32) *selection.Features {
+	f := rt.Extractor().NewFeatures()
+	f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
+	f.PromptBytes = len(toks) * 4
+	return f
+}
+
+// coldQueued routes to c alone a cold prompt of tokens tokens (as the
+// estimate counts them), a queue of pending prefill ahead of later requests
+// there, and returns its reservation.
+func coldQueued(rt *selection.Router, c selection.Candidate, tokens int) *selection.Reservation {
+	g := rt.Extractor().NewFeatures()
+	g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
+	g.PromptBytes = tokens * 4
+	_, r := rt.Route(g, []selection.Candidate{c}, selection.NewScratch(1), nil, nil)
+	return r
 }
 
 // threeDecoding routes three short requests to c, each past its first
@@ -271,16 +282,11 @@ func TestPreciseCapGain(t *testing.T) {
 				rt.SetCapacity(c.Slot, 400)
 			}
 			ownTwoBlocks(t, p.Index(), toks)
-			g := rt.Extractor().NewFeatures()
-			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
-			g.PromptBytes = 200 * 4
-			_, queued := rt.Route(g, []selection.Candidate{cands[1]}, selection.NewScratch(1), nil, nil)
+			queued := coldQueued(rt, cands[1], 200)
 			if _, pend := rt.Load(cands[1].Slot); pend != 200 || rt.Resident(cands[1].Slot) != 200 {
 				t.Fatalf("setup: b's pending %d, resident %d, want 200 each", pend, rt.Resident(cands[1].Slot))
 			}
-			f := rt.Extractor().NewFeatures()
-			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
-			f.PromptBytes = len(toks) * 4
+			f := promptOf(rt, toks)
 			s := selection.NewScratch(3)
 			s.Tokens = toks
 			annotateWant(t, p, f, cands, s, 8, true, tc.wantB, true)

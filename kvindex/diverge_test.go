@@ -107,9 +107,7 @@ func TestDiverged(t *testing.T) {
 			p.Bind(s0, "a")
 			x := p.Index()
 			ra, _ := x.Lookup("a")
-			f := rt.Extractor().NewFeatures()
-			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
-			f.PromptBytes = len(toks) * 4
+			f := promptOf(rt, toks)
 			keys := x.Keys(nil, 0, toks)
 			if c.routed {
 				rt.Learn(f, s0)

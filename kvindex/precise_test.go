@@ -182,9 +182,7 @@ func TestPreciseEstimateCap(t *testing.T) {
 			if !x.Own(ra, keys[0]) || !x.Own(ra, keys[1]) || x.Own(rc, keys[0]) || x.Own(rb, keys[0]) {
 				t.Fatalf("own: a %v %v, c %v, b %v; want a's only", x.Own(ra, keys[0]), x.Own(ra, keys[1]), x.Own(rc, keys[0]), x.Own(rb, keys[0]))
 			}
-			f := rt.Extractor().NewFeatures()
-			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
-			f.PromptBytes = len(toks) * 4
+			f := promptOf(rt, toks)
 			rt.Learn(f, cands[1].Slot)
 			s := selection.NewScratch(3)
 			s.Tokens = toks

@@ -32,9 +32,7 @@ func TestPreciseQueueEstimate(t *testing.T) {
 			rt.SetCapacity(cands[0].Slot, capa)
 			rt.SetCapacity(cands[1].Slot, capa)
 			x := p.Index()
-			f := rt.Extractor().NewFeatures()
-			f.Blocks = selection.AppendTokenBlocks(f.Blocks[:0], 0, toks, 4)
-			f.PromptBytes = len(toks) * 4
+			f := promptOf(rt, toks)
 			// The estimate credits every replica with the whole prompt; the
 			// engines kept its first block only (they evicted the rest).
 			for i, k := range []string{"a", "b", "c"} {
@@ -45,15 +43,10 @@ func TestPreciseQueueEstimate(t *testing.T) {
 			// A long cold prompt queued on a and on c: its pending prefill
 			// (about 1.5 times a's capacity as the index applies it) is
 			// ahead of the request.
-			g := rt.Extractor().NewFeatures()
-			g.Blocks = selection.AppendTokenBlocks(g.Blocks[:0], 7, []uint32{90, 91, 92, 93}, 4)
-			g.PromptBytes = int(1.5*float64(rt.Capacity(cands[0].Slot))) * 4
 			s := selection.NewScratch(3)
 			var queued []*selection.Reservation
 			for _, i := range []int{0, 2} {
-				only := []selection.Candidate{cands[i]}
-				_, res := rt.Route(g, only, s, nil, nil)
-				queued = append(queued, res)
+				queued = append(queued, coldQueued(rt, cands[i], int(1.5*float64(rt.Capacity(cands[0].Slot)))))
 			}
 			if _, pend := rt.Load(cands[0].Slot); float64(pend) < float64(rt.Capacity(cands[0].Slot)) || rt.Capacity(cands[2].Slot) != 0 {
 				t.Fatalf("setup: a's pending %d against capacity %d; c's capacity %d (want unknown)", pend, rt.Capacity(cands[0].Slot), rt.Capacity(cands[2].Slot))
