@@ -268,7 +268,6 @@ type Index struct {
 	replayFailures  atomic.Uint64
 	entries         atomic.Int64
 	stored          atomic.Pointer[storedHook] // stored.go: Precise.OnStored
-	storedOwn       int                        // the last store's blocks marked ownRef (noteStored), under mu
 }
 
 // New returns an empty Index.
@@ -415,9 +414,9 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			if !x.relevant(e) {
 				continue
 			}
-			x.storedOwn = 0
-			x.noteStore(r, rep, x.store(r, rep, e), now)
-			x.noteStored(r, e, at) // stored.go
+			landed, own := x.store(r, rep, e)
+			x.noteStore(r, rep, landed, now)
+			x.noteStored(r, e, own, at) // stored.go
 		case KindBlockRemoved:
 			if !x.relevant(e) {
 				continue
@@ -461,14 +460,15 @@ func (x *Index) relevant(e *Event) bool {
 }
 
 // store keys e's blocks; it reports whether any block landed under a key
-// a request can match.
-func (x *Index) store(r Replica, rep *replica, e *Event) bool {
+// a request can match, and how many of them are marked as this router's
+// (ownRef).
+func (x *Index) store(r Replica, rep *replica, e *Event) (landed bool, own int) {
 	bs := e.BlockSize
 	if bs <= 0 {
 		x.skipped.Add(1)
-		return false
+		return false, 0
 	}
-	landed := len(e.BlockHashes) > 0 && len(e.TokenIDs) >= bs
+	landed = len(e.BlockHashes) > 0 && len(e.TokenIDs) >= bs
 	if bs != x.cfg.BlockSize {
 		x.sizeMismatch.Add(1)
 		landed = false // keyed, but no request can ever match them
@@ -484,7 +484,7 @@ func (x *Index) store(r Replica, rep *replica, e *Event) bool {
 			// the chain cannot be keyed.
 			x.orphans.Add(1)
 			rep.orphans++
-			return false
+			return false, 0
 		}
 		prev = p.key
 	}
@@ -520,14 +520,16 @@ func (x *Index) store(r Replica, rep *replica, e *Event) bool {
 			}
 		}
 		x.put(r, rep, h, key)
+		ref := rep.refs[key]
 		if x.pred.confirm(r, key) || x.own.take(predID{key, r}) {
-			rep.refs[key] |= ownRef
+			ref |= ownRef
+			rep.refs[key] = ref
 		}
-		if rep.refs[key]&ownRef != 0 {
-			x.storedOwn++
+		if ref&ownRef != 0 {
+			own++
 		}
 	}
-	return landed
+	return landed, own
 }
 
 // noteStore updates r's health after one BlockStored event: a run of

@@ -34,9 +34,9 @@ func (x *Index) onStored(f func(r Replica, blocks, own, blockTokens int, at time
 
 // noteStored hands one relevant BlockStored event of r, published at at
 // (publishedAt), to the hook. Apply calls it under x.mu.
-func (x *Index) noteStored(r Replica, e *Event, at time.Time) {
+func (x *Index) noteStored(r Replica, e *Event, own int, at time.Time) {
 	if h := x.stored.Load(); h != nil && len(e.BlockHashes) > 0 {
-		h.f(r, len(e.BlockHashes), x.storedOwn, e.BlockSize, at)
+		h.f(r, len(e.BlockHashes), own, e.BlockSize, at)
 	}
 }
 
