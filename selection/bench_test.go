@@ -13,6 +13,8 @@ import (
 // long system prompt with escapes, many short turns) and on a one-string
 // body, each beside xxhash.Sum64 over the same bytes in the same run: the
 // ratio of the two MB/s figures is the parser's cost in units of hashing.
+// cpu-ns/op is the process's CPU time per op, steadier than ns/op on a
+// shared machine.
 func BenchmarkParse(b *testing.B) {
 	c := Config{}
 	c.SetDefaults()
@@ -24,11 +26,13 @@ func BenchmarkParse(b *testing.B) {
 	b.Run("body=small/size=1KiB/parse", func(b *testing.B) {
 		b.SetBytes(int64(len(small)))
 		b.ReportAllocs()
+		cpu := processCPU()
 		for b.Loop() {
 			if err := x.Parse(EndpointChat, small, f); err != nil {
 				b.Fatal(err)
 			}
 		}
+		reportCPU(b, cpu)
 	})
 	for _, shape := range []string{"agent", "onestring"} {
 		for _, kib := range []int{4, 64, 256} {
@@ -39,19 +43,23 @@ func BenchmarkParse(b *testing.B) {
 			b.Run(fmt.Sprintf("body=%s/size=%dKiB/parse", shape, kib), func(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
+				cpu := processCPU()
 				for b.Loop() {
 					if err := x.Parse(EndpointChat, body, f); err != nil {
 						b.Fatal(err)
 					}
 				}
+				reportCPU(b, cpu)
 			})
 			b.Run(fmt.Sprintf("body=%s/size=%dKiB/xxhash", shape, kib), func(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
 				var sink uint64
+				cpu := processCPU()
 				for b.Loop() {
 					sink += xxhash.Sum64(body)
 				}
+				reportCPU(b, cpu)
 				_ = sink
 			})
 		}

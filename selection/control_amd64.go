@@ -1,7 +1,8 @@
 package selection
 
-// controlBlocks reports whether s[:len(s)&^63] holds a byte below 0x20
-// (control_amd64.s, SSE2, part of the amd64 baseline).
+// specialIndex returns the index of the first byte of s that is '"',
+// '\\' or a control character, len(s) when none (control_amd64.s, SSE2,
+// part of the amd64 baseline); len(s) >= 16.
 //
 //go:noescape
-func controlBlocks(s []byte) bool
+func specialIndex(s []byte) int

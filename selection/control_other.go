@@ -2,5 +2,6 @@
 
 package selection
 
-// controlBlocks reports whether s[:len(s)&^63] holds a byte below 0x20.
-func controlBlocks(s []byte) bool { return hasControlSWAR(s[:len(s)&^63]) }
+// specialIndex returns the index of the first byte of s that is '"',
+// '\\' or a control character, len(s) when none; len(s) >= 16.
+func specialIndex(s []byte) int { return specialIndexSWAR(s) }

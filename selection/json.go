@@ -99,6 +99,10 @@ func quoteOrBackslash(x uint64) uint64 {
 // a word at a time before they switch to bytes.IndexByte.
 const shortWords = 4
 
+// scanWords is how many words of a string (and of each run after an
+// escape) scanString reads a word at a time before specialIndex.
+const scanWords = 2
+
 // StringEnd returns the index just past the closing quote of the JSON
 // string that starts at b[i] == '"', validated as the parse validates
 // strings; false when it is not a valid string. For the walkers over
@@ -115,129 +119,82 @@ func StringEnd(b []byte, i int) (end int, ok bool) {
 
 // scanString validates the string starting at b[i] == '"' and returns the
 // index just past its closing quote and whether it contains escapes. It
-// runs over the string with bytes.IndexByte (vectorised) for the quote and
-// the backslashes and checks the runs between escapes for control
-// characters eight bytes at a time (hasControl).
+// walks the string once, stopping only at the bytes that matter (a quote,
+// a backslash, a control character): a word at a time for the first few
+// words (keys, roles, short texts), then 16 bytes at a time
+// (specialIndex).
 func scanString(b []byte, i int) (end int, escaped bool, err error) {
 	j := i + 1
-	// Short strings (keys, roles, short texts) end within a few words:
-	// look at them a word at a time before paying for bytes.IndexByte's
-	// setup.
-	for n := 0; n < shortWords && j+8 <= len(b); n++ {
-		if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
-			j += bits.TrailingZeros64(m) >> 3
-			if b[j] == '"' {
-				return j + 1, false, nil
-			}
-			break
-		}
-		j += 8
-	}
-	q := -1 // the next quote at or after j, once found
 	for {
-		if q < j {
-			k := bytes.IndexByte(b[j:], '"')
-			if k < 0 {
+		// j is where the next special byte is looked for.
+		k := -1
+		for n := 0; n < scanWords && j+8 <= len(b); n++ {
+			if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+				k = j + bits.TrailingZeros64(m)>>3
+				break
+			}
+			j += 8
+		}
+		if k < 0 {
+			if len(b)-j >= 16 {
+				k = j + specialIndex(b[j:])
+			} else {
+				k = j + specialIndexSWAR(b[j:])
+			}
+			if k >= len(b) {
 				return 0, false, syntaxErr(i, "unterminated string")
 			}
-			q = j + k
 		}
-		k := bytes.IndexByte(b[j:q], '\\')
-		if k < 0 {
-			if hasControl(b[j:q]) {
-				return 0, false, controlErr(b, j)
-			}
-			return q + 1, escaped, nil
+		switch c := b[k]; {
+		case c == '"':
+			return k + 1, escaped, nil
+		case c < 0x20:
+			return 0, false, stringErr(b, i, k, syntaxErr(k, "control character "+quoteByte(c)+" in string"))
 		}
-		p := j + k
-		if hasControl(b[j:p]) {
-			return 0, false, controlErr(b, j)
-		}
+		// A backslash.
 		escaped = true
-		if p+1 >= len(b) {
+		if k+1 >= len(b) {
 			return 0, false, syntaxErr(i, "unterminated string")
 		}
-		switch b[p+1] {
+		switch b[k+1] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			j = p + 2
+			j = k + 2
 		case 'u':
-			if _, ok := hex4(b[p+2:]); !ok {
-				return 0, false, syntaxErr(p, "invalid \\u escape in string")
+			if _, ok := hex4(b[k+2:]); !ok {
+				return 0, false, stringErr(b, i, k, syntaxErr(k, "invalid \\u escape in string"))
 			}
-			j = p + 6
+			j = k + 6
 		default:
-			return 0, false, syntaxErr(p, "invalid escape "+quoteByte(b[p+1])+" in string")
+			return 0, false, stringErr(b, i, k, syntaxErr(k, "invalid escape "+quoteByte(b[k+1])+" in string"))
 		}
 	}
 }
 
-func controlErr(b []byte, j int) error {
-	for b[j] >= 0x20 {
-		j++
+// stringErr is err, found at b[k] in the string that starts at b[i],
+// unless no quote follows k: then the string is unterminated, which is
+// reported first (as a scanner that looks for the closing quote before
+// it reads what precedes it does).
+func stringErr(b []byte, i, k int, err error) error {
+	if bytes.IndexByte(b[k+1:], '"') < 0 {
+		return syntaxErr(i, "unterminated string")
 	}
-	return syntaxErr(j, "control character "+quoteByte(b[j])+" in string")
+	return err
 }
 
-// hasControl reports whether s holds a byte below 0x20. A long string (a
-// prompt's text) is read 64 bytes at a time by controlBlocks (SSE2 on
-// amd64: about twice hasControlSWAR's speed, a quarter off the parse of a
-// 256 KiB prompt; bench/EXPERIMENTS.md, section 52), the rest by
-// hasControlSWAR.
-func hasControl(s []byte) bool {
-	if len(s) >= 256 {
-		n := len(s) &^ 63
-		if controlBlocks(s[:n]) {
-			return true
-		}
-		s = s[n:]
-	}
-	return hasControlSWAR(s)
-}
-
-// hasControlSWAR is hasControl in plain Go, 64 bytes at a time (the "has
-// less than" bit trick: exact for "any"; eight words per test keep the
-// loop's one branch off the critical path).
-func hasControlSWAR(s []byte) bool {
-	const lo, hi = 0x0101010101010101, 0x8080808080808080
-	const k = lo * 0x20
-	for len(s) >= 64 {
-		_ = s[63]
-		a := binary.LittleEndian.Uint64(s)
-		b := binary.LittleEndian.Uint64(s[8:])
-		c := binary.LittleEndian.Uint64(s[16:])
-		d := binary.LittleEndian.Uint64(s[24:])
-		e := binary.LittleEndian.Uint64(s[32:])
-		f := binary.LittleEndian.Uint64(s[40:])
-		g := binary.LittleEndian.Uint64(s[48:])
-		h := binary.LittleEndian.Uint64(s[56:])
-		if ((a-k)&^a|(b-k)&^b|(c-k)&^c|(d-k)&^d|(e-k)&^e|(f-k)&^f|(g-k)&^g|(h-k)&^h)&hi != 0 {
-			return true
-		}
-		s = s[64:]
-	}
-	if len(s) >= 32 {
-		a := binary.LittleEndian.Uint64(s)
-		b := binary.LittleEndian.Uint64(s[8:])
-		c := binary.LittleEndian.Uint64(s[16:])
-		d := binary.LittleEndian.Uint64(s[24:])
-		if ((a-k)&^a|(b-k)&^b|(c-k)&^c|(d-k)&^d)&hi != 0 {
-			return true
-		}
-		s = s[32:]
-	}
-	for len(s) >= 8 {
-		x := binary.LittleEndian.Uint64(s)
-		if (x-k)&^x&hi != 0 {
-			return true
-		}
-		s = s[8:]
-	}
-	for _, c := range s {
-		if c < 0x20 {
-			return true
+// specialIndexSWAR is specialIndex a word at a time, for any length.
+func specialIndexSWAR(s []byte) int {
+	j := 0
+	for ; j+8 <= len(s); j += 8 {
+		if m := special(binary.LittleEndian.Uint64(s[j:])); m != 0 {
+			return j + bits.TrailingZeros64(m)>>3
 		}
 	}
-	return false
+	for ; j < len(s); j++ {
+		if c := s[j]; c == '"' || c == '\\' || c < 0x20 {
+			return j
+		}
+	}
+	return len(s)
 }
 
 // laxString is scanString for a body already validated: it finds the
