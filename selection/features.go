@@ -1122,6 +1122,7 @@ func (pl *partList) walk(b []byte, v int) (int, error) {
 	var kbuf [24]byte
 	pl.at, pl.ok, pl.n = int32(v), true, 0 // at: v > 0 inside a body
 	arr := newArrayIter(b, v)
+	obj := newObjectIter(b, v, 5) // reused for each object part (restart)
 	for arr.next() {
 		p := arr.val
 		var text str
@@ -1134,7 +1135,7 @@ func (pl *partList) walk(b []byte, v int) (int, error) {
 			}
 			text, end = str{p + 1, e - 1, esc, true}, e
 		case '{':
-			obj := newObjectIter(b, p, 5)
+			obj.restart(p)
 			for obj.next() {
 				key := decodeKey(obj.key, obj.esc, &kbuf)
 				val := obj.val

@@ -63,7 +63,12 @@ func inField(err error, param string) error {
 	return err
 }
 
-func isWS(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
+// wsBits has the bits of the four whitespace bytes set.
+const wsBits = 1<<' ' | 1<<'\n' | 1<<'\r' | 1<<'\t'
+
+// isWS reports JSON whitespace in one test of a bit mask (c is at most
+// ' ' first: a compact body's next byte fails there).
+func isWS(c byte) bool { return c <= ' ' && wsBits>>c&1 != 0 }
 
 func skipWS(b []byte, i int) int {
 	for i < len(b) && isWS(b[i]) {
@@ -534,6 +539,10 @@ func decodeKey(raw []byte, escaped bool, buf *[24]byte) []byte {
 	if !escaped {
 		return raw
 	}
+	return decodeKeySlow(raw, buf)
+}
+
+func decodeKeySlow(raw []byte, buf *[24]byte) []byte {
 	out := buf[:0]
 	for s := raw; len(s) > 0; {
 		k := bytes.IndexByte(s, '\\')
