@@ -64,7 +64,7 @@ func inField(err error, param string) error {
 }
 
 // wsBits has the bits of the four whitespace bytes set.
-const wsBits = 1<<' ' | 1<<'\n' | 1<<'\r' | 1<<'\t'
+const wsBits uint64 = 1<<' ' | 1<<'\n' | 1<<'\r' | 1<<'\t'
 
 // isWS reports JSON whitespace in one test of a bit mask (c is at most
 // ' ' first: a compact body's next byte fails there).
