@@ -1,8 +1,10 @@
 package selection
 
-// specialIndex returns the index of the first byte of s that is '"',
-// '\\' or a control character, len(s) when none (control_amd64.s, SSE2,
-// part of the amd64 baseline); len(s) >= 16.
+// stringRun returns the index of the first byte of s that is '"', a
+// control character, or a backslash that does not start a two-byte
+// escape, len(s) when none, skipping the two-byte escapes on the way
+// (esc: there was one) (control_amd64.s, SSE2, part of the amd64
+// baseline); len(s) >= 16.
 //
 //go:noescape
-func specialIndex(s []byte) int
+func stringRun(s []byte) (k int, esc bool)

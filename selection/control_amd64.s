@@ -1,15 +1,20 @@
 #include "textflag.h"
 
-// func specialIndex(s []byte) int
-// Returns the index of the first byte of s that is '"', '\\' or below
-// 0x20, or len(s) when there is none; len(s) must be at least 16 (the
-// last 16 bytes are read in one load that overlaps the ones before).
-// 32 bytes a step, then 16, then the overlapping last 16.
-TEXT ·specialIndex(SB), NOSPLIT, $0-32
+// func stringRun(s []byte) (k int, esc bool)
+// Returns the index of the first byte of s that is '"', below 0x20, or a
+// backslash that does not start a two-byte escape (\" \\ \/ \b \f \n \r
+// \t), len(s) when there is none; the two-byte escapes on the way are
+// skipped, esc reports whether there was one. len(s) must be at least 16
+// (the last 16 bytes are read in one load that overlaps the ones before).
+// 32 bytes a step, then 16, then the overlapping last 16 (SSE2).
+TEXT ·stringRun(SB), NOSPLIT, $0-33
 	MOVQ s_base+0(FP), SI
 	MOVQ s_len+8(FP), CX
 	MOVQ SI, DI
-	LEAQ -16(SI)(CX*1), DX // the last 16 bytes
+	LEAQ (SI)(CX*1), R9    // the end
+	LEAQ -16(R9), DX       // the last 16 bytes
+	LEAQ -32(R9), R8       // a 32-byte step must start at or before R8
+	XORL R10, R10          // esc
 	MOVQ $0x2222222222222222, AX
 	MOVQ AX, X1
 	PUNPCKLQDQ X1, X1
@@ -20,7 +25,6 @@ TEXT ·specialIndex(SB), NOSPLIT, $0-32
 	MOVQ AX, X3
 	PUNPCKLQDQ X3, X3
 	PXOR X0, X0
-	LEAQ -16(DX), R8 // a 32-byte step must start at or before R8
 
 loop32:
 	CMPQ SI, R8
@@ -52,6 +56,7 @@ loop32:
 	JMP loop32
 
 loop16:
+	// SI > R8: at most one 16-byte step before the last load.
 	CMPQ SI, DX
 	JAE  last
 	MOVOU (SI), X4
@@ -69,7 +74,7 @@ loop16:
 	ADDQ $16, SI
 
 last:
-	// SI in (DX-16, DX]: the bytes before SI were checked.
+	// SI in [DX, DX+16): the bytes before SI were checked.
 	MOVOU (DX), X4
 	MOVOU X4, X5
 	MOVOU X4, X6
@@ -80,27 +85,60 @@ last:
 	POR X5, X4
 	POR X6, X4
 	PMOVMSKB X4, AX
-	MOVQ SI, BX
-	SUBQ DX, BX // bytes of the last load already checked
-	MOVQ BX, CX
+	MOVQ SI, CX
+	SUBQ DX, CX // bytes of the last load already checked
 	SHRL CX, AX
 	TESTL AX, AX
 	JZ none
 	BSFL AX, AX
-	ADDQ BX, AX
-	ADDQ DX, AX
-	SUBQ DI, AX
-	MOVQ AX, ret+24(FP)
-	RET
-
-none:
-	MOVQ s_len+8(FP), AX
-	MOVQ AX, ret+24(FP)
-	RET
+	ADDQ SI, AX
+	JMP special
 
 found:
 	BSFL AX, AX
-	SUBQ DI, SI
 	ADDQ SI, AX
-	MOVQ AX, ret+24(FP)
+
+special:
+	// AX points at the special byte.
+	MOVBLZX (AX), BX
+	CMPL BX, $0x5c
+	JNE ret
+	LEAQ 1(AX), CX
+	CMPQ CX, R9
+	JAE ret // a backslash at the end
+	MOVBLZX (CX), BX
+	CMPL BX, $0x22
+	JEQ skip
+	CMPL BX, $0x5c
+	JEQ skip
+	CMPL BX, $0x2f
+	JEQ skip
+	CMPL BX, $0x62
+	JEQ skip
+	CMPL BX, $0x66
+	JEQ skip
+	CMPL BX, $0x6e
+	JEQ skip
+	CMPL BX, $0x72
+	JEQ skip
+	CMPL BX, $0x74
+	JEQ skip
+	JMP ret
+
+skip:
+	MOVL $1, R10
+	LEAQ 2(AX), SI
+	CMPQ SI, R9
+	JB loop32
+
+none:
+	MOVQ s_len+8(FP), AX
+	MOVQ AX, k+24(FP)
+	MOVB R10, esc+32(FP)
+	RET
+
+ret:
+	SUBQ DI, AX
+	MOVQ AX, k+24(FP)
+	MOVB R10, esc+32(FP)
 	RET

@@ -2,6 +2,8 @@
 
 package selection
 
-// specialIndex returns the index of the first byte of s that is '"',
-// '\\' or a control character, len(s) when none; len(s) >= 16.
-func specialIndex(s []byte) int { return specialIndexSWAR(s) }
+// stringRun returns the index of the first byte of s that is '"', a
+// control character, or a backslash that does not start a two-byte
+// escape, len(s) when none, skipping the two-byte escapes on the way
+// (esc: there was one); len(s) >= 16.
+func stringRun(s []byte) (k int, esc bool) { return stringRunSWAR(s) }

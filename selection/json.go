@@ -105,7 +105,7 @@ func quoteOrBackslash(x uint64) uint64 {
 const shortWords = 4
 
 // scanWords is how many words of a string (and of each run after an
-// escape) scanString reads a word at a time before specialIndex.
+// escape) scanString reads a word at a time before stringRun.
 const scanWords = 2
 
 // StringEnd returns the index just past the closing quote of the JSON
@@ -126,8 +126,8 @@ func StringEnd(b []byte, i int) (end int, ok bool) {
 // index just past its closing quote and whether it contains escapes. It
 // walks the string once, stopping only at the bytes that matter (a quote,
 // a backslash, a control character): a word at a time for the first few
-// words (keys, roles, short texts), then 16 bytes at a time
-// (specialIndex).
+// words (keys, roles, short texts), then 32 bytes at a time (stringRun,
+// which also steps over the two-byte escapes itself).
 func scanString(b []byte, i int) (end int, escaped bool, err error) {
 	j := i + 1
 	for {
@@ -141,11 +141,14 @@ func scanString(b []byte, i int) (end int, escaped bool, err error) {
 			j += 8
 		}
 		if k < 0 {
+			var esc bool
 			if len(b)-j >= 16 {
-				k = j + specialIndex(b[j:])
+				k, esc = stringRun(b[j:])
 			} else {
-				k = j + specialIndexSWAR(b[j:])
+				k, esc = stringRunSWAR(b[j:])
 			}
+			k += j
+			escaped = escaped || esc
 			if k >= len(b) {
 				return 0, false, syntaxErr(i, "unterminated string")
 			}
@@ -186,20 +189,34 @@ func stringErr(b []byte, i, k int, err error) error {
 	return err
 }
 
-// specialIndexSWAR is specialIndex a word at a time, for any length.
-func specialIndexSWAR(s []byte) int {
+// stringRunSWAR is stringRun a word at a time, for any length.
+func stringRunSWAR(s []byte) (k int, esc bool) {
 	j := 0
-	for ; j+8 <= len(s); j += 8 {
-		if m := special(binary.LittleEndian.Uint64(s[j:])); m != 0 {
-			return j + bits.TrailingZeros64(m)>>3
+	for {
+		for ; j+8 <= len(s); j += 8 {
+			if m := special(binary.LittleEndian.Uint64(s[j:])); m != 0 {
+				j += bits.TrailingZeros64(m) >> 3
+				goto found
+			}
+		}
+		for ; j < len(s); j++ {
+			if c := s[j]; c == '"' || c == '\\' || c < 0x20 {
+				goto found
+			}
+		}
+		return len(s), esc
+	found:
+		if s[j] != '\\' || j+1 >= len(s) {
+			return j, esc
+		}
+		switch s[j+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			esc = true
+			j += 2
+		default:
+			return j, esc
 		}
 	}
-	for ; j < len(s); j++ {
-		if c := s[j]; c == '"' || c == '\\' || c < 0x20 {
-			return j
-		}
-	}
-	return len(s)
 }
 
 // laxString is scanString for a body already validated: it finds the
