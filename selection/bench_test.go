@@ -10,8 +10,8 @@ import (
 
 // BenchmarkParse measures parse + fingerprint (Extractor.Parse, default
 // knobs) by body size, on the agent-style body (chatBodyOfSize: tools, a
-// long system prompt with escapes, many short turns) and on a one-string
-// body, each beside xxhash.Sum64 over the same bytes in the same run: the
+// long system prompt with escapes, many short turns), on a one-string
+// body and on a body of tool results dense with escapes (toolBodyOfSize), each beside xxhash.Sum64 over the same bytes in the same run: the
 // ratio of the two MB/s figures is the parser's cost in units of hashing.
 // cpu-ns/op is the process's CPU time per op, steadier than ns/op on a
 // shared machine.
@@ -34,11 +34,14 @@ func BenchmarkParse(b *testing.B) {
 		}
 		reportCPU(b, cpu)
 	})
-	for _, shape := range []string{"agent", "onestring"} {
+	for _, shape := range []string{"agent", "onestring", "tool"} {
 		for _, kib := range []int{4, 64, 256} {
 			body := []byte(chatBodyOfSize(kib << 10))
-			if shape == "onestring" {
+			switch shape {
+			case "onestring":
 				body = []byte(oneStringBody(kib << 10))
+			case "tool":
+				body = []byte(toolBodyOfSize(kib << 10))
 			}
 			b.Run(fmt.Sprintf("body=%s/size=%dKiB/parse", shape, kib), func(b *testing.B) {
 				b.SetBytes(int64(len(body)))
@@ -70,6 +73,22 @@ func BenchmarkParse(b *testing.B) {
 // benchBody(1 << 10) builds it.
 var smallChatBody = `{"model":"qwen3-32b","messages":[{"role":"system","content":"` +
 	strings.Repeat("You are a helpful assistant. ", (1<<10)/29) + `"},{"role":"user","content":"hi"}],"max_tokens":64}`
+
+// toolBodyOfSize is a chat body of about n bytes whose turns are tool
+// results holding JSON: an escape every few bytes (\", \n, \t).
+func toolBodyOfSize(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"model":"qwen3-32b","messages":[{"role":"system","content":"You are a coding agent."}`)
+	for turn := 0; b.Len() < n-200; turn++ {
+		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%d","content":"`, turn)
+		for i := 0; i < 20 && b.Len() < n-100; i++ {
+			fmt.Fprintf(&b, `{\"path\":\"internal/server/handler_%d.go\",\"line\":%d,\"text\":\"\\tif err != nil {\"}\n`, turn, i)
+		}
+		b.WriteString(`"}`)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
 
 // oneStringBody is a chat body of about n bytes whose prompt is one long
 // string without escapes.

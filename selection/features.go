@@ -209,7 +209,7 @@ func mixSeed(seed, h uint64) uint64 {
 	return x
 }
 
-// write appends p to the stream.
+// write appends p to the stream (stage and put, written out).
 func (k *blocker) write(p []byte) {
 	k.total += len(p)
 	if len(p) <= vstageMax && k.vn+len(p) <= vstage {
@@ -217,6 +217,28 @@ func (k *blocker) write(p []byte) {
 	} else {
 		k.vspill(len(p))
 	}
+	if f := k.fill; f+len(p) < k.chunk {
+		copy(k.buf[f:], p)
+		k.fill = f + len(p)
+		return
+	}
+	k.spill(p)
+}
+
+// stage replays the staging hasher taking a write of n bytes: staged
+// when it is short and fits, else handed on (vspill). stage(1) is what
+// it did with writeByte (128 bytes staged: handed on, the byte staged).
+func (k *blocker) stage(n int) {
+	if n <= vstageMax && k.vn+n <= vstage {
+		k.vn += n
+		return
+	}
+	k.vspill(n)
+}
+
+// put gathers the stream bytes p (total and stage are the caller's),
+// hashing each chunk that fills.
+func (k *blocker) put(p []byte) {
 	if f := k.fill; f+len(p) < k.chunk {
 		copy(k.buf[f:], p)
 		k.fill = f + len(p)

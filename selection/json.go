@@ -615,26 +615,87 @@ func escape1(s []byte, buf *[utf8.UTFMax]byte) ([]byte, int) {
 }
 
 // unescapeTo decodes the body of a valid JSON string (without quotes) and
-// writes it to the fingerprint in runs, without allocating.
-func unescapeTo(s []byte, w *blocker) {
-	var buf [utf8.UTFMax]byte
+// writes it to the fingerprint without allocating, in one loop over the
+// runs and escapes: a run of up to 16 bytes (text dense with escapes, such
+// as JSON inside a string) is moved into the gather buffer in one 16-byte
+// copy, a longer one put; a one-byte escape is stored directly. The staging
+// replay sees the writes it always saw: each run, then each escape's
+// bytes.
+func unescapeTo(s []byte, k *blocker) {
+	var e [utf8.UTFMax]byte
 	for len(s) > 0 {
-		k := bytes.IndexByte(s, '\\')
-		if k < 0 {
-			w.write(s)
-			return
+		j := backslashIndex(s)
+		if j > 0 {
+			k.total += j
+			k.stage(j)
+			if f := k.fill; j <= 16 && len(s) >= 16 && f+j < k.chunk && f <= blockBuf-16 {
+				// The bytes past the run land past fill, where the
+				// stream's next bytes overwrite them.
+				*(*[16]byte)(k.buf[f:]) = *(*[16]byte)(s)
+				k.fill = f + j
+			} else {
+				k.put(s[:j])
+			}
+			if j == len(s) {
+				return
+			}
 		}
-		if k > 0 {
-			w.write(s[:k])
+		var c byte // s[j] == '\\'
+		switch s[j+1] {
+		case 'b':
+			c = '\b'
+		case 'f':
+			c = '\f'
+		case 'n':
+			c = '\n'
+		case 'r':
+			c = '\r'
+		case 't':
+			c = '\t'
+		case 'u':
+			d, n := escape1(s[j:], &e)
+			k.total += len(d)
+			k.stage(len(d))
+			k.put(d)
+			s = s[j+n:]
+			continue
+		default: // '"', '\\', '/' stand for themselves
+			c = s[j+1]
 		}
-		d, n := escape1(s[k:], &buf)
-		if len(d) == 1 {
-			w.writeByte(d[0]) // the same stream as write(d)
+		k.total++
+		k.stage(1)
+		if f := k.fill; f+1 < k.chunk {
+			k.buf[f] = c
+			k.fill = f + 1
 		} else {
-			w.write(d)
+			k.put([]byte{c})
 		}
-		s = s[k+n:]
+		s = s[j+2:]
 	}
+}
+
+// backslashIndex is bytes.IndexByte(s, '\\'), len(s) for none, looking at
+// the first 16 bytes a word at a time before IndexByte's call.
+func backslashIndex(s []byte) int {
+	if len(s) < 16 {
+		for j, c := range s {
+			if c == '\\' {
+				return j
+			}
+		}
+		return len(s)
+	}
+	const bs = lsb * '\\'
+	for j := 0; j < 16; j += 8 {
+		x := binary.LittleEndian.Uint64(s[j:]) ^ bs
+		if m := (x - lsb) &^ x & msb; m != 0 {
+			return j + bits.TrailingZeros64(m)>>3
+		}
+	}
+	if r := bytes.IndexByte(s[16:], '\\'); r >= 0 {
+		return 16 + r
+	}
+	return len(s)
 }
 
 func hex4(s []byte) (rune, bool) {

@@ -17,19 +17,22 @@ import (
 // made faster (main b39feb6): a digest of every field of Features, or of
 // the error (message, offset, field, kind), over the benchmark bodies,
 // the fuzz seeds and corpus, the generated chat bodies in all their
-// modes, and every one-byte corruption and every truncation of a 2 KiB
-// agent body, at four block geometries (a block smaller than the staging
+// modes, every one-byte corruption and every truncation of a 2 KiB agent
+// body, and six one-byte corruptions at every byte of a 1 KiB body of
+// tool results dense with escapes, at four block geometries (a block smaller than the staging
 // hasher's writes, the tests' 16 bytes with a short bound, the default,
 // and a block larger than the gather buffer), on every endpoint.
 func TestParseGolden(t *testing.T) {
-	const want = 0xfb62a898f48b0f10
+	const want = 0x74a933989019cabf
 	var bodies [][]byte
 	add := func(s string) { bodies = append(bodies, []byte(s)) }
 	add(smallChatBody)
 	for _, kib := range []int{4, 64, 256} {
 		add(chatBodyOfSize(kib << 10))
 		add(oneStringBody(kib << 10))
+		add(toolBodyOfSize(kib << 10))
 	}
+	tool := []byte(toolBodyOfSize(1 << 10))
 	for _, dir := range []string{"FuzzParse", "FuzzParseChat"} {
 		files, _ := filepath.Glob(filepath.Join("testdata", "fuzz", dir, "*"))
 		for _, name := range files {
@@ -85,6 +88,13 @@ func TestParseGolden(t *testing.T) {
 			bodies = append(bodies, m)
 		}
 		bodies = append(bodies, base[:i])
+	}
+	for i := range tool {
+		for _, c := range []byte{'"', '\\', 0x01, 'u', 'n', '/'} {
+			m := append([]byte(nil), tool...)
+			m[i] = c
+			bodies = append(bodies, m)
+		}
 	}
 	var d xxhash.Digest
 	d.Reset()
