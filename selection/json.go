@@ -100,8 +100,8 @@ func quoteOrBackslash(x uint64) uint64 {
 	return ((q-lsb)&^q | (s-lsb)&^s) & msb
 }
 
-// shortWords is how many words of a string scanString and laxString read
-// a word at a time before they switch to bytes.IndexByte.
+// shortWords is how many words of a string laxString reads a word at a
+// time before it switches to bytes.IndexByte.
 const shortWords = 4
 
 // scanWords is how many words of a string (and of each run after an
