@@ -123,6 +123,11 @@ type Config struct {
 	// that a re-store is known as this router's own (Own). Default
 	// 4 x MaxPredicted (about 50 bytes each).
 	MaxOwnGone int
+	// MaxInflight bounds the (replica, block) pairs of this router's
+	// requests in flight (Hold to Release), which tell its stored runs from
+	// other routers' (Precise.SetForeign). Default 4 x MaxPredicted (about
+	// 60 bytes each).
+	MaxInflight int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// MaxOrphanRun is how many BlockStored events in a row may fail to
@@ -147,6 +152,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxOwnGone <= 0 {
 		c.MaxOwnGone = 4 * c.MaxPredicted
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 4 * c.MaxPredicted
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -249,6 +257,7 @@ type Index struct {
 	n     int            // entries
 	pred  predictions    // short-lived predicted entries
 	own   ownMem         // own blocks the index lost (see Own)
+	fly   inflight       // this router's requests' blocks in flight (inflight.go)
 	// scratch holds one store's chain keys (under mu).
 	scratch []uint64
 
@@ -277,6 +286,7 @@ func New(c Config) *Index {
 	x.head.next, x.head.prev = &x.head, &x.head
 	x.pred.init(c.MaxPredicted)
 	x.own.init(c.MaxOwnGone)
+	x.fly.init(c.MaxInflight)
 	x.pred.own = &x.own
 	return x
 }
@@ -302,6 +312,7 @@ func (x *Index) Register(id string) (Replica, error) {
 		x.free = x.free[:n-1]
 		x.pred.dropReplica(r)
 		x.own.dropReplica(r)
+		x.fly.dropReplica(r)
 		x.reps[r] = &replica{id: id, byEngine: map[uint64]*rec{}, refs: map[uint64]int32{}}
 		x.byID[id] = r
 		x.live.add(r)
@@ -414,7 +425,7 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			if !x.relevant(e) {
 				continue
 			}
-			landed, own := x.store(r, rep, e)
+			landed, own := x.store(r, rep, e, now)
 			x.noteStore(r, rep, landed, now)
 			x.noteStored(r, e, own, at) // stored.go
 		case KindBlockRemoved:
@@ -460,9 +471,9 @@ func (x *Index) relevant(e *Event) bool {
 }
 
 // store keys e's blocks; it reports whether any block landed under a key
-// a request can match, and how many of them are marked as this router's
-// (ownRef).
-func (x *Index) store(r Replica, rep *replica, e *Event) (landed bool, own int) {
+// a request can match, and how many of them belong to this router's
+// requests in flight at now (inflight).
+func (x *Index) store(r Replica, rep *replica, e *Event, now time.Time) (landed bool, own int) {
 	bs := e.BlockSize
 	if bs <= 0 {
 		x.skipped.Add(1)
@@ -525,7 +536,7 @@ func (x *Index) store(r Replica, rep *replica, e *Event) (landed bool, own int) 
 			ref |= ownRef
 			rep.refs[key] = ref
 		}
-		if ref&ownRef != 0 {
+		if x.fly.has(predID{key, r}, now.UnixNano()) {
 			own++
 		}
 	}

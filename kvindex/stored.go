@@ -18,7 +18,8 @@ import (
 type StoredFunc func(s selection.Slot, blocks, blockTokens int, at time.Time)
 
 // storedHook is what Index.Apply calls for each stored run (noteStored):
-// own is how many of its blocks are this router's (ownRef).
+// own is how many of its blocks belong to this router's requests in flight
+// (inflight).
 type storedHook struct {
 	f func(r Replica, blocks, own, blockTokens int, at time.Time)
 }
@@ -81,8 +82,8 @@ func (p *Precise) OnStored(f StoredFunc) {
 	p.onStored(func(s selection.Slot, blocks, _, blockTokens int, at time.Time) { f(s, blocks, blockTokens, at) })
 }
 
-// onStored is OnStored with, for each run, how many of its blocks the
-// index marks as this router's own (Index.Own).
+// onStored is OnStored with, for each run, how many of its blocks belong to
+// this router's requests in flight on the replica (inflight).
 func (p *Precise) onStored(f func(s selection.Slot, blocks, own, blockTokens int, at time.Time)) {
 	slots := new(slotCache)
 	p.x.onStored(func(r Replica, blocks, own, blockTokens int, at time.Time) {
@@ -94,10 +95,10 @@ func (p *Precise) onStored(f func(s selection.Slot, blocks, own, blockTokens int
 
 // SetForeign makes fp the estimate of the prefill other routers put on
 // the replicas (nil: none): it receives every stored run with the blocks
-// of it the index marks as this router's own (fp.StoredRunOwn: while the
-// router has seen no other instance, an own request's blocks recomputed
-// past its reservation, after a preemption or an eviction while it
-// queued, are not another instance's prefill) and,
+// of it that belong to one of this router's requests in flight there
+// (fp.StoredRunOwn: an own request's blocks recomputed past its
+// reservation, after a preemption or an eviction while it queued, are not
+// another instance's prefill) and,
 // from a Late handle whose tokens came after its request was routed on the
 // bytes' estimate of its prompt, the tokens past that estimate as this
 // instance's own (ForeignPrefill.Credit).

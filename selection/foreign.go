@@ -388,8 +388,8 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 }
 
 // StoredOwn is Stored for a run of which own blocks are known to be this
-// instance's (its precise index marks them as routed there by it:
-// kvindex.Index.Own). The run takes the credit first, as Stored; what the
+// instance's (its precise index holds them for one of its requests in
+// flight there: kvindex.Precise.SetForeign). The run takes the credit first, as Stored; what the
 // credit does not cover counts as foreign except for up to own blocks'
 // tokens, which count as own. Under KV pressure this instance's requests
 // store more than their reservations credit: a request preempted and
@@ -480,23 +480,20 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 }
 
 // StoredRunOwn is StoredRun with own of the run's blocks known to be this
-// instance's (StoredOwn; kvindex.Precise.SetForeign), until the router has
-// seen other instances' load or stored runs (Router.SawOthers, not its
-// answers' agreement): then as StoredRun. The marks tell this router's
-// blocks from the others' but not its requests from theirs: with several
-// instances behind a front that deals an agent's turns to any of them, an
-// agent's context evicted and recomputed by another instance's turn is
-// marked as this router's too, and counted so the others' share fell to a
-// third of its value (the tool-agent windows at 8 x 65,536 with 2 and 4
-// instances: cached share -0.011 and -0.036; bench/EXPERIMENTS.md, section
-// 113).
+// instance's requests' (StoredOwn): kvindex.Precise.SetForeign hands it the
+// blocks of the run that belong to one of this router's requests in flight
+// on the replica (their key chains, from the decision to the request's
+// end), so that with several instances each counts its own recomputing as
+// its own and the others' as theirs. The index's marks of this router's
+// blocks (kvindex.Index.Own) stay with a block after its request ended: an
+// agent's context recomputed by another instance's turn read as this
+// router's, and the others' share fell to a third of its value (the
+// tool-agent windows at 8 x 65,536 with 2 and 4 instances;
+// bench/EXPERIMENTS.md, sections 113 and 115).
 func (f *ForeignPrefill) StoredRunOwn(s Slot, blocks, own, blockTokens int, at time.Time) {
 	rt := f.rt.Load()
 	if rt == nil || s < 0 || s >= MaxReplicas {
 		return
-	}
-	if rt.others.Load() {
-		own = 0
 	}
 	_, pend := rt.Load(s)
 	if f.StoredOwn(s, blocks, own, blockTokens, pend, at) > 0 {
