@@ -425,9 +425,9 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			if !x.relevant(e) {
 				continue
 			}
-			landed, own := x.store(r, rep, e, now)
+			landed, own, mine := x.store(r, rep, e, now)
 			x.noteStore(r, rep, landed, now)
-			x.noteStored(r, e, own, at) // stored.go
+			x.noteStored(r, e, own, mine, at) // stored.go
 		case KindBlockRemoved:
 			if !x.relevant(e) {
 				continue
@@ -471,13 +471,16 @@ func (x *Index) relevant(e *Event) bool {
 }
 
 // store keys e's blocks; it reports whether any block landed under a key
-// a request can match, and how many of them belong to this router's
-// requests in flight at now (inflight).
-func (x *Index) store(r Replica, rep *replica, e *Event, now time.Time) (landed bool, own int) {
+// a request can match, how many of them are marked as this router's
+// (ownRef), and mine: how many belong to this router's requests in flight
+// at now (inflight), when all the blocks it keyed do (else 0: a run that
+// leaves every chain this router's requests hold is another router's
+// request's, the part within them included).
+func (x *Index) store(r Replica, rep *replica, e *Event, now time.Time) (landed bool, own, mine int) {
 	bs := e.BlockSize
 	if bs <= 0 {
 		x.skipped.Add(1)
-		return false, 0
+		return false, 0, 0
 	}
 	landed = len(e.BlockHashes) > 0 && len(e.TokenIDs) >= bs
 	if bs != x.cfg.BlockSize {
@@ -495,7 +498,7 @@ func (x *Index) store(r Replica, rep *replica, e *Event, now time.Time) (landed 
 			// the chain cannot be keyed.
 			x.orphans.Add(1)
 			rep.orphans++
-			return false, 0
+			return false, 0, 0
 		}
 		prev = p.key
 	}
@@ -519,6 +522,7 @@ func (x *Index) store(r Replica, rep *replica, e *Event, now time.Time) (landed 
 		}
 		x.scratch = append(x.scratch, prev)
 	}
+	keyed := 0
 	for i, key := range x.scratch {
 		h := e.BlockHashes[i]
 		if broken {
@@ -536,11 +540,17 @@ func (x *Index) store(r Replica, rep *replica, e *Event, now time.Time) (landed 
 			ref |= ownRef
 			rep.refs[key] = ref
 		}
-		if x.fly.has(predID{key, r}, now.UnixNano()) {
+		if ref&ownRef != 0 {
 			own++
 		}
+		if keyed++; x.fly.has(predID{key, r}, now.UnixNano()) {
+			mine++
+		}
 	}
-	return landed, own
+	if mine < keyed {
+		mine = 0
+	}
+	return landed, own, mine
 }
 
 // noteStore updates r's health after one BlockStored event: a run of

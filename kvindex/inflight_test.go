@@ -7,13 +7,14 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// With several instances, a context this router's request stored and that
-// request ended, evicted and recomputed later by another instance's request,
-// is that instance's prefill, though the index still marks the blocks as
-// this router's (Own); while a request of this router holds the blocks,
-// their recomputation is its own, also for blocks the replica already held
-// at the decision (a cached prefix evicted while the request queued), and
-// also once the router has seen other instances (bench/EXPERIMENTS.md,
+// With several instances (the router has seen the others), a context this
+// router's request stored and that request ended, evicted and recomputed
+// later by another instance's request, is that instance's prefill, though
+// the index still marks the blocks as this router's (Own); while a request
+// of this router holds the blocks, their recomputation is its own, also for
+// blocks the replica already held at the decision (a cached prefix evicted
+// while the request queued). A run that leaves its chain is another
+// instance's request's, the part within it included (bench/EXPERIMENTS.md,
 // section 115).
 func TestForeignOwnInflight(t *testing.T) {
 	const bs, blocks = 16, 8
@@ -40,6 +41,10 @@ func TestForeignOwnInflight(t *testing.T) {
 	fp := selection.NewForeignPrefill()
 	fp.SetRouter(rt)
 	p.SetForeign(fp)
+	rt.SetExternalLoad(s, 1, 0, 0) // another instance's request on a
+	if !rt.SawOthers() {
+		t.Fatal("the engine's load did not show the other instance")
+	}
 	toks := make([]uint32, blocks*bs)
 	hashes := make([]uint64, blocks)
 	for i := range toks {
@@ -78,21 +83,30 @@ func TestForeignOwnInflight(t *testing.T) {
 		t.Fatalf("the context recomputed by another instance: %d foreign tokens in %d runs, want %d in 1", tok, runs, blocks*bs)
 	}
 	// This router's next request on the context, cached at its decision,
-	// queues while the engine evicts and recomputes it: its own, once the
-	// router has seen the others too.
-	if !rt.SawOthers() {
-		t.Fatal("the others' run was not evidence of other instances")
-	}
+	// queues while the engine evicts and recomputes it: its own.
 	x.Hold(ra, keys, time.Minute)
 	evictStore()
 	if tok, runs := fp.Counted(); tok != blocks*bs || runs != 1 {
 		t.Fatalf("own request's cached prefix recomputed: %d foreign tokens in %d runs, want %d in 1 (the earlier)", tok, runs, blocks*bs)
 	}
+	// Another instance's request extends the context past the chain this
+	// router's request holds: its run is all foreign.
+	more := append(append([]uint32(nil), toks...), make([]uint32, 4*bs)...)
+	for i := len(toks); i < len(more); i++ {
+		more[i] = uint32(50000 + i)
+	}
+	moreHashes := append(append([]uint64(nil), hashes...), 200, 201, 202, 203)
+	now = now.Add(10 * time.Millisecond)
+	x.Apply(ra, batchOf(Event{Kind: KindBlockRemoved, BlockHashes: hashes, Medium: "GPU"}))
+	x.Apply(ra, batchOf(storedEv(0, false, bs, more, moreHashes...)))
+	if tok, runs := fp.Counted(); tok != (2*blocks+4)*bs || runs != 2 {
+		t.Fatalf("a run past the held chain: %d foreign tokens in %d runs, want %d in 2", tok, runs, (2*blocks+4)*bs)
+	}
 	// Past its ttl the hold is gone.
 	now = now.Add(2 * time.Minute)
 	evictStore()
-	if _, runs := fp.Counted(); runs != 2 {
-		t.Fatalf("%d foreign runs after the hold's ttl, want 2", runs)
+	if _, runs := fp.Counted(); runs != 3 {
+		t.Fatalf("%d foreign runs after the hold's ttl, want 3", runs)
 	}
 }
 

@@ -840,15 +840,17 @@ func TestForeignStoredOwn(t *testing.T) {
 }
 
 // StoredRunOwn takes the index's marks while the router has seen no other
-// instance, and not once it has (its load or their stored runs): the marks
-// then cover the others' recomputing of contexts this instance also routed.
+// instance, and once it has (its load or their stored runs) its requests'
+// blocks in flight instead: the marks then cover the others' recomputing of
+// contexts this instance also routed, and the credit the others' runs
+// stored while this instance's prefill is pending.
 func TestForeignStoredRunOwnUntilOthers(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
 	a := cands[0].Slot
 	f := NewForeignPrefill()
 	f.SetRouter(rt)
 	t0 := time.Unix(100, 0)
-	f.StoredRunOwn(a, 8, 8, 16, t0) // alone: marked, its own
+	f.StoredRunOwn(a, 8, 8, 0, 16, t0) // alone: marked, its own
 	if got, _ := f.Counted(); got != 0 {
 		t.Fatalf("alone: %d foreign tokens, want 0", got)
 	}
@@ -856,8 +858,17 @@ func TestForeignStoredRunOwnUntilOthers(t *testing.T) {
 	if !rt.SawOthers() {
 		t.Fatal("the engine's load did not show the other instance")
 	}
-	f.StoredRunOwn(a, 8, 8, 16, t0)
+	f.StoredRunOwn(a, 8, 8, 0, 16, t0)
 	if got, _ := f.Counted(); got != 128 {
 		t.Fatalf("after others: %d foreign tokens, want 128 (the marks not taken)", got)
+	}
+	f.StoredRunOwn(a, 8, 0, 8, 16, t0) // its request's in flight
+	if got, _ := f.Counted(); got != 128 {
+		t.Fatalf("after others, its request's run: %d foreign tokens, want 128 (the earlier)", got)
+	}
+	f.Routed(a, 128) // its prefill pending: another's run is still another's
+	f.StoredRunOwn(a, 8, 0, 0, 16, t0)
+	if got, _ := f.Counted(); got != 256 {
+		t.Fatalf("after others, credit pending: %d foreign tokens, want 256", got)
 	}
 }
