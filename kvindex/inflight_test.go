@@ -39,6 +39,7 @@ func TestForeignOwnInflight(t *testing.T) {
 	x := p.Index()
 	ra, _ := x.Lookup("a")
 	fp := selection.NewForeignPrefill()
+	fp.OwnInflight = true
 	fp.SetRouter(rt)
 	p.SetForeign(fp)
 	rt.SetExternalLoad(s, 1, 0, 0) // another instance's request on a

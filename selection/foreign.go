@@ -119,6 +119,16 @@ type ForeignPrefill struct {
 	// (bench/RESULTS.md, 2026-12-06, "the others' whole contexts").
 	ResidentEarly bool
 
+	// OwnInflight, once the router has seen other instances, counts a
+	// stored run as this instance's own when all its blocks belong to its
+	// requests in flight there, and as the others' otherwise, whatever the
+	// pooled credit says (StoredMine; kvindex.Precise.SetForeign gives the
+	// blocks). Off, it counts the credit's cover as its own: its own
+	// requests' recomputing under KV pressure read as the others' prefill
+	// and the others' runs stored while its prefill is pending as its own
+	// (experiment, fleetsim fpown; bench/EXPERIMENTS.md, section 115).
+	OwnInflight bool
+
 	// RefreshEvery bounds how often Refresh decays the estimates on the
 	// router (each Route calls it): at most once per RefreshEvery.
 	RefreshEvery time.Duration
@@ -533,8 +543,8 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 // turn is marked as this router's too, and counted so the others' share
 // fell to a third of its value (the tool-agent windows at 8 x 65,536 with
 // 2 and 4 instances; bench/EXPERIMENTS.md, section 113). Its requests in
-// flight tell them apart: each instance counts its own recomputing as its
-// own and the others' as theirs (section 115).
+// flight tell them apart, with OwnInflight: each instance counts its own
+// recomputing as its own and the others' as theirs (section 115).
 func (f *ForeignPrefill) StoredRunOwn(s Slot, blocks, own, mine, blockTokens int, at time.Time) {
 	rt := f.rt.Load()
 	if rt == nil || s < 0 || s >= MaxReplicas {
@@ -542,10 +552,13 @@ func (f *ForeignPrefill) StoredRunOwn(s Slot, blocks, own, mine, blockTokens int
 	}
 	_, pend := rt.Load(s)
 	var foreign int64
-	if rt.others.Load() {
-		foreign = f.StoredMine(s, blocks, mine, blockTokens, pend, at)
-	} else {
+	switch {
+	case !rt.others.Load():
 		foreign = f.StoredOwn(s, blocks, own, blockTokens, pend, at)
+	case f.OwnInflight:
+		foreign = f.StoredMine(s, blocks, mine, blockTokens, pend, at)
+	default:
+		foreign = f.StoredOwn(s, blocks, 0, blockTokens, pend, at)
 	}
 	if foreign > 0 {
 		f.Apply(rt, s, at)
