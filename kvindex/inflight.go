@@ -12,11 +12,13 @@ package kvindex
 // router's requests from other instances' requests that recompute the same
 // context later.
 //
-// Bounded by Config.MaxInflight pairs: once full, the pairs past their ttl
-// are swept (at most once per ttl/8), and a Hold's new pairs that still do
-// not fit are not recorded (InflightDropped counts them). Guarded by
-// Index.mu.
+// Kept only while an estimate of the others' prefill asks for it
+// (Precise.SetForeign with selection.ForeignPrefill.OwnInflight). Bounded by
+// Config.MaxInflight pairs: once full, the pairs past their ttl are swept
+// (at most once per ttl/8), and a Hold's new pairs that still do not fit
+// are not recorded (InflightDropped counts them). Guarded by Index.mu.
 type inflight struct {
+	on      bool
 	ent     map[predID]predEntry // refs: requests holding it; exp: the last Hold's ttl
 	max     int
 	scan    int64 // no sweep before this (Unix nanoseconds)
@@ -31,6 +33,9 @@ func (f *inflight) init(max int) {
 // hold adds one request's hold of id until exp (its ttl); a full set is
 // swept first, at most once per ttl/8.
 func (f *inflight) hold(id predID, exp, now int64, ttl int64) {
+	if !f.on {
+		return
+	}
 	e, ok := f.ent[id]
 	if !ok && len(f.ent) >= f.max {
 		if now >= f.scan {
@@ -79,6 +84,14 @@ func (f *inflight) dropReplica(r Replica) {
 			delete(f.ent, id)
 		}
 	}
+}
+
+// trackInflight turns the set on or off (and empties it).
+func (x *Index) trackInflight(on bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.fly.on = on
+	clear(x.fly.ent)
 }
 
 // Inflight is the number of (replica, block) pairs of this router's

@@ -118,6 +118,12 @@ func TestInflightBound(t *testing.T) {
 	x := New(Config{BlockSize: 4, MaxInflight: 4, Now: func() time.Time { return now }})
 	r, _ := x.Register("a")
 	x.Hold(r, []uint64{1, 2, 3}, time.Minute)
+	if got := x.Inflight(); got != 0 {
+		t.Fatalf("Inflight %d while off, want 0", got)
+	}
+	x.Release(r, []uint64{1, 2, 3}, time.Second)
+	x.trackInflight(true)
+	x.Hold(r, []uint64{1, 2, 3}, time.Minute)
 	x.Hold(r, []uint64{3, 4, 5, 6}, time.Minute)
 	if got, drop := x.Inflight(), x.InflightDropped(); got != 4 || drop != 2 {
 		t.Fatalf("Inflight %d, dropped %d; want 4 and 2", got, drop)

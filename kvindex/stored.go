@@ -102,8 +102,10 @@ func (p *Precise) onStored(f func(s selection.Slot, blocks, own, mine, blockToke
 // it queued, are not another instance's prefill) and,
 // from a Late handle whose tokens came after its request was routed on the
 // bytes' estimate of its prompt, the tokens past that estimate as this
-// instance's own (ForeignPrefill.Credit).
+// instance's own (ForeignPrefill.Credit). With fp.OwnInflight the index
+// keeps its requests' blocks in flight (Index.Inflight) from now on.
 func (p *Precise) SetForeign(fp *selection.ForeignPrefill) {
+	p.x.trackInflight(fp != nil && fp.OwnInflight)
 	if fp == nil {
 		p.foreign.Store(nil)
 		p.OnStored(nil)
