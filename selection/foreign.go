@@ -536,7 +536,8 @@ func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time
 // instance's by its precise index and mine of them belonging to its
 // requests in flight (kvindex.Precise.SetForeign): StoredOwn until the
 // router has seen other instances' load or stored runs (Router.SawOthers,
-// not its answers' agreement), then StoredMine. The marks tell this
+// not its answers' agreement), then StoredMine with OwnInflight, else
+// StoredOwn without the marks. The marks tell this
 // router's blocks from the others' but not its requests from theirs: with
 // several instances behind a front that deals an agent's turns to any of
 // them, an agent's context evicted and recomputed by another instance's
