@@ -123,6 +123,11 @@ type Config struct {
 	// that a re-store is known as this router's own (Own). Default
 	// 4 x MaxPredicted (about 50 bytes each).
 	MaxOwnGone int
+	// MaxInflight bounds the (replica, block) pairs of this router's
+	// requests in flight (Hold to Release), which tell its stored runs from
+	// other routers' (Precise.SetForeign). Default 4 x MaxPredicted (about
+	// 60 bytes each).
+	MaxInflight int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// MaxOrphanRun is how many BlockStored events in a row may fail to
@@ -147,6 +152,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxOwnGone <= 0 {
 		c.MaxOwnGone = 4 * c.MaxPredicted
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 4 * c.MaxPredicted
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -249,6 +257,7 @@ type Index struct {
 	n     int            // entries
 	pred  predictions    // short-lived predicted entries
 	own   ownMem         // own blocks the index lost (see Own)
+	fly   inflight       // this router's requests' blocks in flight (inflight.go)
 	// scratch holds one store's chain keys (under mu).
 	scratch []uint64
 
@@ -277,6 +286,7 @@ func New(c Config) *Index {
 	x.head.next, x.head.prev = &x.head, &x.head
 	x.pred.init(c.MaxPredicted)
 	x.own.init(c.MaxOwnGone)
+	x.fly.init(c.MaxInflight)
 	x.pred.own = &x.own
 	return x
 }
@@ -302,6 +312,7 @@ func (x *Index) Register(id string) (Replica, error) {
 		x.free = x.free[:n-1]
 		x.pred.dropReplica(r)
 		x.own.dropReplica(r)
+		x.fly.dropReplica(r)
 		x.reps[r] = &replica{id: id, byEngine: map[uint64]*rec{}, refs: map[uint64]int32{}}
 		x.byID[id] = r
 		x.live.add(r)
@@ -414,9 +425,9 @@ func (x *Index) Apply(r Replica, b *Batch) {
 			if !x.relevant(e) {
 				continue
 			}
-			landed, own := x.store(r, rep, e)
+			landed, own, mine := x.store(r, rep, e, now)
 			x.noteStore(r, rep, landed, now)
-			x.noteStored(r, e, own, at) // stored.go
+			x.noteStored(r, e, own, mine, at) // stored.go
 		case KindBlockRemoved:
 			if !x.relevant(e) {
 				continue
@@ -460,13 +471,16 @@ func (x *Index) relevant(e *Event) bool {
 }
 
 // store keys e's blocks; it reports whether any block landed under a key
-// a request can match, and how many of them are marked as this router's
-// (ownRef).
-func (x *Index) store(r Replica, rep *replica, e *Event) (landed bool, own int) {
+// a request can match, how many of them are marked as this router's
+// (ownRef), and mine: how many belong to this router's requests in flight
+// at now (inflight), when all the blocks it keyed do (else 0: a run that
+// leaves every chain this router's requests hold is another router's
+// request's, the part within them included).
+func (x *Index) store(r Replica, rep *replica, e *Event, now time.Time) (landed bool, own, mine int) {
 	bs := e.BlockSize
 	if bs <= 0 {
 		x.skipped.Add(1)
-		return false, 0
+		return false, 0, 0
 	}
 	landed = len(e.BlockHashes) > 0 && len(e.TokenIDs) >= bs
 	if bs != x.cfg.BlockSize {
@@ -484,7 +498,7 @@ func (x *Index) store(r Replica, rep *replica, e *Event) (landed bool, own int) 
 			// the chain cannot be keyed.
 			x.orphans.Add(1)
 			rep.orphans++
-			return false, 0
+			return false, 0, 0
 		}
 		prev = p.key
 	}
@@ -508,6 +522,7 @@ func (x *Index) store(r Replica, rep *replica, e *Event) (landed bool, own int) 
 		}
 		x.scratch = append(x.scratch, prev)
 	}
+	keyed := 0
 	for i, key := range x.scratch {
 		h := e.BlockHashes[i]
 		if broken {
@@ -528,8 +543,14 @@ func (x *Index) store(r Replica, rep *replica, e *Event) (landed bool, own int) 
 		if ref&ownRef != 0 {
 			own++
 		}
+		if keyed++; x.fly.has(predID{key, r}, now.UnixNano()) {
+			mine++
+		}
 	}
-	return landed, own
+	if mine < keyed {
+		mine = 0
+	}
+	return landed, own, mine
 }
 
 // noteStore updates r's health after one BlockStored event: a run of

@@ -265,6 +265,9 @@ func (x *Index) predict(r Replica, keys []uint64, ttl time.Duration, hold bool) 
 		refs = x.reps[r].refs
 	}
 	for _, k := range keys {
+		if hold {
+			x.fly.hold(predID{k, r}, exp, t, int64(ttl))
+		}
 		if s := x.keys[k]; s.has(r) {
 			if v := refs[k]; v&ownRef == 0 {
 				refs[k] = v | ownRef // routed here while held: the estimate learned it
@@ -283,6 +286,9 @@ func (x *Index) predict(r Replica, keys []uint64, ttl time.Duration, hold bool) 
 func (x *Index) Release(r Replica, keys []uint64, grace time.Duration) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	for _, k := range keys {
+		x.fly.release(predID{k, r})
+	}
 	if x.pred.live == 0 {
 		return
 	}

@@ -18,13 +18,14 @@ import (
 type StoredFunc func(s selection.Slot, blocks, blockTokens int, at time.Time)
 
 // storedHook is what Index.Apply calls for each stored run (noteStored):
-// own is how many of its blocks are this router's (ownRef).
+// own is how many of its blocks are this router's (ownRef), mine how many
+// belong to its requests in flight (Index.store).
 type storedHook struct {
-	f func(r Replica, blocks, own, blockTokens int, at time.Time)
+	f func(r Replica, blocks, own, mine, blockTokens int, at time.Time)
 }
 
 // onStored sets the index's stored-run hook (nil: none).
-func (x *Index) onStored(f func(r Replica, blocks, own, blockTokens int, at time.Time)) {
+func (x *Index) onStored(f func(r Replica, blocks, own, mine, blockTokens int, at time.Time)) {
 	if f == nil {
 		x.stored.Store(nil)
 		return
@@ -34,9 +35,9 @@ func (x *Index) onStored(f func(r Replica, blocks, own, blockTokens int, at time
 
 // noteStored hands one relevant BlockStored event of r, published at at
 // (publishedAt), to the hook. Apply calls it under x.mu.
-func (x *Index) noteStored(r Replica, e *Event, own int, at time.Time) {
+func (x *Index) noteStored(r Replica, e *Event, own, mine int, at time.Time) {
 	if h := x.stored.Load(); h != nil && len(e.BlockHashes) > 0 {
-		h.f(r, len(e.BlockHashes), own, e.BlockSize, at)
+		h.f(r, len(e.BlockHashes), own, mine, e.BlockSize, at)
 	}
 }
 
@@ -78,30 +79,33 @@ func (p *Precise) OnStored(f StoredFunc) {
 		p.x.onStored(nil)
 		return
 	}
-	p.onStored(func(s selection.Slot, blocks, _, blockTokens int, at time.Time) { f(s, blocks, blockTokens, at) })
+	p.onStored(func(s selection.Slot, blocks, _, _, blockTokens int, at time.Time) { f(s, blocks, blockTokens, at) })
 }
 
 // onStored is OnStored with, for each run, how many of its blocks the
-// index marks as this router's own (Index.Own).
-func (p *Precise) onStored(f func(s selection.Slot, blocks, own, blockTokens int, at time.Time)) {
+// index marks as this router's own (Index.Own) and how many belong to this
+// router's requests in flight on the replica (Index.store).
+func (p *Precise) onStored(f func(s selection.Slot, blocks, own, mine, blockTokens int, at time.Time)) {
 	slots := new(slotCache)
-	p.x.onStored(func(r Replica, blocks, own, blockTokens int, at time.Time) {
+	p.x.onStored(func(r Replica, blocks, own, mine, blockTokens int, at time.Time) {
 		if s, ok := slots.slotOf(p, r); ok {
-			f(s, blocks, own, blockTokens, at)
+			f(s, blocks, own, mine, blockTokens, at)
 		}
 	})
 }
 
 // SetForeign makes fp the estimate of the prefill other routers put on
 // the replicas (nil: none): it receives every stored run with the blocks
-// of it the index marks as this router's own (fp.StoredRunOwn: while the
-// router has seen no other instance, an own request's blocks recomputed
-// past its reservation, after a preemption or an eviction while it
-// queued, are not another instance's prefill) and,
+// of it the index marks as this router's own and those of this router's
+// requests in flight there (fp.StoredRunOwn: an own request's blocks
+// recomputed past its reservation, after a preemption or an eviction while
+// it queued, are not another instance's prefill) and,
 // from a Late handle whose tokens came after its request was routed on the
 // bytes' estimate of its prompt, the tokens past that estimate as this
-// instance's own (ForeignPrefill.Credit).
+// instance's own (ForeignPrefill.Credit). With fp.OwnInflight the index
+// keeps its requests' blocks in flight (Index.Inflight) from now on.
 func (p *Precise) SetForeign(fp *selection.ForeignPrefill) {
+	p.x.trackInflight(fp != nil && fp.OwnInflight)
 	if fp == nil {
 		p.foreign.Store(nil)
 		p.OnStored(nil)

@@ -81,6 +81,10 @@ var (
 		"BlockStored events whose block size differs from the configured block_size.", nil, nil)
 	kvNonChainDesc = prometheus.NewDesc("ramjet_kv_index_non_chain_blocks_total",
 		"Blocks skipped because their BlockStored event was provably not one chain under its parent.", nil, nil)
+	kvInflightDesc = prometheus.NewDesc("ramjet_kv_index_inflight_entries",
+		"(replica, block) pairs of this router's requests in flight, which tell its stored runs from other instances' (kept with the foreign estimate's OwnInflight; bounded by 4 x max_predicted).", nil, nil)
+	kvInflightDroppedDesc = prometheus.NewDesc("ramjet_kv_index_inflight_dropped_total",
+		"(replica, block) pairs of requests in flight not kept because 4 x max_predicted were.", nil, nil)
 	kvPredDroppedDesc = prometheus.NewDesc("ramjet_kv_index_predictions_dropped_total",
 		"Predicted entries dropped before their request ended because max_predicted were live.", nil, nil)
 	kvTokLateDesc = prometheus.NewDesc("ramjet_tokenize_late_total",
@@ -138,7 +142,7 @@ func (kvCollector) Describe(ch chan<- *prometheus.Desc) {
 		kvCompleteDesc, kvConnectedDesc, kvDecisionsDesc, kvTokFallbackDesc, kvTokCacheDesc,
 		kvTokLatencyDesc, kvCanaryAccDesc, kvCanaryErrDesc, kvCanaryProbesDesc, kvOrphansDesc,
 		kvUnknownRemovalsDesc, kvRemovedDesc, kvSkippedDesc, kvSizeMismatchDesc, kvNonChainDesc,
-		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc, kvForeignDecayDesc, kvForeignShareDesc, kvTemplateFeedsDesc} {
+		kvReplayFailDesc, kvHealthyDesc, kvPredDroppedDesc, kvInflightDesc, kvInflightDroppedDesc, kvTokLateDesc, kvForeignTokDesc, kvForeignRunsDesc, kvForeignDecayDesc, kvForeignShareDesc, kvTemplateFeedsDesc} {
 		ch <- d
 	}
 }
@@ -148,7 +152,8 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	if len(states) == 0 {
 		return
 	}
-	var entries, bytes, predicted, ownGone, tmplFeeds int64
+	var entries, bytes, predicted, ownGone, inflight, tmplFeeds int64
+	var flyDropped uint64
 	var events, decodeErr, gaps, replayed, evictions, precise, approx, hits, misses, shared uint64
 	var orphans, unknownRm, removed, skipped, sizeMismatch, nonChain, replayFail, predDropped uint64
 	var foreignTok, foreignRuns uint64
@@ -169,6 +174,8 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 		bytes += x.Bytes()
 		predicted += int64(x.Predicted())
 		ownGone += int64(x.OwnRemembered())
+		inflight += int64(x.Inflight())
+		flyDropped += x.InflightDropped()
 		tmplFeeds += int64(k.Precise.TemplateFeeds())
 		events += x.EventsApplied()
 		decodeErr += x.DecodeErrors()
@@ -250,6 +257,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(kvBytesDesc, float64(bytes))
 	gauge(kvPredictedDesc, float64(predicted))
 	gauge(kvOwnGoneDesc, float64(ownGone))
+	gauge(kvInflightDesc, float64(inflight))
 	gauge(kvTemplateFeedsDesc, float64(tmplFeeds))
 	counter(kvEventsDesc, events)
 	counter(kvDecodeErrDesc, decodeErr)
@@ -264,6 +272,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(kvNonChainDesc, nonChain)
 	counter(kvReplayFailDesc, replayFail)
 	counter(kvPredDroppedDesc, predDropped)
+	counter(kvInflightDroppedDesc, flyDropped)
 	counter(kvForeignTokDesc, foreignTok)
 	counter(kvForeignRunsDesc, foreignRuns)
 	for i, o := range kvindex.LateOutcomeNames {

@@ -99,6 +99,19 @@ func (rt *Router) agentTie(f *Features, cands []Candidate, s *Scratch) (uint64, 
 	return key, key != 0
 }
 
+// remember notes that this instance had agent's prompt answered on a
+// precise decision (Observe does not compare those): the agent is one it
+// routed, so a later surplus of its context on an estimate's decision is
+// not another instance's placement. Without it a lone precise instance
+// read itself as several on the tool-agent trace 10 (its estimate-routed
+// turns of agents whose earlier turns were precise; bench/EXPERIMENTS.md,
+// section 115).
+func (a *agreement) remember(agent uint64) {
+	if agent != 0 {
+		a.seen[agent%agentMemory].Store(agent)
+	}
+}
+
 // on reports whether an answer among the last AgreeMemory showed another
 // instance's placement.
 func (a *agreement) on() bool {

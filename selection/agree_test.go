@@ -238,6 +238,44 @@ func TestAgreementOwnForgottenAgent(t *testing.T) {
 	}
 }
 
+// An agent whose turns this instance routed precisely (the precise path:
+// Observe does not compare those answers) is still one it routed: a later
+// turn routed by the estimate, whose context the engine holds past the
+// estimate's beliefs, is no other instance's placement. A lone precise
+// instance read itself as several on the tool-agent trace 10 so
+// (bench/EXPERIMENTS.md, section 115).
+func TestAgreementPreciseAgent(t *testing.T) {
+	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
+	rt0, cands := newTestRouter(t, c, 4)
+	rt := rt0.WithOptions(Options{AgreeMax: 320})
+	const prefix = 32
+	pf := features(rt.Config(), agentBlocks(prefix, 0, 0), 0)
+	for i := range cands {
+		rt.Learn(pf, cands[i].Slot)
+	}
+	route := func(f *Features) *Reservation {
+		var res Reservation
+		_, r := rt.Route(f, cands, NewScratch(4), nil, &res)
+		r.Release()
+		return r
+	}
+	turn1 := route(features(rt.Config(), agentBlocks(prefix, 5, 40), 0))
+	turn1.precise = true // decided on the engines' KV events
+	rt.Observe(turn1, 0, prefix*16, 0)
+	for i := range cands {
+		rt.Forget(cands[i].Slot)
+		rt.Learn(pf, cands[i].Slot)
+	}
+	turn2 := features(rt.Config(), agentBlocks(prefix, 5, 80), 0)
+	if rt.Observe(route(turn2), 0, (prefix+40)*16, 0); rt.Several() {
+		t.Fatal("on after the engine held a context this instance routed precisely")
+	}
+	other := features(rt.Config(), agentBlocks(prefix, 6, 80), 0)
+	if rt.Observe(route(other), 0, (prefix+40)*16, 0); !rt.Several() {
+		t.Fatal("off after the engine held 40 blocks of a context this instance never routed")
+	}
+}
+
 // A burst of one prefix with the band on: once three replicas the band
 // ranks above its choice are prefilling this instance's own requests,
 // the rule's pick (here its instance spill) stands instead of the next

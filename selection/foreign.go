@@ -119,6 +119,16 @@ type ForeignPrefill struct {
 	// (bench/RESULTS.md, 2026-12-06, "the others' whole contexts").
 	ResidentEarly bool
 
+	// OwnInflight, once the router has seen other instances, counts a
+	// stored run as this instance's own when all its blocks belong to its
+	// requests in flight there, and as the others' otherwise, whatever the
+	// pooled credit says (StoredMine; kvindex.Precise.SetForeign gives the
+	// blocks). Off, it counts the credit's cover as its own: its own
+	// requests' recomputing under KV pressure read as the others' prefill
+	// and the others' runs stored while its prefill is pending as its own
+	// (experiment, fleetsim fpown; bench/EXPERIMENTS.md, section 115).
+	OwnInflight bool
+
 	// RefreshEvery bounds how often Refresh decays the estimates on the
 	// router (each Route calls it): at most once per RefreshEvery.
 	RefreshEvery time.Duration
@@ -419,6 +429,43 @@ func (f *ForeignPrefill) StoredOwn(s Slot, blocks, own, blockTokens int, ownPend
 		mine += marked
 		foreign -= marked
 	}
+	f.count(c, s, mine, foreign, t)
+	return foreign
+}
+
+// StoredMine is Stored for a run of which mine blocks belong to this
+// instance's requests in flight on s (its precise index holds their key
+// chains from the decision to the request's end: kvindex.Precise.
+// SetForeign gives the whole run or none). They count as own and the rest
+// as foreign, whatever the credit says: the credit is pooled per replica,
+// and another instance's run stored while this one's prefill is pending
+// took it as this instance's (a quarter to a third of the others' stored
+// tokens on the tool-agent windows at 8 x 65,536 with 2 instances;
+// bench/EXPERIMENTS.md, section 115). The credit still drains as Stored
+// drains it.
+func (f *ForeignPrefill) StoredMine(s Slot, blocks, mine, blockTokens int, ownPending int64, t time.Time) int64 {
+	if s < 0 || s >= MaxReplicas || blocks < max(f.MinBlocks, 1) || blockTokens <= 0 {
+		return 0
+	}
+	n := int64(blocks) * int64(blockTokens)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := &f.cells[s]
+	if ownPending <= 0 && t.Sub(c.lastFirst) > f.Grace {
+		c.credit = 0
+	}
+	if f.ResidentEarly {
+		f.first.CompareAndSwap(0, t.UnixNano())
+	}
+	own := min(n, int64(max(mine, 0))*int64(blockTokens))
+	c.credit -= min(c.credit, own)
+	f.count(c, s, own, n-own, t)
+	return n - own
+}
+
+// count adds one stored run's own and foreign tokens on slot s (cell c),
+// stored at t, to the estimate. Under mu.
+func (f *ForeignPrefill) count(c *foreignCell, s Slot, mine, foreign int64, t time.Time) {
 	if mine > 0 {
 		f.own.Add(uint64(mine))
 	}
@@ -437,7 +484,6 @@ func (f *ForeignPrefill) StoredOwn(s Slot, blocks, own, blockTokens int, ownPend
 		f.counted.Add(uint64(foreign))
 		f.runs.Add(1)
 	}
-	return foreign
 }
 
 // MaxResidentWhole bounds ResidentWhole's scale.
@@ -476,30 +522,46 @@ func (f *ForeignPrefill) SetRouter(rt *Router) {
 // (Router.Load), then the new estimate to the router. Without a router it
 // does nothing.
 func (f *ForeignPrefill) StoredRun(s Slot, blocks, blockTokens int, at time.Time) {
-	f.StoredRunOwn(s, blocks, 0, blockTokens, at)
-}
-
-// StoredRunOwn is StoredRun with own of the run's blocks known to be this
-// instance's (StoredOwn; kvindex.Precise.SetForeign), until the router has
-// seen other instances' load or stored runs (Router.SawOthers, not its
-// answers' agreement): then as StoredRun. The marks tell this router's
-// blocks from the others' but not its requests from theirs: with several
-// instances behind a front that deals an agent's turns to any of them, an
-// agent's context evicted and recomputed by another instance's turn is
-// marked as this router's too, and counted so the others' share fell to a
-// third of its value (the tool-agent windows at 8 x 65,536 with 2 and 4
-// instances: cached share -0.011 and -0.036; bench/EXPERIMENTS.md, section
-// 113).
-func (f *ForeignPrefill) StoredRunOwn(s Slot, blocks, own, blockTokens int, at time.Time) {
 	rt := f.rt.Load()
 	if rt == nil || s < 0 || s >= MaxReplicas {
 		return
 	}
-	if rt.others.Load() {
-		own = 0
+	_, pend := rt.Load(s)
+	if f.StoredOwn(s, blocks, 0, blockTokens, pend, at) > 0 {
+		f.Apply(rt, s, at)
+	}
+}
+
+// StoredRunOwn is StoredRun with own of the run's blocks marked as this
+// instance's by its precise index and mine of them belonging to its
+// requests in flight (kvindex.Precise.SetForeign): StoredOwn until the
+// router has seen other instances' load or stored runs (Router.SawOthers,
+// not its answers' agreement), then StoredMine with OwnInflight, else
+// StoredOwn without the marks. The marks tell this
+// router's blocks from the others' but not its requests from theirs: with
+// several instances behind a front that deals an agent's turns to any of
+// them, an agent's context evicted and recomputed by another instance's
+// turn is marked as this router's too, and counted so the others' share
+// fell to a third of its value (the tool-agent windows at 8 x 65,536 with
+// 2 and 4 instances; bench/EXPERIMENTS.md, section 113). Its requests in
+// flight tell them apart, with OwnInflight: each instance counts its own
+// recomputing as its own and the others' as theirs (section 115).
+func (f *ForeignPrefill) StoredRunOwn(s Slot, blocks, own, mine, blockTokens int, at time.Time) {
+	rt := f.rt.Load()
+	if rt == nil || s < 0 || s >= MaxReplicas {
+		return
 	}
 	_, pend := rt.Load(s)
-	if f.StoredOwn(s, blocks, own, blockTokens, pend, at) > 0 {
+	var foreign int64
+	switch {
+	case !rt.others.Load():
+		foreign = f.StoredOwn(s, blocks, own, blockTokens, pend, at)
+	case f.OwnInflight:
+		foreign = f.StoredMine(s, blocks, mine, blockTokens, pend, at)
+	default:
+		foreign = f.StoredOwn(s, blocks, 0, blockTokens, pend, at)
+	}
+	if foreign > 0 {
 		f.Apply(rt, s, at)
 	}
 }

@@ -840,15 +840,18 @@ func TestForeignStoredOwn(t *testing.T) {
 }
 
 // StoredRunOwn takes the index's marks while the router has seen no other
-// instance, and not once it has (its load or their stored runs): the marks
+// instance, and once it has (its load or their stored runs) not: the marks
 // then cover the others' recomputing of contexts this instance also routed.
+// With OwnInflight it takes its requests' blocks in flight instead, and not
+// the credit, which covered the others' runs stored while this instance's
+// prefill is pending.
 func TestForeignStoredRunOwnUntilOthers(t *testing.T) {
 	rt, cands := newTestRouter(t, Config{BlockTokens: 16}, 1)
 	a := cands[0].Slot
 	f := NewForeignPrefill()
 	f.SetRouter(rt)
 	t0 := time.Unix(100, 0)
-	f.StoredRunOwn(a, 8, 8, 16, t0) // alone: marked, its own
+	f.StoredRunOwn(a, 8, 8, 0, 16, t0) // alone: marked, its own
 	if got, _ := f.Counted(); got != 0 {
 		t.Fatalf("alone: %d foreign tokens, want 0", got)
 	}
@@ -856,8 +859,23 @@ func TestForeignStoredRunOwnUntilOthers(t *testing.T) {
 	if !rt.SawOthers() {
 		t.Fatal("the engine's load did not show the other instance")
 	}
-	f.StoredRunOwn(a, 8, 8, 16, t0)
+	f.StoredRunOwn(a, 8, 8, 0, 16, t0)
 	if got, _ := f.Counted(); got != 128 {
 		t.Fatalf("after others: %d foreign tokens, want 128 (the marks not taken)", got)
+	}
+	f.StoredRunOwn(a, 8, 0, 8, 16, t0) // its request's in flight, without OwnInflight
+	if got, _ := f.Counted(); got != 256 {
+		t.Fatalf("after others, its request's run without OwnInflight: %d foreign tokens, want 256", got)
+	}
+	f.OwnInflight = true
+	f.StoredRunOwn(a, 8, 0, 8, 16, t0)
+	if got, _ := f.Counted(); got != 256 {
+		t.Fatalf("after others, its request's run: %d foreign tokens, want 256 (the earlier)", got)
+	}
+	f.Routed(a, 128) // its credit kept (a first token within Grace): another's run is still another's
+	f.FirstToken(a, t0)
+	f.StoredRunOwn(a, 8, 0, 0, 16, t0)
+	if got, _ := f.Counted(); got != 384 {
+		t.Fatalf("after others, credit pending: %d foreign tokens, want 384", got)
 	}
 }

@@ -78,6 +78,9 @@ func (rt *Router) Observe(res *Reservation, promptTokens, cachedTokens, completi
 	if promptTokens > 0 && !rt.opt.FixedDensity && res.densed.CompareAndSwap(false, true) && rt.noteDensity(int(res.prompt), promptTokens) {
 		rt.reapplyDensity()
 	}
+	if res.precise && cachedTokens >= 0 {
+		rt.agreement.remember(res.agent)
+	}
 	if res.precise || cachedTokens < 0 || !res.observed.CompareAndSwap(false, true) {
 		return false
 	}

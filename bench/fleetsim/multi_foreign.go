@@ -30,6 +30,8 @@ import (
 // "fpnw=<s>" scaled by the replica's mean wait beyond prefill over s (QueueWait),
 // "fpnws=<x>" fpnw's charge times the share of replicas waiting at least
 // fpnw over x (QueueWaitShare),
+// "fpown" counting, once an instance has seen the others, its requests' in
+// flight blocks as its own and the rest as theirs (ForeignPrefill.OwnInflight),
 // "fpmin=<blocks>" counting only stored runs
 // of at least that many blocks (a full prefill chunk: more of the prompt
 // to come); "cs" applies the instance spill to cold
@@ -79,6 +81,7 @@ type preciseSpec struct {
 	whole   bool          // "fpwhole": ForeignPrefill.ResidentWhole
 	wholeMx float64       // "fpwhole=<x>": ForeignPrefill.ResidentWholeMax
 	early   bool          // "fpearly": ForeignPrefill.ResidentEarly
+	ownFly  bool          // "fpown": ForeignPrefill.OwnInflight
 	priorOn bool          // fpq given (else the module's default)
 	oracle  bool          // OracleSpec
 	delay   time.Duration // "oracle=<ms>"
@@ -142,6 +145,8 @@ func parsePreciseSpec(spec string) (ps preciseSpec, ok bool, err error) {
 			ps.qSat = x
 		case k == "fpearly" && !hasV:
 			ps.early = true
+		case k == "fpown" && !hasV:
+			ps.ownFly = true
 		case k == "fpq" && hasV:
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil || x < 0 {
@@ -251,6 +256,7 @@ func (m *Multi) enablePrecise(ps preciseSpec) error {
 				fp.ResidentLife = ps.life
 			}
 			fp.ResidentWhole, fp.ResidentWholeMax, fp.ResidentEarly = ps.whole, ps.wholeMx, ps.early
+			fp.OwnInflight = ps.ownFly
 			fp.QueueCost, fp.QueueWait, fp.QueueWaitShare = ps.qcost, ps.qcWait, ps.qcWaitS
 			prior := ps.prior // fpq=
 			if !ps.priorOn {

@@ -185,7 +185,7 @@ func RunMultiSeeds(sc MultiSuiteConfig, seeds []uint64) ([]MultiResult, error) {
 			s.PooledShare, _, _ = PooledOracleShare(w, seed, ec.BlockSize, n*ec.TotalBlocks())
 			sums[j.w][j.s][j.r] = s
 			if sc.Progress != nil {
-				fmt.Fprintf(sc.Progress, "fleetsim: %s on %s (%d replicas), seed %d: %.1fs\n", pol.Name(), w.Name, n, seed, res.Wall.Seconds())
+				fmt.Fprintf(sc.Progress, "fleetsim: %s on %s (%d replicas), seed %d: %.1fs%s\n", pol.Name(), w.Name, n, seed, res.Wall.Seconds(), foreignShares(pol))
 			}
 			if j.s == 0 {
 				disp[j.w][j.r] = multiOf(pol).Dispatched
@@ -251,6 +251,28 @@ func finiteRatio(a, b float64) float64 {
 }
 
 // multiOf returns the Multi behind a NewMulti policy.
+// foreignShares is, for a multi-router run whose instances keep the others'
+// prefill estimate ("fp"), each instance's foreign share rho
+// (ForeignPrefill.Share) and its counted runs, for the progress line ("" for
+// the others).
+func foreignShares(p Policy) string {
+	m := multiOf(p)
+	if m == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, q := range m.inst {
+		if rp, ok := q.(*RamjetPrecise); ok && rp.fp != nil {
+			_, runs := rp.fp.Counted()
+			fmt.Fprintf(&b, " %.3f/%d", rp.fp.Share(), runs)
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "; foreign rho/runs per instance:" + b.String()
+}
+
 func multiOf(p Policy) *Multi {
 	switch m := p.(type) {
 	case *Multi:
