@@ -265,7 +265,7 @@ func (x *Index) predict(r Replica, keys []uint64, ttl time.Duration, hold bool) 
 		refs = x.reps[r].refs
 	}
 	for _, k := range keys {
-		if hold {
+		if hold && x.fly.on {
 			x.fly.hold(predID{k, r}, exp, t, int64(ttl))
 		}
 		if s := x.keys[k]; s.has(r) {
@@ -286,8 +286,10 @@ func (x *Index) predict(r Replica, keys []uint64, ttl time.Duration, hold bool) 
 func (x *Index) Release(r Replica, keys []uint64, grace time.Duration) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for _, k := range keys {
-		x.fly.release(predID{k, r})
+	if len(x.fly.ent) > 0 {
+		for _, k := range keys {
+			x.fly.release(predID{k, r})
+		}
 	}
 	if x.pred.live == 0 {
 		return
