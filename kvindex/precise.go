@@ -185,7 +185,10 @@ type PreciseConfig struct {
 	CapGainMean bool
 	// CapGainFleet, with CapGain, scales CapGain by the candidates' mean
 	// resident context over their mean KV capacity (how saturated the
-	// fleet is): a probe.
+	// fleet is; JSON kv.cap_gain_fleet). Opt-in: at CapGain 0.75 with
+	// CapPeer 1.1 it kept the full-load gain and removed CapPeer's
+	// half-load tail, but read 65,536-token caches as saturated
+	// (bench/EXPERIMENTS.md 111; CapFit, 114).
 	CapGainFleet bool
 	// CapGainRoom, with CapGainFleet, also scales CapGain by the room the
 	// replica's KV capacity leaves beside this request's prompt, in
