@@ -198,11 +198,15 @@ type PreciseConfig struct {
 	CapGainRoom bool
 	// CapFit, with CapLoad, lifts the estimate cap only on a replica
 	// whose KV capacity holds CapFit times the request's prompt (tokens
-	// x CapFit <= Router.Capacity). Where the cache holds fewer than two
-	// such contexts, the conversations the request would evict on
-	// another replica do not survive there anyway, and the lift only
-	// queues the request's home (bench/EXPERIMENTS.md section 114). 0 or
-	// negative: off.
+	// x CapFit <= Router.Capacity; unknown: capped). The lift pays where
+	// the cache keeps other conversations beside the prompt, which the
+	// cap's move would evict on another replica; a cache the prompt
+	// mostly fills keeps none, and there the lift only loads the home.
+	// 0 or negative: off. Opt-in: at 2.5 with CapPeer 1.1, CapGain 0.75
+	// and CapGainFleet it kept CapGainFleet's held-out full-load gain on
+	// agent-fleet (+0.081 of cached share) and was identical to the cap
+	// at 0.5 x 65,536, but cost full x 131,072 TTFT p50 1.8% on dev seeds
+	// (bench/EXPERIMENTS.md section 114).
 	CapFit float64
 	// CapPeerSlack, with CapPeer, also requires the replica's in-flight
 	// requests to be fewer than the candidates' mean plus CapPeerSlack:

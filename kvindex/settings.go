@@ -117,10 +117,11 @@ type Settings struct {
 
 	// CapFit, with CapLoad, lifts the estimate cap only on a replica whose
 	// KV capacity holds CapFit times the request's prompt
-	// (PreciseConfig.CapFit): a cache that holds fewer than two such
-	// contexts keeps nothing of the conversations the lift spares
-	// elsewhere. Opt-in: 0 (the default) and -1 are off; 2 is the measured
-	// value (bench/EXPERIMENTS.md 114).
+	// (PreciseConfig.CapFit): a cache the prompt mostly fills keeps none
+	// of the conversations the lift spares elsewhere. Opt-in: 0 (the
+	// default) and -1 are off; 2.5 (with cap_load 3, cap_peer 1.1,
+	// cap_gain 0.75 and cap_gain_fleet) is the measured value
+	// (bench/EXPERIMENTS.md 114).
 	CapFit float64 `json:"cap_fit,omitempty"`
 
 	// UpstreamToken is the bearer token sent to the engines with every
