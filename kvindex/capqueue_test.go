@@ -296,3 +296,47 @@ func TestPreciseCapGain(t *testing.T) {
 		})
 	}
 }
+
+// TestPreciseCapFit checks PreciseConfig.CapFit and CapGainRoom, the lift
+// read against the cache's size in prompts: under CapLoad, an exact overlap
+// past the estimate stands only on a replica whose capacity holds CapFit x
+// the 13-token prompt; with CapGainFleet, CapGainRoom scales CapGain by the
+// room the capacity leaves beside the prompt ((capacity - 13) / 13, within
+// 0..1). b has a 200-token prefill queued, a and c are idle.
+func TestPreciseCapFit(t *testing.T) {
+	now := time.Unix(100, 0)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
+	for _, tc := range []struct {
+		name         string
+		capa         int64
+		fit, k       float64
+		room         bool
+		wantA, wantB bool // a and c; b
+	}{
+		{"off", 400, 0, 0, false, true, true},
+		{"fit 2", 400, 2, 0, false, true, true},               // 26 <= 400
+		{"fit 30", 400, 30, 0, false, true, true},             // 390 <= 400
+		{"fit 31", 400, 31, 0, false, false, false},           // 403 > 400
+		{"fit 2, small", 20, 2, 0, false, false, false},       // 26 > 20
+		{"fit 1, small", 20, 1, 0, false, true, true},         // 13 <= 20
+		{"fleet", 20, 0, 10, false, true, true},               // 200 < 10 x 200/60 x 8 = 267
+		{"fleet, room", 20, 0, 10, true, true, false},         // 200 >= 267 x 7/13 = 144
+		{"fleet, room, large", 400, 0, 200, true, true, true}, // room 1: 200 < 200 x 200/1200 x 8 = 267
+		{"fleet, no room", 10, 0, 1000, true, false, false},   // 13 > 10: no room, capped
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }},
+				CapLoad: 3, CapFit: tc.fit, CapGain: tc.k, CapGainFleet: tc.k > 0, CapGainRoom: tc.room})
+			for _, c := range cands {
+				rt.SetCapacity(c.Slot, tc.capa)
+			}
+			ownTwoBlocks(t, p.Index(), toks)
+			queued := coldQueued(rt, cands[1], 200)
+			f := promptOf(rt, toks)
+			s := selection.NewScratch(3)
+			s.Tokens = toks
+			annotateWant(t, p, f, cands, s, 8, tc.wantA, tc.wantB, tc.wantA)
+			queued.Release()
+		})
+	}
+}

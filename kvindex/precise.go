@@ -185,8 +185,29 @@ type PreciseConfig struct {
 	CapGainMean bool
 	// CapGainFleet, with CapGain, scales CapGain by the candidates' mean
 	// resident context over their mean KV capacity (how saturated the
-	// fleet is): a probe.
+	// fleet is; JSON kv.cap_gain_fleet). Opt-in: at CapGain 0.75 with
+	// CapPeer 1.1 it kept the full-load gain and removed CapPeer's
+	// half-load tail, but read 65,536-token caches as saturated
+	// (bench/EXPERIMENTS.md 111; CapFit, 114).
 	CapGainFleet bool
+	// CapGainRoom, with CapGainFleet, also scales CapGain by the room the
+	// replica's KV capacity leaves beside this request's prompt, in
+	// prompts: (capacity - tokens) / tokens, within 0..1. A cache that
+	// cannot keep another context of this size beside it keeps little of
+	// the conversations the request would evict elsewhere: a probe.
+	CapGainRoom bool
+	// CapFit, with CapLoad, lifts the estimate cap only on a replica
+	// whose KV capacity holds CapFit times the request's prompt (tokens
+	// x CapFit <= Router.Capacity; unknown: capped). The lift pays where
+	// the cache keeps other conversations beside the prompt, which the
+	// cap's move would evict on another replica; a cache the prompt
+	// mostly fills keeps none, and there the lift only loads the home.
+	// 0 or negative: off. Opt-in: at 2.5 with CapPeer 1.1, CapGain 0.75
+	// and CapGainFleet it kept CapGainFleet's held-out full-load gain on
+	// agent-fleet (+0.081 of cached share) and was identical to the cap
+	// at 0.5 x 65,536, but cost full x 131,072 TTFT p50 1.8% on dev seeds
+	// (bench/EXPERIMENTS.md section 114).
+	CapFit float64
 	// CapPeerSlack, with CapPeer, also requires the replica's in-flight
 	// requests to be fewer than the candidates' mean plus CapPeerSlack:
 	// a probe (0 or negative: off).
@@ -669,7 +690,7 @@ func (p *Precise) capByEstimate(e *estimate, f *selection.Features, cands []sele
 		// horizon) and is trusted; if not, the engine got it from traffic
 		// the router did not route (other routers and clients, or the
 		// previous answer's own output), which the estimate cannot know.
-		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) || p.foreignQueued(e.rt, c.Slot)) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands, &peers) && p.gainOver(e.rt, c.Slot, cands, c.Overlap-credit)) {
+		if b := (credit + slack) / bs; (p.cfg.CapForeign || b < len(keys) && p.x.Own(p.replicaOf(c.Slot), keys[b]) || p.foreignQueued(e.rt, c.Slot)) && !(p.queuedUnder(e.rt, c.Slot, tokens) && p.peerUnder(e.rt, c.Slot, cands, &peers) && p.gainOver(e.rt, c.Slot, cands, c.Overlap-credit, tokens)) {
 			c.Precise = false // Pick reads the estimate; Observe corrects it
 		} else if c.Overlap-credit > slack {
 			diverged = true // blocks this router did not route
@@ -764,8 +785,12 @@ func (p *Precise) peerUnder(rt *selection.Router, s selection.Slot, cands []sele
 // less the least among the other candidates' is below CapGain times gain
 // (the tokens the exact overlap credits past the estimate's), and with
 // CapPeerSlack s has fewer in-flight requests than the candidates' mean
-// plus it. Always with both off.
-func (p *Precise) gainOver(rt *selection.Router, s selection.Slot, cands []selection.Candidate, gain int) bool {
+// plus it, and with CapFit s's capacity holds CapFit times the prompt
+// (tokens). Always with all three off.
+func (p *Precise) gainOver(rt *selection.Router, s selection.Slot, cands []selection.Candidate, gain, tokens int) bool {
+	if f := p.cfg.CapFit; f > 0 && f*float64(tokens) > float64(rt.Capacity(s)) {
+		return false
+	}
 	kg, ks := p.cfg.CapGain, p.cfg.CapPeerSlack
 	if kg <= 0 && ks <= 0 {
 		return true
@@ -787,6 +812,13 @@ func (p *Precise) gainOver(rt *selection.Router, s selection.Slot, cands []selec
 	}
 	if p.cfg.CapGainFleet && capa > 0 {
 		kg *= float64(res) / float64(capa)
+		if p.cfg.CapGainRoom && tokens > 0 {
+			r := float64(rt.Capacity(s)-int64(tokens)) / float64(tokens)
+			if r <= 0 {
+				return false // no room beside the prompt
+			}
+			kg *= min(1, r)
+		}
 	}
 	if kg > 0 && least >= 0 && float64(pend-least) >= kg*float64(gain) {
 		return false

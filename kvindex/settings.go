@@ -109,6 +109,21 @@ type Settings struct {
 	// and -1 are off (bench/EXPERIMENTS.md 111).
 	CapGain float64 `json:"cap_gain,omitempty"`
 
+	// CapGainFleet scales cap_gain by how saturated the request's
+	// candidates are: their resident context over their KV capacity
+	// (PreciseConfig.CapGainFleet). Off by default (bench/EXPERIMENTS.md
+	// 111).
+	CapGainFleet bool `json:"cap_gain_fleet,omitempty"`
+
+	// CapFit, with CapLoad, lifts the estimate cap only on a replica whose
+	// KV capacity holds CapFit times the request's prompt
+	// (PreciseConfig.CapFit): a cache the prompt mostly fills keeps none
+	// of the conversations the lift spares elsewhere. Opt-in: 0 (the
+	// default) and -1 are off; 2.5 (with cap_load 3, cap_peer 1.1,
+	// cap_gain 0.75 and cap_gain_fleet) is the measured value
+	// (bench/EXPERIMENTS.md 114).
+	CapFit float64 `json:"cap_fit,omitempty"`
+
 	// UpstreamToken is the bearer token sent to the engines with every
 	// tokenize preflight and canary probe ("Authorization: Bearer
 	// <token>"), as the guard sends it with proxied requests.
@@ -184,6 +199,8 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: cap_foreign_queue must be positive, 0 (the default) or -1 (off), got %v", c.CapForeignQueue)
 	case c.CapGain < 0 && c.CapGain != -1:
 		return fmt.Errorf("kv: cap_gain must be positive, 0 (off, the default) or -1 (off), got %v", c.CapGain)
+	case c.CapFit < 0 && c.CapFit != -1:
+		return fmt.Errorf("kv: cap_fit must be positive, 0 (off, the default) or -1 (off), got %v", c.CapFit)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
 		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":
@@ -222,6 +239,8 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 
 		CapForeignQueue: c.CapForeignQueue,
 		CapGain:         c.CapGain,
+		CapGainFleet:    c.CapGainFleet,
+		CapFit:          c.CapFit,
 	}
 	if cc := c.Canary; cc != nil {
 		pc.Canary = CanaryConfig{Model: cc.Model, Interval: time.Duration(cc.Interval), Blocks: cc.Blocks}

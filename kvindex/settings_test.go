@@ -121,6 +121,21 @@ func TestSettingsCapGain(t *testing.T) {
 	}
 }
 
+// TestSettingsCapFit: cap_fit reaches PreciseConfig.CapFit as given (0
+// and -1 off, a positive factor), another negative one is rejected naming
+// the field; cap_gain_fleet reaches CapGainFleet.
+func TestSettingsCapFit(t *testing.T) {
+	for _, c := range []struct {
+		give float64
+		bad  bool
+	}{{0, false}, {2, false}, {1.5, false}, {-1, false}, {-2, true}} {
+		pc, ok := validPrecise(t, Settings{CapLoad: 3, CapGain: 0.75, CapGainFleet: true, CapFit: c.give}, "cap_fit", c.give, c.bad)
+		if ok && (pc.CapFit != c.give || !pc.CapGainFleet || pc.CapGain != 0.75) {
+			t.Errorf("cap_fit %v: PreciseConfig.CapFit %v, CapGainFleet %v, CapGain %v", c.give, pc.CapFit, pc.CapGainFleet, pc.CapGain)
+		}
+	}
+}
+
 // validPrecise gives s one engine and its defaults and validates it: an
 // error naming field is wanted exactly when bad (field set to give). A
 // valid s's PreciseConfig is returned with ok; ok is false when s is bad

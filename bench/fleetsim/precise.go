@@ -85,6 +85,8 @@ type PreciseConfig struct {
 	CapGain, CapPeerSlack float64
 	CapGainMean           bool
 	CapGainFleet          bool
+	CapGainRoom           bool
+	CapFit                float64
 	// WaitRule applies the module's wait rule (kvindex.Precise.
 	// WaitPreflight) to every decision, as to a request with no cached
 	// message prefix (the simulation models no message-prefix cache): a
@@ -288,6 +290,8 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapPeerSlack:      p.pc.CapPeerSlack,
 			CapGainMean:       p.pc.CapGainMean,
 			CapGainFleet:      p.pc.CapGainFleet,
+			CapGainRoom:       p.pc.CapGainRoom,
+			CapFit:            p.pc.CapFit,
 			WaitAuto:          p.pc.WaitRule,
 		})
 		if err != nil {
@@ -587,7 +591,10 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // the tokens the exact overlap saves), capgm=K the same against the
 // candidates' mean pending prefill (CapGainMean, a probe), capgf=K CapGain
 // scaled by the candidates' resident context over their capacity
-// (CapGainFleet, a probe), capmd=D PreciseConfig.CapPeerSlack (a probe:
+// (CapGainFleet, a probe), capgr=K capgf also scaled by the room the
+// cache leaves beside the prompt, in prompts, within 0..1 (CapGainRoom, a
+// probe), capfit=F PreciseConfig.CapFit (with capl: the cap lifted only
+// where the replica's capacity holds F x the prompt), capmd=D PreciseConfig.CapPeerSlack (a probe:
 // also fewer in-flight requests than the candidates' mean + D);
 // own=K scales the index's own-block memory (MaxPredicted, MaxOwnGone) by
 // K, a probe (PreciseConfig.OwnScale). ok is
@@ -631,7 +638,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capgm" && name != "capgf" && name != "capmd" && name != "own" && name != "capfq" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capgm" && name != "capgf" && name != "capgr" && name != "capfit" && name != "capmd" && name != "own" && name != "capfq" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -655,6 +662,10 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapGain, pc.CapGainMean = x, true
 			case "capgf": // a probe: CapGain scaled by the candidates' resident / capacity
 				pc.CapGain, pc.CapGainFleet = x, true
+			case "capgr": // a probe: capgf also scaled by the cache's room beside the prompt
+				pc.CapGain, pc.CapGainFleet, pc.CapGainRoom = x, true, true
+			case "capfit":
+				pc.CapFit = x
 			case "capmd":
 				pc.CapPeerSlack = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx

@@ -38,9 +38,10 @@ var preciseFlags = map[string]string{"always": "always", "wait": "auto"}
 // kv block's fields they set, with ramjetKeys' values: qe is fleetsim's
 // ramjet-precise@qe (kvindex's QueueEstimate; qe=0 the rule before it),
 // capl its @capl (kvindex's CapLoad; capl=0 the estimate cap everywhere),
-// capm its @capm (CapPeer), capg its @capg (CapGain) and capfq its @capfq
+// capm its @capm (CapPeer), capg its @capg (CapGain), capfit its @capfit
+// (CapFit) and capfq its @capfq
 // (CapForeignQueue; capfq=0 the rule before 2026-12-07).
-var preciseKeys = map[string]string{"qe": "queue_estimate", "capl": "cap_load", "capm": "cap_peer", "capg": "cap_gain", "capfq": "cap_foreign_queue"}
+var preciseKeys = map[string]string{"qe": "queue_estimate", "capl": "cap_load", "capm": "cap_peer", "capg": "cap_gain", "capfq": "cap_foreign_queue", "capfit": "cap_fit"}
 
 // kvSetting sets the kv block's field k to v in a target's settings.
 func kvSetting(settings map[string]any, k string, v any) {
