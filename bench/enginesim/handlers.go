@@ -18,6 +18,12 @@ import (
 // RankHeader routes a request to one data-parallel rank, as vLLM's.
 const RankHeader = "X-data-parallel-rank"
 
+// ReceivedHeader carries, on every generation response, the wall time
+// (Unix nanoseconds) the engine had read the request: the load generator
+// subtracts its send time to tell how long the router held the request
+// (loadgen.Result.Routed; a precise router's wait for its preflight).
+const ReceivedHeader = "X-Sim-Received"
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleGen(w, r, true) })
@@ -244,6 +250,7 @@ type genCall struct {
 func (s *Server) handleGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	body, aerr := s.readBody(w, r)
 	rec := Recorded{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Rank: -1, At: time.Now()}
+	w.Header().Set(ReceivedHeader, strconv.FormatInt(rec.At.UnixNano(), 10))
 	rk := s.pickRank()
 	if h := r.Header.Get(RankHeader); h != "" {
 		n, err := strconv.Atoi(h)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,10 @@ import (
 // DefaultUpstreamHeader is the response header ramjet sets to the opaque
 // id of the replica that served a request.
 const DefaultUpstreamHeader = "X-Ramjet-Upstream"
+
+// ReceivedHeader is the engine simulator's response header with the wall
+// time it read the request (enginesim.ReceivedHeader), for Result.Routed.
+const ReceivedHeader = "X-Sim-Received"
 
 // Message is one chat message.
 type Message struct {
@@ -155,13 +160,14 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 	defer cancel()
 
 	var status int
-	var upstream string
+	var upstream, received string
 	limit := c.cfg.MaxResponseBytes
 	capture := func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		resp, err := next(req)
 		if resp != nil {
 			status = resp.StatusCode
 			upstream = resp.Header.Get(c.cfg.UpstreamHeader)
+			received = resp.Header.Get(ReceivedHeader)
 			if resp.Body != nil {
 				resp.Body = &limitedBody{rc: resp.Body, left: limit}
 			}
@@ -208,6 +214,9 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 	res.E2E = time.Since(start)
 	res.Status = status
 	res.Upstream = upstream
+	if ns, err := strconv.ParseInt(received, 10, 64); err == nil && ns > 0 {
+		res.Routed = time.Unix(0, ns).Sub(start)
+	}
 	if err := stream.Err(); err != nil {
 		res.Err = classify(ctx, err)
 		if parent.Err() != nil && (res.Err == ErrTimeout || res.Err == ErrCanceled || res.Err == ErrOther) {

@@ -330,6 +330,11 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	if err != nil {
 		return Row{}, err
 	}
+	if results != nil {
+		// The replicas in order: the per-request results (-results) name
+		// the upstream by address, which differs between runs.
+		fmt.Fprintf(os.Stderr, "e2ecompare: engines %s\n", strings.Join(addrs, " "))
+	}
 	site := siteFor(pol, addrs, sims, tokTO, inst)
 	var peer *peerproxy.Adapter
 	if isPeer(pol) {
