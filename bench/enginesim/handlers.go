@@ -173,6 +173,7 @@ func (s *Server) checkModel(model string) *apiError {
 }
 
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -208,6 +209,9 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{
 		"count": len(toks), "max_model_len": s.opts.Engine.MaxModelLen, "tokens": toks, "token_strs": nil,
 	})
+	if s.opts.Tokenized != nil && req.Messages != nil {
+		s.opts.Tokenized.note(messagesKey(req.Messages), start, time.Now())
+	}
 }
 
 func writeAPIError(w http.ResponseWriter, err error) {
@@ -288,6 +292,9 @@ func (s *Server) handleGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	if err := json.Unmarshal(body, &c.req); err != nil {
 		writeError(w, badRequest("", "malformed JSON: %v", err))
 		return
+	}
+	if s.opts.Tokenized != nil && chat {
+		s.opts.Tokenized.header(w, messagesKey(c.req.Messages))
 	}
 	if err := c.prepare(); err != nil {
 		writeAPIError(w, err)

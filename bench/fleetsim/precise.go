@@ -566,7 +566,8 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // (tokenize { wait auto }; PreciseConfig.WaitRule, answers WaitRuleLate
 // later) unless flagged always: it then waits for every preflight with
 // some fresh feed (tokenize { wait always }, the module's default until
-// 2026-12-07). Other flags: exact (PreciseConfig.ExactPastEstimate), all
+// 2026-12-07); never (a probe) waits for none: every decision is routed
+// by the estimate, its tokens WaitRuleLate later. Other flags: exact (PreciseConfig.ExactPastEstimate), all
 // (CapForeign), nocold (NoCold), wait (no-op: the default), defer (no
 // change: the estimate cap is the default), ixs (selection.Options.
 // IndexShare at its default; without it off, PreciseOptions), qx (no-op:
@@ -618,6 +619,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			pc.WaitRule = false
 		case "wait": // the default
 			pc.WaitRule = true
+		case "never": // a probe: no request waits, every decision by the estimate
+			pc.WaitRule, pc.TokenizeMiss = true, 1
 		case "defer": // the name the estimate cap was measured under
 		case "ixs":
 			opt.IndexShare = 0
@@ -668,6 +671,9 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	}
 	if pc.WaitRule {
 		pc.TokenizeLate = WaitRuleLate
+	}
+	if pc.TokenizeMiss == 1 {
+		pc.WaitRule = false // missed: the wait rule's answers come as late
 	}
 	q, err := NewRamjetPrecise(cfg, pc)
 	if err != nil {

@@ -24,6 +24,11 @@ const DefaultUpstreamHeader = "X-Ramjet-Upstream"
 // time it read the request (enginesim.ReceivedHeader), for Result.Routed.
 const ReceivedHeader = "X-Sim-Received"
 
+// TokenizedHeader is the engine simulator's response header with when a
+// /tokenize call for the request's messages was served
+// (enginesim.TokenizedHeader), for Result.TokenizeStart and TokenizeEnd.
+const TokenizedHeader = "X-Sim-Tokenized"
+
 // Message is one chat message.
 type Message struct {
 	Role    string `json:"role"`
@@ -160,7 +165,7 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 	defer cancel()
 
 	var status int
-	var upstream, received string
+	var upstream, received, tokenized string
 	limit := c.cfg.MaxResponseBytes
 	capture := func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		resp, err := next(req)
@@ -168,6 +173,7 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 			status = resp.StatusCode
 			upstream = resp.Header.Get(c.cfg.UpstreamHeader)
 			received = resp.Header.Get(ReceivedHeader)
+			tokenized = resp.Header.Get(TokenizedHeader)
 			if resp.Body != nil {
 				resp.Body = &limitedBody{rc: resp.Body, left: limit}
 			}
@@ -216,6 +222,13 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 	res.Upstream = upstream
 	if ns, err := strconv.ParseInt(received, 10, 64); err == nil && ns > 0 {
 		res.Routed = time.Unix(0, ns).Sub(start)
+	}
+	if a, b, ok := strings.Cut(tokenized, ","); ok {
+		t0, err0 := strconv.ParseInt(a, 10, 64)
+		t1, err1 := strconv.ParseInt(b, 10, 64)
+		if err0 == nil && err1 == nil {
+			res.TokenizeStart, res.TokenizeEnd = time.Unix(0, t0).Sub(start), time.Unix(0, t1).Sub(start)
+		}
 	}
 	if err := stream.Err(); err != nil {
 		res.Err = classify(ctx, err)
