@@ -91,6 +91,10 @@ type PreciseConfig struct {
 	// decision the rule does not wait for is routed by the estimate, its
 	// tokens coming TokenizeLate later, as a missed preflight's.
 	WaitRule bool
+	// WaitWarm, with WaitRule: kvindex.PreciseConfig.WaitWarm (tokenize_wait
+	// warm): a decision the estimate credits to no replica is not waited
+	// for (kvindex.Precise.WaitFor).
+	WaitWarm bool
 	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
@@ -289,6 +293,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapGainMean:       p.pc.CapGainMean,
 			CapGainFleet:      p.pc.CapGainFleet,
 			WaitAuto:          p.pc.WaitRule,
+			WaitWarm:          p.pc.WaitWarm,
 		})
 		if err != nil {
 			panic(err) // a static configuration
@@ -488,6 +493,12 @@ func (p *RamjetPrecise) missed(r *Request) bool {
 	if p.pc.WaitRule && !p.pre.WaitPreflight() {
 		return true
 	}
+	if p.pc.WaitRule && p.pc.WaitWarm {
+		p.features(r)
+		if !p.pre.WaitFor(p.f) {
+			return true
+		}
+	}
 	if p.pc.TokenizeMiss == 0 {
 		return false
 	}
@@ -567,7 +578,9 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // later) unless flagged always: it then waits for every preflight with
 // some fresh feed (tokenize { wait always }, the module's default until
 // 2026-12-07); never (a probe) waits for none: every decision is routed
-// by the estimate, its tokens WaitRuleLate later. Other flags: exact (PreciseConfig.ExactPastEstimate), all
+// by the estimate, its tokens WaitRuleLate later; warm waits as the rule
+// and, for a lone instance, only where the estimate credits some replica
+// (tokenize_wait warm, PreciseConfig.WaitWarm). Other flags: exact (PreciseConfig.ExactPastEstimate), all
 // (CapForeign), nocold (NoCold), wait (no-op: the default), defer (no
 // change: the estimate cap is the default), ixs (selection.Options.
 // IndexShare at its default; without it off, PreciseOptions), qx (no-op:
@@ -619,6 +632,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			pc.WaitRule = false
 		case "wait": // the default
 			pc.WaitRule = true
+		case "warm": // tokenize_wait warm
+			pc.WaitRule, pc.WaitWarm = true, true
 		case "never": // a probe: no request waits, every decision by the estimate
 			pc.WaitRule, pc.TokenizeMiss = true, 1
 		case "defer": // the name the estimate cap was measured under
