@@ -1,8 +1,11 @@
 package kvindex
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // The wait rule (tokenize_wait auto, the default; always opts out). A
@@ -88,6 +91,31 @@ func (p *Precise) WaitPreflight() bool {
 	}
 	last := p.x.lastRemoval.Load()
 	return last != 0 && p.x.cfg.Now().UnixNano()-last < int64(RemovalWindow)
+}
+
+// WaitFor is WaitPreflight for a request of features f, with WaitWarm: a
+// lone instance (no other instances seen, under the estimate cap) routes
+// at once a request whose prompt the estimate credits to no replica. Its
+// exact overlaps are then capped by a credit of zero, wherever this router
+// routed the blocks, so they cannot decide otherwise; on shared-prefix
+// through HTTP a third of the waits were such cold prompts, each 20-35 ms
+// of wall time for no prefill saved (bench/RESULTS.md, 2026-12-07,
+// "Cell B's precise-path TTFT through HTTP, request by request").
+func (p *Precise) WaitFor(f *selection.Features) bool {
+	if !p.WaitPreflight() {
+		return false
+	}
+	e := p.est.Load()
+	if !p.cfg.WaitWarm || f == nil || len(f.Blocks) == 0 || e.rt.SawOthers() || p.cfg.ExactPastEstimate {
+		return true
+	}
+	var all selection.SlotSet
+	for i := range all {
+		all[i] = ^uint64(0)
+	}
+	var depth [selection.MaxReplicas]int32
+	e.x.DepthsWith(f.Blocks[:1], &all, &depth, selection.NewScratch(0))
+	return slices.ContainsFunc(depth[:], func(d int32) bool { return d > 0 })
 }
 
 // DivergeStats counts the precise decisions under the estimate cap and

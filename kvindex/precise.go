@@ -217,6 +217,10 @@ type PreciseConfig struct {
 	// always) every request without a cached message prefix waits for its
 	// preflight and every chat with one is routed on its tokens.
 	WaitAuto bool
+	// WaitWarm (tokenize_wait warm, opt-in), with WaitAuto: a lone
+	// instance waits only for a request the estimate credits to some
+	// replica (WaitFor).
+	WaitWarm bool
 }
 
 // TemplateConfig is a feed template with what its expansion needs.

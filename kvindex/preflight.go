@@ -73,7 +73,7 @@ func (p *Precise) PreflightBody(ctx context.Context, ep selection.Endpoint, body
 	}
 	var toks []uint32
 	var l *Late
-	if !p.WaitPreflight() {
+	if !p.WaitFor(f) {
 		toks, l, err = p.preflight(ctx, key, req, probe, m, false)
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, timeout)

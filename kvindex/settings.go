@@ -61,7 +61,9 @@ type Settings struct {
 	// else it is routed by the estimate at once and tokenized in the
 	// background; "always": every request without a cached message prefix
 	// waits, and every chat with one is routed on its tokens (the default
-	// until 2026-12-07).
+	// until 2026-12-07); "warm": auto, and a lone instance waits only
+	// for a request whose prompt the estimate credits to some replica
+	// (Precise.WaitFor).
 	TokenizeWait string `json:"tokenize_wait,omitempty"`
 
 	// TokenizeURL is the base URL of the /tokenize endpoint, e.g.
@@ -201,8 +203,8 @@ func (c *Settings) Validate() error {
 		return fmt.Errorf("kv: cap_gain must be positive, 0 (off, the default) or -1 (off), got %v", c.CapGain)
 	case c.CapFit < 0 && c.CapFit != -1:
 		return fmt.Errorf("kv: cap_fit must be positive, 0 (off, the default) or -1 (off), got %v", c.CapFit)
-	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always":
-		return fmt.Errorf("kv: tokenize_wait must be auto or always, got %q", c.TokenizeWait)
+	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always" && c.TokenizeWait != "warm":
+		return fmt.Errorf("kv: tokenize_wait must be auto, always or warm, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":
 		return fmt.Errorf("kv: canary.model is required")
 	case c.Canary != nil && (c.Canary.Interval < 0 || c.Canary.Blocks < 0):
@@ -232,6 +234,7 @@ func (c *Settings) Precise(token, rankHeader string, logger *zap.Logger, latency
 		Subscriber: SubscriberConfig{Logger: logger},
 		Logger:     logger,
 		WaitAuto:   c.TokenizeWait != "always",
+		WaitWarm:   c.TokenizeWait == "warm",
 
 		QueueEstimate: c.QueueEstimate,
 		CapLoad:       c.CapLoad,

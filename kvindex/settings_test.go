@@ -38,13 +38,14 @@ func TestSettingsValidate(t *testing.T) {
 }
 
 // TestSettingsTokenizeWait: tokenize_wait is auto (the default: WaitAuto,
-// the wait rule) or always (the zero PreciseConfig); anything else is rejected.
+// the wait rule), always (the zero PreciseConfig) or warm (WaitAuto and
+// WaitWarm); anything else is rejected.
 func TestSettingsTokenizeWait(t *testing.T) {
 	for _, c := range []struct {
 		give string
 		auto bool
 		bad  bool
-	}{{"", true, false}, {"auto", true, false}, {"always", false, false}, {"never", false, true}} {
+	}{{"", true, false}, {"auto", true, false}, {"always", false, false}, {"warm", true, false}, {"never", false, true}} {
 		s := Settings{Engines: []FeedSpec{{Upstream: "127.0.0.1:8000", Events: "tcp://127.0.0.1:5557"}}, TokenizeWait: c.give}
 		s.SetDefaults()
 		if err := s.Validate(); (err != nil) != c.bad {
@@ -55,8 +56,8 @@ func TestSettingsTokenizeWait(t *testing.T) {
 			continue
 		}
 		pc, err := s.Precise("", "", nil, nil)
-		if err != nil || pc.WaitAuto != c.auto {
-			t.Errorf("tokenize_wait %q: WaitAuto %v (err %v), want %v", c.give, pc.WaitAuto, err, c.auto)
+		if err != nil || pc.WaitAuto != c.auto || pc.WaitWarm != (c.give == "warm") {
+			t.Errorf("tokenize_wait %q: WaitAuto %v WaitWarm %v (err %v), want %v", c.give, pc.WaitAuto, pc.WaitWarm, err, c.auto)
 		}
 	}
 }

@@ -44,7 +44,7 @@ import (
 //		max_concurrent <n>
 //		cache_entries  <n>
 //		url            <base url>
-//		wait           always|auto
+//		wait           always|auto|warm
 //	}]
 //
 // kv_events may appear once per engine, and once with "*" as the template

@@ -18,6 +18,12 @@ import (
 // RankHeader routes a request to one data-parallel rank, as vLLM's.
 const RankHeader = "X-data-parallel-rank"
 
+// ReceivedHeader carries, on every generation response, the wall time
+// (Unix nanoseconds) the engine had read the request: the load generator
+// subtracts its send time to tell how long the router held the request
+// (loadgen.Result.Routed; a precise router's wait for its preflight).
+const ReceivedHeader = "X-Sim-Received"
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleGen(w, r, true) })
@@ -167,6 +173,7 @@ func (s *Server) checkModel(model string) *apiError {
 }
 
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -202,6 +209,9 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{
 		"count": len(toks), "max_model_len": s.opts.Engine.MaxModelLen, "tokens": toks, "token_strs": nil,
 	})
+	if s.opts.Tokenized != nil && req.Messages != nil {
+		s.opts.Tokenized.note(messagesKey(req.Messages), start, time.Now())
+	}
 }
 
 func writeAPIError(w http.ResponseWriter, err error) {
@@ -244,6 +254,7 @@ type genCall struct {
 func (s *Server) handleGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	body, aerr := s.readBody(w, r)
 	rec := Recorded{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Rank: -1, At: time.Now()}
+	w.Header().Set(ReceivedHeader, strconv.FormatInt(rec.At.UnixNano(), 10))
 	rk := s.pickRank()
 	if h := r.Header.Get(RankHeader); h != "" {
 		n, err := strconv.Atoi(h)
@@ -281,6 +292,9 @@ func (s *Server) handleGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	if err := json.Unmarshal(body, &c.req); err != nil {
 		writeError(w, badRequest("", "malformed JSON: %v", err))
 		return
+	}
+	if s.opts.Tokenized != nil && chat {
+		s.opts.Tokenized.header(w, messagesKey(c.req.Messages))
 	}
 	if err := c.prepare(); err != nil {
 		writeAPIError(w, err)

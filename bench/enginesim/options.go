@@ -30,6 +30,10 @@ type Options struct {
 	// simulator did before it existed. Real content is 2.5-3.5 bytes per
 	// token for code, JSON and tool output and 4.2-5 for prose.
 	Density float64
+	// Tokenized, when set, records every chat /tokenize call and tells a
+	// chat for the same messages when it was served (TokenizedHeader):
+	// one log shared by a run's engines.
+	Tokenized *TokenizeLog
 	// DP is the number of data-parallel ranks behind the port. Default 1.
 	DP int
 	// TimeScale is how much faster than real time the engines run: 10

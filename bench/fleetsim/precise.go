@@ -93,6 +93,10 @@ type PreciseConfig struct {
 	// decision the rule does not wait for is routed by the estimate, its
 	// tokens coming TokenizeLate later, as a missed preflight's.
 	WaitRule bool
+	// WaitWarm, with WaitRule: kvindex.PreciseConfig.WaitWarm (tokenize_wait
+	// warm): a decision the estimate credits to no replica is not waited
+	// for (kvindex.Precise.WaitFor).
+	WaitWarm bool
 	// MaxEntries is the index budget in (replica, block) entries; 0 sizes
 	// it past what the engines can hold, so that it never evicts (the
 	// kvindex README: size it to the fleet's total KV blocks).
@@ -293,6 +297,7 @@ func (p *RamjetPrecise) attach(rep int, e *engine.Engine) {
 			CapGainRoom:       p.pc.CapGainRoom,
 			CapFit:            p.pc.CapFit,
 			WaitAuto:          p.pc.WaitRule,
+			WaitWarm:          p.pc.WaitWarm,
 		})
 		if err != nil {
 			panic(err) // a static configuration
@@ -492,6 +497,12 @@ func (p *RamjetPrecise) missed(r *Request) bool {
 	if p.pc.WaitRule && !p.pre.WaitPreflight() {
 		return true
 	}
+	if p.pc.WaitRule && p.pc.WaitWarm {
+		p.features(r)
+		if !p.pre.WaitFor(p.f) {
+			return true
+		}
+	}
 	if p.pc.TokenizeMiss == 0 {
 		return false
 	}
@@ -570,7 +581,10 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // (tokenize { wait auto }; PreciseConfig.WaitRule, answers WaitRuleLate
 // later) unless flagged always: it then waits for every preflight with
 // some fresh feed (tokenize { wait always }, the module's default until
-// 2026-12-07). Other flags: exact (PreciseConfig.ExactPastEstimate), all
+// 2026-12-07); never (a probe) waits for none: every decision is routed
+// by the estimate, its tokens WaitRuleLate later; warm waits as the rule
+// and, for a lone instance, only where the estimate credits some replica
+// (tokenize_wait warm, PreciseConfig.WaitWarm). Other flags: exact (PreciseConfig.ExactPastEstimate), all
 // (CapForeign), nocold (NoCold), wait (no-op: the default), defer (no
 // change: the estimate cap is the default), ixs (selection.Options.
 // IndexShare at its default; without it off, PreciseOptions), qx (no-op:
@@ -625,6 +639,10 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			pc.WaitRule = false
 		case "wait": // the default
 			pc.WaitRule = true
+		case "warm": // tokenize_wait warm
+			pc.WaitRule, pc.WaitWarm = true, true
+		case "never": // a probe: no request waits, every decision by the estimate
+			pc.WaitRule, pc.TokenizeMiss = true, 1
 		case "defer": // the name the estimate cap was measured under
 		case "ixs":
 			opt.IndexShare = 0
@@ -679,6 +697,9 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	}
 	if pc.WaitRule {
 		pc.TokenizeLate = WaitRuleLate
+	}
+	if pc.TokenizeMiss == 1 {
+		pc.WaitRule = false // missed: the wait rule's answers come as late
 	}
 	q, err := NewRamjetPrecise(cfg, pc)
 	if err != nil {

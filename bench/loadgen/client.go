@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,15 @@ import (
 // DefaultUpstreamHeader is the response header ramjet sets to the opaque
 // id of the replica that served a request.
 const DefaultUpstreamHeader = "X-Ramjet-Upstream"
+
+// ReceivedHeader is the engine simulator's response header with the wall
+// time it read the request (enginesim.ReceivedHeader), for Result.Routed.
+const ReceivedHeader = "X-Sim-Received"
+
+// TokenizedHeader is the engine simulator's response header with when a
+// /tokenize call for the request's messages was served
+// (enginesim.TokenizedHeader), for Result.TokenizeStart and TokenizeEnd.
+const TokenizedHeader = "X-Sim-Tokenized"
 
 // Message is one chat message.
 type Message struct {
@@ -155,13 +165,15 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 	defer cancel()
 
 	var status int
-	var upstream string
+	var upstream, received, tokenized string
 	limit := c.cfg.MaxResponseBytes
 	capture := func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		resp, err := next(req)
 		if resp != nil {
 			status = resp.StatusCode
 			upstream = resp.Header.Get(c.cfg.UpstreamHeader)
+			received = resp.Header.Get(ReceivedHeader)
+			tokenized = resp.Header.Get(TokenizedHeader)
 			if resp.Body != nil {
 				resp.Body = &limitedBody{rc: resp.Body, left: limit}
 			}
@@ -208,6 +220,16 @@ func (c *Client) Do(ctx context.Context, msgs []Message, maxTokens int, keepRepl
 	res.E2E = time.Since(start)
 	res.Status = status
 	res.Upstream = upstream
+	if ns, err := strconv.ParseInt(received, 10, 64); err == nil && ns > 0 {
+		res.Routed = time.Unix(0, ns).Sub(start)
+	}
+	if a, b, ok := strings.Cut(tokenized, ","); ok {
+		t0, err0 := strconv.ParseInt(a, 10, 64)
+		t1, err1 := strconv.ParseInt(b, 10, 64)
+		if err0 == nil && err1 == nil {
+			res.TokenizeStart, res.TokenizeEnd = time.Unix(0, t0).Sub(start), time.Unix(0, t1).Sub(start)
+		}
+	}
 	if err := stream.Err(); err != nil {
 		res.Err = classify(ctx, err)
 		if parent.Err() != nil && (res.Err == ErrTimeout || res.Err == ErrCanceled || res.Err == ErrOther) {

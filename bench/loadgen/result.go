@@ -59,6 +59,18 @@ type Result struct {
 	CachedTokens int  `json:"cached_tokens"`
 	OutputTokens int  `json:"output_tokens"`
 	UsageSeen    bool `json:"usage_seen"`
+	// Routed is the wall time from the send to the engine's receipt of
+	// the request (the engine simulator's X-Sim-Received response header:
+	// the router's hold, a precise router's preflight wait included); 0
+	// without the header.
+	Routed time.Duration `json:"routed_ns,omitempty"`
+	// TokenizeStart and TokenizeEnd are when an engine served a /tokenize
+	// call for the request's messages, from the send (the engine
+	// simulator's X-Sim-Tokenized header, with a TokenizeLog): a router's
+	// preflight. One that ended before Routed and began after the send
+	// was waited for; 0 without the header.
+	TokenizeStart time.Duration `json:"tokenize_start_ns,omitempty"`
+	TokenizeEnd   time.Duration `json:"tokenize_end_ns,omitempty"`
 	// Upstream is the upstream header the response carried, if any.
 	Upstream string `json:"upstream,omitempty"`
 	// Status is the HTTP status, 0 when no response arrived.

@@ -275,13 +275,14 @@ const engineModel = "sim"
 func startEngines(ctx context.Context, w *workload.Workload, n, kvCapacity int, ts float64, tok engine.Tokenizer, publish bool) ([]*enginesim.Server, []string, error) {
 	sims := make([]*enginesim.Server, 0, n)
 	addrs := make([]string, 0, n)
+	tokenized := &enginesim.TokenizeLog{} // the results' tokenize times (loadgen.Result.TokenizeStart)
 	for i := range n {
 		o := enginesim.Options{
 			Model: engineModel, TimeScale: ts, Seed: uint64(i) + 1,
 			// The fleet simulation's context limit (fleetsim.DefaultMaxModelLen),
 			// so that agent contexts may pass 100k tokens as there.
 			Engine:  engine.Config{MaxModelLen: 131072, CapacityTokens: kvCapacity},
-			Density: tok.Density,
+			Density: tok.Density, Tokenized: tokenized,
 		}
 		if slices.Contains(w.Speculative, i) {
 			o.Engine.SpecTokens = 4
@@ -329,6 +330,11 @@ func runOne(ctx context.Context, w *workload.Workload, pol string, n, kvCapacity
 	defer closeEngines(sims)
 	if err != nil {
 		return Row{}, err
+	}
+	if results != nil {
+		// The replicas in order: the per-request results (-results) name
+		// the upstream by address, which differs between runs.
+		fmt.Fprintf(os.Stderr, "e2ecompare: engines %s\n", strings.Join(addrs, " "))
 	}
 	site := siteFor(pol, addrs, sims, tokTO, inst)
 	var peer *peerproxy.Adapter

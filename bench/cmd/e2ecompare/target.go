@@ -31,8 +31,9 @@ var ramjetKeys = map[string]string{
 // preciseFlags map the flags (no value) a precise target (a base with kv)
 // may carry to the kv block's tokenize_wait, as fleetsim's ramjet-precise
 // flags of those names: always waits for every preflight
-// (ramjet-precise@always), wait is the wait rule (the default).
-var preciseFlags = map[string]string{"always": "always", "wait": "auto"}
+// (ramjet-precise@always), wait is the wait rule (the default), warm
+// the rule waiting only where the estimate credits some replica.
+var preciseFlags = map[string]string{"always": "always", "wait": "auto", "warm": "warm"}
 
 // preciseKeys map the option keys only a precise target may carry to the
 // kv block's fields they set, with ramjetKeys' values: qe is fleetsim's

@@ -167,6 +167,7 @@ func TestParseRoutersTarget(t *testing.T) {
 		{"ramjet", "ramjet", nil},
 		{"ramjet-precise-nocap", "ramjet-precise-nocap", nil},
 		{"ramjet-precise@always", "ramjet-precise", map[string]any{"kv": always}},
+		{"ramjet-precise@warm", "ramjet-precise", map[string]any{"kv": map[string]any{"tokenize_wait": "warm"}}},
 		{"ramjet-precise@wait", "ramjet-precise", map[string]any{"kv": map[string]any{"tokenize_wait": "auto"}}},
 		{"ramjet-precise-nocap@ixs=-1+always", "ramjet-precise-nocap", map[string]any{"index_share": -1.0, "kv": always}},
 		{"ramjet@ixs=0+qx=3", "ramjet", map[string]any{"index_share": -1.0, "queue_extra": 3.0}},
