@@ -409,28 +409,11 @@ func (f *ForeignPrefill) Stored(s Slot, blocks, blockTokens int, ownPending int6
 // prefill (the tool-agent traces at 8 x 65,536: a third to a half of its
 // own stored tokens; bench/EXPERIMENTS.md, section 113).
 func (f *ForeignPrefill) StoredOwn(s Slot, blocks, own, blockTokens int, ownPending int64, t time.Time) int64 {
-	if s < 0 || s >= MaxReplicas || blocks < max(f.MinBlocks, 1) || blockTokens <= 0 {
-		return 0
-	}
-	n := int64(blocks) * int64(blockTokens)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := &f.cells[s]
-	if ownPending <= 0 && t.Sub(c.lastFirst) > f.Grace {
-		c.credit = 0
-	}
-	if f.ResidentEarly {
-		f.first.CompareAndSwap(0, t.UnixNano())
-	}
-	mine := min(n, c.credit)
-	c.credit -= mine
-	foreign := n - mine
-	if marked := min(foreign, int64(max(own, 0))*int64(blockTokens)); marked > 0 {
-		mine += marked
-		foreign -= marked
-	}
-	f.count(c, s, mine, foreign, t)
-	return foreign
+	return f.storedRun(s, blocks, blockTokens, ownPending, t, func(c *foreignCell, n int64) int64 {
+		mine := min(n, c.credit)
+		c.credit -= mine
+		return mine + min(n-mine, int64(max(own, 0))*int64(blockTokens))
+	})
 }
 
 // StoredMine is Stored for a run of which mine blocks belong to this
@@ -444,6 +427,17 @@ func (f *ForeignPrefill) StoredOwn(s Slot, blocks, own, blockTokens int, ownPend
 // bench/EXPERIMENTS.md, section 115). The credit still drains as Stored
 // drains it.
 func (f *ForeignPrefill) StoredMine(s Slot, blocks, mine, blockTokens int, ownPending int64, t time.Time) int64 {
+	return f.storedRun(s, blocks, blockTokens, ownPending, t, func(c *foreignCell, n int64) int64 {
+		own := min(n, int64(max(mine, 0))*int64(blockTokens))
+		c.credit -= min(c.credit, own)
+		return own
+	})
+}
+
+// storedRun counts one stored run of blocks x blockTokens tokens on s:
+// after the credit's Grace rule, own (under f.mu) says how many of them are
+// this instance's; the rest are foreign and returned.
+func (f *ForeignPrefill) storedRun(s Slot, blocks, blockTokens int, ownPending int64, t time.Time, own func(c *foreignCell, n int64) int64) int64 {
 	if s < 0 || s >= MaxReplicas || blocks < max(f.MinBlocks, 1) || blockTokens <= 0 {
 		return 0
 	}
@@ -457,10 +451,9 @@ func (f *ForeignPrefill) StoredMine(s Slot, blocks, mine, blockTokens int, ownPe
 	if f.ResidentEarly {
 		f.first.CompareAndSwap(0, t.UnixNano())
 	}
-	own := min(n, int64(max(mine, 0))*int64(blockTokens))
-	c.credit -= min(c.credit, own)
-	f.count(c, s, own, n-own, t)
-	return n - own
+	mine := own(c, n)
+	f.count(c, s, mine, n-mine, t)
+	return n - mine
 }
 
 // count adds one stored run's own and foreign tokens on slot s (cell c),
