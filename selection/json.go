@@ -592,26 +592,31 @@ func escape1(s []byte, buf *[utf8.UTFMax]byte) ([]byte, int) {
 	if len(s) < 2 {
 		return nil, len(s)
 	}
-	c := s[1]
-	switch c {
-	case 'b':
-		c = '\b'
-	case 'f':
-		c = '\f'
-	case 'n':
-		c = '\n'
-	case 'r':
-		c = '\r'
-	case 't':
-		c = '\t'
-	case 'u':
+	if s[1] == 'u' {
 		r, n := decodeU(s)
 		m := utf8.EncodeRune(buf[:], r)
 		return buf[:m], n
 	}
-	// '"', '\\', '/' stand for themselves.
-	buf[0] = c
+	buf[0] = shortEscape(s[1])
 	return buf[:1], 2
+}
+
+// shortEscape is the byte a valid two-byte escape \c stands for ('"',
+// '\\' and '/' stand for themselves).
+func shortEscape(c byte) byte {
+	switch c {
+	case 'b':
+		return '\b'
+	case 'f':
+		return '\f'
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	}
+	return c
 }
 
 // unescapeTo decodes the body of a valid JSON string (without quotes) and
@@ -640,28 +645,16 @@ func unescapeTo(s []byte, k *blocker) {
 				return
 			}
 		}
-		var c byte // s[j] == '\\'
-		switch s[j+1] {
-		case 'b':
-			c = '\b'
-		case 'f':
-			c = '\f'
-		case 'n':
-			c = '\n'
-		case 'r':
-			c = '\r'
-		case 't':
-			c = '\t'
-		case 'u':
+		// s[j] == '\\'
+		if s[j+1] == 'u' {
 			d, n := escape1(s[j:], &e)
 			k.total += len(d)
 			k.stage(len(d))
 			k.put(d)
 			s = s[j+n:]
 			continue
-		default: // '"', '\\', '/' stand for themselves
-			c = s[j+1]
 		}
+		c := shortEscape(s[j+1])
 		k.total++
 		k.stage(1)
 		if f := k.fill; f+1 < k.chunk {
