@@ -206,27 +206,12 @@ func TestAgreementHomeBand(t *testing.T) {
 // dynamo-tuned's, 1.01x with this).
 func TestAgreementOwnForgottenAgent(t *testing.T) {
 	for _, max := range []int{320, 1 << 20} {
-		c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
-		rt0, cands := newTestRouter(t, c, 4)
-		rt := rt0.WithOptions(Options{AgreeMax: max})
 		const prefix = 32
-		pf := features(rt.Config(), agentBlocks(prefix, 0, 0), 0)
-		for i := range cands {
-			rt.Learn(pf, cands[i].Slot)
-		}
-		route := func(f *Features) *Reservation {
-			var res Reservation
-			_, r := rt.Route(f, cands, NewScratch(4), nil, &res)
-			r.Release()
-			return r
-		}
+		rt, route, forget := agreeAgents(t, max, prefix)
 		turn1 := features(rt.Config(), agentBlocks(prefix, 5, 40), 0)
 		r := route(turn1)
 		rt.Observe(r, 0, int(r.predicted)*16, 0)
-		for i := range cands {
-			rt.Forget(cands[i].Slot) // the horizon dropped every belief
-			rt.Learn(pf, cands[i].Slot)
-		}
+		forget() // the horizon dropped every belief
 		turn2 := features(rt.Config(), agentBlocks(prefix, 5, 80), 0)
 		if rt.Observe(route(turn2), 0, (prefix+40)*16, 0); rt.Several() {
 			t.Fatalf("AgreeMax %d: on after the engine held a context this instance routed and forgot", max)
@@ -238,6 +223,31 @@ func TestAgreementOwnForgottenAgent(t *testing.T) {
 	}
 }
 
+// agreeAgents is a router of 4 replicas under AgreeMax max, each believed
+// to hold the agents' shared prefix (prefix blocks); route routes and
+// releases one request, forget drops every belief but that prefix (as a
+// saturated replica's horizon does).
+func agreeAgents(t *testing.T, max, prefix int) (rt *Router, route func(*Features) *Reservation, forget func()) {
+	t.Helper()
+	rt0, cands := newTestRouter(t, Config{BlockTokens: 16, PrefixTokens: 16 * 1024}, 4)
+	rt = rt0.WithOptions(Options{AgreeMax: max})
+	pf := features(rt.Config(), agentBlocks(prefix, 0, 0), 0)
+	forget = func() {
+		for i := range cands {
+			rt.Forget(cands[i].Slot)
+			rt.Learn(pf, cands[i].Slot)
+		}
+	}
+	forget()
+	route = func(f *Features) *Reservation {
+		var res Reservation
+		_, r := rt.Route(f, cands, NewScratch(4), nil, &res)
+		r.Release()
+		return r
+	}
+	return rt, route, forget
+}
+
 // An agent whose turns this instance routed precisely (the precise path:
 // Observe does not compare those answers) is still one it routed: a later
 // turn routed by the estimate, whose context the engine holds past the
@@ -245,27 +255,12 @@ func TestAgreementOwnForgottenAgent(t *testing.T) {
 // instance read itself as several on the tool-agent trace 10 so
 // (bench/EXPERIMENTS.md, section 115).
 func TestAgreementPreciseAgent(t *testing.T) {
-	c := Config{BlockTokens: 16, PrefixTokens: 16 * 1024}
-	rt0, cands := newTestRouter(t, c, 4)
-	rt := rt0.WithOptions(Options{AgreeMax: 320})
 	const prefix = 32
-	pf := features(rt.Config(), agentBlocks(prefix, 0, 0), 0)
-	for i := range cands {
-		rt.Learn(pf, cands[i].Slot)
-	}
-	route := func(f *Features) *Reservation {
-		var res Reservation
-		_, r := rt.Route(f, cands, NewScratch(4), nil, &res)
-		r.Release()
-		return r
-	}
+	rt, route, forget := agreeAgents(t, 320, prefix)
 	turn1 := route(features(rt.Config(), agentBlocks(prefix, 5, 40), 0))
 	turn1.precise = true // decided on the engines' KV events
 	rt.Observe(turn1, 0, prefix*16, 0)
-	for i := range cands {
-		rt.Forget(cands[i].Slot)
-		rt.Learn(pf, cands[i].Slot)
-	}
+	forget()
 	turn2 := features(rt.Config(), agentBlocks(prefix, 5, 80), 0)
 	if rt.Observe(route(turn2), 0, (prefix+40)*16, 0); rt.Several() {
 		t.Fatal("on after the engine held a context this instance routed precisely")
