@@ -19,23 +19,7 @@ import (
 func TestForeignOwnInflight(t *testing.T) {
 	const bs, blocks = 16, 8
 	now := time.Unix(1000, 0)
-	p, err := NewPrecise(PreciseConfig{
-		Index:   Config{BlockSize: bs, Now: func() time.Time { return now }},
-		Engines: []PreciseEngine{{Feed: Endpoint{Replica: "a"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	rt, err := selection.NewRouter(selection.Config{BlockTokens: bs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := rt.Register("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Bind(s, "a")
+	p, rt, s := preciseOnA(t, bs, &now)
 	x := p.Index()
 	ra, _ := x.Lookup("a")
 	fp := selection.NewForeignPrefill()

@@ -7,6 +7,29 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
+// preciseOnA is a precise service of one engine, "a", on blocks of bs
+// tokens, its clock *now, bound to a's slot s in a router rt of its own;
+// closed when the test ends.
+func preciseOnA(t *testing.T, bs int, now *time.Time) (p *Precise, rt *selection.Router, s selection.Slot) {
+	t.Helper()
+	p, err := NewPrecise(PreciseConfig{
+		Index:   Config{BlockSize: bs, Now: func() time.Time { return *now }},
+		Engines: []PreciseEngine{{Feed: Endpoint{Replica: "a"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if rt, err = selection.NewRouter(selection.Config{BlockTokens: bs}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = rt.Register("a"); err != nil {
+		t.Fatal(err)
+	}
+	p.Bind(s, "a")
+	return p, rt, s
+}
+
 // A lone instance's own request stores more than its reservation credits
 // when the engine recomputes its blocks (preempted, or its cached prefix
 // evicted while it queued): the index still marks those blocks as this
@@ -17,23 +40,7 @@ import (
 func TestForeignOwnRecomputed(t *testing.T) {
 	const bs = 16
 	now := time.Unix(1000, 0)
-	p, err := NewPrecise(PreciseConfig{
-		Index:   Config{BlockSize: bs, Now: func() time.Time { return now }},
-		Engines: []PreciseEngine{{Feed: Endpoint{Replica: "a"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	rt, err := selection.NewRouter(selection.Config{BlockTokens: bs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := rt.Register("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Bind(s, "a")
+	p, rt, s := preciseOnA(t, bs, &now)
 	ra, _ := p.Index().Lookup("a")
 	fp := selection.NewForeignPrefill()
 	fp.SetRouter(rt)
