@@ -204,7 +204,7 @@ func TestOverlapAllocs(t *testing.T) {
 		n := 16 * (i + 1) * 8
 		hs := make([]uint64, n/16)
 		for j := range hs {
-			hs[j] = uint64(i<<32 | j + 1)
+			hs[j] = uint64(i)<<32 | uint64(j+1)
 		}
 		x.Apply(r, batchOf(storedEv(0, false, 16, prompt[:n], hs...)))
 	}
@@ -416,7 +416,7 @@ func BenchmarkOverlap(b *testing.B) {
 				n := tc.tokens * (i + 1) / tc.replicas / 16 * 16
 				hs := make([]uint64, n/16)
 				for j := range hs {
-					hs[j] = uint64(i<<32 | j + 1)
+					hs[j] = uint64(i)<<32 | uint64(j+1)
 				}
 				x.Apply(r, batchOf(storedEv(0, false, 16, prompt[:n], hs...)))
 			}

@@ -293,7 +293,7 @@ func BenchmarkPreciseDecision(b *testing.B) {
 				m := len(toks) * (i + 1) / 8 / 16 * 16
 				hs := make([]uint64, m/16)
 				for j := range hs {
-					hs[j] = uint64(i<<32 | j + 1)
+					hs[j] = uint64(i)<<32 | uint64(j+1)
 				}
 				x.Apply(reps[i], batchOf(storedEv(0, false, 16, toks[:m], hs...)))
 			}
