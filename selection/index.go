@@ -1334,8 +1334,8 @@ func (x *Index) touchRun(s Slot, first, last uint32, n int) {
 const warmRun = 32
 
 // minWarm is the fewest blocks warm and warmTail load ahead: fewer are not
-// worth a pass of their own (a short prompt's entries were just read by
-// Pick's depths; a short list's pairs are a few lines), and the lookups
+// worth a pass of their own (Pick's depths had just read most of a short
+// prompt's entries; a short list's pairs are a few lines), and the lookups
 // that follow read them anyway. Loads only: no belief depends on it.
 const minWarm = 8
 
