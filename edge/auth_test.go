@@ -96,7 +96,7 @@ func TestSetKnownMatchesSet(t *testing.T) {
 			}
 			refSet(a, want)
 			got := client()
-			creds := StripRequestHeaders(got)
+			creds, _ := StripRequestHeaders(got)
 			if creds != left {
 				t.Errorf("mask %b: StripRequestHeaders reported %b, credential headers left %b", mask, creds, left)
 			}

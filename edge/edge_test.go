@@ -226,11 +226,17 @@ func TestStripRequestHeadersReference(t *testing.T) {
 		if rng.IntN(4) == 0 {
 			h["Connection"] = []string{"keep-alive, X-Private"}
 		}
+		if rng.IntN(8) == 0 {
+			h["Connection"] = []string{"close, content-type"}
+		}
 		want := h.Clone()
 		reference(want)
-		StripRequestHeaders(h)
+		_, ct := StripRequestHeaders(h)
 		if diff := cmp.Diff(want, h); diff != "" {
 			t.Fatalf("case %d (-reference +got):\n%s", i, diff)
+		}
+		if ct != HeaderValue(want, "Content-Type") {
+			t.Fatalf("case %d: content type %q, want %q", i, ct, HeaderValue(want, "Content-Type"))
 		}
 	}
 }

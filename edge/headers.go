@@ -34,8 +34,10 @@ func SetValues(h http.Header, name string, vals []string) {
 // engine: ramjet's own X-Ramjet-* headers, the data-parallel rank (the
 // policy sets it) and hop-by-hop headers, including those named in
 // Connection. It reports the credential headers UpstreamAuth replaces that
-// h still holds, seen in the same pass: for UpstreamAuth.SetKnown.
-func StripRequestHeaders(h http.Header) (creds Creds) {
+// h still holds, seen in the same pass (for UpstreamAuth.SetKnown), and
+// h's Content-Type as HeaderValue would read it after the strip (the
+// guard's body route: no lookup after the walk).
+func StripRequestHeaders(h http.Header) (creds Creds, contentType string) {
 	// One pass over the request's few headers instead of a map delete (a
 	// hash of the name) per hop-by-hop name, most of them absent; it finds
 	// Connection too (no lookup of a header most requests lack), whose
@@ -51,6 +53,8 @@ func StripRequestHeaders(h http.Header) (creds Creds) {
 				conn = vals
 			}
 			delete(h, name)
+		} else if name == "Content-Type" && len(vals) > 0 {
+			contentType = vals[0] // as HeaderValue, without its lookup
 		} else {
 			creds |= credential(name)
 		}
@@ -61,10 +65,13 @@ func StripRequestHeaders(h http.Header) (creds Creds) {
 				name = http.CanonicalHeaderKey(name) // as h.Del
 				delete(h, name)
 				creds &^= credential(name)
+				if name == "Content-Type" {
+					contentType = ""
+				}
 			}
 		}
 	}
-	return creds
+	return creds, contentType
 }
 
 // Creds is a set of the credential headers UpstreamAuth sets or deletes.

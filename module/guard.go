@@ -120,7 +120,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		edge.Write(w, ae)
 		return nil
 	}
-	creds := edge.StripRequestHeaders(r.Header)
+	creds, ctype := edge.StripRequestHeaders(r.Header)
 	g.creds.SetKnown(r.Header, creds)
 
 	var st *reqState
@@ -142,7 +142,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 	} else {
 		noDeadline = edge.BodyDeadline(w, r, time.Duration(g.BodyTimeout), g.BodyMinRate)
 	}
-	bodyErr := g.readBody(r, st)
+	bodyErr := g.readBody(r, st, ctype)
 	if !noDeadline {
 		edge.LiftBodyDeadline(w)
 	} else if st != nil {
@@ -202,8 +202,8 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 // st, which ServeHTTP found or created when there is a body (the policy
 // then fingerprints the same bytes without reading again; the proxy
 // forwards them byte for byte and can replay them on a retry), and
-// validates it on JSON routes.
-func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
+// validates it on JSON routes (by its Content-Type ctype).
+func (g *Guard) readBody(r *http.Request, st *reqState, ctype string) *edge.Error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
@@ -217,7 +217,7 @@ func (g *Guard) readBody(r *http.Request, st *reqState) *edge.Error {
 		}
 		return edge.ReadError(st.bodyErr, g.MaxBodySize)
 	}
-	ep, parse, ae := edge.BodyRoute(r.Method, r.URL.Path, edge.HeaderValue(r.Header, "Content-Type"))
+	ep, parse, ae := edge.BodyRoute(r.Method, r.URL.Path, ctype)
 	if !parse {
 		return ae
 	}

@@ -426,11 +426,14 @@ func (s *RamjetSelection) decide(pool reverseproxy.UpstreamPool, v *poolView, st
 	if st.attempts > 1 {
 		tried = st.triedSet()
 	}
-	cands := selection.AppendCandidates(sc.cands[:0], v.Slots, v.Profiles,
-		func(i int) bool {
+	avail := func(i int) bool { return pool[i].Available() } // the usual case: neither panic mode nor integrity
+	if panicMode || s.integ != nil {
+		avail = func(i int) bool {
 			u := pool[i]
 			return (u.Available() || panicMode && !u.Full() && u.Fails() > 0) && !s.integrityOut(v.Slots[i])
-		}, s.fleet.Detector(), tried)
+		}
+	}
+	cands := selection.AppendCandidates(sc.cands[:0], v.Slots, v.Profiles, avail, s.fleet.Detector(), tried)
 	var a selection.Annotator
 	if s.kv != nil {
 		a = s.kv.p

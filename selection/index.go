@@ -820,7 +820,7 @@ func (x *Index) dropTail(s Slot, limit, horizon int64) {
 		if horizon > 0 && r.clock-p.stamp < horizon {
 			break
 		}
-		if n%warmRun == 0 {
+		if n%warmRun == 0 && r.blocks >= minWarm {
 			x.warmTail(tail, limit-n, r.clock, horizon)
 		}
 		blk := p.blk
@@ -942,9 +942,11 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	// A prompt sent to s before (a resent or extended conversation) is
 	// often a run of consecutive pairs of s's list already, in the order
 	// the touches would leave it: those are moved as one (touchRun).
-	run, _, _ := x.runOf(blocks, s)
-	if run < minRun {
-		run = 0
+	run := 0
+	if len(blocks) >= minRun {
+		if run, _, _ = x.runOf(blocks, s); run < minRun {
+			run = 0
+		}
 	}
 	x.touchEach(blocks[run:], s)
 	if run > 0 {
@@ -1167,8 +1169,9 @@ func (x *Index) touchEach(blocks []uint64, s Slot) {
 			continue
 		}
 		if i < warmed {
-			warmed = max(0, i+1-warmRun)
-			x.warm(blocks[warmed : i+1])
+			if warmed = max(0, i+1-warmRun); i+1-warmed >= minWarm {
+				x.warm(blocks[warmed : i+1])
+			}
 		}
 		h, e := x.findEntry(key)
 		after = 0
@@ -1329,6 +1332,12 @@ func (x *Index) touchRun(s Slot, first, last uint32, n int) {
 
 // warmRun is how many blocks learn looks up ahead of touching them.
 const warmRun = 32
+
+// minWarm is the fewest blocks warm and warmTail load ahead: fewer are not
+// worth a pass of their own (Pick's depths had just read most of a short
+// prompt's entries; a short list's pairs are a few lines), and the lookups
+// that follow read them anyway. Loads only: no belief depends on it.
+const minWarm = 8
 
 // warm loads the block-table entries of keys and the blocks they find,
 // ahead of touch: the lookups do not depend on each other, so the
