@@ -22,10 +22,11 @@ import (
 // names, help, labels, types and values the labelled vectors had: a
 // request's end touches a few cache lines of its pair instead of a vector
 // child per series (each its own object, a histogram three of them). The
-// decisions and the requests in flight are the dashboard Recorder's own
-// counters, exposed by the same collector (one counter per event, not a
-// vector child and a dashboard counter). A series exists from its first
-// observation on, as a vector's child did.
+// routing decisions are counted on their upstream's record too, by reason.
+// The requests in flight are the dashboard Recorder's own counters, exposed
+// by the same collector; the dashboard reads the records' counts when it
+// samples (Set.DashboardSample): one counter per event, not two. A series
+// exists from its first observation on, as a vector's child did.
 
 // Bits of a record's seen flags: which of its series exist.
 const (
@@ -33,6 +34,7 @@ const (
 	seenNoUse                                  // upstream: responses without usage
 	seenTTFT                                   // upstream: time to first token
 	seenDuration                               // upstream: request duration
+	seenDecided                                // upstream: the first of its decisions by reason (reasonLabels)
 )
 
 // The bucket bounds of request_duration_seconds, selection_duration_seconds
@@ -94,6 +96,8 @@ type upRecord struct {
 	duration hist
 	ttft     hist
 	created  [3]time.Time // noUse, ttft, duration: when each series appeared
+	decided  [len(reasonLabels)]atomic.Uint64
+	dcreated [len(reasonLabels)]time.Time
 }
 
 // pairRecord is one (upstream, model label) pair's series; up is its
@@ -103,7 +107,6 @@ type pairRecord struct {
 	requests               [len(outcomes)]atomic.Uint64
 	prompt, cached, output atomic.Uint64
 	up                     *upRecord
-	dash                   *dashboard.Tally // the dashboard's counts of the pair
 	upstream, model        string
 	created                [len(outcomes) + 1]time.Time // requests by outcome, tokens
 }
@@ -130,9 +133,6 @@ func copyWith[K comparable, V any](old *map[K]V, k K, v V) *map[K]V {
 type records struct {
 	mu sync.Mutex // held to add an upstream or a pair or mark a series seen
 	m  atomic.Pointer[map[string]*upRecord]
-	// dash is the dashboard's Recorder, whose tallies the pairs hold (reset
-	// with the records).
-	dash *dashboard.Recorder
 
 	tieSeen    atomic.Uint32
 	ties       [8]atomic.Uint64 // by selection.TieRule
@@ -148,15 +148,11 @@ func (r *records) tie(t selection.TieRule) {
 	r.ties[t].Add(1)
 }
 
-// get returns the record of the pair (upstream, model).
-func (r *records) get(upstream, model string) *pairRecord {
+// up returns the record of upstream.
+func (r *records) up(upstream string) *upRecord {
 	if m := r.m.Load(); m != nil {
 		if u := (*m)[upstream]; u != nil {
-			if ps := u.pairs.Load(); ps != nil {
-				if p := (*ps)[model]; p != nil {
-					return p
-				}
-			}
+			return u
 		}
 	}
 	r.mu.Lock()
@@ -169,13 +165,33 @@ func (r *records) get(upstream, model string) *pairRecord {
 		u = new(upRecord)
 		r.m.Store(copyWith(r.m.Load(), upstream, u))
 	}
+	return u
+}
+
+// get returns the record of the pair (upstream, model).
+func (r *records) get(upstream, model string) *pairRecord {
+	u := r.up(upstream)
+	if ps := u.pairs.Load(); ps != nil {
+		if p := (*ps)[model]; p != nil {
+			return p
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	ps := u.pairs.Load()
 	if ps != nil && (*ps)[model] != nil {
 		return (*ps)[model]
 	}
-	p := &pairRecord{up: u, dash: r.dash.Tally(upstream, model), upstream: upstream, model: model}
+	p := &pairRecord{up: u, upstream: upstream, model: model}
 	u.pairs.Store(copyWith(ps, model, p))
 	return p
+}
+
+// decide counts a routing decision for u by reason (an index into
+// reasonLabels).
+func (r *records) decide(u *upRecord, reason int) {
+	r.mark(&u.seen, seenDecided<<reason, &u.dcreated[reason])
+	u.decided[reason].Add(1)
 }
 
 // mark records that the series bit of seen exists from now on (created
@@ -194,6 +210,42 @@ func (r *records) markNew(seen *atomic.Uint32, bit uint32, created *time.Time) {
 		seen.Or(bit)
 	}
 	r.mu.Unlock()
+}
+
+// dashboard is the records' counts as the dashboard samples them: the
+// finished requests by pair, the decisions by (upstream, reason) and the
+// routed streams' times to first token per bucket of dashboard.TTFTBounds.
+func (r *records) dashboard() (ended []dashboard.Ended, decided []dashboard.Decided, ttft []float64) {
+	ttft = make([]float64, len(dashboard.TTFTBounds)+1)
+	m := r.m.Load()
+	if m == nil {
+		return nil, nil, ttft
+	}
+	for id, u := range *m {
+		if ps := u.pairs.Load(); ps != nil {
+			for _, p := range *ps {
+				c := dashboard.Counts{Prompt: float64(p.prompt.Load()), Cached: float64(p.cached.Load()), Output: float64(p.output.Load())}
+				for oi := range p.requests {
+					n := float64(p.requests[oi].Load())
+					c.Requests += n
+					if oi != 0 { // not ok
+						c.Errors += n
+					}
+				}
+				ended = append(ended, dashboard.Ended{Upstream: p.upstream, Model: p.model, Counts: c})
+			}
+		}
+		seen := u.seen.Load()
+		for ri, reason := range reasonLabels {
+			if seen&(seenDecided<<ri) != 0 {
+				decided = append(decided, dashboard.Decided{Upstream: id, Reason: reason, N: float64(u.decided[ri].Load())})
+			}
+		}
+		for i := range ttft {
+			ttft[i] += float64(u.ttft.buckets[i].Load())
+		}
+	}
+	return ended, decided, ttft
 }
 
 // reset forgets every record.
@@ -240,11 +292,12 @@ func (r *records) end(p *pairRecord, oi int, x *Exchange) {
 type requestSeries struct {
 	r                                                       *records
 	d                                                       *decided
+	dash                                                    *dashboard.Recorder // the requests in flight
 	decisions, inflight, sel, overlap, ties                 *prometheus.Desc
 	requests, prompt, cached, output, noUse, ttft, duration *prometheus.Desc
 }
 
-func newRequestSeries(r *records, dh *decided) *requestSeries {
+func newRequestSeries(r *records, dh *decided, dash *dashboard.Recorder) *requestSeries {
 	for _, b := range [][]float64{durationBounds, selectBounds, overlapBounds, dashboard.TTFTBounds} {
 		if len(b) >= len(hist{}.buckets) {
 			panic("metrics: more bucket bounds than a hist holds")
@@ -254,7 +307,7 @@ func newRequestSeries(r *records, dh *decided) *requestSeries {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
-	return &requestSeries{r: r, d: dh,
+	return &requestSeries{r: r, d: dh, dash: dash,
 		sel:       d("selection_duration_seconds", "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds."),
 		overlap:   d("prefix_overlap_tokens", "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens."),
 		decisions: d("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, panic, none).", "upstream", "reason"),
@@ -287,10 +340,7 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 			counter(e.ties, e.r.ties[t].Load(), e.r.tieCreated[t], selection.TieRule(t).String())
 		}
 	}
-	e.r.dash.EachDecisions(func(upstream, reason string, c *dashboard.Count) {
-		counter(e.decisions, uint64(c.Load()), c.Created, upstream, reason)
-	})
-	e.r.dash.EachInflight(func(model string, n *atomic.Int64) {
+	e.dash.EachInflight(func(model string, n *atomic.Int64) {
 		ch <- prometheus.MustNewConstMetric(e.inflight, prometheus.GaugeValue, float64(n.Load()), model)
 	})
 	m := e.r.m.Load()
@@ -315,6 +365,11 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		seen := u.seen.Load()
+		for ri, reason := range reasonLabels {
+			if seen&(seenDecided<<ri) != 0 {
+				counter(e.decisions, u.decided[ri].Load(), u.dcreated[ri], id, reason)
+			}
+		}
 		if seen&seenNoUse != 0 {
 			counter(e.noUse, u.noUse.Load(), u.created[0], id)
 		}

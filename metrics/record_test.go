@@ -3,6 +3,7 @@ package metrics
 import (
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -85,6 +86,52 @@ func TestDecisionsConcurrent(t *testing.T) {
 		if got, _ := m.Value("routing_decisions_total", "upstream", id, "reason", "cold"); got != 200 {
 			t.Errorf("decisions{%s} = %v, want 200", id, got)
 		}
+	}
+	m.ObserveSelection("", selection.Decision{Index: -1}, false, 0)
+	m.ObserveSelection("a", selection.Decision{}, true, 0)
+	s := m.DashboardSample(time.Now())
+	if s.Reasons["cold"] != 1600 || s.Reasons["none"] != 1 || s.Reasons["fallback"] != 1 || len(s.Reasons) != 3 {
+		t.Errorf("the dashboard's reasons %v, want cold 1600, none 1, fallback 1", s.Reasons)
+	}
+	if len(s.Up) != len(ids) || s.Up["a"].Reasons["cold"] != 200 || s.Up["a"].Reasons["fallback"] != 1 {
+		t.Errorf("the dashboard's upstreams %d (want %d, no \"\"), a's reasons %v", len(s.Up), len(ids), s.Up["a"].Reasons)
+	}
+}
+
+// TestDashboardSampleFromRecords: the dashboard's counts are the records'
+// (requests, errors, tokens of routed requests, TTFT of routed streams),
+// grouped by model ("" as "unknown") and upstream.
+func TestDashboardSampleFromRecords(t *testing.T) {
+	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
+	m.Models.Add("m")
+	now := time.Now()
+	u := usage.Usage{PromptTokens: 10, CachedTokens: 4, CompletionTokens: 2}
+	for _, x := range []Exchange{
+		{Upstream: "aa", Model: "m", Status: 200, HasUsage: true, Usage: u, Stream: true, FirstByte: now.Add(7 * time.Millisecond)},
+		{Upstream: "aa", Model: "m", Status: 500},
+		{Upstream: "bb", Model: "m", Status: 200, HasUsage: true, Usage: u, Stream: true, FirstByte: now.Add(2 * time.Second)},
+		{Upstream: "", Model: "", Status: 400, HasUsage: true, Usage: u},
+		{Upstream: "bb", Model: "", Status: 200},
+	} {
+		x.Start, x.End = now, now.Add(3*time.Second)
+		m.EndRequest(m.StartRequest(x.Model), &x)
+	}
+	s := m.DashboardSample(now)
+	if want := (dashboard.Counts{Requests: 5, Errors: 2, Prompt: 20, Cached: 8, Output: 4}); s.All != want {
+		t.Errorf("all %+v, want %+v", s.All, want)
+	}
+	if got := s.Model["unknown"]; got == nil || got.Requests != 2 || got.Errors != 1 || got.Prompt != 0 {
+		t.Errorf("model unknown %+v, want 2 requests, 1 error, no tokens (the unrouted one's are not counted)", got)
+	}
+	if got := s.Up["aa"]; got == nil || got.Requests != 2 || got.Errors != 1 || got.Prompt != 10 {
+		t.Errorf("upstream aa %+v", got)
+	}
+	if got := s.Up["bb"]; got == nil || got.Requests != 2 || got.Prompt != 10 || len(s.Up) != 2 {
+		t.Errorf("upstream bb %+v, %d upstreams", got, len(s.Up))
+	}
+	c := s.TTFT.Counts
+	if n := len(c); n != len(dashboard.TTFTBounds)+1 || c[0] != 0 || c[1] != 1 || c[n-1] != 2 || c[slices.Index(dashboard.TTFTBounds, 2.5)] != 2 || c[slices.Index(dashboard.TTFTBounds, 1)] != 1 {
+		t.Errorf("TTFT counts %v, want cumulative: 7 ms in (5, 10] ms, 2 s in (1, 2.5] s", c)
 	}
 }
 

@@ -84,16 +84,14 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 		Models: models,
 		snap:   snap,
 	}
-	m.recs.dash = m.Dash
-	m.Requests = newRequestSeries(&m.recs, &m.decided)
+	m.Requests = newRequestSeries(&m.recs, &m.decided, m.Dash)
 	m.Own.MustRegister(m.Collectors()...)
 	return m
 }
 
 // Reset clears the request-path series (the records, the Recorder's
-// counters), the dashboard's counts and the recent requests (tests). The
-// Recorder goes first, so that a pair record made between the two holds a
-// tally that the reset Recorder still counts.
+// requests in flight), the dashboard's counts and the recent requests
+// (tests).
 func (m *Set) Reset() {
 	m.Dash.Reset()
 	m.recs.reset()
@@ -141,22 +139,33 @@ func outcomeOf(status int, canceled, noReplica bool) int {
 	return 0
 }
 
+// reasonLabels are the reason label's values: selection.Reason's names by
+// value, then "fallback".
+var reasonLabels = [...]string{"none", "affinity", "load_override", "cold", "tie_break", "panic", "fallback"}
+
+// Fails to compile when selection.Reason outgrows reasonLabels.
+var _ [len(reasonLabels) - 2 - int(selection.ReasonPanic)]struct{}
+
 // ReasonLabel is the reason label of a decision.
 func ReasonLabel(d selection.Decision, fallback bool) string {
+	return reasonLabels[reasonOf(d, fallback)]
+}
+
+// reasonOf is ReasonLabel as an index into reasonLabels.
+func reasonOf(d selection.Decision, fallback bool) int {
 	switch {
 	case fallback:
-		return "fallback"
+		return len(reasonLabels) - 1
 	case d.Index < 0:
-		return "none"
+		return 0
 	}
-	return d.Reason.String()
+	return int(d.Reason)
 }
 
 // ObserveSelection records one routing decision of the policy and the time
 // it took.
 func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
-	reason := ReasonLabel(d, fallback)
-	m.Dash.Decisions(upstream, reason).Add(1)
+	m.recs.decide(m.recs.up(upstream), reasonOf(d, fallback))
 	if fallback || d.Index < 0 {
 		return
 	}
@@ -222,14 +231,7 @@ func (m *Set) end(in Inflight, x *Exchange) (model string, oi int) {
 	default:
 		model = m.Models.Label(x.Model)
 	}
-	dx := dashboard.Exchange{Upstream: x.Upstream, Model: model, Error: outcome != OutcomeOK, HasUsage: x.HasUsage,
-		Prompt: x.Usage.PromptTokens, Cached: x.Usage.CachedTokens, Output: x.Usage.CompletionTokens}
-	if x.Stream && !x.FirstByte.IsZero() {
-		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
-	}
-	p := m.recs.get(x.Upstream, model)
-	m.recs.end(p, oi, x)
-	p.dash.End(dx)
+	m.recs.end(m.recs.get(x.Upstream, model), oi, x)
 	return model, oi
 }
 
@@ -338,6 +340,7 @@ func (m *Set) DashboardSample(now time.Time) dashboard.Sample {
 				Healthy: r.Healthy, Available: r.Available, Quarantined: r.Quarantined})
 		}
 	}
+	g.Ended, g.Decided, g.TTFT = m.recs.dashboard()
 	return m.Dash.Sample(now, g)
 }
 
