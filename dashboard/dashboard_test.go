@@ -39,13 +39,13 @@ func TestQuantile(t *testing.T) {
 // TestSampleTTFT: the sample's TTFT histogram is the counts per bucket
 // made cumulative, its bounds inclusive.
 func TestSampleTTFT(t *testing.T) {
-	rec, c := NewRecorder(), newCounts()
+	c := newCounts()
 	for _, ms := range []int{4, 5, 300, 40000} {
-		c.end(rec, "m", exchange{Upstream: "aa", Model: "m", TTFT: time.Duration(ms) * time.Millisecond})
+		c.end(exchange{Upstream: "aa", Model: "m", TTFT: time.Duration(ms) * time.Millisecond})
 	}
-	c.end(rec, "m", exchange{Model: "m", TTFT: time.Millisecond}) // no upstream
-	c.end(rec, "m", exchange{Upstream: "aa", Model: "m"})         // not streamed
-	h := rec.Sample(time.Now(), c.gauges(Gauges{})).TTFT
+	c.end(exchange{Model: "m", TTFT: time.Millisecond}) // no upstream
+	c.end(exchange{Upstream: "aa", Model: "m"})         // not streamed
+	h := SampleOf(time.Now(), c.gauges(Gauges{})).TTFT
 	want := make([]float64, len(TTFTBounds)+1)
 	for i, b := range h.Bounds {
 		switch {
@@ -71,28 +71,34 @@ type exchange struct {
 }
 
 // counts are what package metrics' records count and report in Gauges:
-// the finished requests by (upstream, model), the decisions by
-// (upstream, reason), the routed streams' TTFT per bucket.
+// the finished requests and those in flight by (upstream, model), the
+// decisions by (upstream, reason), the routed streams' TTFT per bucket.
 type counts struct {
-	ended   map[[2]string]*Counts
+	ended   map[[2]string]*Ended
 	decided map[[2]string]float64
 	ttft    []float64
 }
 
 func newCounts() *counts {
-	return &counts{ended: map[[2]string]*Counts{}, decided: map[[2]string]float64{}, ttft: make([]float64, len(TTFTBounds)+1)}
+	return &counts{ended: map[[2]string]*Ended{}, decided: map[[2]string]float64{}, ttft: make([]float64, len(TTFTBounds)+1)}
 }
 
-// end ends a request of inflightModel as the metrics do: out of the
-// requests in flight, counted in its pair's counts.
-func (c *counts) end(rec *Recorder, inflightModel string, x exchange) {
-	rec.Inflight(inflightModel).Add(-1)
-	k := [2]string{x.Upstream, x.Model}
+func (c *counts) pair(upstream, model string) *Ended {
+	k := [2]string{upstream, model}
 	n := c.ended[k]
 	if n == nil {
-		n = &Counts{}
+		n = &Ended{Upstream: upstream, Model: model}
 		c.ended[k] = n
 	}
+	return n
+}
+
+// start counts a request of model in flight on upstream ("": none).
+func (c *counts) start(upstream, model string) { c.pair(upstream, model).Inflight++ }
+
+// end counts a finished request as the metrics do.
+func (c *counts) end(x exchange) {
+	n := c.pair(x.Upstream, x.Model)
 	n.Requests++
 	if x.Error {
 		n.Errors++
@@ -109,8 +115,8 @@ func (c *counts) decide(upstream, reason string) { c.decided[[2]string{upstream,
 
 // gauges is g with c's counts.
 func (c *counts) gauges(g Gauges) Gauges {
-	for k, n := range c.ended {
-		g.Ended = append(g.Ended, Ended{Upstream: k[0], Model: k[1], Counts: *n})
+	for _, n := range c.ended {
+		g.Ended = append(g.Ended, *n)
 	}
 	for k, n := range c.decided {
 		g.Decided = append(g.Decided, Decided{Upstream: k[0], Reason: k[1], N: n})
@@ -134,12 +140,12 @@ func equal(a, b []float64) bool {
 // TestStoreData feeds a Recorder typed events and checks the rates, shares,
 // quantiles and gauges the Store computes between two samples.
 func TestStoreData(t *testing.T) {
-	rec, c := NewRecorder(), newCounts()
+	c := newCounts()
 	g := Gauges{Index: Index{Bytes: 1000, Budget: 4000, Entries: 5}, Replicas: []Replica{
 		{ID: "aaaa", Fleet: "default", Inflight: 2, Healthy: true, Available: true},
 		{ID: "bbbb", Fleet: "default", Quarantined: true},
 	}}
-	s := NewStore(time.Second, 4, func(now time.Time) Sample { return rec.Sample(now, c.gauges(g)) })
+	s := NewStore(time.Second, 4, func(now time.Time) Sample { return SampleOf(now, c.gauges(g)) })
 	t0 := time.Unix(1_700_000_000, 0)
 	s.Sample(t0)
 	for range 6 {
@@ -148,13 +154,11 @@ func TestStoreData(t *testing.T) {
 	c.decide("", "none")
 	c.decide("aaaa", "cold")
 	for i := range 8 {
-		rec.Inflight("m").Add(1)
 		x := exchange{Upstream: "aaaa", Model: "m", Error: i == 7, HasUsage: i != 7,
 			Prompt: 100, Cached: 75, Output: 10, TTFT: time.Duration(i+1) * 10 * time.Millisecond}
-		c.end(rec, "m", x)
+		c.end(x)
 	}
-	rec.Inflight("").Add(1)
-	c.end(rec, "", exchange{Error: true}) // rejected before routing
+	c.end(exchange{Error: true}) // rejected before routing
 	s.Sample(t0.Add(2 * time.Second))
 	d := s.Data(t0.Add(2*time.Second), []Record{{Upstream: "aaaa"}})
 
@@ -205,15 +209,13 @@ func TestStoreData(t *testing.T) {
 	if n := len(s.Samples()); n != 4 {
 		t.Errorf("store keeps %d samples, want 4", n)
 	}
-	rec.Reset()
-	if x := rec.Sample(t0, Gauges{}); x.All != (Counts{}) || len(x.Up) != 0 || len(x.Model) != 0 {
-		t.Errorf("after Reset: %+v", x)
+	if x := SampleOf(t0, Gauges{}); x.All != (Counts{}) || len(x.Up) != 0 || len(x.Model) != 0 {
+		t.Errorf("without counts: %+v", x)
 	}
 }
 
 func TestStoreSamplerStops(t *testing.T) {
-	rec := NewRecorder()
-	s := NewStore(10*time.Millisecond, 8, func(now time.Time) Sample { return rec.Sample(now, Gauges{}) })
+	s := NewStore(10*time.Millisecond, 8, func(now time.Time) Sample { return SampleOf(now, Gauges{}) })
 	s.Start()
 	for deadline := time.Now().Add(10 * time.Second); len(s.Samples()) < 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -289,37 +291,26 @@ func TestHandler(t *testing.T) {
 	}
 }
 
-// TestRecorderAllocs: counting a request in flight allocates nothing
-// once its model is known.
-func TestRecorderAllocs(t *testing.T) {
-	rec := NewRecorder()
-	rec.Inflight("m").Add(1)
-	if n := testing.AllocsPerRun(100, func() {
-		rec.Inflight("m").Add(1)
-		rec.Inflight("m").Add(-1)
-	}); n != 0 {
-		t.Errorf("%v allocations per request", n)
-	}
-}
-
-// TestRecorderInflight: the requests in flight by model (counted without
-// the lock) show in the sample beside the model's counts; a model with
-// none in flight and no finished request is left out; "" is "unknown".
-func TestRecorderInflight(t *testing.T) {
-	rec, c := NewRecorder(), newCounts()
-	rec.Inflight("m").Add(1)
-	rec.Inflight("m").Add(1)
-	rec.Inflight("").Add(1)
-	c.end(rec, "m", exchange{Model: "m"})
-	s := rec.Sample(time.Now(), c.gauges(Gauges{}))
+// TestSampleInflight: the requests in flight by model show in the sample
+// beside the model's counts, added over the pairs; a model with none in
+// flight and no finished request is left out; "" is "unknown".
+func TestSampleInflight(t *testing.T) {
+	c := newCounts()
+	c.start("aa", "m")
+	c.start("bb", "m")
+	c.start("bb", "")
+	c.pair("aa", "m").Inflight--
+	c.end(exchange{Model: "m"})
+	s := SampleOf(time.Now(), c.gauges(Gauges{}))
 	if m := s.Model["m"]; m == nil || m.Inflight != 1 || m.Requests != 1 {
 		t.Errorf("model m: %+v, want 1 in flight, 1 request", m)
 	}
 	if u := s.Model["unknown"]; u == nil || u.Inflight != 1 || u.Requests != 0 {
 		t.Errorf("model unknown: %+v, want 1 in flight", u)
 	}
-	c.end(rec, "", exchange{Model: "n"})
-	s = rec.Sample(time.Now(), c.gauges(Gauges{}))
+	c.pair("bb", "").Inflight--
+	c.end(exchange{Model: "n"})
+	s = SampleOf(time.Now(), c.gauges(Gauges{}))
 	if _, ok := s.Model["unknown"]; ok {
 		t.Errorf("a model with nothing in flight and no request is in the sample: %+v", s.Model["unknown"])
 	}

@@ -2,8 +2,6 @@ package dashboard
 
 import (
 	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -79,8 +77,8 @@ type Index struct {
 }
 
 // Gauges is what the fleet and the caller's counters (package metrics'
-// records) report at sampling time: Ended the finished requests by
-// (upstream, model) pair, Decided the routing decisions by (upstream,
+// records) report at sampling time: Ended the finished requests and those
+// in flight by (upstream, model) pair, Decided the routing decisions by (upstream,
 // reason), TTFT the routed streams' times to first token per bucket of
 // TTFTBounds (the last past every bound; not cumulative). Upstream is ""
 // for what no replica was chosen for; a model "" counts as "unknown".
@@ -93,10 +91,11 @@ type Gauges struct {
 }
 
 // Ended is the cumulative counts of one (upstream, model) pair's finished
-// requests.
+// requests, and how many of its requests are in flight.
 type Ended struct {
 	Upstream, Model string
 	Counts
+	Inflight float64
 }
 
 // Decided is the cumulative count of one (upstream, reason) pair's
@@ -131,70 +130,6 @@ type Sample struct {
 	Index   Index
 }
 
-// Recorder keeps the requests in flight by model, counted without a lock
-// (every request, from every core), which Sample adds up with the
-// counters of Gauges. The models are as bounded as the model labels the
-// caller passes.
-type Recorder struct {
-	inflight cowMap[string, atomic.Int64]
-}
-
-// cowMap holds values by key in a map copied on each new key (the keys are
-// as bounded as the upstreams, reasons and model labels) and read without
-// a lock.
-type cowMap[K comparable, V any] struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[K]*V]
-}
-
-// get returns k's value, created zero on first use.
-func (c *cowMap[K, V]) get(k K) *V {
-	if m := c.m.Load(); m != nil {
-		if n := (*m)[k]; n != nil {
-			return n
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var old map[K]*V
-	if p := c.m.Load(); p != nil {
-		old = *p
-	}
-	if n := old[k]; n != nil {
-		return n
-	}
-	m := make(map[K]*V, len(old)+1)
-	for kk, v := range old {
-		m[kk] = v
-	}
-	n := new(V)
-	m[k] = n
-	c.m.Store(&m)
-	return n
-}
-
-// each calls f with every key and its value.
-func (c *cowMap[K, V]) each(f func(K, *V)) {
-	if m := c.m.Load(); m != nil {
-		for k, n := range *m {
-			f(k, n)
-		}
-	}
-}
-
-// reset forgets every value.
-func (c *cowMap[K, V]) reset() {
-	c.mu.Lock()
-	c.m.Store(nil)
-	c.mu.Unlock()
-}
-
-// NewRecorder returns an empty Recorder.
-func NewRecorder() *Recorder { return new(Recorder) }
-
-// Reset forgets every count.
-func (r *Recorder) Reset() { r.inflight.reset() }
-
 // modelKey is the model's name in the samples.
 func modelKey(name string) string {
 	if name == "" {
@@ -203,18 +138,9 @@ func modelKey(name string) string {
 	return name
 }
 
-// Inflight is the counter of model's requests in flight: add one when a
-// request starts, take it off when it ends. The samples count model ""
-// as "unknown".
-func (r *Recorder) Inflight(model string) *atomic.Int64 { return r.inflight.get(model) }
-
-// EachInflight calls f with every counter of requests in flight and its
-// model.
-func (r *Recorder) EachInflight(f func(model string, c *atomic.Int64)) { r.inflight.each(f) }
-
-// Sample returns the counters now with the fleet's gauges g. Models with
-// no requests and nothing in flight are left out.
-func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
+// SampleOf is the sample at now of the caller's counters and the fleet's
+// gauges g. Models with no requests and nothing in flight are left out.
+func SampleOf(now time.Time, g Gauges) Sample {
 	s := Sample{T: now, TTFT: newHistogram(TTFTBounds), Index: g.Index, Reasons: map[string]float64{},
 		Up: map[string]*UpstreamSample{}, Model: map[string]*ModelSample{}}
 	upstream := func(id string) *UpstreamSample {
@@ -262,18 +188,17 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 			upstream(d.Upstream).Reasons[d.Reason] += d.N
 		}
 	}
-	r.inflight.each(func(k string, c *atomic.Int64) {
-		n := c.Load()
-		if n == 0 {
-			return
+	for _, e := range g.Ended {
+		if e.Inflight == 0 {
+			continue
 		}
-		m := s.Model[modelKey(k)]
+		m := s.Model[modelKey(e.Model)]
 		if m == nil {
 			m = &ModelSample{}
-			s.Model[modelKey(k)] = m
+			s.Model[modelKey(e.Model)] = m
 		}
-		m.Inflight += float64(n)
-	})
+		m.Inflight += e.Inflight
+	}
 	for _, rp := range g.Replicas {
 		u := upstream(rp.ID)
 		u.Fleet = rp.Fleet

@@ -10,7 +10,7 @@
 // are kept in one record per (upstream, model) pair and per upstream and
 // exposed at scrape by a collector (record.go), so that a request touches
 // few cache lines; the dashboard reads the same records when it samples
-// (Set.DashboardSample), and counts only the requests in flight itself.
+// (Set.DashboardSample).
 //
 // Names are ramjet_* and stable; labels are bounded sets (upstream: an
 // opaque route id, model: a name from a bounded catalog.Names, outcome,

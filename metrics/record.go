@@ -22,11 +22,11 @@ import (
 // names, help, labels, types and values the labelled vectors had: a
 // request's end touches a few cache lines of its pair instead of a vector
 // child per series (each its own object, a histogram three of them). The
-// routing decisions are counted on their upstream's record too, by reason.
-// The requests in flight are the dashboard Recorder's own counters, exposed
-// by the same collector; the dashboard reads the records' counts when it
-// samples (Set.DashboardSample): one counter per event, not two. A series
-// exists from its first observation on, as a vector's child did.
+// routing decisions are counted on their upstream's record too, by reason,
+// and the requests in flight on the pair of their first attempt. The
+// dashboard reads the records' counts when it samples
+// (Set.DashboardSample): one counter per event, not two. A series exists
+// from its first observation on, as a vector's child did.
 
 // Bits of a record's seen flags: which of its series exist.
 const (
@@ -36,6 +36,10 @@ const (
 	seenDuration                               // upstream: request duration
 	seenDecided                                // upstream: the first of its decisions by reason (reasonLabels)
 )
+
+// seenInflight: a pair's requests in flight were counted (after the
+// decisions' bits).
+const seenInflight = seenDecided << len(reasonLabels)
 
 // The bucket bounds of request_duration_seconds, selection_duration_seconds
 // (1µs .. 65ms) and prefix_overlap_tokens.
@@ -106,6 +110,7 @@ type pairRecord struct {
 	seen                   atomic.Uint32
 	requests               [len(outcomes)]atomic.Uint64
 	prompt, cached, output atomic.Uint64
+	inflight               atomic.Int64
 	up                     *upRecord
 	upstream, model        string
 	created                [len(outcomes) + 1]time.Time // requests by outcome, tokens
@@ -195,7 +200,7 @@ func (r *records) decide(u *upRecord, reason int) {
 }
 
 // mark records that the series bit of seen exists from now on (created
-// is where its creation time goes). Inlined: a series that exists (every
+// is where its creation time goes, nil: nowhere). Inlined: a series that exists (every
 // request but its first) costs a load, not a call.
 func (r *records) mark(seen *atomic.Uint32, bit uint32, created *time.Time) {
 	if seen.Load()&bit == 0 {
@@ -206,7 +211,9 @@ func (r *records) mark(seen *atomic.Uint32, bit uint32, created *time.Time) {
 func (r *records) markNew(seen *atomic.Uint32, bit uint32, created *time.Time) {
 	r.mu.Lock()
 	if seen.Load()&bit == 0 {
-		*created = time.Now()
+		if created != nil {
+			*created = time.Now()
+		}
 		seen.Or(bit)
 	}
 	r.mu.Unlock()
@@ -232,7 +239,7 @@ func (r *records) dashboard() (ended []dashboard.Ended, decided []dashboard.Deci
 						c.Errors += n
 					}
 				}
-				ended = append(ended, dashboard.Ended{Upstream: p.upstream, Model: p.model, Counts: c})
+				ended = append(ended, dashboard.Ended{Upstream: p.upstream, Model: p.model, Counts: c, Inflight: float64(p.inflight.Load())})
 			}
 		}
 		seen := u.seen.Load()
@@ -292,12 +299,11 @@ func (r *records) end(p *pairRecord, oi int, x *Exchange) {
 type requestSeries struct {
 	r                                                       *records
 	d                                                       *decided
-	dash                                                    *dashboard.Recorder // the requests in flight
 	decisions, inflight, sel, overlap, ties                 *prometheus.Desc
 	requests, prompt, cached, output, noUse, ttft, duration *prometheus.Desc
 }
 
-func newRequestSeries(r *records, dh *decided, dash *dashboard.Recorder) *requestSeries {
+func newRequestSeries(r *records, dh *decided) *requestSeries {
 	for _, b := range [][]float64{durationBounds, selectBounds, overlapBounds, dashboard.TTFTBounds} {
 		if len(b) >= len(hist{}.buckets) {
 			panic("metrics: more bucket bounds than a hist holds")
@@ -307,7 +313,7 @@ func newRequestSeries(r *records, dh *decided, dash *dashboard.Recorder) *reques
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
-	return &requestSeries{r: r, d: dh, dash: dash,
+	return &requestSeries{r: r, d: dh,
 		sel:       d("selection_duration_seconds", "Time the ramjet policy spent choosing an upstream (fingerprint, score, pick), in seconds."),
 		overlap:   d("prefix_overlap_tokens", "Estimated prompt-prefix overlap with the chosen upstream's cache at decision time, in tokens."),
 		decisions: d("routing_decisions_total", "Routing decisions of the ramjet policy, by chosen upstream and reason (affinity, load_override, cold, tie_break, fallback, panic, none).", "upstream", "reason"),
@@ -340,17 +346,18 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 			counter(e.ties, e.r.ties[t].Load(), e.r.tieCreated[t], selection.TieRule(t).String())
 		}
 	}
-	e.dash.EachInflight(func(model string, n *atomic.Int64) {
-		ch <- prometheus.MustNewConstMetric(e.inflight, prometheus.GaugeValue, float64(n.Load()), model)
-	})
 	m := e.r.m.Load()
 	if m == nil {
 		return
 	}
+	inflight := map[string]int64{} // by model label, over the pairs
 	for id, u := range *m {
 		if ps := u.pairs.Load(); ps != nil {
 			for _, p := range *ps {
 				seen := p.seen.Load()
+				if seen&seenInflight != 0 {
+					inflight[p.model] += p.inflight.Load()
+				}
 				for oi, o := range outcomes {
 					if seen&(1<<oi) != 0 {
 						counter(e.requests, p.requests[oi].Load(), p.created[oi], p.upstream, p.model, o)
@@ -379,6 +386,9 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 		if seen&seenDuration != 0 {
 			ch <- u.duration.metric(e.duration, durationBounds, u.created[2], id)
 		}
+	}
+	for model, n := range inflight {
+		ch <- prometheus.MustNewConstMetric(e.inflight, prometheus.GaugeValue, float64(n), model)
 	}
 }
 

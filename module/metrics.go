@@ -81,11 +81,11 @@ func newResponseObserver(r *http.Request, st *reqState, m *metrics.Set) observe.
 // metric set and metrics.MonoNow when Select started) once st holds the
 // attempt's decision.
 func observeSelect(m *metrics.Set, st *reqState, t0 time.Duration) {
-	took := metrics.MonoNow() - t0
-	m.ObserveSelection(st.routeID(), st.decision, st.fallback, took)
+	took, id := metrics.MonoNow()-t0, st.routeID()
+	m.ObserveSelection(id, st.decision, st.fallback, took)
 	if o := st.metrics; o != nil && !o.selected && o.st == st {
 		o.selected = true
-		o.inflight = m.StartRequest(st.model)
+		o.inflight = m.StartRequest(id, st.model)
 	}
 }
 
