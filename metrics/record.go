@@ -294,8 +294,8 @@ func (r *records) end(p *pairRecord, oi int, x *Exchange) {
 	p.requests[oi].Add(1)
 }
 
-// requestSeries is the collector of the records' series and of the
-// decisions and requests in flight the dashboard's Recorder counts.
+// requestSeries is the collector of the records' series (requests in
+// flight, decisions, finished requests) and the decisions' histograms.
 type requestSeries struct {
 	r                                                       *records
 	d                                                       *decided

@@ -74,7 +74,7 @@ type reqState struct {
 	hold selection.Hold // the current attempt's reservation
 	// learned is the last ramjet decision's reservation, through which the
 	// answer's cached-token count corrects the index (Router.Observe,
-	// metricsObserver.End); readable after its release.
+	// responseObserver.End); readable after its release.
 	learned *selection.Reservation
 
 	// observed holds the ramjet handler's writer and observers of this
