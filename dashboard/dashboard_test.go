@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -36,16 +36,16 @@ func TestQuantile(t *testing.T) {
 	}
 }
 
-// TestRecorderTTFT: the sample's TTFT histogram is cumulative and its
-// bounds inclusive; only routed requests with a first byte count.
-func TestRecorderTTFT(t *testing.T) {
-	rec := NewRecorder()
+// TestSampleTTFT: the sample's TTFT histogram is the counts per bucket
+// made cumulative, its bounds inclusive.
+func TestSampleTTFT(t *testing.T) {
+	c := newCounts()
 	for _, ms := range []int{4, 5, 300, 40000} {
-		end(rec, "m", Exchange{Upstream: "aa", Model: "m", TTFT: time.Duration(ms) * time.Millisecond})
+		c.end(exchange{Upstream: "aa", Model: "m", TTFT: time.Duration(ms) * time.Millisecond})
 	}
-	end(rec, "m", Exchange{Model: "m", TTFT: time.Millisecond}) // no upstream
-	end(rec, "m", Exchange{Upstream: "aa", Model: "m"})         // not streamed
-	h := rec.Sample(time.Now(), Gauges{}).TTFT
+	c.end(exchange{Model: "m", TTFT: time.Millisecond}) // no upstream
+	c.end(exchange{Upstream: "aa", Model: "m"})         // not streamed
+	h := SampleOf(time.Now(), c.gauges(Gauges{})).TTFT
 	want := make([]float64, len(TTFTBounds)+1)
 	for i, b := range h.Bounds {
 		switch {
@@ -62,11 +62,67 @@ func TestRecorderTTFT(t *testing.T) {
 	}
 }
 
-// end ends a request of inflightModel as the metrics do: out of the
-// requests in flight, counted in its pair's tally.
-func end(rec *Recorder, inflightModel string, x Exchange) {
-	rec.Inflight(inflightModel).Add(-1)
-	rec.Tally(x.Upstream, x.Model).End(x)
+// exchange is a finished request as package metrics counts it.
+type exchange struct {
+	Upstream, Model        string
+	Error, HasUsage        bool
+	Prompt, Cached, Output float64
+	TTFT                   time.Duration // 0: not streamed
+}
+
+// counts are what package metrics' records count and report in Gauges:
+// the finished requests and those in flight by (upstream, model), the
+// decisions by (upstream, reason), the routed streams' TTFT per bucket.
+type counts struct {
+	ended   map[[2]string]*Ended
+	decided map[[2]string]float64
+	ttft    []float64
+}
+
+func newCounts() *counts {
+	return &counts{ended: map[[2]string]*Ended{}, decided: map[[2]string]float64{}, ttft: make([]float64, len(TTFTBounds)+1)}
+}
+
+func (c *counts) pair(upstream, model string) *Ended {
+	k := [2]string{upstream, model}
+	n := c.ended[k]
+	if n == nil {
+		n = &Ended{Upstream: upstream, Model: model}
+		c.ended[k] = n
+	}
+	return n
+}
+
+// start counts a request of model in flight on upstream ("": none).
+func (c *counts) start(upstream, model string) { c.pair(upstream, model).Inflight++ }
+
+// end counts a finished request as the metrics do.
+func (c *counts) end(x exchange) {
+	n := c.pair(x.Upstream, x.Model)
+	n.Requests++
+	if x.Error {
+		n.Errors++
+	}
+	if x.Upstream != "" && x.HasUsage {
+		n.Prompt, n.Cached, n.Output = n.Prompt+x.Prompt, n.Cached+x.Cached, n.Output+x.Output
+	}
+	if x.Upstream != "" && x.TTFT > 0 {
+		c.ttft[sort.SearchFloat64s(TTFTBounds, x.TTFT.Seconds())]++
+	}
+}
+
+func (c *counts) decide(upstream, reason string) { c.decided[[2]string{upstream, reason}]++ }
+
+// gauges is g with c's counts.
+func (c *counts) gauges(g Gauges) Gauges {
+	for _, n := range c.ended {
+		g.Ended = append(g.Ended, *n)
+	}
+	for k, n := range c.decided {
+		g.Decided = append(g.Decided, Decided{Upstream: k[0], Reason: k[1], N: n})
+	}
+	g.TTFT = c.ttft
+	return g
 }
 
 func equal(a, b []float64) bool {
@@ -84,27 +140,25 @@ func equal(a, b []float64) bool {
 // TestStoreData feeds a Recorder typed events and checks the rates, shares,
 // quantiles and gauges the Store computes between two samples.
 func TestStoreData(t *testing.T) {
-	rec := NewRecorder()
+	c := newCounts()
 	g := Gauges{Index: Index{Bytes: 1000, Budget: 4000, Entries: 5}, Replicas: []Replica{
 		{ID: "aaaa", Fleet: "default", Inflight: 2, Healthy: true, Available: true},
 		{ID: "bbbb", Fleet: "default", Quarantined: true},
 	}}
-	s := NewStore(time.Second, 4, func(now time.Time) Sample { return rec.Sample(now, g) })
+	s := NewStore(time.Second, 4, func(now time.Time) Sample { return SampleOf(now, c.gauges(g)) })
 	t0 := time.Unix(1_700_000_000, 0)
 	s.Sample(t0)
 	for range 6 {
-		rec.Decisions("aaaa", "affinity").Add(1)
+		c.decide("aaaa", "affinity")
 	}
-	rec.Decisions("", "none").Add(1)
-	rec.Decisions("aaaa", "cold").Add(1)
+	c.decide("", "none")
+	c.decide("aaaa", "cold")
 	for i := range 8 {
-		rec.Inflight("m").Add(1)
-		x := Exchange{Upstream: "aaaa", Model: "m", Error: i == 7, HasUsage: i != 7,
+		x := exchange{Upstream: "aaaa", Model: "m", Error: i == 7, HasUsage: i != 7,
 			Prompt: 100, Cached: 75, Output: 10, TTFT: time.Duration(i+1) * 10 * time.Millisecond}
-		end(rec, "m", x)
+		c.end(x)
 	}
-	rec.Inflight("").Add(1)
-	end(rec, "", Exchange{Error: true}) // rejected before routing
+	c.end(exchange{Error: true}) // rejected before routing
 	s.Sample(t0.Add(2 * time.Second))
 	d := s.Data(t0.Add(2*time.Second), []Record{{Upstream: "aaaa"}})
 
@@ -155,15 +209,13 @@ func TestStoreData(t *testing.T) {
 	if n := len(s.Samples()); n != 4 {
 		t.Errorf("store keeps %d samples, want 4", n)
 	}
-	rec.Reset()
-	if x := rec.Sample(t0, Gauges{}); x.All != (Counts{}) || len(x.Up) != 0 || len(x.Model) != 0 {
-		t.Errorf("after Reset: %+v", x)
+	if x := SampleOf(t0, Gauges{}); x.All != (Counts{}) || len(x.Up) != 0 || len(x.Model) != 0 {
+		t.Errorf("without counts: %+v", x)
 	}
 }
 
 func TestStoreSamplerStops(t *testing.T) {
-	rec := NewRecorder()
-	s := NewStore(10*time.Millisecond, 8, func(now time.Time) Sample { return rec.Sample(now, Gauges{}) })
+	s := NewStore(10*time.Millisecond, 8, func(now time.Time) Sample { return SampleOf(now, Gauges{}) })
 	s.Start()
 	for deadline := time.Now().Add(10 * time.Second); len(s.Samples()) < 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -239,86 +291,26 @@ func TestHandler(t *testing.T) {
 	}
 }
 
-// TestRecorderAllocs: counting a request on the request path allocates
-// nothing once its upstream and model are known.
-func TestRecorderAllocs(t *testing.T) {
-	rec := NewRecorder()
-	x := Exchange{Upstream: "aaaa", Model: "m", HasUsage: true, Prompt: 10, TTFT: time.Millisecond}
-	rec.Inflight("m").Add(1)
-	end(rec, "m", x)
-	if n := testing.AllocsPerRun(100, func() {
-		rec.Decisions("aaaa", "affinity").Add(1)
-		rec.Inflight("m").Add(1)
-		end(rec, "m", x)
-	}); n != 0 {
-		t.Errorf("%v allocations per request", n)
-	}
-}
-
-// TestRecorderDecisionsConcurrent: decisions counted from many goroutines
-// at once add up in Sample, per reason and per upstream; a decision with
-// no upstream counts in the reasons only, and an upstream with decisions
-// and no finished request is in the sample.
-func TestRecorderDecisionsConcurrent(t *testing.T) {
-	rec := NewRecorder()
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 500 {
-				up := []string{"aa", "bb", ""}[(g+i)%3]
-				rec.Decisions(up, []string{"affinity", "cold"}[i%2]).Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	s := rec.Sample(time.Now(), Gauges{})
-	if s.Reasons["affinity"] != 2000 || s.Reasons["cold"] != 2000 {
-		t.Errorf("reasons %v, want 2000 each", s.Reasons)
-	}
-	want := map[string]float64{}
-	for g := range 8 {
-		for i := range 500 {
-			want[[]string{"aa", "bb", ""}[(g+i)%3]]++
-		}
-	}
-	for _, id := range []string{"aa", "bb"} {
-		u := s.Up[id]
-		if u == nil {
-			t.Fatalf("upstream %s missing from the sample", id)
-		}
-		if got := u.Reasons["affinity"] + u.Reasons["cold"]; got != want[id] {
-			t.Errorf("upstream %s: %v decisions, want %v", id, got, want[id])
-		}
-	}
-	if len(s.Up) != 2 {
-		t.Errorf("%d upstreams in the sample, want 2", len(s.Up))
-	}
-	rec.Reset()
-	if s := rec.Sample(time.Now(), Gauges{}); len(s.Reasons) != 0 || len(s.Up) != 0 {
-		t.Errorf("after Reset: reasons %v, %d upstreams", s.Reasons, len(s.Up))
-	}
-}
-
-// TestRecorderInflight: the requests in flight by model (counted without
-// the lock) show in the sample beside the model's counts; a model with
-// none in flight and no finished request is left out; "" is "unknown".
-func TestRecorderInflight(t *testing.T) {
-	rec := NewRecorder()
-	rec.Inflight("m").Add(1)
-	rec.Inflight("m").Add(1)
-	rec.Inflight("").Add(1)
-	end(rec, "m", Exchange{Model: "m"})
-	s := rec.Sample(time.Now(), Gauges{})
+// TestSampleInflight: the requests in flight by model show in the sample
+// beside the model's counts, added over the pairs; a model with none in
+// flight and no finished request is left out; "" is "unknown".
+func TestSampleInflight(t *testing.T) {
+	c := newCounts()
+	c.start("aa", "m")
+	c.start("bb", "m")
+	c.start("bb", "")
+	c.pair("aa", "m").Inflight--
+	c.end(exchange{Model: "m"})
+	s := SampleOf(time.Now(), c.gauges(Gauges{}))
 	if m := s.Model["m"]; m == nil || m.Inflight != 1 || m.Requests != 1 {
 		t.Errorf("model m: %+v, want 1 in flight, 1 request", m)
 	}
 	if u := s.Model["unknown"]; u == nil || u.Inflight != 1 || u.Requests != 0 {
 		t.Errorf("model unknown: %+v, want 1 in flight", u)
 	}
-	end(rec, "", Exchange{Model: "n"})
-	s = rec.Sample(time.Now(), Gauges{})
+	c.pair("bb", "").Inflight--
+	c.end(exchange{Model: "n"})
+	s = SampleOf(time.Now(), c.gauges(Gauges{}))
 	if _, ok := s.Model["unknown"]; ok {
 		t.Errorf("a model with nothing in flight and no request is in the sample: %+v", s.Model["unknown"])
 	}

@@ -2,9 +2,6 @@ package dashboard
 
 import (
 	"math"
-	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -67,23 +64,6 @@ func Quantile(q float64, a, b Histogram) float64 {
 	return b.Bounds[n-1]
 }
 
-// Exchange is one finished request as the Recorder counts it.
-type Exchange struct {
-	// Upstream is the opaque route id of the replica, "" when none was
-	// chosen (the request then counts for its model and the totals only).
-	Upstream string
-	// Model is the request's model label ("" when unknown).
-	Model string
-	// Error: the request did not end ok.
-	Error bool
-	// HasUsage: the response reported Prompt, Cached and Output tokens.
-	HasUsage               bool
-	Prompt, Cached, Output int64
-	// TTFT is the time to the first byte of a streamed response; 0 when
-	// it was not streamed or no byte came.
-	TTFT time.Duration
-}
-
 // Replica is one replica's gauges at sampling time.
 type Replica struct {
 	ID, Fleet                       string
@@ -96,10 +76,33 @@ type Index struct {
 	Bytes, Budget, Entries float64
 }
 
-// Gauges is what the fleet reports at sampling time.
+// Gauges is what the fleet and the caller's counters (package metrics'
+// records) report at sampling time: Ended the finished requests and those
+// in flight by (upstream, model) pair, Decided the routing decisions by (upstream,
+// reason), TTFT the routed streams' times to first token per bucket of
+// TTFTBounds (the last past every bound; not cumulative). Upstream is ""
+// for what no replica was chosen for; a model "" counts as "unknown".
 type Gauges struct {
 	Replicas []Replica
 	Index    Index
+	Ended    []Ended
+	Decided  []Decided
+	TTFT     []float64
+}
+
+// Ended is the cumulative counts of one (upstream, model) pair's finished
+// requests, and how many of its requests are in flight.
+type Ended struct {
+	Upstream, Model string
+	Counts
+	Inflight float64
+}
+
+// Decided is the cumulative count of one (upstream, reason) pair's
+// routing decisions.
+type Decided struct {
+	Upstream, Reason string
+	N                float64
 }
 
 // UpstreamSample is one upstream in a Sample.
@@ -127,111 +130,6 @@ type Sample struct {
 	Index   Index
 }
 
-// Recorder keeps the cumulative counters the dashboard charts. The set of
-// upstreams and models is as bounded as the ids and model labels the
-// caller passes (route ids and the bounded model labels). Safe for
-// concurrent use; every count is an atomic counter found without a lock
-// (every routing decision and request, from every core), which Sample
-// adds up.
-type Recorder struct {
-	// decisions by (upstream, reason), the requests in flight by model,
-	// the finished requests' counts by (upstream, model).
-	decisions cowMap[string, cowMap[string, Count]] // by upstream, then reason: string keys take the maps' fast path
-	inflight  cowMap[string, atomic.Int64]
-	tallies   cowMap[pairKey, Tally]
-}
-
-// Count is a counter and the time it was created (the metrics expose it
-// as a counter series).
-type Count struct {
-	atomic.Int64
-	Created time.Time
-}
-
-// cowMap holds values by key in a map copied on each new key (the keys are
-// as bounded as the upstreams, reasons and model labels) and read without
-// a lock.
-type cowMap[K comparable, V any] struct {
-	mu   sync.Mutex
-	m    atomic.Pointer[map[K]*V]
-	init func(*V) // readies a new value, when set
-}
-
-// get returns k's value, created zero on first use.
-func (c *cowMap[K, V]) get(k K) *V {
-	if m := c.m.Load(); m != nil {
-		if n := (*m)[k]; n != nil {
-			return n
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var old map[K]*V
-	if p := c.m.Load(); p != nil {
-		old = *p
-	}
-	if n := old[k]; n != nil {
-		return n
-	}
-	m := make(map[K]*V, len(old)+1)
-	for kk, v := range old {
-		m[kk] = v
-	}
-	n := new(V)
-	if c.init != nil {
-		c.init(n)
-	}
-	m[k] = n
-	c.m.Store(&m)
-	return n
-}
-
-// each calls f with every key and its value.
-func (c *cowMap[K, V]) each(f func(K, *V)) {
-	if m := c.m.Load(); m != nil {
-		for k, n := range *m {
-			f(k, n)
-		}
-	}
-}
-
-// reset forgets every value.
-func (c *cowMap[K, V]) reset() {
-	c.mu.Lock()
-	c.m.Store(nil)
-	c.mu.Unlock()
-}
-
-// pairKey is the upstream ("" when none was chosen) and model key of a
-// finished request.
-type pairKey struct{ upstream, model string }
-
-// Tally is the counts of the finished requests of one (upstream, model)
-// pair, and their times to first token (per bucket of TTFTBounds, the last
-// past every bound), laid out together.
-type Tally struct {
-	requests, errors       atomic.Int64
-	prompt, cached, output atomic.Int64
-	ttft                   [16]atomic.Int64
-}
-
-// NewRecorder returns an empty Recorder.
-func NewRecorder() *Recorder {
-	if len(TTFTBounds) >= len(Tally{}.ttft) {
-		panic("dashboard: more TTFT bounds than a tally holds")
-	}
-	r := new(Recorder)
-	r.decisions.init = func(in *cowMap[string, Count]) { in.init = func(c *Count) { c.Created = time.Now() } }
-	return r
-}
-
-// Reset forgets every count.
-func (r *Recorder) Reset() {
-	r.decisions.reset()
-	r.inflight.reset()
-	r.tallies.reset()
-}
-
 // modelKey is the model's name in the samples.
 func modelKey(name string) string {
 	if name == "" {
@@ -240,59 +138,9 @@ func modelKey(name string) string {
 	return name
 }
 
-// Decisions is the counter of routing decisions for upstream ("" when
-// none was chosen) by reason: add one per decision.
-func (r *Recorder) Decisions(upstream, reason string) *Count {
-	return r.decisions.get(upstream).get(reason)
-}
-
-// EachDecisions calls f with every counter of decisions and its upstream
-// and reason.
-func (r *Recorder) EachDecisions(f func(upstream, reason string, c *Count)) {
-	r.decisions.each(func(upstream string, in *cowMap[string, Count]) {
-		in.each(func(reason string, c *Count) { f(upstream, reason, c) })
-	})
-}
-
-// Inflight is the counter of model's requests in flight: add one when a
-// request starts, take it off when it ends. The samples count model ""
-// as "unknown".
-func (r *Recorder) Inflight(model string) *atomic.Int64 { return r.inflight.get(model) }
-
-// EachInflight calls f with every counter of requests in flight and its
-// model.
-func (r *Recorder) EachInflight(f func(model string, c *atomic.Int64)) { r.inflight.each(f) }
-
-// Tally is where the requests of model to upstream ("" when none was
-// chosen) are counted when they end (Tally.End). The caller may keep it
-// until Reset.
-func (r *Recorder) Tally(upstream, model string) *Tally {
-	return r.tallies.get(pairKey{upstream, modelKey(model)})
-}
-
-// End counts a finished request of t's pair (x.Upstream and x.Model are
-// t's). A request with no upstream counts for its model and the totals
-// only.
-func (t *Tally) End(x Exchange) {
-	if x.Error {
-		t.errors.Add(1)
-	}
-	if x.Upstream != "" {
-		if x.HasUsage {
-			t.prompt.Add(x.Prompt)
-			t.cached.Add(x.Cached)
-			t.output.Add(x.Output)
-		}
-		if x.TTFT > 0 {
-			t.ttft[sort.SearchFloat64s(TTFTBounds, x.TTFT.Seconds())].Add(1)
-		}
-	}
-	t.requests.Add(1)
-}
-
-// Sample returns the counters now with the fleet's gauges g. Models with
-// no requests and nothing in flight are left out.
-func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
+// SampleOf is the sample at now of the caller's counters and the fleet's
+// gauges g. Models with no requests and nothing in flight are left out.
+func SampleOf(now time.Time, g Gauges) Sample {
 	s := Sample{T: now, TTFT: newHistogram(TTFTBounds), Index: g.Index, Reasons: map[string]float64{},
 		Up: map[string]*UpstreamSample{}, Model: map[string]*ModelSample{}}
 	upstream := func(id string) *UpstreamSample {
@@ -303,21 +151,21 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 		}
 		return u
 	}
-	r.tallies.each(func(k pairKey, t *Tally) {
-		c := Counts{Requests: float64(t.requests.Load()), Errors: float64(t.errors.Load()),
-			Prompt: float64(t.prompt.Load()), Cached: float64(t.cached.Load()), Output: float64(t.output.Load())}
+	for _, e := range g.Ended {
+		c := e.Counts
 		if c.Requests == 0 {
-			return
+			continue
 		}
 		groups := [3]*Counts{&s.All}
-		if m := s.Model[k.model]; m != nil {
+		key := modelKey(e.Model)
+		if m := s.Model[key]; m != nil {
 			groups[1] = &m.Counts
 		} else {
 			m = &ModelSample{}
-			s.Model[k.model], groups[1] = m, &m.Counts
+			s.Model[key], groups[1] = m, &m.Counts
 		}
-		if k.upstream != "" {
-			groups[2] = &upstream(k.upstream).Counts
+		if e.Upstream != "" {
+			groups[2] = &upstream(e.Upstream).Counts
 		}
 		for _, g := range groups {
 			if g != nil {
@@ -328,31 +176,29 @@ func (r *Recorder) Sample(now time.Time, g Gauges) Sample {
 				g.Output += c.Output
 			}
 		}
-		n := 0.0
-		for i := range s.TTFT.Counts {
-			n += float64(t.ttft[i].Load())
-			s.TTFT.Counts[i] += n
+	}
+	n := 0.0
+	for i := range min(len(g.TTFT), len(s.TTFT.Counts)) {
+		n += g.TTFT[i]
+		s.TTFT.Counts[i] = n
+	}
+	for _, d := range g.Decided {
+		s.Reasons[d.Reason] += d.N
+		if d.Upstream != "" {
+			upstream(d.Upstream).Reasons[d.Reason] += d.N
 		}
-	})
-	r.EachDecisions(func(up, reason string, c *Count) {
-		n := float64(c.Load())
-		s.Reasons[reason] += n
-		if up != "" {
-			upstream(up).Reasons[reason] += n
+	}
+	for _, e := range g.Ended {
+		if e.Inflight == 0 {
+			continue
 		}
-	})
-	r.inflight.each(func(k string, c *atomic.Int64) {
-		n := c.Load()
-		if n == 0 {
-			return
-		}
-		m := s.Model[modelKey(k)]
+		m := s.Model[modelKey(e.Model)]
 		if m == nil {
 			m = &ModelSample{}
-			s.Model[modelKey(k)] = m
+			s.Model[modelKey(e.Model)] = m
 		}
-		m.Inflight += float64(n)
-	})
+		m.Inflight += e.Inflight
+	}
 	for _, rp := range g.Replicas {
 		u := upstream(rp.ID)
 		u.Fleet = rp.Fleet

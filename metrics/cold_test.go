@@ -35,7 +35,7 @@ func BenchmarkEndRequestCold(b *testing.B) {
 		i++
 		b.StartTimer()
 		m.ObserveSelection(x.Upstream, d, false, 30*time.Microsecond)
-		m.EndRequest(m.StartRequest(x.Model), x)
+		m.EndRequest(m.StartRequest(x.Upstream, x.Model), x)
 	}
 	_ = sink
 }

@@ -9,8 +9,8 @@
 // first byte, usage, end marker). The series a finished request updates
 // are kept in one record per (upstream, model) pair and per upstream and
 // exposed at scrape by a collector (record.go), so that a request touches
-// few cache lines; the Set feeds the dashboard's Recorder with the same
-// events through counters and tallies it finds with the same lookups.
+// few cache lines; the dashboard reads the same records when it samples
+// (Set.DashboardSample).
 //
 // Names are ramjet_* and stable; labels are bounded sets (upstream: an
 // opaque route id, model: a name from a bounded catalog.Names, outcome,

@@ -22,10 +22,11 @@ import (
 // names, help, labels, types and values the labelled vectors had: a
 // request's end touches a few cache lines of its pair instead of a vector
 // child per series (each its own object, a histogram three of them). The
-// decisions and the requests in flight are the dashboard Recorder's own
-// counters, exposed by the same collector (one counter per event, not a
-// vector child and a dashboard counter). A series exists from its first
-// observation on, as a vector's child did.
+// routing decisions are counted on their upstream's record too, by reason,
+// and the requests in flight on the pair of their first attempt. The
+// dashboard reads the records' counts when it samples
+// (Set.DashboardSample): one counter per event, not two. A series exists
+// from its first observation on, as a vector's child did.
 
 // Bits of a record's seen flags: which of its series exist.
 const (
@@ -33,7 +34,12 @@ const (
 	seenNoUse                                  // upstream: responses without usage
 	seenTTFT                                   // upstream: time to first token
 	seenDuration                               // upstream: request duration
+	seenDecided                                // upstream: the first of its decisions by reason (reasonLabels)
 )
+
+// seenInflight: a pair's requests in flight were counted (after the
+// decisions' bits).
+const seenInflight = seenDecided << len(reasonLabels)
 
 // The bucket bounds of request_duration_seconds, selection_duration_seconds
 // (1µs .. 65ms) and prefix_overlap_tokens.
@@ -94,6 +100,8 @@ type upRecord struct {
 	duration hist
 	ttft     hist
 	created  [3]time.Time // noUse, ttft, duration: when each series appeared
+	decided  [len(reasonLabels)]atomic.Uint64
+	dcreated [len(reasonLabels)]time.Time
 }
 
 // pairRecord is one (upstream, model label) pair's series; up is its
@@ -102,8 +110,8 @@ type pairRecord struct {
 	seen                   atomic.Uint32
 	requests               [len(outcomes)]atomic.Uint64
 	prompt, cached, output atomic.Uint64
+	inflight               atomic.Int64
 	up                     *upRecord
-	dash                   *dashboard.Tally // the dashboard's counts of the pair
 	upstream, model        string
 	created                [len(outcomes) + 1]time.Time // requests by outcome, tokens
 }
@@ -130,9 +138,6 @@ func copyWith[K comparable, V any](old *map[K]V, k K, v V) *map[K]V {
 type records struct {
 	mu sync.Mutex // held to add an upstream or a pair or mark a series seen
 	m  atomic.Pointer[map[string]*upRecord]
-	// dash is the dashboard's Recorder, whose tallies the pairs hold (reset
-	// with the records).
-	dash *dashboard.Recorder
 
 	tieSeen    atomic.Uint32
 	ties       [8]atomic.Uint64 // by selection.TieRule
@@ -148,15 +153,11 @@ func (r *records) tie(t selection.TieRule) {
 	r.ties[t].Add(1)
 }
 
-// get returns the record of the pair (upstream, model).
-func (r *records) get(upstream, model string) *pairRecord {
+// up returns the record of upstream.
+func (r *records) up(upstream string) *upRecord {
 	if m := r.m.Load(); m != nil {
 		if u := (*m)[upstream]; u != nil {
-			if ps := u.pairs.Load(); ps != nil {
-				if p := (*ps)[model]; p != nil {
-					return p
-				}
-			}
+			return u
 		}
 	}
 	r.mu.Lock()
@@ -169,17 +170,37 @@ func (r *records) get(upstream, model string) *pairRecord {
 		u = new(upRecord)
 		r.m.Store(copyWith(r.m.Load(), upstream, u))
 	}
+	return u
+}
+
+// get returns the record of the pair (upstream, model).
+func (r *records) get(upstream, model string) *pairRecord {
+	u := r.up(upstream)
+	if ps := u.pairs.Load(); ps != nil {
+		if p := (*ps)[model]; p != nil {
+			return p
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	ps := u.pairs.Load()
 	if ps != nil && (*ps)[model] != nil {
 		return (*ps)[model]
 	}
-	p := &pairRecord{up: u, dash: r.dash.Tally(upstream, model), upstream: upstream, model: model}
+	p := &pairRecord{up: u, upstream: upstream, model: model}
 	u.pairs.Store(copyWith(ps, model, p))
 	return p
 }
 
+// decide counts a routing decision for u by reason (an index into
+// reasonLabels).
+func (r *records) decide(u *upRecord, reason int) {
+	r.mark(&u.seen, seenDecided<<reason, &u.dcreated[reason])
+	u.decided[reason].Add(1)
+}
+
 // mark records that the series bit of seen exists from now on (created
-// is where its creation time goes). Inlined: a series that exists (every
+// is where its creation time goes, nil: nowhere). Inlined: a series that exists (every
 // request but its first) costs a load, not a call.
 func (r *records) mark(seen *atomic.Uint32, bit uint32, created *time.Time) {
 	if seen.Load()&bit == 0 {
@@ -190,10 +211,48 @@ func (r *records) mark(seen *atomic.Uint32, bit uint32, created *time.Time) {
 func (r *records) markNew(seen *atomic.Uint32, bit uint32, created *time.Time) {
 	r.mu.Lock()
 	if seen.Load()&bit == 0 {
-		*created = time.Now()
+		if created != nil {
+			*created = time.Now()
+		}
 		seen.Or(bit)
 	}
 	r.mu.Unlock()
+}
+
+// dashboard is the records' counts as the dashboard samples them: the
+// finished requests by pair, the decisions by (upstream, reason) and the
+// routed streams' times to first token per bucket of dashboard.TTFTBounds.
+func (r *records) dashboard() (ended []dashboard.Ended, decided []dashboard.Decided, ttft []float64) {
+	ttft = make([]float64, len(dashboard.TTFTBounds)+1)
+	m := r.m.Load()
+	if m == nil {
+		return nil, nil, ttft
+	}
+	for id, u := range *m {
+		if ps := u.pairs.Load(); ps != nil {
+			for _, p := range *ps {
+				c := dashboard.Counts{Prompt: float64(p.prompt.Load()), Cached: float64(p.cached.Load()), Output: float64(p.output.Load())}
+				for oi := range p.requests {
+					n := float64(p.requests[oi].Load())
+					c.Requests += n
+					if oi != 0 { // not ok
+						c.Errors += n
+					}
+				}
+				ended = append(ended, dashboard.Ended{Upstream: p.upstream, Model: p.model, Counts: c, Inflight: float64(p.inflight.Load())})
+			}
+		}
+		seen := u.seen.Load()
+		for ri, reason := range reasonLabels {
+			if seen&(seenDecided<<ri) != 0 {
+				decided = append(decided, dashboard.Decided{Upstream: id, Reason: reason, N: float64(u.decided[ri].Load())})
+			}
+		}
+		for i := range ttft {
+			ttft[i] += float64(u.ttft.buckets[i].Load())
+		}
+	}
+	return ended, decided, ttft
 }
 
 // reset forgets every record.
@@ -235,8 +294,8 @@ func (r *records) end(p *pairRecord, oi int, x *Exchange) {
 	p.requests[oi].Add(1)
 }
 
-// requestSeries is the collector of the records' series and of the
-// decisions and requests in flight the dashboard's Recorder counts.
+// requestSeries is the collector of the records' series (requests in
+// flight, decisions, finished requests) and the decisions' histograms.
 type requestSeries struct {
 	r                                                       *records
 	d                                                       *decided
@@ -287,20 +346,18 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 			counter(e.ties, e.r.ties[t].Load(), e.r.tieCreated[t], selection.TieRule(t).String())
 		}
 	}
-	e.r.dash.EachDecisions(func(upstream, reason string, c *dashboard.Count) {
-		counter(e.decisions, uint64(c.Load()), c.Created, upstream, reason)
-	})
-	e.r.dash.EachInflight(func(model string, n *atomic.Int64) {
-		ch <- prometheus.MustNewConstMetric(e.inflight, prometheus.GaugeValue, float64(n.Load()), model)
-	})
 	m := e.r.m.Load()
 	if m == nil {
 		return
 	}
+	inflight := map[string]int64{} // by model label, over the pairs
 	for id, u := range *m {
 		if ps := u.pairs.Load(); ps != nil {
 			for _, p := range *ps {
 				seen := p.seen.Load()
+				if seen&seenInflight != 0 {
+					inflight[p.model] += p.inflight.Load()
+				}
 				for oi, o := range outcomes {
 					if seen&(1<<oi) != 0 {
 						counter(e.requests, p.requests[oi].Load(), p.created[oi], p.upstream, p.model, o)
@@ -315,6 +372,11 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		seen := u.seen.Load()
+		for ri, reason := range reasonLabels {
+			if seen&(seenDecided<<ri) != 0 {
+				counter(e.decisions, u.decided[ri].Load(), u.dcreated[ri], id, reason)
+			}
+		}
 		if seen&seenNoUse != 0 {
 			counter(e.noUse, u.noUse.Load(), u.created[0], id)
 		}
@@ -324,6 +386,9 @@ func (e *requestSeries) Collect(ch chan<- prometheus.Metric) {
 		if seen&seenDuration != 0 {
 			ch <- u.duration.metric(e.duration, durationBounds, u.created[2], id)
 		}
+	}
+	for model, n := range inflight {
+		ch <- prometheus.MustNewConstMetric(e.inflight, prometheus.GaugeValue, float64(n), model)
 	}
 }
 

@@ -3,6 +3,7 @@ package metrics
 import (
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ func TestSeriesLazyAndReset(t *testing.T) {
 	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
 	request := func() {
 		m.ObserveSelection("00aa", selection.Decision{Index: 0, Reason: selection.ReasonAffinity}, false, time.Microsecond)
-		l := m.StartRequest("m")
+		l := m.StartRequest("00aa", "m")
 		now := time.Now()
 		m.EndRequest(l, &Exchange{Upstream: "00aa", Model: "m", Status: 200, Start: now, End: now.Add(time.Millisecond),
 			Usage: usage.Usage{PromptTokens: 10, CachedTokens: 4, CompletionTokens: 2}, HasUsage: true})
@@ -86,6 +87,52 @@ func TestDecisionsConcurrent(t *testing.T) {
 			t.Errorf("decisions{%s} = %v, want 200", id, got)
 		}
 	}
+	m.ObserveSelection("", selection.Decision{Index: -1}, false, 0)
+	m.ObserveSelection("a", selection.Decision{}, true, 0)
+	s := m.DashboardSample(time.Now())
+	if s.Reasons["cold"] != 1600 || s.Reasons["none"] != 1 || s.Reasons["fallback"] != 1 || len(s.Reasons) != 3 {
+		t.Errorf("the dashboard's reasons %v, want cold 1600, none 1, fallback 1", s.Reasons)
+	}
+	if len(s.Up) != len(ids) || s.Up["a"].Reasons["cold"] != 200 || s.Up["a"].Reasons["fallback"] != 1 {
+		t.Errorf("the dashboard's upstreams %d (want %d, no \"\"), a's reasons %v", len(s.Up), len(ids), s.Up["a"].Reasons)
+	}
+}
+
+// TestDashboardSampleFromRecords: the dashboard's counts are the records'
+// (requests, errors, tokens of routed requests, TTFT of routed streams),
+// grouped by model ("" as "unknown") and upstream.
+func TestDashboardSampleFromRecords(t *testing.T) {
+	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4))
+	m.Models.Add("m")
+	now := time.Now()
+	u := usage.Usage{PromptTokens: 10, CachedTokens: 4, CompletionTokens: 2}
+	for _, x := range []Exchange{
+		{Upstream: "aa", Model: "m", Status: 200, HasUsage: true, Usage: u, Stream: true, FirstByte: now.Add(7 * time.Millisecond)},
+		{Upstream: "aa", Model: "m", Status: 500},
+		{Upstream: "bb", Model: "m", Status: 200, HasUsage: true, Usage: u, Stream: true, FirstByte: now.Add(2 * time.Second)},
+		{Upstream: "", Model: "", Status: 400, HasUsage: true, Usage: u},
+		{Upstream: "bb", Model: "", Status: 200},
+	} {
+		x.Start, x.End = now, now.Add(3*time.Second)
+		m.EndRequest(m.StartRequest(x.Upstream, x.Model), &x)
+	}
+	s := m.DashboardSample(now)
+	if want := (dashboard.Counts{Requests: 5, Errors: 2, Prompt: 20, Cached: 8, Output: 4}); s.All != want {
+		t.Errorf("all %+v, want %+v", s.All, want)
+	}
+	if got := s.Model["unknown"]; got == nil || got.Requests != 2 || got.Errors != 1 || got.Prompt != 0 {
+		t.Errorf("model unknown %+v, want 2 requests, 1 error, no tokens (the unrouted one's are not counted)", got)
+	}
+	if got := s.Up["aa"]; got == nil || got.Requests != 2 || got.Errors != 1 || got.Prompt != 10 {
+		t.Errorf("upstream aa %+v", got)
+	}
+	if got := s.Up["bb"]; got == nil || got.Requests != 2 || got.Prompt != 10 || len(s.Up) != 2 {
+		t.Errorf("upstream bb %+v, %d upstreams", got, len(s.Up))
+	}
+	c := s.TTFT.Counts
+	if n := len(c); n != len(dashboard.TTFTBounds)+1 || c[0] != 0 || c[1] != 1 || c[n-1] != 2 || c[slices.Index(dashboard.TTFTBounds, 2.5)] != 2 || c[slices.Index(dashboard.TTFTBounds, 1)] != 1 {
+		t.Errorf("TTFT counts %v, want cumulative: 7 ms in (5, 10] ms, 2 s in (1, 2.5] s", c)
+	}
 }
 
 // BenchmarkEndRequest is one routed request's metrics: the decision, the
@@ -99,7 +146,7 @@ func BenchmarkEndRequest(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.ObserveSelection(x.Upstream, d, false, time.Microsecond)
-		m.EndRequest(m.StartRequest("m"), x)
+		m.EndRequest(m.StartRequest(x.Upstream, "m"), x)
 	}
 }
 
@@ -179,7 +226,7 @@ func observeSelectionReference(m *reference, upstream string, d selection.Decisi
 // endRequestReference is EndRequest's Prometheus part as it was before
 // the records: every child through its vector's WithLabelValues.
 func endRequestReference(m *reference, in Inflight, x *Exchange) {
-	m.Inflight.WithLabelValues(in.label).Dec()
+	m.Inflight.WithLabelValues(in.p.model).Dec()
 	outcome := OutcomeOf(x.Status, x.Canceled, x.NoReplica)
 	var model string
 	if outcome == OutcomeOK {
@@ -240,10 +287,10 @@ func TestPairSeriesMatchesReference(t *testing.T) {
 			took := time.Duration(i*i) * 300 * time.Nanosecond
 			observeSelectionReference(want, x.Upstream, d, i%6 == 4, took)
 			got.ObserveSelection(x.Upstream, d, i%6 == 4, took)
-			in := want.StartRequest(x.Model)
-			want.Inflight.WithLabelValues(in.label).Inc()
+			in := want.StartRequest(x.Upstream, x.Model)
+			want.Inflight.WithLabelValues(in.p.model).Inc()
 			endRequestReference(want, in, &wx)
-			got.EndRequest(got.StartRequest(x.Model), &gx)
+			got.EndRequest(got.StartRequest(x.Upstream, x.Model), &gx)
 		}
 	}
 	compare := func(when string) {
@@ -335,7 +382,7 @@ func TestRecordsConcurrentScrape(t *testing.T) {
 			for i := range 200 {
 				up := ups[(g+i)%len(ups)]
 				m.ObserveSelection(up, selection.Decision{Index: 0, Reason: selection.ReasonAffinity, Tie: selection.TieLoad}, false, time.Microsecond)
-				m.EndRequest(m.StartRequest("m"), &Exchange{Upstream: up, Model: "m", Status: 200, Start: start, End: start.Add(time.Duration(i) * time.Millisecond),
+				m.EndRequest(m.StartRequest(up, "m"), &Exchange{Upstream: up, Model: "m", Status: 200, Start: start, End: start.Add(time.Duration(i) * time.Millisecond),
 					Usage: usage.Usage{PromptTokens: 3, CachedTokens: 1, CompletionTokens: 1}, HasUsage: true})
 			}
 		}()
@@ -374,5 +421,51 @@ func TestHistBucketMatchesSearch(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestInflightPairEnd: a request counted in flight on its first attempt's
+// pair ends on the pair of its final upstream and model label: a retry
+// elsewhere, or a model that joined the labels on its success, counts
+// there, and the in-flight count goes back on the first pair.
+func TestInflightPairEnd(t *testing.T) {
+	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4, "m"))
+	in := m.StartRequest("aa", "m")
+	if got, _ := m.Value("model_inflight_requests", "model", "m"); got != 1 {
+		t.Fatalf("in flight %v, want 1", got)
+	}
+	m.EndRequest(in, &Exchange{Upstream: "bb", Model: "m", Status: 200}) // retried on bb
+	in = m.StartRequest("aa", "new")                                     // "other" at its start
+	m.EndRequest(in, &Exchange{Upstream: "aa", Model: "new", Status: 200})
+	for _, tc := range []struct {
+		up, model string
+		want      float64
+	}{{"bb", "m", 1}, {"aa", "m", 0}, {"aa", "new", 1}, {"aa", catalog.Other, 0}} {
+		if got, _ := m.Value("requests_total", "upstream", tc.up, "model", tc.model, "outcome", OutcomeOK); got != tc.want {
+			t.Errorf("requests_total{%s,%s} = %v, want %v", tc.up, tc.model, got, tc.want)
+		}
+	}
+	for _, model := range []string{"m", catalog.Other} {
+		if got, ok := m.Value("model_inflight_requests", "model", model); got != 0 || !ok {
+			t.Errorf("model_inflight_requests{%s} = %v (%v), want 0", model, got, ok)
+		}
+	}
+}
+
+// TestEndRequestAllocs: a routed request's metrics (decision, in flight,
+// end) allocate nothing once its pair exists.
+func TestEndRequestAllocs(t *testing.T) {
+	m := NewSet(func() []fleetstate.Snapshot { return nil }, catalog.NewNames(4, "m"))
+	now := time.Now()
+	x := &Exchange{Upstream: "aa", Model: "m", Status: 200, Start: now, End: now.Add(time.Millisecond),
+		Usage: usage.Usage{PromptTokens: 10}, HasUsage: true, Stream: true, FirstByte: now.Add(time.Microsecond)}
+	d := selection.Decision{Index: 0, Reason: selection.ReasonAffinity}
+	request := func() {
+		m.ObserveSelection(x.Upstream, d, false, time.Microsecond)
+		m.EndRequest(m.StartRequest(x.Upstream, x.Model), x)
+	}
+	request()
+	if n := testing.AllocsPerRun(100, request); n != 0 {
+		t.Errorf("%v allocations per request", n)
 	}
 }

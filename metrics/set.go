@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,10 +46,10 @@ var outcomes = [...]string{OutcomeOK, OutcomeClientError, OutcomeUpstreamError, 
 // values survive config reloads. The collectors are exported for tests;
 // update them through the methods.
 type Set struct {
-	// Requests exposes the counts of the request path that the dashboard
-	// keeps too (decisions, requests in flight, read from Dash) and what
-	// finished requests update (requests, tokens, responses without
-	// usage, TTFT, duration, kept in records), and the decisions'
+	// Requests exposes the counts of the request path kept in records
+	// (decisions, requests in flight, and what finished requests update:
+	// requests, tokens, responses without usage, TTFT, duration), which
+	// the dashboard samples too (DashboardSample), and the decisions'
 	// selection time and overlap histograms and tie-breaks.
 	Requests prometheus.Collector
 
@@ -58,8 +57,6 @@ type Set struct {
 	Fleet prometheus.Collector
 	// Own is a registry holding only this set.
 	Own *prometheus.Registry
-	// Dash counts the same events for the dashboard, typed.
-	Dash *dashboard.Recorder
 	// recent keeps the last routed requests (Finish, RecentRecords).
 	recent recent
 
@@ -80,22 +77,17 @@ func NewSet(snap func() []fleetstate.Snapshot, models *catalog.Names) *Set {
 	m := &Set{
 		Fleet:  NewFleetCollector(snap),
 		Own:    prometheus.NewPedanticRegistry(),
-		Dash:   dashboard.NewRecorder(),
 		Models: models,
 		snap:   snap,
 	}
-	m.recs.dash = m.Dash
 	m.Requests = newRequestSeries(&m.recs, &m.decided)
 	m.Own.MustRegister(m.Collectors()...)
 	return m
 }
 
-// Reset clears the request-path series (the records, the Recorder's
-// counters), the dashboard's counts and the recent requests (tests). The
-// Recorder goes first, so that a pair record made between the two holds a
-// tally that the reset Recorder still counts.
+// Reset clears the request-path series (the records, which the
+// dashboard's counts are too) and the recent requests (tests).
 func (m *Set) Reset() {
-	m.Dash.Reset()
 	m.recs.reset()
 	m.recent.reset()
 }
@@ -141,22 +133,33 @@ func outcomeOf(status int, canceled, noReplica bool) int {
 	return 0
 }
 
+// reasonLabels are the reason label's values: selection.Reason's names by
+// value, then "fallback".
+var reasonLabels = [...]string{"none", "affinity", "load_override", "cold", "tie_break", "panic", "fallback"}
+
+// Fails to compile when selection.Reason outgrows reasonLabels.
+var _ [len(reasonLabels) - 2 - int(selection.ReasonPanic)]struct{}
+
 // ReasonLabel is the reason label of a decision.
 func ReasonLabel(d selection.Decision, fallback bool) string {
+	return reasonLabels[reasonOf(d, fallback)]
+}
+
+// reasonOf is ReasonLabel as an index into reasonLabels.
+func reasonOf(d selection.Decision, fallback bool) int {
 	switch {
 	case fallback:
-		return "fallback"
+		return len(reasonLabels) - 1
 	case d.Index < 0:
-		return "none"
+		return 0
 	}
-	return d.Reason.String()
+	return int(d.Reason)
 }
 
 // ObserveSelection records one routing decision of the policy and the time
 // it took.
 func (m *Set) ObserveSelection(upstream string, d selection.Decision, fallback bool, took time.Duration) {
-	reason := ReasonLabel(d, fallback)
-	m.Dash.Decisions(upstream, reason).Add(1)
+	m.recs.decide(m.recs.up(upstream), reasonOf(d, fallback))
 	if fallback || d.Index < 0 {
 		return
 	}
@@ -190,18 +193,20 @@ type Exchange struct {
 
 // Inflight is a request counted in flight (StartRequest), for EndRequest.
 type Inflight struct {
-	label string        // the model label
-	n     *atomic.Int64 // its count in flight
-	known bool          // label is the model's own name: it was in Models (which only grow)
+	p     *pairRecord // the pair it is counted in flight on: (upstream, model label)
+	known bool        // the label is the model's own name: it was in Models (which only grow)
 }
 
-// StartRequest counts a request in flight for model and returns what to
-// pass to EndRequest.
-func (m *Set) StartRequest(model string) Inflight {
+// StartRequest counts a request in flight for model on the pair of
+// upstream (its first attempt's, "" for none) and model's label, and
+// returns what to pass to EndRequest, which counts it on that pair when
+// it ends there under that label (no second lookup).
+func (m *Set) StartRequest(upstream, model string) Inflight {
 	l := m.Models.Label(model)
-	n := m.Dash.Inflight(l)
-	n.Add(1)
-	return Inflight{l, n, l == model && model != "" && model != catalog.Other}
+	p := m.recs.get(upstream, l)
+	m.recs.mark(&p.seen, seenInflight, nil)
+	p.inflight.Add(1)
+	return Inflight{p, l == model && model != "" && model != catalog.Other}
 }
 
 // EndRequest records a finished request; in is what StartRequest
@@ -211,25 +216,22 @@ func (m *Set) EndRequest(in Inflight, x *Exchange) { m.end(in, x) }
 // end is EndRequest; it returns the request's model label and outcome
 // (an index into outcomes).
 func (m *Set) end(in Inflight, x *Exchange) (model string, oi int) {
-	in.n.Add(-1)
+	in.p.inflight.Add(-1)
 	oi = outcomeOf(x.Status, x.Canceled, x.NoReplica)
 	outcome := outcomes[oi]
 	switch {
-	case in.known && x.Model == in.label:
+	case in.known && x.Model == in.p.model:
 		model = x.Model // in Models at the start, so still: what Add and Label return
 	case outcome == OutcomeOK:
 		model = m.Models.Add(x.Model)
 	default:
 		model = m.Models.Label(x.Model)
 	}
-	dx := dashboard.Exchange{Upstream: x.Upstream, Model: model, Error: outcome != OutcomeOK, HasUsage: x.HasUsage,
-		Prompt: x.Usage.PromptTokens, Cached: x.Usage.CachedTokens, Output: x.Usage.CompletionTokens}
-	if x.Stream && !x.FirstByte.IsZero() {
-		dx.TTFT = max(x.FirstByte.Sub(x.Start), time.Nanosecond)
+	p := in.p
+	if p.upstream != x.Upstream || p.model != model { // a retry went elsewhere, or the label changed
+		p = m.recs.get(x.Upstream, model)
 	}
-	p := m.recs.get(x.Upstream, model)
 	m.recs.end(p, oi, x)
-	p.dash.End(dx)
 	return model, oi
 }
 
@@ -243,7 +245,7 @@ func (m *Set) Finish(x *Exchange, in Inflight, llm bool) {
 		model, oi := m.end(in, x)
 		m.recent.add(x, model, oi)
 	case llm:
-		m.EndRequest(m.StartRequest(x.Model), x)
+		m.EndRequest(m.StartRequest(x.Upstream, x.Model), x)
 	}
 }
 
@@ -338,7 +340,8 @@ func (m *Set) DashboardSample(now time.Time) dashboard.Sample {
 				Healthy: r.Healthy, Available: r.Available, Quarantined: r.Quarantined})
 		}
 	}
-	return m.Dash.Sample(now, g)
+	g.Ended, g.Decided, g.TTFT = m.recs.dashboard()
+	return dashboard.SampleOf(now, g)
 }
 
 // monoBase is the origin of MonoNow.

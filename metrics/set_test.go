@@ -53,7 +53,7 @@ func TestMetricsLint(t *testing.T) {
 	m := NewSet(snap, catalog.NewNames(4))
 	d := selection.Decision{Index: 0, Reason: selection.ReasonTieBreak, Tie: selection.TieRendezvous, Overlap: 128}
 	m.ObserveSelection("00aa", d, false, 20*time.Microsecond)
-	l := m.StartRequest("m")
+	l := m.StartRequest("00aa", "m")
 	now := time.Now()
 	m.EndRequest(l, &Exchange{Upstream: "00aa", Model: "m", Status: 200, Stream: true, Start: now,
 		FirstByte: now.Add(50 * time.Millisecond), End: now.Add(time.Second),
@@ -204,7 +204,7 @@ func TestEndModelLabel(t *testing.T) {
 		{"late", 200, catalog.Other, 3, false},        // full
 		{"", 200, "", 3, false},
 	} {
-		in := m.StartRequest(tc.model)
+		in := m.StartRequest("", tc.model)
 		if in.known != tc.started {
 			t.Errorf("%d %q: Inflight.known %v, want %v", i, tc.model, in.known, tc.started)
 		}

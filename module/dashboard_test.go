@@ -87,7 +87,7 @@ func TestDashboardData(t *testing.T) {
 	decide(6, selection.ReasonAffinity)
 	decide(2, selection.ReasonCold)
 	for i := range 8 {
-		l := m.StartRequest("m")
+		l := m.StartRequest("aaaa", "m")
 		status := 200
 		if i == 7 {
 			status = 500

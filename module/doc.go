@@ -63,10 +63,10 @@
 // names go through the one bounded registry modelNames (a catalog.Names).
 //
 // Responses (handler.go): the ramjet_observe handler serves each request
-// through observe.Serve with an explicit list of observers, in order: the
-// stateObserver (X-Ramjet-Upstream, prefill done on the first byte), the
-// metricsObserver (metrics.go: status, usage, metrics and dashboard) and
-// the outcomeObserver (outlier.go: the outlier detector). With
+// through observe.Serve with its responseObserver (metrics.go), which
+// does in order the state's part (X-Ramjet-Upstream, prefill done on the
+// first byte), the metrics' and the dashboard's (status, usage) and the
+// outlier detector's (outlier.go), then the precise path's observer. With
 // ramjet_guard next to it (either side) the two share that one Writer: the
 // guard scrubs response headers through it (observe.Writer.SetScrub).
 package module

@@ -32,9 +32,9 @@ func init() {
 // once instead of when the connection's context ends. It passes flushes
 // through, so server-sent events stream unbuffered.
 //
-// The response goes through an observe.Writer feeding, in order, the
-// stateObserver, the metrics (metrics.go) and the outlier detector's
-// outcome (outlier.go).
+// The response goes through an observe.Writer feeding its
+// responseObserver (metrics.go): the request's state, the metrics and the
+// outlier detector's outcome (outlier.go).
 //
 // When the policy of the same state_key has the precise path on (kv), the
 // handler also runs its /tokenize preflight here, before reverse_proxy
@@ -149,9 +149,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		p = new(observedParts)
 	}
 	st.obsvInUse = true
-	p.state = stateObserver{st: st}
-	p.outcome = outcomeObserver{r: r, st: st}
-	obs := append(p.list[:0], &p.state, newMetricsObserver(r, st, h.set), &p.outcome)
+	obs := append(p.list[:0], newResponseObserver(r, st, h.set))
 	if st.route.kv != nil { // kvrequest.go: the request's predictions end with it
 		obs = append(obs, st.route.kv)
 	}
@@ -194,35 +192,6 @@ func (st *reqState) ResponseDone() { st.finish() }
 // response headers arrived it names the chosen replica (st.routeID(),
 // st.slot, st.model, st.decision).
 type observerFactory func(r *http.Request, st *reqState) observe.Observer
-
-// stateObserver is the first observer of every response: it sends the
-// chosen replica's X-Ramjet-Upstream (ours, whatever the upstream sent
-// under the same name) and marks the request's prefill done on the first
-// body byte.
-type stateObserver struct {
-	st      *reqState
-	started bool
-}
-
-func (o *stateObserver) WriteHeader(_ int, h http.Header) {
-	if o.st.routeIDHdr != nil {
-		h[HeaderUpstream] = o.st.routeIDHdr
-	}
-}
-
-func (o *stateObserver) Write(p []byte) {
-	if !o.started && len(p) > 0 {
-		o.started = true
-		o.st.foreignEvent(false) // foreign.go; before PrefillDone, or a run stored between them is foreign
-		o.st.hold.PrefillDone()
-	}
-}
-
-func (o *stateObserver) End(int, error) {
-	if o.started {
-		o.st.foreignEvent(true) // foreign.go: the request's life
-	}
-}
 
 // Interface guards.
 var (

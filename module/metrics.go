@@ -48,23 +48,29 @@ func register(reg *prometheus.Registry, cs ...prometheus.Collector) error {
 	return metrics.Register(reg, cs...)
 }
 
-// metricsObserver accounts one request for the metrics and the dashboard:
-// its metrics.Response (status, time to first byte, usage, end marker) and
-// the request's routing state.
-type metricsObserver struct {
+// responseObserver is the ramjet handler's one observer of a response
+// (handler.go), doing in order what three did: the request state's part
+// (X-Ramjet-Upstream on the header, the prefill done on the first body
+// byte), the metrics' and the dashboard's (its metrics.Response: status,
+// time to first byte, usage, end marker) and last the outlier detector's
+// (endOutcome, outlier.go). It stays with its request state from one
+// request to the next (st.metrics, kept by recycle), idle while st is nil.
+type responseObserver struct {
 	metrics.Response
 	m        *metrics.Set
 	st       *reqState
 	r        *http.Request
 	start    time.Time
 	selected bool
+	started  bool // body bytes were written
 	inflight metrics.Inflight
 }
 
-var observerPool = sync.Pool{New: func() any { return new(metricsObserver) }}
-
-func newMetricsObserver(r *http.Request, st *reqState, m *metrics.Set) observe.Observer {
-	o := observerPool.Get().(*metricsObserver)
+func newResponseObserver(r *http.Request, st *reqState, m *metrics.Set) observe.Observer {
+	o := st.metrics // the state's own, unless in use (a second handler on the request)
+	if o == nil || o.st != nil {
+		o = new(responseObserver)
+	}
 	o.m, o.st, o.r, o.start = m, st, r, time.Now()
 	o.Response.Start = o.start // its first byte's time is read from the monotonic clock
 	st.metrics = o             // found by observeSelect
@@ -75,16 +81,35 @@ func newMetricsObserver(r *http.Request, st *reqState, m *metrics.Set) observe.O
 // metric set and metrics.MonoNow when Select started) once st holds the
 // attempt's decision.
 func observeSelect(m *metrics.Set, st *reqState, t0 time.Duration) {
-	took := metrics.MonoNow() - t0
-	m.ObserveSelection(st.routeID(), st.decision, st.fallback, took)
+	took, id := metrics.MonoNow()-t0, st.routeID()
+	m.ObserveSelection(id, st.decision, st.fallback, took)
 	if o := st.metrics; o != nil && !o.selected && o.st == st {
 		o.selected = true
-		o.inflight = m.StartRequest(st.model)
+		o.inflight = m.StartRequest(id, st.model)
 	}
 }
 
-func (o *metricsObserver) End(status int, err error) {
-	st := o.st
+func (o *responseObserver) WriteHeader(status int, h http.Header) {
+	if o.st.routeIDHdr != nil { // ours, whatever the upstream sent under the same name
+		h[HeaderUpstream] = o.st.routeIDHdr
+	}
+	o.Response.WriteHeader(status, h)
+}
+
+func (o *responseObserver) Write(p []byte) {
+	if !o.started && len(p) > 0 {
+		o.started = true
+		o.st.foreignEvent(false) // foreign.go; before PrefillDone, or a run stored between them is foreign
+		o.st.hold.PrefillDone()
+	}
+	o.Response.Write(p)
+}
+
+func (o *responseObserver) End(status int, err error) {
+	st, wrote := o.st, status
+	if o.started {
+		st.foreignEvent(true) // foreign.go: the request's life
+	}
 	x := metrics.Exchange{
 		// End only ever meets Start in a difference: Start plus the
 		// monotonic time since (one clock read, not time.Now's two).
@@ -106,12 +131,9 @@ func (o *metricsObserver) End(status int, err error) {
 		st.fleet.Router().Observe(st.learned, int(x.Usage.PromptTokens), x.Usage.Cached(), int(x.Usage.CompletionTokens))
 	}
 	o.m.Finish(&x, o.inflight, !o.selected && o.r.Method == http.MethodPost && selection.EndpointForPath(o.r.URL.Path) != selection.EndpointUnknown)
-	if st.metrics == o {
-		st.metrics = nil
-	}
+	endOutcome(o.r, st, wrote, err)
 	o.Reset()
-	o.m, o.st, o.r, o.start, o.selected, o.inflight = nil, nil, nil, time.Time{}, false, metrics.Inflight{} // Reset cleared the Response in place
-	observerPool.Put(o)
+	o.m, o.st, o.r, o.start, o.selected, o.started, o.inflight = nil, nil, nil, time.Time{}, false, false, metrics.Inflight{} // Reset cleared the Response in place
 }
 
 // errStatus is the status a handler error will be answered with.

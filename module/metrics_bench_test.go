@@ -45,7 +45,7 @@ func BenchmarkObserverStream(b *testing.B) {
 				decision: selection.Decision{Index: 0, Reason: selection.ReasonAffinity, Overlap: 1024}}
 			for b.Loop() {
 				clear(vars)
-				o := newMetricsObserver(r, st, processMetrics())
+				o := newResponseObserver(r, st, processMetrics())
 				observeSelect(processMetrics(), st, metrics.MonoNow())
 				o.WriteHeader(200, h)
 				for _, c := range chunks {

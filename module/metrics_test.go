@@ -444,16 +444,43 @@ func TestMetricsDocumentedAndCharted(t *testing.T) {
 	}
 }
 
-// TestMetricsObserverFieldsClearedByEnd: End clears a pooled
-// metricsObserver field by field (keeping its Response's scanner buffers),
+// TestMetricsObserverFieldsClearedByEnd: End clears a responseObserver,
+// which its request state keeps for the next request, field by field (keeping its Response's scanner buffers),
 // so a field added to it must be cleared there too: this list is End's.
 func TestMetricsObserverFieldsClearedByEnd(t *testing.T) {
 	var names []string
-	for f := range reflect.TypeFor[metricsObserver]().Fields() {
+	for f := range reflect.TypeFor[responseObserver]().Fields() {
 		names = append(names, f.Name)
 	}
-	want := []string{"Response", "m", "st", "r", "start", "selected", "inflight"}
+	want := []string{"Response", "m", "st", "r", "start", "selected", "started", "inflight"}
 	if !slices.Equal(names, want) {
-		t.Fatalf("metricsObserver's fields are %v, End clears %v: clear the new ones in End and update this list", names, want)
+		t.Fatalf("responseObserver's fields are %v, End clears %v: clear the new ones in End and update this list", names, want)
 	}
+}
+
+// TestResponseObserverKept: a request state keeps its response observer
+// for its next request once End made it idle, and a second handler on a
+// request whose observer is still in use gets one of its own.
+func TestResponseObserverKept(t *testing.T) {
+	m := metrics.NewSet(func() []fleetstate.Snapshot { return nil }, nil)
+	r, st := httptestRequest(t), &reqState{slot: -1}
+	o1 := newResponseObserver(r, st, m)
+	o2 := newResponseObserver(r, st, m)
+	if o1 == o2 {
+		t.Fatal("a second handler reused the observer in use")
+	}
+	o2.End(http.StatusOK, nil)
+	o1.End(http.StatusOK, nil)
+	if o3 := newResponseObserver(r, st, m); o3 != o2 {
+		t.Error("the state's idle observer was not reused")
+	}
+}
+
+func httptestRequest(t *testing.T) *http.Request {
+	t.Helper()
+	r, err := http.NewRequest(http.MethodGet, "http://127.0.0.1/v1/models", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -9,28 +9,19 @@ import (
 	"github.com/ramjet-llm/ramjet/selection"
 )
 
-// outcomeObserver reports the final attempt's outcome of a routed request
-// to the fleet's outlier detector. Earlier attempts (retried) are
-// reported by Select.
-type outcomeObserver struct {
-	r  *http.Request
-	st *reqState
-}
-
-func (o *outcomeObserver) WriteHeader(int, http.Header) {}
-func (o *outcomeObserver) Write([]byte)                 {}
-
-// End classifies the outcome. A request its client abandoned says
-// nothing about the replica.
-func (o *outcomeObserver) End(status int, err error) {
-	st := o.st
+// endOutcome reports the final attempt's outcome of a routed request to
+// the fleet's outlier detector (the responseObserver's last part, metrics.go;
+// status is what was written, 0: nothing). Earlier attempts (retried) are
+// reported by Select. A request its client abandoned says nothing about
+// the replica.
+func endOutcome(r *http.Request, st *reqState, status int, err error) {
 	if !st.pending || st.fleet == nil || st.slot < 0 {
 		return
 	}
 	st.pending = false
 	od := st.fleet.Detector()
-	kind, failed := selection.ClassifyOutcome(status, err, (err != nil || status >= 500) && o.r.Context().Err() != nil)
-	if failed && kind == selection.FailConnect && responseStatus(o.r) >= 500 {
+	kind, failed := selection.ClassifyOutcome(status, err, (err != nil || status >= 500) && r.Context().Err() != nil)
+	if failed && kind == selection.FailConnect && responseStatus(r) >= 500 {
 		kind = selection.FailStatus // a 5xx answer Caddy retried until out of tries
 	}
 	if failed {

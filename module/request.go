@@ -64,7 +64,7 @@ type reqState struct {
 	routeIDHdr []string           // the chosen replica's opaque id sent in X-Ramjet-Upstream (routeID), as a shared header value; never modify
 	model      string             // interned model name (the guard's model check, or Select when observed; "" when unknown)
 	tried      *selection.SlotSet // every attempt's slot, allocated on a retry
-	metrics    *metricsObserver   // the request's metrics observer (metrics.go), for Select
+	metrics    *responseObserver  // the request's response observer (metrics.go), for Select; kept idle by recycle
 	baseHeader http.Header        // the request header map of the first attempt
 
 	// route holds the preflight's token ids and the first attempt's
@@ -74,7 +74,7 @@ type reqState struct {
 	hold selection.Hold // the current attempt's reservation
 	// learned is the last ramjet decision's reservation, through which the
 	// answer's cached-token count corrects the index (Router.Observe,
-	// metricsObserver.End); readable after its release.
+	// responseObserver.End); readable after its release.
 	learned *selection.Reservation
 
 	// observed holds the ramjet handler's writer and observers of this
@@ -89,10 +89,8 @@ type reqState struct {
 // besides it. A second handler on the request (obsvInUse) allocates its
 // own; a guard in front writes through w too (guardW).
 type observedParts struct {
-	w       observe.Writer
-	state   stateObserver
-	outcome outcomeObserver
-	list    [4]observe.Observer // state, metrics, outcome and the precise path's (more allocate)
+	w    observe.Writer
+	list [3]observe.Observer // the responseObserver, the precise path's and a test's (more allocate)
 }
 
 // requestState returns the request's reqState, creating it (and handing
@@ -143,7 +141,7 @@ func (st *reqState) recycle(reuse bool) {
 		return
 	}
 	st.ref.st.Store(nil)
-	*st = reqState{}
+	*st = reqState{metrics: st.metrics} // its response observer, idle (End), serves the next request
 	states.Put(st)
 }
 
