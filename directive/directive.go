@@ -612,7 +612,7 @@ func (rd *ramjetDirective) policy() (*module.RamjetSelection, error) {
 //	tokenize_timeout <duration>                  the /tokenize preflight's timeout
 //	tokenize_wait auto|always|warm               when a request waits for it (default auto: the wait rule)
 //	kv_queue_estimate <x>|off                    the queue rule (default 1; kvindex.Settings.QueueEstimate)
-//	kv_cap_load <x>|off                          the estimate cap's load gate (default off; kvindex.Settings.CapLoad)
+//	kv_cap_load <x>|off                          the estimate cap's load gate (default 3; off: the cap everywhere; kvindex.Settings.CapLoad)
 //	kv_cap_foreign_queue <x>|off                 foreign exact overlaps capped past x caches of queue (default 4; kvindex.Settings.CapForeignQueue)
 //
 // Lists are space- or comma-separated; an empty value (an unset

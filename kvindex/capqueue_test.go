@@ -10,9 +10,9 @@ import (
 // TestPreciseCapQueue checks PreciseConfig.CapQueue: an exact overlap past
 // the estimate's credit, on blocks this router routed there, stands on a
 // replica whose pending prefill is below CapQueue times its KV capacity
-// (opt-in, with CapLoad off), and is left to the estimate on one queued
-// past it, on one whose capacity is not known, and everywhere without the
-// rule.
+// (opt-in, with CapLoad off, and here CapPeer, CapGain and CapFit off),
+// and is left to the estimate on one queued past it, on one whose capacity
+// is not known, and everywhere without the rule.
 func TestPreciseCapQueue(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // three full blocks
@@ -28,7 +28,7 @@ func TestPreciseCapQueue(t *testing.T) {
 		{"twice", 2, true, true, false}, // b's queue is under twice its capacity
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapQueue: tc.k, CapLoad: -1})
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapQueue: tc.k, CapLoad: -1, CapPeer: -1, CapGain: -1, CapFit: -1})
 			const capa = 400 // tokens: 100 router blocks
 			rt.SetCapacity(cands[0].Slot, capa)
 			rt.SetCapacity(cands[1].Slot, capa)
@@ -97,9 +97,10 @@ func threeEstimated(t *testing.T, cfg PreciseConfig) (*Precise, *selection.Route
 // TestPreciseCapLoad checks PreciseConfig.CapLoad: an exact overlap past
 // the estimate's credit, on blocks this router routed there, stands while
 // the replica's in-flight requests and this one, each weighed as this
-// prompt, fit in CapLoad times its KV capacity (opt-in), counting
+// prompt, fit in CapLoad times its KV capacity (0: DefaultCapLoad), counting
 // requests past their prefill (which CapQueue does not); capped past it,
-// with the capacity unknown, and everywhere with CapLoad off (the default).
+// with the capacity unknown, and everywhere with CapLoad off (-1). CapPeer,
+// CapGain and CapFit are off here.
 func TestPreciseCapLoad(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
@@ -109,13 +110,14 @@ func TestPreciseCapLoad(t *testing.T) {
 		wantA, wantB, wantC bool // a idle, b three decoding requests, c capacity unknown
 	}{
 		{"off", -1, false, false, false},
-		{"default", 0, false, false, false}, // off
-		{"tenth", 0.1, true, false, false},  // 40 tokens: a's 13 fit, b's 4 x 13 do not
+		{"default", 0, true, true, false},  // DefaultCapLoad, 3
+		{"tenth", 0.1, true, false, false}, // 40 tokens: a's 13 fit, b's 4 x 13 do not
 		{"once", 1, true, true, false},
 		{"three", 3, true, true, false}, // the measured value
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapLoad: tc.k})
+			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }}, CapLoad: tc.k,
+				CapPeer: -1, CapGain: -1, CapFit: -1})
 			rt.SetCapacity(cands[0].Slot, 400)
 			rt.SetCapacity(cands[1].Slot, 400)
 			ownTwoBlocks(t, p.Index(), toks)
@@ -132,8 +134,8 @@ func TestPreciseCapLoad(t *testing.T) {
 				r.Release()
 			}
 			p.Annotate(f, cands, s)
-			if cands[1].Precise != (tc.k > 0) {
-				t.Errorf("b idle: %+v, want precise %v", cands[1], tc.k > 0)
+			if cands[1].Precise != (tc.k >= 0) {
+				t.Errorf("b idle: %+v, want precise %v", cands[1], tc.k >= 0)
 			}
 		})
 	}
@@ -173,7 +175,8 @@ func annotateWant(t *testing.T, p *Precise, f *selection.Features, cands []selec
 // overlap past the estimate's credit on this router's blocks stands only
 // on a replica whose resident context is at most CapPeer times the
 // candidates' mean (the in-flight counts with CapPeerInflight); a busier
-// one is capped. Off (0), CapLoad alone decides.
+// one is capped (0: DefaultCapPeer, 1.1). Off (-1), CapLoad alone decides.
+// CapGain and CapFit are off here.
 func TestPreciseCapPeer(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
@@ -183,14 +186,15 @@ func TestPreciseCapPeer(t *testing.T) {
 		inflight     bool
 		wantA, wantB bool // a idle, b three decoding requests
 	}{
-		{"off", 0, false, true, true},
+		{"off", -1, false, true, true},
+		{"default", 0, false, true, false}, // 1.1: b holds 3 x the mean
 		{"resident once", 1, false, true, false},
 		{"inflight once", 1, true, true, false},
 		{"resident thrice", 3.5, false, true, true}, // b holds all: 3 x its mean
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }},
-				CapLoad: 3, CapPeer: tc.k, CapPeerInflight: tc.inflight})
+				CapLoad: 3, CapPeer: tc.k, CapPeerInflight: tc.inflight, CapGain: -1, CapFit: -1})
 			for _, c := range cands {
 				rt.SetCapacity(c.Slot, 400)
 			}
@@ -251,8 +255,9 @@ func threeDecoding(rt *selection.Router, c selection.Candidate) []*selection.Res
 // overlap past the estimate's credit on this router's blocks stands only
 // where the replica's pending prefill exceeds the least of the other
 // candidates' by less than CapGain times the tokens it credits past the
-// estimate; a replica queued further than that is capped. Off (0),
-// CapLoad alone decides. The probes: CapGainMean (against the candidates'
+// estimate; a replica queued further than that is capped (0:
+// DefaultCapGain scaled as CapGainFleet). Off (-1), CapLoad alone decides
+// (CapPeer and CapFit are off here). The probes: CapGainMean (against the candidates'
 // mean pending), CapGainFleet (CapGain scaled by their resident context
 // over their capacity), CapPeerSlack (fewer in flight than the mean plus
 // it).
@@ -266,18 +271,19 @@ func TestPreciseCapGain(t *testing.T) {
 		wantB       bool // b: a 200-token prefill queued (a and c idle)
 		wantRun     bool // b once that prefill has run (one in flight, none pending)
 	}{
-		{"off", 0, 0, false, false, true, true},
-		{"once", 1, 0, false, false, false, true},          // b's queue (200) past 8 tokens saved
-		{"large", 30, 0, false, false, true, true},         // 200 < 30 x 8
-		{"twenty", 20, 0, false, false, false, true},       // 200 >= 160
-		{"twenty, mean", 20, 0, true, false, true, true},   // 200 - 200/3 < 160
-		{"large, fleet", 30, 0, false, true, false, true},  // 30 x 200/1200 x 8 = 40 <= 200
-		{"slack half", 0, 0.5, false, false, false, false}, // b's one in flight >= 1/3 + 0.5
-		{"slack one", 0, 1, false, false, true, true},      // 1 < 1/3 + 1
+		{"off", -1, 0, false, false, true, true},
+		{"default", 0, 0, false, false, false, true},        // 0.75 x 200/1200 x 8 = 1 <= 200
+		{"once", 1, 0, false, false, false, true},           // b's queue (200) past 8 tokens saved
+		{"large", 30, 0, false, false, true, true},          // 200 < 30 x 8
+		{"twenty", 20, 0, false, false, false, true},        // 200 >= 160
+		{"twenty, mean", 20, 0, true, false, true, true},    // 200 - 200/3 < 160
+		{"large, fleet", 30, 0, false, true, false, true},   // 30 x 200/1200 x 8 = 40 <= 200
+		{"slack half", -1, 0.5, false, false, false, false}, // b's one in flight >= 1/3 + 0.5
+		{"slack one", -1, 1, false, false, true, true},      // 1 < 1/3 + 1
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }},
-				CapLoad: 3, CapGain: tc.k, CapGainMean: tc.mean, CapGainFleet: tc.fleet, CapPeerSlack: tc.slack})
+				CapLoad: 3, CapGain: tc.k, CapGainMean: tc.mean, CapGainFleet: tc.fleet, CapPeerSlack: tc.slack, CapPeer: -1, CapFit: -1})
 			for _, c := range cands {
 				rt.SetCapacity(c.Slot, 400)
 			}
@@ -302,7 +308,8 @@ func TestPreciseCapGain(t *testing.T) {
 // past the estimate stands only on a replica whose capacity holds CapFit x
 // the 13-token prompt; with CapGainFleet, CapGainRoom scales CapGain by the
 // room the capacity leaves beside the prompt ((capacity - 13) / 13, within
-// 0..1). b has a 200-token prefill queued, a and c are idle.
+// 0..1). b has a 200-token prefill queued, a and c are idle. CapPeer is
+// off; CapFit and CapGain -1 are off, 0 their defaults (the lift stack).
 func TestPreciseCapFit(t *testing.T) {
 	now := time.Unix(100, 0)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13} // 13 tokens
@@ -313,20 +320,24 @@ func TestPreciseCapFit(t *testing.T) {
 		room         bool
 		wantA, wantB bool // a and c; b
 	}{
-		{"off", 400, 0, 0, false, true, true},
-		{"fit 2", 400, 2, 0, false, true, true},               // 26 <= 400
-		{"fit 30", 400, 30, 0, false, true, true},             // 390 <= 400
-		{"fit 31", 400, 31, 0, false, false, false},           // 403 > 400
-		{"fit 2, small", 20, 2, 0, false, false, false},       // 26 > 20
-		{"fit 1, small", 20, 1, 0, false, true, true},         // 13 <= 20
-		{"fleet", 20, 0, 10, false, true, true},               // 200 < 10 x 200/60 x 8 = 267
-		{"fleet, room", 20, 0, 10, true, true, false},         // 200 >= 267 x 7/13 = 144
-		{"fleet, room, large", 400, 0, 200, true, true, true}, // room 1: 200 < 200 x 200/1200 x 8 = 267
-		{"fleet, no room", 10, 0, 1000, true, false, false},   // 13 > 10: no room, capped
+		{"off", 400, -1, -1, false, true, true},
+		{"fit 2", 400, 2, -1, false, true, true},               // 26 <= 400
+		{"fit 30", 400, 30, -1, false, true, true},             // 390 <= 400
+		{"fit 31", 400, 31, -1, false, false, false},           // 403 > 400
+		{"fit 2, small", 20, 2, -1, false, false, false},       // 26 > 20
+		{"fit 1, small", 20, 1, -1, false, true, true},         // 13 <= 20
+		{"fit default", 32, 0, -1, false, false, false},        // 2.5 x 13 = 32.5 > 32: capped
+		{"fit default, 36", 36, 0, -1, false, true, true},      // 32.5 <= 36
+		{"stack", 400, 0, 0, false, true, false},               // 200 >= 0.75 x 200/1200 x 8 = 1
+		{"stack, small", 30, 0, 0, false, false, false},        // 32.5 > 30
+		{"fleet", 20, -1, 10, false, true, true},               // 200 < 10 x 200/60 x 8 = 267
+		{"fleet, room", 20, -1, 10, true, true, false},         // 200 >= 267 x 7/13 = 144
+		{"fleet, room, large", 400, -1, 200, true, true, true}, // room 1: 200 < 200 x 200/1200 x 8 = 267
+		{"fleet, no room", 10, -1, 1000, true, false, false},   // 13 > 10: no room, capped
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, rt, cands := threeEstimated(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return now }},
-				CapLoad: 3, CapFit: tc.fit, CapGain: tc.k, CapGainFleet: tc.k > 0, CapGainRoom: tc.room})
+				CapLoad: 3, CapFit: tc.fit, CapGain: tc.k, CapGainFleet: tc.k > 0, CapGainRoom: tc.room, CapPeer: -1})
 			for _, c := range cands {
 				rt.SetCapacity(c.Slot, tc.capa)
 			}

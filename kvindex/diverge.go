@@ -20,7 +20,7 @@ import (
 // differs from the estimate's credit, that is where an engine dropped
 // blocks the estimate still credits (evicted, or its cache cleared) or
 // holds blocks this router did not route (other instances' placements),
-// or under CapLoad or CapQueue (opt-in) holds blocks the estimate
+// or under CapLoad (the default) or CapQueue holds blocks the estimate
 // dropped on a replica whose load is under the gate (the rule does not
 // wait for those alone: an engine that evicts nothing holds what the
 // estimate's bound dropped only where the bound is below the engine's

@@ -27,6 +27,15 @@ const (
 	// whose queue ahead holds at least four times its KV capacity of
 	// prefill.
 	DefaultCapForeignQueue = 4.0
+	// DefaultCapLoad, DefaultCapPeer, DefaultCapGain (scaled by the
+	// fleet's saturation, CapGainFleet) and DefaultCapFit are the
+	// estimate cap's lift stack, the default since 2026-12-07
+	// (bench/EXPERIMENTS.md 114, 118): CapLoad's, CapPeer's, CapGain's
+	// and CapFit's values at 0.
+	DefaultCapLoad = 3.0
+	DefaultCapPeer = 1.1
+	DefaultCapGain = 0.75
+	DefaultCapFit  = 2.5
 )
 
 // PreciseEngine is one replica of the precise path: its feed and the
@@ -105,7 +114,7 @@ type PreciseConfig struct {
 	// estimate decides, the rule before 2026-12-07). bench/EXPERIMENTS.md
 	// section 99.
 	QueueEstimate float64
-	// CapQueue, with SetEstimate, CapLoad off and CapQueue positive,
+	// CapQueue, with SetEstimate, CapLoad off (negative) and CapQueue positive,
 	// bounds the estimate cap to queued replicas: a candidate whose exact overlap exceeds the
 	// estimate's credit on blocks this router routed there keeps its
 	// exact overlap while the replica's pending prefill is below CapQueue
@@ -127,13 +136,16 @@ type PreciseConfig struct {
 	// capacity as the router knows it ((in-flight + 1) x prompt tokens <
 	// CapLoad x Router.Capacity; unknown: capped). It counts requests
 	// decoding as well as queued: each holds a context in the cache the
-	// request's blocks must survive until it runs. 0 or negative (the
-	// default): off (then CapQueue decides; without it the cap
-	// everywhere). Opt-in: at 3 it recovers agent-fleet's 0.07-0.13 of
+	// request's blocks must survive until it runs. 0 is DefaultCapLoad
+	// (with CapPeer's, CapGain's and CapFit's defaults, the lift stack:
+	// bench/EXPERIMENTS.md sections 114 and 118), negative off (then
+	// CapQueue decides; without it the cap everywhere, the rule before
+	// 2026-12-07). Alone at 3 it recovers agent-fleet's 0.07-0.13 of
 	// cached share at 8 replicas and is neutral on the overloaded
 	// tool-agent traces, but costs agent-fleet at a half or a quarter of
 	// its load with 65,536-131,072-token caches TTFT p95 8-18% and output
-	// 2-4% (bench/EXPERIMENTS.md section 104).
+	// 2-4% (bench/EXPERIMENTS.md section 104), which CapPeer, CapGain and
+	// CapFit remove.
 	CapLoad float64
 	// CapPeer, with CapLoad on, lifts the estimate cap only on a replica
 	// no busier than its peers: an exact overlap past the estimate's
@@ -145,8 +157,8 @@ type PreciseConfig struct {
 	// context evicts another replica's conversations, so the exact
 	// overlap pays; where its home is busier than the others, keeping the
 	// request there makes it a magnet that queues it and its neighbours
-	// (bench/EXPERIMENTS.md section 107). 0 or negative: off (CapLoad
-	// alone decides).
+	// (bench/EXPERIMENTS.md section 107). 0 is DefaultCapPeer, negative
+	// off (CapLoad alone decides).
 	CapPeer float64
 	// CapPeerInflight, with CapPeer, compares the in-flight request counts
 	// (Router.Load) instead of the resident contexts: a probe.
@@ -175,7 +187,8 @@ type PreciseConfig struct {
 	// the exact overlap credits past the estimate's. Kept at home, the
 	// request waits behind that queue difference to save those tokens;
 	// sent to the least queued peer, the estimate's credit is what it
-	// reads. 0 or negative: off. Opt-in: at 1 with CapPeer 1.1 it removed
+	// reads. 0 is DefaultCapGain with CapGainFleet (set or not), negative
+	// off. At 1 (unscaled) with CapPeer 1.1 it removed
 	// CapPeer's half-load TTFT p95 loss on held-out agent-fleet seeds and
 	// kept about 3/4 of the full-load gain, but cost 0.5 x 65,536 TTFT p50
 	// 2% (bench/EXPERIMENTS.md section 111).
@@ -185,7 +198,7 @@ type PreciseConfig struct {
 	CapGainMean bool
 	// CapGainFleet, with CapGain, scales CapGain by the candidates' mean
 	// resident context over their mean KV capacity (how saturated the
-	// fleet is; JSON kv.cap_gain_fleet). Opt-in: at CapGain 0.75 with
+	// fleet is; JSON kv.cap_gain_fleet; implied with CapGain 0). At CapGain 0.75 with
 	// CapPeer 1.1 it kept the full-load gain and removed CapPeer's
 	// half-load tail, but read 65,536-token caches as saturated
 	// (bench/EXPERIMENTS.md 111; CapFit, 114).
@@ -202,11 +215,10 @@ type PreciseConfig struct {
 	// the cache keeps other conversations beside the prompt, which the
 	// cap's move would evict on another replica; a cache the prompt
 	// mostly fills keeps none, and there the lift only loads the home.
-	// 0 or negative: off. Opt-in: at 2.5 with CapPeer 1.1, CapGain 0.75
-	// and CapGainFleet it kept CapGainFleet's held-out full-load gain on
-	// agent-fleet (+0.081 of cached share) and was identical to the cap
-	// at 0.5 x 65,536, but cost full x 131,072 TTFT p50 1.8% on dev seeds
-	// (bench/EXPERIMENTS.md section 114).
+	// 0 is DefaultCapFit, negative off. At 2.5 with CapPeer 1.1, CapGain
+	// 0.75 and CapGainFleet it kept CapGainFleet's held-out full-load gain
+	// on agent-fleet (+0.081 of cached share) and was identical to the cap
+	// at 0.5 x 65,536 (bench/EXPERIMENTS.md section 114).
 	CapFit float64
 	// CapPeerSlack, with CapPeer, also requires the replica's in-flight
 	// requests to be fewer than the candidates' mean plus CapPeerSlack:
@@ -301,7 +313,8 @@ type estimateWork struct {
 // estimate credits with less than its exact overlap on blocks this router
 // routed there (Precise cleared, so that Pick reads the estimate and
 // Observe corrects it as on the default path), unless ExactPastEstimate,
-// or the replica's load is under CapLoad or CapQueue (both opt-in). The exact overlap still decides
+// or the replica's load is under CapLoad (by default, with CapPeer, CapGain
+// and CapFit) or CapQueue (opt-in). The exact overlap still decides
 // where it is the lower one (the engine evicted what the estimate
 // believes) unless the queue rule (QueueEstimate) says otherwise, and
 // predictions are still made. Why: the estimate learns a request's blocks
@@ -314,7 +327,8 @@ type estimateWork struct {
 // p99 18%). On agent-fleet at 8 replicas of the default KV it costs
 // 0.075-0.13 of cached share, which CapLoad recovers there but not
 // without a cost at lower loads with small caches (bench/EXPERIMENTS.md
-// sections 103, 104). nil turns it off.
+// sections 103, 104) that its stack's defaults remove (114, 118). nil
+// turns it off.
 func (p *Precise) SetEstimate(rt *selection.Router) {
 	if rt == nil {
 		p.est.Store(nil)
@@ -348,6 +362,18 @@ func NewPrecise(cfg PreciseConfig) (*Precise, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.CapLoad == 0 {
+		cfg.CapLoad = DefaultCapLoad
+	}
+	if cfg.CapPeer == 0 {
+		cfg.CapPeer = DefaultCapPeer
+	}
+	if cfg.CapGain == 0 {
+		cfg.CapGain, cfg.CapGainFleet = DefaultCapGain, true
+	}
+	if cfg.CapFit == 0 {
+		cfg.CapFit = DefaultCapFit
 	}
 	var auth http.Header
 	if cfg.Token != "" {

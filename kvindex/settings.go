@@ -83,17 +83,18 @@ type Settings struct {
 	// (PreciseConfig.CapLoad): an exact overlap past the estimate's credit
 	// on blocks this router routed there stands while the replica's
 	// in-flight requests and this one, each as long as this prompt, fit in
-	// CapLoad times its KV capacity (the capacity known). Opt-in: 0 (the
-	// default) and -1 are off, the estimate cap everywhere; 3 is the
-	// measured value (bench/EXPERIMENTS.md 104).
+	// CapLoad times its KV capacity (the capacity known). 0: the default,
+	// 3 (DefaultCapLoad), with cap_peer, cap_gain and cap_fit the lift
+	// stack of bench/EXPERIMENTS.md 114 and 118; -1: off, the estimate cap
+	// everywhere (the rule before 2026-12-07; bench/EXPERIMENTS.md 104).
 	CapLoad float64 `json:"cap_load,omitempty"`
 
 	// CapPeer, with CapLoad, lifts the estimate cap only on a replica no
 	// busier than its peers (PreciseConfig.CapPeer): its resident context
 	// (the contexts of the requests in flight there) at most CapPeer times
-	// the mean over the request's candidates. Opt-in: 0 (the default) and
-	// -1 are off, CapLoad alone decides; 1.1 is the measured value
-	// (bench/EXPERIMENTS.md 107).
+	// the mean over the request's candidates. 0: the default, 1.1
+	// (DefaultCapPeer); -1: off, CapLoad alone decides (bench/EXPERIMENTS.md
+	// 107).
 	CapPeer float64 `json:"cap_peer,omitempty"`
 
 	// CapForeignQueue leaves to the estimate also an exact overlap past
@@ -107,23 +108,23 @@ type Settings struct {
 	// saves more prefill than the queue it keeps the request behind
 	// (PreciseConfig.CapGain): the replica's pending prefill less the
 	// least of the other candidates' below CapGain times the tokens its
-	// exact overlap credits past the estimate's. Opt-in: 0 (the default)
-	// and -1 are off (bench/EXPERIMENTS.md 111).
+	// exact overlap credits past the estimate's. 0: the default, 0.75
+	// (DefaultCapGain) scaled as cap_gain_fleet, whether set or not; -1:
+	// off; a positive value is scaled only with cap_gain_fleet
+	// (bench/EXPERIMENTS.md 111).
 	CapGain float64 `json:"cap_gain,omitempty"`
 
 	// CapGainFleet scales cap_gain by how saturated the request's
 	// candidates are: their resident context over their KV capacity
-	// (PreciseConfig.CapGainFleet). Off by default (bench/EXPERIMENTS.md
-	// 111).
+	// (PreciseConfig.CapGainFleet): implied by the default cap_gain (0),
+	// off by default with a cap_gain given (bench/EXPERIMENTS.md 111).
 	CapGainFleet bool `json:"cap_gain_fleet,omitempty"`
 
 	// CapFit, with CapLoad, lifts the estimate cap only on a replica whose
 	// KV capacity holds CapFit times the request's prompt
 	// (PreciseConfig.CapFit): a cache the prompt mostly fills keeps none
-	// of the conversations the lift spares elsewhere. Opt-in: 0 (the
-	// default) and -1 are off; 2.5 (with cap_load 3, cap_peer 1.1,
-	// cap_gain 0.75 and cap_gain_fleet) is the measured value
-	// (bench/EXPERIMENTS.md 114).
+	// of the conversations the lift spares elsewhere. 0: the default, 2.5
+	// (DefaultCapFit); -1: off (bench/EXPERIMENTS.md 114).
 	CapFit float64 `json:"cap_fit,omitempty"`
 
 	// UpstreamToken is the bearer token sent to the engines with every
@@ -194,15 +195,15 @@ func (c *Settings) Validate() error {
 	case c.QueueEstimate < 0 && c.QueueEstimate != -1:
 		return fmt.Errorf("kv: queue_estimate must be positive, 0 (the default) or -1 (off), got %v", c.QueueEstimate)
 	case c.CapLoad < 0 && c.CapLoad != -1:
-		return fmt.Errorf("kv: cap_load must be positive, 0 (off, the default) or -1 (off), got %v", c.CapLoad)
+		return fmt.Errorf("kv: cap_load must be positive, 0 (the default) or -1 (off), got %v", c.CapLoad)
 	case c.CapPeer < 0 && c.CapPeer != -1:
-		return fmt.Errorf("kv: cap_peer must be positive, 0 (off, the default) or -1 (off), got %v", c.CapPeer)
+		return fmt.Errorf("kv: cap_peer must be positive, 0 (the default) or -1 (off), got %v", c.CapPeer)
 	case c.CapForeignQueue < 0 && c.CapForeignQueue != -1:
 		return fmt.Errorf("kv: cap_foreign_queue must be positive, 0 (the default) or -1 (off), got %v", c.CapForeignQueue)
 	case c.CapGain < 0 && c.CapGain != -1:
-		return fmt.Errorf("kv: cap_gain must be positive, 0 (off, the default) or -1 (off), got %v", c.CapGain)
+		return fmt.Errorf("kv: cap_gain must be positive, 0 (the default) or -1 (off), got %v", c.CapGain)
 	case c.CapFit < 0 && c.CapFit != -1:
-		return fmt.Errorf("kv: cap_fit must be positive, 0 (off, the default) or -1 (off), got %v", c.CapFit)
+		return fmt.Errorf("kv: cap_fit must be positive, 0 (the default) or -1 (off), got %v", c.CapFit)
 	case c.TokenizeWait != "" && c.TokenizeWait != "auto" && c.TokenizeWait != "always" && c.TokenizeWait != "warm":
 		return fmt.Errorf("kv: tokenize_wait must be auto, always or warm, got %q", c.TokenizeWait)
 	case c.Canary != nil && c.Canary.Model == "":

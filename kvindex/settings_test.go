@@ -93,7 +93,7 @@ func TestSettingsCapLoad(t *testing.T) {
 }
 
 // TestSettingsCapPeer: cap_peer reaches PreciseConfig.CapPeer as given (0
-// and -1 off, a positive factor); another negative one is rejected naming
+// the default and -1 off, a positive factor); another negative one is rejected naming
 // the field.
 func TestSettingsCapPeer(t *testing.T) {
 	for _, c := range []struct {
@@ -108,7 +108,7 @@ func TestSettingsCapPeer(t *testing.T) {
 }
 
 // TestSettingsCapGain: cap_gain reaches PreciseConfig.CapGain as given (0
-// and -1 off, a positive factor); another negative one is rejected naming
+// the default and -1 off, a positive factor); another negative one is rejected naming
 // the field.
 func TestSettingsCapGain(t *testing.T) {
 	for _, c := range []struct {
@@ -123,7 +123,7 @@ func TestSettingsCapGain(t *testing.T) {
 }
 
 // TestSettingsCapFit: cap_fit reaches PreciseConfig.CapFit as given (0
-// and -1 off, a positive factor), another negative one is rejected naming
+// the default and -1 off, a positive factor), another negative one is rejected naming
 // the field; cap_gain_fleet reaches CapGainFleet.
 func TestSettingsCapFit(t *testing.T) {
 	for _, c := range []struct {
@@ -158,4 +158,39 @@ func validPrecise(t *testing.T, s Settings, field string, give float64, bad bool
 		return pc, false
 	}
 	return pc, true
+}
+
+// TestSettingsCapStack: the estimate cap's lift stack is the default. With
+// cap_load, cap_peer, cap_gain and cap_fit 0 (unset) the precise service
+// runs DefaultCapLoad, DefaultCapPeer, DefaultCapGain scaled by the
+// fleet's saturation (CapGainFleet) and DefaultCapFit; -1 turns each off
+// (and cap_gain -1 leaves cap_gain_fleet unset); an explicit value is kept,
+// and an explicit cap_gain is scaled only with cap_gain_fleet.
+func TestSettingsCapStack(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		give, want Settings
+	}{
+		{"default", Settings{}, Settings{CapLoad: 3, CapPeer: 1.1, CapGain: 0.75, CapGainFleet: true, CapFit: 2.5}},
+		{"off", Settings{CapLoad: -1, CapPeer: -1, CapGain: -1, CapFit: -1}, Settings{CapLoad: -1, CapPeer: -1, CapGain: -1, CapFit: -1}},
+		{"load off", Settings{CapLoad: -1}, Settings{CapLoad: -1, CapPeer: 1.1, CapGain: 0.75, CapGainFleet: true, CapFit: 2.5}},
+		{"explicit", Settings{CapLoad: 2, CapPeer: 1.5, CapGain: 1, CapFit: 3}, Settings{CapLoad: 2, CapPeer: 1.5, CapGain: 1, CapFit: 3}},
+		{"explicit fleet", Settings{CapGain: 0.5, CapGainFleet: true}, Settings{CapLoad: 3, CapPeer: 1.1, CapGain: 0.5, CapGainFleet: true, CapFit: 2.5}},
+	} {
+		pc, ok := validPrecise(t, c.give, c.name, 0, false)
+		if !ok {
+			continue
+		}
+		pc.Engines = []PreciseEngine{{Feed: Endpoint{Replica: "a"}}} // no feed to dial
+		p, err := NewPrecise(pc)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		w, g := c.want, p.cfg
+		if g.CapLoad != w.CapLoad || g.CapPeer != w.CapPeer || g.CapGain != w.CapGain || g.CapGainFleet != w.CapGainFleet || g.CapFit != w.CapFit {
+			t.Errorf("%s: cap_load %v, cap_peer %v, cap_gain %v, cap_gain_fleet %v, cap_fit %v; want %v, %v, %v, %v, %v", c.name,
+				g.CapLoad, g.CapPeer, g.CapGain, g.CapGainFleet, g.CapFit, w.CapLoad, w.CapPeer, w.CapGain, w.CapGainFleet, w.CapFit)
+		}
+		p.Close()
+	}
 }

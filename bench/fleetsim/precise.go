@@ -72,16 +72,19 @@ type PreciseConfig struct {
 	// CapQueue: kvindex.PreciseConfig.CapQueue (0: off, the estimate
 	// cap everywhere).
 	CapQueue float64
-	// CapLoad: kvindex.PreciseConfig.CapLoad (0: off, the estimate cap
-	// everywhere).
+	// CapLoad: kvindex.PreciseConfig.CapLoad (0: its default, the lift
+	// stack's with CapPeer's, CapGain's and CapFit's; negative: off, the
+	// estimate cap everywhere).
 	CapLoad float64
-	// CapPeer, CapPeerInflight: kvindex.PreciseConfig's (0: off).
+	// CapPeer, CapPeerInflight: kvindex.PreciseConfig's (0: its default,
+	// negative: off).
 	CapPeer         float64
 	CapPeerInflight bool
 	// CapForeignQueue: kvindex.PreciseConfig.CapForeignQueue (0: its
 	// default, negative: off).
 	CapForeignQueue float64
-	// CapGain, CapPeerSlack: kvindex.PreciseConfig's (0: off).
+	// CapGain, CapPeerSlack, CapFit: kvindex.PreciseConfig's (CapGain and
+	// CapFit 0: their defaults, negative: off; CapPeerSlack 0: off).
 	CapGain, CapPeerSlack float64
 	CapGainMean           bool
 	CapGainFleet          bool
@@ -591,9 +594,16 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // QueueExtra's default, since 2026-12-07) and noqx (QueueExtra off, the
 // rule before); dl=0 (selection.Options.FixedDensity); a later wait or always wins. qe=K sets
 // PreciseConfig.QueueEstimate (qe=0: off, the rule before it), capq=K
-// PreciseConfig.CapQueue, capl=K PreciseConfig.CapLoad (both opt-in:
-// without them, or at 0, the estimate cap everywhere; with both, CapLoad
-// decides), capm=K PreciseConfig.CapPeer (with capl: the cap lifted only
+// PreciseConfig.CapQueue (opt-in, with capl=0), capl=K
+// PreciseConfig.CapLoad. The estimate cap's lift stack is the default
+// since 2026-12-07 (capl=3+capm=1.1+capgf=0.75+capfit=2.5, kvindex's
+// DefaultCapLoad, DefaultCapPeer, DefaultCapGain with CapGainFleet and
+// DefaultCapFit): each of capl, capm, capmn, capg, capgm, capgf, capgr and
+// capfit sets its field and leaves the others at their defaults, and at 0
+// turns its field off; capl=0 is the rule before (the estimate cap
+// everywhere: CapLoad off, the others then unused but by capq), and a stack measured
+// before names every field, e.g. capl=3+capm=0+capg=0+capfit=0 for capl=3
+// alone. capm=K PreciseConfig.CapPeer (with capl: the cap lifted only
 // on a replica whose resident context is at most K x the candidates'
 // mean), capmn=K the same on in-flight counts (CapPeerInflight, a probe);
 // capfq=K PreciseConfig.CapForeignQueue (the exact overlaps past the
@@ -605,7 +615,7 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // the tokens the exact overlap saves), capgm=K the same against the
 // candidates' mean pending prefill (CapGainMean, a probe), capgf=K CapGain
 // scaled by the candidates' resident context over their capacity
-// (CapGainFleet, a probe), capgr=K capgf also scaled by the room the
+// (CapGainFleet; capg=K unscaled), capgr=K capgf also scaled by the room the
 // cache leaves beside the prompt, in prompts, within 0..1 (CapGainRoom, a
 // probe), capfit=F PreciseConfig.CapFit (with capl: the cap lifted only
 // where the replica's capacity holds F x the prompt), capmd=D PreciseConfig.CapPeerSlack (a probe:
@@ -668,22 +678,22 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.QueueEstimate = ZeroIsNone(x)
 			case "capq":
 				pc.CapQueue = x
-			case "capl":
-				pc.CapLoad = x
+			case "capl": // capl=0: off, the rule before the lift stack
+				pc.CapLoad = ZeroIsNone(x)
 			case "capm":
-				pc.CapPeer = x
+				pc.CapPeer = ZeroIsNone(x)
 			case "capmn":
-				pc.CapPeer, pc.CapPeerInflight = x, true
+				pc.CapPeer, pc.CapPeerInflight = ZeroIsNone(x), true
 			case "capg":
-				pc.CapGain = x
+				pc.CapGain = ZeroIsNone(x)
 			case "capgm": // a probe: CapGain against the candidates' mean pending
-				pc.CapGain, pc.CapGainMean = x, true
-			case "capgf": // a probe: CapGain scaled by the candidates' resident / capacity
-				pc.CapGain, pc.CapGainFleet = x, true
+				pc.CapGain, pc.CapGainMean = ZeroIsNone(x), true
+			case "capgf": // CapGain scaled by the candidates' resident / capacity (CapGainFleet)
+				pc.CapGain, pc.CapGainFleet = ZeroIsNone(x), true
 			case "capgr": // a probe: capgf also scaled by the cache's room beside the prompt
-				pc.CapGain, pc.CapGainFleet, pc.CapGainRoom = x, true, true
+				pc.CapGain, pc.CapGainFleet, pc.CapGainRoom = ZeroIsNone(x), true, true
 			case "capfit":
-				pc.CapFit = x
+				pc.CapFit = ZeroIsNone(x)
 			case "capmd":
 				pc.CapPeerSlack = x
 			case "capx": // a probe: the capacity told scaled by x, as ramjet@capx

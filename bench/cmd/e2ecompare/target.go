@@ -38,11 +38,14 @@ var preciseFlags = map[string]string{"always": "always", "wait": "auto", "warm":
 // preciseKeys map the option keys only a precise target may carry to the
 // kv block's fields they set, with ramjetKeys' values: qe is fleetsim's
 // ramjet-precise@qe (kvindex's QueueEstimate; qe=0 the rule before it),
-// capl its @capl (kvindex's CapLoad; capl=0 the estimate cap everywhere),
-// capm its @capm (CapPeer), capg its @capg (CapGain), capfit its @capfit
-// (CapFit) and capfq its @capfq
-// (CapForeignQueue; capfq=0 the rule before 2026-12-07).
-var preciseKeys = map[string]string{"qe": "queue_estimate", "capl": "cap_load", "capm": "cap_peer", "capg": "cap_gain", "capfq": "cap_foreign_queue", "capfit": "cap_fit"}
+// capl its @capl (kvindex's CapLoad; capl=0 the estimate cap everywhere,
+// the rule before the lift stack became the default on 2026-12-07),
+// capm its @capm (CapPeer), capg its @capg (CapGain, unscaled), capgf its
+// @capgf (CapGain with cap_gain_fleet), capfit its @capfit (CapFit) and
+// capfq its @capfq (CapForeignQueue; capfq=0 the rule before 2026-12-07).
+// As in fleetsim, a key left out keeps the module's default (the lift
+// stack: capl=3+capm=1.1+capgf=0.75+capfit=2.5) and 0 turns it off.
+var preciseKeys = map[string]string{"qe": "queue_estimate", "capl": "cap_load", "capm": "cap_peer", "capg": "cap_gain", "capgf": "cap_gain", "capfq": "cap_foreign_queue", "capfit": "cap_fit"}
 
 // kvSetting sets the kv block's field k to v in a target's settings.
 func kvSetting(settings map[string]any, k string, v any) {
@@ -111,7 +114,7 @@ func parseOptions(pol string, bases []string, what string) (base string, setting
 		field, ok := ramjetKeys[k]
 		kvField, precise := preciseKeys[k]
 		if !ok && !precise {
-			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs, qx or dl=0, as fleetsim's, or always, wait, noqx, qe, capl, capm, capg or capfq on ramjet-precise)", what, pol, k)
+			return "", nil, fmt.Errorf("%s %q: unknown option %q (want ixs, qx or dl=0, as fleetsim's, or always, wait, noqx, qe, capl, capm, capg, capgf, capfit or capfq on ramjet-precise)", what, pol, k)
 		}
 		if precise && !strings.HasPrefix(base, "ramjet-precise") {
 			return "", nil, fmt.Errorf("%s %q: %s needs a ramjet-precise base (the kv block's %s)", what, pol, k, kvField)
@@ -122,6 +125,9 @@ func parseOptions(pol string, bases []string, what string) (base string, setting
 		}
 		if precise {
 			kvSetting(settings, kvField, fleetsim.ZeroIsNone(x))
+			if k == "capgf" {
+				kvSetting(settings, "cap_gain_fleet", true)
+			}
 			continue
 		}
 		settings[field] = fleetsim.ZeroIsNone(x)

@@ -178,6 +178,9 @@ func TestParseRoutersTarget(t *testing.T) {
 		{"ramjet-precise@capfq=0", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_foreign_queue": -1.0}}},
 		{"ramjet-precise@capl=3+capm=0", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_load": 3.0, "cap_peer": -1.0}}},
 		{"ramjet-precise@capl=3+capm=1.1+capg=1", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_load": 3.0, "cap_peer": 1.1, "cap_gain": 1.0}}},
+		// the lift stack spelled out (the module's default since 2026-12-07), and capgf off.
+		{"ramjet-precise@capl=3+capm=1.1+capgf=0.75+capfit=2.5", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_load": 3.0, "cap_peer": 1.1, "cap_gain": 0.75, "cap_gain_fleet": true, "cap_fit": 2.5}}},
+		{"ramjet-precise@capgf=0", "ramjet-precise", map[string]any{"kv": map[string]any{"cap_gain": -1.0, "cap_gain_fleet": true}}},
 		// fleetsim's ramjet-precise@noqx: queue_extra off, as ramjet-precise@qx=-1.
 		{"ramjet-precise@noqx", "ramjet-precise", map[string]any{"queue_extra": -1.0}},
 		{"ramjet-precise-nocap@noqx+always", "ramjet-precise-nocap", map[string]any{"queue_extra": -1.0, "kv": always}},
