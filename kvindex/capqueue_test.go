@@ -75,7 +75,24 @@ func TestPreciseCapQueue(t *testing.T) {
 // router, and its candidates in that order.
 func threeEstimated(t *testing.T, cfg PreciseConfig) (*Precise, *selection.Router, []selection.Candidate) {
 	t.Helper()
-	cfg.Engines = []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}, {Feed: Endpoint{Replica: "c"}}}
+	p, rt, slots := estimatedOn(t, cfg, 3, "a", "b", "c")
+	cands := make([]selection.Candidate, len(slots))
+	for i, s := range slots {
+		cands[i] = selection.Candidate{Slot: s, Usable: true}
+	}
+	return p, rt, cands
+}
+
+// estimatedOn is a Precise of cfg over engines of the replicas names with
+// the estimate of a router of 4-token blocks (SetEstimate), that router,
+// and the replicas' slots in names' order; the first bound of them are
+// bound to their feeds (Bind), the others registered only.
+func estimatedOn(t *testing.T, cfg PreciseConfig, bound int, names ...string) (*Precise, *selection.Router, []selection.Slot) {
+	t.Helper()
+	cfg.Engines = nil
+	for _, k := range names {
+		cfg.Engines = append(cfg.Engines, PreciseEngine{Feed: Endpoint{Replica: k}})
+	}
 	p, err := NewPrecise(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -85,13 +102,14 @@ func threeEstimated(t *testing.T, cfg PreciseConfig) (*Precise, *selection.Route
 		t.Fatal(err)
 	}
 	p.SetEstimate(rt)
-	var cands []selection.Candidate
-	for _, k := range []string{"a", "b", "c"} {
-		s, _ := rt.Register(k)
-		p.Bind(s, k)
-		cands = append(cands, selection.Candidate{Slot: s, Usable: true})
+	slots := make([]selection.Slot, len(names))
+	for i, k := range names {
+		slots[i], _ = rt.Register(k)
+		if i < bound {
+			p.Bind(slots[i], k)
+		}
 	}
-	return p, rt, cands
+	return p, rt, slots
 }
 
 // TestPreciseCapLoad checks PreciseConfig.CapLoad: an exact overlap past

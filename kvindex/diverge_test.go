@@ -91,20 +91,8 @@ func TestDiverged(t *testing.T) {
 		{"foreign", 3, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := NewPrecise(PreciseConfig{
-				Index:   Config{BlockSize: 4, Now: func() time.Time { return time.Unix(100, 0) }},
-				Engines: []PreciseEngine{{Feed: Endpoint{Replica: "a"}}},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.SetEstimate(rt)
-			s0, _ := rt.Register("a")
-			p.Bind(s0, "a")
+			p, rt, slots := estimatedOn(t, PreciseConfig{Index: Config{BlockSize: 4, Now: func() time.Time { return time.Unix(100, 0) }}}, 1, "a")
+			s0 := slots[0]
 			x := p.Index()
 			ra, _ := x.Lookup("a")
 			f := promptOf(rt, toks)

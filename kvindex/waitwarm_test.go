@@ -3,8 +3,6 @@ package kvindex
 import (
 	"testing"
 	"time"
-
-	"github.com/ramjet-llm/ramjet/selection"
 )
 
 // TestWaitWarm: under the wait rule with an engine's eviction just now, a
@@ -13,22 +11,11 @@ import (
 // WaitWarm, or once other instances are seen, both wait.
 func TestWaitWarm(t *testing.T) {
 	now := time.Unix(100, 0)
-	p, err := NewPrecise(PreciseConfig{
+	p, rt, slots := estimatedOn(t, PreciseConfig{
 		Index:    Config{BlockSize: 4, Now: func() time.Time { return now }},
-		Engines:  []PreciseEngine{{Feed: Endpoint{Replica: "a"}}, {Feed: Endpoint{Replica: "b"}}},
 		WaitAuto: true, WaitWarm: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := selection.NewRouter(selection.Config{BlockTokens: 4, PrefixTokens: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.SetEstimate(rt)
-	s0, _ := rt.Register("a")
-	rt.Register("b")
-	p.Bind(s0, "a")
+	}, 1, "a", "b")
+	s0 := slots[0]
 	warm := promptOf(rt, []uint32{1, 2, 3, 4, 5, 6, 7, 8})
 	cold := promptOf(rt, []uint32{21, 22, 23, 24, 25, 26, 27, 28})
 	rt.Learn(warm, s0)
