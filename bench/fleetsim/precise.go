@@ -621,7 +621,8 @@ var PreciseOptions = selection.Options{IndexShare: -1}
 // where the replica's capacity holds F x the prompt), capmd=D PreciseConfig.CapPeerSlack (a probe:
 // also fewer in-flight requests than the candidates' mean + D);
 // own=K scales the index's own-block memory (MaxPredicted, MaxOwnGone) by
-// K, a probe (PreciseConfig.OwnScale). ok is
+// K, a probe (PreciseConfig.OwnScale); flip=K decides request K/10 with
+// replica K%10 left out, a probe (one different decision: a placebo). ok is
 // false when name is not one.
 func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err error) {
 	spec, found := strings.CutPrefix(name, "ramjet-precise@")
@@ -634,6 +635,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	// fleetstate.PolicySettings.SpillOptions does with kv on.
 	opt := PreciseOptions
 	dpx, capx := false, 0.0
+	var flip flipProbe
 	for _, k := range strings.Split(spec, "+") {
 		if !found {
 			break
@@ -666,7 +668,7 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 			dpx = true
 		default:
 			name, v, _ := strings.Cut(k, "=")
-			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capgm" && name != "capgf" && name != "capgr" && name != "capfit" && name != "capmd" && name != "own" && name != "capfq" {
+			if name != "qe" && name != "capq" && name != "capl" && name != "capx" && name != "capm" && name != "capmn" && name != "capg" && name != "capgm" && name != "capgf" && name != "capgr" && name != "capfit" && name != "capmd" && name != "own" && name != "capfq" && name != "flip" {
 				return nil, true, fmt.Errorf("ramjet-precise@: unknown flag %q", k)
 			}
 			x, err := strconv.ParseFloat(v, 64)
@@ -702,6 +704,8 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 				pc.CapForeignQueue = ZeroIsNone(x)
 			case "own": // a probe: the own-block memory scaled by x (OwnScale)
 				pc.OwnScale = x
+			case "flip": // a probe: request K/10 decided without replica K%10 (Ramjet.flip)
+				flip = flipProbe{on: true, id: int(x) / 10, rep: int(x) % 10}
 			}
 		}
 	}
@@ -719,5 +723,6 @@ func preciseNamed(name string, cfg selection.Config) (p Policy, ok bool, err err
 	q.rt, q.setup.Options = q.rt.WithOptions(opt), opt
 	q.label = name
 	q.dpx, q.setup.CapacityScale = dpx, capx
+	q.flip = flip
 	return q, true, nil
 }

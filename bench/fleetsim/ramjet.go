@@ -68,6 +68,27 @@ type Ramjet struct {
 	// router block past the estimate's credit (the estimate cap's test,
 	// kvindex capByEstimate), before the decision.
 	traceOwn [selection.MaxReplicas]bool
+	// traceLift: each slot's load before the decision (in-flight,
+	// pending prefill, resident context) and which of the lift stack's
+	// clauses (kvindex capByEstimate with the default CapLoad, CapPeer,
+	// CapGain x the fleet's saturation, CapFit) would let its exact
+	// overlap past the estimate stand, whatever the policy's own config.
+	traceLift [selection.MaxReplicas]liftSnap
+	flip      flipProbe
+}
+
+// flipOn, flipID, flipRep: a probe (ramjet-precise@flip=K): request
+// flipID is decided with replica flipRep left out, one different
+// decision and nothing else (a placebo for a rule that changes few).
+type flipProbe struct {
+	on  bool
+	id  int
+	rep int
+}
+
+type liftSnap struct {
+	inf, pend, res, capa  int64
+	load, peer, gain, fit bool
 }
 
 // SetTrace makes the policy write one line per decision to w: the
@@ -120,6 +141,8 @@ func (p *Ramjet) traceDecision(r *Request, d selection.Decision, fleet []*Replic
 				own = 1
 			}
 			fmt.Fprintf(p.trace, "/est%d/x%d/P%d/own%d", int(est[p.cands[i].Slot])*p.rt.Config().BlockTokens, x, pr, own)
+			l := &p.traceLift[p.cands[i].Slot]
+			fmt.Fprintf(p.trace, "/n0%d/p0%d/r0%d/cap%d/lift%s", l.inf, l.pend, l.res, l.capa, liftFlags(l))
 		}
 	}
 	fmt.Fprintln(p.trace)
@@ -548,10 +571,21 @@ func (p *Ramjet) route(f *selection.Features, r *Request, fleet []*Replica) int 
 		p.traceEst = [selection.MaxReplicas]int32{}
 		p.rt.Index().DepthsWith(f.Blocks, &in, &p.traceEst, selection.NewScratch(0))
 		p.traceOwnFlags(f, r, cands)
+		p.traceLiftFlags(f, r, cands)
+	}
+	flip := p.flip.on && r.Row.ID == p.flip.id && p.flip.rep < len(cands)
+	if flip {
+		cands[p.flip.rep].Usable = false
 	}
 	d, res := p.rt.Route(f, cands, p.s, a, nil)
+	if flip {
+		cands[p.flip.rep].Usable = true
+	}
 	p.s.Tokens = nil
 	if p.trace != nil {
+		if p.pre != nil {
+			p.traceLiftGain(r, cands, f.PromptTokens(p.rt.Config()))
+		}
 		p.traceDecision(r, d, fleet)
 	}
 	p.Reasons[d.Reason.String()]++
@@ -588,6 +622,73 @@ func (p *Ramjet) traceOwnFlags(f *selection.Features, r *Request, cands []select
 			p.traceOwn[s] = x.Own(rep, keys[b])
 		}
 	}
+}
+
+// traceLiftFlags fills traceLift before the decision: the lift stack's
+// clauses at their defaults (kvindex queuedUnder, peerUnder, gainOver),
+// for the exact overlap past the estimate's credit (traceEst) in the
+// request's real tokens. Diagnostic only: the decision is the policy's.
+func (p *Ramjet) traceLiftFlags(f *selection.Features, r *Request, cands []selection.Candidate) {
+	p.traceLift = [selection.MaxReplicas]liftSnap{}
+	cfg := p.rt.Config()
+	est := f.PromptTokens(cfg)
+	tok := int64(len(r.Prompt))
+	var resSum, capSum, n int64
+	for i := range cands {
+		s := cands[i].Slot
+		l := &p.traceLift[s]
+		l.inf, l.pend = p.rt.Load(s)
+		l.res, l.capa = p.rt.Resident(s), p.rt.Capacity(s)
+		resSum, capSum, n = resSum+l.res, capSum+l.capa, n+1
+	}
+	if est <= 0 || n == 0 {
+		return
+	}
+	for i := range cands {
+		l := &p.traceLift[cands[i].Slot]
+		l.load = l.capa > 0 && float64(l.inf+1)*float64(tok) < kvindex.DefaultCapLoad*float64(l.capa)
+		l.peer = float64(l.res)*float64(n) <= kvindex.DefaultCapPeer*float64(resSum)
+		l.fit = kvindex.DefaultCapFit*float64(tok) <= float64(l.capa)
+	}
+}
+
+// traceLiftGain sets traceLift's gain clause after Route has annotated
+// cands with their exact overlaps: the pending prefill over the least
+// other candidate's, under CapGain x the fleet's saturation x the tokens
+// credited past the estimate's.
+func (p *Ramjet) traceLiftGain(r *Request, cands []selection.Candidate, est int) {
+	var resSum, capSum int64
+	for i := range cands {
+		l := &p.traceLift[cands[i].Slot]
+		resSum, capSum = resSum+l.res, capSum+l.capa
+	}
+	kg := kvindex.DefaultCapGain
+	if capSum > 0 {
+		kg *= float64(resSum) / float64(capSum)
+	}
+	tok := int64(len(r.Prompt))
+	for i := range cands {
+		s := cands[i].Slot
+		l := &p.traceLift[s]
+		least := int64(-1)
+		for j := range cands {
+			if q := p.traceLift[cands[j].Slot].pend; cands[j].Slot != s && (least < 0 || q < least) {
+				least = q
+			}
+		}
+		gain := int64(cands[i].Overlap) - int64(p.traceEst[s])*int64(p.rt.Config().BlockTokens)*tok/int64(max(est, 1))
+		l.gain = least < 0 || float64(l.pend-least) < kg*float64(gain)
+	}
+}
+
+func liftFlags(l *liftSnap) string {
+	b := []byte("----")
+	for i, ok := range [4]bool{l.load, l.peer, l.gain, l.fit} {
+		if ok {
+			b[i] = "LMGF"[i]
+		}
+	}
+	return string(b)
 }
 
 func (*Ramjet) Routed(*Request, int) {}
