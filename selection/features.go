@@ -113,31 +113,6 @@ type Features struct {
 type parseScratch struct {
 	k     blocker
 	parts partList
-	// The last seed and what it was computed from (model, a zero byte,
-	// cache_salt), seedN bytes of seedKey: the next request names the
-	// same model most of the time.
-	seed    uint64
-	seedN   int
-	seedKey [64]byte
-}
-
-// seedOf is the package's seedOf, remembered for the last model and
-// cache_salt that fit seedKey.
-func (s *parseScratch) seedOf(model, salt []byte) uint64 {
-	n := len(model) + 1 + len(salt)
-	if n == s.seedN && string(model) == string(s.seedKey[:len(model)]) && s.seedKey[len(model)] == 0 &&
-		string(salt) == string(s.seedKey[len(model)+1:n]) {
-		return s.seed
-	}
-	if n > len(s.seedKey) {
-		return seedOf(model, salt)
-	}
-	s.seedN = 0
-	copy(s.seedKey[:], model)
-	s.seedKey[len(model)] = 0
-	copy(s.seedKey[len(model)+1:], salt)
-	s.seed, s.seedN = xxhash.Sum64(s.seedKey[:n]), n
-	return s.seed
 }
 
 // Reset clears f for reuse, keeping the capacity of Blocks.
@@ -688,7 +663,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 
 	// The seed: model, then cache_salt. A LoRA adapter is addressed by its
 	// model name in vLLM and SGLang, so the model covers it.
-	f.Seed = f.scratch.seedOf(f.Model, f.CacheSalt)
+	f.Seed = seedOf(f.Model, f.CacheSalt)
 
 	// The second pass: the prompt fields of a body known valid, in
 	// canonical order, checking the types inside messages.
