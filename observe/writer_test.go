@@ -342,3 +342,29 @@ func TestServeCompletesBeforeEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestServeCompleteOnlyHTTP1: the early flush of a declared-length answer
+// is HTTP/1.x's only; over HTTP/2 (and 3) a flush would send the frames
+// without ending the stream, so nothing is flushed before the handler
+// returns.
+func TestServeCompleteOnlyHTTP1(t *testing.T) {
+	for _, tt := range []struct {
+		major     int
+		wantFlush bool
+	}{{1, true}, {2, false}, {3, false}} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/", nil)
+		r.ProtoMajor = tt.major
+		next := handlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			w.Header().Set("Content-Length", "2")
+			_, _ = w.Write([]byte("ok"))
+			return nil
+		})
+		if err := Serve(rec, r, next, nil, func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Flushed != tt.wantFlush {
+			t.Errorf("HTTP/%d: flushed %v, want %v", tt.major, rec.Flushed, tt.wantFlush)
+		}
+	}
+}
