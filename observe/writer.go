@@ -267,6 +267,20 @@ func (w *Writer) FlushError() error {
 	return err
 }
 
+// complete sends a whole answer of declared length to an HTTP/1.x client
+// now, before the observers' End and done run, rather than when the
+// handler chain returns: net/http sends what is buffered only then, so the
+// end's accounting would be on the client's path. Only when body bytes
+// wait unflushed (reverse_proxy with flush_interval -1 flushed them
+// already) and the header declares Content-Length (without it net/http
+// would switch to chunked; with it the bytes on the wire are the same).
+// Not for HTTP/2 and 3, where a flush does not end the stream.
+func (w *Writer) complete(r *http.Request) {
+	if w.flags&(flagUnflushed|flagTimedOut) == flagUnflushed && r.ProtoMajor == 1 && w.Header()["Content-Length"] != nil {
+		_ = w.FlushError()
+	}
+}
+
 // Hijack passes connection hijacking (websockets) through.
 func (w *Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return http.NewResponseController(w.ResponseWriter).Hijack()
@@ -344,6 +358,9 @@ func (rw *Writer) Serve(r *http.Request, next Handler, cut []byte, done Doner) e
 	}()
 	err := next.ServeHTTP(rw, r)
 	ended = true
+	if err == nil {
+		rw.complete(r)
+	}
 	rw.disarm()
 	rw.End(err)
 	done.ResponseDone()

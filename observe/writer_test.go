@@ -1,7 +1,11 @@
 package observe
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -248,3 +252,119 @@ func TestWriterBound(t *testing.T) {
 type timeoutWriter struct{ *httptest.ResponseRecorder }
 
 func (timeoutWriter) Write([]byte) (int, error) { return 0, os.ErrDeadlineExceeded }
+
+// gate is an observer whose End waits until the client has read the whole
+// answer (or fails the test after a long wait): an end's accounting that
+// the client's answer would wait for.
+type gate struct {
+	t    *testing.T
+	read chan struct{}
+}
+
+func (g *gate) WriteHeader(int, http.Header) {}
+func (g *gate) Write([]byte)                 {}
+func (g *gate) End(int, error) {
+	select {
+	case <-g.read:
+	case <-time.After(20 * time.Second):
+		g.t.Error("the client did not receive the answer before the end's accounting")
+	}
+}
+
+// TestServeCompletesBeforeEnd: an answer of declared length reaches an
+// HTTP/1.1 client before the observers' End runs (Writer.complete), with
+// the same bytes on the wire; an answer without Content-Length is not
+// flushed early (net/http adds the length at the handler's end instead of
+// chunking it); a HEAD's answer (no body written) is unchanged.
+func TestServeCompletesBeforeEnd(t *testing.T) {
+	const body = `{"ok":true}`
+	tests := []struct {
+		name     string
+		method   string
+		declared bool // the handler sets Content-Length
+		early    bool // the client has the answer before End
+	}{
+		{"declared length", "POST", true, true},
+		{"no length", "POST", false, false},
+		{"HEAD", "HEAD", true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &gate{t: t, read: make(chan struct{}, 1)} // buffered: a failed wait does not hang the client side
+			next := handlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				w.Header().Set("Content-Type", "application/json")
+				if tt.declared {
+					w.Header().Set("Content-Length", "11")
+				}
+				if r.Method != "HEAD" {
+					_, _ = w.Write([]byte(body))
+				}
+				return nil
+			})
+			ends := make(chan struct{}, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var obs []Observer
+				if tt.early {
+					obs = append(obs, g)
+				}
+				_ = Serve(w, r, next, nil, func() { ends <- struct{}{} }, obs...)
+			}))
+			defer srv.Close()
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			br := bufio.NewReader(conn)
+			for range 2 { // the connection stays usable for a second request
+				fmt.Fprintf(conn, "%s / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", tt.method)
+				resp, err := http.ReadResponse(br, &http.Request{Method: tt.method})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(resp.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tt.early {
+					g.read <- struct{}{}
+				}
+				<-ends
+				want := body
+				if tt.method == "HEAD" {
+					want = ""
+				}
+				if string(got) != want || resp.ContentLength != 11 || len(resp.TransferEncoding) != 0 || resp.Close {
+					t.Errorf("got %q, length %d, transfer encoding %v, close %v; want %q, 11, none, false",
+						got, resp.ContentLength, resp.TransferEncoding, resp.Close, want)
+				}
+			}
+		})
+	}
+}
+
+// TestServeCompleteOnlyHTTP1: the early flush of a declared-length answer
+// is HTTP/1.x's only; over HTTP/2 (and 3) a flush would send the frames
+// without ending the stream, so nothing is flushed before the handler
+// returns.
+func TestServeCompleteOnlyHTTP1(t *testing.T) {
+	for _, tt := range []struct {
+		major     int
+		wantFlush bool
+	}{{1, true}, {2, false}, {3, false}} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/", nil)
+		r.ProtoMajor = tt.major
+		next := handlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			w.Header().Set("Content-Length", "2")
+			_, _ = w.Write([]byte("ok"))
+			return nil
+		})
+		if err := Serve(rec, r, next, nil, func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Flushed != tt.wantFlush {
+			t.Errorf("HTTP/%d: flushed %v, want %v", tt.major, rec.Flushed, tt.wantFlush)
+		}
+	}
+}

@@ -7,3 +7,6 @@ package selection
 // escape, len(s) when none, skipping the two-byte escapes on the way
 // (esc: there was one); len(s) >= 16.
 func stringRun(s []byte) (k int, esc bool) { return stringRunSWAR(s) }
+
+// useAVX2 is the amd64 scan's switch; off here.
+var useAVX2 = false

@@ -36,7 +36,21 @@ func stringRunRef(s []byte) (int, bool) {
 // that is stepped over or one that is not) at every position and random
 // ones after it, with the bytes around them (0x20, 0x21, 0x5b, 0x5d, high
 // bytes) that are not special.
+// TestStringRun checks stringRun against stringRunRef with each of its
+// paths (AVX2 where the CPU has it, SSE2).
 func TestStringRun(t *testing.T) {
+	saved := useAVX2
+	defer func() { useAVX2 = saved }()
+	for _, avx := range []bool{false, true} {
+		if avx && !saved {
+			continue
+		}
+		useAVX2 = avx
+		t.Run(map[bool]string{false: "sse2", true: "avx2"}[avx], testStringRun)
+	}
+}
+
+func testStringRun(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 320)
 	fill := func() {

@@ -103,11 +103,21 @@ type Features struct {
 
 	// buf holds the decoded model and cache_salt when they have escapes.
 	buf []byte
+	// scratch is Parse's working state, kept so that a parse does not
+	// zero a kilobyte of stack (the block buffer, the parts list) first.
+	scratch *parseScratch
+}
+
+// parseScratch is the working state of one Parse, reused by the next:
+// every field is set before it is read.
+type parseScratch struct {
+	k     blocker
+	parts partList
 }
 
 // Reset clears f for reuse, keeping the capacity of Blocks.
 func (f *Features) Reset() {
-	*f = Features{Blocks: f.Blocks[:0], buf: f.buf[:0]}
+	*f = Features{Blocks: f.Blocks[:0], buf: f.buf[:0], scratch: f.scratch}
 }
 
 // FirstBlock is the hash the rendezvous tie-break uses: the first block, or
@@ -143,7 +153,7 @@ func (x Extractor) MaxBlocks() int { return x.maxBlocks }
 
 // NewFeatures returns Features whose Blocks can hold a full prefix.
 func (x Extractor) NewFeatures() *Features {
-	return &Features{Blocks: make([]uint64, 0, x.maxBlocks), buf: make([]byte, 0, 128)}
+	return &Features{Blocks: make([]uint64, 0, x.maxBlocks), buf: make([]byte, 0, 128), scratch: new(parseScratch)}
 }
 
 // blocker cuts the canonical prompt stream into fixed-size blocks and chains
@@ -487,7 +497,10 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 	// messages), messages are validated and hashed in one walk; otherwise
 	// (tools after messages, duplicate keys) they are hashed again at the
 	// end from their spans.
-	var k blocker
+	if f.scratch == nil {
+		f.scratch = new(parseScratch) // once for Features not from NewFeatures
+	}
+	k := &f.scratch.k
 	k.reset(x, f.Blocks[:0])
 	var toolsHashed, msgsHashed, redo bool
 	it := newObjectIter(b, i, 1)
@@ -555,7 +568,7 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 				want = ""
 				if !redo {
 					k.writeByte(sepSection)
-					end, err := walkMessages(&k, b, v, "messages")
+					end, err := walkMessages(k, b, v, "messages", &f.scratch.parts)
 					if re, ok := err.(*RequestError); ok && re.Syntax {
 						return inField(err, key)
 					}
@@ -667,11 +680,11 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 		}
 		if f.Messages != (Span{}) {
 			k.writeByte(sepSection)
-			err = writeMessages(&k, b, int(f.Messages.Off), "messages")
+			err = writeMessages(k, b, int(f.Messages.Off), "messages")
 		}
 	case EndpointCompletions:
 		if f.Prompt != (Span{}) {
-			writePrompt(&k, b, int(f.Prompt.Off))
+			writePrompt(k, b, int(f.Prompt.Off))
 		}
 	case EndpointResponses:
 		if f.Tools != (Span{}) {
@@ -680,14 +693,14 @@ func (x Extractor) Parse(ep Endpoint, body []byte, f *Features) error {
 		}
 		if instr.set {
 			k.writeByte(sepSection)
-			writeTextMessage(&k, "system", b, instr)
+			writeTextMessage(k, "system", b, instr)
 		}
 		if input != (Span{}) {
 			if v := int(input.Off); b[v] == '"' {
 				end, esc := laxString(b, v)
-				writeTextMessage(&k, "user", b, str{v + 1, end - 1, esc, true})
+				writeTextMessage(k, "user", b, str{v + 1, end - 1, esc, true})
 			} else {
-				err = writeMessages(&k, b, v, "input")
+				err = writeMessages(k, b, v, "input")
 			}
 		}
 	}
@@ -1064,10 +1077,10 @@ func (a *arrayIter) next() bool {
 // validates the messages array at b[v] == '[' (nesting depth 1) while it
 // hashes it, in one walk. It returns the end of the array and a syntax
 // error, or the first type error (after validating the whole array).
-func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
+func walkMessages(k *blocker, b []byte, v int, param string, parts *partList) (int, error) {
 	var kbuf [24]byte
 	var terr error
-	var parts partList            // reused: at tells whose parts it holds
+	parts.at = 0                  // reused: at tells whose parts it holds
 	obj := newObjectIter(b, v, 3) // reused for each message (restart)
 	arr := newArrayIter(b, v)
 	for arr.next() {
@@ -1116,7 +1129,7 @@ func walkMessages(k *blocker, b []byte, v int, param string) (int, error) {
 		if terr != nil {
 			continue // the features are refused: only validate the rest
 		}
-		writeMessage(k, b, b[m:obj.end], &msg, &parts)
+		writeMessage(k, b, b[m:obj.end], &msg, parts)
 	}
 	if arr.err != nil {
 		return 0, arr.err
