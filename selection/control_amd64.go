@@ -1,7 +1,5 @@
 package selection
 
-import "golang.org/x/sys/cpu"
-
 // stringRun returns the index of the first byte of s that is '"', a
 // control character, or a backslash that does not start a two-byte
 // escape, len(s) when none, skipping the two-byte escapes on the way
@@ -11,7 +9,11 @@ import "golang.org/x/sys/cpu"
 //go:noescape
 func stringRun(s []byte) (k int, esc bool)
 
-// useAVX2 has stringRun take 64 bytes a step with AVX2 (the CPU has it and
-// the OS saves its state, as golang.org/x/sys/cpu reads them; tests turn it
-// off to check the SSE2 path).
-var useAVX2 = cpu.X86.HasAVX2
+// useAVX2 has stringRun take 64 bytes a step with AVX2 (tests turn it off
+// to check the SSE2 path).
+var useAVX2 = cpuAVX2()
+
+// cpuAVX2 reports AVX2 usable (the CPU has it, the OS saves its state).
+//
+//go:noescape
+func cpuAVX2() bool
