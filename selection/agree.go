@@ -127,10 +127,13 @@ func (rt *Router) Several() bool { return rt.agreement.on() }
 // agreePick applies the agreement band to Pick's winner w (best: the best
 // score; first: the rendezvous tie key): the band for prompts up to
 // AgreeMax, the home band for longer ones, while answers show other
-// instances.
-func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, best float64, prompt int, first uint64) int {
+// instances. Pick's tie key is read into *first unless *keyed.
+func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, best float64, prompt int, first *uint64, keyed *bool) int {
 	if band := rt.agreeBand(prompt); band > 0 {
-		return rt.agree(cands, s, w, best, band, first, false)
+		if !*keyed {
+			*first, *keyed = rt.tieKey(f, cands, s), true
+		}
+		return rt.agree(cands, s, w, best, band, *first, false)
 	}
 	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !rt.agreeOn() {
 		return w

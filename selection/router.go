@@ -173,6 +173,15 @@ type loadCell struct {
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
+// idle reports whether every load figure of the slot is zero: in-flight
+// requests, pending prefill, resident and lingering context, and the
+// others' load and context (loadWith's quiet case).
+func (c *loadCell) idle() bool {
+	return uint64(uint32(c.inflight.Load()))|uint64(c.pending.Load())|uint64(c.resident.Load())|
+		uint64(c.ext.requests.Load())|uint64(uint32(c.ext.prefill.Load()))|uint64(c.ext.kv.Load())|
+		uint64(uint32(c.extCtx.Load()))|uint64(uint32(c.linger.Load())) == 0
+}
+
 // count is the slot's in-flight requests (the low half of inflight).
 func (c *loadCell) count() int64 { return int64(int32(c.inflight.Load())) }
 
@@ -323,6 +332,7 @@ type Router struct {
 	cfg Config
 	opt Options
 	x   Extractor
+	lk  loadKnobs // loadKnobs' answer: cfg and opt do not change
 	*shared
 }
 
@@ -724,7 +734,7 @@ type Options struct {
 // WithOptions returns a Router applying o that shares rt's index, registry
 // and live load.
 func (rt *Router) WithOptions(o Options) *Router {
-	return &Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}
+	return (&Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}).knobbed()
 }
 
 // Options returns the Router's rule variants.
@@ -782,7 +792,7 @@ func NewRouter(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	start := time.Now()
-	return &Router{
+	return (&Router{
 		cfg: cfg,
 		x:   NewExtractor(cfg),
 		shared: &shared{
@@ -790,7 +800,7 @@ func NewRouter(cfg Config) (*Router, error) {
 			slots: make(map[string]Slot),
 			clock: func() time.Duration { return time.Since(start) },
 		},
-	}, nil
+	}).knobbed(), nil
 }
 
 // SetClock replaces the Router's clock (default: the monotonic time since
@@ -838,7 +848,7 @@ func (rt *Router) Retune(cfg Config) (*Router, error) {
 	if cfg.IndexShape() != rt.cfg.IndexShape() {
 		return nil, errors.New("selection: retune cannot change block_tokens, prefix_tokens, chars_per_token or index_budget")
 	}
-	nrt := &Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}
+	nrt := (&Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}).knobbed()
 	if cfg.KVCapacity != rt.cfg.KVCapacity {
 		rt.mu.Lock()
 		for s := range rt.Len() {
@@ -1131,19 +1141,40 @@ type loadKnobs struct {
 	ttl       uint32
 	bare      bool // no decode-side term: the reservations only
 	owOff     bool // Options.OverflowHome: the candidate is the home, exempt
+	// quiet: a slot with nothing in flight, pending, resident, lingering
+	// or reported by others pays the overflow term alone (loadCell.idle);
+	// off where an option reads other state (SharedOnce, OnceBelow,
+	// EngineOverflow, EngineQueue).
+	quiet bool
 }
 
-func (rt *Router) loadKnobs() loadKnobs {
+// loadKnobs returns the knobs the Router was made with (knobbed).
+func (rt *Router) loadKnobs() loadKnobs { return rt.lk }
+
+// knobbed fills rt's knobs from its configuration and options, which do
+// not change after: every constructor of a Router ends with it.
+func (rt *Router) knobbed() *Router {
 	k := loadKnobs{ow: cmp.Or(rt.opt.OverflowWeight, DefaultOverflowWeight),
 		floor: float64(cmp.Or(rt.opt.PairFloor, DefaultPairFloor))} // floor negative: none
 	k.lingerOn, k.ttl = rt.lingerOn()
 	k.bare = rt.cfg.ContextWeight == 0 && rt.cfg.PairWeight == 0 && k.ow <= 0
-	return k
+	k.quiet = !rt.opt.SharedOnce && rt.opt.OnceBelow <= 0 && !rt.opt.EngineOverflow && rt.opt.EngineQueue <= 0
+	rt.lk = k
+	return rt
 }
 
 // loadWith is loadPairN with its options read (rt.loadKnobs).
 func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
 	c := &rt.loads[s]
+	if k.quiet && c.idle() {
+		// What the terms below come to with every input zero: the
+		// overflow term on the prompt alone (0 + x is x; bare has ow <= 0).
+		ld := 0.0
+		if over := float64(prompt) - float64(c.kv()); over > 0 && k.ow > 0 && !k.owOff {
+			ld = k.ow * over
+		}
+		return ld, 0
+	}
 	cfg := &rt.cfg
 	n := c.count()
 	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(s)
@@ -1303,6 +1334,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
+	sec, top := best, -1 // the best score but one (NaN when any was), and the best's index
 	knobs := rt.loadKnobs()
 	now := rt.lingerClock(knobs.lingerOn, knobs.ttl)
 	prompt := f.PromptTokens(rt.cfg)
@@ -1424,7 +1456,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			d.BestOverlap = ov
 		}
 		if sc > best {
-			best = sc
+			sec, best, top = max(sec, best), sc, i
+		} else {
+			sec = max(sec, sc) // NaN stays: max keeps it
 		}
 	}
 	if d.Usable == 0 {
@@ -1432,22 +1466,29 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	}
 
 	// Among the candidates within TieEpsilon of the best, apply the
-	// tie-breaks in order.
-	first := rt.tieKey(f, cands, s)
-	w := -1
-	ties := 0
+	// tie-breaks in order. When the second best score is short of them
+	// (and no score is NaN, which every comparison fails), the best is
+	// the only one, and the rendezvous tie key is not needed unless a
+	// rule below asks for it (keyed).
+	var first uint64
+	keyed := false
+	w, ties := top, 1
 	tied := best - cfg.TieEpsilon // the least score within TieEpsilon of the best
-	for i := range cands {
-		if !cands[i].Usable || scs[i] < tied {
-			continue
-		}
-		ties++
-		if w < 0 {
-			w = i
-			continue
-		}
-		if beats, _ := rt.prefer(cands, s, i, w, want, wantSet, first); beats {
-			w = i
+	if !(sec < tied) {
+		first, keyed = rt.tieKey(f, cands, s), true
+		w, ties = -1, 0
+		for i := range cands {
+			if !cands[i].Usable || scs[i] < tied {
+				continue
+			}
+			ties++
+			if w < 0 {
+				w = i
+				continue
+			}
+			if beats, _ := rt.prefer(cands, s, i, w, want, wantSet, first); beats {
+				w = i
+			}
 		}
 	}
 	tieWinner := w // the only tied candidate when ties == 1
@@ -1458,6 +1499,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// prefix with ColdSpill): spill keeps w's overlap, so the band spill
 	// after it sees the same case.
 	if pos := rt.spread.Load(); pos != 0 && (s.Overlap[w] < d.BestOverlap || rt.opt.ColdSpill && d.BestOverlap == 0) {
+		if !keyed {
+			first, keyed = rt.tieKey(f, cands, s), true
+		}
 		if ties > 1 {
 			w = rt.spill(cands, s, w, best, wantSet, first, pos)
 		}
@@ -1465,7 +1509,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
 		}
 	}
-	w = rt.agreePick(f, cands, s, w, best, prompt, first)
+	w = rt.agreePick(f, cands, s, w, best, prompt, &first, &keyed)
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate (none to compare when the winner is the only
 	// one: the loop is skipped).
@@ -1475,6 +1519,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		if i == w || !cands[i].Usable || scs[i] < tied {
 			continue
+		}
+		if !keyed {
+			first, keyed = rt.tieKey(f, cands, s), true
 		}
 		if _, rule := rt.prefer(cands, s, w, i, want, wantSet, first); rule > d.Tie {
 			d.Tie = rule
