@@ -897,17 +897,18 @@ func (x *Index) Learn(blocks []uint64, s Slot) {
 // learn is Learn that first reads the age (touches of s since) of the
 // pair (blocks[probe-1], s), -1 when absent or probe is 0.
 func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
-	return x.learnTo(blocks, s, probe, nil)
+	return x.learnTo(blocks, s, probe, -1, nil)
 }
 
-// learnTo is learn that leaves s's clock after it in t (when not nil).
-func (x *Index) learnTo(blocks []uint64, s Slot, probe int, t *learnTicket) int64 {
+// learnTo is learn that leaves s's clock after it in t (when not nil);
+// held is learnLocked's.
+func (x *Index) learnTo(blocks []uint64, s Slot, probe, held int, t *learnTicket) int64 {
 	if len(blocks) == 0 || s < 0 {
 		return -1
 	}
 	x.lock()
 	defer x.unlock()
-	age := x.learnLocked(blocks, s, probe)
+	age := x.learnLocked(blocks, s, probe, held)
 	if t != nil {
 		t.clock.Store(x.reps[s].clock)
 	}
@@ -924,8 +925,12 @@ func (x *Index) clockOf(s Slot) int64 {
 	return x.reps[s].clock
 }
 
-// learnLocked is learn with the write lock held.
-func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
+// learnLocked is learn with the write lock held. held is how many leading
+// blocks s held when the caller last read the index (Pick's depths;
+// negative: not known): below minRun no run is sought. It is a hint: a
+// run missed for it (s learned more since) is touched block by block, to
+// the same effect.
+func (x *Index) learnLocked(blocks []uint64, s Slot, probe, held int) int64 {
 	if len(blocks) == 0 || s < 0 {
 		return -1
 	}
@@ -943,7 +948,7 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	// often a run of consecutive pairs of s's list already, in the order
 	// the touches would leave it: those are moved as one (touchRun).
 	run := 0
-	if len(blocks) >= minRun {
+	if len(blocks) >= minRun && (held < 0 || held >= minRun) {
 		if run, _, _ = x.runOf(blocks, s); run < minRun {
 			run = 0
 		}
