@@ -2,7 +2,9 @@ package selection
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // TestQuietLoadMatchesTerms checks loadWith's quiet case (a slot with
@@ -88,5 +90,87 @@ func TestQuietLoadMatchesTerms(t *testing.T) {
 		if k := rt.WithOptions(o).loadKnobs(); k.quiet {
 			t.Errorf("%s: quiet on", name)
 		}
+	}
+}
+
+// TestPickQuietMatchesTerms holds Pick's quiet case (a replica holding
+// none of the prompt with nothing on it, scored by its overflow term
+// alone) to the full terms, bit for bit: over a run of routed, observed
+// and released requests on fleets with small and unknown capacities,
+// others' load, profiles and output lengths, under the rule and options
+// that add per-replica terms, every decision and every candidate's load
+// and score are the same with the quiet case off.
+func TestPickQuietMatchesTerms(t *testing.T) {
+	for name, o := range map[string]Options{
+		"rule":       {},
+		"cold away":  {ColdAway: 2 * time.Second},
+		"queue warm": {QueueExtraWarm: true, QueueExtraFull: -1},
+		"pair":       {PairEverywhere: true, OverflowHome: -1, HotGuard: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			base, cands := newTestRouter(t, Config{}, 12)
+			rt := base.WithOptions(o)
+			full := *rt
+			full.lk.quiet = false
+			rng := rand.New(rand.NewPCG(3, uint64(len(name))))
+			for i := range cands {
+				cands[i].Profile = Profile(rng.IntN(2))
+				switch rng.IntN(3) {
+				case 0:
+					rt.SetCapacity(cands[i].Slot, int64(64+rng.IntN(1024)))
+				case 1:
+					rt.SetCapacity(cands[i].Slot, 1<<20)
+				}
+			}
+			c := rt.Config()
+			var live []*Reservation
+			s1, s2 := NewScratch(len(cands)), NewScratch(len(cands))
+			quiet := 0
+			for step := range 3000 {
+				for i := range cands {
+					cands[i].Usable = rng.IntN(8) != 0
+				}
+				if rng.IntN(20) == 0 {
+					sl := cands[rng.IntN(len(cands))].Slot
+					rt.SetExternalLoad(sl, int64(rng.IntN(3)), int64(rng.IntN(2)), int64(rng.IntN(2000)))
+				}
+				f := features(c, blocksOf(uint64(rng.IntN(6)), 1+rng.IntN(40)), rng.IntN(3)*700)
+				for i := range cands {
+					// Some exact overlaps, as an annotator gives them: a
+					// home holding nearly all of a prompt past its capacity.
+					pt := f.PromptTokens(c)
+					cands[i].Precise, cands[i].Overlap = rng.IntN(4) == 0, pt-rng.IntN(pt/8+1)
+				}
+				got, want := rt.Pick(f, cands, s1), full.Pick(f, cands, s2)
+				if got != want {
+					t.Fatalf("step %d: decision %+v, with the terms %+v", step, got, want)
+				}
+				for i := range cands {
+					if math.Float64bits(s1.Load[i]) != math.Float64bits(s2.Load[i]) ||
+						math.Float64bits(s1.Score[i]) != math.Float64bits(s2.Score[i]) || s1.Overlap[i] != s2.Overlap[i] {
+						t.Fatalf("step %d candidate %d: load %v score %v, with the terms %v %v", step, i, s1.Load[i], s1.Score[i], s2.Load[i], s2.Score[i])
+					}
+					if cands[i].Usable && s1.Overlap[i] == 0 && rt.loads[cands[i].Slot].idle() {
+						quiet++
+					}
+				}
+				if rng.IntN(8) == 0 {
+					rt.Learn(f, cands[rng.IntN(len(cands))].Slot) // a holder with nothing on it
+				} else if _, res := rt.Route(f, cands, s1, nil, nil); res != nil {
+					live = append(live, res)
+				}
+				for len(live) > 0 && rng.IntN(3) != 0 {
+					k := rng.IntN(len(live))
+					r := live[k]
+					pt := f.PromptTokens(c)
+					rt.Observe(r, pt, rng.IntN(pt+1), 10)
+					r.Release()
+					live = append(live[:k], live[k+1:]...)
+				}
+			}
+			if quiet == 0 {
+				t.Fatal("no quiet candidate scored")
+			}
+		})
 	}
 }

@@ -1418,6 +1418,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		awayMS = rt.clockMS()
 	}
 	qx, qxKV := rt.queueExtra(top1, wantSet && mixed)
+	cold := knobs.quiet && !away // the quiet case below: no per-replica term of an idle replica is on
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1425,25 +1426,37 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			continue
 		}
 		ov := ovs[i]
-		pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
-		if !pairOn && rt.opt.AgentMove > 0 {
-			pairOn = rt.agentMove(cands, i, prompt, ov)
-		}
-		knobs.owOff = homeAt > 0 && ov > top2 && float64(ov) >= homeAt*float64(prompt) &&
-			(homeRoom < 0 || float64(rt.loads[c.Slot].kv()) < homeRoom*float64(prompt))
-		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
-		if away {
-			ld += rt.coldAway(c.Slot, prompt, awayMS)
-		}
-		if qx > 0 {
-			ld += rt.queueExtraLoad(c.Slot, qx, qxKV)
-		}
-		if lim := hot; lim > 0 {
-			if ov > low {
-				lim = hotSub
+		ld := 0.0
+		if lc := &rt.loads[c.Slot]; ov == 0 && cold && lc.idle() {
+			// A replica holding none of the prompt with nothing on it:
+			// its load is the overflow term on the prompt alone
+			// (loadWith's quiet case); its home exemption, queue
+			// (nothing pending) and busy terms are zero.
+			if over := float64(prompt) - float64(lc.kv()); over > 0 && knobs.ow > 0 {
+				ld = knobs.ow * over
 			}
-			if float64(n) > lim {
-				ld += float64(cfg.RequestCost) * (float64(n) - lim)
+		} else {
+			pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
+			if !pairOn && rt.opt.AgentMove > 0 {
+				pairOn = rt.agentMove(cands, i, prompt, ov)
+			}
+			knobs.owOff = homeAt > 0 && ov > top2 && float64(ov) >= homeAt*float64(prompt) &&
+				(homeRoom < 0 || float64(lc.kv()) < homeRoom*float64(prompt))
+			var n int64
+			ld, n = rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
+			if away {
+				ld += rt.coldAway(c.Slot, prompt, awayMS)
+			}
+			if qx > 0 {
+				ld += rt.queueExtraLoad(c.Slot, qx, qxKV)
+			}
+			if lim := hot; lim > 0 {
+				if ov > low {
+					lim = hotSub
+				}
+				if float64(n) > lim {
+					ld += float64(cfg.RequestCost) * (float64(n) - lim)
+				}
 			}
 		}
 		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
