@@ -150,6 +150,7 @@ type Index struct {
 
 	ahead     []uint32 // dropAhead's entries, one per block
 	aheadKeys []uint64 // dropAhead's set of keys
+	noTail    bool     // ghostTail off (tests: the full path's reference)
 
 	// The counts, kept under the write lock (n) and published for the
 	// readers that take no lock when it is released (unlock): an atomic
@@ -996,6 +997,9 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 		keep = int(r.capacity)
 	}
 	if n-keep < minAhead {
+		if keep < n && !x.noTail && x.ghostTail(blocks, s, keep) {
+			return keep
+		}
 		return n
 	}
 	ents := x.ahead[:0]
@@ -1050,6 +1054,55 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 		}
 	}
 	return keep
+}
+
+// ghostTail is dropAhead for a prompt resent to s past its horizon or
+// capacity (write lock held): when the blocks the learn would drop at its
+// end, blocks[keep:], are the newest ghosts, blocks[keep] the newest, s
+// holds blocks[:keep] and nothing else, in order from its list's head, and
+// the pair free list has an entry for each, the learn would revive them
+// (one run, neither growing nor evicting) and drop them again, leaving
+// the ghost list, the block table, the global list and s's beliefs as they
+// are. It then does what remains of that, and reports so: s's clock
+// advanced past them, a drop counted for each, and the free list's first
+// entries in the order the drops leave them (reversed).
+func (x *Index) ghostTail(blocks []uint64, s Slot, keep int) bool {
+	r := &x.reps[s]
+	if r.blocks != int64(keep) {
+		return false
+	}
+	bs, ps := x.blocks, x.pairs
+	g := x.gtail
+	for _, k := range blocks[keep:] {
+		if g == 0 || bs[g-1].key != k {
+			return false
+		}
+		g = bs[g-1].prev
+	}
+	p := r.head
+	for _, k := range blocks[:keep] {
+		if p == 0 || bs[ps[p-1].blk-1].key != k {
+			return false
+		}
+		p = ps[p-1].next
+	}
+	m := len(blocks) - keep
+	f := x.pfree
+	for range m {
+		if f == 0 {
+			return false
+		}
+		f = ps[f-1].next
+	}
+	prev, cur := f, x.pfree // the first m entries reversed, the rest (from f) after them
+	for range m {
+		next := ps[cur-1].next
+		ps[cur-1].next, prev, cur = prev, cur, next
+	}
+	x.pfree = prev
+	r.clock += int64(m)
+	x.n.dropped += uint64(m)
+	return true
 }
 
 // aheadSet returns dropAhead's cleared set of keys for n blocks.
