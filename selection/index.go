@@ -998,7 +998,7 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 	}
 	if n-keep < minAhead {
 		if keep < n && !x.noTail && x.ghostTail(blocks, s, keep) {
-			return keep
+			return 0
 		}
 		return n
 	}
@@ -1063,12 +1063,14 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 // the pair free list has an entry for each, the learn would revive them
 // (one run, neither growing nor evicting) and drop them again, leaving
 // the ghost list, the block table, the global list and s's beliefs as they
-// are. It then does what remains of that, and reports so: s's clock
-// advanced past them, a drop counted for each, and the free list's first
-// entries in the order the drops leave them (reversed).
+// are. It then does what remains of that and learns blocks[:keep], and
+// reports so: s's clock advanced past the dropped blocks, a drop counted
+// for each, the free list's first entries in the order the drops leave
+// them (reversed), and blocks[:keep], s's whole list, touched as one run
+// (touchRun). dropAhead then leaves nothing to learn.
 func (x *Index) ghostTail(blocks []uint64, s Slot, keep int) bool {
 	r := &x.reps[s]
-	if r.blocks != int64(keep) {
+	if keep == 0 || r.blocks != int64(keep) {
 		return false
 	}
 	bs, ps := x.blocks, x.pairs
@@ -1079,12 +1081,12 @@ func (x *Index) ghostTail(blocks []uint64, s Slot, keep int) bool {
 		}
 		g = bs[g-1].prev
 	}
-	p := r.head
+	p, last := r.head, uint32(0)
 	for _, k := range blocks[:keep] {
 		if p == 0 || bs[ps[p-1].blk-1].key != k {
 			return false
 		}
-		p = ps[p-1].next
+		p, last = ps[p-1].next, p
 	}
 	m := len(blocks) - keep
 	f := x.pfree
@@ -1102,6 +1104,7 @@ func (x *Index) ghostTail(blocks []uint64, s Slot, keep int) bool {
 	x.pfree = prev
 	r.clock += int64(m)
 	x.n.dropped += uint64(m)
+	x.touchRun(s, r.head, last, keep) // s's whole list, blocks[:keep] in order: one run
 	return true
 }
 
