@@ -177,12 +177,7 @@ const DefaultAgreeStale = 0.25
 
 // agreeMax is Options.AgreeMax with its default applied (negative: no
 // limit).
-func (rt *Router) agreeMax() int {
-	if rt.opt.AgreeMax == 0 {
-		return DefaultAgreeMax
-	}
-	return rt.opt.AgreeMax
-}
+func (rt *Router) agreeMax() int { return rt.pk.agreeMax }
 
 // agreeBand is the agreement band Pick applies now: Options.AgreeBand
 // (DefaultAgreeBand when 0; negative: none) while answers show other

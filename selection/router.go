@@ -177,9 +177,8 @@ type loadCell struct {
 // requests, pending prefill, resident and lingering context, and the
 // others' load and context (loadWith's quiet case).
 func (c *loadCell) idle() bool {
-	return uint64(uint32(c.inflight.Load()))|uint64(c.pending.Load())|uint64(c.resident.Load())|
-		uint64(c.ext.requests.Load())|uint64(uint32(c.ext.prefill.Load()))|uint64(c.ext.kv.Load())|
-		uint64(uint32(c.extCtx.Load()))|uint64(uint32(c.linger.Load())) == 0
+	return c.pending.Load()|c.resident.Load()|c.ext.requests.Load()|c.ext.kv.Load() == 0 &&
+		int32(c.inflight.Load())|c.ext.prefill.Load()|c.extCtx.Load()|c.linger.Load() == 0
 }
 
 // count is the slot's in-flight requests (the low half of inflight).
@@ -333,6 +332,7 @@ type Router struct {
 	opt Options
 	x   Extractor
 	lk  loadKnobs // loadKnobs' answer: cfg and opt do not change
+	pk  pickKnobs // Pick's other options, their defaults applied (knobbed)
 	*shared
 }
 
@@ -1160,7 +1160,26 @@ func (rt *Router) knobbed() *Router {
 	k.bare = rt.cfg.ContextWeight == 0 && rt.cfg.PairWeight == 0 && k.ow <= 0
 	k.quiet = !rt.opt.SharedOnce && rt.opt.OnceBelow <= 0 && !rt.opt.EngineOverflow && rt.opt.EngineQueue <= 0
 	rt.lk = k
+	o := &rt.opt
+	rt.pk = pickKnobs{hot: cmp.Or(o.HotGuard, DefaultHotGuard), subset: cmp.Or(o.SubsetGuard, DefaultSubsetGuard),
+		subsetFloor: DefaultSubsetFloor, profileQueue: cmp.Or(o.ProfileQueue, DefaultProfileQueue),
+		homeAt: max(cmp.Or(o.OverflowHome, DefaultOverflowHome), 0), homeRoom: cmp.Or(o.OverflowHomeRoom, DefaultOverflowHomeRoom),
+		fullW: cmp.Or(o.OverflowFull, DefaultOverflowFull), fullHome: cmp.Or(o.OverflowFullHome, DefaultOverflowFullHome),
+		fullRoom: cmp.Or(o.OverflowFullRoom, DefaultOverflowFullRoom), agreeMax: cmp.Or(o.AgreeMax, DefaultAgreeMax)}
+	if o.SubsetFloor > 0 {
+		rt.pk.subsetFloor = o.SubsetFloor
+	}
 	return rt
+}
+
+// pickKnobs are options Pick reads once per request, with their defaults
+// applied (the accessors hotGuard, subsetGuard, subsetFloor, profileQueue,
+// overflowHome, agreeMax and overflowFull's).
+type pickKnobs struct {
+	hot, subset, subsetFloor, profileQueue float64
+	homeAt, homeRoom                       float64
+	fullW, fullHome, fullRoom              float64
+	agreeMax                               int
 }
 
 // loadWith is loadPairN with its options read (rt.loadKnobs).
@@ -1258,10 +1277,7 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 // overflowHome is the home exemption's share of the prompt (0: off) and
 // room (negative: no gate), Options.OverflowHome and OverflowHomeRoom
 // with their defaults applied.
-func (rt *Router) overflowHome() (at, room float64) {
-	at = cmp.Or(rt.opt.OverflowHome, DefaultOverflowHome)
-	return max(at, 0), cmp.Or(rt.opt.OverflowHomeRoom, DefaultOverflowHomeRoom)
-}
+func (rt *Router) overflowHome() (at, room float64) { return rt.pk.homeAt, rt.pk.homeRoom }
 
 // Learn records that slot s now holds f's prompt prefix.
 func (rt *Router) Learn(f *Features, s Slot) { rt.idx.Learn(f.Blocks, s) }
@@ -1558,30 +1574,15 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 }
 
 // hotGuard is Options.HotGuard with its default applied (<= 0: none).
-func (rt *Router) hotGuard() float64 {
-	if rt.opt.HotGuard == 0 {
-		return DefaultHotGuard
-	}
-	return rt.opt.HotGuard
-}
+func (rt *Router) hotGuard() float64 { return rt.pk.hot }
 
 // subsetGuard is Options.SubsetGuard with its default applied (<= 0:
 // none).
-func (rt *Router) subsetGuard() float64 {
-	if rt.opt.SubsetGuard == 0 {
-		return DefaultSubsetGuard
-	}
-	return rt.opt.SubsetGuard
-}
+func (rt *Router) subsetGuard() float64 { return rt.pk.subset }
 
 // profileQueue is Options.ProfileQueue with its default applied (<= 0:
 // none).
-func (rt *Router) profileQueue() float64 {
-	if rt.opt.ProfileQueue == 0 {
-		return DefaultProfileQueue
-	}
-	return rt.opt.ProfileQueue
-}
+func (rt *Router) profileQueue() float64 { return rt.pk.profileQueue }
 
 // warmHold is the warm hold (Options.WarmHold) for w, a cold replica that
 // won while others hold part of the prompt: among the holders running
@@ -1614,12 +1615,7 @@ func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usa
 }
 
 // subsetFloor is Options.SubsetFloor with its default applied.
-func (rt *Router) subsetFloor() float64 {
-	if rt.opt.SubsetFloor <= 0 {
-		return DefaultSubsetFloor
-	}
-	return rt.opt.SubsetFloor
-}
+func (rt *Router) subsetFloor() float64 { return rt.pk.subsetFloor }
 
 // prefer reports whether tied candidate i beats tied candidate j, and the
 // rule that separated them.
