@@ -16,7 +16,8 @@ func indexState(x *Index) []any {
 
 // TestGhostTailMatchesFullPath holds the learn of a prompt resent past its
 // replica's horizon or capacity (ghostTail: its dropped tail the newest
-// ghosts) to the full path's revival and drop, field for field, on
+// ghosts) to the full path's revival and drop, field for field and the
+// probe's age, on
 // prompts resent, extended and cut short over a few replicas whose
 // horizons and capacities change, in a budget small enough to evict.
 func TestGhostTailMatchesFullPath(t *testing.T) {
@@ -63,8 +64,10 @@ func TestGhostTailMatchesFullPath(t *testing.T) {
 				clock = before[s].clock
 			}
 			tail := fast.gtail
-			fast.Learn(p, s)
-			full.Learn(p, s)
+			probe := r.IntN(len(p) + 2)
+			if a, b := fast.learn(p, s, probe), full.learn(p, s, probe); a != b {
+				t.Fatalf("budget %d step %d: probe %d of %d blocks on %d: age %d, full path %d", budget, step, probe, len(p), s, a, b)
+			}
 			if !reflect.DeepEqual(indexState(fast), indexState(full)) {
 				t.Fatalf("budget %d step %d: the states differ after learning %d blocks on %d", budget, step, len(p), s)
 			}

@@ -936,6 +936,9 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe, held int) int64 {
 		return -1
 	}
 	x.widen(s)
+	if age, ok := x.ghostTail(blocks, s, probe); ok {
+		return age // the whole learn: bound has nothing to drop
+	}
 	age := int64(-1)
 	if probe > 0 && probe <= len(blocks) {
 		if e := x.findBlock(blocks[probe-1]); e != 0 {
@@ -997,9 +1000,6 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 		keep = int(r.capacity)
 	}
 	if n-keep < minAhead {
-		if keep < n && !x.noTail && x.ghostTail(blocks, s, keep) {
-			return 0
-		}
 		return n
 	}
 	ents := x.ahead[:0]
@@ -1056,43 +1056,56 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 	return keep
 }
 
-// ghostTail is dropAhead for a prompt resent to s past its horizon or
-// capacity (write lock held): when the blocks the learn would drop at its
-// end, blocks[keep:], are the newest ghosts, blocks[keep] the newest, s
-// holds blocks[:keep] and nothing else, in order from its list's head, and
-// the pair free list has an entry for each, the learn would revive them
-// (one run, neither growing nor evicting) and drop them again, leaving
-// the ghost list, the block table, the global list and s's beliefs as they
-// are. It then does what remains of that and learns blocks[:keep], and
-// reports so: s's clock advanced past the dropped blocks, a drop counted
-// for each, the free list's first entries in the order the drops leave
-// them (reversed), and blocks[:keep], s's whole list, touched as one run
-// (touchRun). dropAhead then leaves nothing to learn.
-func (x *Index) ghostTail(blocks []uint64, s Slot, keep int) bool {
+// ghostTail is the learn (learnLocked, probe's age and all, write lock
+// held) of a prompt resent to s past its horizon or capacity, fewer than
+// minAhead blocks past it (dropAhead's keep): when the blocks the learn
+// would drop at its end, blocks[keep:], are the newest ghosts,
+// blocks[keep] the newest, s holds blocks[:keep] and nothing else, in
+// order from its list's head, and the pair free list has an entry for
+// each, the full path would revive them (one run, neither growing nor
+// evicting) and drop them again, leaving the ghost list, the block table,
+// the global list and the pairs as they are. It then does what remains of
+// that, and reports so (ok) with the probe's age: s's clock advanced past
+// the dropped blocks, a drop counted for each, the free list's first
+// entries in the order the drops leave them (reversed), and blocks[:keep],
+// s's whole list, touched as one run (touchRun), which bound keeps.
+func (x *Index) ghostTail(blocks []uint64, s Slot, probe int) (age int64, ok bool) {
 	r := &x.reps[s]
-	if keep == 0 || r.blocks != int64(keep) {
-		return false
+	n := len(blocks)
+	keep := n
+	if r.horizon > 0 && r.horizon < int64(keep) {
+		keep = int(r.horizon)
+	}
+	if r.capacity > 0 && r.capacity < int64(keep) {
+		keep = int(r.capacity)
+	}
+	if keep == n || n-keep >= minAhead || keep == 0 || r.blocks != int64(keep) || x.noTail {
+		return -1, false
 	}
 	bs, ps := x.blocks, x.pairs
 	g := x.gtail
 	for _, k := range blocks[keep:] {
 		if g == 0 || bs[g-1].key != k {
-			return false
+			return -1, false
 		}
 		g = bs[g-1].prev
 	}
+	age = -1 // the probe's block past keep: a ghost, not held
 	p, last := r.head, uint32(0)
-	for _, k := range blocks[:keep] {
+	for j, k := range blocks[:keep] {
 		if p == 0 || bs[ps[p-1].blk-1].key != k {
-			return false
+			return -1, false
+		}
+		if j == probe-1 {
+			age = r.clock - ps[p-1].stamp
 		}
 		p, last = ps[p-1].next, p
 	}
-	m := len(blocks) - keep
+	m := n - keep
 	f := x.pfree
 	for range m {
 		if f == 0 {
-			return false
+			return -1, false
 		}
 		f = ps[f-1].next
 	}
@@ -1105,7 +1118,7 @@ func (x *Index) ghostTail(blocks []uint64, s Slot, keep int) bool {
 	r.clock += int64(m)
 	x.n.dropped += uint64(m)
 	x.touchRun(s, r.head, last, keep) // s's whole list, blocks[:keep] in order: one run
-	return true
+	return age, true
 }
 
 // aheadSet returns dropAhead's cleared set of keys for n blocks.
