@@ -174,3 +174,33 @@ func TestPickQuietMatchesTerms(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerUp holds runnerUp to the max form it replaces, on scores with
+// NaNs, infinities, signed zeros and repeats: the same best and index, and
+// the same answer to whether the best but one is short of any tie limit.
+func TestRunnerUp(t *testing.T) {
+	vals := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1), 1, -1, 2.5, 2.5, -7}
+	rng := rand.New(rand.NewPCG(7, 9))
+	for iter := range 20000 {
+		n := 1 + rng.IntN(6)
+		best, sec, top := math.Inf(-1), math.Inf(-1), -1
+		wbest, wsec, wtop := math.Inf(-1), math.Inf(-1), -1
+		for i := range n {
+			sc := vals[rng.IntN(len(vals))]
+			best, sec, top = runnerUp(sc, best, sec, top, i)
+			if sc > wbest {
+				wsec, wbest, wtop = max(wsec, wbest), sc, i
+			} else {
+				wsec = max(wsec, sc)
+			}
+		}
+		if math.Float64bits(best) != math.Float64bits(wbest) || top != wtop || math.IsNaN(sec) != math.IsNaN(wsec) {
+			t.Fatalf("iteration %d: best %v top %d sec %v, want %v %d %v", iter, best, top, sec, wbest, wtop, wsec)
+		}
+		for _, tied := range vals {
+			if (sec < tied) != (wsec < tied) {
+				t.Fatalf("iteration %d: sec %v, want %v, against %v", iter, sec, wsec, tied)
+			}
+		}
+	}
+}

@@ -77,7 +77,7 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 		held = int(s.depth[d.Slot])
 	}
 	rt.idx.learnOrQueue(f.Blocks, d.Slot, predicted, held, &res.learned)
-	res.predicted, res.prompt, res.precise = int32(predicted), int32(f.PromptTokens(rt.cfg)), precise && cands[d.Index].Precise
+	res.predicted, res.prompt, res.precise = int32(predicted), int32(resident), precise && cands[d.Index].Precise
 	if n := len(f.Blocks); n > 0 {
 		res.last, res.nblocks = f.Blocks[n-1], int32(n)
 	}

@@ -1484,11 +1484,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if ov > d.BestOverlap {
 			d.BestOverlap = ov
 		}
-		if sc > best {
-			sec, best, top = max(sec, best), sc, i
-		} else {
-			sec = max(sec, sc) // NaN stays: max keeps it
-		}
+		best, sec, top = runnerUp(sc, best, sec, top, i)
 	}
 	if d.Usable == 0 {
 		return d
@@ -1569,8 +1565,26 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	default:
 		d.Reason = ReasonAffinity
 	}
-	d.Prefill = max(0, f.PromptTokens(rt.cfg)-d.Overlap)
+	d.Prefill = max(0, prompt-d.Overlap)
 	return d
+}
+
+// runnerUp folds candidate i's score sc into Pick's best score (top its
+// index, the first to reach it) and sec, the best but one: max(sec, sc)
+// as the scores come, and NaN from the first NaN score on, which Pick's
+// tie loop counts as tied (every comparison with it fails). sec <= best
+// while neither is NaN.
+func runnerUp(sc, best, sec float64, top, i int) (float64, float64, int) {
+	if sc > best {
+		if sec == sec {
+			sec = best
+		}
+		return sc, sec, i
+	}
+	if sec == sec && !(sc <= sec) {
+		sec = sc
+	}
+	return best, sec, top
 }
 
 // hotGuard is Options.HotGuard with its default applied (<= 0: none).
