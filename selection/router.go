@@ -1369,7 +1369,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// replica holds: Options.SubsetGuard).
 	top1, top2, low := -1, -1, -1
 	busy, usable := int64(0), 0
-	mixed, prof := false, Profile(0)
+	pOr, pAnd := Profile(0), ^Profile(0) // the usable profiles differ where their OR and AND do
+	bt, pending := cfg.BlockTokens, rt.opt.PendingDepth
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1377,16 +1378,11 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		busy += rt.loads[c.Slot].count()
 		usable++
-		if wantSet {
-			if usable == 1 {
-				prof = c.Profile
-			}
-			mixed = mixed || c.Profile != prof
-		}
+		pOr, pAnd = pOr|c.Profile, pAnd&c.Profile
 		ov := c.Overlap
 		if !c.Precise {
-			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
-			if rt.opt.PendingDepth {
+			ov = int(s.depth[c.Slot]) * bt
+			if pending {
 				ov = rt.pendingDepth(c.Slot, f.Blocks, ov)
 			}
 		}
@@ -1401,6 +1397,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	s.top1, s.top2, s.low = top1, top2, low
+	mixed := wantSet && usable > 0 && pOr != pAnd
 	hit := min(top1, cfg.AffinityCap)
 	// The output bonus's queue limit (Options.ProfileQueue), where the
 	// usable replicas' profiles differ: their least pending prefill is
@@ -1435,6 +1432,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	}
 	qx, qxKV := rt.queueExtra(top1, wantSet && mixed)
 	cold := knobs.quiet && !away // the quiet case below: no per-replica term of an idle replica is on
+	affCap, alpha := cfg.AffinityCap, cfg.Alpha
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1475,7 +1473,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 				}
 			}
 		}
-		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
+		sc := float64(min(ov, affCap)) - alpha*ld
 		if wantSet && c.Profile == want && (!limited || float64(rt.loads[c.Slot].pending.Load()) <= queueLim) {
 			sc += bonus
 		}
