@@ -175,10 +175,11 @@ type loadCell struct {
 
 // idle reports whether every load figure of the slot is zero: in-flight
 // requests, pending prefill, resident and lingering context, and the
-// others' load and context (loadWith's quiet case).
+// others' load and context (Pick's quiet case). The figures most often
+// set on a busy fleet (in flight, lingering) are read first.
 func (c *loadCell) idle() bool {
-	return c.pending.Load()|c.resident.Load()|c.ext.requests.Load()|c.ext.kv.Load() == 0 &&
-		int32(c.inflight.Load())|c.ext.prefill.Load()|c.extCtx.Load()|c.linger.Load() == 0
+	return int32(c.inflight.Load())|c.linger.Load()|c.ext.prefill.Load()|c.extCtx.Load() == 0 &&
+		c.pending.Load()|c.resident.Load()|c.ext.requests.Load()|c.ext.kv.Load() == 0
 }
 
 // count is the slot's in-flight requests (the low half of inflight).
@@ -1141,10 +1142,10 @@ type loadKnobs struct {
 	ttl       uint32
 	bare      bool // no decode-side term: the reservations only
 	owOff     bool // Options.OverflowHome: the candidate is the home, exempt
-	// quiet: a slot with nothing in flight, pending, resident, lingering
-	// or reported by others pays the overflow term alone (loadCell.idle);
-	// off where an option reads other state (SharedOnce, OnceBelow,
-	// EngineOverflow, EngineQueue).
+	// quiet: in Pick, a slot holding none of the prompt with nothing in
+	// flight, pending, resident, lingering or reported by others pays the
+	// overflow term alone (loadCell.idle); off where an option reads other
+	// state (SharedOnce, OnceBelow, EngineOverflow, EngineQueue).
 	quiet bool
 }
 
@@ -1185,15 +1186,6 @@ type pickKnobs struct {
 // loadWith is loadPairN with its options read (rt.loadKnobs).
 func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
 	c := &rt.loads[s]
-	if k.quiet && c.idle() {
-		// What the terms below come to with every input zero: the
-		// overflow term on the prompt alone (0 + x is x; bare has ow <= 0).
-		ld := 0.0
-		if over := float64(prompt) - float64(c.kv()); over > 0 && k.ow > 0 && !k.owOff {
-			ld = k.ow * over
-		}
-		return ld, 0
-	}
 	cfg := &rt.cfg
 	n := c.count()
 	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(s)
@@ -1443,9 +1435,10 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		ld := 0.0
 		if lc := &rt.loads[c.Slot]; ov == 0 && cold && lc.idle() {
 			// A replica holding none of the prompt with nothing on it:
-			// its load is the overflow term on the prompt alone
-			// (loadWith's quiet case); its home exemption, queue
-			// (nothing pending) and busy terms are zero.
+			// its load is what loadWith's terms come to with every input
+			// zero, the overflow term on the prompt alone (0 + x is x);
+			// its home exemption, queue (nothing pending) and busy terms
+			// are zero.
 			if over := float64(prompt) - float64(lc.kv()); over > 0 && knobs.ow > 0 {
 				ld = knobs.ow * over
 			}
