@@ -8,7 +8,8 @@ import (
 )
 
 // TestQuietSlot checks what turns Pick's quiet case off: any load figure
-// of the slot (loadCell.idle) or an option that reads other state.
+// of the slot but its lingering context (loadCell.still) or an option
+// that reads other state.
 func TestQuietSlot(t *testing.T) {
 	// Anything on the slot turns the quiet case off.
 	rt, _ := newTestRouter(t, Config{}, 1)
@@ -20,17 +21,17 @@ func TestQuietSlot(t *testing.T) {
 		"prefill":  func(c *loadCell) { c.ext.prefill.Store(1) },
 		"kv":       func(c *loadCell) { c.ext.kv.Store(1) },
 		"context":  func(c *loadCell) { c.extCtx.Store(1) },
-		"linger":   func(c *loadCell) { c.linger.Store(-1) },
 	} {
 		c := &rt.loads[0]
 		*c = loadCell{}
-		c.inflight.Store(5 << 32) // a generation alone is idle
-		if !c.idle() {
-			t.Errorf("a generation alone: not idle")
+		c.inflight.Store(5 << 32) // a generation alone is still
+		c.linger.Store(300)       // and lingering context
+		if !c.still() {
+			t.Errorf("a generation and lingering context: not still")
 		}
 		set(c)
-		if c.idle() {
-			t.Errorf("%s set: idle", name)
+		if c.still() {
+			t.Errorf("%s set: still", name)
 		}
 	}
 	// Options that read other state keep the terms.
@@ -43,8 +44,9 @@ func TestQuietSlot(t *testing.T) {
 }
 
 // TestPickQuietMatchesTerms holds Pick's quiet case (a replica holding
-// none of the prompt with nothing on it, scored by its overflow term
-// alone) to the full terms, bit for bit: over a run of routed, observed
+// none of the prompt with nothing on it but lingering context, scored by
+// the pair term on that and the overflow term alone) to the full terms,
+// bit for bit: over a run of routed, observed
 // and released requests on fleets with small and unknown capacities,
 // others' load, profiles and output lengths, under the rule and options
 // that add per-replica terms, every decision and every candidate's load
@@ -55,9 +57,13 @@ func TestPickQuietMatchesTerms(t *testing.T) {
 		"cold away":  {ColdAway: 2 * time.Second},
 		"queue warm": {QueueExtraWarm: true, QueueExtraFull: -1},
 		"pair":       {PairEverywhere: true, OverflowHome: -1, HotGuard: -1},
+		"pair forms": {PairSat: true, PairSqrt: true, PairShare: true, LingerCap: 0.25, PairCap: 0.5, PairFloor: -1},
+		"half-life":  {LingerHalfLife: 3 * time.Second, LingerCap: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			base, cands := newTestRouter(t, Config{}, 12)
+			var clock time.Duration // both Picks of a step read the same time
+			base.SetClock(func() time.Duration { return clock })
 			rt := base.WithOptions(o)
 			full := *rt
 			full.lk.quiet = false
@@ -76,6 +82,7 @@ func TestPickQuietMatchesTerms(t *testing.T) {
 			s1, s2 := NewScratch(len(cands)), NewScratch(len(cands))
 			quiet := 0
 			for step := range 3000 {
+				clock += time.Duration(rng.IntN(400)) * time.Millisecond
 				for i := range cands {
 					cands[i].Usable = rng.IntN(8) != 0
 				}
@@ -99,8 +106,8 @@ func TestPickQuietMatchesTerms(t *testing.T) {
 						math.Float64bits(s1.Score[i]) != math.Float64bits(s2.Score[i]) || s1.Overlap[i] != s2.Overlap[i] {
 						t.Fatalf("step %d candidate %d: load %v score %v, with the terms %v %v", step, i, s1.Load[i], s1.Score[i], s2.Load[i], s2.Score[i])
 					}
-					if cands[i].Usable && s1.Overlap[i] == 0 && rt.loads[cands[i].Slot].idle() {
-						quiet++
+					if lc := &rt.loads[cands[i].Slot]; cands[i].Usable && s1.Overlap[i] == 0 && lc.still() && lc.linger.Load() > 0 {
+						quiet++ // lingering context only
 					}
 				}
 				if rng.IntN(8) == 0 {
@@ -118,7 +125,7 @@ func TestPickQuietMatchesTerms(t *testing.T) {
 				}
 			}
 			if quiet == 0 {
-				t.Fatal("no quiet candidate scored")
+				t.Fatal("no quiet candidate with lingering context scored")
 			}
 		})
 	}

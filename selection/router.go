@@ -173,12 +173,12 @@ type loadCell struct {
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
-// idle reports whether every load figure of the slot is zero: in-flight
-// requests, pending prefill, resident and lingering context, and the
-// others' load and context (Pick's quiet case). The figures most often
-// set on a busy fleet (in flight, lingering) are read first.
-func (c *loadCell) idle() bool {
-	return int32(c.inflight.Load())|c.linger.Load()|c.ext.prefill.Load()|c.extCtx.Load() == 0 &&
+// still reports whether every load figure of the slot but its lingering
+// context is zero: in-flight requests, pending prefill, resident context,
+// and the others' load and context (Pick's quiet case). The in-flight
+// count, most often set on a busy fleet, is read first.
+func (c *loadCell) still() bool {
+	return int32(c.inflight.Load())|c.ext.prefill.Load()|c.extCtx.Load() == 0 &&
 		c.pending.Load()|c.resident.Load()|c.ext.requests.Load()|c.ext.kv.Load() == 0
 }
 
@@ -1143,9 +1143,10 @@ type loadKnobs struct {
 	bare      bool // no decode-side term: the reservations only
 	owOff     bool // Options.OverflowHome: the candidate is the home, exempt
 	// quiet: in Pick, a slot holding none of the prompt with nothing in
-	// flight, pending, resident, lingering or reported by others pays the
-	// overflow term alone (loadCell.idle); off where an option reads other
-	// state (SharedOnce, OnceBelow, EngineOverflow, EngineQueue).
+	// flight, pending, resident or reported by others pays the pair term
+	// on its lingering context and the overflow term alone
+	// (loadCell.still); off where an option reads other state
+	// (SharedOnce, OnceBelow, EngineOverflow, EngineQueue).
 	quiet bool
 }
 
@@ -1224,25 +1225,7 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 		pres += lgr
 	}
 	if pres > 0 && pairOn {
-		if rt.opt.PairSat {
-			pres = min(pres, capa)
-		}
-		pair := cfg.PairWeight * p * pres / pcap
-		if rt.opt.PairSqrt {
-			pair = cfg.PairWeight * p * math.Sqrt(pres/pcap)
-		}
-		if rt.opt.PairShare {
-			pair *= p / pcap
-		}
-		if hit > 0 && rt.opt.LingerCap > 0 && lgr > 0 {
-			// The lingering part's share of the term, bounded.
-			lpart := pair * lgr / pres
-			pair += min(lpart, rt.opt.LingerCap*float64(hit)) - lpart
-		}
-		if hit > 0 && rt.opt.PairCap > 0 {
-			pair = min(pair, rt.opt.PairCap*float64(hit))
-		}
-		ld += pair
+		ld += rt.pairTerm(p, pres, capa, pcap, lgr, hit)
 	}
 	// At the default weight the overflow counts this router's own
 	// reservations only, not the engine-reported KV of others
@@ -1264,6 +1247,32 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 		ld += ow * over
 	}
 	return ld, n
+}
+
+// pairTerm is loadWith's pair_weight term for a prompt of p tokens on a
+// replica of capa KV tokens (pcap: capa floored, PairFloor) holding pres
+// > 0 tokens of resident and lingering context, lgr of them lingering;
+// hit is the request's deepest overlap, capped.
+func (rt *Router) pairTerm(p, pres, capa, pcap, lgr float64, hit int) float64 {
+	if rt.opt.PairSat {
+		pres = min(pres, capa)
+	}
+	pair := rt.cfg.PairWeight * p * pres / pcap
+	if rt.opt.PairSqrt {
+		pair = rt.cfg.PairWeight * p * math.Sqrt(pres/pcap)
+	}
+	if rt.opt.PairShare {
+		pair *= p / pcap
+	}
+	if hit > 0 && rt.opt.LingerCap > 0 && lgr > 0 {
+		// The lingering part's share of the term, bounded.
+		lpart := pair * lgr / pres
+		pair += min(lpart, rt.opt.LingerCap*float64(hit)) - lpart
+	}
+	if hit > 0 && rt.opt.PairCap > 0 {
+		pair = min(pair, rt.opt.PairCap*float64(hit))
+	}
+	return pair
 }
 
 // overflowHome is the home exemption's share of the prompt (0: off) and
@@ -1433,14 +1442,25 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		ov := ovs[i]
 		ld := 0.0
-		if lc := &rt.loads[c.Slot]; ov == 0 && cold && lc.idle() {
-			// A replica holding none of the prompt with nothing on it:
-			// its load is what loadWith's terms come to with every input
-			// zero, the overflow term on the prompt alone (0 + x is x);
-			// its home exemption, queue (nothing pending) and busy terms
-			// are zero.
-			if over := float64(prompt) - float64(lc.kv()); over > 0 && knobs.ow > 0 {
-				ld = knobs.ow * over
+		if lc := &rt.loads[c.Slot]; ov == 0 && cold && lc.still() {
+			// A replica holding none of the prompt with nothing on it but
+			// lingering context: its load is what loadWith's terms come
+			// to with every other input zero, in their order: the pair
+			// term on the lingering context (on: ov is 0), then the
+			// overflow term on the prompt alone (0 + x is x). Its home
+			// exemption, queue (nothing pending) and busy terms are zero.
+			p, capa := float64(prompt), float64(lc.kv())
+			if knobs.lingerOn {
+				if lgr := rt.lingered(lc, now, knobs.ttl); lgr > 0 {
+					pcap := capa
+					if knobs.floor > capa {
+						pcap = knobs.floor
+					}
+					ld += rt.pairTerm(p, lgr, capa, pcap, lgr, hit)
+				}
+			}
+			if over := p - capa; over > 0 && knobs.ow > 0 {
+				ld += knobs.ow * over
 			}
 		} else {
 			pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
