@@ -1450,7 +1450,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			// overflow term on the prompt alone (0 + x is x). Its home
 			// exemption, queue (nothing pending) and busy terms are zero.
 			p, capa := float64(prompt), float64(lc.kv())
-			if knobs.lingerOn {
+			if knobs.lingerOn && lc.linger.Load() > 0 { // lingered is 0 otherwise
 				if lgr := rt.lingered(lc, now, knobs.ttl); lgr > 0 {
 					pcap := capa
 					if knobs.floor > capa {
