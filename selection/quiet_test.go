@@ -160,3 +160,76 @@ func TestRunnerUp(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietLoadMatchesTerms checks loadWith's quiet case (quietLoad: a
+// slot with nothing on it but lingering context) against the terms it
+// skips, bit for bit: for prompts below and past the slot's KV capacity,
+// with and without lingering context (fresh, decayed, past its TTL), the
+// home's overflow exemption, the pair term on and off, a hit or none, and
+// the options that change the terms.
+func TestQuietLoadMatchesTerms(t *testing.T) {
+	cfgs := map[string]func(*Config){
+		"defaults": func(*Config) {},
+		"no pair":  func(c *Config) { c.PairWeight, c.Explicit = 0, c.Explicit|KnobPairWeight },
+		"context":  func(c *Config) { c.ContextWeight = 3 },
+	}
+	opts := map[string]Options{
+		"rule":        {},
+		"weight":      {OverflowWeight: 0.5},
+		"no overflow": {OverflowWeight: -1}, // bare with "no pair"
+		"forms":       {PairFloor: -1, PairSqrt: true, PairShare: true, PairSat: true},
+		"caps":        {PairCap: 0.5, LingerCap: 0.25, LingerTTL: -1},
+		"half-life":   {LingerHalfLife: 2 * time.Second},
+		"no linger":   {NoLinger: true},
+	}
+	for cname, set := range cfgs {
+		var c Config
+		set(&c)
+		for oname, o := range opts {
+			base, _ := newTestRouter(t, c, 2)
+			clock := 50 * time.Second
+			base.SetClock(func() time.Duration { return clock })
+			rt := base.WithOptions(o)
+			rt.SetCapacity(1, 4096)
+			k := rt.loadKnobs()
+			if !k.quiet {
+				t.Fatalf("%s/%s: quiet off", cname, oname)
+			}
+			now := rt.lingerClock(k.lingerOn, k.ttl)
+			if now == 0 {
+				now = rt.clockMS()
+			}
+			for _, s := range []Slot{0, 1} {
+				for _, lg := range []struct {
+					tokens int32
+					ago    time.Duration
+				}{{0, 0}, {3000, time.Second}, {70000, 5 * time.Second}, {500, time.Minute}} {
+					cell := &rt.loads[s]
+					cell.linger.Store(lg.tokens)
+					cell.lingerAt.Store(uint32((clock - lg.ago) / time.Millisecond))
+					if !cell.still() {
+						t.Fatalf("slot %d not still", s)
+					}
+					for _, prompt := range []int{0, 1, 4000, 4096, 5000, 1 << 19} {
+						for _, hit := range []int{-1, 0, 64} {
+							for _, pairOn := range []bool{false, true} {
+								for _, owOff := range []bool{false, true} {
+									q := k
+									q.owOff = owOff
+									full := q
+									full.quiet = false
+									got, gn := rt.loadWith(&q, s, prompt, pairOn, now, hit)
+									want, wn := rt.loadWith(&full, s, prompt, pairOn, now, hit)
+									if math.Float64bits(got) != math.Float64bits(want) || gn != wn {
+										t.Errorf("%s/%s slot %d linger %d prompt %d hit %d pair %v home %v: quiet %v (%d), terms %v (%d)",
+											cname, oname, s, lg.tokens, prompt, hit, pairOn, owOff, got, gn, want, wn)
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

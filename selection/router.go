@@ -1187,6 +1187,9 @@ type pickKnobs struct {
 // loadWith is loadPairN with its options read (rt.loadKnobs).
 func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
 	c := &rt.loads[s]
+	if k.quiet && c.still() {
+		return rt.quietLoad(k, c, prompt, pairOn, now, hit), 0
+	}
 	cfg := &rt.cfg
 	n := c.count()
 	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(s)
@@ -1247,6 +1250,29 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 		ld += ow * over
 	}
 	return ld, n
+}
+
+// quietLoad is loadWith for a slot with nothing in flight, pending,
+// resident or reported by others (loadCell.still) under options that read
+// no other state (loadKnobs.quiet): what its terms come to with those
+// inputs zero, in their order: the pair term on the lingering context,
+// then the overflow term on the prompt alone (0 + x is x).
+func (rt *Router) quietLoad(k *loadKnobs, c *loadCell, prompt int, pairOn bool, now uint32, hit int) float64 {
+	ld := 0.0
+	p, capa := float64(prompt), float64(c.kv())
+	if k.lingerOn && pairOn && c.linger.Load() > 0 { // lingered is 0 otherwise
+		if lgr := rt.lingered(c, now, k.ttl); lgr > 0 {
+			pcap := capa
+			if k.floor > capa {
+				pcap = k.floor
+			}
+			ld += rt.pairTerm(p, lgr, capa, pcap, lgr, hit)
+		}
+	}
+	if over := p - capa; over > 0 && k.ow > 0 && !k.owOff {
+		ld += k.ow * over
+	}
+	return ld
 }
 
 // pairTerm is loadWith's pair_weight term for a prompt of p tokens on a
