@@ -127,10 +127,13 @@ func (rt *Router) Several() bool { return rt.agreement.on() }
 // agreePick applies the agreement band to Pick's winner w (best: the best
 // score; first: the rendezvous tie key): the band for prompts up to
 // AgreeMax, the home band for longer ones, while answers show other
-// instances.
-func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, best float64, prompt int, first uint64) int {
+// instances. Pick's tie key is read into *first unless *keyed.
+func (rt *Router) agreePick(f *Features, cands []Candidate, s *Scratch, w int, best float64, prompt int, first *uint64, keyed *bool) int {
 	if band := rt.agreeBand(prompt); band > 0 {
-		return rt.agree(cands, s, w, best, band, first, false)
+		if !*keyed {
+			*first, *keyed = rt.tieKey(f, cands, s), true
+		}
+		return rt.agree(cands, s, w, best, band, *first, false)
 	}
 	if lim := rt.agreeMax(); rt.opt.AgreeHome < 0 || lim <= 0 || prompt <= lim || !rt.agreeOn() {
 		return w
@@ -174,12 +177,7 @@ const DefaultAgreeStale = 0.25
 
 // agreeMax is Options.AgreeMax with its default applied (negative: no
 // limit).
-func (rt *Router) agreeMax() int {
-	if rt.opt.AgreeMax == 0 {
-		return DefaultAgreeMax
-	}
-	return rt.opt.AgreeMax
-}
+func (rt *Router) agreeMax() int { return rt.pk.agreeMax }
 
 // agreeBand is the agreement band Pick applies now: Options.AgreeBand
 // (DefaultAgreeBand when 0; negative: none) while answers show other

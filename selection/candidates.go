@@ -16,27 +16,38 @@ func AppendCandidates(dst []Candidate, slots []Slot, profiles []Profile, availab
 	out, profiles := dst[start:], profiles[:len(slots)] // no bounds checks below
 	// The proxy's view first, in a pass of its own: the rest of the
 	// checks make no call unless a replica is ejected, so that their
-	// loop keeps its figures in registers.
-	for i, slot := range slots {
-		out[i] = Candidate{Slot: slot, Usable: slot >= 0 && available(i), Profile: profiles[i]}
-	}
+	// loop keeps its figures in registers; it runs only on a retry or
+	// while some replica is ejected.
 	usable, admitted := 0, 0
-	for i := range out {
-		c := &out[i]
-		ok := c.Usable
-		if ok && od.Ejected(c.Slot) && !od.Usable(c.Slot) { // Ejected inlined: Usable is true otherwise
-			// Ejected by outlier detection: its recent answers failed.
-			ok = false
-		} else if ok {
-			admitted++
-		}
-		if ok && tried != nil && tried.Has(c.Slot) {
-			ok = false
-		}
+	for i, slot := range slots {
+		ok := slot >= 0 && available(i)
+		out[i] = Candidate{Slot: slot, Usable: ok, Profile: profiles[i]}
 		if ok {
 			usable++
 		}
-		c.Usable = ok
+	}
+	if tried == nil && od.None() {
+		// No retry, none ejected: the proxy's view decides alone.
+		admitted = usable
+	} else {
+		usable = 0
+		for i := range out {
+			c := &out[i]
+			ok := c.Usable
+			if ok && od.Ejected(c.Slot) && !od.Usable(c.Slot) { // Ejected inlined: Usable is true otherwise
+				// Ejected by outlier detection: its recent answers failed.
+				ok = false
+			} else if ok {
+				admitted++
+			}
+			if ok && tried != nil && tried.Has(c.Slot) {
+				ok = false
+			}
+			if ok {
+				usable++
+			}
+			c.Usable = ok
+		}
 	}
 	if usable == 0 {
 		for i, slot := range slots {

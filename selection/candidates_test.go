@@ -62,7 +62,11 @@ func TestAppendCandidatesMatchesRef(t *testing.T) {
 			if s < 0 {
 				continue
 			}
-			switch rng.IntN(4) {
+			k := rng.IntN(4)
+			if k < 3 && od.until[s].Load() == 0 {
+				od.ejected.Add(1) // as Failure counts it (None)
+			}
+			switch k {
 			case 0: // still ejected
 				od.until[s].Store(now.UnixNano() + int64(time.Second))
 			case 1: // half-open, no probe

@@ -150,6 +150,7 @@ type Index struct {
 
 	ahead     []uint32 // dropAhead's entries, one per block
 	aheadKeys []uint64 // dropAhead's set of keys
+	noTail    bool     // ghostTail off (tests: the full path's reference)
 
 	// The counts, kept under the write lock (n) and published for the
 	// readers that take no lock when it is released (unlock): an atomic
@@ -897,17 +898,18 @@ func (x *Index) Learn(blocks []uint64, s Slot) {
 // learn is Learn that first reads the age (touches of s since) of the
 // pair (blocks[probe-1], s), -1 when absent or probe is 0.
 func (x *Index) learn(blocks []uint64, s Slot, probe int) int64 {
-	return x.learnTo(blocks, s, probe, nil)
+	return x.learnTo(blocks, s, probe, -1, nil)
 }
 
-// learnTo is learn that leaves s's clock after it in t (when not nil).
-func (x *Index) learnTo(blocks []uint64, s Slot, probe int, t *learnTicket) int64 {
+// learnTo is learn that leaves s's clock after it in t (when not nil);
+// held is learnLocked's.
+func (x *Index) learnTo(blocks []uint64, s Slot, probe, held int, t *learnTicket) int64 {
 	if len(blocks) == 0 || s < 0 {
 		return -1
 	}
 	x.lock()
 	defer x.unlock()
-	age := x.learnLocked(blocks, s, probe)
+	age := x.learnLocked(blocks, s, probe, held)
 	if t != nil {
 		t.clock.Store(x.reps[s].clock)
 	}
@@ -924,12 +926,19 @@ func (x *Index) clockOf(s Slot) int64 {
 	return x.reps[s].clock
 }
 
-// learnLocked is learn with the write lock held.
-func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
+// learnLocked is learn with the write lock held. held is how many leading
+// blocks s held when the caller last read the index (Pick's depths;
+// negative: not known): below minRun no run is sought. It is a hint: a
+// run missed for it (s learned more since) is touched block by block, to
+// the same effect.
+func (x *Index) learnLocked(blocks []uint64, s Slot, probe, held int) int64 {
 	if len(blocks) == 0 || s < 0 {
 		return -1
 	}
 	x.widen(s)
+	if age, ok := x.ghostTail(blocks, s, probe); ok {
+		return age // the whole learn: bound has nothing to drop
+	}
 	age := int64(-1)
 	if probe > 0 && probe <= len(blocks) {
 		if e := x.findBlock(blocks[probe-1]); e != 0 {
@@ -943,7 +952,7 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe int) int64 {
 	// often a run of consecutive pairs of s's list already, in the order
 	// the touches would leave it: those are moved as one (touchRun).
 	run := 0
-	if len(blocks) >= minRun {
+	if len(blocks) >= minRun && (held < 0 || held >= minRun) {
 		if run, _, _ = x.runOf(blocks, s); run < minRun {
 			run = 0
 		}
@@ -1045,6 +1054,71 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 		}
 	}
 	return keep
+}
+
+// ghostTail is the learn (learnLocked, probe's age and all, write lock
+// held) of a prompt resent to s past its horizon or capacity, fewer than
+// minAhead blocks past it (dropAhead's keep): when the blocks the learn
+// would drop at its end, blocks[keep:], are the newest ghosts,
+// blocks[keep] the newest, s holds blocks[:keep] and nothing else, in
+// order from its list's head, and the pair free list has an entry for
+// each, the full path would revive them (one run, neither growing nor
+// evicting) and drop them again, leaving the ghost list, the block table,
+// the global list and the pairs as they are. It then does what remains of
+// that, and reports so (ok) with the probe's age: s's clock advanced past
+// the dropped blocks, a drop counted for each, the free list's first
+// entries in the order the drops leave them (reversed), and blocks[:keep],
+// s's whole list, touched as one run (touchRun), which bound keeps.
+func (x *Index) ghostTail(blocks []uint64, s Slot, probe int) (age int64, ok bool) {
+	r := &x.reps[s]
+	n := len(blocks)
+	keep := n
+	if r.horizon > 0 && r.horizon < int64(keep) {
+		keep = int(r.horizon)
+	}
+	if r.capacity > 0 && r.capacity < int64(keep) {
+		keep = int(r.capacity)
+	}
+	if keep == n || n-keep >= minAhead || keep == 0 || r.blocks != int64(keep) || x.noTail {
+		return -1, false
+	}
+	bs, ps := x.blocks, x.pairs
+	g := x.gtail
+	for _, k := range blocks[keep:] {
+		if g == 0 || bs[g-1].key != k {
+			return -1, false
+		}
+		g = bs[g-1].prev
+	}
+	age = -1 // the probe's block past keep: a ghost, not held
+	p, last := r.head, uint32(0)
+	for j, k := range blocks[:keep] {
+		if p == 0 || bs[ps[p-1].blk-1].key != k {
+			return -1, false
+		}
+		if j == probe-1 {
+			age = r.clock - ps[p-1].stamp
+		}
+		p, last = ps[p-1].next, p
+	}
+	m := n - keep
+	f := x.pfree
+	for range m {
+		if f == 0 {
+			return -1, false
+		}
+		f = ps[f-1].next
+	}
+	prev, cur := f, x.pfree // the first m entries reversed, the rest (from f) after them
+	for range m {
+		next := ps[cur-1].next
+		ps[cur-1].next, prev, cur = prev, cur, next
+	}
+	x.pfree = prev
+	r.clock += int64(m)
+	x.n.dropped += uint64(m)
+	x.touchRun(s, r.head, last, keep) // s's whole list, blocks[:keep] in order: one run
+	return age, true
 }
 
 // aheadSet returns dropAhead's cleared set of keys for n blocks.

@@ -83,15 +83,16 @@ func (x *Index) QueuedLearns() (queued, inline uint64) {
 
 // learnOrQueue is learn (its age left in t), queued when the queue is on,
 // at least its minimum of blocks lie past probe (the blocks the replica
-// was believed to hold: Route's prediction) and the queue is not full.
-func (x *Index) learnOrQueue(blocks []uint64, s Slot, probe int, t *learnTicket) {
+// was believed to hold: Route's prediction) and the queue is not full;
+// held is learnLocked's (a queued learn seeks its run regardless).
+func (x *Index) learnOrQueue(blocks []uint64, s Slot, probe, held int, t *learnTicket) {
 	if m := int(x.q.min.Load()); m > 0 && len(blocks)-max(probe, 0) >= m && s >= 0 {
 		if x.enqueue(blocks, s, probe, t) {
 			return
 		}
 		x.q.inline.Add(1)
 	}
-	t.age.Store(x.learnTo(blocks, s, probe, t))
+	t.age.Store(x.learnTo(blocks, s, probe, held, t))
 }
 
 // enqueue queues a learn, starting the applier if none runs; false when
@@ -147,7 +148,7 @@ func (x *Index) applyQueued() {
 	q.mu.Unlock()
 	for i := range items {
 		it := &items[i]
-		age := x.learnLocked(blocks[it.off:it.off+it.n], it.s, int(it.probe))
+		age := x.learnLocked(blocks[it.off:it.off+it.n], it.s, int(it.probe), -1)
 		it.t.clock.Store(x.reps[it.s].clock)
 		it.t.age.Store(age)
 		it.t.pending.Store(false)

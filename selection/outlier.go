@@ -136,7 +136,7 @@ type Outlier struct {
 	consec  [MaxReplicas]int32
 	times   [MaxReplicas]int32 // ejections in a row (the multiplier)
 	back    [MaxReplicas]int64 // when s was last re-admitted (Unix ns)
-	ejected int                // slots with until != 0
+	ejected atomic.Int32       // slots with until != 0 (written under mu; read lock-free by None)
 	total   [MaxReplicas][numFailureKinds]atomic.Uint64
 }
 
@@ -207,7 +207,7 @@ func (o *Outlier) Success(s Slot) {
 		o.until[s].Store(0)
 		o.probing[s].Store(0)
 		o.back[s] = o.now().UnixNano()
-		o.ejected--
+		o.ejected.Add(-1) // after until's clear: None is never early
 	}
 }
 
@@ -244,10 +244,10 @@ func (o *Outlier) Failure(s Slot, kind FailureKind, fleet int) bool {
 	if limit < 1 {
 		limit = 1
 	}
-	if o.ejected >= limit {
+	if int(o.ejected.Load()) >= limit {
 		return false
 	}
-	o.ejected++
+	o.ejected.Add(1) // before until is set: None is never late
 	o.eject(s, now)
 	o.total[s][kind].Add(1)
 	return true
@@ -276,8 +276,8 @@ func (o *Outlier) Ejections(s Slot, kind FailureKind) uint64 {
 }
 
 // EjectedCount returns how many replicas are out now.
-func (o *Outlier) EjectedCount() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.ejected
-}
+func (o *Outlier) EjectedCount() int { return int(o.ejected.Load()) }
+
+// None reports that no replica is out now: Ejected is false for every
+// slot (AppendCandidates then skips it).
+func (o *Outlier) None() bool { return o.ejected.Load() == 0 }

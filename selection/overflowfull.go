@@ -1,7 +1,5 @@
 package selection
 
-import "cmp"
-
 // DefaultOverflowFull, DefaultOverflowFullHome and DefaultOverflowFullRoom
 // are Options.OverflowFull's, OverflowFullHome's and OverflowFullRoom's
 // defaults: where no usable replica has room for the prompt, the overflow
@@ -28,9 +26,7 @@ const (
 // The cheap tests come first: on a fleet with room fleetFull returns at
 // the first replica that has it.
 func (rt *Router) overflowFull(cands []Candidate, prompt, top1, low int) (float64, bool) {
-	w := cmp.Or(rt.opt.OverflowFull, DefaultOverflowFull)
-	home := cmp.Or(rt.opt.OverflowFullHome, DefaultOverflowFullHome)
-	room := cmp.Or(rt.opt.OverflowFullRoom, DefaultOverflowFullRoom)
+	w, home, room := rt.pk.fullW, rt.pk.fullHome, rt.pk.fullRoom
 	if w <= 0 || home > 0 && (top1 <= low || float64(top1-low) < home*float64(prompt)) {
 		return 0, false
 	}

@@ -72,8 +72,12 @@ func (rt *Router) Route(f *Features, cands []Candidate, s *Scratch, a Annotator,
 	if !precise || !cands[d.Index].Precise {
 		predicted = min(d.Overlap/rt.cfg.BlockTokens, len(f.Blocks))
 	}
-	rt.idx.learnOrQueue(f.Blocks, d.Slot, predicted, &res.learned)
-	res.predicted, res.prompt, res.precise = int32(predicted), int32(f.PromptTokens(rt.cfg)), precise && cands[d.Index].Precise
+	held := -1 // the chosen replica's depth in Pick's read of the index (a hint for the learn)
+	if !cands[d.Index].Precise {
+		held = int(s.depth[d.Slot])
+	}
+	rt.idx.learnOrQueue(f.Blocks, d.Slot, predicted, held, &res.learned)
+	res.predicted, res.prompt, res.precise = int32(predicted), int32(resident), precise && cands[d.Index].Precise
 	if n := len(f.Blocks); n > 0 {
 		res.last, res.nblocks = f.Blocks[n-1], int32(n)
 	}

@@ -173,6 +173,15 @@ type loadCell struct {
 	linger   atomic.Int32  // released context presumed still in use (see loadPair), at most the KV capacity
 }
 
+// still reports whether every load figure of the slot but its lingering
+// context is zero: in-flight requests, pending prefill, resident context,
+// and the others' load and context (Pick's quiet case). The in-flight
+// count, most often set on a busy fleet, is read first.
+func (c *loadCell) still() bool {
+	return int32(c.inflight.Load())|c.ext.prefill.Load()|c.extCtx.Load() == 0 &&
+		c.pending.Load()|c.resident.Load()|c.ext.requests.Load()|c.ext.kv.Load() == 0
+}
+
 // count is the slot's in-flight requests (the low half of inflight).
 func (c *loadCell) count() int64 { return int64(int32(c.inflight.Load())) }
 
@@ -323,6 +332,8 @@ type Router struct {
 	cfg Config
 	opt Options
 	x   Extractor
+	lk  loadKnobs // loadKnobs' answer: cfg and opt do not change
+	pk  pickKnobs // Pick's other options, their defaults applied (knobbed)
 	*shared
 }
 
@@ -724,7 +735,7 @@ type Options struct {
 // WithOptions returns a Router applying o that shares rt's index, registry
 // and live load.
 func (rt *Router) WithOptions(o Options) *Router {
-	return &Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}
+	return (&Router{cfg: rt.cfg, opt: o, x: rt.x, shared: rt.shared}).knobbed()
 }
 
 // Options returns the Router's rule variants.
@@ -782,7 +793,7 @@ func NewRouter(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	start := time.Now()
-	return &Router{
+	return (&Router{
 		cfg: cfg,
 		x:   NewExtractor(cfg),
 		shared: &shared{
@@ -790,7 +801,7 @@ func NewRouter(cfg Config) (*Router, error) {
 			slots: make(map[string]Slot),
 			clock: func() time.Duration { return time.Since(start) },
 		},
-	}, nil
+	}).knobbed(), nil
 }
 
 // SetClock replaces the Router's clock (default: the monotonic time since
@@ -838,7 +849,7 @@ func (rt *Router) Retune(cfg Config) (*Router, error) {
 	if cfg.IndexShape() != rt.cfg.IndexShape() {
 		return nil, errors.New("selection: retune cannot change block_tokens, prefix_tokens, chars_per_token or index_budget")
 	}
-	nrt := &Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}
+	nrt := (&Router{cfg: cfg, opt: rt.opt, x: rt.x, shared: rt.shared}).knobbed()
 	if cfg.KVCapacity != rt.cfg.KVCapacity {
 		rt.mu.Lock()
 		for s := range rt.Len() {
@@ -1131,19 +1142,54 @@ type loadKnobs struct {
 	ttl       uint32
 	bare      bool // no decode-side term: the reservations only
 	owOff     bool // Options.OverflowHome: the candidate is the home, exempt
+	// quiet: in Pick, a slot holding none of the prompt with nothing in
+	// flight, pending, resident or reported by others pays the pair term
+	// on its lingering context and the overflow term alone
+	// (loadCell.still); off where an option reads other state
+	// (SharedOnce, OnceBelow, EngineOverflow, EngineQueue).
+	quiet bool
 }
 
-func (rt *Router) loadKnobs() loadKnobs {
+// loadKnobs returns the knobs the Router was made with (knobbed).
+func (rt *Router) loadKnobs() loadKnobs { return rt.lk }
+
+// knobbed fills rt's knobs from its configuration and options, which do
+// not change after: every constructor of a Router ends with it.
+func (rt *Router) knobbed() *Router {
 	k := loadKnobs{ow: cmp.Or(rt.opt.OverflowWeight, DefaultOverflowWeight),
 		floor: float64(cmp.Or(rt.opt.PairFloor, DefaultPairFloor))} // floor negative: none
 	k.lingerOn, k.ttl = rt.lingerOn()
 	k.bare = rt.cfg.ContextWeight == 0 && rt.cfg.PairWeight == 0 && k.ow <= 0
-	return k
+	k.quiet = !rt.opt.SharedOnce && rt.opt.OnceBelow <= 0 && !rt.opt.EngineOverflow && rt.opt.EngineQueue <= 0
+	rt.lk = k
+	o := &rt.opt
+	rt.pk = pickKnobs{hot: cmp.Or(o.HotGuard, DefaultHotGuard), subset: cmp.Or(o.SubsetGuard, DefaultSubsetGuard),
+		subsetFloor: DefaultSubsetFloor, profileQueue: cmp.Or(o.ProfileQueue, DefaultProfileQueue),
+		homeAt: max(cmp.Or(o.OverflowHome, DefaultOverflowHome), 0), homeRoom: cmp.Or(o.OverflowHomeRoom, DefaultOverflowHomeRoom),
+		fullW: cmp.Or(o.OverflowFull, DefaultOverflowFull), fullHome: cmp.Or(o.OverflowFullHome, DefaultOverflowFullHome),
+		fullRoom: cmp.Or(o.OverflowFullRoom, DefaultOverflowFullRoom), agreeMax: cmp.Or(o.AgreeMax, DefaultAgreeMax)}
+	if o.SubsetFloor > 0 {
+		rt.pk.subsetFloor = o.SubsetFloor
+	}
+	return rt
+}
+
+// pickKnobs are options Pick reads once per request, with their defaults
+// applied (the accessors hotGuard, subsetGuard, subsetFloor, profileQueue,
+// overflowHome, agreeMax and overflowFull's).
+type pickKnobs struct {
+	hot, subset, subsetFloor, profileQueue float64
+	homeAt, homeRoom                       float64
+	fullW, fullHome, fullRoom              float64
+	agreeMax                               int
 }
 
 // loadWith is loadPairN with its options read (rt.loadKnobs).
 func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now uint32, hit int) (float64, int64) {
 	c := &rt.loads[s]
+	if k.quiet && c.still() {
+		return rt.quietLoad(k, c, prompt, pairOn, now, hit), 0
+	}
 	cfg := &rt.cfg
 	n := c.count()
 	ld := float64((n+c.extRequests())*int64(cfg.RequestCost)+c.pending.Load()+c.extPrefill()) + rt.engineQueue(s)
@@ -1182,25 +1228,7 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 		pres += lgr
 	}
 	if pres > 0 && pairOn {
-		if rt.opt.PairSat {
-			pres = min(pres, capa)
-		}
-		pair := cfg.PairWeight * p * pres / pcap
-		if rt.opt.PairSqrt {
-			pair = cfg.PairWeight * p * math.Sqrt(pres/pcap)
-		}
-		if rt.opt.PairShare {
-			pair *= p / pcap
-		}
-		if hit > 0 && rt.opt.LingerCap > 0 && lgr > 0 {
-			// The lingering part's share of the term, bounded.
-			lpart := pair * lgr / pres
-			pair += min(lpart, rt.opt.LingerCap*float64(hit)) - lpart
-		}
-		if hit > 0 && rt.opt.PairCap > 0 {
-			pair = min(pair, rt.opt.PairCap*float64(hit))
-		}
-		ld += pair
+		ld += rt.pairTerm(p, pres, capa, pcap, lgr, hit)
 	}
 	// At the default weight the overflow counts this router's own
 	// reservations only, not the engine-reported KV of others
@@ -1224,13 +1252,59 @@ func (rt *Router) loadWith(k *loadKnobs, s Slot, prompt int, pairOn bool, now ui
 	return ld, n
 }
 
+// quietLoad is loadWith for a slot with nothing in flight, pending,
+// resident or reported by others (loadCell.still) under options that read
+// no other state (loadKnobs.quiet): what its terms come to with those
+// inputs zero, in their order: the pair term on the lingering context,
+// then the overflow term on the prompt alone (0 + x is x).
+func (rt *Router) quietLoad(k *loadKnobs, c *loadCell, prompt int, pairOn bool, now uint32, hit int) float64 {
+	ld := 0.0
+	p, capa := float64(prompt), float64(c.kv())
+	if k.lingerOn && pairOn && c.linger.Load() > 0 { // lingered is 0 otherwise
+		if lgr := rt.lingered(c, now, k.ttl); lgr > 0 {
+			pcap := capa
+			if k.floor > capa {
+				pcap = k.floor
+			}
+			ld += rt.pairTerm(p, lgr, capa, pcap, lgr, hit)
+		}
+	}
+	if over := p - capa; over > 0 && k.ow > 0 && !k.owOff {
+		ld += k.ow * over
+	}
+	return ld
+}
+
+// pairTerm is loadWith's pair_weight term for a prompt of p tokens on a
+// replica of capa KV tokens (pcap: capa floored, PairFloor) holding pres
+// > 0 tokens of resident and lingering context, lgr of them lingering;
+// hit is the request's deepest overlap, capped.
+func (rt *Router) pairTerm(p, pres, capa, pcap, lgr float64, hit int) float64 {
+	if rt.opt.PairSat {
+		pres = min(pres, capa)
+	}
+	pair := rt.cfg.PairWeight * p * pres / pcap
+	if rt.opt.PairSqrt {
+		pair = rt.cfg.PairWeight * p * math.Sqrt(pres/pcap)
+	}
+	if rt.opt.PairShare {
+		pair *= p / pcap
+	}
+	if hit > 0 && rt.opt.LingerCap > 0 && lgr > 0 {
+		// The lingering part's share of the term, bounded.
+		lpart := pair * lgr / pres
+		pair += min(lpart, rt.opt.LingerCap*float64(hit)) - lpart
+	}
+	if hit > 0 && rt.opt.PairCap > 0 {
+		pair = min(pair, rt.opt.PairCap*float64(hit))
+	}
+	return pair
+}
+
 // overflowHome is the home exemption's share of the prompt (0: off) and
 // room (negative: no gate), Options.OverflowHome and OverflowHomeRoom
 // with their defaults applied.
-func (rt *Router) overflowHome() (at, room float64) {
-	at = cmp.Or(rt.opt.OverflowHome, DefaultOverflowHome)
-	return max(at, 0), cmp.Or(rt.opt.OverflowHomeRoom, DefaultOverflowHomeRoom)
-}
+func (rt *Router) overflowHome() (at, room float64) { return rt.pk.homeAt, rt.pk.homeRoom }
 
 // Learn records that slot s now holds f's prompt prefix.
 func (rt *Router) Learn(f *Features, s Slot) { rt.idx.Learn(f.Blocks, s) }
@@ -1303,6 +1377,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	cfg := &rt.cfg
 	d := Decision{Index: -1}
 	best := math.Inf(-1)
+	sec, top := best, -1 // the best score but one (NaN when any was), and the best's index
 	knobs := rt.loadKnobs()
 	now := rt.lingerClock(knobs.lingerOn, knobs.ttl)
 	prompt := f.PromptTokens(rt.cfg)
@@ -1321,7 +1396,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// replica holds: Options.SubsetGuard).
 	top1, top2, low := -1, -1, -1
 	busy, usable := int64(0), 0
-	mixed, prof := false, Profile(0)
+	pOr, pAnd := Profile(0), ^Profile(0) // the usable profiles differ where their OR and AND do
+	bt, pending := cfg.BlockTokens, rt.opt.PendingDepth
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1329,16 +1405,11 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		busy += rt.loads[c.Slot].count()
 		usable++
-		if wantSet {
-			if usable == 1 {
-				prof = c.Profile
-			}
-			mixed = mixed || c.Profile != prof
-		}
+		pOr, pAnd = pOr|c.Profile, pAnd&c.Profile
 		ov := c.Overlap
 		if !c.Precise {
-			ov = int(s.depth[c.Slot]) * cfg.BlockTokens
-			if rt.opt.PendingDepth {
+			ov = int(s.depth[c.Slot]) * bt
+			if pending {
 				ov = rt.pendingDepth(c.Slot, f.Blocks, ov)
 			}
 		}
@@ -1353,6 +1424,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 	}
 	s.top1, s.top2, s.low = top1, top2, low
+	mixed := wantSet && usable > 0 && pOr != pAnd
 	hit := min(top1, cfg.AffinityCap)
 	// The output bonus's queue limit (Options.ProfileQueue), where the
 	// usable replicas' profiles differ: their least pending prefill is
@@ -1386,6 +1458,8 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		awayMS = rt.clockMS()
 	}
 	qx, qxKV := rt.queueExtra(top1, wantSet && mixed)
+	cold := knobs.quiet && !away // the quiet case below: no per-replica term of an idle replica is on
+	affCap, alpha := cfg.AffinityCap, cfg.Alpha
 	for i := range cands {
 		c := &cands[i]
 		if !c.Usable {
@@ -1393,28 +1467,52 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			continue
 		}
 		ov := ovs[i]
-		pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
-		if !pairOn && rt.opt.AgentMove > 0 {
-			pairOn = rt.agentMove(cands, i, prompt, ov)
-		}
-		knobs.owOff = homeAt > 0 && ov > top2 && float64(ov) >= homeAt*float64(prompt) &&
-			(homeRoom < 0 || float64(rt.loads[c.Slot].kv()) < homeRoom*float64(prompt))
-		ld, n := rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
-		if away {
-			ld += rt.coldAway(c.Slot, prompt, awayMS)
-		}
-		if qx > 0 {
-			ld += rt.queueExtraLoad(c.Slot, qx, qxKV)
-		}
-		if lim := hot; lim > 0 {
-			if ov > low {
-				lim = hotSub
+		ld := 0.0
+		if lc := &rt.loads[c.Slot]; ov == 0 && cold && lc.still() {
+			// A replica holding none of the prompt with nothing on it but
+			// lingering context: its load is what loadWith's terms come
+			// to with every other input zero, in their order: the pair
+			// term on the lingering context (on: ov is 0), then the
+			// overflow term on the prompt alone (0 + x is x). Its home
+			// exemption, queue (nothing pending) and busy terms are zero.
+			p, capa := float64(prompt), float64(lc.kv())
+			if knobs.lingerOn && lc.linger.Load() > 0 { // lingered is 0 otherwise
+				if lgr := rt.lingered(lc, now, knobs.ttl); lgr > 0 {
+					pcap := capa
+					if knobs.floor > capa {
+						pcap = knobs.floor
+					}
+					ld += rt.pairTerm(p, lgr, capa, pcap, lgr, hit)
+				}
 			}
-			if float64(n) > lim {
-				ld += float64(cfg.RequestCost) * (float64(n) - lim)
+			if over := p - capa; over > 0 && knobs.ow > 0 {
+				ld += knobs.ow * over
+			}
+		} else {
+			pairOn := rt.opt.PairEverywhere || ov <= top2 || ov == 0
+			if !pairOn && rt.opt.AgentMove > 0 {
+				pairOn = rt.agentMove(cands, i, prompt, ov)
+			}
+			knobs.owOff = homeAt > 0 && ov > top2 && float64(ov) >= homeAt*float64(prompt) &&
+				(homeRoom < 0 || float64(lc.kv()) < homeRoom*float64(prompt))
+			var n int64
+			ld, n = rt.loadWith(&knobs, c.Slot, prompt, pairOn, now, hit)
+			if away {
+				ld += rt.coldAway(c.Slot, prompt, awayMS)
+			}
+			if qx > 0 {
+				ld += rt.queueExtraLoad(c.Slot, qx, qxKV)
+			}
+			if lim := hot; lim > 0 {
+				if ov > low {
+					lim = hotSub
+				}
+				if float64(n) > lim {
+					ld += float64(cfg.RequestCost) * (float64(n) - lim)
+				}
 			}
 		}
-		sc := float64(min(ov, cfg.AffinityCap)) - cfg.Alpha*ld
+		sc := float64(min(ov, affCap)) - alpha*ld
 		if wantSet && c.Profile == want && (!limited || float64(rt.loads[c.Slot].pending.Load()) <= queueLim) {
 			sc += bonus
 		}
@@ -1423,31 +1521,36 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		if ov > d.BestOverlap {
 			d.BestOverlap = ov
 		}
-		if sc > best {
-			best = sc
-		}
+		best, sec, top = runnerUp(sc, best, sec, top, i)
 	}
 	if d.Usable == 0 {
 		return d
 	}
 
 	// Among the candidates within TieEpsilon of the best, apply the
-	// tie-breaks in order.
-	first := rt.tieKey(f, cands, s)
-	w := -1
-	ties := 0
+	// tie-breaks in order. When the second best score is short of them
+	// (and no score is NaN, which every comparison fails), the best is
+	// the only one, and the rendezvous tie key is not needed unless a
+	// rule below asks for it (keyed).
+	var first uint64
+	keyed := false
+	w, ties := top, 1
 	tied := best - cfg.TieEpsilon // the least score within TieEpsilon of the best
-	for i := range cands {
-		if !cands[i].Usable || scs[i] < tied {
-			continue
-		}
-		ties++
-		if w < 0 {
-			w = i
-			continue
-		}
-		if beats, _ := rt.prefer(cands, s, i, w, want, wantSet, first); beats {
-			w = i
+	if !(sec < tied) {
+		first, keyed = rt.tieKey(f, cands, s), true
+		w, ties = -1, 0
+		for i := range cands {
+			if !cands[i].Usable || scs[i] < tied {
+				continue
+			}
+			ties++
+			if w < 0 {
+				w = i
+				continue
+			}
+			if beats, _ := rt.prefer(cands, s, i, w, want, wantSet, first); beats {
+				w = i
+			}
 		}
 	}
 	tieWinner := w // the only tied candidate when ties == 1
@@ -1458,6 +1561,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	// prefix with ColdSpill): spill keeps w's overlap, so the band spill
 	// after it sees the same case.
 	if pos := rt.spread.Load(); pos != 0 && (s.Overlap[w] < d.BestOverlap || rt.opt.ColdSpill && d.BestOverlap == 0) {
+		if !keyed {
+			first, keyed = rt.tieKey(f, cands, s), true
+		}
 		if ties > 1 {
 			w = rt.spill(cands, s, w, best, wantSet, first, pos)
 		}
@@ -1465,7 +1571,7 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			w = rt.bandSpill(cands, s, w, best, rt.opt.SpillBand, first, pos)
 		}
 	}
-	w = rt.agreePick(f, cands, s, w, best, prompt, first)
+	w = rt.agreePick(f, cands, s, w, best, prompt, &first, &keyed)
 	// The rule that decided: the latest one the winner needed against any
 	// other tied candidate (none to compare when the winner is the only
 	// one: the loop is skipped).
@@ -1475,6 +1581,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 		}
 		if i == w || !cands[i].Usable || scs[i] < tied {
 			continue
+		}
+		if !keyed {
+			first, keyed = rt.tieKey(f, cands, s), true
 		}
 		if _, rule := rt.prefer(cands, s, w, i, want, wantSet, first); rule > d.Tie {
 			d.Tie = rule
@@ -1493,35 +1602,38 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 	default:
 		d.Reason = ReasonAffinity
 	}
-	d.Prefill = max(0, f.PromptTokens(rt.cfg)-d.Overlap)
+	d.Prefill = max(0, prompt-d.Overlap)
 	return d
 }
 
-// hotGuard is Options.HotGuard with its default applied (<= 0: none).
-func (rt *Router) hotGuard() float64 {
-	if rt.opt.HotGuard == 0 {
-		return DefaultHotGuard
+// runnerUp folds candidate i's score sc into Pick's best score (top its
+// index, the first to reach it) and sec, the best but one: max(sec, sc)
+// as the scores come, and NaN from the first NaN score on, which Pick's
+// tie loop counts as tied (every comparison with it fails). sec <= best
+// while neither is NaN.
+func runnerUp(sc, best, sec float64, top, i int) (float64, float64, int) {
+	if sc > best {
+		if sec == sec {
+			sec = best
+		}
+		return sc, sec, i
 	}
-	return rt.opt.HotGuard
+	if sec == sec && !(sc <= sec) {
+		sec = sc
+	}
+	return best, sec, top
 }
+
+// hotGuard is Options.HotGuard with its default applied (<= 0: none).
+func (rt *Router) hotGuard() float64 { return rt.pk.hot }
 
 // subsetGuard is Options.SubsetGuard with its default applied (<= 0:
 // none).
-func (rt *Router) subsetGuard() float64 {
-	if rt.opt.SubsetGuard == 0 {
-		return DefaultSubsetGuard
-	}
-	return rt.opt.SubsetGuard
-}
+func (rt *Router) subsetGuard() float64 { return rt.pk.subset }
 
 // profileQueue is Options.ProfileQueue with its default applied (<= 0:
 // none).
-func (rt *Router) profileQueue() float64 {
-	if rt.opt.ProfileQueue == 0 {
-		return DefaultProfileQueue
-	}
-	return rt.opt.ProfileQueue
-}
+func (rt *Router) profileQueue() float64 { return rt.pk.profileQueue }
 
 // warmHold is the warm hold (Options.WarmHold) for w, a cold replica that
 // won while others hold part of the prompt: among the holders running
@@ -1554,12 +1666,7 @@ func (rt *Router) warmHold(cands []Candidate, s *Scratch, w int, busy int64, usa
 }
 
 // subsetFloor is Options.SubsetFloor with its default applied.
-func (rt *Router) subsetFloor() float64 {
-	if rt.opt.SubsetFloor <= 0 {
-		return DefaultSubsetFloor
-	}
-	return rt.opt.SubsetFloor
-}
+func (rt *Router) subsetFloor() float64 { return rt.pk.subsetFloor }
 
 // prefer reports whether tied candidate i beats tied candidate j, and the
 // rule that separated them.

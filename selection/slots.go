@@ -46,10 +46,11 @@ func (o *Outlier) Forget(s Slot) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.until[s].Load() != 0 {
-		o.ejected--
-	}
+	out := o.until[s].Load() != 0
 	o.until[s].Store(0)
+	if out {
+		o.ejected.Add(-1)
+	}
 	o.probing[s].Store(0)
 	atomic.StoreInt32(&o.consec[s], 0)
 	o.times[s] = 0
