@@ -974,6 +974,18 @@ func (x *Index) learnLocked(blocks []uint64, s Slot, probe, held int) int64 {
 // minAhead is the fewest blocks dropAhead skips.
 const minAhead = 32
 
+// keep is how many of n blocks of a prompt the holder keeps: n bounded by
+// its horizon and its capacity (each 0: unbounded).
+func (r *holder) keep(n int) int {
+	if r.horizon > 0 && r.horizon < int64(n) {
+		n = int(r.horizon)
+	}
+	if r.capacity > 0 && r.capacity < int64(n) {
+		n = int(r.capacity)
+	}
+	return n
+}
+
 // dropAhead does at once what learning blocks on s would do to the blocks
 // that s's own bound drops at the end of that learn, and returns how many
 // leading blocks are left to learn (all when it did nothing). After the
@@ -992,13 +1004,7 @@ const minAhead = 32
 func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 	r := &x.reps[s]
 	n := len(blocks)
-	keep := n
-	if r.horizon > 0 && r.horizon < int64(keep) {
-		keep = int(r.horizon)
-	}
-	if r.capacity > 0 && r.capacity < int64(keep) {
-		keep = int(r.capacity)
-	}
+	keep := r.keep(n)
 	if n-keep < minAhead {
 		return n
 	}
@@ -1072,13 +1078,7 @@ func (x *Index) dropAhead(blocks []uint64, s Slot) int {
 func (x *Index) ghostTail(blocks []uint64, s Slot, probe int) (age int64, ok bool) {
 	r := &x.reps[s]
 	n := len(blocks)
-	keep := n
-	if r.horizon > 0 && r.horizon < int64(keep) {
-		keep = int(r.horizon)
-	}
-	if r.capacity > 0 && r.capacity < int64(keep) {
-		keep = int(r.capacity)
-	}
+	keep := r.keep(n)
 	if keep == n || n-keep >= minAhead || keep == 0 || r.blocks != int64(keep) || x.noTail {
 		return -1, false
 	}
