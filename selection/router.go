@@ -1475,6 +1475,9 @@ func (rt *Router) Pick(f *Features, cands []Candidate, s *Scratch) Decision {
 			// term on the lingering context (on: ov is 0), then the
 			// overflow term on the prompt alone (0 + x is x). Its home
 			// exemption, queue (nothing pending) and busy terms are zero.
+			// This is quietLoad written out: called here it costs about
+			// 0.4k instructions a request (callgrind, WholeChain/1KiB);
+			// TestPickQuietMatchesTerms holds both to loadWith's terms.
 			p, capa := float64(prompt), float64(lc.kv())
 			if knobs.lingerOn && lc.linger.Load() > 0 { // lingered is 0 otherwise
 				if lgr := rt.lingered(lc, now, knobs.ttl); lgr > 0 {
